@@ -1,0 +1,1 @@
+"""Interoperation with JAX, StableHLO and XLA; the command-line tools."""

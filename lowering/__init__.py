@@ -1,0 +1,10 @@
+"""The NumPy executor: lower hlo once to straight-line Python over vectorized kernels.
+
+>>> exe = lowering.compile(module)
+>>> (result,) = exe(x, y)
+"""
+
+from .executor import Executable, LoweringContext, compile
+from .registry import KERNELS, Constant, register, register_kernel
+
+__all__ = ["Constant", "Executable", "KERNELS", "LoweringContext", "compile", "register", "register_kernel"]

@@ -1,0 +1,311 @@
+"""Lower an hlo module once to straight-line Python over NumPy kernels, and run it.
+
+Each ``func.func`` becomes a Python function whose body is one line per op::
+
+    def f_main(a0, a1):
+        v0 = k0(a0, a1)      # hlo.multiply  (k0 is numpy.multiply itself)
+        del a0, a1           # buffers are freed after their last use
+        v1 = k1(v0, c2)      # hlo.add
+        return (v1,)
+
+Kernels come from :data:`lowering.registry.KERNELS`. Regions (reduce bodies,
+while conditions, branches) become nested functions; they are hoisted to the
+module level when they do not capture outer values, so the common case costs
+nothing at run time. :attr:`Executable.source` shows the generated code.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType, TupleType
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError, op_context
+from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.shape import format_shape
+from xla_dialect.types import TokenType, numpy_dtype
+
+from .registry import KERNELS, Constant
+
+
+class LoweringContext:
+    """What kernel factories may ask for while an op is lowered."""
+
+    def __init__(self, module: ModuleOp):
+        self.module = module
+        self.functions: dict[str, func.FuncOp] = {
+            op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
+        }
+        self.namespace: dict[str, object] = {"np": np}
+        self.sources: list[str] = []
+        self._compiled: dict[str, object] = {}
+        self._compiling: set[str] = set()
+        self._names = itertools.count()
+
+    # -- services for kernel factories --------------------------------------
+
+    def dtype(self, type_: Attribute) -> np.dtype:
+        """NumPy dtype of a tensor type."""
+        return numpy_dtype(type_)
+
+    def function(self, name: str):
+        """The compiled Python function of ``func.func @name`` (compiled on first use)."""
+        if name in self._compiled:
+            return self._compiled[name]
+        if name in self._compiling:
+            raise UnsupportedError(f"func.call @{name}: recursive calls are not allowed in XLA programs")
+        if name not in self.functions:
+            raise ExecutionError(f"call to unknown function @{name}")
+        self._compiling.add(name)
+        fn = self._compile_function(self.functions[name])
+        self._compiling.discard(name)
+        self._compiled[name] = fn
+        return fn
+
+    # -- code generation ----------------------------------------------------
+
+    def _bind(self, prefix: str, obj) -> str:
+        name = f"{prefix}{next(self._names)}"
+        self.namespace[name] = obj
+        return name
+
+    def _compile_function(self, fn: func.FuncOp):
+        py_name = "f_" + "".join(c if c.isalnum() else "_" for c in fn.sym_name.data)
+        lines: list[str] = []
+        self._emit_block(fn.body.block, py_name, lines, indent="", is_function=True, outer={})
+        src = "\n".join(lines) + "\n"
+        self.sources.append(src)
+        exec(builtins.compile(src, f"<hlo {fn.sym_name.data}>", "exec"), self.namespace)
+        return self.namespace[py_name]
+
+    def _emit_block(self, block: Block, py_name: str, lines: list[str], indent: str,
+                    is_function: bool, outer: dict[SSAValue, str]) -> None:
+        """Emit ``def py_name(args): ...`` computing ``block``.
+
+        ``outer`` maps values of enclosing blocks to their Python names
+        (captured by closure).
+        """
+        names: dict[SSAValue, str] = dict(outer)
+        args = []
+        for arg in block.args:
+            n = f"a{next(self._names)}"
+            names[arg] = n
+            args.append(n)
+        body: list[str] = []
+        inner = indent + "    "
+        ops = list(block.ops)
+        last_use = _last_uses(block)
+        local = set(block.args)
+        for index, op in enumerate(ops):
+            if op is block.last_op and (isinstance(op, (func.ReturnOp, ReturnOp))):
+                results = ", ".join(names[v] for v in op.operands)
+                if is_function and len(op.operands) == 1:
+                    body.append(f"{inner}return {results}")
+                else:
+                    body.append(f"{inner}return ({results}{',' if len(op.operands) == 1 else ''})")
+                break
+            self._emit_op(op, names, body, inner)
+            local.update(op.results)
+            dead = [names[v] for v, i in last_use.items() if i == index and v in local]
+            if dead:
+                body.append(f"{inner}del {', '.join(dead)}")
+        else:
+            raise ExecutionError(f"block of {py_name} has no terminator")
+        lines.append(f"{indent}def {py_name}({', '.join(args)}):")
+        lines.extend(body)
+
+    def _emit_op(self, op: Operation, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
+        factory = KERNELS.get(type(op))
+        if factory is None:
+            raise UnsupportedError(f"{op_context(op)}: the NumPy executor has no kernel for this op")
+        try:
+            kernel = factory(op, self)
+        except XlaError:
+            raise
+        except Exception as e:
+            raise ExecutionError(f"{op_context(op)}: lowering failed: {type(e).__name__}: {e}") from e
+        results = [f"v{next(self._names)}" for _ in op.results]
+        for r, n in zip(op.results, results):
+            names[r] = n
+        if isinstance(kernel, Constant):
+            cname = self._bind("c", kernel.value)
+            if len(results) == 1:
+                body.append(f"{indent}{results[0]} = {cname}  # {op.name}")
+            elif results:
+                body.append(f"{indent}{', '.join(results)} = {cname}  # {op.name}")
+            return
+        region_names = []
+        for region in op.regions:
+            region_names.append(self._emit_region(region, names, body, indent))
+        kname = self._bind("k", kernel)
+        call_args = ", ".join([*region_names, *(names[v] for v in op.operands)])
+        call = f"{kname}({call_args})"
+        if not results:
+            body.append(f"{indent}{call}  # {op.name}")
+        elif len(results) == 1:
+            body.append(f"{indent}{results[0]} = {call}  # {op.name}")
+        else:
+            body.append(f"{indent}{', '.join(results)}, = {call}  # {op.name}")
+
+    def _emit_region(self, region: Region, names: dict[SSAValue, str], body: list[str], indent: str) -> str:
+        """Compile a single-block region to a function; returns its Python name."""
+        if len(region.blocks) != 1:
+            raise UnsupportedError(f"regions with {len(region.blocks)} blocks are not supported")
+        block = region.block
+        captured = _captured_values(region)
+        rname = f"r{next(self._names)}"
+        if not captured:
+            lines: list[str] = []
+            self._emit_block(block, rname, lines, indent="", is_function=False, outer={})
+            src = "\n".join(lines) + "\n"
+            self.sources.append(src)
+            exec(builtins.compile(src, f"<hlo region {rname}>", "exec"), self.namespace)
+            return rname
+        outer = {v: names[v] for v in captured}
+        lines = []
+        self._emit_block(block, rname, lines, indent=indent, is_function=False, outer=outer)
+        body.extend(lines)
+        return rname
+
+
+def _last_uses(block: Block) -> dict[SSAValue, int]:
+    """Value -> index (in ``block``) of the last op using it, counting nested uses."""
+    index_of = {}
+    for i, op in enumerate(block.ops):
+        for v in _all_operands(op):
+            index_of[v] = i
+    return index_of
+
+
+def _all_operands(op: Operation):
+    yield from op.operands
+    for region in op.regions:
+        for inner in region.walk():
+            yield from inner.operands
+
+
+def _captured_values(region: Region) -> list[SSAValue]:
+    """Values used inside ``region`` but defined outside it (in order of first use)."""
+    inside: set[SSAValue] = set()
+    for block in region.blocks:
+        inside.update(block.args)
+    for op in region.walk():
+        inside.update(op.results)
+        for r in op.regions:
+            for b in r.blocks:
+                inside.update(b.args)
+    seen: dict[SSAValue, None] = {}
+    for op in region.walk():
+        for v in op.operands:
+            if v not in inside:
+                seen.setdefault(v, None)
+    return list(seen)
+
+
+def _flat_types(types: Sequence[Attribute]) -> list[Attribute]:
+    out: list[Attribute] = []
+    for t in types:
+        if isinstance(t, TupleType):
+            out.extend(_flat_types(list(t.types)))
+        else:
+            out.append(t)
+    return out
+
+
+def _flatten(value, out: list) -> None:
+    if isinstance(value, tuple):
+        for v in value:
+            _flatten(v, out)
+    else:
+        out.append(value)
+
+
+class Executable:
+    """A compiled hlo program. Call it with NumPy arrays; get a tuple of arrays.
+
+    ``source`` holds the generated Python code.
+    """
+
+    def __init__(self, fn, entry: func.FuncOp, source: str):
+        self._fn = fn
+        self.entry = entry
+        self.source = source
+        self.input_types = list(entry.function_type.inputs)
+        self.output_types = list(entry.function_type.outputs)
+        self._in_specs = [self._spec(t) for t in self.input_types]
+        self._out_dtypes = [None if isinstance(t, TokenType) else numpy_dtype(t) for t in _flat_types(self.output_types)]
+        self._single = len(self.output_types) == 1
+
+    @staticmethod
+    def _spec(t: Attribute):
+        if isinstance(t, TensorType):
+            return (t.get_shape(), numpy_dtype(t))
+        return None
+
+    def _check_args(self, args) -> list:
+        if len(args) != len(self.input_types):
+            raise ExecutionError(
+                f"@{self.entry.sym_name.data} takes {len(self.input_types)} arguments "
+                f"({', '.join(format_shape(t) for t in self.input_types)}), got {len(args)}"
+            )
+        checked = []
+        for i, (a, spec, t) in enumerate(zip(args, self._in_specs, self.input_types)):
+            if spec is None:
+                checked.append(a)
+                continue
+            shape, dtype = spec
+            arr = np.asarray(a)
+            if arr.shape != shape:
+                raise ExecutionError(
+                    f"@{self.entry.sym_name.data} argument #{i}: expected {format_shape(t, False)}, "
+                    f"got an array of shape {list(arr.shape)}"
+                )
+            if arr.dtype != dtype:
+                if np.can_cast(arr.dtype, dtype, casting="same_kind") and arr.dtype.kind == dtype.kind:
+                    arr = arr.astype(dtype)
+                else:
+                    raise ExecutionError(
+                        f"@{self.entry.sym_name.data} argument #{i}: expected {format_shape(t, False)} "
+                        f"({dtype}), got dtype {arr.dtype}"
+                    )
+            checked.append(arr)
+        return checked
+
+    def __call__(self, *args) -> tuple[np.ndarray, ...]:
+        checked = self._check_args(args)
+        with np.errstate(all="ignore"):
+            result = self._fn(*checked)
+        flat: list = []
+        if self._single:
+            _flatten(result, flat)
+        else:
+            for r in result:
+                _flatten(r, flat)
+        return tuple(
+            v if dt is None else (v if type(v) is np.ndarray and v.dtype == dt else np.asarray(v, dtype=dt))
+            for v, dt in zip(flat, self._out_dtypes)
+        )
+
+
+def compile(module: ModuleOp, entry: str = "main") -> Executable:  # noqa: A001 - public API name
+    """Lower ``module`` once and return an :class:`Executable` for function ``entry``."""
+    from . import kernels  # noqa: F401  (registers every kernel family)
+
+    if not isinstance(module, ModuleOp):
+        raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
+    try:
+        module.verify()
+    except XlaError:
+        raise
+    except Exception as e:
+        raise ExecutionError(f"the module does not verify: {e}") from None
+    ctx = LoweringContext(module)
+    if entry not in ctx.functions:
+        raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
+    fn = ctx.function(entry)
+    return Executable(fn, ctx.functions[entry], "\n".join(ctx.sources))

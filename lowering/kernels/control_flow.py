@@ -1,0 +1,3 @@
+"""NumPy kernels: control flow and structure (tuple, call, while, conditional)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""NumPy kernels: conversion family."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""NumPy kernels: data_movement family."""
+
+from __future__ import annotations

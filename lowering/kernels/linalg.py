@@ -1,0 +1,3 @@
+"""NumPy kernels: linalg family."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""NumPy kernels: reduction family."""
+
+from __future__ import annotations

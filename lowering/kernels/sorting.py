@@ -1,0 +1,3 @@
+"""NumPy kernels: sorting family."""
+
+from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Passes over hlo programs (see the registry)."""
