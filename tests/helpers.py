@@ -1,0 +1,63 @@
+"""Test helpers: run builder programs on the executor and compare with jax.jit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import lowering
+
+
+def execute(module, *args):
+    """Compile ``module`` with the NumPy executor and run it; returns the result tuple."""
+    return lowering.compile(module)(*args)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ULP distance between two float arrays of the same dtype (NaN vs NaN counts 0)."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.dtype.kind == "c":
+        return np.maximum(ulp_distance(a.real, b.real), ulp_distance(a.imag, b.imag))
+    bits = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    ia = a.view(bits).astype(np.int64)
+    ib = b.view(bits).astype(np.int64)
+    sign = np.int64(1) << (8 * a.dtype.itemsize - 1)
+    # sign-magnitude -> ordinal
+    oa = np.where(ia < 0, -(ia & (sign - 1)), ia)
+    ob = np.where(ib < 0, -(ib & (sign - 1)), ib)
+    d = np.abs(oa - ob)
+    both_nan = np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
+    return np.where(both_nan, 0, d)
+
+
+def assert_close(actual, expected, max_ulp: int = 0, atol: float = 0.0, err_msg: str = ""):
+    """Exact for ints/bools; floats within ``max_ulp`` ULPs (or ``atol``), NaN where NaN.
+
+    Shapes and dtypes must match exactly.
+    """
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f"{err_msg} shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{err_msg} dtype {actual.dtype} != {expected.dtype}"
+    if actual.dtype.kind in "biu" or actual.dtype.itemsize == 0:
+        np.testing.assert_array_equal(actual, expected, err_msg=err_msg)
+        return
+    if actual.dtype.kind not in "fc":  # ml_dtypes floats have kind 'V'
+        try:
+            np.finfo(actual.dtype)
+        except Exception:  # sub-byte integers from ml_dtypes
+            np.testing.assert_array_equal(actual.astype(np.int64), expected.astype(np.int64), err_msg=err_msg)
+            return
+    d = ulp_distance(actual, expected)
+    if atol:
+        wide = np.complex128 if actual.dtype.kind == "c" else np.float64
+        close = np.abs(actual.astype(wide) - expected.astype(wide)) <= atol
+        d = np.where(close, 0, d)
+    bad = d > max_ulp
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        raise AssertionError(
+            f"{err_msg} {int(bad.sum())} of {bad.size} elements differ by more than {max_ulp} ULP "
+            f"(max {int(d.max())}); first at {idx.tolist()}: actual {actual[tuple(idx[0])]!r} "
+            f"expected {expected[tuple(idx[0])]!r}"
+        )
