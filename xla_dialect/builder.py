@@ -144,7 +144,7 @@ class _BuilderCore:
         while frame is not None:
             name = frame.f_code.co_name
             self_obj = frame.f_locals.get("self")
-            if isinstance(self_obj, _BuilderCore) and not name.startswith("_"):
+            if isinstance(self_obj, _BuilderCore) and not name.startswith(("_", "<")):
                 return f"XlaBuilder.{name}"
             frame = frame.f_back
         return "XlaBuilder"
@@ -326,7 +326,8 @@ class _BuilderCore:
         values = [self._value(r, "root") for r in roots]
         block = self._block
         block.add_op(func.ReturnOp(*values))
-        arg_attrs = ArrayAttr([DictionaryAttr({"hlo.name": StringAttr(n)}) for n in self._param_names])
+        arg_attrs = (ArrayAttr([DictionaryAttr({"hlo.name": StringAttr(n)}) for n in self._param_names])
+                     if self._param_names else None)
         main = func.FuncOp(
             "main",
             FunctionType.from_lists([a.type for a in block.args], [v.type for v in values]),
