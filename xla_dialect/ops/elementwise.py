@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import ComplexType, DenseArrayBase, StringAttr, Tenso
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def, var_operand_def
 
+from ..types import element_type_of
 from .base import (
     i64_array,
     HloOp,
@@ -54,7 +55,7 @@ class ElementwiseSpec:
 
 UNARY_OPS: list[ElementwiseSpec] = [
     ElementwiseSpec("abs", "AbsOp", ("sint", "float", "complex"), "real", "|x|; complex -> magnitude"),
-    ElementwiseSpec("cbrt", "CbrtOp", FC, doc="cube root"),
+    ElementwiseSpec("cbrt", "CbrtOp", FLT, doc="cube root (XLA rejects complex operands)"),
     ElementwiseSpec("ceil", "CeilOp", FLT),
     ElementwiseSpec("count_leading_zeros", "ClzOp", INT, doc="XLA Clz"),
     ElementwiseSpec("cosine", "CosineOp", FC),
@@ -207,6 +208,8 @@ class BinaryElementwiseOp(HloOp):
         if lhs.element_type != rhs.element_type:
             fail(cls.name, f"operands must have the same element type, got {fmt(lhs)} and {fmt(rhs)}")
         _check_kind(cls.name, cls.SPEC.kinds, lhs, "operand")
+        if cls.SPEC.result == "complex" and element_type_of(lhs.element_type).xla_name not in ("f32", "f64"):
+            fail(cls.name, f"operands must be f32 or f64 (XLA has only c64 and c128), got {fmt(lhs)}")
         shape = broadcast_shapes(cls.name, lhs.get_shape(), rhs.get_shape(), ints(props.get("broadcast_dimensions")))
         return [make_tensor(_result_element(cls.SPEC, lhs.element_type), shape)]
 
@@ -255,10 +258,12 @@ class CompareOp(HloOp):
         if ctype is not None and ctype not in COMPARE_TYPES:
             fail(cls.name, f"compare_type must be one of {', '.join(COMPARE_TYPES)}, got {ctype!r}")
         kind = kind_of(lhs)
-        if ctype == "TOTALORDER" and kind != "float":
-            fail(cls.name, f"compare_type TOTALORDER needs floating-point operands, got {lhs.element_type}")
-        if ctype in ("SIGNED", "UNSIGNED") and kind not in ("sint", "uint", "pred"):
-            fail(cls.name, f"compare_type {ctype} needs integer operands, got {lhs.element_type}")
+        # XLA's verifier ties compare_type to the element type (StableHLO compare C3).
+        allowed = {"float": ("FLOAT", "TOTALORDER"), "complex": ("FLOAT",), "sint": ("SIGNED",),
+                   "uint": ("UNSIGNED",), "pred": ("UNSIGNED",)}[kind]
+        if ctype is not None and ctype not in allowed:
+            fail(cls.name, f"compare_type {ctype} does not fit element type {lhs.element_type}; "
+                           f"expected {' or '.join(allowed)}")
         if kind == "complex" and direction not in ("EQ", "NE"):
             fail(cls.name, f"complex operands only support EQ and NE, got {direction}")
         shape = broadcast_shapes(cls.name, lhs.get_shape(), rhs.get_shape(), ints(props.get("broadcast_dimensions")))
@@ -267,8 +272,6 @@ class CompareOp(HloOp):
 
 def default_compare_type(element_type: Attribute) -> str:
     """The compare_type XLA picks when none is given."""
-    from ..types import element_type_of
-
     kind = element_type_of(element_type).kind
     return {"float": "FLOAT", "complex": "FLOAT", "sint": "SIGNED", "uint": "UNSIGNED", "pred": "UNSIGNED"}[kind]
 
