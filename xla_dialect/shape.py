@@ -2,7 +2,23 @@
 
 :func:`parse_shape` turns XLA shape text into xDSL types (``TensorType`` with a
 :class:`~xla_dialect.layout.LayoutAttr` encoding, ``TupleType``, ``TokenType``);
-:func:`format_shape` prints them back exactly as XLA's own printer does.
+:func:`format_shape` prints them back exactly as XLA's own printer
+(``ShapeUtil::HumanStringWithLayout``) does, including the ``/*index=5*/``
+comments XLA puts before every fifth tuple element.
+
+The grammar follows XLA's HLO parser (``HloParserImpl::ParseShape``):
+whitespace and ``/* */`` comments may separate tokens; a ``{`` after the
+dimensions starts a layout only when a dimension number or ``:`` follows it,
+so ``f32[]{}`` is not a scalar with an empty layout but an error. XLA prints
+a scalar's layout ``{}`` as nothing, so ``f32[]{:S(0)}`` (a scalar with layout
+``{}``) prints as ``f32[]``, which parses back as a layout-less scalar; both
+mean XLA's default scalar layout.
+
+Layout-less arrays: XLA's parser gives every non-scalar array without a
+layout the default descending layout, so XLA prints ``f32[3,5]`` back as
+``f32[3,5]{1,0}``. Here a layout-less type stays layout-less and
+:func:`format_shape` prints it without braces; pass ``default_layout=True``
+to print it as XLA would.
 """
 
 from __future__ import annotations
@@ -12,102 +28,181 @@ import re
 from xdsl.dialects.builtin import NoneAttr, TensorType, TupleType
 from xdsl.ir import Attribute
 
-from .errors import ShapeParseError, LayoutError
+from .errors import LayoutError, ShapeParseError
 from .layout import Layout, LayoutAttr, parse_layout_prefix
-from .types import TokenType, element_type_named, element_type_of
+from .types import ELEMENT_TYPES, TokenType, element_type_of
 
-_ARRAY_HEAD = re.compile(r"\s*([a-z][a-z0-9]*)\[")
-_DIM = re.compile(r"\s*(\d+|\?|<=\d+)\s*")
+_SPACE = re.compile(r"(?:\s+|/\*.*?\*/)*", re.S)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIM = re.compile(r"\d+|\?|<=")
+
+_XLA_ONLY_TYPES = {
+    "s1": "1-bit signed integers",
+    "u1": "1-bit unsigned integers",
+    "opaque": "opaque values",
+}
+"""XLA primitive types this toolkit has no xDSL counterpart for (clear error, not 'unknown')."""
+
+_TUPLE_INDEX_EVERY = 5
+"""XLA's printer writes ``/*index=N*/`` before tuple elements 5, 10, 15, ..."""
 
 
 def parse_shape(text: str) -> Attribute:
     """Parse an XLA shape string into an xDSL type.
 
-    >>> parse_shape("f32[3,5]{1,0:T(2,2)}")
-    TensorType(...)
+    Raises :class:`ShapeParseError` for malformed shape text and
+    :class:`LayoutError` for a malformed layout or one that does not fit.
+
+    >>> format_shape(parse_shape("f32[3,5]{1,0:T(2,2)}"))
+    'f32[3,5]{1,0:T(2,2)}'
     """
     if not isinstance(text, str):
         raise ShapeParseError(f"parse_shape expects a string, got {type(text).__name__}")
-    shape, end = _parse(text, 0)
-    if text[end:].strip():
-        raise ShapeParseError(f"malformed shape {text!r}: unexpected {text[end:].strip()!r} at offset {end}")
+    shape, end = _Parser(text).shape(0)
+    end = _skip(text, end)
+    if end < len(text):
+        raise ShapeParseError(f"malformed shape {text!r}: unexpected {text[end:]!r} at offset {end}")
     return shape
 
 
-def _parse(text: str, pos: int) -> tuple[Attribute, int]:
-    while pos < len(text) and text[pos].isspace():
-        pos += 1
-    if text.startswith("(", pos):
-        pos += 1
+def _skip(text: str, pos: int) -> int:
+    """Skip whitespace and ``/* */`` comments (XLA's lexer ignores both)."""
+    return _SPACE.match(text, pos).end()
+
+
+class _Parser:
+    """Recursive-descent parser for one shape string, with precise error messages."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def fail(self, pos: int, message: str):
+        raise ShapeParseError(f"malformed shape {self.text!r} at offset {pos}: {message}")
+
+    def shape(self, pos: int) -> tuple[Attribute, int]:
+        text = self.text
+        pos = _skip(text, pos)
+        if text.startswith("(", pos):
+            return self.tuple(pos + 1)
+        m = _NAME.match(text, pos)
+        if not m:
+            found = repr(text[pos : pos + 10]) if pos < len(text) else "the end"
+            self.fail(pos, f"expected a shape ('type[dims]' or '(' for a tuple), found {found}")
+        name = m.group()
+        pos = _skip(text, m.end())
+        if not text.startswith("[", pos):
+            self.fail(pos, f"expected '[' after the element type {name!r}")
+        dims, pos = self.dims(pos + 1)
+        if name == "token":
+            if dims:
+                self.fail(pos, "token[] takes no dimensions")
+            return TokenType(), pos
+        element = self.element_type(name, m.start())
+        encoding: Attribute = NoneAttr()
+        after = _skip(text, pos)
+        if text.startswith("{", after):
+            inside = _skip(text, after + 1)
+            if inside < len(text) and (text[inside].isdigit() or text[inside] == ":"):
+                layout, pos = self.layout(after, len(dims))
+                encoding = LayoutAttr(layout)
+            elif text.startswith("}", inside):
+                self.fail(
+                    after,
+                    "'{}' is not a layout in XLA shape text (a layout starts with a dimension number or ':'); "
+                    "a scalar's default layout is written by omitting it",
+                )
+        return TensorType(element, dims, encoding), pos
+
+    def tuple(self, pos: int) -> tuple[Attribute, int]:
+        text = self.text
         elements: list[Attribute] = []
+        pos = _skip(text, pos)
+        if text.startswith(")", pos):
+            return TupleType([]), pos + 1
         while True:
-            while pos < len(text) and text[pos].isspace():
-                pos += 1
-            if text.startswith(")", pos):
-                pos += 1
-                break
-            if elements:
-                if not text.startswith(",", pos):
-                    raise ShapeParseError(f"malformed shape {text!r}: expected ',' or ')' at offset {pos}")
-                pos += 1
-            element, pos = _parse(text, pos)
+            element, pos = self.shape(pos)
             elements.append(element)
-        return TupleType(elements), pos
-    m = _ARRAY_HEAD.match(text, pos)
-    if not m:
-        raise ShapeParseError(f"malformed shape {text!r}: expected 'type[dims]' or '(' at offset {pos}")
-    type_name = m.group(1)
-    pos = m.end()
-    dims: list[int] = []
-    while True:
-        if text.startswith("]", pos):
-            pos += 1
-            break
-        if dims:
+            pos = _skip(text, pos)
+            if text.startswith(")", pos):
+                return TupleType(elements), pos + 1
             if not text.startswith(",", pos):
-                raise ShapeParseError(f"malformed shape {text!r}: expected ',' or ']' at offset {pos}")
+                self.fail(pos, "expected ',' or ')' in a tuple shape")
             pos += 1
-        dm = _DIM.match(text, pos)
-        if not dm:
-            raise ShapeParseError(f"malformed shape {text!r}: expected a dimension size at offset {pos}")
-        if not dm.group(1).isdigit():
-            raise ShapeParseError(
-                f"shape {text!r}: dynamic dimension {dm.group(1)!r} is not supported in static shapes"
-            )
-        dims.append(int(dm.group(1)))
-        pos = dm.end()
-    if type_name == "token":
-        if dims:
-            raise ShapeParseError(f"malformed shape {text!r}: token[] takes no dimensions")
-        return TokenType(), pos
-    try:
-        element = element_type_named(type_name)
-    except Exception:
-        raise ShapeParseError(f"malformed shape {text!r}: unknown element type {type_name!r}") from None
-    encoding: Attribute = NoneAttr()
-    if text.startswith("{", pos):
+
+    def dims(self, pos: int) -> tuple[list[int], int]:
+        text = self.text
+        dims: list[int] = []
+        pos = _skip(text, pos)
+        if text.startswith("]", pos):
+            return dims, pos + 1
+        while True:
+            pos = _skip(text, pos)
+            m = _DIM.match(text, pos)
+            if not m:
+                self.fail(pos, "expected a dimension size (a non-negative integer)")
+            if m.group() in ("?", "<="):
+                self.fail(pos, "dynamic dimensions ('?', '<=N') are not supported, only static shapes")
+            dims.append(int(m.group()))
+            pos = _skip(text, m.end())
+            if text.startswith("]", pos):
+                return dims, pos + 1
+            if not text.startswith(",", pos):
+                self.fail(pos, "expected ',' or ']' after a dimension size")
+            pos += 1
+
+    def element_type(self, name: str, pos: int) -> Attribute:
+        element = ELEMENT_TYPES.get(name)
+        if element is not None:
+            return element.mlir
+        if name in _XLA_ONLY_TYPES:
+            self.fail(pos, f"XLA element type {name!r} ({_XLA_ONLY_TYPES[name]}) is not supported")
+        hint = " (XLA type names are lower case)" if name.lower() in ELEMENT_TYPES else ""
+        self.fail(pos, f"unknown element type {name!r}{hint}; expected one of {', '.join(ELEMENT_TYPES)}, token")
+
+    def layout(self, pos: int, rank: int) -> tuple[Layout, int]:
         try:
-            layout, pos = parse_layout_prefix(text, pos)
-            layout.check_rank(len(dims), text)
+            layout, end = parse_layout_prefix(self.text, pos)
+            layout.check_rank(rank, self.text)
         except LayoutError as e:
-            raise ShapeParseError(str(e)) from None
-        encoding = LayoutAttr(layout)
-    return TensorType(element.mlir, dims, encoding), pos
+            message = str(e)
+            raise LayoutError(message if self.text in message else f"in shape {self.text!r}: {message}") from None
+        return layout, end
 
 
-def format_shape(type_: Attribute, print_layout: bool = True) -> str:
-    """Print an xDSL type in XLA shape notation (as XLA's ``Shape::ToString(true)``)."""
+def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bool = False) -> str:
+    """Print an xDSL type in XLA shape notation, exactly as XLA's printer does.
+
+    ``print_layout=False`` leaves layouts out (XLA's ``ShapeUtil::HumanString``).
+    A tensor without a layout prints without braces unless ``default_layout``
+    is set, which prints XLA's default descending layout for it, as XLA does
+    for a parsed module. A scalar's layout ``{}`` is never printed (XLA).
+    """
     if isinstance(type_, TupleType):
-        return "(" + ", ".join(format_shape(t, print_layout) for t in type_.types) + ")"
+        parts = []
+        for i, t in enumerate(type_.types):
+            text = format_shape(t, print_layout, default_layout)
+            if i and i % _TUPLE_INDEX_EVERY == 0:
+                text = f"/*index={i}*/" + text
+            parts.append(text)
+        return "(" + ", ".join(parts) + ")"
     if isinstance(type_, TokenType):
         return "token[]"
     if isinstance(type_, TensorType):
         name = element_type_of(type_.element_type).xla_name
-        dims = ",".join(str(d) for d in type_.get_shape())
-        text = f"{name}[{dims}]"
-        if print_layout and isinstance(type_.encoding, LayoutAttr):
-            layout: Layout = type_.encoding.data
-            if layout.rank > 0 or layout.to_text() != "{}":
-                text += layout.to_text()
+        shape = type_.get_shape()
+        if any(d < 0 for d in shape):
+            raise ShapeParseError(f"format_shape: {type_} has dynamic dimensions, which XLA shape text here does not express")
+        text = f"{name}[{','.join(str(d) for d in shape)}]"
+        if not print_layout:
+            return text
+        layout: Layout | None = None
+        if isinstance(type_.encoding, LayoutAttr):
+            layout = type_.encoding.data
+        elif default_layout and isinstance(type_.encoding, NoneAttr):
+            layout = Layout.default(len(shape))
+        if layout is not None:
+            layout_text = layout.to_text()
+            if layout_text != "{}":  # XLA omits a scalar's empty layout
+                text += layout_text
         return text
     raise ShapeParseError(f"format_shape: {type_} is not an XLA shape (tensor, tuple or token)")
