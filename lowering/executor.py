@@ -287,9 +287,22 @@ class Executable:
             for r in result:
                 _flatten(r, flat)
         return tuple(
-            v if dt is None else (v if type(v) is np.ndarray and v.dtype == dt else np.asarray(v, dtype=dt))
+            v if dt is None else _owned(v if type(v) is np.ndarray and v.dtype == dt else np.asarray(v, dtype=dt),
+                                        checked)
             for v, dt in zip(flat, self._out_dtypes)
         )
+
+
+def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
+    """``v``, copied if the caller could not safely keep and write it.
+
+    Kernels may return read-only views (np.broadcast_to, constants) or views of
+    their inputs (transpose, slice, reshape); inside a program that is free, but
+    a result handed out must be writable and must not alias the caller's arguments.
+    """
+    if not v.flags.writeable or any(isinstance(a, np.ndarray) and np.may_share_memory(v, a) for a in args):
+        return v.copy()
+    return v
 
 
 def compile(module: ModuleOp, entry: str = "main") -> Executable:  # noqa: A001 - public API name

@@ -61,3 +61,53 @@ def assert_close(actual, expected, max_ulp: int = 0, atol: float = 0.0, err_msg:
             f"(max {int(d.max())}); first at {idx.tolist()}: actual {actual[tuple(idx[0])]!r} "
             f"expected {expected[tuple(idx[0])]!r}"
         )
+
+
+def random_array(rng, shape, dtype, special: bool = False) -> np.ndarray:
+    """Random values of any XLA dtype (NumPy or ml_dtypes): normal floats, full-range ints, fair bools.
+
+    ``special`` mixes NaN, +-Inf and -0.0 into floating-point (and complex) arrays.
+    """
+    import ml_dtypes
+
+    dtype = np.dtype(dtype)
+    shape = tuple(shape)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind == "c":
+        out = np.empty(shape, dtype)
+        out.real = random_array(rng, shape, out.real.dtype, special)
+        out.imag = random_array(rng, shape, out.real.dtype, special)
+        return out
+    try:
+        info = ml_dtypes.iinfo(dtype)
+    except (ValueError, TypeError):
+        info = None
+    if info is not None:
+        return rng.integers(int(info.min), int(info.max), size=shape, endpoint=True).astype(dtype)
+    values = rng.standard_normal(shape) * (4 if dtype.itemsize > 1 else 1)
+    if special and values.size:
+        flat = values.reshape(-1)
+        picks = rng.choice(flat.size, size=min(4, flat.size), replace=False)
+        flat[picks] = [np.nan, np.inf, -np.inf, -0.0][: len(picks)]
+    return values.astype(dtype)
+
+
+def run_builder(fn, *args, name: str = "test"):
+    """Build a program with one parameter per array in ``args`` and run it on them.
+
+    ``fn(builder, *params)`` returns the root XlaOp (or a list of them); the
+    result is the executor's output (a single array when there is one root).
+    """
+    from xla_dialect import XlaBuilder
+    from xla_dialect.types import element_type_from_dtype
+
+    b = XlaBuilder(name)
+    params = []
+    for i, a in enumerate(args):
+        a = np.asarray(a)
+        dims = ",".join(str(d) for d in a.shape)
+        params.append(b.parameter(i, f"{element_type_from_dtype(a.dtype).xla_name}[{dims}]"))
+    root = fn(b, *params)
+    outs = execute(b.build(root), *args)
+    return outs[0] if len(outs) == 1 else outs

@@ -1,3 +1,117 @@
-"""NumPy kernels: data_movement family."""
+"""NumPy kernels: broadcast, broadcast_in_dim, reshape, transpose, slice, concatenate, pad, reverse.
+
+Everything static (index tuples, permutations, view shapes) is computed once in
+the factory. Several kernels return NumPy views (broadcast, transpose, slice,
+reverse): kernels never write to their inputs, so sharing memory is safe inside
+a program.
+"""
 
 from __future__ import annotations
+
+import numpy as np
+
+from xla_dialect.ops import data_movement as dm
+from xla_dialect.ops.base import ints
+
+from ..registry import register
+
+
+def _identity(x):
+    return x
+
+
+def _shape(value) -> tuple[int, ...]:
+    return tuple(value.type.get_shape())
+
+
+@register(dm.BroadcastOp, dm.BroadcastInDimOp)
+def _broadcast(op, ctx):
+    out_shape = _shape(op.result)
+    in_shape = _shape(op.operand)
+    if isinstance(op, dm.BroadcastOp):
+        bdims = range(len(out_shape) - len(in_shape), len(out_shape))
+    else:
+        bdims = ints(op.broadcast_dimensions)
+    # broadcast_dimensions are increasing, so a reshape puts each operand
+    # dimension in its place (size 1 elsewhere); NumPy broadcasting does the rest.
+    view = [1] * len(out_shape)
+    for i, d in enumerate(bdims):
+        view[d] = in_shape[i]
+    view = tuple(view)
+    return lambda x: np.broadcast_to(np.reshape(x, view), out_shape)
+
+
+@register(dm.ReshapeOp)
+def _reshape(op, ctx):
+    out_shape = _shape(op.result)
+    if out_shape == _shape(op.operand):
+        return _identity
+    return lambda x: np.reshape(x, out_shape)
+
+
+@register(dm.TransposeOp)
+def _transpose(op, ctx):
+    perm = ints(op.permutation)
+    if perm == tuple(range(len(perm))):
+        return _identity
+    return lambda x: np.transpose(x, perm)
+
+
+@register(dm.SliceOp)
+def _slice(op, ctx):
+    index = tuple(slice(s, l, k) for s, l, k in zip(ints(op.start_indices), ints(op.limit_indices), ints(op.strides)))
+    return lambda x: x[index]
+
+
+@register(dm.ConcatenateOp)
+def _concatenate(op, ctx):
+    axis = op.dimension.value.data
+    return lambda *xs: np.concatenate(xs, axis=axis)
+
+
+@register(dm.ReverseOp)
+def _reverse(op, ctx):
+    dims = set(ints(op.dimensions))
+    index = tuple(slice(None, None, -1) if d in dims else slice(None) for d in range(len(_shape(op.operand))))
+    return lambda x: x[index]
+
+
+def pad_indices(in_shape, lows, highs, interiors, out_shape):
+    """Index tuples ``(result_index, operand_index)`` so that ``result[result_index] = operand[operand_index]``
+    performs XLA Pad after filling the result with the padding value; None when no operand
+    element survives negative edge padding.
+
+    Operand element ``i`` lands at ``low + i * (interior + 1)``; elements whose
+    position falls outside ``[0, out)`` are the ones negative padding removes.
+    """
+    res_index, op_index = [], []
+    for n, low, interior, out in zip(in_shape, lows, interiors, out_shape):
+        step = interior + 1
+        first = max(0, -(low // step) if low < 0 else 0)  # smallest i with low + i*step >= 0
+        last = min(n - 1, (out - 1 - low) // step) if out - 1 - low >= 0 else -1
+        if first > last:
+            return None
+        res_index.append(slice(low + first * step, low + last * step + 1, step))
+        op_index.append(slice(first, last + 1))
+    return tuple(res_index), tuple(op_index)
+
+
+@register(dm.PadOp)
+def _pad(op, ctx):
+    in_shape = _shape(op.operand)
+    out_shape = _shape(op.result)
+    dtype = ctx.dtype(op.result.type)
+    lows, highs, interiors = (ints(getattr(op, k)) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
+    if not any(lows) and not any(highs) and not any(interiors):
+        return lambda x, v: x
+    indices = pad_indices(in_shape, lows, highs, interiors, out_shape)
+    if indices is None:
+        return lambda x, v: np.full(out_shape, v, dtype=dtype)
+    res_index, op_index = indices
+
+    def pad(x, v):
+        out = np.full(out_shape, v, dtype=dtype)
+        out[res_index] = x[op_index]
+        return out
+
+    return pad
