@@ -119,6 +119,17 @@ class _BuilderCore:
 
     def _value(self, x, what: str = "operand") -> SSAValue:
         if isinstance(x, XlaOp):
+            # A sub-computation may use values of the builders enclosing it
+            # (captures), never the other way round (XLA: "built by builder X,
+            # used in builder Y").
+            owner = self
+            while owner is not None and owner is not x.builder:
+                owner = owner._parent
+            if owner is None:
+                raise BuilderError(
+                    f"{self._caller()}: {what} was built by builder {x.builder.name!r} and cannot be used in "
+                    f"builder {self.name!r} (use the builder of the computation's arguments, arg.builder)"
+                )
             return x.value
         if isinstance(x, SSAValue):
             return x
@@ -238,13 +249,21 @@ class _BuilderCore:
             sub = self._sub_builder(f"{self.name}.{what}", arg_types)
             args = [XlaOp(sub, a) for a in sub._block.args]
             try:
-                nparams = len(inspect.signature(computation).parameters)
+                params = inspect.signature(computation).parameters.values()
+                nparams = len(params)
+                if any(p.kind is p.VAR_POSITIONAL for p in params):
+                    nparams = len(args)  # f(*args): takes whatever it is given
             except (TypeError, ValueError):
                 nparams = len(args)
             if nparams == len(args) + 1:
                 out = computation(sub, *args)
-            else:
+            elif nparams == len(args):
                 out = computation(*args)
+            else:
+                raise BuilderError(
+                    f"{self._caller()}: {what} computation takes {nparams} parameters but must take {len(args)} "
+                    f"({', '.join(format_shape(t) for t in arg_types)}), optionally preceded by a builder"
+                )
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             values = [sub._value(o, f"{what} result") for o in outs]
             sub._block.add_op(control_flow.ReturnOp.create(operands=values))

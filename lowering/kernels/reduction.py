@@ -1,3 +1,164 @@
-"""NumPy kernels: reduction family."""
+"""NumPy kernels: reduce (variadic) and map.
+
+``hlo.reduce`` has two strategies, chosen once at lowering time:
+
+* a body that is one binary op on its two parameters (add, multiply, maximum,
+  minimum, and, or, xor) becomes ``ufunc.reduce`` over the reduced axes,
+  combined with the init value as XLA does: ``result = init op reduce(x)``;
+* any other body (variadic reduces such as jax's argmax) is a vectorized tree
+  reduction: the reduced axes are flattened into one trailing axis and
+  adjacent pairs are combined with the compiled region function applied to
+  whole arrays, halving the axis each step (``ceil(log2 n)`` calls). Pairing
+  adjacent elements keeps the left-to-right order, so associative but
+  non-commutative bodies are reduced correctly.
+
+Integer reductions are exact (wrap-around, as XLA). Float sums may differ from
+XLA CPU in the last bits: both reassociate, in different orders (XLA allows any);
+f16/bf16/f8 sums and products accumulate in f32 as XLA CPU's do.
+An empty reduced dimension gives the init value everywhere.
+"""
 
 from __future__ import annotations
+
+import numpy as np
+
+from xla_dialect.ops.base import ints
+from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.ops.reduction import MapOp, ReduceOp
+from xla_dialect.types import element_type_from_dtype
+
+from ..registry import register
+from .control_flow import array_applier, result_dtypes
+
+REDUCE_UFUNCS = {
+    "hlo.add": np.add,
+    "hlo.multiply": np.multiply,
+    "hlo.maximum": np.maximum,
+    "hlo.minimum": np.minimum,
+    "hlo.and": np.bitwise_and,
+    "hlo.or": np.bitwise_or,
+    "hlo.xor": np.bitwise_xor,
+}
+"""Single-op reduction bodies computed with ``ufunc.reduce``."""
+
+
+def binary_body_ufunc(region):
+    """The ufunc of a body ``return op(p0, p1)`` (either argument order), else None."""
+    block = region.block
+    ops = list(block.ops)
+    if len(block.args) != 2 or len(ops) != 2:
+        return None
+    op, ret = ops
+    if op.name not in REDUCE_UFUNCS or op.properties.get("broadcast_dimensions") is not None:
+        return None
+    if set(op.operands) != set(block.args) or len(op.operands) != 2:
+        return None  # e.g. add(p0, p0) or an op on a captured value
+    if not isinstance(ret, ReturnOp) or list(ret.operands) != [op.results[0]]:
+        return None
+    return REDUCE_UFUNCS[op.name]
+
+
+def _accumulator(ufunc, dtype: np.dtype) -> np.dtype:
+    """The dtype a ``ufunc.reduce`` accumulates in.
+
+    Floats narrower than f32 (f16, bf16, f8) are summed and multiplied in f32
+    and rounded once, as XLA CPU does (it upcasts them); everything else stays
+    in its own type (integer sums wrap around, as in XLA).
+    """
+    if ufunc in (np.add, np.multiply) and element_type_from_dtype(dtype).kind == "float" and dtype.itemsize < 4:
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _signed_zeros(ufunc, axes):
+    """Fix the sign of zero results of a float max/min reduction.
+
+    XLA orders -0 < +0 in maximum/minimum; NumPy treats them as equal and
+    returns either. A zero maximum is +0 iff some reduced element (or the
+    init value) is +0; a zero minimum is -0 iff some is -0.
+    """
+    want_negative = ufunc is np.minimum
+
+    def fix(result, x, init):
+        zero = result == 0
+        if not zero.any():
+            return result
+        hit = np.logical_or.reduce((x == 0) & (np.signbit(x) == want_negative), axis=axes)
+        hit |= (init == 0) & (np.signbit(init) == want_negative)
+        signed = np.where(hit == want_negative, -np.abs(result), np.abs(result))
+        return np.where(zero, signed, result).astype(result.dtype, copy=False)
+
+    return fix
+
+
+def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty):
+    if empty:
+        return lambda body, x, init: np.full(out_shape, init, dtype)
+    acc = _accumulator(ufunc, dtype)
+    is_float = element_type_from_dtype(dtype).kind == "float"
+    fix = _signed_zeros(ufunc, axes) if is_float and ufunc in (np.maximum, np.minimum) else None
+
+    def reduce_kernel(body, x, init):
+        total = ufunc.reduce(x, axis=axes, dtype=acc)
+        result = np.asarray(ufunc(np.asarray(init, acc), total), acc).astype(dtype, copy=False)
+        return result if fix is None else fix(result, x, init)
+
+    return reduce_kernel
+
+
+def _tree_reduce(op, axes, dtypes, out_shape, empty):
+    n = len(dtypes)
+    apply = array_applier(op.body, dtypes)
+    rank = len(op.operands[0].type.get_shape())
+    kept = [d for d in range(rank) if d not in axes]
+    order = kept + list(axes)  # reduced axes last, flattened into one
+    count = int(np.prod([op.operands[0].type.get_shape()[d] for d in axes], dtype=np.int64))
+    flat_shape = tuple(out_shape) + (count,)
+
+    if empty:
+        def empty_kernel(body, *args):
+            results = [np.full(out_shape, init, dt) for init, dt in zip(args[n:], dtypes)]
+            return results[0] if n == 1 else tuple(results)
+        return empty_kernel
+
+    def reduce_kernel(body, *args):
+        f = apply(body)
+        xs = [np.transpose(x, order).reshape(flat_shape) for x in args[:n]]
+        k = count
+        while k > 1:
+            half = k // 2
+            # Adjacent pairs (0,1), (2,3), ...: combining neighbours keeps the order.
+            ys = f(*(x[..., 0:2 * half:2] for x in xs), *(x[..., 1:2 * half:2] for x in xs))
+            if k % 2:
+                ys = [np.concatenate([y, x[..., 2 * half:]], axis=-1) for y, x in zip(ys, xs)]
+            xs, k = ys, half + k % 2
+        results = f(*args[n:], *(x[..., 0] for x in xs))
+        return results[0] if n == 1 else tuple(results)
+
+    return reduce_kernel
+
+
+@register(ReduceOp)
+def _reduce(op, ctx):
+    axes = tuple(sorted(ints(op.dimensions)))
+    shape = op.operands[0].type.get_shape()
+    out_shape = op.results[0].type.get_shape()
+    dtypes = result_dtypes(op, ctx)
+    empty = any(shape[d] == 0 for d in axes)
+    ufunc = binary_body_ufunc(op.body) if len(dtypes) == 1 else None
+    if ufunc is not None:
+        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty)
+    return _tree_reduce(op, axes, dtypes, out_shape, empty)
+
+
+@register(MapOp)
+def _map(op, ctx):
+    apply = array_applier(op.computation, result_dtypes(op, ctx))
+
+    def map_kernel(computation, *arrays):
+        # The shape comes from the operands at run time, so a map nested in
+        # another vectorized region works on whole arrays too.
+        (result,) = apply(computation)(*arrays)
+        return result
+
+    return map_kernel
