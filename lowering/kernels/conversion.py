@@ -1,3 +1,156 @@
-"""NumPy kernels: conversion family."""
+"""NumPy kernels: conversion family (``hlo.convert``, ``hlo.bitcast_convert``).
+
+``hlo.convert`` follows XLA on CPU (checked against ``jax.jit`` in
+``tests/test_conversion.py``): float -> integer truncates toward zero and
+saturates at the target's range, NaN becomes 0; complex -> non-complex keeps
+the real part; x -> pred is ``x != 0``; integers wrap; floats round to nearest
+even (ml_dtypes implements the f8/f4 rounding, overflow to inf or NaN as the
+format has it). XLA's CPU runtime flushes denormals in the hardware f32 <-> f64
+conversions (f64 -> f32/bf16/c64 results, f32 -> f64 inputs); this kernel does
+the same so conversions are bit-exact.
+
+``hlo.bitcast_convert`` reinterprets bits (little-endian, as XLA: element 0 of
+an added minor dimension holds the low bits), including sub-byte types, which
+ml_dtypes stores one per byte.
+"""
 
 from __future__ import annotations
+
+import numpy as np
+
+from xla_dialect.ops import conversion as cv
+
+from ..registry import register
+from .elementwise import Elem, elem_of
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
+
+
+def _flush_f32(x):
+    """Denormal f32-range magnitudes -> signed zero (XLA CPU's FTZ/DAZ)."""
+    return np.where(np.abs(x) < _F32_TINY, np.copysign(x.dtype.type(0), x), x)
+
+
+def _float_to_float(src: Elem, dst: Elem):
+    if src.dtype == _F64 and dst.compute == _F32:  # hardware cvtsd2ss: FTZ on the f32 result
+        if dst.dtype == _F32:
+            return lambda x: _flush_f32(x.astype(_F32))
+        return lambda x: _flush_f32(x.astype(_F32)).astype(dst.dtype)
+    if src.compute == _F32 and dst.dtype == _F64:  # hardware cvtss2sd: DAZ on the f32 input
+        return lambda x: _flush_f32(np.asarray(x).astype(_F32)).astype(_F64)
+    if dst.name == "f4e2m1fn":  # no NaN in f4e2m1fn: XLA gives -0 for every NaN
+        neg_zero = src.compute.type(-0.0)  # (in the compute type: fnuz formats have no -0)
+        return lambda x: np.where(np.isnan(x), neg_zero, np.asarray(x).astype(src.compute)).astype(dst.dtype)
+    if src.dtype == dst.dtype:
+        return lambda x: x
+    return lambda x: x.astype(dst.dtype)
+
+
+def _float_to_int(src: Elem, dst: Elem):
+    signed = dst.kind == "sint"
+    lo = -(1 << (dst.bits - 1)) if signed else 0
+    hi = (1 << (dst.bits - 1)) - 1 if signed else (1 << dst.bits) - 1
+    # Powers of two are exact in every float type: compare against them, not against hi.
+    upper = 2.0 ** (dst.bits - 1 if signed else dst.bits)
+    lo_v, hi_v = dst.compute.type(lo), dst.compute.type(hi)
+
+    # XLA CPU treats f4e2m1fn's largest magnitude (6.0) like an infinity: it saturates.
+    f4_limit = 6.0 if src.name == "f4e2m1fn" else np.inf
+
+    def convert(x):
+        x = np.asarray(x).astype(src.compute)
+        too_big = (x >= upper) | (x >= f4_limit)
+        too_small = (x < (-upper if signed else 0)) | (x <= -f4_limit)
+        safe = np.where(too_big | too_small | np.isnan(x), 0, np.trunc(x))
+        r = np.where(too_big, hi_v, np.where(too_small, lo_v, safe.astype(dst.compute)))
+        return r.astype(dst.dtype)
+
+    return convert
+
+
+def _to_pred(src: Elem):
+    if src.dtype in (_F32, _F64):  # DAZ: a denormal input reads as zero
+        tiny = np.finfo(src.dtype).tiny
+        return lambda x: ~(np.abs(x) < tiny)  # NaN -> True
+    return lambda x: np.asarray(x) != 0
+
+
+def _plain(src: Elem, dst: Elem):
+    if src.dtype == dst.dtype:
+        return lambda x: x
+    return lambda x: np.asarray(x).astype(src.compute).astype(dst.dtype)
+
+
+def convert_kernel(src: Elem, dst: Elem):
+    """A function converting arrays of ``src`` elements to ``dst`` elements as XLA CPU does."""
+    if src.kind == "complex":
+        if dst.kind == "complex":
+            component = _float_to_float(elem_of(_component(src)), elem_of(_component(dst)))
+
+            def complex_to_complex(x):
+                out = np.empty(np.shape(x), dst.dtype)
+                out.real = component(np.real(x))
+                out.imag = component(np.imag(x))
+                return out
+
+            return complex_to_complex
+        real = convert_kernel(elem_of(_component(src)), dst)
+        return lambda x: real(np.real(x))
+    if dst.kind == "pred":
+        return _to_pred(src)
+    if src.kind == "float" and dst.kind == "float":
+        return _float_to_float(src, dst)
+    if src.kind == "float" and dst.kind in ("sint", "uint"):
+        return _float_to_int(src, dst)
+    if dst.kind == "complex" and src.kind == "float":
+        component = _float_to_float(src, elem_of(_component(dst)))
+        return lambda x: component(np.asarray(x).astype(src.compute)).astype(dst.dtype)
+    return _plain(src, dst)  # pred/int -> anything, int -> int (wraps), int -> float (nearest even)
+
+
+def _component(e: Elem):
+    from xla_dialect.types import element_type_from_dtype
+
+    return element_type_from_dtype(np.empty(0, e.dtype).real.dtype).mlir
+
+
+@register(cv.ConvertOp)
+def _convert(op, ctx):
+    return convert_kernel(elem_of(op.operands[0].type), elem_of(op.results[0].type))
+
+
+def _raw_bits(x, e: Elem):
+    """The element bits as unsigned integers of the storage width."""
+    x = np.ascontiguousarray(x)
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+@register(cv.BitcastConvertOp)
+def _bitcast(op, ctx):
+    src, dst = elem_of(op.operands[0].type), elem_of(op.results[0].type)
+    out_shape = tuple(op.results[0].type.get_shape())
+    if src.bits == 8 * src.dtype.itemsize and dst.bits == 8 * dst.dtype.itemsize:
+        # Whole bytes: a NumPy view (little-endian, as XLA lays the parts out).
+        return lambda x: np.ascontiguousarray(x).view(dst.dtype).reshape(out_shape)
+    if src.bits == dst.bits:
+        return lambda x: _raw_bits(x, src).view(dst.dtype).reshape(out_shape)
+    if src.bits > dst.bits:  # split each element into ratio parts, low bits first
+        ratio = src.bits // dst.bits
+        shifts = np.arange(ratio, dtype=np.uint64) * dst.bits
+        mask = (1 << dst.bits) - 1
+
+        def split(x):
+            raw = _raw_bits(x, src).astype(np.uint64)[..., None]
+            parts = (raw >> shifts) & np.uint64(mask)
+            return parts.astype(np.dtype(f"u{dst.dtype.itemsize}")).view(dst.dtype).reshape(out_shape)
+
+        return split
+    shifts = np.arange(src.bits and dst.bits // src.bits, dtype=np.uint64) * src.bits
+
+    def combine(x):
+        raw = _raw_bits(x, src).astype(np.uint64) & np.uint64((1 << src.bits) - 1)
+        word = np.bitwise_or.reduce(raw << shifts, axis=-1) if raw.shape[-1] else np.zeros(raw.shape[:-1], np.uint64)
+        return word.astype(np.dtype(f"u{dst.dtype.itemsize}")).view(dst.dtype).reshape(out_shape)
+
+    return combine

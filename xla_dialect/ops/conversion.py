@@ -1,9 +1,158 @@
-"""hlo ops: conversion family."""
+"""hlo ops: conversion family (``hlo.convert``, ``hlo.bitcast_convert``).
+
+``hlo.convert`` is XLA's ConvertElementType: any element type to any other,
+same shape. ``hlo.bitcast_convert`` is BitcastConvertType: reinterpret the
+bits; between types of different widths the shape gains (wider -> narrower) or
+loses (narrower -> wider) a minor dimension of size ``ratio`` of the widths.
+The new element type is the result type's; builders take it as an XLA name
+(``'bf16'``) or a NumPy dtype.
+"""
 
 from __future__ import annotations
 
-OPS: list = []
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute
+from xdsl.irdl import irdl_op_definition, operand_def, result_def
+
+from ..errors import BuilderError, XlaError
+from ..types import element_type_from_dtype, element_type_named, element_type_of
+from .base import HloOp, fail, fmt, make_tensor, tensor
+
+
+def _result_tensor(op_name: str, result_types) -> TensorType:
+    if not result_types or len(result_types) != 1:
+        fail(op_name, "the result type (carrying the new element type) must be given")
+    result = tensor(op_name, result_types[0], "result")
+    try:
+        element_type_of(result.element_type)
+    except XlaError as e:
+        fail(op_name, str(e))
+    return result
+
+
+@irdl_op_definition
+class ConvertOp(HloOp):
+    """``hlo.convert``: element-wise conversion to the result's element type (XLA ConvertElementType).
+
+    Follows XLA CPU: float -> integer truncates toward zero and saturates
+    (NaN -> 0); complex -> real keeps the real part; x -> pred is ``x != 0``;
+    float narrowing rounds to nearest even.
+    """
+
+    name = "hlo.convert"
+    operand = operand_def()
+    result = result_def()
+
+    assembly_format = "$operand attr-dict `:` functional-type(operands, results)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        (t,) = operand_types
+        t = tensor(cls.name, t, "operand")
+        result = _result_tensor(cls.name, result_types)
+        if result.get_shape() != t.get_shape():
+            fail(cls.name, f"result {fmt(result)} must have the operand's shape {fmt(t)}")
+        return [make_tensor(result.element_type, t.get_shape())]
+
+
+@irdl_op_definition
+class BitcastConvertOp(HloOp):
+    """``hlo.bitcast_convert``: reinterpret each element's bits as the result's element type.
+
+    Same bit width: same shape. Wider -> narrower: a minor dimension of size
+    ``ratio`` is added (little-endian: element 0 holds the low bits).
+    Narrower -> wider: the minor dimension must equal ``ratio`` and is removed.
+    pred and complex <-> real are rejected, as XLA/StableHLO do.
+    """
+
+    name = "hlo.bitcast_convert"
+    operand = operand_def()
+    result = result_def()
+
+    assembly_format = "$operand attr-dict `:` functional-type(operands, results)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        (t,) = operand_types
+        t = tensor(cls.name, t, "operand")
+        result = _result_tensor(cls.name, result_types)
+        return [make_tensor(result.element_type, bitcast_shape(cls.name, t, result.element_type))]
+
+
+def bitcast_shape(op_name: str, operand: TensorType, new_element: Attribute) -> tuple[int, ...]:
+    """The result shape of bitcasting ``operand`` to ``new_element`` (XLA's shape inference)."""
+    old = element_type_of(operand.element_type)
+    new = element_type_of(new_element)
+    shape = tuple(operand.get_shape())
+    if "pred" in (old.kind, new.kind) and old.kind != new.kind:
+        fail(op_name, f"cannot bitcast between pred and {new.xla_name if old.kind == 'pred' else old.xla_name}")
+    if (old.kind == "complex") != (new.kind == "complex"):
+        fail(op_name, f"cannot bitcast between complex and real element types ({old.xla_name} -> {new.xla_name})")
+    if old.bits == new.bits:
+        return shape
+    big, small = max(old.bits, new.bits), min(old.bits, new.bits)
+    if big % small:
+        fail(op_name, f"cannot bitcast {old.xla_name} to {new.xla_name}: bit widths {old.bits} and {new.bits} "
+                      f"do not divide")
+    ratio = big // small
+    if old.bits > new.bits:
+        return shape + (ratio,)
+    if not shape or shape[-1] != ratio:
+        fail(op_name, f"bitcasting {fmt(operand)} to the wider {new.xla_name} needs a minor dimension of size "
+                      f"{ratio} (the ratio of bit widths), got {list(shape)}")
+    return shape[:-1]
+
+
+OPS = [ConvertOp, BitcastConvertOp]
+"""Every op class of this family (registered in the hlo dialect)."""
+
+
+# ----------------------------------------------------------------------------
+# Builder methods
+# ----------------------------------------------------------------------------
+
+
+def _element_type(caller: str, new_element_type) -> Attribute:
+    """An XLA type name ('bf16'), NumPy dtype or xDSL element type -> xDSL element type."""
+    try:
+        if isinstance(new_element_type, Attribute):
+            element_type_of(new_element_type)
+            return new_element_type
+        if isinstance(new_element_type, str):
+            return element_type_named(new_element_type).mlir
+        return element_type_from_dtype(np.dtype(new_element_type)).mlir
+    except XlaError as e:
+        raise BuilderError(f"XlaBuilder.{caller}: {e}") from None
+    except TypeError:
+        raise BuilderError(f"XlaBuilder.{caller}: new_element_type must be an XLA type name or a NumPy dtype, "
+                           f"got {new_element_type!r}") from None
 
 
 class ConversionBuilder:
     """Builder methods of the conversion family."""
+
+    def convert_element_type(self, operand, new_element_type):
+        """XLA ConvertElementType: ``operand`` converted element-wise to ``new_element_type``
+        (an XLA name such as ``'bf16'`` or a NumPy dtype)."""
+        new = _element_type("convert_element_type", new_element_type)
+        value = self._value(operand, "operand")
+        if not isinstance(value.type, TensorType):
+            raise BuilderError(f"XlaBuilder.convert_element_type: operand must be an array, got {fmt(value.type)}")
+        return self._emit1(ConvertOp, [operand], result_types=[make_tensor(new, value.type.get_shape())])
+
+    def bitcast_convert_type(self, operand, new_element_type):
+        """XLA BitcastConvertType: reinterpret the bits of ``operand`` as ``new_element_type``."""
+        new = _element_type("bitcast_convert_type", new_element_type)
+        value = self._value(operand, "operand")
+        if not isinstance(value.type, TensorType):
+            raise BuilderError(f"XlaBuilder.bitcast_convert_type: operand must be an array, got {fmt(value.type)}")
+        try:
+            shape = bitcast_shape(BitcastConvertOp.name, value.type, new)
+        except XlaError as e:
+            raise BuilderError(f"XlaBuilder.bitcast_convert_type: {e}") from None
+        return self._emit1(BitcastConvertOp, [operand], result_types=[make_tensor(new, shape)])
+
+    convert = convert_element_type
+    bitcast_convert = bitcast_convert_type
+
