@@ -1,3 +1,125 @@
-"""NumPy kernels: linalg family."""
+"""NumPy kernels: dot and dot_general.
+
+Both ops lower to one ``np.matmul`` of shape ``(batch, M, K) x (batch, K, N)``:
+the factory works out, once, the operand transposes (batch dimensions first,
+then free, then contracting for lhs; batch, contracting, free for rhs), the
+3-d shapes and the result shape.
+
+Numerics follow XLA on CPU (checked against jax.jit):
+
+* The dot accumulates in one *compute* type. When the result type
+  (``preferred_element_type``) is more precise than the operand type, by XLA's
+  ``HigherPrecisionType`` order, the operands are converted to it first (XLA's
+  OperandUpcaster: s8 x s8 -> s32 accumulates in s32, pred x pred -> s32 counts);
+  otherwise the dot computes in the operand type and the result is converted
+  (XLA's ResultCaster: f32 x f32 -> s32 is a saturating f32 -> s32 convert of
+  the f32 dot; bf16 x bf16 -> f16 rounds twice).
+* Floating-point types narrower than 32 bits (f16, bf16, f8, f4) are multiplied
+  and accumulated in f32 and rounded once at the end, as XLA CPU does.
+* Integer dots wrap around in the compute type; pred dots are OR of ANDs.
+* Complex products use the textbook formula, as XLA does (see :func:`_complex_matmul`).
+"""
 
 from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from xla_dialect.ops.linalg import DotGeneralOp, DotOp, higher_precision_type
+from xla_dialect.types import element_type_from_dtype
+
+from ..registry import register
+
+
+def xla_convert(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Convert like XLA's ConvertElementType on CPU: complex -> real drops the imaginary part;
+    float -> integer truncates and saturates, NaN -> 0; float -> pred is ``x != 0``."""
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if x.dtype.kind == "c" and dtype.kind != "c":
+        x = x.real
+    if dtype == np.bool_:
+        return x != 0
+    if dtype.kind in "iu" and x.dtype.kind not in "iub":
+        info = ml_dtypes.iinfo(dtype)
+        wide = x.astype(np.float64)  # exact for every float type up to f64
+        nan = np.isnan(wide)
+        high = wide >= float(info.max) + 1  # a power of two: exact, unlike float(info.max) for s64
+        low = wide < float(info.min)
+        out = np.where(nan | high | low, 0, wide).astype(dtype)
+        out[high] = info.max
+        out[low] = info.min
+        return out
+    return x.astype(dtype)
+
+
+def _arith_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype NumPy multiplies in: f32 for floats narrower than 32 bits, else the type itself."""
+    et = element_type_from_dtype(dtype)
+    if et.kind == "float" and et.bits < 32:
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _complex_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Complex matmul from four real ones: ``(ar·br - ai·bi) + (ar·bi + ai·br)i``.
+
+    This is the textbook product XLA uses, so infinities come out as in XLA
+    ((inf+1j)·(1+1j) = inf+infj); BLAS's complex gemm gives nan+infj there.
+    """
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), a.dtype)
+    out.real = np.matmul(ar, br) - np.matmul(ai, bi)
+    out.imag = np.matmul(ar, bi) + np.matmul(ai, br)
+    return out
+
+
+@register(DotOp, DotGeneralOp)
+def _dot(op, ctx):
+    lhs_t, rhs_t, out_t = op.lhs.type, op.rhs.type, op.result.type
+    lshape, rshape = lhs_t.get_shape(), rhs_t.get_shape()
+    out_shape = tuple(out_t.get_shape())
+    dn = op.dimension_numbers()
+    lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
+    lb, lc = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
+    rb, rc = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
+    lperm, rperm = tuple(lb + lfree + lc), tuple(rb + rc + rfree)
+    batch = math.prod(lshape[d] for d in lb)
+    m, k, n = (math.prod(lshape[d] for d in lfree), math.prod(lshape[d] for d in lc),
+               math.prod(rshape[d] for d in rfree))
+    l3, r3 = (batch, m, k), (batch, k, n)
+    lperm = None if lperm == tuple(range(len(lshape))) else lperm
+    rperm = None if rperm == tuple(range(len(rshape))) else rperm
+
+    operand_et, result_et = lhs_t.element_type, out_t.element_type
+    result_dtype = ctx.dtype(out_t)
+    # OperandUpcaster when the result type is more precise, ResultCaster otherwise.
+    upcast = result_et != operand_et and higher_precision_type(operand_et, result_et) == result_et
+    compute_dtype = result_dtype if upcast else ctx.dtype(lhs_t)
+    arith = _arith_dtype(compute_dtype)
+
+    def prepare(x, perm, shape3):
+        if perm is not None:
+            x = np.transpose(x, perm)
+        x = np.reshape(x, shape3)
+        if x.dtype != compute_dtype:
+            x = x.astype(compute_dtype)  # XLA converts the operands (may round, e.g. f16 -> bf16)
+        return x.astype(arith, copy=False)
+
+    round_compute = arith != compute_dtype
+    convert_result = compute_dtype != result_dtype
+
+    matmul = _complex_matmul if np.dtype(arith).kind == "c" else np.matmul
+
+    def dot(a, b):
+        c = matmul(prepare(a, lperm, l3), prepare(b, rperm, r3)).reshape(out_shape)
+        if round_compute:
+            c = c.astype(compute_dtype)
+        if convert_result:
+            c = xla_convert(c, result_dtype)
+        return c
+
+    return dot

@@ -1,0 +1,405 @@
+"""dot and dot_general: shapes, numerics and preferred element types against jax.jit(jax.lax), seed examples, errors.
+
+Float results are compared within a tolerance that covers a different
+summation order (XLA CPU's Eigen vs. NumPy's BLAS): ``k * eps`` of the
+accumulation type times the operands' magnitudes, and one ULP of the result for
+types narrower than 32 bits (the f32 accumulator is rounded once at the end,
+so a sum that lands near a rounding boundary may round either way). Integer
+and pred results must be exact (integer dots wrap around).
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+import xla_dialect
+from xla_dialect import XlaBuilder
+from xla_dialect.errors import BuilderError, HloVerifyError
+from xla_dialect.ops.linalg import DotDimensionNumbers, higher_precision_type
+from xla_dialect.types import element_type_from_dtype
+
+from helpers import assert_close, execute, random_array, run_builder
+
+bf16, f8 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
+
+
+def tolerance(result: np.ndarray, a: np.ndarray, b: np.ndarray, k: int) -> dict:
+    """assert_close arguments for a dot result accumulated over ``k`` products."""
+    if result.dtype.kind in "biu":
+        return {}
+    real = np.empty(0, result.dtype).real.dtype
+    narrow = real.itemsize < 4
+    eps = float(ml_dtypes.finfo(np.float32 if narrow else real).eps)
+
+    def magnitude(x):
+        x = np.abs(np.asarray(x).astype(np.complex128))
+        x = x[np.isfinite(x)]
+        return float(x.max()) if x.size else 0.0
+
+    return {"atol": 4 * max(k, 1) * eps * magnitude(a) * magnitude(b), "max_ulp": 1 if narrow else 0}
+
+
+def check(build, jax_fn, a, b, k):
+    """Executor vs jax.jit for a dot over ``k`` products."""
+    got = run_builder(build, a, b)
+    want = np.asarray(jax.jit(jax_fn)(a, b))
+    assert_close(got, want, **tolerance(want, a, b, k))
+
+
+DTYPES = [np.float32, np.float64, bf16, np.float16, np.int32, np.int8, np.uint8, np.bool_, np.complex64]
+DTYPE_IDS = ["f32", "f64", "bf16", "f16", "s32", "s8", "u8", "pred", "c64"]
+
+
+@pytest.fixture(params=DTYPES, ids=DTYPE_IDS)
+def dtype(request):
+    return request.param
+
+
+# ----------------------------------------------------------------------------
+# dot
+# ----------------------------------------------------------------------------
+
+DOT_SHAPES = [((5,), (5,)), ((3, 5), (5,)), ((5,), (5, 4)), ((3, 5), (5, 4)), ((0, 5), (5, 4)), ((3, 0), (0, 4)),
+              ((3, 5), (5, 0)), ((0,), (0,)), ((1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("ls,rs", DOT_SHAPES)
+def test_dot_matches_jax(rng, dtype, ls, rs):
+    a, b = random_array(rng, ls, dtype), random_array(rng, rs, dtype)
+    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), a, b, ls[-1])
+
+
+def test_dot_large_contraction(rng):
+    a, b = random_array(rng, (17, 300), np.float32), random_array(rng, (300, 9), np.float32)
+    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), a, b, 300)
+
+
+def test_seed_dot_semantics():
+    # vector.vector -> scalar, matrix.vector -> vector, matrix.matrix -> matrix.
+    v = np.array([1.0, 2.0, 3.0], np.float32)
+    m = np.array([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]], np.float32)
+    assert_close(run_builder(lambda b, x, y: b.dot(x, y), v, v), np.float32(14.0))
+    assert_close(run_builder(lambda b, x, y: b.dot(x, y), m, v), np.array([7.0, 5.0], np.float32))
+    assert_close(run_builder(lambda b, x, y: b.dot(x, y), m, m.T.copy()), np.array([[5.0, 2.0], [2.0, 2.0]], np.float32))
+
+
+# ----------------------------------------------------------------------------
+# dot_general
+# ----------------------------------------------------------------------------
+
+DOT_GENERAL_CASES = [
+    ((2, 3, 4), (2, 4, 5), (([2], [1]), ([0], [0]))),
+    ((2, 3, 4, 5), (2, 3, 5, 6), (([3], [2]), ([0, 1], [0, 1]))),
+    ((3, 2, 4), (4, 5, 2), (([2], [0]), ([1], [2]))),
+    ((2, 3, 4), (4, 3, 5), (([1, 2], [1, 0]), ([], []))),
+    ((4, 2, 3), (3, 5, 2), (([2, 1], [0, 2]), ([], []))),
+    ((3,), (4,), (([], []), ([], []))),
+    ((3, 4), (3, 4), (([], []), ([0, 1], [0, 1]))),
+    ((2, 5), (2, 5), (([1], [1]), ([0], [0]))),
+    ((), (), (([], []), ([], []))),
+    ((2, 3), (), (([], []), ([], []))),
+    ((2, 0, 3), (2, 3, 4), (([2], [1]), ([0], [0]))),
+    ((0, 3, 4), (0, 4, 2), (([2], [1]), ([0], [0]))),
+    ((5, 3, 2, 4), (4, 2, 5, 6), (([3, 2], [0, 1]), ([0], [2]))),
+]
+
+
+@pytest.mark.parametrize("ls,rs,dn", DOT_GENERAL_CASES)
+def test_dot_general_matches_jax(rng, ls, rs, dn):
+    for dtype in (np.float32, np.int32):
+        a, b = random_array(rng, ls, dtype), random_array(rng, rs, dtype)
+        k = int(np.prod([ls[d] for d in dn[0][0]]))
+        check(lambda bl, x, y: bl.dot_general(x, y, dn), lambda x, y: lax.dot_general(x, y, dn), a, b, k)
+
+
+def test_dot_general_dtypes(rng, dtype):
+    dn = (([2], [1]), ([0], [0]))
+    a, b = random_array(rng, (3, 4, 6), dtype), random_array(rng, (3, 6, 2), dtype)
+    check(lambda bl, x, y: bl.dot_general(x, y, dn), lambda x, y: lax.dot_general(x, y, dn), a, b, 6)
+
+
+def test_seed_dot_general_examples():
+    lhs = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    rhs = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], np.float32)
+    dn = DotDimensionNumbers(lhs_contracting_dimensions=(1,), rhs_contracting_dimensions=(1,))
+    assert_close(run_builder(lambda b, x, y: b.dot_general(x, y, dn), lhs, rhs),
+                 np.array([[6.0, 12.0], [15.0, 30.0]], np.float32))
+    lhs = np.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]]], np.float32)
+    rhs = np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]], np.float32)
+    dn = {"lhs_contracting_dimensions": [2], "rhs_contracting_dimensions": [1],
+          "lhs_batch_dimensions": [0], "rhs_batch_dimensions": [0]}
+    assert_close(run_builder(lambda b, x, y: b.dot_general(x, y, dn), lhs, rhs), lhs)
+
+
+def test_seed_batch_matmul_table(rng):
+    # [b0, m, k] dot [b0, k, n] -> [b0, m, n]; [b0, b1, m, k] dot [b0, b1, k, n] -> [b0, b1, m, n].
+    a, b = random_array(rng, (2, 3, 4), np.float64), random_array(rng, (2, 4, 5), np.float64)
+    out = run_builder(lambda bl, x, y: bl.dot_general(x, y, (([2], [1]), ([0], [0]))), a, b)
+    assert_close(out, a @ b, atol=1e-12)
+    a, b = random_array(rng, (2, 2, 3, 4), np.float64), random_array(rng, (2, 2, 4, 5), np.float64)
+    out = run_builder(lambda bl, x, y: bl.dot_general(x, y, (([3], [2]), ([0, 1], [0, 1]))), a, b)
+    assert_close(out, a @ b, atol=1e-12)
+
+
+def test_dimension_numbers_forms_agree(rng):
+    a, b = random_array(rng, (2, 3, 4), np.float32), random_array(rng, (2, 4, 5), np.float32)
+    forms = [(([2], [1]), ([0], [0])),
+             DotDimensionNumbers((2,), (1,), (0,), (0,)),
+             {"lhs_contracting_dimensions": [2], "rhs_contracting_dimensions": [1],
+              "lhs_batching_dimensions": [0], "rhs_batching_dimensions": [0]}]
+    outs = [run_builder(lambda bl, x, y, f=f: bl.dot_general(x, y, f), a, b) for f in forms]
+    for out in outs[1:]:
+        assert_close(out, outs[0])
+
+
+# ----------------------------------------------------------------------------
+# Numerics: wrap-around, special values, accumulation of narrow floats
+# ----------------------------------------------------------------------------
+
+
+def test_integer_dots_wrap_like_xla():
+    a = np.full((1, 4), 2**30, np.int32)
+    b = np.full((4, 1), 4, np.int32)
+    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), a, b, 4)
+    assert run_builder(lambda bl, x, y: bl.dot(x, y), a, b)[0, 0] == 0
+    u = np.full((1, 3), 200, np.uint8)
+    assert run_builder(lambda bl, x, y: bl.dot(x, y), u, u.T.copy())[0, 0] == (3 * 200 * 200) % 256
+    m = np.array([[np.iinfo(np.int64).max, 1]], np.int64)
+    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), m, np.array([[1], [1]], np.int64), 2)
+
+
+def test_special_values_propagate(rng):
+    for dtype in (np.float32, np.float64, bf16, np.float16):
+        a = random_array(rng, (6, 7), dtype, special=True)
+        b = random_array(rng, (7, 5), dtype, special=True)
+        check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), a, b, 7)
+
+
+def test_complex_nan_propagates(rng):
+    # Only NaN: with infinite components XLA CPU's complex dot depends on its code path (a 1x1 dot of
+    # (inf+1j)(1+1j) gives inf+infj, the textbook product, but larger dots can give nan+nanj where the
+    # textbook product has nan-infj), so complex infinities are not compared.
+    a, b = random_array(rng, (6, 7), np.complex64), random_array(rng, (7, 5), np.complex64)
+    a[1, 2] = complex(np.nan, 1.0)
+    b[3, 4] = complex(2.0, np.nan)
+    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), a, b, 7)
+    one = np.array([[complex(np.inf, 1.0)]], np.complex64)
+    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), one, np.array([[1 + 1j]], np.complex64), 1)
+
+
+def test_narrow_floats_accumulate_in_f32():
+    # 4096 ones: an f16 accumulator would stop at 2048; XLA CPU accumulates in f32.
+    for dtype in (np.float16, bf16):
+        ones = np.ones((1, 4096), dtype)
+        out = run_builder(lambda bl, x, y: bl.dot(x, y), ones, ones.T.copy())
+        assert out.dtype == np.dtype(dtype) and float(out[0, 0]) == 4096.0
+
+
+def test_pred_dot_is_or_of_ands(rng):
+    a, b = rng.random((5, 6)) < 0.3, rng.random((6, 4)) < 0.3
+    out = run_builder(lambda bl, x, y: bl.dot(x, y), a, b)
+    np.testing.assert_array_equal(out, (a.astype(int) @ b.astype(int)) > 0)
+
+
+# ----------------------------------------------------------------------------
+# preferred_element_type
+# ----------------------------------------------------------------------------
+
+PREFERRED = [
+    (np.int8, np.int32), (np.uint8, np.int32), (np.int8, np.uint32), (np.int32, np.int64), (np.int8, np.float32),
+    (np.int32, np.float32), (bf16, np.float32), (np.float16, np.float32), (np.float32, bf16), (bf16, np.float16),
+    (np.float16, bf16), (np.float32, np.float64), (np.float64, np.float32), (np.float32, np.int32),
+    (np.float32, np.uint8), (np.complex64, np.float32), (np.float32, np.complex64), (np.complex64, np.complex128),
+    (np.bool_, np.int32), (np.bool_, np.float32), (f8, np.float32), (f8, bf16), (np.float32, np.bool_),
+]
+
+
+@pytest.mark.parametrize("src,dst", PREFERRED, ids=[f"{np.dtype(s).name}->{np.dtype(d).name}" for s, d in PREFERRED])
+def test_preferred_element_type_matches_jax(rng, src, dst):
+    a, b = random_array(rng, (8, 40), src), random_array(rng, (40, 6), src)
+    if np.dtype(src).kind in "iu" and np.dtype(dst).kind in "iu":
+        a, b = a // 2, b // 2  # keep s32 -> s64 sums meaningful and exercise wrap-around elsewhere
+    got = run_builder(lambda bl, x, y: bl.dot(x, y, preferred_element_type=dst), a, b)
+    want = np.asarray(jax.jit(lambda x, y: lax.dot(x, y, preferred_element_type=dst))(a, b))
+    tol = tolerance(want, a, b, 40)
+    if np.dtype(dst).kind in "iub" and np.dtype(src).kind in "fc":
+        # The float sum is converted (truncated) to an integer: a last-bit difference in the float sum
+        # can move it across an integer, so allow one unit there.
+        assert got.dtype == want.dtype
+        assert np.abs(got.astype(np.int64) - want.astype(np.int64)).max() <= 1
+        return
+    assert_close(got, want, **tol)
+
+
+def test_preferred_element_type_spellings(rng):
+    a, b = random_array(rng, (2, 3), np.int8), random_array(rng, (3, 2), np.int8)
+    outs = [run_builder(lambda bl, x, y, p=p: bl.dot(x, y, preferred_element_type=p), a, b)
+            for p in ("s32", np.int32, np.dtype("int32"), element_type_from_dtype(np.int32).mlir)]
+    for out in outs:
+        assert out.dtype == np.int32
+        np.testing.assert_array_equal(out, a.astype(np.int32) @ b.astype(np.int32))
+
+
+def test_result_conversion_saturates_like_xla():
+    big = np.full((1, 2), 1e6, np.float32)
+    for sign, expected in ((1, np.iinfo(np.int32).max), (-1, np.iinfo(np.int32).min)):
+        out = run_builder(lambda bl, x, y: bl.dot(x, y, preferred_element_type="s32"), big, sign * big.T)
+        assert out[0, 0] == expected
+    nan = np.full((1, 2), np.nan, np.float32)
+    assert run_builder(lambda bl, x, y: bl.dot(x, y, preferred_element_type="s32"), nan, big.T)[0, 0] == 0
+
+
+def test_higher_precision_type_order():
+    from xdsl.dialects.builtin import BFloat16Type, ComplexType, Float16Type, Float32Type, IntegerType, Signedness
+
+    f16, b16, f32 = Float16Type(), BFloat16Type(), Float32Type()
+    assert higher_precision_type(f16, b16) == b16  # more exponent range wins
+    assert higher_precision_type(IntegerType(32), f16) == f16  # floats beat ints
+    assert higher_precision_type(f32, ComplexType(f32)) == ComplexType(f32)
+    assert higher_precision_type(IntegerType(32, Signedness.UNSIGNED), IntegerType(32)) == IntegerType(32)
+    assert higher_precision_type(IntegerType(1), IntegerType(8)) == IntegerType(8)
+
+
+# ----------------------------------------------------------------------------
+# Precision config
+# ----------------------------------------------------------------------------
+
+
+def test_precision_config_is_recorded_and_does_not_change_cpu_results(rng):
+    a, b = random_array(rng, (4, 5), np.float32), random_array(rng, (5, 3), np.float32)
+    outs = []
+    for precision in (None, "DEFAULT", "highest", ("HIGH", "HIGHEST"), lax.Precision.HIGHEST):
+        bl = XlaBuilder("p")
+        x, y = bl.parameter(0, "f32[4,5]"), bl.parameter(1, "f32[5,3]")
+        bl.dot(x, y, precision_config=precision)
+        module = bl.build()
+        if precision is not None:
+            assert "precision_config = [" in str(module)
+        outs.append(execute(module, a, b)[0])
+    for out in outs[1:]:
+        assert_close(out, outs[0])
+
+
+# ----------------------------------------------------------------------------
+# Errors at the builder call
+# ----------------------------------------------------------------------------
+
+
+def _builder(*shapes):
+    b = XlaBuilder("errors")
+    return b, [b.parameter(i, s) for i, s in enumerate(shapes)]
+
+
+ERROR_CASES = [
+    ("dot contracting size", ["f32[2,5]", "f32[3,2]"], lambda b, x, y: b.dot(x, y),
+     r"contracting dimension 1 of lhs f32\[2,5\]\{1,0\} has size 5 but the matching contracting dimension 0 "
+     r"of rhs f32\[3,2\]\{1,0\} has size 3"),
+    ("dot rank 3", ["f32[2,3,4]", "f32[3,2]"], lambda b, x, y: b.dot(x, y), "rank 1 or 2"),
+    ("dot scalar", ["f32[]", "f32[]"], lambda b, x, y: b.dot(x, y), "rank 1 or 2"),
+    ("dot element types", ["f32[2]", "s32[2]"], lambda b, x, y: b.dot(x, y), "same element type"),
+    ("dot tuple", ["(f32[2])", "f32[2]"], lambda b, x, y: b.dot(x, y), "lhs must be an array"),
+    ("contracting count", ["f32[2,3]", "f32[3,2]"],
+     lambda b, x, y: b.dot_general(x, y, (([1], [0, 1]), ([], []))), "same number of contracting dimensions"),
+    ("contracting range", ["f32[2,3]", "f32[3,2]"],
+     lambda b, x, y: b.dot_general(x, y, (([2], [0]), ([], []))),
+     r"lhs_contracting_dimensions \[2\] has dimension 2 out of range for lhs f32\[2,3\]\{1,0\} of rank 2"),
+    ("negative dimension", ["f32[2,3]", "f32[3,2]"],
+     lambda b, x, y: b.dot_general(x, y, (([1], [-1]), ([], []))), "out of range"),
+    ("contracting duplicate", ["f32[3,3]", "f32[3,3]"],
+     lambda b, x, y: b.dot_general(x, y, (([1, 1], [0, 1]), ([], []))), "appears more than once"),
+    ("batch and contracting", ["f32[3,3]", "f32[3,3]"],
+     lambda b, x, y: b.dot_general(x, y, (([0], [0]), ([0], [1]))),
+     "lhs dimension 0 appears more than once among the lhs batching and contracting dimensions"),
+    ("batch count", ["f32[2,3,4]", "f32[2,4]"],
+     lambda b, x, y: b.dot_general(x, y, (([2], [1]), ([0], []))), "same number of batching dimensions"),
+    ("batch size", ["f32[2,3,4]", "f32[3,4,5]"],
+     lambda b, x, y: b.dot_general(x, y, (([2], [1]), ([0], [0]))),
+     r"batching dimension 0 of lhs f32\[2,3,4\]\{2,1,0\} has size 2 but the matching batching dimension 0 "
+     r"of rhs f32\[3,4,5\]\{2,1,0\} has size 3"),
+    ("narrowing int", ["s32[2,3]", "s32[3,2]"], lambda b, x, y: b.dot(x, y, preferred_element_type="s16"),
+     "must not be narrower than the operand element type i32"),
+    ("narrowing int to float", ["s32[2,3]", "s32[3,2]"], lambda b, x, y: b.dot(x, y, preferred_element_type="f16"),
+     "must not be narrower"),
+    ("narrowing pred", ["s8[2,3]", "s8[3,2]"], lambda b, x, y: b.dot(x, y, preferred_element_type="pred"),
+     "must not be narrower"),
+    ("bad preferred", ["f32[2,3]", "f32[3,2]"], lambda b, x, y: b.dot(x, y, preferred_element_type="f31"),
+     "unknown XLA primitive type"),
+    ("bad precision", ["f32[2,3]", "f32[3,2]"], lambda b, x, y: b.dot(x, y, precision_config="FAST"),
+     "precision 'FAST' is not one of DEFAULT, HIGH, HIGHEST"),
+    ("bad dimension numbers", ["f32[2,3]", "f32[3,2]"], lambda b, x, y: b.dot_general(x, y, 5),
+     "cannot read dot dimension numbers"),
+]
+
+
+@pytest.mark.parametrize("shapes,build,message", [c[1:] for c in ERROR_CASES], ids=[c[0] for c in ERROR_CASES])
+def test_builder_errors(shapes, build, message):
+    b, params = _builder(*shapes)
+    with pytest.raises(BuilderError, match=message) as info:
+        build(b, *params)
+    assert str(info.value).startswith(("XlaBuilder.dot:", "XlaBuilder.dot_general:"))
+
+
+# ----------------------------------------------------------------------------
+# Verifier errors on hand-written IR, and the print/parse round trip
+# ----------------------------------------------------------------------------
+
+BAD_IR = [
+    ("hlo.dot %0, %1 : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>", r"shape inference gives f32\[2,4\]"),
+    ("hlo.dot %0, %0 : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>", "contracting dimension 1 of lhs"),
+    ("hlo.dot %0, %1 {precision_config = [\"DEFAULT\"]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>",
+     "precision_config must have 0 or 2 entries"),
+    ("hlo.dot %0, %1 {precision_config = [\"LOW\", \"LOW\"]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> "
+     "tensor<2x4xf32>", "precision 'LOW'"),
+    ("hlo.dot_general %0, %1 {lhs_contracting_dimensions = array<i64: 0>, rhs_contracting_dimensions = "
+     "array<i64: 0>} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>", "has size 2 but the matching"),
+    ("hlo.dot_general %0, %1 {lhs_contracting_dimensions = array<i64: 1>, rhs_contracting_dimensions = "
+     "array<i64: 0>} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<4x2xf32>", r"shape inference gives f32\[2,4\]"),
+    ("hlo.dot_general %2, %2 {lhs_contracting_dimensions = array<i64: 1>, rhs_contracting_dimensions = "
+     "array<i64: 0>} : (tensor<2x2xi32>, tensor<2x2xi32>) -> tensor<2x2xi8>", "must not be narrower"),
+]
+
+
+@pytest.mark.parametrize("op_text,message", BAD_IR)
+def test_verifier_rejects_bad_ir(op_text, message):
+    text = ("func.func @main(%0: tensor<2x3xf32>, %1: tensor<3x4xf32>, %2: tensor<2x2xi32>) -> () {\n"
+            f"  %3 = {op_text}\n  func.return\n}}")
+    with pytest.raises(HloVerifyError, match=message):
+        xla_dialect.parse_module(text)
+
+
+def test_dot_general_without_dimension_properties_is_an_outer_product(rng):
+    text = ("func.func @main(%0: tensor<2xf32>, %1: tensor<3xf32>) -> tensor<2x3xf32> {\n"
+            "  %2 = hlo.dot_general %0, %1 : (tensor<2xf32>, tensor<3xf32>) -> tensor<2x3xf32>\n"
+            "  func.return %2 : tensor<2x3xf32>\n}")
+    a, b = random_array(rng, (2,), np.float32), random_array(rng, (3,), np.float32)
+    assert_close(execute(xla_dialect.parse_module(text), a, b)[0], np.outer(a, b))
+
+
+def test_print_parse_round_trip_of_every_op(rng):
+    """A module using every data-movement and linalg op prints, parses back identically and runs the same."""
+    b = XlaBuilder("all")
+    x = b.parameter(0, "f32[2,3]")
+    w = b.parameter(1, "bf16[3,4]")
+    v = b.parameter(2, "f32[]")
+    y = b.dot(x, b.transpose(b.reshape(b.broadcast(b.slice(x, [0, 0], [1, 3], [1, 1]), [1]), [1, 3]), [1, 0]),
+              precision_config="HIGHEST")                                             # f32[2,1]
+    y = b.broadcast_in_dim(b.reshape(y, [2]), [2, 3], [0])                         # f32[2,3]
+    y = b.pad(b.concat_in_dim([y, x], 0), v, [(0, 0, 0), (1, 0, 0)])            # f32[4,4]
+    z = b.dot_general(b.rev(y, [1]), b.reshape(b.broadcast(y, [2]), [2, 4, 4]), (([1], [1]), ([], [])),
+                      precision_config=("DEFAULT", "HIGH"))                        # f32[4,2,4]
+    wz = b.dot_general(w, w, (([0], [0]), ([], [])), preferred_element_type=np.float32)  # f32[4,4]
+    module = b.build([z, wz])
+    text = str(module)
+    for name in ("dot", "dot_general", "broadcast", "broadcast_in_dim", "reshape", "transpose", "slice",
+                 "concatenate", "pad", "reverse"):
+        assert f"hlo.{name} " in text
+    parsed = xla_dialect.parse_module(text)
+    assert parsed.is_structurally_equivalent(module)
+    assert str(parsed) == text
+    args = (random_array(rng, (2, 3), np.float32), random_array(rng, (3, 4), bf16), np.float32(0.5))
+    for got, want in zip(execute(parsed, *args), execute(module, *args)):
+        assert_close(got, want)
