@@ -250,7 +250,9 @@ class _BuilderCore:
             args = [XlaOp(sub, a) for a in sub._block.args]
             try:
                 params = inspect.signature(computation).parameters.values()
-                nparams = len(params)
+                # Parameters with defaults (``lambda a, k=k: ...``) are not computation parameters.
+                nparams = sum(1 for p in params if p.default is p.empty and p.kind in
+                              (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
                 if any(p.kind is p.VAR_POSITIONAL for p in params):
                     nparams = len(args)  # f(*args): takes whatever it is given
             except (TypeError, ValueError):
@@ -261,7 +263,7 @@ class _BuilderCore:
                 out = computation(*args)
             else:
                 raise BuilderError(
-                    f"{self._caller()}: {what} computation takes {nparams} parameters but must take {len(args)} "
+                    f"{self._caller()}: {what} takes {nparams} parameters but must take {len(args)} "
                     f"({', '.join(format_shape(t) for t in arg_types)}), optionally preceded by a builder"
                 )
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
