@@ -1,0 +1,560 @@
+"""Export hlo modules as StableHLO MLIR text that jaxlib parses and XLA compiles.
+
+Every op is printed in MLIR's generic form (``"stablehlo.add"(%0, %1) : ...``),
+which needs no knowledge of each op's custom syntax. ``hlo.X`` becomes
+``stablehlo.X`` with its properties converted back (the inverse of
+:mod:`interop.stablehlo_import`): string enums become
+``#stablehlo<comparison_direction LT>``, dimension-number properties are
+regrouped into ``#stablehlo.dot<...>`` / ``gather`` / ``scatter`` / ``conv``
+structs, constants are written as exact hex blobs of their storage.
+
+What StableHLO cannot say is kept in discardable attributes that XLA ignores
+and :func:`~interop.stablehlo_import.import_stablehlo` reads back, so that
+``import_stablehlo(export_stablehlo(m))`` rebuilds ``m``:
+
+* layouts: on ``@main`` arguments as ``mhlo.layout_mode = "{1,0}"`` (what JAX
+  writes), on op results as ``hlo.result_layouts = ["{1,0}"]``, on region
+  arguments as ``hlo.region_arg_layouts``;
+* ``hlo.conditional`` branch operands (StableHLO branches capture values
+  instead): they go into a ``stablehlo.tuple`` marked ``hlo.branch_operands``
+  and each branch starts with a ``get_tuple_element`` marked
+  ``hlo.branch_argument``;
+* the ``loc`` attribute becomes the op's MLIR location ``loc("file.py":12:0)``.
+
+XLA's implicit broadcasting (``broadcast_dimensions`` on binary ops, scalar or
+degenerate operands) has no StableHLO form: the exporter inserts explicit
+``stablehlo.broadcast_in_dim`` ops (so such a module re-imports with the
+broadcasts explicit).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    NoneAttr,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    TupleType,
+    UnitAttr,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from xla_dialect.errors import UnsupportedError, op_context
+from xla_dialect.layout import LayoutAttr
+from xla_dialect.literal import DenseLiteralAttr
+from xla_dialect.types import TokenType
+
+from .stablehlo_import import ENUM_ATTRIBUTES, STRUCT_ATTRIBUTE_OF_OP, STRUCT_FIELDS
+
+__all__ = ["export_stablehlo", "EXPORTERS", "stablehlo_type"]
+
+LAYOUT_ATTR = "hlo.result_layouts"
+REGION_LAYOUT_ATTR = "hlo.region_arg_layouts"
+BRANCH_OPERANDS_ATTR = "hlo.branch_operands"
+BRANCH_ARGUMENT_ATTR = "hlo.branch_argument"
+
+I32_ATTRIBUTES = {("stablehlo.get_tuple_element", "index")}
+"""(op, attribute) pairs that StableHLO types as i32 (the others are i64)."""
+
+PAIR_ATTRIBUTES = {"padding"}
+"""Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
+
+
+def stablehlo_type(t: Attribute) -> str:
+    """StableHLO spelling of an xDSL type (layouts dropped)."""
+    if isinstance(t, TensorType):
+        dims = "".join(f"{d}x" for d in t.get_shape())
+        return f"tensor<{dims}{t.element_type}>"
+    if isinstance(t, TupleType):
+        return "tuple<" + ", ".join(stablehlo_type(e) for e in t.types) + ">"
+    if isinstance(t, TokenType):
+        return "!stablehlo.token"
+    raise UnsupportedError(f"type {t} has no StableHLO equivalent")
+
+
+def _layout_text(t: Attribute) -> str:
+    if isinstance(t, TensorType) and isinstance(t.encoding, LayoutAttr):
+        return t.encoding.data.to_text()
+    return ""
+
+
+def _string(text: str) -> str:
+    return json.dumps(text)  # MLIR string escapes are a subset of JSON's for printable text
+
+
+def _location(op: Operation) -> str:
+    loc = op.attributes.get("loc")
+    if not isinstance(loc, StringAttr):
+        return ""
+    text = loc.data
+    file, sep, line = text.rpartition(":")
+    if sep and line.isdigit():
+        return f" loc({_string(file)}:{line}:0)"
+    return f" loc({_string(text)}:0:0)"
+
+
+def dense_text(array: np.ndarray, type_: TensorType) -> str:
+    """``dense<"0x...">`` holding ``array``'s exact storage (``dense<[]>`` when empty).
+
+    A splat (all elements bitwise equal) is written as one element's bytes.
+    """
+    if array.size == 0:
+        return "dense<[]>"
+    data = np.ascontiguousarray(array).tobytes()
+    size = array.dtype.itemsize
+    if array.size > 1 and data == data[:size] * array.size:
+        data = data[:size]
+    return 'dense<"0x' + data.hex().upper() + '">'
+
+
+def _attribute(op_name: str, name: str, value: Attribute) -> str:
+    """StableHLO text of a property value."""
+    if name in ENUM_ATTRIBUTES:
+        mnemonic = ENUM_ATTRIBUTES[name]
+        if isinstance(value, ArrayAttr):
+            return "[" + ", ".join(f"#stablehlo<{mnemonic} {v.data}>" for v in value.data) + "]"
+        return f"#stablehlo<{mnemonic} {value.data}>"
+    if isinstance(value, DenseArrayBase):
+        values = value.get_values()
+        if name in PAIR_ATTRIBUTES:
+            pairs = [f"[{values[i]}, {values[i + 1]}]" for i in range(0, len(values), 2)]
+            return f"dense<[{', '.join(pairs)}]> : tensor<{len(pairs)}x2xi64>"
+        elt = value.elt_type
+        if isinstance(elt, IntegerType) and elt.width.data == 1:
+            body = ", ".join("true" if v else "false" for v in values)
+            return f"array<i1: {body}>" if values else "array<i1>"
+        return f"array<{elt}: {', '.join(str(v) for v in values)}>" if values else f"array<{elt}>"
+    if isinstance(value, IntegerAttr):
+        t = value.type
+        if isinstance(t, IntegerType) and t.width.data == 1:
+            return "true" if value.value.data else "false"
+        width = "i32" if (op_name, name) in I32_ATTRIBUTES else "i64"
+        return f"{value.value.data} : {width}"
+    if isinstance(value, FloatAttr):
+        return f"{float(value.value.data)!r} : {value.type}".replace("inf", "0x7F800000")
+    if isinstance(value, StringAttr):
+        return _string(value.data)
+    if isinstance(value, SymbolRefAttr):
+        return "@" + value.root_reference.data
+    if isinstance(value, UnitAttr):
+        return "unit"
+    if isinstance(value, ArrayAttr):
+        return "[" + ", ".join(_attribute(op_name, "", v) for v in value.data) + "]"
+    if isinstance(value, DictionaryAttr):
+        return "{" + ", ".join(f"{k} = {_attribute(op_name, k, v)}" for k, v in value.data.items()) + "}"
+    raise UnsupportedError(f"{op_name}: property {name} = {value} has no StableHLO form")
+
+
+def _struct(kind: str, props: dict[str, Attribute]) -> str:
+    fields = STRUCT_FIELDS[kind]
+    if kind == "conv":
+        body = ", ".join(
+            f"{name} = " + (f"{props[name].value.data}" if k == "int" else _list(props[name]))
+            for name, k in fields if name in props
+        )
+        return f"#stablehlo.conv<raw {body}>"
+    parts = []
+    for name, k in fields:
+        v = props.get(name)
+        if v is None:
+            continue
+        if k == "int":
+            parts.append(f"{name} = {v.value.data}")
+        elif len(v):
+            parts.append(f"{name} = {_list(v)}")
+    return f"#stablehlo.{kind}<{', '.join(parts)}>"
+
+
+def _list(v: DenseArrayBase) -> str:
+    return "[" + ", ".join(str(x) for x in v.get_values()) + "]"
+
+
+# ----------------------------------------------------------------------------
+# The printer
+# ----------------------------------------------------------------------------
+
+Exporter = Callable[["_Printer", Operation, str], None]
+
+EXPORTERS: dict[str, Exporter] = {}
+"""hlo op name -> ``fn(printer, op, indent)`` for ops that are not printed generically."""
+
+
+def _exporter(name: str):
+    def deco(fn):
+        EXPORTERS[name] = fn
+        return fn
+
+    return deco
+
+
+class _Printer:
+    def __init__(self, layouts: bool):
+        self.layouts = layouts
+        self.lines: list[str] = []
+        self.names: dict[SSAValue, str] = {}
+        self.counter = 0
+        self.skip: set[Operation] = set()
+
+    # -- values -------------------------------------------------------------
+
+    def name(self, v: SSAValue) -> str:
+        try:
+            return self.names[v]
+        except KeyError:
+            raise UnsupportedError(f"value {v} is used before it is defined") from None
+
+    def define(self, op: Operation) -> str:
+        """Name ``op``'s results; return the ``%x = `` / ``%x:2 = `` prefix."""
+        n = len(op.results)
+        if n == 0:
+            return ""
+        base = f"%{self.counter}"
+        self.counter += 1
+        if n == 1:
+            self.names[op.results[0]] = base
+            return f"{base} = "
+        for i, r in enumerate(op.results):
+            self.names[r] = f"{base}#{i}"
+        return f"{base}:{n} = "
+
+    # -- ops ----------------------------------------------------------------
+
+    def op(self, op: Operation, indent: str) -> None:
+        if op in self.skip:
+            return
+        exporter = EXPORTERS.get(op.name)
+        if exporter is not None:
+            exporter(self, op, indent)
+            return
+        if not op.name.startswith("hlo."):
+            raise UnsupportedError(f"{op_context(op)}: cannot export op {op.name} to StableHLO")
+        self.generic(op, indent, "stablehlo." + op.name[4:])
+
+    def generic(self, op: Operation, indent: str, name: str, operands: list[str] | None = None,
+                props: dict[str, Attribute] | None = None, extra_attrs: dict[str, str] | None = None,
+                operand_types: list[Attribute] | None = None) -> None:
+        """Print ``op`` as generic StableHLO op ``name``."""
+        props = dict(op.properties) if props is None else props
+        texts = []
+        struct = STRUCT_ATTRIBUTE_OF_OP.get(name)
+        if struct is not None:
+            attr_name, kind = struct
+            fields = {f for f, _ in STRUCT_FIELDS[kind]}
+            if any(f in props for f in fields):
+                texts.append(f"{attr_name} = {_struct(kind, props)}")
+                props = {k: v for k, v in props.items() if k not in fields}
+        for key, value in props.items():
+            if isinstance(value, NoneAttr):
+                continue
+            try:
+                texts.append(f"{key} = {_attribute(name, key, value)}")
+            except UnsupportedError as e:
+                raise UnsupportedError(f"{op_context(op)}: {e}") from None
+        operand_names = operands if operands is not None else [self.name(v) for v in op.operands]
+        in_types = operand_types if operand_types is not None else [v.type for v in op.operands]
+        attrs = self.discardable(op)
+        if extra_attrs:
+            attrs.update(extra_attrs)
+        prefix = self.define(op)
+        line = f'{indent}{prefix}"{name}"({", ".join(operand_names)})'
+        if texts:
+            line += " <{" + ", ".join(texts) + "}>"
+        if op.regions:
+            self.lines.append(line + " (")
+            for i, region in enumerate(op.regions):
+                self.region(region, indent + "  ", last=i == len(op.regions) - 1)
+            line = f"{indent})"
+        if attrs:
+            line += " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
+        line += (f" : ({', '.join(stablehlo_type(t) for t in in_types)}) -> "
+                 f"({', '.join(stablehlo_type(r.type) for r in op.results)})")
+        self.lines.append(line + _location(op))
+
+    def discardable(self, op: Operation) -> dict[str, str]:
+        attrs: dict[str, str] = {}
+        if self.layouts:
+            layouts = [_layout_text(r.type) for r in op.results]
+            if any(layouts):
+                attrs[LAYOUT_ATTR] = "[" + ", ".join(_string(s) for s in layouts) + "]"
+            region_layouts = [[_layout_text(a.type) for a in r.block.args] for r in op.regions if r.blocks]
+            if any(any(r) for r in region_layouts):
+                attrs[REGION_LAYOUT_ATTR] = "[" + ", ".join(
+                    "[" + ", ".join(_string(s) for s in r) + "]" for r in region_layouts) + "]"
+        return attrs
+
+    def region(self, region: Region, indent: str, last: bool, arg_names: list[str] | None = None) -> None:
+        block = region.block
+        self.lines.append(indent[:-2] + "  {")
+        if block.args and arg_names is None:
+            args = []
+            for a in block.args:
+                n = f"%a{self.counter}"
+                self.counter += 1
+                self.names[a] = n
+                args.append(f"{n}: {stablehlo_type(a.type)}")
+            self.lines.append(f"{indent}^bb0({', '.join(args)}):")
+        elif arg_names is not None:
+            for a, n in zip(block.args, arg_names):
+                self.names[a] = n
+        for op in block.ops:
+            self.op(op, indent + "  ")
+        self.lines.append(indent[:-2] + "  }" + ("" if last else ","))
+
+    # -- functions ----------------------------------------------------------
+
+    def function(self, fn: func.FuncOp) -> None:
+        block = fn.body.block
+        arg_attrs = list(fn.arg_attrs.data) if fn.arg_attrs is not None else [None] * len(block.args)
+        res_attrs = list(fn.res_attrs.data) if fn.res_attrs is not None else [None] * len(fn.function_type.outputs)
+        params = []
+        for i, a in enumerate(block.args):
+            n = f"%arg{i}"
+            self.names[a] = n
+            entries = _dict_entries(arg_attrs[i])
+            layout = _layout_text(a.type)
+            if layout and self.layouts:
+                entries["mhlo.layout_mode"] = _string(layout)
+            text = f"{n}: {stablehlo_type(a.type)}"
+            if entries:
+                text += " {" + ", ".join(f"{k} = {v}" for k, v in entries.items()) + "}"
+            params.append(text)
+        results = []
+        for t, d in zip(fn.function_type.outputs, res_attrs):
+            layout = _layout_text(t)
+            entries = _dict_entries(d, keep_layout_mode=not layout)
+            if layout and self.layouts:
+                entries["mhlo.layout_mode"] = _string(layout)
+            text = stablehlo_type(t)
+            if entries:
+                text += " {" + ", ".join(f"{k} = {v}" for k, v in entries.items()) + "}"
+            results.append(text)
+        visibility = "private" if fn.sym_visibility is not None and fn.sym_visibility.data == "private" else "public"
+        self.lines.append(f"  func.func {visibility} @{fn.sym_name.data}({', '.join(params)}) -> ({', '.join(results)}) {{")
+        for op in block.ops:
+            self.op(op, "    ")
+        self.lines.append("  }")
+
+
+def _dict_entries(d, keep_layout_mode: bool = False) -> dict[str, str]:
+    if d is None or not isinstance(d, DictionaryAttr):
+        return {}
+    out = {}
+    for k, v in d.data.items():
+        if k == "mhlo.layout_mode" and not keep_layout_mode:
+            continue  # written from the type's layout
+        if isinstance(v, StringAttr):
+            out[k] = _string(v.data)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Special ops
+# ----------------------------------------------------------------------------
+
+
+@_exporter("func.return")
+def _func_return(p: _Printer, op, indent):
+    names = [p.name(v) for v in op.operands]
+    types = [stablehlo_type(v.type) for v in op.operands]
+    p.lines.append(f'{indent}"func.return"({", ".join(names)}) : ({", ".join(types)}) -> ()')
+
+
+@_exporter("hlo.return")
+def _hlo_return(p: _Printer, op, indent):
+    names = [p.name(v) for v in op.operands]
+    types = [stablehlo_type(v.type) for v in op.operands]
+    p.lines.append(f'{indent}"stablehlo.return"({", ".join(names)}) : ({", ".join(types)}) -> ()')
+
+
+@_exporter("hlo.constant")
+def _constant(p: _Printer, op, indent):
+    literal: DenseLiteralAttr = op.properties["value"]
+    t = literal.data.type
+    attrs = p.discardable(op)
+    prefix = p.define(op)
+    extra = (" {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}") if attrs else ""
+    p.lines.append(
+        f'{indent}{prefix}"stablehlo.constant"() <{{value = {dense_text(literal.array, t)} : {stablehlo_type(t)}}}>'
+        f"{extra} : () -> {stablehlo_type(op.results[0].type)}{_location(op)}"
+    )
+
+
+@_exporter("hlo.call")
+def _call(p: _Printer, op, indent):
+    props = {"callee": op.properties["callee"]}
+    p.generic(op, indent, "func.call", props=props)
+
+
+def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:
+    """Operand names, with XLA's implicit broadcasting made explicit."""
+    out_type = op.results[0].type
+    out_shape = out_type.get_shape()
+    bdims_attr = op.properties.get("broadcast_dimensions")
+    bdims = list(bdims_attr.get_values()) if isinstance(bdims_attr, DenseArrayBase) else []
+    names = []
+    for v in op.operands:
+        t = v.type
+        if not isinstance(t, TensorType) or t.get_shape() == out_shape:
+            names.append(p.name(v))
+            continue
+        shape = t.get_shape()
+        if len(shape) == len(out_shape):
+            dims = list(range(len(shape)))
+        elif not shape:
+            dims = []
+        else:
+            dims = bdims
+        target = TensorType(t.element_type, out_shape)
+        name = f"%b{p.counter}"
+        p.counter += 1
+        p.lines.append(
+            f'{indent}{name} = "stablehlo.broadcast_in_dim"({p.name(v)}) <{{broadcast_dimensions = '
+            f'array<i64{": " if dims else ""}{", ".join(str(d) for d in dims)}>}}> : '
+            f"({stablehlo_type(t)}) -> {stablehlo_type(target)}{_location(op)}"
+        )
+        names.append(name)
+    return names
+
+
+def _broadcasting_exporter(p: _Printer, op, indent):
+    names = _implicit_broadcasts(p, op, indent)
+    props = {k: v for k, v in op.properties.items() if k != "broadcast_dimensions"}
+    out_shape = op.results[0].type.get_shape() if isinstance(op.results[0].type, TensorType) else None
+    types = [TensorType(v.type.element_type, out_shape) if isinstance(v.type, TensorType) and out_shape is not None
+             and (v.type.get_shape() != out_shape and (v.type.get_shape() or op.name not in _SCALAR_OK))
+             else v.type for v in op.operands]
+    p.generic(op, indent, "stablehlo." + op.name[4:], operands=names, props=props, operand_types=types)
+
+
+_SCALAR_OK = {"hlo.select", "hlo.clamp"}  # StableHLO allows a scalar predicate / bounds
+
+
+def register_broadcasting_ops() -> None:
+    """Use implicit-broadcast export for every element-wise op with a broadcast_dimensions property."""
+    from xla_dialect.ops import OPS_BY_NAME
+
+    for name, cls in OPS_BY_NAME.items():
+        if name in EXPORTERS:
+            continue
+        if "broadcast_dimensions" in cls.get_irdl_definition().properties and name != "hlo.broadcast_in_dim":
+            EXPORTERS[name] = _broadcasting_exporter
+
+
+def _select_like(p: _Printer, op, indent):
+    # select/clamp: StableHLO accepts a scalar predicate / scalar bounds as they are.
+    names = [p.name(v) for v in op.operands]
+    p.generic(op, indent, "stablehlo." + op.name[4:], operands=names)
+
+
+@_exporter("hlo.conditional")
+def _conditional(p: _Printer, op, indent):
+    selector, *branch_operands = op.operands
+    is_pred = isinstance(selector.type, TensorType) and isinstance(selector.type.element_type, IntegerType) \
+        and selector.type.element_type.width.data == 1
+    name = "stablehlo.if" if is_pred else "stablehlo.case"
+    regions = list(op.regions)
+    # The importer's form: every branch takes the same empty tuple, made just before.
+    first = branch_operands[0] if branch_operands else None
+    simple = (
+        first is not None
+        and all(v is first for v in branch_operands)
+        and isinstance(first.type, TupleType) and not first.type.types.data
+        and first.owner.name == "hlo.tuple" and first.owner.next_op is op
+        and len(list(first.uses)) == len(branch_operands)
+        and all(not list(r.block.args[0].uses) for r in regions)
+    )
+    attrs = p.discardable(op)
+    attrs.pop(REGION_LAYOUT_ATTR, None)
+    prefix_lines = []
+    arg_names: list[list[str]] = []
+    if simple:
+        for r in regions:
+            arg_names.append(["%unused"])
+    else:
+        tuple_name = f"%t{p.counter}"
+        p.counter += 1
+        names = [p.name(v) for v in branch_operands]
+        types = [stablehlo_type(v.type) for v in branch_operands]
+        prefix_lines.append(
+            f'{indent}{tuple_name} = "stablehlo.tuple"({", ".join(names)}) {{{BRANCH_OPERANDS_ATTR}}} : '
+            f'({", ".join(types)}) -> tuple<{", ".join(types)}>'
+        )
+        tuple_type = f'tuple<{", ".join(types)}>'
+        for b, (r, v) in enumerate(zip(regions, branch_operands)):
+            arg = f"%br{p.counter}"
+            p.counter += 1
+            layout = _layout_text(r.block.args[0].type) if p.layouts else ""
+            extra = f", {LAYOUT_ATTR} = [{_string(layout)}]" if layout else ""
+            arg_names.append([arg, (
+                f'{arg} = "stablehlo.get_tuple_element"({tuple_name}) <{{index = {b} : i32}}> '
+                f"{{{BRANCH_ARGUMENT_ATTR}{extra}}} : ({tuple_type}) -> ({stablehlo_type(v.type)})")])
+    p.lines.extend(prefix_lines)
+    if simple:
+        p.skip.add(first.owner)
+        # The empty tuple was printed already (it precedes the op): drop its line.
+        _drop_last_definition(p, first)
+    prefix = p.define(op)
+    p.lines.append(f'{indent}{prefix}"{name}"({p.name(selector)}) (')
+    for i, r in enumerate(regions):
+        p.lines.append(indent + "  {")
+        if simple:
+            p.names[r.block.args[0]] = "%unused"
+        else:
+            arg, line = arg_names[i]
+            p.names[r.block.args[0]] = arg
+            p.lines.append(indent + "    " + line)
+        for inner in r.block.ops:
+            p.op(inner, indent + "    ")
+        p.lines.append(indent + "  }" + ("" if i == len(regions) - 1 else ","))
+    extra = (" {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}") if attrs else ""
+    p.lines.append(f"{indent}){extra} : ({stablehlo_type(selector.type)}) -> "
+                   f"({', '.join(stablehlo_type(r.type) for r in op.results)}){_location(op)}")
+
+
+def _drop_last_definition(p: _Printer, value: SSAValue) -> None:
+    name = p.names.get(value)
+    if name is None:
+        return
+    for i in range(len(p.lines) - 1, -1, -1):
+        if p.lines[i].lstrip().startswith(f"{name} = "):
+            del p.lines[i]
+            return
+
+
+# ----------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------
+
+
+def export_stablehlo(module: ModuleOp, *, layouts: bool = True) -> str:
+    """StableHLO MLIR text (generic op form) for an hlo ``ModuleOp``.
+
+    With ``layouts=False`` no layout information is written (XLA then picks
+    its default layouts, as for any JAX program).
+    """
+    if not isinstance(module, ModuleOp):
+        raise UnsupportedError(f"export_stablehlo expects an xDSL ModuleOp, got {type(module).__name__}")
+    register_broadcasting_ops()
+    for name in ("hlo.select", "hlo.clamp"):
+        EXPORTERS.setdefault(name, _select_like)
+    p = _Printer(layouts)
+    p.lines.append("module {")
+    for op in module.ops:
+        if isinstance(op, func.FuncOp):
+            p.function(op)
+        else:
+            raise UnsupportedError(f"{op_context(op)}: only func.func ops can be exported at module level")
+    p.lines.append("}")
+    return "\n".join(p.lines) + "\n"

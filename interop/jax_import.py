@@ -1,0 +1,166 @@
+"""Import JAX programs: functions, ``Lowered``, ``Exported``, serialized exports, StableHLO.
+
+:func:`import_jax` accepts every form in which JAX hands out a program and
+returns an hlo ``ModuleOp`` whose ``@main`` takes the flattened arguments (in
+``jax.tree`` order, unused ones included) and returns the flattened outputs
+(in ``jax.tree`` order). The StableHLO is read by
+:mod:`interop.stablehlo_import`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, TensorType
+
+from xla_dialect.errors import UnsupportedError, XlaError
+from xla_dialect.types import element_type_from_dtype
+
+from .stablehlo_import import import_mlir_module, import_stablehlo
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+__all__ = ["import_jax"]
+
+_BYTECODE_MAGIC = b"ML\xefR"
+
+
+def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
+    """Import a JAX program into the hlo dialect.
+
+    ``obj`` is one of:
+
+    * a Python function, jitted or not: traced with ``example_args`` /
+      ``example_kwargs`` (arrays, scalars or ``jax.ShapeDtypeStruct``);
+    * a ``jax.stages.Lowered`` (``jax.jit(f).lower(...)``) or ``jax.stages.Traced``;
+    * a ``jax.export.Exported``, or the bytes of ``Exported.serialize()``;
+    * a StableHLO portable artifact (``Exported.mlir_module_serialized``), MLIR
+      bytecode, or StableHLO MLIR text (pretty or generic form);
+    * a jaxlib ``ir.Module``.
+
+    Example arguments are only allowed with a function.
+    """
+    import jax
+
+    if (example_args or example_kwargs) and not callable(obj):
+        raise XlaError(f"import_jax: example arguments are only used to trace a function, not a {type(obj).__name__}")
+    if isinstance(obj, str):
+        return import_stablehlo(obj)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return _from_bytes(bytes(obj))
+    if isinstance(obj, jax.export.Exported):
+        return _from_exported(obj)
+    if isinstance(obj, jax.stages.Lowered):
+        return _from_lowered(obj)
+    if isinstance(obj, jax.stages.Traced):
+        return _from_lowered(obj.lower())
+    from jaxlib.mlir import ir
+
+    if isinstance(obj, ir.Module):
+        return import_mlir_module(obj)
+    if callable(obj):
+        return _from_function(obj, example_args, example_kwargs)
+    raise XlaError(
+        f"import_jax: cannot import a {type(obj).__name__}; expected a function, jax.stages.Lowered, "
+        "jax.export.Exported, serialized export bytes, a StableHLO artifact or StableHLO text"
+    )
+
+
+def _from_function(fn, args, kwargs) -> ModuleOp:
+    import jax
+
+    if hasattr(fn, "lower") and hasattr(fn, "trace"):
+        lowered = fn.lower(*args, **kwargs)  # already jitted: keep its options
+    else:
+        try:
+            lowered = jax.jit(fn, keep_unused=True).lower(*args, **kwargs)
+        except TypeError as e:
+            raise XlaError(f"import_jax: tracing {getattr(fn, '__name__', fn)!r} failed: {e}") from None
+    return _from_lowered(lowered)
+
+
+def _from_lowered(lowered) -> ModuleOp:
+    import jax
+
+    module = import_mlir_module(lowered.compiler_ir("stablehlo"))
+    kept = None
+    try:
+        kept = lowered._lowering.compile_args.get("kept_var_idx")  # jit drops unused arguments
+    except AttributeError:
+        pass
+    in_avals = jax.tree.leaves(lowered.in_avals)
+    return _restore_unused_arguments(module, kept, in_avals)
+
+
+def _from_exported(exported) -> ModuleOp:
+    if len(exported.platforms) > 1:
+        raise UnsupportedError(
+            f"an export for several platforms {exported.platforms} takes a platform index; export for 'cpu' only"
+        )
+    module = import_stablehlo(exported.mlir_module_serialized)
+    return _restore_unused_arguments(module, exported.module_kept_var_idx, list(exported.in_avals))
+
+
+def _from_bytes(data: bytes) -> ModuleOp:
+    if data.startswith(_BYTECODE_MAGIC):
+        return import_stablehlo(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and ("func.func" in text or "module" in text):
+        return import_stablehlo(text)
+    import jax
+
+    try:
+        exported = jax.export.deserialize(bytearray(data))
+    except ImportError as e:
+        raise UnsupportedError(f"reading serialized jax.export bytes needs the 'flatbuffers' package: {e}") from None
+    except Exception as e:
+        raise XlaError(
+            f"import_jax: bytes are neither a serialized jax.export.Exported, a StableHLO artifact nor MLIR text: {e}"
+        ) from None
+    return _from_exported(exported)
+
+
+def _aval_type(aval):
+    element = element_type_from_dtype(aval.dtype)
+    try:
+        shape = [int(d) for d in aval.shape]
+    except TypeError:
+        raise UnsupportedError(f"argument of symbolic shape {aval.str_short()} is not supported yet") from None
+    return TensorType(element.mlir, shape)
+
+
+def _restore_unused_arguments(module: ModuleOp, kept, in_avals) -> ModuleOp:
+    """Give ``@main`` back the arguments JAX dropped because they are unused.
+
+    JAX compiles only the arguments a function uses (``kept_var_idx``); the
+    imported program takes all flattened arguments, so that it is called like
+    the JAX function.
+    """
+    if kept is None:
+        return module
+    kept = sorted(kept)
+    if len(kept) == len(in_avals):
+        return module
+    main = next((op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main"), None)
+    if main is None or len(main.body.block.args) != len(kept):
+        return module  # extra token/platform arguments: leave the signature alone
+    block = main.body.block
+    old_attrs = list(main.arg_attrs.data) if main.arg_attrs is not None else None
+    new_attrs = []
+    position = {k: i for i, k in enumerate(kept)}
+    for index, aval in enumerate(in_avals):
+        if index in position:
+            if old_attrs is not None:
+                new_attrs.append(old_attrs[position[index]])
+            continue
+        block.insert_arg(_aval_type(aval), index)
+        new_attrs.append(DictionaryAttr({}))
+    inputs = [a.type for a in block.args]
+    main.function_type = FunctionType.from_lists(inputs, list(main.function_type.outputs))
+    if old_attrs is not None:
+        main.arg_attrs = ArrayAttr(new_attrs)
+    return module

@@ -1,0 +1,976 @@
+"""Import StableHLO (text, bytecode, portable artifacts) into the hlo dialect.
+
+StableHLO is read with jaxlib's own MLIR Python bindings (``jaxlib.mlir``):
+``ir.Module.parse`` or ``stablehlo.deserialize_portable_artifact`` builds the
+MLIR module, and :class:`Importer` walks it op by op, building hlo ops. Reading
+through jaxlib rather than xDSL's parser is about 15x faster and understands
+JAX's pretty syntax (``stablehlo.reduce(...) applies stablehlo.add``).
+
+Conversion is table-driven:
+
+* :data:`CONVERTERS` maps an op name (``stablehlo.constant``, ``func.call``, ...)
+  to a converter for the ops that are not 1:1; every other ``stablehlo.<name>``
+  becomes ``hlo.<name>`` (looked up in :data:`xla_dialect.ops.OPS_BY_NAME` at
+  import time, so op families added later are picked up) with its attributes
+  converted generically: ``array<i64>`` stays ``array<i64>``, enums
+  (``#stablehlo<comparison_direction LT>``) become strings, dimension-number
+  structs (``#stablehlo.dot<...>``, ``#stablehlo.gather<...>``,
+  ``#stablehlo.scatter<...>``, ``#stablehlo.conv<...>``) become one property per
+  field, 2-D dense integer attributes (``padding``) become flat ``array<i64>``.
+* Types are converted once per distinct MLIR type (cache keyed by the uniqued
+  ``ir.Type``); attributes once per distinct ``ir.Attribute``.
+* Each op gets its source location as a ``loc`` string attribute
+  (``file.py:12``), which :func:`xla_dialect.errors.op_context` puts in messages.
+
+Anything without a counterpart raises :class:`~xla_dialect.errors.UnsupportedError`
+naming the op and its location. The importer does not run the hlo verifier by
+default: the input was verified by MLIR when it was parsed, and
+``lowering.compile`` verifies the hlo module; pass ``verify=True`` to check now.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BoolAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    FunctionType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    TupleType,
+    UnitAttr,
+    f32,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError, op_context
+from xla_dialect.layout import LayoutAttr, parse_layout
+from xla_dialect.literal import DenseLiteralAttr
+from xla_dialect.ops import OPS_BY_NAME
+from xla_dialect.ops.base import i64_array
+from xla_dialect.types import ELEMENT_TYPES, ElementType, TokenType
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+__all__ = [
+    "CONVERTERS",
+    "Importer",
+    "import_mlir_module",
+    "import_stablehlo",
+    "mlir_context",
+    "parse_stablehlo",
+    "register_converter",
+]
+
+# ----------------------------------------------------------------------------
+# jaxlib MLIR access
+# ----------------------------------------------------------------------------
+
+_CONTEXT = None
+
+
+def _ir():
+    from jaxlib.mlir import ir
+
+    return ir
+
+
+def mlir_context():
+    """The jaxlib MLIR context used to parse StableHLO (created once).
+
+    It has every dialect JAX emits registered (stablehlo, chlo, func, sdy, ...)
+    and allows unregistered dialects so that test-harness ops such as
+    ``check.expect_eq`` in the generic form parse (converters may handle them).
+    """
+    global _CONTEXT
+    if _CONTEXT is None:
+        from jax._src.interpreters import mlir as jax_mlir
+
+        _CONTEXT = jax_mlir.make_ir_context()
+        _CONTEXT.allow_unregistered_dialects = True
+    return _CONTEXT
+
+
+_BYTECODE_MAGIC = b"ML\xefR"
+
+
+def parse_stablehlo(source):
+    """Parse StableHLO into a jaxlib ``ir.Module``.
+
+    ``source`` is MLIR text (pretty or generic form, ``str`` or UTF-8 ``bytes``),
+    MLIR bytecode, or a StableHLO portable artifact (versioned VHLO bytecode,
+    as in ``Exported.mlir_module_serialized``). Raises
+    :class:`~xla_dialect.errors.MlirParseError` with MLIR's diagnostic.
+    """
+    ir = _ir()
+    ctx = mlir_context()
+    if isinstance(source, ir.Module):
+        return source
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        if data.startswith(_BYTECODE_MAGIC):
+            from jaxlib.mlir.dialects import stablehlo
+
+            try:
+                with ctx:
+                    return stablehlo.deserialize_portable_artifact(ctx, data)
+            except Exception:  # plain MLIR bytecode rather than a VHLO artifact
+                pass
+            try:
+                with ctx, ir.Location.unknown():
+                    return ir.Module.parse(data)
+            except Exception as e:
+                raise MlirParseError(f"cannot read the MLIR bytecode / StableHLO portable artifact: {e}") from None
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MlirParseError("bytes are neither MLIR bytecode (magic 'ML\\xefR') nor UTF-8 MLIR text") from None
+    if not isinstance(source, str):
+        raise MlirParseError(f"expected StableHLO text or bytes, got {type(source).__name__}")
+    try:
+        with ctx, ir.Location.unknown():
+            return ir.Module.parse(source)
+    except Exception as e:
+        raise MlirParseError(f"cannot parse the StableHLO text: {e}") from None
+
+
+# ----------------------------------------------------------------------------
+# Types
+# ----------------------------------------------------------------------------
+
+ELEMENT_BY_MLIR: dict[str, ElementType] = {str(e.mlir): e for e in ELEMENT_TYPES.values()}
+"""MLIR spelling of an element type (``f8E4M3FN``, ``ui4``, ``complex<f32>``) -> :class:`ElementType`."""
+
+_DYNAMIC = -(2**63)
+
+
+def convert_element_type(text: str, what: str = "element type") -> ElementType:
+    """The :class:`ElementType` of an MLIR element-type spelling."""
+    e = ELEMENT_BY_MLIR.get(text)
+    if e is None:
+        if text.startswith("!quant."):
+            raise UnsupportedError(f"quantized {what} {text} is not supported yet")
+        raise UnsupportedError(f"{what} {text} has no XLA equivalent")
+    return e
+
+
+def convert_type(t, cache: dict | None = None) -> Attribute:
+    """An xDSL type for a jaxlib ``ir.Type`` (tensor, tuple, token)."""
+    if cache is not None:
+        hit = cache.get(t)
+        if hit is not None:
+            return hit
+    ir = _ir()
+    if isinstance(t, ir.RankedTensorType):
+        shape = list(t.shape)
+        if _DYNAMIC in shape:
+            raise UnsupportedError(f"dynamic shape {t} is not supported yet (export with static shapes)")
+        if t.encoding is not None:
+            raise UnsupportedError(f"tensor encoding in {t} (bounded dynamic shapes) is not supported yet")
+        result: Attribute = TensorType(convert_element_type(str(t.element_type)).mlir, shape)
+    elif isinstance(t, ir.TupleType):
+        result = TupleType([convert_type(t.get_type(i), cache) for i in range(t.num_types)])
+    else:
+        text = str(t)
+        if text == "!stablehlo.token":
+            result = TokenType()
+        elif isinstance(t, ir.UnrankedTensorType):
+            raise UnsupportedError(f"unranked tensor type {text} is not supported")
+        elif text.startswith("tensor<"):
+            raise UnsupportedError(f"type {text} is not supported")
+        else:
+            raise UnsupportedError(f"type {text} is not an XLA shape (tensor, tuple or token)")
+    if cache is not None:
+        cache[t] = result
+    return result
+
+
+# ----------------------------------------------------------------------------
+# Dense literals
+# ----------------------------------------------------------------------------
+
+_NATIVE_DTYPES = frozenset(
+    np.dtype(d) for d in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                          np.uint64, np.float16, np.float32, np.float64)
+)
+_DENSE_TOKEN = re.compile(r"true|false|[-+]?0x[0-9a-fA-F]+|[-+]?(?:inf|nan|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
+
+
+def dense_array(attr, text: str | None, type_: TensorType) -> np.ndarray:
+    """The NumPy array held by a ``dense<...>`` attribute of tensor type ``type_``.
+
+    jaxlib's buffer protocol handles booleans, 8- to 64-bit integers and f16/32/64
+    (``attr`` given); every other element type (bf16, f8, f4, i2/i4/u2/u4,
+    complex, for which jaxlib cannot even hand out the attribute object) is
+    read from the attribute's text ``text``: a hex blob of the raw storage
+    (one byte per element below 8 bits), a splat, or nested lists where
+    non-finite floats are written as hex bit patterns.
+    """
+    element = ELEMENT_BY_MLIR[str(type_.element_type)]
+    shape = tuple(type_.get_shape())
+    if attr is not None and element.dtype in _NATIVE_DTYPES:
+        arr = np.array(attr)
+        if arr.dtype != element.dtype:
+            arr = arr.astype(element.dtype)
+        return arr.reshape(shape)
+    if text is None:
+        text = str(attr)
+    return parse_dense_text(text, element, shape)
+
+
+def parse_dense_text(text: str, element: ElementType, shape: tuple[int, ...]) -> np.ndarray:
+    """Parse ``dense<BODY> : type`` (or just BODY) into an array of ``element`` and ``shape``."""
+    body = text.strip()
+    if body.startswith("dense<"):
+        body = body[len("dense<"):body.rfind("> : ")]
+    body = body.strip()
+    dtype = element.dtype
+    count = int(np.prod(shape)) if shape else 1
+    if body.startswith('"'):
+        data = bytes.fromhex(body.strip('"')[2:])
+        if len(data) == dtype.itemsize:
+            return np.broadcast_to(np.frombuffer(data, dtype=dtype).reshape(()), shape).copy()
+        if len(data) != count * dtype.itemsize:
+            raise UnsupportedError(f"dense hex data has {len(data)} bytes; expected {count * dtype.itemsize}")
+        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    tokens = _DENSE_TOKEN.findall(body)
+    if element.kind == "complex":
+        part = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+        flat = _tokens_to_array(tokens, part, "float").view(dtype)
+    else:
+        flat = _tokens_to_array(tokens, dtype, element.kind)
+    if flat.size == 1:
+        return np.broadcast_to(flat.reshape(()), shape).copy()
+    if flat.size != count:
+        raise UnsupportedError(f"dense literal has {flat.size} elements; its type needs {count}")
+    return flat.reshape(shape)
+
+
+def _tokens_to_array(tokens: list[str], dtype: np.dtype, kind: str) -> np.ndarray:
+    if kind == "pred":
+        return np.array([t == "true" or (t not in ("false",) and int(t, 0) != 0) for t in tokens], dtype=np.bool_)
+    if kind in ("sint", "uint"):
+        wide = np.array([int(t, 0) for t in tokens], dtype=object)
+        return wide.astype(np.int64 if kind == "sint" else np.uint64).astype(dtype)
+    if any(t.lstrip("+-").startswith("0x") for t in tokens):
+        # Floats written as bit patterns (NaN payloads, infinities) mixed with decimals.
+        bits_dtype = np.dtype(f"u{dtype.itemsize}")
+        out = np.empty(len(tokens), dtype=dtype)
+        for i, t in enumerate(tokens):
+            if t.lstrip("+-").startswith("0x"):
+                out[i] = np.array(int(t, 16), dtype=bits_dtype).view(dtype)
+            else:
+                out[i] = np.float64(t).astype(dtype)
+        return out
+    return np.array([float(t) for t in tokens], dtype=np.float64).astype(dtype)
+
+
+# ----------------------------------------------------------------------------
+# Attributes
+# ----------------------------------------------------------------------------
+
+STRUCT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "dot": (("lhs_batching_dimensions", "array"), ("rhs_batching_dimensions", "array"),
+            ("lhs_contracting_dimensions", "array"), ("rhs_contracting_dimensions", "array")),
+    "gather": (("offset_dims", "array"), ("collapsed_slice_dims", "array"), ("operand_batching_dims", "array"),
+               ("start_indices_batching_dims", "array"), ("start_index_map", "array"), ("index_vector_dim", "int")),
+    "scatter": (("update_window_dims", "array"), ("inserted_window_dims", "array"), ("input_batching_dims", "array"),
+                ("scatter_indices_batching_dims", "array"), ("scatter_dims_to_operand_dims", "array"),
+                ("index_vector_dim", "int")),
+    "conv": (("input_batch_dimension", "int"), ("input_feature_dimension", "int"),
+             ("input_spatial_dimensions", "array"), ("kernel_input_feature_dimension", "int"),
+             ("kernel_output_feature_dimension", "int"), ("kernel_spatial_dimensions", "array"),
+             ("output_batch_dimension", "int"), ("output_feature_dimension", "int"),
+             ("output_spatial_dimensions", "array")),
+}
+"""StableHLO dimension-number structs (``#stablehlo.<name><...>``) -> their fields, in
+StableHLO order. The importer turns each field into an op property of the same name."""
+
+STRUCT_ATTRIBUTE_OF_OP: dict[str, tuple[str, str]] = {
+    "stablehlo.dot_general": ("dot_dimension_numbers", "dot"),
+    "stablehlo.gather": ("dimension_numbers", "gather"),
+    "stablehlo.dynamic_gather": ("dimension_numbers", "gather"),
+    "stablehlo.scatter": ("scatter_dimension_numbers", "scatter"),
+    "stablehlo.convolution": ("dimension_numbers", "conv"),
+    "stablehlo.dynamic_conv": ("dimension_numbers", "conv"),
+}
+"""StableHLO op -> (name of its dimension-numbers attribute, struct kind)."""
+
+_PY_FIELD_NAMES = {"scatter_dims_to_operand_dims": "scattered_dims_to_operand_dims"}  # jaxlib's Python spelling
+
+ENUM_ATTRIBUTES: dict[str, str] = {
+    "comparison_direction": "comparison_direction",
+    "compare_type": "comparison_type",
+    "precision_config": "precision",
+    "rng_algorithm": "rng_algorithm",
+    "rng_distribution": "rng_distribution",
+    "fft_type": "fft_type",
+    "transpose_a": "transpose",
+}
+"""Attribute name -> StableHLO enum mnemonic (``#stablehlo<comparison_direction EQ>``);
+the hlo dialect stores the enum value as a string (an array of strings for precision_config)."""
+
+IGNORED_ATTRIBUTES = frozenset({
+    "precision_config", "algorithm", "mhlo.sharding", "mhlo.frontend_attributes", "sdy.sharding",
+    "sdy.sharding_rule", "mhlo.original_value", "result_accuracy", "indices_are_sorted", "unique_indices",
+    "xla_shape", "mhlo.layout_mode", "jax.result_info", "mhlo.is_same_data_across_replicas",
+})
+"""Attributes dropped when the hlo op has no property of that name: hints and
+metadata that do not change results on a CPU (precision, sharding, sortedness
+promises, the default result accuracy), as XLA's CPU backend treats them."""
+
+_ENUM_TEXT = re.compile(r"#stablehlo<([a-z_]+) ([A-Za-z0-9_]+)>")
+
+
+def _struct_kind(attr):
+    """(kind, typed attribute) for a dimension-numbers struct attribute, else (None, None)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    for kind, cls in (("dot", stablehlo.DotDimensionNumbers), ("gather", stablehlo.GatherDimensionNumbers),
+                      ("scatter", stablehlo.ScatterDimensionNumbers), ("conv", stablehlo.ConvDimensionNumbers)):
+        if cls.isinstance(attr):
+            return kind, cls(attr)
+    return None, None
+
+
+def convert_attribute(attr) -> Any:
+    """Convert one jaxlib attribute to xDSL.
+
+    Returns an xDSL attribute, or a ``dict`` of field name -> attribute for a
+    dimension-numbers struct (which becomes several properties).
+    """
+    ir = _ir()
+    if isinstance(attr, ir.DenseI64ArrayAttr):
+        return i64_array(list(attr))
+    if isinstance(attr, ir.BoolAttr):
+        return BoolAttr(bool(attr.value), IntegerType(1))
+    if isinstance(attr, ir.IntegerAttr):
+        return IntegerAttr(attr.value, 64)
+    if isinstance(attr, ir.StringAttr):
+        return StringAttr(attr.value)
+    if isinstance(attr, ir.FlatSymbolRefAttr):
+        return SymbolRefAttr(attr.value)
+    if isinstance(attr, ir.FloatAttr):
+        return FloatAttr(attr.value, f64 if str(attr.type) == "f64" else f32)
+    if isinstance(attr, ir.DenseBoolArrayAttr):
+        return DenseArrayBase.from_list(IntegerType(1), [int(bool(v)) for v in attr])
+    if isinstance(attr, ir.DenseI32ArrayAttr):
+        return i64_array(list(attr))
+    if isinstance(attr, ir.UnitAttr):
+        return UnitAttr()
+    if isinstance(attr, ir.DenseIntElementsAttr):
+        # 1-D and 2-D integer attributes (old-style dimension lists, padding
+        # pairs) become a flat array<i64>, row-major.
+        return i64_array(np.array(attr).reshape(-1).tolist())
+    if isinstance(attr, ir.ArrayAttr):
+        return ArrayAttr([convert_attribute(a) for a in attr])
+    if isinstance(attr, ir.DictAttr):
+        return DictionaryAttr({attr[i].name: convert_attribute(attr[i].attr) for i in range(len(attr))})
+    if isinstance(attr, ir.TypeAttr):
+        return convert_type(attr.value)
+    kind, typed = _struct_kind(attr)
+    if kind is not None:
+        fields = {}
+        for name, field_kind in STRUCT_FIELDS[kind]:
+            value = getattr(typed, _PY_FIELD_NAMES.get(name, name))
+            fields[name] = IntegerAttr(int(value), 64) if field_kind == "int" else i64_array(list(value))
+        return fields
+    text = str(attr)
+    m = _ENUM_TEXT.fullmatch(text)
+    if m:
+        return StringAttr(m.group(2))
+    raise UnsupportedError(f"attribute {text} is not supported")
+
+
+# ----------------------------------------------------------------------------
+# Locations
+# ----------------------------------------------------------------------------
+
+
+_OWN_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
+    for d in ("interop", "lowering", "xla_dialect")
+)
+
+
+def location_text(loc) -> str | None:
+    """``file.py:12`` for the innermost file location of ``loc`` (None if it has none).
+
+    JAX writes ``loc("jit(f)/sin"(callsite("f"("a.py":5:12) at ...)))``: names
+    wrap call sites whose callee is the frame that created the op.
+    """
+    ir = _ir()
+    for _ in range(64):  # nesting depth guard
+        if isinstance(loc, ir.FileLineColLoc):
+            if loc.filename == "-":
+                return None  # the parser's position in the input text, not a source location
+            return f"{loc.filename}:{loc.start_line}"
+        if isinstance(loc, ir.NameLoc):
+            loc = loc.child_loc
+        elif isinstance(loc, ir.CallSiteLoc):
+            inner = location_text(loc.callee)
+            if inner is None or inner.startswith(_OWN_DIRS):
+                # Frames of this toolkit (import_jax tracing the function) are not the user's.
+                outer = location_text(loc.caller)
+                return outer if outer is not None else inner
+            return inner
+        elif isinstance(loc, ir.FusedLoc):
+            for sub in loc.locations:
+                text = location_text(sub)
+                if text is not None:
+                    return text
+            return None
+        else:
+            return None
+    return None
+
+
+# ----------------------------------------------------------------------------
+# The importer
+# ----------------------------------------------------------------------------
+
+Converter = Callable[["Importer", Any], "list[SSAValue] | None"]
+
+CONVERTERS: dict[str, Converter] = {}
+"""Op name -> converter ``fn(importer, op)`` for ops that are not a 1:1 rename.
+
+A converter appends hlo ops through :meth:`Importer.emit` and returns the
+values that replace the op's results (or None when it has none)."""
+
+
+def register_converter(name: str):
+    """Decorator registering a converter for the MLIR op ``name`` (replaces any previous one)."""
+
+    def deco(fn: Converter) -> Converter:
+        CONVERTERS[name] = fn
+        return fn
+
+    return deco
+
+
+class Importer:
+    """Walks a jaxlib ``ir.Module`` and builds the equivalent hlo ``ModuleOp``."""
+
+    def __init__(self):
+        self.types: dict = {}  # ir.Type -> xDSL type
+        self.values: dict = {}  # ir.Value -> SSAValue
+        self.attrs: dict = {}  # ir.Attribute -> converted
+        self.locs: dict = {}  # location attribute -> "file:line" | None
+        self.op_defs: dict = {}  # hlo op class -> property names
+        self.branch_operands: dict = {}  # marker tuple ir.Value -> hlo.conditional branch operands
+        self.ops_by_name = OPS_BY_NAME
+        self._ops: list[Operation] = []  # ops of the block being built
+        self._current = None  # the MLIR op being converted (for messages)
+        self._ir = _ir()
+
+    # -- entry ----------------------------------------------------------------
+
+    def import_module(self, module) -> ModuleOp:
+        """Convert a jaxlib ``ir.Module`` (every ``func.func`` of its body)."""
+        ops: list[Operation] = []
+        with module.context:
+            for op in module.body.operations:
+                name = op.operation.name
+                if name == "func.func":
+                    ops.append(self.function(op))
+                elif name in ("sdy.mesh",):
+                    continue  # sharding metadata: one device here
+                else:
+                    raise UnsupportedError(f"{self._where_op(op)}: module-level op {name} is not supported")
+        return ModuleOp(ops)
+
+    # -- services for converters ------------------------------------------------
+
+    def type(self, t) -> Attribute:
+        """The xDSL type of a jaxlib type (cached)."""
+        hit = self.types.get(t)
+        if hit is None:
+            hit = convert_type(t, self.types)
+        return hit
+
+    def value(self, v) -> SSAValue:
+        """The hlo value standing for a jaxlib value."""
+        try:
+            return self.values[v]
+        except KeyError:
+            raise UnsupportedError(f"{self._where()}: operand {v.get_name()} is not defined before its use") from None
+
+    def operands(self, op) -> list[SSAValue]:
+        values = self.values
+        try:
+            return [values[v] for v in op.operands]
+        except KeyError:
+            return [self.value(v) for v in op.operands]
+
+    def result_types(self, op) -> list[Attribute]:
+        types = self.types
+        out = []
+        for r in op.results:
+            t = r.type
+            x = types.get(t)
+            out.append(x if x is not None else self.type(t))
+        return out
+
+    def location(self, op) -> str | None:
+        loc = op.location
+        key = loc.attr
+        try:
+            return self.locs[key]
+        except KeyError:
+            text = self.locs[key] = location_text(loc)
+            return text
+
+    def attribute(self, attr) -> Any:
+        """Converted jaxlib attribute (cached; see :func:`convert_attribute`)."""
+        try:
+            return self.attrs[attr]
+        except KeyError:
+            try:
+                value = convert_attribute(attr)
+            except UnsupportedError as e:
+                raise UnsupportedError(f"{self._where()}: {e}") from None
+            self.attrs[attr] = value
+            return value
+
+    def properties(self, op, cls, renames: dict[str, str] | None = None) -> dict[str, Attribute]:
+        """Properties of hlo op ``cls`` from the attributes of MLIR op ``op``.
+
+        Attribute names map to property names (through ``renames``), structs
+        expand to one property per field; an attribute the hlo op lacks is
+        dropped if it is in :data:`IGNORED_ATTRIBUTES`, else it is an error.
+        """
+        allowed = self.op_defs.get(cls)
+        if allowed is None:
+            allowed = self.op_defs[cls] = frozenset(cls.get_irdl_definition().properties)
+        props: dict[str, Attribute] = {}
+        attrs = op.attributes
+        for i in range(len(attrs)):
+            named = attrs[i]
+            name = named.name
+            if renames and name in renames:
+                name = renames[name]
+                if name is None:
+                    continue
+            if name not in allowed and (name in IGNORED_ATTRIBUTES or name.startswith("hlo.")):
+                continue  # hlo.* are the exporter's discardable attributes, read by emit()/regions()
+            try:
+                raw = attrs[named.name]  # by key: NamedAttribute.attr aborts on complex dense attributes
+            except TypeError:
+                raise UnsupportedError(f"{self._where()}: attribute {name} = {str(named)[:80]} is not supported") from None
+            value = self.attribute(raw)
+            if isinstance(value, dict):
+                for field, v in value.items():
+                    if field in allowed:
+                        props[field] = v
+                    elif not _is_empty(v):
+                        raise UnsupportedError(
+                            f"{self._where()}: {cls.name} has no property {field!r} for {name}.{field} = {_show(v)}"
+                        )
+                continue
+            if name not in allowed:
+                if name.startswith("mhlo.") or name.startswith("sdy.") or name.startswith("jax."):
+                    continue  # compiler metadata, no effect on results
+                raise UnsupportedError(
+                    f"{self._where()}: attribute {name} = {str(raw)[:80]} has no counterpart in {cls.name}"
+                )
+            props[name] = value
+        return props
+
+    def emit(self, cls, operands, properties=None, regions=(), result_types=None, op=None) -> list[SSAValue]:
+        """Append hlo op ``cls`` to the block being built; return its results.
+
+        ``op`` (the MLIR op being converted, default: the current one) gives
+        the location; ``result_types`` default to its converted result types.
+        """
+        src = op if op is not None else self._current
+        if result_types is None:
+            result_types = self.result_types(src)
+        if src is not None and RESULT_LAYOUTS in src.attributes:
+            result_types = _with_layouts(result_types, src.attributes[RESULT_LAYOUTS])
+        loc = self.location(src) if src is not None else None
+        new = cls.create(operands=operands, result_types=result_types, properties=properties or {},
+                         regions=list(regions), attributes={"loc": StringAttr(loc)} if loc else {})
+        self._ops.append(new)
+        return new.results
+
+    def region(self, region, arg_layouts=None) -> Region:
+        """Convert a single-block MLIR region (block arguments + ops).
+
+        ``arg_layouts``: an ``ir.ArrayAttr`` of layout strings for the block arguments.
+        """
+        blocks = list(region.blocks)
+        if len(blocks) != 1:
+            raise UnsupportedError(f"{self._where()}: regions with {len(blocks)} blocks are not supported")
+        arg_types = None
+        if arg_layouts is not None:
+            arg_types = _with_layouts([self.type(a.type) for a in blocks[0].arguments], arg_layouts)
+        return Region(self.block(blocks[0], arg_types))
+
+    def regions(self, op) -> list[Region]:
+        """Convert every region of ``op`` (with the exporter's region argument layouts, if any)."""
+        count = len(op.regions)
+        if not count:
+            return []
+        layouts = op.attributes[REGION_ARG_LAYOUTS] if REGION_ARG_LAYOUTS in op.attributes else None
+        current = self._current
+        out = [self.region(r, layouts[i] if layouts is not None else None) for i, r in enumerate(op.regions)]
+        self._current = current
+        return out
+
+    def block(self, ir_block, arg_types: list[Attribute] | None = None, first_op_is_argument: bool = False) -> Block:
+        """Convert a block: its arguments and every op, in order.
+
+        With ``first_op_is_argument`` the block's first op is not converted:
+        its result becomes the (single) block argument instead.
+        """
+        if arg_types is None:
+            arg_types = [self.type(a.type) for a in ir_block.arguments]
+        block = Block(arg_types=arg_types)
+        values = self.values
+        ops = iter(ir_block.operations)
+        if first_op_is_argument:
+            values[next(ops).operation.results[0]] = block.args[0]
+        else:
+            for a, b in zip(ir_block.arguments, block.args):
+                values[a] = b
+        saved, self._ops = self._ops, []
+        saved_current = self._current
+        try:
+            for op in ops:
+                self.convert_op(op)
+            block.add_ops(self._ops)
+        finally:
+            self._ops = saved
+            self._current = saved_current
+        return block
+
+    def convert_op(self, op) -> None:
+        """Convert one MLIR op (appending hlo ops) and map its results."""
+        op = op.operation
+        self._current = op
+        name = op.name
+        conv = CONVERTERS.get(name)
+        if conv is not None:
+            results = conv(self, op)
+        elif name.startswith("stablehlo."):
+            cls = self.ops_by_name.get("hlo." + name[10:])
+            if cls is None:
+                raise UnsupportedError(f"{self._where()}: {name} has no hlo counterpart yet")
+            results = generic_converter(self, op, cls)
+        else:
+            raise UnsupportedError(f"{self._where()}: {name} is not supported")
+        if results is not None:
+            values = self.values
+            for r, v in zip(op.results, results):
+                values[r] = v
+
+    # -- functions ------------------------------------------------------------
+
+    def function(self, fop) -> func.FuncOp:
+        """Convert a ``func.func``; ``mhlo.layout_mode`` argument attributes become layouts."""
+        attrs = fop.attributes
+        name = attrs["sym_name"].value
+        ftype = attrs["function_type"].value
+        arg_attrs = _dict_list(attrs, "arg_attrs")
+        res_attrs = _dict_list(attrs, "res_attrs")
+        self._current = fop.operation
+        inputs = [self.type(t) for t in ftype.inputs]
+        outputs = [self.type(t) for t in ftype.results]
+        for i, d in enumerate(arg_attrs or ()):
+            mode = d.get("mhlo.layout_mode")
+            if mode is not None and isinstance(inputs[i], TensorType):
+                layout = _layout_of_mode(mode, inputs[i])
+                if layout is not None:
+                    inputs[i] = TensorType(inputs[i].element_type, inputs[i].get_shape(), LayoutAttr(layout))
+        blocks = list(fop.regions[0].blocks)
+        if len(blocks) != 1:
+            raise UnsupportedError(f"{self._where()}: func.func @{name} has {len(blocks)} blocks; one is supported")
+        block = self.block(blocks[0], inputs)
+        term = block.last_op
+        if isinstance(term, func.ReturnOp):
+            # Result types are those of the returned values (which may carry layouts).
+            outputs = [v.type for v in term.operands]
+        for d in arg_attrs or ():
+            d.pop("mhlo.layout_mode", None)  # now in the argument types
+        for d, t in zip(res_attrs or (), outputs):
+            mode = d.get("mhlo.layout_mode")
+            if mode is not None and isinstance(t, TensorType) and isinstance(t.encoding, LayoutAttr) \
+                    and t.encoding.data.to_text() == mode:
+                del d["mhlo.layout_mode"]
+        visibility = attrs["sym_visibility"].value if "sym_visibility" in attrs else None
+        if visibility == "public":
+            visibility = None
+        return func.FuncOp(
+            name, FunctionType.from_lists(inputs, outputs), Region(block), visibility,
+            arg_attrs=_kept_dicts(arg_attrs), res_attrs=_kept_dicts(res_attrs),
+        )
+
+    # -- messages -------------------------------------------------------------
+
+    def _where(self) -> str:
+        return self._where_op(self._current) if self._current is not None else "import"
+
+    def _where_op(self, op) -> str:
+        op = getattr(op, "operation", op)
+        try:
+            loc = location_text(op.location)
+        except Exception:
+            loc = None
+        return f"{op.name} at {loc}" if loc else op.name
+
+
+RESULT_LAYOUTS = "hlo.result_layouts"
+REGION_ARG_LAYOUTS = "hlo.region_arg_layouts"
+BRANCH_OPERANDS = "hlo.branch_operands"
+BRANCH_ARGUMENT = "hlo.branch_argument"
+"""Discardable attributes written by :mod:`interop.export` for what StableHLO cannot say."""
+
+
+def _with_layouts(types: list[Attribute], layouts) -> list[Attribute]:
+    """``types`` with the layouts of an ``ir.ArrayAttr`` of layout strings (``""``: none)."""
+    out = []
+    for t, text in zip(types, layouts):
+        text = text.value
+        if text and isinstance(t, TensorType):
+            t = TensorType(t.element_type, t.get_shape(), LayoutAttr(parse_layout(text)))
+        out.append(t)
+    return out
+
+
+def _is_empty(v) -> bool:
+    return isinstance(v, DenseArrayBase) and len(v) == 0
+
+
+def _show(v) -> str:
+    if isinstance(v, DenseArrayBase):
+        return str(list(v.get_values()))
+    if isinstance(v, IntegerAttr):
+        return str(v.value.data)
+    return str(v)
+
+
+def _dict_list(attrs, key: str) -> list[dict[str, str]] | None:
+    """``arg_attrs``/``res_attrs`` as dicts of the string-valued entries (others are dropped)."""
+    if key not in attrs:
+        return None
+    ir = _ir()
+    out = []
+    for d in attrs[key]:
+        entry = {}
+        for i in range(len(d)):
+            named = d[i]
+            if isinstance(named.attr, ir.StringAttr):
+                entry[named.name] = named.attr.value
+        out.append(entry)
+    return out
+
+
+_KEPT_ARG_ATTRIBUTES = ("hlo.name", "jax.result_info", "mhlo.layout_mode")
+
+
+def _kept_dicts(dicts: list[dict[str, str]] | None) -> ArrayAttr | None:
+    if not dicts:
+        return None
+    kept = [{k: StringAttr(v) for k, v in d.items() if k in _KEPT_ARG_ATTRIBUTES} for d in dicts]
+    if not any(kept):
+        return None
+    return ArrayAttr([DictionaryAttr(d) for d in kept])
+
+
+def _layout_of_mode(mode: str, type_: TensorType):
+    """The layout of an ``mhlo.layout_mode`` value (``"{1,0}"``; ``default``/``auto`` give None)."""
+    if not mode.startswith("{"):
+        return None
+    try:
+        layout = parse_layout(mode)
+        layout.check_rank(type_.get_num_dims())
+    except XlaError as e:
+        raise UnsupportedError(f"mhlo.layout_mode {mode!r}: {e}") from None
+    return layout
+
+
+# ----------------------------------------------------------------------------
+# Converters
+# ----------------------------------------------------------------------------
+
+ATTRIBUTE_RENAMES: dict[str, dict[str, str | None]] = {}
+"""StableHLO op -> {attribute name: hlo property name (None: drop)} where they differ."""
+
+
+def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:
+    """``stablehlo.X`` -> ``hlo.X``: same operands, results, regions; attributes converted."""
+    props = imp.properties(op, cls, ATTRIBUTE_RENAMES.get(op.name))
+    regions = imp.regions(op)
+    segments = OPERAND_SEGMENTS.get(op.name)
+    if segments is not None:
+        props["operandSegmentSizes"] = DenseArrayBase.from_list(
+            IntegerType(32), segments(len(op.operands), len(op.results)))
+    return imp.emit(cls, imp.operands(op), props, regions)
+
+
+OPERAND_SEGMENTS: dict[str, Callable[[int, int], list[int]]] = {}
+"""StableHLO op -> ``fn(num_operands, num_results)`` giving the operand group
+sizes, for hlo ops with several variadic operand groups."""
+
+
+@register_converter("stablehlo.constant")
+def _constant(imp: Importer, op):
+    (result,) = op.results
+    type_ = imp.type(result.type)
+    if not isinstance(type_, TensorType):
+        raise UnsupportedError(f"{imp._where()}: constant of type {type_} is not supported")
+    attrs = op.attributes
+    element = ELEMENT_BY_MLIR[str(type_.element_type)]
+    if element.dtype in _NATIVE_DTYPES:
+        attr, text = attrs["value"], None
+    else:
+        # jaxlib cannot hand out (or even safely touch) a complex dense
+        # attribute object: read the attribute's text instead.
+        attr = None
+        named = next(attrs[i] for i in range(len(attrs)) if attrs[i].name == "value")
+        text = str(named)
+        text = text[text.index("=") + 1:text.rindex(")")]
+    try:
+        array = dense_array(attr, text, type_)
+    except XlaError as e:
+        raise UnsupportedError(f"{imp._where()}: {e}") from None
+    cls = imp.ops_by_name["hlo.constant"]
+    return imp.emit(cls, [], {"value": DenseLiteralAttr.from_array(array, type_)}, (), [type_])
+
+
+@register_converter("func.return")
+def _func_return(imp: Importer, op):
+    imp._ops.append(func.ReturnOp(*imp.operands(op)))
+
+
+@register_converter("stablehlo.return")
+def _hlo_return(imp: Importer, op):
+    imp.emit(imp.ops_by_name["hlo.return"], imp.operands(op), result_types=[])
+
+
+@register_converter("func.call")
+def _func_call(imp: Importer, op):
+    callee = op.attributes["callee"].value
+    return imp.emit(imp.ops_by_name["hlo.call"], imp.operands(op), {"callee": SymbolRefAttr(callee)})
+
+
+@register_converter("stablehlo.composite")
+def _composite(imp: Importer, op):
+    # Keep the decomposition: call it (JAX exports chlo ops as composites).
+    callee = op.attributes["decomposition"].value
+    return imp.emit(imp.ops_by_name["hlo.call"], imp.operands(op), {"callee": SymbolRefAttr(callee)})
+
+
+@register_converter("stablehlo.custom_call")
+def _custom_call(imp: Importer, op):
+    target = op.attributes["call_target_name"].value
+    if target == "shape_assertion":
+        # JAX's shape-polymorphism guard: with the static shapes we import it
+        # always holds (the shapes were checked when the module was refined).
+        return None
+    cls = imp.ops_by_name.get("hlo.custom_call")
+    if cls is None:
+        raise UnsupportedError(f"{imp._where()}: custom_call @{target} is not supported")
+    return generic_converter(imp, op, cls)
+
+
+def _tuple_of_nothing(imp: Importer) -> SSAValue:
+    (value,) = imp.emit(imp.ops_by_name["hlo.tuple"], [], result_types=[TupleType([])])
+    return value
+
+
+@register_converter("stablehlo.tuple")
+def _tuple(imp: Importer, op):
+    if BRANCH_OPERANDS in op.attributes:
+        # The exporter's carrier of hlo.conditional branch operands: no op of its own.
+        imp.branch_operands[op.results[0]] = imp.operands(op)
+        return [None]
+    return generic_converter(imp, op, imp.ops_by_name["hlo.tuple"])
+
+
+def _branches(imp: Importer, op) -> tuple[list[SSAValue], list[Region]]:
+    """Branch operands and regions of a StableHLO ``case``/``if`` for ``hlo.conditional``.
+
+    StableHLO branches take no arguments (they capture values), hlo's take one
+    operand each: every branch gets the same unused empty tuple, unless the
+    module came from :mod:`interop.export`, whose branches start with a marked
+    ``get_tuple_element`` of the real branch operands.
+    """
+    ir_blocks = []
+    for r in op.regions:
+        blocks = list(r.blocks)
+        if len(blocks) != 1:
+            raise UnsupportedError(f"{imp._where()}: branch regions with {len(blocks)} blocks are not supported")
+        ir_blocks.append(blocks[0])
+    firsts = [next(iter(b.operations), None) for b in ir_blocks]
+    marked = all(f is not None and BRANCH_ARGUMENT in f.operation.attributes for f in firsts)
+    current = imp._current
+    regions = []
+    if marked:
+        operands = imp.branch_operands[firsts[0].operation.operands[0]]
+        for b, (block, first) in enumerate(zip(ir_blocks, firsts)):
+            first = first.operation
+            arg_type = imp.type(first.results[0].type)
+            if RESULT_LAYOUTS in first.attributes:
+                (arg_type,) = _with_layouts([arg_type], first.attributes[RESULT_LAYOUTS])
+            regions.append(Region(imp.block(block, [arg_type], first_op_is_argument=True)))
+    else:
+        empty = _tuple_of_nothing(imp)
+        operands = [empty] * len(ir_blocks)
+        regions = [Region(imp.block(block, [TupleType([])])) for block in ir_blocks]
+    imp._current = current
+    return operands, regions
+
+
+@register_converter("stablehlo.case")
+def _case(imp: Importer, op):
+    (index,) = imp.operands(op)
+    operands, regions = _branches(imp, op)
+    return imp.emit(imp.ops_by_name["hlo.conditional"], [index, *operands], {}, regions)
+
+
+@register_converter("stablehlo.if")
+def _if(imp: Importer, op):
+    (pred,) = imp.operands(op)
+    operands, regions = _branches(imp, op)
+    return imp.emit(imp.ops_by_name["hlo.conditional"], [pred, *operands], {}, regions)
+
+
+# ----------------------------------------------------------------------------
+# Entry points
+# ----------------------------------------------------------------------------
+
+
+def import_mlir_module(module, *, verify: bool = False) -> ModuleOp:
+    """Convert a jaxlib ``ir.Module`` holding StableHLO to an hlo ``ModuleOp``."""
+    result = Importer().import_module(module)
+    if verify:
+        result.verify()
+    return result
+
+
+def import_stablehlo(source, *, verify: bool = False) -> ModuleOp:
+    """Import StableHLO into the hlo dialect.
+
+    ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``),
+    MLIR bytecode, a StableHLO portable artifact
+    (``jax.export.Exported.mlir_module_serialized``), or a jaxlib ``ir.Module``.
+    With ``verify=True`` the hlo verifier runs on the result (otherwise
+    ``lowering.compile`` runs it).
+    """
+    return import_mlir_module(parse_stablehlo(source), verify=verify)

@@ -1,0 +1,83 @@
+"""Run hlo modules on XLA's CPU backend: the reference for builder-made programs.
+
+:func:`run_xla` exports the module to StableHLO (:func:`interop.export.export_stablehlo`),
+compiles it with the CPU client of ``jax.extend.backend`` and runs it on NumPy
+arrays. Compiled executables are cached by program text.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+
+from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
+from xla_dialect.shape import format_shape
+from xla_dialect.types import numpy_dtype
+
+from .export import export_stablehlo
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+__all__ = ["run_xla", "compile_xla"]
+
+
+@lru_cache(maxsize=64)
+def _compile(text: str):
+    import jax
+    from jax.extend import backend as jex_backend
+
+    client = jex_backend.get_backend("cpu")
+    options = jex_backend.get_compile_options(num_replicas=1, num_partitions=1)
+    try:
+        return client.compile_and_load(text, jax.devices("cpu")[:1], options)
+    except Exception as e:  # XLA's own message names the op
+        raise ExecutionError(f"XLA could not compile the exported module: {e}") from None
+
+
+def compile_xla(module: ModuleOp):
+    """Compile ``module`` with XLA's CPU backend; returns jaxlib's ``LoadedExecutable``."""
+    return _compile(export_stablehlo(module, layouts=False))
+
+
+def run_xla(module: ModuleOp, *arrays) -> tuple[np.ndarray, ...]:
+    """Run ``module``'s ``@main`` on XLA's CPU backend; returns a tuple of NumPy arrays.
+
+    Arguments are converted to ``@main``'s parameter dtypes when the kind
+    matches (e.g. Python floats to f32); tuple-typed parameters or results are
+    not supported (XLA's runtime takes and returns flat arrays).
+    """
+    import jax
+
+    if not isinstance(module, ModuleOp):
+        raise XlaError(f"run_xla expects an xDSL ModuleOp, got {type(module).__name__}")
+    main = next((op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main"), None)
+    if main is None:
+        raise ExecutionError("run_xla: the module has no @main function")
+    inputs = list(main.function_type.inputs)
+    if len(arrays) != len(inputs):
+        raise ExecutionError(f"@main takes {len(inputs)} arguments ({', '.join(format_shape(t) for t in inputs)}), "
+                             f"got {len(arrays)}")
+    for t in list(main.function_type.outputs) + inputs:
+        if not isinstance(t, TensorType):
+            raise UnsupportedError(f"run_xla: @main parameters and results must be arrays, got {format_shape(t)}")
+    args = []
+    for i, (a, t) in enumerate(zip(arrays, inputs)):
+        want = numpy_dtype(t)
+        arr = np.asarray(a)
+        if arr.dtype != want:
+            arr = arr.astype(want)
+        if arr.shape != tuple(t.get_shape()):
+            raise ExecutionError(f"@main argument #{i}: expected {format_shape(t, False)}, got shape {list(arr.shape)}")
+        args.append(arr)
+    executable = compile_xla(module)
+    device = jax.devices("cpu")[0]
+    buffers = [jax.device_put(a, device) for a in args]
+    try:
+        outputs = executable.execute(buffers)
+    except Exception as e:
+        raise ExecutionError(f"XLA execution failed: {e}") from None
+    return tuple(np.asarray(o) for o in outputs)
