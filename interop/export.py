@@ -85,8 +85,12 @@ def stablehlo_type(t: Attribute) -> str:
 
 
 def _layout_text(t: Attribute) -> str:
+    """``{1,0}`` for a tensor with a layout, ``({1,0}, )`` for a tuple, ``""`` for none."""
     if isinstance(t, TensorType) and isinstance(t.encoding, LayoutAttr):
         return t.encoding.data.to_text()
+    if isinstance(t, TupleType):
+        parts = [_layout_text(e) for e in t.types]
+        return "(" + ", ".join(parts) + ")" if any(parts) else ""
     return ""
 
 
@@ -521,6 +525,81 @@ def _conditional(p: _Printer, op, indent):
     extra = (" {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}") if attrs else ""
     p.lines.append(f"{indent}){extra} : ({stablehlo_type(selector.type)}) -> "
                    f"({', '.join(stablehlo_type(r.type) for r in op.results)}){_location(op)}")
+
+
+def _flatten_value(p: _Printer, name: str, t: Attribute, indent: str, out: list[tuple[str, Attribute]]) -> None:
+    """Append the array/token leaves of value ``name`` (get_tuple_element chains for tuples)."""
+    if not isinstance(t, TupleType):
+        out.append((name, t))
+        return
+    for i, e in enumerate(t.types):
+        leaf = f"%g{p.counter}"
+        p.counter += 1
+        p.lines.append(f'{indent}{leaf} = "stablehlo.get_tuple_element"({name}) <{{index = {i} : i32}}> : '
+                       f"({stablehlo_type(t)}) -> {stablehlo_type(e)}")
+        _flatten_value(p, leaf, e, indent, out)
+
+
+def _rebuild_value(p: _Printer, leaves: list[str], t: Attribute, indent: str) -> str:
+    """Consume leaves (in order) and return the name of a value of type ``t`` built from them."""
+    if not isinstance(t, TupleType):
+        return leaves.pop(0)
+    parts = [_rebuild_value(p, leaves, e, indent) for e in t.types]
+    name = f"%u{p.counter}"
+    p.counter += 1
+    types = ", ".join(stablehlo_type(e) for e in t.types)
+    p.lines.append(f'{indent}{name} = "stablehlo.tuple"({", ".join(parts)}) : ({types}) -> {stablehlo_type(t)}')
+    return name
+
+
+def _leaf_types(t: Attribute) -> list[Attribute]:
+    if isinstance(t, TupleType):
+        return [x for e in t.types for x in _leaf_types(e)]
+    return [t]
+
+
+@_exporter("hlo.while")
+def _while(p: _Printer, op, indent):
+    if not any(isinstance(v.type, TupleType) for v in op.operands):
+        p.generic(op, indent, "stablehlo.while")
+        return
+    # StableHLO's while carries arrays and tokens only: flatten tuple state
+    # into its leaves, and rebuild the tuples inside the regions and after.
+    flat: list[tuple[str, Attribute]] = []
+    for v in op.operands:
+        _flatten_value(p, p.name(v), v.type, indent, flat)
+    state_types = [t for v in op.operands for t in _leaf_types(v.type)]
+    base = f"%w{p.counter}"
+    p.counter += 1
+    count = len(state_types)
+    p.lines.append(f'{indent}{base}:{count} = "stablehlo.while"({", ".join(n for n, _ in flat)}) (')
+    for r_index, region in enumerate(op.regions):
+        block = region.block
+        inner = indent + "    "
+        p.lines.append(indent + "  {")
+        leaf_names = []
+        for t in state_types:
+            leaf_names.append(f"%s{p.counter}")
+            p.counter += 1
+        p.lines.append(f"{indent}  ^bb0({', '.join(f'{n}: {stablehlo_type(t)}' for n, t in zip(leaf_names, state_types))}):")
+        pending = list(leaf_names)
+        for a in block.args:
+            p.names[a] = _rebuild_value(p, pending, a.type, inner)
+        for inner_op in block.ops:
+            if inner_op is block.last_op and inner_op.name == "hlo.return" and r_index == 1:
+                out: list[tuple[str, Attribute]] = []
+                for v in inner_op.operands:
+                    _flatten_value(p, p.name(v), v.type, inner, out)
+                p.lines.append(f'{inner}"stablehlo.return"({", ".join(n for n, _ in out)}) : '
+                               f'({", ".join(stablehlo_type(t) for _, t in out)}) -> ()')
+            else:
+                p.op(inner_op, inner)
+        p.lines.append(indent + "  }" + ("," if r_index == 0 else ""))
+    types = ", ".join(stablehlo_type(t) for t in state_types)
+    p.lines.append(f"{indent}) : ({types}) -> ({types}){_location(op)}")
+    results = [f"{base}#{i}" for i in range(count)]
+    for r in op.results:
+        p.names[r] = _rebuild_value(p, results, r.type, indent)
 
 
 def _drop_last_definition(p: _Printer, value: SSAValue) -> None:

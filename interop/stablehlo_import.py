@@ -743,13 +743,27 @@ BRANCH_ARGUMENT = "hlo.branch_argument"
 
 def _with_layouts(types: list[Attribute], layouts) -> list[Attribute]:
     """``types`` with the layouts of an ``ir.ArrayAttr`` of layout strings (``""``: none)."""
-    out = []
-    for t, text in zip(types, layouts):
-        text = text.value
-        if text and isinstance(t, TensorType):
-            t = TensorType(t.element_type, t.get_shape(), LayoutAttr(parse_layout(text)))
-        out.append(t)
-    return out
+    return [_with_layout_text(t, text.value) for t, text in zip(types, layouts)]
+
+
+def _with_layout_text(t: Attribute, text: str) -> Attribute:
+    """``t`` with the layout written ``{1,0}`` (tensor) or ``({1,0}, {})`` (tuple, recursively)."""
+    if not text:
+        return t
+    if isinstance(t, TensorType):
+        return TensorType(t.element_type, t.get_shape(), LayoutAttr(parse_layout(text)))
+    if isinstance(t, TupleType) and text.startswith("("):
+        parts, depth, start = [], 0, 1
+        for i, c in enumerate(text):
+            if c in "({":
+                depth += 1
+            elif c in ")}":
+                depth -= 1
+            if (c == "," and depth == 1) or (c == ")" and depth == 0):
+                parts.append(text[start:i].strip())
+                start = i + 1
+        return TupleType([_with_layout_text(e, part) for e, part in zip(t.types, parts)])
+    return t
 
 
 def _is_empty(v) -> bool:

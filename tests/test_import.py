@@ -1,0 +1,403 @@
+"""Importing JAX programs and StableHLO: every input kind, op families vs jax.jit, constants, errors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+from jax import lax
+from xdsl.dialects import func
+from xdsl.dialects.builtin import TensorType
+
+import lowering
+from interop import import_jax, import_stablehlo
+from lowering.registry import KERNELS
+from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError
+from xla_dialect.layout import layout_of
+from xla_dialect.ops import OPS_BY_NAME
+
+from helpers import assert_close
+
+
+def needs(*names):
+    """Skip unless every hlo op in ``names`` exists and has a kernel (op families land separately)."""
+    import lowering.kernels  # noqa: F401
+
+    missing = [n for n in names if n not in OPS_BY_NAME or OPS_BY_NAME[n] not in KERNELS]
+    if missing:
+        pytest.skip(f"hlo ops not available yet: {', '.join(missing)}")
+
+
+def check_against_jax(fn, *args, max_ulp=0, atol=0.0, **kwargs):
+    """Import ``fn``, run it on the NumPy executor, compare every output with jax.jit."""
+    module = import_jax(fn, *args, **kwargs)
+    module.verify()
+    got = lowering.compile(module)(*jax.tree.leaves((args, kwargs)))
+    want = [np.asarray(w) for w in jax.tree.leaves(jax.jit(fn)(*args, **kwargs))]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, max_ulp=max_ulp, atol=atol, err_msg=f"output #{i}")
+    return module
+
+
+def main_of(module):
+    return next(op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main")
+
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((3, 4)).astype(np.float32)
+Y = RNG.standard_normal((4, 2)).astype(np.float32)
+
+
+def _f(x, y):
+    return {"b": jnp.sin(x) @ y, "a": jnp.sum(x, axis=0), "c": (jnp.where(x > 0, x, -x), x * 2.0)}
+
+
+# ----------------------------------------------------------------------------
+# Input kinds
+# ----------------------------------------------------------------------------
+
+
+def _kinds():
+    low = jax.jit(_f).lower(X, Y)
+    exp = jax.export.export(jax.jit(_f))(X, Y)
+    return {
+        "function": lambda: import_jax(_f, X, Y),
+        "jitted": lambda: import_jax(jax.jit(_f), X, Y),
+        "shape_dtype_struct": lambda: import_jax(_f, jax.ShapeDtypeStruct(X.shape, X.dtype),
+                                                 jax.ShapeDtypeStruct(Y.shape, Y.dtype)),
+        "lowered": lambda: import_jax(low),
+        "traced": lambda: import_jax(jax.jit(_f).trace(X, Y)),
+        "exported": lambda: import_jax(exp),
+        "artifact": lambda: import_jax(exp.mlir_module_serialized),
+        "artifact_stablehlo": lambda: import_stablehlo(exp.mlir_module_serialized),
+        "text_pretty": lambda: import_jax(low.as_text()),
+        "text_debug": lambda: import_stablehlo(low.as_text(debug_info=True)),
+        "text_generic": lambda: import_stablehlo(
+            low.compiler_ir("stablehlo").operation.get_asm(print_generic_op_form=True)),
+        "text_bytes": lambda: import_stablehlo(low.as_text().encode()),
+        "ir_module": lambda: import_jax(low.compiler_ir("stablehlo")),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_kinds()))
+def test_every_input_kind(kind):
+    module = _kinds()[kind]()
+    module.verify()
+    got = lowering.compile(module)(X, Y)
+    want = jax.tree.leaves(jax.jit(_f)(X, Y))  # pytree outputs flattened in jax.tree order
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want):
+        assert_close(g, np.asarray(w), max_ulp=2, atol=1e-5)
+
+
+def test_serialized_export_bytes():
+    pytest.importorskip("flatbuffers")
+    data = jax.export.export(jax.jit(_f))(X, Y).serialize()
+    module = import_jax(data)
+    got = lowering.compile(module)(X, Y)
+    for g, w in zip(got, jax.tree.leaves(jax.jit(_f)(X, Y))):
+        assert_close(g, np.asarray(w), max_ulp=2, atol=1e-5)
+
+
+def test_kwargs_and_unused_arguments_are_kept():
+    def f(a, unused, *, scale):
+        return a * scale
+
+    a = np.arange(3, dtype=np.float32)
+    module = import_jax(f, a, np.zeros(5, np.int32), scale=np.float32(2))
+    assert [t.get_shape() for t in main_of(module).function_type.inputs] == [(3,), (5,), ()]
+    (out,) = lowering.compile(module)(a, np.zeros(5, np.int32), np.float32(2))
+    np.testing.assert_array_equal(out, a * 2)
+    # Through jax.export too (which also drops unused arguments).
+    exp = jax.export.export(jax.jit(lambda a, unused: a + 1))(a, np.zeros(5, np.int32))
+    assert len(main_of(import_jax(exp)).function_type.inputs) == 2
+
+
+def test_example_arguments_only_with_functions():
+    with pytest.raises(XlaError, match="example arguments"):
+        import_jax(jax.jit(_f).lower(X, Y).as_text(), X)
+    with pytest.raises(XlaError, match="cannot import"):
+        import_jax(42)
+
+
+# ----------------------------------------------------------------------------
+# Op families vs jax.jit
+# ----------------------------------------------------------------------------
+
+ELEMENTWISE = [
+    ("float32", lambda x, y: (jnp.sin(x) + jnp.exp(y) * x - y / (jnp.abs(x) + 1), jnp.maximum(x, y), x < y), 4),
+    ("float64", lambda x, y: (jnp.tanh(x) * jnp.sqrt(jnp.abs(y)), jnp.minimum(x, y), x >= y, -x), 4),
+    ("int32", lambda x, y: (x + y, x * y, x // jnp.where(y == 0, 1, y), x ^ y, x > y, jnp.clip(x, -3, 3)), 0),
+    ("uint8", lambda x, y: (x + y, x & y, x >> 2, x != y), 0),
+    ("bool", lambda x, y: (x & y, x | ~y, x ^ y), 0),
+]
+
+
+@pytest.mark.parametrize("dtype,fn,ulp", ELEMENTWISE, ids=[e[0] for e in ELEMENTWISE])
+def test_elementwise(dtype, fn, ulp):
+    shape = (2, 5)
+    if dtype == "bool":
+        x, y = RNG.random(shape) > 0.5, RNG.random(shape) > 0.5
+    elif dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        x = RNG.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype)
+        y = RNG.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype)
+    else:
+        x = RNG.standard_normal(shape).astype(dtype)
+        y = RNG.standard_normal(shape).astype(dtype)
+        x[0, 0], y[0, 1], x[1, 2] = np.nan, np.inf, -0.0
+    check_against_jax(fn, x, y, max_ulp=ulp)
+
+
+def test_scalars_and_empty_arrays():
+    check_against_jax(lambda x, y: (x * y + 1, jnp.sum(y)), np.float32(3), np.zeros((0, 4), np.float32))
+
+
+def test_dot_general():
+    needs("hlo.dot_general")
+    a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    b = RNG.standard_normal((2, 4, 5)).astype(np.float32)
+    # Summation order differs from XLA's: a few ULPs, or an absolute error under cancellation.
+    check_against_jax(lambda a, b: (jnp.einsum("bij,bjk->bik", a, b), a.reshape(6, 4) @ b[0]), a, b,
+                      max_ulp=4, atol=1e-5)
+    i = RNG.integers(-5, 5, (3, 4)).astype(np.int32)
+    check_against_jax(lambda a: a @ a.T, i)
+
+
+def test_reduce():
+    needs("hlo.reduce")
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    check_against_jax(lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=(0, 2)), jnp.argmax(x, axis=2)), x,
+                      max_ulp=4)
+
+
+def test_while_and_fori_loop():
+    needs("hlo.while")
+
+    def f(x, n):
+        def body(i, carry):
+            return carry * 1.5 + i
+
+        return lax.fori_loop(0, n, body, x), lax.while_loop(lambda v: v[0] < 10, lambda v: (v[0] + 1, v[1] * 2),
+                                                            (n, x))
+
+    check_against_jax(f, np.float32([1, 2, 3]), np.int32(4))
+
+
+def test_cond_and_switch():
+    needs("hlo.conditional")
+
+    def f(p, i, x):
+        a = lax.cond(p, lambda v: v + 1, lambda v: v * 3, x)
+        b = lax.switch(i, [lambda v: v - 1, lambda v: v * v, lambda v: -v], x)
+        return a, b
+
+    x = np.float32([1, -2, 3])
+    for p, i in [(True, 0), (False, 1), (True, 2), (False, 7), (True, -3)]:
+        check_against_jax(f, np.bool_(p), np.int32(i), x)
+
+
+def test_sort():
+    needs("hlo.sort")
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    x[0, 1] = np.nan
+    check_against_jax(lambda x: (jnp.sort(x, axis=1), jnp.argsort(x, axis=0)), x)
+
+
+def test_data_movement_and_convert():
+    needs("hlo.transpose", "hlo.slice", "hlo.concatenate", "hlo.pad", "hlo.convert")
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    check_against_jax(lambda x: (x.T, x[1:, ::2], jnp.concatenate([x, x], 0), jnp.pad(x, 1),
+                                 x.astype(jnp.int32), x.astype(jnp.bfloat16), x.reshape(2, 6)), x)
+
+
+def test_private_functions_become_calls():
+    module = check_against_jax(lambda x: jnp.where(x > 0, x, 0.0) + jax.jit(jnp.sin)(x), X, max_ulp=2)
+    names = {op.sym_name.data for op in module.ops}
+    assert "main" in names and len(names) > 1
+    assert any(op.name == "hlo.call" for op in module.walk())
+
+
+# ----------------------------------------------------------------------------
+# Constants of every element type
+# ----------------------------------------------------------------------------
+
+CONSTANT_VALUES = {
+    "bool": np.array([True, False, True, True]),
+    "int8": np.array([-128, 0, 5, 127], np.int8),
+    "uint32": np.array([0, 1, 2**31, 2**32 - 1], np.uint32),
+    "int64": np.array([-(2**63), 0, 7, 2**63 - 1], np.int64),
+    "float16": np.array([0.5, -0.0, np.inf, np.nan], np.float16),
+    "float32": np.array([1.5, -0.0, -np.inf, np.nan], np.float32),
+    "float64": np.array([1e-300, -0.0, np.inf, 0.1], np.float64),
+    "bfloat16": np.array([1.5, -0.0, np.inf, 3e38], ml_dtypes.bfloat16),
+    "float8_e4m3fn": np.array([1.5, -0.0, 448, np.nan], ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": np.array([1.5, -0.0, np.inf, 57344], ml_dtypes.float8_e5m2),
+    "int4": np.array([-8, -1, 0, 7], ml_dtypes.int4),
+    "uint4": np.array([0, 1, 9, 15], ml_dtypes.uint4),
+    "int2": np.array([-2, -1, 0, 1], ml_dtypes.int2),
+    "complex64": np.array([1 + 2j, -0.0 - 1j, complex(np.inf, 1), complex(np.nan, 0)], np.complex64),
+    "complex128": np.array([1 + 2j, 0.1 - 3j, 5, -1j], np.complex128),
+}
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("name", list(CONSTANT_VALUES))
+@pytest.mark.parametrize("form", ["small", "large", "splat"])
+def test_dense_constants_of_every_type(name, form):
+    value = CONSTANT_VALUES[name]
+    if form == "large":  # printed as a hex blob by MLIR
+        value = np.resize(value, (40, 5))
+    elif form == "splat":
+        value = np.full((3, 2), value[2], value.dtype)
+    module = import_jax(lambda: jnp.asarray(value))
+    (got,) = lowering.compile(module)()
+    want = np.asarray(jax.jit(lambda: jnp.asarray(value))())
+    assert _same_bits(got, want), (got, want)
+
+
+@pytest.mark.parametrize("text,want", [
+    ('dense<[0x7FC00000, -0.0, 1.0]> : tensor<3xf32>', np.array([np.nan, -0.0, 1.0], np.float32)),
+    ('dense<[(1.0, 2.0), (0x7F800000, -0.0)]> : tensor<2xcomplex<f32>>',
+     np.array([1 + 2j, complex(np.inf, -0.0)], np.complex64)),
+    ('dense<(1.5, -2.0)> : tensor<2x2xcomplex<f64>>', np.full((2, 2), 1.5 - 2j, np.complex128)),
+    ('dense<"0x0100000002000000"> : tensor<2xi32>', np.array([1, 2], np.int32)),
+    ('dense<"0x01FF07"> : tensor<3xi4>', np.array([1, -1, 7], ml_dtypes.int4)),
+    ('dense<"0x803F"> : tensor<2xbf16>', np.full(2, 1.0, ml_dtypes.bfloat16)),
+    ('dense<[true, false]> : tensor<2xi1>', np.array([True, False])),
+    ('dense<> : tensor<0x3xf32>', np.zeros((0, 3), np.float32)),
+])
+def test_dense_text_forms(text, want):
+    type_text = text.rsplit(" : ", 1)[1]
+    module = import_stablehlo(f"""
+      func.func @main() -> {type_text} {{
+        %0 = stablehlo.constant {text}
+        return %0 : {type_text}
+      }}""")
+    (got,) = lowering.compile(module)()
+    assert _same_bits(got, want), (got, want)
+
+
+# ----------------------------------------------------------------------------
+# Types, layouts, locations
+# ----------------------------------------------------------------------------
+
+
+def test_layout_mode_becomes_argument_layout():
+    module = import_stablehlo("""
+      func.func public @main(%arg0: tensor<4x3xf32> {mhlo.layout_mode = "{0,1}"},
+                             %arg1: tensor<2xf32> {mhlo.layout_mode = "default"}) -> tensor<4x3xf32> {
+        %0 = stablehlo.add %arg0, %arg0 : tensor<4x3xf32>
+        return %0 : tensor<4x3xf32>
+      }""")
+    main = main_of(module)
+    assert str(layout_of(main.function_type.inputs.data[0])) == "{0,1}"
+    assert layout_of(main.function_type.inputs.data[1]) is None
+    module.verify()
+
+
+def test_tuples_and_tokens():
+    module = import_stablehlo("""
+      func.func @main(%arg0: tensor<2xf32>, %arg1: !stablehlo.token) -> (tensor<2xf32>, !stablehlo.token) {
+        %0 = stablehlo.tuple %arg0, %arg0 : tuple<tensor<2xf32>, tensor<2xf32>>
+        %1 = stablehlo.get_tuple_element %0[1] : (tuple<tensor<2xf32>, tensor<2xf32>>) -> tensor<2xf32>
+        return %1, %arg1 : tensor<2xf32>, !stablehlo.token
+      }""", verify=True)
+    assert "!hlo.token" in str(module)
+
+
+def test_locations_are_attached():
+    module = import_jax(lambda x: jnp.cos(x) * 2, X)
+    cos = next(op for op in module.walk() if op.name == "hlo.cosine")
+    assert cos.attributes["loc"].data.endswith(f"test_import.py:{_line_of('jnp.cos(x) * 2')}")
+
+
+def _line_of(snippet: str) -> int:
+    import inspect
+
+    lines = inspect.getsource(test_locations_are_attached).splitlines()
+    start = inspect.getsourcelines(test_locations_are_attached)[1]
+    return start + next(i for i, line in enumerate(lines) if snippet in line)
+
+
+# ----------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------
+
+
+def test_unsupported_op_names_op_and_location(monkeypatch):
+    import interop.stablehlo_import as si
+
+    text = """
+      func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+        %0 = stablehlo.cosine %arg0 : tensor<2xf32> loc("model.py":12:3)
+        return %0 : tensor<2xf32>
+      }"""
+    monkeypatch.setattr(si, "OPS_BY_NAME", {k: v for k, v in OPS_BY_NAME.items() if k != "hlo.cosine"})
+    with pytest.raises(UnsupportedError, match=r"stablehlo\.cosine at model\.py:12: .*no hlo counterpart"):
+        import_stablehlo(text)
+
+
+def test_unknown_dialect_op_is_reported():
+    text = """
+      func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+        %0 = "mydialect.frobnicate"(%arg0) : (tensor<2xf32>) -> tensor<2xf32> loc(callsite("f"("a.py":3:1) at "b.py":9:2))
+        return %0 : tensor<2xf32>
+      }"""
+    with pytest.raises(UnsupportedError, match=r"mydialect\.frobnicate at a\.py:3: .*not supported"):
+        import_stablehlo(text)
+
+
+def test_chlo_op_is_reported():
+    text = """
+      func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+        %0 = chlo.erf_inv %arg0 : tensor<2xf32> -> tensor<2xf32> loc("net.py":7:1)
+        return %0 : tensor<2xf32>
+      }"""
+    with pytest.raises(UnsupportedError, match=r"chlo\.erf_inv at net\.py:7"):
+        import_stablehlo(text)
+
+
+def test_dynamic_shapes_are_reported():
+    text = """
+      func.func @main(%arg0: tensor<?x4xf32>) -> tensor<?x4xf32> {
+        return %arg0 : tensor<?x4xf32>
+      }"""
+    with pytest.raises(UnsupportedError, match="dynamic shape"):
+        import_stablehlo(text)
+
+
+def test_unsupported_attribute_is_reported():
+    text = """
+      func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+        %0 = stablehlo.add %arg0, %arg0 {weird_flag = 3 : i64} : tensor<2xf32> loc("m.py":3:0)
+        return %0 : tensor<2xf32>
+      }"""
+    with pytest.raises(UnsupportedError, match=r"stablehlo\.add at m\.py:3: attribute weird_flag"):
+        import_stablehlo(text)
+
+
+def test_parse_errors():
+    with pytest.raises(MlirParseError, match="cannot parse"):
+        import_stablehlo("func.func @main( {")
+    with pytest.raises(MlirParseError):
+        import_stablehlo(b"ML\xefR garbage")
+    with pytest.raises(MlirParseError):
+        import_stablehlo(12)
+
+
+def test_verifier_errors_name_the_location():
+    # Declared result type contradicts hlo shape inference: the hlo verifier reports it.
+    text = """
+      func.func @main(%arg0: tensor<2x3xf32>) -> tensor<3x2xf32> {
+        %0 = stablehlo.transpose %arg0, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32> loc("t.py":5:0)
+        return %0 : tensor<3x2xf32>
+      }"""
+    module = import_stablehlo(text, verify=True)
+    assert isinstance(main_of(module).function_type.outputs.data[0], TensorType)
