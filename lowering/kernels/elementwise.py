@@ -448,6 +448,11 @@ def _ctan(z):
     return _compose(im, -re, z.dtype)
 
 
+def _csqrt(z):
+    # XLA uses csqrt's algorithm but reads a -0 imaginary part as +0 (sqrt(-4 - 0j) = 2j).
+    return np.sqrt(np.where(z.imag == 0, z.real.astype(z.dtype), z))
+
+
 def _crsqrt(z):
     a, b = z.real, z.imag
     mn, mx, s = _abs_parts(a, b)
@@ -549,7 +554,7 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "rsqrt": {"float": _rsqrt, "complex": _crsqrt},
     "sign": {"sint": np.sign, "float": _float_sign, "complex": _csign},
     "sine": {"float": np.sin, "complex": functools.partial(_csin_cos, is_sin=True)},
-    "sqrt": {"float": np.sqrt, "complex": np.sqrt},  # XLA uses csqrt's algorithm
+    "sqrt": {"float": np.sqrt, "complex": _csqrt},
     "tan": {"float": np.tan, "complex": _ctan},
     "tanh": {"float": np.tanh, "complex": _ctanh},
 }
