@@ -229,6 +229,16 @@ def test_conditional_out_of_range_index_runs_the_last_branch():
     np.testing.assert_array_equal(got, x * 2)
 
 
+def test_conditional_index_rule_matches_xla_cpu():
+    from interop.xla_run import run_xla
+
+    module = branch_module(3)
+    x = np.array([1, 2, 3, 4], np.float32)
+    for index in (-5, -1, 0, 1, 2, 3, 99):
+        np.testing.assert_array_equal(execute(module, np.int32(index), x)[0],
+                                      run_xla(module, np.int32(index), x)[0])
+
+
 def test_conditional_branches_as_built_modules():
     subs = []
     for k in range(2):
