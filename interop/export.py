@@ -110,12 +110,12 @@ def _location(op: Operation) -> str:
 
 
 def dense_text(array: np.ndarray, type_: TensorType) -> str:
-    """``dense<"0x...">`` holding ``array``'s exact storage (``dense<[]>`` when empty).
+    """``dense<"0x...">`` holding ``array``'s exact storage (``dense<>`` when empty).
 
     A splat (all elements bitwise equal) is written as one element's bytes.
     """
     if array.size == 0:
-        return "dense<[]>"
+        return "dense<>"
     data = np.ascontiguousarray(array).tobytes()
     size = array.dtype.itemsize
     if array.size > 1 and data == data[:size] * array.size:
@@ -372,14 +372,14 @@ def _dict_entries(d, keep_layout_mode: bool = False) -> dict[str, str]:
 def _func_return(p: _Printer, op, indent):
     names = [p.name(v) for v in op.operands]
     types = [stablehlo_type(v.type) for v in op.operands]
-    p.lines.append(f'{indent}"func.return"({", ".join(names)}) : ({", ".join(types)}) -> ()')
+    p.lines.append(f'{indent}"func.return"({", ".join(names)}) : ({", ".join(types)}) -> (){_location(op)}')
 
 
 @_exporter("hlo.return")
 def _hlo_return(p: _Printer, op, indent):
     names = [p.name(v) for v in op.operands]
     types = [stablehlo_type(v.type) for v in op.operands]
-    p.lines.append(f'{indent}"stablehlo.return"({", ".join(names)}) : ({", ".join(types)}) -> ()')
+    p.lines.append(f'{indent}"stablehlo.return"({", ".join(names)}) : ({", ".join(types)}) -> (){_location(op)}')
 
 
 @_exporter("hlo.constant")

@@ -1,0 +1,235 @@
+"""Export to StableHLO: jaxlib parses it, XLA runs it (run_xla), and import(export(m)) == m."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import lowering
+from helpers import assert_close
+from interop import export_stablehlo, import_jax, import_stablehlo, run_xla
+from interop.stablehlo_import import parse_stablehlo
+from xla_dialect import XlaBuilder, parse_module
+from xla_dialect.errors import ExecutionError, XlaError
+
+RNG = np.random.default_rng(1)
+
+
+def round_trip(module):
+    """Export, check jaxlib parses it, re-import; assert structural equality."""
+    text = export_stablehlo(module)
+    parse_stablehlo(text)  # jaxlib's MLIR verifier accepts it
+    again = import_stablehlo(text, verify=True)
+    assert again.is_structurally_equivalent(module), f"{module}\n!=\n{again}\n\nexported:\n{text}"
+    return text
+
+
+def three_way(module, *args, max_ulp=0, atol=0.0):
+    """The NumPy executor and XLA agree on ``module``."""
+    mine = lowering.compile(module)(*args)
+    ref = run_xla(module, *args)
+    assert len(mine) == len(ref)
+    for i, (a, b) in enumerate(zip(mine, ref)):
+        assert_close(a, b, max_ulp=max_ulp, atol=atol, err_msg=f"output #{i}")
+
+
+# ----------------------------------------------------------------------------
+# Builder programs
+# ----------------------------------------------------------------------------
+
+
+def _axpy():
+    b = XlaBuilder("axpy")
+    alpha = b.parameter(0, "f32[]", "alpha")
+    x = b.parameter(1, "f32[10]", "x")
+    y = b.parameter(2, "f32[10]", "y")
+    b.add(b.mul(b.broadcast_in_dim(alpha, [10], []), x), y)
+    return b.build()
+
+
+def test_axpy_round_trip_and_xla():
+    module = _axpy()
+    round_trip(module)
+    args = (np.float32(2.5), RNG.standard_normal(10).astype(np.float32), RNG.standard_normal(10).astype(np.float32))
+    # XLA's CPU code contracts the multiply and add into an FMA (one rounding): 1 ULP apart.
+    three_way(module, *args, max_ulp=1)
+
+
+def test_layouts_survive_the_round_trip():
+    b = XlaBuilder("layouts")
+    x = b.parameter(0, "f32[4,3]{0,1}", "x")
+    y = b.parameter(1, "bf16[2,3,5]{0,2,1:T(2,2)}", "y")
+    module = b.build([b.add(x, x), b.neg(y)])
+    text = round_trip(module)
+    assert 'mhlo.layout_mode = "{0,1}"' in text
+    # Without layouts XLA gets a plain program.
+    assert "layout" not in export_stablehlo(module, layouts=False)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int64", "float16", "bfloat16", "float32", "float64",
+                                   "float8_e4m3fn", "float8_e5m2", "int4", "uint4", "complex64", "complex128"])
+def test_constants_round_trip_bit_exact(dtype):
+    dt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    if dt.kind == "b":
+        values = RNG.random((3, 4)) > 0.5
+    elif dt.kind == "c":
+        values = (RNG.standard_normal((3, 4)) + 1j * RNG.standard_normal((3, 4))).astype(dt)
+        values[0, 0] = complex(np.nan, -0.0)
+    elif dt in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)):
+        values = RNG.integers(0 if dt == np.dtype(ml_dtypes.uint4) else -8, 8, (3, 4)).astype(dt)
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        values = RNG.integers(info.min, info.max, (3, 4), endpoint=True, dtype=np.int64 if dt.kind == "i" else np.uint64).astype(dt)
+    else:
+        values = RNG.standard_normal((3, 4)).astype(dt)
+        values[0, :3] = np.array([np.nan, -0.0, np.inf]).astype(dt)
+    b = XlaBuilder("c")
+    splat, empty = np.full((2, 2), values.flat[1], dt), values[:0]
+    module = b.build([b.constant(values), b.constant(splat), b.constant(empty)])
+    round_trip(module)
+    for r, v in zip(run_xla(module), (values, splat, empty)):
+        assert r.dtype == v.dtype and r.tobytes() == v.tobytes()
+
+
+def test_conditional_with_branch_operands():
+    b = XlaBuilder("cond")
+    p = b.parameter(0, "pred[]", "p")
+    x = b.parameter(1, "f32[3]", "x")
+    y = b.parameter(2, "s32[]", "y")
+    r = b.conditional(p, x, lambda v: v * v, y, lambda v: v.builder.convert(v.builder.broadcast(v, [3]), "f32"))
+    module = b.build(r)
+    text = round_trip(module)
+    assert "stablehlo.if" in text
+    for pv in (True, False):
+        three_way(module, np.bool_(pv), np.float32([1, 2, 3]), np.int32(7))
+
+
+def test_switch_with_index():
+    b = XlaBuilder("switch")
+    i = b.parameter(0, "s32[]", "i")
+    x = b.parameter(1, "f32[2]", "x")
+    branches = [lambda v: v + v, lambda v: -v, lambda v: v * v]
+    module = b.build(b.conditional(i, branches, [x, x, x]))
+    assert "stablehlo.case" in round_trip(module)
+    for iv in (-1, 0, 1, 2, 5):
+        three_way(module, np.int32(iv), np.float32([1.5, -2]))
+
+
+def test_while_with_tuple_state_runs_on_xla():
+    b = XlaBuilder("loop")
+    x = b.parameter(0, "f32[2,3]", "x")
+
+    def cond(v):
+        bb = v.builder
+        return bb.lt(bb.get_tuple_element(v, 1), bb.constant(np.int32(4)))
+
+    def body(v):
+        bb = v.builder
+        return bb.tuple([bb.mul(bb.get_tuple_element(v, 0), bb.constant(np.float32(1.5)), []),
+                         bb.add(bb.get_tuple_element(v, 1), bb.constant(np.int32(1)))])
+
+    w = b.while_(cond, body, b.tuple([x, b.constant(np.int32(0))]))
+    module = b.build([b.get_tuple_element(w, 0), b.get_tuple_element(w, 1)])
+    parse_stablehlo(export_stablehlo(module))
+    three_way(module, RNG.standard_normal((2, 3)).astype(np.float32))
+
+
+def test_implicit_broadcasting_is_made_explicit():
+    b = XlaBuilder("bcast")
+    x = b.parameter(0, "f32[2,3]", "x")
+    v = b.parameter(1, "f32[3]", "v")
+    s = b.parameter(2, "f32[]", "s")
+    d = b.parameter(3, "f32[1,3]", "d")
+    module = b.build([b.add(x, v, broadcast_dimensions=[1]), b.mul(x, s), b.sub(x, d),
+                      b.gt(x, v, broadcast_dimensions=[1])])
+    text = export_stablehlo(module)
+    assert "stablehlo.broadcast_in_dim" in text
+    args = [RNG.standard_normal(sh).astype(np.float32) for sh in ((2, 3), (3,), (), (1, 3))]
+    three_way(module, *args)
+    # Re-import gives the explicit form, which computes the same.
+    again = import_stablehlo(text, verify=True)
+    for a, c in zip(lowering.compile(again)(*args), lowering.compile(module)(*args)):
+        assert_close(a, c)
+
+
+def test_reduce_sort_dot_run_on_xla():
+    b = XlaBuilder("mix")
+    x = b.parameter(0, "f32[4,5]", "x")
+    y = b.parameter(1, "f32[5,2]", "y")
+    total = b.reduce(x, b.constant(np.float32(0)), lambda a, c: a + c, [1])
+    dot = b.dot_general(x, y, (([1], [0]), ([], [])))
+    srt = b.sort([x], lambda a, c: a.builder.lt(a, c), dimension=1)
+    module = b.build([total, dot, srt])
+    round_trip(module)
+    three_way(module, RNG.standard_normal((4, 5)).astype(np.float32), RNG.standard_normal((5, 2)).astype(np.float32),
+              max_ulp=4, atol=1e-6)
+
+
+def test_calls_round_trip():
+    sub = XlaBuilder("square")
+    p = sub.parameter(0, "f32[3]", "p")
+    sub.mul(p, p)
+    square = sub.build()
+    b = XlaBuilder("main")
+    x = b.parameter(0, "f32[3]", "x")
+    module = b.build(b.add(b.call(square, [x]), b.call(square, [x])))
+    text = round_trip(module)
+    assert "func.call" in text
+    three_way(module, np.float32([1, 2, 3]))
+
+
+# ----------------------------------------------------------------------------
+# JAX programs: import -> export -> import, and XLA agrees
+# ----------------------------------------------------------------------------
+
+JAX_PROGRAMS = {
+    "elementwise": (lambda x, y: (jnp.sin(x) * y + 1, jnp.where(x > y, x, y)), ((3, 4), (3, 4))),
+    "dot_reduce": (lambda x, y: (x @ y.T, jnp.sum(x, 0), jnp.max(y, 1)), ((3, 4), (5, 4))),
+    "loops": (lambda x, y: lax.fori_loop(0, 3, lambda i, v: v * 2 + y, x), ((2, 2), (2, 2))),
+    "cond": (lambda x, y: lax.cond(x[0, 0] > 0, lambda a: a + y, lambda a: a - y, x), ((2, 2), (2, 2))),
+    "switch": (lambda x, y: lax.switch(jnp.int32(x[0, 0] > 0) + 1, [jnp.sin, jnp.cos, jnp.tanh], x + y),
+               ((2, 2), (2, 2))),
+    "sort": (lambda x, y: (jnp.sort(x, 1), jnp.argsort(y, 0)), ((3, 5), (4, 2))),
+}
+
+
+@pytest.mark.parametrize("name", list(JAX_PROGRAMS))
+def test_jax_programs_round_trip(name):
+    fn, shapes = JAX_PROGRAMS[name]
+    args = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    module = import_jax(fn, *args)
+    round_trip(module)
+    want = jax.tree.leaves(jax.jit(fn)(*args))
+    for got in (run_xla(module, *args), lowering.compile(module)(*args)):
+        for g, w in zip(got, want):
+            assert_close(g, np.asarray(w), max_ulp=4, atol=1e-6)
+
+
+def test_round_trip_keeps_locations():
+    module = import_jax(lambda x: jnp.exp(x) + 1, np.float32([1, 2]))
+    text = round_trip(module)
+    assert 'loc("' in text and "test_export.py" in text
+
+
+# ----------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------
+
+
+def test_run_xla_argument_errors():
+    module = _axpy()
+    with pytest.raises(ExecutionError, match="takes 3 arguments"):
+        run_xla(module, np.float32(1))
+    with pytest.raises(ExecutionError, match=r"argument #1: expected f32\[10\]"):
+        run_xla(module, np.float32(1), np.zeros(3, np.float32), np.zeros(10, np.float32))
+    with pytest.raises(XlaError):
+        run_xla("not a module")
+
+
+def test_export_rejects_non_modules():
+    with pytest.raises(XlaError):
+        export_stablehlo(parse_module)  # not a ModuleOp
