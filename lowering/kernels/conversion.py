@@ -33,15 +33,18 @@ def _flush_f32(x):
 
 
 def _float_to_float(src: Elem, dst: Elem):
+    if dst.name == "f4e2m1fn":  # no NaN in f4e2m1fn: XLA gives -0 for every NaN
+        def to_f4(x):
+            x = np.asarray(x).astype(src.compute)  # (fnuz formats have no -0: use the compute type)
+            return np.where(np.isnan(x), src.compute.type(-0.0), x).astype(dst.dtype)
+
+        return to_f4
     if src.dtype == _F64 and dst.compute == _F32:  # hardware cvtsd2ss: FTZ on the f32 result
         if dst.dtype == _F32:
             return lambda x: _flush_f32(x.astype(_F32))
         return lambda x: _flush_f32(x.astype(_F32)).astype(dst.dtype)
     if src.compute == _F32 and dst.dtype == _F64:  # hardware cvtss2sd: DAZ on the f32 input
         return lambda x: _flush_f32(np.asarray(x).astype(_F32)).astype(_F64)
-    if dst.name == "f4e2m1fn":  # no NaN in f4e2m1fn: XLA gives -0 for every NaN
-        neg_zero = src.compute.type(-0.0)  # (in the compute type: fnuz formats have no -0)
-        return lambda x: np.where(np.isnan(x), neg_zero, np.asarray(x).astype(src.compute)).astype(dst.dtype)
     if src.dtype == dst.dtype:
         return lambda x: x
     return lambda x: x.astype(dst.dtype)

@@ -1,0 +1,105 @@
+"""Conversion family vs XLA on CPU: hlo.convert (every type pair, bit-exact) and hlo.bitcast_convert."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import execute
+from test_elementwise import sample, xla_ref
+
+import xla_dialect
+from xla_dialect.builder import XlaBuilder
+from xla_dialect.errors import BuilderError
+from xla_dialect.types import ELEMENT_TYPES
+
+TYPES = ["pred", "s2", "s4", "u4", "s8", "s32", "s64", "u8", "u32", "u64", "f16", "bf16", "f32", "f64",
+         "f8e4m3fn", "f8e5m2", "f4e2m1fn", "c64", "c128"]
+
+
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    if a.dtype.kind == "c":
+        a = a.view(np.float32 if a.dtype == np.complex64 else np.float64)
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def _nan(a):
+    try:
+        return np.isnan(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64))
+    except (TypeError, ValueError):
+        return np.zeros(a.shape, bool)
+
+
+@pytest.mark.parametrize("src", TYPES)
+def test_convert_all_pairs_bit_exact(src):
+    rng = np.random.default_rng(11)
+    x = sample(rng, src, 96)
+    if ELEMENT_TYPES[src].kind in ("float", "complex") and ELEMENT_TYPES[src].bits >= 32:
+        x[-4:] = np.array([1e-40, 3e9, -3e19, 1e300 if src in ("f64", "c128") else 3e38]).astype(x.dtype)
+    for dst in TYPES:
+        b = XlaBuilder("cvt")
+        b.convert_element_type(b.parameter(0, f"{src}[96]"), dst)
+        got = execute(b.build(), x)[0]
+        ref = xla_ref("convert", x, dtype=ELEMENT_TYPES[dst].dtype)
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        same = _bits(got) == _bits(ref)
+        if same.ndim > 1 or got.dtype.kind == "c":
+            same = same.reshape(got.shape + (-1,)).all(-1)
+        bad = ~(same | (_nan(got) & _nan(ref)))
+        assert not bad.any(), f"{src}->{dst}: x={x[bad][:3]} got={got[bad][:3]} xla={ref[bad][:3]}"
+
+
+def test_convert_semantics():
+    f = np.array([np.nan, np.inf, -np.inf, 2.7, -2.7, 1e10, -0.5], np.float32)
+    b = XlaBuilder("c")
+    b.convert(b.parameter(0, "f32[7]"), np.int32)
+    np.testing.assert_array_equal(execute(b.build(), f)[0], [0, 2**31 - 1, -2**31, 2, -2, 2**31 - 1, 0])
+    b = XlaBuilder("c")
+    b.convert(b.parameter(0, "c64[2]"), "f32")
+    np.testing.assert_array_equal(execute(b.build(), np.array([1 + 2j, -3 + 4j], np.complex64))[0], [1, -3])
+
+
+@pytest.mark.parametrize("src,dst,shape,out", [
+    ("f32", "u8", (2, 3), (2, 3, 4)), ("u8", "f32", (2, 4), (2,)), ("s8", "s4", (3,), (3, 2)),
+    ("s4", "s8", (2, 2), (2,)), ("u4", "u8", (3, 2), (3,)), ("s4", "u4", (5,), (5,)), ("s32", "s2", (2,), (2, 16)),
+    ("f32", "bf16", (3,), (3, 2)), ("f8e4m3fn", "s8", (4,), (4,)), ("f4e2m1fn", "s4", (4,), (4,)),
+    ("f64", "s64", (), ()), ("u64", "u16", (0,), (0, 4)),
+])
+def test_bitcast_vs_xla(src, dst, shape, out):
+    rng = np.random.default_rng(5)
+    x = sample(rng, src, int(np.prod(shape))).reshape(shape)
+    b = XlaBuilder("bc")
+    y = b.bitcast_convert_type(b.parameter(0, f"{src}[{','.join(map(str, shape))}]"), dst)
+    assert y.dims == out
+    got = execute(b.build(), x)[0]
+    ref = xla_ref("bitcast_convert", x, dtype=ELEMENT_TYPES[dst].dtype, shape=out)
+    np.testing.assert_array_equal(_bits(got), _bits(ref))
+
+
+@pytest.mark.parametrize("src,dst,match", [
+    ("f32[3]", "f64", "needs a minor dimension of size 2"),
+    ("c64[2]", "f32", "complex and real"),
+    ("pred[2]", "s8", "pred"),
+    ("s8[2,3]", "s32", "size 4"),
+])
+def test_bitcast_errors(src, dst, match):
+    b = XlaBuilder("bad")
+    with pytest.raises(BuilderError, match=match):
+        b.bitcast_convert(b.parameter(0, src), dst)
+
+
+def test_convert_errors_and_round_trip():
+    b = XlaBuilder("bad")
+    p = b.parameter(0, "f32[2]")
+    with pytest.raises(BuilderError, match="unknown XLA primitive type"):
+        b.convert(p, "f33")
+    with pytest.raises(BuilderError, match="new_element_type"):
+        b.convert(p, object())
+    b = XlaBuilder("rt")
+    x = b.parameter(0, "f32[4]")
+    b.bitcast_convert(b.convert(x, "bf16"), "u8")
+    module = b.build()
+    text = str(module)
+    assert str(xla_dialect.parse_module(text)) == text
+    assert execute(module, np.ones(4, np.float32))[0].shape == (4, 2)
