@@ -42,7 +42,7 @@ from xdsl.rewriter import Rewriter
 from .errors import BuilderError, HloVerifyError, XlaError
 from .layout import Layout, LayoutAttr, layout_of
 from .literal import DenseLiteralAttr
-from .ops import constants, control_flow, conversion, data_movement, elementwise, linalg, reduction, sorting
+from .ops import constants, control_flow
 from .shape import format_shape, parse_shape
 from .types import element_type_from_dtype, element_type_named
 
@@ -384,15 +384,21 @@ def _unique(base: str, taken) -> str:
     return name
 
 
-class XlaBuilder(
-    elementwise.ElementwiseBuilder,
-    constants.ConstantsBuilder,
-    conversion.ConversionBuilder,
-    data_movement.DataMovementBuilder,
-    linalg.LinalgBuilder,
-    reduction.ReductionBuilder,
-    sorting.SortingBuilder,
-    control_flow.ControlFlowBuilder,
-    _BuilderCore,
-):
-    """XLA's computation builder for the hlo dialect (see the module docstring)."""
+def _family_builder_mixins() -> tuple[type, ...]:
+    """The builder mixin class of every op family (``<Family>Builder`` defined in each ops module)."""
+    from .ops import FAMILIES
+
+    mixins = []
+    for family in FAMILIES:
+        for name, obj in vars(family).items():
+            if isinstance(obj, type) and name.endswith("Builder") and obj.__module__ == family.__name__:
+                mixins.append(obj)
+    return tuple(mixins)
+
+
+class XlaBuilder(*_family_builder_mixins(), _BuilderCore):
+    """XLA's computation builder for the hlo dialect (see the module docstring).
+
+    Its methods come from the op families' builder mixins (one per file in
+    ``xla_dialect/ops``), so each op's builder method sits next to its definition.
+    """

@@ -1,3 +1,17 @@
 """Kernel families; importing this package registers every kernel."""
 
-from . import constants, control_flow, conversion, data_movement, elementwise, linalg, reduction, sorting  # noqa: F401
+from . import (  # noqa: F401
+    collectives,
+    constants,
+    control_flow,
+    conversion,
+    data_movement,
+    effects,
+    elementwise,
+    indexing,
+    linalg,
+    numerics,
+    reduction,
+    sorting,
+    windowed,
+)

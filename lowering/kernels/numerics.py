@@ -1,0 +1,3 @@
+"""NumPy kernels. Numerical library ops: reduce_precision, fft, cholesky, triangular_solve, batch_norm_*, rng, rng_bit_generator, quantization."""
+
+from __future__ import annotations

@@ -1,0 +1,9 @@
+"""hlo ops. Collective ops over replicas/partitions: all_reduce, all_gather, all_to_all, reduce_scatter, collective_permute, collective_broadcast, replica_id, partition_id."""
+
+from __future__ import annotations
+
+OPS: list = []
+
+
+class CollectivesBuilder:
+    """Builder methods of the collectives family."""

@@ -1,0 +1,9 @@
+"""hlo ops. Side effects and program structure: tokens, infeed/outfeed, send/recv, custom_call, composite, optimization_barrier, dimension sizes."""
+
+from __future__ import annotations
+
+OPS: list = []
+
+
+class EffectsBuilder:
+    """Builder methods of the effects family."""
