@@ -355,6 +355,16 @@ def test_map_with_non_elementwise_body_falls_back(rng):
     np.testing.assert_array_equal(r, x * x + 1)
 
 
+def test_map_with_bitcast_convert_body(rng):
+    # bitcast_convert's kernel is shape-specific, so this region takes the per-element path.
+    x = rng.standard_normal(7).astype(np.float32)
+    b = XlaBuilder("map")
+    px = b.parameter(0, "f32[7]")
+    b.map(px, lambda a: a.builder.bitcast_convert(a, "s32"))
+    (r,) = execute(b.build(), x)
+    np.testing.assert_array_equal(r, x.view(np.int32))
+
+
 def test_nested_map_inside_map(rng):
     x = rng.standard_normal((3, 3)).astype(np.float64)
     b = XlaBuilder("map")

@@ -28,10 +28,10 @@ ELEMENTWISE_OP_NAMES: frozenset[str] = frozenset(
     | {
         # Ops whose kernels work unchanged on arrays of any shape when the
         # region's values are scalars: constants (0-d, broadcast by NumPy),
-        # conversions, tuples, and nested maps (their kernel takes the shape
-        # from its operands at run time).
-        "hlo.constant", "hlo.convert", "hlo.bitcast_convert", "hlo.reduce_precision",
-        "hlo.tuple", "hlo.get_tuple_element", "hlo.map", "hlo.return",
+        # convert, tuples, and nested maps (their kernel takes the shape from
+        # its operands at run time). Not bitcast_convert: its kernel bakes the
+        # result shape in.
+        "hlo.constant", "hlo.convert", "hlo.tuple", "hlo.get_tuple_element", "hlo.map", "hlo.return",
     }
 )
 """Op names whose kernels are shape-polymorphic on scalar regions."""
