@@ -51,12 +51,13 @@ from xdsl.dialects.builtin import (
     SymbolRefAttr,
     TensorType,
     TupleType,
+    UNKNOWN_LOC,
     UnitAttr,
     f32,
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue, SSAValues, Use
 
 from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError, op_context
 from xla_dialect.layout import LayoutAttr, parse_layout
@@ -527,13 +528,19 @@ class Importer:
         return out
 
     def location(self, op) -> str | None:
-        loc = op.location
-        key = loc.attr
+        """``file:line`` of an MLIR op (cached per location)."""
+        attrs = self._loc_attributes(op)
+        return attrs["loc"].data if attrs else None
+
+    def _loc_attributes(self, op) -> dict:
+        """``{"loc": StringAttr("file:line")}`` (or ``{}``) for an MLIR op, one attribute per location."""
+        key = op.location.attr
         try:
             return self.locs[key]
         except KeyError:
-            text = self.locs[key] = location_text(loc)
-            return text
+            text = location_text(op.location)
+            attrs = self.locs[key] = {"loc": StringAttr(text)} if text else {}
+            return attrs
 
     def attribute(self, attr) -> Any:
         """Converted jaxlib attribute (cached; see :func:`convert_attribute`)."""
@@ -602,9 +609,8 @@ class Importer:
             result_types = self.result_types(src)
         if src is not None and RESULT_LAYOUTS in src.attributes:
             result_types = _with_layouts(result_types, src.attributes[RESULT_LAYOUTS])
-        loc = self.location(src) if src is not None else None
-        new = cls.create(operands=operands, result_types=result_types, properties=properties or {},
-                         regions=list(regions), attributes={"loc": StringAttr(loc)} if loc else {})
+        attributes = dict(self._loc_attributes(src)) if src is not None else {}
+        new = _create(cls, operands, result_types, properties or {}, attributes, regions)
         self._ops.append(new)
         return new.results
 
@@ -653,7 +659,7 @@ class Importer:
         try:
             for op in ops:
                 self.convert_op(op)
-            block.add_ops(self._ops)
+            _append_ops(block, self._ops)
         finally:
             self._ops = saved
             self._current = saved_current
@@ -732,6 +738,110 @@ class Importer:
         except Exception:
             loc = None
         return f"{op.name} at {loc}" if loc else op.name
+
+
+# ----------------------------------------------------------------------------
+# Fast xDSL construction
+# ----------------------------------------------------------------------------
+# Building the xDSL ops is most of the import time. Operation.create and
+# Block.add_ops do general bookkeeping (dataclass defaults, default properties,
+# ancestor checks) that fresh ops appended in order do not need. The fast
+# paths below set the same fields directly; _fast_paths_work() checks once,
+# against xDSL's own constructors, that they produce identical objects, and
+# the importer falls back to the general API if not (another xDSL version).
+
+
+_DEFAULTS: dict[type, tuple[dict, dict]] = {}
+
+
+def _defaults(cls) -> tuple[dict, dict]:
+    """The default property and attribute values IRDLOperation.__post_init__ would fill in."""
+    from xdsl.irdl import OptionalDef
+
+    hit = _DEFAULTS.get(cls)
+    if hit is None:
+        op_def = cls.get_irdl_definition()
+        hit = _DEFAULTS[cls] = tuple(
+            {n: d.default_value for n, d in defs.items()
+             if not isinstance(d, OptionalDef) and d.default_value is not None}
+            for defs in (op_def.properties, op_def.attributes))
+    return hit
+
+
+def _fast_create(cls, operands, result_types, properties, attributes, regions):
+    default_props, default_attrs = _DEFAULTS.get(cls) or _defaults(cls)
+    if default_props:
+        properties = {**default_props, **properties}
+    if default_attrs:
+        attributes = {**default_attrs, **attributes}
+    op = cls.__new__(cls)
+    d = op.__dict__
+    values = SSAValues(operands)
+    uses = tuple([Use(op, i) for i in range(len(values))])
+    for v, u in zip(values, uses):
+        v.add_use(u)
+    d["_operands"] = values
+    d["_operand_uses"] = uses
+    d["results"] = SSAValues([OpResult(t, op, i) for i, t in enumerate(result_types)])
+    d["properties"] = properties
+    d["attributes"] = attributes
+    d["location"] = UNKNOWN_LOC
+    d["_successors"] = ()
+    d["_successor_uses"] = ()
+    d["regions"] = ()
+    for region in regions:
+        op.add_region(region)
+    return op
+
+
+def _slow_create(cls, operands, result_types, properties, attributes, regions):
+    return cls.create(operands=operands, result_types=result_types, properties=properties,
+                      attributes=attributes, regions=list(regions))
+
+
+def _fast_append(block: Block, ops: list[Operation]) -> None:
+    prev = block._last_op
+    for op in ops:
+        op.parent = block
+        op._prev_op = prev
+        if prev is None:
+            block._first_op = op
+        else:
+            prev._next_op = op
+        prev = op
+    block._last_op = prev
+
+
+def _slow_append(block: Block, ops: list[Operation]) -> None:
+    block.add_ops(ops)
+
+
+def _fast_paths_work() -> bool:
+    try:
+        from xla_dialect.ops.elementwise import AddOp
+
+        t = TensorType(f32, [2])
+        results = []
+        for create, append in ((_slow_create, _slow_append), (_fast_create, _fast_append)):
+            block = Block(arg_types=[t])
+            a = create(AddOp, [block.args[0], block.args[0]], [t], {}, {"loc": StringAttr("x")}, ())
+            b = create(AddOp, [a.results[0], block.args[0]], [t], {}, {}, ())
+            append(block, [a, b])
+            results.append((block, a, b))
+        (b0, a0, c0), (b1, a1, c1) = results
+        def fields(x):  # linkage fields left at their class default None may be unset
+            return {k for k, v in x.__dict__.items() if not (k in ("_prev_op", "_next_op") and v is None)}
+
+        same_fields = all(fields(x) == fields(y) for x, y in ((a0, a1), (c0, c1), (b0, b1)))
+        return (same_fields and list(b1.ops) == [a1, c1] and a1.next_op is c1 and c1.prev_op is a1
+                and b1.first_op is a1 and b1.last_op is c1 and a1.parent is b1
+                and [u.operation for u in a1.results[0].uses] == [c1] and b1.is_structurally_equivalent(b0)
+                and not AddOp.get_irdl_definition().properties["broadcast_dimensions"].default_value)
+    except Exception:
+        return False
+
+
+_create, _append_ops = (_fast_create, _fast_append) if _fast_paths_work() else (_slow_create, _slow_append)
 
 
 RESULT_LAYOUTS = "hlo.result_layouts"

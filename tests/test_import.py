@@ -401,3 +401,18 @@ def test_verifier_errors_name_the_location():
       }"""
     module = import_stablehlo(text, verify=True)
     assert isinstance(main_of(module).function_type.outputs.data[0], TensorType)
+
+
+def test_chlo_composites_from_jax_export_run_their_decomposition():
+    needs("hlo.sort", "hlo.slice")
+
+    def f(x):
+        return lax.erf_inv(x), jnp.arctanh(x), lax.top_k(x, 2)[0]
+
+    x = np.array([0.1, -0.5, 0.7], np.float32)
+    exported = jax.export.export(jax.jit(f))(x)
+    assert "stablehlo.composite" in exported.mlir_module()
+    module = import_jax(exported)
+    got = lowering.compile(module)(x)
+    for g, w in zip(got, jax.jit(f)(x)):
+        assert_close(g, np.asarray(w), max_ulp=2)
