@@ -366,3 +366,53 @@ def test_round_trip_of_control_flow_module(rng):
         want = execute(module, np.bool_(args[0]), np.int32(args[1]), xs)
         got = execute(again, np.bool_(args[0]), np.int32(args[1]), xs)
         np.testing.assert_array_equal(got[0], want[0])
+
+
+WHILE_TEXT = """
+builtin.module {
+  func.func @main(%x: tensor<i32>) -> tensor<i32> {
+    %r = hlo.while %x : (tensor<i32>) -> tensor<i32> {
+    ^bb0(%a: tensor<i32>):
+      %c = hlo.compare %a, %a {comparison_direction = "LT"} : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      hlo.return %c : tensor<i1>
+    } {
+    ^bb0(%b: tensor<i32>):
+      hlo.return %b : tensor<i32>
+    }
+    func.return %r : tensor<i32>
+  }
+}
+"""
+
+
+def test_verifier_on_while_and_conditional_text():
+    module = parse_module(WHILE_TEXT)
+    assert execute(module, np.int32(4)) == (4,)
+    with pytest.raises(HloVerifyError, match=r"condition computation must return pred\[\], returns \(s32\[\]\)"):
+        parse_module(WHILE_TEXT.replace("hlo.return %c : tensor<i1>", "hlo.return %a : tensor<i32>"))
+    with pytest.raises(HloVerifyError, match=r"body computation takes \(f32\[\]\) but must take \(s32\[\]\)"):
+        parse_module(WHILE_TEXT.replace("^bb0(%b: tensor<i32>):\n      hlo.return %b : tensor<i32>",
+                                        "^bb0(%b: tensor<f32>):\n      hlo.return %x : tensor<i32>"))
+    cond_text = """
+builtin.module {
+  func.func @main(%i: tensor<i32>, %x: tensor<2xf32>) -> tensor<2xf32> {
+    %r = hlo.conditional %i, %x, %x : (tensor<i32>, tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32> {
+    ^bb0(%a: tensor<2xf32>):
+      hlo.return %a : tensor<2xf32>
+    } {
+    ^bb0(%b: tensor<2xf32>):
+      %n = hlo.negate %b : (tensor<2xf32>) -> tensor<2xf32>
+      hlo.return %n : tensor<2xf32>
+    }
+    func.return %r : tensor<2xf32>
+  }
+}
+"""
+    module = parse_module(cond_text)
+    np.testing.assert_array_equal(execute(module, np.int32(5), np.ones(2, np.float32))[0], [-1, -1])
+    with pytest.raises(HloVerifyError, match="has 3 branch operands but 2 branch computations"):
+        parse_module(cond_text.replace("%i, %x, %x : (tensor<i32>, tensor<2xf32>, tensor<2xf32>)",
+                                       "%i, %x, %x, %x : (tensor<i32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>)"))
+    with pytest.raises(HloVerifyError, match=r"branch selector must be pred\[\] or s32\[\], got f32\[2\]"):
+        parse_module(cond_text.replace("%r = hlo.conditional %i, %x, %x : (tensor<i32>",
+                                       "%r = hlo.conditional %x, %x, %x : (tensor<2xf32>"))

@@ -304,7 +304,7 @@ OPS = [ReturnOp, TupleOp, GetTupleElementOp, CallOp, WhileOp, ConditionalOp]
 # ----------------------------------------------------------------------------
 
 
-def _results(values: list):
+def one_or_tuple(values: list):
     """One XlaOp, or a tuple of them for multi-result ops."""
     return values[0] if len(values) == 1 else tuple(values)
 
@@ -361,7 +361,7 @@ class ControlFlowBuilder:
                                f"called with {types_text([v.type for v in values])}")
         results = self._emit(CallOp, values, {"callee": SymbolRefAttr(name)},
                              result_types=list(fn.function_type.outputs))
-        return _results(results) if results else None
+        return one_or_tuple(results) if results else None
 
     def while_(self, condition, body, init):
         """``hlo.while``: ``state = init; while condition(state): state = body(state)``.
@@ -373,7 +373,7 @@ class ControlFlowBuilder:
         inits = as_list(init)
         types = [self._value(v, "init").type for v in inits]
         regions = [self._region(condition, types, "condition"), self._region(body, types, "body")]
-        return _results(self._emit(WhileOp, inits, regions=regions))
+        return one_or_tuple(self._emit(WhileOp, inits, regions=regions))
 
     def conditional(self, selector, *args):
         """``hlo.conditional``, in XLA's two forms.
@@ -413,4 +413,4 @@ class ControlFlowBuilder:
                                f"false_computation) or (branch_index, branch_computations, branch_operands)")
         values = [self._value(o, f"{n} operand") for o, n in zip(operands, names)]
         regions = [self._region(c, [v.type], n) for c, v, n in zip(computations, values, names)]
-        return _results(self._emit(ConditionalOp, [selector, *values], regions=regions))
+        return one_or_tuple(self._emit(ConditionalOp, [selector, *values], regions=regions))

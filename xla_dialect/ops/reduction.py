@@ -20,9 +20,9 @@ from xdsl.irdl import irdl_op_definition, prop_def, region_def, result_def, var_
 
 from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor
 from .control_flow import (
-    _results,
     as_list,
     check_region,
+    one_or_tuple,
     precheck,
     same_shape_arrays,
     scalar_of,
@@ -135,7 +135,7 @@ class ReductionBuilder:
         precheck(self, ReduceOp, [*arrays, *inits], props)
         scalars = scalar_params(self, [self._value(a).type for a in arrays])
         region = self._region(computation, scalars + scalars, "computation")
-        return _results(self._emit(ReduceOp, [*arrays, *inits], props, [region]))
+        return one_or_tuple(self._emit(ReduceOp, [*arrays, *inits], props, [region]))
 
     def reduce_all(self, operand, init_value, computation):
         """``hlo.reduce`` over every dimension of ``operand`` (XLA's ReduceAll)."""

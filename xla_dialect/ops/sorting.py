@@ -14,10 +14,10 @@ from xdsl.irdl import irdl_op_definition, opt_prop_def, prop_def, region_def, va
 
 from .base import HloOp, fail, make_tensor
 from .control_flow import (
-    _results,
     as_list,
     check_region,
     is_scalar_pred,
+    one_or_tuple,
     precheck,
     same_shape_arrays,
     scalar_of,
@@ -83,4 +83,4 @@ class SortingBuilder:
         precheck(self, SortOp, arrays, props)
         params = [p for a in arrays for p in scalar_params(self, [self._value(a).type] * 2)]
         region = self._region(comparator if comparator is not None else _default_less, params, "comparator")
-        return _results(self._emit(SortOp, arrays, props, [region]))
+        return one_or_tuple(self._emit(SortOp, arrays, props, [region]))
