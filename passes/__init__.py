@@ -1,1 +1,141 @@
-"""Passes over hlo programs (see the registry)."""
+"""Declarative passes over hlo programs, pipelines as text, plugins, and ``xla-opt``.
+
+>>> import passes
+>>> result = passes.run(module, "canonicalize-broadcasts,assign-layouts{target=tpu},cse,dce")
+>>> result.report("assign-layouts")          # copies inserted, bytes per value
+>>> passes.canonicalize_broadcasts(module)    # the executor's broadcast canonicalization
+
+Every pass is an xDSL ``ModulePass`` built from a table of rewrite patterns
+(:class:`~passes.base.PatternPass`); all are in one registry
+(:func:`available_passes`) that also holds installed plugins (entry-point group
+``xla_dialect.passes``) and plugin files (:func:`load_plugin`). The same passes
+are visible to ``xdsl-opt`` through the ``xdsl.universe`` entry point.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from xla_dialect.errors import PassError, XlaError
+
+from .base import PatternPass, clean_pass_error, collect_reports, emit_report, reset_reports
+from .registry import available_passes, get_pass, load_plugin, parse_pipeline, register_pass
+
+__all__ = [
+    "PassError",
+    "PatternPass",
+    "PipelineResult",
+    "assign_layouts",
+    "available_passes",
+    "canonicalize_broadcasts",
+    "emit_report",
+    "get_pass",
+    "load_plugin",
+    "parse_pipeline",
+    "register_pass",
+    "run",
+    "XlaError",
+]
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run` hands back: the (rewritten in place) module, per-pass timings and reports."""
+
+    module: ModuleOp
+    timings: list[tuple[str, float]] = field(default_factory=list)
+    """(pass spec, seconds) in pipeline order."""
+    reports: list[tuple[str, Any]] = field(default_factory=list)
+    """(pass spec, report object) for passes that emit one."""
+
+    def report(self, name: str) -> Any:
+        """The report of the last pass named ``name`` (None when it emitted none)."""
+        for spec, rep in reversed(self.reports):
+            if spec.split("{", 1)[0] == name:
+                return rep
+        return None
+
+
+def _passes_of(pipeline) -> tuple[ModulePass, ...]:
+    if isinstance(pipeline, str):
+        return parse_pipeline(pipeline).passes
+    if isinstance(pipeline, ModulePass):
+        return (pipeline,)
+    if isinstance(pipeline, Sequence):
+        out: list[ModulePass] = []
+        for p in pipeline:
+            out.extend(_passes_of(p))
+        return tuple(out)
+    raise PassError(f"passes.run: pipeline must be text or ModulePass instances, got {type(pipeline).__name__}")
+
+
+def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool = True) -> PipelineResult:
+    """Apply ``pipeline`` (text like ``"simplify,cse,dce"`` or pass instances) to ``module`` in place.
+
+    With ``verify`` the module is verified after every pass; a pass leaving
+    invalid IR raises :class:`PassError` naming it. Errors inside a pass name the
+    pass and the op.
+    """
+    from xla_dialect.dialect import make_context
+
+    if not isinstance(module, ModuleOp):
+        raise PassError(f"passes.run expects an xDSL ModuleOp, got {type(module).__name__}")
+    passes = _passes_of(pipeline)
+    ctx = make_context()
+    result = PipelineResult(module)
+    sink: list = []
+    token = collect_reports(sink)
+    try:
+        for p in passes:
+            spec = str(p)
+            start = time.perf_counter()
+            try:
+                p.apply(ctx, module)
+            except PassError as e:
+                clean_pass_error(e)
+                raise
+            except Exception as e:
+                clean_pass_error(e)
+                text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise PassError(f"pass {p.name}: {text}") from e
+            result.timings.append((spec, time.perf_counter() - start))
+            for emitter, rep in sink:
+                result.reports.append((str(emitter), rep))
+            sink.clear()
+            if verify:
+                _verify_after(p, module)
+    finally:
+        reset_reports(token)
+    return result
+
+
+def _verify_after(p: ModulePass, module: ModuleOp) -> None:
+    try:
+        module.verify()
+    except Exception as e:
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PassError(f"pass {p.name} produced invalid IR: {text}") from None
+
+
+def canonicalize_broadcasts(module: ModuleOp) -> ModuleOp:
+    """Run ``canonicalize-broadcasts`` on ``module`` in place and return it.
+
+    This is the hook for the executor's lowering: afterwards no binary,
+    compare, select or clamp op relies on implicit broadcasting.
+    """
+    from .broadcasts import CanonicalizeBroadcastsPass
+
+    run(module, CanonicalizeBroadcastsPass(), verify=False)
+    return module
+
+
+def assign_layouts(module: ModuleOp, target: str = "cpu"):
+    """Run ``assign-layouts{target=...}`` on ``module`` in place; return its :class:`~passes.layouts.LayoutReport`."""
+    return run(module, f"assign-layouts{{target={target}}}").report("assign-layouts")
+

@@ -46,6 +46,10 @@ class ExecutionError(XlaError, RuntimeError):
     """Executing a compiled program failed (bad arguments, runtime check)."""
 
 
+class PassError(XlaError, RuntimeError):
+    """A pass or pipeline failed; the message names the pass and the op."""
+
+
 def op_context(op) -> str:
     """Return ``'hlo.add'`` or ``'hlo.add at file.py:12'`` for error messages."""
     name = getattr(op, "name", None) or type(op).__name__

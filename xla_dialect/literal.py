@@ -31,7 +31,7 @@ class Literal:
     __slots__ = ("array", "type", "_key")
 
     def __init__(self, array: np.ndarray, type_: TensorType):
-        array = np.ascontiguousarray(array)
+        array = np.ascontiguousarray(array).reshape(np.shape(array))  # ascontiguousarray makes 0-d arrays 1-d
         array.flags.writeable = False
         self.array = array
         self.type = type_

@@ -115,3 +115,10 @@ def _pad(op, ctx):
         return out
 
     return pad
+
+
+@register(dm.CopyOp)
+def _copy(op, ctx):
+    # hlo.copy only changes the layout; the logical value is the operand's. It is a
+    # new buffer, so hand back a C-contiguous array (views become compact copies).
+    return np.ascontiguousarray

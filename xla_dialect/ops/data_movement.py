@@ -429,3 +429,54 @@ class DataMovementBuilder:
         return self._emit1(ReverseOp, [operand], {"dimensions": i64_array(dims)})
 
     reverse = rev
+
+
+# ----------------------------------------------------------------------------
+# hlo.copy (added by the passes work: layout assignment materializes layout changes with it)
+# ----------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class CopyOp(_UnaryShapeOp):
+    """``hlo.copy`` (XLA kCopy): the operand's values in a new buffer.
+
+    The logical value is unchanged; the result type may carry a different
+    layout than the operand's, which makes this the op layout assignment
+    inserts where layouts conflict.
+    """
+
+    name = "hlo.copy"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        from ..layout import strip_layout
+
+        (t,) = operand_types
+        t = tensor(cls.name, t, "operand")
+        inferred = make_tensor(t.element_type, t.get_shape())
+        if result_types and strip_layout(result_types[0]) == inferred:
+            return [result_types[0]]  # the declared (new) layout is the point of the op
+        return [inferred]
+
+
+OPS.append(CopyOp)
+
+
+def copy(self, operand, layout=None):  # becomes DataMovementBuilder.copy (errors name 'copy')
+    """``hlo.copy``: the same values, laid out with ``layout`` (XLA layout text like ``'{0,1}'``,
+    a :class:`~xla_dialect.layout.Layout`, or None for the default layout)."""
+    from ..layout import LayoutAttr, parse_layout
+
+    t = self._array(operand)
+    if layout is not None:
+        try:
+            parsed = parse_layout(layout) if isinstance(layout, str) else layout
+            parsed.check_rank(t.get_num_dims(), fmt(t))
+        except Exception as e:
+            raise BuilderError(f"{self._caller()}: {e}") from None
+        result = TensorType(t.element_type, t.get_shape(), LayoutAttr(parsed))
+        return self._emit1(CopyOp, [operand], {}, result_types=[result])
+    return self._emit1(CopyOp, [operand], {})
+
+
+DataMovementBuilder.copy = copy

@@ -1,0 +1,169 @@
+"""``canonicalize-broadcasts``: make every implicit broadcast explicit, then tidy up.
+
+After this pass the operands of every binary, compare, select and clamp op have
+exactly the result's shape (select's predicate and clamp's bounds included),
+so nothing downstream (the executor, layout assignment, tiling) needs to know
+XLA's implicit broadcasting rules. The expansion is exactly the sequence
+XLA's ``XlaBuilder::BinaryOp`` / ``TernaryOp`` emit:
+
+1. *InDim* broadcasting — the lower-rank operand of a binary op with
+   ``broadcast_dimensions`` becomes a ``broadcast_in_dim`` to the result's
+   rank, keeping its own sizes at the mapped dimensions and the result's sizes
+   elsewhere;
+2. ``AddBroadcastSequence`` — a scalar is broadcast with
+   ``broadcast_in_dim`` (no dimensions); an operand whose size-1 dimensions
+   must grow is first reshaped to drop those dimensions, then broadcast with
+   ``broadcast_in_dim`` to the result shape.
+
+The pass also turns ``hlo.broadcast`` into ``broadcast_in_dim``, folds a
+broadcast of a broadcast into one, a broadcast of a splat constant into a
+constant (up to ``max-splat-elements``), and drops identity
+broadcasts/reshapes/transposes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+
+from xla_dialect.layout import Layout, LayoutAttr, layout_of
+from xla_dialect.ops import data_movement as dm
+from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops.base import i64_array, ints
+
+from . import movement
+from .base import PatternPass
+from .registry import register_pass
+from .util import create, make_constant, splat_scalar
+
+
+def _array_type(element_type: Attribute, shape: Sequence[int], like: Attribute) -> TensorType:
+    """A tensor type; it carries the default layout when ``like`` carries a layout (builder convention)."""
+    if layout_of(like) is not None:
+        return TensorType(element_type, list(shape), LayoutAttr(Layout.default(len(shape))))
+    return TensorType(element_type, list(shape))
+
+
+def _broadcast_in_dim(value: SSAValue, shape: Sequence[int], dims: Sequence[int], like: Attribute,
+                      new_ops: list[Operation]) -> SSAValue:
+    op = create(dm.BroadcastInDimOp, [value], {"broadcast_dimensions": i64_array(dims)},
+                [_array_type(value.type.element_type, shape, like)])
+    new_ops.append(op)
+    return op.results[0]
+
+
+def add_broadcast_sequence(value: SSAValue, out_shape: Sequence[int], like: Attribute,
+                           new_ops: list[Operation]) -> SSAValue:
+    """XLA's ``AddBroadcastSequence``: broadcast a scalar or same-rank ``value`` to ``out_shape``."""
+    shape = tuple(value.type.get_shape())
+    out_shape = tuple(out_shape)
+    if shape == out_shape:
+        return value
+    if not shape:
+        return _broadcast_in_dim(value, out_shape, [], like, new_ops)
+    kept = [i for i, (a, b) in enumerate(zip(shape, out_shape)) if a == b]
+    # Eliminate the size-1 dimensions that grow, then broadcast the rest in place.
+    reshape = create(dm.ReshapeOp, [value], {},
+                     [_array_type(value.type.element_type, [shape[i] for i in kept], like)])
+    new_ops.append(reshape)
+    return _broadcast_in_dim(reshape.results[0], out_shape, kept, like, new_ops)
+
+
+def explicit_binary_operands(op: Operation, new_ops: list[Operation]) -> tuple[SSAValue, SSAValue]:
+    """The operands of binary/compare ``op`` broadcast to its result shape (XLA ``BinaryOp``)."""
+    lhs, rhs = op.operands
+    out_shape = tuple(op.results[0].type.get_shape())
+    like = op.results[0].type
+    bdims = ints(op.properties.get("broadcast_dimensions"))
+    lrank, rrank = lhs.type.get_num_dims(), rhs.type.get_num_dims()
+    if bdims and lrank != rrank:
+        small = lhs if lrank < rrank else rhs
+        to_size = list(out_shape)
+        for from_dim, to_dim in enumerate(bdims):
+            to_size[to_dim] = small.type.get_shape()[from_dim]
+        widened = _broadcast_in_dim(small, to_size, bdims, like, new_ops)
+        lhs, rhs = (widened, rhs) if small is lhs else (lhs, widened)
+    return (add_broadcast_sequence(lhs, out_shape, like, new_ops),
+            add_broadcast_sequence(rhs, out_shape, like, new_ops))
+
+
+def _needs_expansion(op: Operation) -> bool:
+    out_shape = op.results[0].type.get_shape()
+    return "broadcast_dimensions" in op.properties or any(
+        isinstance(v.type, TensorType) and v.type.get_shape() != out_shape for v in op.operands)
+
+
+class ExplicitBinaryBroadcast(RewritePattern):
+    """Binary and compare ops: implicit broadcasting -> ``broadcast_in_dim`` (+ ``reshape``) operands."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ew.BinaryElementwiseOp | ew.CompareOp, rewriter: PatternRewriter) -> None:
+        if not _needs_expansion(op):
+            return
+        new_ops: list[Operation] = []
+        lhs, rhs = explicit_binary_operands(op, new_ops)
+        props = {k: v for k, v in op.properties.items() if k != "broadcast_dimensions"}
+        new_ops.append(type(op).create(operands=[lhs, rhs], properties=props, attributes=dict(op.attributes),
+                                       result_types=[op.results[0].type]))
+        rewriter.replace(op, new_ops)
+
+
+class ExplicitScalarOperands(RewritePattern):
+    """select's scalar predicate and clamp's scalar bounds -> ``broadcast_in_dim`` to the result shape."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ew.SelectOp | ew.ClampOp, rewriter: PatternRewriter) -> None:
+        result = op.results[0].type
+        if not isinstance(result, TensorType) or not _needs_expansion(op):
+            return  # selecting between tuples keeps its scalar predicate
+        new_ops: list[Operation] = []
+        operands = [add_broadcast_sequence(v, result.get_shape(), result, new_ops) for v in op.operands]
+        new_ops.append(type(op).create(operands=operands, properties=dict(op.properties),
+                                       attributes=dict(op.attributes), result_types=[result]))
+        rewriter.replace(op, new_ops)
+
+
+class BroadcastToBroadcastInDim(RewritePattern):
+    """``hlo.broadcast(x, sizes)`` -> ``broadcast_in_dim`` mapping x to the last dimensions (as XLA's builder)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: dm.BroadcastOp, rewriter: PatternRewriter) -> None:
+        rank = op.operand.type.get_num_dims()
+        new = len(ints(op.broadcast_sizes))
+        rewriter.replace(op, create(dm.BroadcastInDimOp, [op.operand],
+                                    {"broadcast_dimensions": i64_array(range(new, new + rank))},
+                                    [op.result.type]))
+
+
+class FoldBroadcastOfSplat(RewritePattern):
+    """``broadcast_in_dim(splat constant)`` -> a splat constant of the result shape (bounded size)."""
+
+    def __init__(self, max_elements: int):
+        self.max_elements = max_elements
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: dm.BroadcastInDimOp, rewriter: PatternRewriter) -> None:
+        scalar = splat_scalar(op.operand)
+        if scalar is None or int(np.prod(op.result.type.get_shape(), dtype=np.int64)) > self.max_elements:
+            return
+        rewriter.replace(op, make_constant(np.broadcast_to(scalar, op.result.type.get_shape()), op.result.type))
+
+
+@register_pass
+@dataclass(frozen=True)
+class CanonicalizeBroadcastsPass(PatternPass):
+    """``canonicalize-broadcasts{max-splat-elements=N}``: every implicit broadcast made explicit."""
+
+    name = "canonicalize-broadcasts"
+    PATTERNS = (ExplicitBinaryBroadcast, ExplicitScalarOperands, BroadcastToBroadcastInDim,
+                movement.ComposeBroadcasts, *movement.IDENTITY_PATTERNS)
+    max_splat_elements: int = 65536
+    """Broadcasts of splat constants up to this many elements become constants."""
+
+    def patterns(self) -> list[RewritePattern]:
+        return [*super().patterns(), FoldBroadcastOfSplat(self.max_splat_elements)]

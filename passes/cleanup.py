@@ -1,0 +1,290 @@
+"""Cleanups: ``cse``, ``dce``, ``simplify`` and ``fold-constants``.
+
+* ``cse`` — xDSL's common-subexpression driver with hlo purity from
+  :mod:`passes.purity` (the hlo op classes carry no effect traits).
+* ``dce`` — drops pure ops whose results are unused (one pattern, walked
+  backwards so a whole dead chain goes in one sweep).
+* ``simplify`` — algebraic no-ops from the table :data:`IDENTITY_OPERANDS`
+  (``x+0``, ``x*1``, ...) plus the data-movement no-ops of
+  :mod:`passes.movement` (transpose of transpose, reshape of reshape, slice of
+  the whole, identity broadcast/transpose/reshape).
+* ``fold-constants`` — evaluates ops whose operands are all constants with the
+  executor's own NumPy kernels (``lowering.registry.KERNELS``), for results of
+  at most ``max-elements`` elements.
+
+Every rewrite is exact: results before and after are bit-identical. Hence
+``x + 0.0`` is *not* folded for floating point (``-0.0 + 0.0`` is ``+0.0``);
+``x + (-0.0)`` and ``x - 0.0`` are. (XLA's algebraic simplifier folds ``A + 0``
+regardless of signed zeros; we keep results identical instead.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.transforms.common_subexpression_elimination import CSEDriver
+from xdsl.traits import IsTerminator
+
+from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops.base import HloOp
+
+from . import movement
+from .base import PatternPass
+from .purity import is_pure
+from .registry import register_pass
+from .util import constant_array, forward, make_constant, splat_scalar
+
+# ----------------------------------------------------------------------------
+# cse
+# ----------------------------------------------------------------------------
+
+
+class _HloCSEDriver(CSEDriver):
+    """xDSL's CSE driver deciding hlo purity with :func:`passes.purity.is_pure`."""
+
+    def _simplify_operation(self, op: Operation):
+        if not isinstance(op, HloOp):
+            return super()._simplify_operation(op)
+        if op.has_trait(IsTerminator) or not is_pure(op):
+            return
+        if all(r.first_use is None for r in op.results):
+            self._mark_erasure(op)
+            return
+        if any(len(region.blocks) > 1 for region in op.regions):
+            return
+        existing = self._known_ops.get(op)
+        if existing is not None:
+            self._replace_and_delete(op, existing)
+        else:
+            self._known_ops[op] = op
+
+
+@register_pass
+@dataclass(frozen=True)
+class CSEPass(PatternPass):
+    """``cse``: merge identical pure ops (same operands, properties and result types, layouts included)."""
+
+    name = "cse"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        _HloCSEDriver().simplify(op)
+
+
+# ----------------------------------------------------------------------------
+# dce
+# ----------------------------------------------------------------------------
+
+
+class RemoveDeadPureOp(RewritePattern):
+    """Erase a pure op none of whose results is used."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if op.parent is not None and all(r.first_use is None for r in op.results) and is_pure(op):
+            rewriter.erase(op)
+
+
+@register_pass
+@dataclass(frozen=True)
+class DCEPass(PatternPass):
+    """``dce``: drop pure ops whose results are unused."""
+
+    name = "dce"
+    PATTERNS = (RemoveDeadPureOp,)
+    WALK_REVERSE = True
+
+
+# ----------------------------------------------------------------------------
+# simplify: identity operands
+# ----------------------------------------------------------------------------
+
+
+def _bits_equal(scalar: np.ndarray, value) -> bool:
+    want = np.asarray(value).astype(scalar.dtype).reshape(())
+    return scalar.tobytes() == want.tobytes()
+
+
+def _additive_identity(s: np.ndarray) -> bool:
+    # -0.0 is the exact additive identity of IEEE floats (+0.0 turns -0.0 into +0.0).
+    kind = element_kind(s)
+    if kind == "float":
+        return _bits_equal(s, -0.0)
+    if kind == "complex":
+        return _bits_equal(s, complex(-0.0, -0.0))
+    return _bits_equal(s, 0)
+
+
+def _zero(s: np.ndarray) -> bool:
+    return _bits_equal(s, 0)
+
+
+def _one(s: np.ndarray) -> bool:
+    return _bits_equal(s, 1)
+
+
+def _all_ones(s: np.ndarray) -> bool:
+    return s.tobytes() == b"\xff" * s.dtype.itemsize or (s.dtype == np.bool_ and bool(s))
+
+
+def element_kind(s: np.ndarray) -> str:
+    """'pred' | 'sint' | 'uint' | 'float' | 'complex' of a NumPy scalar array."""
+    from xla_dialect.types import element_type_from_dtype
+
+    return element_type_from_dtype(s.dtype).kind
+
+
+IDENTITY_OPERANDS: list[tuple[str, str, Callable[[np.ndarray], bool]]] = [
+    # (binary op mnemonic, which operand may be the identity, test on its splat value)
+    ("add", "either", _additive_identity),
+    ("subtract", "rhs", _zero),  # x - (+0) == x exactly, also for x = -0.0
+    ("multiply", "either", _one),
+    ("divide", "rhs", _one),
+    ("or", "either", _zero),
+    ("xor", "either", _zero),
+    ("and", "either", _all_ones),
+    ("shift_left", "rhs", _zero),
+    ("shift_right_logical", "rhs", _zero),
+    ("shift_right_arithmetic", "rhs", _zero),
+]
+"""Operands that leave a binary op's other operand unchanged, bit for bit."""
+
+_IDENTITY_BY_CLASS = {ew.BINARY_OP_CLASSES[m]: (side, test) for m, side, test in IDENTITY_OPERANDS}
+
+
+class DropIdentityOperand(RewritePattern):
+    """``x op e`` -> ``x`` when ``e`` is a splat constant identity of ``op`` (table above)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ew.BinaryElementwiseOp, rewriter: PatternRewriter) -> None:
+        entry = _IDENTITY_BY_CLASS.get(type(op))
+        if entry is None:
+            return
+        side, test = entry
+        lhs, rhs = op.operands
+        candidates = [(rhs, lhs)] if side == "rhs" else [(rhs, lhs), (lhs, rhs)]
+        for identity, other in candidates:
+            s = splat_scalar(identity)
+            if s is not None and test(s) and forward(rewriter, op, other):
+                return
+
+
+@register_pass
+@dataclass(frozen=True)
+class SimplifyPass(PatternPass):
+    """``simplify``: algebraic and data-movement no-ops (x+0, x*1, transpose of transpose, ...)."""
+
+    name = "simplify"
+    PATTERNS = (DropIdentityOperand, *movement.SIMPLIFY_PATTERNS)
+
+
+# ----------------------------------------------------------------------------
+# fold-constants
+# ----------------------------------------------------------------------------
+
+
+class _Evaluator:
+    """Runs one op's NumPy kernel on constant operands (a lowering context per module)."""
+
+    def __init__(self):
+        import lowering.kernels  # noqa: F401  (registers every kernel family)
+
+        self._contexts: dict[int, object] = {}
+
+    def context(self, op: Operation):
+        from lowering.executor import LoweringContext
+
+        module = op.get_toplevel_object()
+        ctx = self._contexts.get(id(module))
+        if ctx is None:
+            ctx = self._contexts[id(module)] = LoweringContext(module)
+        return ctx
+
+    def value(self, value, max_elements: int) -> np.ndarray | None:
+        """The constant value of ``value``: an hlo.constant, or a pure zero-operand op like iota."""
+        array = constant_array(value)
+        if array is not None:
+            return array
+        owner = value.owner
+        if (isinstance(owner, HloOp) and not owner.operands and not owner.regions and len(owner.results) == 1
+                and isinstance(value.type, TensorType) and _count(value.type) <= max_elements and is_pure(owner)):
+            from lowering.registry import KERNELS, Constant
+
+            factory = KERNELS.get(type(owner))
+            if factory is not None:
+                kernel = factory(owner, self.context(owner))
+                if isinstance(kernel, Constant):
+                    return np.asarray(kernel.value)
+        return None
+
+    def evaluate(self, op: Operation, args: list[np.ndarray]) -> list[np.ndarray] | None:
+        from lowering.registry import KERNELS, Constant
+
+        factory = KERNELS.get(type(op))
+        if factory is None:
+            return None
+        kernel = factory(op, self.context(op))
+        if isinstance(kernel, Constant):
+            out = kernel.value
+        else:
+            with np.errstate(all="ignore"):
+                out = kernel(*args)
+        outs = list(out) if len(op.results) > 1 else [out]
+        return [np.asarray(o) for o in outs]
+
+
+def _count(t: TensorType) -> int:
+    return int(np.prod(t.get_shape(), dtype=np.int64))
+
+
+class FoldConstantOperands(RewritePattern):
+    """Replace a pure op whose operands are all constants by constants of its results."""
+
+    def __init__(self, max_elements: int, evaluator: _Evaluator):
+        self.max_elements = max_elements
+        self.evaluator = evaluator
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, HloOp) or not op.operands or op.regions or not op.results:
+            return
+        if not all(isinstance(r.type, TensorType) and _count(r.type) <= self.max_elements for r in op.results):
+            return
+        args = []
+        for v in op.operands:
+            if not isinstance(v.type, TensorType):
+                return
+            a = self.evaluator.value(v, self.max_elements)
+            if a is None:
+                return
+            args.append(a)
+        if not is_pure(op):
+            return
+        outs = self.evaluator.evaluate(op, args)
+        if outs is None:
+            return
+        consts = []
+        for out, result in zip(outs, op.results):
+            want = tuple(result.type.get_shape())
+            if out.shape != want:
+                out = np.broadcast_to(out, want)
+            consts.append(make_constant(out, result.type))
+        rewriter.replace(op, consts, [c.results[0] for c in consts])
+
+
+@register_pass
+@dataclass(frozen=True)
+class FoldConstantsPass(PatternPass):
+    """``fold-constants{max-elements=N}``: evaluate constant subexpressions with the NumPy kernels."""
+
+    name = "fold-constants"
+    max_elements: int = 4096
+    """Results with more elements are left alone (folding would bloat the program)."""
+
+    def patterns(self) -> list[RewritePattern]:
+        return [FoldConstantOperands(self.max_elements, _Evaluator())]
+

@@ -1,0 +1,159 @@
+"""``xla-opt``: run a pass pipeline over an hlo (or StableHLO) program and print the result.
+
+    xla-opt program.mlir -p "canonicalize-broadcasts,assign-layouts{target=tpu},cse,dce" --report
+    xla-opt --list-passes
+    xla-opt program.mlir -p my-pass --load-pass-plugin my_pass.py -o out.mlir
+
+Input is hlo MLIR text (custom or generic form); StableHLO text or MLIR
+bytecode goes through ``interop.import_stablehlo`` when the importer is
+installed. ``--emit`` picks the output: ``mlir`` (default), ``generic``, or
+``stablehlo``/``hlo`` through the interop exporters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import sys
+
+from xla_dialect.errors import UnsupportedError, XlaError
+
+MLIR_BYTECODE_MAGIC = b"ML\xefR"
+
+EMITTERS = {
+    "mlir": "hlo MLIR, custom syntax",
+    "generic": "hlo MLIR, generic op syntax",
+    "stablehlo": "StableHLO MLIR text (needs interop.export_stablehlo)",
+    "hlo": "XLA HLO text (StableHLO export translated by jaxlib)",
+}
+"""``--emit`` choices."""
+
+
+def _interop(name: str, what: str):
+    """``interop.<name>`` or a clear UnsupportedError when that part of interop is not there."""
+    try:
+        import interop
+    except ImportError:
+        interop = None
+    fn = getattr(interop, name, None)
+    if fn is None:
+        raise UnsupportedError(f"{what} needs interop.{name}, which is not available in this installation")
+    return fn
+
+
+def read_program(data: bytes, source: str = "<input>"):
+    """Parse program bytes: hlo MLIR text, or StableHLO text/bytecode via the importer."""
+    from xla_dialect import parse_module
+
+    if data.startswith(MLIR_BYTECODE_MAGIC):
+        return _interop("import_stablehlo", f"{source} is MLIR bytecode; reading it")(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise XlaError(f"{source}: neither UTF-8 MLIR text nor MLIR bytecode") from None
+    if "stablehlo." in text or "mhlo." in text:
+        return _interop("import_stablehlo", f"{source} is StableHLO; reading it")(text)
+    return parse_module(text)
+
+
+def emit(module, kind: str) -> str:
+    """Print ``module`` in the ``--emit`` format ``kind``."""
+    if kind == "mlir":
+        return str(module)
+    if kind == "generic":
+        from xdsl.printer import Printer
+
+        out = io.StringIO()
+        Printer(stream=out, print_generic_format=True).print_op(module)
+        return out.getvalue()
+    if kind == "stablehlo":
+        return str(_interop("export_stablehlo", "--emit stablehlo")(module))
+    if kind == "hlo":
+        return hlo_text(module)
+    raise XlaError(f"unknown --emit {kind!r}; choose one of {', '.join(EMITTERS)}")
+
+
+def hlo_text(module) -> str:
+    """XLA HLO text of ``module``: StableHLO export, converted by XLA's own MLIR -> HLO translation."""
+    stablehlo = _interop("export_stablehlo", "--emit hlo")(module)
+    try:
+        from jax._src.lib import xla_client
+    except ImportError:
+        raise UnsupportedError("--emit hlo needs jaxlib (XLA's MLIR to HLO translation)") from None
+    try:
+        computation = xla_client._xla.mlir.mlir_module_to_xla_computation(
+            str(stablehlo), use_tuple_args=False, return_tuple=False)
+    except Exception as e:
+        raise UnsupportedError(f"--emit hlo: XLA could not translate the module: {e}") from None
+    return computation.as_hlo_text()
+
+
+def describe_passes() -> str:
+    """One line per registered pass: name, options with defaults, summary."""
+    from . import available_passes
+
+    lines = []
+    for name, cls in available_passes().items():
+        options = []
+        for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+            if f.name == "name" or not f.init:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else None
+            options.append(f"{f.name.replace('_', '-')}={default}")
+        head = name + ("{" + " ".join(options) + "}" if options else "")
+        summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        if summary.startswith("``") and "``: " in summary:
+            summary = summary.split("``: ", 1)[1]  # the head already shows name and options
+        lines.append(f"  {head:48s} {summary}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``xla-opt`` console script."""
+    parser = argparse.ArgumentParser(prog="xla-opt", description="Run hlo pass pipelines.")
+    parser.add_argument("file", nargs="?", default="-", help="program file (hlo MLIR, StableHLO); '-' = stdin")
+    parser.add_argument("-p", "--passes", default="", help='pipeline, e.g. "canonicalize-broadcasts,cse,dce"')
+    parser.add_argument("--emit", default="mlir", choices=list(EMITTERS), help="output format")
+    parser.add_argument("-o", "--output", help="output file (default: stdout)")
+    parser.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
+    parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="FILE.py",
+                        help="load passes from a Python file (repeatable)")
+    parser.add_argument("--report", action="store_true", help="print pass reports and timings to stderr")
+    parser.add_argument("--no-verify", action="store_true", help="do not verify after every pass")
+    args = parser.parse_args(argv)
+    try:
+        from . import load_plugin, run
+
+        for path in args.load_pass_plugin:
+            load_plugin(path)
+        if args.list_passes:
+            print("available passes:")
+            print(describe_passes())
+            return 0
+        if args.file == "-":
+            data, source = sys.stdin.buffer.read(), "<stdin>"
+        else:
+            with open(args.file, "rb") as f:
+                data, source = f.read(), args.file
+        module = read_program(data, source)
+        result = run(module, args.passes, verify=not args.no_verify) if args.passes.strip() else None
+        text = emit(module, args.emit)
+        if args.output:
+            with open(args.output, "w") as f:
+                f.write(text + ("" if text.endswith("\n") else "\n"))
+        else:
+            print(text)
+        if args.report and result is not None:
+            for spec, seconds in result.timings:
+                print(f"xla-opt: {spec}: {seconds * 1e3:.2f} ms", file=sys.stderr)
+            for spec, report in result.reports:
+                print(f"xla-opt: report of {spec}:\n{report}", file=sys.stderr)
+        return 0
+    except (XlaError, OSError) as e:
+        print(f"xla-opt: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

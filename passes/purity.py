@@ -1,0 +1,80 @@
+"""Which ops are free of side effects (may be deduplicated, moved or dropped).
+
+The hlo op classes carry no xDSL effect traits; instead this module decides,
+for all of them at once, from one table of XLA's side-effecting opcodes
+(``HloInstruction::HasSideEffectNoRecurse``): I/O and communication through
+tokens, collectives, ``rng``, side-effecting custom calls. An op with regions is
+pure when everything inside it is. Ops of other dialects fall back to xDSL's
+traits.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, TupleType
+from xdsl.ir import Attribute, Operation
+from xdsl.traits import IsTerminator, is_side_effect_free
+
+from xla_dialect.ops.base import HloOp
+from xla_dialect.types import TokenType
+
+IMPURE_OPS: set[str] = {
+    "hlo.after_all",
+    "hlo.all_gather",
+    "hlo.all_reduce",
+    "hlo.all_to_all",
+    "hlo.collective_broadcast",
+    "hlo.collective_permute",
+    "hlo.custom_call",  # unless has_side_effect = false, see below
+    "hlo.infeed",
+    "hlo.optimization_barrier",
+    "hlo.outfeed",
+    "hlo.recv",
+    "hlo.reduce_scatter",
+    "hlo.rng",
+    "hlo.send",
+}
+"""Op names with observable effects beyond their results (plugins may add to it)."""
+
+
+def _mentions_token(t: Attribute) -> bool:
+    if isinstance(t, TokenType):
+        return True
+    if isinstance(t, TupleType):
+        return any(_mentions_token(e) for e in t.types)
+    return False
+
+
+def _flag(op: Operation, name: str) -> bool | None:
+    attr = op.properties.get(name) or op.attributes.get(name)
+    if attr is None:
+        return None
+    if isinstance(attr, BoolAttr):
+        return bool(attr.value.data)
+    if isinstance(attr, IntegerAttr):
+        return bool(attr.value.data)
+    return True
+
+
+def is_pure(op: Operation) -> bool:
+    """True when ``op`` only computes its results (no effects, deterministic)."""
+    if op.has_trait(IsTerminator, value_if_unregistered=False):
+        return False
+    if not isinstance(op, HloOp):
+        return is_side_effect_free(op)
+    if op.name in IMPURE_OPS:
+        if op.name == "hlo.custom_call" and _flag(op, "has_side_effect") is False:
+            pass
+        else:
+            return False
+    if _flag(op, "has_side_effect"):
+        return False
+    for v in (*op.operands, *op.results):
+        if _mentions_token(v.type):
+            return False
+    for region in op.regions:
+        for inner in region.walk():
+            if inner.has_trait(IsTerminator, value_if_unregistered=False):
+                continue
+            if not is_pure(inner):
+                return False
+    return True

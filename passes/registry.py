@@ -1,0 +1,229 @@
+"""The one pass registry: built-in passes, installed plugins and plugin files.
+
+* :func:`register_pass` (a class decorator) adds a ``ModulePass`` under its ``name``.
+* Built-in passes live in the modules of :data:`BUILTIN_MODULES`, imported on
+  first use.
+* Installed plugins declare an entry point in the group ``xla_dialect.passes``
+  (a ``ModulePass`` class, an iterable of them, or a module that registers its
+  passes when imported); :func:`load_plugin` loads a plain Python file.
+* :func:`universe_passes` is what ``xla_dialect.universe`` hands to ``xdsl-opt``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+from xdsl.passes import ModulePass, PassPipeline
+
+from xla_dialect.errors import PassError
+
+ENTRY_POINT_GROUP = "xla_dialect.passes"
+"""Entry-point group of installed pass plugins."""
+
+BUILTIN_MODULES = (
+    "passes.cleanup",
+    "passes.broadcasts",
+    "passes.layouts",
+    "passes.tiling",
+    "passes.pdl",
+)
+"""Modules whose import registers the built-in passes."""
+
+_REGISTRY: dict[str, type[ModulePass]] = {}
+_ORIGIN: dict[str, str] = {}
+_loaded_builtin = False
+_loaded_entry_points = False
+_plugin_files: dict[str, list[str]] = {}
+
+
+def register_pass(cls: type[ModulePass] | None = None, *, replace: bool = False, origin: str | None = None):
+    """Register a ``ModulePass`` subclass under ``cls.name`` (usable as a decorator).
+
+    Registering a different class under a taken name raises
+    :class:`~xla_dialect.errors.PassError` unless ``replace`` is true.
+    """
+
+    def add(c: type[ModulePass]) -> type[ModulePass]:
+        if not (inspect.isclass(c) and issubclass(c, ModulePass)):
+            raise PassError(f"register_pass: {c!r} is not an xDSL ModulePass subclass")
+        name = getattr(c, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PassError(f"register_pass: {c.__qualname__} has no `name`")
+        old = _REGISTRY.get(name)
+        if old is not None and old is not c and not replace and _qualname(old) != _qualname(c):
+            raise PassError(
+                f"register_pass: pass name {name!r} is already taken by {_qualname(old)} "
+                f"(from {_ORIGIN.get(name, '?')}); cannot register {_qualname(c)}"
+            )
+        _REGISTRY[name] = c
+        _ORIGIN[name] = origin or c.__module__
+        return c
+
+    return add if cls is None else add(cls)
+
+
+def _qualname(c: type) -> str:
+    return f"{c.__module__}.{c.__qualname__}"
+
+
+def _load_builtin() -> None:
+    global _loaded_builtin
+    if _loaded_builtin:
+        return
+    _loaded_builtin = True
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def builtin_passes() -> list[type[ModulePass]]:
+    """The built-in pass classes (also published through the ``xla_dialect.passes`` entry point)."""
+    _load_builtin()
+    return [c for c in _REGISTRY.values() if c.__module__ in BUILTIN_MODULES]
+
+
+def _register_plugin_object(obj, origin: str) -> list[str]:
+    """Register what a plugin entry point or file exposes; return the pass names."""
+    if inspect.isclass(obj) and issubclass(obj, ModulePass):
+        register_pass(obj, origin=origin)
+        return [obj.name]
+    if inspect.ismodule(obj):
+        return [n for n, o in _REGISTRY.items() if o.__module__ == obj.__name__]
+    if isinstance(obj, Iterable):
+        names: list[str] = []
+        for item in obj:
+            names.extend(_register_plugin_object(item, origin))
+        return names
+    if callable(obj):
+        return _register_plugin_object(obj(), origin)
+    raise PassError(f"pass plugin {origin}: expected a ModulePass class, an iterable of them or a module, got {obj!r}")
+
+
+def load_entry_point_plugins() -> list[str]:
+    """Load every installed plugin of the ``xla_dialect.passes`` group (once); return their pass names."""
+    global _loaded_entry_points
+    if _loaded_entry_points:
+        return []
+    _loaded_entry_points = True
+    from importlib.metadata import entry_points
+
+    names: list[str] = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        origin = f"entry point {ep.name} = {ep.value}"
+        try:
+            obj = ep.load()
+        except Exception as e:
+            raise PassError(f"pass plugin {origin} failed to load: {type(e).__name__}: {e}") from e
+        names.extend(_register_plugin_object(obj, origin))
+    return names
+
+
+def load_plugin(path: str) -> list[str]:
+    """Import the Python file ``path`` and register the passes it defines; return their names.
+
+    The file either decorates its passes with :func:`register_pass` or simply
+    defines ``ModulePass`` subclasses with a ``name`` (those are registered too).
+    Loading the same file again is a no-op.
+    """
+    real = os.path.realpath(path)
+    if real in _plugin_files:
+        return list(_plugin_files[real])
+    if not os.path.isfile(real):
+        raise PassError(f"pass plugin {path}: no such file")
+    _load_builtin()
+    module_name = "xla_pass_plugin_" + "".join(c if c.isalnum() else "_" for c in real)
+    spec = importlib.util.spec_from_file_location(module_name, real)
+    if spec is None or spec.loader is None:
+        raise PassError(f"pass plugin {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    before = set(_REGISTRY)
+    try:
+        spec.loader.exec_module(module)
+    except PassError:
+        del sys.modules[module_name]
+        raise
+    except Exception as e:
+        del sys.modules[module_name]
+        raise PassError(f"pass plugin {path} failed to load: {type(e).__name__}: {e}") from e
+    for obj in list(vars(module).values()):
+        if (inspect.isclass(obj) and issubclass(obj, ModulePass) and obj.__module__ == module_name
+                and isinstance(getattr(obj, "name", None), str) and not inspect.isabstract(obj)):
+            register_pass(obj, origin=path)
+    names = [n for n in _REGISTRY if n not in before or _REGISTRY[n].__module__ == module_name]
+    _plugin_files[real] = names
+    return list(names)
+
+
+def available_passes() -> dict[str, type[ModulePass]]:
+    """Every registered pass (built-in, installed plugins, loaded plugin files): name -> class."""
+    _load_builtin()
+    load_entry_point_plugins()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get_pass(name: str) -> type[ModulePass]:
+    """The pass class registered as ``name``."""
+    passes = available_passes()
+    if name not in passes:
+        raise PassError(f"unknown pass {name!r}; available: {', '.join(passes)}")
+    return passes[name]
+
+
+def parse_pipeline(spec: str) -> PassPipeline:
+    """Parse pipeline text such as ``canonicalize-broadcasts,assign-layouts{target=tpu},cse``.
+
+    Uses xDSL's own pipeline syntax and parser (options in braces, strings in
+    double quotes). Unknown passes or bad options raise PassError.
+    """
+    passes = available_passes()
+    try:
+        return PassPipeline.parse_spec({n: (lambda c=c: c) for n, c in passes.items()}, spec)
+    except PassError:
+        raise
+    except Exception as e:
+        raise PassError(f"bad pass pipeline {spec!r}: {_one_line(e)}. Available passes: {', '.join(passes)}") from None
+
+
+def _one_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[-1] if "\n" in text and "Unrecognized" not in text else text.replace("\n", " ")
+
+
+def _xdsl_pass_names() -> set[str]:
+    try:
+        from xdsl.transforms import get_all_passes
+
+        return set(get_all_passes())
+    except Exception:  # pragma: no cover - xDSL layout changed
+        return set()
+
+
+def aliased(cls: type[ModulePass], name: str) -> type[ModulePass]:
+    """A subclass of ``cls`` answering to ``name`` (xDSL checks spec name == class name)."""
+    from dataclasses import dataclass
+
+    sub = type(cls.__name__ + "Alias", (cls,), {"name": name, "__module__": cls.__module__,
+                                                   "__doc__": f"``{name}``: alias of ``{cls.name}``. {cls.__doc__ or ''}"})
+    return dataclass(frozen=True)(sub)
+
+
+def universe_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Passes for the ``xdsl.universe`` entry point (``xdsl-opt -p canonicalize-broadcasts``).
+
+    Built-in passes whose name xDSL itself uses (``cse``, ``dce``) appear as
+    ``hlo-cse``/``hlo-dce``, since xDSL refuses duplicate names across universes.
+    """
+    _load_builtin()
+    taken = _xdsl_pass_names()
+    out: dict[str, Callable[[], type[ModulePass]]] = {}
+    for name, cls in sorted(_REGISTRY.items()):
+        if cls.__module__.startswith("passes."):
+            exported = f"hlo-{name}" if name in taken else name
+            target = cls if exported == name else aliased(cls, exported)
+            out[exported] = lambda t=target: t
+    return out

@@ -1,0 +1,451 @@
+"""``tile-layouts``: carry tiled values as their physical buffers.
+
+A value whose layout is tiled (after ``assign-layouts{target=tpu}``) gets a
+*physical buffer*: an array whose dimensions are the tile grid and the tile
+dimensions (``xla_dialect.layout.physical_dims``), padding included, in
+memory order — reshaped to 1-D it is exactly
+``xla_dialect.layout.to_physical`` of the logical value (padding zero).
+
+The conversions are ordinary hlo ops, following the tiled-layout spec's
+"tiling as pad-reshape-transpose": *pack* = transpose to memory order, then
+per tiling level combine ``*`` dimensions (reshape), pad to whole tiles
+(``hlo.pad`` with zero), split each dimension into (tiles, tile) (reshape) and
+move the tile dimensions most minor (transpose); *unpack* is the inverse
+(transpose, reshape, ``hlo.slice`` dropping the padding).
+
+Element-wise ops whose operands and result share shape and layout run on
+the physical buffers directly; when an op does not map zero padding to zero
+(``exp``, ``negate`` of +0.0, comparisons...), its result is masked so the
+padding stays zero. Bitcast transposes and reshapes (same memory order) pass
+the buffer through (reshaping it at most). Every other op reads logical
+values: a buffer is unpacked where such an op (or the function result) needs
+it, and packed lazily where a physical consumer needs a logical value.
+Conversions nobody uses are removed at the end, so results are identical to
+the untiled program.
+
+``tile-layouts{expose-physical=true}`` additionally returns, from every public
+function, the physical buffer of each tiled top-level value (in value order;
+the report lists them) — the executor then hands back every value's buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from xla_dialect.layout import COMBINE_DIMENSION, Layout, LayoutAttr, layout_of, physical_dims
+from xla_dialect.ops import data_movement as dm
+from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops.base import i64_array, ints
+from xla_dialect.shape import format_shape
+
+from .base import PatternPass, emit_report
+from .layouts import _tiled_bitcast, TARGETS, reshape_bitcast_m2m
+from .purity import is_pure
+from .registry import register_pass
+from .util import create, make_constant
+
+ELEMENTWISE = (ew.UnaryElementwiseOp, ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)
+"""Op classes that may run directly on physical buffers (same shape and layout everywhere)."""
+
+
+def tiled_layout(type_: Attribute) -> Layout | None:
+    """The layout of a tiled array type (None for untiled, non-array, dynamic, or L(n)-padded ones)."""
+    layout = layout_of(type_)
+    if layout is None or not layout.tiles or layout.tail_padding_alignment != 1:
+        return None
+    if any(d < 0 for d in type_.get_shape()):
+        return None
+    return layout
+
+
+def _plain(element_type: Attribute, shape) -> TensorType:
+    """A row-major (untiled) array type: how physical buffers and conversion temporaries are typed."""
+    shape = [int(d) for d in shape]
+    return TensorType(element_type, shape, LayoutAttr(Layout.default(len(shape))))
+
+
+@dataclass
+class _Level:
+    """One tiling level's dimensions (see :func:`_levels`)."""
+
+    before: list[int]  # dims entering the level
+    expanded: list[int]  # with leading size-1 dims when the tile has more dims than the array
+    merged: list[int]  # after combining '*' dims
+    split: int  # number of untiled (outer) dims
+    sizes: list[int]  # tile sizes of the tiled dims
+    padded: list[int] = field(default_factory=list)
+
+    @property
+    def counts(self) -> list[int]:
+        return [-(-d // t) for d, t in zip(self.merged[self.split:], self.sizes)]
+
+    @property
+    def out(self) -> list[int]:
+        return self.merged[:self.split] + self.counts + self.sizes
+
+
+def _levels(shape, layout: Layout) -> tuple[list[int], list[_Level]]:
+    """The memory-order permutation and the per-level dimensions of packing ``shape`` in ``layout``."""
+    order = list(reversed(layout.minor_to_major))
+    dims = [shape[d] for d in order]
+    levels = []
+    for tile in layout.tiles:
+        before = list(dims)
+        if len(tile) > len(dims):
+            dims = [1] * (len(tile) - len(dims)) + dims
+        expanded = list(dims)
+        split = len(dims) - len(tile)
+        merged, sizes, m = list(dims[:split]), [], 1
+        for size, d in zip(tile, dims[split:]):
+            m *= d
+            if size == COMBINE_DIMENSION:
+                continue
+            merged.append(m)
+            sizes.append(size)
+            m = 1
+        level = _Level(before, expanded, merged, split, sizes)
+        level.padded = merged[:split] + [c * t for c, t in zip(level.counts, sizes)]
+        levels.append(level)
+        dims = level.out
+    return order, levels
+
+
+class _Emitter:
+    """Creates conversion ops at an insertion point, remembering them for the final cleanup."""
+
+    def __init__(self, created: list[Operation]):
+        self.created = created
+        self.ops: list[Operation] = []
+
+    def emit(self, op: Operation) -> SSAValue:
+        self.ops.append(op)
+        self.created.append(op)
+        return op.results[0]
+
+    def transpose(self, v: SSAValue, perm) -> SSAValue:
+        if list(perm) == list(range(len(perm))):
+            return v
+        shape = v.type.get_shape()
+        return self.emit(create(dm.TransposeOp, [v], {"permutation": i64_array(perm)},
+                                [_plain(v.type.element_type, [shape[p] for p in perm])]))
+
+    def reshape(self, v: SSAValue, shape) -> SSAValue:
+        if list(v.type.get_shape()) == list(shape):
+            return v
+        return self.emit(create(dm.ReshapeOp, [v], {}, [_plain(v.type.element_type, shape)]))
+
+    def zero(self, element_type: Attribute) -> SSAValue:
+        from xla_dialect.types import numpy_dtype
+
+        t = _plain(element_type, [])
+        return self.emit(make_constant(np.zeros((), numpy_dtype(t)), t))
+
+    def pad(self, v: SSAValue, shape) -> SSAValue:
+        have = list(v.type.get_shape())
+        if have == list(shape):
+            return v
+        high = [b - a for a, b in zip(have, shape)]
+        return self.emit(create(dm.PadOp, [v, self.zero(v.type.element_type)],
+                                {"edge_padding_low": i64_array([0] * len(have)), "edge_padding_high": i64_array(high),
+                                 "interior_padding": i64_array([0] * len(have))},
+                                [_plain(v.type.element_type, shape)]))
+
+    def slice(self, v: SSAValue, shape) -> SSAValue:
+        have = list(v.type.get_shape())
+        if have == list(shape):
+            return v
+        return self.emit(create(dm.SliceOp, [v], {"start_indices": i64_array([0] * len(have)),
+                                                  "limit_indices": i64_array(shape),
+                                                  "strides": i64_array([1] * len(have))},
+                                [_plain(v.type.element_type, shape)]))
+
+    def broadcast(self, v: SSAValue, shape) -> SSAValue:
+        return self.emit(create(dm.BroadcastInDimOp, [v], {"broadcast_dimensions": i64_array([])},
+                                [_plain(v.type.element_type, shape)]))
+
+    def pack(self, v: SSAValue, layout: Layout) -> SSAValue:
+        """Logical ``v`` -> its physical buffer in ``layout``."""
+        order, levels = _levels(v.type.get_shape(), layout)
+        cur = self.transpose(v, order)
+        for lv in levels:
+            cur = self.reshape(cur, lv.expanded)
+            cur = self.reshape(cur, lv.merged)
+            cur = self.pad(cur, lv.padded)
+            k = len(lv.sizes)
+            interleaved = lv.merged[:lv.split] + [x for c, t in zip(lv.counts, lv.sizes) for x in (c, t)]
+            cur = self.reshape(cur, interleaved)
+            perm = (list(range(lv.split)) + [lv.split + 2 * i for i in range(k)]
+                    + [lv.split + 2 * i + 1 for i in range(k)])
+            cur = self.transpose(cur, perm)
+        return cur
+
+    def unpack(self, p: SSAValue, logical_type: TensorType, layout: Layout) -> SSAValue:
+        """Physical buffer ``p`` -> the logical value of type ``logical_type``."""
+        order, levels = _levels(logical_type.get_shape(), layout)
+        cur = p
+        for lv in reversed(levels):
+            k = len(lv.sizes)
+            perm = (list(range(lv.split)) + [lv.split + 2 * i for i in range(k)]
+                    + [lv.split + 2 * i + 1 for i in range(k)])
+            inverse = [0] * len(perm)
+            for i, q in enumerate(perm):
+                inverse[q] = i
+            cur = self.transpose(cur, inverse)
+            cur = self.reshape(cur, lv.padded)
+            cur = self.slice(cur, lv.merged)
+            cur = self.reshape(cur, lv.before)
+        inverse = [0] * len(order)
+        for i, q in enumerate(order):
+            inverse[q] = i
+        cur = self.transpose(cur, inverse)
+        # A copy gives the value exactly the logical type (layout included) users expect, and a
+        # compact buffer: kernels such as reductions may sum in a memory-order-dependent order.
+        return self.emit(dm.CopyOp.create(operands=[cur], result_types=[logical_type]))
+
+
+_ZERO_CACHE: dict[tuple, bool] = {}
+
+
+def preserves_zero(op: Operation) -> bool:
+    """Whether ``op`` maps all-zero operands to an all-zero (bitwise) result, by running its kernel once."""
+    key = (type(op), tuple(sorted((k, str(v)) for k, v in op.properties.items())),
+           tuple(o.type.element_type for o in op.operands), op.results[0].type.element_type)
+    cached = _ZERO_CACHE.get(key)
+    if cached is not None:
+        return cached
+    result = False
+    try:
+        import lowering.kernels  # noqa: F401  (registers the kernels)
+        from lowering.executor import LoweringContext
+        from lowering.registry import KERNELS, Constant
+        from xla_dialect.types import numpy_dtype
+
+        scratch = Block(arg_types=[TensorType(o.type.element_type, [1]) for o in op.operands])
+        probe = type(op).create(operands=list(scratch.args), properties=dict(op.properties),
+                                result_types=[TensorType(op.results[0].type.element_type, [1])])
+        kernel = KERNELS[type(op)](probe, LoweringContext(ModuleOp([])))
+        zeros = [np.zeros(1, numpy_dtype(a.type)) for a in scratch.args]
+        with np.errstate(all="ignore"):
+            out = kernel.value if isinstance(kernel, Constant) else kernel(*zeros)
+        out = np.ascontiguousarray(np.asarray(out, dtype=numpy_dtype(probe.results[0].type)))
+        result = not out.view(np.uint8).any()
+        probe.erase()
+    except Exception:
+        result = False  # unknown: mask, which is always correct
+    _ZERO_CACHE[key] = result
+    return result
+
+
+@dataclass
+class TilingReport:
+    """What ``tile-layouts`` did."""
+
+    physical_ops: int = 0
+    """Element-wise ops now running on physical buffers."""
+    bitcasts: int = 0
+    """Transposes/reshapes whose buffer passes through."""
+    conversions: int = 0
+    """Conversion ops (pack/unpack/mask) kept in the program."""
+    exposed: list[tuple[int, str]] = field(default_factory=list)
+    """With expose-physical: (value index in print order before the pass, logical shape) per extra result."""
+
+    def __str__(self) -> str:
+        text = (f"tile-layouts: {self.physical_ops} element-wise ops on physical buffers, {self.bitcasts} bitcasts, "
+                f"{self.conversions} conversion ops")
+        if self.exposed:
+            text += f", {len(self.exposed)} physical buffers exposed as extra results"
+        return text
+
+
+class _FunctionTiler:
+    """Tiles the top-level block of one function (see the module docstring)."""
+
+    def __init__(self, created: list[Operation], report: TilingReport):
+        self.created = created
+        self.report = report
+        self.phys: dict[SSAValue, SSAValue] = {}
+        self.replaced: dict[SSAValue, SSAValue] = {}  # original result -> its unpacked replacement
+        self.masks: dict[tuple, SSAValue] = {}
+        self.block: Block | None = None
+
+    def _emitter_before(self, op: Operation):
+        em = _Emitter(self.created)
+        return em, (lambda: Rewriter.insert_op(em.ops, InsertPoint.before(op)) if em.ops else None)
+
+    def _emitter_after(self, value: SSAValue):
+        em = _Emitter(self.created)
+
+        def flush():
+            if not em.ops:
+                return
+            if isinstance(value.owner, Operation):
+                Rewriter.insert_op(em.ops, InsertPoint.after(value.owner))
+            else:
+                Rewriter.insert_op(em.ops, InsertPoint.at_start(value.owner))
+        return em, flush
+
+    def physical(self, v: SSAValue) -> SSAValue:
+        """The physical buffer of tiled ``v``, packing it (once, after its definition) if needed."""
+        p = self.phys.get(v)
+        if p is None:
+            em, flush = self._emitter_after(v)
+            p = em.pack(v, tiled_layout(v.type))
+            flush()
+            self.phys[v] = p
+        return p
+
+    def mask(self, layout: Layout, type_: TensorType) -> tuple[SSAValue, SSAValue]:
+        """(valid-element mask, zeros) in physical form for arrays of ``type_`` in ``layout`` (cached)."""
+        key = (layout, tuple(type_.get_shape()), type_.element_type)
+        if key not in self.masks:
+            from xdsl.dialects.builtin import IntegerType
+
+            em = _Emitter(self.created)
+            pred = IntegerType(1)
+            true = em.emit(make_constant(np.ones((), np.bool_), _plain(pred, [])))
+            ones = em.broadcast(true, type_.get_shape())
+            mask = em.pack(ones, layout)
+            zeros = em.broadcast(em.zero(type_.element_type), physical_dims(type_))
+            Rewriter.insert_op(em.ops, InsertPoint.at_start(self.block))
+            self.masks[key] = (mask, zeros)
+        return self.masks[key]
+
+    def run(self, block: Block) -> None:
+        self.block = block
+        for op in list(block.ops):
+            if isinstance(op, ELEMENTWISE) and self._same_layouts(op):
+                self._elementwise(op)
+            elif isinstance(op, dm.TransposeOp):
+                self._transpose(op)
+            elif isinstance(op, dm.ReshapeOp):
+                self._reshape(op)
+
+    @staticmethod
+    def _same_layouts(op: Operation) -> bool:
+        result = op.results[0]
+        layout = tiled_layout(result.type)
+        if layout is None or not is_pure(op):
+            return False
+        shape = result.type.get_shape()
+        for v in op.operands:
+            lv = tiled_layout(v.type)
+            if (lv is None or v.type.get_shape() != shape or lv.minor_to_major != layout.minor_to_major
+                    or lv.tiles != layout.tiles):
+                return False
+        return True
+
+    def _elementwise(self, op: Operation) -> None:
+        result = op.results[0]
+        layout = tiled_layout(result.type)
+        pdims = physical_dims(result.type)
+        operands = [self.physical(v) for v in op.operands]
+        em, flush = self._emitter_before(op)
+        new = em.emit(type(op).create(operands=operands, properties=dict(op.properties),
+                                      attributes=dict(op.attributes),
+                                      result_types=[_plain(result.type.element_type, pdims)]))
+        self.created.remove(new.owner)  # the computation itself is not a conversion
+        if not preserves_zero(op):
+            flush()
+            mask, zeros = self.mask(layout, result.type)
+            em, flush = self._emitter_before(op)
+            new = em.emit(create(ew.SelectOp, [mask, new, zeros], {}, [new.type]))
+        logical = em.unpack(new, result.type, layout)
+        flush()
+        result.replace_all_uses_with(logical)
+        self.phys[logical] = new
+        self.replaced[result] = logical
+        Rewriter.erase_op(op)
+        self.report.physical_ops += 1
+
+    def _transpose(self, op: dm.TransposeOp) -> None:
+        src = op.operand
+        if src not in self.phys or tiled_layout(op.result.type) is None or tiled_layout(src.type) is None:
+            return
+        lin, lout = tiled_layout(src.type), tiled_layout(op.result.type)
+        perm = ints(op.permutation)
+        inverse = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inverse[p] = i
+        if lin.tiles == lout.tiles and tuple(inverse[d] for d in lin.minor_to_major) == lout.minor_to_major:
+            self.phys[op.result] = self.phys[src]
+            self.report.bitcasts += 1
+
+    def _reshape(self, op: dm.ReshapeOp) -> None:
+        src = op.operand
+        lin, lout = tiled_layout(src.type), tiled_layout(op.result.type)
+        if src not in self.phys or lin is None or lout is None:
+            return
+        m2m = reshape_bitcast_m2m(src.type.get_shape(), lin.minor_to_major, op.result.type.get_shape())
+        if m2m != lout.minor_to_major or not _tiled_bitcast(TARGETS["tpu"], src.type, lin, op.result.type, lout):
+            return
+        em, flush = self._emitter_before(op)
+        self.phys[op.result] = em.reshape(self.phys[src], physical_dims(op.result.type))
+        flush()
+        self.report.bitcasts += 1
+
+
+def _cleanup(created: list[Operation]) -> int:
+    """Erase conversion ops nobody uses (newest first); return how many remain."""
+    alive = 0
+    for op in reversed(created):
+        if op.parent is None:
+            continue
+        if all(r.first_use is None for r in op.results):
+            Rewriter.erase_op(op)
+        else:
+            alive += 1
+    return alive
+
+
+def _expose(fn: func.FuncOp, tiler: _FunctionTiler, report: TilingReport, index_of: dict[SSAValue, int]) -> None:
+    """Append the physical buffer of every tiled top-level value of ``fn`` to its results."""
+    block = fn.body.block
+    ret = block.last_op
+    extra = []
+    for value, index in sorted(index_of.items(), key=lambda item: item[1]):
+        if not (value.owner is block or (isinstance(value.owner, Operation) and value.owner.parent is block)) \
+                and value not in tiler.replaced:
+            continue
+        if tiled_layout(value.type) is None:
+            continue
+        extra.append(tiler.physical(tiler.replaced.get(value, value)))
+        report.exposed.append((index, format_shape(value.type)))
+    if extra:
+        ret.operands = [*ret.operands, *extra]
+        fn.function_type = FunctionType.from_lists(list(fn.function_type.inputs), [v.type for v in ret.operands])
+
+
+def tile(module: ModuleOp, expose_physical: bool = False) -> TilingReport:
+    """Run the tiling on every function of ``module`` (in place)."""
+    from .layouts import _values_in_print_order
+
+    report = TilingReport()
+    created: list[Operation] = []
+    index_of = {v: i for i, (v, _) in enumerate(_values_in_print_order(module))} if expose_physical else {}
+    for fn in [op for op in module.ops if isinstance(op, func.FuncOp)]:
+        tiler = _FunctionTiler(created, report)
+        tiler.run(fn.body.block)
+        if expose_physical and (fn.sym_visibility is None or fn.sym_visibility.data == "public"):
+            _expose(fn, tiler, report, index_of)
+    report.conversions = _cleanup(created)
+    return report
+
+
+@register_pass
+@dataclass(frozen=True)
+class TileLayoutsPass(PatternPass):
+    """``tile-layouts{expose-physical=false}``: tiled values as physical buffers, element-wise chains on them."""
+
+    name = "tile-layouts"
+    expose_physical: bool = False
+    """Also return every tiled value's physical buffer from public functions (for inspection and tests)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        emit_report(self, tile(op, self.expose_physical))
