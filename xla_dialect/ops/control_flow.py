@@ -309,6 +309,9 @@ def one_or_tuple(values: list):
     return values[0] if len(values) == 1 else tuple(values)
 
 
+_results = one_or_tuple  # the earlier name, still imported by other op families
+
+
 def as_list(values) -> list:
     """A builder argument that is one XlaOp or a sequence of them, as a list."""
     return list(values) if isinstance(values, (list, tuple)) else [values]
