@@ -233,36 +233,38 @@ def merge_sort(less, values: list[np.ndarray]) -> list[np.ndarray]:
     vals = [np.concatenate([v, np.repeat(v[:, :1], size - n, axis=1)], axis=1) for v in values]
     width = 1
     while width < size:
-        runs = size // (2 * width)
-        parts = [v.reshape(batch, runs, 2, width) for v in (index, *vals)]
-        left = [p[:, :, 0, :] for p in parts]
-        right = [p[:, :, 1, :] for p in parts]
+        rows = batch * (size // (2 * width))  # one row per pair of runs
+        parts = [v.reshape(rows, 2, width) for v in (index, *vals)]
+        left = [p[:, 0, :] for p in parts]
+        right_flat = [np.ascontiguousarray(p[:, 1, :]).reshape(-1) for p in parts[1:]]
+        # Padding is at the end of every sorted run: count each right run's real elements.
+        right_real = (parts[0][:, 1, :] < n).sum(axis=1, keepdims=True)
+        left_pad = left[0] >= n
+        base = np.arange(rows, dtype=np.int64)[:, None] * width
         # count[i] = number of right-run elements strictly before left element i,
         # by binary search (the runs are sorted, so the predicate is a prefix).
-        count = np.zeros((batch, runs, width), np.int64)
+        count = np.zeros((rows, width), np.int64)
         step = width
         while step:
-            probe = count + (step - 1)
-            inside = probe < width
-            probe = np.minimum(probe, width - 1)
-            cand = [np.take_along_axis(r, probe, axis=-1) for r in right]
-            before = np.where(cand[0] >= n, False, np.where(left[0] >= n, True, less(cand[1:], left[1:])))
+            probe = np.minimum(count + (step - 1), width - 1)
+            inside = count + (step - 1) < width
+            cand = [r[base + probe] for r in right_flat]
+            before = (probe < right_real) & (left_pad | less(cand, left[1:]))
             count = np.where(inside & before, count + step, count)
             step //= 2
         # A comparator that is not a strict weak order could make the counts
         # non-monotone; keeping them monotone still yields a permutation.
         count = np.maximum.accumulate(count, axis=-1)
         # Right element j goes after the left elements with count <= j.
-        offsets = (np.arange(batch * runs, dtype=np.int64) * (width + 1)).reshape(batch, runs, 1)
-        hist = np.bincount((count + offsets).ravel(), minlength=batch * runs * (width + 1))
-        placed = np.cumsum(hist.reshape(batch, runs, width + 1), axis=-1)[..., :width]
-        ramp = np.arange(width)
-        pos_left, pos_right = ramp + count, ramp + placed
+        hist = np.bincount((count + base // width * (width + 1)).ravel(), minlength=rows * (width + 1))
+        placed = np.cumsum(hist.reshape(rows, width + 1), axis=-1)[:, :width]
+        ramp = np.arange(width) + base * 2
+        dest_left, dest_right = (ramp + count).ravel(), (ramp + placed).ravel()
         merged = []
-        for lp, rp in zip(left, right):
-            out = np.empty((batch, runs, 2 * width), lp.dtype)
-            np.put_along_axis(out, pos_left, lp, axis=-1)
-            np.put_along_axis(out, pos_right, rp, axis=-1)
+        for part in parts:
+            out = np.empty(rows * 2 * width, part.dtype)
+            out[dest_left] = part[:, 0, :].ravel()
+            out[dest_right] = part[:, 1, :].ravel()
             merged.append(out.reshape(batch, size))
         index, vals = merged[0], merged[1:]
         width *= 2
