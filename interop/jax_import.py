@@ -39,18 +39,24 @@ def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
       bytecode, or StableHLO MLIR text (pretty or generic form);
     * a jaxlib ``ir.Module``.
 
-    Example arguments are only allowed with a function.
+    For a shape-polymorphic program (``Exported`` from
+    ``jax.export.symbolic_shape`` specs, or StableHLO whose ``@main`` takes
+    ``?`` dimensions) the example arguments give the concrete shapes the
+    program is refined to; for a ``Lowered`` (already static) they are not
+    accepted.
     """
     import jax
 
-    if (example_args or example_kwargs) and not callable(obj):
-        raise XlaError(f"import_jax: example arguments are only used to trace a function, not a {type(obj).__name__}")
+    flat_examples = jax.tree.leaves((example_args, example_kwargs)) if (example_args or example_kwargs) else []
+    if flat_examples and isinstance(obj, (jax.stages.Lowered, jax.stages.Traced)):
+        raise XlaError(f"import_jax: a {type(obj).__name__} has static shapes already; example arguments are "
+                       "only used to trace a function or refine a shape-polymorphic program")
     if isinstance(obj, str):
-        return import_stablehlo(obj)
+        return import_stablehlo(obj, *flat_examples)
     if isinstance(obj, (bytes, bytearray, memoryview)):
-        return _from_bytes(bytes(obj))
+        return _from_bytes(bytes(obj), flat_examples)
     if isinstance(obj, jax.export.Exported):
-        return _from_exported(obj)
+        return _from_exported(obj, flat_examples)
     if isinstance(obj, jax.stages.Lowered):
         return _from_lowered(obj)
     if isinstance(obj, jax.stages.Traced):
@@ -58,7 +64,7 @@ def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
     from jaxlib.mlir import ir
 
     if isinstance(obj, ir.Module):
-        return import_mlir_module(obj)
+        return import_mlir_module(obj, *flat_examples)
     if callable(obj):
         return _from_function(obj, example_args, example_kwargs)
     raise XlaError(
@@ -93,24 +99,43 @@ def _from_lowered(lowered) -> ModuleOp:
     return _restore_unused_arguments(module, kept, in_avals)
 
 
-def _from_exported(exported) -> ModuleOp:
+def _from_exported(exported, flat_examples=()) -> ModuleOp:
     if len(exported.platforms) > 1:
         raise UnsupportedError(
             f"an export for several platforms {exported.platforms} takes a platform index; export for 'cpu' only"
         )
-    module = import_stablehlo(exported.mlir_module_serialized)
-    return _restore_unused_arguments(module, exported.module_kept_var_idx, list(exported.in_avals))
+    kept = sorted(exported.module_kept_var_idx)
+    in_avals = list(exported.in_avals)
+    if flat_examples:
+        if len(flat_examples) != len(in_avals):
+            raise XlaError(f"import_jax: the export takes {len(in_avals)} flattened arguments, "
+                           f"{len(flat_examples)} example arguments given")
+        in_avals = [_example_aval(a) for a in flat_examples]
+        module = import_stablehlo(exported.mlir_module_serialized, *[flat_examples[i] for i in kept])
+    else:
+        module = import_stablehlo(exported.mlir_module_serialized)
+    return _restore_unused_arguments(module, kept, in_avals)
 
 
-def _from_bytes(data: bytes) -> ModuleOp:
+def _example_aval(arg):
+    import jax
+    import numpy as np
+
+    if hasattr(arg, "shape") and hasattr(arg, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(arg.shape), arg.dtype)
+    arr = np.asarray(arg)
+    return jax.ShapeDtypeStruct(arr.shape, arr.dtype)
+
+
+def _from_bytes(data: bytes, flat_examples=()) -> ModuleOp:
     if data.startswith(_BYTECODE_MAGIC):
-        return import_stablehlo(data)
+        return import_stablehlo(data, *flat_examples)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     if text is not None and ("func.func" in text or "module" in text):
-        return import_stablehlo(text)
+        return import_stablehlo(text, *flat_examples)
     import jax
 
     try:
@@ -121,7 +146,7 @@ def _from_bytes(data: bytes) -> ModuleOp:
         raise XlaError(
             f"import_jax: bytes are neither a serialized jax.export.Exported, a StableHLO artifact nor MLIR text: {e}"
         ) from None
-    return _from_exported(exported)
+    return _from_exported(exported, flat_examples)
 
 
 def _aval_type(aval):
@@ -129,7 +154,7 @@ def _aval_type(aval):
     try:
         shape = [int(d) for d in aval.shape]
     except TypeError:
-        raise UnsupportedError(f"argument of symbolic shape {aval.str_short()} is not supported yet") from None
+        raise UnsupportedError(f"argument of symbolic shape {aval} needs example arguments to refine it") from None
     return TensorType(element.mlir, shape)
 
 

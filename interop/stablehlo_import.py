@@ -1004,13 +1004,30 @@ def _composite(imp: Importer, op):
 def _custom_call(imp: Importer, op):
     target = op.attributes["call_target_name"].value
     if target == "shape_assertion":
-        # JAX's shape-polymorphism guard: with the static shapes we import it
-        # always holds (the shapes were checked when the module was refined).
+        # JAX's shape-polymorphism guard. Shape refinement folds it away; one
+        # left with a constant predicate is checked now, any other dropped
+        # (it can only fail for shapes other than the imported static ones).
+        _check_shape_assertion(imp, op)
         return None
     cls = imp.ops_by_name.get("hlo.custom_call")
     if cls is None:
         raise UnsupportedError(f"{imp._where()}: custom_call @{target} is not supported")
     return generic_converter(imp, op, cls)
+
+
+def _check_shape_assertion(imp: Importer, op) -> None:
+    values = imp.operands(op)
+    constants = []
+    for v in values:
+        owner = getattr(v, "owner", None)
+        constants.append(owner.properties["value"].array if owner is not None and owner.name == "hlo.constant" else None)
+    if constants and constants[0] is not None and not bool(np.all(constants[0])):
+        message = op.attributes["error_message"].value if "error_message" in op.attributes else "shape assertion failed"
+        try:
+            message = message.format(*[c.item() if c is not None else "?" for c in constants[1:]])
+        except (IndexError, ValueError, KeyError):
+            pass
+        raise XlaError(f"{imp._where()}: {message}")
 
 
 def _tuple_of_nothing(imp: Importer) -> SSAValue:
@@ -1080,21 +1097,112 @@ def _if(imp: Importer, op):
 # ----------------------------------------------------------------------------
 
 
-def import_mlir_module(module, *, verify: bool = False) -> ModuleOp:
-    """Convert a jaxlib ``ir.Module`` holding StableHLO to an hlo ``ModuleOp``."""
+def _shape_spec(arg) -> tuple[tuple[int, ...], np.dtype | None]:
+    shape = getattr(arg, "shape", None)
+    if shape is None:
+        arr = np.asarray(arg)
+        return arr.shape, arr.dtype
+    try:
+        return tuple(int(d) for d in shape), getattr(arg, "dtype", None)
+    except TypeError:
+        raise UnsupportedError(f"example argument of symbolic shape {shape} cannot refine shapes") from None
+
+
+def _main_function(module):
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and op.attributes["sym_name"].value == "main":
+            return op
+    raise UnsupportedError("the module has no @main function")
+
+
+def has_dynamic_inputs(module) -> bool:
+    """True when ``@main`` takes arrays with ``?`` dimensions (a shape-polymorphic program)."""
+    ir = _ir()
+    with module.context:
+        ftype = _main_function(module).attributes["function_type"].value
+        return any(isinstance(t, ir.RankedTensorType) and _DYNAMIC in list(t.shape) for t in ftype.inputs)
+
+
+def refine_shapes(module, example_args):
+    """A copy of ``module`` whose dynamic shapes are refined for ``@main`` arguments shaped like ``example_args``.
+
+    ``@main``'s parameters get the example shapes (a ``stablehlo.convert``
+    feeds the old, dynamic uses), then jaxlib's shape refinement (the pass
+    ``jax.export`` uses to call shape-polymorphic exports) propagates them and
+    checks JAX's ``shape_assertion`` guards.
+    """
+    import io
+
+    from jax._src.lib import _jax
+    from jaxlib.mlir.dialects import stablehlo
+
+    ir = _ir()
+    ctx = mlir_context()
+    with ctx, ir.Location.unknown():
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+        copy = ir.Module.parse(buffer.getvalue())
+        main = _main_function(copy)
+        block = main.regions[0].blocks[0]
+        args = list(block.arguments)
+        if len(args) != len(example_args):
+            raise UnsupportedError(f"@main takes {len(args)} arguments; {len(example_args)} example arguments given")
+        inputs = []
+        for i, (arg, example) in enumerate(zip(args, example_args)):
+            old = arg.type
+            if not isinstance(old, ir.RankedTensorType):
+                inputs.append(old)
+                continue
+            shape, dtype = _shape_spec(example)
+            declared = list(old.shape)
+            if len(shape) != len(declared) or any(d != _DYNAMIC and d != s for d, s in zip(declared, shape)):
+                raise UnsupportedError(f"example argument #{i} has shape {list(shape)}; @main expects {old}")
+            new = ir.RankedTensorType.get(list(shape), old.element_type)
+            if new != old:
+                with ir.InsertionPoint.at_block_begin(block):
+                    cast = stablehlo.ConvertOp(old, arg)
+                arg.replace_all_uses_except(cast.result, cast.operation)
+                arg.set_type(new)
+            inputs.append(new)
+        results = list(main.attributes["function_type"].value.results)
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
+        buffer = io.BytesIO()
+        copy.operation.write_bytecode(buffer)
+        try:
+            refined = _jax.mlir.refine_polymorphic_shapes(
+                buffer.getvalue(), enable_shape_assertions=True, validate_static_shapes=True)
+        except Exception as e:
+            raise UnsupportedError(f"cannot refine the dynamic shapes for the example arguments: {e}") from None
+        return ir.Module.parse(refined)
+
+
+def import_mlir_module(module, *example_args, verify: bool = False) -> ModuleOp:
+    """Convert a jaxlib ``ir.Module`` holding StableHLO to an hlo ``ModuleOp``.
+
+    ``example_args`` (arrays or anything with ``shape``/``dtype``, one per
+    ``@main`` parameter) refine a shape-polymorphic program to static shapes;
+    they are required when ``@main`` takes arrays with ``?`` dimensions.
+    """
+    if example_args:
+        module = refine_shapes(module, example_args)
+    elif has_dynamic_inputs(module):
+        raise UnsupportedError(
+            "@main takes arrays of dynamic shape (a shape-polymorphic program): give example arguments "
+            "(arrays or jax.ShapeDtypeStruct) to refine it to static shapes")
     result = Importer().import_module(module)
     if verify:
         result.verify()
     return result
 
 
-def import_stablehlo(source, *, verify: bool = False) -> ModuleOp:
+def import_stablehlo(source, *example_args, verify: bool = False) -> ModuleOp:
     """Import StableHLO into the hlo dialect.
 
     ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``),
     MLIR bytecode, a StableHLO portable artifact
     (``jax.export.Exported.mlir_module_serialized``), or a jaxlib ``ir.Module``.
-    With ``verify=True`` the hlo verifier runs on the result (otherwise
-    ``lowering.compile`` runs it).
+    ``example_args`` refine dynamic (``?``) shapes of ``@main``'s parameters
+    (see :func:`import_mlir_module`). With ``verify=True`` the hlo verifier
+    runs on the result (otherwise ``lowering.compile`` runs it).
     """
-    return import_mlir_module(parse_stablehlo(source), verify=verify)
+    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify)

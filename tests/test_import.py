@@ -116,11 +116,52 @@ def test_kwargs_and_unused_arguments_are_kept():
     assert len(main_of(import_jax(exp)).function_type.inputs) == 2
 
 
-def test_example_arguments_only_with_functions():
-    with pytest.raises(XlaError, match="example arguments"):
+def test_example_arguments_only_where_they_mean_something():
+    with pytest.raises(XlaError, match="static shapes already"):
+        import_jax(jax.jit(_f).lower(X, Y), X, Y)
+    with pytest.raises(XlaError, match="2 arguments; 1 example"):
         import_jax(jax.jit(_f).lower(X, Y).as_text(), X)
     with pytest.raises(XlaError, match="cannot import"):
         import_jax(42)
+
+
+# ----------------------------------------------------------------------------
+# Shape-polymorphic programs
+# ----------------------------------------------------------------------------
+
+
+def _poly(x):
+    return jnp.sin(x) * x.shape[0] + jnp.sum(x, axis=0), jnp.concatenate([x, x])
+
+
+def _poly_export():
+    a, = jax.export.symbolic_shape("a")
+    return jax.export.export(jax.jit(_poly))(jax.ShapeDtypeStruct((a, 4), jnp.float32))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_shape_polymorphic_export_is_refined(rows):
+    exported = _poly_export()
+    x = RNG.standard_normal((rows, 4)).astype(np.float32)
+    for module in (import_jax(exported, x),
+                   import_jax(exported, jax.ShapeDtypeStruct(x.shape, x.dtype)),
+                   import_stablehlo(exported.mlir_module(), x),
+                   import_jax(exported.mlir_module_serialized, x)):
+        module.verify()
+        assert main_of(module).function_type.inputs.data[0].get_shape() == (rows, 4)
+        got = lowering.compile(module)(x)
+        for g, w in zip(got, jax.jit(_poly)(x)):
+            assert_close(g, np.asarray(w), max_ulp=2)
+
+
+def test_shape_polymorphic_errors():
+    exported = _poly_export()
+    with pytest.raises(UnsupportedError, match="dynamic shape.*example arguments"):
+        import_jax(exported)
+    with pytest.raises(UnsupportedError, match="@main expects tensor<\\?x4xf32>"):
+        import_jax(exported, np.zeros((3, 5), np.float32))
+    with pytest.raises(UnsupportedError, match="refine"):
+        import_jax(exported, np.zeros((0, 4), np.float32))  # violates JAX's a >= 1 assertion
 
 
 # ----------------------------------------------------------------------------
