@@ -678,6 +678,8 @@ class Importer:
             if cls is None:
                 raise UnsupportedError(f"{self._where()}: {name} has no hlo counterpart yet")
             results = generic_converter(self, op, cls)
+        elif name.startswith("chlo."):
+            raise _ChloFound(f"{self._where()}: {name}")
         else:
             raise UnsupportedError(f"{self._where()}: {name} is not supported")
         if results is not None:
@@ -1097,6 +1099,28 @@ def _if(imp: Importer, op):
 # ----------------------------------------------------------------------------
 
 
+class _ChloFound(UnsupportedError):
+    """A chlo op was met: the module is legalized to StableHLO and imported again."""
+
+
+def legalize_chlo(module):
+    """``module`` with its chlo ops expanded into StableHLO, the way XLA compiles them.
+
+    jaxlib exposes no MLIR pass pipeline, but it converts StableHLO to an XLA
+    computation (legalizing chlo with XLA's own decompositions) and back; the
+    result computes the same and keeps the source locations.
+    """
+    from jax._src.lib import _jax
+
+    text = module.operation.get_asm(enable_debug_info=True)
+    try:
+        computation = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False, return_tuple=False)
+        legal = _jax.mlir.xla_computation_to_mlir_module(computation)
+    except Exception as e:
+        raise UnsupportedError(f"cannot expand the chlo ops through XLA: {e}") from None
+    return parse_stablehlo(legal)
+
+
 def _shape_spec(arg) -> tuple[tuple[int, ...], np.dtype | None]:
     shape = getattr(arg, "shape", None)
     if shape is None:
@@ -1189,7 +1213,15 @@ def import_mlir_module(module, *example_args, verify: bool = False) -> ModuleOp:
         raise UnsupportedError(
             "@main takes arrays of dynamic shape (a shape-polymorphic program): give example arguments "
             "(arrays or jax.ShapeDtypeStruct) to refine it to static shapes")
-    result = Importer().import_module(module)
+    try:
+        result = Importer().import_module(module)
+    except _ChloFound as found:
+        try:
+            result = Importer().import_module(legalize_chlo(module))
+        except _ChloFound:
+            raise UnsupportedError(f"{found}: chlo op is not supported") from None
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{found} (expanded through XLA): {e}") from None
     if verify:
         result.verify()
     return result
