@@ -4,7 +4,9 @@
 >>> (result,) = exe(x, y)
 """
 
+from .devices import MultiDeviceExecutable
 from .executor import Executable, LoweringContext, compile
 from .registry import KERNELS, Constant, register, register_kernel
 
-__all__ = ["Constant", "Executable", "KERNELS", "LoweringContext", "compile", "register", "register_kernel"]
+__all__ = ["Constant", "Executable", "KERNELS", "LoweringContext", "MultiDeviceExecutable", "compile", "register",
+           "register_kernel"]

@@ -31,13 +31,17 @@ from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
 from .registry import KERNELS, Constant
+from .runtime import Runtime
 
 
 class LoweringContext:
     """What kernel factories may ask for while an op is lowered."""
 
-    def __init__(self, module: ModuleOp):
+    def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1):
         self.module = module
+        # The process grid the program runs on (collective kernels read it).
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
         self.functions: dict[str, func.FuncOp] = {
             op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
         }
@@ -46,6 +50,9 @@ class LoweringContext:
         self._compiled: dict[str, object] = {}
         self._compiling: set[str] = set()
         self._names = itertools.count()
+        # Host-side state (feeds, channels) the side-effecting kernels share
+        # with the Executable built from this context.
+        self.runtime = Runtime()
 
     # -- services for kernel factories --------------------------------------
 
@@ -228,11 +235,16 @@ def _flatten(value, out: list) -> None:
 class Executable:
     """A compiled hlo program. Call it with NumPy arrays; get a tuple of arrays.
 
-    ``source`` holds the generated Python code.
+    ``source`` holds the generated Python code. ``infeed``, ``outfeed`` and
+    ``channels`` are the host-side queues of :mod:`lowering.runtime`.
     """
 
-    def __init__(self, fn, entry: func.FuncOp, source: str):
+    def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None):
         self._fn = fn
+        self.runtime = runtime if runtime is not None else Runtime()
+        self.infeed = self.runtime.infeed
+        self.outfeed = self.runtime.outfeed
+        self.channels = self.runtime.channels
         self.entry = entry
         self.source = source
         self.input_types = list(entry.function_type.inputs)
@@ -305,9 +317,19 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
     return v
 
 
-def compile(module: ModuleOp, entry: str = "main") -> Executable:  # noqa: A001 - public API name
-    """Lower ``module`` once and return an :class:`Executable` for function ``entry``."""
+def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
+            num_partitions: int = 1):
+    """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
+
+    With ``num_replicas * num_partitions > 1`` the result is a
+    :class:`lowering.devices.MultiDeviceExecutable`: called with one argument
+    list per device, it returns one result tuple per device.
+    """
     from . import kernels  # noqa: F401  (registers every kernel family)
+
+    for what, count in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ExecutionError(f"lowering.compile: {what} must be a positive int, got {count!r}")
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
@@ -317,8 +339,13 @@ def compile(module: ModuleOp, entry: str = "main") -> Executable:  # noqa: A001 
         raise
     except Exception as e:
         raise ExecutionError(f"the module does not verify: {e}") from None
-    ctx = LoweringContext(module)
+    ctx = LoweringContext(module, num_replicas, num_partitions)
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)
-    return Executable(fn, ctx.functions[entry], "\n".join(ctx.sources))
+    executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources))
+    if num_replicas * num_partitions == 1:
+        return executable
+    from .devices import MultiDeviceExecutable
+
+    return MultiDeviceExecutable(executable, num_replicas, num_partitions)

@@ -1,0 +1,356 @@
+"""Multi-device execution: one program over a grid of replicas x partitions, in one process.
+
+``lowering.compile(module, num_replicas=N, num_partitions=M)`` returns a
+:class:`MultiDeviceExecutable` when ``N * M > 1``. Device ``d`` is
+``(replica d // M, partition d % M)`` -- XLA's default device assignment and
+StableHLO's flattened id. Calling the executable runs the same compiled code
+once per device, each in its own Python thread (the NumPy kernels release the
+GIL), and returns one result tuple per device::
+
+    exe = lowering.compile(module, num_replicas=4)
+    per_device = exe([x0], [x1], [x2], [x3])   # -> ((r0,), (r1,), (r2,), (r3,))
+
+A collective kernel meets the other members of its process group at a
+:class:`_Slot` (one per op, process group and execution count, so a
+collective inside a loop meets once per iteration): every member deposits its
+operands; the last to arrive computes every member's result and wakes the
+others. The kernels read the device they run on from thread-local state
+(:func:`current_device`).
+
+A member that never arrives (a replica skipped the collective in a
+conditional, ran a loop fewer times, or failed) is detected, never waited for:
+the run counts the device threads still computing, and when none is -- all
+are finished or waiting at collectives -- every incomplete rendezvous fails
+with an :class:`ExecutionError` naming the op, the devices that arrived and
+what the missing ones are doing. An optional ``timeout`` (seconds) bounds any
+single wait as a last resort.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xla_dialect.errors import ExecutionError, HloVerifyError, XlaError
+
+__all__ = ["CollectiveMismatchError", "MultiDeviceExecutable", "ProcessGrid", "DeviceState", "current_device",
+           "exchange"]
+
+
+class CollectiveMismatchError(ExecutionError):
+    """A collective's process group can never meet (a member skipped it, failed, or timed out)."""
+
+
+# ----------------------------------------------------------------------------
+# The process grid and its process groups (StableHLO "Collective ops" section)
+# ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessGrid:
+    """``num_replicas`` x ``num_partitions`` devices; device ``d`` is ``(d // M, d % M)``."""
+
+    num_replicas: int
+    num_partitions: int
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_replicas * self.num_partitions
+
+    def device(self, replica: int, partition: int) -> int:
+        """The flattened id of ``(replica, partition)``."""
+        return replica * self.num_partitions + partition
+
+    def describe(self, device: int) -> str:
+        """``'device 3 (replica 1, partition 1)'`` for messages."""
+        return f"device {device} (replica {device // self.num_partitions}, partition {device % self.num_partitions})"
+
+    def process_groups(self, op_name: str, mode: str, groups: Sequence[Sequence[int]],
+                       cover: bool = True) -> list[tuple[int, ...]]:
+        """The process groups (tuples of device ids, in group order) of a collective.
+
+        ``mode`` is one of StableHLO's strategies: ``cross_replica``,
+        ``cross_partition``, ``cross_replica_and_partition`` or ``flattened_ids``;
+        ``groups`` are the op's replica (or partition, or flattened id) groups,
+        empty meaning one group of every id. With ``cover`` the groups must
+        hold every id exactly once, as XLA's verifier requires for all-reduce,
+        all-gather, all-to-all and reduce-scatter.
+        """
+        n, m = self.num_replicas, self.num_partitions
+        size = {"cross_replica": n, "cross_partition": m, "cross_replica_and_partition": n,
+                "flattened_ids": n * m}[mode]
+        what = {"cross_replica": "replica", "cross_partition": "partition",
+                "cross_replica_and_partition": "replica", "flattened_ids": "flattened device"}[mode]
+        if not groups:
+            if mode == "flattened_ids":
+                raise HloVerifyError(f"{op_name}: use_global_device_ids needs explicit replica_groups "
+                                     f"(flattened device ids), got none")
+            groups = [list(range(size))]
+        ids = [i for g in groups for i in g]
+        for i in ids:
+            if not 0 <= i < size:
+                raise HloVerifyError(f"{op_name}: {what} id {i} in replica_groups {_text(groups)} is out of range "
+                                     f"for {size} {what}s ({n} replicas x {m} partitions)")
+        if cover and sorted(ids) != list(range(size)):
+            missing = sorted(set(range(size)) - set(ids))
+            raise HloVerifyError(f"{op_name}: replica_groups {_text(groups)} must hold every {what} id "
+                                 f"0..{size - 1} once; missing {missing}")
+        if mode == "cross_replica":
+            return [tuple(self.device(r, p) for r in g) for g in groups for p in range(m)]
+        if mode == "cross_partition":
+            return [tuple(self.device(r, p) for p in g) for g in groups for r in range(n)]
+        if mode == "cross_replica_and_partition":
+            return [tuple(self.device(r, p) for p in range(m) for r in g) for g in groups]
+        return [tuple(g) for g in groups]  # flattened ids are device ids
+
+
+def _text(groups) -> str:
+    return "[" + ", ".join("[" + ", ".join(str(i) for i in g) + "]" for g in groups) + "]"
+
+
+# ----------------------------------------------------------------------------
+# Per-thread device state and the rendezvous
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class DeviceState:
+    """What a device thread knows: where it is and how far it got."""
+
+    device: int
+    replica: int
+    partition: int
+    run: _Run
+    # Collective key -> how many times this device executed it (rendezvous per execution).
+    counts: dict = field(default_factory=dict)
+
+
+_local = threading.local()
+
+
+def current_device() -> DeviceState | None:
+    """The state of the device the calling thread runs, or None outside a multi-device run."""
+    return getattr(_local, "state", None)
+
+
+class _Slot:
+    """One rendezvous: one execution of one collective by one process group."""
+
+    __slots__ = ("what", "members", "deposits", "results", "error", "done", "taken")
+
+    def __init__(self, what: str, members: tuple[int, ...]):
+        self.what = what
+        self.members = members
+        self.deposits: dict[int, tuple] = {}
+        self.results: list | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.taken = 0
+
+
+class _Run:
+    """The shared state of one call of a :class:`MultiDeviceExecutable`."""
+
+    def __init__(self, grid: ProcessGrid, timeout: float | None):
+        self.grid = grid
+        self.timeout = timeout
+        self.cond = threading.Condition()
+        self.slots: dict[tuple, _Slot] = {}
+        self.running = grid.num_devices  # threads neither finished nor waiting at a rendezvous
+        self.waiting: dict[int, _Slot] = {}
+        self.finished: dict[int, str] = {}  # device -> 'finished' | 'failed: ...'
+
+    def exchange(self, state: DeviceState, key: tuple, members: tuple[int, ...], operands: tuple,
+                 combine: Callable[[list[tuple]], list], what: str):
+        """Deposit ``operands`` at rendezvous ``key``; return this device's entry of ``combine``'s result."""
+        device = state.device
+        with self.cond:
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = self.slots[key] = _Slot(what, members)
+            slot.deposits[device] = operands
+            last = len(slot.deposits) == len(members)
+            if not last:
+                self.running -= 1
+                self.waiting[device] = slot
+                self._detect_deadlock()
+                try:
+                    while not slot.done:
+                        if not self.cond.wait(self.timeout) and not slot.done:
+                            self._fail(slot, CollectiveMismatchError(
+                                f"{what}: timed out after {self.timeout} s waiting for "
+                                f"{self._missing_text(slot)}"))
+                finally:
+                    del self.waiting[device]
+                    self.running += 1
+        if last:
+            # Compute outside the lock: other groups keep exchanging meanwhile.
+            try:
+                results = combine([slot.deposits[m] for m in members])
+                error = None
+            except BaseException as e:  # noqa: BLE001 - handed to every member
+                results, error = None, e
+            with self.cond:
+                if not slot.done:
+                    slot.results, slot.error, slot.done = results, error, True
+                self.cond.notify_all()
+        with self.cond:
+            slot.taken += 1
+            if slot.taken == len(members) or slot.error is not None:
+                self.slots.pop(key, None)
+            if slot.error is not None:
+                raise slot.error
+            return slot.results[members.index(device)]
+
+    def finish(self, device: int, outcome: str) -> None:
+        """Record that ``device``'s thread returned (``outcome`` says how)."""
+        with self.cond:
+            self.finished[device] = outcome
+            self.running -= 1
+            self._detect_deadlock()
+
+    # -- failure detection (called with the lock held) ------------------------
+
+    def _fail(self, slot: _Slot, error: CollectiveMismatchError) -> None:
+        if not slot.done:
+            slot.error, slot.done = error, True
+        self.cond.notify_all()
+
+    def _detect_deadlock(self) -> None:
+        """When no device is computing, no waiting device can ever be released: fail them."""
+        if self.running > 0 or not self.waiting:
+            return
+        for slot in {id(s): s for s in self.waiting.values()}.values():
+            self._fail(slot, CollectiveMismatchError(
+                f"{slot.what}: collective mismatch, the process group {list(slot.members)} can never meet: "
+                f"{self._missing_text(slot)}"))
+
+    def _missing_text(self, slot: _Slot) -> str:
+        parts = []
+        for d in slot.members:
+            if d in slot.deposits:
+                continue
+            where = self.finished.get(d)
+            if where is None:
+                other = self.waiting.get(d)
+                where = f"waiting at {other.what}" if other is not None else "still running"
+            parts.append(f"{self.grid.describe(d)} never arrived ({where})")
+        arrived = sorted(slot.deposits)
+        return "; ".join(parts) + f"; arrived: devices {arrived}"
+
+
+_keys = itertools.count()
+
+
+def new_collective_key() -> int:
+    """A fresh identity for one lowered collective op (rendezvous are keyed by it)."""
+    return next(_keys)
+
+
+def exchange(op_key: int, group_key, members: tuple[int, ...], operands: tuple,
+             combine: Callable[[list[tuple]], list], what: str):
+    """Run one collective from the current device thread; return its results for this device.
+
+    ``members`` are the device ids of this device's process group in group
+    order; ``combine`` maps every member's operand tuple (in that order) to the
+    list of every member's results. Called outside a multi-device run (no
+    device state), a group must be this device alone.
+    """
+    state = current_device()
+    if state is None:
+        raise ExecutionError(f"{what}: a collective over {len(members)} devices needs a multi-device run "
+                             f"(lowering.compile(..., num_replicas=..., num_partitions=...))")
+    count_key = (op_key, group_key)
+    count = state.counts.get(count_key, 0)
+    state.counts[count_key] = count + 1
+    return state.run.exchange(state, (op_key, group_key, count), members, operands, combine, what)
+
+
+# ----------------------------------------------------------------------------
+# The executable
+# ----------------------------------------------------------------------------
+
+
+class MultiDeviceExecutable:
+    """A program compiled for ``num_replicas`` x ``num_partitions`` devices.
+
+    Call it with one argument list per device, in device order
+    (``replica * num_partitions + partition``); it returns one result tuple
+    per device. ``timeout`` (seconds, default None) bounds a single wait at a
+    collective; mismatched collectives are detected without it.
+    """
+
+    def __init__(self, executable, num_replicas: int, num_partitions: int, timeout: float | None = None):
+        self.executable = executable
+        self.grid = ProcessGrid(num_replicas, num_partitions)
+        self.timeout = timeout
+
+    @property
+    def num_replicas(self) -> int:
+        return self.grid.num_replicas
+
+    @property
+    def num_partitions(self) -> int:
+        return self.grid.num_partitions
+
+    @property
+    def num_devices(self) -> int:
+        return self.grid.num_devices
+
+    @property
+    def source(self) -> str:
+        """The generated Python code (shared by every device)."""
+        return self.executable.source
+
+    @property
+    def entry(self):
+        return self.executable.entry
+
+    def __call__(self, *per_device_args) -> tuple[tuple, ...]:
+        n = self.num_devices
+        name = f"@{self.executable.entry.sym_name.data}"
+        if not per_device_args and not self.executable.input_types:
+            per_device_args = ((),) * n
+        if len(per_device_args) != n:
+            raise ExecutionError(
+                f"{name} runs on {n} devices ({self.num_replicas} replicas x {self.num_partitions} partitions): "
+                f"give one argument list per device, got {len(per_device_args)}")
+        for d, args in enumerate(per_device_args):
+            if not isinstance(args, (list, tuple)):
+                raise ExecutionError(f"{name}: the arguments of {self.grid.describe(d)} must be a list or tuple, "
+                                     f"got {type(args).__name__}")
+        run = _Run(self.grid, self.timeout)
+        results: list = [None] * n
+        errors: dict[int, BaseException] = {}
+
+        def work(d: int) -> None:
+            _local.state = DeviceState(d, d // self.num_partitions, d % self.num_partitions, run)
+            outcome = "finished"
+            try:
+                results[d] = self.executable(*per_device_args[d])
+            except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
+                errors[d] = e
+                outcome = f"failed: {e}"
+            finally:
+                _local.state = None
+                run.finish(d, outcome)
+
+        threads = [threading.Thread(target=work, args=(d,), name=f"xla-device-{d}", daemon=True)
+                   for d in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise self._error(errors)
+        return tuple(results)
+
+    def _error(self, errors: dict[int, BaseException]) -> BaseException:
+        """The error to raise: the first device's own failure, before the mismatches it caused."""
+        d = min(errors, key=lambda k: (isinstance(errors[k], CollectiveMismatchError), k))
+        e = errors[d]
+        if isinstance(e, XlaError):
+            return type(e)(f"{self.grid.describe(d)}: {e}")
+        return e
