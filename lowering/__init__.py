@@ -7,6 +7,7 @@
 from .devices import MultiDeviceExecutable
 from .executor import Executable, LoweringContext, compile
 from .registry import KERNELS, Constant, register, register_kernel
+from .runtime import register_custom_call
 
 __all__ = ["Constant", "Executable", "KERNELS", "LoweringContext", "MultiDeviceExecutable", "compile", "register",
-           "register_kernel"]
+           "register_custom_call", "register_kernel"]

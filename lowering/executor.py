@@ -343,7 +343,7 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)
-    executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources))
+    executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime)
     if num_replicas * num_partitions == 1:
         return executable
     from .devices import MultiDeviceExecutable
