@@ -1,3 +1,365 @@
-"""NumPy kernels. Windowed ops: convolution, reduce_window, select_and_scatter."""
+"""NumPy kernels: convolution, reduce_window, select_and_scatter.
+
+Every kernel first builds the padded, dilated base area with strided
+assignment (:func:`dilate_pad`) and takes all windows at once as a strided
+view (:func:`windows`: ``sliding_window_view``, then the strides and window
+dilation as slices); nothing loops over output elements. Window geometry,
+permutations and masks are worked out once, in the factory.
+
+Convolution is im2col: the window view is reshaped into one ``(groups, M, K)``
+matrix and multiplied with the ``(groups, K, N)`` kernel in one ``matmul``
+(feature groups and batch groups are the matmul's batch). Numerics follow the
+dot kernel, as XLA CPU does: f16/bf16/f8 multiply-accumulate in f32 and round
+once, integers wrap, pred is OR of ANDs, complex uses the textbook product,
+and ``preferred_element_type`` upcasts the operands or converts the result
+like XLA's OperandUpcaster/ResultCaster. Float sums are reassociated (BLAS),
+so f32/f64 results can differ from XLA's in the last bits.
+
+reduce_window follows XLA CPU exactly: each result starts at the init value
+and combines the window elements in row-major window order; padding and
+base-dilation holes are *skipped* (not reduced as init values). Three strategies:
+
+* a body that is one max/min/and/or/xor of its parameters: ``ufunc.reduce``
+  over the window axes of a base padded with the operation's identity
+  (order does not matter; the sign of zero is fixed as XLA's maximum/minimum);
+* a body that is one add/multiply: the same padded base, summed window
+  position by window position in XLA's order (bit-exact, also for bf16/f16,
+  which XLA adds in their own precision here);
+* any other body (variadic reductions): the compiled region applied window
+  position by window position to whole arrays, with a static mask keeping
+  the accumulator where the position is padding.
+
+select_and_scatter walks the window positions in index order, applying the
+select region to whole arrays (all windows at once) to keep or replace each
+window's selection, exactly XLA's sequential rule (padding is never selected;
+a window of padding only scatters nothing). The source is then scattered:
+``np.add.at`` for an add body on NumPy dtypes; otherwise in rounds, each
+round taking the next not-yet-applied source element of every destination,
+so every round has unique destinations (one vectorized region call) and each
+destination sees its source elements in row-major order, as in XLA.
+"""
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from xla_dialect.ops.linalg import higher_precision_type
+from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp, SelectAndScatterOp, Window
+from xla_dialect.types import element_type_from_dtype
+
+from ..registry import register
+from .control_flow import array_applier, result_dtypes
+from .linalg import _arith_dtype, _complex_matmul, xla_convert
+from .reduction import _signed_zeros, binary_body_ufunc
+
+# ----------------------------------------------------------------------------
+# Window helpers
+# ----------------------------------------------------------------------------
+
+
+def dilate_pad(x: np.ndarray, axes, padding, dilations, fill) -> np.ndarray:
+    """``x`` with ``dilations - 1`` holes between elements and (low, high) edge padding along
+    ``axes``, holes and padding set to ``fill``; negative padding removes elements."""
+    if all(lo == 0 and hi == 0 for lo, hi in padding) and all(d == 1 for d in dilations):
+        return x
+    shape, place, crop = list(x.shape), [slice(None)] * x.ndim, [slice(None)] * x.ndim
+    for a, (lo, hi), d in zip(axes, padding, dilations):
+        size = x.shape[a]
+        dilated = (size - 1) * d + 1 if size else 0
+        full = max(lo, 0) + dilated + max(hi, 0)
+        shape[a] = full
+        place[a] = slice(max(lo, 0), max(lo, 0) + dilated, d)
+        crop[a] = slice(max(-lo, 0), full - max(-hi, 0))
+    out = np.full(shape, fill, x.dtype)
+    out[tuple(place)] = x
+    return out[tuple(crop)]
+
+
+def windows(xp: np.ndarray, axes, window: Window) -> np.ndarray:
+    """All windows of the padded, dilated ``xp``: a view with the window axes appended
+    (``xp.shape`` with ``axes`` replaced by the output positions, then one axis per window
+    dimension)."""
+    dilated = [(w - 1) * d + 1 for w, d in zip(window.dimensions, window.window_dilations)]
+    view = sliding_window_view(xp, dilated, axis=tuple(axes))
+    index = [slice(None)] * xp.ndim
+    for a, s in zip(axes, window.strides):
+        index[a] = slice(None, None, s)
+    index += [slice(None, None, d) for d in window.window_dilations]
+    return view[tuple(index)]
+
+
+def valid_mask(base_shape, window: Window, out_shape) -> np.ndarray | None:
+    """Boolean array of shape ``out_shape + window.dimensions``: True where a window element
+    lies on an element of the base (not padding, not a base-dilation hole); None if all do."""
+    per_dim = []
+    for d, (size, (lo, _)) in enumerate(zip(base_shape, window.padding)):
+        o = np.arange(out_shape[d])[:, None] * window.strides[d]
+        k = np.arange(window.dimensions[d])[None, :] * window.window_dilations[d]
+        q = o + k - lo  # position in the dilated base
+        bd = window.base_dilations[d]
+        per_dim.append((q >= 0) & (q < (size - 1) * bd + 1) & (q % bd == 0))
+    if all(m.all() for m in per_dim):
+        return None
+    rank = len(per_dim)
+    mask = np.ones(tuple(out_shape) + tuple(window.dimensions), bool)
+    for d, m in enumerate(per_dim):
+        shape = [1] * (2 * rank)
+        shape[d], shape[rank + d] = m.shape
+        mask &= m.reshape(shape)
+    return mask
+
+
+def _window_positions(window: Window):
+    """Window offsets in row-major order (the order XLA visits them)."""
+    return list(np.ndindex(*window.dimensions))
+
+
+# ----------------------------------------------------------------------------
+# Convolution
+# ----------------------------------------------------------------------------
+
+
+@register(ConvolutionOp)
+def _convolution(op, ctx):
+    dn = op.dimension_numbers()
+    window = op.window()
+    n = len(dn.input_spatial_dimensions)
+    lhs_t, rhs_t, out_t = op.lhs.type, op.rhs.type, op.result.type
+    out_shape = tuple(out_t.get_shape())
+    lhs_perm = (dn.input_batch_dimension, dn.input_feature_dimension, *dn.input_spatial_dimensions)
+    rhs_perm = (dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension, *dn.kernel_spatial_dimensions)
+    # Canonical result (batch, feature, spatial...) -> the output dimension numbers.
+    canon = (dn.output_batch_dimension, dn.output_feature_dimension, *dn.output_spatial_dimensions)
+    out_perm = tuple(int(i) for i in np.argsort(canon))
+    ls = [lhs_t.get_shape()[d] for d in lhs_perm]
+    rs = [rhs_t.get_shape()[d] for d in rhs_perm]
+    fgc = op.feature_group_count.value.data
+    bgc = op.batch_group_count.value.data
+    groups = fgc * bgc  # one of them is 1
+    batch, features, kernel_in = ls[0] // bgc, ls[1] // fgc, rs[1]
+    group_out = rs[0] // groups
+    out_spatial = [out_shape[d] for d in dn.output_spatial_dimensions]
+    kernel = rs[2:]
+    spatial_axes = tuple(range(2, 2 + n))
+    reversed_axes = tuple(2 + i for i, r in enumerate(window.reversal) if r)
+
+    operand_et, result_et = lhs_t.element_type, out_t.element_type
+    result_dtype = ctx.dtype(out_t)
+    upcast = result_et != operand_et and higher_precision_type(operand_et, result_et) == result_et
+    compute_dtype = result_dtype if upcast else ctx.dtype(lhs_t)
+    arith = _arith_dtype(compute_dtype)
+    matmul = _complex_matmul if np.dtype(arith).kind == "c" else np.matmul
+    empty = math.prod(out_shape) == 0 or kernel_in == 0
+
+    m = batch * math.prod(out_spatial)
+    k = kernel_in * math.prod(kernel)
+    # lhs windows (N, C, *out, *kernel) -> (Bg, Nb, Fg, Cg, *out, *kernel) -> (G, Nb * out, Cg * kernel).
+    lhs_split = (bgc, batch, fgc, features, *out_spatial, *kernel)
+    lhs_order = (0, 2, 1, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))
+    # kernel (O, I, *kernel) -> (G, Og, I * kernel) -> (G, I * kernel, Og).
+    # Result (G, Nb * out, Og) -> (G, Nb, *out, Og) -> (Nb, G, Og, *out) -> (Nb, O, *out).
+    res_split = (groups, batch, *out_spatial, group_out)
+    res_order = (1, 0, 2 + n, *range(2, 2 + n))
+    canon_shape = (batch, groups * group_out, *out_spatial)
+
+    def prepare(x, perm):
+        x = np.transpose(x, perm)
+        if x.dtype != compute_dtype:
+            x = x.astype(compute_dtype)  # XLA converts the operands (may round, e.g. f16 -> bf16)
+        return x.astype(arith, copy=False)
+
+    def convolution(lhs, rhs):
+        if empty:
+            return np.zeros(out_shape, result_dtype)
+        a = dilate_pad(prepare(lhs, lhs_perm), spatial_axes, window.padding, window.base_dilations, 0)
+        w = prepare(rhs, rhs_perm)
+        if reversed_axes:
+            # Reversing the lhs window equals reversing the kernel.
+            w = np.flip(w, reversed_axes)
+        view = windows(a, spatial_axes, window)
+        cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
+        kmat = np.swapaxes(w.reshape(groups, group_out, k), 1, 2)
+        c = matmul(cols, kmat)
+        c = np.transpose(c.reshape(res_split), res_order).reshape(canon_shape)
+        c = np.transpose(c, out_perm)
+        if c.dtype != compute_dtype:
+            c = c.astype(compute_dtype)
+        if compute_dtype != result_dtype:
+            c = xla_convert(c, result_dtype)
+        return c
+
+    return convolution
+
+
+# ----------------------------------------------------------------------------
+# reduce_window
+# ----------------------------------------------------------------------------
+
+ORDER_FREE = {np.maximum, np.minimum, np.bitwise_and, np.bitwise_or, np.bitwise_xor}
+"""Single-op bodies whose result does not depend on the order of the window elements."""
+
+
+def _identity(ufunc, dtype: np.dtype):
+    """The value that leaves ``ufunc``'s accumulator unchanged (padding is skipped in XLA)."""
+    dtype = np.dtype(dtype)
+    kind = element_type_from_dtype(dtype).kind
+    if ufunc is np.add:
+        return np.array(-0.0 if kind in ("float", "complex") else 0).astype(dtype)  # x + -0 == x, also for -0
+    if ufunc is np.multiply:
+        return np.array(1).astype(dtype)
+    if ufunc in (np.bitwise_or, np.bitwise_xor):
+        return np.zeros((), dtype)
+    if ufunc is np.bitwise_and:
+        return np.ones((), dtype) if kind == "pred" else np.array(-1).astype(dtype)
+    high = ufunc is np.minimum
+    if kind == "float":
+        return np.array(np.inf if high else -np.inf).astype(dtype)
+    if kind == "pred":
+        return np.array(high)
+    import ml_dtypes
+
+    info = ml_dtypes.iinfo(dtype)
+    return np.array(info.max if high else info.min).astype(dtype)
+
+
+@register(ReduceWindowOp)
+def _reduce_window(op, ctx):
+    window = op.window()
+    dtypes = result_dtypes(op, ctx)
+    n = len(dtypes)
+    base = op.operands_[0].type.get_shape()
+    rank = len(base)
+    axes = tuple(range(rank))
+    window_axes = tuple(range(rank, 2 * rank))
+    out_shape = tuple(op.results[0].type.get_shape())
+    positions = _window_positions(window)
+    kind = element_type_from_dtype(dtypes[0]).kind
+    ufunc = binary_body_ufunc(op.body) if n == 1 else None
+    if ufunc is not None and kind == "complex" and ufunc not in (np.add, np.multiply):
+        ufunc = None  # complex max/min have their own ordering in the region's kernel
+
+    if math.prod(out_shape) == 0:
+        def empty_kernel(body, *args):
+            results = [np.full(out_shape, init, dt) for init, dt in zip(args[n:], dtypes)]
+            return results[0] if n == 1 else tuple(results)
+        return empty_kernel
+
+    if ufunc is not None:
+        fill = _identity(ufunc, dtypes[0])
+        fix = _signed_zeros(ufunc, window_axes) if kind == "float" and ufunc in (np.maximum, np.minimum) else None
+
+        def prepared(x):
+            return windows(dilate_pad(x, axes, window.padding, window.base_dilations, fill), axes, window)
+
+        if ufunc in ORDER_FREE:
+            def reduce_window_kernel(body, x, init):
+                view = prepared(x)
+                result = ufunc(np.asarray(init, dtypes[0]), ufunc.reduce(view, axis=window_axes))
+                result = np.asarray(result, dtypes[0])
+                return result if fix is None else fix(result, view, init)
+            return reduce_window_kernel
+
+        def accumulate_kernel(body, x, init):
+            view = prepared(x)
+            acc = np.full(out_shape, init, dtypes[0])
+            for pos in positions:  # window positions, in XLA's order; each step covers all windows
+                acc = ufunc(acc, view[(Ellipsis, *pos)])
+            return acc
+        return accumulate_kernel
+
+    apply = array_applier(op.body, dtypes)
+    mask = valid_mask(base, window, out_shape)
+
+    def general_kernel(body, *args):
+        f = apply(body)
+        views = [windows(dilate_pad(x, axes, window.padding, window.base_dilations, 0), axes, window)
+                 for x in args[:n]]
+        accs = [np.full(out_shape, init, dt) for init, dt in zip(args[n:], dtypes)]
+        for pos in positions:
+            key = (Ellipsis, *pos)
+            new = f(*accs, *(v[key] for v in views))
+            accs = list(new) if mask is None else [np.where(mask[key], r, a) for r, a in zip(new, accs)]
+        return accs[0] if n == 1 else tuple(accs)
+
+    return general_kernel
+
+
+# ----------------------------------------------------------------------------
+# select_and_scatter
+# ----------------------------------------------------------------------------
+
+
+@register(SelectAndScatterOp)
+def _select_and_scatter(op, ctx):
+    window = op.window()
+    shape = tuple(op.operand.type.get_shape())
+    src_shape = tuple(op.source.type.get_shape())
+    rank = len(shape)
+    axes = tuple(range(rank))
+    dtype = ctx.dtype(op.result.type)
+    positions = _window_positions(window)
+    mask = valid_mask(shape, window, src_shape)
+    select_apply = array_applier(op.select, [np.dtype(np.bool_)])
+    scatter_apply = array_applier(op.scatter, [dtype])
+    add = binary_body_ufunc(op.scatter) is np.add and dtype.kind in "iufc"  # np.add.at needs a NumPy dtype
+
+    # Flat operand index of window element ``pos`` of window ``o``: base[o] + offset[pos].
+    strides = [math.prod(shape[d + 1:]) for d in range(rank)]
+    base = np.zeros(src_shape, np.int64)
+    for d in range(rank):
+        coord = np.arange(src_shape[d]) * window.strides[d] - window.padding[d][0]
+        base += (coord * strides[d]).reshape([-1 if e == d else 1 for e in range(rank)])
+    offsets = np.array([sum(p * s for p, s in zip(pos, strides)) for pos in positions] or [0], np.int64)
+    empty = math.prod(src_shape) == 0 or math.prod(shape) == 0
+
+    def select_and_scatter_kernel(select, scatter, operand, source, init):
+        result = np.full(math.prod(shape), init, dtype)
+        if empty:
+            return result.reshape(shape)
+        view = windows(dilate_pad(operand, axes, window.padding, [1] * rank, operand.dtype.type(0)), axes, window)
+        pick = select_apply(select)
+        chosen_val = view[(Ellipsis, *positions[0])]
+        chosen = np.zeros(src_shape, np.int64)
+        seen = np.ones(src_shape, bool) if mask is None else mask[(Ellipsis, *positions[0])].copy()
+        for k, pos in enumerate(positions[1:], 1):
+            key = (Ellipsis, *pos)
+            current = view[key]
+            (keep,) = pick(chosen_val, current)
+            if mask is None:
+                take = ~keep
+            else:
+                valid = mask[key]
+                take = valid & ~(seen & keep)  # the first valid element, or one select() prefers
+                seen = seen | valid
+            chosen_val = np.where(take, current, chosen_val)
+            chosen = np.where(take, k, chosen)
+        index = (base + offsets[chosen]).reshape(-1)
+        values = np.asarray(source).reshape(-1)
+        if mask is not None:
+            index, values = index[seen.reshape(-1)], values[seen.reshape(-1)]
+        if add:
+            np.add.at(result, index, values)
+        else:
+            _scatter_in_rounds(scatter_apply(scatter), result, index, values)
+        return result.reshape(shape)
+
+    return select_and_scatter_kernel
+
+
+def _scatter_in_rounds(f, result: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """``result[index[i]] = f(result[index[i]], values[i])`` for every i in order, vectorized:
+    round r applies the r-th value of every destination (destinations are unique in a round)."""
+    if not index.size:
+        return
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    position = np.arange(index.size)
+    starts = np.r_[True, sorted_index[1:] != sorted_index[:-1]]
+    rank = position - np.maximum.accumulate(np.where(starts, position, 0))
+    for r in range(int(rank.max()) + 1):
+        pick = order[rank == r]
+        dest = index[pick]
+        (result[dest],) = f(result[dest], values[pick])
