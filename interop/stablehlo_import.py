@@ -1032,6 +1032,49 @@ def _check_shape_assertion(imp: Importer, op) -> None:
         raise XlaError(f"{imp._where()}: {message}")
 
 
+@register_converter("chlo.erf")
+@register_converter("mhlo.erf")
+def _erf(imp: Importer, op):
+    return imp.emit(imp.ops_by_name["hlo.erf"], imp.operands(op))
+
+
+@register_converter("chlo.top_k")
+@register_converter("mhlo.topk")
+def _top_k(imp: Importer, op):
+    """``top_k(x, k)``: the k largest along the last dimension, descending, with their i32 indices.
+
+    Built as XLA expands TopK: a stable sort of (x, iota) by ``x`` in
+    descending total order (NaN first, then +inf; ties keep the lower index),
+    then a slice of the first k.
+    """
+    ops = imp.ops_by_name
+    (x,) = imp.operands(op)
+    values_type, indices_type = imp.result_types(op)
+    shape = list(x.type.get_shape())
+    rank = len(shape)
+    k = values_type.get_shape()[-1]
+    index_type = TensorType(indices_type.element_type, shape)
+    (iota,) = imp.emit(ops["hlo.iota"], [], {"iota_dimension": IntegerAttr(rank - 1, 64)}, (), [index_type])
+    scalar_x = TensorType(x.type.element_type, [])
+    scalar_i = TensorType(indices_type.element_type, [])
+    kind = ELEMENT_BY_MLIR[str(x.type.element_type)].kind
+    compare_type = {"float": "TOTALORDER", "sint": "SIGNED", "uint": "UNSIGNED", "pred": "UNSIGNED"}[kind]
+    body = Block(arg_types=[scalar_x, scalar_x, scalar_i, scalar_i])
+    gt = _create(ops["hlo.compare"], [body.args[0], body.args[1]], [TensorType(IntegerType(1), [])],
+                 {"comparison_direction": StringAttr("GT"), "compare_type": StringAttr(compare_type)}, {}, ())
+    ret = _create(ops["hlo.return"], [gt.results[0]], [], {}, {}, ())
+    _append_ops(body, [gt, ret])
+    sorted_x, sorted_i = imp.emit(ops["hlo.sort"], [x, iota],
+                                  {"dimension": IntegerAttr(rank - 1, 64), "is_stable": BoolAttr(True, IntegerType(1))},
+                                  [Region(body)], [x.type, index_type])
+    limits = shape[:-1] + [k]
+    props = {"start_indices": i64_array([0] * rank), "limit_indices": i64_array(limits),
+             "strides": i64_array([1] * rank)}
+    (values,) = imp.emit(ops["hlo.slice"], [sorted_x], dict(props), (), [values_type])
+    (indices,) = imp.emit(ops["hlo.slice"], [sorted_i], dict(props), (), [indices_type])
+    return [values, indices]
+
+
 def _tuple_of_nothing(imp: Importer) -> SSAValue:
     (value,) = imp.emit(imp.ops_by_name["hlo.tuple"], [], result_types=[TupleType([])])
     return value

@@ -464,3 +464,26 @@ def test_chlo_composites_from_jax_export_run_their_decomposition():
     got = lowering.compile(module)(x)
     for g, w in zip(got, jax.jit(f)(x)):
         assert_close(g, np.asarray(w), max_ulp=2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bfloat16"])
+def test_top_k_from_lowered_text(dtype):
+    needs("hlo.sort", "hlo.slice", "hlo.iota")
+    x = RNG.integers(-3, 3, (4, 7)).astype(dtype)  # many ties: stable order matters
+    if dtype != "int32":
+        x[0, :4] = np.array([np.nan, np.inf, -0.0, 0.0]).astype(dtype)
+    text = jax.jit(lambda v: lax.top_k(v, 3)).lower(x).as_text()
+    assert "chlo.top_k" in text
+    module = import_stablehlo(text)
+    got = lowering.compile(module)(x)
+    for g, w in zip(got, jax.jit(lambda v: lax.top_k(v, 3))(x)):
+        assert_close(g, np.asarray(w))
+
+
+def test_chlo_erf_maps_to_hlo_erf():
+    x = np.linspace(-3, 3, 11).astype(np.float32)
+    text = jax.jit(lax.erf).lower(x).as_text()
+    module = import_stablehlo(text)
+    assert any(op.name == "hlo.erf" for op in module.walk())
+    (got,) = lowering.compile(module)(x)
+    assert_close(got, np.asarray(jax.jit(lax.erf)(x)), max_ulp=2)
