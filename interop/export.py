@@ -19,7 +19,10 @@ and :func:`~interop.stablehlo_import.import_stablehlo` reads back, so that
   instead): they go into a ``stablehlo.tuple`` marked ``hlo.branch_operands``
   and each branch starts with a ``get_tuple_element`` marked
   ``hlo.branch_argument``;
-* the ``loc`` attribute becomes the op's MLIR location ``loc("file.py":12:0)``.
+* the ``loc`` attribute becomes the op's MLIR location ``loc("file.py":12:0)``;
+* hlo ops without a StableHLO counterpart are written as an equivalent op
+  marked ``hlo.original_op`` (``hlo.copy`` as an identity ``reshape``), or as
+  the chlo op JAX would write (``hlo.erf`` as ``chlo.erf``).
 
 XLA's implicit broadcasting (``broadcast_dimensions`` on binary ops, scalar or
 degenerate operands) has no StableHLO form: the exporter inserts explicit
@@ -64,6 +67,7 @@ LAYOUT_ATTR = "hlo.result_layouts"
 REGION_LAYOUT_ATTR = "hlo.region_arg_layouts"
 BRANCH_OPERANDS_ATTR = "hlo.branch_operands"
 BRANCH_ARGUMENT_ATTR = "hlo.branch_argument"
+ORIGINAL_OP_ATTR = "hlo.original_op"
 
 I32_ATTRIBUTES = {("stablehlo.get_tuple_element", "index")}
 """(op, attribute) pairs that StableHLO types as i32 (the others are i64)."""
@@ -399,6 +403,19 @@ def _constant(p: _Printer, op, indent):
 def _call(p: _Printer, op, indent):
     props = {"callee": op.properties["callee"]}
     p.generic(op, indent, "func.call", props=props)
+
+
+@_exporter("hlo.erf")
+def _erf(p: _Printer, op, indent):
+    # StableHLO has no erf op; chlo.erf is what JAX writes (and XLA compiles).
+    p.generic(op, indent, "chlo.erf")
+
+
+@_exporter("hlo.copy")
+def _copy(p: _Printer, op, indent):
+    # XLA's kCopy has no StableHLO op: an identity reshape computes the same;
+    # the marker brings hlo.copy back on import.
+    p.generic(op, indent, "stablehlo.reshape", extra_attrs={ORIGINAL_OP_ATTR: _string("hlo.copy")})
 
 
 def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:

@@ -850,6 +850,7 @@ RESULT_LAYOUTS = "hlo.result_layouts"
 REGION_ARG_LAYOUTS = "hlo.region_arg_layouts"
 BRANCH_OPERANDS = "hlo.branch_operands"
 BRANCH_ARGUMENT = "hlo.branch_argument"
+ORIGINAL_OP = "hlo.original_op"
 """Discardable attributes written by :mod:`interop.export` for what StableHLO cannot say."""
 
 
@@ -1030,6 +1031,15 @@ def _check_shape_assertion(imp: Importer, op) -> None:
         except (IndexError, ValueError, KeyError):
             pass
         raise XlaError(f"{imp._where()}: {message}")
+
+
+@register_converter("stablehlo.reshape")
+def _reshape(imp: Importer, op):
+    # interop.export writes hlo ops without a StableHLO counterpart as an
+    # equivalent op marked with the original name (hlo.copy: identity reshape).
+    if ORIGINAL_OP in op.attributes:
+        return imp.emit(imp.ops_by_name[op.attributes[ORIGINAL_OP].value], imp.operands(op))
+    return generic_converter(imp, op, imp.ops_by_name["hlo.reshape"])
 
 
 @register_converter("chlo.erf")

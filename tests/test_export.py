@@ -233,3 +233,12 @@ def test_run_xla_argument_errors():
 def test_export_rejects_non_modules():
     with pytest.raises(XlaError):
         export_stablehlo(parse_module)  # not a ModuleOp
+
+
+def test_ops_without_stablehlo_counterpart():
+    b = XlaBuilder("extra")
+    x = b.parameter(0, "f32[2,3]", "x")
+    module = b.build([b.copy(x), b.erf(x)])
+    text = round_trip(module)
+    assert "chlo.erf" in text and "hlo.original_op" in text
+    three_way(module, RNG.standard_normal((2, 3)).astype(np.float32), max_ulp=2)
