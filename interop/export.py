@@ -26,8 +26,9 @@ and :func:`~interop.stablehlo_import.import_stablehlo` reads back, so that
 
 XLA's implicit broadcasting (``broadcast_dimensions`` on binary ops, scalar or
 degenerate operands) has no StableHLO form: the exporter inserts explicit
-``stablehlo.broadcast_in_dim`` ops (so such a module re-imports with the
-broadcasts explicit).
+``stablehlo.broadcast_in_dim`` ops marked ``hlo.implicit_broadcast`` (and keeps
+the op's ``broadcast_dimensions`` as ``hlo.broadcast_dimensions``); the importer
+folds them back.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ REGION_LAYOUT_ATTR = "hlo.region_arg_layouts"
 BRANCH_OPERANDS_ATTR = "hlo.branch_operands"
 BRANCH_ARGUMENT_ATTR = "hlo.branch_argument"
 ORIGINAL_OP_ATTR = "hlo.original_op"
+IMPLICIT_BROADCAST_ATTR = "hlo.implicit_broadcast"
+BROADCAST_DIMENSIONS_ATTR = "hlo.broadcast_dimensions"
 
 I32_ATTRIBUTES = {("stablehlo.get_tuple_element", "index")}
 """(op, attribute) pairs that StableHLO types as i32 (the others are i64)."""
@@ -442,7 +445,7 @@ def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:
         p.counter += 1
         p.lines.append(
             f'{indent}{name} = "stablehlo.broadcast_in_dim"({p.name(v)}) <{{broadcast_dimensions = '
-            f'array<i64{": " if dims else ""}{", ".join(str(d) for d in dims)}>}}> : '
+            f'array<i64{": " if dims else ""}{", ".join(str(d) for d in dims)}>}}> {{{IMPLICIT_BROADCAST_ATTR}}} : '
             f"({stablehlo_type(t)}) -> {stablehlo_type(target)}{_location(op)}"
         )
         names.append(name)
@@ -456,7 +459,12 @@ def _broadcasting_exporter(p: _Printer, op, indent):
     types = [TensorType(v.type.element_type, out_shape) if isinstance(v.type, TensorType) and out_shape is not None
              and (v.type.get_shape() != out_shape and (v.type.get_shape() or op.name not in _SCALAR_OK))
              else v.type for v in op.operands]
-    p.generic(op, indent, "stablehlo." + op.name[4:], operands=names, props=props, operand_types=types)
+    extra = {}
+    bdims = op.properties.get("broadcast_dimensions")
+    if isinstance(bdims, DenseArrayBase):
+        extra[BROADCAST_DIMENSIONS_ATTR] = _attribute(op.name, "broadcast_dimensions", bdims)
+    p.generic(op, indent, "stablehlo." + op.name[4:], operands=names, props=props, operand_types=types,
+              extra_attrs=extra)
 
 
 _SCALAR_OK = {"hlo.select", "hlo.clamp"}  # StableHLO allows a scalar predicate / bounds

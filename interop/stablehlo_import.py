@@ -851,6 +851,8 @@ REGION_ARG_LAYOUTS = "hlo.region_arg_layouts"
 BRANCH_OPERANDS = "hlo.branch_operands"
 BRANCH_ARGUMENT = "hlo.branch_argument"
 ORIGINAL_OP = "hlo.original_op"
+IMPLICIT_BROADCAST = "hlo.implicit_broadcast"
+BROADCAST_DIMENSIONS = "hlo.broadcast_dimensions"
 """Discardable attributes written by :mod:`interop.export` for what StableHLO cannot say."""
 
 
@@ -942,6 +944,8 @@ ATTRIBUTE_RENAMES: dict[str, dict[str, str | None]] = {}
 def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:
     """``stablehlo.X`` -> ``hlo.X``: same operands, results, regions; attributes converted."""
     props = imp.properties(op, cls, ATTRIBUTE_RENAMES.get(op.name))
+    if BROADCAST_DIMENSIONS in op.attributes:  # interop.export's record of XLA implicit broadcasting
+        props["broadcast_dimensions"] = imp.attribute(op.attributes[BROADCAST_DIMENSIONS])
     regions = imp.regions(op)
     segments = OPERAND_SEGMENTS.get(op.name)
     if segments is not None:
@@ -1031,6 +1035,15 @@ def _check_shape_assertion(imp: Importer, op) -> None:
         except (IndexError, ValueError, KeyError):
             pass
         raise XlaError(f"{imp._where()}: {message}")
+
+
+@register_converter("stablehlo.broadcast_in_dim")
+def _broadcast_in_dim(imp: Importer, op):
+    if IMPLICIT_BROADCAST in op.attributes:
+        # Made explicit by interop.export for an op using XLA's implicit
+        # broadcasting: that op takes the unbroadcast operand again.
+        return imp.operands(op)
+    return generic_converter(imp, op, imp.ops_by_name["hlo.broadcast_in_dim"])
 
 
 @register_converter("stablehlo.reshape")

@@ -146,14 +146,10 @@ def test_implicit_broadcasting_is_made_explicit():
     d = b.parameter(3, "f32[1,3]", "d")
     module = b.build([b.add(x, v, broadcast_dimensions=[1]), b.mul(x, s), b.sub(x, d),
                       b.gt(x, v, broadcast_dimensions=[1])])
-    text = export_stablehlo(module)
+    text = round_trip(module)  # the importer folds the marked broadcasts back
     assert "stablehlo.broadcast_in_dim" in text
     args = [RNG.standard_normal(sh).astype(np.float32) for sh in ((2, 3), (3,), (), (1, 3))]
     three_way(module, *args)
-    # Re-import gives the explicit form, which computes the same.
-    again = import_stablehlo(text, verify=True)
-    for a, c in zip(lowering.compile(again)(*args), lowering.compile(module)(*args)):
-        assert_close(a, c)
 
 
 def test_reduce_sort_dot_run_on_xla():
