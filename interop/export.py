@@ -22,7 +22,12 @@ and :func:`~interop.stablehlo_import.import_stablehlo` reads back, so that
 * the ``loc`` attribute becomes the op's MLIR location ``loc("file.py":12:0)``;
 * hlo ops without a StableHLO counterpart are written as an equivalent op
   marked ``hlo.original_op`` (``hlo.copy`` as an identity ``reshape``), or as
-  the chlo op JAX would write (``hlo.erf`` as ``chlo.erf``).
+  the chlo op JAX would write (``hlo.erf`` as ``chlo.erf``);
+* ``hlo.while`` with tuple state (XLA's builder form): StableHLO's while takes
+  arrays only, so the state is flattened into its leaves and rebuilt inside
+  the regions and after; the while records the original state types
+  (``hlo.tuple_state``) and the added tuple/get_tuple_element ops are marked
+  (``hlo.tuple_state_*``).
 
 XLA's implicit broadcasting (``broadcast_dimensions`` on binary ops, scalar or
 degenerate operands) has no StableHLO form: the exporter inserts explicit
@@ -70,6 +75,11 @@ BRANCH_OPERANDS_ATTR = "hlo.branch_operands"
 BRANCH_ARGUMENT_ATTR = "hlo.branch_argument"
 ORIGINAL_OP_ATTR = "hlo.original_op"
 IMPLICIT_BROADCAST_ATTR = "hlo.implicit_broadcast"
+TUPLE_STATE_ATTR = "hlo.tuple_state"
+STATE_PART_ATTR = "hlo.tuple_state_part"
+STATE_ARG_ATTR = "hlo.tuple_state_arg"
+STATE_RESULT_ATTR = "hlo.tuple_state_result"
+STATE_RETURN_ATTR = "hlo.tuple_state_return"
 BROADCAST_DIMENSIONS_ATTR = "hlo.broadcast_dimensions"
 
 I32_ATTRIBUTES = {("stablehlo.get_tuple_element", "index")}
@@ -553,27 +563,31 @@ def _conditional(p: _Printer, op, indent):
 
 
 def _flatten_value(p: _Printer, name: str, t: Attribute, indent: str, out: list[tuple[str, Attribute]]) -> None:
-    """Append the array/token leaves of value ``name`` (get_tuple_element chains for tuples)."""
+    """Append the array/token leaves of value ``name`` (marked get_tuple_element chains for tuples)."""
     if not isinstance(t, TupleType):
         out.append((name, t))
         return
     for i, e in enumerate(t.types):
         leaf = f"%g{p.counter}"
         p.counter += 1
-        p.lines.append(f'{indent}{leaf} = "stablehlo.get_tuple_element"({name}) <{{index = {i} : i32}}> : '
-                       f"({stablehlo_type(t)}) -> {stablehlo_type(e)}")
+        p.lines.append(f'{indent}{leaf} = "stablehlo.get_tuple_element"({name}) <{{index = {i} : i32}}> '
+                       f"{{{STATE_PART_ATTR}}} : ({stablehlo_type(t)}) -> {stablehlo_type(e)}")
         _flatten_value(p, leaf, e, indent, out)
 
 
-def _rebuild_value(p: _Printer, leaves: list[str], t: Attribute, indent: str) -> str:
-    """Consume leaves (in order) and return the name of a value of type ``t`` built from them."""
+def _rebuild_value(p: _Printer, leaves: list[str], t: Attribute, indent: str, marker: str) -> str:
+    """Consume leaves (in order) and return the name of a value of type ``t`` built from them.
+
+    ``marker`` is the discardable attribute of the outermost tuple op (nested ones are parts).
+    """
     if not isinstance(t, TupleType):
         return leaves.pop(0)
-    parts = [_rebuild_value(p, leaves, e, indent) for e in t.types]
+    parts = [_rebuild_value(p, leaves, e, indent, STATE_PART_ATTR) for e in t.types]
     name = f"%u{p.counter}"
     p.counter += 1
     types = ", ".join(stablehlo_type(e) for e in t.types)
-    p.lines.append(f'{indent}{name} = "stablehlo.tuple"({", ".join(parts)}) : ({types}) -> {stablehlo_type(t)}')
+    p.lines.append(f'{indent}{name} = "stablehlo.tuple"({", ".join(parts)}) {{{marker}}} : ({types}) -> '
+                   f"{stablehlo_type(t)}")
     return name
 
 
@@ -590,6 +604,8 @@ def _while(p: _Printer, op, indent):
         return
     # StableHLO's while carries arrays and tokens only: flatten tuple state
     # into its leaves, and rebuild the tuples inside the regions and after.
+    # The while records the original state types (hlo.tuple_state) and every
+    # op added for this is marked, so that the importer restores the hlo.while.
     flat: list[tuple[str, Attribute]] = []
     for v in op.operands:
         _flatten_value(p, p.name(v), v.type, indent, flat)
@@ -608,23 +624,26 @@ def _while(p: _Printer, op, indent):
             p.counter += 1
         p.lines.append(f"{indent}  ^bb0({', '.join(f'{n}: {stablehlo_type(t)}' for n, t in zip(leaf_names, state_types))}):")
         pending = list(leaf_names)
-        for a in block.args:
-            p.names[a] = _rebuild_value(p, pending, a.type, inner)
+        for j, a in enumerate(block.args):
+            p.names[a] = _rebuild_value(p, pending, a.type, inner, f"{STATE_ARG_ATTR} = {j} : i64")
         for inner_op in block.ops:
             if inner_op is block.last_op and inner_op.name == "hlo.return" and r_index == 1:
                 out: list[tuple[str, Attribute]] = []
                 for v in inner_op.operands:
                     _flatten_value(p, p.name(v), v.type, inner, out)
-                p.lines.append(f'{inner}"stablehlo.return"({", ".join(n for n, _ in out)}) : '
-                               f'({", ".join(stablehlo_type(t) for _, t in out)}) -> ()')
+                p.lines.append(f'{inner}"stablehlo.return"({", ".join(n for n, _ in out)}) {{{STATE_RETURN_ATTR}}} : '
+                               f'({", ".join(stablehlo_type(t) for _, t in out)}) -> (){_location(inner_op)}')
             else:
                 p.op(inner_op, inner)
         p.lines.append(indent + "  }" + ("," if r_index == 0 else ""))
     types = ", ".join(stablehlo_type(t) for t in state_types)
-    p.lines.append(f"{indent}) : ({types}) -> ({types}){_location(op)}")
+    attrs = p.discardable(op)
+    attrs[TUPLE_STATE_ATTR] = "[" + ", ".join(stablehlo_type(v.type) for v in op.operands) + "]"
+    attr_text = " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
+    p.lines.append(f"{indent}){attr_text} : ({types}) -> ({types}){_location(op)}")
     results = [f"{base}#{i}" for i in range(count)]
-    for r in op.results:
-        p.names[r] = _rebuild_value(p, results, r.type, indent)
+    for j, r in enumerate(op.results):
+        p.names[r] = _rebuild_value(p, results, r.type, indent, f"{STATE_RESULT_ATTR} = {j} : i64")
 
 
 def _drop_last_definition(p: _Printer, value: SSAValue) -> None:

@@ -474,6 +474,11 @@ class Importer:
         self.locs: dict = {}  # location attribute -> "file:line" | None
         self.op_defs: dict = {}  # hlo op class -> property names
         self.branch_operands: dict = {}  # marker tuple ir.Value -> hlo.conditional branch operands
+        # Restoring the exporter's flattened tuple-state while loops:
+        self.state_roots: dict = {}  # leaf ir.Value -> the tuple it was read from
+        self.state_args: list[list[SSAValue]] = []  # block arguments of the regions being converted
+        self.state_types: list[list[Attribute]] = []  # state types of the loops being converted
+        self.state_results: list[SSAValue] = []  # results of the last restored loop
         self.ops_by_name = OPS_BY_NAME
         self._ops: list[Operation] = []  # ops of the block being built
         self._current = None  # the MLIR op being converted (for messages)
@@ -638,22 +643,28 @@ class Importer:
         self._current = current
         return out
 
-    def block(self, ir_block, arg_types: list[Attribute] | None = None, first_op_is_argument: bool = False) -> Block:
+    def block(self, ir_block, arg_types: list[Attribute] | None = None, first_op_is_argument: bool = False,
+              target: Block | None = None) -> Block:
         """Convert a block: its arguments and every op, in order.
 
         With ``first_op_is_argument`` the block's first op is not converted:
-        its result becomes the (single) block argument instead.
+        its result becomes the (single) block argument instead. With
+        ``target`` the ops go into that block, whose arguments the caller has
+        mapped already.
         """
-        if arg_types is None:
-            arg_types = [self.type(a.type) for a in ir_block.arguments]
-        block = Block(arg_types=arg_types)
         values = self.values
         ops = iter(ir_block.operations)
-        if first_op_is_argument:
-            values[next(ops).operation.results[0]] = block.args[0]
+        if target is not None:
+            block = target
         else:
-            for a, b in zip(ir_block.arguments, block.args):
-                values[a] = b
+            if arg_types is None:
+                arg_types = [self.type(a.type) for a in ir_block.arguments]
+            block = Block(arg_types=arg_types)
+            if first_op_is_argument:
+                values[next(ops).operation.results[0]] = block.args[0]
+            else:
+                for a, b in zip(ir_block.arguments, block.args):
+                    values[a] = b
         saved, self._ops = self._ops, []
         saved_current = self._current
         try:
@@ -853,6 +864,11 @@ BRANCH_ARGUMENT = "hlo.branch_argument"
 ORIGINAL_OP = "hlo.original_op"
 IMPLICIT_BROADCAST = "hlo.implicit_broadcast"
 BROADCAST_DIMENSIONS = "hlo.broadcast_dimensions"
+TUPLE_STATE = "hlo.tuple_state"
+STATE_PART = "hlo.tuple_state_part"
+STATE_ARG = "hlo.tuple_state_arg"
+STATE_RESULT = "hlo.tuple_state_result"
+STATE_RETURN = "hlo.tuple_state_return"
 """Discardable attributes written by :mod:`interop.export` for what StableHLO cannot say."""
 
 
@@ -989,11 +1005,6 @@ def _func_return(imp: Importer, op):
     imp._ops.append(func.ReturnOp(*imp.operands(op)))
 
 
-@register_converter("stablehlo.return")
-def _hlo_return(imp: Importer, op):
-    imp.emit(imp.ops_by_name["hlo.return"], imp.operands(op), result_types=[])
-
-
 @register_converter("func.call")
 def _func_call(imp: Importer, op):
     callee = op.attributes["callee"].value
@@ -1105,11 +1116,98 @@ def _tuple_of_nothing(imp: Importer) -> SSAValue:
 
 @register_converter("stablehlo.tuple")
 def _tuple(imp: Importer, op):
-    if BRANCH_OPERANDS in op.attributes:
+    attrs = op.attributes
+    if BRANCH_OPERANDS in attrs:
         # The exporter's carrier of hlo.conditional branch operands: no op of its own.
         imp.branch_operands[op.results[0]] = imp.operands(op)
         return [None]
+    if STATE_PART in attrs:
+        return [None]  # a nested tuple rebuilt by the exporter for a tuple-state while
+    if STATE_ARG in attrs:
+        return [imp.state_args[-1][attrs[STATE_ARG].value]]
+    if STATE_RESULT in attrs:
+        return [imp.state_results[attrs[STATE_RESULT].value]]
     return generic_converter(imp, op, imp.ops_by_name["hlo.tuple"])
+
+
+@register_converter("stablehlo.get_tuple_element")
+def _get_tuple_element(imp: Importer, op):
+    if STATE_PART in op.attributes:
+        # The exporter's flattening of tuple state: remember the tuple it reads from.
+        (source,) = op.operands
+        imp.state_roots[op.results[0]] = imp.state_roots.get(source) or imp.value(source)
+        return [None]
+    return generic_converter(imp, op, imp.ops_by_name["hlo.get_tuple_element"])
+
+
+def _state_groups(imp: Importer, leaves, state_types) -> list[SSAValue]:
+    """The tuple-state values whose flattened leaves are ``leaves`` (ir values)."""
+    out, i = [], 0
+    for t in state_types:
+        n = len(_leaf_types(t))
+        first = leaves[i]
+        out.append(imp.state_roots.get(first) or imp.value(first) if isinstance(t, TupleType) else imp.value(first))
+        i += n
+    return out
+
+
+def _leaf_types(t: Attribute) -> list[Attribute]:
+    if isinstance(t, TupleType):
+        return [x for e in t.types for x in _leaf_types(e)]
+    return [t]
+
+
+@register_converter("stablehlo.return")
+def _hlo_return(imp: Importer, op):
+    operands = list(op.operands)
+    if STATE_RETURN in op.attributes:
+        values = _state_groups(imp, operands, imp.state_types[-1])
+    else:
+        values = imp.operands(op)
+    imp.emit(imp.ops_by_name["hlo.return"], values, result_types=[])
+
+
+@register_converter("stablehlo.while")
+def _while(imp: Importer, op):
+    if TUPLE_STATE not in op.attributes:
+        return generic_converter(imp, op, imp.ops_by_name["hlo.while"])
+    # The exporter's flattening of an hlo.while with tuple state: rebuild it.
+    attrs = op.attributes
+    state_types = [imp.type(t.value) for t in attrs[TUPLE_STATE]]
+    result_types = list(state_types)
+    if RESULT_LAYOUTS in attrs:
+        result_types = _with_layouts(result_types, attrs[RESULT_LAYOUTS])
+    region_layouts = attrs[REGION_ARG_LAYOUTS] if REGION_ARG_LAYOUTS in attrs else None
+    operands = _state_groups(imp, list(op.operands), state_types)
+    current = imp._current
+    regions = []
+    imp.state_types.append(state_types)
+    try:
+        for r_index, region in enumerate(op.regions):
+            (ir_block,) = list(region.blocks)
+            arg_types = state_types if region_layouts is None else _with_layouts(state_types, region_layouts[r_index])
+            block = Block(arg_types=arg_types)
+            offset = 0
+            for t, arg in zip(state_types, block.args):
+                if not isinstance(t, TupleType):
+                    imp.values[ir_block.arguments[offset]] = arg
+                offset += len(_leaf_types(t))
+            imp.state_args.append(list(block.args))
+            try:
+                regions.append(Region(imp.block(ir_block, target=block)))
+            finally:
+                imp.state_args.pop()
+    finally:
+        imp.state_types.pop()
+    imp._current = current
+    new = imp.emit(imp.ops_by_name["hlo.while"], operands, {}, regions, result_types)
+    imp.state_results = list(new)
+    out, i = [], 0
+    for t, value in zip(state_types, new):
+        n = len(_leaf_types(t))
+        out.extend([value] + [None] * (n - 1) if not isinstance(t, TupleType) else [None] * n)
+        i += n
+    return out
 
 
 def _branches(imp: Importer, op) -> tuple[list[SSAValue], list[Region]]:
