@@ -65,7 +65,7 @@ from xla_dialect.layout import LayoutAttr
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.types import TokenType
 
-from .stablehlo_import import ENUM_ATTRIBUTES, STRUCT_ATTRIBUTE_OF_OP, STRUCT_FIELDS
+from .stablehlo_import import ENUM_ATTRIBUTES, STRUCT_ATTRIBUTE_OF_OP, STRUCT_FIELDS, _leaf_types
 
 __all__ = ["export_stablehlo", "EXPORTERS", "stablehlo_type"]
 
@@ -82,10 +82,16 @@ STATE_RESULT_ATTR = "hlo.tuple_state_result"
 STATE_RETURN_ATTR = "hlo.tuple_state_return"
 BROADCAST_DIMENSIONS_ATTR = "hlo.broadcast_dimensions"
 
-I32_ATTRIBUTES = {("stablehlo.get_tuple_element", "index")}
+I32_ATTRIBUTES = {
+    ("stablehlo.get_tuple_element", "index"),
+    ("stablehlo.reduce_precision", "exponent_bits"),
+    ("stablehlo.reduce_precision", "mantissa_bits"),
+    ("stablehlo.custom_call", "api_version"),
+    ("stablehlo.composite", "version"),
+}
 """(op, attribute) pairs that StableHLO types as i32 (the others are i64)."""
 
-PAIR_ATTRIBUTES = {"padding"}
+PAIR_ATTRIBUTES = {"padding", "source_target_pairs"}
 """Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
 
 
@@ -544,8 +550,19 @@ def _conditional(p: _Printer, op, indent):
         p.skip.add(first.owner)
         # The empty tuple was printed already (it precedes the op): drop its line.
         _drop_last_definition(p, first)
-    prefix = p.define(op)
+    # StableHLO branches return arrays and tokens only: tuple results are
+    # flattened (marked as for while loops) and rebuilt after the op.
+    tuple_results = any(isinstance(r.type, TupleType) for r in op.results)
+    result_types = [t for r in op.results for t in _leaf_types(r.type)]
+    if tuple_results:
+        base = f"%c{p.counter}"
+        p.counter += 1
+        prefix = f"{base}:{len(result_types)} = " if len(result_types) != 1 else f"{base} = "
+        attrs[TUPLE_STATE_ATTR] = "[" + ", ".join(stablehlo_type(r.type) for r in op.results) + "]"
+    else:
+        prefix = p.define(op)
     p.lines.append(f'{indent}{prefix}"{name}"({p.name(selector)}) (')
+    inner_indent = indent + "    "
     for i, r in enumerate(regions):
         p.lines.append(indent + "  {")
         if simple:
@@ -553,13 +570,25 @@ def _conditional(p: _Printer, op, indent):
         else:
             arg, line = arg_names[i]
             p.names[r.block.args[0]] = arg
-            p.lines.append(indent + "    " + line)
+            p.lines.append(inner_indent + line)
         for inner in r.block.ops:
-            p.op(inner, indent + "    ")
+            if tuple_results and inner is r.block.last_op:
+                out: list[tuple[str, Attribute]] = []
+                for v in inner.operands:
+                    _flatten_value(p, p.name(v), v.type, inner_indent, out)
+                p.lines.append(f'{inner_indent}"stablehlo.return"({", ".join(n for n, _ in out)}) '
+                               f'{{{STATE_RETURN_ATTR}}} : ({", ".join(stablehlo_type(t) for _, t in out)}) -> ()'
+                               f"{_location(inner)}")
+            else:
+                p.op(inner, inner_indent)
         p.lines.append(indent + "  }" + ("" if i == len(regions) - 1 else ","))
     extra = (" {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}") if attrs else ""
     p.lines.append(f"{indent}){extra} : ({stablehlo_type(selector.type)}) -> "
-                   f"({', '.join(stablehlo_type(r.type) for r in op.results)}){_location(op)}")
+                   f"({', '.join(stablehlo_type(t) for t in result_types)}){_location(op)}")
+    if tuple_results:
+        names = [f"{base}#{i}" for i in range(len(result_types))] if len(result_types) != 1 else [base]
+        for j, r in enumerate(op.results):
+            p.names[r] = _rebuild_value(p, names, r.type, indent, f"{STATE_RESULT_ATTR} = {j} : i64")
 
 
 def _flatten_value(p: _Printer, name: str, t: Attribute, indent: str, out: list[tuple[str, Attribute]]) -> None:
@@ -589,12 +618,6 @@ def _rebuild_value(p: _Printer, leaves: list[str], t: Attribute, indent: str, ma
     p.lines.append(f'{indent}{name} = "stablehlo.tuple"({", ".join(parts)}) {{{marker}}} : ({types}) -> '
                    f"{stablehlo_type(t)}")
     return name
-
-
-def _leaf_types(t: Attribute) -> list[Attribute]:
-    if isinstance(t, TupleType):
-        return [x for e in t.types for x in _leaf_types(e)]
-    return [t]
 
 
 @_exporter("hlo.while")

@@ -1245,17 +1245,30 @@ def _branches(imp: Importer, op) -> tuple[list[SSAValue], list[Region]]:
 
 
 @register_converter("stablehlo.case")
-def _case(imp: Importer, op):
-    (index,) = imp.operands(op)
-    operands, regions = _branches(imp, op)
-    return imp.emit(imp.ops_by_name["hlo.conditional"], [index, *operands], {}, regions)
-
-
 @register_converter("stablehlo.if")
-def _if(imp: Importer, op):
-    (pred,) = imp.operands(op)
-    operands, regions = _branches(imp, op)
-    return imp.emit(imp.ops_by_name["hlo.conditional"], [pred, *operands], {}, regions)
+def _conditional(imp: Importer, op):
+    """``case``/``if`` -> ``hlo.conditional`` (selector: the index or the predicate)."""
+    (selector,) = imp.operands(op)
+    attrs = op.attributes
+    if TUPLE_STATE not in attrs:
+        operands, regions = _branches(imp, op)
+        return imp.emit(imp.ops_by_name["hlo.conditional"], [selector, *operands], {}, regions)
+    # The exporter flattened tuple results: rebuild them.
+    result_types = [imp.type(t.value) for t in attrs[TUPLE_STATE]]
+    if RESULT_LAYOUTS in attrs:
+        result_types = _with_layouts(result_types, attrs[RESULT_LAYOUTS])
+    imp.state_types.append(result_types)
+    try:
+        operands, regions = _branches(imp, op)
+    finally:
+        imp.state_types.pop()
+    new = imp.emit(imp.ops_by_name["hlo.conditional"], [selector, *operands], {}, regions, result_types)
+    imp.state_results = list(new)
+    out = []
+    for t, value in zip(result_types, new):
+        n = len(_leaf_types(t))
+        out.extend([value] + [None] * (n - 1) if not isinstance(t, TupleType) else [None] * n)
+    return out
 
 
 # ----------------------------------------------------------------------------

@@ -242,3 +242,24 @@ def test_ops_without_stablehlo_counterpart():
     text = round_trip(module)
     assert "chlo.erf" in text and "hlo.original_op" in text
     three_way(module, RNG.standard_normal((2, 3)).astype(np.float32), max_ulp=2)
+
+
+def test_conditional_with_tuple_operands_and_results():
+    b = XlaBuilder("cond_tuple")
+    p = b.parameter(0, "pred[]", "p")
+    x = b.parameter(1, "f32[3]", "x")
+    t = b.tuple([x, b.constant(np.int32(2))])
+
+    def negate(v):
+        bb = v.builder
+        return bb.tuple([bb.neg(bb.get_tuple_element(v, 0)), bb.get_tuple_element(v, 1)])
+
+    def double(v):
+        bb = v.builder
+        return bb.tuple([bb.add(bb.get_tuple_element(v, 0), bb.get_tuple_element(v, 0)), bb.constant(np.int32(5))])
+
+    r = b.conditional(p, t, negate, t, double)
+    module = b.build([b.get_tuple_element(r, 0), b.get_tuple_element(r, 1)])
+    round_trip(module)
+    for pv in (True, False):
+        three_way(module, np.bool_(pv), np.float32([1, 2, 3]))
