@@ -1,11 +1,9 @@
-"""Interoperation with JAX, StableHLO and XLA; the command-line tools.
+"""Interoperation with JAX, StableHLO and XLA; the command-line tools."""
 
-* :func:`import_jax` / :func:`import_stablehlo`: JAX programs and StableHLO
-  (text, bytecode, portable artifacts) to hlo modules;
-* :func:`export_stablehlo`: hlo modules to StableHLO text that XLA compiles;
-* :func:`run_xla`: run an hlo module on XLA's CPU backend (the reference).
-"""
-
+# import_jax / import_stablehlo: JAX programs and StableHLO (text, bytecode,
+# portable artifacts) to hlo modules; export_stablehlo: hlo modules to
+# StableHLO text that XLA compiles; run_xla: run an hlo module on XLA's CPU
+# backend (the reference for builder-made programs).
 from .export import export_stablehlo
 from .jax_import import import_jax
 from .stablehlo_import import import_stablehlo

@@ -517,6 +517,7 @@ class Importer:
             raise UnsupportedError(f"{self._where()}: operand {v.get_name()} is not defined before its use") from None
 
     def operands(self, op) -> list[SSAValue]:
+        """The hlo values of an MLIR op's operands."""
         values = self.values
         try:
             return [values[v] for v in op.operands]
@@ -524,6 +525,7 @@ class Importer:
             return [self.value(v) for v in op.operands]
 
     def result_types(self, op) -> list[Attribute]:
+        """The xDSL types of an MLIR op's results."""
         types = self.types
         out = []
         for r in op.results:
@@ -996,6 +998,8 @@ def _constant(imp: Importer, op):
         array = dense_array(attr, text, type_)
     except XlaError as e:
         raise UnsupportedError(f"{imp._where()}: {e}") from None
+    except Exception as e:  # e.g. dense_resource<...> blobs
+        raise UnsupportedError(f"{imp._where()}: constant {str(attr)[:60]} cannot be read: {e}") from None
     cls = imp.ops_by_name["hlo.constant"]
     return imp.emit(cls, [], {"value": DenseLiteralAttr.from_array(array, type_)}, (), [type_])
 
