@@ -18,9 +18,12 @@ time only the start indices are read:
   element)`` pairs (update scatter dimensions first, then window dimensions,
   which is the order XLA applies them in). A window is *skipped entirely* when
   any of its start indices is out of ``[0, dim - window_size]`` (XLA's
-  semantics; StableHLO's spec drops only the out-of-bounds elements). The
-  update computation is applied by one of these strategies, chosen at
-  lowering time from the region:
+  semantics; StableHLO's spec drops only the out-of-bounds elements).
+  Duplicates are found per window when windows can only coincide or be
+  disjoint (each indexed dimension's window is one element or the whole
+  dimension: row and element scatters), else per element. The update
+  computation is applied by one of these strategies, chosen at lowering time
+  from the region:
 
   - every result ``i`` is ``op(current_i, update_i)`` with ``op`` one of add,
     multiply, maximum, minimum, and, or, xor on an element type whose NumPy
@@ -261,8 +264,18 @@ def _scatter(op, ctx):
     # (component, highest valid start, stride): a window fits iff 0 <= start <= dim - window size.
     starts = [(k, shape[d] - window_size.get(d, 1), strides[d]) for k, d in enumerate(index_map)]
 
-    def targets_of(indices):
-        """Linear targets of the in-bounds windows' elements, and which scatter indices are in bounds."""
+    # Two windows either cover the same elements or disjoint ones when every indexed dimension's
+    # window is a single element or the whole dimension: then duplicates are found per window
+    # (one key per scatter index) instead of per element.
+    aligned = all(window_size.get(d, 1) in (1, shape[d]) for d in index_map)
+    unit_offsets = win_lin if aligned else np.zeros(1, np.int64)
+
+    def units_of(indices, updates):
+        """(key, values) per unit: in-bounds windows (aligned) or their elements (not aligned).
+
+        ``key`` is the linear offset of a unit's first element; ``values[j]`` is a
+        ``(units, unit size)`` array per update operand, in XLA's application order.
+        """
         lin = batch_lin
         valid = None
         if starts:
@@ -273,11 +286,18 @@ def _scatter(op, ctx):
                 valid &= (component >= 0) & (component <= high)
                 lin = lin + component * stride
             lin = lin[valid]
-        return (lin[:, None] + win_lin[None, :]).reshape(-1), valid
+        values = []
+        for u in updates:
+            v = np.transpose(u, perm).reshape(count, width)
+            values.append(v if valid is None else v[valid])
+        if not aligned:
+            lin = (lin[:, None] + win_lin[None, :]).reshape(-1)
+            values = [v.reshape(-1, 1) for v in values]
+        return lin, values
 
-    def values_of(update, valid):
-        v = np.transpose(update, perm).reshape(count, width)
-        return (v if valid is None else v[valid]).reshape(-1)
+    def elements(keys):
+        """Linear element offsets of the units starting at ``keys`` (unit by unit)."""
+        return (keys[:, None] + unit_offsets[None, :]).reshape(-1)
 
     input_types = [t.type for t in op.inputs]
     components = _components(op.update_computation, n)
@@ -286,28 +306,29 @@ def _scatter(op, ctx):
         plan = [(c, elem_of(t).kind == "float" and c in (np.maximum, np.minimum))
                 for c, t in zip(components, input_types)]
 
-        def apply(region_fn, flats, targets, values):
+        def apply(region_fn, flats, keys, values):
+            targets = elements(keys)
             last = None
             for (c, signed_zero), flat, v in zip(plan, flats, values):
                 if c == "keep":
                     continue
                 if c == "replace":
                     if unique:
-                        flat[targets] = v
+                        flat[targets] = v.reshape(-1)
                     else:
                         if last is None:
-                            last = _last_of_each(targets)
-                        flat[targets[last]] = v[last]
+                            last = _last_of_each(keys)
+                        flat[elements(keys[last])] = v[last].reshape(-1)
                 else:
-                    _apply_ufunc(c, flat, targets, v, signed_zero)
+                    _apply_ufunc(c, flat, targets, v.reshape(-1), signed_zero)
     else:
         applier = array_applier(op.update_computation, result_dtypes(op, ctx))
 
-        def apply(region_fn, flats, targets, values):
+        def apply(region_fn, flats, keys, values):
             f = applier(region_fn)
-            for ids in _rounds(targets):
-                t = targets[ids]
-                results = f(*(flat[t] for flat in flats), *(v[ids] for v in values))
+            for ids in _rounds(keys):
+                t = elements(keys[ids])
+                results = f(*(flat[t] for flat in flats), *(v[ids].reshape(-1) for v in values))
                 for flat, r in zip(flats, results):
                     flat[t] = r
 
@@ -315,9 +336,9 @@ def _scatter(op, ctx):
         inputs, indices, updates = args[:n], args[n], args[n + 1:]
         outs = [np.array(x, order="C") for x in inputs]  # fresh C-contiguous copies, written in place
         if count and width:
-            targets, valid = targets_of(indices)
-            if len(targets):
-                apply(region_fn, [o.reshape(-1) for o in outs], targets, [values_of(u, valid) for u in updates])
+            keys, values = units_of(indices, updates)
+            if len(keys):
+                apply(region_fn, [o.reshape(-1) for o in outs], keys, values)
         return outs[0] if n == 1 else tuple(outs)
 
     return scatter_kernel
