@@ -44,8 +44,10 @@ from collections.abc import Callable
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     ArrayAttr,
     DenseArrayBase,
+    UnregisteredOp,
     DictionaryAttr,
     FloatAttr,
     IntegerAttr,
@@ -98,7 +100,7 @@ PAIR_ATTRIBUTES = {"padding", "source_target_pairs"}
 def stablehlo_type(t: Attribute) -> str:
     """StableHLO spelling of an xDSL type (layouts dropped)."""
     if isinstance(t, TensorType):
-        dims = "".join(f"{d}x" for d in t.get_shape())
+        dims = "".join("?x" if d == DYNAMIC_INDEX else f"{d}x" for d in t.get_shape())
         return f"tensor<{dims}{t.element_type}>"
     if isinstance(t, TupleType):
         return "tuple<" + ", ".join(stablehlo_type(e) for e in t.types) + ">"
@@ -264,6 +266,11 @@ class _Printer:
         exporter = EXPORTERS.get(op.name)
         if exporter is not None:
             exporter(self, op, indent)
+            return
+        if isinstance(op, UnregisteredOp):
+            # An op imported with allow_unknown=True: written back as it came.
+            props = {k: v for k, v in op.properties.items()}
+            self.generic(op, indent, op.name, props=props)
             return
         if not op.name.startswith("hlo."):
             raise UnsupportedError(f"{op_context(op)}: cannot export op {op.name} to StableHLO")

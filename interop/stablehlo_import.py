@@ -170,8 +170,12 @@ def convert_element_type(text: str, what: str = "element type") -> ElementType:
     return e
 
 
-def convert_type(t, cache: dict | None = None) -> Attribute:
-    """An xDSL type for a jaxlib ``ir.Type`` (tensor, tuple, token)."""
+def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> Attribute:
+    """An xDSL type for a jaxlib ``ir.Type`` (tensor, tuple, token).
+
+    ``?`` dimensions are an error unless ``allow_dynamic`` (they are then kept:
+    xDSL and MLIR use the same marker value).
+    """
     if cache is not None:
         hit = cache.get(t)
         if hit is not None:
@@ -179,13 +183,15 @@ def convert_type(t, cache: dict | None = None) -> Attribute:
     ir = _ir()
     if isinstance(t, ir.RankedTensorType):
         shape = list(t.shape)
-        if _DYNAMIC in shape:
-            raise UnsupportedError(f"dynamic shape {t} is not supported yet (export with static shapes)")
+        if _DYNAMIC in shape and not allow_dynamic:
+            raise UnsupportedError(
+                f"dynamic shape {t} is not supported: refine it with example arguments (static shapes), "
+                "or import with allow_unknown=True to keep it (round trip only)")
         if t.encoding is not None:
             raise UnsupportedError(f"tensor encoding in {t} (bounded dynamic shapes) is not supported yet")
         result: Attribute = TensorType(convert_element_type(str(t.element_type)).mlir, shape)
     elif isinstance(t, ir.TupleType):
-        result = TupleType([convert_type(t.get_type(i), cache) for i in range(t.num_types)])
+        result = TupleType([convert_type(t.get_type(i), cache, allow_dynamic) for i in range(t.num_types)])
     else:
         text = str(t)
         if text == "!stablehlo.token":
@@ -467,7 +473,9 @@ def register_converter(name: str):
 class Importer:
     """Walks a jaxlib ``ir.Module`` and builds the equivalent hlo ``ModuleOp``."""
 
-    def __init__(self):
+    def __init__(self, allow_unknown: bool = False):
+        self.allow_unknown = allow_unknown  # keep unknown ops / dynamic shapes as opaque ops
+        self.opaque_chlo = False  # chlo ops kept opaque (their expansion through XLA failed)
         self.types: dict = {}  # ir.Type -> xDSL type
         self.values: dict = {}  # ir.Value -> SSAValue
         self.attrs: dict = {}  # ir.Attribute -> converted
@@ -506,7 +514,7 @@ class Importer:
         """The xDSL type of a jaxlib type (cached)."""
         hit = self.types.get(t)
         if hit is None:
-            hit = convert_type(t, self.types)
+            hit = convert_type(t, self.types, self.allow_unknown)
         return hit
 
     def value(self, v) -> SSAValue:
@@ -686,13 +694,14 @@ class Importer:
         conv = CONVERTERS.get(name)
         if conv is not None:
             results = conv(self, op)
-        elif name.startswith("stablehlo."):
-            cls = self.ops_by_name.get("hlo." + name[10:])
-            if cls is None:
-                raise UnsupportedError(f"{self._where()}: {name} has no hlo counterpart yet")
-            results = generic_converter(self, op, cls)
-        elif name.startswith("chlo."):
+        elif name.startswith("stablehlo.") and "hlo." + name[10:] in self.ops_by_name:
+            results = generic_converter(self, op, self.ops_by_name["hlo." + name[10:]])
+        elif name.startswith("chlo.") and not self.opaque_chlo:
             raise _ChloFound(f"{self._where()}: {name}")
+        elif self.allow_unknown:
+            results = opaque_converter(self, op)
+        elif name.startswith("stablehlo."):
+            raise UnsupportedError(f"{self._where()}: {name} has no hlo counterpart yet")
         else:
             raise UnsupportedError(f"{self._where()}: {name} is not supported")
         if results is not None:
@@ -970,6 +979,51 @@ def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:
         props["operandSegmentSizes"] = DenseArrayBase.from_list(
             IntegerType(32), segments(len(op.operands), len(op.results)))
     return imp.emit(cls, imp.operands(op), props, regions)
+
+
+_OPAQUE_CLASSES: dict[str, type] = {}
+
+
+def opaque_op_class(name: str) -> type:
+    """An xDSL unregistered-op class named ``name`` (one per name)."""
+    from xdsl.dialects.builtin import UnregisteredOp
+
+    cls = _OPAQUE_CLASSES.get(name)
+    if cls is None:
+        # Named like the op so that messages (op_context) and the exporter see its real name.
+        cls = _OPAQUE_CLASSES[name] = type("OpaqueOp", (UnregisteredOp.with_name(name),), {"name": name})
+    return cls
+
+
+def opaque_converter(imp: Importer, op) -> list[SSAValue]:
+    """Keep an op without hlo counterpart as an unregistered op (``allow_unknown=True``).
+
+    Its attributes become properties (dimension-number structs one per field,
+    as for hlo ops), so that :mod:`interop.export` writes it back unchanged;
+    the NumPy executor reports it as an op it has no kernel for.
+    """
+    props: dict[str, Attribute] = {}
+    attrs = op.attributes
+    for i in range(len(attrs)):
+        name = attrs[i].name
+        if name.startswith(("hlo.", "mhlo.", "sdy.", "jax.")):
+            continue
+        try:
+            value = imp.attribute(attrs[name])
+        except TypeError:
+            raise UnsupportedError(f"{imp._where()}: attribute {name} is not supported") from None
+        if isinstance(value, dict):
+            props.update(value)
+        else:
+            props[name] = value
+    regions = imp.regions(op)
+    cls = opaque_op_class(op.name)
+    result_types = imp.result_types(op)
+    attributes = dict(imp._loc_attributes(op))
+    new = cls.create(operands=imp.operands(op), result_types=result_types, properties=props,
+                     attributes=attributes, regions=regions)
+    imp._ops.append(new)
+    return new.results
 
 
 OPERAND_SEGMENTS: dict[str, Callable[[int, int], list[int]]] = {}
@@ -1381,34 +1435,43 @@ def refine_shapes(module, example_args):
         return ir.Module.parse(refined)
 
 
-def import_mlir_module(module, *example_args, verify: bool = False) -> ModuleOp:
+def import_mlir_module(module, *example_args, verify: bool = False, allow_unknown: bool = False) -> ModuleOp:
     """Convert a jaxlib ``ir.Module`` holding StableHLO to an hlo ``ModuleOp``.
 
     ``example_args`` (arrays or anything with ``shape``/``dtype``, one per
     ``@main`` parameter) refine a shape-polymorphic program to static shapes;
     they are required when ``@main`` takes arrays with ``?`` dimensions.
+
+    ``allow_unknown=True`` keeps what has no hlo form instead of raising: ops
+    become unregistered ops of the same name (see :func:`opaque_converter`)
+    and ``?`` dimensions stay dynamic. Such a module exports back unchanged
+    (:func:`interop.export.export_stablehlo`) but does not run.
     """
     if example_args:
         module = refine_shapes(module, example_args)
-    elif has_dynamic_inputs(module):
+    elif has_dynamic_inputs(module) and not allow_unknown:
         raise UnsupportedError(
             "@main takes arrays of dynamic shape (a shape-polymorphic program): give example arguments "
             "(arrays or jax.ShapeDtypeStruct) to refine it to static shapes")
     try:
-        result = Importer().import_module(module)
+        result = Importer(allow_unknown).import_module(module)
     except _ChloFound as found:
         try:
-            result = Importer().import_module(legalize_chlo(module))
+            result = Importer(allow_unknown).import_module(legalize_chlo(module))
         except _ChloFound:
             raise UnsupportedError(f"{found}: chlo op is not supported") from None
         except UnsupportedError as e:
-            raise UnsupportedError(f"{found} (expanded through XLA): {e}") from None
+            if not allow_unknown:
+                raise UnsupportedError(f"{found} (expanded through XLA): {e}") from None
+            importer = Importer(allow_unknown)
+            importer.opaque_chlo = True
+            result = importer.import_module(module)
     if verify:
         result.verify()
     return result
 
 
-def import_stablehlo(source, *example_args, verify: bool = False) -> ModuleOp:
+def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown: bool = False) -> ModuleOp:
     """Import StableHLO into the hlo dialect.
 
     ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``),
@@ -1416,6 +1479,8 @@ def import_stablehlo(source, *example_args, verify: bool = False) -> ModuleOp:
     (``jax.export.Exported.mlir_module_serialized``), or a jaxlib ``ir.Module``.
     ``example_args`` refine dynamic (``?``) shapes of ``@main``'s parameters
     (see :func:`import_mlir_module`). With ``verify=True`` the hlo verifier
-    runs on the result (otherwise ``lowering.compile`` runs it).
+    runs on the result (otherwise ``lowering.compile`` runs it);
+    ``allow_unknown=True`` keeps ops without hlo form and dynamic shapes for a
+    round trip instead of raising.
     """
-    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify)
+    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify, allow_unknown=allow_unknown)

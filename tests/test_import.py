@@ -487,3 +487,30 @@ def test_chlo_erf_maps_to_hlo_erf():
     assert any(op.name == "hlo.erf" for op in module.walk())
     (got,) = lowering.compile(module)(x)
     assert_close(got, np.asarray(jax.jit(lax.erf)(x)), max_ulp=2)
+
+
+DYNAMIC_PROGRAM = """
+  func.func public @main(%arg0: tensor<i64>, %arg1: tensor<?x4xf32>) -> tensor<2x?x4xf32> {
+    %0 = stablehlo.constant dense<2> : tensor<1xi32>
+    %1 = stablehlo.convert %arg0 : (tensor<i64>) -> tensor<i32>
+    %2 = stablehlo.reshape %1 : (tensor<i32>) -> tensor<1xi32>
+    %3 = stablehlo.constant dense<4> : tensor<1xi32>
+    %4 = stablehlo.concatenate %0, %2, %3, dim = 0 : (tensor<1xi32>, tensor<1xi32>, tensor<1xi32>) -> tensor<3xi32>
+    %5 = stablehlo.dynamic_broadcast_in_dim %arg1, %4, dims = [1, 2] : (tensor<?x4xf32>, tensor<3xi32>) -> tensor<2x?x4xf32> loc("dyn.py":5:0)
+    %6 = stablehlo.add %5, %5 : tensor<2x?x4xf32>
+    return %6 : tensor<2x?x4xf32>
+  }"""
+
+
+def test_allow_unknown_keeps_dynamic_programs_for_a_round_trip():
+    from interop import export_stablehlo
+
+    with pytest.raises(UnsupportedError, match="dynamic"):
+        import_stablehlo(DYNAMIC_PROGRAM)
+    module = import_stablehlo(DYNAMIC_PROGRAM, allow_unknown=True)
+    opaque = [op for op in module.walk() if op.name == "stablehlo.dynamic_broadcast_in_dim"]
+    assert len(opaque) == 1 and any(op.name == "hlo.add" for op in module.walk())
+    again = import_stablehlo(export_stablehlo(module), allow_unknown=True)
+    assert again.is_structurally_equivalent(module)
+    with pytest.raises(UnsupportedError, match=r"stablehlo\.dynamic_broadcast_in_dim at dyn\.py:5"):
+        lowering.compile(module)
