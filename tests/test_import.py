@@ -111,9 +111,13 @@ def test_kwargs_and_unused_arguments_are_kept():
     assert [t.get_shape() for t in main_of(module).function_type.inputs] == [(3,), (5,), ()]
     (out,) = lowering.compile(module)(a, np.zeros(5, np.int32), np.float32(2))
     np.testing.assert_array_equal(out, a * 2)
-    # Through jax.export too (which also drops unused arguments).
+    # jax.jit and jax.export drop unused arguments; the import puts them back.
     exp = jax.export.export(jax.jit(lambda a, unused: a + 1))(a, np.zeros(5, np.int32))
     assert len(main_of(import_jax(exp)).function_type.inputs) == 2
+    jitted = import_jax(jax.jit(lambda unused, a: a + 1), np.zeros(5, np.int32), a)
+    assert [t.get_shape() for t in main_of(jitted).function_type.inputs] == [(5,), (3,)]
+    (out,) = lowering.compile(jitted)(np.zeros(5, np.int32), a)
+    np.testing.assert_array_equal(out, a + 1)
 
 
 def test_example_arguments_only_where_they_mean_something():
