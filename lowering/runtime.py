@@ -13,8 +13,9 @@ Every :class:`~lowering.executor.Executable` owns one :class:`Runtime`:
 The state persists across calls of the executable, like a device's feed
 queues. Nothing ever blocks: reading an empty queue raises
 :class:`~xla_dialect.errors.ExecutionError` at once (a program waiting for data
-that never comes would hang in XLA; here it is reported), unless a multi-device
-runner sets :attr:`Channels.timeout` to let threads wait for each other.
+that never comes would hang in XLA; here it is reported); in a multi-device
+run a receive waits a bounded time (:attr:`Channels.device_timeout`) for the
+send of another device thread.
 
 Custom-call targets are process-wide: :func:`register_custom_call` maps a
 ``call_target_name`` to a Python function called as
@@ -60,8 +61,8 @@ class FeedQueue:
         self._items: deque = deque()
 
     def put(self, item) -> None:
-        """Append ``item``: an array (anything ``np.asarray`` takes) or a tuple/list of them."""
-        if isinstance(item, (tuple, list)):
+        """Append ``item``: an array (anything ``np.asarray`` takes, lists too) or a tuple of them."""
+        if isinstance(item, tuple):
             item = tuple(np.asarray(x) for x in item)
         else:
             item = np.asarray(item)
@@ -101,38 +102,41 @@ class FeedQueue:
 class Channels:
     """Channel id -> FIFO of sent items; ``hlo.send`` appends, ``hlo.recv`` takes.
 
-    ``timeout`` (seconds, default 0: never wait) lets a runner that executes
-    several devices in threads make a receive wait for the matching send; a
-    receive that still finds nothing raises ExecutionError naming the channel.
+    A receive never hangs: on one device it finds the item or fails at once
+    (``timeout``, default 0). In a multi-device run, where devices are threads,
+    it waits up to ``device_timeout`` seconds for another device's send, then
+    raises ExecutionError naming the channel.
     """
 
-    def __init__(self, timeout: float = 0.0):
+    def __init__(self, timeout: float = 0.0, device_timeout: float = 10.0):
         self.timeout = timeout
-        self._queues: dict[int, deque] = {}
+        self.device_timeout = device_timeout
+        self._queues: dict = {}
         self._cond = threading.Condition()
 
-    def put(self, channel_id: int, item) -> None:
+    def put(self, channel_id, item) -> None:
         """Send ``item`` on ``channel_id`` (from a program, or from the host)."""
         with self._cond:
-            self._queues.setdefault(int(channel_id), deque()).append(item)
+            self._queues.setdefault(channel_id, deque()).append(item)
             self._cond.notify_all()
 
-    def get(self, channel_id: int, what: str = "recv"):
-        """Take the oldest item sent on ``channel_id``; ExecutionError if none arrives."""
-        channel_id = int(channel_id)
+    def get(self, channel_id, what: str = "recv", timeout: float | None = None):
+        """Take the oldest item sent on ``channel_id``; ExecutionError if none arrives within ``timeout``."""
+        timeout = self.timeout if timeout is None else timeout
         with self._cond:
             queue = self._queues.setdefault(channel_id, deque())
-            if not queue and self.timeout > 0:
-                self._cond.wait_for(lambda: bool(queue), self.timeout)
+            if not queue and timeout > 0:
+                self._cond.wait_for(lambda: bool(queue), timeout)
             if not queue:
+                waited = f" within {timeout:g} s" if timeout > 0 else ""
                 raise ExecutionError(
-                    f"{what}: nothing was sent on channel {channel_id} (a send on that channel must run first)"
+                    f"{what}: nothing was sent on channel {channel_id}{waited} (a send on that channel must run first)"
                 )
             return queue.popleft()
 
-    def pending(self, channel_id: int) -> int:
+    def pending(self, channel_id) -> int:
         """How many items wait on ``channel_id``."""
-        return len(self._queues.get(int(channel_id), ()))
+        return len(self._queues.get(channel_id, ()))
 
     def clear(self) -> None:
         """Drop every pending item of every channel."""

@@ -194,12 +194,15 @@ def _recv(op, ctx):
     targets = {t for _, t in pairs}
 
     def take():
+        state = current_device()
+        # Another device's send may still be on its way: wait for it (bounded).
+        wait = channels.device_timeout if state is not None else None
         if not pairs:
-            return channels.get(channel, what)
-        me = _device()
+            return channels.get(channel, what, wait)
+        me = state.device if state is not None else 0
         if me not in targets:  # not a receiver of this channel: zeros, as collective_permute gives
             return zeros if len(zeros) != 1 else zeros[0]
-        return channels.get((channel, me), what)
+        return channels.get((channel, me), what, wait)
 
     return _reader(take, op, what, source)
 

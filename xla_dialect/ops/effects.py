@@ -637,19 +637,21 @@ class EffectsBuilder:
         data, out_token = results[:-1], results[-1]
         return (self.tuple(data) if is_tuple else data[0]), out_token
 
+    def _infeed(self, token, shape, config: str):
+        props = {"infeed_config": StringAttr(config)} if config else {}
+        return self._read(InfeedOp, token, shape, props, "infeed")
+
     def infeed_with_token(self, token, shape, config: str = ""):
         """``hlo.infeed`` after ``token``: reads one item of ``shape``; returns ``(data, token)``.
 
         A tuple ``shape`` reads one item holding an array per element (data is
         then a tuple-shaped XlaOp); the empty tuple reads nothing.
         """
-        _check_token(self, token)
-        props = {"infeed_config": StringAttr(config)} if config else {}
-        return self._read(InfeedOp, token, shape, props, "infeed")
+        return self._infeed(_check_token(self, token), shape, config)
 
     def infeed(self, shape, config: str = ""):
         """``hlo.infeed`` (XLA's ``Infeed``): reads one item of ``shape`` from the infeed queue; returns the data."""
-        return self.infeed_with_token(self.create_token(), shape, config)[0]
+        return self._infeed(self.create_token(), shape, config)[0]
 
     def _written(self, operand, shape_with_layout, what: str) -> list:
         """The arrays an outfeed/send writes for ``operand`` (tuple elements for a tuple)."""
@@ -671,64 +673,71 @@ class EffectsBuilder:
                                f"got {fmt(value.type)}")
         return [operand]
 
+    def _outfeed(self, operand, token, shape_with_layout, outfeed_config: str):
+        data = self._written(operand, shape_with_layout, "outfeed")
+        props = {"outfeed_config": StringAttr(outfeed_config)} if outfeed_config else {}
+        return self._emit1(OutfeedOp, [*data, token], props)
+
     def outfeed_with_token(self, operand, token, shape_with_layout=None, outfeed_config: str = ""):
         """``hlo.outfeed`` after ``token``: writes ``operand`` (an array, or a tuple as one item); returns a token.
 
         ``shape_with_layout`` must match the operand's shape; its layout is the
         transfer layout, which the host-side queue (logical arrays) does not need.
         """
-        _check_token(self, token)
-        data = self._written(operand, shape_with_layout, "outfeed")
-        props = {"outfeed_config": StringAttr(outfeed_config)} if outfeed_config else {}
-        return self._emit1(OutfeedOp, [*data, token], props)
+        return self._outfeed(operand, _check_token(self, token), shape_with_layout, outfeed_config)
 
     def outfeed(self, operand, shape_with_layout=None, outfeed_config: str = ""):
         """``hlo.outfeed`` (XLA's ``Outfeed``): writes ``operand`` to the outfeed queue; returns the token."""
-        return self.outfeed_with_token(operand, self.create_token(), shape_with_layout, outfeed_config)
+        return self._outfeed(operand, self.create_token(), shape_with_layout, outfeed_config)
 
     # -- channels ---------------------------------------------------------------
 
-    def _channel_props(self, channel_handle, channel_type: str, host: bool, source_target_pairs) -> dict:
+    def _send(self, operand, token, shape_with_layout, channel_handle, channel_type: str, source_target_pairs):
+        data = self._written(operand, shape_with_layout, "send")
+        props = self._channel_props(channel_handle, channel_type, source_target_pairs)
+        return self._emit1(SendOp, [*data, token], props)
+
+    def _recv(self, token, shape, channel_handle, channel_type: str, source_target_pairs):
+        props = self._channel_props(channel_handle, channel_type, source_target_pairs)
+        return self._read(RecvOp, token, shape, props, "recv")
+
+    def _channel_props(self, channel_handle, channel_type: str, source_target_pairs) -> dict:
         props = {"channel_id": IntegerAttr(_channel_id(self, channel_handle), 64),
                  "channel_type": StringAttr(channel_type),
-                 "is_host_transfer": BoolAttr.from_bool(host)}
+                 "is_host_transfer": BoolAttr.from_bool(channel_type != "DEVICE_TO_DEVICE")}
         if source_target_pairs:
             props["source_target_pairs"] = i64_array([x for pair in source_target_pairs for x in pair])
         return props
 
     def send_with_token(self, operand, token, channel_handle, source_target_pairs=()):
-        """``hlo.send`` after ``token``: sends ``operand`` on channel ``channel_handle``; returns a token."""
-        _check_token(self, token)
-        data = self._written(operand, None, "send")
-        props = self._channel_props(channel_handle, "DEVICE_TO_DEVICE", False, source_target_pairs)
-        return self._emit1(SendOp, [*data, token], props)
+        """``hlo.send`` after ``token``: sends ``operand`` on channel ``channel_handle``; returns a token.
+
+        ``source_target_pairs`` (``[(source, target), ...]`` device ids) routes
+        the data between devices of a multi-device run.
+        """
+        return self._send(operand, _check_token(self, token), None, channel_handle, "DEVICE_TO_DEVICE",
+                          source_target_pairs)
 
     def send(self, operand, channel_handle):
         """``hlo.send`` (XLA's ``Send``): sends ``operand`` to the ``recv`` with the same channel; returns the token."""
-        return self.send_with_token(operand, self.create_token(), channel_handle)
+        return self._send(operand, self.create_token(), None, channel_handle, "DEVICE_TO_DEVICE", ())
 
     def recv_with_token(self, token, shape, channel_handle, source_target_pairs=()):
         """``hlo.recv`` after ``token``: receives data of ``shape`` from channel ``channel_handle``; ``(data, token)``."""
-        _check_token(self, token)
-        props = self._channel_props(channel_handle, "DEVICE_TO_DEVICE", False, source_target_pairs)
-        return self._read(RecvOp, token, shape, props, "recv")
+        return self._recv(_check_token(self, token), shape, channel_handle, "DEVICE_TO_DEVICE", source_target_pairs)
 
     def recv(self, shape, channel_handle):
         """``hlo.recv`` (XLA's ``Recv``): the data of ``shape`` sent on the channel ``channel_handle``."""
-        return self.recv_with_token(self.create_token(), shape, channel_handle)[0]
+        return self._recv(self.create_token(), shape, channel_handle, "DEVICE_TO_DEVICE", ())[0]
 
     def send_to_host(self, operand, token, shape_with_layout, channel_handle):
         """``hlo.send`` to the host (XLA's ``SendToHost``): the host reads it from ``exe.channels``; returns a token."""
-        _check_token(self, token)
-        data = self._written(operand, shape_with_layout, "send_to_host")
-        props = self._channel_props(channel_handle, "DEVICE_TO_HOST", True, ())
-        return self._emit1(SendOp, [*data, token], props)
+        return self._send(operand, _check_token(self, token), shape_with_layout, channel_handle, "DEVICE_TO_HOST",
+                          ())
 
     def recv_from_host(self, token, shape, channel_handle):
         """``hlo.recv`` from the host (XLA's ``RecvFromHost``): data the host put in ``exe.channels``; ``(data, token)``."""
-        _check_token(self, token)
-        props = self._channel_props(channel_handle, "HOST_TO_DEVICE", True, ())
-        return self._read(RecvOp, token, shape, props, "recv_from_host")
+        return self._recv(_check_token(self, token), shape, channel_handle, "HOST_TO_DEVICE", ())
 
     # -- structure --------------------------------------------------------------
 
