@@ -401,8 +401,21 @@ def lapack_targets() -> dict[str, Callable]:
             if (routine in _COMPLEX_ONLY and p in "sd") or (routine in _REAL_ONLY and p in "cz"):
                 continue
             name = f"lapack_{p}{routine}_ffi"
-            out[name] = factory(p, name)
+            out[name] = _typed(p, name, factory(p, name))
     return out
+
+
+def _typed(p: str, name: str, run: Callable) -> Callable:
+    """``run``, after checking the operand matrix has the target's element type (as XLA's FFI binding does)."""
+    want = np.dtype(PREFIXES[p])
+
+    def target(operands, attrs, specs):
+        if not operands or operands[0].dtype != want:
+            got = operands[0].dtype if operands else "no operand"
+            raise ExecutionError(f"custom-call target {name!r} takes {want} matrices, got {got}")
+        return run(operands, attrs, specs)
+
+    return target
 
 
 for _name, _target in lapack_targets().items():

@@ -588,6 +588,10 @@ def test_lapack_empty_and_unsupported(jax_lapack):
                   backend_config={"mode": U8(86), "sort": U8(83)})
     with pytest.raises(UnsupportedError, match=r"lapack_sgees_ffi.*sort = 'S'"):
         lowering.compile(b.build())(np.eye(3, dtype=np.float32))
+    b = XlaBuilder("dtype")
+    b.custom_call("lapack_spotrf_ffi", [b.parameter(0, "f64[2,2]")], "(f64[2,2], s32[])", backend_config={})
+    with pytest.raises(ExecutionError, match=r"'lapack_spotrf_ffi' takes float32 matrices, got float64"):
+        lowering.compile(b.build())(np.eye(2))
 
 
 # ----------------------------------------------------------------------------
