@@ -47,6 +47,7 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
     DenseArrayBase,
+    DenseIntOrFPElementsAttr,
     UnregisteredOp,
     DictionaryAttr,
     FloatAttr,
@@ -94,6 +95,11 @@ I32_ATTRIBUTES = {
 """(op, attribute) pairs that StableHLO types as i32 (the others are i64)."""
 
 PAIR_ATTRIBUTES = {"padding", "source_target_pairs"}
+
+LAYOUT_LIST_ATTRIBUTES = {"operand_layouts", "result_layouts"}
+"""custom_call layouts: lists of ``array<i64>`` here, of ``dense<...> : tensor<Nxindex>`` in StableHLO."""
+
+CHANNEL_TYPE_NUMBERS = {"CHANNEL_TYPE_INVALID": 0, "DEVICE_TO_DEVICE": 1, "DEVICE_TO_HOST": 2, "HOST_TO_DEVICE": 3}
 """Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
 
 
@@ -169,21 +175,42 @@ def _attribute(op_name: str, name: str, value: Attribute) -> str:
         t = value.type
         if isinstance(t, IntegerType) and t.width.data == 1:
             return "true" if value.value.data else "false"
-        width = "i32" if (op_name, name) in I32_ATTRIBUTES else "i64"
-        return f"{value.value.data} : {width}"
+        return f"{value.value.data} : {'i32' if (op_name, name) in I32_ATTRIBUTES else t}"
     if isinstance(value, FloatAttr):
-        return f"{float(value.value.data)!r} : {value.type}".replace("inf", "0x7F800000")
+        return f"{_float_text(float(value.value.data), value.type)} : {value.type}"
     if isinstance(value, StringAttr):
         return _string(value.data)
     if isinstance(value, SymbolRefAttr):
         return "@" + value.root_reference.data
     if isinstance(value, UnitAttr):
         return "unit"
+    if isinstance(value, DenseIntOrFPElementsAttr):
+        return str(value)
     if isinstance(value, ArrayAttr):
+        if name in LAYOUT_LIST_ATTRIBUTES:
+            return "[" + ", ".join(
+                f"dense<{_list(v)}> : tensor<{len(v)}xindex>" if len(v) else "dense<> : tensor<0xindex>"
+                for v in value.data) + "]"
+        if name == "output_operand_aliases":
+            return "[" + ", ".join(
+                "#stablehlo.output_operand_alias<output_tuple_indices = "
+                f"{_list(v.data['output_tuple_indices'])}, operand_index = {v.data['operand_index'].value.data}, "
+                f"operand_tuple_indices = {_list(v.data['operand_tuple_indices'])}>" for v in value.data) + "]"
         return "[" + ", ".join(_attribute(op_name, "", v) for v in value.data) + "]"
     if isinstance(value, DictionaryAttr):
         return "{" + ", ".join(f"{k} = {_attribute(op_name, k, v)}" for k, v in value.data.items()) + "}"
     raise UnsupportedError(f"{op_name}: property {name} = {value} has no StableHLO form")
+
+
+def _float_text(v: float, type_: Attribute) -> str:
+    """A float attribute value: decimal when finite (repr round-trips), else its bit pattern in hex."""
+    if np.isfinite(v):
+        return repr(v)
+    from xla_dialect.types import element_type_of
+
+    dtype = element_type_of(type_).dtype
+    bits = np.array(v).astype(dtype).view(f"u{dtype.itemsize}")
+    return "0x" + format(int(bits), f"0{2 * dtype.itemsize}X")
 
 
 def _struct(kind: str, props: dict[str, Attribute]) -> str:
@@ -289,16 +316,26 @@ class _Printer:
             if any(f in props for f in fields):
                 texts.append(f"{attr_name} = {_struct(kind, props)}")
                 props = {k: v for k, v in props.items() if k not in fields}
+        if "channel_id" in props:
+            channel = props["channel_id"].value.data
+            ctype = props.get("channel_type")
+            number = CHANNEL_TYPE_NUMBERS.get(ctype.data, 1) if isinstance(ctype, StringAttr) else 1
+            texts.append(f"channel_handle = #stablehlo.channel_handle<handle = {channel}, type = {number}>")
+            props = {k: v for k, v in props.items() if k not in ("channel_id", "channel_type")}
+        attrs = self.discardable(op)
         for key, value in props.items():
             if isinstance(value, NoneAttr):
                 continue
             try:
-                texts.append(f"{key} = {_attribute(name, key, value)}")
+                text = _attribute(name, key, value)
             except UnsupportedError as e:
                 raise UnsupportedError(f"{op_context(op)}: {e}") from None
+            if "." in key:
+                attrs[key] = text  # dialect attributes (mhlo.backend_config) are discardable, not properties
+            else:
+                texts.append(f"{key} = {text}")
         operand_names = operands if operands is not None else [self.name(v) for v in op.operands]
         in_types = operand_types if operand_types is not None else [v.type for v in op.operands]
-        attrs = self.discardable(op)
         if extra_attrs:
             attrs.update(extra_attrs)
         prefix = self.define(op)

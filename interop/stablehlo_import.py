@@ -41,6 +41,9 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BoolAttr,
     DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    IndexType,
+    Signedness,
     DictionaryAttr,
     FloatAttr,
     FunctionType,
@@ -336,6 +339,7 @@ IGNORED_ATTRIBUTES = frozenset({
     "precision_config", "algorithm", "mhlo.sharding", "mhlo.frontend_attributes", "sdy.sharding",
     "sdy.sharding_rule", "mhlo.original_value", "result_accuracy", "indices_are_sorted", "unique_indices",
     "xla_shape", "mhlo.layout_mode", "jax.result_info", "mhlo.is_same_data_across_replicas",
+    "layout",  # infeed's result layouts: XLA's CPU runtime takes any
 })
 """Attributes dropped when the hlo op has no property of that name: hints and
 metadata that do not change results on a CPU (precision, sharding, sortedness
@@ -355,11 +359,27 @@ def _struct_kind(attr):
     return None, None
 
 
-def convert_attribute(attr) -> Any:
+CHANNEL_TYPES = {0: "CHANNEL_TYPE_INVALID", 1: "DEVICE_TO_DEVICE", 2: "DEVICE_TO_HOST", 3: "HOST_TO_DEVICE"}
+"""StableHLO ``#stablehlo.channel_handle`` type numbers -> hlo ``channel_type`` names."""
+
+
+def _exact_integer(attr) -> IntegerAttr:
+    """An integer attribute with its MLIR type kept (i32 stays i32, ui8 stays ui8)."""
+    t = attr.type
+    if isinstance(t, _ir().IndexType):
+        return IntegerAttr(attr.value, IndexType())
+    sign = Signedness.UNSIGNED if t.is_unsigned else Signedness.SIGNED if t.is_signed else Signedness.SIGNLESS
+    return IntegerAttr(attr.value, IntegerType(t.width, sign))
+
+
+def convert_attribute(attr, exact: bool = False) -> Any:
     """Convert one jaxlib attribute to xDSL.
 
     Returns an xDSL attribute, or a ``dict`` of field name -> attribute for a
-    dimension-numbers struct (which becomes several properties).
+    struct (dimension numbers, channel handles) which becomes several
+    properties. Integers become i64 (the hlo convention for op properties)
+    unless ``exact``, used inside dictionaries (``composite_attributes``,
+    ``mhlo.backend_config``) whose consumers read the declared types.
     """
     ir = _ir()
     if isinstance(attr, ir.DenseI64ArrayAttr):
@@ -367,13 +387,15 @@ def convert_attribute(attr) -> Any:
     if isinstance(attr, ir.BoolAttr):
         return BoolAttr(bool(attr.value), IntegerType(1))
     if isinstance(attr, ir.IntegerAttr):
-        return IntegerAttr(attr.value, 64)
+        return _exact_integer(attr) if exact else IntegerAttr(attr.value, 64)
     if isinstance(attr, ir.StringAttr):
         return StringAttr(attr.value)
     if isinstance(attr, ir.FlatSymbolRefAttr):
         return SymbolRefAttr(attr.value)
     if isinstance(attr, ir.FloatAttr):
-        return FloatAttr(attr.value, f64 if str(attr.type) == "f64" else f32)
+        width = str(attr.type)
+        return FloatAttr(attr.value, f64 if width == "f64" else f32 if width == "f32" or not exact
+                         else ELEMENT_BY_MLIR[width].mlir)
     if isinstance(attr, ir.DenseBoolArrayAttr):
         return DenseArrayBase.from_list(IntegerType(1), [int(bool(v)) for v in attr])
     if isinstance(attr, ir.DenseI32ArrayAttr):
@@ -382,12 +404,13 @@ def convert_attribute(attr) -> Any:
         return UnitAttr()
     if isinstance(attr, ir.DenseIntElementsAttr):
         # 1-D and 2-D integer attributes (old-style dimension lists, padding
-        # pairs) become a flat array<i64>, row-major.
+        # pairs, layouts) become a flat array<i64>, row-major (ops that keep
+        # them 2-D get dense_elements() through Importer.properties).
         return i64_array(np.array(attr).reshape(-1).tolist())
     if isinstance(attr, ir.ArrayAttr):
-        return ArrayAttr([convert_attribute(a) for a in attr])
+        return ArrayAttr([convert_attribute(a, exact) for a in attr])
     if isinstance(attr, ir.DictAttr):
-        return DictionaryAttr({attr[i].name: convert_attribute(attr[i].attr) for i in range(len(attr))})
+        return DictionaryAttr({attr[i].name: convert_attribute(attr[i].attr, True) for i in range(len(attr))})
     if isinstance(attr, ir.TypeAttr):
         return convert_type(attr.value)
     kind, typed = _struct_kind(attr)
@@ -397,11 +420,30 @@ def convert_attribute(attr) -> Any:
             value = getattr(typed, _PY_FIELD_NAMES.get(name, name))
             fields[name] = IntegerAttr(int(value), 64) if field_kind == "int" else i64_array(list(value))
         return fields
+    from jaxlib.mlir.dialects import stablehlo
+
+    if stablehlo.ChannelHandle.isinstance(attr):
+        handle = stablehlo.ChannelHandle(attr)
+        return {"channel_id": IntegerAttr(handle.handle, 64),
+                "channel_type": StringAttr(CHANNEL_TYPES.get(handle.channel_type, str(handle.channel_type)))}
+    if stablehlo.OutputOperandAlias.isinstance(attr):
+        alias = stablehlo.OutputOperandAlias(attr)
+        return DictionaryAttr({"output_tuple_indices": i64_array(list(alias.output_tuple_indices)),
+                               "operand_index": IntegerAttr(alias.operand_index, 64),
+                               "operand_tuple_indices": i64_array(list(alias.operand_tuple_indices))})
     text = str(attr)
     m = _ENUM_TEXT.fullmatch(text)
     if m:
         return StringAttr(m.group(2))
     raise UnsupportedError(f"attribute {text} is not supported")
+
+
+def dense_elements(attr) -> DenseIntOrFPElementsAttr:
+    """A 2-D (any rank) integer ``dense<...>`` attribute as xDSL's builtin one, shape kept
+    (``replica_groups``, ``source_target_pairs`` of the collectives)."""
+    array = np.array(attr)
+    shape = list(attr.type.shape)
+    return DenseIntOrFPElementsAttr.from_list(TensorType(i64, shape), array.reshape(-1).astype(np.int64).tolist())
 
 
 # ----------------------------------------------------------------------------
@@ -481,6 +523,7 @@ class Importer:
         self.attrs: dict = {}  # ir.Attribute -> converted
         self.locs: dict = {}  # location attribute -> "file:line" | None
         self.op_defs: dict = {}  # hlo op class -> property names
+        self.dense_props: dict = {}  # hlo op class -> properties kept as 2-D dense elements
         self.branch_operands: dict = {}  # marker tuple ir.Value -> hlo.conditional branch operands
         # Restoring the exporter's flattened tuple-state while loops:
         self.state_roots: dict = {}  # leaf ir.Value -> the tuple it was read from
@@ -578,7 +621,10 @@ class Importer:
         """
         allowed = self.op_defs.get(cls)
         if allowed is None:
-            allowed = self.op_defs[cls] = frozenset(cls.get_irdl_definition().properties)
+            defs = cls.get_irdl_definition().properties
+            allowed = self.op_defs[cls] = frozenset(defs)
+            self.dense_props[cls] = frozenset(
+                n for n, d in defs.items() if getattr(d.constr, "attr", None) is DenseIntOrFPElementsAttr)
         props: dict[str, Attribute] = {}
         attrs = op.attributes
         for i in range(len(attrs)):
@@ -594,12 +640,15 @@ class Importer:
                 raw = attrs[named.name]  # by key: NamedAttribute.attr aborts on complex dense attributes
             except TypeError:
                 raise UnsupportedError(f"{self._where()}: attribute {name} = {str(named)[:80]} is not supported") from None
+            if name in self.dense_props[cls]:
+                props[name] = dense_elements(raw)
+                continue
             value = self.attribute(raw)
             if isinstance(value, dict):
                 for field, v in value.items():
                     if field in allowed:
                         props[field] = v
-                    elif not _is_empty(v):
+                    elif not _is_empty(v) and field not in OPTIONAL_FIELDS:
                         raise UnsupportedError(
                             f"{self._where()}: {cls.name} has no property {field!r} for {name}.{field} = {_show(v)}"
                         )
@@ -908,6 +957,10 @@ def _with_layout_text(t: Attribute, text: str) -> Attribute:
     return t
 
 
+OPTIONAL_FIELDS = frozenset({"channel_type"})
+"""Struct fields dropped when the hlo op has no property for them (collectives have one channel type)."""
+
+
 def _is_empty(v) -> bool:
     return isinstance(v, DenseArrayBase) and len(v) == 0
 
@@ -1071,7 +1124,10 @@ def _func_call(imp: Importer, op):
 
 @register_converter("stablehlo.composite")
 def _composite(imp: Importer, op):
-    # Keep the decomposition: call it (JAX exports chlo ops as composites).
+    cls = imp.ops_by_name.get("hlo.composite")
+    if cls is not None:
+        return generic_converter(imp, op, cls)
+    # Without hlo.composite, keep the decomposition: call it (JAX exports chlo ops as composites).
     callee = op.attributes["decomposition"].value
     return imp.emit(imp.ops_by_name["hlo.call"], imp.operands(op), {"callee": SymbolRefAttr(callee)})
 
