@@ -276,3 +276,18 @@ def test_conditional_with_tuple_operands_and_results():
     round_trip(module)
     for pv in (True, False):
         three_way(module, np.bool_(pv), np.float32([1, 2, 3]))
+
+
+def test_collectives_round_trip_on_one_device():
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    body = jax.shard_map(
+        lambda a: (lax.psum(a, "x"), lax.all_gather(a, "x"), lax.ppermute(a, "x", [(0, 0)])),
+        mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P("x"), P("x")))
+    a = np.arange(4, dtype=np.float32)
+    module = import_jax(jax.jit(body), a)
+    text = round_trip(module)
+    assert "replica_groups = dense<0> : tensor<1x1xi64>" in text and "channel_handle" in text
+    for g, w in zip(run_xla(module, a), jax.jit(body)(a)):
+        assert_close(g, np.asarray(w))
