@@ -176,15 +176,13 @@ class _Run:
                 self.running -= 1
                 self.waiting[device] = slot
                 self._detect_deadlock()
-                try:
-                    while not slot.done:
-                        if not self.cond.wait(self.timeout) and not slot.done:
-                            self._fail(slot, CollectiveMismatchError(
-                                f"{what}: timed out after {self.timeout} s waiting for "
-                                f"{self._missing_text(slot)}"))
-                finally:
-                    del self.waiting[device]
-                    self.running += 1
+                # Whoever completes (or fails) the slot counts this device as running again
+                # (_release), before waking it: no false deadlock while it wakes up.
+                while not slot.done:
+                    if not self.cond.wait(self.timeout) and not slot.done:
+                        self._fail(slot, CollectiveMismatchError(
+                            f"{what}: timed out after {self.timeout} s waiting for "
+                            f"{self._missing_text(slot)}"))
         if last:
             # Compute outside the lock: other groups keep exchanging meanwhile.
             try:
@@ -195,7 +193,7 @@ class _Run:
             with self.cond:
                 if not slot.done:
                     slot.results, slot.error, slot.done = results, error, True
-                self.cond.notify_all()
+                    self._release(slot)
         with self.cond:
             slot.taken += 1
             if slot.taken == len(members) or slot.error is not None:
@@ -213,16 +211,24 @@ class _Run:
 
     # -- failure detection (called with the lock held) ------------------------
 
+    def _release(self, slot: _Slot) -> None:
+        """Count the members waiting at a finished ``slot`` as running again, and wake them."""
+        for d in slot.members:
+            if self.waiting.get(d) is slot:
+                del self.waiting[d]
+                self.running += 1
+        self.cond.notify_all()
+
     def _fail(self, slot: _Slot, error: CollectiveMismatchError) -> None:
         if not slot.done:
             slot.error, slot.done = error, True
-        self.cond.notify_all()
+            self._release(slot)
 
     def _detect_deadlock(self) -> None:
         """When no device is computing, no waiting device can ever be released: fail them."""
         if self.running > 0 or not self.waiting:
             return
-        for slot in {id(s): s for s in self.waiting.values()}.values():
+        for slot in list({id(s): s for s in self.waiting.values()}.values()):
             self._fail(slot, CollectiveMismatchError(
                 f"{slot.what}: collective mismatch, the process group {list(slot.members)} can never meet: "
                 f"{self._missing_text(slot)}"))
