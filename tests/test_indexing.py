@@ -226,6 +226,7 @@ SCATTER_OPS = {
 
 
 def check_scatter(rng, case, op, dtype, special=False, unique=False):
+    """Scatter ``op`` on SCATTER_CASES[case] with random data and indices vs jax (FILL_OR_DROP: the raw op)."""
     shape, idx_shape, upd_shape, dn = SCATTER_CASES[case]
     x = random_array(rng, shape, dtype, special=special)
     u = random_array(rng, upd_shape, dtype, special=special)
@@ -380,6 +381,7 @@ def test_scatter_low_precision_add_rounds_per_update(rng):
 
 
 def build_scatter(shape, idx_shape, upd_shapes, dtypes, comp, **dn):
+    """A module scattering N updates into N inputs (parameters: inputs, indices, updates)."""
     b = XlaBuilder("scatter")
     names = {np.dtype(np.float32): "f32", np.dtype(np.int32): "s32", np.dtype(np.float64): "f64"}
     dims = lambda s: ",".join(map(str, s))  # noqa: E731
@@ -476,7 +478,9 @@ def test_jax_programs_import_and_run(rng):
     from interop import import_jax
 
     def f(x, i, u):
-        return x[i] * 2, x.at[i].add(u), x.at[i].max(u, mode="drop"), lax.dynamic_slice(x, (i[0], i[4]), (2, 2))
+        return (x[i] * 2, x.at[i].get(mode="fill", fill_value=-1.0), x.at[i].add(u), x.at[i].set(u),
+                x.at[i].max(u, mode="drop"), x.at[i].mul(u, mode="clip"), lax.dynamic_slice(x, (i[0], i[4]), (2, 2)),
+                lax.dynamic_update_slice(x, u[:2], (i[3], i[2])))
 
     x = random_array(rng, (6, 3), np.float32)
     i = np.array([0, 5, -1, 7, 2], np.int32)

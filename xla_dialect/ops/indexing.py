@@ -58,13 +58,9 @@ _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
 
 
 def _int_prop(props: Mapping, name: str, default: int | None = None) -> int | None:
+    """An integer property's value (``default`` when absent)."""
     attr = props.get(name)
     return default if attr is None else int(attr.value.data)
-
-
-def _flag(props: Mapping, name: str) -> bool:
-    attr = props.get(name)
-    return bool(attr.value.data) if attr is not None else False
 
 
 def _check_dims(op_name: str, dims: Sequence[int], bound: int, what: str, must_sort: bool = True,
