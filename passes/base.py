@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from types import UnionType
+from typing import Any, ClassVar, Union, get_args, get_origin
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -40,18 +41,46 @@ from xdsl.pattern_rewriter import (
 from xla_dialect.errors import PassError, op_context
 
 
+def matched_op_types(pattern: RewritePattern) -> tuple[type, ...] | None:
+    """The op classes an ``op_type_rewrite_pattern`` pattern can match (None: any op).
+
+    Read from the closure xDSL's decorator builds around the annotated method.
+    """
+    method = type(pattern).match_and_rewrite
+    for cell in getattr(method, "__closure__", None) or ():
+        value = cell.cell_contents
+        if isinstance(value, type) and issubclass(value, Operation):
+            return (value,)
+        if get_origin(value) in (Union, UnionType):
+            args = get_args(value)
+            if args and all(isinstance(a, type) and issubclass(a, Operation) for a in args):
+                return args
+    return None
+
+
 class _GuardedApplier(GreedyRewritePatternApplier):
-    """xDSL's greedy applier, turning pattern failures into PassErrors naming pass and op."""
+    """xDSL's greedy applier, dispatching on the op class and turning pattern failures
+    into PassErrors naming pass and op."""
 
     def __init__(self, pass_name: str, patterns: list[RewritePattern]):
         # Trivial-DCE is off: it relies on xDSL traits our ops do not carry, and
         # dropping ops is the business of the dce pass alone.
         super().__init__(patterns, dce_enabled=False)
         self.pass_name = pass_name
+        self._types = [matched_op_types(p) for p in patterns]
+        self._by_class: dict[type, list[RewritePattern]] = {}
+
+    def _patterns_for(self, cls: type) -> list[RewritePattern]:
+        found = self._by_class.get(cls)
+        if found is None:
+            found = [p for p, types in zip(self.rewrite_patterns, self._types)
+                     if types is None or issubclass(cls, types)]
+            self._by_class[cls] = found
+        return found
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         try:
-            for pattern in self.rewrite_patterns:
+            for pattern in self._patterns_for(type(op)):
                 pattern.match_and_rewrite(op, rewriter)
                 if rewriter.has_done_action:
                     return

@@ -31,27 +31,25 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
-from xla_dialect.layout import Layout, LayoutAttr, layout_of
+from xla_dialect.layout import Layout, layout_of
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
-from xla_dialect.ops.base import i64_array, ints
+from xla_dialect.ops.base import ints
 
 from . import movement
 from .base import PatternPass
 from .registry import register_pass
-from .util import create, make_constant, splat_scalar
+from .util import create, i64s, make_constant, splat_scalar, tensor_type
 
 
 def _array_type(element_type: Attribute, shape: Sequence[int], like: Attribute) -> TensorType:
     """A tensor type; it carries the default layout when ``like`` carries a layout (builder convention)."""
-    if layout_of(like) is not None:
-        return TensorType(element_type, list(shape), LayoutAttr(Layout.default(len(shape))))
-    return TensorType(element_type, list(shape))
+    return tensor_type(element_type, shape, Layout.default(len(shape)) if layout_of(like) is not None else None)
 
 
 def _broadcast_in_dim(value: SSAValue, shape: Sequence[int], dims: Sequence[int], like: Attribute,
                       new_ops: list[Operation]) -> SSAValue:
-    op = create(dm.BroadcastInDimOp, [value], {"broadcast_dimensions": i64_array(dims)},
+    op = create(dm.BroadcastInDimOp, [value], {"broadcast_dimensions": i64s(dims)},
                 [_array_type(value.type.element_type, shape, like)])
     new_ops.append(op)
     return op.results[0]
@@ -136,7 +134,7 @@ class BroadcastToBroadcastInDim(RewritePattern):
         rank = op.operand.type.get_num_dims()
         new = len(ints(op.broadcast_sizes))
         rewriter.replace(op, create(dm.BroadcastInDimOp, [op.operand],
-                                    {"broadcast_dimensions": i64_array(range(new, new + rank))},
+                                    {"broadcast_dimensions": i64s(range(new, new + rank))},
                                     [op.result.type]))
 
 

@@ -1,7 +1,8 @@
 """Cleanups: ``cse``, ``dce``, ``simplify`` and ``fold-constants``.
 
-* ``cse`` — xDSL's common-subexpression driver with hlo purity from
-  :mod:`passes.purity` (the hlo op classes carry no effect traits).
+* ``cse`` — common-subexpression elimination with hlo purity from
+  :mod:`passes.purity` (the hlo op classes carry no effect traits), scoped by
+  region like xDSL's driver but hashing each op once.
 * ``dce`` — drops pure ops whose results are unused (one pattern, walked
   backwards so a whole dead chain goes in one sweep).
 * ``simplify`` — algebraic no-ops from the table :data:`IDENTITY_OPERANDS`
@@ -29,8 +30,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
-from xdsl.transforms.common_subexpression_elimination import CSEDriver
-from xdsl.traits import IsTerminator
+from xdsl.rewriter import Rewriter
 
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
@@ -46,24 +46,61 @@ from .util import constant_array, forward, make_constant, splat_scalar
 # ----------------------------------------------------------------------------
 
 
-class _HloCSEDriver(CSEDriver):
-    """xDSL's CSE driver deciding hlo purity with :func:`passes.purity.is_pure`."""
+def _cse_key(op: Operation) -> tuple | None:
+    """What identifies ``op``'s computation: class, operands, properties, attributes, result types
+    (None when some part cannot be hashed, e.g. xDSL tuple types: such ops are left alone)."""
+    key = (type(op), op.name, tuple(op.operands), tuple(op.properties.items()), tuple(op.attributes.items()),
+           tuple(r.type for r in op.results), len(op.regions))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
-    def _simplify_operation(self, op: Operation):
-        if not isinstance(op, HloOp):
-            return super()._simplify_operation(op)
-        if op.has_trait(IsTerminator) or not is_pure(op):
-            return
-        if all(r.first_use is None for r in op.results):
-            self._mark_erasure(op)
-            return
-        if any(len(region.blocks) > 1 for region in op.regions):
-            return
-        existing = self._known_ops.get(op)
-        if existing is not None:
-            self._replace_and_delete(op, existing)
-        else:
-            self._known_ops[op] = op
+
+class _CSE:
+    """Common-subexpression elimination over hlo (and other side-effect-free) ops.
+
+    One dictionary per region scope, chained to the enclosing scopes, so an op
+    inside a region may reuse an identical op of an enclosing block (it
+    dominates it) but never the other way round. Ops with regions must also
+    have structurally equivalent regions. Each op's key is hashed once (xDSL's
+    driver rehashes properties and types at every lookup and copies its table
+    for every region, which dominates on large programs).
+    """
+
+    def __init__(self):
+        self.rewriter = Rewriter()
+
+    def region(self, region, scopes: list[dict]) -> None:
+        for block in region.blocks:
+            self.block(block, scopes + [{}])
+
+    def block(self, block, scopes: list[dict]) -> None:
+        table = scopes[-1]
+        for op in list(block.ops):
+            for region in op.regions:
+                if len(region.blocks) == 1:
+                    self.region(region, scopes)
+            if not op.results or not is_pure(op) or any(len(r.blocks) > 1 for r in op.regions):
+                continue
+            key = _cse_key(op)
+            if key is None:
+                continue
+            existing = None
+            for scope in reversed(scopes):
+                for candidate in scope.get(key, ()):
+                    if all(a.is_structurally_equivalent(b) for a, b in zip(op.regions, candidate.regions)):
+                        existing = candidate
+                        break
+                if existing is not None:
+                    break
+            if existing is None:
+                table.setdefault(key, []).append(op)
+                continue
+            for old, new in zip(op.results, existing.results):
+                old.replace_all_uses_with(new)
+            self.rewriter.erase_op(op)
 
 
 @register_pass
@@ -74,7 +111,9 @@ class CSEPass(PatternPass):
     name = "cse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _HloCSEDriver().simplify(op)
+        cse = _CSE()
+        for region in op.regions:
+            cse.region(region, [])
 
 
 # ----------------------------------------------------------------------------

@@ -63,6 +63,7 @@ from xla_dialect.types import element_type_of
 
 from .base import PatternPass, emit_report
 from .registry import register_pass
+from .util import tensor_type
 
 M2M = tuple[int, ...]
 
@@ -133,13 +134,23 @@ class Target:
         """
         if like is not None and (like.tiles or not self.tiled):
             return like
-        space = like.memory_space if like is not None else 0
-        if not self.tiled:
-            return Layout(tuple(m2m), memory_space=space)
-        shape = type_.get_shape()
-        physical = [shape[d] for d in reversed(m2m)]
-        tiles, e = tpu_tiles(type_.element_type, physical)
-        return Layout(tuple(m2m), tiles, element_size_in_bits=e, memory_space=space)
+        key = (self.name, type_.element_type, tuple(type_.get_shape()), tuple(m2m), like)
+        layout = _LAYOUTS.get(key)
+        if layout is None:
+            space = like.memory_space if like is not None else 0
+            if not self.tiled:
+                layout = Layout(tuple(m2m), memory_space=space)
+            else:
+                shape = type_.get_shape()
+                tiles, e = tpu_tiles(type_.element_type, [shape[d] for d in reversed(m2m)])
+                layout = Layout(tuple(m2m), tiles, element_size_in_bits=e, memory_space=space)
+            if len(_LAYOUTS) > 1 << 16:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = layout
+        return layout
+
+
+_LAYOUTS: dict[tuple, Layout] = {}
 
 
 TARGETS = {"cpu": Target("cpu", tiled=False), "tpu": Target("tpu", tiled=True)}
@@ -319,14 +330,38 @@ class LayoutReport:
         return "\n".join(lines)
 
 
-def _bytes(type_: Attribute) -> int:
+_BYTES: dict[Attribute, int] = {}
+_SHAPES: dict[Attribute, str] = {}
+
+
+def _memo(cache: dict, type_: Attribute, compute):
+    """Per-type memo (programs repeat the same few types); xDSL tuple types are not hashable."""
+    if isinstance(type_, TupleType):
+        return compute(type_)
+    value = cache.get(type_)
+    if value is None:
+        if len(cache) > 1 << 16:
+            cache.clear()
+        value = cache[type_] = compute(type_)
+    return value
+
+
+def _compute_bytes(type_: Attribute) -> int:
     if isinstance(type_, TensorType):
-        if any(d < 0 for d in type_.get_shape()):
-            return 0
-        return byte_size(type_)
+        return 0 if any(d < 0 for d in type_.get_shape()) else byte_size(type_)
     if isinstance(type_, TupleType):
         return sum(_bytes(t) for t in type_.types)
     return 0
+
+
+def _bytes(type_: Attribute) -> int:
+    """Bytes of a value of ``type_`` (tuples: their elements; tokens: 0), memoized."""
+    return _memo(_BYTES, type_, _compute_bytes)
+
+
+def _shape_text(type_: Attribute) -> str:
+    """``format_shape``, memoized."""
+    return _memo(_SHAPES, type_, format_shape)
 
 
 def _values_in_print_order(module: ModuleOp) -> Iterator[tuple[SSAValue, Operation | None]]:
@@ -392,8 +427,9 @@ def _parse_layout_list(text: str | None, what: str) -> list[Layout | None] | Non
 
 
 def _with_spec(type_: Attribute, spec: Spec) -> Attribute:
+    """``type_`` carrying the layout(s) ``spec``."""
     if isinstance(type_, TensorType) and isinstance(spec, Layout):
-        return TensorType(type_.element_type, type_.get_shape(), LayoutAttr(spec))
+        return tensor_type(type_.element_type, type_.get_shape(), spec)
     if isinstance(type_, TupleType) and isinstance(spec, tuple):
         return TupleType([_with_spec(t, s) for t, s in zip(type_.types, spec)])
     return type_
@@ -699,8 +735,8 @@ class LayoutAssigner:
             if copy is None:
                 copy = self._copy(value, spec)
                 made[key] = copy
-                report.copies.append(CopyRecord(names.get(value, "?"), why, format_shape(value.type),
-                                                format_shape(copy.type), _bytes(copy.type)))
+                report.copies.append(CopyRecord(names.get(value, "?"), why, _shape_text(value.type),
+                                                _shape_text(copy.type), _bytes(copy.type)))
             user.operands[index] = copy
 
     def _copy(self, value: SSAValue, spec: Spec) -> SSAValue:
@@ -779,7 +815,7 @@ def assign(module: ModuleOp, target: str = "cpu", arg_layouts: str | None = None
     names = _value_table(module)
     for value, op in _values_in_print_order(module):
         if isinstance(value.type, (TensorType, TupleType)):
-            report.values.append((names[value], format_shape(value.type), _bytes(value.type)))
+            report.values.append((names[value], _shape_text(value.type), _bytes(value.type)))
     report.total_bytes_after = sum(v[2] for v in report.values)
     return report
 

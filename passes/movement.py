@@ -13,9 +13,9 @@ from __future__ import annotations
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
 from xla_dialect.ops import data_movement as dm
-from xla_dialect.ops.base import i64_array, ints
+from xla_dialect.ops.base import ints
 
-from .util import create, forward
+from .util import create, forward, i64s
 
 
 def _shape(value) -> tuple[int, ...]:
@@ -86,7 +86,7 @@ class ComposeTransposes(RewritePattern):
         composed = [p[j] for j in q]
         if composed == list(range(len(composed))) and forward(rewriter, op, inner.operand):
             return
-        rewriter.replace(op, create(dm.TransposeOp, [inner.operand], {"permutation": i64_array(composed)},
+        rewriter.replace(op, create(dm.TransposeOp, [inner.operand], {"permutation": i64s(composed)},
                                     [op.result.type]))
 
 
@@ -117,7 +117,7 @@ class ComposeBroadcasts(RewritePattern):
             return
         d1, d2 = ints(inner.broadcast_dimensions), ints(op.broadcast_dimensions)
         dims = [d2[d] for d in d1]
-        rewriter.replace(op, create(dm.BroadcastInDimOp, [inner.operand], {"broadcast_dimensions": i64_array(dims)},
+        rewriter.replace(op, create(dm.BroadcastInDimOp, [inner.operand], {"broadcast_dimensions": i64s(dims)},
                                     [op.result.type]))
 
 

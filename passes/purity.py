@@ -24,7 +24,7 @@ IMPURE_OPS: set[str] = {
     "hlo.all_to_all",
     "hlo.collective_broadcast",
     "hlo.collective_permute",
-    "hlo.custom_call",  # unless has_side_effect = false, see below
+    "hlo.custom_call",  # unless has_side_effect = false, see is_pure
     "hlo.infeed",
     "hlo.optimization_barrier",
     "hlo.outfeed",
@@ -55,20 +55,33 @@ def _flag(op: Operation, name: str) -> bool | None:
     return True
 
 
+_CLASS_PURE: dict[type, bool] = {}
+
+
 def is_pure(op: Operation) -> bool:
     """True when ``op`` only computes its results (no effects, deterministic)."""
-    if op.has_trait(IsTerminator, value_if_unregistered=False):
-        return False
-    if not isinstance(op, HloOp):
-        return is_side_effect_free(op)
-    if op.name in IMPURE_OPS:
-        if op.name == "hlo.custom_call" and _flag(op, "has_side_effect") is False:
-            pass
+    cls = type(op)
+    pure = _CLASS_PURE.get(cls)
+    if pure is None:
+        if op.has_trait(IsTerminator, value_if_unregistered=False):
+            pure = False
+        elif not isinstance(op, HloOp):
+            pure = None  # decided per op by xDSL's traits
         else:
-            return False
-    if _flag(op, "has_side_effect"):
+            pure = op.name not in IMPURE_OPS or op.name == "hlo.custom_call"
+        _CLASS_PURE[cls] = pure if pure is not None else "traits"
+    elif pure == "traits":
+        pure = None
+    if pure is None:
+        return is_side_effect_free(op)
+    if not pure:
         return False
-    for v in (*op.operands, *op.results):
+    if op.name == "hlo.custom_call" and _flag(op, "has_side_effect") is not False:
+        return False  # a custom call is pure only when it says so
+    for v in op.operands:
+        if _mentions_token(v.type):
+            return False
+    for v in op.results:
         if _mentions_token(v.type):
             return False
     for region in op.regions:

@@ -42,14 +42,14 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xla_dialect.layout import COMBINE_DIMENSION, Layout, LayoutAttr, layout_of, physical_dims
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
-from xla_dialect.ops.base import i64_array, ints
+from xla_dialect.ops.base import ints
 from xla_dialect.shape import format_shape
 
 from .base import PatternPass, emit_report
 from .layouts import _tiled_bitcast, TARGETS, reshape_bitcast_m2m
 from .purity import is_pure
 from .registry import register_pass
-from .util import create, make_constant
+from .util import create, i64s, make_constant, tensor_type
 
 ELEMENTWISE = (ew.UnaryElementwiseOp, ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)
 """Op classes that may run directly on physical buffers (same shape and layout everywhere)."""
@@ -65,10 +65,27 @@ def tiled_layout(type_: Attribute) -> Layout | None:
     return layout
 
 
+_ROW_MAJOR: dict[int, Layout] = {}
+_PHYSICAL: dict[Attribute, tuple[int, ...]] = {}
+
+
 def _plain(element_type: Attribute, shape) -> TensorType:
     """A row-major (untiled) array type: how physical buffers and conversion temporaries are typed."""
-    shape = [int(d) for d in shape]
-    return TensorType(element_type, shape, LayoutAttr(Layout.default(len(shape))))
+    rank = len(shape)
+    layout = _ROW_MAJOR.get(rank)
+    if layout is None:
+        layout = _ROW_MAJOR[rank] = Layout.default(rank)
+    return tensor_type(element_type, shape, layout)
+
+
+def _physical_dims(type_: TensorType) -> tuple[int, ...]:
+    """``xla_dialect.layout.physical_dims``, memoized per type."""
+    dims = _PHYSICAL.get(type_)
+    if dims is None:
+        if len(_PHYSICAL) > 1 << 16:
+            _PHYSICAL.clear()
+        dims = _PHYSICAL[type_] = tuple(physical_dims(type_))
+    return dims
 
 
 @dataclass
@@ -118,22 +135,34 @@ def _levels(shape, layout: Layout) -> tuple[list[int], list[_Level]]:
 
 
 class _Emitter:
-    """Creates conversion ops at an insertion point, remembering them for the final cleanup."""
+    """Creates conversion ops, to be inserted together at one point."""
 
-    def __init__(self, created: list[Operation]):
-        self.created = created
+    def __init__(self, counter: list[int]):
+        self.counter = counter  # shared count of conversion ops, for the report
         self.ops: list[Operation] = []
 
     def emit(self, op: Operation) -> SSAValue:
         self.ops.append(op)
-        self.created.append(op)
+        self.counter[0] += 1
         return op.results[0]
+
+    def insert_before(self, op: Operation) -> None:
+        if self.ops:
+            Rewriter.insert_op(self.ops, InsertPoint.before(op))
+            self.ops = []
+
+    def insert_after_definition(self, value: SSAValue) -> None:
+        if self.ops:
+            where = (InsertPoint.after(value.owner) if isinstance(value.owner, Operation)
+                     else InsertPoint.at_start(value.owner))
+            Rewriter.insert_op(self.ops, where)
+            self.ops = []
 
     def transpose(self, v: SSAValue, perm) -> SSAValue:
         if list(perm) == list(range(len(perm))):
             return v
         shape = v.type.get_shape()
-        return self.emit(create(dm.TransposeOp, [v], {"permutation": i64_array(perm)},
+        return self.emit(create(dm.TransposeOp, [v], {"permutation": i64s(perm)},
                                 [_plain(v.type.element_type, [shape[p] for p in perm])]))
 
     def reshape(self, v: SSAValue, shape) -> SSAValue:
@@ -152,22 +181,22 @@ class _Emitter:
         if have == list(shape):
             return v
         high = [b - a for a, b in zip(have, shape)]
+        zeros = i64s([0] * len(have))
         return self.emit(create(dm.PadOp, [v, self.zero(v.type.element_type)],
-                                {"edge_padding_low": i64_array([0] * len(have)), "edge_padding_high": i64_array(high),
-                                 "interior_padding": i64_array([0] * len(have))},
+                                {"edge_padding_low": zeros, "edge_padding_high": i64s(high), "interior_padding": zeros},
                                 [_plain(v.type.element_type, shape)]))
 
     def slice(self, v: SSAValue, shape) -> SSAValue:
         have = list(v.type.get_shape())
         if have == list(shape):
             return v
-        return self.emit(create(dm.SliceOp, [v], {"start_indices": i64_array([0] * len(have)),
-                                                  "limit_indices": i64_array(shape),
-                                                  "strides": i64_array([1] * len(have))},
+        return self.emit(create(dm.SliceOp, [v], {"start_indices": i64s([0] * len(have)),
+                                                  "limit_indices": i64s(shape),
+                                                  "strides": i64s([1] * len(have))},
                                 [_plain(v.type.element_type, shape)]))
 
     def broadcast(self, v: SSAValue, shape) -> SSAValue:
-        return self.emit(create(dm.BroadcastInDimOp, [v], {"broadcast_dimensions": i64_array([])},
+        return self.emit(create(dm.BroadcastInDimOp, [v], {"broadcast_dimensions": i64s([])},
                                 [_plain(v.type.element_type, shape)]))
 
     def pack(self, v: SSAValue, layout: Layout) -> SSAValue:
@@ -178,12 +207,9 @@ class _Emitter:
             cur = self.reshape(cur, lv.expanded)
             cur = self.reshape(cur, lv.merged)
             cur = self.pad(cur, lv.padded)
-            k = len(lv.sizes)
             interleaved = lv.merged[:lv.split] + [x for c, t in zip(lv.counts, lv.sizes) for x in (c, t)]
             cur = self.reshape(cur, interleaved)
-            perm = (list(range(lv.split)) + [lv.split + 2 * i for i in range(k)]
-                    + [lv.split + 2 * i + 1 for i in range(k)])
-            cur = self.transpose(cur, perm)
+            cur = self.transpose(cur, _tile_perm(lv))
         return cur
 
     def unpack(self, p: SSAValue, logical_type: TensorType, layout: Layout) -> SSAValue:
@@ -191,23 +217,27 @@ class _Emitter:
         order, levels = _levels(logical_type.get_shape(), layout)
         cur = p
         for lv in reversed(levels):
-            k = len(lv.sizes)
-            perm = (list(range(lv.split)) + [lv.split + 2 * i for i in range(k)]
-                    + [lv.split + 2 * i + 1 for i in range(k)])
-            inverse = [0] * len(perm)
-            for i, q in enumerate(perm):
-                inverse[q] = i
-            cur = self.transpose(cur, inverse)
+            cur = self.transpose(cur, _inverse(_tile_perm(lv)))
             cur = self.reshape(cur, lv.padded)
             cur = self.slice(cur, lv.merged)
             cur = self.reshape(cur, lv.before)
-        inverse = [0] * len(order)
-        for i, q in enumerate(order):
-            inverse[q] = i
-        cur = self.transpose(cur, inverse)
+        cur = self.transpose(cur, _inverse(order))
         # A copy gives the value exactly the logical type (layout included) users expect, and a
         # compact buffer: kernels such as reductions may sum in a memory-order-dependent order.
         return self.emit(dm.CopyOp.create(operands=[cur], result_types=[logical_type]))
+
+
+def _tile_perm(lv: _Level) -> list[int]:
+    """The transpose moving a level's tile dimensions most minor: (outer, c1, t1, c2, t2) -> (outer, c1, c2, t1, t2)."""
+    k = len(lv.sizes)
+    return list(range(lv.split)) + [lv.split + 2 * i for i in range(k)] + [lv.split + 2 * i + 1 for i in range(k)]
+
+
+def _inverse(perm) -> list[int]:
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return inverse
 
 
 _ZERO_CACHE: dict[tuple, bool] = {}
@@ -215,7 +245,7 @@ _ZERO_CACHE: dict[tuple, bool] = {}
 
 def preserves_zero(op: Operation) -> bool:
     """Whether ``op`` maps all-zero operands to an all-zero (bitwise) result, by running its kernel once."""
-    key = (type(op), tuple(sorted((k, str(v)) for k, v in op.properties.items())),
+    key = (type(op), tuple(sorted(op.properties.items())),
            tuple(o.type.element_type for o in op.operands), op.results[0].type.element_type)
     cached = _ZERO_CACHE.get(key)
     if cached is not None:
@@ -267,37 +297,20 @@ class TilingReport:
 class _FunctionTiler:
     """Tiles the top-level block of one function (see the module docstring)."""
 
-    def __init__(self, created: list[Operation], report: TilingReport):
-        self.created = created
+    def __init__(self, report: TilingReport, counter: list[int]):
         self.report = report
-        self.phys: dict[SSAValue, SSAValue] = {}
-        self.replaced: dict[SSAValue, SSAValue] = {}  # original result -> its unpacked replacement
-        self.masks: dict[tuple, SSAValue] = {}
+        self.counter = counter
+        self.phys: dict[SSAValue, SSAValue] = {}  # logical value -> its physical buffer
+        self.masks: dict[tuple, tuple[SSAValue, SSAValue]] = {}
         self.block: Block | None = None
-
-    def _emitter_before(self, op: Operation):
-        em = _Emitter(self.created)
-        return em, (lambda: Rewriter.insert_op(em.ops, InsertPoint.before(op)) if em.ops else None)
-
-    def _emitter_after(self, value: SSAValue):
-        em = _Emitter(self.created)
-
-        def flush():
-            if not em.ops:
-                return
-            if isinstance(value.owner, Operation):
-                Rewriter.insert_op(em.ops, InsertPoint.after(value.owner))
-            else:
-                Rewriter.insert_op(em.ops, InsertPoint.at_start(value.owner))
-        return em, flush
 
     def physical(self, v: SSAValue) -> SSAValue:
         """The physical buffer of tiled ``v``, packing it (once, after its definition) if needed."""
         p = self.phys.get(v)
         if p is None:
-            em, flush = self._emitter_after(v)
+            em = _Emitter(self.counter)
             p = em.pack(v, tiled_layout(v.type))
-            flush()
+            em.insert_after_definition(v)
             self.phys[v] = p
         return p
 
@@ -307,25 +320,36 @@ class _FunctionTiler:
         if key not in self.masks:
             from xdsl.dialects.builtin import IntegerType
 
-            em = _Emitter(self.created)
-            pred = IntegerType(1)
-            true = em.emit(make_constant(np.ones((), np.bool_), _plain(pred, [])))
-            ones = em.broadcast(true, type_.get_shape())
-            mask = em.pack(ones, layout)
-            zeros = em.broadcast(em.zero(type_.element_type), physical_dims(type_))
+            em = _Emitter(self.counter)
+            true = em.emit(make_constant(np.ones((), np.bool_), _plain(IntegerType(1), [])))
+            mask = em.pack(em.broadcast(true, type_.get_shape()), layout)
+            zeros = em.broadcast(em.zero(type_.element_type), _physical_dims(type_))
             Rewriter.insert_op(em.ops, InsertPoint.at_start(self.block))
             self.masks[key] = (mask, zeros)
         return self.masks[key]
 
     def run(self, block: Block) -> None:
+        """Compute what can be computed on physical buffers, then give the remaining users logical values."""
         self.block = block
+        done: list[Operation] = []
         for op in list(block.ops):
             if isinstance(op, ELEMENTWISE) and self._same_layouts(op):
                 self._elementwise(op)
-            elif isinstance(op, dm.TransposeOp):
-                self._transpose(op)
-            elif isinstance(op, dm.ReshapeOp):
-                self._reshape(op)
+            elif not (isinstance(op, dm.TransposeOp) and self._transpose(op)
+                      or isinstance(op, dm.ReshapeOp) and self._reshape(op)):
+                continue
+            done.append(op)
+        moved = set(done)
+        for op in done:
+            result = op.results[0]
+            if any(use.operation not in moved for use in result.uses):
+                em = _Emitter(self.counter)
+                logical = em.unpack(self.phys[result], result.type, tiled_layout(result.type))
+                em.insert_before(op)
+                result.replace_all_uses_with(logical)
+                self.phys[logical] = self.phys[result]
+        for op in reversed(done):
+            Rewriter.erase_op(op)
 
     @staticmethod
     def _same_layouts(op: Operation) -> bool:
@@ -343,79 +367,57 @@ class _FunctionTiler:
 
     def _elementwise(self, op: Operation) -> None:
         result = op.results[0]
-        layout = tiled_layout(result.type)
-        pdims = physical_dims(result.type)
         operands = [self.physical(v) for v in op.operands]
-        em, flush = self._emitter_before(op)
-        new = em.emit(type(op).create(operands=operands, properties=dict(op.properties),
-                                      attributes=dict(op.attributes),
-                                      result_types=[_plain(result.type.element_type, pdims)]))
-        self.created.remove(new.owner)  # the computation itself is not a conversion
+        em = _Emitter(self.counter)
+        physical_type = _plain(result.type.element_type, _physical_dims(result.type))
+        new = type(op).create(operands=operands, properties=dict(op.properties), attributes=dict(op.attributes),
+                              result_types=[physical_type])
+        em.ops.append(new)
+        value = new.results[0]
         if not preserves_zero(op):
-            flush()
-            mask, zeros = self.mask(layout, result.type)
-            em, flush = self._emitter_before(op)
-            new = em.emit(create(ew.SelectOp, [mask, new, zeros], {}, [new.type]))
-        logical = em.unpack(new, result.type, layout)
-        flush()
-        result.replace_all_uses_with(logical)
-        self.phys[logical] = new
-        self.replaced[result] = logical
-        Rewriter.erase_op(op)
+            em.insert_before(op)
+            mask, zeros = self.mask(tiled_layout(result.type), result.type)
+            value = em.emit(create(ew.SelectOp, [mask, value, zeros], {}, [physical_type]))
+        em.insert_before(op)
+        self.phys[result] = value
         self.report.physical_ops += 1
 
-    def _transpose(self, op: dm.TransposeOp) -> None:
-        src = op.operand
-        if src not in self.phys or tiled_layout(op.result.type) is None or tiled_layout(src.type) is None:
-            return
-        lin, lout = tiled_layout(src.type), tiled_layout(op.result.type)
-        perm = ints(op.permutation)
-        inverse = [0] * len(perm)
-        for i, p in enumerate(perm):
-            inverse[p] = i
-        if lin.tiles == lout.tiles and tuple(inverse[d] for d in lin.minor_to_major) == lout.minor_to_major:
-            self.phys[op.result] = self.phys[src]
-            self.report.bitcasts += 1
-
-    def _reshape(self, op: dm.ReshapeOp) -> None:
+    def _transpose(self, op: dm.TransposeOp) -> bool:
         src = op.operand
         lin, lout = tiled_layout(src.type), tiled_layout(op.result.type)
         if src not in self.phys or lin is None or lout is None:
-            return
+            return False
+        inverse = _inverse(ints(op.permutation))
+        if lin.tiles != lout.tiles or tuple(inverse[d] for d in lin.minor_to_major) != lout.minor_to_major:
+            return False
+        self.phys[op.result] = self.phys[src]
+        self.report.bitcasts += 1
+        return True
+
+    def _reshape(self, op: dm.ReshapeOp) -> bool:
+        src = op.operand
+        lin, lout = tiled_layout(src.type), tiled_layout(op.result.type)
+        if src not in self.phys or lin is None or lout is None:
+            return False
         m2m = reshape_bitcast_m2m(src.type.get_shape(), lin.minor_to_major, op.result.type.get_shape())
         if m2m != lout.minor_to_major or not _tiled_bitcast(TARGETS["tpu"], src.type, lin, op.result.type, lout):
-            return
-        em, flush = self._emitter_before(op)
-        self.phys[op.result] = em.reshape(self.phys[src], physical_dims(op.result.type))
-        flush()
+            return False
+        em = _Emitter(self.counter)
+        self.phys[op.result] = em.reshape(self.phys[src], _physical_dims(op.result.type))
+        em.insert_before(op)
         self.report.bitcasts += 1
+        return True
 
 
-def _cleanup(created: list[Operation]) -> int:
-    """Erase conversion ops nobody uses (newest first); return how many remain."""
-    alive = 0
-    for op in reversed(created):
-        if op.parent is None:
-            continue
-        if all(r.first_use is None for r in op.results):
-            Rewriter.erase_op(op)
-        else:
-            alive += 1
-    return alive
-
-
-def _expose(fn: func.FuncOp, tiler: _FunctionTiler, report: TilingReport, index_of: dict[SSAValue, int]) -> None:
+def _expose(fn: func.FuncOp, tiler: _FunctionTiler, report: TilingReport,
+            top_level: list[tuple[SSAValue, int]]) -> None:
     """Append the physical buffer of every tiled top-level value of ``fn`` to its results."""
-    block = fn.body.block
-    ret = block.last_op
+    ret = fn.body.block.last_op
     extra = []
-    for value, index in sorted(index_of.items(), key=lambda item: item[1]):
-        if not (value.owner is block or (isinstance(value.owner, Operation) and value.owner.parent is block)) \
-                and value not in tiler.replaced:
-            continue
+    for value, index in top_level:
         if tiled_layout(value.type) is None:
             continue
-        extra.append(tiler.physical(tiler.replaced.get(value, value)))
+        extra.append(tiler.phys[value] if value in tiler.phys else tiler.physical(value))
         report.exposed.append((index, format_shape(value.type)))
     if extra:
         ret.operands = [*ret.operands, *extra]
@@ -427,14 +429,17 @@ def tile(module: ModuleOp, expose_physical: bool = False) -> TilingReport:
     from .layouts import _values_in_print_order
 
     report = TilingReport()
-    created: list[Operation] = []
+    counter = [0]
     index_of = {v: i for i, (v, _) in enumerate(_values_in_print_order(module))} if expose_physical else {}
     for fn in [op for op in module.ops if isinstance(op, func.FuncOp)]:
-        tiler = _FunctionTiler(created, report)
-        tiler.run(fn.body.block)
+        block = fn.body.block
+        top_level = [(v, index_of[v]) for v in (*block.args, *(r for op in block.ops for r in op.results))
+                     if v in index_of]
+        tiler = _FunctionTiler(report, counter)
+        tiler.run(block)
         if expose_physical and (fn.sym_visibility is None or fn.sym_visibility.data == "public"):
-            _expose(fn, tiler, report, index_of)
-    report.conversions = _cleanup(created)
+            _expose(fn, tiler, report, top_level)
+    report.conversions = counter[0]
     return report
 
 

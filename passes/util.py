@@ -9,11 +9,39 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
 
-from xla_dialect.layout import strip_layout
+from xla_dialect.layout import Layout, LayoutAttr, strip_layout
 from xla_dialect.literal import DenseLiteralAttr
-from xla_dialect.ops.base import HloOp
+from xla_dialect.ops.base import HloOp, i64_array
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.types import numpy_dtype
+
+
+_TYPES: dict[tuple, TensorType] = {}
+_ARRAYS: dict[tuple, object] = {}
+_CACHE_LIMIT = 1 << 16
+
+
+def tensor_type(element_type: Attribute, shape: Sequence[int], layout: Layout | None = None) -> TensorType:
+    """``TensorType(element_type, shape, #hlo.layout<layout>)``, cached (xDSL types are costly to build)."""
+    key = (element_type, tuple(shape), layout)
+    t = _TYPES.get(key)
+    if t is None:
+        if len(_TYPES) > _CACHE_LIMIT:
+            _TYPES.clear()
+        t = _TYPES[key] = (TensorType(element_type, list(shape), LayoutAttr(layout)) if layout is not None
+                           else TensorType(element_type, list(shape)))
+    return t
+
+
+def i64s(values: Sequence[int]):
+    """A cached ``array<i64: ...>`` property value."""
+    key = tuple(int(v) for v in values)
+    a = _ARRAYS.get(key)
+    if a is None:
+        if len(_ARRAYS) > _CACHE_LIMIT:
+            _ARRAYS.clear()
+        a = _ARRAYS[key] = i64_array(key)
+    return a
 
 
 def constant_array(value: SSAValue) -> np.ndarray | None:
