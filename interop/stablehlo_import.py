@@ -515,10 +515,12 @@ def register_converter(name: str):
 class Importer:
     """Walks a jaxlib ``ir.Module`` and builds the equivalent hlo ``ModuleOp``."""
 
-    def __init__(self, allow_unknown: bool = False):
+    def __init__(self, allow_unknown: bool = False, quant_lines: dict | None = None):
         self.allow_unknown = allow_unknown  # keep unknown ops / dynamic shapes as opaque ops
         self.opaque_chlo = False  # chlo ops kept opaque (their expansion through XLA failed)
         self.types: dict = {}  # ir.Type -> xDSL type
+        self.quant_lines: dict = quant_lines or {}  # source line -> (kind, result quantizations), see stablehlo_quant
+        self.quant_values: dict = {}  # hlo value -> the quantization it carries (fake-quantized floats)
         self.values: dict = {}  # ir.Value -> SSAValue
         self.attrs: dict = {}  # ir.Attribute -> converted
         self.locs: dict = {}  # location attribute -> "file:line" | None
@@ -584,6 +586,7 @@ class Importer:
             x = types.get(t)
             out.append(x if x is not None else self.type(t))
         return out
+
 
     def location(self, op) -> str | None:
         """``file:line`` of an MLIR op (cached per location)."""
@@ -739,24 +742,27 @@ class Importer:
         """Convert one MLIR op (appending hlo ops) and map its results."""
         op = op.operation
         self._current = op
-        name = op.name
-        conv = CONVERTERS.get(name)
-        if conv is not None:
-            results = conv(self, op)
-        elif name.startswith("stablehlo.") and "hlo." + name[10:] in self.ops_by_name:
-            results = generic_converter(self, op, self.ops_by_name["hlo." + name[10:]])
-        elif name.startswith("chlo.") and not self.opaque_chlo:
-            raise _ChloFound(f"{self._where()}: {name}")
-        elif self.allow_unknown:
-            results = opaque_converter(self, op)
-        elif name.startswith("stablehlo."):
-            raise UnsupportedError(f"{self._where()}: {name} has no hlo counterpart yet")
-        else:
-            raise UnsupportedError(f"{self._where()}: {name} is not supported")
+        if self.quant_lines:
+            entry = self._quant_entry(op)
+            if entry is not None:
+                from .stablehlo_quant import convert_quantized_op
+
+                results = convert_quantized_op(self, op, entry[1], entry[0])
+                self._map_results(op, results)
+                return
+        self._map_results(op, convert_unquantized(self, op))
+
+    def _map_results(self, op, results) -> None:
         if results is not None:
             values = self.values
             for r, v in zip(op.results, results):
                 values[r] = v
+
+    def _quant_entry(self, op):
+        loc = op.location
+        if isinstance(loc, self._ir.FileLineColLoc) and loc.filename == "-":
+            return self.quant_lines.get(loc.start_line)
+        return None
 
     # -- functions ------------------------------------------------------------
 
@@ -1019,6 +1025,23 @@ def _layout_of_mode(mode: str, type_: TensorType):
 
 ATTRIBUTE_RENAMES: dict[str, dict[str, str | None]] = {}
 """StableHLO op -> {attribute name: hlo property name (None: drop)} where they differ."""
+
+
+def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
+    """Convert ``op`` (an ``ir.Operation``) by its converter or the generic rule; return its values."""
+    name = op.name
+    conv = CONVERTERS.get(name)
+    if conv is not None:
+        return conv(imp, op)
+    if name.startswith("stablehlo.") and "hlo." + name[10:] in imp.ops_by_name:
+        return generic_converter(imp, op, imp.ops_by_name["hlo." + name[10:]])
+    if name.startswith("chlo.") and not imp.opaque_chlo:
+        raise _ChloFound(f"{imp._where()}: {name}")
+    if imp.allow_unknown:
+        return opaque_converter(imp, op)
+    if name.startswith("stablehlo."):
+        raise UnsupportedError(f"{imp._where()}: {name} has no hlo counterpart yet")
+    raise UnsupportedError(f"{imp._where()}: {name} is not supported")
 
 
 def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:
@@ -1434,7 +1457,11 @@ def has_dynamic_inputs(module) -> bool:
     """True when ``@main`` takes arrays with ``?`` dimensions (a shape-polymorphic program)."""
     ir = _ir()
     with module.context:
-        ftype = _main_function(module).attributes["function_type"].value
+        try:
+            main = _main_function(module)
+        except UnsupportedError:
+            return False  # no @main (e.g. interpreter test functions): nothing to refine
+        ftype = main.attributes["function_type"].value
         return any(isinstance(t, ir.RankedTensorType) and _DYNAMIC in list(t.shape) for t in ftype.inputs)
 
 
@@ -1491,7 +1518,8 @@ def refine_shapes(module, example_args):
         return ir.Module.parse(refined)
 
 
-def import_mlir_module(module, *example_args, verify: bool = False, allow_unknown: bool = False) -> ModuleOp:
+def import_mlir_module(module, *example_args, verify: bool = False, allow_unknown: bool = False,
+                       quant_lines: dict | None = None) -> ModuleOp:
     """Convert a jaxlib ``ir.Module`` holding StableHLO to an hlo ``ModuleOp``.
 
     ``example_args`` (arrays or anything with ``shape``/``dtype``, one per
@@ -1502,6 +1530,9 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
     become unregistered ops of the same name (see :func:`opaque_converter`)
     and ``?`` dimensions stay dynamic. Such a module exports back unchanged
     (:func:`interop.export.export_stablehlo`) but does not run.
+
+    ``quant_lines`` is the table of :func:`interop.stablehlo_quant.expand_quantized_text`
+    for a module parsed from rewritten quantized text.
     """
     if example_args:
         module = refine_shapes(module, example_args)
@@ -1510,16 +1541,16 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
             "@main takes arrays of dynamic shape (a shape-polymorphic program): give example arguments "
             "(arrays or jax.ShapeDtypeStruct) to refine it to static shapes")
     try:
-        result = Importer(allow_unknown).import_module(module)
+        result = Importer(allow_unknown, quant_lines).import_module(module)
     except _ChloFound as found:
         try:
-            result = Importer(allow_unknown).import_module(legalize_chlo(module))
+            result = Importer(allow_unknown, quant_lines).import_module(legalize_chlo(module))
         except _ChloFound:
             raise UnsupportedError(f"{found}: chlo op is not supported") from None
         except UnsupportedError as e:
             if not allow_unknown:
                 raise UnsupportedError(f"{found} (expanded through XLA): {e}") from None
-            importer = Importer(allow_unknown)
+            importer = Importer(allow_unknown, quant_lines)
             importer.opaque_chlo = True
             result = importer.import_module(module)
     if verify:
@@ -1539,4 +1570,16 @@ def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown:
     ``allow_unknown=True`` keeps ops without hlo form and dynamic shapes for a
     round trip instead of raising.
     """
-    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify, allow_unknown=allow_unknown)
+    quant_lines = None
+    if isinstance(source, (bytes, bytearray)) and not bytes(source).startswith(_BYTECODE_MAGIC):
+        try:
+            source = bytes(source).decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # parse_stablehlo reports it
+    if isinstance(source, str) and "!quant." in source:
+        # jaxlib cannot parse quantized types: rewrite them (see stablehlo_quant).
+        from .stablehlo_quant import expand_quantized_text
+
+        source, quant_lines = expand_quantized_text(source)
+    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify, allow_unknown=allow_unknown,
+                              quant_lines=quant_lines)

@@ -526,3 +526,48 @@ def test_allow_unknown_keeps_dynamic_programs_for_a_round_trip():
     assert again.is_structurally_equivalent(module)
     with pytest.raises(UnsupportedError, match=r"stablehlo\.dynamic_broadcast_in_dim at dyn\.py:5"):
         lowering.compile(module)
+
+
+# ----------------------------------------------------------------------------
+# Quantized types
+# ----------------------------------------------------------------------------
+
+QUANTIZED_PROGRAM = """
+  func.func @main(%arg0: tensor<5xf32>, %arg1: tensor<2x3xf32>) -> (tensor<5xf32>, tensor<5xf32>, tensor<2x3xf32>, tensor<3x2xf32>) {
+    %0 = stablehlo.uniform_quantize %arg0 : (tensor<5xf32>) -> tensor<5x!quant.uniform<i8:f32, 0.5:-3>>
+    %1 = stablehlo.add %0, %0 : (tensor<5x!quant.uniform<i8:f32, 0.5:-3>>, tensor<5x!quant.uniform<i8:f32, 0.5:-3>>) -> tensor<5x!quant.uniform<i8:f32, 0.25:1>>
+    %2 = stablehlo.uniform_dequantize %1 : (tensor<5x!quant.uniform<i8:f32, 0.25:1>>) -> tensor<5xf32>
+    %3 = stablehlo.uniform_quantize %arg0 : (tensor<5xf32>) -> tensor<5x!quant.uniform<i8<-127:127>:f32, 2.0>>
+    %4 = stablehlo.uniform_dequantize %3 : (tensor<5x!quant.uniform<i8<-127:127>:f32, 2.0>>) -> tensor<5xf32>
+    %5 = stablehlo.uniform_quantize %arg1 : (tensor<2x3xf32>) -> tensor<2x3x!quant.uniform<i8:f32:1, {0.1:0, 0.2:1, 0.5:-1}>>
+    %6 = stablehlo.uniform_dequantize %5 : (tensor<2x3x!quant.uniform<i8:f32:1, {0.1:0, 0.2:1, 0.5:-1}>>) -> tensor<2x3xf32>
+    %7 = stablehlo.transpose %5, dims = [1, 0] : (tensor<2x3x!quant.uniform<i8:f32:1, {0.1:0, 0.2:1, 0.5:-1}>>) -> tensor<3x2x!quant.uniform<i8:f32:0, {0.1:0, 0.2:1, 0.5:-1}>>
+    %8 = stablehlo.uniform_dequantize %7 : (tensor<3x2x!quant.uniform<i8:f32:0, {0.1:0, 0.2:1, 0.5:-1}>>) -> tensor<3x2xf32>
+    return %2, %4, %6, %8 : tensor<5xf32>, tensor<5xf32>, tensor<2x3xf32>, tensor<3x2xf32>
+  }"""
+
+
+def _fake_quant(x, scale, zero_point, low=-128, high=127):
+    """The StableHLO spec's quantize then dequantize, in f32."""
+    scale, zero_point = np.float32(scale), np.float32(zero_point)
+    q = np.round(np.clip(x / scale + zero_point, np.float32(low), np.float32(high)))  # NumPy rounds half to even
+    return ((q.astype(np.int64) - zero_point.astype(np.int64)).astype(np.float32) * scale).astype(np.float32)
+
+
+def test_quantized_program_follows_the_spec():
+    x = np.array([-100.0, -1.3, 0.0, 0.75, 70.0], np.float32)
+    y = np.array([[0.14, -3.0, 1.26], [12.9, 0.3, -0.75]], np.float32)
+    module = import_stablehlo(QUANTIZED_PROGRAM)
+    module.verify()
+    got = lowering.compile(module)(x, y)
+    v0 = _fake_quant(x, 0.5, -3)
+    scales, zps = np.array([0.1, 0.2, 0.5], np.float32), np.array([0, 1, -1], np.float32)
+    want = [_fake_quant(v0 + v0, 0.25, 1), _fake_quant(x, 2.0, 0, -127, 127), _fake_quant(y, scales, zps),
+            _fake_quant(y, scales, zps).T]
+    for g, w in zip(got, want):
+        assert_close(g, w)
+
+
+def test_quantized_errors_name_the_line():
+    with pytest.raises(UnsupportedError, match=r"line 3 of the quantized program: quantized element type"):
+        import_stablehlo(QUANTIZED_PROGRAM.replace("!quant.uniform<i8:f32, 0.5:-3>", "!quant.calibrated<f32<-1:1>>"))
