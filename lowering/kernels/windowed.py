@@ -15,19 +15,28 @@ and ``preferred_element_type`` upcasts the operands or converts the result
 like XLA's OperandUpcaster/ResultCaster. Float sums are reassociated (BLAS),
 so f32/f64 results can differ from XLA's in the last bits.
 
-reduce_window follows XLA CPU exactly: each result starts at the init value
-and combines the window elements in row-major window order; padding and
-base-dilation holes are *skipped* (not reduced as init values). Three strategies:
+reduce_window follows XLA CPU's semantics: each result starts at the init
+value and combines the window elements one by one in row-major window order;
+padding and base-dilation holes are *skipped* (not reduced as init values,
+which is what the StableHLO spec's pad-with-init formulation would give for a
+non-identity init). Three strategies:
 
 * a body that is one max/min/and/or/xor of its parameters: ``ufunc.reduce``
   over the window axes of a base padded with the operation's identity
   (order does not matter; the sign of zero is fixed as XLA's maximum/minimum);
-* a body that is one add/multiply: the same padded base, summed window
-  position by window position in XLA's order (bit-exact, also for bf16/f16,
-  which XLA adds in their own precision here);
+* a body that is one add/multiply: the same padded base, combined window
+  position by window position (sequential, each step rounded in the element
+  type: bf16/f16/f8 sums round at every step, as XLA CPU's do);
 * any other body (variadic reductions): the compiled region applied window
   position by window position to whole arrays, with a static mask keeping
   the accumulator where the position is padding.
+
+XLA leaves the order unspecified, and XLA CPU's loop emitter does not always
+walk a window row-major: when several dimensions are padded it may put a
+padded dimension's loop outermost, and it may reassociate float sums. So a
+non-associative body, a float sum's last bits, or the tie-breaking of
+select_and_scatter (below, built on the same walk) can differ from XLA CPU in
+such configurations; without padding they match bit for bit.
 
 select_and_scatter walks the window positions in index order, applying the
 select region to whole arrays (all windows at once) to keep or replace each
@@ -43,6 +52,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -82,6 +92,10 @@ def windows(xp: np.ndarray, axes, window: Window) -> np.ndarray:
     """All windows of the padded, dilated ``xp``: a view with the window axes appended
     (``xp.shape`` with ``axes`` replaced by the output positions, then one axis per window
     dimension)."""
+    if xp.dtype.char not in np.typecodes["All"]:
+        # ml_dtypes types (bf16, f8, s4, ...): NumPy's as_strided cannot rebuild every one of
+        # them from its type string, so take the windows of the raw bits.
+        return windows(xp.view(f"u{xp.dtype.itemsize}"), axes, window).view(xp.dtype)
     dilated = [(w - 1) * d + 1 for w, d in zip(window.dimensions, window.window_dilations)]
     view = sliding_window_view(xp, dilated, axis=tuple(axes))
     index = [slice(None)] * xp.ndim
@@ -203,26 +217,31 @@ ORDER_FREE = {np.maximum, np.minimum, np.bitwise_and, np.bitwise_or, np.bitwise_
 
 
 def _identity(ufunc, dtype: np.dtype):
-    """The value that leaves ``ufunc``'s accumulator unchanged (padding is skipped in XLA)."""
+    """The value that leaves ``ufunc``'s accumulator unchanged (padding is skipped in XLA),
+    or None when the type has none (f8e8m0fnu has no zero)."""
     dtype = np.dtype(dtype)
     kind = element_type_from_dtype(dtype).kind
     if ufunc is np.add:
-        return np.array(-0.0 if kind in ("float", "complex") else 0).astype(dtype)  # x + -0 == x, also for -0
-    if ufunc is np.multiply:
-        return np.array(1).astype(dtype)
-    if ufunc in (np.bitwise_or, np.bitwise_xor):
-        return np.zeros((), dtype)
-    if ufunc is np.bitwise_and:
-        return np.ones((), dtype) if kind == "pred" else np.array(-1).astype(dtype)
-    high = ufunc is np.minimum
-    if kind == "float":
-        return np.array(np.inf if high else -np.inf).astype(dtype)
-    if kind == "pred":
-        return np.array(high)
-    import ml_dtypes
-
-    info = ml_dtypes.iinfo(dtype)
-    return np.array(info.max if high else info.min).astype(dtype)
+        value = np.array(-0.0 if kind in ("float", "complex") else 0).astype(dtype)  # x + -0 == x, also for -0
+    elif ufunc is np.multiply:
+        value = np.array(1).astype(dtype)
+    elif ufunc in (np.bitwise_or, np.bitwise_xor):
+        value = np.zeros((), dtype)
+    elif ufunc is np.bitwise_and:
+        value = np.ones((), dtype) if kind == "pred" else np.array(-1).astype(dtype)
+    elif kind == "pred":
+        value = np.array(ufunc is np.minimum)
+    elif kind == "float":
+        value = np.array(np.inf if ufunc is np.minimum else -np.inf).astype(dtype)
+        if np.isnan(value.astype(np.float32)):  # no infinities (f8 *fn/*fnuz types): the extreme finite value
+            info = ml_dtypes.finfo(dtype)
+            value = np.array(info.max if ufunc is np.minimum else info.min).astype(dtype)
+    else:
+        info = ml_dtypes.iinfo(dtype)
+        value = np.array(info.max if ufunc is np.minimum else info.min).astype(dtype)
+    if kind == "float" and np.isnan(value.astype(np.float32)):
+        return None
+    return value
 
 
 @register(ReduceWindowOp)
@@ -240,6 +259,9 @@ def _reduce_window(op, ctx):
     ufunc = binary_body_ufunc(op.body) if n == 1 else None
     if ufunc is not None and kind == "complex" and ufunc not in (np.add, np.multiply):
         ufunc = None  # complex max/min have their own ordering in the region's kernel
+    fill = _identity(ufunc, dtypes[0]) if ufunc is not None else None
+    if fill is None:
+        ufunc = None  # no identity to pad with: the general path skips padding with a mask
 
     if math.prod(out_shape) == 0:
         def empty_kernel(body, *args):
@@ -248,7 +270,6 @@ def _reduce_window(op, ctx):
         return empty_kernel
 
     if ufunc is not None:
-        fill = _identity(ufunc, dtypes[0])
         fix = _signed_zeros(ufunc, window_axes) if kind == "float" and ufunc in (np.maximum, np.minimum) else None
 
         def prepared(x):
@@ -304,7 +325,8 @@ def _select_and_scatter(op, ctx):
     mask = valid_mask(shape, window, src_shape)
     select_apply = array_applier(op.select, [np.dtype(np.bool_)])
     scatter_apply = array_applier(op.scatter, [dtype])
-    add = binary_body_ufunc(op.scatter) is np.add and dtype.kind in "iufc"  # np.add.at needs a NumPy dtype
+    # np.add.at needs a NumPy dtype (not bf16, f8, s4, ...).
+    add = binary_body_ufunc(op.scatter) is np.add and dtype.char in np.typecodes["All"] and dtype != np.bool_
 
     # Flat operand index of window element ``pos`` of window ``o``: base[o] + offset[pos].
     strides = [math.prod(shape[d + 1:]) for d in range(rank)]

@@ -533,8 +533,7 @@ def _padding_pairs(caller: str, padding, base, window, strides) -> list[tuple[in
     """``padding`` as (low, high) pairs: given pairs, or 'SAME'/'VALID' resolved by :func:`make_padding`."""
     if isinstance(padding, str) or hasattr(padding, "name"):
         if len(base) != len(window) or len(window) != len(strides):
-            raise BuilderError(f"{caller}: padding {padding!r} needs as many window dimensions ({len(window)}) "
-                               f"and strides ({len(strides)}) as base dimensions ({len(base)})")
+            return [(0, 0)] * len(window)  # infer() reports the mismatched window
         try:
             return make_padding(padding, base, window, strides)
         except ValueError as e:
