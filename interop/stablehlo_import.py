@@ -665,16 +665,19 @@ class Importer:
             props[name] = value
         return props
 
-    def emit(self, cls, operands, properties=None, regions=(), result_types=None, op=None) -> list[SSAValue]:
+    def emit(self, cls, operands, properties=None, regions=(), result_types=None, op=None,
+             plain: bool = False) -> list[SSAValue]:
         """Append hlo op ``cls`` to the block being built; return its results.
 
         ``op`` (the MLIR op being converted, default: the current one) gives
-        the location; ``result_types`` default to its converted result types.
+        the location; ``result_types`` default to its converted result types
+        (with the exporter's ``hlo.result_layouts``, unless ``plain``: the op
+        has no attributes).
         """
         src = op if op is not None else self._current
         if result_types is None:
             result_types = self.result_types(src)
-        if src is not None and RESULT_LAYOUTS in src.attributes:
+        if not plain and src is not None and RESULT_LAYOUTS in src.attributes:
             result_types = _with_layouts(result_types, src.attributes[RESULT_LAYOUTS])
         attributes = dict(self._loc_attributes(src)) if src is not None else {}
         new = _create(cls, operands, result_types, properties or {}, attributes, regions)
@@ -1046,9 +1049,13 @@ def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
 
 def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:
     """``stablehlo.X`` -> ``hlo.X``: same operands, results, regions; attributes converted."""
+    attrs = op.attributes
+    if not len(attrs):  # most element-wise ops: nothing to convert, no exporter markers
+        regions = imp.regions(op) if len(op.regions) else ()
+        return imp.emit(cls, imp.operands(op), {}, regions, plain=True)
     props = imp.properties(op, cls, ATTRIBUTE_RENAMES.get(op.name))
-    if BROADCAST_DIMENSIONS in op.attributes:  # interop.export's record of XLA implicit broadcasting
-        props["broadcast_dimensions"] = imp.attribute(op.attributes[BROADCAST_DIMENSIONS])
+    if BROADCAST_DIMENSIONS in attrs:  # interop.export's record of XLA implicit broadcasting
+        props["broadcast_dimensions"] = imp.attribute(attrs[BROADCAST_DIMENSIONS])
     regions = imp.regions(op)
     segments = OPERAND_SEGMENTS.get(op.name)
     if segments is not None:
