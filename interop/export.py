@@ -61,7 +61,7 @@ from xdsl.dialects.builtin import (
     TupleType,
     UnitAttr,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Operation, Region, SSAValue
 
 from xla_dialect.errors import UnsupportedError, op_context
 from xla_dialect.layout import LayoutAttr

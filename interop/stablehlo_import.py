@@ -62,7 +62,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue, SSAValues, Use
 
-from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError, op_context
+from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError
 from xla_dialect.layout import LayoutAttr, parse_layout
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops import OPS_BY_NAME

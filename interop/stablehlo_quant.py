@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType
-from xdsl.ir import Attribute, SSAValue
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import SSAValue
 
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.literal import DenseLiteralAttr
