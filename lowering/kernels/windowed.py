@@ -21,12 +21,14 @@ padding and base-dilation holes are *skipped* (not reduced as init values,
 which is what the StableHLO spec's pad-with-init formulation would give for a
 non-identity init). Three strategies:
 
-* a body that is one max/min/and/or/xor of its parameters: ``ufunc.reduce``
-  over the window axes of a base padded with the operation's identity
-  (order does not matter; the sign of zero is fixed as XLA's maximum/minimum);
-* a body that is one add/multiply: the same padded base, combined window
-  position by window position (sequential, each step rounded in the element
-  type: bf16/f16/f8 sums round at every step, as XLA CPU's do);
+* a body that is one add/multiply/maximum/minimum/and/or/xor of its
+  parameters: the base is padded with the operation's identity (so padding
+  changes nothing) and the ufunc combines the accumulator with one window
+  position at a time, over all windows at once. That is sequential like XLA
+  (each step rounded in the element type: bf16/f16/f8 sums round at every
+  step, as XLA CPU's do) and, for small windows, much faster than
+  ``ufunc.reduce`` over the strided window axes. The sign of a zero max/min
+  is fixed afterwards (XLA orders -0 < +0, NumPy returns either);
 * any other body (variadic reductions): the compiled region applied window
   position by window position to whole arrays, with a static mask keeping
   the accumulator where the position is padding.
@@ -212,10 +214,6 @@ def _convolution(op, ctx):
 # reduce_window
 # ----------------------------------------------------------------------------
 
-ORDER_FREE = {np.maximum, np.minimum, np.bitwise_and, np.bitwise_or, np.bitwise_xor}
-"""Single-op bodies whose result does not depend on the order of the window elements."""
-
-
 def _identity(ufunc, dtype: np.dtype):
     """The value that leaves ``ufunc``'s accumulator unchanged (padding is skipped in XLA),
     or None when the type has none (f8e8m0fnu has no zero)."""
@@ -272,24 +270,15 @@ def _reduce_window(op, ctx):
     if ufunc is not None:
         fix = _signed_zeros(ufunc, window_axes) if kind == "float" and ufunc in (np.maximum, np.minimum) else None
 
-        def prepared(x):
-            return windows(dilate_pad(x, axes, window.padding, window.base_dilations, fill), axes, window)
-
-        if ufunc in ORDER_FREE:
-            def reduce_window_kernel(body, x, init):
-                view = prepared(x)
-                result = ufunc(np.asarray(init, dtypes[0]), ufunc.reduce(view, axis=window_axes))
-                result = np.asarray(result, dtypes[0])
-                return result if fix is None else fix(result, view, init)
-            return reduce_window_kernel
-
-        def accumulate_kernel(body, x, init):
-            view = prepared(x)
+        def ufunc_kernel(body, x, init):
+            view = windows(dilate_pad(x, axes, window.padding, window.base_dilations, fill), axes, window)
             acc = np.full(out_shape, init, dtypes[0])
-            for pos in positions:  # window positions, in XLA's order; each step covers all windows
+            for pos in positions:  # window positions in order; each step covers all windows
                 acc = ufunc(acc, view[(Ellipsis, *pos)])
-            return acc
-        return accumulate_kernel
+            # NumPy's maximum/minimum return either zero for -0 vs +0; XLA orders -0 < +0.
+            return acc if fix is None else fix(acc, view, init)
+
+        return ufunc_kernel
 
     apply = array_applier(op.body, dtypes)
     mask = valid_mask(base, window, out_shape)
