@@ -54,6 +54,7 @@ from xdsl.dialects.builtin import (
     SymbolRefAttr,
     TensorType,
     TupleType,
+    DYNAMIC_INDEX,
     UNKNOWN_LOC,
     UnitAttr,
     f32,
@@ -1199,6 +1200,33 @@ def _broadcast_in_dim(imp: Importer, op):
         # broadcasting: that op takes the unbroadcast operand again.
         return imp.operands(op)
     return generic_converter(imp, op, imp.ops_by_name["hlo.broadcast_in_dim"])
+
+
+def _static_result(imp: Importer, op) -> bool:
+    types = imp.result_types(op)
+    return all(isinstance(t, TensorType) and DYNAMIC_INDEX not in t.get_shape() for t in types)
+
+
+@register_converter("stablehlo.dynamic_reshape")
+@register_converter("stablehlo.dynamic_broadcast_in_dim")
+@register_converter("stablehlo.dynamic_iota")
+def _dynamic_with_static_result(imp: Importer, op):
+    """Dynamic-shape ops whose result type is static: the shape operand is redundant."""
+    if not _static_result(imp, op):
+        if imp.allow_unknown:
+            return opaque_converter(imp, op)
+        raise UnsupportedError(f"{imp._where()}: {op.name} with a dynamic result shape is not supported "
+                               "(refine the shapes with example arguments)")
+    name = op.name
+    operands = imp.operands(op)
+    ops = imp.ops_by_name
+    if name == "stablehlo.dynamic_reshape":
+        return imp.emit(ops["hlo.reshape"], operands[:1])
+    if name == "stablehlo.dynamic_iota":
+        props = {"iota_dimension": imp.attribute(op.attributes["iota_dimension"])}
+        return imp.emit(ops["hlo.iota"], [], props)
+    props = {"broadcast_dimensions": imp.attribute(op.attributes["broadcast_dimensions"])}
+    return imp.emit(ops["hlo.broadcast_in_dim"], operands[:1], props)
 
 
 @register_converter("stablehlo.reshape")

@@ -571,3 +571,21 @@ def test_quantized_program_follows_the_spec():
 def test_quantized_errors_name_the_line():
     with pytest.raises(UnsupportedError, match=r"line 3 of the quantized program: quantized element type"):
         import_stablehlo(QUANTIZED_PROGRAM.replace("!quant.uniform<i8:f32, 0.5:-3>", "!quant.calibrated<f32<-1:1>>"))
+
+
+def test_dynamic_ops_with_static_results():
+    module = import_stablehlo("""
+      func.func @main(%arg0: tensor<1x6xi64>) -> (tensor<6xi64>, tensor<2x6xi64>, tensor<3xi32>) {
+        %shape = stablehlo.constant dense<6> : tensor<1xi64>
+        %0 = stablehlo.dynamic_reshape %arg0, %shape : (tensor<1x6xi64>, tensor<1xi64>) -> tensor<6xi64>
+        %s2 = stablehlo.constant dense<[2, 6]> : tensor<2xi64>
+        %1 = stablehlo.dynamic_broadcast_in_dim %0, %s2, dims = [1] : (tensor<6xi64>, tensor<2xi64>) -> tensor<2x6xi64>
+        %s3 = stablehlo.constant dense<3> : tensor<1xi64>
+        %2 = stablehlo.dynamic_iota %s3, dim = 0 : (tensor<1xi64>) -> tensor<3xi32>
+        return %0, %1, %2 : tensor<6xi64>, tensor<2x6xi64>, tensor<3xi32>
+      }""", verify=True)
+    x = np.arange(6, dtype=np.int64).reshape(1, 6)
+    a, b, c = lowering.compile(module)(x)
+    np.testing.assert_array_equal(a, x.reshape(6))
+    np.testing.assert_array_equal(b, np.broadcast_to(x.reshape(6), (2, 6)))
+    np.testing.assert_array_equal(c, np.arange(3, dtype=np.int32))
