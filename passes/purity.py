@@ -24,7 +24,7 @@ IMPURE_OPS: set[str] = {
     "hlo.all_to_all",
     "hlo.collective_broadcast",
     "hlo.collective_permute",
-    "hlo.custom_call",  # unless has_side_effect = false, see is_pure
+    "hlo.custom_call",  # only with has_side_effect = true, see is_pure
     "hlo.infeed",
     "hlo.optimization_barrier",
     "hlo.outfeed",
@@ -76,8 +76,8 @@ def is_pure(op: Operation) -> bool:
         return is_side_effect_free(op)
     if not pure:
         return False
-    if op.name == "hlo.custom_call" and _flag(op, "has_side_effect") is not False:
-        return False  # a custom call is pure only when it says so
+    if op.name == "hlo.custom_call" and _flag(op, "has_side_effect"):
+        return False  # as in XLA: a custom call has effects only when it says so
     for v in op.operands:
         if _mentions_token(v.type):
             return False

@@ -117,8 +117,14 @@ def _pad(op, ctx):
     return pad
 
 
+def _compact(x):
+    a = np.asarray(x)
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 @register(dm.CopyOp)
 def _copy(op, ctx):
     # hlo.copy only changes the layout; the logical value is the operand's. It is a
     # new buffer, so hand back a C-contiguous array (views become compact copies).
-    return np.ascontiguousarray
+    return _compact
