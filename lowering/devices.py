@@ -228,10 +228,13 @@ class _Run:
         """When no device is computing, no waiting device can ever be released: fail them."""
         if self.running > 0 or not self.waiting:
             return
-        for slot in list({id(s): s for s in self.waiting.values()}.values()):
-            self._fail(slot, CollectiveMismatchError(
-                f"{slot.what}: collective mismatch, the process group {list(slot.members)} can never meet: "
-                f"{self._missing_text(slot)}"))
+        slots = list({id(s): s for s in self.waiting.values()}.values())
+        # Describe every slot before failing any (failing one releases its waiters).
+        errors = [CollectiveMismatchError(f"{slot.what}: collective mismatch, the process group "
+                                          f"{list(slot.members)} can never meet: {self._missing_text(slot)}")
+                  for slot in slots]
+        for slot, error in zip(slots, errors):
+            self._fail(slot, error)
 
     def _missing_text(self, slot: _Slot) -> str:
         parts = []

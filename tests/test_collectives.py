@@ -191,6 +191,8 @@ REPLICA_CASES = [
     ("all_reduce_mul_bf16", 4, BF16, (8,), False, lambda b, x: b.all_reduce(x, mul)),
     ("all_reduce_mul_f16", 4, np.float16, (8,), False, lambda b, x: b.all_reduce(x, mul)),
     ("all_reduce_min_special", 4, np.float32, (6,), True, lambda b, x: b.all_reduce(x, min_, [[0, 1, 2, 3]])),
+    ("all_reduce_singletons_max", 4, np.float32, (6,), True, lambda b, x: b.all_reduce(x, max_, [[0], [1], [2], [3]])),
+    ("all_reduce_singletons_sum", 2, np.float32, (6,), True, lambda b, x: b.all_reduce(x, add, [[1], [0]])),
     ("all_reduce_pairs", 8, np.int64, (3,), False, lambda b, x: b.all_reduce(x, max_, [[0, 2, 4, 6], [1, 3, 5, 7]])),
     ("all_reduce_variadic", 2, np.int64, (4,), False, lambda b, x: b.all_reduce([x, b.neg(x)], add, [[0, 1]])),
     ("cross_replica_sum", 4, np.float32, (2,), False, lambda b, x: b.cross_replica_sum(x, [[0, 1], [2, 3]])),
@@ -525,6 +527,15 @@ def test_group_modes_on_replicas_x_partitions():
     module = program(f, (1,), lambda b, x: b.collective_permute(_device_ids(b, x), [[0, 1]], channel_id=1))
     out = [o[0].tolist() for o in run(module, args, num_replicas=2, num_partitions=2)]
     assert out == [[0], [0], [0], [2]]
+    # reduce_scatter across replicas and partitions: member i of [0, 2, 1, 3] keeps block i.
+    module = program(f, (4,), lambda b, x: b.reduce_scatter(x, add, 0, 4, [[0, 1]], channel_id=2))
+    xs = [[np.arange(4, dtype=f) * (d + 1)] for d in range(4)]  # the sum is 10 * [0, 1, 2, 3]
+    out = [o[0].tolist() for o in run(module, xs, num_replicas=2, num_partitions=2)]
+    assert out == [[0.0], [20.0], [10.0], [30.0]]
+    # collective_broadcast across partitions: partition 1 of each replica sends to both.
+    module = program(f, (1,), lambda b, x: b.collective_broadcast(_device_ids(b, x), [[1, 0]], channel_id=1))
+    out = [o[0].tolist() for o in run(module, args, num_replicas=2, num_partitions=2)]
+    assert out == [[1], [1], [3], [3]]
     # replica_id / partition_id.
     module = program(f, (1,), lambda b, x: [b.replica_id(), b.partition_id()])
     out = [(int(r), int(p)) for r, p in run(module, args, num_replicas=2, num_partitions=2)]
@@ -577,12 +588,20 @@ def test_single_device_is_plain_execution():
     assert rid.dtype == np.uint32 and int(rid) == 0 and int(pid) == 0
     for r in rest:
         assert_close(r, v)
+        assert np.signbit(r).tolist() == [False, True, False]
         assert not np.shares_memory(r, v)
+    # XLA removes a single-device all_reduce: NaN stays (a run of several devices with
+    # singleton groups reduces from the identity instead; see the replica cases).
+    (r,) = lowering.compile(program(np.float32, (3,), lambda b, x: b.all_reduce(x, max_)))(v)
+    assert np.isnan(r[2]) and np.signbit(r[1])
+    (r,) = lowering.compile(program(np.float32, (3,), lambda b, x: b.collective_permute(x, [])))(v)
+    assert r.tolist() == [0, 0, 0]
 
 
 def test_results_do_not_alias_across_devices():
     module = program(np.float32, (3,), lambda b, x: [b.collective_permute(x, [[0, 1], [1, 0]]),
-                                                     b.all_reduce(x, lambda p, q: q), b.collective_broadcast(x, [[0, 1]])])
+                                                     b.all_reduce(x, lambda p, q: q),
+                                                     b.collective_broadcast(x, [[0, 1]])])
     xs = [np.arange(3, dtype=np.float32), np.arange(3, dtype=np.float32) + 10]
     out = run(module, [[v] for v in xs], num_replicas=2)
     arrays = [a for o in out for a in o] + xs
@@ -629,7 +648,8 @@ def test_different_collectives_and_trip_counts_are_reported():
     r = b.conditional(is_zero, x, lambda v: v.builder.all_reduce(v, add), x,
                       lambda v: v.builder.slice(v.builder.all_gather(v, 0, 2), [0], [2], [1]))
     exe = lowering.compile(b.build(r), num_replicas=2)
-    with pytest.raises(CollectiveMismatchError, match="never arrived \\(waiting at hlo.all_"):
+    with pytest.raises(CollectiveMismatchError, match=r"^device 0 .*hlo.all_reduce.*device 1 \(replica 1, "
+                                                      r"partition 0\) never arrived \(waiting at hlo.all_gather"):
         exe([np.ones(2, np.float32)], [np.ones(2, np.float32)])
     # A loop whose trip count is the replica id: replica 1 executes its all_reduce once more.
     b = XlaBuilder("trips")
@@ -735,6 +755,11 @@ def test_repeated_runs_and_many_collectives():
     (lambda b, x: b.collective_permute(x, [[0, 1], [0, 2]]), "name a source more than once"),
     (lambda b, x: b.collective_permute(x, [[0, 1, 2]]), "must be \\(source, target\\) pairs"),
     (lambda b, x: b.all_reduce(b.tuple([x, b.tuple([x])]), add), "operand #1 must be an array"),
+    (lambda b, x: b.all_gather(x, 0, replica_groups=[[0, 1]], channel_id=1),
+     "shard_count is needed with a channel_id and no use_global_device_ids"),
+    (lambda b, x: b.all_gather(x, 0, 3, [[0, 1]], channel_id=1),
+     "shard count 3 of the result types must be a multiple of the replica group size 2"),
+    (lambda b, x: b.reduce_scatter(x, add, 0, 2, [[0, 1], [1, 2]]), "contain id 1 more than once"),
 ])
 def test_builder_errors(fn, message):
     b = XlaBuilder("bad")

@@ -8,7 +8,8 @@ operands of every group member (in group order) to every member's results.
 At run time a device alone in its group applies ``combine`` to its own
 operands; otherwise it meets its group through :func:`lowering.devices.exchange`.
 On a single device (the default grid) nothing else happens: replica_id and
-partition_id are constants and a collective is its one-member ``combine``.
+partition_id are constants and a collective returns its operands (zeros for
+a permute or broadcast that leaves device 0 out), as XLA, which removes them.
 
 Results that a device receives from another device are always fresh arrays
 (never views of another device's values), so no device's result aliases
@@ -83,7 +84,11 @@ def _collective_kernel(op, ctx, groups, combine, n_regions: int = 0, outsider=No
     if _grid(ctx).num_devices == 1:
         if 0 not in member_of:
             return lambda *args: outsider()
-        return lambda *args: combine(args[:n_regions], [args[n_regions:]])[0]
+        # XLA removes a collective of a single-device program: its operands pass through
+        # (no reduction from the identity, so NaN and -0.0 stay).
+        if len(op.results) == 1:
+            return lambda *args: args[n_regions]
+        return lambda *args: args[n_regions:]
     key = new_collective_key()
 
     def collective_kernel(*args):
