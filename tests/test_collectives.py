@@ -9,10 +9,13 @@ is imported and conftest.py has imported it already:
   2-D meshes; ours are the equivalent builder programs compiled with
   ``num_partitions=8`` (channel_id=1, use_global_device_ids, flattened ids), as
   jax lowers them;
+* pmap cases: jax.pmap of the same functions against builder programs
+  without channels compiled with ``num_replicas=8`` (this jax lowers pmap
+  through shard_map, so XLA itself runs partitions there);
 * replica cases: our builder programs, written out as StableHLO text and
   compiled by XLA's CPU client with ``num_replicas=N`` (no channel: groups
-  of replica ids), against ours compiled with ``num_replicas=N``. (jax's pmap
-  now lowers to shard_map, so this is the way to run replica programs on XLA.)
+  of replica ids), against ours compiled with ``num_replicas=N``: XLA running
+  replica programs, with replica groups of any order and size.
 
 XLA CPU implements neither collective_broadcast nor programs with several
 partitions that are not SPMD-partitioned; those cases (and
@@ -174,6 +177,22 @@ PARTITION_CASES = [
 ]
 
 
+PMAP_CASES = [
+    # jax.pmap (axis "x") of a function above vs the builder program on 8 replicas, without channels
+    ("psum", np.float32, (3,), lambda b, x: b.all_reduce(x, add)),
+    ("pmax", np.float64, (2, 2), lambda b, x: b.all_reduce(x, max_)),
+    ("all_gather0", np.int32, (2,), lambda b, x: b.all_gather(x, 0, 8)),
+    ("ppermute_cycle", np.float32, (2,), lambda b, x: b.collective_permute(x, [(i, (i + 1) % 8) for i in range(8)])),
+    ("all_to_all", np.float32, (8, 2), lambda b, x: b.all_to_all(x, 0, 1, 8)),
+    ("psum_scatter", np.int64, (8,), lambda b, x: b.reduce_scatter(x, add, 0, 8)),
+    ("axis_index", np.float32, (1,), lambda b, x: s32(b, b.replica_id())),
+]
+
+
+def _pmap_key(case) -> str:
+    return f"pmap__{case[0]}__{np.dtype(case[1]).name}"
+
+
 def _partition_key(case) -> str:
     fn, dtype, shape, special = case
     return f"{fn}__{np.dtype(dtype).name}__{'x'.join(map(str, shape))}{'__special' if special else ''}"
@@ -327,6 +346,14 @@ for case in cases["partition"]:
             out[f"{key}__{i}"] = np.asarray(r)
     except Exception as e:
         errors[key] = f"{type(e).__name__}: {e}"
+for case in cases["pmap"]:
+    key, fn = case["key"], FUNCTIONS[case["function"]]
+    try:
+        r = jax.pmap(fn, axis_name="x", devices=devices)(inputs[key])
+        for i, v in enumerate(r if isinstance(r, tuple) else (r,)):
+            out[f"{key}__{i}"] = np.asarray(v)
+    except Exception as e:
+        errors[key] = f"{type(e).__name__}: {e}"
 client = jex_backend.get_backend("cpu")
 for case in cases["replica"]:
     key, n = case["key"], case["replicas"]
@@ -363,12 +390,16 @@ def _inputs(key, devices, dtype, shape, special):
 def reference(tmp_path_factory):
     """Run every partition and replica case on jax/XLA (8 host devices) in one subprocess."""
     work = tmp_path_factory.mktemp("collectives")
-    inputs, cases = {}, {"partition": [], "replica": []}
+    inputs, cases = {}, {"partition": [], "replica": [], "pmap": []}
     for case in PARTITION_CASES:
         key = _partition_key(case)
         fn, dtype, shape, special = case
         inputs[key] = _inputs(key, D, dtype, shape, special)
         cases["partition"].append({"key": key, "function": fn, "mesh": PARTITION_FUNCTIONS[fn][0]})
+    for case in PMAP_CASES:
+        key = _pmap_key(case)
+        inputs[key] = _inputs(key, D, case[1], case[2], False)
+        cases["pmap"].append({"key": key, "function": case[0]})
     for key, n, dtype, shape, special, build in REPLICA_CASES:
         inputs[key] = _inputs(key, n, dtype, shape, special)
         cases["replica"].append({"key": key, "replicas": n, "text": stablehlo_text(program(dtype, shape, build), n)})
@@ -416,8 +447,18 @@ def test_replicas_match_xla(reference, case):
     _compare(ours, outputs, key, n)
 
 
-def test_replicas_and_partitions_as_pmap(reference):
-    """A pmap-style program (no channel) on 8 replicas equals the shard_map program on 8 partitions."""
+@pytest.mark.parametrize("case", PMAP_CASES, ids=_pmap_key)
+def test_replicas_match_pmap(reference, case):
+    inputs, outputs, errors = reference
+    key = _pmap_key(case)
+    assert key not in errors, errors.get(key)
+    _, dtype, shape, build = case
+    ours = run(program(dtype, shape, build), [[x] for x in inputs[key]], num_replicas=D)
+    _compare(ours, outputs, key, D)
+
+
+def test_replica_groups_equal_flattened_partition_groups(reference):
+    """A program without channel on 8 replicas equals the shard_map program on 8 partitions."""
     inputs, outputs, _ = reference
     key = _partition_key(("psum_b", np.float32, (4, 2), False))
     module = program(np.float32, (4, 2), lambda b, x: b.all_reduce(x, add, B_GROUPS))
