@@ -317,6 +317,24 @@ class MultiDeviceExecutable:
     def entry(self):
         return self.executable.entry
 
+    @property
+    def runtime(self):
+        """The host-side runtime (:mod:`lowering.runtime`): one for all devices, so every device
+        reads the same infeed and writes the same outfeed (XLA has a queue per device)."""
+        return self.executable.runtime
+
+    @property
+    def infeed(self):
+        return self.runtime.infeed
+
+    @property
+    def outfeed(self):
+        return self.runtime.outfeed
+
+    @property
+    def channels(self):
+        return self.runtime.channels
+
     def __call__(self, *per_device_args) -> tuple[tuple, ...]:
         n = self.num_devices
         name = f"@{self.executable.entry.sym_name.data}"

@@ -20,10 +20,11 @@ value); the reduction computation of all_reduce and reduce_scatter takes two
 scalars of the operands' element type (all operands share it) and returns one,
 and is applied to each operand separately.
 
-When ``replica_groups`` is empty the group size is the number of replicas (or
-partitions), known only when the program is compiled for a device grid: the
-result shape of all_gather and reduce_scatter then carries it (XLA's builder
-takes it as ``shard_count``), and the executor checks it against the grid.
+When ``replica_groups`` is empty, or a channel without ``use_global_device_ids``
+makes every group span all partitions, the process group size depends on the
+device grid, known only when the program is compiled: the result shape of
+all_gather and reduce_scatter then carries it (XLA's builder takes it as
+``shard_count``), and the executor checks it against the grid.
 
 Documented restrictions: the computation's element type must equal the
 operands' (StableHLO also allows a promotable one); collective_broadcast has no
