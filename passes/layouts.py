@@ -479,13 +479,23 @@ class LayoutAssigner:
         return spec.minor_to_major if isinstance(spec, Layout) else None
 
     def prefer(self, value: SSAValue, m2m: M2M | None, hard: bool = False) -> None:
-        """Record a wish for ``value``'s order; ``hard`` wishes (entry results) beat soft ones."""
+        """Record a wish for ``value``'s order; ``hard`` wishes (entry results) beat soft ones.
+
+        A soft wish (a reduction's or a dot's) is dropped when it would cost
+        more memory than the target's default order (tile padding).
+        """
         if m2m is None or not isinstance(value.type, TensorType) or len(m2m) != value.type.get_num_dims():
+            return
+        if not hard and self.target.tiled and self._padded_bytes(value.type, m2m) > self._padded_bytes(
+                value.type, self.target.default_m2m(value.type.get_shape())):
             return
         if value not in self.pref or (hard and value not in self.hard):
             self.pref[value] = tuple(m2m)
             if hard:
                 self.hard.add(value)
+
+    def _padded_bytes(self, type_: TensorType, m2m: M2M) -> int:
+        return _bytes(tensor_type(type_.element_type, type_.get_shape(), self.target.layout(type_, tuple(m2m))))
 
     def require(self, user: Operation, index: int, spec: Spec, why: str) -> None:
         """Operand ``index`` of ``user`` must have layout ``spec``: request a copy if it differs."""

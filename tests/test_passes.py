@@ -743,3 +743,73 @@ def test_tile_layouts_is_a_no_op_without_tiles():
     before, after, rewritten = run_both(module, "assign-layouts{target=cpu},tile-layouts", args)
     assert_identical(before, after)
     assert "hlo.pad" not in str(rewritten)
+
+
+# ----------------------------------------------------------------------------
+# JAX programs
+# ----------------------------------------------------------------------------
+
+
+def _jax_functions():
+    import jax
+    import jax.numpy as jnp
+
+    def mlp(x, w, b):
+        h = jnp.tanh(x @ w + b)
+        return jax.nn.softmax(h, axis=-1).T, h.sum(0)
+
+    def transposes(x, y):
+        return (x.T @ y).T, jnp.transpose(x[:, :, None] * y[:, None, :4], (2, 0, 1))
+
+    def reductions(x):
+        return x.max(0), jnp.cumsum(x, 1)[:, ::2], x.reshape(4, -1).mean(1)
+
+    f32 = np.float32
+    return [
+        (mlp, (np.ones((8, 16), f32), np.ones((16, 32), f32), np.ones(32, f32))),
+        (transposes, (np.arange(32, dtype=f32).reshape(4, 8), np.arange(64, dtype=f32).reshape(4, 16) / 7)),
+        (reductions, (np.linspace(-1, 1, 64, dtype=f32).reshape(8, 8),)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_cpu_entry_layouts_match_what_xla_compiles(index):
+    """target=cpu: the entry layouts equal the entry_computation_layout of jax.jit(f).lower(...).compile()."""
+    import jax
+
+    from interop import import_jax
+    from xla_dialect.shape import format_shape
+
+    fn, args = _jax_functions()[index]
+    compiled = jax.jit(fn).lower(*args).compile().as_text()
+    start = compiled.index("entry_computation_layout={") + len("entry_computation_layout={")
+    depth, end = 1, start
+    while depth:
+        depth += {"{": 1, "}": -1}.get(compiled[end], 0)
+        end += 1
+    params, results = compiled[start:end - 1].split(")->")
+    module = import_jax(fn, *args)
+    before = lowering.compile(module)(*args)
+    passes.run(module, "canonicalize-broadcasts,assign-layouts{target=cpu},cse,dce")
+    main = next(op for op in module.ops if getattr(op, "sym_name", None) and op.sym_name.data == "main")
+    ours_in = ", ".join(format_shape(t) for t in main.function_type.inputs)
+    outs = [format_shape(t) for t in main.function_type.outputs]
+    ours_out = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+    assert "(" + ours_in == params
+    assert ours_out == results
+    assert_identical(before, lowering.compile(module)(*args))
+
+
+def test_full_pipeline_on_a_jax_transformer_block():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import transformer_block as tb
+    finally:
+        sys.path.pop(0)
+    args = tb.example_args(batch=1, seq=16, model=32, hidden=64)
+    before, after, result = tb.run(FULL_PIPELINE, args)
+    report = result.report("assign-layouts")
+    assert report.total_bytes_after >= report.total_bytes_before > 0
+    assert all(layout_of(t) is not None and layout_of(t).tiles for t in next(iter(after.ops)).function_type.inputs)
+    assert result.report("tile-layouts").physical_ops > 0
+    assert_identical(lowering.compile(before)(*args), lowering.compile(after)(*args))
