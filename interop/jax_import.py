@@ -100,21 +100,52 @@ def _from_lowered(lowered) -> ModuleOp:
 
 
 def _from_exported(exported, flat_examples=()) -> ModuleOp:
+    platform_index = None
     if len(exported.platforms) > 1:
-        raise UnsupportedError(
-            f"an export for several platforms {exported.platforms} takes a platform index; export for 'cpu' only"
-        )
+        # A multi-platform export takes the platform's index first: fix it to the CPU's.
+        if "cpu" not in exported.platforms:
+            raise UnsupportedError(f"the export is for {list(exported.platforms)}, not for the CPU")
+        platform_index = exported.platforms.index("cpu")
+        if flat_examples:
+            import numpy as np
+
+            flat_examples = [np.int32(platform_index), *flat_examples]
     kept = sorted(exported.module_kept_var_idx)
     in_avals = list(exported.in_avals)
     if flat_examples:
-        if len(flat_examples) != len(in_avals):
+        if len(flat_examples) - (platform_index is not None) != len(in_avals):
             raise XlaError(f"import_jax: the export takes {len(in_avals)} flattened arguments, "
                            f"{len(flat_examples)} example arguments given")
-        in_avals = [_example_aval(a) for a in flat_examples]
-        module = import_stablehlo(exported.mlir_module_serialized, *[flat_examples[i] for i in kept])
+        in_avals = [_example_aval(a) for a in flat_examples[1 if platform_index is not None else 0:]]
+        offset = 1 if platform_index is not None else 0
+        examples = flat_examples[:offset] + [flat_examples[offset + i] for i in kept]
+        module = import_stablehlo(exported.mlir_module_serialized, *examples)
     else:
         module = import_stablehlo(exported.mlir_module_serialized)
+    if platform_index is not None:
+        _fix_platform_index(module, platform_index)
     return _restore_unused_arguments(module, kept, in_avals)
+
+
+def _fix_platform_index(module: ModuleOp, index: int) -> None:
+    """Replace ``@main``'s leading platform-index parameter by the constant ``index``."""
+    import numpy as np
+
+    from xla_dialect.literal import DenseLiteralAttr
+    from xla_dialect.ops import OPS_BY_NAME
+
+    main = next(op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main")
+    block = main.body.block
+    arg = block.args[0]
+    constant = OPS_BY_NAME["hlo.constant"].create(
+        properties={"value": DenseLiteralAttr.from_array(np.array(index, np.int32), arg.type)},
+        result_types=[arg.type])
+    block.insert_op_before(constant, block.first_op)
+    arg.replace_all_uses_with(constant.results[0])
+    block.erase_arg(arg)
+    main.function_type = FunctionType.from_lists([a.type for a in block.args], list(main.function_type.outputs))
+    if main.arg_attrs is not None:
+        main.arg_attrs = ArrayAttr(list(main.arg_attrs.data)[1:])
 
 
 def _example_aval(arg):

@@ -589,3 +589,15 @@ def test_dynamic_ops_with_static_results():
     np.testing.assert_array_equal(a, x.reshape(6))
     np.testing.assert_array_equal(b, np.broadcast_to(x.reshape(6), (2, 6)))
     np.testing.assert_array_equal(c, np.arange(3, dtype=np.int32))
+
+
+def test_multi_platform_export_runs_the_cpu_branch():
+    def f(x):
+        return lax.platform_dependent(x, cpu=lambda v: v + 1, default=lambda v: v - 1)
+
+    x = np.float32([1, 2, 3])
+    exported = jax.export.export(jax.jit(f), platforms=("cuda", "cpu"))(x)
+    module = import_jax(exported)
+    assert [t.get_shape() for t in main_of(module).function_type.inputs] == [(3,)]
+    (got,) = lowering.compile(module)(x)
+    np.testing.assert_array_equal(got, x + 1)
