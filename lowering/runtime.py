@@ -182,7 +182,8 @@ def register_custom_call(target: str, fn: CustomCallTarget | None = None):
     ``fn(operands, attributes, result_types)`` gets the operand arrays (tokens
     as :data:`TOKEN`), a dict of the op's attributes as Python values
     (``call_target_name``, ``backend_config`` - a string, or a dict for typed-FFI
-    calls -, ``api_version``, ``has_side_effect``, ...) and one
+    calls -, ``api_version``, ``has_side_effect``, ``called_functions`` - the
+    compiled ``called_computations``, each taking and returning arrays -, ...) and one
     :class:`ResultSpec` per result; it returns one array, or a sequence with
     one array per result. Registering a target again replaces it. Usable as a
     decorator: ``@register_custom_call("my_target")``.

@@ -367,6 +367,23 @@ def test_custom_call_user_target(my_target):
     assert specs[0] == ResultSpec((2, 3), np.dtype(np.float32), specs[0].type) and specs[1].shape == ()
 
 
+def test_custom_call_called_computations():
+    sub = XlaBuilder("twice")
+    p = sub.parameter(0, "f32[3]")
+    sub.add(p, p)
+    twice = sub.build()
+    lowering.register_custom_call("apply_twice", lambda ops, attrs, specs: attrs["called_functions"][0](
+        attrs["called_functions"][0](ops[0])))
+    try:
+        b = XlaBuilder("cc")
+        b.custom_call("apply_twice", [b.parameter(0, "f32[3]")], "f32[3]", called_computations=[twice])
+        module = round_trip(b.build())
+        assert "called_computations = [@" in str(module)
+        assert lowering.compile(module)(np.array([1, 2, 3], np.float32))[0].tolist() == [4, 8, 12]
+    finally:
+        unregister_custom_call("apply_twice")
+
+
 def test_custom_call_unknown_target_and_bad_results(my_target):
     b = XlaBuilder("cc")
     x = b.parameter(0, "f32[2]")

@@ -272,6 +272,8 @@ def _custom_call(op, ctx):
     what = f"{op_context(op)} @{name}"
     target = custom_call_target(name, op_context(op))
     attrs = custom_call_attributes(op)
+    # Targets may run the computations the call names (compiled like any function).
+    attrs["called_functions"] = [ctx.function(n) for n in attrs.get("called_computations", [])]
     specs = [_result_spec(r.type) for r in op.results]
     single = len(specs) == 1
 
