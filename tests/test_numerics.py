@@ -88,7 +88,8 @@ RP_PAIRS = {
 }
 
 RP_TYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
-            ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz]
+            ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.float8_e4m3, ml_dtypes.float8_e3m4,
+            ml_dtypes.float8_e8m0fnu]
 
 
 def _all_bit_patterns(dtype) -> np.ndarray:
