@@ -1,0 +1,1349 @@
+"""The StableHLO conformance runner: ``xla-conformance PATH... [--jobs N] [--timeout S] [--json REPORT]``.
+
+It runs the programs of the StableHLO test corpus (``stablehlo/testdata`` and
+``stablehlo/tests/interpret``, see ``../shared/corpus/README.md``) through
+:func:`interop.import_stablehlo`, the NumPy executor and the corpus's checks:
+
+1. **Discovery** (:func:`discover`): every ``.mlir`` file under the given
+   paths; its ``// RUN`` lines say what it is. Files whose interpreter run is
+   ``RUN-DISABLED`` upstream are reported ``disabled``; ``-split-input-file``
+   files are split at ``// -----`` into independent programs; files that are
+   only serialized and compared upstream (``dynamic/``) are round-trip tests;
+   files tested only for error messages (``not stablehlo-translate``) are
+   ``skipped``.
+2. **Check ops** (:func:`normalize_checks`, :func:`prepare_module`): the checks
+   appear as ``stablehlo.custom_call @check.*`` or as ``check.*`` ops in their
+   custom syntax. The text is rewritten so that every ``check.*`` op is in the
+   generic form (which jaxlib's MLIR parser accepts for an unregistered
+   dialect), parsed with jaxlib, and then each check op is removed and its
+   operands become extra results of the tested function (``*_const`` checks
+   get their value as a ``stablehlo.constant``). The importer therefore sees
+   plain StableHLO; the runner applies the check to the extra results.
+   ``interpreter.run_parallel`` is run by compiling the device program for a
+   replicas x partitions grid (``lowering.compile(..., num_replicas=...)``)
+   between a prologue computing its operands and an epilogue checking its
+   results.
+3. **Isolation** (:func:`run_programs`): programs run in worker processes
+   (``forkserver``, or ``spawn``) with an address-space limit
+   (``resource.setrlimit``); a program that crashes its worker, exceeds the
+   memory limit or the per-program timeout is reported as an ``error`` and the
+   worker is replaced.
+
+Check semantics follow the StableHLO test harness (see the corpus README and
+:func:`check_close`, :func:`check_almost_eq`): the ``custom_call`` forms of
+``testdata/`` allow 3 ULPs (``expect_close``) or an absolute error of 1e-3
+(``expect_almost_eq``); the ``check`` dialect ops use their own attributes.
+
+The report (``--json``) is ``{"summary": {...}, "results": [{"path", "name",
+"status", "message", "seconds"}]}`` with ``status`` one of ``passed``,
+``failed`` (a check did not hold), ``error`` (import, compile or run failed,
+crash, timeout), ``skipped`` or ``disabled``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from xla_dialect.errors import XlaError
+
+from .difftest import ULP_INFINITE, is_float_dtype, ulp_distance
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+__all__ = [
+    "CHECKS",
+    "Program",
+    "Result",
+    "check_almost_eq",
+    "check_close",
+    "check_eq",
+    "discover",
+    "family_of",
+    "main",
+    "normalize_checks",
+    "prepare_module",
+    "run_program",
+    "run_programs",
+    "split_programs",
+]
+
+STATUSES = ("passed", "failed", "error", "skipped", "disabled")
+
+
+class ConformanceError(XlaError):
+    """A corpus program cannot be run (malformed check ops, unsupported harness feature)."""
+
+
+# ----------------------------------------------------------------------------
+# Check semantics (the StableHLO test harness's)
+# ----------------------------------------------------------------------------
+
+
+def _first_mismatch(bad: np.ndarray, actual: np.ndarray, expected: np.ndarray, what: str = "") -> str | None:
+    """``None`` when nothing is ``bad``, else a message naming how many and the first element."""
+    count = int(np.count_nonzero(bad))
+    if not count:
+        return None
+    index = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+    a = actual[index] if actual.ndim else actual[()]
+    e = expected[index] if expected.ndim else expected[()]
+    where = f" at {list(index)}" if bad.ndim else ""
+    # str() of a NumPy scalar is its shortest round-trip text in its own precision.
+    return f"{count} of {bad.size} elements differ{what}; first{where}: actual {a}, expected {e}"
+
+
+def _same_layout(actual: np.ndarray, expected: np.ndarray) -> str | None:
+    if actual.shape != expected.shape:
+        return f"shape {list(actual.shape)} != expected {list(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} != expected {expected.dtype}"
+    return None
+
+
+def _is_inexact(dtype: np.dtype) -> bool:
+    return dtype.kind == "c" or is_float_dtype(dtype)
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64)
+
+
+def check_eq(actual, expected) -> str | None:
+    """``check.expect_eq``: exact elementwise equality (NaN differs from NaN, +0 equals -0).
+
+    Returns ``None`` when the check holds, else a message.
+    """
+    a, e = np.asarray(actual), np.asarray(expected)
+    bad_layout = _same_layout(a, e)
+    if bad_layout:
+        return bad_layout
+    if a.dtype.kind == "c":
+        bad = (a.real.astype(np.float64) != e.real.astype(np.float64)) | (_f64(a.imag) != _f64(e.imag))
+    elif is_float_dtype(a.dtype):
+        bad = _f64(a) != _f64(e)
+    elif a.dtype.kind == "V":  # sub-byte integers (ml_dtypes int4, ...)
+        bad = a.astype(np.int64) != e.astype(np.int64)
+    else:
+        bad = a != e
+    return _first_mismatch(np.asarray(bad), a, e)
+
+
+def check_close(actual, expected, max_ulp: int = 1, min_ulp: int = 0) -> str | None:
+    """``check.expect_close``: every element's ULP distance lies in ``[min_ulp, max_ulp]``.
+
+    The distance is :func:`interop.difftest.ulp_distance` (bitwise-equal and
+    NaN/NaN pairs are 0 apart, other pairs with a non-finite value are
+    infinitely apart; complex: the larger distance of the two parts). The
+    testdata ``custom_call @check.expect_close`` form uses ``[0, 3]``.
+    """
+    a, e = np.asarray(actual), np.asarray(expected)
+    bad_layout = _same_layout(a, e)
+    if bad_layout:
+        return bad_layout
+    if not _is_inexact(a.dtype):
+        raise ConformanceError(f"check.expect_close: unsupported element type {a.dtype}")
+    d = ulp_distance(a, e)
+    bad = (d > np.uint64(max_ulp)) | (d < np.uint64(min_ulp))
+    if not bad.any():
+        return None
+    worst = int(d.max())
+    shown = "inf" if worst == ULP_INFINITE else str(worst)
+    return _first_mismatch(bad, a, e, f" by more than {max_ulp} ULP (max {shown})" if min_ulp == 0
+                           else f" outside [{min_ulp}, {max_ulp}] ULP (max {shown})")
+
+
+def _almost_equal_floats(a: np.ndarray, e: np.ndarray, tolerance: float) -> np.ndarray:
+    """The interpreter's ``areApproximatelyEqual`` for float arrays (elementwise bool)."""
+    fa, fe = _f64(a), _f64(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        equal = fa == fe
+        nan_a, nan_e = np.isnan(fa), np.isnan(fe)
+        unordered = nan_a | nan_e
+        # A non-finite value is only close to itself; a finite non-zero value
+        # can be close to zero but not to a value of the other sign.
+        finite = np.isfinite(fa) & np.isfinite(fe)
+        same_sign = np.signbit(fa) == np.signbit(fe)
+        near = np.abs(fa - fe) <= tolerance
+    return equal | (unordered & (nan_a == nan_e)) | (~unordered & finite & same_sign & near)
+
+
+def _elementwise_close(actual, expected, tolerance: float,
+                       close: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> str | None:
+    """Apply a float closeness rule elementwise (complex: to both parts); other dtypes must be equal."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    bad_layout = _same_layout(a, e)
+    if bad_layout:
+        return bad_layout
+    if a.dtype.kind == "c":
+        bad = ~(close(a.real, e.real, tolerance) & close(a.imag, e.imag, tolerance))
+    elif is_float_dtype(a.dtype):
+        bad = ~close(a, e, tolerance)
+    else:
+        return check_eq(a, e)
+    return _first_mismatch(bad, a, e, f" by more than {tolerance:g}")
+
+
+def check_almost_eq(actual, expected, tolerance: float = 1e-4) -> str | None:
+    """``check.expect_almost_eq`` (check dialect ops): floats within ``tolerance``.
+
+    As in the StableHLO interpreter: equal values (incl. equal infinities and
+    +0/-0) match, NaN matches NaN only, finite values match when they have
+    the same sign and differ by at most ``tolerance``; complex numbers part by
+    part; integers and bools must be equal.
+    """
+    return _elementwise_close(actual, expected, tolerance, _almost_equal_floats)
+
+
+def _abs_close(a: np.ndarray, e: np.ndarray, tolerance: float) -> np.ndarray:
+    fa, fe = _f64(a), _f64(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (np.abs(fa - fe) <= tolerance) | (fa == fe) | (np.isnan(fa) & np.isnan(fe))
+
+
+def check_abs_close(actual, expected, tolerance: float) -> str | None:
+    """``|actual - expected| <= tolerance``, NaN matching NaN and infinities their equal; ints exactly.
+
+    The semantics of the testdata forms ``custom_call @check.expect_almost_eq``
+    (tolerance 1e-3) and ``custom_call @check.eq`` (1e-4), per the corpus README.
+    """
+    return _elementwise_close(actual, expected, tolerance, _abs_close)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """How one kind of check op is applied: its operand count and its evaluator.
+
+    ``evaluate(actual, expected, attributes)`` returns ``None`` or a message;
+    ``attributes`` holds the op's attributes as Python values.
+    """
+
+    operands: int
+    evaluate: Callable[[np.ndarray, np.ndarray, dict], str | None]
+
+
+CHECKS: dict[tuple[str, str], CheckSpec] = {
+    # check dialect ops (interpret/ and quantized/ files)
+    ("op", "expect_eq"): CheckSpec(2, lambda a, e, at: check_eq(a, e)),
+    ("op", "expect_almost_eq"): CheckSpec(2, lambda a, e, at: check_almost_eq(a, e, at.get("tolerance", 1e-4))),
+    ("op", "expect_close"): CheckSpec(
+        2, lambda a, e, at: check_close(a, e, at.get("max_ulp_difference", 1), at.get("min_ulp_difference", 0))),
+    # stablehlo.custom_call forms (testdata/)
+    ("custom_call", "expect_eq"): CheckSpec(2, lambda a, e, at: check_eq(a, e)),
+    ("custom_call", "expect_close"): CheckSpec(2, lambda a, e, at: check_close(a, e, 3, 0)),
+    ("custom_call", "expect_almost_eq"): CheckSpec(2, lambda a, e, at: check_abs_close(a, e, 1e-3)),
+    ("custom_call", "eq"): CheckSpec(2, lambda a, e, at: check_abs_close(a, e, 1e-4)),
+}
+"""(form, kind) -> :class:`CheckSpec`; form is ``op`` (``check.<kind>``) or ``custom_call`` (``@check.<kind>``).
+
+``check.expect_eq_const`` and ``check.expect_almost_eq_const`` are rewritten
+into their two-operand forms by :func:`normalize_checks`."""
+
+
+# ----------------------------------------------------------------------------
+# Text level: splitting files, check ops to generic form
+# ----------------------------------------------------------------------------
+
+_SPLIT = re.compile(r"(?m)^// -----.*$")
+_CHECK_OP = re.compile(r'(?m)^(?P<indent>[ \t]*)(?P<quote>"?)check\.(?P<kind>\w+)(?P=quote)')
+_OPEN, _CLOSE = "([{<", ")]}>"
+
+
+def split_programs(text: str) -> list[tuple[int, str]]:
+    """Split a ``-split-input-file`` file at ``// -----`` lines: ``[(first_line, chunk), ...]``.
+
+    Each chunk keeps its own text; ``first_line`` (0-based) lets messages give file lines.
+    """
+    chunks, start, line = [], 0, 0
+    for m in _SPLIT.finditer(text):
+        chunks.append((line, text[start:m.start()]))
+        line += text.count("\n", start, m.end())
+        start = m.end()
+    chunks.append((line, text[start:]))
+    return chunks
+
+
+def _scan(text: str, start: int, stop: Callable[[int, str, int, bool], bool]) -> int:
+    """Index of the first character at which ``stop(i, char, depth, colon_seen)`` holds.
+
+    Tracks bracket depth (``()[]{}<>``, with ``->`` not counted), skips string
+    literals and notes whether a ``:`` at depth 0 has been seen.
+    """
+    depth, colon, i, n = 0, False, start, len(text)
+    while i < n:
+        c = text[i]
+        if stop(i, c, depth, colon):
+            return i
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c == "-" and text.startswith("->", i):
+            i += 1
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif c == ":" and depth == 0:
+            colon = True
+        i += 1
+    return n
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split ``text`` at ``sep`` characters outside brackets and strings."""
+    parts, start = [], 0
+    while True:
+        end = _scan(text, start, lambda i, c, d, _: c == sep and d == 0)
+        parts.append(text[start:end].strip())
+        if end >= len(text):
+            return parts
+        start = end + 1
+
+
+def _top_index(text: str, char: str, last: bool = False) -> int:
+    """Index of the first (or last) ``char`` outside brackets and strings, or -1."""
+    found, start = -1, 0
+    while True:
+        i = _scan(text, start, lambda i, c, d, _: c == char and d == 0)
+        if i >= len(text):
+            return found
+        if not last:
+            return i
+        found, start = i, i + 1
+
+
+@dataclass
+class _CheckText:
+    """A check op read from the text: operands, attribute items and operand types."""
+
+    kind: str
+    operands: list[str]
+    attributes: list[str]  # 'key = value' items
+    types: list[str]
+
+
+def _parse_custom(kind: str, body: str) -> _CheckText:
+    """A ``check.<kind>`` op in its custom syntax (``body`` follows the op name)."""
+    body = body.strip()
+    if kind.endswith("_const"):
+        # %x, dense<...> : T [{attr-dict}]
+        operand, _, rest = body.partition(",")
+        brace = _top_index(rest, "{")
+        value, extra = (rest[:brace], rest[brace + 1:rest.rindex("}")]) if brace >= 0 else (rest, "")
+        value = value.strip()
+        colon = _top_index(value, ":")
+        if colon < 0:
+            raise ConformanceError(f"check.{kind}: expected 'dense<...> : type', got {value[:60]!r}")
+        attributes = [f"value = {value}"] + [a for a in _split_top(extra, ",") if a]
+        return _CheckText(kind, [operand.strip()], attributes, [value[colon + 1:].strip()])
+    # %a, %b [, key = value]* [{attr-dict}] : T [, T]
+    colon = _top_index(body, ":", last=True)
+    if colon < 0:
+        raise ConformanceError(f"check.{kind}: no ': type' in {body[:60]!r}")
+    head, types = body[:colon], _split_top(body[colon + 1:], ",")
+    extra = ""
+    brace = _top_index(head, "{")
+    if brace >= 0:
+        head, extra = head[:brace], head[brace + 1:head.rindex("}")]
+    operands, attributes = [], []
+    for item in _split_top(head, ","):
+        (operands if item.startswith("%") else attributes).append(item)
+    attributes += [a for a in _split_top(extra, ",") if a]
+    if len(types) == 1 and len(operands) > 1:
+        types = types * len(operands)
+    return _CheckText(kind, operands, attributes, types)
+
+
+def _parse_generic(kind: str, body: str) -> _CheckText:
+    """A ``"check.<kind>"(operands) <{props}> {attrs} : (types) -> ()`` op (``body`` follows the name)."""
+    body = body.strip()
+    if not body.startswith("("):
+        raise ConformanceError(f"check.{kind}: expected '(' after the op name, got {body[:40]!r}")
+    close = _scan(body, 0, lambda i, c, d, _: c == ")" and d == 1)
+    operands = [o for o in _split_top(body[1:close], ",") if o]
+    rest = body[close + 1:].strip()
+    attributes: list[str] = []
+    while rest.startswith(("<{", "{")):  # properties, then the attribute dictionary
+        open_at = 1 if rest.startswith("<{") else 0
+        end = _scan(rest, open_at, lambda i, c, d, _: c == "}" and d == 1)
+        attributes += [a for a in _split_top(rest[open_at + 1:end], ",") if a]
+        rest = rest[end + 1 + open_at:].strip()
+    if not rest.startswith(":"):
+        raise ConformanceError(f"check.{kind}: expected ': (types) -> ()', got {rest[:40]!r}")
+    signature = rest[1:].strip()
+    arrow = signature.find("->")
+    inputs = (signature[:arrow] if arrow >= 0 else signature).strip()
+    types = [t for t in _split_top(inputs[1:-1] if inputs.startswith("(") else inputs, ",") if t]
+    return _CheckText(kind, operands, attributes, types)
+
+
+def _emit_check(check: _CheckText, serial: int) -> str:
+    """The generic form (attributes, no properties) of a check; ``*_const`` checks become two-operand checks.
+
+    ``check.expect_eq_const %x, dense<...>`` becomes a ``stablehlo.constant``
+    followed by ``check.expect_eq %x, %const``, so that the importer reads
+    the constant (jaxlib's Python bindings cannot hand out every dense
+    attribute, e.g. complex ones) and the runner only meets two-operand checks.
+    """
+    kind, operands, attributes, types = check.kind, list(check.operands), list(check.attributes), list(check.types)
+    prefix = ""
+    if kind.endswith("_const"):
+        value = next((a for a in attributes if re.match(r"value\s*=", a)), None)
+        if value is None or len(operands) != 1 or len(types) != 1:
+            raise ConformanceError(f"check.{kind}: expected one operand and a 'value' attribute")
+        attributes.remove(value)
+        name = f"%__conformance_expected{serial}"
+        prefix = f'{name} = "stablehlo.constant"() {{{value}}} : () -> {types[0]} '
+        kind = kind[:-len("_const")]
+        operands.append(name)
+        types.append(types[0])
+    attr_text = f" {{{', '.join(attributes)}}}" if attributes else ""
+    return f'{prefix}"check.{kind}"({", ".join(operands)}){attr_text} : ({", ".join(types)}) -> ()'
+
+
+def normalize_checks(text: str) -> str:
+    """Rewrite every ``check.*`` op of ``text`` into the generic form with attributes (not properties).
+
+    Handles the custom syntax (``check.expect_eq_const %x, dense<...> : T``)
+    and the generic form with properties (``"check.expect_eq_const"(%x) <{value
+    = ...}>``); ``*_const`` checks become a constant and a two-operand check
+    (:func:`_emit_check`). Line numbers are kept: a rewritten op takes one
+    line, padded with as many newlines as the original spanned.
+    """
+    out, pos, serial = [], 0, 0
+    for m in _CHECK_OP.finditer(text):
+        if m.start() < pos:
+            continue
+        # The op ends at the first newline outside brackets after its ': type'.
+        end = _scan(text, m.end(), lambda i, c, d, colon: c == "\n" and d == 0 and colon)
+        statement = text[m.start("quote"):end]
+        parse = _parse_generic if m.group("quote") else _parse_custom
+        new = _emit_check(parse(m.group("kind"), text[m.end():end]), serial)
+        serial += 1
+        out.append(text[pos:m.start("quote")])
+        out.append(" ".join(new.split("\n")) + "\n" * statement.count("\n"))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------
+# MLIR level: check ops become results of the tested function
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    """One check op taken out of a program: its kind and where its operands are among the results."""
+
+    form: str  # 'op' | 'custom_call'
+    kind: str  # 'expect_eq', 'expect_close', ...
+    attributes: dict
+    first: int  # index of its first operand among the tested function's results
+    count: int
+    where: str  # 'check.expect_eq at line 12'
+
+    @property
+    def spec(self) -> CheckSpec:
+        """The :class:`CheckSpec` of this check."""
+        return CHECKS[(self.form, self.kind)]
+
+
+def _ir():
+    from jaxlib.mlir import ir
+
+    return ir
+
+
+def _attribute_value(attr):
+    """A Python value for a scalar attribute (int, float, bool, string); else the attribute's text."""
+    ir = _ir()
+    for cls in (ir.BoolAttr, ir.IntegerAttr, ir.FloatAttr, ir.StringAttr):
+        if isinstance(attr, cls):  # jaxlib hands out attributes downcast to their class
+            return attr.value
+    return str(attr)
+
+
+def _line_of(op, offset: int) -> str:
+    """`` at line N`` from an op's ``loc("-":N:col)`` location (shifted to the file's numbering), or ''."""
+    m = re.search(r":(\d+):\d+", str(op.location))
+    return f" at line {int(m.group(1)) + offset}" if m else ""
+
+
+def _functions(module) -> dict:
+    return {op.attributes["sym_name"].value: op for op in module.body.operations
+            if op.operation.name == "func.func"}
+
+
+def _check_kind(op) -> tuple[str, str] | None:
+    name = op.name
+    if name.startswith("check."):
+        return "op", name[len("check."):]
+    if name == "stablehlo.custom_call":
+        target = _ir().StringAttr(op.attributes["call_target_name"]).value
+        if target.startswith("check."):
+            return "custom_call", target[len("check."):]
+    return None
+
+
+def _set_results(fop, values: list) -> None:
+    """Make ``values`` the results of ``func.func`` op ``fop`` (replacing its terminator)."""
+    ir = _ir()
+    from jaxlib.mlir.dialects import func
+
+    block = fop.regions[0].blocks[0]
+    old = list(block.operations)[-1]
+    with ir.InsertionPoint(old.operation):
+        func.ReturnOp(values)
+    old.operation.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(fop.attributes["function_type"]).value)
+    inputs = [a.type for a in block.arguments]
+    fop.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, [v.type for v in values]))
+    if "res_attrs" in fop.attributes:
+        old_attrs = list(ir.ArrayAttr(fop.attributes["res_attrs"]))
+        keep = old_attrs[:len(ftype.results)]
+        keep += [ir.DictAttr.get({})] * (len(values) - len(keep))
+        fop.attributes["res_attrs"] = ir.ArrayAttr.get(keep[:len(values)])
+
+
+def extract_checks(fop, line_offset: int = 0) -> list[Check]:
+    """Remove the check ops of ``func.func`` op ``fop``; their operands become extra results.
+
+    The ``tensor<i1>`` result of ``custom_call @check.eq`` is replaced by ``true``
+    (the runner evaluates the check itself). Returns the checks in program order.
+    """
+    ir = _ir()
+    from jaxlib.mlir.dialects import stablehlo
+
+    block = fop.regions[0].blocks[0]
+    # Only the count: the returned values may change below (check.eq verdicts are replaced).
+    returned = len(list(block.operations)[-1].operands)
+    extra: list = []
+    checks: list[Check] = []
+    for view in list(block.operations):
+        op = view.operation
+        found = _check_kind(op)
+        if found is None:
+            continue
+        form, kind = found
+        where = f"{'custom_call @' if form == 'custom_call' else ''}check.{kind}{_line_of(op, line_offset)}"
+        spec = CHECKS.get((form, kind))
+        if spec is None:
+            raise ConformanceError(f"{where}: this check is not supported by the runner")
+        attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
+        operands = list(op.operands)
+        if len(operands) != spec.operands:
+            raise ConformanceError(f"{where}: expected {spec.operands} operands, got {len(operands)}")
+        with ir.InsertionPoint(op), op.location:
+            for r in op.results:  # custom_call @check.eq returns its verdict: true here
+                true = ir.DenseElementsAttr.get_splat(r.type, ir.BoolAttr.get(True))
+                r.replace_all_uses_with(stablehlo.ConstantOp(true).result)
+        values = {k: _attribute_value(v) for k, v in attrs.items() if k not in ("value", "call_target_name")}
+        checks.append(Check(form, kind, values, returned + len(extra), len(operands), where))
+        extra.extend(operands)
+        op.erase()
+    if checks:
+        _set_results(fop, list(list(block.operations)[-1].operands) + extra)
+    return checks
+
+
+def _remaining_checks(module) -> list[str]:
+    """Names of check ops left anywhere in ``module`` (in regions or other functions)."""
+    left: list[str] = []
+
+    def visit(op):
+        found = _check_kind(op.operation)
+        if found is not None:
+            left.append(f"check.{found[1]}")
+        return _ir().WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return left
+
+
+@dataclass
+class Parallel:
+    """An ``interpreter.run_parallel`` op: the device program and its grid."""
+
+    program: str
+    num_replicas: int
+    num_partitions: int
+    operand_counts: list[int]  # arguments of each device's program, device order
+    result_counts: list[int]
+
+
+@dataclass
+class Prepared:
+    """A program ready for the importer: checks extracted, harness ops removed."""
+
+    module: object  # jaxlib ir.Module
+    entry: str
+    checks: list[Check]
+    prologue: object | None = None  # ir.Module computing run_parallel's operands (entry @main)
+    parallel: Parallel | None = None
+
+
+def _entry_function(functions: dict) -> str:
+    if "main" in functions:
+        return "main"
+    with_checks = [name for name, f in functions.items() if any(_check_kind(op.operation) for op in
+                                                                  f.regions[0].blocks[0].operations)]
+    if len(with_checks) == 1:
+        return with_checks[0]
+    public = [n for n, f in functions.items() if "sym_visibility" not in f.attributes
+              or f.attributes["sym_visibility"].value == "public"]
+    if len(public) == 1:
+        return public[0]
+    raise ConformanceError(f"cannot tell which function to run (no @main; functions: {', '.join(functions)})")
+
+
+def _run_parallel_op(fop):
+    ops = [op.operation for op in fop.regions[0].blocks[0].operations if op.operation.name == "interpreter.run_parallel"]
+    if len(ops) > 1:
+        raise ConformanceError("more than one interpreter.run_parallel in a function is not supported")
+    return ops[0] if ops else None
+
+
+def _parallel_of(op, functions: dict) -> Parallel:
+    ir = _ir()
+    grid = [[ir.FlatSymbolRefAttr(p).value for p in ir.ArrayAttr(row)]
+            for row in ir.ArrayAttr(op.attributes["programs"])]
+    names = {n for row in grid for n in row}
+    widths = {len(row) for row in grid}
+    if len(names) != 1 or len(widths) != 1:
+        raise ConformanceError("interpreter.run_parallel with different programs per device (or ragged grid) "
+                               "is not supported")
+    (program,) = names
+    if program not in functions:
+        raise ConformanceError(f"interpreter.run_parallel: no function @{program}")
+    ftype = ir.FunctionType(ir.TypeAttr(functions[program].attributes["function_type"]).value)
+    n = len(grid) * widths.pop()
+    if len(op.operands) != n * len(ftype.inputs) or len(op.results) != n * len(ftype.results):
+        raise ConformanceError("interpreter.run_parallel: operand/result counts do not match the programs")
+    return Parallel(program, len(grid), len(grid[0]), [len(ftype.inputs)] * n, [len(ftype.results)] * n)
+
+
+def _wrap_entry(module, fop, args_text: str | None, expected: list[str]) -> str:
+    """Add ``@__conformance_main``: calls ``fop`` on constant arguments and checks its results.
+
+    ``args_text`` is the ``--args`` list of a RUN line (``[dense<1> :
+    tensor<2xi32>, ...]``); ``expected`` holds one dense literal per result
+    (what the interpreter prints, read from the file's CHECK lines), checked
+    with ``check.expect_eq``.
+    """
+    ir = _ir()
+    from jaxlib.mlir.dialects import func, stablehlo
+
+    name = fop.attributes["sym_name"].value
+    ftype = ir.FunctionType(ir.TypeAttr(fop.attributes["function_type"]).value)
+    args = list(ir.ArrayAttr(ir.Attribute.parse(args_text))) if args_text is not None else []
+    if len(args) != len(ftype.inputs):
+        raise ConformanceError(f"@{name} takes {len(ftype.inputs)} arguments; the RUN line gives {len(args)}")
+    if expected and len(expected) != len(ftype.results):
+        raise ConformanceError(f"@{name} has {len(ftype.results)} results; the CHECK lines show {len(expected)}")
+    with ir.InsertionPoint(module.body):
+        wrapper = func.FuncOp("__conformance_main", ([], list(ftype.results)))
+        block = wrapper.add_entry_block()
+    with ir.InsertionPoint(block):
+        values = [stablehlo.ConstantOp(a).result for a in args]
+        results = list(func.CallOp(list(ftype.results), ir.FlatSymbolRefAttr.get(name), values).results)
+        for r, text in zip(results, expected):
+            value = stablehlo.ConstantOp(ir.Attribute.parse(text)).result
+            ir.Operation.create("check.expect_eq", results=[], operands=[r, value])
+        func.ReturnOp(results)
+    return "__conformance_main"
+
+
+def prepare_module(text: str, line_offset: int = 0, args_text: str | None = None,
+                   expected: list[str] | None = None) -> Prepared:
+    """Parse a (normalized) program with jaxlib and take its check and harness ops out.
+
+    ``args_text`` (the ``--args`` list of a RUN line) and ``expected`` (dense
+    literals of the printed results) make a wrapper the entry point (see
+    :func:`_wrap_entry`). ``line_offset`` is added to line numbers in messages.
+    """
+    ir = _ir()
+    from .stablehlo_import import mlir_context, parse_stablehlo
+
+    module = parse_stablehlo(text)
+    ctx = mlir_context()
+    with ctx, ir.Location.unknown():
+        functions = _functions(module)
+        entry = _entry_function(functions)
+        fop = functions[entry]
+        if entry != "main" and "main" not in functions:
+            # The importer expands chlo ops through XLA, which wants an entry named main.
+            fop.attributes["sym_name"] = ir.StringAttr.get("main")
+            functions["main"] = functions.pop(entry)
+            entry = "main"
+        if args_text is not None or expected:
+            entry = _wrap_entry(module, fop, args_text, expected or [])
+            fop = _functions(module)[entry]
+        parallel_op = _run_parallel_op(fop)
+        if parallel_op is None:
+            checks = extract_checks(fop, line_offset)
+            left = _remaining_checks(module)
+            if left:
+                raise ConformanceError(f"{len(left)} check ops outside the body of @{entry} ({left[0]}) are not "
+                                       "supported")
+            return Prepared(module, entry, checks)
+        parallel = _parallel_of(parallel_op, functions)
+        # Epilogue: @entry takes run_parallel's results as arguments and checks them.
+        block = fop.regions[0].blocks[0]
+        for r in list(parallel_op.results):
+            r.replace_all_uses_with(block.add_argument(r.type, parallel_op.location))
+        parallel_op.erase()
+        checks = extract_checks(fop, line_offset)
+        if not checks:
+            _set_results(fop, list(list(block.operations)[-1].operands))  # the new arguments in its type
+        # Prologue: a second copy of the program whose @entry stops at run_parallel and returns its operands.
+        prologue = parse_stablehlo(text)
+        pfop = _functions(prologue)[entry]
+        pblock = pfop.regions[0].blocks[0]
+        pop = _run_parallel_op(pfop)
+        operands = list(pop.operands)
+        ops = list(pblock.operations)
+        index = next(i for i, o in enumerate(ops) if o.operation == pop)
+        if any(_check_kind(o.operation) for o in ops[:index]):
+            raise ConformanceError("check ops before interpreter.run_parallel are not supported")
+        from jaxlib.mlir.dialects import func
+
+        with ir.InsertionPoint(pop):
+            func.ReturnOp(operands)
+        for o in reversed(ops[index:]):
+            o.operation.erase()
+        pfop.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([], [v.type for v in operands]))
+        if "res_attrs" in pfop.attributes:
+            del pfop.attributes["res_attrs"]
+        return Prepared(module, entry, checks, prologue=prologue, parallel=parallel)
+
+
+# ----------------------------------------------------------------------------
+# Discovery
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Program:
+    """One program of the corpus: a whole file or one ``// -----`` chunk of it."""
+
+    path: str
+    name: str
+    mode: str  # 'run' (execute and check), 'roundtrip', 'disabled', 'skip'
+    text: str = ""
+    line: int = 0  # first line of the chunk in its file (0-based), for messages
+    args: str | None = None  # --args list of the RUN line
+    expected: list[str] | None = None  # printed results (FileCheck lines) as dense literals
+    message: str = ""  # why it is disabled / skipped
+    family: str = ""
+
+
+@dataclass
+class Result:
+    """The outcome of one program."""
+
+    path: str
+    name: str
+    status: str  # one of STATUSES
+    message: str = ""
+    seconds: float = 0.0
+    family: str = ""
+
+
+_RUN_LINE = re.compile(r"(?m)^//\s*(RUN(?:-DISABLED(?:\((?P<why>[^)]*)\))?)?)\s*:?\s*(?P<cmd>.*)$")
+_ARGS = re.compile(r'--args="(?P<args>[^"]*)"')
+_DTYPES = r"(?:bfloat16|float(?:16|32|64)|complex(?:64|128)|u?int(?:2|4|8|16|32|64)|bool|float8_\w+?|float4_\w+?)"
+# Where a JAX harness file name stops naming the op: the first dtype, a test parameter (shape, lhs,
+# dtypes, a number, "__"), or the folder's suffix (_dynamic, _qi8, _chlo).
+_FAMILY_END = re.compile(rf"_{_DTYPES}(?=_|$)|_in{_DTYPES}|__|_-?\d|_(?:shape|lhs|dtypes|dynamic|qi8|chlo)(?=_|$)")
+_LABEL = re.compile(r"(?:module\s+@(?P<module>[\w$.-]+)|func\.func\s+(?:public\s+|private\s+)?@(?P<func>[\w$.\"-]+))")
+
+
+def family_of(path: str) -> str:
+    """The op family of a corpus file: its name up to the first dtype (``abs_float32_20_20`` -> ``abs``).
+
+    Names without a dtype stop at their first parameter (``gather_shape__10_...`` -> ``gather``).
+    """
+    stem = os.path.splitext(os.path.basename(path))[0]
+    m = _FAMILY_END.search(stem)
+    return (stem[:m.start()] if m else stem) or stem
+
+
+def _expected_prints(text: str) -> list[str] | None:
+    """The results the interpreter is expected to print (plain ``CHECK``/``CHECK-NEXT`` lines) as dense literals.
+
+    ``// CHECK: tensor<2xi32> {`` ``// CHECK-NEXT: [3, 3]`` ``// CHECK-NEXT: }``
+    becomes ``dense<[3, 3]> : tensor<2xi32>``.
+    """
+    lines = [m.group(1).strip() for m in re.finditer(r"(?m)^//\s*CHECK(?:-NEXT)?:(.*)$", text)]
+    if not lines:
+        return None
+    results, current, body = [], None, []
+    for line in lines:
+        head = re.fullmatch(r"(tensor<[^{]*>)\s*\{", line)
+        if head and current is None:
+            current, body = head.group(1), []
+        elif line == "}" and current is not None:
+            results.append(f"dense<{' '.join(body)}> : {current}")
+            current = None
+        elif current is not None:
+            body.append(line)
+        else:
+            return None  # not a printed tensor: not understood
+    return results
+
+
+def _programs_of_file(path: str, shown: str) -> list[Program]:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    stem = os.path.splitext(os.path.basename(path))[0]
+    family = family_of(path)
+    runs = [(m.group(1) != "RUN", m.group("why") or "", m.group("cmd").strip()) for m in _RUN_LINE.finditer(text)]
+    interpret = [r for r in runs if "--interpret" in r[2]]
+    positive = [r for r in interpret if not r[0] and not r[2].startswith("not ")]
+    if not positive:
+        disabled = [r for r in interpret if r[0]]
+        if disabled:
+            why = disabled[0][1] or "disabled"
+            return [Program(shown, stem, "disabled", message=f"RUN-DISABLED upstream ({why})", family=family)]
+        if interpret:
+            return [Program(shown, stem, "skip", message="error-message test (not stablehlo-translate | FileCheck)",
+                            family=family)]
+        if any("--serialize" in r[2] for r in runs if not r[0]):
+            return [Program(shown, stem, "roundtrip", text, family=family)]
+        return [Program(shown, stem, "skip", message="no interpreter or serialization RUN line", family=family)]
+    command = positive[0][2]
+    args = _ARGS.search(command)
+    expected = _expected_prints(text) if "FileCheck" in command else None
+    if "FileCheck" in command and expected is None:
+        return [Program(shown, stem, "skip", message="FileCheck test of printed output", family=family)]
+    split = any("split-input-file" in r[2] for r in runs if not r[0])
+    chunks = split_programs(text) if split else [(0, text)]
+    programs = []
+    for i, (line, chunk) in enumerate(chunks):
+        if "func.func" not in chunk:
+            continue
+        if split:
+            label = _LABEL.search(chunk)
+            name = f"{stem}[{i}] {label.group('module') or label.group('func')}" if label else f"{stem}[{i}]"
+        else:
+            name = stem
+        programs.append(Program(shown, name, "run", chunk, line, args.group("args") if args else None, expected,
+                                family=family))
+    return programs
+
+
+def discover(paths: Iterable[str]) -> list[Program]:
+    """Every program in the ``.mlir`` files at or under ``paths`` (sorted by path, then file order)."""
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                files.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(".mlir"))
+        elif os.path.isfile(p):
+            files.append(p)
+        else:
+            raise ConformanceError(f"no such file or directory: {p}")
+    programs: list[Program] = []
+    for f in sorted(dict.fromkeys(files)):
+        programs.extend(_programs_of_file(f, os.path.relpath(f) if not os.path.isabs(f) else f))
+    return programs
+
+
+# ----------------------------------------------------------------------------
+# Running one program
+# ----------------------------------------------------------------------------
+
+
+class _Stage(Exception):
+    """An error tagged with the pipeline stage it happened in (parse, import, compile, run, roundtrip)."""
+
+    def __init__(self, stage: str, error: BaseException):
+        super().__init__(f"{stage}: {_describe(error)}")
+        self.stage = stage
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    if not isinstance(error, XlaError):
+        text = f"{type(error).__name__}: {text}"
+    return text
+
+
+class _at:
+    """``with _at('import'):`` tags any exception raised inside with the stage."""
+
+    def __init__(self, stage: str):
+        self.stage = stage
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if error is not None and not isinstance(error, _Stage) and isinstance(error, Exception):
+            raise _Stage(self.stage, error) from error
+        return False
+
+
+def _expand_quantized(text: str) -> tuple[str, dict | None]:
+    """Quantized programs: the importer's rewrite of ``!quant.uniform`` types, which jaxlib cannot parse.
+
+    :func:`interop.import_stablehlo` does this itself for text; the runner
+    parses the text first (to take the checks out), so it applies the same
+    rewrite and hands its per-line table to the importer.
+    """
+    if "!quant." not in text:
+        return text, None
+    from .stablehlo_quant import expand_quantized_text
+
+    return expand_quantized_text(text)
+
+
+def _import(module, quant_lines: dict | None):
+    from .stablehlo_import import import_mlir_module
+
+    if quant_lines is None:
+        return import_mlir_module(module)
+    return import_mlir_module(module, quant_lines=quant_lines)
+
+
+def _run_checked(program: Program) -> tuple[str, str]:
+    import lowering
+
+    with _at("parse"):
+        text, quant_lines = _expand_quantized(normalize_checks(program.text))
+        prepared = prepare_module(text, program.line, program.args, program.expected)
+    with _at("import"):
+        module = _import(prepared.module, quant_lines)
+        prologue = _import(prepared.prologue, quant_lines) if prepared.prologue is not None else None
+    with _at("compile"):
+        exe = lowering.compile(module, entry=prepared.entry)
+        if prepared.parallel is not None:
+            par = prepared.parallel
+            device = lowering.compile(module, entry=par.program, num_replicas=par.num_replicas,
+                                      num_partitions=par.num_partitions)
+            first = lowering.compile(prologue, entry=prepared.entry)
+    with _at("run"):
+        if prepared.parallel is None:
+            outputs = exe()
+        else:
+            operands, per_device = list(first()), []
+            for count in par.operand_counts:
+                per_device.append(operands[:count])
+                operands = operands[count:]
+            # One device compiles to a plain Executable (called with the arguments themselves).
+            grid = device(*per_device) if len(per_device) > 1 else [device(*per_device[0])]
+            results = [r for device_results in grid for r in device_results]
+            outputs = exe(*results)
+    failures = []
+    for check in prepared.checks:
+        values = outputs[check.first:check.first + check.count]
+        with _at("check"):
+            message = check.spec.evaluate(values[0], values[1], check.attributes)
+        if message:
+            failures.append(f"{check.where}: {message}")
+    if failures:
+        more = f" (and {len(failures) - 2} more failing checks)" if len(failures) > 2 else ""
+        return "failed", "; ".join(failures[:2]) + more
+    if not prepared.checks:
+        return "passed", "ran (no checks)"
+    return "passed", f"{len(prepared.checks)} checks"
+
+
+def _first_difference(a: str, b: str) -> str:
+    for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines())):
+        if x != y:
+            return f"line {i + 1}: {x.strip()[:100]!r} became {y.strip()[:100]!r}"
+    return "different number of lines"
+
+
+def _run_roundtrip(program: Program) -> tuple[str, str]:
+    from .export import export_stablehlo
+    from .stablehlo_import import import_stablehlo, parse_stablehlo
+
+    with _at("import"):
+        module = import_stablehlo(program.text, allow_unknown=True)
+    with _at("export"):
+        text = export_stablehlo(module)
+    with _at("reparse"):
+        parsed = parse_stablehlo(text)
+    with _at("reimport"):
+        again = import_stablehlo(parsed, allow_unknown=True)
+    if not again.is_structurally_equivalent(module):
+        return "failed", f"roundtrip: re-imported module differs; {_first_difference(str(module), str(again))}"
+    return "passed", "round trip equal"
+
+
+_RUNNERS: dict[str, Callable[[Program], tuple[str, str]]] = {"run": _run_checked, "roundtrip": _run_roundtrip}
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """True when a MemoryError is anywhere in ``error``'s chain (``raise ... from None`` keeps it as context)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, MemoryError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def run_program(program: Program) -> Result:
+    """Run one program in this process; every error is caught and reported in the :class:`Result`."""
+    start = time.perf_counter()
+    if program.mode in ("disabled", "skip"):
+        status, message = ("disabled" if program.mode == "disabled" else "skipped"), program.message
+    else:
+        try:
+            status, message = _RUNNERS[program.mode](program)
+        except _Stage as e:
+            status, message = "error", str(e)
+            if _out_of_memory(e):
+                status, message = "error", f"{e.stage}: out of memory ({message})"
+        except MemoryError:
+            status, message = "error", "out of memory (MemoryError)"
+        except Exception as e:  # noqa: BLE001 - a runner bug must not stop the corpus
+            status, message = "error", f"runner: {_describe(e)}"
+    return Result(program.path, program.name, status, " ".join(message.split())[:2000],
+                  round(time.perf_counter() - start, 4), program.family)
+
+
+# ----------------------------------------------------------------------------
+# Worker processes
+# ----------------------------------------------------------------------------
+
+
+def _limit_memory(megabytes: int | None) -> None:
+    """Cap this process's address space (``RLIMIT_AS``) so a runaway program gets a MemoryError."""
+    if not megabytes:
+        return
+    import resource
+
+    limit = int(megabytes) << 20
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _worker_main(conn, memory_mb: int | None, runner: Callable[[Program], Result] | None = None) -> None:
+    """A worker process: run the programs it is sent until told to stop (``None``) or the pipe closes."""
+    _limit_memory(memory_mb)
+    run = runner or run_program
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        index, program = task
+        conn.send((index, run(program)))
+
+
+def _context():
+    """``forkserver`` (each worker forks from a server that has imported the heavy modules once), else ``spawn``.
+
+    ``fork`` is avoided: the parent may hold threads (JAX/XLA thread pools)
+    whose locks a forked child would inherit.
+    """
+    import multiprocessing as mp
+
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        # Importing, not initializing: JAX starts no threads until a backend is used.
+        ctx.set_forkserver_preload(["interop.conformance", "jax", "xdsl", "xla_dialect", "lowering",
+                                    "lowering.kernels", "interop.stablehlo_import", "interop.export"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+class _Worker:
+    """One worker process and the task it is running."""
+
+    def __init__(self, ctx, memory_mb: int | None, runner):
+        import multiprocessing as mp
+
+        self.conn, child = mp.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, memory_mb, runner), daemon=True)
+        self.process.start()
+        child.close()
+        self.task: int | None = None
+        self.deadline = 0.0
+        self.started = 0.0
+
+    def send(self, index: int, program: Program, timeout: float | None) -> None:
+        self.task = index
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout if timeout else float("inf")
+        self.conn.send((index, program))
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except (OSError, ValueError):
+                self.process.kill()
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def _death_message(process) -> str:
+    import signal
+
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"worker crashed ({name})"
+    return f"worker exited with code {code}"
+
+
+def run_programs(programs: Sequence[Program], jobs: int = 1, timeout: float | None = 120.0,
+                 memory_mb: int | None = 4096, progress: Callable[[Result], None] | None = None,
+                 runner: Callable[[Program], Result] | None = None) -> list[Result]:
+    """Run ``programs`` in ``jobs`` worker processes; results in the order of ``programs``.
+
+    Each program gets ``timeout`` seconds and ``memory_mb`` MiB of address
+    space; a worker that crashes, hangs or runs out of memory is replaced and
+    its program reported as an ``error``. ``jobs=0`` runs everything in this
+    process (no isolation; for debugging). ``runner`` replaces
+    :func:`run_program` (it must be a picklable module-level function).
+    ``progress`` is called with each result as it arrives.
+    """
+    run = runner or run_program
+    results: list[Result | None] = [None] * len(programs)
+    pending: list[int] = []
+    for i, p in enumerate(programs):
+        if p.mode in ("run", "roundtrip"):
+            pending.append(i)
+        else:
+            results[i] = run_program(p)
+            if progress:
+                progress(results[i])
+    if jobs <= 0:
+        for i in pending:
+            results[i] = run(programs[i])
+            if progress:
+                progress(results[i])
+        return results  # type: ignore[return-value]
+    from multiprocessing.connection import wait
+
+    ctx = _context()
+    pending.reverse()  # pop() from the end: program order
+    workers: list[_Worker] = []
+    try:
+        while pending or any(w.task is not None for w in workers):
+            while len(workers) < min(jobs, len(pending) + sum(w.task is not None for w in workers)):
+                workers.append(_Worker(ctx, memory_mb, runner))
+            for w in workers:
+                if w.task is None and pending:
+                    i = pending.pop()
+                    w.send(i, programs[i], timeout)
+            busy = [w for w in workers if w.task is not None]
+            now = time.monotonic()
+            wait_for = max(0.0, min(w.deadline for w in busy) - now) if busy else 0.0
+            ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                             timeout=min(wait_for, 1.0)))
+            now = time.monotonic()
+            for w in busy:
+                outcome: Result | None = None
+                replace = False
+                program = programs[w.task]
+                if w.conn in ready:
+                    try:
+                        _, outcome = w.conn.recv()
+                    except (EOFError, OSError):
+                        w.process.join(1)
+                        outcome = Result(program.path, program.name, "error", _death_message(w.process),
+                                         round(now - w.started, 4), program.family)
+                        replace = True
+                elif w.process.sentinel in ready:
+                    w.process.join(1)
+                    outcome = Result(program.path, program.name, "error", _death_message(w.process),
+                                     round(now - w.started, 4), program.family)
+                    replace = True
+                elif now >= w.deadline:
+                    outcome = Result(program.path, program.name, "error", f"timeout after {timeout:g} s",
+                                     round(now - w.started, 4), program.family)
+                    replace = True
+                if outcome is None:
+                    continue
+                results[w.task] = outcome
+                w.task = None
+                if progress:
+                    progress(outcome)
+                if replace:
+                    w.stop(kill=True)
+                    workers.remove(w)
+    finally:
+        for w in workers:
+            w.stop(kill=w.task is not None)
+    return results  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------
+# Reporting and the command line
+# ----------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream=None, width: int = 30):
+        self.total = max(total, 1)
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.counts: Counter = Counter()
+        self.done = 0
+        self.start = time.monotonic()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last_decile = -1
+
+    def __call__(self, result: Result) -> None:
+        self.done += 1
+        self.counts[result.status] += 1
+        decile = self.done * 10 // self.total
+        if not self.tty and decile == self._last_decile and self.done != self.total:
+            return
+        self._last_decile = decile
+        filled = self.width * self.done // self.total
+        bar = "#" * filled + "." * (self.width - filled)
+        counts = " ".join(f"{s} {self.counts[s]}" for s in STATUSES if self.counts[s])
+        line = f"[{bar}] {self.done}/{self.total} {counts} ({time.monotonic() - self.start:.0f} s)"
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if self.done == self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def summarize(results: Sequence[Result], seconds: float | None = None) -> dict:
+    """Counts by status, the pass rate over the non-disabled programs, and the total time."""
+    counts = Counter(r.status for r in results)
+    enabled = len(results) - counts["disabled"]
+    summary = {"total": len(results), **{s: counts[s] for s in STATUSES}, "enabled": enabled,
+               "pass_rate": round(counts["passed"] / enabled, 6) if enabled else 1.0}
+    if seconds is not None:
+        summary["seconds"] = round(seconds, 2)
+    return summary
+
+
+def family_table(results: Sequence[Result]) -> str:
+    """A text table of status counts per op family (families with a non-passing program first)."""
+    by_family: dict[str, Counter] = defaultdict(Counter)
+    for r in results:
+        by_family[r.family or "?"][r.status] += 1
+    rows = sorted(by_family.items(), key=lambda kv: (kv[1]["passed"] + kv[1]["disabled"] == sum(kv[1].values()),
+                                                      kv[0]))
+    header = ("family", "programs", *STATUSES)
+    lines = [header] + [(name if len(name) <= 40 else name[:39] + "~", str(sum(c.values())),
+                         *(str(c[s]) if c[s] else "." for s in STATUSES)) for name, c in rows]
+    total = Counter(r.status for r in results)
+    lines.append(("TOTAL", str(len(results)), *(str(total[s]) for s in STATUSES)))
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    out = []
+    for k, row in enumerate(lines):
+        out.append("  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)))
+        if k == 0 or k == len(lines) - 2:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def write_json(path: str, results: Sequence[Result], summary: dict) -> None:
+    """Write the JSON report ``{"summary": ..., "results": [...]}``."""
+    payload = {"summary": summary, "results": [asdict(r) for r in results]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1)
+        f.write("\n")
+
+
+def _threshold(path: str) -> int:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    value = data.get("corpus", data).get("passed") if isinstance(data, dict) else data
+    if not isinstance(value, int):
+        raise ConformanceError(f"{path}: expected {{\"corpus\": {{\"passed\": N}}}} or {{\"passed\": N}}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``xla-conformance PATH... [--jobs N] [--timeout S] [--json REPORT]``; see the module docstring.
+
+    Exit status: 0 when every non-disabled program passed (or, with
+    ``--min-passed``/``--threshold``, when at least that many passed), 1
+    otherwise, 2 on usage errors.
+    """
+    parser = argparse.ArgumentParser(
+        prog="xla-conformance",
+        description="Run StableHLO conformance programs (testdata and interpreter tests) through the importer, the "
+                    "NumPy executor and their checks.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".mlir files or folders (searched recursively)")
+    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (default: CPU count; 0: run in this process, no isolation)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per program (default 120; 0: none)")
+    parser.add_argument("--memory", type=int, default=4096, metavar="MB",
+                        help="address-space limit per worker in MiB (default 4096; 0: none)")
+    parser.add_argument("--json", metavar="REPORT", help="write the JSON report to this file")
+    parser.add_argument("--filter", metavar="REGEX", help="only programs whose path or name matches")
+    parser.add_argument("--min-passed", type=int, help="succeed when at least this many programs pass")
+    parser.add_argument("--threshold", metavar="FILE", help="JSON file with the minimum number passing "
+                        "({\"corpus\": {\"passed\": N}})")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no family table")
+    args = parser.parse_args(argv)
+    try:
+        programs = discover(args.paths)
+        minimum = args.min_passed
+        if args.threshold:
+            minimum = _threshold(args.threshold)
+    except (XlaError, OSError, ValueError) as e:
+        print(f"xla-conformance: error: {e}", file=sys.stderr)
+        return 2
+    if args.filter:
+        pattern = re.compile(args.filter)
+        programs = [p for p in programs if pattern.search(p.path) or pattern.search(p.name)]
+    start = time.monotonic()
+    progress = None if args.quiet else Progress(len(programs))
+    results = run_programs(programs, args.jobs, args.timeout or None, args.memory or None, progress)
+    summary = summarize(results, time.monotonic() - start)
+    if not args.quiet:
+        print(family_table(results))
+    failing = [r for r in results if r.status in ("failed", "error")]
+    if failing:
+        print(f"\n{len(failing)} programs did not pass:")
+        for r in failing:
+            print(f"  {r.status:6} {r.path} :: {r.name}: {r.message[:300]}")
+    print(f"\n{summary['passed']} of {summary['enabled']} enabled programs passed ({100 * summary['pass_rate']:.2f}%); "
+          f"{summary['failed']} failed, {summary['error']} errors, {summary['skipped']} skipped, "
+          f"{summary['disabled']} disabled; {summary['seconds']:.1f} s")
+    if args.json:
+        write_json(args.json, results, summary)
+    if minimum is not None:
+        if summary["passed"] < minimum:
+            print(f"xla-conformance: {summary['passed']} programs passed, fewer than the required {minimum}",
+                  file=sys.stderr)
+            return 1
+        return 0
+    return 0 if summary["passed"] == summary["enabled"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,424 @@
+"""The conformance runner: check semantics, check-op rewriting, discovery, isolation, and the corpus itself.
+
+The corpus tests read ``--corpus PATH`` (default ``../shared/corpus`` next to
+the repository). Without a corpus they are skipped, except under ``CI=true``
+where a missing corpus is a failure. ``tests/conformance_threshold.json`` holds
+the number of programs that must pass (raise it whenever the figure improves).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from interop import conformance as conf
+from interop.difftest import ULP_INFINITE, ulp_distance
+
+REPO = Path(__file__).resolve().parents[1]
+THRESHOLD_FILE = REPO / "tests" / "conformance_threshold.json"
+
+
+# ----------------------------------------------------------------------------
+# ULP distance and check semantics
+# ----------------------------------------------------------------------------
+
+
+def test_ulp_distance_rules():
+    f32 = np.float32
+    one = f32(1)
+    a = np.array([0.0, -0.0, 1.0, np.nan, np.inf, 1.0, -np.inf, np.inf, np.nan], f32)
+    b = np.array([-0.0, 0.0, np.nextafter(one, f32(2)), -np.nan, np.inf, -1.0, np.inf, f32(3.4e38), 1.0], f32)
+    d = ulp_distance(a, b)
+    assert d.dtype == np.uint64
+    # +0/-0: 0; neighbours: 1; NaN/NaN (any sign): 0; equal infinities: 0;
+    # across zero: the sum of both magnitudes' ordinals; other non-finite pairs: "infinite".
+    assert d[:5].tolist() == [0, 0, 1, 0, 0]
+    assert int(d[5]) == 2 * int(one.view(np.uint32))
+    assert d[6:].tolist() == [ULP_INFINITE] * 3
+
+
+def test_ulp_distance_smallest_subnormals_and_f64_extremes():
+    tiny = np.array([np.finfo(np.float64).smallest_subnormal], np.float64)
+    assert ulp_distance(tiny, -tiny).tolist() == [2]
+    big = np.array([np.finfo(np.float64).max], np.float64)
+    assert ulp_distance(big, -big).tolist() == [2 * int(big.view(np.uint64)[0])]  # no int64 overflow
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                   ml_dtypes.float4_e2m1fn])
+def test_ulp_distance_small_floats_counts_representable_steps(dtype):
+    # Adjacent values of the type are 1 apart; sub-byte floats sit in the low bits of a byte.
+    values = np.array([0.5, 1.0, 1.5], dtype)
+    steps = ulp_distance(values[1:], values[:-1])
+    expected = [int(np.searchsorted(_all_finite(dtype), float(values[i + 1]))
+                    - np.searchsorted(_all_finite(dtype), float(values[i]))) for i in range(2)]
+    assert steps.tolist() == expected
+    assert ulp_distance(values, -values).tolist() == [2 * int(np.searchsorted(_all_finite(dtype), float(v))
+                                                              - np.searchsorted(_all_finite(dtype), 0.0))
+                                                      for v in values]
+
+
+def _all_finite(dtype) -> np.ndarray:
+    """Every distinct finite value of a small float type, sorted (zero once)."""
+    bits = ml_dtypes.finfo(dtype).bits if dtype not in (np.float16,) else 16
+    raw = np.arange(1 << bits, dtype=np.uint16 if bits > 8 else np.uint8)
+    values = raw.view(dtype) if bits in (8, 16) else raw.astype(np.uint8).view(dtype)
+    with np.errstate(invalid="ignore"):  # NaN bit patterns
+        finite = values.astype(np.float64)
+    finite = finite[np.isfinite(finite)]
+    return np.unique(finite)
+
+
+def test_ulp_distance_complex_takes_the_larger_part():
+    a = np.array([1 + 1j], np.complex64)
+    b = np.array([np.nextafter(np.float32(1), np.float32(2)) + 1j], np.complex64)
+    c = np.array([1 + 1j * np.nextafter(np.nextafter(np.float32(1), np.float32(2)), np.float32(2))], np.complex64)
+    assert ulp_distance(a, b).tolist() == [1]
+    assert ulp_distance(a, c).tolist() == [2]
+
+
+def test_check_close_bounds():
+    one = np.float32(1)
+    a = np.array([1.0, 2.0], np.float32)
+    b = a.copy()
+    b[0] = np.nextafter(np.nextafter(one, np.float32(2)), np.float32(2))  # 2 ULP away
+    assert conf.check_close(a, b, max_ulp=3) is None
+    assert conf.check_close(a, b, max_ulp=2) is None
+    message = conf.check_close(a, b, max_ulp=1)
+    assert message and "1 of 2 elements" in message and "max 2" in message
+    # min_ulp_difference: the identical element is now the failure
+    assert "outside [1, 3]" in conf.check_close(a, b, max_ulp=3, min_ulp=1)
+    nan = np.array([np.nan], np.float32)
+    assert conf.check_close(nan, nan.copy(), 0) is None
+    assert "inf" in conf.check_close(np.array([np.inf], np.float32), np.array([3e38], np.float32), 3)
+    assert "shape" in conf.check_close(a, a[:1], 3)
+    with pytest.raises(conf.ConformanceError):
+        conf.check_close(np.array([1]), np.array([1]), 3)
+
+
+def test_check_eq_is_exact_and_nan_unequal():
+    assert conf.check_eq(np.array([0.0]), np.array([-0.0])) is None
+    assert conf.check_eq(np.array([np.nan]), np.array([np.nan])) is not None
+    assert conf.check_eq(np.array([1, 2], np.int8), np.array([1, 3], np.int8)).startswith("1 of 2 elements differ")
+    assert conf.check_eq(np.array([1], ml_dtypes.int4), np.array([1], ml_dtypes.int4)) is None
+    assert conf.check_eq(np.array([1], ml_dtypes.int4), np.array([-1], ml_dtypes.int4)) is not None
+    assert "dtype" in conf.check_eq(np.array([1], np.int32), np.array([1], np.int64))
+    assert conf.check_eq(np.array([1 + 2j]), np.array([1 + 2j])) is None
+
+
+def test_check_almost_eq_follows_the_interpreter():
+    check = conf.check_almost_eq
+    f = np.float64
+    assert check(np.array([5.0], f), np.array([5.0001], f)) is None  # default tolerance 1e-4
+    assert check(np.array([5.0], f), np.array([5.001], f)) is not None
+    assert check(np.array([5.0], f), np.array([5.001], f), tolerance=0.1) is None
+    assert check(np.array([np.nan], f), np.array([np.nan], f)) is None
+    assert check(np.array([np.nan], f), np.array([1.0], f)) is not None
+    assert check(np.array([np.inf], f), np.array([np.inf], f)) is None
+    assert check(np.array([np.inf], f), np.array([-np.inf], f)) is not None
+    # values must have the same sign, zeros included (+0 is not close to -1e-5, -0 is)
+    assert check(np.array([0.0], f), np.array([1e-5], f)) is None
+    assert check(np.array([-0.0], f), np.array([-1e-5], f)) is None
+    assert check(np.array([0.0], f), np.array([-1e-5], f)) is not None
+    assert check(np.array([1e-5], f), np.array([-1e-5], f)) is not None
+    assert check(np.array([0.0], f), np.array([-0.0], f)) is None  # equal
+    assert check(np.array([1 + 1j]), np.array([1 + 1.00001j])) is None
+    assert check(np.array([1 + 1j]), np.array([1 + 1.1j])) is not None
+    assert check(np.array([3], np.int32), np.array([3], np.int32)) is None
+    assert check(np.array([3], np.int32), np.array([4], np.int32)) is not None
+
+
+def test_check_abs_close_for_the_custom_call_forms():
+    check = conf.check_abs_close
+    assert check(np.array([1.0, np.nan, np.inf]), np.array([1.0009, np.nan, np.inf]), 1e-3) is None
+    assert check(np.array([1.0]), np.array([1.002]), 1e-3) is not None
+    assert check(np.array([1e-5]), np.array([-1e-5]), 1e-3) is None  # plain absolute difference
+    assert check(np.array([np.inf]), np.array([-np.inf]), 1e-3) is not None
+    assert conf.CHECKS[("custom_call", "eq")].evaluate(np.array([1.0]), np.array([1.00005]), {}) is None
+    assert conf.CHECKS[("custom_call", "expect_close")].evaluate(
+        np.array([1.0], np.float32), np.array([1.0000004], np.float32), {}) is None  # 3 ULP
+
+
+# ----------------------------------------------------------------------------
+# Check ops: text rewriting and extraction
+# ----------------------------------------------------------------------------
+
+
+def test_normalize_custom_syntax_and_properties():
+    text = textwrap.dedent("""\
+        func.func @f() {
+          check.expect_eq_const %r#0, dense<[[1, 2],
+                                            [3, 4]]> : tensor<2x2xi64>
+          check.expect_almost_eq %a, %b, tolerance = 0.1 : tensor<f64>
+          check.expect_close %a, %b, max_ulp_difference = 3, min_ulp_difference = 1 : tensor<f16>, tensor<f16>
+          check.expect_almost_eq_const %a, dense<5.0> : tensor<f64> {tolerance = 1.0e-3 : f64}
+          "check.expect_eq_const"(%c) <{value = dense<[0, -1]> : tensor<2xi2>}> : (tensor<2xi2>) -> ()
+          check.expect_eq %a, %b : tensor<3xi64>
+          func.return
+        }
+        """)
+    out = conf.normalize_checks(text)
+    assert out.count("\n") == text.count("\n")  # line numbers kept
+    lines = out.splitlines()
+    assert lines[1].strip().startswith('%__conformance_expected0 = "stablehlo.constant"() {value = dense<[[1, 2],')
+    assert '"check.expect_eq"(%r#0, %__conformance_expected0) : (tensor<2x2xi64>, tensor<2x2xi64>) -> ()' in lines[1]
+    assert lines[2] == ""
+    assert lines[3].strip() == '"check.expect_almost_eq"(%a, %b) {tolerance = 0.1} : (tensor<f64>, tensor<f64>) -> ()'
+    assert lines[4].strip() == ('"check.expect_close"(%a, %b) {max_ulp_difference = 3, min_ulp_difference = 1} : '
+                                '(tensor<f16>, tensor<f16>) -> ()')
+    assert '"check.expect_almost_eq"(%a, %__conformance_expected3) {tolerance = 1.0e-3 : f64}' in lines[5]
+    assert '{value = dense<[0, -1]> : tensor<2xi2>} : () -> tensor<2xi2>' in lines[6]
+    assert lines[7].strip() == '"check.expect_eq"(%a, %b) : (tensor<3xi64>, tensor<3xi64>) -> ()'
+
+
+def _program(body: str, name: str = "t", mode: str = "run") -> conf.Program:
+    return conf.Program("mem.mlir", name, mode, textwrap.dedent(body), family="t")
+
+
+def test_run_program_passes_and_fails_with_located_messages():
+    ok = conf.run_program(_program("""\
+        func.func @t() {
+          %a = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+          %b = stablehlo.add %a, %a : tensor<2xf32>
+          check.expect_almost_eq_const %b, dense<[2.0, 4.0]> : tensor<2xf32>
+          check.expect_eq_const %b, dense<[2.0, 4.0]> : tensor<2xf32>
+          func.return
+        }
+        """))
+    assert (ok.status, ok.message) == ("passed", "2 checks")
+    bad = conf.run_program(_program("""\
+        func.func @t() {
+          %a = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+          %b = stablehlo.add %a, %a : tensor<2xi32>
+          check.expect_eq_const %b, dense<[2, 5]> : tensor<2xi32>
+          func.return
+        }
+        """))
+    assert bad.status == "failed"
+    assert bad.message.startswith("check.expect_eq at line 4: 1 of 2 elements differ; first at [1]: actual")
+
+
+def test_custom_call_checks_and_check_eq_verdict():
+    result = conf.run_program(_program("""\
+        module {
+          func.func public @main() -> (tensor<2xf32>, tensor<i1>) {
+            %0 = call @inputs() : () -> tensor<2xf32>
+            %1 = stablehlo.exponential %0 : tensor<2xf32>
+            %2 = stablehlo.constant dense<[2.71828175, 7.3890562]> : tensor<2xf32>
+            stablehlo.custom_call @check.expect_close(%1, %2) {has_side_effect = true} : (tensor<2xf32>, tensor<2xf32>) -> ()
+            stablehlo.custom_call @check.expect_almost_eq(%1, %2) {has_side_effect = true} : (tensor<2xf32>, tensor<2xf32>) -> ()
+            %3 = stablehlo.custom_call @check.eq(%1, %2) : (tensor<2xf32>, tensor<2xf32>) -> tensor<i1>
+            return %1, %3 : tensor<2xf32>, tensor<i1>
+          }
+          func.func private @inputs() -> tensor<2xf32> {
+            %c = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+            return %c : tensor<2xf32>
+          }
+        }
+        """))
+    assert (result.status, result.message) == ("passed", "3 checks")
+
+
+def test_run_parallel_runs_the_device_grid():
+    result = conf.run_program(_program("""\
+        module @m {
+          func.func @ids() -> (tensor<ui32>, tensor<ui32>) {
+            %r = stablehlo.replica_id : tensor<ui32>
+            %p = stablehlo.partition_id : tensor<ui32>
+            return %r, %p : tensor<ui32>, tensor<ui32>
+          }
+          func.func @main() {
+            %results:8 = "interpreter.run_parallel"() {programs=[[@ids, @ids], [@ids, @ids]]}
+                : () -> (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>,
+                         tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>)
+            check.expect_eq_const %results#4, dense<1> : tensor<ui32>
+            check.expect_eq_const %results#5, dense<0> : tensor<ui32>
+            check.expect_eq_const %results#7, dense<1> : tensor<ui32>
+            func.return
+          }
+        }
+        """))
+    assert (result.status, result.message) == ("passed", "3 checks")
+
+
+def test_discovery_modes(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "abs_float32_20_20.mlir").write_text("// RUN-DISABLED(inaccurate) stablehlo-opt -inline %s | "
+                                                     "stablehlo-translate --interpret\nmodule {}\n")
+    (tmp_path / "sub" / "split.mlir").write_text(textwrap.dedent("""\
+        // RUN: stablehlo-translate --interpret -split-input-file %s
+
+        func.func @first() {
+          func.return
+        }
+
+        // -----
+
+        func.func @second() {
+          func.return
+        }
+        """))
+    (tmp_path / "errors.mlir").write_text("// RUN: not stablehlo-translate --interpret %s 2>&1 | FileCheck %s\n")
+    (tmp_path / "poly_dynamic.mlir").write_text("// RUN: stablehlo-translate --serialize %s\nmodule {}\n")
+    (tmp_path / "args.mlir").write_text(textwrap.dedent("""\
+        // RUN: stablehlo-translate %s --interpret --args="[dense<1> : tensor<2xi32>, dense<2> : tensor<2xi32>]" | FileCheck %s
+        func.func @main(%arg0: tensor<2xi32>, %arg1: tensor<2xi32>) -> tensor<2xi32> {
+          %0 = stablehlo.add %arg0, %arg1 : tensor<2xi32>
+          return %0 : tensor<2xi32>
+        }
+        // CHECK:      tensor<2xi32> {
+        // CHECK-NEXT:   [3, 3]
+        // CHECK-NEXT: }
+        """))
+    programs = {p.name: p for p in conf.discover([str(tmp_path)])}
+    assert {n: p.mode for n, p in programs.items()} == {
+        "abs_float32_20_20": "disabled", "args": "run", "errors": "skip", "poly_dynamic": "roundtrip",
+        "split[0] first": "run", "split[1] second": "run"}
+    assert programs["abs_float32_20_20"].message == "RUN-DISABLED upstream (inaccurate)"
+    assert programs["split[1] second"].line == 6  # newlines before the chunk
+    assert programs["args"].expected == ["dense<[3, 3]> : tensor<2xi32>"]
+    assert conf.run_program(programs["args"]).status == "passed"
+    assert conf.family_of("testdata/abs_float32_20_20.mlir") == "abs"
+    assert conf.family_of("gather_shape__10__6__idxs.mlir") == "gather"
+    assert conf.family_of("interpret/all_gather.mlir") == "all_gather"
+
+
+# ----------------------------------------------------------------------------
+# Isolation: crash, hang and memory
+# ----------------------------------------------------------------------------
+
+HANG = """\
+func.func @main() {
+  %c0 = stablehlo.constant dense<0> : tensor<i64>
+  %r = stablehlo.while(%i = %c0) : tensor<i64>
+   cond {
+    %t = stablehlo.constant dense<true> : tensor<i1>
+    stablehlo.return %t : tensor<i1>
+  } do {
+    %one = stablehlo.constant dense<1> : tensor<i64>
+    %n = stablehlo.add %i, %one : tensor<i64>
+    stablehlo.return %n : tensor<i64>
+  }
+  check.expect_eq_const %r, dense<0> : tensor<i64>
+  func.return
+}
+"""
+
+HOG = """\
+func.func @main() {
+  %c = stablehlo.constant dense<1.0> : tensor<f32>
+  %b = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<32768x32768xf32>
+  %s = stablehlo.add %b, %b : tensor<32768x32768xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %t = stablehlo.reduce(%s init: %z) applies stablehlo.add across dimensions = [0, 1]
+      : (tensor<32768x32768xf32>, tensor<f32>) -> tensor<f32>
+  check.expect_eq_const %t, dense<2.0> : tensor<f32>
+  func.return
+}
+"""
+
+FINE = """\
+func.func @main() {
+  %c = stablehlo.constant dense<2> : tensor<i32>
+  check.expect_eq_const %c, dense<2> : tensor<i32>
+  func.return
+}
+"""
+
+
+def crash_on_request(program: conf.Program) -> conf.Result:
+    """A runner that kills its worker with SIGSEGV for programs named 'crash'."""
+    if program.name == "crash":
+        import ctypes
+
+        ctypes.string_at(0)  # segfault
+    return conf.run_program(program)
+
+
+def test_hang_memory_and_crash_are_contained():
+    programs = [_program(FINE, "before"), _program(HANG, "hang"), _program(HOG, "hog"), _program(FINE, "crash"),
+                _program(FINE, "after")]
+    seen = []
+    results = conf.run_programs(programs, jobs=2, timeout=5, memory_mb=1536, progress=seen.append,
+                                runner=crash_on_request)
+    by_name = {r.name: r for r in results}
+    assert [r.name for r in results] == ["before", "hang", "hog", "crash", "after"]
+    assert len(seen) == 5
+    assert by_name["before"].status == by_name["after"].status == "passed"
+    assert by_name["hang"].status == "error" and by_name["hang"].message == "timeout after 5 s"
+    assert by_name["hog"].status == "error" and "out of memory" in by_name["hog"].message
+    assert by_name["crash"].status == "error" and by_name["crash"].message == "worker crashed (SIGSEGV)"
+
+
+def test_cli_json_report_and_exit_status(tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "good.mlir").write_text("// RUN: stablehlo-translate --interpret -split-input-file %s\n" + FINE)
+    (folder / "bad.mlir").write_text("// RUN: stablehlo-translate --interpret %s\n"
+                                     + FINE.replace("dense<2> : tensor<i32>\n  func", "dense<3> : tensor<i32>\n  func"))
+    (folder / "off.mlir").write_text("// RUN-DISABLED(no interpreter support): stablehlo-translate --interpret %s\n")
+    report = tmp_path / "report.json"
+    status = conf.main([str(folder), "--jobs", "1", "--json", str(report), "--quiet"])
+    assert status == 1  # bad.mlir fails
+    data = json.loads(report.read_text())
+    assert {k: data["summary"][k] for k in ("total", "passed", "failed", "error", "skipped", "disabled")} == {
+        "total": 3, "passed": 1, "failed": 1, "error": 0, "skipped": 0, "disabled": 1}
+    assert data["summary"]["pass_rate"] == 0.5
+    rows = {r["name"]: r for r in data["results"]}
+    assert set(rows["bad"]) >= {"path", "name", "status", "message", "seconds"}
+    assert rows["bad"]["status"] == "failed" and "actual 2" in rows["bad"]["message"]
+    assert rows["off"]["status"] == "disabled"
+    assert "1 of 2 enabled programs passed" in capsys.readouterr().out
+    assert conf.main([str(folder), "--jobs", "0", "--quiet", "--min-passed", "1"]) == 0
+    assert conf.main([str(tmp_path / "missing")]) == 2
+
+
+# ----------------------------------------------------------------------------
+# The corpus
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(request) -> Path:
+    """The corpus folder (``--corpus``, default ``../shared/corpus``); skip (or fail under CI) when absent."""
+    option = request.config.getoption("--corpus", default=None)
+    path = Path(option) if option else REPO.parent / "shared" / "corpus"
+    if not path.is_dir():
+        message = f"StableHLO corpus not found at {path} (give --corpus PATH)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def _threshold() -> dict:
+    return json.loads(THRESHOLD_FILE.read_text())
+
+
+def _failures(results) -> str:
+    return "\n".join(f"{r.status} {r.path} {r.name}: {r.message[:200]}" for r in results
+                     if r.status in ("failed", "error"))
+
+
+def test_corpus_sample(corpus):
+    """Every ``every``-th program of the corpus (fast); at least the recorded number must pass."""
+    threshold = _threshold()["sample"]
+    programs = conf.discover([str(corpus)])[::threshold["every"]]
+    results = conf.run_programs(programs, jobs=2, timeout=60)
+    passed = sum(r.status == "passed" for r in results)
+    assert passed >= threshold["passed"], f"{passed} of {len(results)} sample programs passed\n{_failures(results)}"
+
+
+@pytest.mark.slow
+def test_whole_corpus(corpus):
+    """The whole corpus; at least the recorded number of programs must pass."""
+    threshold = _threshold()["corpus"]
+    results = conf.run_programs(conf.discover([str(corpus)]), jobs=os.cpu_count() or 1, timeout=120)
+    passed = sum(r.status == "passed" for r in results)
+    assert passed >= threshold["passed"], f"{passed} programs passed\n{_failures(results)}"

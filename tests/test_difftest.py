@@ -1,0 +1,137 @@
+"""interop.difftest: jax.jit against the NumPy executor, the comparison rules, and the pytest fixture."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowering
+from interop.difftest import (
+    DiffMismatchError,
+    compare_arrays,
+    difftest,
+    float_bits,
+    is_float_dtype,
+)
+from xla_dialect.errors import XlaError
+
+pytest_plugins = ["pytester"]
+
+
+def mlp(params, x):
+    """A small two-layer network returning a dict (a pytree of outputs)."""
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"]
+    return {"logits": logits, "label": jnp.argmax(logits, axis=-1)}
+
+
+def test_pytree_function_matches(rng):
+    params = {"w1": rng.standard_normal((8, 16), dtype=np.float32), "b1": np.zeros(16, np.float32),
+              "w2": rng.standard_normal((16, 4), dtype=np.float32)}
+    x = rng.standard_normal((3, 8), dtype=np.float32)
+    report = difftest(mlp, params, x, atol=1e-5)
+    assert report.ok, str(report)
+    assert [o.name for o in report.outputs] == ["['label']", "['logits']"]  # jax.tree order
+    label, logits = report.outputs
+    assert (label.dtype, label.shape, label.budget, label.comparison.max_ulp) == ("int64", (3,), 0, None)
+    assert (logits.dtype, logits.shape, logits.budget) == ("float32", (3, 4), 4)
+    assert report.raise_if_mismatch() is report
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64, np.complex64, np.int8, np.uint32,
+                                   np.bool_])
+def test_dtypes_and_special_values(dtype):
+    x = np.array([0.0, -0.0, 1.5, np.inf, -np.inf, np.nan]) if np.dtype(dtype).kind in "fcV" else np.arange(6)
+    x = x.astype(dtype)
+    report = difftest(lambda a: (a, jnp.where(a == a, a, a)), x)
+    assert report.ok, str(report)
+    assert report.outputs[0].comparison.max_abs == 0
+
+
+def test_mismatch_is_reported_per_output(monkeypatch):
+    real_compile = lowering.compile
+
+    def perturbed(module, *a, **k):
+        exe = real_compile(module, *a, **k)
+
+        def run(*args):
+            out = list(exe(*args))
+            out[0] = np.nextafter(out[0], np.float32(np.inf))  # one ULP up, every element
+            out[1] = out[1] + 1
+            return tuple(out)
+
+        return run
+
+    monkeypatch.setattr(lowering, "compile", perturbed)
+    x = np.linspace(1, 2, 5, dtype=np.float32)
+    report = difftest(lambda a: (a * 2, jnp.int32(7)), x, max_ulp=0)
+    assert not report.ok and not report
+    ulp, exact = report.outputs
+    assert (ulp.ok, ulp.comparison.max_ulp, ulp.comparison.mismatches) == (False, 1, 5)
+    assert ulp.comparison.max_rel == pytest.approx(2.0 ** -23)  # one ULP at 2.0, relative
+    assert (exact.ok, exact.comparison.message) == (False, "1 of 1 elements differ; first: actual 8, expected 7")
+    text = str(report)
+    assert "MISMATCH" in text and "max ULP" in text and "5 of 5 elements differ; first at [0]" in text
+    with pytest.raises(DiffMismatchError) as info:
+        report.raise_if_mismatch()
+    assert isinstance(info.value, XlaError) and "difftest <lambda>: MISMATCH" in str(info.value)
+    assert difftest(lambda a: (a * 2, jnp.int32(7)), x, max_ulp=1).outputs[0].ok is True  # budget covers it
+
+
+def test_ulp_budget_by_dtype_name():
+    a = np.array([1.0], np.float32)
+    b = np.nextafter(a, np.float32(2))
+    assert compare_arrays(a, b, 0).ok is False
+    assert compare_arrays(a, b, 1).ok is True
+    assert compare_arrays(a, a + np.float32(1e-3), 0, atol=1e-2).ok is True  # absolute floor
+    nan = np.array([np.nan], np.float32)
+    assert compare_arrays(nan, nan, 0).ok is True
+    assert compare_arrays(nan, a, 1000).ok is False
+    assert compare_arrays(a, a.astype(np.float64)).message == "dtype float32 != expected float64"
+    assert compare_arrays(a, np.ones((1, 1), np.float32)).message == "shape [1] != expected [1, 1]"
+
+
+def test_dtype_helpers():
+    assert is_float_dtype(ml_dtypes.bfloat16) and is_float_dtype(np.float16)
+    assert not is_float_dtype(ml_dtypes.int4) and not is_float_dtype(np.complex64) and not is_float_dtype(np.int32)
+    assert float_bits(ml_dtypes.float4_e2m1fn) == 4 and float_bits(np.float64) == 64
+
+
+def test_errors_propagate_as_project_errors():
+    with pytest.raises(Exception) as info:
+        difftest(lambda a: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((2,), np.float32), a),
+                 np.ones(2, np.float32))
+    assert isinstance(info.value, XlaError)
+
+
+PLUGIN_TEST = """
+import jax.numpy as jnp
+import numpy as np
+import lowering
+
+
+def test_ok(difftest):
+    report = difftest(lambda x: jnp.sin(x) * 2, np.linspace(0, 1, 7, dtype=np.float32))
+    assert report.ok
+
+
+def test_mismatch(difftest, monkeypatch):
+    real = lowering.compile
+    monkeypatch.setattr(lowering, "compile", lambda m, **k: (lambda *a: tuple(o + 1 for o in real(m, **k)(*a))))
+    difftest(lambda x: x + 1, np.arange(3))
+"""
+
+
+def test_pytest_fixture(pytester):
+    import importlib.metadata
+
+    installed = any(ep.value == "interop.pytest_plugin"
+                    for ep in importlib.metadata.entry_points(group="pytest11"))
+    pytester.makepyfile(PLUGIN_TEST)
+    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.pytest_plugin"])
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])
