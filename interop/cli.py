@@ -1,23 +1,24 @@
-"""Command-line tools: ``xla-run``."""
+"""Command-line tools: ``xla-run`` (``xla-conformance`` lives in :mod:`interop.conformance`)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import numpy as np
 
 from xla_dialect.errors import XlaError
 
+_BYTECODE_MAGIC = b"ML\xefR"
+# An op of StableHLO (or of the dialects JAX writes next to it) anywhere in the text.
+_STABLEHLO_OP = re.compile(rb"\b(?:stablehlo|chlo|mhlo|sdy)\.[a-z_]+")
 
-def _load_inputs(path: str | None, exe) -> list[np.ndarray]:
+
+def _read_npz(path: str | None) -> list[np.ndarray] | None:
+    """The arrays of an ``.npz`` file: ``arg0, arg1, ...`` when all present, else in file order."""
     if path is None:
-        if exe.input_types:
-            raise XlaError(
-                f"the program takes {len(exe.input_types)} arguments; give them with --inputs FILE.npz "
-                "(arrays named arg0, arg1, ... or in file order)"
-            )
-        return []
+        return None
     with np.load(path) as data:
         names = list(data.files)
         ordered = [f"arg{i}" for i in range(len(names))]
@@ -25,12 +26,90 @@ def _load_inputs(path: str | None, exe) -> list[np.ndarray]:
         return [data[k] for k in keys]
 
 
+def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.ndarray]:
+    if inputs is None:
+        if input_types:
+            raise XlaError(
+                f"the program takes {len(input_types)} arguments; give them with --inputs FILE.npz "
+                "(arrays named arg0, arg1, ... or in file order)"
+            )
+        return []
+    return inputs
+
+
+def load_program(path: str, inputs: list[np.ndarray] | None = None):
+    """Read a program file: hlo MLIR text, StableHLO text, MLIR bytecode / StableHLO portable artifact,
+    or the bytes of a serialized ``jax.export.Exported``.
+
+    A shape-polymorphic StableHLO program is refined to the shapes of ``inputs``.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(_BYTECODE_MAGIC) and not _STABLEHLO_OP.search(data):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and re.search(r"\bhlo\.[a-z_]+", text):
+            from xla_dialect import parse_module
+
+            return parse_module(text)
+    from .jax_import import import_jax
+
+    try:
+        return import_jax(data)
+    except XlaError as e:
+        if inputs and "dynamic shape" in str(e):
+            return import_jax(data, *inputs)
+        raise
+
+
+def _describe(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{list(value.shape)}"
+    return type(value).__name__
+
+
+def _check_against_xla(module, args, results, max_ulp, entry: str) -> bool:
+    """Run ``module`` on XLA's CPU backend and compare; prints one line per result; True when all agree."""
+    from .difftest import compare_arrays, is_float_dtype, ulp_budget
+    from .xla_run import run_xla
+
+    if entry != "main":
+        raise XlaError("--check-xla runs @main only (XLA compiles the module's entry function)")
+    expected = run_xla(module, *args)
+    if len(expected) != len(results):
+        print(f"XLA: returned {len(expected)} results, the executor {len(results)}")
+        return False
+    ok = True
+    for i, (ours, theirs) in enumerate(zip(results, expected)):
+        theirs = np.asarray(theirs)
+        exact = not (theirs.dtype.kind == "c" or is_float_dtype(theirs.dtype))
+        budget = 0 if exact else ulp_budget(theirs.dtype, max_ulp)
+        c = compare_arrays(ours, theirs, budget)
+        ok &= c.ok
+        detail = "exact" if exact else f"max ULP {c.max_ulp}, budget {budget}"
+        print(f"XLA result #{i}: {'agrees' if c.ok else 'DIFFERS'} ({detail}, max abs {c.max_abs:.3g})"
+              + ("" if c.ok else f": {c.message}"))
+    return ok
+
+
 def xla_run_main(argv: list[str] | None = None) -> int:
-    """``xla-run FILE [--inputs inputs.npz]`` or ``xla-run --demo``."""
-    parser = argparse.ArgumentParser(prog="xla-run", description="Run an hlo program on the NumPy executor.")
-    parser.add_argument("file", nargs="?", help="program file (hlo MLIR text)")
+    """``xla-run FILE [--inputs inputs.npz] [--check-xla]`` or ``xla-run --demo``.
+
+    Exit status: 0 on success, 1 when ``--check-xla`` finds a difference, 2 on errors.
+    """
+    parser = argparse.ArgumentParser(
+        prog="xla-run",
+        description="Run a program on the NumPy executor: hlo MLIR, StableHLO text or bytecode, a StableHLO "
+                    "portable artifact or a serialized jax.export.")
+    parser.add_argument("file", nargs="?", help="program file")
     parser.add_argument("--inputs", help=".npz file with the arguments (arg0, arg1, ...)")
     parser.add_argument("--entry", default="main", help="entry function (default: main)")
+    parser.add_argument("--check-xla", action="store_true",
+                        help="also run the program on XLA's CPU backend and compare the results")
+    parser.add_argument("--max-ulp", type=int, default=None,
+                        help="ULP budget of --check-xla for floats (default: per dtype, see interop.difftest)")
     parser.add_argument("--demo", action="store_true", help="build axpy and an MLP, run them, compare with jax.jit")
     parser.add_argument("--show-source", action="store_true", help="print the generated Python code")
     args = parser.parse_args(argv)
@@ -44,17 +123,20 @@ def xla_run_main(argv: list[str] | None = None) -> int:
         if not args.file:
             parser.error("give a program FILE or --demo")
         import lowering
-        from xla_dialect import parse_module
 
-        with open(args.file) as f:
-            module = parse_module(f.read())
+        inputs = _read_npz(args.inputs)
+        module = load_program(args.file, inputs)
         exe = lowering.compile(module, entry=args.entry)
         if args.show_source:
             print(exe.source)
-        results = exe(*_load_inputs(args.inputs, exe))
+        arrays = _arguments(inputs, exe.input_types)
+        results = exe(*arrays)
         for i, r in enumerate(results):
-            print(f"result #{i}: {r.dtype}{list(r.shape)}")
-            print(np.array2string(r, threshold=200))
+            print(f"result #{i}: {_describe(r)}")
+            if isinstance(r, np.ndarray):
+                print(np.array2string(r, threshold=200))
+        if args.check_xla:
+            return 0 if _check_against_xla(module, arrays, results, args.max_ulp, args.entry) else 1
         return 0
     except XlaError as e:
         print(f"xla-run: error: {e}", file=sys.stderr)

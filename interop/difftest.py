@@ -37,6 +37,7 @@ __all__ = [
     "difftest",
     "float_bits",
     "is_float_dtype",
+    "ulp_budget",
     "ulp_distance",
 ]
 
@@ -266,7 +267,12 @@ class DiffReport:
         return self
 
 
-def _budget(dtype: np.dtype, max_ulp) -> int:
+def ulp_budget(dtype, max_ulp=None) -> int:
+    """The ULP budget for a float or complex dtype: ``max_ulp`` itself (an int), or looked up by dtype name
+    in a mapping (complex dtypes by their component type), missing names taking :data:`DEFAULT_MAX_ULP` or 1."""
+    dtype = np.dtype(dtype)
+    if max_ulp is None:
+        max_ulp = DEFAULT_MAX_ULP
     if isinstance(max_ulp, Mapping):
         key = dtype.name if dtype.kind != "c" else np.dtype(dtype.type(0).real.dtype).name
         if key in max_ulp:
@@ -307,12 +313,11 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     flat_args = [np.asarray(a) for a in jax.tree.leaves((args, kwargs))]
     actual = list(lowering.compile(module)(*flat_args))
 
-    budgets = DEFAULT_MAX_ULP if max_ulp is None else max_ulp
     report = DiffReport(label)
     if len(actual) != len(expected):
         report.error = f"the executor returned {len(actual)} outputs, jax.jit {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
-        budget = _budget(e.dtype, budgets) if (e.dtype.kind == "c" or is_float_dtype(e.dtype)) else 0
+        budget = ulp_budget(e.dtype, max_ulp) if (e.dtype.kind == "c" or is_float_dtype(e.dtype)) else 0
         report.outputs.append(OutputDiff(i, names[i], tuple(e.shape), str(e.dtype), budget,
                                          compare_arrays(a, e, budget, atol)))
     return report

@@ -135,3 +135,74 @@ def test_pytest_fixture(pytester):
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])
+
+
+# ----------------------------------------------------------------------------
+# xla-run on StableHLO files, --check-xla
+# ----------------------------------------------------------------------------
+
+
+def _two_outputs(x, y):
+    return jnp.tanh(x) @ y, jnp.argmax(x, 0)
+
+
+@pytest.fixture
+def program_files(tmp_path, rng):
+    """The same JAX program as StableHLO text, serialized export and portable artifact, with its inputs."""
+    # Positive values: no cancellation in the dot product, so a few ULPs is a fair budget.
+    x = rng.uniform(0.1, 2, (3, 4)).astype(np.float32)
+    y = rng.uniform(0.5, 1.5, (4, 2)).astype(np.float32)
+    exported = jax.export.export(jax.jit(_two_outputs))(x, y)
+    files = {"text": tmp_path / "p.mlir", "export": tmp_path / "p.bin", "artifact": tmp_path / "p.vhlo"}
+    files["text"].write_text(jax.jit(_two_outputs).lower(x, y).as_text())
+    files["export"].write_bytes(exported.serialize())
+    files["artifact"].write_bytes(exported.mlir_module_serialized)
+    np.savez(tmp_path / "in.npz", arg0=x, arg1=y)
+    return files, tmp_path / "in.npz"
+
+
+@pytest.mark.parametrize("kind", ["text", "export", "artifact"])
+def test_xla_run_stablehlo_inputs_and_check_xla(program_files, kind, capsys):
+    from interop.cli import xla_run_main
+
+    files, inputs = program_files
+    assert xla_run_main([str(files[kind]), "--inputs", str(inputs), "--check-xla"]) == 0
+    out = capsys.readouterr().out
+    assert "result #0: float32[3, 2]" in out and "result #1: int64[4]" in out
+    assert "XLA result #0: agrees (max ULP" in out and "XLA result #1: agrees (exact" in out
+
+
+def test_xla_run_check_xla_reports_differences(program_files, monkeypatch, capsys):
+    from interop.cli import xla_run_main
+
+    real = lowering.compile
+
+    class OffByOne:
+        """The executable, with every result incremented."""
+
+        def __init__(self, module, **options):
+            self.exe = real(module, **options)
+            self.input_types = self.exe.input_types
+
+        def __call__(self, *args):
+            return tuple(o + 1 for o in self.exe(*args))
+
+    monkeypatch.setattr(lowering, "compile", OffByOne)
+    files, inputs = program_files
+    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla"]) == 1
+    out = capsys.readouterr().out
+    assert "XLA result #0: DIFFERS" in out and "XLA result #1: DIFFERS (exact" in out
+
+
+def test_xla_run_shape_polymorphic_program(tmp_path, capsys):
+    from interop.cli import xla_run_main
+
+    (n,) = jax.export.symbolic_shape("n")
+    exported = jax.export.export(jax.jit(lambda a: jnp.sin(a) * 2))(jax.ShapeDtypeStruct((n, 3), np.float32))
+    path = tmp_path / "poly.mlir"
+    path.write_text(exported.mlir_module())
+    np.savez(tmp_path / "in.npz", arg0=np.ones((5, 3), np.float32))
+    assert xla_run_main([str(path), "--inputs", str(tmp_path / "in.npz"), "--check-xla"]) == 0
+    assert "result #0: float32[5, 3]" in capsys.readouterr().out
+    assert xla_run_main([str(path)]) == 2  # no inputs: no shapes to refine to
+    assert "dynamic shape" in capsys.readouterr().err
