@@ -130,14 +130,21 @@ def _verify_after(p: ModulePass, module: ModuleOp) -> None:
         raise PassError(f"pass {p.name} produced invalid IR: {text}") from None
 
 
-def canonicalize_broadcasts(module: ModuleOp) -> ModuleOp:
-    """Run ``canonicalize-broadcasts`` on ``module`` in place and return it.
+def canonicalize_broadcasts(module: ModuleOp, clone: bool = False) -> ModuleOp:
+    """Run ``canonicalize-broadcasts`` on ``module`` and return the result.
 
     This is the hook for the executor's lowering: afterwards no binary,
-    compare, select or clamp op relies on implicit broadcasting.
+    compare, select or clamp op relies on implicit broadcasting. With
+    ``clone`` the caller's module is left untouched: a rewritten copy is
+    returned, or ``module`` itself when nothing needs rewriting (checked
+    first, cheaply).
     """
-    from .broadcasts import CanonicalizeBroadcastsPass
+    from .broadcasts import CanonicalizeBroadcastsPass, needs_canonicalization
 
+    if clone:
+        if not needs_canonicalization(module):
+            return module
+        module = module.clone()
     run(module, CanonicalizeBroadcastsPass(), verify=False)
     return module
 

@@ -96,6 +96,17 @@ def _needs_expansion(op: Operation) -> bool:
         isinstance(v.type, TensorType) and v.type.get_shape() != out_shape for v in op.operands)
 
 
+def needs_canonicalization(module: Operation) -> bool:
+    """Whether some op of ``module`` uses implicit broadcasting or ``hlo.broadcast``."""
+    for op in module.walk():
+        if isinstance(op, (ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)):
+            if isinstance(op.results[0].type, TensorType) and _needs_expansion(op):
+                return True
+        elif isinstance(op, dm.BroadcastOp):
+            return True
+    return False
+
+
 class ExplicitBinaryBroadcast(RewritePattern):
     """Binary and compare ops: implicit broadcasting -> ``broadcast_in_dim`` (+ ``reshape``) operands."""
 

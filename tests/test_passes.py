@@ -813,3 +813,17 @@ def test_full_pipeline_on_a_jax_transformer_block():
     assert all(layout_of(t) is not None and layout_of(t).tiles for t in next(iter(after.ops)).function_type.inputs)
     assert result.report("tile-layouts").physical_ops > 0
     assert_identical(lowering.compile(before)(*args), lowering.compile(after)(*args))
+
+
+def test_canonicalize_broadcasts_clone_mode_for_the_executor_hook():
+    b = XlaBuilder("f")
+    x = b.parameter(0, "f32[2,3]")
+    b.add(x, b.parameter(1, "f32[3]"), [1])
+    module = b.build()
+    text = str(module)
+    canonical = passes.canonicalize_broadcasts(module, clone=True)
+    assert canonical is not module and str(module) == text
+    assert "broadcast_in_dim" in str(canonical)
+    assert passes.canonicalize_broadcasts(canonical, clone=True) is canonical  # nothing left to do
+    args = [np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32)]
+    assert_identical(lowering.compile(module)(*args), lowering.compile(canonical)(*args))
