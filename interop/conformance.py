@@ -67,6 +67,7 @@ __all__ = [
     "check_almost_eq",
     "check_close",
     "check_eq",
+    "cause_of",
     "discover",
     "family_of",
     "main",
@@ -1268,6 +1269,38 @@ def family_table(results: Sequence[Result]) -> str:
     return "\n".join(out)
 
 
+_OP_NAME = re.compile(r"\b(?:hlo|stablehlo|chlo|mhlo|func)\.[a-z_]+")
+
+
+def cause_of(result: Result) -> str:
+    """A short key grouping programs that fail for the same reason (stage and op, or family and check kind)."""
+    message = result.message
+    if result.status == "failed":
+        kind = re.search(r"(?:custom_call @)?check\.[a-z_]+|roundtrip", message)
+        return f"{result.family}: {kind.group(0) if kind else 'check'} mismatch"
+    stage = message.split(":", 1)[0] if ":" in message[:20] else "run"
+    op = _OP_NAME.search(message)
+    if op:
+        return f"{stage}: {op.group(0)}"
+    return f"{stage}: " + re.sub(r"\b\d+\b", "N", message.split(":", 1)[-1].strip())[:60]
+
+
+def causes_table(results: Sequence[Result]) -> str:
+    """The failed and erroneous programs grouped by :func:`cause_of`, largest group first."""
+    groups: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        if r.status in ("failed", "error"):
+            groups[cause_of(r)].append(r)
+    lines = []
+    for cause, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"{len(members):5}  {cause}")
+        for r in members[:3]:
+            lines.append(f"         {r.path} :: {r.name}: {r.message[:160]}")
+        if len(members) > 3:
+            lines.append(f"         ... and {len(members) - 3} more")
+    return "\n".join(lines)
+
+
 def write_json(path: str, results: Sequence[Result], summary: dict) -> None:
     """Write the JSON report ``{"summary": ..., "results": [...]}``."""
     payload = {"summary": summary, "results": [asdict(r) for r in results]}
@@ -1328,9 +1361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(family_table(results))
     failing = [r for r in results if r.status in ("failed", "error")]
     if failing:
-        print(f"\n{len(failing)} programs did not pass:")
-        for r in failing:
-            print(f"  {r.status:6} {r.path} :: {r.name}: {r.message[:300]}")
+        print(f"\n{len(failing)} programs did not pass, by cause:")
+        print(causes_table(results))
     print(f"\n{summary['passed']} of {summary['enabled']} enabled programs passed ({100 * summary['pass_rate']:.2f}%); "
           f"{summary['failed']} failed, {summary['error']} errors, {summary['skipped']} skipped, "
           f"{summary['disabled']} disabled; {summary['seconds']:.1f} s")

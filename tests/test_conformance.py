@@ -422,3 +422,16 @@ def test_whole_corpus(corpus):
     results = conf.run_programs(conf.discover([str(corpus)]), jobs=os.cpu_count() or 1, timeout=120)
     passed = sum(r.status == "passed" for r in results)
     assert passed >= threshold["passed"], f"{passed} programs passed\n{_failures(results)}"
+
+
+def test_causes_group_failures():
+    results = [conf.Result("a.mlir", "a", "error", "compile: hlo.cbrt: operand has element type complex<f64>", 0, "cbrt"),
+               conf.Result("b.mlir", "b", "error", "compile: hlo.cbrt: operand has element type complex<f32>", 0, "cbrt"),
+               conf.Result("c.mlir", "c", "failed", "custom_call @check.expect_close at line 3: 1 of 2 ...", 0, "dot"),
+               conf.Result("d.mlir", "d", "error", "timeout after 5 s", 0, "x"),
+               conf.Result("e.mlir", "e", "passed", "", 0, "x")]
+    assert [conf.cause_of(r) for r in results[:4]] == [
+        "compile: hlo.cbrt", "compile: hlo.cbrt", "dot: custom_call @check.expect_close mismatch", "run: timeout after N s"]
+    table = conf.causes_table(results)
+    assert table.splitlines()[0] == "    2  compile: hlo.cbrt"
+    assert "e.mlir" not in table
