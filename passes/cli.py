@@ -45,6 +45,7 @@ def _interop(name: str, what: str):
 def read_program(data: bytes, source: str = "<input>"):
     """Parse program bytes: hlo MLIR text, or StableHLO text/bytecode via the importer."""
     from xla_dialect import parse_module
+    from xla_dialect.errors import MlirParseError
 
     if data.startswith(MLIR_BYTECODE_MAGIC):
         return _interop("import_stablehlo", f"{source} is MLIR bytecode; reading it")(data)
@@ -52,9 +53,12 @@ def read_program(data: bytes, source: str = "<input>"):
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise XlaError(f"{source}: neither UTF-8 MLIR text nor MLIR bytecode") from None
-    if "stablehlo." in text or "mhlo." in text:
-        return _interop("import_stablehlo", f"{source} is StableHLO; reading it")(text)
-    return parse_module(text)
+    try:
+        return parse_module(text)
+    except MlirParseError:
+        if "stablehlo." not in text and "mhlo." not in text:
+            raise
+    return _interop("import_stablehlo", f"{source} is StableHLO; reading it")(text)
 
 
 def emit(module, kind: str) -> str:

@@ -827,3 +827,23 @@ def test_canonicalize_broadcasts_clone_mode_for_the_executor_hook():
     assert passes.canonicalize_broadcasts(canonical, clone=True) is canonical  # nothing left to do
     args = [np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32)]
     assert_identical(lowering.compile(module)(*args), lowering.compile(canonical)(*args))
+
+
+def test_mhlo_layout_mode_attributes_are_entry_constraints():
+    text = """
+    func.func @main(%x: tensor<4x8xf32, #hlo.layout<{0,1}>> {mhlo.layout_mode = "auto"},
+                    %y: tensor<8x1xf32> {mhlo.layout_mode = "default"}, %z: tensor<8x1xf32>)
+                    -> (tensor<4x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>) {
+      %a = hlo.negate %x : (tensor<4x8xf32, #hlo.layout<{0,1}>>) -> tensor<4x8xf32>
+      %b = hlo.negate %y : (tensor<8x1xf32>) -> tensor<8x1xf32>
+      %c = hlo.negate %z : (tensor<8x1xf32>) -> tensor<8x1xf32>
+      func.return %a, %b, %c : tensor<4x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+    }
+    """
+    module = parse_module(text)
+    passes.run(module, "assign-layouts{target=tpu}")
+    main = next(iter(module.ops))
+    x, y, z = (str(layout_of(t)) for t in main.function_type.inputs.data)
+    assert x == "{1,0:T(4,128)}"  # auto: the pass chooses (the {0,1} in the type is not a constraint)
+    assert y == "{1,0:T(8,128)}"  # default: row-major is fixed
+    assert z == "{0,1:T(2,128)}"  # free: TPU moves the size-1 dimension most major
