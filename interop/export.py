@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 from xdsl.dialects import func
@@ -103,8 +104,9 @@ CHANNEL_TYPE_NUMBERS = {"CHANNEL_TYPE_INVALID": 0, "DEVICE_TO_DEVICE": 1, "DEVIC
 """Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
 
 
+@lru_cache(maxsize=4096)
 def stablehlo_type(t: Attribute) -> str:
-    """StableHLO spelling of an xDSL type (layouts dropped)."""
+    """StableHLO spelling of an xDSL type (layouts dropped); cached, as printing types is slow in xDSL."""
     if isinstance(t, TensorType):
         dims = "".join("?x" if d == DYNAMIC_INDEX else f"{d}x" for d in t.get_shape())
         return f"tensor<{dims}{t.element_type}>"
