@@ -236,6 +236,7 @@ CHECKS: dict[tuple[str, str], CheckSpec] = {
     # check dialect ops (interpret/ and quantized/ files)
     ("op", "expect_eq"): CheckSpec(2, lambda a, e, at: check_eq(a, e)),
     ("op", "expect_almost_eq"): CheckSpec(2, lambda a, e, at: check_almost_eq(a, e, at.get("tolerance", 1e-4))),
+    ("op", "expect_serialized_eq"): CheckSpec(2, lambda a, e, at: check_eq(a, e)),  # the probe's value first
     ("op", "expect_close"): CheckSpec(
         2, lambda a, e, at: check_close(a, e, at.get("max_ulp_difference", 1), at.get("min_ulp_difference", 0))),
     # stablehlo.custom_call forms (testdata/)
@@ -255,7 +256,9 @@ into their two-operand forms by :func:`normalize_checks`."""
 # ----------------------------------------------------------------------------
 
 _SPLIT = re.compile(r"(?m)^// -----.*$")
-_CHECK_OP = re.compile(r'(?m)^(?P<indent>[ \t]*)(?P<quote>"?)check\.(?P<kind>\w+)(?P=quote)')
+# A check op (custom or generic form), or an interpreter.probe / interpreter.print op in custom form.
+_HARNESS_OP = re.compile(r'(?m)^[ \t]*(?P<result>%[\w#]+\s*=\s*)?(?:(?P<quote>"?)check\.(?P<kind>\w+)(?P=quote)'
+                         r'|interpreter\.(?P<interpreter>probe|print)\b)')
 _OPEN, _CLOSE = "([{<", ")]}>"
 
 
@@ -327,7 +330,7 @@ def _top_index(text: str, char: str, last: bool = False) -> int:
 class _CheckText:
     """A check op read from the text: operands, attribute items and operand types."""
 
-    kind: str
+    kind: str  # 'expect_eq', ... or 'interpreter.probe' / 'interpreter.print'
     operands: list[str]
     attributes: list[str]  # 'key = value' items
     types: list[str]
@@ -397,6 +400,10 @@ def _emit_check(check: _CheckText, serial: int) -> str:
     attribute, e.g. complex ones) and the runner only meets two-operand checks.
     """
     kind, operands, attributes, types = check.kind, list(check.operands), list(check.attributes), list(check.types)
+    if kind.startswith("interpreter."):  # probe returns its operand, print nothing
+        attr_text = f" {{{', '.join(attributes)}}}" if attributes else ""
+        results = types[0] if kind == "interpreter.probe" else "()"
+        return f'"{kind}"({", ".join(operands)}){attr_text} : ({", ".join(types)}) -> {results}'
     prefix = ""
     if kind.endswith("_const"):
         value = next((a for a in attributes if re.match(r"value\s*=", a)), None)
@@ -418,20 +425,27 @@ def normalize_checks(text: str) -> str:
     Handles the custom syntax (``check.expect_eq_const %x, dense<...> : T``)
     and the generic form with properties (``"check.expect_eq_const"(%x) <{value
     = ...}>``); ``*_const`` checks become a constant and a two-operand check
-    (:func:`_emit_check`). Line numbers are kept: a rewritten op takes one
-    line, padded with as many newlines as the original spanned.
+    (:func:`_emit_check`). ``interpreter.probe`` and ``interpreter.print`` in
+    custom syntax become generic too. Line numbers are kept: a rewritten op
+    takes one line, padded with as many newlines as the original spanned.
     """
     out, pos, serial = [], 0, 0
-    for m in _CHECK_OP.finditer(text):
+    for m in _HARNESS_OP.finditer(text):
         if m.start() < pos:
             continue
         # The op ends at the first newline outside brackets after its ': type'.
         end = _scan(text, m.end(), lambda i, c, d, colon: c == "\n" and d == 0 and colon)
-        statement = text[m.start("quote"):end]
-        parse = _parse_generic if m.group("quote") else _parse_custom
-        new = _emit_check(parse(m.group("kind"), text[m.end():end]), serial)
+        begin = m.start("quote") if m.group("kind") else m.start("interpreter") - len("interpreter.")
+        statement = text[begin:end]
+        if m.group("kind"):
+            parse = _parse_generic if m.group("quote") else _parse_custom
+            new = _emit_check(parse(m.group("kind"), text[m.end():end]), serial)
+        else:
+            parsed = _parse_custom(m.group("interpreter"), text[m.end():end])
+            parsed.kind = "interpreter." + parsed.kind
+            new = _emit_check(parsed, serial)
         serial += 1
-        out.append(text[pos:m.start("quote")])
+        out.append(text[pos:begin])
         out.append(" ".join(new.split("\n")) + "\n" * statement.count("\n"))
         pos = end
     out.append(text[pos:])
@@ -531,8 +545,20 @@ def extract_checks(fop, line_offset: int = 0) -> list[Check]:
     returned = len(list(block.operations)[-1].operands)
     extra: list = []
     checks: list[Check] = []
+    probes: dict[str, object] = {}  # probe_id -> the probed value
     for view in list(block.operations):
         op = view.operation
+        if op.name in ("interpreter.probe", "interpreter.print"):
+            # probe: its result is its operand, recorded for check.expect_serialized_eq; print: nothing to run.
+            if op.name == "interpreter.probe":
+                probe_id = _attribute_value(op.attributes["probe_id"])
+                if probe_id in probes:
+                    raise ConformanceError(f"interpreter.probe{_line_of(op, line_offset)}: probe '{probe_id}' is "
+                                           "written more than once (only first iterations are supported)")
+                probes[probe_id] = op.operands[0]
+                op.results[0].replace_all_uses_with(op.operands[0])
+            op.erase()
+            continue
         found = _check_kind(op)
         if found is None:
             continue
@@ -543,6 +569,13 @@ def extract_checks(fop, line_offset: int = 0) -> list[Check]:
             raise ConformanceError(f"{where}: this check is not supported by the runner")
         attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
         operands = list(op.operands)
+        if kind == "expect_serialized_eq":
+            # Compares the probed value (the "actual") with its operand.
+            probe_id = _attribute_value(attrs["probe_id"]) if "probe_id" in attrs else None
+            iteration = _attribute_value(attrs["iter"]) if "iter" in attrs else 0
+            if probe_id not in probes or iteration != 0:
+                raise ConformanceError(f"{where}: no value probed as '{probe_id}' (first iteration) before it")
+            operands = [probes[probe_id]] + operands
         if len(operands) != spec.operands:
             raise ConformanceError(f"{where}: expected {spec.operands} operands, got {len(operands)}")
         with ir.InsertionPoint(op), op.location:

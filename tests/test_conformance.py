@@ -435,3 +435,27 @@ def test_causes_group_failures():
     table = conf.causes_table(results)
     assert table.splitlines()[0] == "    2  compile: hlo.cbrt"
     assert "e.mlir" not in table
+
+
+def test_probes_and_prints():
+    result = conf.run_program(_program("""\
+        func.func @t() {
+          %a = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+          %p = interpreter.probe %a, probe_id = "a" : tensor<2xf32>
+          %b = stablehlo.add %p, %p : tensor<2xf32>
+          interpreter.print %b : tensor<2xf32>
+          %c = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+          check.expect_serialized_eq %c, probe_id = "a" : tensor<2xf32>
+          check.expect_eq_const %b, dense<[2.0, 4.0]> : tensor<2xf32>
+          func.return
+        }
+        """))
+    assert (result.status, result.message) == ("passed", "2 checks")
+    missing = conf.run_program(_program("""\
+        func.func @t() {
+          %c = stablehlo.constant dense<1.0> : tensor<f32>
+          check.expect_serialized_eq %c, probe_id = "nope" : tensor<f32>
+          func.return
+        }
+        """))
+    assert missing.status == "error" and "no value probed as 'nope'" in missing.message
