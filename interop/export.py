@@ -104,9 +104,20 @@ CHANNEL_TYPE_NUMBERS = {"CHANNEL_TYPE_INVALID": 0, "DEVICE_TO_DEVICE": 1, "DEVIC
 """Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
 
 
-@lru_cache(maxsize=4096)
 def stablehlo_type(t: Attribute) -> str:
     """StableHLO spelling of an xDSL type (layouts dropped); cached, as printing types is slow in xDSL."""
+    try:
+        return _cached_type(t)
+    except TypeError:  # a type holding a list (e.g. TupleType([...])) is not hashable
+        return _type_text(t)
+
+
+@lru_cache(maxsize=4096)
+def _cached_type(t: Attribute) -> str:
+    return _type_text(t)
+
+
+def _type_text(t: Attribute) -> str:
     if isinstance(t, TensorType):
         dims = "".join("?x" if d == DYNAMIC_INDEX else f"{d}x" for d in t.get_shape())
         return f"tensor<{dims}{t.element_type}>"
