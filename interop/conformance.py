@@ -22,7 +22,8 @@ It runs the programs of the StableHLO test corpus (``stablehlo/testdata`` and
    ``interpreter.run_parallel`` is run by compiling the device program for a
    replicas x partitions grid (``lowering.compile(..., num_replicas=...)``)
    between a prologue computing its operands and an epilogue checking its
-   results.
+   results; ``interpreter.probe`` values feed ``check.expect_serialized_eq``.
+   Quantized programs go through the importer's ``!quant`` text rewrite first.
 3. **Isolation** (:func:`run_programs`): programs run in worker processes
    (``forkserver``, or ``spawn``) with an address-space limit
    (``resource.setrlimit``); a program that crashes its worker, exceeds the
@@ -34,7 +35,9 @@ Check semantics follow the StableHLO test harness (see the corpus README and
 ``testdata/`` allow 3 ULPs (``expect_close``) or an absolute error of 1e-3
 (``expect_almost_eq``); the ``check`` dialect ops use their own attributes.
 
-The report (``--json``) is ``{"summary": {...}, "results": [{"path", "name",
+The command prints a table by op family (:func:`family_table`) and the
+programs that did not pass grouped by cause (:func:`causes_table`). The
+report (``--json``) is ``{"summary": {...}, "results": [{"path", "name",
 "status", "message", "seconds"}]}`` with ``status`` one of ``passed``,
 ``failed`` (a check did not hold), ``error`` (import, compile or run failed,
 crash, timeout), ``skipped`` or ``disabled``.
