@@ -93,6 +93,8 @@ _TABLE = [
     ElementType("f8e4m3b11fnuz", _f8("Float8E4M3B11FNUZType"), np.dtype(ml_dtypes.float8_e4m3b11fnuz), 8, "float"),
     ElementType("f8e3m4", _f8("Float8E3M4Type"), np.dtype(ml_dtypes.float8_e3m4), 8, "float"),
     ElementType("f8e8m0fnu", _f8("Float8E8M0FNUType"), np.dtype(ml_dtypes.float8_e8m0fnu), 8, "float"),
+    ElementType("f6e2m3fn", _f8("Float6E2M3FNType"), np.dtype(ml_dtypes.float6_e2m3fn), 6, "float"),
+    ElementType("f6e3m2fn", _f8("Float6E3M2FNType"), np.dtype(ml_dtypes.float6_e3m2fn), 6, "float"),
     ElementType("f4e2m1fn", _f8("Float4E2M1FNType"), np.dtype(ml_dtypes.float4_e2m1fn), 4, "float"),
     ElementType("c64", lambda: ComplexType(Float32Type()), np.dtype(np.complex64), 64, "complex"),
     ElementType("c128", lambda: ComplexType(Float64Type()), np.dtype(np.complex128), 128, "complex"),
