@@ -339,6 +339,11 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
         raise
     except Exception as e:
         raise ExecutionError(f"the module does not verify: {e}") from None
+    # Implicit broadcasts become explicit broadcast_in_dim ops first (on a copy:
+    # the caller's module is never changed), so kernels see same-shape operands.
+    from passes import canonicalize_broadcasts
+
+    module = canonicalize_broadcasts(module, clone=True)
     ctx = LoweringContext(module, num_replicas, num_partitions)
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
