@@ -9,6 +9,7 @@ builder (which creates the op with the inferred result types). Errors are
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -72,14 +73,20 @@ class HloOp(IRDLOperation):
                 f"{op_context(self)}: expected {len(inferred)} results, op declares {len(declared)}"
             )
         for i, (want, got) in enumerate(zip(inferred, declared)):
-            if strip_layout(want) != strip_layout(got):
+            if want != got and not same_modulo_layout(want, got):
                 raise HloVerifyError(
                     f"{op_context(self)}: result #{i} has type {fmt(got)} but shape inference gives {fmt(want)}"
                 )
 
 
+_LAYOUT_CHECKED: set[Attribute] = set()
+"""Types whose layouts already passed :func:`check_layout_fits` (types are immutable)."""
+
+
 def check_layout_fits(type_: Attribute, op=None) -> None:
     """Raise HloVerifyError if a tensor type carries a layout of the wrong rank."""
+    if type_ in _LAYOUT_CHECKED:
+        return
     if isinstance(type_, TensorType) and isinstance(type_.encoding, LayoutAttr):
         try:
             type_.encoding.data.check_rank(type_.get_num_dims(), fmt(type_))
@@ -89,6 +96,19 @@ def check_layout_fits(type_: Attribute, op=None) -> None:
     elif isinstance(type_, TupleType):
         for t in type_.types:
             check_layout_fits(t, op)
+    if len(_LAYOUT_CHECKED) < 100_000:
+        _LAYOUT_CHECKED.add(type_)
+
+
+def same_modulo_layout(a: Attribute, b: Attribute) -> bool:
+    """Whether two types are equal once layout encodings are ignored."""
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        return a.element_type == b.element_type and a.shape == b.shape
+    if isinstance(a, TupleType) and isinstance(b, TupleType):
+        return len(a.types) == len(b.types) and all(
+            x == y or same_modulo_layout(x, y) for x, y in zip(a.types, b.types)
+        )
+    return a == b
 
 
 # ----------------------------------------------------------------------------
@@ -123,7 +143,12 @@ def shape_of(type_: TensorType) -> tuple[int, ...]:
 
 
 def make_tensor(element_type: Attribute, shape: Sequence[int]) -> TensorType:
-    """A tensor type without layout."""
+    """A tensor type without layout (memoized: xDSL attribute construction is costly)."""
+    return _make_tensor(element_type, tuple(shape))
+
+
+@functools.lru_cache(maxsize=65536)
+def _make_tensor(element_type: Attribute, shape: tuple[int, ...]) -> TensorType:
     return TensorType(element_type, list(shape))
 
 
