@@ -85,8 +85,12 @@ _LAYOUT_CHECKED: set[Attribute] = set()
 
 def check_layout_fits(type_: Attribute, op=None) -> None:
     """Raise HloVerifyError if a tensor type carries a layout of the wrong rank."""
-    if type_ in _LAYOUT_CHECKED:
-        return
+    try:
+        if type_ in _LAYOUT_CHECKED:
+            return
+        cacheable = True
+    except TypeError:  # a type holding unhashable parameters: check it every time
+        cacheable = False
     if isinstance(type_, TensorType) and isinstance(type_.encoding, LayoutAttr):
         try:
             type_.encoding.data.check_rank(type_.get_num_dims(), fmt(type_))
@@ -96,7 +100,7 @@ def check_layout_fits(type_: Attribute, op=None) -> None:
     elif isinstance(type_, TupleType):
         for t in type_.types:
             check_layout_fits(t, op)
-    if len(_LAYOUT_CHECKED) < 100_000:
+    if cacheable and len(_LAYOUT_CHECKED) < 100_000:
         _LAYOUT_CHECKED.add(type_)
 
 
