@@ -180,16 +180,55 @@ def test_special_values_propagate(rng):
 
 
 def test_complex_nan_propagates(rng):
-    # Only NaN: with infinite components XLA CPU's complex dot depends on its code path (a 1x1 dot of
-    # (inf+1j)(1+1j) gives inf+infj, the textbook product, but larger dots can give nan+nanj where the
-    # textbook product has nan-infj), so complex infinities are not compared.
     a, b = random_array(rng, (6, 7), np.complex64), random_array(rng, (7, 5), np.complex64)
     a[1, 2] = complex(np.nan, 1.0)
     b[3, 4] = complex(2.0, np.nan)
     check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), a, b, 7)
-    one = np.array([[complex(np.inf, 1.0)]], np.complex64)
-    check(lambda bl, x, y: bl.dot(x, y), lambda x, y: lax.dot(x, y), one, np.array([[1 + 1j]], np.complex64), 1)
 
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 1, 4), (1, 5, 1), (4, 3, 6), (1, 5, 6), (16, 5, 16)])
+def test_complex_infinities_like_xla(rng, m, k, n):
+    # Eigen scales its sum by alpha = 1+0j with the textbook product, so (inf+1j)(1+1j) plus finite terms is
+    # nan+nanj in a matrix dot; dots XLA rewrites (K == 1: multiply, M == N == 1: multiply + reduce) keep
+    # the textbook inf+infj.
+    for dtype in (np.complex64, np.complex128):
+        a, b = random_array(rng, (m, k), dtype), random_array(rng, (k, n), dtype)
+        a[0, 0], b[0, 0] = complex(np.inf, 1.0), complex(1.0, 1.0)
+        got = run_builder(lambda bl, x, y: bl.dot(x, y), a, b)
+        want = np.asarray(jax.jit(lax.dot)(a, b))
+        assert_close(got[:1, :1], want[:1, :1])
+        if k > 1 and (m, n) != (1, 1):
+            assert np.isnan(got[0, 0].real) and np.isnan(got[0, 0].imag)
+        else:
+            assert got[0, 0] == complex(np.inf, np.inf)
+
+
+# (batch, M, K, N): matrix dots XLA CPU gives to Eigen's gemm, and lhs row vectors (M == 1, its vector path).
+COMPLEX_EXACT_SHAPES = [(0, 4, 3, 6), (0, 2, 2, 2), (0, 16, 16, 16), (0, 64, 64, 64), (0, 48, 70, 136),
+                        (0, 300, 4, 300), (3, 4, 5, 6), (5, 8, 20, 8), (4, 2, 40, 30), (0, 1, 40, 30),
+                        (3, 1, 7, 6), (0, 3, 0, 4)]
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["c64", "c128"])
+@pytest.mark.parametrize("batch,m,k,n", COMPLEX_EXACT_SHAPES)
+def test_complex_dot_rounds_like_xla(rng, dtype, batch, m, k, n):
+    # Bit-exact: XLA sums four real products in contraction order (two for M == 1); BLAS's complex gemm
+    # (FMA, reordered sums) is off by hundreds of ULP where a component cancels.
+    lead = (batch,) if batch else ()
+    a, b = random_array(rng, lead + (m, k), dtype), random_array(rng, lead + (k, n), dtype)
+    dn = (([len(lead) + 1], [len(lead)]), ([0], [0]) if batch else ([], []))
+    got = run_builder(lambda bl, x, y: bl.dot_general(x, y, dn), a, b)
+    assert_close(got, np.asarray(jax.jit(lambda x, y: lax.dot_general(x, y, dn))(a, b)))
+
+
+def test_complex_dot_of_real_operands_converted_to_complex():
+    # The corpus case (dot_general_bfloat16_4_3_complex64_3_6): the imaginary part of row 0, column 3 sums
+    # three products that cancel; XLA's order gives -0.028159142, BLAS -0.028159462 (172 ULP apart).
+    a = np.array([[-1.203125, 3.28125, -2.0625]], bf16).astype(np.complex64)
+    b = np.array([0.912404239 + 0.554522038j, -2.31424093 + 1.29751551j, -0.259796768 + 1.7544111j], np.complex64)
+    got = run_builder(lambda bl, x, y: bl.dot(x, y), np.repeat(a, 2, 0), np.stack([b, b], 1))
+    assert_close(got, np.asarray(jax.jit(lax.dot)(np.repeat(a, 2, 0), np.stack([b, b], 1))))
+    assert got[0, 0].imag == np.float32(-0.028159142)
 
 def test_narrow_floats_accumulate_in_f32():
     # 4096 ones: an f16 accumulator would stop at 2048; XLA CPU accumulates in f32.
