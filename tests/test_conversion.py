@@ -80,13 +80,37 @@ def test_bitcast_vs_xla(src, dst, shape, out):
 @pytest.mark.parametrize("src,dst,match", [
     ("f32[3]", "f64", "needs a minor dimension of size 2"),
     ("c64[2]", "f32", "complex and real"),
-    ("pred[2]", "s8", "pred"),
+    ("pred[2]", "s8", "size 8"),
+    ("pred[8,2]", "s8", "size 8"),
     ("s8[2,3]", "s32", "size 4"),
 ])
 def test_bitcast_errors(src, dst, match):
     b = XlaBuilder("bad")
     with pytest.raises(BuilderError, match=match):
         b.bitcast_convert(b.parameter(0, src), dst)
+
+
+def test_bitcast_pred_is_one_bit_like_stablehlo():
+    # StableHLO's num_bits(i1) = 1 (the reference interpreter's bitcast_convert tests): element i is bit i.
+    # XLA has no consistent behaviour to compare with (its HLO counts pred as 8 bits).
+    bits = np.array([0x0123456789ABCDEF >> i & 1 for i in range(64)], np.bool_)
+    b = XlaBuilder("pred_to_s64")
+    y = b.bitcast_convert(b.parameter(0, "pred[64]"), "s64")
+    assert y.dims == ()
+    assert int(execute(b.build(), bits)[0]) == 0x0123456789ABCDEF
+    b = XlaBuilder("f64_to_pred")
+    y = b.bitcast_convert(b.parameter(0, "f64[2]"), "pred")
+    assert y.dims == (2, 64)
+    word = np.array([0x0123456789ABCDEF, -1], np.int64).view(np.float64)
+    got = execute(b.build(), word)[0]
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, np.stack([bits, np.ones(64, np.bool_)]))
+    b = XlaBuilder("pred_pred")
+    b.bitcast_convert(b.bitcast_convert(b.parameter(0, "pred[3,4]"), "pred"), "s4")
+    module = b.build()
+    assert str(xla_dialect.parse_module(str(module))) == str(module)
+    x = np.array([[1, 0, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]], np.bool_)
+    np.testing.assert_array_equal(execute(module, x)[0], np.array([-3, -8, -1], ml_dtypes.int4))
 
 
 def test_convert_errors_and_round_trip():
