@@ -129,6 +129,18 @@ def test_reduce_precision_spec_example():
     assert np.signbit(neg).all()  # signed zeros and infinities keep the sign
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn],
+                         ids=lambda d: np.dtype(d).name)
+def test_reduce_precision_keeps_scalar_and_empty_shapes(dtype):
+    # The corpus's reduce_precision_float64 program: a 0-d operand must stay 0-d.
+    for shape in [(), (0,), (2, 0, 3)]:
+        x = np.full(shape, 1.2006864362520839, dtype)
+        (got,) = run(lambda b, p: b.reduce_precision(p, 5, 2), x)
+        ref = np.asarray(jax.jit(lambda v: jax.lax.reduce_precision(v, 5, 2))(x))
+        assert got.shape == shape and got.dtype == x.dtype
+        assert_bits_equal(got, ref, f"{np.dtype(dtype).name}{list(shape)}")
+
+
 def test_reduce_precision_errors():
     b = XlaBuilder("rp")
     f, i = b.parameter(0, "f32[3]"), b.parameter(1, "s32[3]")

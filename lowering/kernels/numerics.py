@@ -92,7 +92,7 @@ def reduce_precision_bits(x: np.ndarray, exponent_bits: int, mantissa_bits: int)
     nbits = 8 * dtype.itemsize
     src_exponent, src_mantissa = _format_bits(dtype)
     u = _UINT[dtype.itemsize]
-    bits = np.ascontiguousarray(x).view(u)
+    bits = np.ascontiguousarray(x).view(u).reshape(np.shape(x))  # ascontiguousarray makes 0-d arrays 1-d
     sign_mask = u(1 << (nbits - 1))
     exp_mask = u(((1 << src_exponent) - 1) << src_mantissa)
     is_nan = (bits & ~sign_mask) > exp_mask
