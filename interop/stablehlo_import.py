@@ -17,6 +17,11 @@ Conversion is table-driven:
   structs (``#stablehlo.dot<...>``, ``#stablehlo.gather<...>``,
   ``#stablehlo.scatter<...>``, ``#stablehlo.conv<...>``) become one property per
   field, 2-D dense integer attributes (``padding``) become flat ``array<i64>``.
+* chlo ops: ``chlo.mulhi``, ``chlo.scan``, ``chlo.top_k`` and ``chlo.erf`` have
+  converters of their own; every other chlo op is copied alone into a one-op
+  module that XLA expands with its own decompositions (:func:`legalize_chlo_op`,
+  cached), and the expansion's ops take its place (:meth:`Importer.inline_expansion`),
+  so chlo ops work in functions of any name and leave the rest untouched.
 * Types are converted once per distinct MLIR type (cache keyed by the uniqued
   ``ir.Type``); attributes once per distinct ``ir.Attribute``.
 * Each op gets its source location as a ``loc`` string attribute
@@ -75,8 +80,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 __all__ = [
     "CONVERTERS",
     "Importer",
+    "OpEmitter",
     "import_mlir_module",
     "import_stablehlo",
+    "legalize_chlo_op",
     "mlir_context",
     "parse_stablehlo",
     "register_converter",
@@ -518,9 +525,13 @@ class Importer:
 
     def __init__(self, allow_unknown: bool = False, quant_lines: dict | None = None):
         self.allow_unknown = allow_unknown  # keep unknown ops / dynamic shapes as opaque ops
-        self.opaque_chlo = False  # chlo ops kept opaque (their expansion through XLA failed)
         self.types: dict = {}  # ir.Type -> xDSL type
         self.quant_lines: dict = quant_lines or {}  # source line -> (kind, result quantizations), see stablehlo_quant
+        self.quantized = bool(self.quant_lines)  # ops may carry quantizations (quant_lines)
+        self.loc_override: dict | None = None  # location attributes for ops inlined from an expansion
+        self.extra_functions: list[func.FuncOp] = []  # functions of chlo expansions, added to the module
+        self.callee_renames: dict[str, str] = {}  # callee symbol -> its name in the module (expansions)
+        self.symbols: set[str] = set()  # function names of the module
         self.quant_values: dict = {}  # hlo value -> the quantization it carries (fake-quantized floats)
         self.values: dict = {}  # ir.Value -> SSAValue
         self.attrs: dict = {}  # ir.Attribute -> converted
@@ -544,7 +555,9 @@ class Importer:
         """Convert a jaxlib ``ir.Module`` (every ``func.func`` of its body)."""
         ops: list[Operation] = []
         with module.context:
-            for op in module.body.operations:
+            body = list(module.body.operations)
+            self.symbols.update(op.attributes["sym_name"].value for op in body if op.operation.name == "func.func")
+            for op in body:
                 name = op.operation.name
                 if name == "func.func":
                     ops.append(self.function(op))
@@ -552,7 +565,7 @@ class Importer:
                     continue  # sharding metadata: one device here
                 else:
                     raise UnsupportedError(f"{self._where_op(op)}: module-level op {name} is not supported")
-        return ModuleOp(ops)
+        return ModuleOp(ops + self.extra_functions)
 
     # -- services for converters ------------------------------------------------
 
@@ -596,6 +609,8 @@ class Importer:
 
     def _loc_attributes(self, op) -> dict:
         """``{"loc": StringAttr("file:line")}`` (or ``{}``) for an MLIR op, one attribute per location."""
+        if self.loc_override is not None:
+            return self.loc_override
         key = op.location.attr
         try:
             return self.locs[key]
@@ -746,7 +761,7 @@ class Importer:
         """Convert one MLIR op (appending hlo ops) and map its results."""
         op = op.operation
         self._current = op
-        if self.quant_lines:
+        if self.quantized:
             entry = self._quant_entry(op)
             if entry is not None:
                 from .stablehlo_quant import convert_quantized_op
@@ -767,6 +782,80 @@ class Importer:
         if isinstance(loc, self._ir.FileLineColLoc) and loc.filename == "-":
             return self.quant_lines.get(loc.start_line)
         return None
+
+    # -- expansions -----------------------------------------------------------
+
+    def inline_block(self, ir_block, args: list[SSAValue]) -> list[SSAValue]:
+        """Convert the ops of ``ir_block`` into the block being built, its arguments bound to ``args``.
+
+        Returns the operands of its terminator (``stablehlo.return`` /
+        ``func.return``), which is not converted: the caller uses the values.
+        """
+        values = self.values
+        for a, v in zip(ir_block.arguments, args):
+            values[a] = v
+        current = self._current
+        ops = list(ir_block.operations)
+        for op in ops[:-1]:
+            self.convert_op(op)
+        self._current = ops[-1].operation
+        results = self.operands(ops[-1].operation)
+        self._current = current
+        return results
+
+    def build_region(self, arg_types: list[Attribute], body: Callable[[list[SSAValue]], list[SSAValue]]) -> Region:
+        """A one-block region: ``body(block arguments)`` emits its ops and gives the values it returns."""
+        block = Block(arg_types=arg_types)
+        saved, self._ops = self._ops, []
+        current = self._current
+        try:
+            results = body(list(block.args))
+            self.emit(self.ops_by_name["hlo.return"], results, {}, (), [], plain=True)
+            _append_ops(block, self._ops)
+        finally:
+            self._ops = saved
+            self._current = current
+        return Region(block)
+
+    def inline_expansion(self, module, args: list[SSAValue]) -> list[SSAValue]:
+        """Convert an expansion (a module whose ``@main`` computes one op) in place of that op.
+
+        ``@main``'s ops join the block being built with its arguments bound to
+        ``args``, located at the op being converted; its other functions are
+        added to the module under fresh names.
+        """
+        current = self._current
+        loc = self._loc_attributes(current)
+        saved = (self.loc_override, self.quantized, self.callee_renames, self.allow_unknown)
+        # The expansion's ops stand for the op: its location, and no quantization of their own.
+        # It converts completely or not at all (allow_unknown then keeps the op itself).
+        self.loc_override, self.quantized, self.allow_unknown = loc, False, False
+        try:
+            with module.context:
+                functions = {op.attributes["sym_name"].value: op for op in module.body.operations
+                             if op.operation.name == "func.func"}
+                main = functions.pop("main")
+                renames = dict(self.callee_renames)
+                for name in functions:
+                    renames[name] = self._fresh_symbol(name)
+                self.callee_renames = renames
+                for name, fop in functions.items():
+                    new = self.function(fop)
+                    new.sym_name = StringAttr(renames[name])
+                    new.sym_visibility = StringAttr("private")
+                    self.extra_functions.append(new)
+                self._current = current
+                return self.inline_block(main.regions[0].blocks[0], args)
+        finally:
+            self.loc_override, self.quantized, self.callee_renames, self.allow_unknown = saved
+            self._current = current
+
+    def _fresh_symbol(self, name: str) -> str:
+        n = len(self.symbols)
+        while f"{name}.{n}" in self.symbols:
+            n += 1
+        self.symbols.add(f"{name}.{n}")
+        return f"{name}.{n}"
 
     # -- functions ------------------------------------------------------------
 
@@ -1039,8 +1128,8 @@ def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
         return conv(imp, op)
     if name.startswith("stablehlo.") and "hlo." + name[10:] in imp.ops_by_name:
         return generic_converter(imp, op, imp.ops_by_name["hlo." + name[10:]])
-    if name.startswith("chlo.") and not imp.opaque_chlo:
-        raise _ChloFound(f"{imp._where()}: {name}")
+    if name.startswith("chlo."):
+        return chlo_through_xla(imp, op)
     if imp.allow_unknown:
         return opaque_converter(imp, op)
     if name.startswith("stablehlo."):
@@ -1150,6 +1239,7 @@ def _func_return(imp: Importer, op):
 @register_converter("func.call")
 def _func_call(imp: Importer, op):
     callee = op.attributes["callee"].value
+    callee = imp.callee_renames.get(callee, callee)
     return imp.emit(imp.ops_by_name["hlo.call"], imp.operands(op), {"callee": SymbolRefAttr(callee)})
 
 
@@ -1279,6 +1369,197 @@ def _top_k(imp: Importer, op):
     (values,) = imp.emit(ops["hlo.slice"], [sorted_x], dict(props), (), [values_type])
     (indices,) = imp.emit(ops["hlo.slice"], [sorted_i], dict(props), (), [indices_type])
     return [values, indices]
+
+
+class OpEmitter:
+    """Terse emission of hlo ops with explicit result types, for converters that expand one
+    op into several (``emit("add", [a, b], t)``); every op gets the converted op's location."""
+
+    def __init__(self, imp: Importer):
+        self.imp = imp
+        self.ops = imp.ops_by_name
+
+    def __call__(self, name: str, operands, result_type: Attribute, **props: Attribute) -> SSAValue:
+        """Emit ``hlo.<name>`` with one result of ``result_type``."""
+        (value,) = self.imp.emit(self.ops["hlo." + name], list(operands), props, (), [result_type], plain=True)
+        return value
+
+    def splat(self, value, element: ElementType, shape) -> SSAValue:
+        """The scalar ``value`` of ``element`` broadcast to ``shape`` (a scalar constant for ``[]``)."""
+        scalar = TensorType(element.mlir, [])
+        literal = DenseLiteralAttr.from_array(np.array(value, dtype=element.dtype), scalar)
+        constant = self("constant", [], scalar, value=literal)
+        if not len(shape):
+            return constant
+        return self("broadcast_in_dim", [constant], TensorType(element.mlir, list(shape)),
+                    broadcast_dimensions=i64_array([]))
+
+    def like(self, value: SSAValue, element: ElementType) -> TensorType:
+        """The tensor type of ``value``'s shape with elements ``element``."""
+        return TensorType(element.mlir, list(value.type.get_shape()))
+
+
+_WIDER = {"s2": "s4", "s4": "s8", "s8": "s16", "s16": "s32", "s32": "s64",
+          "u2": "u4", "u4": "u8", "u8": "u16", "u16": "u32", "u32": "u64"}
+"""Integer type -> the integer type of twice its width and the same signedness (chlo.mulhi)."""
+
+
+@register_converter("chlo.mulhi")
+def _mulhi(imp: Importer, op):
+    """``mulhi(x, y)``: the high N bits of the 2N-bit product of N-bit integers.
+
+    Up to 32 bits: the product in the type twice as wide, shifted right by N
+    (arithmetically for signed types), converted back. 64 bits: see :func:`_mulhi64`.
+    """
+    emit = OpEmitter(imp)
+    lhs, rhs = imp.operands(op)
+    element = ELEMENT_BY_MLIR[str(lhs.type.element_type)]
+    if element.kind not in ("sint", "uint"):
+        raise UnsupportedError(f"{imp._where()}: chlo.mulhi of {element.xla_name} elements; expected integers")
+    if element.bits == 64:
+        return [_mulhi64(emit, lhs, rhs, element.kind == "sint")]
+    wide = ELEMENT_TYPES[_WIDER[element.xla_name]]
+    wide_type = emit.like(lhs, wide)
+    product = emit("multiply", [emit("convert", [lhs], wide_type), emit("convert", [rhs], wide_type)], wide_type)
+    shift = "shift_right_arithmetic" if element.kind == "sint" else "shift_right_logical"
+    high = emit(shift, [product, emit.splat(element.bits, wide, wide_type.get_shape())], wide_type)
+    # The high half of a product of two N-bit values fits in N bits: the conversion is exact.
+    return [emit("convert", [high], lhs.type)]
+
+
+def _mulhi64(emit: OpEmitter, lhs: SSAValue, rhs: SSAValue, signed: bool) -> SSAValue:
+    """High 64 bits of a 64x64-bit product from 32-bit halves (no 128-bit type).
+
+    Unsigned: with ``a = ah*2^32 + al`` and ``b = bh*2^32 + bl`` (u64 arithmetic),
+    ``cross = (al*bl >> 32) + (ah*bl & 0xffffffff) + al*bh`` (at most 2^64 - 1),
+    ``high = ah*bh + (ah*bl >> 32) + (cross >> 32)``. Signed: the unsigned high
+    half of the bit patterns, minus ``b`` where ``a < 0`` and minus ``a``
+    where ``b < 0`` (mod 2^64), which is the floor of the signed product / 2^64.
+    """
+    u64 = ELEMENT_TYPES["u64"]
+    t = emit.like(lhs, u64)
+    shape = t.get_shape()
+    a, b = (emit("bitcast_convert", [v], t) for v in (lhs, rhs)) if signed else (lhs, rhs)
+    mask = emit.splat(0xFFFFFFFF, u64, shape)
+    c32 = emit.splat(32, u64, shape)
+
+    def mul(x, y):
+        return emit("multiply", [x, y], t)
+
+    def add(x, y):
+        return emit("add", [x, y], t)
+
+    def low(x):
+        return emit("and", [x, mask], t)
+
+    def high(x):
+        return emit("shift_right_logical", [x, c32], t)
+
+    al, ah, bl, bh = low(a), high(a), low(b), high(b)
+    hi_lo = mul(ah, bl)
+    cross = add(add(high(mul(al, bl)), low(hi_lo)), mul(al, bh))
+    result = add(add(mul(ah, bh), high(hi_lo)), high(cross))
+    if not signed:
+        return result
+    pred = TensorType(IntegerType(1), list(shape))
+    zero_s = emit.splat(0, ELEMENT_TYPES["s64"], shape)
+    zero_u = emit.splat(0, u64, shape)
+    for sign_of, other in ((lhs, b), (rhs, a)):
+        negative = emit("compare", [sign_of, zero_s], pred, comparison_direction=StringAttr("LT"),
+                        compare_type=StringAttr("SIGNED"))
+        result = emit("subtract", [result, emit("select", [negative, other, zero_u], t)], t)
+    return emit("bitcast_convert", [result], lhs.type)
+
+
+@register_converter("chlo.scan")
+def _scan(imp: Importer, op):
+    """``chlo.scan``: an ``hlo.while`` over the positions of the scan dimension.
+
+    The body region takes one slice of every input (the scan dimension
+    removed) and the carries, and returns one slice of every output and the
+    new carries. Each iteration reads the inputs' slices at the position
+    (``dynamic_slice``), runs the body inline and writes the outputs' slices
+    (``dynamic_update_slice``); ``is_reverse`` walks the positions from the
+    last. ``is_associative`` only allows a parallel evaluation: the
+    sequential one gives the results the op defines.
+    """
+    emit = OpEmitter(imp)
+    attrs = op.attributes
+    n_inputs = list(attrs["operandSegmentSizes"])[0]
+    operands = imp.operands(op)
+    inputs, inits = operands[:n_inputs], operands[n_inputs:]
+    result_types = imp.result_types(op)
+    n_outputs = len(result_types) - len(inits)
+    output_types = result_types[:n_outputs]
+    dim = attrs["dimension"].value
+    reverse = "is_reverse" in attrs and bool(attrs["is_reverse"].value)
+    arrays = [v.type for v in inputs] + output_types
+    if arrays:
+        length = arrays[0].get_shape()[dim]
+    elif "scan_dim_size" in attrs:
+        length = attrs["scan_dim_size"].value
+    else:
+        raise UnsupportedError(f"{imp._where()}: chlo.scan without inputs or outputs needs scan_dim_size")
+    (body,) = list(op.regions[0].blocks)
+    s64 = ELEMENT_TYPES["s64"]
+    index_type = TensorType(s64.mlir, [])
+
+    def starts(rank: int, position: SSAValue) -> list[SSAValue]:
+        zero = emit.splat(0, s64, [])
+        return [position if d == dim else zero for d in range(rank)]
+
+    def with_dim(shape, size):
+        return [*shape[:dim], size, *shape[dim + 1:]]
+
+    def loop_body(args):
+        counter, accumulators, carries = args[0], args[1:1 + n_outputs], args[1 + n_outputs:]
+        position = counter
+        if reverse:
+            position = emit("subtract", [emit.splat(length - 1, s64, []), counter], index_type)
+        slices = []
+        for x in inputs:
+            shape = list(x.type.get_shape())
+            piece = emit("dynamic_slice", [x, *starts(len(shape), position)],
+                         TensorType(x.type.element_type, with_dim(shape, 1)), slice_sizes=i64_array(with_dim(shape, 1)))
+            slices.append(emit("reshape", [piece], TensorType(x.type.element_type, shape[:dim] + shape[dim + 1:])))
+        returned = imp.inline_block(body, slices + list(carries))
+        updated = []
+        for acc, y in zip(accumulators, returned[:n_outputs]):
+            shape = list(acc.type.get_shape())
+            piece = emit("reshape", [y], TensorType(acc.type.element_type, with_dim(shape, 1)))
+            updated.append(emit("dynamic_update_slice", [acc, piece, *starts(len(shape), position)], acc.type))
+        step = emit("add", [counter, emit.splat(1, s64, [])], index_type)
+        return [step, *updated, *returned[n_outputs:]]
+
+    def loop_cond(args):
+        pred = TensorType(IntegerType(1), [])
+        return [emit("compare", [args[0], emit.splat(length, s64, [])], pred,
+                     comparison_direction=StringAttr("LT"), compare_type=StringAttr("SIGNED"))]
+
+    zeros = [emit.splat(0, ELEMENT_BY_MLIR[str(t.element_type)], t.get_shape()) for t in output_types]
+    if length == 0:
+        return [*zeros, *inits]  # the body never runs (and could not slice an empty dimension)
+    state = [emit.splat(0, s64, []), *zeros, *inits]
+    state_types = [v.type for v in state]
+    regions = [imp.build_region(state_types, loop_cond), imp.build_region(state_types, loop_body)]
+    results = imp.emit(imp.ops_by_name["hlo.while"], state, {}, regions, state_types, plain=True)
+    return list(results[1:])
+
+
+@register_converter("stablehlo.dynamic_gather")
+def _dynamic_gather(imp: Importer, op):
+    """``dynamic_gather`` with constant slice sizes: an ``hlo.gather`` (XLA's gather takes them static)."""
+    operand, indices, sizes = imp.operands(op)
+    owner = sizes.owner if isinstance(sizes, OpResult) else None
+    if owner is None or owner.name != "hlo.constant":
+        if imp.allow_unknown:
+            return opaque_converter(imp, op)
+        raise UnsupportedError(f"{imp._where()}: stablehlo.dynamic_gather with slice sizes computed at run time "
+                               "is not supported (XLA's gather takes constant slice sizes)")
+    cls = imp.ops_by_name["hlo.gather"]
+    props = imp.properties(op, cls)
+    props["slice_sizes"] = i64_array([int(v) for v in np.asarray(owner.properties["value"].array).reshape(-1)])
+    return imp.emit(cls, [operand, indices], props)
 
 
 def _tuple_of_nothing(imp: Importer) -> SSAValue:
@@ -1448,26 +1729,81 @@ def _conditional(imp: Importer, op):
 # ----------------------------------------------------------------------------
 
 
-class _ChloFound(UnsupportedError):
-    """A chlo op was met: the module is legalized to StableHLO and imported again."""
-
-
-def legalize_chlo(module):
+def legalize_chlo(module, debug_info: bool = True):
     """``module`` with its chlo ops expanded into StableHLO, the way XLA compiles them.
 
     jaxlib exposes no MLIR pass pipeline, but it converts StableHLO to an XLA
     computation (legalizing chlo with XLA's own decompositions) and back; the
-    result computes the same and keeps the source locations.
+    result computes the same and keeps the source locations (``debug_info``).
+    XLA takes the function named ``main`` as the entry and keeps only what it
+    calls: :func:`legalize_chlo_op` expands single ops of any function.
     """
     from jax._src.lib import _jax
 
-    text = module.operation.get_asm(enable_debug_info=True)
+    text = module.operation.get_asm(enable_debug_info=debug_info)
     try:
         computation = _jax.mlir.mlir_module_to_xla_computation(text, use_tuple_args=False, return_tuple=False)
         legal = _jax.mlir.xla_computation_to_mlir_module(computation)
     except Exception as e:
         raise UnsupportedError(f"cannot expand the chlo ops through XLA: {e}") from None
     return parse_stablehlo(legal)
+
+
+_LEGALIZED: dict[str, Any] = {}
+"""Expansions of chlo ops by :func:`legalize_chlo_op`, keyed by the text of the one-op module."""
+
+_LEGALIZED_LIMIT = 512
+
+
+def legalize_chlo_op(op):
+    """XLA's StableHLO expansion of one chlo op: a module whose ``@main`` takes the op's operands
+    and returns its results (cached per op text, attributes and types).
+
+    The op is copied alone into a fresh module, so the function holding it
+    may have any name and the rest of the program is not touched.
+    """
+    from jaxlib.mlir.dialects import func as mlir_func
+
+    ir = _ir()
+    op = op.operation
+    with mlir_context(), ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            main = mlir_func.FuncOp("main", ([v.type for v in op.operands], [r.type for r in op.results]))
+            block = main.add_entry_block()
+        with ir.InsertionPoint(block):
+            copy = op.clone()
+            for i, arg in enumerate(block.arguments):
+                copy.operands[i] = arg
+            mlir_func.ReturnOp(list(copy.results))
+        key = module.operation.get_asm()
+    hit = _LEGALIZED.get(key)
+    if hit is None:
+        hit = legalize_chlo(module, debug_info=False)
+        if len(_LEGALIZED) >= _LEGALIZED_LIMIT:
+            _LEGALIZED.clear()
+        _LEGALIZED[key] = hit
+    return hit
+
+
+def chlo_through_xla(imp: Importer, op) -> list[SSAValue]:
+    """Convert a chlo op without a converter of its own through XLA's expansion of it.
+
+    With ``allow_unknown`` an op XLA cannot expand (or whose expansion has no
+    hlo form) is kept as an opaque op instead of raising.
+    """
+    where = imp._where()
+    start = len(imp._ops)
+    try:
+        return imp.inline_expansion(legalize_chlo_op(op), imp.operands(op))
+    except (UnsupportedError, MlirParseError) as e:
+        # Take back what the expansion emitted before it failed.
+        for partial in reversed(imp._ops[start:]):
+            partial.drop_all_references()
+        del imp._ops[start:]
+        if imp.allow_unknown:
+            return opaque_converter(imp, op)
+        raise UnsupportedError(f"{where} (expanded through XLA): {e}") from None
 
 
 def _shape_spec(arg) -> tuple[tuple[int, ...], np.dtype | None]:
@@ -1575,19 +1911,7 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
         raise UnsupportedError(
             "@main takes arrays of dynamic shape (a shape-polymorphic program): give example arguments "
             "(arrays or jax.ShapeDtypeStruct) to refine it to static shapes")
-    try:
-        result = Importer(allow_unknown, quant_lines).import_module(module)
-    except _ChloFound as found:
-        try:
-            result = Importer(allow_unknown, quant_lines).import_module(legalize_chlo(module))
-        except _ChloFound:
-            raise UnsupportedError(f"{found}: chlo op is not supported") from None
-        except UnsupportedError as e:
-            if not allow_unknown:
-                raise UnsupportedError(f"{found} (expanded through XLA): {e}") from None
-            importer = Importer(allow_unknown, quant_lines)
-            importer.opaque_chlo = True
-            result = importer.import_module(module)
+    result = Importer(allow_unknown, quant_lines).import_module(module)
     if verify:
         result.verify()
     return result
