@@ -22,6 +22,9 @@ Conversion is table-driven:
   module that XLA expands with its own decompositions (:func:`legalize_chlo_op`,
   cached), and the expansion's ops take its place (:meth:`Importer.inline_expansion`),
   so chlo ops work in functions of any name and leave the rest untouched.
+* Quantized text (``!quant.uniform`` element types, which jaxlib cannot parse)
+  is rewritten by :func:`parse_stablehlo`, which records each op's
+  quantization on the op (:data:`QUANTIZATION`); see :mod:`interop.stablehlo_quant`.
 * Types are converted once per distinct MLIR type (cache keyed by the uniqued
   ``ir.Type``); attributes once per distinct ``ir.Attribute``.
 * Each op gets its source location as a ``loc`` string attribute
@@ -81,6 +84,7 @@ __all__ = [
     "CONVERTERS",
     "Importer",
     "OpEmitter",
+    "QUANTIZATION",
     "import_mlir_module",
     "import_stablehlo",
     "legalize_chlo_op",
@@ -128,6 +132,12 @@ def parse_stablehlo(source):
     MLIR bytecode, or a StableHLO portable artifact (versioned VHLO bytecode,
     as in ``Exported.mlir_module_serialized``). Raises
     :class:`~xla_dialect.errors.MlirParseError` with MLIR's diagnostic.
+
+    jaxlib has no ``quant`` dialect: text with ``!quant.uniform`` element
+    types is rewritten to their expressed types first
+    (:func:`interop.stablehlo_quant.expand_quantized_text`), and each op with
+    quantized results carries them in a ``hlo.quantization`` attribute, so
+    that the module can be edited and then imported like any other.
     """
     ir = _ir()
     ctx = mlir_context()
@@ -154,11 +164,59 @@ def parse_stablehlo(source):
             raise MlirParseError("bytes are neither MLIR bytecode (magic 'ML\\xefR') nor UTF-8 MLIR text") from None
     if not isinstance(source, str):
         raise MlirParseError(f"expected StableHLO text or bytes, got {type(source).__name__}")
+    table = None
+    if "!quant." in source:
+        from .stablehlo_quant import expand_quantized_text
+
+        source, table = expand_quantized_text(source)
     try:
         with ctx, ir.Location.unknown():
-            return ir.Module.parse(source)
+            module = ir.Module.parse(source)
     except Exception as e:
         raise MlirParseError(f"cannot parse the StableHLO text: {e}") from None
+    if table is not None:
+        _annotate_quantization(module, table)
+    return module
+
+
+QUANTIZATION = "hlo.quantization"
+"""Discardable attribute of an op with quantized results (from quantized text):
+``["quantize" | "dequantize" | "op", <quantized type of each result or "">]``, the
+types spelled without their ``!quant.`` prefix (``uniform<i8<-128:127>:f32, 0.5:-3>``)."""
+
+QUANTIZED = "hlo.quantized"
+"""Unit attribute of a module parsed from quantized text (its ops may carry :data:`QUANTIZATION`)."""
+
+
+def _annotate_quantization(module, table: dict) -> None:
+    """Move the per-line table of :func:`~interop.stablehlo_quant.expand_quantized_text` onto the ops."""
+    ir = _ir()
+    ops = []
+
+    def visit(op):
+        loc = op.location
+        if isinstance(loc, ir.FileLineColLoc) and loc.filename == "-" and loc.start_line in table:
+            ops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.operation.walk(visit)
+        for op in ops:
+            kind, infos = table[op.location.start_line]
+            # Without the "!quant." prefix: printed and parsed again, the text is plain StableHLO.
+            spellings = [kind] + [quantized_spelling(i)[len("!quant."):] if i is not None else "" for i in infos]
+            op.attributes[QUANTIZATION] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in spellings])
+        module.operation.attributes[QUANTIZED] = ir.UnitAttr.get()
+
+
+def quantized_spelling(info) -> str:
+    """The ``!quant.uniform<...>`` spelling of a :class:`~interop.stablehlo_quant.QuantInfo`."""
+    params = ", ".join(f"{s!r}:{z}" for s, z in zip(info.scales, info.zero_points))
+    axis = ""
+    if info.axis is not None:
+        axis, params = f":{info.axis}", "{" + params + "}"
+    return (f"!quant.uniform<{info.storage.mlir}<{info.storage_min}:{info.storage_max}>:{info.expressed.mlir}"
+            f"{axis}, {params}>")
 
 
 # ----------------------------------------------------------------------------
@@ -527,7 +585,8 @@ class Importer:
         self.allow_unknown = allow_unknown  # keep unknown ops / dynamic shapes as opaque ops
         self.types: dict = {}  # ir.Type -> xDSL type
         self.quant_lines: dict = quant_lines or {}  # source line -> (kind, result quantizations), see stablehlo_quant
-        self.quantized = bool(self.quant_lines)  # ops may carry quantizations (quant_lines)
+        self.quantized = bool(self.quant_lines)  # ops may carry quantizations (table or QUANTIZATION attributes)
+        self.quant_infos: dict = {}  # quantized type spelling -> QuantInfo
         self.loc_override: dict | None = None  # location attributes for ops inlined from an expansion
         self.extra_functions: list[func.FuncOp] = []  # functions of chlo expansions, added to the module
         self.callee_renames: dict[str, str] = {}  # callee symbol -> its name in the module (expansions)
@@ -555,6 +614,8 @@ class Importer:
         """Convert a jaxlib ``ir.Module`` (every ``func.func`` of its body)."""
         ops: list[Operation] = []
         with module.context:
+            if QUANTIZED in module.operation.attributes:
+                self.quantized = True
             body = list(module.body.operations)
             self.symbols.update(op.attributes["sym_name"].value for op in body if op.operation.name == "func.func")
             for op in body:
@@ -778,10 +839,25 @@ class Importer:
                 values[r] = v
 
     def _quant_entry(self, op):
-        loc = op.location
-        if isinstance(loc, self._ir.FileLineColLoc) and loc.filename == "-":
-            return self.quant_lines.get(loc.start_line)
+        """(kind, result quantizations) of an op with quantized results, else None."""
+        attrs = op.attributes
+        if QUANTIZATION in attrs:
+            ir = self._ir
+            kind, *spellings = [ir.StringAttr(a).value for a in ir.ArrayAttr(attrs[QUANTIZATION])]
+            return kind, [self._quant_info("!quant." + t) if t else None for t in spellings]
+        if self.quant_lines:
+            loc = op.location
+            if isinstance(loc, self._ir.FileLineColLoc) and loc.filename == "-":
+                return self.quant_lines.get(loc.start_line)
         return None
+
+    def _quant_info(self, spelling: str):
+        info = self.quant_infos.get(spelling)
+        if info is None:
+            from .stablehlo_quant import parse_quantized
+
+            info = self.quant_infos[spelling] = parse_quantized(spelling)
+        return info
 
     # -- expansions -----------------------------------------------------------
 
@@ -1902,8 +1978,10 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
     and ``?`` dimensions stay dynamic. Such a module exports back unchanged
     (:func:`interop.export.export_stablehlo`) but does not run.
 
-    ``quant_lines`` is the table of :func:`interop.stablehlo_quant.expand_quantized_text`
-    for a module parsed from rewritten quantized text.
+    A module that :func:`parse_stablehlo` read from quantized text carries
+    its quantizations on its ops. ``quant_lines`` is the older form: the
+    per-line table of :func:`interop.stablehlo_quant.expand_quantized_text`
+    for a module parsed from text rewritten by it.
     """
     if example_args:
         module = refine_shapes(module, example_args)
@@ -1920,25 +1998,15 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
 def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown: bool = False) -> ModuleOp:
     """Import StableHLO into the hlo dialect.
 
-    ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``),
-    MLIR bytecode, a StableHLO portable artifact
-    (``jax.export.Exported.mlir_module_serialized``), or a jaxlib ``ir.Module``.
-    ``example_args`` refine dynamic (``?``) shapes of ``@main``'s parameters
-    (see :func:`import_mlir_module`). With ``verify=True`` the hlo verifier
-    runs on the result (otherwise ``lowering.compile`` runs it);
-    ``allow_unknown=True`` keeps ops without hlo form and dynamic shapes for a
-    round trip instead of raising.
+    ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``;
+    quantized ``!quant.uniform`` element types included, see
+    :mod:`interop.stablehlo_quant`), MLIR bytecode, a StableHLO portable
+    artifact (``jax.export.Exported.mlir_module_serialized``), or a jaxlib
+    ``ir.Module`` (from :func:`parse_stablehlo` for quantized text, which
+    may be edited in between). ``example_args`` refine dynamic (``?``) shapes
+    of ``@main``'s parameters (see :func:`import_mlir_module`). With
+    ``verify=True`` the hlo verifier runs on the result (otherwise
+    ``lowering.compile`` runs it); ``allow_unknown=True`` keeps ops without
+    hlo form and dynamic shapes for a round trip instead of raising.
     """
-    quant_lines = None
-    if isinstance(source, (bytes, bytearray)) and not bytes(source).startswith(_BYTECODE_MAGIC):
-        try:
-            source = bytes(source).decode("utf-8")
-        except UnicodeDecodeError:
-            pass  # parse_stablehlo reports it
-    if isinstance(source, str) and "!quant." in source:
-        # jaxlib cannot parse quantized types: rewrite them (see stablehlo_quant).
-        from .stablehlo_quant import expand_quantized_text
-
-        source, quant_lines = expand_quantized_text(source)
-    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify, allow_unknown=allow_unknown,
-                              quant_lines=quant_lines)
+    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify, allow_unknown=allow_unknown)

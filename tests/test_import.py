@@ -573,6 +573,30 @@ def test_quantized_errors_name_the_line():
         import_stablehlo(QUANTIZED_PROGRAM.replace("!quant.uniform<i8:f32, 0.5:-3>", "!quant.calibrated<f32<-1:1>>"))
 
 
+def test_quantized_text_parses_to_a_module_that_can_be_edited_then_imported():
+    # parse_stablehlo rewrites the quantized types and records each op's quantization on the op,
+    # so the module can be changed (here: its entry renamed, printed and parsed again) and imported.
+    from jaxlib.mlir import ir
+
+    from interop.stablehlo_import import QUANTIZATION, parse_stablehlo
+
+    x = np.array([-100.0, -1.3, 0.0, 0.75, 70.0], np.float32)
+    y = np.array([[0.14, -3.0, 1.26], [12.9, 0.3, -0.75]], np.float32)
+    want = lowering.compile(import_stablehlo(QUANTIZED_PROGRAM))(x, y)
+    parsed = parse_stablehlo(QUANTIZED_PROGRAM.encode())
+    with parsed.context:
+        main = next(iter(parsed.body.operations))
+        marked = [op for op in main.regions[0].blocks[0].operations if QUANTIZATION in op.attributes]
+        assert len(marked) == 9  # every op with a quantized operand or result
+        main.attributes["sym_name"] = ir.StringAttr.get("quantized")
+    text = parsed.operation.get_asm()
+    assert "!quant." not in text
+    for source in (parsed, text):
+        got = lowering.compile(import_stablehlo(source), entry="quantized")(x, y)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
 def test_dynamic_ops_with_static_results():
     module = import_stablehlo("""
       func.func @main(%arg0: tensor<1x6xi64>) -> (tensor<6xi64>, tensor<2x6xi64>, tensor<3xi32>) {
