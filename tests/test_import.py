@@ -597,6 +597,15 @@ def test_quantized_text_parses_to_a_module_that_can_be_edited_then_imported():
             np.testing.assert_array_equal(g, w)
 
 
+def test_interop_exports_difftest():
+    import interop
+
+    assert {"DiffReport", "difftest"} <= set(interop.__all__)
+    report = interop.difftest(lambda v: jnp.tanh(v) * 2, X)
+    assert isinstance(report, interop.DiffReport)
+    report.raise_if_mismatch()
+
+
 def test_dynamic_ops_with_static_results():
     module = import_stablehlo("""
       func.func @main(%arg0: tensor<1x6xi64>) -> (tensor<6xi64>, tensor<2x6xi64>, tensor<3xi32>) {
