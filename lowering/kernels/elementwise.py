@@ -469,6 +469,18 @@ def _crsqrt(z):
     return _compose(re, im, z.dtype)
 
 
+def _ccbrt(z):
+    """Principal cube root, as the StableHLO reference interpreter computes it (XLA rejects complex cbrt).
+
+    In f64 whatever the operand type: ``(re² + im²)^(1/6) · (cos θ + i sin θ)`` with
+    ``θ = atan2(im, re) / 3``, then rounded to the operand type.
+    """
+    re, im = z.real.astype(np.float64), z.imag.astype(np.float64)
+    theta = np.arctan2(im, re) / 3.0
+    r = np.power(np.power(re, 2.0) + np.power(im, 2.0), 1.0 / 6.0)
+    return _compose(r * np.cos(theta), r * np.sin(theta), z.dtype)
+
+
 def _clogistic(z):
     e = _cexp(-z)
     re, im = _cdiv_parts(np.ones_like(e.real), np.zeros_like(e.imag), 1 + e.real, e.imag)
@@ -532,7 +544,7 @@ _FLOATS = ("float",)
 
 UNARY_KERNELS: dict[str, dict[str, object]] = {
     "abs": {"sint": np.abs, "float": np.abs, "complex": _cabs},
-    "cbrt": {"float": np.cbrt},
+    "cbrt": {"float": np.cbrt, "complex": _ccbrt},
     "ceil": {"float": np.ceil},
     "count_leading_zeros": {"sint": _PerType(_clz), "uint": _PerType(_clz)},
     "cosine": {"float": np.cos, "complex": functools.partial(_csin_cos, is_sin=False)},

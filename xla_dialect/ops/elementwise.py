@@ -55,7 +55,7 @@ class ElementwiseSpec:
 
 UNARY_OPS: list[ElementwiseSpec] = [
     ElementwiseSpec("abs", "AbsOp", ("sint", "float", "complex"), "real", "|x|; complex -> magnitude"),
-    ElementwiseSpec("cbrt", "CbrtOp", FLT, doc="cube root (XLA rejects complex operands)"),
+    ElementwiseSpec("cbrt", "CbrtOp", FC, doc="cube root; complex as in StableHLO (XLA rejects it)"),
     ElementwiseSpec("ceil", "CeilOp", FLT),
     ElementwiseSpec("count_leading_zeros", "ClzOp", INT, doc="XLA Clz"),
     ElementwiseSpec("cosine", "CosineOp", FC),
