@@ -127,10 +127,13 @@ def run_binary(mnemonic, x, y, name, broadcast_dimensions=()):
 ULP = {
     ("cosine", "float"): 1, ("sine", "float"): 1, ("tan", "float"): 1, ("tanh", "float"): 4,
     ("exponential", "float"): 2, ("exponential_minus_one", "float"): 4, ("log", "float"): 2,
-    ("log_plus_one", "float"): 40, ("logistic", "float"): 2, ("rsqrt", "float"): 1, ("erf", "float"): 3,
+    ("log_plus_one", "float"): 40, ("logistic", "float"): 2, ("rsqrt", "float"): 2, ("erf", "float"): 3,
     ("cbrt", "float"): 1, ("atan2", "float"): 2, ("power", "float"): 2,
     ("abs", "complex"): 2, ("sqrt", "complex"): 2,
 }
+# rsqrt: XLA CPU's f32 rsqrt is the hardware estimate refined by one Newton step (rsqrt(4x) is exactly
+# rsqrt(x)/2; on 100k inputs in [1, 2) 21% are 1 ULP and one is 2 ULP from the correctly rounded value),
+# which no NumPy formula reproduces; our 1/sqrt(x) is itself within 1 ULP of it.
 # Complex functions whose XLA formulas use fused multiply-adds or newer algorithms
 # (cancellation-prone parts differ in the last bits): compared per element with
 # |actual - expected| <= REL * |expected| (and the same NaN/Inf pattern).
