@@ -26,7 +26,12 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # sign-magnitude -> ordinal
     oa = np.where(ia < 0, -(ia & magnitude), ia)
     ob = np.where(ib < 0, -(ib & magnitude), ib)
-    d = np.abs(oa.astype(np.float64) - ob)  # in float: the int64 difference of two f64 ordinals can overflow
+    # Same sign: the int64 difference is exact (and cannot overflow). Opposite signs: the sum of the two
+    # magnitudes can overflow int64, so it is taken in float (it is huge anyway). A float difference of two
+    # f64 ordinals (~2**62) would round to multiples of 512 ULP.
+    same_sign = (oa < 0) == (ob < 0)
+    d = np.where(same_sign, np.abs(np.where(same_sign, oa - ob, 0)).astype(np.float64),
+                 np.abs(oa.astype(np.float64)) + np.abs(ob.astype(np.float64)))
     both_nan = np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
     return np.where(both_nan, 0, d)
 
