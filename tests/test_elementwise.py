@@ -208,6 +208,30 @@ def test_unary_vs_xla(mnemonic, name):
     _check(mnemonic, ELEMENT_TYPES[name].kind, got, ref, ELEMENT_TYPES[name].bits < 32)
 
 
+@pytest.mark.parametrize("mnemonic,jax_fn", [("tanh", jax.lax.tanh), ("exponential_minus_one", jax.lax.expm1),
+                                             ("log_plus_one", jax.lax.log1p)])
+def test_f64_functions_bit_exact(mnemonic, jax_fn):
+    # XLA CPU's own f64 tanh (Eigen's rational function, ±1 from |x| >= 20), exp (inside expm1) and
+    # log1p (Cephes below sqrt(2) - 1, log(x + 1) above) with fused multiply-adds: reproduced bit for bit.
+    rng = np.random.default_rng(zlib.crc32(f"f64-exact-{mnemonic}".encode()))
+    x = np.concatenate([rng.standard_normal(20000) * np.exp(rng.uniform(-5, 5, 20000)), rng.uniform(-1, 1, 5000),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 20.0, -20.0, 19.999999999999996, 17.714196154005176,
+                         0.5, -0.5, 0.5000000000000001, 1e-300, 0.41421356237309504880, -0.41421356237309504880,
+                         -1.0, 709.78, 709.79, -708.39, -708.4]])
+    if mnemonic == "log_plus_one":
+        x = np.where(x < -1, -x, x)
+    got = run_unary(mnemonic, x, "f64")
+    with np.errstate(all="ignore"):
+        ref = np.asarray(jax.jit(jax_fn)(x))
+    assert_close(got, ref, err_msg=mnemonic)
+
+
+def test_complex128_expm1_bit_exact():
+    rng = np.random.default_rng(zlib.crc32(b"c128-expm1-exact"))
+    z = rng.uniform(-10, 10, 5000) + 1j * rng.uniform(-4, 4, 5000)
+    assert_close(run_unary("exponential_minus_one", z, "c128"), np.asarray(jax.jit(jax.lax.expm1)(z)))
+
+
 @pytest.mark.parametrize("name", COMPLEX_TYPES)
 def test_complex_expm1_where_cos_is_small(name):
     # expm1(a + ib) with large a and b near pi/2: the real part expm1(a) cos(b) + cosm1(b) amplifies the
