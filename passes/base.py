@@ -37,6 +37,8 @@ from xdsl.pattern_rewriter import (
     PatternRewriteWalker,
     RewritePattern,
 )
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.worklist import Worklist
 
 from xla_dialect.errors import PassError, op_context
 
@@ -58,6 +60,18 @@ def matched_op_types(pattern: RewritePattern) -> tuple[type, ...] | None:
     return None
 
 
+def _unwrapped(pattern: RewritePattern):
+    """``pattern.match_and_rewrite`` without the class test ``op_type_rewrite_pattern`` wraps
+    around it (the applier dispatches on the op class already), or as is."""
+    method = type(pattern).match_and_rewrite
+    if matched_op_types(pattern) is not None:
+        for cell in method.__closure__:
+            inner = cell.cell_contents
+            if callable(inner) and getattr(inner, "__name__", None) == "match_and_rewrite":
+                return inner.__get__(pattern)
+    return pattern.match_and_rewrite
+
+
 class _GuardedApplier(GreedyRewritePatternApplier):
     """xDSL's greedy applier, dispatching on the op class and turning pattern failures
     into PassErrors naming pass and op."""
@@ -68,26 +82,105 @@ class _GuardedApplier(GreedyRewritePatternApplier):
         super().__init__(patterns, dce_enabled=False)
         self.pass_name = pass_name
         self._types = [matched_op_types(p) for p in patterns]
-        self._by_class: dict[type, list[RewritePattern]] = {}
+        self._calls = [_unwrapped(p) for p in patterns]
+        self._by_class: dict[type, list] = {}
 
-    def _patterns_for(self, cls: type) -> list[RewritePattern]:
+    def _patterns_for(self, cls: type) -> list:
+        """The ``match_and_rewrite`` callables of the patterns that may match ops of class ``cls``, in order."""
         found = self._by_class.get(cls)
         if found is None:
-            found = [p for p, types in zip(self.rewrite_patterns, self._types)
+            found = [call for call, types in zip(self._calls, self._types)
                      if types is None or issubclass(cls, types)]
             self._by_class[cls] = found
         return found
 
+    def can_match(self, cls: type) -> bool:
+        """Whether some pattern may rewrite ops of class ``cls``."""
+        found = self._by_class.get(cls)
+        return bool(found if found is not None else self._patterns_for(cls))
+
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         try:
-            for pattern in self._patterns_for(type(op)):
-                pattern.match_and_rewrite(op, rewriter)
+            for match_and_rewrite in self._patterns_for(type(op)):
+                match_and_rewrite(op, rewriter)
                 if rewriter.has_done_action:
                     return
         except PassError:
             raise
         except Exception as e:  # a pattern bug or an op it cannot handle: name both
             raise PassError(f"pass {self.pass_name}: {op_context(op)}: {type(e).__name__}: {e}") from e
+
+
+class _MatchableWorklist(Worklist):
+    """xDSL's worklist that never takes in an op no pattern can match.
+
+    Popping such an op would only cost time: the applier tries no pattern on
+    it, so nothing changes. Leaving it out keeps the order in which the other
+    ops are visited, hence the walker's result, exactly the same, while the
+    walks over the whole region (the first one and the final one that checks
+    nothing is left to rewrite) only touch the ops that matter.
+    """
+
+    def __init__(self, can_match):
+        super().__init__()
+        self._can_match = can_match
+
+    def push(self, item: Operation) -> None:
+        """Push ``item`` (if some pattern can match it and it is not already queued)."""
+        if item not in self._map and self._can_match(type(item)):
+            self._map[item] = len(self._stack)
+            self._stack.append(item)
+
+
+class _Walker(PatternRewriteWalker):
+    """xDSL's ``PatternRewriteWalker`` with a leaner inner loop and an optional final walk.
+
+    The loop does what xDSL's does for every op taken from the worklist (reset
+    the rewriter: flag, matched op, insertion point before the op, name hint;
+    apply the pattern; report failures the same way) without its per-op
+    overheads (a deprecated property setter, method lookups). With
+    ``confirm`` false, the walk over the whole region that xDSL repeats after
+    the worklist empties (to confirm nothing is left to rewrite) is skipped:
+    see :attr:`PatternPass.CONFIRM_FIXED_POINT`.
+    """
+
+    confirm: bool = True
+
+    def rewrite_region(self, region) -> bool:
+        """Rewrite the ops of ``region``; True when something changed."""
+        if self.confirm:
+            return super().rewrite_region(region)
+        listener = self._get_rewriter_listener()
+        self._populate_worklist(region)
+        changed = self._process_worklist(listener)
+        if self.post_walk_func is not None:
+            changed |= self.post_walk_func(region, listener)
+        return changed
+
+    def _process_worklist(self, listener) -> bool:
+        worklist = self._worklist
+        if not worklist:
+            return False
+        pop = worklist.pop
+        op = pop()
+        rewriter = PatternRewriter(op)
+        rewriter.extend_from_listener(listener)
+        match_and_rewrite = self.pattern.match_and_rewrite
+        changed = False
+        before = InsertPoint.before
+        while True:
+            rewriter.has_done_action = False
+            rewriter._current_operation = op  # noqa: SLF001 - what the deprecated setter does
+            rewriter.insertion_point = before(op)
+            rewriter._name_hint = None  # noqa: SLF001 - the name_hint setter's result for None
+            try:
+                match_and_rewrite(op, rewriter)
+            except Exception as err:
+                op.emit_error(f"Error while applying pattern: {err}", underlying_error=err)
+            changed |= rewriter.has_done_action
+            if not worklist:
+                return changed
+            op = pop()
 
 
 def clean_pass_error(e: BaseException) -> None:
@@ -107,6 +200,16 @@ class PatternPass(ModulePass):
     """Visit ops from the last to the first (uses before definitions)."""
     APPLY_RECURSIVELY: ClassVar[bool] = True
     """Revisit rewritten ops and their users until nothing changes."""
+    CONFIRM_FIXED_POINT: ClassVar[bool] = True
+    """After the worklist empties, walk the whole program again (and again while something
+    changes) to confirm no pattern applies anywhere, as xDSL's walker does.
+
+    The worklist already revisits every op a rewrite may have made matchable:
+    inserted and modified ops, the users of replaced ops, the single-use operand
+    definitions of erased ops. A pass whose patterns look only at the op itself
+    and at the defining ops of its operands (never at an op modified in place,
+    nor at uses) reaches the same fixed point without that final walk, and may
+    set this to False."""
 
     def patterns(self) -> list[RewritePattern]:
         """Instantiate the pattern table (override to pass options to patterns)."""
@@ -121,11 +224,14 @@ class PatternPass(ModulePass):
         patterns = self.patterns()
         if not patterns:
             return False
-        walker = PatternRewriteWalker(
-            _GuardedApplier(self.name, patterns),
+        applier = _GuardedApplier(self.name, patterns)
+        walker = _Walker(
+            applier,
             walk_reverse=self.WALK_REVERSE,
             apply_recursively=self.APPLY_RECURSIVELY,
         )
+        walker.confirm = self.CONFIRM_FIXED_POINT or not self.APPLY_RECURSIVELY
+        walker._worklist = _MatchableWorklist(applier.can_match)
         try:
             return walker.rewrite_module(module)
         except PassError as e:

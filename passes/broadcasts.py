@@ -178,6 +178,9 @@ class CanonicalizeBroadcastsPass(PatternPass):
     name = "canonicalize-broadcasts"
     PATTERNS = (ExplicitBinaryBroadcast, ExplicitScalarOperands, BroadcastToBroadcastInDim,
                 movement.ComposeBroadcasts, *movement.IDENTITY_PATTERNS)
+    # The patterns look at the op and at its operands' defining broadcasts and constants, which
+    # are replaced (their users then revisited), never modified in place: one sweep suffices.
+    CONFIRM_FIXED_POINT = False
     max_splat_elements: int = 65536
     """Broadcasts of splat constants up to this many elements become constants."""
 
