@@ -39,23 +39,25 @@ from . import movement
 from .base import PatternPass
 from .purity import is_pure
 from .registry import register_pass
-from .util import constant_array, forward, make_constant, splat_scalar
+from .util import AttrInterner, constant_array, forward, make_constant, splat_scalar
 
 # ----------------------------------------------------------------------------
 # cse
 # ----------------------------------------------------------------------------
 
 
-def _cse_key(op: Operation) -> tuple | None:
+def _cse_key(op: Operation, intern: AttrInterner) -> tuple | None:
     """What identifies ``op``'s computation: class, operands, properties, attributes, result types
-    (None when some part cannot be hashed, e.g. xDSL tuple types: such ops are left alone)."""
-    key = (type(op), op.name, tuple(op.operands), tuple(op.properties.items()), tuple(op.attributes.items()),
-           tuple(r.type for r in op.results), len(op.regions))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    (None when some part cannot be hashed, e.g. xDSL tuple types: such ops are left alone).
+
+    Attributes enter as their :class:`~passes.util.AttrInterner` numbers: equal
+    numbers exactly when the attributes are equal, without rehashing them.
+    """
+    parts: list = [type(op), op.name, len(op.regions), *op.operands, None]
+    if (intern.add_named(op.properties, parts) and intern.add_named(op.attributes, parts)
+            and intern.add_numbers([r.type for r in op.results], parts)):
+        return tuple(parts)
+    return None
 
 
 class _CSE:
@@ -64,13 +66,15 @@ class _CSE:
     One dictionary per region scope, chained to the enclosing scopes, so an op
     inside a region may reuse an identical op of an enclosing block (it
     dominates it) but never the other way round. Ops with regions must also
-    have structurally equivalent regions. Each op's key is hashed once (xDSL's
-    driver rehashes properties and types at every lookup and copies its table
-    for every region, which dominates on large programs).
+    have structurally equivalent regions. Each op's key is built once from
+    interned attributes (xDSL's driver rehashes properties and types at every
+    lookup and copies its table for every region, which dominates on large
+    programs).
     """
 
     def __init__(self):
         self.rewriter = Rewriter()
+        self.intern = AttrInterner()
 
     def region(self, region, scopes: list[dict]) -> None:
         for block in region.blocks:
@@ -78,23 +82,31 @@ class _CSE:
 
     def block(self, block, scopes: list[dict]) -> None:
         table = scopes[-1]
+        outer = scopes[-2::-1]
+        intern = self.intern
         for op in list(block.ops):
-            for region in op.regions:
+            regions = op.regions
+            for region in regions:
                 if len(region.blocks) == 1:
                     self.region(region, scopes)
-            if not op.results or not is_pure(op) or any(len(r.blocks) > 1 for r in op.regions):
+            if not op.results or not is_pure(op) or any(len(r.blocks) > 1 for r in regions):
                 continue
-            key = _cse_key(op)
+            key = _cse_key(op, intern)
             if key is None:
                 continue
             existing = None
-            for scope in reversed(scopes):
-                for candidate in scope.get(key, ()):
-                    if all(a.is_structurally_equivalent(b) for a, b in zip(op.regions, candidate.regions)):
-                        existing = candidate
-                        break
-                if existing is not None:
+            for candidate in table.get(key, ()):
+                if all(a.is_structurally_equivalent(b) for a, b in zip(regions, candidate.regions)):
+                    existing = candidate
                     break
+            if existing is None:
+                for scope in outer:
+                    for candidate in scope.get(key, ()):
+                        if all(a.is_structurally_equivalent(b) for a, b in zip(regions, candidate.regions)):
+                            existing = candidate
+                            break
+                    if existing is not None:
+                        break
             if existing is None:
                 table.setdefault(key, []).append(op)
                 continue

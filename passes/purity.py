@@ -36,12 +36,18 @@ IMPURE_OPS: set[str] = {
 """Op names with observable effects beyond their results (plugins may add to it)."""
 
 
+_TOKEN_KIND: dict[type, int] = {}
+"""Type class -> 0 (never a token), 1 (a token type), 2 (a tuple type: look inside)."""
+
+
 def _mentions_token(t: Attribute) -> bool:
-    if isinstance(t, TokenType):
-        return True
-    if isinstance(t, TupleType):
-        return any(_mentions_token(e) for e in t.types)
-    return False
+    cls = type(t)
+    kind = _TOKEN_KIND.get(cls)
+    if kind is None:  # isinstance on xDSL's ABC-based attribute classes is slow: decide once per class
+        kind = _TOKEN_KIND[cls] = 1 if issubclass(cls, TokenType) else 2 if issubclass(cls, TupleType) else 0
+    if kind == 0:
+        return False
+    return kind == 1 or any(_mentions_token(e) for e in t.types)
 
 
 def _flag(op: Operation, name: str) -> bool | None:

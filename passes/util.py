@@ -33,6 +33,53 @@ def tensor_type(element_type: Attribute, shape: Sequence[int], layout: Layout | 
     return t
 
 
+class AttrInterner:
+    """Numbers attributes so that equal attributes get the same number, hashing each object once.
+
+    xDSL attributes are frozen dataclasses whose hash recomputes over every
+    nested parameter (a tensor type: its shape array, each dimension, the
+    element type, the layout), so keys made of attributes are costly to look up
+    again and again. Programs share a few type and property objects among many
+    ops: this maps each object (by identity, keeping it alive so its id is never
+    reused) to the number of its equality class. Unhashable attributes get None.
+    """
+
+    __slots__ = ("known", "_by_value")
+
+    def __init__(self):
+        self.known: dict[int, tuple[Attribute, int | None]] = {}
+        """id(attribute) -> (attribute, number): hot loops may look here first."""
+        self._by_value: dict[Attribute, int] = {}
+
+    def __call__(self, attr: Attribute) -> int | None:
+        """The number of ``attr``'s equality class (None when it cannot be hashed)."""
+        entry = self.known.get(id(attr))
+        if entry is None:
+            try:
+                number = self._by_value.setdefault(attr, len(self._by_value))
+            except TypeError:  # e.g. xDSL tuple types hold lists
+                number = None
+            entry = self.known[id(attr)] = (attr, number)
+        return entry[1]
+
+    def add_numbers(self, attrs, out: list) -> bool:
+        """Append the numbers of ``attrs``, then None as a separator; False if one is unhashable."""
+        known = self.known
+        for attr in attrs:
+            entry = known.get(id(attr))
+            number = entry[1] if entry is not None else self(attr)
+            if number is None:
+                return False
+            out.append(number)
+        out.append(None)
+        return True
+
+    def add_named(self, attrs: dict, out: list) -> bool:
+        """Append the tuple of names of ``attrs``, then as :meth:`add_numbers` their values."""
+        out.append(tuple(attrs))
+        return self.add_numbers(attrs.values(), out)
+
+
 def i64s(values: Sequence[int]):
     """A cached ``array<i64: ...>`` property value."""
     key = tuple(int(v) for v in values)
