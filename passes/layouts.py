@@ -63,7 +63,7 @@ from xla_dialect.types import element_type_of
 
 from .base import PatternPass, emit_report
 from .registry import register_pass
-from .util import tensor_type
+from .util import IdMemo, retype, tensor_type
 
 M2M = tuple[int, ...]
 
@@ -330,22 +330,6 @@ class LayoutReport:
         return "\n".join(lines)
 
 
-_BYTES: dict[Attribute, int] = {}
-_SHAPES: dict[Attribute, str] = {}
-
-
-def _memo(cache: dict, type_: Attribute, compute):
-    """Per-type memo (programs repeat the same few types); xDSL tuple types are not hashable."""
-    if isinstance(type_, TupleType):
-        return compute(type_)
-    value = cache.get(type_)
-    if value is None:
-        if len(cache) > 1 << 16:
-            cache.clear()
-        value = cache[type_] = compute(type_)
-    return value
-
-
 def _compute_bytes(type_: Attribute) -> int:
     if isinstance(type_, TensorType):
         return 0 if any(d < 0 for d in type_.get_shape()) else byte_size(type_)
@@ -354,48 +338,69 @@ def _compute_bytes(type_: Attribute) -> int:
     return 0
 
 
-def _bytes(type_: Attribute) -> int:
-    """Bytes of a value of ``type_`` (tuples: their elements; tokens: 0), memoized."""
-    return _memo(_BYTES, type_, _compute_bytes)
+_bytes = IdMemo(_compute_bytes)
+"""Bytes of a value of a type (tuples: their elements; tokens: 0), memoized per type object
+(programs share a few type objects among many values)."""
+
+_shape_text = IdMemo(format_shape)
+"""``format_shape``, memoized per type object."""
 
 
-def _shape_text(type_: Attribute) -> str:
-    """``format_shape``, memoized."""
-    return _memo(_SHAPES, type_, format_shape)
-
-
-def _values_in_print_order(module: ModuleOp) -> Iterator[tuple[SSAValue, Operation | None]]:
+def _values_in_print_order(module: ModuleOp) -> list[tuple[SSAValue, Operation | None]]:
     """Every SSA value in the order xDSL's printer numbers them, with its defining op."""
+    out: list[tuple[SSAValue, Operation | None]] = []
+    append = out.append
 
-    def block_values(block: Block):
-        for arg in block.args:
-            yield arg, None
-        for op in block.ops:
-            yield from op_values(op)
-
-    def op_values(op: Operation):
+    def op_values(op: Operation) -> None:
         for r in op.results:
-            yield r, op
+            append((r, op))
         for region in op.regions:
             for block in region.blocks:
-                yield from block_values(block)
+                for arg in block.args:
+                    append((arg, None))
+                for inner in block.ops:
+                    op_values(inner)
 
     for op in module.ops:
-        yield from op_values(op)
+        op_values(op)
+    return out
 
 
-def _value_table(module: ModuleOp) -> dict[SSAValue, str]:
-    """Value -> ``%name (defining op)`` as xDSL prints it (name hints, else a counter of unnamed values)."""
-    names = {}
+def _labels(values: list[tuple[SSAValue, Operation | None]]) -> Iterator[str]:
+    """``%name (defining op)`` of each value as xDSL prints it (name hints, else a counter of unnamed values)."""
     counter = 0
-    for value, op in _values_in_print_order(module):
+    for value, op in values:
         if value.name_hint:
             label = f"%{value.name_hint}"
         else:
             label = f"%{counter}"
             counter += 1
-        names[value] = f"{label} ({op.name})" if op is not None else f"{label} (argument)"
-    return names
+        yield f"{label} ({op.name})" if op is not None else f"{label} (argument)"
+
+
+def _value_table(module: ModuleOp) -> dict[SSAValue, str]:
+    """Value -> ``%name (defining op)`` as xDSL prints it."""
+    values = _values_in_print_order(module)
+    return {value: label for (value, _), label in zip(values, _labels(values))}
+
+
+class _LazyNames:
+    """The :func:`_value_table` of the values listed at construction, built on first use
+    (only inserted copies need names before the pass; most runs insert none)."""
+
+    def __init__(self, values: list[tuple[SSAValue, Operation | None]]):
+        self._values = values
+        self._table: dict[SSAValue, str] | None = None
+
+    def table(self) -> dict[SSAValue, str]:
+        """The whole table."""
+        if self._table is None:
+            self._table = {value: label for (value, _), label in zip(self._values, _labels(self._values))}
+        return self._table
+
+    def get(self, value: SSAValue, default: str) -> str:
+        """The name of ``value`` (``default`` when it was not listed)."""
+        return self.table().get(value, default)
 
 
 def total_bytes(module: ModuleOp) -> int:
@@ -726,15 +731,16 @@ class LayoutAssigner:
 
     # -- materialization --------------------------------------------------------
 
-    def materialize(self, module: ModuleOp, names: dict[SSAValue, str], report: LayoutReport) -> None:
+    def materialize(self, module: ModuleOp, names: _LazyNames, report: LayoutReport) -> None:
         """Set every value's type, then insert the requested copies (one per value and layout)."""
         for value, spec in list(self.chosen.items()):
             new_type = _with_spec(value.type, spec)
             if new_type != value.type:
-                name = names.get(value)
-                new_value = Rewriter.replace_value_with_new_type(value, new_type)
-                if name is not None:
-                    names[new_value] = name
+                new_value = retype(value, new_type)
+                if new_value is not value:  # a new value object: carry its name over
+                    table = names.table()
+                    if value in table:
+                        table[new_value] = table[value]
         made: dict[tuple[int, Any], SSAValue] = {}
         for user, index, spec, why in self.requests:
             value = user.operands[index]
@@ -807,8 +813,9 @@ def assign(module: ModuleOp, target: str = "cpu", arg_layouts: str | None = None
     if target not in TARGETS:
         raise PassError(f"pass assign-layouts: unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     report = LayoutReport(target)
-    report.total_bytes_before = total_bytes(module)
-    names = _value_table(module)
+    before = _values_in_print_order(module)
+    report.total_bytes_before = sum(_bytes(v.type) for v, _ in before)
+    names = _LazyNames(before)
     assigner = LayoutAssigner(TARGETS[target], _parse_layout_list(arg_layouts, "arg-layouts"),
                               _parse_layout_list(result_layouts, "result-layouts"))
     funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
@@ -822,10 +829,10 @@ def assign(module: ModuleOp, target: str = "cpu", arg_layouts: str | None = None
     assigner.materialize(module, names, report)
     for fn in funcs:
         _sync_signature(fn, None, None)
-    names = _value_table(module)
-    for value, op in _values_in_print_order(module):
+    after = _values_in_print_order(module)
+    for (value, _), label in zip(after, _labels(after)):
         if isinstance(value.type, (TensorType, TupleType)):
-            report.values.append((names[value], _shape_text(value.type), _bytes(value.type)))
+            report.values.append((label, _shape_text(value.type), _bytes(value.type)))
     report.total_bytes_after = sum(v[2] for v in report.values)
     return report
 

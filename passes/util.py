@@ -8,6 +8,7 @@ import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import Rewriter
 
 from xla_dialect.layout import Layout, LayoutAttr, strip_layout
 from xla_dialect.literal import DenseLiteralAttr
@@ -78,6 +79,75 @@ class AttrInterner:
         """Append the tuple of names of ``attrs``, then as :meth:`add_numbers` their values."""
         out.append(tuple(attrs))
         return self.add_numbers(attrs.values(), out)
+
+
+class IdMemo:
+    """A memo of ``fn`` over immutable objects (xDSL attributes), looked up by identity first.
+
+    Looking an attribute up by value rehashes it in full every time; by
+    identity it costs one dictionary probe. An object seen for the first time
+    is looked up by value once (equal objects share the result), then
+    remembered by identity, kept alive so that its id is never reused while
+    memoized. Both tables are cleared when large. Unhashable attributes
+    (tuple types) are memoized by identity only.
+    """
+
+    __slots__ = ("fn", "known", "by_value", "limit")
+
+    def __init__(self, fn, limit: int = _CACHE_LIMIT):
+        self.fn = fn
+        self.known: dict[int, tuple[object, object]] = {}
+        self.by_value: dict[object, object] = {}
+        self.limit = limit
+
+    def __call__(self, obj):
+        entry = self.known.get(id(obj))
+        if entry is None:
+            if len(self.known) > self.limit:
+                self.known.clear()
+                self.by_value.clear()
+            try:
+                result = self.by_value.get(obj, _MISSING)
+                if result is _MISSING:
+                    result = self.by_value[obj] = self.fn(obj)
+            except TypeError:  # unhashable
+                result = self.fn(obj)
+            entry = self.known[id(obj)] = (obj, result)
+        return entry[1]
+
+
+_MISSING = object()
+
+
+def _can_retype_in_place() -> bool:
+    """Whether xDSL keeps an SSA value's type in the ``_type`` slot its ``type`` property reads."""
+    from xdsl.dialects.builtin import i32, i64
+    from xdsl.ir import Block
+
+    try:
+        arg = Block(arg_types=[i32]).args[0]
+        arg._type = i64  # noqa: SLF001 - checked right here
+        return arg.type is i64
+    except Exception:  # pragma: no cover - another xDSL version
+        return False
+
+
+_RETYPE_IN_PLACE = _can_retype_in_place()
+
+
+def retype(value: SSAValue, new_type: Attribute) -> SSAValue:
+    """Give ``value`` the type ``new_type``; return the value now carrying it.
+
+    Same effect as xDSL's ``Rewriter.replace_value_with_new_type`` (which builds
+    a new value and moves every use over to it), but the value itself is
+    updated: no new objects and no use-list surgery, which matters when a pass
+    retypes every value of a large program. The value keeps its name hint and,
+    for block arguments, its location.
+    """
+    if _RETYPE_IN_PLACE:
+        value._type = new_type  # noqa: SLF001 - see _can_retype_in_place
+        return value
+    return Rewriter.replace_value_with_new_type(value, new_type)  # pragma: no cover
 
 
 def i64s(values: Sequence[int]):
