@@ -27,6 +27,7 @@ from xla_dialect.errors import PassError, XlaError
 
 from .base import PatternPass, clean_pass_error, collect_reports, emit_report, reset_reports
 from .registry import available_passes, get_pass, load_plugin, parse_pipeline, register_pass
+from .verify import ModuleVerifier
 
 __all__ = [
     "PassError",
@@ -79,9 +80,15 @@ def _passes_of(pipeline) -> tuple[ModulePass, ...]:
 def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool = True) -> PipelineResult:
     """Apply ``pipeline`` (text like ``"simplify,cse,dce"`` or pass instances) to ``module`` in place.
 
-    With ``verify`` the module is verified after every pass; a pass leaving
-    invalid IR raises :class:`PassError` naming it. Errors inside a pass name the
-    pass and the op.
+    With ``verify`` the module is verified after every pass, with the checks of
+    xDSL's ``module.verify()`` (IRDL constraints, ``HloOp.verify_``: layouts and
+    shape inference); a pass leaving invalid IR raises :class:`PassError`
+    naming it. The op-local checks are memoized per op signature within one
+    call (:mod:`passes.verify`): an op with the same class, operand and result
+    types, properties and attributes as one that already passed is not
+    re-checked, so verification after every pass costs little more than the
+    passes. ``verify=False`` skips verification entirely. Errors inside a pass
+    name the pass and the op.
     """
     from xla_dialect.dialect import make_context
 
@@ -89,6 +96,7 @@ def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool
         raise PassError(f"passes.run expects an xDSL ModuleOp, got {type(module).__name__}")
     passes = _passes_of(pipeline)
     ctx = make_context()
+    verifier = ModuleVerifier() if verify else None
     result = PipelineResult(module)
     sink: list = []
     token = collect_reports(sink)
@@ -113,8 +121,8 @@ def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool
             for emitter, rep in sink:
                 result.reports.append((str(emitter), rep))
             sink.clear()
-            if verify:
-                _verify_after(p, module)
+            if verifier is not None:
+                _verify_after(p, module, verifier)
     finally:
         reset_reports(token)
         if gc_was_enabled:
@@ -122,9 +130,9 @@ def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool
     return result
 
 
-def _verify_after(p: ModulePass, module: ModuleOp) -> None:
+def _verify_after(p: ModulePass, module: ModuleOp, verifier: ModuleVerifier) -> None:
     try:
-        module.verify()
+        verifier.verify(module)
     except Exception as e:
         text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PassError(f"pass {p.name} produced invalid IR: {text}") from None
