@@ -209,15 +209,17 @@ def test_unary_vs_xla(mnemonic, name):
 
 
 @pytest.mark.parametrize("mnemonic,jax_fn", [("tanh", jax.lax.tanh), ("exponential_minus_one", jax.lax.expm1),
-                                             ("log_plus_one", jax.lax.log1p)])
+                                             ("log_plus_one", jax.lax.log1p), ("erf", jax.lax.erf)])
 def test_f64_functions_bit_exact(mnemonic, jax_fn):
     # XLA CPU's own f64 tanh (Eigen's rational function, ±1 from |x| >= 20), exp (inside expm1) and
-    # log1p (Cephes below sqrt(2) - 1, log(x + 1) above) with fused multiply-adds: reproduced bit for bit.
+    # log1p (Cephes below sqrt(2) - 1, log(x + 1) above) with fused multiply-adds, and glibc's erf
+    # (fdlibm's intervals 0.84375, 1.25, 1/0.35, 6): reproduced bit for bit.
     rng = np.random.default_rng(zlib.crc32(f"f64-exact-{mnemonic}".encode()))
     x = np.concatenate([rng.standard_normal(20000) * np.exp(rng.uniform(-5, 5, 20000)), rng.uniform(-1, 1, 5000),
                         [0.0, -0.0, np.inf, -np.inf, np.nan, 20.0, -20.0, 19.999999999999996, 17.714196154005176,
                          0.5, -0.5, 0.5000000000000001, 1e-300, 0.41421356237309504880, -0.41421356237309504880,
-                         -1.0, 709.78, 709.79, -708.39, -708.4]])
+                         -1.0, 709.78, 709.79, -708.39, -708.4, 0.84375, -0.84375, 1.25, -1.25, 6.0, -6.0,
+                         2.857142857142857, 2.8571428571428577, 2 ** -28, -(2 ** -29), 5.9999999999]])
     if mnemonic == "log_plus_one":
         x = np.where(x < -1, -x, x)
     got = run_unary(mnemonic, x, "f64")
