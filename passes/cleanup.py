@@ -53,11 +53,7 @@ def _cse_key(op: Operation, intern: AttrInterner) -> tuple | None:
     Attributes enter as their :class:`~passes.util.AttrInterner` numbers: equal
     numbers exactly when the attributes are equal, without rehashing them.
     """
-    parts: list = [type(op), op.name, len(op.regions), *op.operands, None]
-    if (intern.add_named(op.properties, parts) and intern.add_named(op.attributes, parts)
-            and intern.add_numbers([r.type for r in op.results], parts)):
-        return tuple(parts)
-    return None
+    return intern.op_signature(op, [type(op), op.name, len(op.regions), *op.operands], operand_types=False)
 
 
 class _CSE:
@@ -84,12 +80,17 @@ class _CSE:
         table = scopes[-1]
         outer = scopes[-2::-1]
         intern = self.intern
-        for op in list(block.ops):
+        next_op = block.first_op
+        while next_op is not None:
+            op, next_op = next_op, next_op.next_op  # op may be erased below, never the next one
             regions = op.regions
-            for region in regions:
-                if len(region.blocks) == 1:
-                    self.region(region, scopes)
-            if not op.results or not is_pure(op) or any(len(r.blocks) > 1 for r in regions):
+            if regions:
+                for region in regions:
+                    if len(region.blocks) == 1:
+                        self.region(region, scopes)
+                if any(len(r.blocks) > 1 for r in regions):
+                    continue
+            if not op.results or not is_pure(op):
                 continue
             key = _cse_key(op, intern)
             if key is None:

@@ -61,7 +61,19 @@ def _flag(op: Operation, name: str) -> bool | None:
     return True
 
 
-_CLASS_PURE: dict[type, bool] = {}
+_CLASS_PURE: dict[type, bool | str] = {}
+"""Op class -> False (never pure), True (pure unless it touches tokens or holds impure ops),
+"custom_call" (as True, unless the op says it has side effects), "traits" (xDSL's traits decide)."""
+
+
+def _class_purity(op: Operation) -> bool | str:
+    if op.has_trait(IsTerminator, value_if_unregistered=False):
+        return False
+    if not isinstance(op, HloOp):
+        return "traits"  # decided per op by xDSL's traits
+    if op.name == "hlo.custom_call":
+        return "custom_call"
+    return op.name not in IMPURE_OPS
 
 
 def is_pure(op: Operation) -> bool:
@@ -69,26 +81,22 @@ def is_pure(op: Operation) -> bool:
     cls = type(op)
     pure = _CLASS_PURE.get(cls)
     if pure is None:
-        if op.has_trait(IsTerminator, value_if_unregistered=False):
-            pure = False
-        elif not isinstance(op, HloOp):
-            pure = None  # decided per op by xDSL's traits
-        else:
-            pure = op.name not in IMPURE_OPS or op.name == "hlo.custom_call"
-        _CLASS_PURE[cls] = pure if pure is not None else "traits"
-    elif pure == "traits":
-        pure = None
-    if pure is None:
-        return is_side_effect_free(op)
-    if not pure:
-        return False
-    if op.name == "hlo.custom_call" and _flag(op, "has_side_effect"):
-        return False  # as in XLA: a custom call has effects only when it says so
+        pure = _CLASS_PURE[cls] = _class_purity(op)
+    if pure is not True:
+        if pure == "traits":
+            return is_side_effect_free(op)
+        if pure is False:
+            return False
+        if _flag(op, "has_side_effect"):
+            return False  # as in XLA: a custom call has effects only when it says so
+    kinds = _TOKEN_KIND
     for v in op.operands:
-        if _mentions_token(v.type):
+        t = v.type
+        if kinds.get(type(t)) != 0 and _mentions_token(t):
             return False
     for v in op.results:
-        if _mentions_token(v.type):
+        t = v.type
+        if kinds.get(type(t)) != 0 and _mentions_token(t):
             return False
     for region in op.regions:
         for inner in region.walk():

@@ -63,22 +63,31 @@ class AttrInterner:
             entry = self.known[id(attr)] = (attr, number)
         return entry[1]
 
-    def add_numbers(self, attrs, out: list) -> bool:
-        """Append the numbers of ``attrs``, then None as a separator; False if one is unhashable."""
+    def op_signature(self, op: Operation, head: list, operand_types: bool) -> tuple | None:
+        """``head`` followed by what an op is made of besides its operands and regions: the numbers of
+        its operand types (with ``operand_types``) and result types, its property and attribute names
+        and the numbers of their values. Two ops get equal keys exactly when these parts are equal
+        (None when one cannot be hashed)."""
+        values = [v.type for v in op.operands] if operand_types else []
+        results = op.results
+        values.extend([r.type for r in results])
+        props, attrs = op.properties, op.attributes
+        if props:
+            values.extend(props.values())
+        if attrs:
+            values.extend(attrs.values())
+        head.append(len(values))  # with the counts and names below: how ``values`` divides up
+        head.append(len(results))
+        head.append(tuple(props) if props else ())
+        head.append(tuple(attrs) if attrs else ())
         known = self.known
-        for attr in attrs:
+        for attr in values:
             entry = known.get(id(attr))
             number = entry[1] if entry is not None else self(attr)
             if number is None:
-                return False
-            out.append(number)
-        out.append(None)
-        return True
-
-    def add_named(self, attrs: dict, out: list) -> bool:
-        """Append the tuple of names of ``attrs``, then as :meth:`add_numbers` their values."""
-        out.append(tuple(attrs))
-        return self.add_numbers(attrs.values(), out)
+                return None
+            head.append(number)
+        return tuple(head)
 
 
 class IdMemo:

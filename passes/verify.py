@@ -95,13 +95,7 @@ class ModuleVerifier:
         cls = type(op)
         if not signature_only(cls) or op.regions or op.successors or op.next_op is None:
             return None
-        intern = self._intern
-        key: list = [cls]
-        if (intern.add_numbers([v.type for v in op.operands], key)
-                and intern.add_numbers([r.type for r in op.results], key)
-                and intern.add_named(op.properties, key) and intern.add_named(op.attributes, key)):
-            return tuple(key)
-        return None
+        return self._intern.op_signature(op, [cls], operand_types=True)
 
     def _op(self, op: Operation) -> None:
         key = self._signature(op)
