@@ -40,7 +40,6 @@ and after.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,8 +133,10 @@ class Target:
         """
         if like is not None and (like.tiles or not self.tiled):
             return like
-        key = (self.name, type_.element_type, tuple(type_.get_shape()), tuple(m2m), like)
-        layout = _LAYOUTS.get(key)
+        # Per type object, then per (order, constraint): no attribute hashing on the hot path.
+        per_type = _LAYOUTS[self.name](type_)
+        key = (tuple(m2m), like)
+        layout = per_type.get(key)
         if layout is None:
             space = like.memory_space if like is not None else 0
             if not self.tiled:
@@ -144,17 +145,22 @@ class Target:
                 shape = type_.get_shape()
                 tiles, e = tpu_tiles(type_.element_type, [shape[d] for d in reversed(m2m)])
                 layout = Layout(tuple(m2m), tiles, element_size_in_bits=e, memory_space=space)
-            if len(_LAYOUTS) > 1 << 16:
-                _LAYOUTS.clear()
-            _LAYOUTS[key] = layout
+            per_type[key] = layout
         return layout
 
-
-_LAYOUTS: dict[tuple, Layout] = {}
+    def default_m2m_of(self, type_: TensorType) -> M2M:
+        """:meth:`default_m2m` of ``type_``'s shape, memoized per type object."""
+        return _DEFAULT_M2M[self.name](type_)
 
 
 TARGETS = {"cpu": Target("cpu", tiled=False), "tpu": Target("tpu", tiled=True)}
 """``assign-layouts{target=...}`` choices."""
+
+_LAYOUTS = {name: IdMemo(lambda t: {}) for name in TARGETS}
+"""Per target, array type -> {(minor_to_major, constraint): layout} (layouts depend on element type and shape)."""
+
+_DEFAULT_M2M = {name: IdMemo(lambda t, target=target: target.default_m2m(t.get_shape()))
+                for name, target in TARGETS.items()}
 
 
 # ----------------------------------------------------------------------------
@@ -203,6 +209,8 @@ def rule_for(op: Operation) -> str:
     rule = _RULE_CACHE.get(cls)
     if rule is None:
         rule = next((LAYOUT_RULES[c] for c in cls.__mro__ if c in LAYOUT_RULES), "generic")
+        if issubclass(cls, (func.ReturnOp, cf.ReturnOp)):
+            rule = "return"  # handled by the block walks, not by a rule
         _RULE_CACHE[cls] = rule
     return rule
 
@@ -460,6 +468,7 @@ class LayoutAssigner:
         self.hard: set[SSAValue] = set()  # values whose preference avoids a copy (entry results)
         self.requests: list[tuple[Operation, int, Spec, str]] = []  # (user, operand index, layout, why)
         self.functions: dict[str, func.FuncOp] = {}
+        self._methods: dict[type, Any] = {}  # op class -> bound _rule_* method
 
     # -- helpers --------------------------------------------------------------
 
@@ -470,7 +479,7 @@ class LayoutAssigner:
     def free_type(self, type_: Attribute, m2m: M2M | None = None) -> Spec:
         if isinstance(type_, TensorType):
             if m2m is None or len(m2m) != type_.get_num_dims():
-                m2m = self.target.default_m2m(type_.get_shape())
+                m2m = self.target.default_m2m_of(type_)
             return self.target.layout(type_, m2m)
         if isinstance(type_, TupleType):
             return tuple(self.free_type(t) for t in type_.types)
@@ -545,21 +554,26 @@ class LayoutAssigner:
 
     def preferences(self, block: Block, result_specs: Sequence[Spec] | None) -> None:
         """Backward: what consumers would like their operands to be (free values honour it)."""
+        tiled = self.target.tiled
+        pref = self.pref
         for op in reversed(list(block.ops)):
-            if isinstance(op, func.ReturnOp) and result_specs is not None:
-                for v, spec in zip(op.operands, result_specs):
-                    if isinstance(spec, Layout):
-                        self.prefer(v, spec.minor_to_major, hard=True)
-                continue
-            if not self.target.tiled:
-                continue  # XLA CPU wants every operand row-major: nothing to propagate
             rule = rule_for(op)
+            if rule == "return":
+                if isinstance(op, func.ReturnOp) and result_specs is not None:
+                    for v, spec in zip(op.operands, result_specs):
+                        if isinstance(spec, Layout):
+                            self.prefer(v, spec.minor_to_major, hard=True)
+                continue
+            if not tiled:
+                continue  # XLA CPU wants every operand row-major: nothing to propagate
             if rule == "elementwise":
-                r = next((r for r in op.results if r in self.pref), None)
-                if r is not None:
-                    for v in op.operands:
-                        if isinstance(v.type, TensorType) and v.type.get_shape() == r.type.get_shape():
-                            self.prefer(v, self.pref[r], r in self.hard)
+                for r in op.results:
+                    if r in pref:
+                        shape = r.type.get_shape()
+                        for v in op.operands:
+                            if isinstance(v.type, TensorType) and v.type.get_shape() == shape:
+                                self.prefer(v, pref[r], r in self.hard)
+                        break
             elif rule == "transpose":
                 want = self.pref.get(op.result)
                 if want is not None:
@@ -588,7 +602,7 @@ class LayoutAssigner:
             spec = arg_specs[i] if arg_specs is not None and i < len(arg_specs) else None
             self.chosen[arg] = spec if spec is not None else self.free(arg)
         for op in block.ops:
-            if isinstance(op, (func.ReturnOp, cf.ReturnOp)):
+            if rule_for(op) == "return":
                 if result_specs is not None:
                     for i, spec in enumerate(result_specs):
                         if i < len(op.operands):
@@ -597,10 +611,15 @@ class LayoutAssigner:
             self.assign_op(op)
 
     def assign_op(self, op: Operation) -> None:
-        rule = rule_for(op)
-        if not self.target.tiled and rule not in _STRUCTURAL_RULES:
-            rule = "cpu"
-        getattr(self, f"_rule_{rule}")(op)
+        """Choose the layouts of ``op``'s results by its class's rule."""
+        cls = type(op)
+        method = self._methods.get(cls)
+        if method is None:
+            rule = rule_for(op)
+            if not self.target.tiled and rule not in _STRUCTURAL_RULES:
+                rule = "cpu"
+            method = self._methods[cls] = getattr(self, f"_rule_{rule}")
+        method(op)
 
     def _rule_cpu(self, op: Operation) -> None:
         """XLA CPU: every operand row-major (``CpuLayoutAssignment``); results row-major unless
@@ -650,22 +669,27 @@ class LayoutAssigner:
         if not isinstance(result.type, TensorType):
             return self._rule_generic(op)
         rank = result.type.get_num_dims()
-        same_rank = [i for i, v in enumerate(op.operands)
-                     if isinstance(v.type, TensorType) and v.type.get_num_dims() == rank and self.m2m(v) is not None]
-        counts = Counter(self.m2m(op.operands[i]) for i in same_rank)
+        operands = op.operands
+        same_rank: list[tuple[int, M2M]] = []  # (operand index, its order) of the same-rank arrays
+        counts: dict[M2M, int] = {}
+        for i, v in enumerate(operands):
+            if isinstance(v.type, TensorType) and v.type.get_num_dims() == rank:
+                m = self.m2m(v)
+                if m is not None:
+                    same_rank.append((i, m))
+                    counts[m] = counts.get(m, 0) + 1
         want = self.pref.get(result)
         if want is not None and (want in counts or not counts):
             m2m = want
         elif counts:
             best = max(counts.values())
-            m2m = next(self.m2m(op.operands[i]) for i in same_rank if counts[self.m2m(op.operands[i])] == best)
+            m2m = next(m for _, m in same_rank if counts[m] == best)
         else:
-            m2m = self.target.default_m2m(result.type.get_shape())
+            m2m = self.target.default_m2m_of(result.type)
         self._set(result, self.layout_in(result.type, m2m))
-        for i in same_rank:
-            v = op.operands[i]
-            if self.m2m(v) != m2m:
-                self.require(op, i, self.layout_in(v.type, m2m), op_context(op))
+        for i, m in same_rank:
+            if m != m2m:
+                self.require(op, i, self.layout_in(operands[i].type, m2m), op_context(op))
 
     def _rule_transpose(self, op: dm.TransposeOp) -> None:
         src = self.m2m(op.operand)
