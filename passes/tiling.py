@@ -43,13 +43,14 @@ from xla_dialect.layout import COMBINE_DIMENSION, Layout, LayoutAttr, layout_of,
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
+from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.shape import format_shape
 
 from .base import PatternPass, emit_report
 from .layouts import _tiled_bitcast, TARGETS, reshape_bitcast_m2m
 from .purity import is_pure
 from .registry import register_pass
-from .util import create, i64s, make_constant, tensor_type
+from .util import AttrInterner, IdMemo, constant_properties, create, i64s, make_constant, new_op, tensor_type
 
 ELEMENTWISE = (ew.UnaryElementwiseOp, ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)
 """Op classes that may run directly on physical buffers (same shape and layout everywhere)."""
@@ -135,16 +136,27 @@ def _levels(shape, layout: Layout) -> tuple[list[int], list[_Level]]:
 
 
 class _Emitter:
-    """Creates conversion ops, to be inserted together at one point."""
+    """Creates conversion ops, to be inserted together at one point.
 
-    def __init__(self, counter: list[int]):
+    Packing and unpacking depend only on the types and layout involved, so
+    each conversion sequence is recorded once per run (:class:`_Recorder`,
+    :class:`_Templates`) and replayed: the same ops, created without
+    recomputing the tiling arithmetic.
+    """
+
+    def __init__(self, counter: list[int], templates: _Templates):
         self.counter = counter  # shared count of conversion ops, for the report
+        self.templates = templates
         self.ops: list[Operation] = []
 
     def emit(self, op: Operation) -> SSAValue:
         self.ops.append(op)
         self.counter[0] += 1
         return op.results[0]
+
+    def make(self, cls: type[Operation], operands: list, props: dict, result_type: Attribute) -> SSAValue:
+        """Emit a ``cls`` op (result types given: no inference)."""
+        return self.emit(new_op(cls, operands, props, (result_type,)))
 
     def insert_before(self, op: Operation) -> None:
         if self.ops:
@@ -162,19 +174,19 @@ class _Emitter:
         if list(perm) == list(range(len(perm))):
             return v
         shape = v.type.get_shape()
-        return self.emit(create(dm.TransposeOp, [v], {"permutation": i64s(perm)},
-                                [_plain(v.type.element_type, [shape[p] for p in perm])]))
+        return self.make(dm.TransposeOp, [v], {"permutation": i64s(perm)},
+                         _plain(v.type.element_type, [shape[p] for p in perm]))
 
     def reshape(self, v: SSAValue, shape) -> SSAValue:
         if list(v.type.get_shape()) == list(shape):
             return v
-        return self.emit(create(dm.ReshapeOp, [v], {}, [_plain(v.type.element_type, shape)]))
+        return self.make(dm.ReshapeOp, [v], {}, _plain(v.type.element_type, shape))
 
     def zero(self, element_type: Attribute) -> SSAValue:
         from xla_dialect.types import numpy_dtype
 
         t = _plain(element_type, [])
-        return self.emit(make_constant(np.zeros((), numpy_dtype(t)), t))
+        return self.make(ConstantOp, [], constant_properties(np.zeros((), numpy_dtype(t)), t), t)
 
     def pad(self, v: SSAValue, shape) -> SSAValue:
         have = list(v.type.get_shape())
@@ -182,25 +194,33 @@ class _Emitter:
             return v
         high = [b - a for a, b in zip(have, shape)]
         zeros = i64s([0] * len(have))
-        return self.emit(create(dm.PadOp, [v, self.zero(v.type.element_type)],
-                                {"edge_padding_low": zeros, "edge_padding_high": i64s(high), "interior_padding": zeros},
-                                [_plain(v.type.element_type, shape)]))
+        return self.make(dm.PadOp, [v, self.zero(v.type.element_type)],
+                         {"edge_padding_low": zeros, "edge_padding_high": i64s(high), "interior_padding": zeros},
+                         _plain(v.type.element_type, shape))
 
     def slice(self, v: SSAValue, shape) -> SSAValue:
         have = list(v.type.get_shape())
         if have == list(shape):
             return v
-        return self.emit(create(dm.SliceOp, [v], {"start_indices": i64s([0] * len(have)),
-                                                  "limit_indices": i64s(shape),
-                                                  "strides": i64s([1] * len(have))},
-                                [_plain(v.type.element_type, shape)]))
+        return self.make(dm.SliceOp, [v], {"start_indices": i64s([0] * len(have)),
+                                           "limit_indices": i64s(shape),
+                                           "strides": i64s([1] * len(have))},
+                         _plain(v.type.element_type, shape))
 
     def broadcast(self, v: SSAValue, shape) -> SSAValue:
-        return self.emit(create(dm.BroadcastInDimOp, [v], {"broadcast_dimensions": i64s([])},
-                                [_plain(v.type.element_type, shape)]))
+        return self.make(dm.BroadcastInDimOp, [v], {"broadcast_dimensions": i64s([])},
+                         _plain(v.type.element_type, shape))
 
     def pack(self, v: SSAValue, layout: Layout) -> SSAValue:
         """Logical ``v`` -> its physical buffer in ``layout``."""
+        return self.templates.get("pack", v.type, None, layout).replay(self, v)
+
+    def unpack(self, p: SSAValue, logical_type: TensorType, layout: Layout) -> SSAValue:
+        """Physical buffer ``p`` -> the logical value of type ``logical_type``."""
+        return self.templates.get("unpack", p.type, logical_type, layout).replay(self, p)
+
+    def pack_ops(self, v: SSAValue, layout: Layout) -> SSAValue:
+        """Emit the ops of :meth:`pack`."""
         order, levels = _levels(v.type.get_shape(), layout)
         cur = self.transpose(v, order)
         for lv in levels:
@@ -212,8 +232,8 @@ class _Emitter:
             cur = self.transpose(cur, _tile_perm(lv))
         return cur
 
-    def unpack(self, p: SSAValue, logical_type: TensorType, layout: Layout) -> SSAValue:
-        """Physical buffer ``p`` -> the logical value of type ``logical_type``."""
+    def unpack_ops(self, p: SSAValue, logical_type: TensorType, layout: Layout) -> SSAValue:
+        """Emit the ops of :meth:`unpack`."""
         order, levels = _levels(logical_type.get_shape(), layout)
         cur = p
         for lv in reversed(levels):
@@ -224,7 +244,66 @@ class _Emitter:
         cur = self.transpose(cur, _inverse(order))
         # A copy gives the value exactly the logical type (layout included) users expect, and a
         # compact buffer: kernels such as reductions may sum in a memory-order-dependent order.
-        return self.emit(dm.CopyOp.create(operands=[cur], result_types=[logical_type]))
+        return self.make(dm.CopyOp, [cur], {}, logical_type)
+
+
+class _Ref:
+    """A value while recording a template: the input (index -1) or the result of step ``index``."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type_: Attribute, index: int):
+        self.type = type_
+        self.index = index
+
+
+class _Recorder(_Emitter):
+    """An emitter that records the ops it would create (see :class:`_Template`)."""
+
+    def __init__(self):
+        super().__init__([0], None)
+        self.steps: list[tuple[type[Operation], tuple[int, ...], dict, Attribute]] = []
+
+    def make(self, cls, operands, props, result_type) -> _Ref:
+        self.steps.append((cls, tuple(o.index for o in operands), props, result_type))
+        return _Ref(result_type, len(self.steps) - 1)
+
+
+@dataclass
+class _Template:
+    """A recorded conversion: ops as (class, operand step indices (-1 = the input), properties, result type)."""
+
+    steps: list[tuple[type[Operation], tuple[int, ...], dict, Attribute]]
+    out: int  # the step whose result is the output (-1: the input itself)
+
+    def replay(self, em: _Emitter, v: SSAValue) -> SSAValue:
+        """Emit the recorded ops on input ``v`` through ``em``; return the output."""
+        results: list[SSAValue] = []
+        for cls, refs, props, result_type in self.steps:
+            operands = [v if r < 0 else results[r] for r in refs]
+            results.append(em.emit(new_op(cls, operands, props, (result_type,))))
+        return results[self.out] if self.out >= 0 else v
+
+
+class _Templates:
+    """The templates of one run, by (conversion, input type, logical type, layout)."""
+
+    def __init__(self):
+        self._intern = AttrInterner()
+        self._cache: dict[tuple, _Template] = {}
+
+    def get(self, kind: str, in_type: Attribute, logical_type: Attribute | None, layout: Layout) -> _Template:
+        """The template packing (``kind="pack"``) or unpacking a value of ``in_type``."""
+        key = (kind, self._intern(in_type), self._intern(logical_type), self._intern(layout))
+        template = self._cache.get(key) if None not in key else None
+        if template is None:
+            rec = _Recorder()
+            source = _Ref(in_type, -1)
+            out = rec.pack_ops(source, layout) if kind == "pack" else rec.unpack_ops(source, logical_type, layout)
+            template = _Template(rec.steps, out.index)
+            if None not in key:
+                self._cache[key] = template
+        return template
 
 
 def _tile_perm(lv: _Level) -> list[int]:
@@ -297,18 +376,19 @@ class TilingReport:
 class _FunctionTiler:
     """Tiles the top-level block of one function (see the module docstring)."""
 
-    def __init__(self, report: TilingReport, counter: list[int]):
+    def __init__(self, report: TilingReport, counter: list[int], templates: _Templates):
         self.report = report
         self.counter = counter
         self.phys: dict[SSAValue, SSAValue] = {}  # logical value -> its physical buffer
         self.masks: dict[tuple, tuple[SSAValue, SSAValue]] = {}
         self.block: Block | None = None
+        self.templates = templates
 
     def physical(self, v: SSAValue) -> SSAValue:
         """The physical buffer of tiled ``v``, packing it (once, after its definition) if needed."""
         p = self.phys.get(v)
         if p is None:
-            em = _Emitter(self.counter)
+            em = _Emitter(self.counter, self.templates)
             p = em.pack(v, tiled_layout(v.type))
             em.insert_after_definition(v)
             self.phys[v] = p
@@ -320,7 +400,7 @@ class _FunctionTiler:
         if key not in self.masks:
             from xdsl.dialects.builtin import IntegerType
 
-            em = _Emitter(self.counter)
+            em = _Emitter(self.counter, self.templates)
             true = em.emit(make_constant(np.ones((), np.bool_), _plain(IntegerType(1), [])))
             mask = em.pack(em.broadcast(true, type_.get_shape()), layout)
             zeros = em.broadcast(em.zero(type_.element_type), _physical_dims(type_))
@@ -343,7 +423,7 @@ class _FunctionTiler:
         for op in done:
             result = op.results[0]
             if any(use.operation not in moved for use in result.uses):
-                em = _Emitter(self.counter)
+                em = _Emitter(self.counter, self.templates)
                 logical = em.unpack(self.phys[result], result.type, tiled_layout(result.type))
                 em.insert_before(op)
                 result.replace_all_uses_with(logical)
@@ -368,10 +448,9 @@ class _FunctionTiler:
     def _elementwise(self, op: Operation) -> None:
         result = op.results[0]
         operands = [self.physical(v) for v in op.operands]
-        em = _Emitter(self.counter)
+        em = _Emitter(self.counter, self.templates)
         physical_type = _plain(result.type.element_type, _physical_dims(result.type))
-        new = type(op).create(operands=operands, properties=dict(op.properties), attributes=dict(op.attributes),
-                              result_types=[physical_type])
+        new = new_op(type(op), operands, op.properties, (physical_type,), op.attributes)
         em.ops.append(new)
         value = new.results[0]
         if not preserves_zero(op):
@@ -402,7 +481,7 @@ class _FunctionTiler:
         m2m = reshape_bitcast_m2m(src.type.get_shape(), lin.minor_to_major, op.result.type.get_shape())
         if m2m != lout.minor_to_major or not _tiled_bitcast(TARGETS["tpu"], src.type, lin, op.result.type, lout):
             return False
-        em = _Emitter(self.counter)
+        em = _Emitter(self.counter, self.templates)
         self.phys[op.result] = em.reshape(self.phys[src], _physical_dims(op.result.type))
         em.insert_before(op)
         self.report.bitcasts += 1
@@ -430,12 +509,13 @@ def tile(module: ModuleOp, expose_physical: bool = False) -> TilingReport:
 
     report = TilingReport()
     counter = [0]
+    templates = _Templates()
     index_of = {v: i for i, (v, _) in enumerate(_values_in_print_order(module))} if expose_physical else {}
     for fn in [op for op in module.ops if isinstance(op, func.FuncOp)]:
         block = fn.body.block
         top_level = [(v, index_of[v]) for v in (*block.args, *(r for op in block.ops for r in op.results))
                      if v in index_of]
-        tiler = _FunctionTiler(report, counter)
+        tiler = _FunctionTiler(report, counter, templates)
         tiler.run(block)
         if expose_physical and (fn.sym_visibility is None or fn.sym_visibility.data == "public"):
             _expose(fn, tiler, report, top_level)
