@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Union, get_args, get_origin
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, Region
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -38,6 +38,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 from xdsl.rewriter import InsertPoint
+from xdsl.utils.worklist import _MISSING as _REMOVED  # the mark of ops removed from the stack
 from xdsl.utils.worklist import Worklist
 
 from xla_dialect.errors import PassError, op_context
@@ -101,7 +102,8 @@ class _GuardedApplier(GreedyRewritePatternApplier):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         try:
-            for match_and_rewrite in self._patterns_for(type(op)):
+            calls = self._by_class.get(type(op))
+            for match_and_rewrite in calls if calls is not None else self._patterns_for(type(op)):
                 match_and_rewrite(op, rewriter)
                 if rewriter.has_done_action:
                     return
@@ -132,16 +134,36 @@ class _MatchableWorklist(Worklist):
             self._stack.append(item)
 
 
-class _Walker(PatternRewriteWalker):
-    """xDSL's ``PatternRewriteWalker`` with a leaner inner loop and an optional final walk.
+class _Rewriter(PatternRewriter):
+    """xDSL's ``PatternRewriter`` whose default insertion point, right before the matched op, is
+    made when first asked for (most ops taken from the worklist are not rewritten at all)."""
 
-    The loop does what xDSL's does for every op taken from the worklist (reset
-    the rewriter: flag, matched op, insertion point before the op, name hint;
-    apply the pattern; report failures the same way) without its per-op
-    overheads (a deprecated property setter, method lookups). With
-    ``confirm`` false, the walk over the whole region that xDSL repeats after
-    the worklist empties (to confirm nothing is left to rewrite) is skipped:
-    see :attr:`PatternPass.CONFIRM_FIXED_POINT`.
+    _point: InsertPoint | None = None
+
+    @property
+    def insertion_point(self) -> InsertPoint:
+        """Where ops are inserted by default: before the matched op unless set otherwise."""
+        point = self._point
+        if point is None:
+            point = self._point = InsertPoint.before(self._current_operation)
+        return point
+
+    @insertion_point.setter
+    def insertion_point(self, point: InsertPoint) -> None:
+        self._point = point
+
+
+class _Walker(PatternRewriteWalker):
+    """xDSL's ``PatternRewriteWalker`` with leaner loops and an optional final walk.
+
+    Ops are visited in xDSL's order and the rewriter is reset for each as xDSL
+    does (flag, matched op, insertion point before the op, name hint), without
+    its per-op overheads: nested generators to walk the region, method calls
+    to push and pop, a deprecated property setter, an insertion point built
+    for every op (here: on first use). With ``confirm`` false, the walk over
+    the whole region that xDSL repeats after the worklist empties (to confirm
+    nothing is left to rewrite) is skipped: see
+    :attr:`PatternPass.CONFIRM_FIXED_POINT`.
     """
 
     confirm: bool = True
@@ -157,30 +179,57 @@ class _Walker(PatternRewriteWalker):
             changed |= self.post_walk_func(region, listener)
         return changed
 
+    def _populate_worklist(self, op) -> None:
+        if not isinstance(op, Region) or not isinstance(self._worklist, _MatchableWorklist):
+            return super()._populate_worklist(op)
+        # What pushing every op of region.walk(reverse=..., region_first=...) does, as xDSL here.
+        reverse, region_first = not self.walk_reverse, not self.walk_regions_first
+        worklist = self._worklist
+        queued, stack, can_match = worklist._map, worklist._stack, worklist._can_match  # noqa: SLF001
+
+        def walk(region: Region) -> None:
+            for block in (reversed(region.blocks) if reverse else region.blocks):
+                op = block.last_op if reverse else block.first_op
+                while op is not None:
+                    if not region_first and op not in queued and can_match(type(op)):
+                        queued[op] = len(stack)
+                        stack.append(op)
+                    for inner in (reversed(op.regions) if reverse else op.regions):
+                        walk(inner)
+                    if region_first and op not in queued and can_match(type(op)):
+                        queued[op] = len(stack)
+                        stack.append(op)
+                    op = op.prev_op if reverse else op.next_op
+
+        walk(op)
+
     def _process_worklist(self, listener) -> bool:
         worklist = self._worklist
         if not worklist:
             return False
-        pop = worklist.pop
-        op = pop()
-        rewriter = PatternRewriter(op)
+        stack, queued = worklist._stack, worklist._map  # noqa: SLF001 - Worklist.pop, inlined
+        op = worklist.pop()
+        rewriter = _Rewriter(op)
         rewriter.extend_from_listener(listener)
         match_and_rewrite = self.pattern.match_and_rewrite
         changed = False
-        before = InsertPoint.before
         while True:
             rewriter.has_done_action = False
             rewriter._current_operation = op  # noqa: SLF001 - what the deprecated setter does
-            rewriter.insertion_point = before(op)
+            rewriter._point = None  # the insertion point before op, made when needed
             rewriter._name_hint = None  # noqa: SLF001 - the name_hint setter's result for None
             try:
                 match_and_rewrite(op, rewriter)
             except Exception as err:
                 op.emit_error(f"Error while applying pattern: {err}", underlying_error=err)
             changed |= rewriter.has_done_action
-            if not worklist:
+            while stack:
+                op = stack.pop()
+                if op is not _REMOVED:
+                    del queued[op]
+                    break
+            else:
                 return changed
-            op = pop()
 
 
 def clean_pass_error(e: BaseException) -> None:

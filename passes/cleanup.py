@@ -138,7 +138,12 @@ class RemoveDeadPureOp(RewritePattern):
     """Erase a pure op none of whose results is used."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if op.parent is not None and all(r.first_use is None for r in op.results) and is_pure(op):
+        if op.parent is None:
+            return
+        for r in op.results:
+            if r.first_use is not None:
+                return
+        if is_pure(op):
             rewriter.erase(op)
 
 
