@@ -48,7 +48,7 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, FunctionType, IntegerAttr, ModuleOp, StringAttr, TensorType, TupleType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.rewriter import InsertPoint
 
 from xla_dialect.errors import LayoutError, PassError, op_context
 from xla_dialect.layout import Layout, LayoutAttr, byte_size, layout_of, parse_layout
@@ -62,7 +62,7 @@ from xla_dialect.types import element_type_of
 
 from .base import PatternPass, emit_report
 from .registry import register_pass
-from .util import IdMemo, retype, tensor_type
+from .util import IdMemo, insert_new_ops, retype, share_types, tensor_type
 
 M2M = tuple[int, ...]
 
@@ -161,6 +161,9 @@ _LAYOUTS = {name: IdMemo(lambda t: {}) for name in TARGETS}
 
 _DEFAULT_M2M = {name: IdMemo(lambda t, target=target: target.default_m2m(t.get_shape()))
                 for name, target in TARGETS.items()}
+
+_PADDED = {name: IdMemo(lambda t: {}) for name in TARGETS}
+"""Per target, array type -> {minor_to_major: bytes in that order (tiles and padding included)}."""
 
 
 # ----------------------------------------------------------------------------
@@ -500,8 +503,10 @@ class LayoutAssigner:
         """
         if m2m is None or not isinstance(value.type, TensorType) or len(m2m) != value.type.get_num_dims():
             return
+        if value in self.pref and not (hard and value not in self.hard):
+            return  # an equal or stronger wish is already recorded
         if not hard and self.target.tiled and self._padded_bytes(value.type, m2m) > self._padded_bytes(
-                value.type, self.target.default_m2m(value.type.get_shape())):
+                value.type, self.target.default_m2m_of(value.type)):
             return
         if value not in self.pref or (hard and value not in self.hard):
             self.pref[value] = tuple(m2m)
@@ -509,7 +514,13 @@ class LayoutAssigner:
                 self.hard.add(value)
 
     def _padded_bytes(self, type_: TensorType, m2m: M2M) -> int:
-        return _bytes(tensor_type(type_.element_type, type_.get_shape(), self.target.layout(type_, tuple(m2m))))
+        per_type = _PADDED[self.target.name](type_)
+        m2m = tuple(m2m)
+        found = per_type.get(m2m)
+        if found is None:
+            layout = self.target.layout(type_, m2m)
+            found = per_type[m2m] = _bytes(tensor_type(type_.element_type, type_.get_shape(), layout))
+        return found
 
     def require(self, user: Operation, index: int, spec: Spec, why: str) -> None:
         """Operand ``index`` of ``user`` must have layout ``spec``: request a copy if it differs."""
@@ -556,7 +567,9 @@ class LayoutAssigner:
         """Backward: what consumers would like their operands to be (free values honour it)."""
         tiled = self.target.tiled
         pref = self.pref
-        for op in reversed(list(block.ops)):
+        previous = block.last_op
+        while previous is not None:  # last to first (the analysis does not change the block)
+            op, previous = previous, previous.prev_op
             rule = rule_for(op)
             if rule == "return":
                 if isinstance(op, func.ReturnOp) and result_specs is not None:
@@ -784,9 +797,9 @@ class LayoutAssigner:
         ops: list[Operation] = []
         result = self._copy_ops(value, spec, ops)
         if isinstance(value.owner, Operation):
-            Rewriter.insert_op(ops, InsertPoint.after(value.owner))
+            insert_new_ops(ops, InsertPoint.after(value.owner))
         else:
-            Rewriter.insert_op(ops, InsertPoint.at_start(value.owner))
+            insert_new_ops(ops, InsertPoint.at_start(value.owner))
         return result
 
     def _copy_ops(self, value: SSAValue, spec: Spec, ops: list[Operation]) -> SSAValue:
@@ -838,6 +851,7 @@ def assign(module: ModuleOp, target: str = "cpu", arg_layouts: str | None = None
         raise PassError(f"pass assign-layouts: unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     report = LayoutReport(target)
     before = _values_in_print_order(module)
+    share_types([v for v, _ in before])
     report.total_bytes_before = sum(_bytes(v.type) for v, _ in before)
     names = _LazyNames(before)
     assigner = LayoutAssigner(TARGETS[target], _parse_layout_list(arg_layouts, "arg-layouts"),

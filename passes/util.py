@@ -257,6 +257,100 @@ def new_op(cls: type[Operation], operands: Sequence[SSAValue], properties: dict,
     return op
 
 
+def _splice(ops: Sequence[Operation], block, before: Operation | None) -> None:
+    prev = before._prev_op if before is not None else block._last_op  # noqa: SLF001 - see insert_new_ops
+    for op in ops:
+        op.parent = block
+        op._prev_op = prev  # noqa: SLF001
+        if prev is None:
+            block._first_op = op  # noqa: SLF001
+        else:
+            prev._next_op = op  # noqa: SLF001
+        prev = op
+    prev._next_op = before  # noqa: SLF001
+    if before is None:
+        block._last_op = prev  # noqa: SLF001
+    else:
+        before._prev_op = prev  # noqa: SLF001
+
+
+def _splice_matches() -> bool:
+    """Whether :func:`_splice` links ops exactly as xDSL's insertion does (checked on import)."""
+    from xdsl.dialects.builtin import i32
+    from xdsl.ir import Block
+
+    from xla_dialect.ops.elementwise import AddOp
+
+    def build(splice: bool) -> list[int] | None:
+        ops = [AddOp.create(operands=[], result_types=[i32]) for _ in range(7)]
+        block = Block()
+        block.add_ops(ops[:2])
+        for new, before in ((ops[2:4], ops[1]), (ops[4:5], ops[0]), (ops[5:7], None)):
+            if splice:
+                _splice(new, block, before)
+            elif before is None:
+                block.add_ops(new)
+            else:
+                block.insert_ops_before(new, before)
+        order = list(block.ops)  # forward links
+        backward, op = [], block.last_op
+        while op is not None:
+            backward.append(op)
+            op = op.prev_op
+        consistent = (backward[::-1] == order and block.first_op is order[0]
+                      and all(op.parent is block for op in order))
+        return [ops.index(op) for op in order] if consistent else None
+
+    try:
+        reference = build(False)
+        return reference is not None and build(True) == reference
+    except Exception:  # pragma: no cover - another xDSL version
+        return False
+
+
+_FAST_INSERT = _splice_matches()
+
+
+def insert_new_ops(ops: Sequence[Operation], point) -> None:
+    """``Rewriter.insert_op(ops, point)`` for newly built ops, linked into the block directly.
+
+    xDSL checks each op for a parent and for containing the block (walking up
+    from the block) before linking it; ops just built without regions pass
+    both checks by construction. Anything else, and other xDSL versions (an
+    import-time check compares the links with xDSL's own insertion), takes
+    ``Rewriter.insert_op``.
+    """
+    if not ops:
+        return
+    before = point.insert_before
+    if (not _FAST_INSERT or (before is not None and before.parent is not point.block)
+            or any(op.parent is not None or op.regions for op in ops)):
+        Rewriter.insert_op(ops, point)
+        return
+    _splice(ops, point.block, before)
+
+
+def share_types(values: Sequence[SSAValue]) -> None:
+    """Give equal types of ``values`` one and the same type object (the IR means the same).
+
+    Builders and parsers make a new type object for nearly every value; the
+    passes' per-type-object memos (:class:`IdMemo`) then pay a full by-value
+    lookup for each value. One lookup per value here makes every later one an
+    identity hit.
+    """
+    if not _RETYPE_IN_PLACE:
+        return  # pragma: no cover - retyping would replace the values
+    shared: dict[Attribute, Attribute] = {}
+    for value in values:
+        t = value.type
+        try:
+            same = shared.setdefault(t, t)
+        except TypeError:  # unhashable (tuple types): left alone
+            continue
+        if same is not t:
+            value._type = same  # noqa: SLF001 - see _can_retype_in_place
+
+
 def i64s(values: Sequence[int]):
     """A cached ``array<i64: ...>`` property value."""
     key = tuple(int(v) for v in values)
