@@ -50,14 +50,21 @@ from .base import PatternPass, emit_report
 from .layouts import _tiled_bitcast, TARGETS, reshape_bitcast_m2m
 from .purity import is_pure
 from .registry import register_pass
-from .util import AttrInterner, IdMemo, constant_properties, create, i64s, make_constant, new_op, tensor_type
+from .util import (AttrInterner, IdMemo, constant_properties, create, i64s, insert_new_ops, make_constant, new_op,
+                   tensor_type)
 
 ELEMENTWISE = (ew.UnaryElementwiseOp, ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)
 """Op classes that may run directly on physical buffers (same shape and layout everywhere)."""
 
+_IS_ELEMENTWISE: dict[type, bool] = {}
+
 
 def tiled_layout(type_: Attribute) -> Layout | None:
     """The layout of a tiled array type (None for untiled, non-array, dynamic, or L(n)-padded ones)."""
+    return _tiled_layout(type_)
+
+
+def _compute_tiled_layout(type_: Attribute) -> Layout | None:
     layout = layout_of(type_)
     if layout is None or not layout.tiles or layout.tail_padding_alignment != 1:
         return None
@@ -66,8 +73,8 @@ def tiled_layout(type_: Attribute) -> Layout | None:
     return layout
 
 
+_tiled_layout = IdMemo(_compute_tiled_layout)
 _ROW_MAJOR: dict[int, Layout] = {}
-_PHYSICAL: dict[Attribute, tuple[int, ...]] = {}
 
 
 def _plain(element_type: Attribute, shape) -> TensorType:
@@ -79,14 +86,8 @@ def _plain(element_type: Attribute, shape) -> TensorType:
     return tensor_type(element_type, shape, layout)
 
 
-def _physical_dims(type_: TensorType) -> tuple[int, ...]:
-    """``xla_dialect.layout.physical_dims``, memoized per type."""
-    dims = _PHYSICAL.get(type_)
-    if dims is None:
-        if len(_PHYSICAL) > 1 << 16:
-            _PHYSICAL.clear()
-        dims = _PHYSICAL[type_] = tuple(physical_dims(type_))
-    return dims
+_physical_dims = IdMemo(lambda type_: tuple(physical_dims(type_)))
+"""``xla_dialect.layout.physical_dims``, memoized per type."""
 
 
 @dataclass
@@ -160,14 +161,14 @@ class _Emitter:
 
     def insert_before(self, op: Operation) -> None:
         if self.ops:
-            Rewriter.insert_op(self.ops, InsertPoint.before(op))
+            insert_new_ops(self.ops, InsertPoint.before(op))
             self.ops = []
 
     def insert_after_definition(self, value: SSAValue) -> None:
         if self.ops:
             where = (InsertPoint.after(value.owner) if isinstance(value.owner, Operation)
                      else InsertPoint.at_start(value.owner))
-            Rewriter.insert_op(self.ops, where)
+            insert_new_ops(self.ops, where)
             self.ops = []
 
     def transpose(self, v: SSAValue, perm) -> SSAValue:
@@ -286,15 +287,16 @@ class _Template:
 
 
 class _Templates:
-    """The templates of one run, by (conversion, input type, logical type, layout)."""
+    """The templates of one run, by (conversion, input type, logical type, layout); ``intern``
+    numbers the run's attributes."""
 
     def __init__(self):
-        self._intern = AttrInterner()
+        self.intern = AttrInterner()
         self._cache: dict[tuple, _Template] = {}
 
     def get(self, kind: str, in_type: Attribute, logical_type: Attribute | None, layout: Layout) -> _Template:
         """The template packing (``kind="pack"``) or unpacking a value of ``in_type``."""
-        key = (kind, self._intern(in_type), self._intern(logical_type), self._intern(layout))
+        key = (kind, self.intern(in_type), self.intern(logical_type), self.intern(layout))
         template = self._cache.get(key) if None not in key else None
         if template is None:
             rec = _Recorder()
@@ -383,6 +385,7 @@ class _FunctionTiler:
         self.masks: dict[tuple, tuple[SSAValue, SSAValue]] = {}
         self.block: Block | None = None
         self.templates = templates
+        self._zero: dict[tuple, bool] = {}  # op signature -> preserves_zero
 
     def physical(self, v: SSAValue) -> SSAValue:
         """The physical buffer of tiled ``v``, packing it (once, after its definition) if needed."""
@@ -404,7 +407,7 @@ class _FunctionTiler:
             true = em.emit(make_constant(np.ones((), np.bool_), _plain(IntegerType(1), [])))
             mask = em.pack(em.broadcast(true, type_.get_shape()), layout)
             zeros = em.broadcast(em.zero(type_.element_type), _physical_dims(type_))
-            Rewriter.insert_op(em.ops, InsertPoint.at_start(self.block))
+            insert_new_ops(em.ops, InsertPoint.at_start(self.block))
             self.masks[key] = (mask, zeros)
         return self.masks[key]
 
@@ -413,7 +416,10 @@ class _FunctionTiler:
         self.block = block
         done: list[Operation] = []
         for op in list(block.ops):
-            if isinstance(op, ELEMENTWISE) and self._same_layouts(op):
+            elementwise = _IS_ELEMENTWISE.get(type(op))
+            if elementwise is None:
+                elementwise = _IS_ELEMENTWISE[type(op)] = isinstance(op, ELEMENTWISE)
+            if elementwise and self._same_layouts(op):
                 self._elementwise(op)
             elif not (isinstance(op, dm.TransposeOp) and self._transpose(op)
                       or isinstance(op, dm.ReshapeOp) and self._reshape(op)):
@@ -453,13 +459,23 @@ class _FunctionTiler:
         new = new_op(type(op), operands, op.properties, (physical_type,), op.attributes)
         em.ops.append(new)
         value = new.results[0]
-        if not preserves_zero(op):
+        if not self._preserves_zero(op):
             em.insert_before(op)
             mask, zeros = self.mask(tiled_layout(result.type), result.type)
             value = em.emit(create(ew.SelectOp, [mask, value, zeros], {}, [physical_type]))
         em.insert_before(op)
         self.phys[result] = value
         self.report.physical_ops += 1
+
+    def _preserves_zero(self, op: Operation) -> bool:
+        """:func:`preserves_zero`, memoized by op signature (which determines it)."""
+        key = self.templates.intern.op_signature(op, [type(op)], operand_types=True)
+        if key is None:
+            return preserves_zero(op)
+        found = self._zero.get(key)
+        if found is None:
+            found = self._zero[key] = preserves_zero(op)
+        return found
 
     def _transpose(self, op: dm.TransposeOp) -> bool:
         src = op.operand
