@@ -4,33 +4,37 @@ with the op-local ones memoized.
 ``passes.run(..., verify=True)`` verifies the module after every pass. Doing
 that with ``module.verify()`` costs about 70 µs per op (IRDL constraints, then
 ``HloOp.verify_``'s layout checks and shape inference), several times the cost
-of the passes themselves. Yet a large program repeats the same few op
-signatures thousands of times, and for most hlo ops everything the op-local
-verifier looks at *is* the signature:
+of the passes themselves. Yet a large program repeats the same few op shapes
+thousands of times, and for hlo ops the op-local verifier only looks at:
 
-* the op class,
-* the operand and result types,
-* the properties and attributes.
+* the op class, its operand and result types, properties and attributes;
+* its place: whether it ends its block, how many blocks that region has and
+  which op holds it (the terminator checks of ``Operation.verify`` and of the
+  ``IsTerminator`` trait);
+* for ops with regions (``hlo.reduce``, ``hlo.while``, ...): what the regions
+  hold, which ``infer`` inspects (block argument types, the ops, their types
+  and attributes, how values flow between them).
 
-:class:`ModuleVerifier` therefore walks the module exactly as xDSL does
-(regions before their op, the same parent-pointer, block and terminator
-checks, the same errors), and for an op whose class verifies only its
-signature (an :class:`~xla_dialect.ops.base.HloOp` without its own
-``verify_`` override and without traits, see :func:`signature_only`) with no
-regions or successors that is not the last op of its block, it runs
-``op.verify()`` only when no op with an equal signature passed before. Every
-other op (functions, returns, ops with regions such as ``hlo.reduce`` or
-``hlo.while``, calls, custom verifiers, the last op of a block) is verified in
-full every time. The result is the same as ``module.verify()``: an op is
-accepted without running its verifier only when an op of equal signature,
-for which the verifier returns the same answer, was accepted.
+:class:`ModuleVerifier` walks the module exactly as xDSL does (nested ops
+before their op, the same parent-pointer, block and terminator checks, the
+same errors) and builds that key for every op whose class verifies nothing
+else (:func:`signature_only`: an :class:`~xla_dialect.ops.base.HloOp`
+without its own ``verify_`` and without traits other than ``IsTerminator``).
+It runs the op's own verifier (``op.verify(verify_nested_ops=False)``) only
+when no op with an equal key passed before; nested ops are always visited and
+checked the same way, and every other op (functions, ``func.return``,
+``hlo.call``, ops with successors, custom verifiers) is verified in full each
+time, as are the whole-function checks of their traits (``IsolatedFromAbove``,
+symbol tables). An op is thus accepted without running its verifier only when
+an op the verifier cannot tell apart from it was accepted: the outcome is that
+of ``module.verify()``.
 """
 
 from __future__ import annotations
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, Region
-from xdsl.ir.core import ErasedSSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir.core import BlockArgument, ErasedSSAValue, OpResult
 from xdsl.traits import IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
@@ -55,12 +59,11 @@ def _calls_only_hlo_verify(fn) -> bool:
 
 
 def signature_only(cls: type) -> bool:
-    """Whether verifying an op of class ``cls`` (without regions or successors) depends only on its
-    signature: class, operand and result types, properties, attributes.
+    """Whether verifying an op of class ``cls`` depends only on its key (see the module docstring).
 
     True for IRDL-defined :class:`HloOp` classes whose ``verify_`` is the IRDL
-    check followed by ``HloOp.verify_`` (layouts and ``infer``) and that carry
-    no traits (a trait may look at the op's surroundings).
+    check followed by ``HloOp.verify_`` (layouts and ``infer``) and whose only
+    trait, if any, is ``IsTerminator`` (other traits may look anywhere).
     """
     known = _SIGNATURE_ONLY.get(cls)
     if known is None:
@@ -68,18 +71,35 @@ def signature_only(cls: type) -> bool:
         if issubclass(cls, HloOp):
             try:
                 op_def = cls.get_irdl_definition()
-                known = not any(True for _ in op_def.traits) and _calls_only_hlo_verify(cls.verify_)
+                known = (all(type(t) is IsTerminator for t in op_def.traits)
+                         and _calls_only_hlo_verify(cls.verify_))
             except Exception:  # not an IRDL-defined class
                 known = False
         _SIGNATURE_ONLY[cls] = known
     return known
 
 
-class ModuleVerifier:
-    """Verifies modules like ``ModuleOp.verify()``, remembering which op signatures passed.
+def _place(op: Operation):
+    """What the terminator checks of ``Operation.verify`` and ``IsTerminator`` read about ``op``'s place."""
+    block = op.parent
+    if block is None:
+        return 0
+    last = block.last_op is op
+    region = block.parent
+    if region is None:
+        return 2 if last else 1
+    if not last:
+        return 3
+    blocks = len(region.blocks)
+    # single-block regions: the holding op's class decides (its NoTerminator trait)
+    return (4, blocks, type(region.parent) if blocks == 1 else None)
 
-    One verifier may check a module many times (after every pass): signatures
-    that passed once are not re-verified (see the module docstring).
+
+class ModuleVerifier:
+    """Verifies modules like ``ModuleOp.verify()``, remembering which op keys passed.
+
+    One verifier may check a module many times (after every pass): keys that
+    passed once are not re-verified (see the module docstring).
     """
 
     def __init__(self):
@@ -90,21 +110,72 @@ class ModuleVerifier:
         """Raise what ``module.verify()`` would raise (nothing when the module is valid)."""
         self._op(module)
 
-    def _signature(self, op: Operation) -> tuple | None:
+    def _key(self, op: Operation) -> tuple | None:
         """The memo key of an eligible op, None when the op must be verified in full."""
         cls = type(op)
-        if not signature_only(cls) or op.regions or op.successors or op.next_op is None:
+        eligible = _SIGNATURE_ONLY.get(cls)
+        if eligible is None:
+            eligible = signature_only(cls)
+        if not eligible or op._successors:  # noqa: SLF001 - the tuple op.successors wraps (hot path)
             return None
-        return self._intern.op_signature(op, [cls], operand_types=True)
+        head = [cls, _place(op)]
+        if op.regions:
+            contents = self._contents(op)
+            if contents is None:
+                return None
+            head.append(contents)
+        return self._intern.op_signature(op, head, operand_types=True)
+
+    def _contents(self, op: Operation) -> tuple | None:
+        """What ``op``'s regions hold: blocks, argument types, ops (class, types, properties,
+        attributes) and, for each operand, which value of the regions it is (-1: from outside)."""
+        intern = self._intern
+        parts: list = []
+        local: dict[SSAValue, int] = {}
+
+        def add_region(region: Region) -> bool:
+            parts.append(len(region.blocks))
+            for block in region.blocks:
+                args = block.args
+                for arg in args:
+                    local[arg] = len(local)
+                parts.append(len(args))
+                for arg in args:
+                    number = intern(arg.type)
+                    if number is None:
+                        return False
+                    parts.append(number)
+                for inner in block.ops:
+                    if inner.successors:
+                        return False
+                    key = intern.op_signature(inner, [type(inner), len(inner.regions)], operand_types=True)
+                    if key is None:
+                        return False
+                    parts.append(key)
+                    parts.append(tuple([local.get(v, -1) for v in inner.operands]))
+                    for region_ in inner.regions:
+                        if not add_region(region_):
+                            return False
+                    for r in inner.results:
+                        local[r] = len(local)
+            return True
+
+        for region in op.regions:
+            if not add_region(region):
+                return None
+        return tuple(parts)
 
     def _op(self, op: Operation) -> None:
-        key = self._signature(op)
+        key = self._key(op)
         if key is not None and key in self._passed:
-            # What Operation.verify checks outside verify_ for such an op (no successors, regions,
-            # nor a terminator position): no operand may be an erased value.
-            for operand in op.operands:
-                if isinstance(operand, ErasedSSAValue):
+            # What Operation.verify checks besides the key for such an op: its operands are live
+            # values (then the nested ops are verified, as xDSL does before the op itself).
+            for operand in op._operands:  # noqa: SLF001 - the tuple op.operands wraps (hot path)
+                cls = type(operand)
+                if cls is not OpResult and cls is not BlockArgument and isinstance(operand, ErasedSSAValue):
                     raise ValueError("Erased SSA value is used by the operation")
+            for region in op.regions:
+                self._region(region)
             return
         if op.regions:
             # xDSL checks the op's place and operands, then the nested ops, then the op itself.
@@ -124,12 +195,13 @@ class ModuleVerifier:
 
     def _block(self, block: Block) -> None:
         """``Block.verify`` with ops verified through :meth:`_op`."""
-        empty = True
-        for operation in block.ops:
-            empty = False
-            if operation.parent != block:
+        operation = block.first_op
+        empty = operation is None
+        while operation is not None:
+            if operation.parent is not block:
                 raise ValueError("Parent pointer of operation does not refer to containing region")
             self._op(operation)
+            operation = operation.next_op
         if empty:
             if (region_parent := block.parent) is not None and (parent_op := region_parent.parent) is not None:
                 if len(region_parent.blocks) == 1 and not parent_op.has_trait(NoTerminator):
