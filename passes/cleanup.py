@@ -53,7 +53,8 @@ def _cse_key(op: Operation, intern: AttrInterner) -> tuple | None:
     Attributes enter as their :class:`~passes.util.AttrInterner` numbers: equal
     numbers exactly when the attributes are equal, without rehashing them.
     """
-    return intern.op_signature(op, [type(op), op.name, len(op.regions), *op.operands], operand_types=False)
+    # op._operands: the tuple op.operands wraps (read directly on this hot path; xDSL is pinned)
+    return intern.op_signature(op, [type(op), op.name, len(op.regions), *op._operands], operand_types=False)
 
 
 class _CSE:

@@ -90,7 +90,7 @@ def is_pure(op: Operation) -> bool:
         if _flag(op, "has_side_effect"):
             return False  # as in XLA: a custom call has effects only when it says so
     kinds = _TOKEN_KIND
-    for v in op.operands:
+    for v in op._operands:  # noqa: SLF001 - the tuple behind op.operands (hot loop; xDSL pinned)
         t = v.type
         if kinds.get(type(t)) != 0 and _mentions_token(t):
             return False

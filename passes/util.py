@@ -69,7 +69,7 @@ class AttrInterner:
         its operand types (with ``operand_types``) and result types, its property and attribute names
         and the numbers of their values. Two ops get equal keys exactly when these parts are equal
         (None when one cannot be hashed)."""
-        values = [v.type for v in op.operands] if operand_types else []
+        values = [v.type for v in op._operands] if operand_types else []  # noqa: SLF001 - op.operands' tuple
         results = op.results
         values.extend([r.type for r in results])
         props, attrs = op.properties, op.attributes
