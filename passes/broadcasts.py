@@ -103,9 +103,15 @@ def _update_in_place(op: Operation, operands, new_ops: list[Operation], rewriter
 
 
 def _needs_expansion(op: Operation) -> bool:
-    out_shape = op.results[0].type.get_shape()
-    return "broadcast_dimensions" in op.properties or any(
-        isinstance(v.type, TensorType) and v.type.get_shape() != out_shape for v in op.operands)
+    out = op.results[0].type
+    out_shape = out.get_shape()
+    if "broadcast_dimensions" in op.properties:
+        return True
+    for v in op.operands:
+        t = v.type
+        if t is not out and isinstance(t, TensorType) and t.get_shape() != out_shape:
+            return True
+    return False
 
 
 def needs_canonicalization(module: Operation) -> bool:

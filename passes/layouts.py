@@ -163,6 +163,7 @@ _DEFAULT_M2M = {name: IdMemo(lambda t, target=target: target.default_m2m(t.get_s
                 for name, target in TARGETS.items()}
 
 _PADDED = {name: IdMemo(lambda t: {}) for name in TARGETS}
+_WITH_LAYOUT = IdMemo(lambda t: {})
 """Per target, array type -> {minor_to_major: bytes in that order (tiles and padding included)}."""
 
 
@@ -444,8 +445,12 @@ def _parse_layout_list(text: str | None, what: str) -> list[Layout | None] | Non
 
 def _with_spec(type_: Attribute, spec: Spec) -> Attribute:
     """``type_`` carrying the layout(s) ``spec``."""
-    if isinstance(type_, TensorType) and isinstance(spec, Layout):
-        return tensor_type(type_.element_type, type_.get_shape(), spec)
+    if isinstance(spec, Layout) and isinstance(type_, TensorType):
+        per_type = _WITH_LAYOUT(type_)  # {id(layout): (layout, type)}: layouts are shared objects
+        found = per_type.get(id(spec))
+        if found is None:
+            found = per_type[id(spec)] = (spec, tensor_type(type_.element_type, type_.get_shape(), spec))
+        return found[1]
     if isinstance(type_, TupleType) and isinstance(spec, tuple):
         return TupleType([_with_spec(t, s) for t, s in zip(type_.types, spec)])
     return type_
@@ -772,7 +777,7 @@ class LayoutAssigner:
         """Set every value's type, then insert the requested copies (one per value and layout)."""
         for value, spec in list(self.chosen.items()):
             new_type = _with_spec(value.type, spec)
-            if new_type != value.type:
+            if new_type is not value.type:  # (an equal type object: retyping is harmless)
                 new_value = retype(value, new_type)
                 if new_value is not value:  # a new value object: carry its name over
                     table = names.table()
