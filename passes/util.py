@@ -172,6 +172,8 @@ def _defaults(cls: type[Operation]):
         try:
             op_def = cls.get_irdl_definition()
         except Exception:  # not an IRDL op: let xDSL build it
+            op_def = None
+        if op_def is None:  # (undecorated IRDL base classes answer None)
             found = None
         else:
             found = tuple(
