@@ -63,24 +63,35 @@ class _CSE:
     One dictionary per region scope, chained to the enclosing scopes, so an op
     inside a region may reuse an identical op of an enclosing block (it
     dominates it) but never the other way round. Ops with regions must also
-    have structurally equivalent regions. Each op's key is built once from
-    interned attributes (xDSL's driver rehashes properties and types at every
-    lookup and copies its table for every region, which dominates on large
-    programs).
+    have structurally equivalent regions. Ops are first grouped by class and
+    operands; the full key (from interned attributes) is built only for ops
+    whose group already has members, and then once (xDSL's driver rehashes
+    properties and types at every lookup and copies its table for every
+    region, which dominates on large programs).
     """
 
     def __init__(self):
         self.rewriter = Rewriter()
         self.intern = AttrInterner()
+        self._keys: dict[int, tuple | None] = {}  # id(op) -> its key (ops in the tables stay alive)
+
+    def key(self, op: Operation) -> tuple | None:
+        """``_cse_key(op)``, computed once per op."""
+        found = self._keys.get(id(op), _NO_KEY)
+        if found is _NO_KEY:
+            found = self._keys[id(op)] = _cse_key(op, self.intern)
+        return found
 
     def region(self, region, scopes: list[dict]) -> None:
         for block in region.blocks:
             self.block(block, scopes + [{}])
 
     def block(self, block, scopes: list[dict]) -> None:
+        # Tables map (class, operands) to the ops seen with them: most ops have operands no earlier
+        # op has, and need no full key at all. Candidates are compared by full key, in the order
+        # they were seen, innermost scope first.
         table = scopes[-1]
         outer = scopes[-2::-1]
-        intern = self.intern
         next_op = block.first_op
         while next_op is not None:
             op, next_op = next_op, next_op.next_op  # op may be erased below, never the next one
@@ -93,28 +104,38 @@ class _CSE:
                     continue
             if not op.results or not is_pure(op):
                 continue
-            key = _cse_key(op, intern)
-            if key is None:
-                continue
-            existing = None
-            for candidate in table.get(key, ()):
-                if all(a.is_structurally_equivalent(b) for a, b in zip(regions, candidate.regions)):
-                    existing = candidate
-                    break
+            prefix = (type(op), *op._operands)  # noqa: SLF001 - the tuple op.operands wraps
+            existing = self._find(op, prefix, table)
             if existing is None:
                 for scope in outer:
-                    for candidate in scope.get(key, ()):
-                        if all(a.is_structurally_equivalent(b) for a, b in zip(regions, candidate.regions)):
-                            existing = candidate
-                            break
+                    existing = self._find(op, prefix, scope)
                     if existing is not None:
                         break
+            if existing is _NO_KEY:
+                continue  # the op cannot be hashed: left alone
             if existing is None:
-                table.setdefault(key, []).append(op)
+                table.setdefault(prefix, []).append(op)
                 continue
             for old, new in zip(op.results, existing.results):
                 old.replace_all_uses_with(new)
             self.rewriter.erase_op(op)
+
+    def _find(self, op: Operation, prefix: tuple, scope: dict):
+        """The first op of ``scope`` computing what ``op`` computes (None; _NO_KEY if ``op`` has no key)."""
+        candidates = scope.get(prefix)
+        if not candidates:
+            return None
+        key = self.key(op)
+        if key is None:
+            return _NO_KEY
+        for candidate in candidates:
+            if self.key(candidate) == key and all(
+                    a.is_structurally_equivalent(b) for a, b in zip(op.regions, candidate.regions)):
+                return candidate
+        return None
+
+
+_NO_KEY = object()
 
 
 @register_pass
