@@ -45,7 +45,15 @@ from .util import create, i64s, make_constant, splat_scalar, tensor_type
 
 def _array_type(element_type: Attribute, shape: Sequence[int], like: Attribute) -> TensorType:
     """A tensor type; it carries the default layout when ``like`` carries a layout (builder convention)."""
-    return tensor_type(element_type, shape, Layout.default(len(shape)) if layout_of(like) is not None else None)
+    if layout_of(like) is None:
+        return tensor_type(element_type, shape, None)
+    layout = _DEFAULT_LAYOUTS.get(len(shape))
+    if layout is None:
+        layout = _DEFAULT_LAYOUTS[len(shape)] = Layout.default(len(shape))
+    return tensor_type(element_type, shape, layout)
+
+
+_DEFAULT_LAYOUTS: dict[int, Layout] = {}
 
 
 def _broadcast_in_dim(value: SSAValue, shape: Sequence[int], dims: Sequence[int], like: Attribute,

@@ -388,7 +388,11 @@ def splat_scalar(value: SSAValue) -> np.ndarray | None:
 def constant_properties(array: np.ndarray, result_type: TensorType) -> dict:
     """The properties of an ``hlo.constant`` of ``array`` with result type ``result_type``."""
     array = np.asarray(array, dtype=numpy_dtype(result_type)).reshape(result_type.get_shape())
-    return {"value": DenseLiteralAttr.from_array(array, strip_layout(result_type))}
+    return {"value": DenseLiteralAttr.from_array(array, _without_layout(result_type))}
+
+
+_without_layout = IdMemo(strip_layout)
+"""``strip_layout`` memoized per type object (it builds a new type each time)."""
 
 
 def make_constant(array: np.ndarray, result_type: TensorType) -> ConstantOp:
