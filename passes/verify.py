@@ -170,10 +170,7 @@ class ModuleVerifier:
         if key is not None and key in self._passed:
             # What Operation.verify checks besides the key for such an op: its operands are live
             # values (then the nested ops are verified, as xDSL does before the op itself).
-            for operand in op._operands:  # noqa: SLF001 - the tuple op.operands wraps (hot path)
-                cls = type(operand)
-                if cls is not OpResult and cls is not BlockArgument and isinstance(operand, ErasedSSAValue):
-                    raise ValueError("Erased SSA value is used by the operation")
+            _check_live_operands(op)
             for region in op.regions:
                 self._region(region)
             return
@@ -195,11 +192,24 @@ class ModuleVerifier:
 
     def _block(self, block: Block) -> None:
         """``Block.verify`` with ops verified through :meth:`_op`."""
+        # The common case, inlined: an eligible op without regions or successors, not ending the
+        # block, whose key passed (the same key :meth:`_key` builds: its place is 3).
+        passed, signature = self._passed, self._intern.op_signature
+        inner = block.parent is not None
+        last = block.last_op
         operation = block.first_op
         empty = operation is None
         while operation is not None:
             if operation.parent is not block:
                 raise ValueError("Parent pointer of operation does not refer to containing region")
+            cls = type(operation)
+            if (inner and operation is not last and _SIGNATURE_ONLY.get(cls) and not operation.regions
+                    and not operation._successors):  # noqa: SLF001 - op.successors' tuple
+                key = signature(operation, [cls, 3], operand_types=True)
+                if key is not None and key in passed:
+                    _check_live_operands(operation)
+                    operation = operation.next_op
+                    continue
             self._op(operation)
             operation = operation.next_op
         if empty:
@@ -211,11 +221,17 @@ class ModuleVerifier:
                     )
 
 
+def _check_live_operands(op: Operation) -> None:
+    """``Operation.verify``'s first check: no operand is an erased value."""
+    for operand in op._operands:  # noqa: SLF001 - the tuple op.operands wraps (hot path)
+        kind = type(operand)
+        if kind is not OpResult and kind is not BlockArgument and isinstance(operand, ErasedSSAValue):
+            raise ValueError("Erased SSA value is used by the operation")
+
+
 def _check_structure(op: Operation) -> None:
     """The checks ``Operation.verify`` makes before verifying nested ops (same order, same errors)."""
-    for operand in op.operands:
-        if isinstance(operand, ErasedSSAValue):
-            raise ValueError("Erased SSA value is used by the operation")
+    _check_live_operands(op)
     parent_block = op.parent
     parent_region = None if parent_block is None else parent_block.parent
     if op.successors:
