@@ -30,7 +30,6 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
-from xdsl.rewriter import Rewriter
 
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
@@ -39,7 +38,7 @@ from . import movement
 from .base import PatternPass
 from .purity import is_pure
 from .registry import register_pass
-from .util import AttrInterner, constant_array, forward, make_constant, splat_scalar
+from .util import AttrInterner, constant_array, erase_op, forward, make_constant, splat_scalar
 
 # ----------------------------------------------------------------------------
 # cse
@@ -71,7 +70,6 @@ class _CSE:
     """
 
     def __init__(self):
-        self.rewriter = Rewriter()
         self.intern = AttrInterner()
         self._keys: dict[int, tuple | None] = {}  # id(op) -> its key (ops in the tables stay alive)
 
@@ -118,7 +116,7 @@ class _CSE:
                 continue
             for old, new in zip(op.results, existing.results):
                 old.replace_all_uses_with(new)
-            self.rewriter.erase_op(op)
+            erase_op(op)
 
     def _find(self, op: Operation, prefix: tuple, scope: dict):
         """The first op of ``scope`` computing what ``op`` computes (None; _NO_KEY if ``op`` has no key)."""

@@ -37,7 +37,7 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.rewriter import InsertPoint
 
 from xla_dialect.layout import COMBINE_DIMENSION, Layout, LayoutAttr, layout_of, physical_dims
 from xla_dialect.ops import data_movement as dm
@@ -50,13 +50,14 @@ from .base import PatternPass, emit_report
 from .layouts import _tiled_bitcast, TARGETS, reshape_bitcast_m2m
 from .purity import is_pure
 from .registry import register_pass
-from .util import (AttrInterner, IdMemo, constant_properties, create, i64s, insert_new_ops, make_constant, new_op,
-                   tensor_type)
+from .util import (AttrInterner, IdMemo, constant_properties, create, erase_op, i64s, insert_new_ops, make_constant,
+                   new_op, tensor_type)
 
 ELEMENTWISE = (ew.UnaryElementwiseOp, ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)
 """Op classes that may run directly on physical buffers (same shape and layout everywhere)."""
 
 _IS_ELEMENTWISE: dict[type, bool] = {}
+_UNKNOWN = object()
 
 
 def tiled_layout(type_: Attribute) -> Layout | None:
@@ -385,7 +386,7 @@ class _FunctionTiler:
         self.masks: dict[tuple, tuple[SSAValue, SSAValue]] = {}
         self.block: Block | None = None
         self.templates = templates
-        self._zero: dict[tuple, bool] = {}  # op signature -> preserves_zero
+        self._forms: dict[tuple, tuple[TensorType, bool] | None] = {}  # op signature -> _physical_form
 
     def physical(self, v: SSAValue) -> SSAValue:
         """The physical buffer of tiled ``v``, packing it (once, after its definition) if needed."""
@@ -419,8 +420,9 @@ class _FunctionTiler:
             elementwise = _IS_ELEMENTWISE.get(type(op))
             if elementwise is None:
                 elementwise = _IS_ELEMENTWISE[type(op)] = isinstance(op, ELEMENTWISE)
-            if elementwise and self._same_layouts(op):
-                self._elementwise(op)
+            physical = self._physical_form(op) if elementwise else None
+            if physical is not None:
+                self._elementwise(op, *physical)
             elif not (isinstance(op, dm.TransposeOp) and self._transpose(op)
                       or isinstance(op, dm.ReshapeOp) and self._reshape(op)):
                 continue
@@ -435,7 +437,7 @@ class _FunctionTiler:
                 result.replace_all_uses_with(logical)
                 self.phys[logical] = self.phys[result]
         for op in reversed(done):
-            Rewriter.erase_op(op)
+            erase_op(op)
 
     @staticmethod
     def _same_layouts(op: Operation) -> bool:
@@ -451,31 +453,35 @@ class _FunctionTiler:
                 return False
         return True
 
-    def _elementwise(self, op: Operation) -> None:
+    def _physical_form(self, op: Operation) -> tuple[TensorType, bool] | None:
+        """(physical result type, whether zero padding stays zero) when element-wise ``op`` can run on
+        physical buffers, else None; memoized by op signature (class, types, properties, attributes),
+        which determines it."""
+        key = self.templates.intern.op_signature(op, [type(op)], operand_types=True)
+        found = self._forms.get(key, _UNKNOWN) if key is not None else _UNKNOWN
+        if found is _UNKNOWN:
+            found = None
+            if self._same_layouts(op):
+                result = op.results[0]
+                found = (_plain(result.type.element_type, _physical_dims(result.type)), preserves_zero(op))
+            if key is not None:
+                self._forms[key] = found
+        return found
+
+    def _elementwise(self, op: Operation, physical_type: TensorType, zero_stays_zero: bool) -> None:
         result = op.results[0]
         operands = [self.physical(v) for v in op.operands]
         em = _Emitter(self.counter, self.templates)
-        physical_type = _plain(result.type.element_type, _physical_dims(result.type))
         new = new_op(type(op), operands, op.properties, (physical_type,), op.attributes)
         em.ops.append(new)
         value = new.results[0]
-        if not self._preserves_zero(op):
+        if not zero_stays_zero:
             em.insert_before(op)
             mask, zeros = self.mask(tiled_layout(result.type), result.type)
             value = em.emit(create(ew.SelectOp, [mask, value, zeros], {}, [physical_type]))
         em.insert_before(op)
         self.phys[result] = value
         self.report.physical_ops += 1
-
-    def _preserves_zero(self, op: Operation) -> bool:
-        """:func:`preserves_zero`, memoized by op signature (which determines it)."""
-        key = self.templates.intern.op_signature(op, [type(op)], operand_types=True)
-        if key is None:
-            return preserves_zero(op)
-        found = self._zero.get(key)
-        if found is None:
-            found = self._zero[key] = preserves_zero(op)
-        return found
 
     def _transpose(self, op: dm.TransposeOp) -> bool:
         src = op.operand

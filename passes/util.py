@@ -332,6 +332,20 @@ def insert_new_ops(ops: Sequence[Operation], point) -> None:
     _splice(ops, point.block, before)
 
 
+def erase_op(op: Operation) -> None:
+    """``Rewriter.erase_op(op)``, cheaper for an op without regions whose results are unused.
+
+    xDSL then detaches the op, drops its operand uses, and replaces the (no)
+    uses of each result by a new erased value; the last step changes nothing
+    observable and is skipped here.
+    """
+    if op.regions or op.parent is None or any(r.first_use is not None for r in op.results):
+        Rewriter.erase_op(op)
+        return
+    op.parent.detach_op(op)
+    op.drop_all_references()
+
+
 def share_types(values: Sequence[SSAValue]) -> None:
     """Give equal types of ``values`` one and the same type object (the IR means the same).
 

@@ -6,8 +6,9 @@
 * the pattern walker (worklist filtered by op class, no confirming sweep for
   ``CONFIRM_FIXED_POINT = False``) gives the output of xDSL's
   ``PatternRewriteWalker`` + ``GreedyRewritePatternApplier``;
-* ``util.new_op``, ``util.insert_new_ops``, ``util.retype`` build and link
-  what ``create``, ``Rewriter.insert_op`` and ``replace_value_with_new_type`` do.
+* ``util.new_op``, ``util.insert_new_ops``, ``util.retype``, ``util.erase_op``
+  build, link and unlink what ``create``, ``Rewriter.insert_op``,
+  ``replace_value_with_new_type`` and ``Rewriter.erase_op`` do.
 
 Throughput itself is measured by ``benchmarks/bench_passes.py`` (not in CI).
 """
@@ -26,7 +27,7 @@ from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriteWal
 from xdsl.rewriter import InsertPoint, Rewriter
 
 import passes
-from passes.util import i64s, insert_new_ops, new_op, retype, tensor_type
+from passes.util import erase_op, i64s, insert_new_ops, new_op, retype, tensor_type
 from passes.verify import ModuleVerifier
 from xla_dialect import XlaBuilder, parse_module
 from xla_dialect.layout import Layout
@@ -251,3 +252,22 @@ def test_retype_keeps_the_value_and_its_uses():
     assert retype(arg, new_type) is arg
     assert arg.type == new_type and user.operands[0] is arg and arg.name_hint == "x"
     assert [u.operation for u in arg.uses] == [user]
+
+
+@pytest.mark.parametrize("used", [False, True])
+def test_erase_op_unlinks_like_rewriter(used):
+    def build(erase):
+        block = Block(arg_types=[TensorType(f32, [2])])
+        ops = [ew.NegOp.create(operands=[block.args[0]], result_types=[block.args[0].type]) for _ in range(3)]
+        block.add_ops(ops)
+        if used:
+            block.add_op(ew.NegOp.create(operands=[ops[1].results[0]], result_types=[block.args[0].type]))
+        try:
+            erase(ops[1])
+        except Exception as e:  # noqa: BLE001 - compared
+            return type(e).__name__
+        order = [ops.index(op) if op in ops else "user" for op in block.ops]
+        users = sorted(ops.index(u.operation) for u in block.args[0].uses)
+        return order, ops[1].parent, users, [r.first_use for r in ops[1].results]
+
+    assert build(erase_op) == build(Rewriter.erase_op)
