@@ -825,6 +825,8 @@ class LayoutAssigner:
 
 def _call_order(funcs: list[func.FuncOp]) -> list[func.FuncOp]:
     """Functions with callees first (so call sites see the callee's final signature)."""
+    if len(funcs) <= 1:
+        return list(funcs)  # (what the walk below finds: a lone function calls no other)
     by_name = {f.sym_name.data: f for f in funcs}
     order: list[func.FuncOp] = []
     state: dict[str, int] = {}

@@ -346,6 +346,15 @@ def erase_op(op: Operation) -> None:
     op.drop_all_references()
 
 
+def _type_key(t: Attribute):
+    """Equal for equal types, cheaper to hash and compare than the type for tensor types
+    (their shape array and layout attribute are dataclasses hashed field by field)."""
+    if type(t) is TensorType:
+        encoding = t.encoding
+        return (t.element_type, t.get_shape(), encoding.data if type(encoding) is LayoutAttr else encoding)
+    return t
+
+
 def share_types(values: Sequence[SSAValue]) -> None:
     """Give equal types of ``values`` one and the same type object (the IR means the same).
 
@@ -357,14 +366,18 @@ def share_types(values: Sequence[SSAValue]) -> None:
     if not _RETYPE_IN_PLACE:
         return  # pragma: no cover - retyping would replace the values
     shared: dict[Attribute, Attribute] = {}
+    seen: dict[int, tuple[Attribute, Attribute]] = {}  # id(type) -> (type, its shared object)
     for value in values:
         t = value.type
-        try:
-            same = shared.setdefault(t, t)
-        except TypeError:  # unhashable (tuple types): left alone
-            continue
-        if same is not t:
-            value._type = same  # noqa: SLF001 - see _can_retype_in_place
+        entry = seen.get(id(t))
+        if entry is None:
+            try:
+                same = shared.setdefault(_type_key(t), t)
+            except TypeError:  # unhashable (tuple types): left alone
+                same = t
+            entry = seen[id(t)] = (t, same)
+        if entry[1] is not t:
+            value._type = entry[1]  # noqa: SLF001 - see _can_retype_in_place
 
 
 def i64s(values: Sequence[int]):
