@@ -178,10 +178,13 @@ class FoldBroadcastOfSplat(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: dm.BroadcastInDimOp, rewriter: PatternRewriter) -> None:
-        scalar = splat_scalar(op.operand)
-        if scalar is None or int(np.prod(op.result.type.get_shape(), dtype=np.int64)) > self.max_elements:
+        scalar = splat_scalar(op.operands[0])  # (op.operand, without IRDL's accessor)
+        if scalar is None:
             return
-        rewriter.replace(op, make_constant(np.broadcast_to(scalar, op.result.type.get_shape()), op.result.type))
+        result_type = op.results[0].type
+        if int(np.prod(result_type.get_shape(), dtype=np.int64)) > self.max_elements:
+            return
+        rewriter.replace(op, make_constant(np.broadcast_to(scalar, result_type.get_shape()), result_type))
 
 
 @register_pass

@@ -41,8 +41,9 @@ class DropSameShapeOp(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: dm.ReshapeOp | dm.BroadcastInDimOp | dm.SliceOp,
                           rewriter: PatternRewriter) -> None:
-        if _shape(op.result) == _shape(op.operand):
-            forward(rewriter, op, op.operand)
+        operand, result = op.operands[0], op.results[0]  # (op.operand/op.result without IRDL's accessors)
+        if result.type.get_shape() == operand.type.get_shape():
+            forward(rewriter, op, operand)
 
 
 class DropEmptyPad(RewritePattern):
@@ -112,7 +113,7 @@ class ComposeBroadcasts(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: dm.BroadcastInDimOp, rewriter: PatternRewriter) -> None:
-        inner = op.operand.owner
+        inner = op.operands[0].owner
         if not isinstance(inner, dm.BroadcastInDimOp):
             return
         d1, d2 = ints(inner.broadcast_dimensions), ints(op.broadcast_dimensions)
