@@ -28,7 +28,7 @@ from xdsl.ir import Attribute, Region
 from xdsl.irdl import IRDLOperation, ParsePropInAttrDict
 
 from ..errors import HloVerifyError, LayoutError, op_context
-from ..layout import LayoutAttr, strip_layout
+from ..layout import LayoutAttr
 from ..types import TokenType, element_type_of
 
 
@@ -73,7 +73,7 @@ class HloOp(IRDLOperation):
                 f"{op_context(self)}: expected {len(inferred)} results, op declares {len(declared)}"
             )
         for i, (want, got) in enumerate(zip(inferred, declared)):
-            if want != got and not same_modulo_layout(want, got):
+            if not same_modulo_layout(want, got):  # (equal types are the same modulo layout)
                 raise HloVerifyError(
                     f"{op_context(self)}: result #{i} has type {fmt(got)} but shape inference gives {fmt(want)}"
                 )
@@ -82,11 +82,19 @@ class HloOp(IRDLOperation):
 _LAYOUT_CHECKED: set[Attribute] = set()
 """Types whose layouts already passed :func:`check_layout_fits` (types are immutable)."""
 
+_LAYOUT_CHECKED_IDS: dict[int, Attribute] = {}
+"""The same by object identity (kept alive, so ids are not reused): no hashing for a type object
+seen before (a tensor type's hash goes through its shape, element type and layout)."""
+
 
 def check_layout_fits(type_: Attribute, op=None) -> None:
     """Raise HloVerifyError if a tensor type carries a layout of the wrong rank."""
+    if id(type_) in _LAYOUT_CHECKED_IDS:
+        return
     try:
         if type_ in _LAYOUT_CHECKED:
+            if len(_LAYOUT_CHECKED_IDS) < 100_000:
+                _LAYOUT_CHECKED_IDS[id(type_)] = type_
             return
         cacheable = True
     except TypeError:  # a type holding unhashable parameters: check it every time
@@ -102,6 +110,7 @@ def check_layout_fits(type_: Attribute, op=None) -> None:
             check_layout_fits(t, op)
     if cacheable and len(_LAYOUT_CHECKED) < 100_000:
         _LAYOUT_CHECKED.add(type_)
+        _LAYOUT_CHECKED_IDS[id(type_)] = type_
 
 
 def same_modulo_layout(a: Attribute, b: Attribute) -> bool:
@@ -208,7 +217,7 @@ def check_dims_in_range(op_name: str, dims: Sequence[int], rank: int, what: str)
 
 def check_same_types(op_name: str, types: Sequence[Attribute], what: str = "operands") -> None:
     """All ``types`` equal modulo layout."""
-    first = strip_layout(types[0])
+    first = types[0]
     for i, t in enumerate(types[1:], 1):
-        if strip_layout(t) != first:
+        if not same_modulo_layout(t, first):  # as strip_layout(t) != strip_layout(first), without new types
             fail(op_name, f"{what} must have the same type: #0 is {fmt(types[0])}, #{i} is {fmt(t)}")
