@@ -55,6 +55,8 @@ class PipelineResult:
     """(pass spec, seconds) in pipeline order."""
     reports: list[tuple[str, Any]] = field(default_factory=list)
     """(pass spec, report object) for passes that emit one."""
+    verify_timings: list[tuple[str, float]] = field(default_factory=list)
+    """(pass spec, seconds spent verifying the module after it) with ``verify=True``."""
 
     def report(self, name: str) -> Any:
         """The report of the last pass named ``name`` (None when it emitted none)."""
@@ -122,7 +124,9 @@ def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool
                 result.reports.append((str(emitter), rep))
             sink.clear()
             if verifier is not None:
+                start = time.perf_counter()
                 _verify_after(p, module, verifier)
+                result.verify_timings.append((spec, time.perf_counter() - start))
     finally:
         reset_reports(token)
         if gc_was_enabled:
