@@ -58,7 +58,7 @@ class AttrInterner:
         entry = self.known.get(id(attr))
         if entry is None:
             try:
-                number = self._by_value.setdefault(attr, len(self._by_value))
+                number = self._by_value.setdefault(_type_key(attr), len(self._by_value))
             except TypeError:  # e.g. xDSL tuple types hold lists
                 number = None
             entry = self.known[id(attr)] = (attr, number)
@@ -117,9 +117,10 @@ class IdMemo:
                 self.known.clear()
                 self.by_value.clear()
             try:
-                result = self.by_value.get(obj, _MISSING)
+                key = _type_key(obj)
+                result = self.by_value.get(key, _MISSING)
                 if result is _MISSING:
-                    result = self.by_value[obj] = self.fn(obj)
+                    result = self.by_value[key] = self.fn(obj)
             except TypeError:  # unhashable
                 result = self.fn(obj)
             entry = self.known[id(obj)] = (obj, result)
@@ -347,8 +348,9 @@ def erase_op(op: Operation) -> None:
 
 
 def _type_key(t: Attribute):
-    """Equal for equal types, cheaper to hash and compare than the type for tensor types
-    (their shape array and layout attribute are dataclasses hashed field by field)."""
+    """A stand-in for ``t`` as a dictionary key: equal exactly when the types are equal, and
+    cheaper to hash and compare for tensor types (whose shape array and layout attribute are
+    dataclasses hashed field by field); other objects stand for themselves."""
     if type(t) is TensorType:
         encoding = t.encoding
         return (t.element_type, t.get_shape(), encoding.data if type(encoding) is LayoutAttr else encoding)
