@@ -5,8 +5,12 @@ A :class:`PatternPass` lists its patterns in ``PATTERNS`` (xDSL
 ``RewritePattern`` classes, usually with an ``op_type_rewrite_pattern`` method)
 and how they are applied (walk order, recursion). :meth:`PatternPass.apply`
 runs them with xDSL's ``PatternRewriteWalker`` over a
-``GreedyRewritePatternApplier``. Options are dataclass fields, so the xDSL
-pipeline syntax ``assign-layouts{target=tpu}`` sets them::
+``GreedyRewritePatternApplier``, trimmed for large programs with the same
+result: each op is offered only the patterns that can match its class (ops no
+pattern can match never enter the worklist), the walker's loops are leaner,
+and a pass may declare that it needs no confirming final sweep
+(:attr:`PatternPass.CONFIRM_FIXED_POINT`). Options are dataclass fields, so
+the xDSL pipeline syntax ``assign-layouts{target=tpu}`` sets them::
 
     @register_pass
     @dataclass(frozen=True)

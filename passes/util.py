@@ -1,4 +1,16 @@
-"""Small helpers shared by the pass modules: constants, value replacement, op creation."""
+"""Small helpers shared by the pass modules: constants, value replacement, op creation,
+and the pieces that keep the passes fast on large programs.
+
+* :class:`AttrInterner`, :class:`IdMemo`, :func:`share_types`: xDSL attributes
+  rehash all their fields on every dictionary lookup; these look objects up by
+  identity (by value once per object).
+* :func:`new_op`, :func:`insert_new_ops`, :func:`erase_op`, :func:`retype`:
+  what xDSL's ``create``, ``Rewriter.insert_op``, ``Rewriter.erase_op`` and
+  ``replace_value_with_new_type`` do, without their per-op overheads. They
+  touch a few xDSL internals (pinned: ``xdsl<0.75``); the building and linking
+  ones compare themselves with xDSL's own methods on import and fall back to
+  them on any difference (``tests/test_passes_speed.py`` checks all four).
+"""
 
 from __future__ import annotations
 
