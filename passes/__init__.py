@@ -85,12 +85,15 @@ def run(module: ModuleOp, pipeline: str | ModulePass | Sequence, *, verify: bool
     With ``verify`` the module is verified after every pass, with the checks of
     xDSL's ``module.verify()`` (IRDL constraints, ``HloOp.verify_``: layouts and
     shape inference); a pass leaving invalid IR raises :class:`PassError`
-    naming it. The op-local checks are memoized per op signature within one
-    call (:mod:`passes.verify`): an op with the same class, operand and result
-    types, properties and attributes as one that already passed is not
-    re-checked, so verification after every pass costs little more than the
-    passes. ``verify=False`` skips verification entirely. Errors inside a pass
-    name the pass and the op.
+    naming it. Within one call the op-local checks of hlo ops are memoized
+    (:mod:`passes.verify`): an op that the verifier cannot tell apart from one
+    that already passed (same class, operand and result types, properties,
+    attributes, place in its block and, for ops with regions, region contents)
+    is not re-checked; everything else, whole-function checks included, runs
+    every time. Verification still costs about as much as a pass (on the
+    15,000-op benchmark 0.15-0.25 s after each pass where module.verify() takes 1.0-1.4 s).
+    ``verify=False`` skips verification entirely. Errors inside a pass name
+    the pass and the op.
     """
     from xla_dialect.dialect import make_context
 
