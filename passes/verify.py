@@ -130,15 +130,24 @@ class ModuleVerifier:
         """What ``op``'s regions hold: blocks, argument types, ops (class, types, properties,
         attributes) and, for each operand, which value of the regions it is (-1: from outside)."""
         intern = self._intern
+        local: dict[SSAValue, int] = {}  # every value defined in the regions, in walk order
+
+        def number_values(region: Region) -> None:
+            for block in region.blocks:
+                for arg in block.args:
+                    local[arg] = len(local)
+                for inner in block.ops:
+                    for region_ in inner.regions:
+                        number_values(region_)
+                    for r in inner.results:
+                        local[r] = len(local)
+
         parts: list = []
-        local: dict[SSAValue, int] = {}
 
         def add_region(region: Region) -> bool:
             parts.append(len(region.blocks))
             for block in region.blocks:
                 args = block.args
-                for arg in args:
-                    local[arg] = len(local)
                 parts.append(len(args))
                 for arg in args:
                     number = intern(arg.type)
@@ -156,10 +165,10 @@ class ModuleVerifier:
                     for region_ in inner.regions:
                         if not add_region(region_):
                             return False
-                    for r in inner.results:
-                        local[r] = len(local)
             return True
 
+        for region in op.regions:
+            number_values(region)
         for region in op.regions:
             if not add_region(region):
                 return None
