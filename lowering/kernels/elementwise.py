@@ -15,11 +15,10 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
 * complex functions use XLA's own formulas (``EmitComplex*`` of XLA's
   elemental IR emitter) built from real NumPy functions, so special values
   (signed zeros, infinities, NaN) come out as XLA's do;
-* f64 tanh, expm1 and log1p are XLA CPU's own algorithms (Eigen's rational
-  tanh, Eigen's exp inside XLA's expm1 formula, Cephes log1p) with their
-  multiply-adds fused as LLVM does on an FMA machine: bit-exact, but about
-  100x slower than libm (FMA emulated with error-free transformations).
-  f64 erf is libm's (fdlibm's algorithm) on XLA CPU, reproduced the same way.
+* exp, log, tanh, expm1, log1p and erf are XLA CPU's own approximations
+  (Eigen's and Cephes' polynomials, XLA's expm1/log1p formulas, fdlibm's f64
+  erf) with LLVM's fused multiply-adds and the CPU's flushing of denormals,
+  reproduced bit for bit in :mod:`.xla_math` (f64 exp and log are libm's).
 
 Known difference: XLA's CPU runtime flushes denormal floats to zero (FTZ/DAZ);
 these kernels keep IEEE gradual underflow, so results that are or depend on
@@ -38,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.special
 
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops import elementwise as ew
@@ -46,6 +44,7 @@ from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
 
 from ..registry import register
+from . import xla_math
 
 # ----------------------------------------------------------------------------
 # Element types: storage dtype, the dtype kernels compute in, XLA bit width
@@ -295,187 +294,25 @@ def _imag_of_float(x):
     return np.zeros_like(x)
 
 
-# ----------------------------------------------------------------------------
-# XLA CPU's own f64 approximations (bit-exact against jax.jit on an FMA machine)
-#
-# XLA CPU does not call libm for f64 exp and tanh: it emits Eigen-derived
-# rational approximations, and its log1p/expm1 are formulas over those. LLVM
-# contracts their multiply-adds into FMAs (every x86-64 CPU since Haswell has
-# them), so each multiply-add here is an exactly rounded fused one, emulated
-# with error-free transformations (Dekker's product, Knuth's sum, and Boldo and
-# Melquiond's round-to-odd for the final sum).
-# ----------------------------------------------------------------------------
+def _by_width(f32_fn, f64_fn, f16_fn=None):
+    """Table entry: XLA CPU's own approximation for f64, f32 and bf16 (computed in f32), or f16
+    (``f16_fn`` where XLA's formula runs in f16 arithmetic); run on cache-sized blocks.
 
-_DEKKER_SPLIT = 134217729.0  # 2**27 + 1
+    XLA widens the 4-, 6- and 8-bit floats to f16, not f32 (all but f8e8m0fnu fit): their result is
+    rounded to f16 before the final rounding (a double rounding that shows, e.g. f8e5m2 exp(-0.375)
+    is 0.75, not the nearer 0.625).
+    """
+    f16_fn = f16_fn or f32_fn
+    kernels = {name: fn if isinstance(fn, np.ufunc) else xla_math.blockwise(fn)
+               for name, fn in (("f32", f32_fn), ("f64", f64_fn), ("f16", f16_fn),
+                                ("via_f16", lambda x: xla_math.round_f16(f16_fn(x))))}
 
+    def pick(e: Elem):
+        if e.name in kernels:
+            return kernels[e.name]
+        return kernels["via_f16" if e.bits <= 8 and e.name != "f8e8m0fnu" else "f32"]
 
-def _two_sum(a, b):
-    """(s, e) with s = fl(a + b) and s + e == a + b exactly (Knuth)."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def _two_prod(a, b):
-    """(p, e) with p = fl(a * b) and p + e == a * b exactly (Dekker; |a|, |b| well below 2**996)."""
-    p = a * b
-    t = _DEKKER_SPLIT * a
-    ah = t - (t - a)
-    t = _DEKKER_SPLIT * b
-    bh = t - (t - b)
-    al, bl = a - ah, b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _fma64(a, b, c):
-    """Correctly rounded f64 ``a * b + c``; where ``a * b + c`` is not finite, that value
-    (infinities and NaN as the hardware FMA gives them)."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64), np.asarray(c, np.float64))
-    ph, pl = _two_prod(a, b)
-    sh, sl = _two_sum(c, ph)
-    # Round sl + pl to odd, so that adding it to sh rounds once (Boldo & Melquiond).
-    t, err = _two_sum(sl, pl)
-    inexact_even = (err != 0) & ((t.view(np.int64) & 1) == 0)
-    t = np.where(inexact_even, np.nextafter(t, np.where(err > 0, np.inf, -np.inf)), t)
-    plain = a * b + c
-    return np.where(np.isfinite(plain), sh + t, plain)
-
-
-def _horner_fma(x, coeffs):
-    """``((c0 x + c1) x + c2) ...`` with fused multiply-adds."""
-    p = np.full_like(x, coeffs[0])
-    for c in coeffs[1:]:
-        p = _fma64(p, x, c)
-    return p
-
-
-_EXP_P = (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1)
-_EXP_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1, 2.00000000000000000009e0)
-
-
-def _exp_f64(x):
-    """XLA CPU's ``xla.exp.f64``: Eigen's ``pexp`` (Cephes P/Q on [-ln2/2, ln2/2], scaled by 2**n);
-    below -708.396... it is 0 (no denormal results), above 709.78... +inf."""
-    lo, hi = -708.3964185322641, 709.782712893384
-    xc = np.maximum(np.minimum(x, hi), lo)  # NaN-propagating, like llvm.minimum/maximum
-    n = np.floor(_fma64(xc, 1.4426950408889634073599, 0.5))
-    g = _fma64(-n, 1.42860682030941723212e-6, _fma64(-n, 0.693145751953125, xc))  # x - n ln2, ln2 in 2 parts
-    g2 = g * g
-    p = _horner_fma(g2, _EXP_P) * g
-    q = _horner_fma(g2, _EXP_Q)
-    e = _fma64(p / (q - p), 2.0, 1.0)
-    out = np.ldexp(e, np.nan_to_num(n).astype(np.int64))
-    return np.where(x > hi, np.inf, np.where(x < lo, 0.0, out))
-
-
-_TANH_P = (2.6158007860482230e-23, 7.6534862268749319e-19, 3.1309488231386680e-15, 4.2303918148209176e-12,
-           2.4618379131293676e-09, 6.8644367682497074e-07, 9.3839087674268880e-05, 5.9809711724441161e-03,
-           1.5184719640284322e-01, 1.0)
-_TANH_Q = (6.463747022670968018e-21, 5.782506856739003571e-17, 1.293019623712687916e-13, 1.123643448069621992e-10,
-           4.492975677839633985e-08, 8.785185266237658698e-06, 8.295161192716231542e-04, 3.437448108450402717e-02,
-           4.851805297361760360e-01, 1.0)
-
-
-def _tanh_f64(x):
-    """XLA CPU's ``xla.tanh.f64``: Eigen's ``ptanh_double`` rational function of x clamped to
-    ±17.714196154005176, and ±1 for |x| >= 20 (up to 7 ULP from the true value; libm's is within 1)."""
-    xc = np.clip(x, -17.714196154005176, 17.714196154005176)
-    x2 = xc * xc
-    r = (xc * _horner_fma(x2, _TANH_P)) / _horner_fma(x2, _TANH_Q)
-    return np.where(np.abs(x) >= 20, np.copysign(1.0, x), r)
-
-
-def _expm1_f64(x):
-    """XLA's ``EmitExpm1``: ``exp(x) - 1`` for |x| > 0.5, else ``tanh(x/2) * (exp(x) + 1)``
-    (x itself when x/2 underflows), with XLA's own exp and tanh."""
-    e = _exp_f64(x)
-    half = x * 0.5
-    r = np.where(np.abs(x) > 0.5, e - 1, _tanh_f64(half) * (e + 1))
-    return np.where(half == 0, x, r)
-
-
-_LOG1P_P = (4.5270000862445199635215E-5, 4.9854102823193375972212E-1, 6.5787325942061044846969E0,
-            2.9911919328553073277375E1, 6.0949667980987787057556E1, 5.7112963590585538103336E1,
-            2.0039553499201281259648E1)
-_LOG1P_Q = (1., 1.5062909083469192043167E1, 8.3047565967967209469434E1, 2.2176239823732856465394E2,
-            3.0909872225312059774938E2, 2.1642788614495947685003E2, 6.0118660497603843919306E1)
-
-
-def _log1p_f64(x):
-    """XLA's ``EmitLog1p``: Cephes ``x - x²/2 + x³ P(x)/Q(x)`` for |x| < sqrt(2) - 1, else ``log(x + 1)``
-    (which cancels just past the threshold: up to ~128 ULP there, where libm's log1p is within 1)."""
-    x2 = x * x
-    small = _fma64(-0.5, x2, (x * x2) * (_horner_fma(x, _LOG1P_P) / _horner_fma(x, _LOG1P_Q))) + x
-    return np.where(np.abs(x) < 0.41421356237309504880, small, np.log(x + 1))
-
-
-# fdlibm's erf coefficients (glibc's s_erf.c), by interval.
-_ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
-           -5.77027029648944159157e-03, -2.37630166566501626084e-05)
-_ERF_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
-           1.32494738004321644526e-04, -3.96022827877536812320e-06)
-_ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
-           3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-           -2.16637559486879084300e-03)
-_ERF_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
-           1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
-_ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
-           -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
-           -8.12874355063065934246e+01, -9.81432934416914548592e+00)
-_ERF_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
-           6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
-           6.57024977031928170135e+00, -6.04244152148580987438e-02)
-_ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
-           -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
-           -4.83519191608651397019e+02)
-_ERF_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
-           3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
-           -2.24409524465858183362e+01)
-
-
-def _pairs_poly(s, c):
-    """glibc's split evaluation ``(c0 + s c1) + s2 (c2 + s c3) + s4 (c4 + s c5) + ...`` (no FMA),
-    summed left to right, with its powers ``s2 = s s, s4 = s2 s2, s6 = s4 s2, s8 = s4 s4``;
-    an odd last coefficient is added as ``s^(2k) c_2k``."""
-    s2 = s * s
-    s4 = s2 * s2
-    powers = (s2, s4, s4 * s2, s4 * s4)
-    total = c[0] + s * c[1]
-    for i in range(2, len(c), 2):
-        term = c[i] + s * c[i + 1] if i + 1 < len(c) else c[i]
-        total = total + powers[i // 2 - 1] * term
-    return total
-
-
-def _erf_f64(x):
-    """glibc's (fdlibm's) erf, which XLA CPU calls for f64, with glibc's polynomial splitting
-    (Shimizu): piecewise on |x| < 0.84375, < 1.25, < 6 (erfc-based, ``exp`` twice), else ±1.
-    Bit-exact where NumPy's exp is libm's (it is unless NumPy uses its AVX-512 exp)."""
-    ix = (x.view(np.int64) >> 32) & 0x7FFFFFFF  # fdlibm's high word, sign cleared
-    neg = np.signbit(x)
-    ax = np.abs(x)
-    z = x * x
-    small = x + x * (_pairs_poly(z, _ERF_PP) / _pairs_poly(z, _ERF_QQ))
-    small = np.where(ix < 0x3E300000, np.where(ix < 0x00800000, 0.125 * (8.0 * x + 1.02703333676410069053 * x),
-                                               x + 1.28379167095512586316e-01 * x), small)
-    s = ax - 1.0
-    ratio = _pairs_poly(s, _ERF_PA) / _pairs_poly(s, _ERF_QA)
-    erx = 8.45062911510467529297e-01
-    mid = np.where(neg, -erx - ratio, erx + ratio)
-    s = 1.0 / (ax * ax)
-    near = ix < 0x4006DB6E  # |x| < 1/0.35
-    rs = np.where(near, _pairs_poly(s, _ERF_RA) / _pairs_poly(s, _ERF_SA),
-                  _pairs_poly(s, _ERF_RB) / _pairs_poly(s, _ERF_SB))
-    hi = (ax.view(np.int64) & np.int64(-(1 << 32))).view(np.float64)  # |x| with its low word cleared
-    r = np.exp(-hi * hi - 0.5625) * np.exp((hi - ax) * (hi + ax) + rs)
-    big = np.where(neg, r / ax - 1.0, 1.0 - r / ax)
-    out = np.select([ix < 0x3FEB0000, ix < 0x3FF40000, ix < 0x40180000], [small, mid, big], np.where(neg, -1.0, 1.0))
-    return np.where(np.isnan(x), x, out)
-
-
-def _f64_own(f64_fn, other):
-    """Table entry: ``f64_fn`` for f64 (XLA's own algorithm), ``other`` for narrower floats."""
-    return _PerType(lambda e: f64_fn if e.compute == np.dtype(np.float64) else other)
+    return _PerType(pick)
 
 
 # ----------------------------------------------------------------------------
@@ -596,7 +433,7 @@ def _cosm1(x):
     t = x.dtype.type
     xx = x * x
     if x.dtype == np.float64:
-        small = _fma64(xx * xx, _horner_fma(xx, _COSM1_COEFFS), -0.5 * xx)
+        small = xla_math.fma64(xx * xx, xla_math.horner64(xx, _COSM1_COEFFS), -0.5 * xx)
     else:
         poly = t(_COSM1_COEFFS[0])
         for c in _COSM1_COEFFS[1:]:
@@ -611,8 +448,8 @@ def _cexpm1(z):
     # (its own expm1, a fused multiply-add), bit-exact against jax.jit.
     cm1 = _cosm1(b)
     if a.dtype == np.float64:
-        em1 = _expm1_f64(a)
-        re = _fma64(em1, cm1 + 1, cm1)
+        em1 = xla_math.expm1_f64(a)
+        re = xla_math.fma64(em1, cm1 + 1, cm1)
     else:
         em1 = np.expm1(a)
         re = em1 * (cm1 + 1) + cm1
@@ -759,14 +596,14 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "ceil": {"float": np.ceil},
     "count_leading_zeros": {"sint": _PerType(_clz), "uint": _PerType(_clz)},
     "cosine": {"float": np.cos, "complex": functools.partial(_csin_cos, is_sin=False)},
-    "erf": {"float": _f64_own(_erf_f64, scipy.special.erf)},
-    "exponential": {"float": np.exp, "complex": _cexp},
-    "exponential_minus_one": {"float": _f64_own(_expm1_f64, np.expm1), "complex": _cexpm1},
+    "erf": {"float": _by_width(xla_math.erf_f32, xla_math.erf_f64)},
+    "exponential": {"float": _by_width(xla_math.exp_f32, np.exp), "complex": _cexp},
+    "exponential_minus_one": {"float": _by_width(xla_math.expm1_f32, xla_math.expm1_f64, xla_math.expm1_f16), "complex": _cexpm1},
     "floor": {"float": np.floor},
     "imag": {"float": _imag_of_float, "complex": np.imag},
     "is_finite": {"float": np.isfinite},
-    "log": {"float": np.log, "complex": _clog},
-    "log_plus_one": {"float": _f64_own(_log1p_f64, np.log1p), "complex": _clog1p},
+    "log": {"float": _by_width(xla_math.log_f32, np.log), "complex": _clog},
+    "log_plus_one": {"float": _by_width(xla_math.log1p_f32, xla_math.log1p_f64), "complex": _clog1p},
     "logistic": {"float": _logistic, "complex": _clogistic},
     "negate": {"sint": np.negative, "uint": np.negative, "float": np.negative, "complex": np.negative},
     "not": {"pred": np.logical_not, "sint": np.invert, "uint": np.invert},
@@ -779,7 +616,7 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "sine": {"float": np.sin, "complex": functools.partial(_csin_cos, is_sin=True)},
     "sqrt": {"float": np.sqrt, "complex": _csqrt},
     "tan": {"float": np.tan, "complex": _ctan},
-    "tanh": {"float": _f64_own(_tanh_f64, np.tanh), "complex": _ctanh},
+    "tanh": {"float": _by_width(xla_math.tanh_f32, xla_math.tanh_f64), "complex": _ctanh},
 }
 """Unary op mnemonic -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
 

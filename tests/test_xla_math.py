@@ -1,0 +1,123 @@
+"""XLA CPU's own transcendental approximations (lowering/kernels/xla_math.py) vs jax.jit, bit for bit.
+
+Inputs cover the whole f32 range (random bit patterns, so denormals, infinities
+and NaN payloads too, which XLA's FTZ/DAZ mode treats specially), scaled
+normal samples, and each algorithm's thresholds; f16, bf16 and the 8-bit floats
+are checked exhaustively. Results must match XLA's bit patterns exactly (NaN
+payloads and signs included).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import execute
+
+from lowering.kernels import xla_math
+from xla_dialect.builder import XlaBuilder
+from xla_dialect.ops import elementwise as E
+from xla_dialect.types import ELEMENT_TYPES
+
+OPS = {
+    "exponential": jnp.exp,
+    "log": jnp.log,
+    "tanh": jnp.tanh,
+    "exponential_minus_one": jnp.expm1,
+    "log_plus_one": jnp.log1p,
+    "erf": jax.lax.erf,
+}
+
+# Each algorithm's branch points and clamps, with their neighbours.
+_THRESHOLDS = [88.8, -87.8, 88.72284, -87.33654, -103.97208, 127.0, 4e-4, 7.9053111, 20.0, 0.5, 0.41421357, 3.8325066,
+               0.70710677, 1.4142135, 1.0, -1.0, 1.1754944e-38, 2.3509887e-38, 0.0, 1e-38, -1e-40]
+
+
+def _f32_inputs(seed: int, n: int = 60000) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    scaled = rng.standard_normal(n) * np.exp(rng.uniform(-12, 5, n))
+    edges = np.array(_THRESHOLDS, np.float32)
+    near = np.concatenate([edges, -edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, -np.inf)])
+    special = np.array([np.inf, -np.inf, np.nan, -np.nan], np.float32)
+    # Runs of consecutive floats where results leave the normal range (FTZ decides before rounding).
+    runs = [np.arange(-2000, 2000, dtype=np.int32) + np.float32(v).view(np.int32)
+            for v in (-87.33654, 2.0**-125, 2.0**-126)]
+    runs = np.concatenate(runs).view(np.float32)
+    return np.concatenate([bits, scaled.astype(np.float32), near.astype(np.float32), special, runs, -runs])
+
+
+def _run(mnemonic: str, x: np.ndarray, name: str) -> np.ndarray:
+    b = XlaBuilder("unary")
+    p = b.parameter(0, f"{name}[{x.size}]")
+    b._emit1(E.UNARY_OP_CLASSES[mnemonic], [p])
+    return execute(b.build(), x)[0]
+
+
+def _assert_same_bits(got: np.ndarray, ref: np.ndarray, x: np.ndarray, what: str) -> None:
+    assert got.dtype == ref.dtype and got.shape == ref.shape, what
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    bad = got.view(width) != ref.view(width)
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.size} differ; first inputs {x[bad][:4]!r} "
+                           f"got {got[bad][:4]!r} expected {ref[bad][:4]!r}")
+
+
+@pytest.mark.parametrize("mnemonic", OPS)
+def test_f32_bit_exact(mnemonic):
+    x = _f32_inputs(zlib.crc32(mnemonic.encode()))
+    with np.errstate(all="ignore"):
+        ref = np.asarray(jax.jit(OPS[mnemonic])(x))
+    _assert_same_bits(_run(mnemonic, x, "f32"), ref, x, f"{mnemonic} f32")
+
+
+def test_f32_bit_exact_beyond_one_block():
+    # Kernels run on blocks of xla_math.BLOCK elements; the seams must not show.
+    x = np.random.default_rng(7).standard_normal(2 * xla_math.BLOCK + 5).astype(np.float32) * 30
+    with np.errstate(all="ignore"):
+        _assert_same_bits(_run("exponential", x, "f32"), np.asarray(jax.jit(jnp.exp)(x)), x, "exp f32 blocks")
+
+
+_SMALL_FLOATS = [name for name, et in ELEMENT_TYPES.items()
+                 if et.kind == "float" and 8 <= et.bits <= 16 and name != "f8e8m0fnu"]
+
+
+@pytest.mark.parametrize("name", _SMALL_FLOATS)
+@pytest.mark.parametrize("mnemonic", OPS)
+def test_small_floats_exhaustive(mnemonic, name):
+    # bf16 is computed in f32; f16 in f16 arithmetic around f32 parts (expm1); 8-bit floats via f16.
+    et = ELEMENT_TYPES[name]
+    x = np.arange(2**et.bits, dtype=np.uint8 if et.bits == 8 else np.uint16).view(et.dtype)
+    with np.errstate(all="ignore"):
+        ref = np.asarray(jax.jit(OPS[mnemonic])(x))
+    got = _run(mnemonic, x, name)
+    nan = np.isnan(got.astype(np.float32)) & np.isnan(ref.astype(np.float32))
+    _assert_same_bits(np.where(nan, ref, got), ref, x, f"{mnemonic} {name}")  # NaN payloads: f32 -> f8 casts
+
+
+def _f32_bits(*values) -> np.ndarray:
+    return np.array(values, np.uint32).view(np.float32)
+
+
+def test_fma32_rounds_once():
+    # (1 + 2^-23) + (1 + 2^-23)(1 - 2^-23) 2^-24 = 1 + 3 * 2^-24 - 2^-70: the f64 sum rounds to the f32
+    # midpoint 1 + 3 * 2^-24, which would then round to even (1 + 2^-22); the fused result is 1 + 2^-23.
+    a = np.float32(1 + 2**-23)
+    b = np.float32((1 - 2**-23) * 2**-24)
+    c = np.float32(1 + 2**-23)
+    assert xla_math.fma32(np.array([a, -a]), b, np.array([c, -c])).tolist() == [c, -c]
+    # Exactly on the midpoint (no error): ties to even, like the hardware.
+    assert xla_math.fma32(np.float32(2**-24), np.float32(3), np.float32(1))[()] == np.float32(1 + 2**-22)
+
+
+def test_ftz_daz_behaviour():
+    # XLA CPU reads denormal operands as 0 and flushes denormal results; selects pass denormals through.
+    tiny = _f32_bits(0x00000001, 0x807FFFFF)  # smallest and (negated) largest f32 denormals
+    with np.errstate(all="ignore"):
+        assert np.isneginf(_run("log", tiny, "f32")).all()
+        assert _run("erf", tiny, "f32").view(np.uint32).tolist() == [0, 0x80000000]
+        assert _run("tanh", tiny, "f32").view(np.uint32).tolist() == [0x00000001, 0x807FFFFF]
+        assert _run("exponential", np.array([-87.5], np.float32), "f32")[0] == 0  # exp(-87.5) is denormal
