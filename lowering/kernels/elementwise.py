@@ -18,11 +18,13 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
 * exp, log, tanh, expm1, log1p and erf are XLA CPU's own approximations
   (Eigen's and Cephes' polynomials, XLA's expm1/log1p formulas, fdlibm's f64
   erf) with LLVM's fused multiply-adds and the CPU's flushing of denormals,
-  reproduced bit for bit in :mod:`.xla_math` (f64 exp and log are libm's).
+  reproduced bit for bit in :mod:`.xla_math` (f64 log and erf are libm's, with
+  denormal inputs read as 0).
 
 Known difference: XLA's CPU runtime flushes denormal floats to zero (FTZ/DAZ);
-these kernels keep IEEE gradual underflow, so results that are or depend on
-denormals can differ (by less than the smallest normal number).
+apart from the :mod:`.xla_math` functions, these kernels keep IEEE gradual
+underflow, so results that are or depend on denormals can differ (by less
+than the smallest normal number).
 
 Binary kernels handle XLA's implicit broadcasting by reshaping operands at
 lowering time so that NumPy broadcasting produces exactly XLA's result; when
@@ -597,12 +599,12 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "count_leading_zeros": {"sint": _PerType(_clz), "uint": _PerType(_clz)},
     "cosine": {"float": np.cos, "complex": functools.partial(_csin_cos, is_sin=False)},
     "erf": {"float": _by_width(xla_math.erf_f32, xla_math.erf_f64)},
-    "exponential": {"float": _by_width(xla_math.exp_f32, np.exp), "complex": _cexp},
+    "exponential": {"float": _by_width(xla_math.exp_f32, xla_math.exp_f64), "complex": _cexp},
     "exponential_minus_one": {"float": _by_width(xla_math.expm1_f32, xla_math.expm1_f64, xla_math.expm1_f16), "complex": _cexpm1},
     "floor": {"float": np.floor},
     "imag": {"float": _imag_of_float, "complex": np.imag},
     "is_finite": {"float": np.isfinite},
-    "log": {"float": _by_width(xla_math.log_f32, np.log), "complex": _clog},
+    "log": {"float": _by_width(xla_math.log_f32, xla_math.log_f64), "complex": _clog},
     "log_plus_one": {"float": _by_width(xla_math.log1p_f32, xla_math.log1p_f64), "complex": _clog1p},
     "logistic": {"float": _logistic, "complex": _clogistic},
     "negate": {"sint": np.negative, "uint": np.negative, "float": np.negative, "complex": np.negative},

@@ -266,36 +266,56 @@ def _two_sum(a, b):
     return s, (a - (s - bb)) + (b - bb)
 
 
-def _two_prod(a, b):
-    """(p, e) with p = fl(a * b) and p + e == a * b exactly (Dekker; |a|, |b| well below 2**996)."""
-    p = a * b
+_TINY64 = np.finfo(np.float64).tiny
+
+
+def daz64(x):
+    """Read f64 denormals as (signed) zero, as the DAZ CPU mode does."""
+    return np.where(np.abs(x) < _TINY64, np.copysign(0.0, x), x)
+
+
+def _split(a):
+    """Dekker's split: (hi, lo) with hi + lo == a exactly, each half fitting in 26 bits."""
     t = _DEKKER_SPLIT * a
-    ah = t - (t - a)
-    t = _DEKKER_SPLIT * b
-    bh = t - (t - b)
-    al, bl = a - ah, b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    hi = t - (t - a)
+    return hi, a - hi
 
 
-def fma64(a, b, c):
-    """Correctly rounded f64 ``a * b + c``; where ``a * b + c`` is not finite, that value
-    (infinities and NaN as the hardware FMA gives them)."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64), np.asarray(c, np.float64))
-    ph, pl = _two_prod(a, b)
+def _fma64_split(a, b, bh, bl, c, finite: bool):
+    """:func:`fma64` with ``b`` already split (Horner's rule multiplies by the same x at every step)."""
+    ph = a * b
+    ah, al = _split(a)
+    pl = ((ah * bh - ph) + ah * bl + al * bh) + al * bl  # a * b == ph + pl exactly (Dekker)
     sh, sl = _two_sum(c, ph)
     # Round sl + pl to odd, so that adding it to sh rounds once (Boldo & Melquiond).
     t, err = _two_sum(sl, pl)
     inexact_even = (err != 0) & ((t.view(np.int64) & 1) == 0)
-    t = np.where(inexact_even, np.nextafter(t, np.where(err > 0, np.inf, -np.inf)), t)
-    plain = a * b + c
-    return np.where(np.isfinite(plain), sh + t, plain)
+    t = np.where(inexact_even, np.nextafter(t, np.copysign(np.inf, err)), t)
+    r = sh + t
+    # An exact zero (c == -a*b, so ph + c is exact) takes its sign from IEEE addition, as in the FMA.
+    r = np.where(r == 0, ph + c, r)
+    if finite:
+        return r
+    plain = ph + c
+    return np.where(np.isfinite(plain), r, plain)
 
 
-def horner64(x, coeffs):
+def fma64(a, b, c, finite: bool = False):
+    """Correctly rounded f64 ``a * b + c`` (|a|, |b| well below 2**996); where ``a * b + c`` is not
+    finite, that value (infinities and NaN as the hardware FMA gives them). ``finite=True`` skips
+    that check where the caller knows the operands finite (NaN still gives NaN)."""
+    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
+    bh, bl = _split(b)
+    return _fma64_split(a, b, bh, bl, c, finite)
+
+
+def horner64(x, coeffs, finite: bool = False):
     """``((c0 x + c1) x + c2) ...`` with fused multiply-adds."""
+    x = np.asarray(x, np.float64)
+    xh, xl = _split(x)
     p = np.full_like(x, coeffs[0])
     for c in coeffs[1:]:
-        p = fma64(p, x, c)
+        p = _fma64_split(p, x, xh, xl, np.float64(c), finite)
     return p
 
 
@@ -308,12 +328,13 @@ def exp_f64(x):
     below -708.396... it is 0 (no denormal results), above 709.78... +inf."""
     lo, hi = -708.3964185322641, 709.782712893384
     xc = np.maximum(np.minimum(x, hi), lo)  # NaN-propagating, like llvm.minimum/maximum
-    n = np.floor(fma64(xc, 1.4426950408889634073599, 0.5))
-    g = fma64(-n, 1.42860682030941723212e-6, fma64(-n, 0.693145751953125, xc))  # x - n ln2, ln2 in 2 parts
+    n = np.floor(fma64(xc, 1.4426950408889634073599, 0.5, finite=True))
+    # x - n ln2 with ln2 in two parts; n times the first part is exact (no fused rounding to emulate).
+    g = fma64(n, -1.42860682030941723212e-6, xc - n * 0.693145751953125, finite=True)
     g2 = g * g
-    p = horner64(g2, _EXP_P) * g
-    q = horner64(g2, _EXP_Q)
-    e = fma64(p / (q - p), 2.0, 1.0)
+    p = horner64(g2, _EXP_P, finite=True) * g
+    q = horner64(g2, _EXP_Q, finite=True)
+    e = (p / (q - p)) * 2.0 + 1.0  # the product by 2 is exact: fusing changes nothing
     out = np.ldexp(e, np.nan_to_num(n).astype(np.int64))
     return np.where(x > hi, np.inf, np.where(x < lo, 0.0, out))
 
@@ -328,20 +349,22 @@ _TANH_Q = (6.463747022670968018e-21, 5.782506856739003571e-17, 1.293019623712687
 
 def tanh_f64(x):
     """XLA CPU's ``xla.tanh.f64``: Eigen's ``ptanh_double`` rational function of x clamped to
-    ±17.714196154005176, and ±1 for |x| >= 20 (up to 7 ULP from the true value; libm's is within 1)."""
+    ±17.714196154005176, and ±1 for |x| >= 20 (up to 7 ULP from the true value; libm's is within 1).
+    Denormals read as 0 (DAZ)."""
+    x = daz64(x)
     xc = np.clip(x, -17.714196154005176, 17.714196154005176)
     x2 = xc * xc
-    r = (xc * horner64(x2, _TANH_P)) / horner64(x2, _TANH_Q)
+    r = (xc * horner64(x2, _TANH_P, finite=True)) / horner64(x2, _TANH_Q, finite=True)
     return np.where(np.abs(x) >= 20, np.copysign(1.0, x), r)
 
 
 def expm1_f64(x):
     """XLA's ``EmitExpm1``: ``exp(x) - 1`` for |x| > 0.5, else ``tanh(x/2) * (exp(x) + 1)``
-    (x itself when x/2 underflows), with XLA's own exp and tanh."""
+    (x itself when x/2 flushes to 0), with XLA's own exp and tanh."""
     e = exp_f64(x)
     half = x * 0.5
     r = np.where(np.abs(x) > 0.5, e - 1, tanh_f64(half) * (e + 1))
-    return np.where(half == 0, x, r)
+    return np.where(np.abs(x) < 2.0**-1021, x, r)  # x/2 is tiny (FTZ decides before rounding)
 
 
 _LOG1P_P = (4.5270000862445199635215E-5, 4.9854102823193375972212E-1, 6.5787325942061044846969E0,
@@ -353,9 +376,12 @@ _LOG1P_Q = (1., 1.5062909083469192043167E1, 8.3047565967967209469434E1, 2.217623
 
 def log1p_f64(x):
     """XLA's ``EmitLog1p``: Cephes ``x - x²/2 + x³ P(x)/Q(x)`` for |x| < sqrt(2) - 1, else ``log(x + 1)``
-    (which cancels just past the threshold: up to ~128 ULP there, where libm's log1p is within 1)."""
-    x2 = x * x
-    small = fma64(-0.5, x2, (x * x2) * (horner64(x, _LOG1P_P) / horner64(x, _LOG1P_Q))) + x
+    (which cancels just past the threshold: up to ~128 ULP there, where libm's log1p is within 1).
+    Denormals read as 0 (DAZ)."""
+    x = daz64(x)
+    x2 = x * x  # (the small branch's values are unused where x is not finite)
+    ratio = horner64(x, _LOG1P_P, finite=True) / horner64(x, _LOG1P_Q, finite=True)
+    small = fma64(-0.5, x2, (x * x2) * ratio, finite=True) + x
     return np.where(np.abs(x) < 0.41421356237309504880, small, np.log(x + 1))
 
 
@@ -400,7 +426,9 @@ def _pairs_poly(s, c):
 def erf_f64(x):
     """glibc's (fdlibm's) erf, which XLA CPU calls for f64, with glibc's polynomial splitting
     (Shimizu): piecewise on |x| < 0.84375, < 1.25, < 6 (erfc-based, ``exp`` twice), else ±1.
-    Bit-exact where NumPy's exp is libm's (it is unless NumPy uses its AVX-512 exp)."""
+    Bit-exact where NumPy's exp is libm's (it is unless NumPy uses its AVX-512 exp). Denormals read
+    as 0 (DAZ); NaN comes back quieted (``x + x``)."""
+    x = daz64(x)
     ix = (x.view(np.int64) >> 32) & 0x7FFFFFFF  # fdlibm's high word, sign cleared
     neg = np.signbit(x)
     ax = np.abs(x)
@@ -420,4 +448,9 @@ def erf_f64(x):
     r = np.exp(-hi * hi - 0.5625) * np.exp((hi - ax) * (hi + ax) + rs)
     big = np.where(neg, r / ax - 1.0, 1.0 - r / ax)
     out = np.select([ix < 0x3FEB0000, ix < 0x3FF40000, ix < 0x40180000], [small, mid, big], np.where(neg, -1.0, 1.0))
-    return np.where(np.isnan(x), x, out)
+    return np.where(np.isnan(x), x + x, out)
+
+
+def log_f64(x):
+    """XLA CPU's f64 log: libm's (NumPy's is the same) of x with denormals read as 0 (DAZ)."""
+    return np.log(daz64(x))
