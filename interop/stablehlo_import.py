@@ -180,9 +180,10 @@ def parse_stablehlo(source):
 
 
 QUANTIZATION = "hlo.quantization"
-"""Discardable attribute of an op with quantized results (from quantized text):
-``["quantize" | "dequantize" | "op", <quantized type of each result or "">]``, the
-types spelled without their ``!quant.`` prefix (``uniform<i8<-128:127>:f32, 0.5:-3>``)."""
+"""Discardable attribute of an op with quantized results or a function with quantized
+arguments (from quantized text): ``["quantize" | "dequantize" | "op" | "func", <quantized
+type of each result (argument) or "">]``, the types spelled without their ``!quant.``
+prefix (``uniform<i8:f32, 0.5:-3>``)."""
 
 QUANTIZED = "hlo.quantized"
 """Unit attribute of a module parsed from quantized text (its ops may carry :data:`QUANTIZATION`)."""
@@ -204,19 +205,9 @@ def _annotate_quantization(module, table: dict) -> None:
         for op in ops:
             kind, infos = table[op.location.start_line]
             # Without the "!quant." prefix: printed and parsed again, the text is plain StableHLO.
-            spellings = [kind] + [quantized_spelling(i)[len("!quant."):] if i is not None else "" for i in infos]
+            spellings = [kind] + [str(i)[len("!quant."):] if i is not None else "" for i in infos]
             op.attributes[QUANTIZATION] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in spellings])
         module.operation.attributes[QUANTIZED] = ir.UnitAttr.get()
-
-
-def quantized_spelling(info) -> str:
-    """The ``!quant.uniform<...>`` spelling of a :class:`~interop.stablehlo_quant.QuantInfo`."""
-    params = ", ".join(f"{s!r}:{z}" for s, z in zip(info.scales, info.zero_points))
-    axis = ""
-    if info.axis is not None:
-        axis, params = f":{info.axis}", "{" + params + "}"
-    return (f"!quant.uniform<{info.storage.mlir}<{info.storage_min}:{info.storage_max}>:{info.expressed.mlir}"
-            f"{axis}, {params}>")
 
 
 # ----------------------------------------------------------------------------
@@ -584,14 +575,14 @@ class Importer:
     def __init__(self, allow_unknown: bool = False, quant_lines: dict | None = None):
         self.allow_unknown = allow_unknown  # keep unknown ops / dynamic shapes as opaque ops
         self.types: dict = {}  # ir.Type -> xDSL type
-        self.quant_lines: dict = quant_lines or {}  # source line -> (kind, result quantizations), see stablehlo_quant
+        self.quant_lines: dict = quant_lines or {}  # source line -> (kind, quantized types), see stablehlo_quant
         self.quantized = bool(self.quant_lines)  # ops may carry quantizations (table or QUANTIZATION attributes)
-        self.quant_infos: dict = {}  # quantized type spelling -> QuantInfo
+        self.quant_types: dict = {}  # quantized type spelling -> UniformQuantizedType
+        self.result_override = None  # (MLIR op, result types) while an op with quantized results converts
         self.loc_override: dict | None = None  # location attributes for ops inlined from an expansion
         self.extra_functions: list[func.FuncOp] = []  # functions of chlo expansions, added to the module
         self.callee_renames: dict[str, str] = {}  # callee symbol -> its name in the module (expansions)
         self.symbols: set[str] = set()  # function names of the module
-        self.quant_values: dict = {}  # hlo value -> the quantization it carries (fake-quantized floats)
         self.values: dict = {}  # ir.Value -> SSAValue
         self.attrs: dict = {}  # ir.Attribute -> converted
         self.locs: dict = {}  # location attribute -> "file:line" | None
@@ -654,6 +645,9 @@ class Importer:
 
     def result_types(self, op) -> list[Attribute]:
         """The xDSL types of an MLIR op's results."""
+        override = self.result_override
+        if override is not None and override[0] == op:
+            return list(override[1])
         types = self.types
         out = []
         for r in op.results:
@@ -662,6 +656,14 @@ class Importer:
             out.append(x if x is not None else self.type(t))
         return out
 
+
+    def with_result_types(self, op, types: list[Attribute], convert: Callable[[], Any]):
+        """Run ``convert()`` with ``types`` as MLIR ``op``'s result types (its quantized types)."""
+        saved, self.result_override = self.result_override, (op, types)
+        try:
+            return convert()
+        finally:
+            self.result_override = saved
 
     def location(self, op) -> str | None:
         """``file:line`` of an MLIR op (cached per location)."""
@@ -844,20 +846,20 @@ class Importer:
         if QUANTIZATION in attrs:
             ir = self._ir
             kind, *spellings = [ir.StringAttr(a).value for a in ir.ArrayAttr(attrs[QUANTIZATION])]
-            return kind, [self._quant_info("!quant." + t) if t else None for t in spellings]
+            return kind, [self._quant_type("!quant." + t) if t else None for t in spellings]
         if self.quant_lines:
             loc = op.location
             if isinstance(loc, self._ir.FileLineColLoc) and loc.filename == "-":
                 return self.quant_lines.get(loc.start_line)
         return None
 
-    def _quant_info(self, spelling: str):
-        info = self.quant_infos.get(spelling)
-        if info is None:
+    def _quant_type(self, spelling: str):
+        found = self.quant_types.get(spelling)
+        if found is None:
             from .stablehlo_quant import parse_quantized
 
-            info = self.quant_infos[spelling] = parse_quantized(spelling)
-        return info
+            found = self.quant_types[spelling] = parse_quantized(spelling)
+        return found
 
     # -- expansions -----------------------------------------------------------
 
@@ -945,6 +947,10 @@ class Importer:
         self._current = fop.operation
         inputs = [self.type(t) for t in ftype.inputs]
         outputs = [self.type(t) for t in ftype.results]
+        if self.quantized:
+            entry = self._quant_entry(fop.operation)
+            if entry is not None and entry[0] == "func":  # quantized arguments, as the source text had them
+                inputs = [t if q is None else TensorType(q, t.get_shape(), t.encoding) for t, q in zip(inputs, entry[1])]
         for i, d in enumerate(arg_attrs or ()):
             mode = d.get("mhlo.layout_mode")
             if mode is not None and isinstance(inputs[i], TensorType):

@@ -1,214 +1,89 @@
-"""Quantized StableHLO (``!quant.uniform`` element types), imported as float hlo ops.
+"""Quantized StableHLO (``!quant.uniform`` element types), imported as hlo's quantized types.
 
 jaxlib's MLIR Python bindings do not register the ``quant`` dialect, so a
 module with quantized types cannot be parsed as it is. :func:`expand_quantized_text`
 rewrites the text first: every quantized element type becomes its expressed
 type (``tensor<11x!quant.uniform<i8:f32, 0.5:-3>>`` -> ``tensor<11xf32>``),
 ``uniform_quantize``/``uniform_dequantize`` become ``convert`` ops, and a table
-keeps, per source line, the quantization of each op's results.
+keeps, per source line, the quantized types the line had: of each op's results,
+of each function's arguments.
 
-A quantized value is then carried as the float value it stands for (the
-"fake quantization" form), which gives exactly the StableHLO specification's
-results:
-
-* ``uniform_quantize(x)``: ``dequantize(quantize(x))`` with the spec's
-  ``quantize`` (``round_nearest_even(clamp(x / scale + zero_point))`` in the
-  storage range) and ``dequantize`` (``(q - zero_point) * scale``);
-  requantizing a quantized value is the same formula on its float value;
-* ``uniform_dequantize``: the value itself;
-* any other op with quantized results: the op on the float values, then each
-  quantized result through ``dequantize(quantize(.))`` - the spec's
-  ``dequantize_op_quantize`` (hybrid float x quantized forms included); data
-  movement ops whose results keep their operand's quantization need nothing.
-
-Per-axis quantization (``!quant.uniform<i8:f32:1, {0.1:-1, 0.2:3}>``) uses one
-scale and zero point per index of the quantized dimension. Function arguments
-and results of quantized type are taken and returned as these float values.
+The importer then puts the quantized types back: ``hlo.uniform_quantize`` /
+``hlo.uniform_dequantize`` for the rewritten conversions, and every other op
+with quantized results is imported with those result types (the hlo dialect
+has the same ``!quant.uniform`` types, see :mod:`xla_dialect.quant`). The
+module is the program as written; ``lowering.compile`` runs it through the
+``lower-quantized`` pass (the spec's ``dequantize_op_quantize``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.literal import DenseLiteralAttr
-from xla_dialect.ops.base import i64_array
-from xla_dialect.types import ElementType, element_type_named
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.conversion import UniformDequantizeOp, UniformQuantizeOp
+from xla_dialect.quant import UniformQuantizedType, parse_quantized_type
 
-__all__ = ["QuantInfo", "convert_quantized_op", "expand_quantized_text", "parse_quantized"]
-
-
-@dataclass(frozen=True)
-class QuantInfo:
-    """The parameters of one ``!quant.uniform`` element type."""
-
-    storage: ElementType
-    expressed: ElementType
-    scales: tuple[float, ...]
-    zero_points: tuple[int, ...]
-    axis: int | None  # quantized dimension of per-axis quantization
-    storage_min: int
-    storage_max: int
+__all__ = ["convert_quantized_op", "expand_quantized_text", "parse_quantized"]
 
 
-_QUANT = re.compile(
-    r"!quant\.uniform<(?P<storage>[a-z]+\d+)(?:<(?P<min>-?\d+):(?P<max>-?\d+)>)?:(?P<expressed>[a-z0-9]+)"
-    r"(?::(?P<axis>\d+))?,\s*(?P<params>.*)>$"
-)
-_PARAM = re.compile(r"\s*([-+0-9.eE]+|[-+]?inf|nan)(?::(-?\d+))?\s*")
-
-_STORAGE_NAMES = {"i": "s", "ui": "u", "si": "s", "u": "u"}
-
-
-def _element_of(mlir_name: str) -> ElementType:
-    m = re.fullmatch(r"(ui|si|i|u)(\d+)", mlir_name)
-    if m:
-        return element_type_named(_STORAGE_NAMES[m.group(1)] + m.group(2))
-    return element_type_named(mlir_name)
-
-
-def parse_quantized(text: str) -> QuantInfo:
-    """Parse a ``!quant.uniform<...>`` element type spelling."""
-    m = _QUANT.match(text.strip())
-    if not m:
+def parse_quantized(text: str) -> UniformQuantizedType:
+    """Parse a ``!quant.uniform<...>`` element type spelling (other ``!quant`` types are unsupported)."""
+    text = text.strip()
+    if not text.startswith("!quant.uniform<"):
         raise UnsupportedError(f"quantized element type {text} is not supported (only !quant.uniform)")
-    storage = _element_of(m.group("storage"))
-    expressed = _element_of(m.group("expressed"))
-    params = m.group("params").strip()
-    if params.startswith("{"):
-        params = params[1:params.rindex("}")]
-    scales, zero_points = [], []
-    for part in params.split(","):
-        p = _PARAM.fullmatch(part)
-        if not p:
-            raise UnsupportedError(f"quantized element type {text}: cannot read scale/zero point {part!r}")
-        scales.append(float(p.group(1)))
-        zero_points.append(int(p.group(2) or 0))
-    bits = storage.bits
-    signed = storage.kind == "sint"
-    low = -(1 << (bits - 1)) if signed else 0
-    high = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
-    if m.group("min") is not None:
-        low, high = int(m.group("min")), int(m.group("max"))
-    axis = int(m.group("axis")) if m.group("axis") is not None else None
-    return QuantInfo(storage, expressed, tuple(scales), tuple(zero_points), axis, low, high)
+    return parse_quantized_type(text)
 
 
 # ----------------------------------------------------------------------------
-# Emitting the expansions
+# Emitting the quantized ops
 # ----------------------------------------------------------------------------
 
-STORAGE_OPS = frozenset({
-    "stablehlo.transpose", "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.slice",
-    "stablehlo.concatenate", "stablehlo.reverse", "stablehlo.gather", "stablehlo.dynamic_slice",
-    "stablehlo.dynamic_update_slice", "stablehlo.pad", "stablehlo.select", "stablehlo.get_tuple_element",
-    "stablehlo.tuple", "stablehlo.optimization_barrier",
-})
-"""Ops that move quantized values without computing on them: their results need no
-requantization when they keep the quantization of their operands."""
+
+def _quantized_tensor(like: TensorType, element: UniformQuantizedType) -> TensorType:
+    return TensorType(element, like.get_shape(), like.encoding)
 
 
-def _const(imp, array: np.ndarray, element: ElementType) -> SSAValue:
-    t = TensorType(element.mlir, list(array.shape))
-    (value,) = imp.emit(imp.ops_by_name["hlo.constant"], [],
-                        {"value": DenseLiteralAttr.from_array(np.asarray(array, dtype=element.dtype), t)}, (), [t])
-    return value
+def quantized_types(imp, op, result_quant: list) -> list:
+    """The result types of MLIR ``op`` with its quantized element types put back."""
+    return [t if q is None else _quantized_tensor(t, q) for t, q in zip(imp.result_types(op), result_quant)]
 
 
-def _per_element(imp, info: QuantInfo, values, element: ElementType, shape: list[int]) -> SSAValue:
-    """Scales or zero points as an array of ``shape`` (broadcast along the quantized axis)."""
-    ops = imp.ops_by_name
-    if info.axis is None:
-        scalar = _const(imp, np.array(values[0]), element)
-        dims: list[int] = []
-        source = scalar
-    else:
-        if len(values) != shape[info.axis]:
-            raise UnsupportedError(f"{imp._where()}: {len(values)} per-axis scales for dimension {info.axis} "
-                                   f"of size {shape[info.axis]}")
-        source = _const(imp, np.array(values), element)
-        dims = [info.axis]
-    (out,) = imp.emit(ops["hlo.broadcast_in_dim"], [source], {"broadcast_dimensions": i64_array(dims)}, (),
-                      [TensorType(element.mlir, shape)])
-    return out
-
-
-def quantize(imp, x: SSAValue, info: QuantInfo) -> SSAValue:
-    """The spec's ``quantize``: float array -> storage array."""
-    ops = imp.ops_by_name
-    shape = list(x.type.get_shape())
-    expressed = info.expressed
-    ftype = TensorType(expressed.mlir, shape)
-    scales = _per_element(imp, info, info.scales, expressed, shape)
-    zero_points = _per_element(imp, info, info.zero_points, expressed, shape)
-    (scaled,) = imp.emit(ops["hlo.divide"], [x, scales], {}, (), [ftype])
-    (shifted,) = imp.emit(ops["hlo.add"], [scaled, zero_points], {}, (), [ftype])
-    low = _const(imp, np.array(info.storage_min), expressed)
-    high = _const(imp, np.array(info.storage_max), expressed)
-    (clamped,) = imp.emit(ops["hlo.clamp"], [low, shifted, high], {}, (), [ftype])
-    (rounded,) = imp.emit(ops["hlo.round_nearest_even"], [clamped], {}, (), [ftype])
-    (out,) = imp.emit(ops["hlo.convert"], [rounded], {}, (), [TensorType(info.storage.mlir, shape)])
-    return out
-
-
-def dequantize(imp, q: SSAValue, info: QuantInfo) -> SSAValue:
-    """The spec's ``dequantize``: storage array -> float array."""
-    ops = imp.ops_by_name
-    shape = list(q.type.get_shape())
-    s64 = element_type_named("s64")
-    wide_type = TensorType(s64.mlir, shape)
-    (wide,) = imp.emit(ops["hlo.convert"], [q], {}, (), [wide_type])
-    zero_points = _per_element(imp, info, info.zero_points, s64, shape)
-    (centred,) = imp.emit(ops["hlo.subtract"], [wide, zero_points], {}, (), [wide_type])
-    ftype = TensorType(info.expressed.mlir, shape)
-    (real,) = imp.emit(ops["hlo.convert"], [centred], {}, (), [ftype])
-    scales = _per_element(imp, info, info.scales, info.expressed, shape)
-    (out,) = imp.emit(ops["hlo.multiply"], [real, scales], {}, (), [ftype])
-    return out
-
-
-def fake_quantize(imp, x: SSAValue, info: QuantInfo) -> SSAValue:
-    """``dequantize(quantize(x))``: the float value a quantized result stands for."""
-    return dequantize(imp, quantize(imp, x, info), info)
-
-
-def convert_quantized_op(imp, op, result_infos: list[QuantInfo | None], kind: str) -> list[SSAValue] | None:
-    """Convert an op whose results were quantized (see the module docstring).
+def convert_quantized_op(imp, op, result_quant: list, kind: str) -> list[SSAValue] | None:
+    """Convert an op whose results were quantized in the source text.
 
     ``kind`` is ``"quantize"`` / ``"dequantize"`` for the rewritten
-    ``uniform_quantize`` / ``uniform_dequantize`` (now ``convert`` ops), else ``"op"``.
+    ``uniform_quantize`` / ``uniform_dequantize`` (now ``convert`` ops), else
+    ``"op"``: the op is converted as usual, with the quantized result types.
     """
     if kind == "dequantize":
-        return imp.operands(op)
+        return imp.emit(UniformDequantizeOp, imp.operands(op))
+    types = quantized_types(imp, op, result_quant)
     if kind == "quantize":
-        (x,) = imp.operands(op)
-        return [fake_quantize(imp, x, result_infos[0])]
+        return imp.emit(UniformQuantizeOp, imp.operands(op), result_types=types)
     from .stablehlo_import import convert_unquantized
 
-    results = convert_unquantized(imp, op)
+    if op.name == QUANTIZED_CONSTANT:  # storage integers (see _quantized_constant)
+        from .stablehlo_import import dense_array
+
+        raw = op.attributes["value"]
+        storage = TensorType(types[0].element_type.storage.mlir, types[0].get_shape())
+        array = dense_array(raw, None, storage)
+        literal = DenseLiteralAttr.from_array(array, TensorType(types[0].element_type, types[0].get_shape()))
+        return imp.emit(ConstantOp, [], {"value": literal}, result_types=types)
+    results = imp.with_result_types(op, types, lambda: convert_unquantized(imp, op))
     if results is None:
         return None
-    name = op.name
-    if name in STORAGE_OPS:
-        operand_infos = {imp.quant_values.get(v) for v in imp.operands(op)} - {None}
-        if all(i is None or i in operand_infos for i in result_infos) and operand_infos:
-            out = list(results)
-            for v, i in zip(out, result_infos):
-                if i is not None:
-                    imp.quant_values[v] = i
-            return out
-    out = []
-    for v, i in zip(results, result_infos):
-        if i is not None:
-            v = fake_quantize(imp, v, i)
-            imp.quant_values[v] = i
-        out.append(v)
-    return out
+    for i, (value, want) in enumerate(zip(results, types)):
+        if value.type != want:
+            raise UnsupportedError(f"{imp._where()}: {op.name} on quantized types is not supported "
+                                   f"(result #{i} would be {value.type}, not {want})")
+    return results
 
 
 # ----------------------------------------------------------------------------
@@ -294,14 +169,15 @@ def _result_types(signature: str) -> list[str]:
 _LOC_SUFFIX = re.compile(r"\s+loc\((?:[^()]|\([^()]*\))*\)\s*$")
 
 
-def expand_quantized_text(text: str) -> tuple[str, dict[int, tuple[str, list[QuantInfo | None]]]]:
+def expand_quantized_text(text: str) -> tuple[str, dict[int, tuple[str, list[UniformQuantizedType | None]]]]:
     """Rewrite quantized StableHLO text so that jaxlib can parse it (see the module docstring).
 
-    Returns the new text and ``{line: (kind, result quantizations)}`` for the
-    ops whose results were quantized (``kind``: quantize, dequantize or op).
+    Returns the new text and ``{line: (kind, quantized types)}`` for the lines
+    that had quantized types: ``kind`` is quantize, dequantize or op (with the
+    quantized element type of each result, or None) or func (of each argument).
     """
     lines = text.split("\n")
-    table: dict[int, tuple[str, list[QuantInfo | None]]] = {}
+    table: dict[int, tuple[str, list[UniformQuantizedType | None]]] = {}
     for number, line in enumerate(lines, 1):
         if "!quant." not in line:
             if "stablehlo.uniform_" in line:
@@ -318,22 +194,74 @@ def _rewrite_line(line: str, number: int, table: dict) -> str:
     """One line with its quantized types replaced; records its op's result quantization in ``table``."""
     code = _LOC_SUFFIX.sub("", line)  # the op's location must be its line: drop explicit ones
     stripped = code.strip()
-    if not stripped.startswith(("func.func", "return", "func.return", "}", "^")):
+    if stripped.startswith("func.func"):
+        table[number] = ("func", [_quantized_or_none(t) for t in _argument_types(code)])
+    elif not stripped.startswith(("return", "func.return", "}", "^")):
         signature = _signature(code)
-        infos: list[QuantInfo | None] = []
-        for t in _result_types(signature or ""):
-            q = _quant_types(t)
-            infos.append(parse_quantized(q[0][2]) if q else None)
+        infos = [_quantized_or_none(t) for t in _result_types(signature or "")]
         kind = ("quantize" if "stablehlo.uniform_quantize" in code else
                 "dequantize" if "stablehlo.uniform_dequantize" in code else "op")
         table[number] = (kind, infos)
         code = code.replace("stablehlo.uniform_quantize", "stablehlo.convert")
         code = code.replace("stablehlo.uniform_dequantize", "stablehlo.convert")
+    if "stablehlo.constant" in code and number in table:
+        return _quantized_constant(code)
     for start, end, qtext in reversed(_quant_types(code)):
         code = code[:start] + _expressed_name(qtext) + code[end:]
     return code
 
 
+QUANTIZED_CONSTANT = "hlo_quant.constant"
+"""The (unregistered) op a quantized ``stablehlo.constant`` becomes in the rewritten text: its
+``value`` holds the storage integers, its result has the expressed type like every other value."""
+
+
+def _quantized_constant(code: str) -> str:
+    """``%c = stablehlo.constant dense<...> : tensor<4x!quant.uniform<...>>`` (pretty or generic form)
+    -> ``%c = "hlo_quant.constant"() {value = dense<...> : tensor<4xi8>} : () -> tensor<4xf32>``."""
+    m = re.match(r'(\s*%[^=]+=\s*)(?:stablehlo\.constant|"stablehlo\.constant"\(\)\s*<?\{\s*value\s*=)\s*(.*)$', code)
+    signature = _signature(code)
+    if not m or signature is None:
+        raise UnsupportedError(f"cannot read the quantized constant {code.strip()[:80]}")
+    lhs, rest = m.group(1), m.group(2)
+    literal = rest[:rest.rindex(" : ")].strip()
+    if literal.endswith("}>") or literal.endswith("}"):  # generic form: value = dense<...> : T}> : () -> T
+        literal = literal[:literal.index(" : ")].strip()
+    result = _result_types(signature)[-1]
+    storage = expressed = result
+    for start, end, qtext in reversed(_quant_types(result)):
+        storage = storage[:start] + _storage_name(qtext) + storage[end:]
+        expressed = expressed[:start] + _expressed_name(qtext) + expressed[end:]
+    return f'{lhs}"{QUANTIZED_CONSTANT}"() {{value = {literal} : {storage}}} : () -> {expressed}'
+
+
+def _quantized_or_none(type_text: str) -> UniformQuantizedType | None:
+    """The quantized element type in a tensor type's spelling, or None."""
+    q = _quant_types(type_text)
+    return parse_quantized(q[0][2]) if q else None
+
+
+def _argument_types(func_line: str) -> list[str]:
+    """The argument types of a ``func.func @name(%a: T, ...)`` line (its first parenthesis)."""
+    open_ = func_line.find("(")
+    if open_ < 0:
+        return []
+    depth = 0
+    for i in range(open_, len(func_line)):
+        c = func_line[i]
+        if c in "<([{":
+            depth += 1
+        elif _closes(func_line, i):
+            depth -= 1
+            if depth == 0:
+                args = _split_top(func_line[open_ + 1:i])
+                return [a.split(":", 1)[1].strip() if ":" in a else "" for a in args]
+    return []
+
+
+def _storage_name(qtext: str) -> str:
+    return str(parse_quantized(qtext).storage.mlir)
+
+
 def _expressed_name(qtext: str) -> str:
-    info = parse_quantized(qtext)
-    return str(info.expressed.mlir)
+    return str(parse_quantized(qtext).expressed.mlir)

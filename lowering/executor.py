@@ -342,8 +342,9 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     # Implicit broadcasts become explicit broadcast_in_dim ops first (on a copy:
     # the caller's module is never changed), so kernels see same-shape operands.
     from passes import canonicalize_broadcasts
+    from passes.quantized import lower_quantized
 
-    module = canonicalize_broadcasts(module, clone=True)
+    module = lower_quantized(canonicalize_broadcasts(module, clone=True), clone=True)
     ctx = LoweringContext(module, num_replicas, num_partitions)
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")

@@ -39,6 +39,7 @@ from .base import PatternPass
 from .purity import is_pure
 from .registry import register_pass
 from .util import AttrInterner, constant_array, erase_op, forward, make_constant, splat_scalar
+from .quantized import computes_on_quantized
 
 # ----------------------------------------------------------------------------
 # cse
@@ -240,8 +241,8 @@ class DropIdentityOperand(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ew.BinaryElementwiseOp, rewriter: PatternRewriter) -> None:
         entry = _IDENTITY_BY_CLASS.get(type(op))
-        if entry is None:
-            return
+        if entry is None or computes_on_quantized(op):  # a quantized 0 or 1 is a storage value, and
+            return                                      # the result is requantized anyway
         side, test = entry
         lhs, rhs = op.operands
         candidates = [(rhs, lhs)] if side == "rhs" else [(rhs, lhs), (lhs, rhs)]
@@ -328,6 +329,8 @@ class FoldConstantOperands(RewritePattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, HloOp) or not op.operands or op.regions or not op.results:
+            return
+        if computes_on_quantized(op):  # kernels compute on floats: lower-quantized expands these first
             return
         if not all(isinstance(r.type, TensorType) and _count(r.type) <= self.max_elements for r in op.results):
             return

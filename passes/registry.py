@@ -31,6 +31,7 @@ BUILTIN_MODULES = (
     "passes.layouts",
     "passes.tiling",
     "passes.pdl",
+    "passes.quantized",
 )
 """Modules whose import registers the built-in passes."""
 

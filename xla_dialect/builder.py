@@ -44,9 +44,28 @@ from .layout import Layout, LayoutAttr, layout_of
 from .literal import DenseLiteralAttr
 from .ops import constants, control_flow
 from .shape import format_shape, parse_shape
+from .ops.base import make_tensor
+from .quant import UniformQuantizedType, expressed_type, parse_quantized_type, quantized_element
 from .types import element_type_from_dtype, element_type_named
 
 ShapeLike = str | Attribute
+
+
+def _moved_quantization(op_cls, values, props, result_types):
+    """Result types a builder method derived from a per-axis quantized operand's type, with the
+    quantization dimension moved as the op moves that dimension (reshape, broadcast_in_dim)."""
+    source = next((v.type for v in values if quantized_element(v.type) is not None), None)
+    q = quantized_element(source) if source is not None else None
+    if q is None or q.data.axis is None:
+        return result_types
+    out = []
+    for t in result_types:
+        if quantized_element(t) == q and t.get_shape() != source.get_shape():
+            axis = op_cls.quantized_axis(props, q.data.axis, source.get_shape(), t.get_shape())
+            if axis is not None:
+                t = TensorType(UniformQuantizedType(q.data.with_axis(axis)), t.get_shape(), t.encoding)
+        out.append(t)
+    return out
 
 
 class XlaOp:
@@ -149,6 +168,40 @@ class _BuilderCore:
             return shape
         raise BuilderError(f"{self._caller()}: shape must be XLA shape text or an xDSL type, got {shape!r}")
 
+    def _element(self, element, what: str = "element type") -> Attribute:
+        """An element type from an XLA name (``'s8'``), a NumPy dtype, an xDSL type or a
+        ``'!quant.uniform<...>'`` spelling."""
+        try:
+            if isinstance(element, Attribute):
+                return element
+            if isinstance(element, str):
+                if element.strip().startswith("!quant."):
+                    return parse_quantized_type(element)
+                return element_type_named(element).mlir
+            return element_type_from_dtype(np.dtype(element)).mlir
+        except XlaError as e:
+            raise BuilderError(f"{self._caller()}: {what}: {e}") from None
+        except TypeError:
+            raise BuilderError(f"{self._caller()}: {what}: expected an element type (XLA name, NumPy dtype, xDSL "
+                               f"type or quantized type spelling), got {element!r}") from None
+
+    def _results_of_element(self, op_cls, operands: Sequence, properties: dict | None, element) -> list | None:
+        """Result types of ``op_cls`` on ``operands`` with element type ``element`` (None: inferred).
+
+        For ops on quantized values, whose result quantization is the caller's
+        choice: the shapes come from shape inference on the expressed types.
+        """
+        if element is None:
+            return None
+        element = self._element(element, "result_type")
+        types = [expressed_type(self._value(o, f"operand #{i}").type) for i, o in enumerate(operands)]
+        props = {k: v for k, v in (properties or {}).items() if v is not None}
+        try:
+            inferred = op_cls.infer(types, props, [], None)
+        except HloVerifyError as e:
+            raise BuilderError(f"{self._caller()}: {e}") from None
+        return [make_tensor(element, t.get_shape()) if isinstance(t, TensorType) else t for t in inferred]
+
     @staticmethod
     def _caller() -> str:
         frame = sys._getframe(1)
@@ -175,6 +228,8 @@ class _BuilderCore:
         """Create ``op_cls`` with inferred result types; raise BuilderError on bad input."""
         values = [self._value(o, f"operand #{i}") for i, o in enumerate(operands)]
         props = {k: v for k, v in (properties or {}).items() if v is not None}
+        if result_types is not None and op_cls.QUANTIZED == "storage":
+            result_types = _moved_quantization(op_cls, values, props, result_types)
         try:
             types = op_cls.infer([v.type for v in values], props, list(regions), result_types)
         except HloVerifyError as e:

@@ -7,6 +7,7 @@ from xdsl.ir import Dialect
 from .layout import LayoutAttr
 from .literal import DenseLiteralAttr
 from .ops import ALL_OPS
+from .quant import QUANT
 from .types import TokenType
 
 HLO = Dialect("hlo", ALL_OPS, [LayoutAttr, DenseLiteralAttr, TokenType])
@@ -14,7 +15,7 @@ HLO = Dialect("hlo", ALL_OPS, [LayoutAttr, DenseLiteralAttr, TokenType])
 
 
 def make_context(allow_unregistered: bool = False):
-    """An xDSL ``Context`` with builtin, func and hlo loaded."""
+    """An xDSL ``Context`` with builtin, func, hlo and quant (``!quant.uniform``) loaded."""
     from xdsl.context import Context
     from xdsl.dialects.builtin import Builtin
     from xdsl.dialects.func import Func
@@ -23,6 +24,7 @@ def make_context(allow_unregistered: bool = False):
     ctx.load_dialect(Builtin)
     ctx.load_dialect(Func)
     ctx.load_dialect(HLO)
+    ctx.load_dialect(QUANT)
     return ctx
 
 

@@ -176,6 +176,8 @@ def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bo
     A tensor without a layout prints without braces unless ``default_layout``
     is set, which prints XLA's default descending layout for it, as XLA does
     for a parsed module. A scalar's layout ``{}`` is never printed (XLA).
+    XLA shapes have no quantized element types: a quantized array prints in
+    MLIR syntax (``tensor<4x!quant.uniform<i8:f32, 0.5:-3>>``).
     """
     if isinstance(type_, TupleType):
         parts = []
@@ -188,6 +190,8 @@ def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bo
     if isinstance(type_, TokenType):
         return "token[]"
     if isinstance(type_, TensorType):
+        if getattr(type_.element_type, "name", None) == "quant.uniform":
+            return str(type_) if print_layout else str(TensorType(type_.element_type, type_.get_shape()))
         name = element_type_of(type_.element_type).xla_name
         shape = type_.get_shape()
         if any(d < 0 for d in shape):

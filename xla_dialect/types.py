@@ -108,10 +108,19 @@ _BY_DTYPE: dict[np.dtype, ElementType] = {e.dtype: e for e in _TABLE}
 
 
 def element_type_of(attr: Attribute) -> ElementType:
-    """Look up the :class:`ElementType` of an xDSL element type such as ``i32``."""
+    """Look up the :class:`ElementType` of an xDSL element type such as ``i32``.
+
+    A quantized element type (``!quant.uniform<i8:f32, ...>``) gives its
+    storage type: that is what a quantized array physically holds (its NumPy
+    dtype, its bit width in layouts). Shape inference never sees quantized
+    types through this function: :class:`~xla_dialect.ops.base.HloOp` hands
+    ``infer`` the expressed types (see :mod:`xla_dialect.quant`).
+    """
     try:
         return _BY_MLIR[attr]
     except (KeyError, TypeError):
+        if getattr(attr, "name", None) == "quant.uniform":
+            return attr.data.storage_type
         raise UnsupportedError(f"element type {attr} has no XLA equivalent") from None
 
 

@@ -9,6 +9,12 @@ def _hlo_dialect():
     return HLO
 
 
+def _quant_dialect():
+    from .quant import QUANT
+
+    return QUANT
+
+
 def _passes():
     try:
         from passes.registry import universe_passes
@@ -17,4 +23,4 @@ def _passes():
     return universe_passes()
 
 
-HLO_UNIVERSE = Universe(all_dialects={"hlo": _hlo_dialect}, all_passes=_passes())
+HLO_UNIVERSE = Universe(all_dialects={"hlo": _hlo_dialect, "quant": _quant_dialect}, all_passes=_passes())

@@ -1,4 +1,4 @@
-"""NumPy kernels: conversion family (``hlo.convert``, ``hlo.bitcast_convert``).
+"""NumPy kernels: conversion family (``hlo.convert``, ``hlo.bitcast_convert``, uniform (de)quantization).
 
 ``hlo.convert`` follows XLA on CPU (checked against ``jax.jit`` in
 ``tests/test_conversion.py``): float -> integer truncates toward zero and
@@ -157,3 +157,99 @@ def _bitcast(op, ctx):
         return word.astype(np.dtype(f"u{dst.dtype.itemsize}")).view(dst.dtype).reshape(out_shape)
 
     return combine
+
+
+# ----------------------------------------------------------------------------
+# Uniform quantization (StableHLO's quantize / dequantize, step by step)
+# ----------------------------------------------------------------------------
+
+
+def _per_element(values, dtype, q, rank: int) -> np.ndarray:
+    """Scales or zero points as an array broadcasting against the tensor (along the quantized axis)."""
+    arr = np.asarray(values, dtype=dtype)
+    if q.data.axis is None:
+        return arr.reshape(())
+    shape = [1] * rank
+    shape[q.data.axis] = arr.size
+    return arr.reshape(shape)
+
+
+def _rounded(e: Elem):
+    """Round a compute-dtype result to the element type and back (XLA rounds f16/bf16 after each op)."""
+    if not e.widened:
+        return lambda x: x
+    return lambda x: x.astype(e.dtype).astype(e.compute)
+
+
+def dequantize_kernel(q, rank: int):
+    """``(q - zero_point) * scale`` in the expressed type, as the spec's ``dequantize``.
+
+    The subtraction is done in 64-bit integers: the difference of two storage
+    values need not fit the storage type.
+    """
+    expressed = elem_of(q.expressed.mlir)
+    round_ = _rounded(expressed)
+    zero_points = _per_element(q.data.zero_points, np.int64, q, rank)
+    scales = _per_element(q.data.scales, expressed.dtype, q, rank).astype(expressed.compute)
+    to_float = convert_kernel(elem_of(_s64()), expressed)
+
+    def dequantize(storage):
+        centred = np.asarray(storage).astype(np.int64) - zero_points
+        with np.errstate(over="ignore"):  # (a wide storage value may overflow a narrow expressed type)
+            real = np.asarray(to_float(centred)).astype(expressed.compute)
+            return round_(real * scales).astype(expressed.dtype)
+
+    return dequantize
+
+
+def _s64():
+    from xla_dialect.types import element_type_named
+
+    return element_type_named("s64").mlir
+
+
+def quantize_kernel(q, rank: int):
+    """The spec's ``quantize``: ``round_nearest_even(clamp(x / scale + zero_point))`` in the expressed
+    type, then converted to the storage type."""
+    expressed = elem_of(q.expressed.mlir)
+    storage = elem_of(q)
+    round_ = _rounded(expressed)
+    compute = expressed.compute
+    scales = _per_element(q.data.scales, expressed.dtype, q, rank).astype(compute)
+    zero_points = _per_element(q.data.zero_points, expressed.dtype, q, rank).astype(compute)
+    with np.errstate(over="ignore"):  # an s32 range in f16 is +-inf, as the spec's convert gives
+        low = np.asarray(q.data.storage_min, expressed.dtype).astype(compute)
+        high = np.asarray(q.data.storage_max, expressed.dtype).astype(compute)
+    to_storage = convert_kernel(expressed, storage)
+
+    def quantize(x):
+        x = np.asarray(x).astype(compute)
+        with np.errstate(all="ignore"):  # x / scale may overflow to inf: clamped like any other value
+            shifted = round_(round_(x / scales) + zero_points)
+        clamped = np.where(np.isnan(shifted), shifted, np.minimum(np.maximum(shifted, low), high))
+        rounded = np.rint(clamped).astype(expressed.dtype)
+        return to_storage(rounded)
+
+    return quantize
+
+
+@register(cv.UniformQuantizeOp)
+def _uniform_quantize(op, ctx):
+    from xla_dialect.quant import quantized_element
+
+    operand_type, result_type = op.operands[0].type, op.results[0].type
+    rank = result_type.get_num_dims()
+    quantize = quantize_kernel(quantized_element(result_type), rank)
+    source = quantized_element(operand_type)
+    if source is None:
+        return quantize
+    dequantize = dequantize_kernel(source, rank)  # requantization goes through the expressed floats
+    return lambda x: quantize(dequantize(x))
+
+
+@register(cv.UniformDequantizeOp)
+def _uniform_dequantize(op, ctx):
+    from xla_dialect.quant import quantized_element
+
+    operand_type = op.operands[0].type
+    return dequantize_kernel(quantized_element(operand_type), operand_type.get_num_dims())

@@ -29,14 +29,43 @@ from xdsl.irdl import IRDLOperation, ParsePropInAttrDict
 
 from ..errors import HloVerifyError, LayoutError, op_context
 from ..layout import LayoutAttr
+from ..quant import QuantError, UniformQuantizedType, expressed_type, quantized_element
 from ..types import TokenType, element_type_of
 
 
 class HloOp(IRDLOperation):
-    """Base class of all hlo ops: verification through :meth:`infer`."""
+    """Base class of all hlo ops: verification through :meth:`infer`.
+
+    Quantized types (:mod:`xla_dialect.quant`): every subclass's ``infer`` is
+    wrapped (:meth:`__init_subclass__`) so that the op's :attr:`QUANTIZED`
+    mode decides what it sees; see :data:`QUANTIZED_MODES`.
+    """
 
     # Properties print inside the attribute dictionary of the custom syntax.
     irdl_options = (ParsePropInAttrDict(),)
+
+    QUANTIZED: ClassVar[str | None] = None
+    """How the op treats quantized types: a key of :data:`QUANTIZED_MODES` (None: rejects them)."""
+
+    @classmethod
+    def quantized_axis(cls, props, axis: int, operand_shape, result_shape) -> int | None:
+        """A ``storage`` op's result quantization dimension for an operand quantized along ``axis``.
+
+        The default keeps the dimension (ops whose dimensions keep their
+        positions); ops that move dimensions override it; None: per-axis
+        quantization is not supported by the op.
+        """
+        return axis if len(operand_shape) == len(result_shape) else None
+
+    QUANTIZED_HYBRID: ClassVar[bool] = False
+    """A ``compute`` op that may mix float and quantized operands and give a float result
+    (StableHLO's ``hybrid_dequantize_then_op``: dot_general, convolution)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        raw = cls.__dict__.get("infer")
+        if isinstance(raw, classmethod) and not getattr(raw.__func__, "_quant_aware", False):
+            cls.infer = classmethod(_quant_aware(raw.__func__))
 
     @classmethod
     def infer(
@@ -77,6 +106,125 @@ class HloOp(IRDLOperation):
                 raise HloVerifyError(
                     f"{op_context(self)}: result #{i} has type {fmt(got)} but shape inference gives {fmt(want)}"
                 )
+
+
+QUANTIZED_MODES = {
+    None: "rejects quantized operands and results",
+    "compute": "computes on the expressed floats: shape inference on the expressed types; any quantization "
+               "of the results (the spec's dequantize_op_quantize; lowered by the lower-quantized pass)",
+    "storage": "moves storage values: shape inference on the expressed types; quantized results keep the "
+               "quantization of the quantized operands (per-axis: the dimension moves with the data)",
+    "transparent": "only compares types (control flow, regions, tuples): infer sees the quantized types",
+    "own": "the op's infer handles quantized types itself (uniform_quantize, uniform_dequantize)",
+}
+"""``HloOp.QUANTIZED`` values and what they mean."""
+
+
+def set_quantized(mode: str, *op_classes) -> None:
+    """Give ``op_classes`` quantized mode ``mode`` (a key of :data:`QUANTIZED_MODES`)."""
+    if mode not in QUANTIZED_MODES:
+        raise ValueError(f"unknown quantized mode {mode!r}")
+    for cls in op_classes:
+        cls.QUANTIZED = mode
+
+
+def _first_quantized(types) -> int:
+    """Index of the first quantized tensor type in ``types`` (-1 if none); cheap for the common case."""
+    for i, t in enumerate(types):
+        if isinstance(t, TensorType) and isinstance(t.element_type, UniformQuantizedType):
+            return i
+    return -1
+
+
+def _quant_aware(raw):
+    """Wrap an op's ``infer`` (``raw(cls, operand_types, props, regions, result_types)``) for quantized types."""
+
+    def infer(cls, operand_types, props, regions, result_types):
+        q_in = _first_quantized(operand_types)
+        q_out = _first_quantized(result_types) if result_types is not None else -1
+        if (q_in < 0 and q_out < 0) or cls.QUANTIZED in ("transparent", "own"):
+            return raw(cls, operand_types, props, regions, result_types)
+        return _infer_quantized(cls, raw, operand_types, props, regions, result_types, q_in, q_out)
+
+    infer._quant_aware = True
+    infer.__doc__ = raw.__doc__
+    infer.__wrapped__ = raw
+    return infer
+
+
+def _infer_quantized(cls, raw, operand_types, props, regions, result_types, q_in, q_out):
+    """Shape inference of a ``compute`` / ``storage`` op with quantized operands or results."""
+    name = cls.name
+    mode = cls.QUANTIZED
+    if mode is None:
+        which = f"operand #{q_in} is {fmt(operand_types[q_in])}" if q_in >= 0 else \
+            f"result #{q_out} is {fmt(result_types[q_out])}"
+        fail(name, f"does not accept quantized types ({which}); convert with hlo.uniform_dequantize first")
+    for what, types in (("operand", operand_types),) if mode == "storage" else \
+            (("operand", operand_types), ("result", result_types or ())):  # (storage: the results are derived)
+        for i, t in enumerate(types):
+            q = quantized_element(t)
+            if q is not None:
+                try:
+                    q.check_fits(t.get_shape(), f"{what} #{i}")
+                except QuantError as e:
+                    fail(name, str(e))
+    view_in = [expressed_type(t) for t in operand_types]
+    view_out = [expressed_type(t) for t in result_types] if result_types is not None else None
+    inferred = raw(cls, view_in, props, regions, view_out)
+    if mode == "compute":
+        out = []
+        for i, t in enumerate(inferred):
+            declared = result_types[i] if result_types is not None and i < len(result_types) else None
+            q = quantized_element(declared) if declared is not None else None
+            if q is not None and isinstance(t, TensorType) and t.element_type == q.expressed.mlir:
+                # The declared quantized result with the inferred shape: the verifier then compares shapes,
+                # and builders may pass a result type that only carries the element type.
+                t = TensorType(q, t.get_shape(), declared.encoding if declared.get_shape() == t.get_shape()
+                               else t.encoding)
+                try:
+                    q.check_fits(t.get_shape(), f"result #{i}")
+                except QuantError as e:
+                    fail(name, str(e))
+            elif (q_in >= 0 and not cls.QUANTIZED_HYBRID and isinstance(t, TensorType)
+                  and kind_of(t) == "float"):
+                got = f", got {fmt(declared)}" if declared is not None else ""
+                fail(name, f"result #{i} must be quantized like the operands (the result of an op on quantized "
+                           f"values is requantized); give its quantized type (builder methods: result_type=...){got}")
+            out.append(t)
+        return out
+    # storage: quantized operands share one quantization, which the results keep.
+    source = [quantized_element(t) for t in operand_types if quantized_element(t) is not None]
+    if not source:
+        fail(name, f"result #{q_out} is quantized ({fmt(result_types[q_out])}) but no operand is: "
+                   "quantize with hlo.uniform_quantize")
+    params = source[0].data
+    for q in source[1:]:
+        if q.data.with_axis(None) != params.with_axis(None):
+            fail(name, f"quantized operands must share one quantization, got {q} and {source[0]}")
+    source_shape = next(t for t in operand_types if quantized_element(t) is not None).get_shape()
+    out = []
+    for i, t in enumerate(inferred):
+        declared = result_types[i] if result_types is not None and i < len(result_types) else None
+        if isinstance(t, TensorType) and t.element_type == source[0].expressed.mlir:
+            want = source[0]
+            if params.axis is not None:
+                axis = cls.quantized_axis(props, params.axis, source_shape, t.get_shape())
+                if axis is None:
+                    fail(name, f"per-axis quantized operands ({source[0]}) are not supported by this op")
+                want = UniformQuantizedType(params.with_axis(axis))
+            got = quantized_element(declared) if declared is not None else None
+            if declared is not None and got is None:
+                fail(name, f"result #{i} must be quantized like the operands ({want}), got {fmt(declared)}")
+            if got is not None and got != want:
+                fail(name, f"result #{i} must keep the operands' quantization {want}, got {got}")
+            t = TensorType(want, t.get_shape(), declared.encoding if declared is not None else t.encoding)
+            try:
+                want.check_fits(t.get_shape(), f"result #{i}")
+            except QuantError as e:
+                fail(name, str(e))
+        out.append(t)
+    return out
 
 
 _LAYOUT_CHECKED: set[Attribute] = set()
@@ -135,9 +283,11 @@ def fail(op_name: str, message: str):
 
 
 def fmt(type_: Attribute) -> str:
-    """XLA shape notation for messages (falls back to MLIR syntax)."""
+    """XLA shape notation for messages (MLIR syntax for quantized types, which XLA shapes lack)."""
     from ..shape import format_shape
 
+    if quantized_element(type_) is not None:
+        return str(type_)
     try:
         return format_shape(type_)
     except Exception:

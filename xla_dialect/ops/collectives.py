@@ -58,7 +58,7 @@ from xdsl.irdl import (
 
 from ..errors import BuilderError, HloVerifyError
 from ..layout import strip_layout
-from .base import HloOp, fail, fmt, make_tensor, tensor, unsigned_int
+from .base import HloOp, fail, fmt, make_tensor, tensor, unsigned_int, set_quantized
 from .control_flow import check_region, scalar_of, scalar_params, types_text
 
 # ----------------------------------------------------------------------------
@@ -430,6 +430,10 @@ class PartitionIdOp(_DeviceIdOp):
 OPS = [AllReduceOp, AllGatherOp, AllToAllOp, ReduceScatterOp, CollectivePermuteOp, CollectiveBroadcastOp,
        ReplicaIdOp, PartitionIdOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("storage", AllGatherOp, AllToAllOp, CollectivePermuteOp, CollectiveBroadcastOp)
+set_quantized("transparent", AllReduceOp, ReduceScatterOp)  # computations lowered like any region
 
 
 # ----------------------------------------------------------------------------

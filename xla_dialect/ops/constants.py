@@ -7,7 +7,7 @@ from xdsl.irdl import irdl_op_definition, prop_def, result_def
 
 from ..literal import DenseLiteralAttr
 from ..layout import strip_layout
-from .base import HloOp, fail, fmt, kind_of, make_tensor
+from .base import HloOp, fail, fmt, kind_of, make_tensor, set_quantized
 
 
 @irdl_op_definition
@@ -57,6 +57,11 @@ class IotaOp(HloOp):
 
 
 OPS = [ConstantOp, IotaOp]
+
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("compute", IotaOp)  # quantize(index)
+set_quantized("transparent", ConstantOp)  # a quantized literal holds storage integers
 
 
 class ConstantsBuilder:

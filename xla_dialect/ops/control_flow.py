@@ -40,7 +40,7 @@ from xdsl.traits import IsTerminator, SymbolTable
 
 from ..errors import HloVerifyError, op_context
 from ..layout import strip_layout
-from .base import HloOp, fail, fmt, kind_of, make_tensor, tensor
+from .base import HloOp, fail, fmt, kind_of, make_tensor, tensor, set_quantized
 
 
 @irdl_op_definition
@@ -297,6 +297,10 @@ class ConditionalOp(HloOp):
 
 OPS = [ReturnOp, TupleOp, GetTupleElementOp, CallOp, WhileOp, ConditionalOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("transparent", *OPS)
 
 
 # ----------------------------------------------------------------------------

@@ -10,14 +10,14 @@ The new element type is the result type's; builders take it as an XLA name
 
 from __future__ import annotations
 
-import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, operand_def, result_def
 
 from ..errors import BuilderError, XlaError
-from ..types import element_type_from_dtype, element_type_named, element_type_of
-from .base import HloOp, fail, fmt, make_tensor, tensor
+from ..quant import QuantError, UniformQuantizedType, parse_quantized_type, quantized_element
+from ..types import element_type_of
+from .base import HloOp, fail, fmt, make_tensor, tensor, set_quantized
 
 
 def _result_tensor(op_name: str, result_types) -> TensorType:
@@ -107,29 +107,84 @@ def bitcast_shape(op_name: str, operand: TensorType, new_element: Attribute) -> 
     return shape[:-1]
 
 
-OPS = [ConvertOp, BitcastConvertOp]
+@irdl_op_definition
+class UniformQuantizeOp(HloOp):
+    """``hlo.uniform_quantize``: floats (or another quantization) to the result's quantized type.
+
+    ``result = quantize(x)`` with StableHLO's ``quantize``:
+    ``round_nearest_even(clamp(x / scale + zero_point, storage_min, storage_max))``
+    computed in the expressed type; a quantized operand is dequantized first
+    (requantization).
+    """
+
+    name = "hlo.uniform_quantize"
+    operand = operand_def()
+    result = result_def()
+
+    assembly_format = "$operand attr-dict `:` functional-type(operands, results)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        (t,) = operand_types
+        t = tensor(cls.name, t, "operand")
+        result = _result_tensor(cls.name, result_types)
+        q = quantized_element(result)
+        if q is None:
+            fail(cls.name, f"result must be a quantized tensor, got {fmt(result)}")
+        if result.get_shape() != t.get_shape():  # (C1)
+            fail(cls.name, f"result {fmt(result)} must have the operand's shape {fmt(t)}")
+        source = quantized_element(t)
+        expressed = source.expressed if source is not None else element_type_of(t.element_type)
+        if not expressed.is_float or expressed.xla_name != q.expressed.xla_name:  # (C2)
+            what = f"expressed type {source.expressed.xla_name} of {source}" if source is not None else \
+                f"element type {expressed.xla_name}"
+            fail(cls.name, f"the operand's {what} must be the result's expressed type {q.expressed.xla_name}")
+        _check_quantized_fits(cls.name, result, "result")
+        if source is not None:
+            _check_quantized_fits(cls.name, t, "operand")
+        return [make_tensor(result.element_type, t.get_shape())]
+
+
+@irdl_op_definition
+class UniformDequantizeOp(HloOp):
+    """``hlo.uniform_dequantize``: a quantized tensor to its expressed floats, ``(q - zero_point) * scale``."""
+
+    name = "hlo.uniform_dequantize"
+    operand = operand_def()
+    result = result_def()
+
+    assembly_format = "$operand attr-dict `:` functional-type(operands, results)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        (t,) = operand_types
+        t = tensor(cls.name, t, "operand")
+        q = quantized_element(t)
+        if q is None:
+            fail(cls.name, f"operand must be a quantized tensor, got {fmt(t)}")
+        _check_quantized_fits(cls.name, t, "operand")
+        return [make_tensor(q.expressed.mlir, t.get_shape())]  # (C1), (C2)
+
+
+def _check_quantized_fits(op_name: str, t: TensorType, what: str) -> None:
+    try:
+        quantized_element(t).check_fits(t.get_shape(), what)
+    except XlaError as e:
+        fail(op_name, str(e))
+
+
+OPS = [ConvertOp, BitcastConvertOp, UniformQuantizeOp, UniformDequantizeOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("transparent", BitcastConvertOp)  # bit widths of the storage type (spec C1)
+set_quantized("own", UniformQuantizeOp, UniformDequantizeOp)
 
 
 # ----------------------------------------------------------------------------
 # Builder methods
 # ----------------------------------------------------------------------------
-
-
-def _element_type(caller: str, new_element_type) -> Attribute:
-    """An XLA type name ('bf16'), NumPy dtype or xDSL element type -> xDSL element type."""
-    try:
-        if isinstance(new_element_type, Attribute):
-            element_type_of(new_element_type)
-            return new_element_type
-        if isinstance(new_element_type, str):
-            return element_type_named(new_element_type).mlir
-        return element_type_from_dtype(np.dtype(new_element_type)).mlir
-    except XlaError as e:
-        raise BuilderError(f"XlaBuilder.{caller}: {e}") from None
-    except TypeError:
-        raise BuilderError(f"XlaBuilder.{caller}: new_element_type must be an XLA type name or a NumPy dtype, "
-                           f"got {new_element_type!r}") from None
 
 
 class ConversionBuilder:
@@ -138,7 +193,7 @@ class ConversionBuilder:
     def convert_element_type(self, operand, new_element_type):
         """XLA ConvertElementType: ``operand`` converted element-wise to ``new_element_type``
         (an XLA name such as ``'bf16'`` or a NumPy dtype)."""
-        new = _element_type("convert_element_type", new_element_type)
+        new = self._element(new_element_type, "new_element_type")
         value = self._value(operand, "operand")
         if not isinstance(value.type, TensorType):
             raise BuilderError(f"XlaBuilder.convert_element_type: operand must be an array, got {fmt(value.type)}")
@@ -146,7 +201,7 @@ class ConversionBuilder:
 
     def bitcast_convert_type(self, operand, new_element_type):
         """XLA BitcastConvertType: reinterpret the bits of ``operand`` as ``new_element_type``."""
-        new = _element_type("bitcast_convert_type", new_element_type)
+        new = self._element(new_element_type, "new_element_type")
         value = self._value(operand, "operand")
         if not isinstance(value.type, TensorType):
             raise BuilderError(f"XlaBuilder.bitcast_convert_type: operand must be an array, got {fmt(value.type)}")
@@ -158,4 +213,29 @@ class ConversionBuilder:
 
     convert = convert_element_type
     bitcast_convert = bitcast_convert_type
+
+    def uniform_quantize(self, operand, quantized_type):
+        """Quantize ``operand`` (floats, or a quantized array to requantize) to ``quantized_type``.
+
+        ``quantized_type``: a :class:`~xla_dialect.quant.UniformQuantizedType`
+        (see :func:`xla_dialect.quant.uniform_quantized`) or its spelling
+        ``'!quant.uniform<i8:f32, 0.5:-3>'``.
+        """
+        if isinstance(quantized_type, str):
+            try:
+                quantized_type = parse_quantized_type(quantized_type)
+            except QuantError as e:
+                raise BuilderError(f"{self._caller()}: {e}") from None
+        if not isinstance(quantized_type, UniformQuantizedType):
+            raise BuilderError(f"{self._caller()}: quantized_type must be a UniformQuantizedType or its "
+                               f"'!quant.uniform<...>' spelling, got {quantized_type!r}")
+        value = self._value(operand, "operand")
+        if not isinstance(value.type, TensorType):
+            raise BuilderError(f"{self._caller()}: operand must be an array, got {fmt(value.type)}")
+        return self._emit1(UniformQuantizeOp, [operand],
+                           result_types=[make_tensor(quantized_type, value.type.get_shape())])
+
+    def uniform_dequantize(self, operand):
+        """The expressed floats of a quantized ``operand``: ``(q - zero_point) * scale``."""
+        return self._emit1(UniformDequantizeOp, [operand])
 

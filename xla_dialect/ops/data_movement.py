@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, TensorType
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, var_operand_def
 
 from ..errors import BuilderError
-from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor
+from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
 
@@ -76,6 +76,11 @@ class BroadcastOp(_UnaryShapeOp):
                 fail(cls.name, f"broadcast_sizes {list(sizes)} has negative size {s}")
         return make_tensor(t.element_type, (*sizes, *t.get_shape()))
 
+    @classmethod
+    def quantized_axis(cls, props, axis, operand_shape, result_shape):
+        """The operand's dimensions move behind the new ones."""
+        return axis + len(ints(props.get("broadcast_sizes")))
+
 
 @irdl_op_definition
 class BroadcastInDimOp(_UnaryShapeOp):
@@ -110,6 +115,13 @@ class BroadcastInDimOp(_UnaryShapeOp):
                                f"({d} comes after {bdims[i - 1]})")
         return make_tensor(t.element_type, out_shape)
 
+    @classmethod
+    def quantized_axis(cls, props, axis, operand_shape, result_shape):
+        """Operand dimension ``axis`` becomes ``broadcast_dimensions[axis]`` (it must not expand: one scale per index)."""
+        if operand_shape[axis] != result_shape[ints(props.get("broadcast_dimensions"))[axis]]:
+            return None
+        return ints(props.get("broadcast_dimensions"))[axis]
+
 
 @irdl_op_definition
 class ReshapeOp(_UnaryShapeOp):
@@ -125,6 +137,15 @@ class ReshapeOp(_UnaryShapeOp):
             fail(cls.name, f"mismatched element counts: operand {fmt(t)} has {have} elements, "
                            f"result {fmt(out)} has {want}")
         return make_tensor(t.element_type, out.get_shape())
+
+    @classmethod
+    def quantized_axis(cls, props, axis, operand_shape, result_shape):
+        """The result dimension with the same size and the same number of elements before it (StableHLO's rule)."""
+        before = math.prod(operand_shape[:axis])
+        for r in range(len(result_shape)):
+            if math.prod(result_shape[:r]) == before and result_shape[r] == operand_shape[axis]:
+                return r
+        return None
 
 
 def _check_permutation(op_name: str, perm: Sequence[int], operand: TensorType, what: str) -> None:
@@ -146,6 +167,11 @@ class TransposeOp(_UnaryShapeOp):
         _check_permutation(cls.name, perm, t, "permutation")
         shape = t.get_shape()
         return make_tensor(t.element_type, [shape[p] for p in perm])
+
+    @classmethod
+    def quantized_axis(cls, props, axis, operand_shape, result_shape):
+        """``permutation[result axis] = operand axis``."""
+        return list(ints(props.get("permutation"))).index(axis)
 
 
 @irdl_op_definition
@@ -460,6 +486,9 @@ class CopyOp(_UnaryShapeOp):
 
 
 OPS.append(CopyOp)
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("storage", *OPS)
 
 
 def copy(self, operand, layout=None):  # becomes DataMovementBuilder.copy (errors name 'copy')

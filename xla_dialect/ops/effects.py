@@ -66,7 +66,7 @@ from xdsl.traits import SymbolTable
 from ..errors import BuilderError, HloVerifyError, op_context
 from ..layout import layout_of, strip_layout
 from ..types import TokenType
-from .base import HloOp, fail, fmt, i64_array, ints, is_token, make_tensor, string, tensor
+from .base import HloOp, fail, fmt, i64_array, ints, is_token, make_tensor, string, tensor, set_quantized
 from .control_flow import as_list, one_or_tuple, same_types, types_text
 
 TOKEN_TYPE = TokenType()
@@ -508,6 +508,10 @@ class CustomCallOp(HloOp):
 OPS = [CreateTokenOp, AfterAllOp, InfeedOp, OutfeedOp, SendOp, RecvOp, OptimizationBarrierOp,
        GetDimensionSizeOp, SetDimensionSizeOp, CompositeOp, CustomCallOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("transparent", InfeedOp, OutfeedOp, SendOp, RecvOp, OptimizationBarrierOp, GetDimensionSizeOp,
+              CompositeOp, CustomCallOp)
 
 
 # ----------------------------------------------------------------------------

@@ -18,8 +18,10 @@ from xdsl.dialects.builtin import ComplexType, DenseArrayBase, StringAttr, Tenso
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def, var_operand_def
 
+from ..quant import expressed_type
 from ..types import element_type_of
 from .base import (
+    set_quantized,
     i64_array,
     HloOp,
     check_same_types,
@@ -333,6 +335,16 @@ OPS = [*UNARY_OP_CLASSES.values(), *BINARY_OP_CLASSES.values(), CompareOp, Selec
 """Every op class of this family (registered in the hlo dialect)."""
 
 
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("compute", *(UNARY_OP_CLASSES[n] for n in (
+    "abs", "cbrt", "ceil", "cosine", "erf", "exponential", "exponential_minus_one", "floor", "is_finite", "log",
+    "log_plus_one", "logistic", "negate", "round_nearest_afz", "round_nearest_even", "rsqrt", "sign", "sine",
+    "sqrt", "tan", "tanh")),
+    *(BINARY_OP_CLASSES[n] for n in (
+        "add", "atan2", "divide", "maximum", "minimum", "multiply", "power", "remainder", "subtract")),
+    CompareOp, SelectOp, ClampOp)
+
+
 # ----------------------------------------------------------------------------
 # Builder methods (XLA client names, snake_case)
 # ----------------------------------------------------------------------------
@@ -356,25 +368,31 @@ BINARY_BUILDER_NAMES = {
 """Builder method name -> binary op mnemonic."""
 
 
+_RESULT_TYPE_DOC = (" ``result_type``: the result's element type, needed on quantized operands (a quantized type "
+                    "such as ``'!quant.uniform<i8:f32, 0.5:-3>'``, see :func:`xla_dialect.quant.uniform_quantized`).")
+
+
 def _unary_method(method: str, op_cls):
-    def build(self, operand):
-        return self._emit1(op_cls, [operand])
+    def build(self, operand, result_type=None):
+        return self._emit1(op_cls, [operand],
+                           result_types=self._results_of_element(op_cls, [operand], {}, result_type))
 
     build.__name__ = method
     build.__code__ = build.__code__.replace(co_name=method)  # error messages name the method
-    build.__doc__ = f"Element-wise ``{op_cls.name}`` ({op_cls.__doc__.split(':', 1)[-1].strip()})"
+    build.__doc__ = f"Element-wise ``{op_cls.name}`` ({op_cls.__doc__.split(':', 1)[-1].strip()})." + _RESULT_TYPE_DOC
     return build
 
 
 def _binary_method(method: str, op_cls):
-    def build(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+    def build(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         props = {"broadcast_dimensions": i64_array(broadcast_dimensions)} if broadcast_dimensions else {}
-        return self._emit1(op_cls, [lhs, rhs], props)
+        return self._emit1(op_cls, [lhs, rhs], props,
+                           result_types=self._results_of_element(op_cls, [lhs, rhs], props, result_type))
 
     build.__name__ = method
     build.__code__ = build.__code__.replace(co_name=method)  # error messages name the method
     build.__doc__ = (f"Element-wise ``{op_cls.name}`` with XLA implicit broadcasting "
-                     f"(``broadcast_dimensions`` maps the lower-rank operand's dimensions).")
+                     f"(``broadcast_dimensions`` maps the lower-rank operand's dimensions)." + _RESULT_TYPE_DOC)
     return build
 
 
@@ -398,7 +416,7 @@ class ElementwiseBuilder:
         lhs_v = self._value(lhs, "lhs")
         if compare_type is None and isinstance(lhs_v.type, TensorType):
             try:
-                compare_type = default_compare_type(lhs_v.type.element_type)
+                compare_type = default_compare_type(expressed_type(lhs_v.type).element_type)  # quantized: FLOAT
             except Exception:
                 compare_type = None
         props = {"comparison_direction": StringAttr(str(direction).upper())}
@@ -408,13 +426,21 @@ class ElementwiseBuilder:
             props["broadcast_dimensions"] = i64_array(broadcast_dimensions)
         return self._emit1(CompareOp, [lhs, rhs], props)
 
-    def select(self, pred, on_true, on_false):
-        """``hlo.select``: elements of ``on_true`` where ``pred``, else of ``on_false``."""
-        return self._emit1(SelectOp, [pred, on_true, on_false])
+    def select(self, pred, on_true, on_false, result_type=None):
+        """``hlo.select``: elements of ``on_true`` where ``pred``, else of ``on_false``.
 
-    def clamp(self, min, operand, max):  # noqa: A002 - XLA's argument names
-        """``hlo.clamp``: ``min(max(operand, min), max)`` element-wise."""
-        return self._emit1(ClampOp, [min, operand, max])
+        ``result_type``: the result's element type, needed on quantized operands."""
+        operands = [pred, on_true, on_false]
+        return self._emit1(SelectOp, operands,
+                           result_types=self._results_of_element(SelectOp, operands, {}, result_type))
+
+    def clamp(self, min, operand, max, result_type=None):  # noqa: A002 - XLA's argument names
+        """``hlo.clamp``: ``min(max(operand, min), max)`` element-wise.
+
+        ``result_type``: the result's element type, needed on quantized operands."""
+        operands = [min, operand, max]
+        return self._emit1(ClampOp, operands,
+                           result_types=self._results_of_element(ClampOp, operands, {}, result_type))
 
 
 for _method, _mnemonic in UNARY_BUILDER_NAMES.items():

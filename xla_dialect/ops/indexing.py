@@ -46,7 +46,7 @@ from xdsl.irdl import (
 )
 
 from ..errors import BuilderError
-from .base import HloOp, fail, fmt, i64_array, ints, kind_of, make_tensor, tensor
+from .base import HloOp, fail, fmt, i64_array, ints, kind_of, make_tensor, tensor, set_quantized
 from .control_flow import as_list, check_region, one_or_tuple, precheck, scalar_of, scalar_params
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
@@ -186,6 +186,11 @@ class GatherOp(HloOp):
     indices_are_sorted = opt_prop_def(IntegerAttr[IntegerType])
 
     assembly_format = "$operand `,` $start_indices " + _FUNCTIONAL
+
+    @classmethod
+    def quantized_axis(cls, props, axis, operand_shape, result_shape):
+        """Per-tensor quantization only (StableHLO): gathered slices mix the operand's dimensions."""
+        return None
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):
@@ -421,6 +426,11 @@ class DynamicUpdateSliceOp(HloOp):
 
 OPS = [GatherOp, ScatterOp, DynamicSliceOp, DynamicUpdateSliceOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("storage", GatherOp, DynamicSliceOp, DynamicUpdateSliceOp)
+set_quantized("transparent", ScatterOp)  # its update computation is lowered like any region
 
 
 # ----------------------------------------------------------------------------

@@ -24,9 +24,9 @@ from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, TensorT
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def
 
-from ..errors import BuilderError, XlaError
-from ..types import element_type_from_dtype, element_type_named, element_type_of
-from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor
+from ..errors import BuilderError
+from ..types import element_type_of
+from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
 
 PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
 """XLA ``PrecisionConfig`` operand precisions (the CPU computes every one at full precision)."""
@@ -239,6 +239,11 @@ OPS = [DotOp, DotGeneralOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("compute", DotOp, DotGeneralOp)
+DotOp.QUANTIZED_HYBRID = DotGeneralOp.QUANTIZED_HYBRID = True  # float lhs x quantized rhs
+
+
 # ----------------------------------------------------------------------------
 # Builder methods (XLA client names, snake_case)
 # ----------------------------------------------------------------------------
@@ -255,18 +260,6 @@ def _precision_names(caller: str, precision_config) -> list[str]:
         if n not in PRECISIONS:
             raise BuilderError(f"{caller}: precision {n!r} is not one of {', '.join(PRECISIONS)}")
     return names
-
-
-def _element_type(caller: str, value) -> Attribute:
-    """An element type from an XLA name ('bf16'), a NumPy dtype or an xDSL type."""
-    if isinstance(value, Attribute):
-        return value
-    try:
-        if isinstance(value, str):
-            return element_type_named(value).mlir
-        return element_type_from_dtype(value).mlir
-    except XlaError as e:
-        raise BuilderError(f"{caller}: preferred_element_type: {e}") from None
 
 
 class LinalgBuilder:
@@ -300,5 +293,5 @@ class LinalgBuilder:
         result_types = None
         if preferred_element_type is not None:
             # infer() reads only the element type of a given result type; the shape is its own.
-            result_types = [make_tensor(_element_type(caller, preferred_element_type), [])]
+            result_types = [make_tensor(self._element(preferred_element_type, "preferred_element_type"), [])]
         return self._emit1(op_cls, [lhs, rhs], props, result_types=result_types)

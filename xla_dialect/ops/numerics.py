@@ -42,6 +42,7 @@ from ..errors import BuilderError, XlaError
 from ..layout import strip_layout
 from ..types import element_type_from_dtype, element_type_named, element_type_of
 from .base import (
+    set_quantized,
     HloOp,
     complex_component,
     fail,
@@ -493,6 +494,10 @@ OPS = [ReducePrecisionOp, FftOp, CholeskyOp, TriangularSolveOp, BatchNormTrainin
        BatchNormGradOp, RngOp, RngBitGeneratorOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("compute", ReducePrecisionOp, CholeskyOp, TriangularSolveOp, BatchNormTrainingOp,
+              BatchNormInferenceOp, BatchNormGradOp)
+
 
 # ----------------------------------------------------------------------------
 # Builder methods (XLA client names, snake_case)
@@ -525,12 +530,15 @@ def _batch_norm_props(caller: str, epsilon, feature_index) -> dict[str, Attribut
 class NumericsBuilder:
     """Builder methods of the numerics family."""
 
-    def reduce_precision(self, operand, exponent_bits: int, mantissa_bits: int):
-        """``hlo.reduce_precision``: round ``operand`` to a float format with the given bit counts and back."""
+    def reduce_precision(self, operand, exponent_bits: int, mantissa_bits: int, result_type=None):
+        """``hlo.reduce_precision``: round ``operand`` to a float format with the given bit counts and back.
+
+        ``result_type``: the result's element type, needed on quantized operands."""
         caller = self._caller()
         props = {"exponent_bits": IntegerAttr(_int_arg(caller, exponent_bits, "exponent_bits"), 64),
                  "mantissa_bits": IntegerAttr(_int_arg(caller, mantissa_bits, "mantissa_bits"), 64)}
-        return self._emit1(ReducePrecisionOp, [operand], props)
+        return self._emit1(ReducePrecisionOp, [operand], props,
+                           result_types=self._results_of_element(ReducePrecisionOp, [operand], props, result_type))
 
     def fft(self, operand, fft_type, fft_length: Sequence[int]):
         """``hlo.fft``: ``fft_type`` FFT / IFFT / RFFT / IRFFT over the last ``len(fft_length)`` axes.

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import DenseArrayBase, TensorType
 from xdsl.irdl import irdl_op_definition, prop_def, region_def, result_def, var_operand_def, var_result_def
 
-from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor
+from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
 from .control_flow import (
     as_list,
     check_region,
@@ -113,6 +113,10 @@ class MapOp(HloOp):
 
 OPS = [ReduceOp, MapOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("transparent", ReduceOp, MapOp)  # their computations are lowered like any region
 
 
 class ReductionBuilder:

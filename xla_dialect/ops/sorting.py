@@ -12,7 +12,7 @@ from __future__ import annotations
 from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType
 from xdsl.irdl import irdl_op_definition, opt_prop_def, prop_def, region_def, var_operand_def, var_result_def
 
-from .base import HloOp, fail, make_tensor
+from .base import HloOp, fail, make_tensor, set_quantized
 from .control_flow import (
     as_list,
     check_region,
@@ -56,6 +56,10 @@ class SortOp(HloOp):
 
 OPS = [SortOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("transparent", SortOp)  # the comparator is lowered like any region
 
 
 def _default_less(*params):

@@ -42,7 +42,7 @@ from xdsl.irdl import (
 
 from ..errors import BuilderError
 from ..types import element_type_of
-from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor
+from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
 from .control_flow import (
     _results,
     as_list,
@@ -492,6 +492,11 @@ class SelectAndScatterOp(HloOp):
 
 OPS = [ConvolutionOp, ReduceWindowOp, SelectAndScatterOp]
 """Every op class of this family (registered in the hlo dialect)."""
+
+# How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
+set_quantized("compute", ConvolutionOp)
+ConvolutionOp.QUANTIZED_HYBRID = True  # float lhs x quantized rhs
+set_quantized("transparent", ReduceWindowOp, SelectAndScatterOp)  # computations lowered like any region
 
 
 # ----------------------------------------------------------------------------
