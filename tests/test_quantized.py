@@ -625,3 +625,34 @@ def test_cleanup_passes_leave_quantized_arithmetic_alone():
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(want[0], ref_quantize(ref_dequantize(storage, q), r))
     np.testing.assert_array_equal(want[1], np.full(4, 16, np.int8))
+
+
+def test_windowed_scatter_map_and_while_on_quantized_values():
+    # Scale 1 / zero point 0 and small integers: the per-step requantizations are exact, so the results do
+    # not depend on the order in which the computations combine values.
+    q = q8(1.0, 0)
+    storage = RNG.integers(-4, 5, (4, 6)).astype(np.int8)
+    b = XlaBuilder("regions")
+    p = b.parameter(0, TensorType(q, [4, 6]))
+    init = b.parameter(1, TensorType(q, []))
+
+    def add(s, x, y):
+        return s.add(x, y, result_type=q)
+
+    def maximum(s, x, y):
+        return s.max(x, y, result_type=q)
+
+    window_sums = b.reduce_window(p, init, add, [2, 3], [2, 3], "VALID")
+    updates = b.parameter(2, TensorType(q, [2, 6]))
+    scattered = b.scatter(p, b.constant(np.int32([[0], [2]])), updates, add, dimension_numbers=dict(
+        update_window_dims=[1], inserted_window_dims=[0], scatter_dims_to_operand_dims=[0], index_vector_dim=1))
+    mapped = b.map([p, p], maximum, [0, 1])
+    module = b.build([window_sums, scattered, mapped])
+    upd = RNG.integers(-4, 5, (2, 6)).astype(np.int8)
+    got_w, got_s, got_m = run(module, storage, np.int8(0), upd)
+    wide = storage.astype(np.int64)
+    np.testing.assert_array_equal(got_w, wide.reshape(2, 2, 2, 3).sum((1, 3)).astype(np.int8))
+    want_s = wide.copy()
+    want_s[[0, 2]] += upd
+    np.testing.assert_array_equal(got_s, want_s.astype(np.int8))
+    np.testing.assert_array_equal(got_m, storage)
