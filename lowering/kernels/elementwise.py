@@ -15,9 +15,10 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
 * complex functions use XLA's own formulas (``EmitComplex*`` of XLA's
   elemental IR emitter) built from real NumPy functions, so special values
   (signed zeros, infinities, NaN) come out as XLA's do;
-* exp, log, tanh, expm1, log1p and erf are XLA CPU's own approximations
-  (Eigen's and Cephes' polynomials, XLA's expm1/log1p formulas, fdlibm's f64
-  erf) with LLVM's fused multiply-adds and the CPU's flushing of denormals,
+* exp, log, tanh, expm1, log1p, erf and rsqrt are XLA CPU's own
+  approximations (Eigen's and Cephes' polynomials, XLA's expm1/log1p
+  formulas, fdlibm's f64 erf, the CPU's rsqrt estimate plus a Newton step)
+  with LLVM's fused multiply-adds and the CPU's flushing of denormals,
   reproduced bit for bit in :mod:`.xla_math` (f64 log and erf are libm's, with
   denormal inputs read as 0).
 
@@ -613,7 +614,7 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "real": {"float": _real_of_float, "complex": np.real},
     "round_nearest_afz": {"float": _round_afz},
     "round_nearest_even": {"float": np.rint},
-    "rsqrt": {"float": _rsqrt, "complex": _crsqrt},
+    "rsqrt": {"float": _by_width(xla_math.rsqrt_f32, xla_math.rsqrt_f64), "complex": _crsqrt},
     "sign": {"sint": np.sign, "float": _float_sign, "complex": _csign},
     "sine": {"float": np.sin, "complex": functools.partial(_csin_cos, is_sin=True)},
     "sqrt": {"float": np.sqrt, "complex": _csqrt},
