@@ -170,10 +170,9 @@ def _check(mnemonic, kind, got, ref, lowp):
     assert_close(got, ref, max_ulp=max_ulp, atol=atol, err_msg=f"{mnemonic} {kind}")
 
 
-# Known differences from XLA (reported): complex atan2 and power go through XLA's
-# complex sqrt/log/pow chains, whose special-value and branch-cut handling differs
-# on a few inputs (e.g. an infinite or NaN component).
-_KNOWN = {("atan2", "c64"), ("atan2", "c128"), ("power", "c64"), ("power", "c128")}
+# Known differences from XLA: none left here (complex atan2 and power follow XLA's formulas step by step,
+# see tests/test_xla_math.py).
+_KNOWN: set[tuple[str, str]] = set()
 
 
 # Allowed by StableHLO but rejected by XLA (no reference to run): tested on their own below.

@@ -331,11 +331,11 @@ def _compose(re, im, dtype):
 
 
 def _abs_parts(re, im):
-    """(min, max, 1 + (min/max)^2) of |re|, |im| (XLA's EmitComplexAbsHelper)."""
+    """(min, max, 1 + (min/max)^2) of |re|, |im| (XLA's EmitComplexAbsHelper, with the fused multiply-add)."""
     ar, ai = np.abs(re), np.abs(im)
     mx, mn = np.maximum(ar, ai), np.minimum(ar, ai)
     ratio = mn / mx
-    return mn, mx, 1 + ratio * ratio
+    return mn, mx, xla_math.fma(ratio, ratio, ratio.dtype.type(1))
 
 
 def _cabs_parts(re, im):
@@ -355,16 +355,19 @@ def _csign(z):
 
 
 def _cdiv_parts(ar, ai, br, bi):
-    """Smith's algorithm with C99 corner cases (XLA's EmitComplexDivide) -> (re, im)."""
+    """Smith's algorithm with C99 corner cases (XLA's EmitComplexDivide) -> (re, im), with the
+    multiply-adds fused as LLVM contracts them on XLA CPU."""
     one, zero, inf = 1, 0, np.inf
+    fma = xla_math.fma
+    ar, ai, br, bi = np.broadcast_arrays(ar, ai, br, bi)
     r_i = br / bi
-    d_ri = bi + r_i * br
+    d_ri = fma(r_i, br, bi)
     i_r = bi / br
-    d_ir = br + i_r * bi
+    d_ir = fma(i_r, bi, br)
     br_abs, bi_abs = np.abs(br), np.abs(bi)
     lt = br_abs < bi_abs
-    cr = np.where(lt, (r_i * ar + ai) / d_ri, (i_r * ai + ar) / d_ir)
-    ci = np.where(lt, (r_i * ai - ar) / d_ri, (ai - i_r * ar) / d_ir)
+    cr = np.where(lt, fma(ar, r_i, ai) / d_ri, fma(ai, i_r, ar) / d_ir)
+    ci = np.where(lt, fma(ai, r_i, -ar) / d_ri, fma(-ar, i_r, ai) / d_ir)
     # Case 1: zero denominator, numerator not all NaN.
     zero_den = (br_abs == 0) & (bi_abs == 0) & (~np.isnan(ar) | ~np.isnan(ai))
     sinf = np.copysign(inf, br)
@@ -543,8 +546,9 @@ def _cpow(x, y):
     a, b, c, d = x.real, x.imag, y.real, y.imag
     absx = _cabs_parts(a, b)
     arg = np.arctan2(b, a)
-    coeff = np.power(absx, c) * np.exp(-d * arg)
-    q = c * arg + d * np.log(absx)
+    # XLA's own exp and log; libm's pow, atan2, sin and cos (called by XLA CPU).
+    coeff = np.power(absx, c) * xla_math.exp(-d * arg)
+    q = xla_math.fma(c, arg, d * xla_math.log(absx))
     re, im = coeff * np.cos(q), coeff * np.sin(q)
     one, zero, inf = 1, 0, np.inf
     cases = [
@@ -559,17 +563,41 @@ def _cpow(x, y):
     return _compose(re, im, x.dtype)
 
 
+def _csqrt_parts(re, im):
+    """XLA's EmitComplexSqrt (as used inside its complex atan2): ``sqrt(max) * (1 + (min/max)^2)^(1/4)``
+    times cos/sin of half the argument, with C99's infinities -> (re, im)."""
+    t = re.dtype.type
+    mn, mx, s = _abs_parts(re, im)
+    r = np.sqrt(mx) * np.power(s, t(0.25))
+    r = np.where(np.isnan(r), mn, r)
+    theta = np.arctan2(im, re) * t(0.5)
+    sin = np.sin(theta)
+    out_re = r * np.cos(theta)
+    out_im = np.where(sin == 0, t(0), r * sin)
+    im_inf = np.abs(im) == np.inf
+    out_re = np.where((re == -np.inf) & ~im_inf, t(0), out_re)
+    out_re = np.where(im_inf | (re == np.inf), t(np.inf), out_re)
+    out_im = np.where(np.isnan(r), t(np.nan), out_im)
+    out_im = np.where(im_inf | (re == -np.inf), np.copysign(t(np.inf), im), out_im)
+    zero = r == 0
+    return np.where(zero, t(0), out_re), np.where(zero, t(0), out_im)
+
+
 def _catan2(y, x):
-    # atan2(y, x) = -i * log((x + i*y) / sqrt(x*x + y*y)), in complex arithmetic.
+    """XLA's complex atan2(y, x) = -i log((x + i y) / sqrt(x x + y y)), step by step in complex arithmetic
+    (the products by 0 in ``i y`` and ``-i log`` make infinite parts NaN, as in XLA)."""
     y, x = np.broadcast_arrays(y, x)
     dtype = np.result_type(x, y)
-    xx = _cmul_parts(x.real, x.imag, x.real, x.imag)
-    yy = _cmul_parts(y.real, y.imag, y.real, y.imag)
-    root = np.sqrt(_compose(xx[0] + yy[0], xx[1] + yy[1], dtype))
-    num_r, num_i = x.real - y.imag, x.imag + y.real  # x + i*y
-    qr, qi = _cdiv_parts(num_r, num_i, root.real, root.imag)
-    lr, li = _clog_parts(qr, qi)
-    return _compose(li, -lr, dtype)  # -i * (lr + i li) = li - i lr
+    t = np.finfo(dtype).dtype.type
+    xr, xi, yr, yi = x.real, x.imag, y.real, y.imag
+    # Squares: the real parts fuse a multiply-add; 2 (xi xr) is exact, fused or not.
+    sr = xla_math.fma(xr, xr, -(xi * xi)) + xla_math.fma(yr, yr, -(yi * yi))
+    si = (xi * xr) * t(2) + (yi * yr) * t(2)
+    rr, ri = _csqrt_parts(sr, si)
+    num_r, num_i = xr + (yr * t(0) - yi), xi + (yr + yi * t(0))  # x + i y
+    qr, qi = _cdiv_parts(num_r, num_i, rr, ri)
+    lr, li = xla_math.log(_cabs_parts(qr, qi)), np.arctan2(qi, qr)
+    return _compose(lr * t(0) + li, li * t(0) - lr, dtype)  # (0 - i) (lr + i li)
 
 
 def _cmax_min(pick_max: bool):

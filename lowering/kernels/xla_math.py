@@ -517,3 +517,18 @@ def log_f64(x):
 def rsqrt_f64(x):
     """XLA CPU's f64 rsqrt: ``1 / sqrt(x)`` with denormals read as 0 (DAZ)."""
     return 1.0 / np.sqrt(daz64(x))
+
+
+def fma(a, b, c):
+    """Fused ``a * b + c`` in the precision of ``a`` (f32 or f64), as LLVM contracts it on XLA CPU."""
+    return fma32(a, b, c) if np.asarray(a).dtype == np.float32 else fma64(a, b, c)
+
+
+def exp(x):
+    """XLA CPU's own exp in the precision of ``x`` (f32 or f64)."""
+    return exp_f32(x) if x.dtype == np.float32 else exp_f64(x)
+
+
+def log(x):
+    """XLA CPU's log in the precision of ``x`` (f32 or f64)."""
+    return log_f32(x) if x.dtype == np.float32 else log_f64(x)
