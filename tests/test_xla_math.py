@@ -186,12 +186,16 @@ def _complex_pairs(dtype, n: int = 20000):
     return x, y
 
 
-def _run_binary(mnemonic, x, y, name):
+def _binary_vs_xla(mnemonic, name):
+    """(lhs, executor result, XLA result) of a complex binary op on :func:`_complex_pairs`."""
+    x, y = _complex_pairs(ELEMENT_TYPES[name].dtype)
+    with np.errstate(all="ignore"):
+        ref = np.asarray(jax.jit(_COMPLEX_BINARY[mnemonic])(x, y))
     b = XlaBuilder("binary")
     p = b.parameter(0, f"{name}[{x.size}]")
     q = b.parameter(1, f"{name}[{y.size}]")
     b._emit1(E.BINARY_OP_CLASSES[mnemonic], [p, q])
-    return execute(b.build(), x, y)[0]
+    return x, execute(b.build(), x, y)[0], ref
 
 
 def _assert_same_parts(got, ref, x, what):
@@ -207,10 +211,7 @@ _COMPLEX_BINARY = {"atan2": jax.lax.atan2, "power": jax.lax.pow, "divide": jax.l
 @pytest.mark.parametrize("mnemonic", _COMPLEX_BINARY)
 def test_c128_binary_bit_exact(mnemonic):
     # c128: XLA's own exp, libm's atan2/pow/log/sin/cos, and LLVM's fused multiply-adds reproduce XLA.
-    x, y = _complex_pairs(np.complex128)
-    with np.errstate(all="ignore"):
-        ref = np.asarray(jax.jit(_COMPLEX_BINARY[mnemonic])(x, y))
-    got = _run_binary(mnemonic, x, y, "c128")
+    x, got, ref = _binary_vs_xla(mnemonic, "c128")
     _assert_same_parts(got, ref, x, f"{mnemonic} c128")
 
 
@@ -219,10 +220,7 @@ def test_c64_binary_special_values(mnemonic):
     # c64: the same NaN/infinity pattern as XLA everywhere; divide is bit-exact, atan2 and power call
     # glibc's f32 sincosf (NumPy's f32 sin/cos differ in the last bit), which cancellation near a zero
     # result can amplify (up to ~2e4 ULP for atan2 on 2e4 random pairs; power within 2 ULP).
-    x, y = _complex_pairs(np.complex64)
-    with np.errstate(all="ignore"):
-        ref = np.asarray(jax.jit(_COMPLEX_BINARY[mnemonic])(x, y))
-    got = _run_binary(mnemonic, x, y, "c64")
+    x, got, ref = _binary_vs_xla(mnemonic, "c64")
     for part in (np.real, np.imag):
         g, r = part(got), part(ref)
         np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
