@@ -15,7 +15,7 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
 * complex functions use XLA's own formulas (``EmitComplex*`` of XLA's
   elemental IR emitter) built from real NumPy functions, so special values
   (signed zeros, infinities, NaN) come out as XLA's do;
-* exp, log, tanh, expm1, log1p, erf and rsqrt are XLA CPU's own
+* exp, log, tanh, expm1, log1p, erf, rsqrt and logistic are XLA CPU's own
   approximations (Eigen's and Cephes' polynomials, XLA's expm1/log1p
   formulas, fdlibm's f64 erf, the CPU's rsqrt estimate plus a Newton step)
   with LLVM's fused multiply-adds and the CPU's flushing of denormals,
@@ -279,10 +279,6 @@ def _round_afz(x):
 def _float_sign(x):
     # sign(NaN) = NaN (sign kept), sign(±0) = ±0.
     return np.where(np.isnan(x) | (x == 0), x, np.copysign(x.dtype.type(1), x))
-
-
-def _logistic(x):
-    return 1 / (1 + np.exp(-x))
 
 
 def _rsqrt(x):
@@ -635,7 +631,8 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "is_finite": {"float": np.isfinite},
     "log": {"float": _by_width(xla_math.log_f32, xla_math.log_f64), "complex": _clog},
     "log_plus_one": {"float": _by_width(xla_math.log1p_f32, xla_math.log1p_f64), "complex": _clog1p},
-    "logistic": {"float": _logistic, "complex": _clogistic},
+    "logistic": {"float": _by_width(xla_math.logistic_f32, xla_math.logistic_f64, xla_math.logistic_f16),
+                 "complex": _clogistic},
     "negate": {"sint": np.negative, "uint": np.negative, "float": np.negative, "complex": np.negative},
     "not": {"pred": np.logical_not, "sint": np.invert, "uint": np.invert},
     "popcnt": {"sint": _PerType(_popcnt), "uint": _PerType(_popcnt)},

@@ -223,6 +223,19 @@ def expm1_f16(x):
     return np.where(half == 0, x, r)
 
 
+def logistic_f32(x):
+    """XLA CPU's f32 logistic, expanded to ``1 / (1 + exp(-x))`` with its own exp, whose final scaling
+    fuses with the ``+ 1``; quotients below the normal range flush to 0."""
+    y, n = _exp32_parts(-x)
+    q = np.divide(1.0, fma32(y, _exp32_scale(n), f32(1)), dtype=f64)  # rounds to f32 correctly below
+    return np.where(np.abs(q) < _TINY32, 0.0, q).astype(f32)
+
+
+def logistic_f16(x):
+    """XLA's f16 logistic: ``1 / (1 + exp(-x))`` in f16 arithmetic around XLA's f32 exp."""
+    return round_f16(f32(1) / round_f16(round_f16(exp_f32(-x)) + f32(1)))
+
+
 _LOG1P32_P = tuple(_f32(b) for b in (0x3EFF40C5, 0x40D284FA, 0x41EF4B9C, 0x4273CC76, 0x426473AD, 0x41A05101))
 _LOG1P32_Q = tuple(_f32(b) for b in (0x417101AD, 0x42A6185B, 0x435DC32D, 0x439A8CA3, 0x43586D8A, 0x42707982))
 
@@ -532,3 +545,9 @@ def exp(x):
 def log(x):
     """XLA CPU's log in the precision of ``x`` (f32 or f64)."""
     return log_f32(x) if x.dtype == np.float32 else log_f64(x)
+
+
+def logistic_f64(x):
+    """XLA CPU's f64 logistic: ``1 / (1 + exp(-x))`` with its own exp; denormal results flush to 0."""
+    q = 1.0 / (1.0 + exp_f64(-x))
+    return np.where(np.abs(q) < _TINY64, 0.0, q)
