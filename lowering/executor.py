@@ -17,6 +17,7 @@ nothing at run time. :attr:`Executable.source` shows the generated code.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 from collections.abc import Sequence
 
@@ -30,6 +31,7 @@ from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
+from .blas import BlasThreadLimit, blas_matmul, resolve_blas_threads
 from .registry import KERNELS, Constant
 from .runtime import Runtime
 
@@ -37,8 +39,13 @@ from .runtime import Runtime
 class LoweringContext:
     """What kernel factories may ask for while an op is lowered."""
 
-    def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1):
+    def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
+                 blas_threads: int | None = None):
         self.module = module
+        # BLAS threads for the float matmuls (dot, convolution): an int, or None
+        # to leave the BLAS as configured (see lowering.blas).
+        self.blas_threads = resolve_blas_threads(blas_threads)
+        self.limits_blas = False  # set when a kernel's matmul takes the limit
         # The process grid the program runs on (collective kernels read it).
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
@@ -73,6 +80,14 @@ class LoweringContext:
         self._compiling.discard(name)
         self._compiled[name] = fn
         return fn
+
+    def blas_matmul(self, dtype: np.dtype, m: int, k: int, n: int):
+        """``np.matmul`` for ``(.., m, k) x (.., k, n)`` operands of ``dtype``, run with the program's
+        BLAS thread count (:func:`lowering.blas.blas_matmul`)."""
+        matmul = blas_matmul(self.blas_threads, dtype, m, k, n)
+        if matmul is not np.matmul:
+            self.limits_blas = True  # the Executable takes the limit once per call
+        return matmul
 
     # -- code generation ----------------------------------------------------
 
@@ -239,8 +254,11 @@ class Executable:
     ``channels`` are the host-side queues of :mod:`lowering.runtime`.
     """
 
-    def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None):
+    def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None,
+                 blas_threads: int | None = None):
         self._fn = fn
+        # Held for the whole call: one BLAS limit per call instead of one per matmul (lowering.blas).
+        self._blas_limit = contextlib.nullcontext() if blas_threads is None else BlasThreadLimit(blas_threads)
         self.runtime = runtime if runtime is not None else Runtime()
         self.infeed = self.runtime.infeed
         self.outfeed = self.runtime.outfeed
@@ -290,7 +308,7 @@ class Executable:
 
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
         checked = self._check_args(args)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), self._blas_limit:
             result = self._fn(*checked)
         flat: list = []
         if self._single:
@@ -318,18 +336,27 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 
 
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
-            num_partitions: int = 1):
+            num_partitions: int = 1, blas_threads: int | None = None):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
     :class:`lowering.devices.MultiDeviceExecutable`: called with one argument
     list per device, it returns one result tuple per device.
+
+    ``blas_threads`` is the number of BLAS threads the float matmuls of dot,
+    dot_general and convolution run with. None (the default) is automatic:
+    a thread count set in the environment (``OPENBLAS_NUM_THREADS``, ...) is
+    respected, otherwise one thread on machines with at most two CPUs (where
+    multi-threaded OpenBLAS is fragile under load) and the BLAS's own setting
+    on larger ones. OpenBLAS's f32 results may differ in the last bits between
+    thread counts. See :mod:`lowering.blas`.
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
 
     for what, count in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ExecutionError(f"lowering.compile: {what} must be a positive int, got {count!r}")
+    resolve_blas_threads(blas_threads)  # reject a bad value before the (possibly long) verification
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
@@ -345,11 +372,12 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     from passes.quantized import lower_quantized
 
     module = lower_quantized(canonicalize_broadcasts(module, clone=True), clone=True)
-    ctx = LoweringContext(module, num_replicas, num_partitions)
+    ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads)
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)
-    executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime)
+    executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime,
+                            ctx.blas_threads if ctx.limits_blas else None)
     if num_replicas * num_partitions == 1:
         return executable
     from .devices import MultiDeviceExecutable

@@ -118,6 +118,14 @@ def _complex_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int):
+    """The ``(batch, m, k) x (batch, k, n)`` matmul of ``arith`` operands: XLA's complex order, else BLAS
+    run with the program's BLAS thread count (:mod:`lowering.blas`)."""
+    if np.dtype(arith).kind == "c":
+        return _complex_matmul
+    return ctx.blas_matmul(arith, m, k, n)
+
+
 @register(DotOp, DotGeneralOp)
 def _dot(op, ctx):
     lhs_t, rhs_t, out_t = op.lhs.type, op.rhs.type, op.result.type
@@ -153,7 +161,7 @@ def _dot(op, ctx):
     round_compute = arith != compute_dtype
     convert_result = compute_dtype != result_dtype
 
-    matmul = _complex_matmul if np.dtype(arith).kind == "c" else np.matmul
+    matmul = matmul_kernel(ctx, arith, m, k, n)
 
     def dot(a, b):
         c = matmul(prepare(a, lperm, l3), prepare(b, rperm, r3)).reshape(out_shape)

@@ -64,7 +64,7 @@ from xla_dialect.types import element_type_from_dtype
 
 from ..registry import register
 from .control_flow import array_applier, result_dtypes
-from .linalg import _arith_dtype, _complex_matmul, xla_convert
+from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .reduction import _signed_zeros, binary_body_ufunc
 
 # ----------------------------------------------------------------------------
@@ -167,11 +167,11 @@ def _convolution(op, ctx):
     upcast = result_et != operand_et and higher_precision_type(operand_et, result_et) == result_et
     compute_dtype = result_dtype if upcast else ctx.dtype(lhs_t)
     arith = _arith_dtype(compute_dtype)
-    matmul = _complex_matmul if np.dtype(arith).kind == "c" else np.matmul
     empty = math.prod(out_shape) == 0 or kernel_in == 0
 
     m = batch * math.prod(out_spatial)
     k = kernel_in * math.prod(kernel)
+    matmul = matmul_kernel(ctx, arith, m, k, group_out)
     # lhs windows (N, C, *out, *kernel) -> (Bg, Nb, Fg, Cg, *out, *kernel) -> (G, Nb * out, Cg * kernel).
     lhs_split = (bgc, batch, fgc, features, *out_spatial, *kernel)
     lhs_order = (0, 2, 1, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))
