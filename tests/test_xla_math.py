@@ -239,3 +239,17 @@ def test_c64_binary_special_values(mnemonic):
         from helpers import assert_close
 
         assert_close(got, ref, max_ulp=2)
+
+
+_COMPLEX_UNARY = {"exponential": jax.lax.exp, "exponential_minus_one": jax.lax.expm1, "tanh": jax.lax.tanh,
+                  "logistic": None}
+
+
+@pytest.mark.parametrize("mnemonic", _COMPLEX_UNARY)
+def test_c128_unary_bit_exact(mnemonic):
+    # XLA's complex formulas over its own f64 exp/expm1 (and libm's sin/cos), with fused multiply-adds.
+    x, _ = _complex_pairs(np.complex128)
+    fn = _COMPLEX_UNARY[mnemonic]
+    with np.errstate(all="ignore"):
+        ref = xla_ref(mnemonic, x) if fn is None else np.asarray(jax.jit(fn)(x))
+    _assert_same_parts(_run(mnemonic, x, "c128"), ref, x, f"{mnemonic} c128")

@@ -418,8 +418,9 @@ def _clog1p(z):
 
 
 def _cexp(z):
-    ea = np.exp(z.real)
-    return _compose(ea * np.cos(z.imag), ea * np.sin(z.imag), z.dtype)
+    # XLA's own exp; a zero imaginary part stays (exp(inf + 0i) = inf + 0i, not inf * sin(0) = NaN).
+    ea = xla_math.exp(z.real)
+    return _compose(ea * np.cos(z.imag), np.where(z.imag == 0, z.imag, ea * np.sin(z.imag)), z.dtype)
 
 
 _COSM1_COEFFS = (4.7377507964246204691685E-14, -1.1470284843425359765671E-11, 2.0876754287081521758361E-9,
@@ -449,19 +450,15 @@ def _cexpm1(z):
     # XLA: expm1(a) cos(b) + cosm1(b) with cos(b) = cosm1(b) + 1; f64 as XLA CPU computes it
     # (its own expm1, a fused multiply-add), bit-exact against jax.jit.
     cm1 = _cosm1(b)
-    if a.dtype == np.float64:
-        em1 = xla_math.expm1_f64(a)
-        re = xla_math.fma64(em1, cm1 + 1, cm1)
-    else:
-        em1 = np.expm1(a)
-        re = em1 * (cm1 + 1) + cm1
+    em1 = (xla_math.expm1_f64 if a.dtype == np.float64 else xla_math.expm1_f32)(a)
+    re = xla_math.fma(em1, cm1 + 1, cm1)
     im = np.where(b == 0, b.dtype.type(0), (em1 + 1) * np.sin(b))
     return _compose(re, im, z.dtype)
 
 
 def _csin_cos(z, is_sin: bool):
     x, y = z.real, z.imag
-    ey = np.exp(y)
+    ey = xla_math.exp(y)
     half_e, half_ne = 0.5 * ey, 0.5 / ey
     sinh, cosh = half_e - half_ne, half_e + half_ne
     if is_sin:
@@ -471,8 +468,9 @@ def _csin_cos(z, is_sin: bool):
 
 def _ctanh_parts(a, b):
     two_a = a + a
-    e2 = np.expm1(two_a)
-    en2 = np.expm1(-two_a)
+    expm1 = xla_math.expm1_f64 if a.dtype == np.float64 else xla_math.expm1_f32
+    e2 = expm1(two_a)
+    en2 = expm1(-two_a)
     real_num = e2 - en2
     cos_b, sin_b = np.cos(b), np.sin(b)
     imag_num = 4 * (cos_b * sin_b)
