@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import sys
 import time
 
@@ -46,15 +47,21 @@ def best_of_each(fns: dict, repeat: int = 7, number: int = 5) -> dict:
     """(best, median) over rounds of the mean time per call of each function, in seconds.
 
     The rounds interleave the functions, so that every one sees the same drift
-    in machine load (a shared VM's neighbours come and go). The best round
-    shows the machine at its quietest; the median shows what load costs
-    (multi-threaded BLAS suffers most from it).
+    in machine load (a shared VM's neighbours come and go), and shuffle their
+    order (seeded), so that none always runs right after the same one (jax's
+    and OpenBLAS's worker threads keep spinning for a while after a call,
+    slowing whatever runs next). The best round shows the machine at its quietest; the
+    median shows what load costs (multi-threaded BLAS suffers most from it).
     """
     for fn in fns.values():
         fn()
-    rounds: dict = {key: [] for key in fns}
+    keys = list(fns)
+    rounds: dict = {key: [] for key in keys}
+    shuffle = random.Random(0).shuffle
     for _ in range(repeat):
-        for key, fn in fns.items():
+        shuffle(keys)
+        for key in keys:
+            fn = fns[key]
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()
