@@ -418,9 +418,10 @@ def _clog1p(z):
 
 
 def _cexp(z):
-    # XLA's own exp; a zero imaginary part stays (exp(inf + 0i) = inf + 0i, not inf * sin(0) = NaN).
+    # XLA's own exp; a zero imaginary part gives +0 (exp(inf - 0i) = inf + 0i, not inf * sin(-0) = NaN).
     ea = xla_math.exp(z.real)
-    return _compose(ea * np.cos(z.imag), np.where(z.imag == 0, z.imag, ea * np.sin(z.imag)), z.dtype)
+    t = z.real.dtype.type
+    return _compose(ea * np.cos(z.imag), np.where(z.imag == 0, t(0), ea * np.sin(z.imag)), z.dtype)
 
 
 _COSM1_COEFFS = (4.7377507964246204691685E-14, -1.1470284843425359765671E-11, 2.0876754287081521758361E-9,
