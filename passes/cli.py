@@ -89,7 +89,12 @@ def hlo_text(module) -> str:
         computation = xla_client._xla.mlir.mlir_module_to_xla_computation(
             str(stablehlo), use_tuple_args=False, return_tuple=False)
     except Exception as e:
-        raise UnsupportedError(f"--emit hlo: XLA could not translate the module: {e}") from None
+        from xla_dialect.quant import is_quantized
+
+        hint = ""
+        if any(is_quantized(v.type) for op in module.walk() for v in op.results):
+            hint = " (XLA has no quantized types: run the expand-quantized pass first, -p expand-quantized)"
+        raise UnsupportedError(f"--emit hlo: XLA could not translate the module{hint}: {e}") from None
     return computation.as_hlo_text()
 
 
