@@ -33,6 +33,9 @@ OPS = {
     "erf": jax.lax.erf,
     "rsqrt": jax.lax.rsqrt,
     "logistic": None,  # stablehlo.logistic itself (jax.nn.sigmoid decomposes it for narrow floats)
+    "sine": jnp.sin,  # glibc's sinf/cosf/tanf (XLA CPU calls them), libm for f64
+    "cosine": jnp.cos,
+    "tan": jnp.tan,
 }
 
 
@@ -53,7 +56,8 @@ def _skip_unknown_estimate(mnemonic: str, name: str) -> None:
 
 # Each algorithm's branch points and clamps, with their neighbours.
 _THRESHOLDS = [88.8, -87.8, 88.72284, -87.33654, -103.97208, 127.0, 4e-4, 7.9053111, 20.0, 0.5, 0.41421357, 3.8325066,
-               0.70710677, 1.4142135, 1.0, -1.0, 1.1754944e-38, 2.3509887e-38, 0.0, 1e-38, -1e-40]
+               0.70710677, 1.4142135, 1.0, -1.0, 1.1754944e-38, 2.3509887e-38, 0.0, 1e-38, -1e-40,
+               0.75, 0.7853982, 120.0, 2.0**-12, 1.5707964, 3.1415927, 1e4, 3.4e38]
 
 
 def _f32_inputs(seed: int, n: int = 60000) -> np.ndarray:
@@ -253,3 +257,13 @@ def test_c128_unary_bit_exact(mnemonic):
     with np.errstate(all="ignore"):
         ref = xla_ref(mnemonic, x) if fn is None else np.asarray(jax.jit(fn)(x))
     _assert_same_parts(_run(mnemonic, x, "c128"), ref, x, f"{mnemonic} c128")
+
+
+def test_sincos_f32_rounding_fallback(monkeypatch):
+    # f32 sin/cos evaluate glibc's polynomial unfused and redo results near an f32 rounding midpoint with
+    # emulated FMAs; with every result redone, they must still be XLA's.
+    monkeypatch.setattr(xla_math, "_ROUNDING_GUARD", 1 << 29)
+    x = _f32_inputs(5, 20000)
+    for mnemonic, fn in (("sine", xla_math.sin_f32), ("cosine", xla_math.cos_f32)):
+        with np.errstate(all="ignore"):
+            _assert_same_bits(fn(x), _xla(mnemonic, x), x, f"{mnemonic} f32 all fused")

@@ -21,6 +21,10 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
   with LLVM's fused multiply-adds and the CPU's flushing of denormals,
   reproduced bit for bit in :mod:`.xla_math` (f64 log and erf are libm's, with
   denormal inputs read as 0).
+* sine and cosine are the libm functions XLA CPU calls: for f32 glibc's
+  ``sinf``/``cosf``, reproduced in :mod:`.xla_math` with their fused
+  multiply-adds (NumPy's own f32 sin/cos differ in the last bit); tan is
+  libm's; all three widen the 8-bit floats via f16 like the functions above.
 
 Known difference: XLA's CPU runtime flushes denormal floats to zero (FTZ/DAZ);
 apart from the :mod:`.xla_math` functions, these kernels keep IEEE gradual
@@ -421,7 +425,7 @@ def _cexp(z):
     # XLA's own exp; a zero imaginary part gives +0 (exp(inf - 0i) = inf + 0i, not inf * sin(-0) = NaN).
     ea = xla_math.exp(z.real)
     t = z.real.dtype.type
-    return _compose(ea * np.cos(z.imag), np.where(z.imag == 0, t(0), ea * np.sin(z.imag)), z.dtype)
+    return _compose(ea * xla_math.cos(z.imag), np.where(z.imag == 0, t(0), ea * xla_math.sin(z.imag)), z.dtype)
 
 
 _COSM1_COEFFS = (4.7377507964246204691685E-14, -1.1470284843425359765671E-11, 2.0876754287081521758361E-9,
@@ -443,7 +447,7 @@ def _cosm1(x):
         for c in _COSM1_COEFFS[1:]:
             poly = poly * xx + t(c)
         small = (xx * xx) * poly + t(-0.5) * xx
-    return np.where(xx > t(0.61685), np.cos(x) - t(1), small)
+    return np.where(xx > t(0.61685), xla_math.cos(x) - t(1), small)
 
 
 def _cexpm1(z):
@@ -453,7 +457,7 @@ def _cexpm1(z):
     cm1 = _cosm1(b)
     em1 = (xla_math.expm1_f64 if a.dtype == np.float64 else xla_math.expm1_f32)(a)
     re = xla_math.fma(em1, cm1 + 1, cm1)
-    im = np.where(b == 0, b.dtype.type(0), (em1 + 1) * np.sin(b))
+    im = np.where(b == 0, b.dtype.type(0), (em1 + 1) * xla_math.sin(b))
     return _compose(re, im, z.dtype)
 
 
@@ -463,8 +467,8 @@ def _csin_cos(z, is_sin: bool):
     half_e, half_ne = 0.5 * ey, 0.5 / ey
     sinh, cosh = half_e - half_ne, half_e + half_ne
     if is_sin:
-        return _compose(np.sin(x) * cosh, np.cos(x) * sinh, z.dtype)
-    return _compose(np.cos(x) * cosh, -(np.sin(x) * sinh), z.dtype)
+        return _compose(xla_math.sin(x) * cosh, xla_math.cos(x) * sinh, z.dtype)
+    return _compose(xla_math.cos(x) * cosh, -(xla_math.sin(x) * sinh), z.dtype)
 
 
 def _ctanh_parts(a, b):
@@ -473,7 +477,7 @@ def _ctanh_parts(a, b):
     e2 = expm1(two_a)
     en2 = expm1(-two_a)
     real_num = e2 - en2
-    cos_b, sin_b = np.cos(b), np.sin(b)
+    cos_b, sin_b = xla_math.cos(b), xla_math.sin(b)
     imag_num = 4 * (cos_b * sin_b)
     exp_sum_m2 = e2 + en2
     denom = exp_sum_m2 + 4 * (cos_b * cos_b)
@@ -508,7 +512,7 @@ def _crsqrt(z):
     r = _rsqrt(mx) * _rsqrt(np.sqrt(s))
     r = np.where(np.isnan(r), _rsqrt(mn), r)
     angle = np.arctan2(b, a) * -0.5
-    re, im = r * np.cos(angle), r * np.sin(angle)
+    re, im = r * xla_math.cos(angle), r * xla_math.sin(angle)
     zero = a.dtype.type(0)
     abs_a, abs_b = np.abs(a), np.abs(b)
     zero_zero = (a == 0) & (b == 0)
@@ -527,7 +531,7 @@ def _ccbrt(z):
     re, im = z.real.astype(np.float64), z.imag.astype(np.float64)
     theta = np.arctan2(im, re) / 3.0
     r = np.power(np.power(re, 2.0) + np.power(im, 2.0), 1.0 / 6.0)
-    return _compose(r * np.cos(theta), r * np.sin(theta), z.dtype)
+    return _compose(r * xla_math.cos(theta), r * xla_math.sin(theta), z.dtype)
 
 
 def _clogistic(z):
@@ -544,7 +548,7 @@ def _cpow(x, y):
     # XLA's own exp and log; libm's pow, atan2, sin and cos (called by XLA CPU).
     coeff = np.power(absx, c) * xla_math.exp(-d * arg)
     q = xla_math.fma(c, arg, d * xla_math.log(absx))
-    re, im = coeff * np.cos(q), coeff * np.sin(q)
+    re, im = coeff * xla_math.cos(q), coeff * xla_math.sin(q)
     one, zero, inf = 1, 0, np.inf
     cases = [
         (a == inf) & (b == 0) & (d == 0) & (c < 0),  # inf ** c = 0 for c < 0
@@ -566,8 +570,8 @@ def _csqrt_parts(re, im):
     r = np.sqrt(mx) * np.power(s, t(0.25))
     r = np.where(np.isnan(r), mn, r)
     theta = np.arctan2(im, re) * t(0.5)
-    sin = np.sin(theta)
-    out_re = r * np.cos(theta)
+    sin = xla_math.sin(theta)
+    out_re = r * xla_math.cos(theta)
     out_im = np.where(sin == 0, t(0), r * sin)
     im_inf = np.abs(im) == np.inf
     out_re = np.where((re == -np.inf) & ~im_inf, t(0), out_re)
@@ -621,7 +625,7 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "cbrt": {"float": np.cbrt, "complex": _ccbrt},
     "ceil": {"float": np.ceil},
     "count_leading_zeros": {"sint": _PerType(_clz), "uint": _PerType(_clz)},
-    "cosine": {"float": np.cos, "complex": functools.partial(_csin_cos, is_sin=False)},
+    "cosine": {"float": _by_width(xla_math.cos_f32, np.cos), "complex": functools.partial(_csin_cos, is_sin=False)},
     "erf": {"float": _by_width(xla_math.erf_f32, xla_math.erf_f64)},
     "exponential": {"float": _by_width(xla_math.exp_f32, xla_math.exp_f64), "complex": _cexp},
     "exponential_minus_one": {"float": _by_width(xla_math.expm1_f32, xla_math.expm1_f64, xla_math.expm1_f16), "complex": _cexpm1},
@@ -640,9 +644,9 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "round_nearest_even": {"float": np.rint},
     "rsqrt": {"float": _by_width(xla_math.rsqrt_f32, xla_math.rsqrt_f64), "complex": _crsqrt},
     "sign": {"sint": np.sign, "float": _float_sign, "complex": _csign},
-    "sine": {"float": np.sin, "complex": functools.partial(_csin_cos, is_sin=True)},
+    "sine": {"float": _by_width(xla_math.sin_f32, np.sin), "complex": functools.partial(_csin_cos, is_sin=True)},
     "sqrt": {"float": np.sqrt, "complex": _csqrt},
-    "tan": {"float": np.tan, "complex": _ctan},
+    "tan": {"float": _by_width(np.tan, np.tan), "complex": _ctan},
     "tanh": {"float": _by_width(xla_math.tanh_f32, xla_math.tanh_f64), "complex": _ctanh},
 }
 """Unary op mnemonic -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
