@@ -246,7 +246,7 @@ def test_c64_binary_special_values(mnemonic):
 
 
 _COMPLEX_UNARY = {"exponential": jax.lax.exp, "exponential_minus_one": jax.lax.expm1, "tanh": jax.lax.tanh,
-                  "logistic": None}
+                  "logistic": None, "log": jax.lax.log, "log_plus_one": jax.lax.log1p}
 
 
 @pytest.mark.parametrize("mnemonic", _COMPLEX_UNARY)
@@ -267,3 +267,28 @@ def test_sincos_f32_rounding_fallback(monkeypatch):
     for mnemonic, fn in (("sine", xla_math.sin_f32), ("cosine", xla_math.cos_f32)):
         with np.errstate(all="ignore"):
             _assert_same_bits(fn(x), _xla(mnemonic, x), x, f"{mnemonic} f32 all fused")
+
+
+def _near_unit_circle_and_minus_one(dtype, n: int = 20000):
+    """Where XLA's complex log and log1p switch formulas: |z| near 1, z near -1, huge and tiny parts."""
+    rng = np.random.default_rng(zlib.crc32(f"circle-{np.dtype(dtype).name}".encode()))
+    angle = rng.uniform(-np.pi, np.pi, n)
+    radius = 1 + rng.standard_normal(n) * np.exp(rng.uniform(-20, 0, n))
+    offset = rng.standard_normal((n, 2)) * np.exp(rng.uniform(-20, 1, (n, 2)))
+    parts = np.concatenate([np.stack([radius * np.cos(angle), radius * np.sin(angle)], 1),
+                            offset - [1, 0], offset * 1e20, offset * 1e160])
+    z = np.empty(len(parts), dtype)
+    with np.errstate(over="ignore"):  # c64: the 1e160 parts become infinities
+        z.real, z.imag = parts.T
+    return z
+
+
+@pytest.mark.parametrize("name", ["c64", "c128"])
+@pytest.mark.parametrize("mnemonic", ["log", "log_plus_one"])
+def test_complex_log_bit_exact(mnemonic, name):
+    # XLA's complex log/log1p expansions (double-word |z|² - 1 and 2x + x² + y²) over its own log/log1p.
+    dtype = ELEMENT_TYPES[name].dtype
+    x = np.concatenate([_complex_pairs(dtype)[0], _near_unit_circle_and_minus_one(dtype)])
+    with np.errstate(all="ignore"):
+        ref = np.asarray(jax.jit(_COMPLEX_UNARY[mnemonic])(x))
+    _assert_same_parts(_run(mnemonic, x, name), ref, x, f"{mnemonic} {name}")

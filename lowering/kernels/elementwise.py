@@ -21,6 +21,9 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
   with LLVM's fused multiply-adds and the CPU's flushing of denormals,
   reproduced bit for bit in :mod:`.xla_math` (f64 log and erf are libm's, with
   denormal inputs read as 0).
+* complex log and log1p follow the StableHLO complex-math expansion XLA
+  applies (double-word ``|z|² - 1`` and ``2x + x² + y²``), over XLA's own
+  real log/log1p, bit for bit (see :func:`_clog`, :func:`_clog1p`);
 * sine and cosine are the libm functions XLA CPU calls: for f32 glibc's
   ``sinf``/``cosf``, reproduced in :mod:`.xla_math` with their fused
   multiply-adds (NumPy's own f32 sin/cos differ in the last bit); tan is
@@ -400,25 +403,117 @@ def _cmul_parts(ar, ai, br, bi):
     return ar * br - ai * bi, ar * bi + ai * br
 
 
-def _clog_parts(re, im):
-    return np.log(_cabs_parts(re, im)), np.arctan2(im, re)
+_SPLITTER = {np.dtype(np.float32): np.float32(4097), np.dtype(np.float64): np.float64(134217729)}
+"""Veltkamp's splitting constant 2**ceil(p/2) + 1 per precision."""
 
 
-def _clog(z):
-    re, im = _clog_parts(z.real, z.imag)
-    return _compose(re, im, z.dtype)
+def _square_parts(x):
+    """(x*x, e) with x*x + e == x² (Dekker's product, as XLA's complex log expansions spell it,
+    with the multiply-adds LLVM fuses)."""
+    fma = xla_math.fma
+    xx = x * x
+    t = x * _SPLITTER[x.dtype]
+    hi = t + (x - t)
+    lo = x - hi
+    p = hi * lo
+    e = fma(hi, hi, -xx) + p
+    return xx, fma(lo, lo, p + e)
 
 
-def _clog1p(z):
-    a, b = z.real, z.imag
-    a1 = a + 1
-    abs_a1, abs_b = np.abs(a1), np.abs(b)
-    mx, mn = np.maximum(abs_a1, abs_b), np.minimum(abs_a1, abs_b)
-    mx_m1 = np.where(a1 > abs_b, a, mx - 1)
+def _two_sum_error(s, a, b):
+    """The rounding error of ``s = a + b`` (Knuth), operation by operation as in XLA's IR."""
+    d = s - a
+    return (b - d) + (a + (d - s))
+
+
+def _log1p_half_or_log(mx, mn):
+    """``log(mx) + log1p((mn/mx)²)/2`` (1 for the ratio where mn == mx), LLVM fusing the final multiply-add."""
+    t = mx.dtype.type
     ratio = mn / mx
-    r = 0.5 * np.log1p(ratio * ratio) + np.log1p(mx_m1)
-    re = np.where(np.isnan(r), mn, r)
-    return _compose(re, np.arctan2(b, a1), z.dtype)
+    r = np.where(mn == mx, t(1), ratio * ratio)
+    return xla_math.fma(xla_math.log1p(r), t(0.5), xla_math.log(mx))
+
+
+def _piecewise(choice, branches, *args):
+    """``branches[choice]`` evaluated only on the elements that choose it (``choice``: an int array of
+    branch indices, ``args``: arrays of its shape), for formulas too costly to evaluate everywhere."""
+    flat = [np.ravel(a) for a in args]
+    out = None
+    for k, branch in enumerate(branches):
+        idx = np.flatnonzero(choice.ravel() == k)
+        if idx.size:
+            part = branch(*(a[idx] for a in flat))
+            if out is None:
+                out = np.empty(choice.size, part.dtype)
+            out[idx] = part
+    return (np.empty(0, args[0].dtype) if out is None else out).reshape(choice.shape)
+
+
+def _abs2_minus_one(a, b):
+    """``a² + b² - 1`` in double-word arithmetic, as XLA's complex log computes it."""
+    t = a.dtype.type
+    aa, e_a = _square_parts(a)
+    bb, e_b = _square_parts(b)
+    gt = bb > aa
+    mx2, mn2 = np.where(gt, bb, aa), np.where(gt, aa, bb)
+    m1 = mx2 + t(-1)
+    s1 = m1 + mn2
+    s2 = s1 + e_b
+    s3 = s2 + e_a
+    # XLA's emitted error of m1 = mx2 - 1 is mx2 - ((mx2 - 1) + 1); LLVM folds it to mx2 - mx2 (0, or NaN for inf).
+    err = ((mx2 - mx2) + (mn2 - (s1 - m1))) + (e_b - (s2 - s1))
+    return s3 + (err + (e_a - (s3 - s2)))
+
+
+@xla_math.blockwise
+def _clog(z):
+    """XLA's complex log (the StableHLO complex-math expansion): for |z|² - 1 computed in double-word
+    arithmetic below 1/2 in magnitude, ``log1p(|z|² - 1)/2``, else ``log(max) + log1p((min/max)²)/2``;
+    the imaginary part is atan2(im, re)."""
+    a, b = z.real, z.imag
+    t = a.dtype.type
+    total = _abs2_minus_one(a, b)
+    abs_a, abs_b = np.abs(a), np.abs(b)
+    re = _piecewise((np.abs(total) < t(0.5)).astype(np.int8),
+                    (lambda mx, mn, s: _log1p_half_or_log(mx, mn),
+                     lambda mx, mn, s: xla_math.log1p(s) * t(0.5)),
+                    np.maximum(abs_a, abs_b), np.minimum(abs_a, abs_b), total)
+    return _compose(re, np.arctan2(b, a), z.dtype)
+
+
+_CLOG1P_LARGE = {np.dtype(np.float32): np.float32(1.84467419e+17), np.dtype(np.float64): 1.3407807929942595e+152}
+
+
+def _clog1p_mid(x, y):
+    """``log1p(2x + x² + y²)/2`` with the sum in double-word arithmetic (XLA's complex log1p)."""
+    xx, e_x = _square_parts(x)
+    yy, e_y = _square_parts(y)
+    x2 = x + x
+    s1 = x2 + yy
+    s2 = xx + s1
+    s3 = s2 + e_y
+    s4 = e_x + s3
+    err = ((_two_sum_error(s1, x2, yy) + _two_sum_error(s2, s1, xx)) + _two_sum_error(s3, s2, e_y)) \
+        + _two_sum_error(s4, s3, e_x)
+    return xla_math.log1p(s4 + err) * x.dtype.type(0.5)
+
+
+@xla_math.blockwise
+def _clog1p(z):
+    """XLA's complex log1p (the StableHLO complex-math expansion): ``log(max) + log1p((min/max)²)/2``
+    for huge parts, ``log((x+1)² + y²)/2`` where |x+1| + |y| < 0.2, else ``log1p(2x + x² + y²)/2`` with
+    the sum in double-word arithmetic; the imaginary part is atan2(y, x + 1)."""
+    x, y = z.real, z.imag
+    t = x.dtype.type
+    abs_x, abs_y = np.abs(x), np.abs(y)
+    mx = np.maximum(abs_x, abs_y)
+    xp1 = x + t(1)
+    choice = np.where(mx > _CLOG1P_LARGE[x.dtype], 0, np.where(np.abs(xp1) + abs_y < t(0.2), 1, 2)).astype(np.int8)
+    re = _piecewise(choice, (lambda x, y, xp1: _log1p_half_or_log(np.maximum(np.abs(x), np.abs(y)),
+                                                                   np.minimum(np.abs(x), np.abs(y))),
+                             lambda x, y, xp1: xla_math.log(xla_math.fma(xp1, xp1, y * y)) * t(0.5),
+                             lambda x, y, xp1: _clog1p_mid(x, y)), x, y, xp1)
+    return _compose(re, np.arctan2(y, xp1), z.dtype)
 
 
 def _cexp(z):

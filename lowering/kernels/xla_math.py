@@ -675,3 +675,8 @@ def sin(x):
 def cos(x):
     """The cosine XLA CPU computes in the precision of ``x``: glibc's cosf for f32, libm's cos for f64."""
     return cos_f32(x) if x.dtype == np.float32 else np.cos(x)
+
+
+def log1p(x):
+    """XLA CPU's log1p in the precision of ``x`` (f32 or f64)."""
+    return log1p_f32(x) if x.dtype == np.float32 else log1p_f64(x)
