@@ -21,7 +21,7 @@ import numpy as np
 from xla_dialect.ops import conversion as cv
 
 from ..registry import register
-from .elementwise import Elem, elem_of
+from .elementwise import Elem, elem_of, store
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _F32_TINY = np.float32(np.finfo(np.float32).tiny)
@@ -35,8 +35,8 @@ def _flush_f32(x):
 def _float_to_float(src: Elem, dst: Elem):
     if dst.name == "f4e2m1fn":  # no NaN in f4e2m1fn: XLA gives -0 for every NaN
         def to_f4(x):
-            x = np.asarray(x).astype(src.compute)  # (fnuz formats have no -0: use the compute type)
-            return np.where(np.isnan(x), src.compute.type(-0.0), x).astype(dst.dtype)
+            # (fnuz formats have no -0: go through the compute type)
+            return store(np.asarray(x).astype(src.compute), dst.dtype)
 
         return to_f4
     if src.dtype == _F64 and dst.compute == _F32:  # hardware cvtsd2ss: FTZ on the f32 result

@@ -794,9 +794,17 @@ def _typed(fn: Callable, operand: Elem, result_dtype: np.dtype) -> Callable:
     compute = operand.compute
 
     def widened(*xs):
-        return np.asarray(fn(*(np.asarray(x).astype(compute) for x in xs))).astype(result_dtype)
+        return store(np.asarray(fn(*(np.asarray(x).astype(compute) for x in xs))), result_dtype)
 
     return widened
+
+
+def store(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Round computed values to the storage ``dtype``. f4e2m1fn has no NaN: XLA stores every NaN as -0
+    (ml_dtypes gives a NaN's sign to the zero)."""
+    if dtype.name == "float4_e2m1fn" and x.dtype.kind == "f":
+        x = np.where(np.isnan(x), x.dtype.type(-0.0), x)
+    return x.astype(dtype)
 
 
 def _lookup(table, op, e: Elem):
