@@ -336,7 +336,7 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 
 
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
-            num_partitions: int = 1, blas_threads: int | None = None):
+            num_partitions: int = 1, blas_threads: int | None = None, xla_rewrites: bool = True):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -350,6 +350,11 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     multi-threaded OpenBLAS is fragile under load) and the BLAS's own setting
     on larger ones. OpenBLAS's f32 results may differ in the last bits between
     thread counts. See :mod:`lowering.blas`.
+
+    ``xla_rewrites`` (default True) first applies the float-result-changing
+    rewrites of XLA's algebraic simplifier (``x / c`` -> ``x * (1/c)``, ...;
+    see :mod:`passes.xla_numerics`), as jax.jit does; False computes every
+    op literally (IEEE).
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
 
@@ -371,7 +376,14 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     from passes import canonicalize_broadcasts
     from passes.quantized import lower_quantized
 
-    module = lower_quantized(canonicalize_broadcasts(module, clone=True), clone=True)
+    if not isinstance(xla_rewrites, bool):
+        raise ExecutionError(f"lowering.compile: xla_rewrites must be True or False, got {xla_rewrites!r}")
+    canonical = canonicalize_broadcasts(module, clone=True)
+    if xla_rewrites:  # XLA's float rewrites (passes.xla_numerics), on a copy like the rest
+        from passes.xla_numerics import xla_float_rewrites
+
+        canonical = xla_float_rewrites(canonical, clone=canonical is module)
+    module = lower_quantized(canonical, clone=True)
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads)
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")

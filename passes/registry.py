@@ -32,6 +32,7 @@ BUILTIN_MODULES = (
     "passes.tiling",
     "passes.pdl",
     "passes.quantized",
+    "passes.xla_numerics",
 )
 """Modules whose import registers the built-in passes."""
 

@@ -1,0 +1,388 @@
+"""``xla-float-rewrites``: the rewrites of XLA's algebraic simplifier that change float results.
+
+XLA CPU's pipeline (jax.jit) does not compute each hlo op as written: its
+``AlgebraicSimplifier`` replaces, for example, ``x / broadcast(0.02)`` by
+``x * broadcast(50)``, which differs from the true quotient in the last bit
+for about a quarter of the elements. The executor computes every op exactly
+(IEEE), so it runs this pass first (``lowering.compile(..., xla_rewrites=True)``,
+the default) to compute what XLA computes. Each pattern is one rewrite of
+``algebraic_simplifier.cc`` (``HandleDivide``, ``HandleMultiply``,
+``HandleAdd``/``HandleSubtract``, ``HandlePower``), applied under XLA's own
+conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
+
+* ``A / C`` and ``A / broadcast(C)`` (``A`` not a constant, ``C`` any constant)
+  -> ``A * (1 / C)``, the inverse computed in the element type, for f16, f32,
+  f64 and complex. bf16 programs reach the simplifier already widened to f32
+  (XLA's float normalization), so there the multiply is by the f32 inverse of
+  the f32 value of ``C``: ``convert(convert(A, f32) * (1 / C), bf16)``.
+  Integer division is never changed.
+* ``exp(A) / exp(B)`` -> ``exp(A - B)``; ``A / exp(B)`` -> ``A * exp(-B)``;
+  ``A / pow(B, C)`` -> ``A * pow(B, -C)``; ``A / sqrt(B)`` -> ``A * rsqrt(B)``
+  and ``A / rsqrt(B)`` -> ``A * sqrt(B)`` when the root has no other use.
+* ``(A / B) / (C / D)`` -> ``(A * D) / (B * C)``; ``(A / B) / C`` ->
+  ``A / (B * C)``; ``A / (B / C)`` -> ``(A * C) / B`` (float and complex).
+* ``(A * C1) * C2`` -> ``A * (C1 * C2)`` and ``(A + C1) + C2`` ->
+  ``A + (C1 + C2)`` for constants (or broadcast scalar constants) ``C1, C2``;
+  ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
+* ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``).
+* ``pow(exp(A), B)`` -> ``exp(A * B)``; ``pow(A, 2)`` -> ``A * A``;
+  ``pow(A, 3)`` -> ``A * (A * A)``; ``pow(A, -1)`` -> ``1 / A``.
+
+bf16 ops other than the division by a constant are left alone: XLA computes
+each of them in f32 between conversions, so no other pattern can match
+there. Ops computing on quantized values are never touched (their float
+formula is the spec's). Not reproduced: the CPU backend's contraction of a
+fused ``multiply`` + ``add`` into one FMA (see the project notes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+
+from xla_dialect.ops import conversion as cv
+from xla_dialect.ops import data_movement as dm
+from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.types import element_type_named, element_type_of
+
+from .base import PatternPass
+from .quantized import computes_on_quantized
+from .registry import register_pass
+from .util import create, i64s, make_constant, splat_scalar, tensor_type
+
+_B = ew.BINARY_OP_CLASSES
+_U = ew.UNARY_OP_CLASSES
+DivOp, MulOp, AddOp, SubOp, PowOp = _B["divide"], _B["multiply"], _B["add"], _B["subtract"], _B["power"]
+ExpOp, NegOp, SqrtOp, RsqrtOp = _U["exponential"], _U["negate"], _U["sqrt"], _U["rsqrt"]
+
+_NATIVE = frozenset({"f16", "f32", "f64", "c64", "c128"})
+"""Element types XLA CPU's simplifier sees as they are (bf16 arrives widened to f32; f8 types are not
+verified and left alone)."""
+
+
+def _element_name(value: SSAValue) -> str | None:
+    t = value.type
+    if not isinstance(t, TensorType):
+        return None
+    try:
+        return element_type_of(t.element_type).xla_name
+    except Exception:  # quantized or unknown element types
+        return None
+
+
+def _eligible(op: Operation, types=_NATIVE) -> bool:
+    """Whether ``op`` computes on an element type in ``types`` and not on quantized values."""
+    return _element_name(op.results[0]) in types and not computes_on_quantized(op)
+
+
+def _defining(value: SSAValue, cls) -> Operation | None:
+    owner = value.owner
+    return owner if isinstance(owner, cls) else None
+
+
+def _constant(value: SSAValue):
+    """``(array, broadcast_op)`` when ``value`` is ``constant`` (broadcast_op None) or
+    ``broadcast_in_dim(constant)``, else None."""
+    owner = value.owner
+    if isinstance(owner, ConstantOp):
+        return owner.value.array, None
+    if isinstance(owner, dm.BroadcastInDimOp) and isinstance(owner.operands[0].owner, ConstantOp):
+        return owner.operands[0].owner.value.array, owner
+    return None
+
+
+def _full_constant(value: SSAValue) -> tuple[np.ndarray, bool] | None:
+    """``(array, splat)`` for a constant ``value``: a constant (``array`` as is) or a broadcast of a
+    scalar constant (``array`` 0-d); ``splat`` says whether every element is the same.
+
+    XLA folds ``(A op C1) op C2`` for two ``Constant``s or two ``Broadcast(ConstantScalar)``s. The
+    broadcasts of scalars that jax emits reach the executor folded into splat constants (by
+    ``canonicalize-broadcasts``), so splat constants count as broadcast scalars and only two
+    splats, or two non-splat constants, are folded together.
+    """
+    found = _constant(value)
+    if found is None:
+        return None
+    array, broadcast = found
+    if broadcast is not None:
+        return (array.reshape(()), True) if array.size == 1 else None
+    return array, splat_scalar(value) is not None
+
+
+def _is_all(value: SSAValue, number: float) -> bool:
+    """XLA's ``IsAll``: a constant (or a broadcast of one) whose every element equals ``number``."""
+    found = _constant(value)
+    return found is not None and found[0].size > 0 and bool(np.all(found[0] == number))
+
+
+def _emit(rewriter: PatternRewriter, cls, operands, result_type, props: dict | None = None) -> SSAValue:
+    op = create(cls, list(operands), props or {}, [result_type])
+    rewriter.insert(op)
+    return op.results[0]
+
+
+def _emit_constant(rewriter: PatternRewriter, array: np.ndarray, like: TensorType) -> SSAValue:
+    """A constant of type ``like`` (a scalar ``array`` is broadcast with ``broadcast_in_dim``)."""
+    shape = tuple(like.get_shape())
+    array = np.asarray(array)
+    if array.shape == shape:
+        const = make_constant(array, like)
+        rewriter.insert(const)
+        return const.results[0]
+    scalar = make_constant(array.reshape(()), tensor_type(like.element_type, (), None))
+    rewriter.insert(scalar)
+    bcast = create(dm.BroadcastInDimOp, [scalar.results[0]], {"broadcast_dimensions": i64s(())}, [like])
+    rewriter.insert(bcast)
+    return bcast.results[0]
+
+
+def _replace(rewriter: PatternRewriter, op: Operation, value: SSAValue) -> None:
+    """Replace ``op`` by ``value`` and drop the operand definitions left without uses."""
+    operands = [v.owner for v in op.operands]
+    rewriter.replace(op, [], [value])
+    for owner in operands:
+        if (isinstance(owner, Operation) and owner.parent is not None and not owner.regions
+                and isinstance(owner, (ExpOp, SqrtOp, RsqrtOp, PowOp, DivOp, MulOp, AddOp, NegOp,
+                                       ConstantOp, dm.BroadcastInDimOp))
+                and all(r.first_use is None for r in owner.results)):
+            rewriter.erase(owner)
+
+
+def _flush(array: np.ndarray) -> np.ndarray:
+    """``array`` with its f32/f64 subnormals (complex parts too) made signed zeros.
+
+    XLA CPU folds constants with the CPU's flush-to-zero and denormals-are-zero
+    modes on (measured: ``x / 1e-38f`` becomes ``x * inf``, ``x / 3e38f`` becomes
+    ``x * 0``); f16 and bf16 are computed in software through f32 and keep theirs.
+    """
+    array = np.asarray(array)
+    if array.dtype.kind == "c":
+        return _flush(array.real) + 1j * _flush(array.imag).astype(array.dtype)
+    if array.dtype not in (np.float32, np.float64):
+        return array
+    tiny = np.finfo(array.dtype).tiny
+    return np.where(np.abs(array) < tiny, np.copysign(np.zeros((), array.dtype), array), array).astype(array.dtype)
+
+
+def _fold(fn, *arrays: np.ndarray, dtype) -> np.ndarray:
+    """``fn(*arrays)`` computed in ``dtype`` as XLA's constant folding on the CPU does (see _flush)."""
+    with np.errstate(all="ignore"):
+        return _flush(np.asarray(fn(*(_flush(np.asarray(a, dtype=dtype)) for a in arrays)), dtype=dtype))
+
+
+def _inverse(array: np.ndarray, dtype) -> np.ndarray:
+    """``1 / array`` computed in ``dtype`` (XLA's ``InvertConstant``: ``T{1} / c``)."""
+    return _fold(np.divide, np.ones((), dtype=dtype), array, dtype=dtype)
+
+
+class DivideByConstant(RewritePattern):
+    """``A / C`` and ``A / broadcast(C)`` -> ``A * (1 / C)`` (floats and complex; bf16 via f32)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: DivOp, rewriter: PatternRewriter) -> None:
+        a, b = op.operands
+        name = _element_name(op.results[0])
+        if name not in _NATIVE and name != "bf16" or computes_on_quantized(op):
+            return
+        if isinstance(a.owner, ConstantOp):
+            return  # m::NonConstant(A): a constant quotient is folded as written
+        found = _constant(b)
+        if found is None:
+            return
+        array, broadcast = found
+        result_type = op.results[0].type
+        if name != "bf16":
+            inverse_type = broadcast.operands[0].type if broadcast is not None else b.type
+            inverse = _emit_constant(rewriter, _inverse(array, array.dtype), inverse_type)
+            if broadcast is not None:
+                inverse = _emit(rewriter, dm.BroadcastInDimOp, [inverse], b.type, dict(broadcast.properties))
+            _replace(rewriter, op, _emit(rewriter, MulOp, [a, inverse], result_type))
+            return
+        # bf16: XLA divides convert(A, f32) by the constant folded to f32, then rounds to bf16.
+        f32 = element_type_named("f32").mlir
+        wide_type = TensorType(f32, result_type.get_shape(), result_type.encoding)
+        inv = _inverse(array.astype(np.float32), np.float32)
+        if broadcast is not None:
+            src = broadcast.operands[0].type
+            inverse = _emit_constant(rewriter, inv, TensorType(f32, src.get_shape(), src.encoding))
+            inverse = _emit(rewriter, dm.BroadcastInDimOp, [inverse], wide_type, dict(broadcast.properties))
+        else:
+            inverse = _emit_constant(rewriter, inv, wide_type)
+        wide_a = _emit(rewriter, cv.ConvertOp, [a], wide_type)
+        product = _emit(rewriter, MulOp, [wide_a, inverse], wide_type)
+        _replace(rewriter, op, _emit(rewriter, cv.ConvertOp, [product], result_type))
+
+
+class DivideByFunction(RewritePattern):
+    """``exp(A)/exp(B)`` -> ``exp(A-B)``; ``A/exp(B)`` -> ``A*exp(-B)``; ``A/pow(B,C)`` ->
+    ``A*pow(B,-C)``; ``A/sqrt(B)`` -> ``A*rsqrt(B)``; ``A/rsqrt(B)`` -> ``A*sqrt(B)`` (one-use roots)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: DivOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op):
+            return
+        a, b = op.operands
+        t = op.results[0].type
+        den = b.owner
+        if isinstance(den, ExpOp):
+            num = _defining(a, ExpOp)
+            if num is not None:
+                diff = _emit(rewriter, SubOp, [num.operands[0], den.operands[0]], t)
+                _replace(rewriter, op, _emit(rewriter, ExpOp, [diff], t))
+            else:
+                neg = _emit(rewriter, NegOp, [den.operands[0]], t)
+                _replace(rewriter, op, _emit(rewriter, MulOp, [a, _emit(rewriter, ExpOp, [neg], t)], t))
+        elif isinstance(den, PowOp):
+            base, exponent = den.operands
+            neg = _emit(rewriter, NegOp, [exponent], exponent.type)
+            power = _emit(rewriter, PowOp, [base, neg], base.type)
+            _replace(rewriter, op, _emit(rewriter, MulOp, [a, power], t))
+        elif isinstance(den, (SqrtOp, RsqrtOp)) and b.has_one_use():
+            other = RsqrtOp if isinstance(den, SqrtOp) else SqrtOp
+            root = _emit(rewriter, other, [den.operands[0]], t)
+            _replace(rewriter, op, _emit(rewriter, MulOp, [a, root], t))
+
+
+class DivideOfDivide(RewritePattern):
+    """``(A/B)/(C/D)`` -> ``(A*D)/(B*C)``; ``(A/B)/C`` -> ``A/(B*C)``; ``A/(B/C)`` -> ``(A*C)/B``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: DivOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op):
+            return
+        x, y = op.operands
+        t = op.results[0].type
+        num, den = _defining(x, DivOp), _defining(y, DivOp)
+        if num is not None and den is not None:
+            (a, b), (c, d) = num.operands, den.operands
+            new = (_emit(rewriter, MulOp, [a, d], t), _emit(rewriter, MulOp, [b, c], t))
+        elif num is not None:
+            a, b = num.operands
+            new = (a, _emit(rewriter, MulOp, [b, y], t))
+        elif den is not None:
+            b, c = den.operands
+            new = (_emit(rewriter, MulOp, [x, c], t), b)
+        else:
+            return
+        _replace(rewriter, op, _emit(rewriter, DivOp, new, t))
+
+
+def _reassociate(op: Operation, rewriter: PatternRewriter, cls, combine) -> None:
+    """``(A op C1) op C2`` -> ``A op (C1 op C2)`` in any operand order (``combine`` folds the constants)."""
+    if not _eligible(op):
+        return
+    t = op.results[0].type
+    for inner_value, c2_value in (op.operands, op.operands[::-1]):
+        inner = _defining(inner_value, cls)
+        found2 = _full_constant(c2_value)
+        if inner is None or found2 is None:
+            continue
+        for a, c1_value in (inner.operands, inner.operands[::-1]):
+            found1 = _full_constant(c1_value)
+            if found1 is None or found1[1] != found2[1] or _full_constant(a) is not None:
+                continue
+            (c1, _), (c2, _) = found1, found2
+            folded = _fold(combine, c1, c2, dtype=c1.dtype)
+            _replace(rewriter, op, _emit(rewriter, cls, [a, _emit_constant(rewriter, folded, t)], t))
+            return
+
+
+class FoldMultiplyConstants(RewritePattern):
+    """``(A * C1) * C2`` -> ``A * (C1 * C2)``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: MulOp, rewriter: PatternRewriter) -> None:
+        _reassociate(op, rewriter, MulOp, np.multiply)
+
+
+class FoldAddConstants(RewritePattern):
+    """``A + 0`` / ``0 + A`` -> ``A``; ``(A + C1) + C2`` -> ``A + (C1 + C2)``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: AddOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op):
+            return
+        a, b = op.operands
+        for keep, zero in ((a, b), (b, a)):
+            if _is_all(zero, 0) and keep.type == op.results[0].type:
+                rewriter.replace(op, [], [keep])
+                return
+        _reassociate(op, rewriter, AddOp, np.add)
+
+
+class SubtractConstant(RewritePattern):
+    """``A - C`` -> ``A + (-C)`` (exact; lets ``(A - C1) - C2`` fold like additions)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: SubOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op):
+            return
+        a, b = op.operands
+        found = _full_constant(b)
+        if found is None or _full_constant(a) is not None:
+            return
+        t = op.results[0].type
+        _replace(rewriter, op, _emit(rewriter, AddOp, [a, _emit_constant(rewriter, np.negative(found[0]), t)], t))
+
+
+class SimplifyPower(RewritePattern):
+    """``pow(exp(A), B)`` -> ``exp(A*B)``; ``pow(A, 2)`` -> ``A*A``; ``pow(A, 3)`` -> ``A*(A*A)``;
+    ``pow(A, -1)`` -> ``1/A``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: PowOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op):
+            return
+        a, b = op.operands
+        t = op.results[0].type
+        if _is_all(b, 0) or _is_all(b, 1):
+            return  # pow(A, 0) -> 1 and pow(A, 1) -> A are exact
+        base = _defining(a, ExpOp)
+        if base is not None:
+            product = _emit(rewriter, MulOp, [base.operands[0], b], t)
+            _replace(rewriter, op, _emit(rewriter, ExpOp, [product], t))
+        elif _is_all(b, 2):
+            _replace(rewriter, op, _emit(rewriter, MulOp, [a, a], t))
+        elif _is_all(b, 3):
+            square = _emit(rewriter, MulOp, [a, a], t)
+            _replace(rewriter, op, _emit(rewriter, MulOp, [a, square], t))
+        elif _is_all(b, -1):
+            one = _emit_constant(rewriter, np.ones((), dtype=_constant(b)[0].dtype), t)
+            _replace(rewriter, op, _emit(rewriter, DivOp, [one, a], t))
+
+
+@register_pass
+@dataclass(frozen=True)
+class XlaFloatRewritesPass(PatternPass):
+    """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
+
+    name = "xla-float-rewrites"
+    PATTERNS = (DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants, FoldAddConstants,
+                SubtractConstant, SimplifyPower)
+
+
+_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp)
+
+
+def needs_rewrites(module: Operation) -> bool:
+    """Whether ``module`` has an op some pattern may rewrite (a cheap over-approximation)."""
+    return any(isinstance(op, _ROOTS) and _element_name(op.results[0]) in (*_NATIVE, "bf16")
+               for op in module.walk())
+
+
+def xla_float_rewrites(module: ModuleOp, clone: bool = False) -> ModuleOp:
+    """Run ``xla-float-rewrites`` on ``module`` and return the result (a rewritten copy with
+    ``clone``, or ``module`` itself when no op can be rewritten)."""
+    from . import run
+
+    if not needs_rewrites(module):
+        return module
+    if clone:
+        module = module.clone()
+    run(module, XlaFloatRewritesPass(), verify=False)
+    return module

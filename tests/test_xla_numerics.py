@@ -1,0 +1,218 @@
+"""``xla-float-rewrites``: the executor computes what jax.jit computes after XLA's algebraic simplifier.
+
+Every program is imported from jax (interop.import_jax), run by the executor and
+compared bit for bit with jax.jit on random inputs; the cases where XLA does
+not rewrite stay exact too. ``xla_rewrites=False`` gives the literal IEEE
+result of every op.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowering
+import passes
+from interop import import_jax
+from xla_dialect.errors import ExecutionError
+
+F32, F64, F16, BF16 = np.float32, np.float64, np.float16, ml_dtypes.bfloat16
+FLOATS = (F32, F64, F16, BF16)
+
+
+def _data(dtype, n=2000, scale=3.0, positive=False, seed=0):
+    x = np.random.default_rng(seed).normal(0, scale, n)
+    return (np.abs(x) + 0.1 if positive else x).astype(dtype)
+
+
+def _bits(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.kind in "fc" and a.dtype.itemsize <= 8 else a
+
+
+def _same_bits(actual, expected) -> bool:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    if actual.dtype.kind == "c":
+        return _same_bits(actual.real, expected.real) and _same_bits(actual.imag, expected.imag)
+    nan = np.isnan(actual.astype(np.float64)) & np.isnan(expected.astype(np.float64))
+    return bool(np.all((_bits(actual) == _bits(expected)) | nan))
+
+
+def _run(fn, *args, **options):
+    module = import_jax(fn, *args)
+    return lowering.compile(module, **options)(*[np.asarray(a) for a in args])
+
+
+def assert_matches_jax(fn, *args):
+    """The executor's results equal jax.jit's bit for bit."""
+    expected = jax.jit(fn)(*args)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    actual = _run(fn, *args)
+    for a, e in zip(actual, expected):
+        assert _same_bits(a, np.asarray(e)), f"{np.mean(_bits(a) != _bits(np.asarray(e))):.3f} of elements differ"
+
+
+# -- A / constant ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("c", [0.02, 3.0, -7.0, 0.1])
+def test_divide_by_scalar_constant(dtype, c):
+    assert_matches_jax(lambda v: v / dtype(c), _data(dtype, scale=10))
+
+
+def test_divide_by_constant_special_values():
+    x = _data(F32)
+    x[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30]
+    for c in (0.0, -0.0, np.inf, 3e38, 1e-38):
+        assert_matches_jax(lambda v: v / F32(c), x)
+
+
+def test_divide_by_array_constant_and_complex():
+    table = np.linspace(0.5, 3.0, 2000).astype(F32)
+    assert_matches_jax(lambda v: v / table, _data(F32))
+    assert_matches_jax(lambda v: v / table[:40].reshape(1, 40), _data(F32).reshape(50, 40))  # broadcast(C)
+    z = (_data(F32) + 1j * _data(F32, seed=1)).astype(np.complex64)
+    assert_matches_jax(lambda v: v / np.complex64(2.0), z)
+
+
+def test_integer_division_is_not_rewritten():
+    x = np.random.default_rng(0).integers(-1000, 1000, 500).astype(np.int32)
+    assert_matches_jax(lambda v: v // 7, x)
+    assert_matches_jax(lambda v: jax.lax.div(v, np.int32(3)), x)
+
+
+def test_constant_dividend_is_folded_as_written():
+    # m::NonConstant(A): 1 / c is evaluated as a true division.
+    assert_matches_jax(lambda v: v * (F32(1) / F32(3)), _data(F32))
+
+
+@pytest.mark.parametrize("dtype", (F32, F64, F16))
+def test_mean(dtype):
+    # Integer-valued data: the sums are exact whatever the reduction order, so only the
+    # division by the count (XLA: a multiplication by 1/n) decides the bits.
+    x = np.random.default_rng(0).integers(-50, 50, 7 * 60).astype(dtype).reshape(60, 7)
+    assert_matches_jax(lambda v: jnp.mean(v, axis=1), x)
+    assert_matches_jax(lambda v: jnp.mean(v.T, axis=1), x)
+    literal = _run(lambda v: jnp.mean(v, axis=1), x, xla_rewrites=False)[0]
+    assert _same_bits(literal, (x.astype(np.float64).sum(1)).astype(dtype) / dtype(7))
+
+
+def test_division_by_constant_inside_while_loop():
+    def body(carry):
+        i, v = carry
+        return i + 1, jnp.maximum(v / F32(3.0), F32(-1.5)) * F32(1.25)
+
+    assert_matches_jax(lambda v: jax.lax.while_loop(lambda c: c[0] < 5, body, (0, v))[1], _data(F32))
+
+
+# -- A / f(B) and divisions of divisions -------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", (F32, F64, F16))
+def test_divide_by_functions(dtype):
+    x, y, p = _data(dtype), _data(dtype, seed=1), _data(dtype, positive=True, seed=2)
+    assert_matches_jax(lambda a, b: a / jnp.sqrt(b), x, p)
+    assert_matches_jax(lambda a, b: a / jax.lax.rsqrt(b), x, p)
+    assert_matches_jax(lambda a, b: a / jnp.exp(b), x, y)
+    assert_matches_jax(lambda a, b: jnp.exp(a) / jnp.exp(b), x, y)
+    assert_matches_jax(lambda a, b, c: a / jax.lax.pow(b, c), x, p, y)
+
+
+def test_divide_by_shared_sqrt_is_not_rewritten():
+    # A / sqrt(B) -> A * rsqrt(B) needs the sqrt to have one use.
+    def fn(a, b):
+        s = jnp.sqrt(b)
+        return a / s, s
+
+    assert_matches_jax(fn, _data(F32), _data(F32, positive=True, seed=1))
+
+
+@pytest.mark.parametrize("dtype", (F32, F64))
+def test_divisions_of_divisions(dtype):
+    x, y, z, w = (_data(dtype, seed=s) for s in range(4))
+    assert_matches_jax(lambda a, b, c: (a / b) / c, x, y, z)
+    assert_matches_jax(lambda a, b, c: a / (b / c), x, y, z)
+    assert_matches_jax(lambda a, b, c, d: (a / b) / (c / d), x, y, z, w)
+
+
+# -- constants folded together, A + 0, powers ---------------------------------------
+
+
+@pytest.mark.parametrize("dtype", (F32, F64, F16))
+def test_constant_chains(dtype):
+    x = _data(dtype, scale=10)
+    assert_matches_jax(lambda a: (a * dtype(0.1)) * dtype(0.3), x)
+    assert_matches_jax(lambda a: dtype(0.3) * (dtype(0.1) * a), x)
+    assert_matches_jax(lambda a: (a + dtype(0.1)) + dtype(0.3), x)
+    assert_matches_jax(lambda a: (a - dtype(0.1)) - dtype(0.3), x)
+    assert_matches_jax(lambda a: (a / dtype(3)) * dtype(7), x)
+
+
+def test_constant_chains_not_folded():
+    x, y = _data(F32), _data(F32, seed=1)
+    table = np.linspace(1, 2, 2000).astype(F32)
+    assert_matches_jax(lambda a: (a * table) * F32(0.3), x)  # array constant with a broadcast scalar
+    assert_matches_jax(lambda a, b: (a * b) * F32(0.3), x, y)
+    assert_matches_jax(lambda a, b: (a * F32(0.1)) * b, x, y)
+
+
+def test_add_zero_keeps_negative_zero():
+    x = _data(F32)
+    x[:4] = [-0.0, 0.0, np.nan, -np.inf]
+    assert_matches_jax(lambda a: a + F32(0), x)
+    assert_matches_jax(lambda a: F32(0) + a, x)
+    assert_matches_jax(lambda a: a * F32(0), x)  # A * 0 is not folded for floats (NaN, -0)
+
+
+@pytest.mark.parametrize("dtype", (F32, F64, F16, BF16))
+@pytest.mark.parametrize("e", [0, 1, 2, 3, 4, -1, -2, 0.5, 1.5])
+def test_power_by_constant(dtype, e):
+    assert_matches_jax(lambda a: jax.lax.pow(a, dtype(e)), _data(dtype, positive=True))
+
+
+def test_power_of_exp():
+    assert_matches_jax(lambda a, b: jax.lax.pow(jnp.exp(a), b), _data(F32, scale=1), _data(F32, scale=1, seed=1))
+
+
+# -- options, pass registry, caller's module --------------------------------------
+
+
+def test_literal_mode_and_bad_option():
+    x = _data(F32, n=100000, scale=10)
+    literal = _run(lambda v: v / F32(0.02), x, xla_rewrites=False)[0]
+    assert _same_bits(literal, x / F32(0.02))
+    assert np.mean(literal != np.asarray(jax.jit(lambda v: v / F32(0.02))(x))) > 0.1
+    module = import_jax(lambda v: v / F32(0.02), x)
+    with pytest.raises(ExecutionError, match="xla_rewrites"):
+        lowering.compile(module, xla_rewrites="yes")
+
+
+def test_pass_is_registered_and_leaves_the_callers_module_alone():
+    x = _data(F32)
+    module = import_jax(lambda v: v / F32(3.0), x)
+    before = str(module)
+    lowering.compile(module)(x)
+    assert str(module) == before
+    assert "xla-float-rewrites" in passes.available_passes()
+    passes.run(module, "canonicalize-broadcasts,xla-float-rewrites")
+    assert "hlo.divide" not in str(module) and "hlo.multiply" in str(module)
+
+
+def test_quantized_ops_are_not_rewritten():
+    # A division computing on quantized values keeps the spec's dequantize / divide / quantize.
+    from passes.xla_numerics import needs_rewrites, xla_float_rewrites
+    from xla_dialect import XlaBuilder
+    from xla_dialect.quant import uniform_quantized
+
+    q = uniform_quantized("s8", "f32", 0.1, 0)
+    b = XlaBuilder("qdiv")
+    x = b.uniform_quantize(b.parameter(0, "f32[8]"), q)
+    c = b.uniform_quantize(b.constant(np.full(8, 3.0, np.float32)), q)
+    module = b.build(b.div(x, c, result_type=q))
+    assert not needs_rewrites(module)
+    assert xla_float_rewrites(module, clone=True) is module
