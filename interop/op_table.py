@@ -55,6 +55,10 @@ GENERAL_NOTES = [
     "values still finds complex sin/cos (NaN vs finite on extreme inputs), sqrt (about 8%), rsqrt (up to 6 ULP), "
     "c64 exp/expm1 (rare) differing from XLA.",
     "Real f32 atan2, pow and cbrt differ from XLA on denormal inputs (glibc sees denormals, XLA flushes them).",
+    "XLA CPU contracts a multiply feeding an add into one FMA for f32/f64 (`a*b+c` = fma(a, b, c)), also inside "
+    "complex multiplication; the executor rounds the product first (about 28% of f32 `a*b+c` elements differ by 1 ULP).",
+    "XLA's algebraic simplifier rewrites that change float results (`x / c` -> `x * (1/c)`, ...) are reproduced by "
+    "the `xla-float-rewrites` pass, which `lowering.compile` runs by default.",
     "f16/bf16 cholesky, triangular_solve and batch norm round once at the end; XLA rounds after every step (within 2-3% relative).",
     "Quantized types (`!quant.uniform`): ops marked `compute` in `QUANTIZED_MODES` run as dequantize -> float op -> "
     "quantize (the `lower-quantized` pass, the spec's dequantize_op_quantize); data-movement ops run on the storage "
