@@ -34,6 +34,8 @@ Check semantics follow the StableHLO test harness (see the corpus README and
 :func:`check_close`, :func:`check_almost_eq`): the ``custom_call`` forms of
 ``testdata/`` allow 3 ULPs (``expect_close``) or an absolute error of 1e-3
 (``expect_almost_eq``); the ``check`` dialect ops use their own attributes.
+Programs are compiled with ``denormals="keep"`` (IEEE gradual underflow, as
+the reference interpreter computes), not XLA CPU's flush-to-zero default.
 
 The command prints a table by op family (:func:`family_table`) and the
 programs that did not pass grouped by cause (:func:`causes_table`). The
@@ -965,12 +967,14 @@ def _run_checked(program: Program) -> tuple[str, str]:
         module = _import(prepared.module, quant_lines)
         prologue = _import(prepared.prologue, quant_lines) if prepared.prologue is not None else None
     with _at("compile"):
-        exe = lowering.compile(module, entry=prepared.entry)
+        # IEEE denormals: the corpus's expectations come from the StableHLO reference interpreter, which
+        # does not flush them as XLA CPU does (e.g. ceil(smallest denormal) = 1; lowering/denormals.py).
+        exe = lowering.compile(module, entry=prepared.entry, denormals="keep")
         if prepared.parallel is not None:
             par = prepared.parallel
             device = lowering.compile(module, entry=par.program, num_replicas=par.num_replicas,
-                                      num_partitions=par.num_partitions)
-            first = lowering.compile(prologue, entry=prepared.entry)
+                                      num_partitions=par.num_partitions, denormals="keep")
+            first = lowering.compile(prologue, entry=prepared.entry, denormals="keep")
     with _at("run"):
         if prepared.parallel is None:
             outputs = exe()

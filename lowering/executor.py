@@ -32,6 +32,7 @@ from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
 from .blas import BlasThreadLimit, blas_matmul, resolve_blas_threads
+from .denormals import flush_threaded_matmul, mode_switch, resolve_denormals
 from .registry import KERNELS, Constant
 from .runtime import Runtime
 
@@ -40,8 +41,10 @@ class LoweringContext:
     """What kernel factories may ask for while an op is lowered."""
 
     def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
-                 blas_threads: int | None = None):
+                 blas_threads: int | None = None, denormals: str | None = None):
         self.module = module
+        # "flush" (XLA CPU's FTZ/DAZ) or "keep" (IEEE): see lowering.denormals.
+        self.denormals = resolve_denormals(denormals)
         # BLAS threads for the float matmuls (dot, convolution): an int, or None
         # to leave the BLAS as configured (see lowering.blas).
         self.blas_threads = resolve_blas_threads(blas_threads)
@@ -87,6 +90,8 @@ class LoweringContext:
         matmul = blas_matmul(self.blas_threads, dtype, m, k, n)
         if matmul is not np.matmul:
             self.limits_blas = True  # the Executable takes the limit once per call
+        if self.denormals == "flush":  # OpenBLAS's worker threads do not flush (lowering.denormals)
+            matmul = flush_threaded_matmul(matmul, self.blas_threads, dtype, m, k, n)
         return matmul
 
     # -- code generation ----------------------------------------------------
@@ -255,8 +260,11 @@ class Executable:
     """
 
     def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None,
-                 blas_threads: int | None = None):
+                 blas_threads: int | None = None, denormals: str = "keep"):
         self._fn = fn
+        # The CPU's denormal mode for the call ("flush": XLA's FTZ/DAZ; lowering.denormals).
+        self.denormals = denormals
+        self._denormal_mode = mode_switch(denormals)
         # Held for the whole call: one BLAS limit per call instead of one per matmul (lowering.blas).
         self._blas_limit = contextlib.nullcontext() if blas_threads is None else BlasThreadLimit(blas_threads)
         self.runtime = runtime if runtime is not None else Runtime()
@@ -308,7 +316,7 @@ class Executable:
 
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
         checked = self._check_args(args)
-        with np.errstate(all="ignore"), self._blas_limit:
+        with np.errstate(all="ignore"), self._blas_limit, self._denormal_mode:
             result = self._fn(*checked)
         flat: list = []
         if self._single:
@@ -336,7 +344,8 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 
 
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
-            num_partitions: int = 1, blas_threads: int | None = None, xla_rewrites: bool = True):
+            num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
+            xla_rewrites: bool = True):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -351,6 +360,12 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     on larger ones. OpenBLAS's f32 results may differ in the last bits between
     thread counts. See :mod:`lowering.blas`.
 
+    ``denormals`` says how denormal floats are treated: ``"flush"`` as XLA's
+    CPU runtime does (denormal inputs of arithmetic read as 0, denormal
+    results become 0; data movement keeps them), ``"keep"`` as IEEE (gradual
+    underflow), None (the default) "flush" where the CPU's mode can be set,
+    else "keep". See :mod:`lowering.denormals`.
+
     ``xla_rewrites`` (default True) first applies the float-result-changing
     rewrites of XLA's algebraic simplifier (``x / c`` -> ``x * (1/c)``, ...;
     see :mod:`passes.xla_numerics`), as jax.jit does; False computes every
@@ -362,6 +377,7 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ExecutionError(f"lowering.compile: {what} must be a positive int, got {count!r}")
     resolve_blas_threads(blas_threads)  # reject a bad value before the (possibly long) verification
+    denormals = resolve_denormals(denormals)
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
@@ -384,12 +400,12 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
 
         canonical = xla_float_rewrites(canonical, clone=canonical is module)
     module = lower_quantized(canonical, clone=True)
-    ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads)
+    ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)
     executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime,
-                            ctx.blas_threads if ctx.limits_blas else None)
+                            ctx.blas_threads if ctx.limits_blas else None, ctx.denormals)
     if num_replicas * num_partitions == 1:
         return executable
     from .devices import MultiDeviceExecutable

@@ -29,10 +29,14 @@ tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
   multiply-adds (NumPy's own f32 sin/cos differ in the last bit); tan is
   libm's; all three widen the 8-bit floats via f16 like the functions above.
 
-Known difference: XLA's CPU runtime flushes denormal floats to zero (FTZ/DAZ);
-apart from the :mod:`.xla_math` functions, these kernels keep IEEE gradual
-underflow, so results that are or depend on denormals can differ (by less
-than the smallest normal number).
+Denormals: XLA's CPU runtime computes with the CPU's flush-to-zero and
+denormals-are-zero modes. The executor sets the same modes around each call
+(``lowering.compile(..., denormals="flush")``, the default; see
+:mod:`lowering.denormals`), so these kernels flush exactly where XLA's
+instructions do without doing anything themselves; ``sign`` uses XLA's
+formula, which gives ±0 for a denormal under DAZ. With ``denormals="keep"``
+they keep IEEE gradual underflow (the :mod:`.xla_math` functions flush in
+both modes, as XLA's code does).
 
 Binary kernels handle XLA's implicit broadcasting by reshaping operands at
 lowering time so that NumPy broadcasting produces exactly XLA's result; when
@@ -284,8 +288,9 @@ def _round_afz(x):
 
 
 def _float_sign(x):
-    # sign(NaN) = NaN (sign kept), sign(±0) = ±0.
-    return np.where(np.isnan(x) | (x == 0), x, np.copysign(x.dtype.type(1), x))
+    # XLA's formula: copysign(x != 0 ? 1 : 0, x), NaN passed through. sign(±0) = ±0, and under the
+    # CPU's DAZ mode (lowering.denormals) a denormal compares equal to 0 and gives ±0 as in XLA.
+    return np.where(np.isnan(x), x, np.copysign((x != 0).astype(x.dtype), x))
 
 
 def _rsqrt(x):
