@@ -115,13 +115,14 @@ interpreter, which is IEEE (under "flush" 3 of its 1742 programs fail:
 ``ceil`` of the smallest denormal is 0, as in XLA, not 1).
 
 Cost (measured on a 2-core x86-64 VM, both modes interleaved in one process):
-the mode switch is three libc calls through ctypes, about 2 us per executable
-call (a one-op f32[4] program: 9.1 us per call under "flush", 7.1 us under
-"keep", which only reads the mode); nothing per op (2,000-op f32[4] chain of
-benchmarks/bench_executor.py: 0.443 vs 0.441 us/op); the 256x1024 MLP is
-unchanged (19.3 vs 19.7 ms with one BLAS thread). Flushing a threaded matmul's
-result costs one pass over it (0.12 ms for 256x1024 f32, next to an 8-20 ms
-product). The switch is taken in ``Executable.__call__`` (:mod:`lowering.executor`).
+the mode switch is three libc calls through ctypes, about 1.5 us per
+executable call (a one-op f32[4] program: 8.7 us per call under "flush",
+7.2 us under "keep", which only reads the mode); nothing per op (the 2,000-op
+f32[4] chain of benchmarks/bench_executor.py: 0.445 vs 0.442 us/op). The
+256x1024 MLP: 20.3 vs 20.2 ms with one BLAS thread, 14.8 vs 14.5 ms with two,
+where flushing the threaded matmuls' results shows (one pass over each:
+0.12 ms for 256x1024 f32). The switch is taken in ``Executable.__call__``
+(:mod:`lowering.executor`).
 
 The mode is per thread: multi-device executables set it in each device
 thread; host callbacks and custom calls run inside the call run in it too
