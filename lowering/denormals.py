@@ -50,7 +50,7 @@ abs, negate                                 sign-bit masks: keep denormals      
 power, atan2 (f32/f64: libm under DAZ)      libm's own paths: pow(2, -140) = 0, pow(d, 0.5) =       same
                                             2.6e-23 (powf's denormal path under DAZ),
                                             atan2(d, 1) = d (f32), atan2(D, 1) = 0 (f64)
-sine, cosine, tangent                       libm (glibc sinf/cosf for f32): sin(d) = d, cos(d) = 1,  same [1]
+sine, cosine, tangent                       libm (f32: glibc sinf/cosf): sin(d) = d, cos(d) = 1,    same [1]
                                             tan(d) = d
 exp, log, tanh, expm1, log1p, erf,          flush (XLA's approximations): exp(-88) = 0,             same [2]
 rsqrt, logistic                             log(d) = -inf, rsqrt(d) = inf
