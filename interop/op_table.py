@@ -34,8 +34,8 @@ NOTES = {
     "hlo.bitcast_convert": "pred counts as 1 bit, as in StableHLO (XLA counts 8)",
     "hlo.cbrt": "complex accepted as in StableHLO (XLA rejects it)",
     "hlo.atan2": "complex: c128 bit-exact; c64 matches XLA's special values but not its last bits (XLA calls glibc's "
-                 "f32 sincosf); real f32 differs on denormal inputs",
-    "hlo.power": "complex: c128 bit-exact, c64 within 2 ULP; real f32 differs on denormal inputs",
+                 "f32 sincosf)",
+    "hlo.power": "complex: c128 bit-exact, c64 within 2 ULP",
     "hlo.compare": "complex LT/GT/LE/GE rejected (XLA accepts them but its results look wrong)",
     "hlo.rng": "random stream differs from XLA's (same distributions/formulas)",
     "hlo.set_dimension_size": "static shapes only: the size is checked, data is not truncated",
@@ -48,13 +48,17 @@ NOTES = {
 """Op name -> known deviation, shown in the README's status column."""
 
 GENERAL_NOTES = [
-    "XLA CPU flushes denormals to zero in arithmetic; exp, log, tanh, expm1, log1p, erf, rsqrt and logistic reproduce "
-    "that, other kernels keep IEEE denormals (conversions flush, as XLA).",
+    "XLA CPU flushes denormals (FTZ/DAZ); `lowering.compile(..., denormals=None|'flush'|'keep')`. By default the "
+    "executor runs each call in the CPU's same flush modes, so arithmetic, comparisons, reductions, dot/conv and libm "
+    "calls flush bit for bit as XLA does; data movement keeps denormals, f16/f8 never flush, and 'keep' gives IEEE "
+    "gradual underflow (the conformance runner uses it: the corpus comes from the IEEE reference interpreter). Not "
+    "reproduced: XLA's compile-time identities (x*1, x+0, x/1, max(x,x) with constants keep denormals in XLA), "
+    "select -> max/min, bf16 ==/!= against a constant 0 as a bit test, and threaded OpenBLAS workers reading "
+    "denormal operands (results are flushed).",
     "Complex multiply differs from XLA in the last bit (XLA fuses its multiply-adds); complex divide, abs, log, log1p, "
     "tan, tanh, logistic are bit-exact and c128 exp/expm1/atan2/power too; a sweep over random bit patterns and special "
     "values still finds complex sin/cos (NaN vs finite on extreme inputs), sqrt (about 8%), rsqrt (up to 6 ULP), "
     "c64 exp/expm1 (rare) differing from XLA.",
-    "Real f32 atan2, pow and cbrt differ from XLA on denormal inputs (glibc sees denormals, XLA flushes them).",
     "XLA CPU contracts a multiply feeding an add into one FMA for f32/f64 (`a*b+c` = fma(a, b, c)), also inside "
     "complex multiplication; the executor rounds the product first (about 28% of f32 `a*b+c` elements differ by 1 ULP).",
     "XLA's algebraic simplifier rewrites that change float results (`x / c` -> `x * (1/c)`, ...) are reproduced by "
