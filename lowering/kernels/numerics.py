@@ -36,12 +36,23 @@ Numerics follow XLA on CPU (checked against jax.jit in ``tests/test_numerics.py`
   ``E[x^2] - E[x]^2``, ``rsqrt``, the ``grad`` formula's ``I1..I6``), with
   epsilon rounded to f32 and then to the operand type.
 
-Low-precision floats (f16, bf16, f8) are computed in f32 and rounded once for
-fft / cholesky / triangular_solve / batch norm, where XLA rounds after each
-elementary op: results agree to a few ULPs of the narrow type.
+Narrow floats (f16, bf16, f8): ``fft`` is computed in f32 and rounded once.
+cholesky and triangular_solve replay XLA's CholeskyExpander /
+TriangularSolveExpander (blocks of 128; unblocked column Cholesky; diagonal
+blocks inverted row by row, or direct substitution when the batch is > 8 and
+n < 32) rounding every op to the narrow type, dots as f32 products added in
+contraction order and rounded once, and XLA's division-by-reciprocal rewrites
+(reciprocal rounded to f16 for f16, kept in f32 for bf16): bit-exact with XLA
+CPU on the tested shapes (rarely 1 ULP in f16 solves with inverted blocks).
+bf16/f8 batch norm is computed in f32 (XLA widens it before expanding it: f32
+epsilon, XLA's f32 rsqrt) and rounded once, bit-exact; f16 batch norm is
+expanded in f16 with element-by-element f16 sums (exact for short 2-D sums;
+XLA splits longer sums in a way not reproduced here).
 """
 
 from __future__ import annotations
+
+import math
 
 import ml_dtypes
 import numpy as np
@@ -52,6 +63,7 @@ from xla_dialect.ops.base import ints, string
 from xla_dialect.types import element_type_from_dtype, element_type_of
 
 from ..registry import register
+from . import xla_math
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -163,6 +175,137 @@ def _fft(op, ctx):
 
 
 # ----------------------------------------------------------------------------
+# Narrow floats (f16, bf16, f8): XLA's expanders step by step
+# ----------------------------------------------------------------------------
+#
+# XLA expands cholesky, triangular_solve and batch norm into HLO in the
+# operand's own element type: every elementwise op rounds to that type, and
+# dots and reductions accumulate in f32 and round once (XLA CPU widens them).
+# The emulation keeps f32 arrays holding values of the narrow type and rounds
+# after every op with ``q``. An f32 op followed by rounding to f16/bf16 is the
+# correctly rounded narrow op (f32 has more than twice their precision), so
+# only the order of f32 sums inside dots and reductions can differ.
+
+_BLOCK = 128
+"""Block size of XLA's CholeskyExpander and TriangularSolveExpander (CPU default)."""
+
+
+def _rounder(dtype: np.dtype):
+    """``q(x)``: f32 ``x`` rounded to ``dtype`` and back (each expanded HLO op's rounding)."""
+    return lambda x: np.asarray(x, _F32).astype(dtype).astype(_F32)
+
+
+def _native_rounder(dtype: np.dtype):
+    """Rounding of values XLA's simplifier creates inside a fusion (a divisor's reciprocal): f16 is
+    computed in f16 on XLA CPU, the other narrow types are widened to f32 by float normalization
+    before the simplifier runs, so their new intermediate values stay f32."""
+    return _rounder(dtype) if dtype == _F16 else (lambda x: np.asarray(x, _F32))
+
+
+def _dot(q, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A narrow-type HLO dot on XLA CPU: f32 products added one by one in contraction order
+    (``cumsum`` is sequential, unlike NumPy's pairwise ``sum`` or BLAS), rounded once."""
+    if x.shape[-1] == 0:
+        return np.zeros(np.broadcast_shapes(x.shape[:-1] + (1,), y.shape[:-2] + (1, y.shape[-1])), _F32)
+    products = x[..., :, :, None] * y[..., None, :, :]
+    # + 0: the sum starts from +0, so an all -0 sum is +0.
+    return q(np.cumsum(products, axis=-2, dtype=_F32)[..., -1, :] + np.float32(0))
+
+
+def _invert_diagonal_block(q, block: np.ndarray, lower: bool, recip=None) -> np.ndarray:
+    """XLA's InvertDiagonalBlocks for one (batched) triangular block: scale the columns to a unit
+    diagonal, invert row by row with ``row <- -(row @ inverse)``, then divide the rows by the diagonal."""
+    k = block.shape[-1]
+    diag = np.diagonal(block, axis1=-2, axis2=-1)
+    div = (lambda x, d: q(x / d)) if recip is None else (lambda x, d: q(x * recip(1 / d)))
+    scaled = div(block, diag[..., None, :])
+    out = np.broadcast_to(-np.eye(k, dtype=_F32), block.shape).copy()
+    first = 0 if lower else k - 1
+    out[..., first, first] = 1
+    rows = range(1, k) if lower else range(k - 2, -1, -1)
+    for j in rows:
+        out[..., j:j + 1, :] = -_dot(q, scaled[..., j:j + 1, :], out)
+    return div(out, diag[..., :, None])
+
+
+def xla_triangular_solve(q, a, b, left: bool, lower: bool, transpose: bool, unit: bool,
+                         q_native=None) -> np.ndarray:
+    """XLA's TriangularSolveExpander in a narrow type (``a``, ``b`` f32 arrays of narrow values;
+    ``q_native`` rounds the reciprocals XLA's simplifier introduces, see :func:`_native_rounder`)."""
+    n = a.shape[-1]
+    q_native = q_native or q
+    batch = math.prod(a.shape[:-2])
+    if n == 1:
+        return b if unit else q(b / a)
+    # Everything below is written for op(m) @ x = rhs; x @ op(a) = b is its transpose.
+    flips = int(transpose) + int(not left)
+    eff_lower = lower if flips % 2 == 0 else not lower
+    if batch > _BLOCK // 16 and n < _BLOCK // 4:
+        # SolveDirectly: substitution reading the triangle only, one row (or column) of b per step.
+        m = _swap(a) if flips % 2 else a
+        x = (b if left else _swap(b)).copy()
+        rows = range(n) if eff_lower else range(n - 1, -1, -1)
+        for j in rows:
+            known = slice(0, j) if eff_lower else slice(j + 1, n)
+            row = q(x[..., j, :] - _dot(q, m[..., j:j + 1, known], x[..., known, :])[..., 0, :])
+            # The simplifier turns the division by the diagonal into a product with its reciprocal.
+            x[..., j, :] = row if unit else q(row * q_native(1 / m[..., j, j][..., None]))
+        return x if left else _swap(x)
+    # SolveByInvertingDiagonalBlocks: mask a to its triangle, invert the diagonal blocks, solve by GEMMs.
+    tri = np.tril(np.ones((n, n), bool), -1 if unit else 0) if lower else np.triu(np.ones((n, n), bool), 1 if unit else 0)
+    a = np.where(tri, a, np.eye(n, dtype=np.float32) if unit else np.float32(0))
+    size = min(_BLOCK, n)
+    starts = list(range(0, n, size))
+    recip = q_native if batch * len(starts) == 1 else None
+    inverses = [_invert_diagonal_block(q, a[..., s:s + size, s:s + size], lower, recip) for s in starts]
+    m = _swap(a) if flips % 2 else a
+    rhs = b if left else _swap(b)
+    x = np.zeros_like(rhs)
+    order = starts if eff_lower else starts[::-1]
+    for i, s in enumerate(order):
+        e = min(s + size, n)
+        inv = _swap(inverses[s // size]) if flips % 2 else inverses[s // size]
+        remainder = rhs[..., s:e, :]
+        if i:
+            done = slice(0, s) if eff_lower else slice(e, n)
+            remainder = q(remainder - _dot(q, m[..., s:e, done], x[..., done, :]))
+        x[..., s:e, :] = _dot(q, inv, remainder)
+    return x if left else _swap(x)
+
+
+def xla_cholesky(q, a: np.ndarray, q_native=None) -> np.ndarray:
+    """XLA's CholeskyExpander (lower factor of ``a``'s lower triangle) in a narrow type: blocks of 128,
+    each factored column by column from ``a - l @ l^T``, the panel below by a triangular solve."""
+    n = a.shape[-1]
+    q_native = q_native or q
+    l = np.zeros_like(a)
+    error = np.zeros(a.shape[:-2], bool)
+    for i in range(0, n, _BLOCK):
+        k = min(_BLOCK, n - i)
+        panel = a[..., i:, i:i + k]
+        if i:
+            panel = q(panel - _dot(q, l[..., i:, :i], _swap(l[..., i:i + k, :i])))
+        x = panel[..., :k, :k]
+        factor = np.zeros_like(x)
+        if k == 1:  # a 1x1 block is its square root
+            factor = q(np.sqrt(x))
+            error |= np.isnan(factor[..., 0, 0])
+        for j in range(k if k > 1 else 0):
+            # The column of a - l @ l^T, the pivot's square root, and the column divided by it
+            # (the diagonal too: temp / sqrt(temp), not the square root itself).
+            temp = q(x[..., j:, j] - _dot(q, factor[..., j:, :], factor[..., j, :, None])[..., 0])
+            pivot = q(np.sqrt(temp[..., :1]))
+            error |= np.isnan(pivot[..., 0])
+            # XLA's simplifier turns the division by the pivot into a product with its reciprocal.
+            factor[..., j:, j] = q(temp * q_native(1 / pivot)) + np.float32(0)  # select(mask, ., 0) + l: -0 -> +0
+        l[..., i:i + k, i:i + k] = factor
+        if i + k < n:
+            l[..., i + k:, i:i + k] = xla_triangular_solve(q, factor, panel[..., k:, :], False, True, True, False,
+                                                           q_native)
+    return np.where(error[..., None, None], np.float32(np.nan), l)
+
+
+# ----------------------------------------------------------------------------
 # cholesky
 # ----------------------------------------------------------------------------
 
@@ -190,6 +333,18 @@ def _cholesky(op, ctx):
     lower = nx.flag(op.properties, "lower")
     dtype = ctx.dtype(op.results[0].type)
     compute = _compute_dtype(dtype)
+    if compute != dtype:
+        q = _rounder(dtype)
+
+        def narrow_cholesky(a):
+            x = a.astype(_F32)
+            if not lower:
+                x = _swap(x)
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                factor = xla_cholesky(q, x, _native_rounder(dtype))
+            return (factor if lower else _swap(factor)).astype(dtype)
+
+        return narrow_cholesky
 
     def cholesky(a):
         x = a.astype(compute)
@@ -241,6 +396,16 @@ def _triangular_solve(op, ctx):
     # After op(a) (and, for x @ op(a) = b, the transpose that makes it a left solve) the triangle may flip.
     flips = (transpose != "NO_TRANSPOSE") + (not left)
     effective_lower = lower if flips % 2 == 0 else not lower
+    if compute != dtype:
+        q = _rounder(dtype)
+
+        def narrow_solve(a, b):
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                x = xla_triangular_solve(q, a.astype(_F32), b.astype(_F32), left, lower,
+                                         transpose != "NO_TRANSPOSE", unit, _native_rounder(dtype))
+            return x.astype(dtype)
+
+        return narrow_solve
 
     def solve(a, b):
         m = np.where(keep, a.astype(compute), 0)
@@ -270,14 +435,20 @@ def _triangular_solve(op, ctx):
 # ----------------------------------------------------------------------------
 
 
+_SEQUENTIAL_F16_SUM = 32
+"""Longest f16 batch-norm sum XLA CPU is known to add one element at a time (longer ones it splits)."""
+
+
 class _BatchNormPlan:
-    """What the batch-norm kernels bake at lowering time: axes, feature reshape, epsilon, count."""
+    """What the batch-norm kernels bake at lowering time: axes, feature reshape, epsilon, count,
+    and the rounding ``q`` after every expanded op (the identity for f32/f64; narrow types round
+    each step to the operand type, with f32 sums and XLA CPU's f32 rsqrt)."""
 
     def __init__(self, op, ctx):
         operand = op.operands[0].type
         self.dtype = ctx.dtype(operand)
         self.compute = _compute_dtype(self.dtype)
-        index = op.properties["feature_index"].value.data
+        index = self.index = op.properties["feature_index"].value.data
         shape = operand.get_shape()
         self.axes = tuple(i for i in range(len(shape)) if i != index)
         self.feature_shape = tuple(-1 if i == index else 1 for i in range(len(shape)))
@@ -287,6 +458,25 @@ class _BatchNormPlan:
         # Elements per feature: an s32 product converted to the operand type.
         count = int(np.prod([shape[i] for i in self.axes], dtype=np.int64))
         self.count = np.asarray(np.int32(count)).astype(self.dtype).astype(self.compute)
+        self.sequential = self.dtype == _F16
+        self.divide = lambda x, y: x / y
+        if self.dtype == _F16:
+            # XLA CPU expands f16 batch norm in f16: every op rounds to f16, sums too.
+            self.q = _rounder(self.dtype)
+            self.rsqrt = lambda x: self.q(xla_math.rsqrt_f32(np.asarray(x, _F32)))
+            # The simplifier turns a division by a broadcast feature vector into a product with
+            # its reciprocal (computed in f16).
+            self.divide = lambda x, y: self.q(x * self.q(1 / y))
+        else:
+            # f32/f64 as they are; bf16 and f8 are widened to f32 (float normalization) before the
+            # expander runs: f32 epsilon and count, XLA's f32 rsqrt, one rounding at the end.
+            self.q = lambda x: x
+            if self.compute != self.dtype:
+                self.epsilon = np.float32(op.properties["epsilon"].value.data)
+                self.count = np.float32(np.int32(count))
+                self.rsqrt = xla_math.rsqrt_f32
+            else:
+                self.rsqrt = lambda x: 1 / np.sqrt(x)
 
     def load(self, *arrays):
         return [np.asarray(a).astype(self.compute, copy=False) for a in arrays]
@@ -295,26 +485,33 @@ class _BatchNormPlan:
         return v.reshape(self.feature_shape)
 
     def total(self, x: np.ndarray) -> np.ndarray:
-        return np.sum(x, axis=self.axes, dtype=self.compute)
+        n = x.size // max(x.shape[self.index], 1)
+        if not self.sequential or n > _SEQUENTIAL_F16_SUM:
+            # f32/f64/bf16: one f32/f64 sum. Long f16 sums: XLA CPU splits them (33 elements as
+            # 17 + 16, 64 as 32 + 32, longer ones otherwise); here summed in f32, rounded once.
+            return self.q(np.sum(x, axis=self.axes, dtype=self.compute))
+        # Short f16 sums: XLA CPU's reduce loop adds the elements one by one in f16, in row-major order.
+        flat = np.moveaxis(x, self.index, -1).reshape(-1, x.shape[self.index])
+        acc = np.zeros(flat.shape[1], _F32)
+        for row in flat:
+            acc = self.q(acc + row)
+        return acc
 
     def store(self, *arrays):
         return tuple(a.astype(self.dtype) for a in arrays)
 
 
-def _rsqrt(x):
-    return 1 / np.sqrt(x)
-
-
 @register(nx.BatchNormTrainingOp)
 def _batch_norm_training(op, ctx):
     p = _BatchNormPlan(op, ctx)
+    q, f = p.q, p.feature
 
     def training(operand, scale, offset):
         x, scale, offset = p.load(operand, scale, offset)
-        mean = p.total(x) / p.count
-        var = p.total(x * x) / p.count - mean * mean  # XLA: E[x^2] - E[x]^2
-        normalized = (x - p.feature(mean)) * _rsqrt(p.feature(var) + p.epsilon)
-        return p.store(normalized * p.feature(scale) + p.feature(offset), mean, var)
+        mean = q(p.total(x) / p.count)
+        var = q(q(p.total(q(x * x)) / p.count) - q(mean * mean))  # XLA: E[x^2] - E[x]^2
+        normalized = q(q(x - f(mean)) * p.rsqrt(q(f(var) + p.epsilon)))
+        return p.store(q(q(normalized * f(scale)) + f(offset)), mean, var)
 
     return training
 
@@ -322,12 +519,13 @@ def _batch_norm_training(op, ctx):
 @register(nx.BatchNormInferenceOp)
 def _batch_norm_inference(op, ctx):
     p = _BatchNormPlan(op, ctx)
+    q, f = p.q, p.feature
 
     def inference(operand, scale, offset, mean, variance):
         x, scale, offset, mean, variance = p.load(operand, scale, offset, mean, variance)
-        true_scale = scale * _rsqrt(variance + p.epsilon)
-        true_shift = offset - mean * true_scale
-        return p.store(x * p.feature(true_scale) + p.feature(true_shift))[0]
+        true_scale = q(scale * p.rsqrt(q(variance + p.epsilon)))
+        true_shift = q(offset - q(mean * true_scale))
+        return p.store(q(q(x * f(true_scale)) + f(true_shift)))[0]
 
     return inference
 
@@ -335,18 +533,19 @@ def _batch_norm_inference(op, ctx):
 @register(nx.BatchNormGradOp)
 def _batch_norm_grad(op, ctx):
     p = _BatchNormPlan(op, ctx)
+    q, f = p.q, p.feature
 
     def grad(operand, scale, mean, variance, grad_output):
         x, scale, mean, variance, g = p.load(operand, scale, mean, variance, grad_output)
-        var_eps = p.feature(variance) + p.epsilon
-        centered = x - p.feature(mean)
-        sum_g_centered = p.total(g * centered)
+        var_eps = q(f(variance) + p.epsilon)
+        centered = q(x - f(mean))
+        sum_g_centered = p.total(q(g * centered))
         grad_offset = p.total(g)
-        grad_scale = sum_g_centered * _rsqrt(variance + p.epsilon)
-        i1 = g * p.count
-        i5 = p.feature(sum_g_centered) * centered / var_eps
-        i6 = (i1 - p.feature(grad_offset)) - i5
-        grad_operand = (p.feature(scale) * _rsqrt(var_eps)) / p.count * i6
+        grad_scale = q(sum_g_centered * p.rsqrt(q(variance + p.epsilon)))
+        i1 = q(g * p.count)
+        i5 = p.divide(q(f(sum_g_centered) * centered), var_eps)
+        i6 = q(q(i1 - f(grad_offset)) - i5)
+        grad_operand = q(q(q(f(scale) * p.rsqrt(var_eps)) / p.count) * i6)
         return p.store(grad_operand, grad_scale, grad_offset)
 
     return grad
