@@ -63,7 +63,11 @@ GENERAL_NOTES = [
     "complex multiplication; the executor rounds the product first (about 28% of f32 `a*b+c` elements differ by 1 ULP).",
     "XLA's algebraic simplifier rewrites that change float results (`x / c` -> `x * (1/c)`, ...) are reproduced by "
     "the `xla-float-rewrites` pass, which `lowering.compile` runs by default.",
-    "f16/bf16 cholesky, triangular_solve and batch norm round once at the end; XLA rounds after every step (within 2-3% relative).",
+    "f16/bf16 cholesky and triangular_solve replay XLA's expanders (per-op rounding, f32 dots summed in order, XLA's "
+    "reciprocal rewrites): bit-exact on tested shapes; f16 solves through inverted diagonal blocks are rarely 1 ULP off "
+    "(cause not identified). bf16 batch norm is bit-exact (computed in f32 like XLA). f16 batch norm is expanded in f16 "
+    "and is bit-exact for inference and for short 2-D reductions (<= 32 elements per feature); XLA CPU splits longer "
+    "f16 sums in an order not reproduced (up to a few % relative).",
     "Quantized types (`!quant.uniform`): ops marked `compute` in `QUANTIZED_MODES` run as dequantize -> float op -> "
     "quantize (the `lower-quantized` pass, the spec's dequantize_op_quantize); data-movement ops run on the storage "
     "integers; region ops (reduce, sort, scatter, ...) requantize after every op of their computation, as the spec's "
