@@ -540,6 +540,8 @@ def test_errors_name_the_op_and_what_was_expected():
     other = b.uniform_quantize(b.parameter(1, "f32[4]"), q8(0.25, 0))
     with pytest.raises(BuilderError, match=r"hlo.concatenate: quantized operands must share one quantization"):
         b.concat_in_dim([a, other], 0)
+    with pytest.raises(BuilderError, match=r"hlo.concatenate: operand #1 is f32\[4\]\{0\} but other operands are quantized"):
+        b.concat_in_dim([a, b.parameter(9, "f32[4]")], 0)
     with pytest.raises(BuilderError, match=r"hlo.uniform_dequantize: operand must be a quantized tensor"):
         b.uniform_dequantize(b.parameter(2, "f32[4]"))
     with pytest.raises(BuilderError, match=r"hlo.uniform_quantize: the operand's element type s32 must be"):

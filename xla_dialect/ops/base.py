@@ -199,6 +199,10 @@ def _infer_quantized(cls, raw, operand_types, props, regions, result_types, q_in
         fail(name, f"result #{q_out} is quantized ({fmt(result_types[q_out])}) but no operand is: "
                    "quantize with hlo.uniform_quantize")
     params = source[0].data
+    for i, t in enumerate(operand_types):  # the data operands move together: all quantized alike
+        if quantized_element(t) is None and isinstance(t, TensorType) and t.element_type == source[0].expressed.mlir:
+            fail(name, f"operand #{i} is {fmt(t)} but other operands are quantized ({source[0]}): quantize it "
+                       "with hlo.uniform_quantize")
     for q in source[1:]:
         if q.data.with_axis(None) != params.with_axis(None):
             fail(name, f"quantized operands must share one quantization, got {q} and {source[0]}")
