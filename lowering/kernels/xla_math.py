@@ -83,10 +83,27 @@ def fma32(a, b, c):
     f64 rounding produced an exact f32 midpoint (low 29 significand bits 1000...0):
     then the f64 sum's rounding error (Knuth's two-sum) says which way to go.
     """
-    p = np.multiply(a, b, dtype=f64)
-    s = np.add(p, c, dtype=f64)
-    idx = np.flatnonzero((s.view(np.int64) & _MIDPOINT_MASK) == _MIDPOINT)
-    if idx.size:  # rare: about 2**-28 of random operands, but common for short operands
+    return _sum32(np.multiply(a, b, dtype=f64), c)
+
+
+_MIDPOINT_SHIFT, _SHIFTED_MIDPOINT = np.int64(35), np.iinfo(np.int64).min
+
+
+def _midpoints(s):
+    """Flat indices where the f64 array ``s`` sits exactly on an f32 rounding midpoint, or None (the
+    usual case). Shifting the low 29 bits to the top maps the midpoint pattern, and only it, to the
+    int64 minimum, so one shift and one reduction decide (instead of a mask, a compare and a search)."""
+    shifted = np.left_shift(s.view(np.int64), _MIDPOINT_SHIFT)
+    if shifted.size == 0 or shifted.min() != _SHIFTED_MIDPOINT:
+        return None
+    return np.flatnonzero(shifted == _SHIFTED_MIDPOINT)
+
+
+def _sum32(p, c):
+    """``p + c`` rounded once to f32, for an exact f64 product ``p`` and an f32 (or f32-valued) ``c``."""
+    s = np.asarray(np.add(p, c, dtype=f64))
+    idx = _midpoints(s)
+    if idx is not None:  # rare: about 2**-28 of random operands, but common for short operands
         ps = p.ravel()[idx] if np.ndim(p) else p
         cs = np.broadcast_to(np.asarray(c, f64), s.shape).ravel()[idx]
         ss = s.ravel()[idx]
@@ -94,15 +111,16 @@ def fma32(a, b, c):
         err = (ps - (ss - bb)) + (cs - bb)
         s = s.ravel().copy()
         s[idx] = np.where(err == 0, ss, np.nextafter(ss, np.copysign(np.inf, err)))
-        s = s.reshape(p.shape)
+        s = s.reshape(np.shape(p))
     return s.astype(f32)
 
 
 def horner32(x, coeffs):
     """``((c0 x + c1) x + c2) ...`` in f32 with fused multiply-adds (LLVM's contraction)."""
-    p = fma32(coeffs[0], x, coeffs[1])
+    xd = np.asarray(x, f64)  # converted once: mixed f32 * f32 -> f64 products are slower
+    p = _sum32(np.multiply(coeffs[0], xd, dtype=f64), coeffs[1])
     for c in coeffs[2:]:
-        p = fma32(p, x, c)
+        p = _sum32(np.multiply(p, xd, dtype=f64), c)
     return p
 
 
@@ -127,9 +145,8 @@ _EXP32_LN2 = (_f32(0x3F318000), _f32(0xB95E8083))  # ln 2 = 0.693359375 - 2.1219
 _EXP32_P = tuple(_f32(b) for b in (0x39506967, 0x3AB743CE, 0x3C088908, 0x3D2AA9C1, 0x3E2AAAAA)) + (f32(0.5),)
 
 
-def _exp32_parts(x):
-    """(p, n) with ``exp(x) = p * 2**n``, Eigen's ``pexp_float``: x clamped to [-87.8, 88.8],
-    ``n = floor(x log2(e) + 0.5)`` clamped to [-127, 127], Cody-Waite reduction, degree-7 polynomial."""
+def _exp32_parts_exact(x):
+    """:func:`_exp32_parts` step by step with :func:`fma32` (the reference the fast path falls back on)."""
     xc = np.where(x < f32(-87.8), f32(-87.8), np.where(x > f32(88.8), f32(88.8), x))  # NaN passes
     n = np.floor(fma32(xc, _EXP32_LOG2E, f32(0.5)))
     n = np.minimum(np.maximum(n, f32(-127)), f32(127))
@@ -137,6 +154,67 @@ def _exp32_parts(x):
     r = fma32(n, -_EXP32_LN2[1], r)
     y = fma32(horner32(r, _EXP32_P), r * r, r) + f32(1)
     return y, n
+
+
+def _exp32_parts(x):
+    """(p, n) with ``exp(x) = p * 2**n``, Eigen's ``pexp_float``: x clamped to [-87.8, 88.8],
+    ``n = floor(x log2(e) + 0.5)`` clamped to [-127, 127], Cody-Waite reduction, degree-7 polynomial.
+
+    Same results as :func:`_exp32_parts_exact`, faster: the first three multiply-adds need no midpoint
+    test, and the others' tests only flag elements, which are redone exactly at the end.
+
+    * ``x log2(e) + 0.5``: the f64 sum is inexact only if ``|x log2(e)| < |sum| / 16`` (the exact
+      product has 48 bits), i.e. the sum is within 0.034 of 0.5, where a one-ULP change of the
+      f32 rounding cannot change its floor.
+    * ``x - n c1``, ``- n c2`` (Cody-Waite, n an integer of 7 bits, c1 of 9 bits): for n != 0,
+      |x| > 0.34 so x is a multiple of 2**-25 (2**-17 above 64, where n may be clamped) and the
+      first sum, below 1, is an exact f32; the second is a multiple of 2**-36 below 0.5: exact in f64
+      (both are exact for n = 0).
+    """
+    x = np.asarray(x)
+    shape = x.shape
+    x = x.ravel()
+    xc = np.clip(x, f32(-87.8), f32(88.8))  # NaN passes, keeps its payload
+    d = xc.astype(f64)
+    t = np.multiply(d, f64(_EXP32_LOG2E))
+    t += f64(0.5)
+    n = t.astype(f32)
+    np.floor(n, out=n)
+    np.clip(n, f32(-127), f32(127), out=n)
+    nd = n.astype(f64)
+    np.multiply(nd, f64(-_EXP32_LN2[0]), out=t)
+    t += d
+    np.multiply(nd, f64(-_EXP32_LN2[1]), out=d)
+    t += d  # both sums exact (see above)
+    r = t.astype(f32)
+    rd = r.astype(f64, copy=False)
+    flagged = []
+    p32 = np.empty_like(r)
+
+    def step(p, c):
+        """Round ``p + c`` (in place in p) to f32 in p32; flag f32 midpoints."""
+        np.add(p, c, out=p)
+        shifted = np.left_shift(p.view(np.int64), _MIDPOINT_SHIFT, out=t.view(np.int64))
+        if shifted.size and shifted.min() == _SHIFTED_MIDPOINT:
+            flagged.append(np.flatnonzero(shifted == _SHIFTED_MIDPOINT))
+        np.copyto(p32, p, casting="unsafe")
+        p[...] = p32
+
+    c = _EXP32_P
+    p = np.multiply(f64(c[0]), rd)
+    step(p, f64(c[1]))
+    for ck in c[2:]:
+        np.multiply(p, rd, out=p)
+        step(p, f64(ck))
+    r2 = r * r
+    np.multiply(p, r2, out=p, casting="unsafe")
+    step(p, rd)
+    y = p32
+    y += f32(1)
+    if flagged:
+        idx = np.unique(np.concatenate(flagged))
+        y[idx], n[idx] = _exp32_parts_exact(x[idx])
+    return y.reshape(shape), n.reshape(shape)
 
 
 def _exp32_scale(n):
@@ -147,7 +225,17 @@ def _exp32_scale(n):
 def exp_f32(x):
     """XLA CPU's f32 exp (``xla.exp.f32``); results below the normal range flush to 0."""
     y, n = _exp32_parts(x)
-    return multiply_ftz32(y, _exp32_scale(n))
+    scale = _exp32_scale(n)
+    # y is in [0.7, 1.5] (or NaN) and the scale a power of two or 0, so the f32 product is exact but
+    # where it is below the normal range or rounds up to it; those (and any negative, to be safe)
+    # take the FTZ path.
+    out = np.multiply(y, scale, out=np.empty(y.shape, f32))
+    low = np.flatnonzero(np.less_equal(out, _TINY32))
+    if low.size:
+        out = out.ravel()
+        out[low] = multiply_ftz32(y.ravel()[low], scale.ravel()[low])
+        out = out.reshape(y.shape)
+    return out
 
 
 _LOG32_P = tuple(_f32(b) for b in (0x3D9021BB, 0xBDEBD1B8, 0x3DEF251A, 0xBDFE5D4F, 0x3E11E9BF, 0xBE2AAE50,
