@@ -33,6 +33,7 @@ Three machine details matter:
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -60,6 +61,18 @@ def blockwise(fn: Callable) -> Callable:
         return out.reshape(x.shape)
 
     return run
+
+
+_SCRATCH = threading.local()
+
+
+def _f64_scratch(size: int, count: int) -> list[np.ndarray]:
+    """``count`` f64 work arrays of ``size`` elements, reused between calls of the same thread: fresh
+    block-sized temporaries cost more in page faults (each is mapped and zeroed anew) than in arithmetic."""
+    pool = getattr(_SCRATCH, "f64", None)
+    if pool is None or pool.shape[0] < count or pool.shape[1] < size:
+        pool = _SCRATCH.f64 = np.empty((max(count, 4), max(size, BLOCK)), f64)
+    return [pool[i, :size] for i in range(count)]
 
 
 def _f32(bits: int) -> np.float32:
@@ -175,8 +188,9 @@ def _exp32_parts(x):
     shape = x.shape
     x = x.ravel()
     xc = np.clip(x, f32(-87.8), f32(88.8))  # NaN passes, keeps its payload
-    d = xc.astype(f64)
-    t = np.multiply(d, f64(_EXP32_LOG2E))
+    d, t, p, rd = _f64_scratch(x.size, 4)
+    np.copyto(d, xc)
+    np.multiply(d, f64(_EXP32_LOG2E), out=t)
     t += f64(0.5)
     n = t.astype(f32)
     np.floor(n, out=n)
@@ -187,7 +201,7 @@ def _exp32_parts(x):
     np.multiply(nd, f64(-_EXP32_LN2[1]), out=d)
     t += d  # both sums exact (see above)
     r = t.astype(f32)
-    rd = r.astype(f64, copy=False)
+    np.copyto(rd, r)
     flagged = []
     p32 = np.empty_like(r)
 
@@ -201,7 +215,7 @@ def _exp32_parts(x):
         p[...] = p32
 
     c = _EXP32_P
-    p = np.multiply(f64(c[0]), rd)
+    np.multiply(f64(c[0]), rd, out=p)
     step(p, f64(c[1]))
     for ck in c[2:]:
         np.multiply(p, rd, out=p)
