@@ -345,7 +345,7 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
-            xla_rewrites: bool = True):
+            xla_rewrites: bool = True, fma_contraction: bool = True):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -370,6 +370,10 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     rewrites of XLA's algebraic simplifier (``x / c`` -> ``x * (1/c)``, ...;
     see :mod:`passes.xla_numerics`), as jax.jit does; False computes every
     op literally (IEEE).
+
+    ``fma_contraction`` (default True) computes ``a*b + c`` (f32/f64; also
+    ``a*b - c``, ``c - a*b``) as one fused multiply-add where XLA CPU's
+    compiler contracts it (see :mod:`lowering.fma`); False rounds twice.
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
 
@@ -399,6 +403,12 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
         from passes.xla_numerics import xla_float_rewrites
 
         canonical = xla_float_rewrites(canonical, clone=canonical is module)
+    if not isinstance(fma_contraction, bool):
+        raise ExecutionError(f"lowering.compile: fma_contraction must be True or False, got {fma_contraction!r}")
+    if fma_contraction:  # XLA CPU's multiply-add contraction (lowering.fma)
+        from .fma import contract_fma
+
+        canonical = contract_fma(canonical, clone=canonical is module)
     module = lower_quantized(canonical, clone=True)
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     if entry not in ctx.functions:

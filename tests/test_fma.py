@@ -1,0 +1,170 @@
+"""XLA CPU's multiply-add contraction (lowering.fma): the executor's results equal jax.jit's bit for bit.
+
+Every program is imported from jax, run by the executor and compared with
+jax.jit; the patterns XLA does not contract (a multiply with several uses,
+a broadcast or convert in between, f16/bf16) must stay twice rounded.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lowering
+from interop import import_jax
+from lowering.fma import FusedMultiplyAddOp, contract_fma
+from xla_dialect.errors import ExecutionError
+
+F32, F64 = np.float32, np.float64
+
+
+def _data(dtype, shape=(4096,), seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _bits_equal(actual, expected) -> np.ndarray:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    u = f"u{actual.dtype.itemsize}"
+    both_nan = np.isnan(actual) & np.isnan(expected)
+    return (actual.view(u) == expected.view(u)) | both_nan
+
+
+def _run(fn, *args, **options):
+    return lowering.compile(import_jax(fn, *args), **options)(*[np.asarray(a) for a in args])
+
+
+def assert_matches_jax(fn, *args):
+    """Every element of every result equals jax.jit's bit for bit."""
+    expected = jax.jit(fn)(*args)
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    for a, e in zip(_run(fn, *args), expected):
+        same = _bits_equal(a, np.asarray(e))
+        assert same.all(), f"{np.mean(~same):.3f} of elements differ"
+
+
+def _horner(x):
+    p = jnp.asarray(0.3, x.dtype)
+    for c in (1.5, -2.25, 0.75, 3.0, -1.1):
+        p = p * x + c
+    return p
+
+
+def _loop(x, y):
+    return jax.lax.fori_loop(0, 5, lambda i, c: c * y + x * 0.5, x)
+
+
+CONTRACTED = {
+    "a*b+c": lambda a, b, c: a * b + c,
+    "c+a*b": lambda a, b, c: c + a * b,
+    "a*b-c": lambda a, b, c: a * b - c,
+    "c-a*b": lambda a, b, c: c - a * b,
+    "a*a+b*b": lambda a, b, c: a * a + b * b,  # the first operand's multiply is fused
+    "a*a-b*b": lambda a, b, c: a * a - b * b,
+    "b*b-a*a": lambda a, b, c: b * b - a * a,
+    "chain": lambda a, b, c: (a * b + c) * c - a,
+    "horner": lambda a, b, c: _horner(a),
+    "while": lambda a, b, c: _loop(a, b * 0.5),
+    "x*k+c": lambda a, b, c: a * 1.7 + c,
+    "bcast addend": lambda a, b, c: a.reshape(64, 64) * b.reshape(64, 64) + c[:64][None, :],
+    "shared multiply, separate outputs": lambda a, b, c: (a * b + c, a * b),
+    "shared multiply, one fusion": lambda a, b, c: (a * b + c) * (a * b - c),
+    "product added to itself": lambda a, b, c: a * b + a * b,
+    "bcast product": lambda a, b, c: (a[:64] * b[:64])[None, :] + c.reshape(64, 64),
+    # layer norm after its reductions (XLA sums in another order than the executor: not compared here)
+    "layer norm tail": lambda a, b, c: (a - b[0]) * jax.lax.rsqrt(c[1] ** 2 + 1e-5) * b + c,
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("name", list(CONTRACTED))
+def test_matches_jax(name, dtype):
+    a, b, c = (_data(dtype, seed=s) for s in range(3))
+    assert_matches_jax(CONTRACTED[name], a, b, c)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_contraction_changes_results(dtype):
+    # The contraction is real: about a quarter of the elements differ from the twice-rounded a*b+c.
+    a, b, c = (_data(dtype, seed=s) for s in range(3))
+    fused = _run(lambda x, y, z: x * y + z, a, b, c)[0]
+    literal = _run(lambda x, y, z: x * y + z, a, b, c, fma_contraction=False)[0]
+    assert _bits_equal(literal, a * b + c).all()
+    assert 0.1 < np.mean(~_bits_equal(fused, literal)) < 0.5
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_special_values(dtype):
+    big = np.finfo(dtype).max
+    tiny = np.finfo(dtype).tiny
+    vals = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, big, -big, tiny, 3 * tiny,
+                     tiny / 4, -tiny / 4, 1.5, 1 + np.finfo(dtype).eps, 2.0 ** -20], dtype)
+    a, b, c = (x.ravel() for x in np.meshgrid(vals, vals, vals, indexing="ij"))
+    for fn in (CONTRACTED["a*b+c"], CONTRACTED["a*b-c"], CONTRACTED["c-a*b"]):
+        assert_matches_jax(fn, a, b, c)
+
+
+def test_cancellation_and_exact_midpoints():
+    # c == -a*b rounded: the FMA returns the rounding error of the product; short operands hit the
+    # f32 midpoint correction of fma32.
+    a = _data(F32, seed=4)
+    b = _data(F32, seed=5)
+    assert_matches_jax(lambda x, y: x * y - x * y, a, b)
+    assert_matches_jax(lambda x, y, z: x * y + z, a, b, -(a * b))
+    s = np.round(_data(F32, seed=6) * 64) / 64 + F32(2.0 ** 12)
+    assert_matches_jax(lambda x, y, z: x * y + z, s, s[::-1].copy(), F32(2.0 ** -13) * s)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_narrow_floats_are_not_contracted(dtype):
+    a, b, c = (_data(F32, seed=s).astype(dtype) for s in range(3))
+    module = contract_fma(import_jax(lambda x, y, z: x * y + z, a, b, c))
+    assert not any(isinstance(op, FusedMultiplyAddOp) for op in module.walk())
+    assert_matches_jax(lambda x, y, z: x * y + z, a, b, c)
+
+
+def test_complex_is_not_contracted():
+    a, b = (_data(F32, seed=s) + 1j * _data(F32, seed=s + 7) for s in range(2))
+    a, b = a.astype(np.complex64), b.astype(np.complex64)
+    assert_matches_jax(lambda x, y: x * y + x, a, b)
+
+
+def test_callers_module_is_left_alone_and_bad_option():
+    a = _data(F32, (8,))
+    module = import_jax(lambda x: x * x + x, a)
+    before = str(module)
+    lowering.compile(module)(a)
+    assert str(module) == before
+    with pytest.raises(ExecutionError, match="fma_contraction"):
+        lowering.compile(module, fma_contraction="yes")
+
+
+def test_quantized_ops_are_not_contracted():
+    from xla_dialect import XlaBuilder
+    from xla_dialect.quant import uniform_quantized
+
+    q = uniform_quantized("s8", "f32", 0.1, 0)
+    b = XlaBuilder("qfma")
+    x = b.uniform_quantize(b.parameter(0, "f32[8]"), q)
+    module = b.build(b.add(b.mul(x, x, result_type=q), x, result_type=q))
+    assert contract_fma(module, clone=True) is module
+
+
+@pytest.mark.parametrize("dtype, lo, hi", [(F64, -1080, 1024), (F32, -155, 128)])
+def test_whole_exponent_range(dtype, lo, hi):
+    # Factors and sums from denormal to near overflow, a third of them cancelling: the f64
+    # emulation scales operands fma64 cannot multiply exactly; denormal results flush as in XLA.
+    rng = np.random.default_rng(3)
+    n = 30000
+
+    def values():
+        return (rng.choice([-1, 1], n) * rng.uniform(1, 2, n) * 2.0 ** rng.integers(lo, hi, n)).astype(dtype)
+
+    a, b, c = values(), values(), values()
+    with np.errstate(over="ignore", under="ignore"):
+        c[::3] = (-(a[::3].astype(F64) * b[::3]) * rng.uniform(0.999, 1.001, c[::3].size)).astype(dtype)
+    assert_matches_jax(CONTRACTED["a*b+c"], a, b, c)
+    assert_matches_jax(CONTRACTED["c-a*b"], a, b, c)
