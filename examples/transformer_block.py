@@ -80,8 +80,8 @@ def main(argv=None) -> None:
         print(" ", tiling)
     # Each op's IEEE meaning is what the pipeline preserves (XLA's float rewrites, on by default in
     # lowering.compile, match patterns that layout and tiling change).
-    expected = lowering.compile(before, xla_rewrites=False)(*args)
-    actual = lowering.compile(after, xla_rewrites=False)(*args)
+    expected = lowering.compile(before, xla_rewrites=False, fma_contraction=False)(*args)
+    actual = lowering.compile(after, xla_rewrites=False, fma_contraction=False)(*args)
     same = all(np.array_equal(a, b) for a, b in zip(expected, actual))
     print(f"  executor results identical before/after: {same}")
 

@@ -59,8 +59,11 @@ GENERAL_NOTES = [
     "tan, tanh, logistic are bit-exact and c128 exp/expm1/atan2/power too; a sweep over random bit patterns and special "
     "values still finds complex sin/cos (NaN vs finite on extreme inputs), sqrt (about 8%), rsqrt (up to 6 ULP), "
     "c64 exp/expm1 (rare) differing from XLA.",
-    "XLA CPU contracts a multiply feeding an add into one FMA for f32/f64 (`a*b+c` = fma(a, b, c)), also inside "
-    "complex multiplication; the executor rounds the product first (about 28% of f32 `a*b+c` elements differ by 1 ULP).",
+    "FMA contraction as XLA CPU does it (`lowering.compile(..., fma_contraction=True)`, default): f32/f64 `a*b+c`, "
+    "`c+a*b`, `a*b-c`, `c-a*b` become one fused multiply-add when the multiply has one use (after merging duplicate "
+    "expressions) and nothing stands between them; with two multiplies the first operand's is fused. Not reproduced: "
+    "a multiply XLA copies into two separate fusions (both uses become FMAs in XLA), contraction inside reductions, "
+    "and the FMAs inside complex multiplication (last bit).",
     "XLA's algebraic simplifier rewrites that change float results (`x / c` -> `x * (1/c)`, ...) are reproduced by "
     "the `xla-float-rewrites` pass, which `lowering.compile` runs by default.",
     "f16/bf16 cholesky and triangular_solve replay XLA's expanders (per-op rounding, f32 dots summed in order, XLA's "

@@ -46,12 +46,15 @@ def _run(program):
         if prepared.parallel is not None:
             return None
         module = conf._import(prepared.module, quant)
-        # Each op's IEEE meaning is what the pipelines preserve: XLA's pattern-based float rewrites
-        # (lowering.compile's default) see different patterns once layouts and tiling change constants.
-        outputs = lowering.compile(module, entry=prepared.entry, denormals="keep", xla_rewrites=False)()
+        outputs = lowering.compile(module, entry=prepared.entry, **IEEE)()
     except Exception:  # noqa: BLE001 - not runnable by the executor: not the passes' business
         return None
     return module, prepared.entry, outputs
+
+
+IEEE = dict(denormals="keep", xla_rewrites=False, fma_contraction=False)
+"""Each op's literal IEEE semantics: what the pipelines preserve (XLA's pattern-based rewrites and FMA
+contraction, on by default in lowering.compile, see other patterns once layouts and tiling change the program)."""
 
 
 def _same(a, b) -> bool:
@@ -74,7 +77,7 @@ def _check(program):
     for pipeline in PIPELINES:
         rewritten = module.clone()
         passes.run(rewritten, pipeline)
-        actual = lowering.compile(rewritten, entry=entry, denormals="keep", xla_rewrites=False)()
+        actual = lowering.compile(rewritten, entry=entry, **IEEE)()
         assert len(actual) == len(expected), pipeline
         for i, (x, y) in enumerate(zip(expected, actual)):
             assert _same(x, y), f"{program.path} {program.name}: {pipeline}: result {i} differs"
