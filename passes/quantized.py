@@ -22,18 +22,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import ModuleOp, TensorType
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from xla_dialect.literal import DenseLiteralAttr
+from xla_dialect.ops import conversion as cv
+from xla_dialect.ops import data_movement as dm
+from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
+from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.conversion import UniformDequantizeOp, UniformQuantizeOp
-from xla_dialect.quant import expressed_type, quantized_element
+from xla_dialect.quant import expressed_type, quantized_element, storage_type
+from xla_dialect.types import element_type_named, element_type_of
 
 from .base import PatternPass
 from .registry import register_pass
-from .util import create
+from .util import create, i64s, make_constant, retype, tensor_type
 
 
 def computes_on_quantized(op: Operation) -> bool:
@@ -109,13 +117,6 @@ def lower_quantized(module: ModuleOp, clone: bool = False) -> ModuleOp:
 
 def _splat_constant(value, element, shape: list[int], axis: int | None, like, new_ops: list[Operation]):
     """A constant of ``element`` type with ``shape``: ``value`` (a scalar) or, along ``axis``, a vector."""
-    import numpy as np
-
-    from xla_dialect.ops import data_movement as dm
-    from xla_dialect.types import element_type_of
-
-    from .util import i64s, make_constant, tensor_type
-
     dtype = element_type_of(element).dtype
     array = np.asarray(value, dtype=dtype)
     const = make_constant(array, tensor_type(element, array.shape, None))
@@ -135,10 +136,6 @@ def _params(q, per_axis: bool):
 def dequantize_ops(storage, q, new_ops: list[Operation]):
     """The spec's ``dequantize`` as hlo ops on a storage-typed value: ``convert(q - zero_point) * scale``
     (the difference in 64-bit integers, as the executor's kernel takes it)."""
-    from xla_dialect.ops import conversion as cv
-    from xla_dialect.ops import elementwise as ew
-    from xla_dialect.types import element_type_named
-
     t = storage.type
     shape = list(t.get_shape())
     s64 = element_type_named("s64").mlir
@@ -161,9 +158,6 @@ def dequantize_ops(storage, q, new_ops: list[Operation]):
 def quantize_ops(x, q, new_ops: list[Operation]):
     """The spec's ``quantize`` as hlo ops on a float value:
     ``convert(round_nearest_even(clamp(min, x / scale + zero_point, max)), storage)``."""
-    from xla_dialect.ops import conversion as cv
-    from xla_dialect.ops import elementwise as ew
-
     t = x.type
     shape = list(t.get_shape())
     ft = q.expressed.mlir
@@ -184,15 +178,6 @@ def quantize_ops(x, q, new_ops: list[Operation]):
 
 def _retype_quantized(module: ModuleOp) -> None:
     """Every quantized type of ``module`` -> its storage type (values, function types, constants)."""
-    from xdsl.dialects import func
-    from xdsl.dialects.builtin import FunctionType
-
-    from xla_dialect.literal import DenseLiteralAttr
-    from xla_dialect.ops.constants import ConstantOp
-    from xla_dialect.quant import storage_type
-
-    from .util import retype
-
     for op in module.walk():
         for region in op.regions:
             for block in region.blocks:
