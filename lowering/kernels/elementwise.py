@@ -601,9 +601,68 @@ def _ctan(z):
     return _compose(im, -re, z.dtype)
 
 
+_CSQRT_CONSTANTS = (1.0986841134678098, 0.45508986056222733, 1.4142135623730951, 0.70710678118654746)
+"""sqrt((1 + sqrt 2) / 2), its reciprocal halved, sqrt 2 and 1/sqrt 2 (rounded down), as XLA's complex sqrt spells them."""
+
+
+def _fma_half(a, c):
+    """Fused ``a * 0.5 + c`` (LLVM's contraction): ``a * 0.5`` is exact unless it leaves the normal
+    range, so only those rare f64 elements need an emulated FMA (f64 emulation over the whole range)."""
+    if a.dtype == np.float32:
+        return xla_math.fma32(a, np.float32(0.5), c)
+    out = a * 0.5 + c
+    inexact = np.flatnonzero((np.abs(a) < 2.0 ** -1020) & (a != 0))
+    if inexact.size:
+        from ..fma import _fma64_kernel  # the f64 FMA for the whole exponent range
+        out = np.array(out, copy=True).reshape(-1)
+        c_flat = np.broadcast_to(c, a.shape).reshape(-1)
+        out[inexact] = _fma64_kernel(a.reshape(-1)[inexact], 0.5, c_flat[inexact])
+        out = out.reshape(a.shape)
+    return out
+
+
+def _hypot_parts(mx, mn):
+    """XLA's expanded ``hypot(mx, mn)`` for mx >= mn >= 0: ``mx sqrt 2`` where equal, ``mx + mx q²/2``
+    where ``sqrt(1 + q²)`` rounds to 1 (q = mn/mx > 0), else ``mx sqrt(1 + q²)``; LLVM fuses ``mx + (mx q²) 0.5``."""
+    t = mx.dtype.type
+    q = mn / mx
+    q2 = q * q
+    root = np.sqrt(q2 + t(1))
+    tiny = (root == t(1)) & (q2 > t(0))
+    general = np.where(tiny, _fma_half(mx * q2, mx), mx * root)
+    return np.where(mx == mn, mx * t(_CSQRT_CONSTANTS[2]), general)
+
+
+@xla_math.blockwise
 def _csqrt(z):
-    # XLA uses csqrt's algorithm but reads a -0 imaginary part as +0 (sqrt(-4 - 0j) = 2j).
-    return np.sqrt(np.where(z.imag == 0, z.real.astype(z.dtype), z))
+    """XLA's complex sqrt (the StableHLO complex-math expansion, operation by operation from XLA CPU's
+    optimized HLO and object code): ``sqrt((|z| + |x|)/2)`` and ``|y| / (2 that)``, rescaled through
+    ``sqrt|x|``, ``sqrt|y|`` where that square root is 0 or inf, a closed form where |x| == |y|; the
+    signs follow x and y (a NaN real part takes the imaginary branch)."""
+    x, y = z.real, z.imag
+    t = x.dtype.type
+    c_eq, c_eq_im, sqrt2, rsqrt2 = (t(c) for c in _CSQRT_CONSTANTS)
+    ax, ay = np.abs(x), np.abs(y)
+    eq = ax == ay
+    sq_ax, sq_ay = np.sqrt(ax), np.sqrt(ay)
+    ratio = np.where(eq, t(1), np.where(ax < ay, ax / ay, ay / ax))
+    h1 = _hypot_parts(np.maximum(ax, ay), np.minimum(ax, ay))
+    s = np.sqrt(_fma_half(ax, h1 * t(0.5)))
+    rescale = (s == 0) | (s == np.inf)
+    a_r = np.abs(ratio)
+    h2 = _hypot_parts(np.maximum(a_r, t(1)), np.minimum(a_r, t(1)))
+    root_x = np.sqrt(h2 + t(1))
+    root_y = np.sqrt(ratio + h2)
+    gt = ax > ay
+    re_pos = np.where(gt, sq_ax * (root_x * rsqrt2), sq_ay * (root_y * rsqrt2))
+    re_pos = np.where(eq, sq_ax * c_eq, np.where(rescale, re_pos, s))
+    im_big = np.where(gt, (sq_ay * np.where(eq, t(1), np.where(ax < ay, sq_ax / sq_ay, sq_ay / sq_ax)))
+                      / (root_x * sqrt2), sq_ay / (root_y * sqrt2))
+    im_pos = np.where(eq, sq_ay * c_eq_im, np.where(rescale, im_big, ay / (s * t(2))))
+    y_neg = y < 0
+    re = np.where(x >= 0, re_pos, im_pos)
+    im = np.where(x < 0, np.where(y_neg, -re_pos, re_pos), np.where(y_neg, -im_pos, im_pos))
+    return _compose(re, im, z.dtype)
 
 
 def _crsqrt(z):
