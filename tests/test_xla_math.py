@@ -325,7 +325,7 @@ def _complex_bit_patterns(dtype, n: int = 20000):
     return z
 
 
-_COMPLEX_EXACT = {"sqrt": jax.lax.sqrt}
+_COMPLEX_EXACT = {"sqrt": jax.lax.sqrt, "exponential": jax.lax.exp, "exponential_minus_one": jax.lax.expm1}
 
 
 @pytest.mark.parametrize("name", ["c64", "c128"])

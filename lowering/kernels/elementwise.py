@@ -522,10 +522,22 @@ def _clog1p(z):
 
 
 def _cexp(z):
-    # XLA's own exp; a zero imaginary part gives +0 (exp(inf - 0i) = inf + 0i, not inf * sin(-0) = NaN).
-    ea = xla_math.exp(z.real)
-    t = z.real.dtype.type
-    return _compose(ea * xla_math.cos(z.imag), np.where(z.imag == 0, t(0), ea * xla_math.sin(z.imag)), z.dtype)
+    """XLA's complex exp: ``exp(x) (cos y + i sin y)`` with its own exp, and where exp(x) overflows
+    ``(exp(x/2) cos y) exp(x/2)`` (likewise sin); a zero imaginary part gives +0 (exp(inf - 0i) = inf + 0i)."""
+    x, y = z.real, z.imag
+    t = x.dtype.type
+    e = xla_math.exp(x)
+    cos, sin = xla_math.cos(y), xla_math.sin(y)
+    # Both factors NaN: x86 returns the first operand's NaN, and LLVM orders the f64 products the other way.
+    re, im = (e * cos, e * sin) if t == np.float32 else (cos * e, sin * e)
+    over = np.flatnonzero(e == np.inf)
+    if over.size:
+        half = xla_math.exp(x.ravel()[over] * t(0.5))
+        re, im = re.ravel(), im.ravel()
+        re[over] = (half * cos.ravel()[over]) * half
+        im[over] = (half * sin.ravel()[over]) * half
+        re, im = re.reshape(x.shape), im.reshape(x.shape)
+    return _compose(re, np.where(y == 0, t(0), im), z.dtype)
 
 
 _COSM1_COEFFS = (4.7377507964246204691685E-14, -1.1470284843425359765671E-11, 2.0876754287081521758361E-9,
@@ -535,30 +547,29 @@ _COSM1_COEFFS = (4.7377507964246204691685E-14, -1.1470284843425359765671E-11, 2.
 
 
 def _cosm1(x):
-    """cos(x) - 1 as XLA's EmitCosm1: ``-x^2/2 + x^4 P(x^2)`` for x^2 <= 0.61685 (about (pi/4)^2),
-    else ``cos(x) - 1`` (not ``-2 sin^2(x/2)``, which differs by ~1e-7 relative where cos(x) is small).
-    f64 multiply-adds are fused, as LLVM contracts them on XLA CPU."""
+    """cos(x) - 1 as XLA's EmitCosm1: ``x^4 P(x^2) - x^2/2`` for x^2 < 0.61685 (about (pi/4)^2),
+    else ``cos(x) - 1`` (not ``-2 sin^2(x/2)``, which differs by ~1e-7 relative where cos(x) is small);
+    P by fused multiply-adds (XLA emits llvm.fma), LLVM fusing the final multiply-add too."""
     t = x.dtype.type
     xx = x * x
-    if x.dtype == np.float64:
-        small = xla_math.fma64(xx * xx, xla_math.horner64(xx, _COSM1_COEFFS), -0.5 * xx)
-    else:
-        poly = t(_COSM1_COEFFS[0])
-        for c in _COSM1_COEFFS[1:]:
-            poly = poly * xx + t(c)
-        small = (xx * xx) * poly + t(-0.5) * xx
-    return np.where(xx > t(0.61685), xla_math.cos(x) - t(1), small)
+    coeffs = tuple(t(c) for c in _COSM1_COEFFS)
+    poly = xla_math.horner64(xx, coeffs) if t == np.float64 else xla_math.horner32(xx, coeffs)
+    small = xla_math.fma(xx * xx, poly, t(-0.5) * xx)
+    return np.where(xx >= t(0.61685), xla_math.cos(x) - t(1), small)
 
 
+@xla_math.blockwise
 def _cexpm1(z):
+    """XLA's EmitComplexExpm1: ``expm1(x) cos(y) + cosm1(y)`` with ``cos(y) = cosm1(y) + 1`` (one fused
+    multiply-add, over XLA's own expm1) and ``(expm1(x) + 1) sin(y)`` (+0 where y == 0)."""
     a, b = z.real, z.imag
-    # XLA: expm1(a) cos(b) + cosm1(b) with cos(b) = cosm1(b) + 1; f64 as XLA CPU computes it
-    # (its own expm1, a fused multiply-add), bit-exact against jax.jit.
+    t = a.dtype.type
     cm1 = _cosm1(b)
-    em1 = (xla_math.expm1_f64 if a.dtype == np.float64 else xla_math.expm1_f32)(a)
-    re = xla_math.fma(em1, cm1 + 1, cm1)
-    im = np.where(b == 0, b.dtype.type(0), (em1 + 1) * xla_math.sin(b))
-    return _compose(re, im, z.dtype)
+    em1 = (xla_math.expm1_f64 if t == np.float64 else xla_math.expm1_f32)(a)
+    # Where both sides are NaN, XLA's results carry y's NaN (the operand order LLVM chose).
+    re = np.where(np.isnan(cm1), cm1, _fma_wide(em1, cm1 + t(1), cm1))
+    im = xla_math.sin(b) * (em1 + t(1))
+    return _compose(re, np.where(b == 0, t(0), im), z.dtype)
 
 
 def _csin_cos(z, is_sin: bool):
@@ -605,20 +616,43 @@ _CSQRT_CONSTANTS = (1.0986841134678098, 0.45508986056222733, 1.4142135623730951,
 """sqrt((1 + sqrt 2) / 2), its reciprocal halved, sqrt 2 and 1/sqrt 2 (rounded down), as XLA's complex sqrt spells them."""
 
 
+_FMA64_SAFE = (2.0 ** -900, 2.0 ** 990)
+"""Factor magnitudes for which :func:`xla_math.fma64`'s exact (Dekker) product holds."""
+
+
+def _fma_redo(out, idx, a, b, c):
+    """``out`` with the elements ``idx`` (flat indices) recomputed by the f64 FMA for the whole range."""
+    from ..fma import _fma64_kernel  # (scales operands; slow, so only for the elements that need it)
+
+    shape = out.shape
+    out = np.array(out, copy=True).reshape(-1)
+    a, b, c = (np.broadcast_to(v, shape).reshape(-1)[idx] for v in (a, b, c))
+    out[idx] = _fma64_kernel(a, b, c)
+    return out.reshape(shape)
+
+
+def _fma_wide(a, b, c):
+    """Fused ``a * b + c`` for operands anywhere in the f32/f64 range (f64: the fast emulation where
+    both factors are moderate or zero, the scaled one for the others)."""
+    if np.asarray(a).dtype == np.float32:
+        return xla_math.fma32(a, b, c)
+    out = xla_math.fma64(a, b, c)
+    mags = [np.abs(v) for v in np.broadcast_arrays(a, b)]
+    wild = np.zeros(out.shape, bool)
+    for m in mags:
+        wild |= ~((m >= _FMA64_SAFE[0]) & (m < _FMA64_SAFE[1])) & (m != 0)
+    idx = np.flatnonzero(wild)
+    return _fma_redo(out, idx, a, b, c) if idx.size else out
+
+
 def _fma_half(a, c):
     """Fused ``a * 0.5 + c`` (LLVM's contraction): ``a * 0.5`` is exact unless it leaves the normal
-    range, so only those rare f64 elements need an emulated FMA (f64 emulation over the whole range)."""
+    range, so only those rare f64 elements need an emulated FMA."""
     if a.dtype == np.float32:
         return xla_math.fma32(a, np.float32(0.5), c)
     out = a * 0.5 + c
-    inexact = np.flatnonzero((np.abs(a) < 2.0 ** -1020) & (a != 0))
-    if inexact.size:
-        from ..fma import _fma64_kernel  # the f64 FMA for the whole exponent range
-        out = np.array(out, copy=True).reshape(-1)
-        c_flat = np.broadcast_to(c, a.shape).reshape(-1)
-        out[inexact] = _fma64_kernel(a.reshape(-1)[inexact], 0.5, c_flat[inexact])
-        out = out.reshape(a.shape)
-    return out
+    idx = np.flatnonzero((np.abs(a) < 2.0 ** -1020) & (a != 0))
+    return _fma_redo(out, idx, a, 0.5, c) if idx.size else out
 
 
 def _hypot_parts(mx, mn):
