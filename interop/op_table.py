@@ -55,10 +55,12 @@ GENERAL_NOTES = [
     "reproduced: XLA's compile-time identities (x*1, x+0, x/1, max(x,x) with constants keep denormals in XLA), "
     "select -> max/min, bf16 ==/!= against a constant 0 as a bit test, and threaded OpenBLAS workers reading "
     "denormal operands (results are flushed).",
-    "Complex multiply differs from XLA in the last bit (XLA fuses its multiply-adds); complex divide, abs, log, log1p, "
-    "tan, tanh, logistic are bit-exact and c128 exp/expm1/atan2/power too; a sweep over random bit patterns and special "
-    "values still finds complex sin/cos (NaN vs finite on extreme inputs), sqrt (about 8%), rsqrt (up to 6 ULP), "
-    "c64 exp/expm1 (rare) differing from XLA.",
+    "Complex: divide, abs, log, log1p, tan, tanh, logistic, sqrt, exp, expm1 are bit-exact with XLA for c64 and c128 "
+    "(NaN payloads included; sqrt follows the StableHLO complex-math expansion XLA applies), c128 atan2/power too. "
+    "Not bit-exact: complex sin/cos (jax's expm1-based expansion not reproduced: about half of random bit patterns "
+    "differ, NaN vs finite on extreme inputs), complex rsqrt (12-38% of random bit patterns), c64 atan2/power (last "
+    "bits), c64 log (<= 1 ULP on the few elements XLA computes outside its vector loop), complex multiply (last bit: "
+    "XLA's FMAs inside it).",
     "FMA contraction as XLA CPU does it (`lowering.compile(..., fma_contraction=True)`, default): f32/f64 `a*b+c`, "
     "`c+a*b`, `a*b-c`, `c-a*b` become one fused multiply-add when the multiply has one use (after merging duplicate "
     "expressions) and nothing stands between them; with two multiplies the first operand's is fused. Not reproduced: "
