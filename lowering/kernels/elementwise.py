@@ -294,7 +294,8 @@ def _float_sign(x):
 
 
 def _rsqrt(x):
-    return 1 / np.sqrt(x)
+    """XLA CPU's real rsqrt in the precision of ``x`` (its own f32 estimate-and-Newton or f64 formula)."""
+    return xla_math.rsqrt_f32(x) if x.dtype == np.float32 else xla_math.rsqrt_f64(x)
 
 
 def _real_of_float(x):
@@ -573,13 +574,21 @@ def _cexpm1(z):
 
 
 def _csin_cos(z, is_sin: bool):
+    """XLA's own complex sine and cosine (its elemental emitter, which XLA CPU runs for ``hlo.sine`` and
+    ``hlo.cosine`` on complex operands): with ``e = exp(y)`` over XLA's own exp,
+    ``sin z = sin x (0.5 e + 0.5/e) + i cos x (0.5 e - 0.5/e)`` and
+    ``cos z = cos x (0.5/e + 0.5 e) + i sin x (0.5/e - 0.5 e)`` -- the cosine's imaginary part is the
+    product with ``0.5/e - 0.5 e``, not the negated sine-side product, which decides the sign of its zeros.
+
+    ``jax.lax.sin``/``cos`` on complex do not emit this op: jax expands them into real ops (expm1(±y), a
+    select on x == 0), which the executor runs op by op."""
     x, y = z.real, z.imag
+    t = x.dtype.type
     ey = xla_math.exp(y)
-    half_e, half_ne = 0.5 * ey, 0.5 / ey
-    sinh, cosh = half_e - half_ne, half_e + half_ne
+    half_e, half_ne = t(0.5) * ey, t(0.5) / ey
     if is_sin:
-        return _compose(xla_math.sin(x) * cosh, xla_math.cos(x) * sinh, z.dtype)
-    return _compose(xla_math.cos(x) * cosh, -(xla_math.sin(x) * sinh), z.dtype)
+        return _compose(xla_math.sin(x) * (half_e + half_ne), xla_math.cos(x) * (half_e - half_ne), z.dtype)
+    return _compose(xla_math.cos(x) * (half_ne + half_e), xla_math.sin(x) * (half_ne - half_e), z.dtype)
 
 
 def _ctanh_parts(a, b):
