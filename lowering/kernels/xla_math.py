@@ -137,6 +137,37 @@ def horner32(x, coeffs):
     return p
 
 
+def _fused_step32(p, c, p32, tmp, flagged):
+    """One f32 multiply-add of a fast chain: ``p + c`` (p the exact f64 product, in place) rounded to
+    f32 into ``p32`` and back into ``p``. An f32 midpoint (a possible double rounding) is not corrected
+    but its flat indices are appended to ``flagged``, for the caller to redo those elements exactly."""
+    np.add(p, c, out=p)
+    shifted = np.left_shift(p.view(np.int64), _MIDPOINT_SHIFT, out=tmp.view(np.int64))
+    if shifted.size and shifted.min() == _SHIFTED_MIDPOINT:
+        flagged.append(np.flatnonzero(shifted == _SHIFTED_MIDPOINT))
+    np.copyto(p32, p, casting="unsafe")
+    np.copyto(p, p32)
+
+
+def _horner32_fast(xd, coeffs, p, tmp, p32, flagged):
+    """:func:`horner32` of the f64 copy ``xd`` of an f32 array as a fast chain (see :func:`_fused_step32`):
+    the result is left in ``p32`` (and as f64 in ``p``)."""
+    np.multiply(f64(coeffs[0]), xd, out=p)
+    _fused_step32(p, f64(coeffs[1]), p32, tmp, flagged)
+    for c in coeffs[2:]:
+        np.multiply(p, xd, out=p)
+        _fused_step32(p, f64(c), p32, tmp, flagged)
+    return p32
+
+
+def _redo_flagged(out, flagged, exact, *args):
+    """Recompute the ``flagged`` flat indices of the flat result ``out`` as ``exact(*args[idx])``."""
+    if flagged:
+        idx = np.unique(np.concatenate(flagged))
+        out[idx] = exact(*(a[idx] for a in args))
+    return out
+
+
 def daz32(x):
     """Flush f32 denormals to (signed) zero, as the DAZ CPU mode reads operands."""
     return np.where(np.abs(x) < _TINY32, np.copysign(f32(0), x), x)
@@ -203,26 +234,10 @@ def _exp32_parts(x):
     r = t.astype(f32)
     np.copyto(rd, r)
     flagged = []
-    p32 = np.empty_like(r)
-
-    def step(p, c):
-        """Round ``p + c`` (in place in p) to f32 in p32; flag f32 midpoints."""
-        np.add(p, c, out=p)
-        shifted = np.left_shift(p.view(np.int64), _MIDPOINT_SHIFT, out=t.view(np.int64))
-        if shifted.size and shifted.min() == _SHIFTED_MIDPOINT:
-            flagged.append(np.flatnonzero(shifted == _SHIFTED_MIDPOINT))
-        np.copyto(p32, p, casting="unsafe")
-        p[...] = p32
-
-    c = _EXP32_P
-    np.multiply(f64(c[0]), rd, out=p)
-    step(p, f64(c[1]))
-    for ck in c[2:]:
-        np.multiply(p, rd, out=p)
-        step(p, f64(ck))
+    p32 = _horner32_fast(rd, _EXP32_P, p, t, np.empty_like(r), flagged)
     r2 = r * r
     np.multiply(p, r2, out=p, casting="unsafe")
-    step(p, rd)
+    _fused_step32(p, rd, p32, t, flagged)
     y = p32
     y += f32(1)
     if flagged:
@@ -260,7 +275,64 @@ _SQRT_HALF32 = _f32(0x3F3504F3)
 def log_f32(x):
     """XLA CPU's f32 log: Eigen's ``plog_float`` (mantissa in [sqrt(1/2), sqrt(2)), Cephes' degree-9
     polynomial in three interleaved parts). 0 and denormals (DAZ) give -inf, +inf gives +inf, and
-    negative numbers, -inf and NaN give the all-ones NaN."""
+    negative numbers, -inf and NaN give the all-ones NaN.
+
+    Same results as :func:`_log_f32_exact`: the multiply-adds run as fast chains on f64 scratch arrays
+    (elements that hit an f32 midpoint are redone exactly), except two sums exact in f64:
+
+    * ``xm - x2/2``: xm is 0 or a multiple of 2**-24 in [2**-k, 2**(1-k)) (k <= 24), and
+      x2 = fl(xm²) a multiple of 2**(-2k-23), so the sum spans at most k + 24 bits;
+    * ``e ln2[0] + t`` while |e| < 93: e ln2[0] is a multiple of 2**-9 below 64, and t is 0 or at
+      least 2**-24 in magnitude (near xm, or ``e ln2[1]`` for xm = 0), so a multiple of 2**-47.
+ Selects with data-dependent masks (slow: branch
+    mispredictions) become arithmetic, and the rare special inputs are patched by index."""
+    x = np.asarray(x)
+    shape = x.shape
+    x = x.ravel()
+    bits = np.maximum(x, _TINY32).view(np.int32)  # NaN -> patched below
+    m = ((bits & np.int32(-2139095041)) | np.int32(0x3F000000)).view(f32)  # mantissa in [0.5, 1)
+    small = np.less(m, _SQRT_HALF32).astype(f32)
+    e = (bits >> 23).astype(f32)
+    e -= f32(126)
+    e -= small
+    xm = m - f32(1)
+    xm += np.multiply(m, small, out=m)  # m itself where small, else +0 (m is positive and finite)
+    x2 = xm * xm
+    x3 = x2 * xm
+    xmd, x3d, tmp, p, y, y1 = _f64_scratch(x.size, 6)
+    np.copyto(xmd, xm)
+    np.copyto(x3d, x3)
+    flagged = []
+    c = _LOG32_P
+    _horner32_fast(xmd, c[:3], y, tmp, np.empty_like(xm), flagged)  # (the f32 copies are not needed)
+    _horner32_fast(xmd, c[3:6], y1, tmp, small, flagged)
+    p32 = _horner32_fast(xmd, c[6:], p, tmp, x3, flagged)
+    for addend in (y1, p):  # y = fma(fma(y, x3, y1), x3, y2)
+        np.multiply(y, x3d, out=y)
+        _fused_step32(y, addend, p32, tmp, flagged)
+    np.multiply(y, x3d, out=y)
+    _fused_step32(y, np.multiply(e, _EXP32_LN2[1]), p32, tmp, flagged)
+    np.copyto(p, x2)
+    p *= f64(-0.5)
+    p += xmd  # exact (see above)
+    t = p.astype(f32)
+    t += p32
+    np.multiply(e, f64(_EXP32_LN2[0]), out=p)
+    r = x2
+    if e.size and max(e.max(), -e.min()) >= 93:
+        _fused_step32(p, t, r, tmp, flagged)
+    else:  # exact in f64: e ln2[0] has 17 bits and is below 64, t is below 1 with an ULP >= 2**-47
+        p += t
+        np.copyto(r, p, casting="unsafe")
+    special = np.flatnonzero(~(np.greater_equal(x, _TINY32) & np.less(x, f32(np.inf))))
+    if special.size:  # zeros, denormals, negatives, infinities, NaN
+        xs = x[special]
+        r[special] = np.where(np.abs(xs) < _TINY32, f32(-np.inf), np.where(xs == np.inf, f32(np.inf), _NAN32))
+    return _redo_flagged(r, flagged, _log_f32_exact, x).reshape(shape)
+
+
+def _log_f32_exact(x):
+    """:func:`log_f32` with each multiply-add rounded by :func:`fma32` (the fast path's reference)."""
     bits = np.maximum(x, _TINY32).view(np.int32)  # NaN -> replaced below
     e = ((bits >> 23) - 127).astype(f32) + f32(1)
     m = ((bits & np.int32(-2139095041)) | np.int32(0x3F000000)).view(f32)  # mantissa in [0.5, 1)
@@ -288,7 +360,29 @@ _TANH32_Q = tuple(_f32(b) for b in (0x35A0D3D8, 0x38F895D6, 0x3B14AA05, 0x3BA059
 
 def tanh_f32(x):
     """XLA CPU's f32 tanh: Eigen's rational ``ptanh_float`` (degree 13/6) of x clamped to
-    ±7.9053111, x itself for |x| < 0.0004 (denormals kept), ±1 for |x| >= 20."""
+    ±7.9053111, x itself for |x| < 0.0004 (denormals kept), ±1 for |x| >= 20.
+
+    Same results as :func:`_tanh_f32_exact`: both polynomials run as fast chains on f64 scratch
+    arrays, and elements where a multiply-add hit an f32 midpoint are redone exactly."""
+    x = np.asarray(x)
+    shape = x.shape
+    x = x.ravel()
+    xc = np.clip(x, -_TANH32_CLAMP, _TANH32_CLAMP)  # NaN passes, keeps its payload
+    x2 = np.multiply(xc, xc)
+    xd, tmp, p = _f64_scratch(x.size, 3)
+    np.copyto(xd, x2)
+    flagged = []
+    num = _horner32_fast(xd, _TANH32_P, p, tmp, np.empty_like(x2), flagged)
+    num *= xc
+    r = np.divide(num, _horner32_fast(xd, _TANH32_Q, p, tmp, x2, flagged), out=num)
+    ax = np.abs(x)
+    np.copyto(r, x, where=ax < f32(4e-4))
+    np.copyto(r, np.copysign(f32(1), x), where=ax >= f32(20))
+    return _redo_flagged(r, flagged, _tanh_f32_exact, x).reshape(shape)
+
+
+def _tanh_f32_exact(x):
+    """:func:`tanh_f32` with each multiply-add rounded by :func:`fma32` (the fast path's reference)."""
     xc = np.where(x < -_TANH32_CLAMP, -_TANH32_CLAMP, np.where(x > _TANH32_CLAMP, _TANH32_CLAMP, x))
     x2 = xc * xc
     r = (xc * horner32(x2, _TANH32_P)) / horner32(x2, _TANH32_Q)
