@@ -57,8 +57,9 @@ GENERAL_NOTES = [
     "denormal operands (results are flushed).",
     "Complex: divide, abs, log, log1p, tan, tanh, logistic, sqrt, exp, expm1 are bit-exact with XLA for c64 and c128 "
     "(NaN payloads included; sqrt follows the StableHLO complex-math expansion XLA applies), c128 atan2/power too. "
-    "Not bit-exact: complex sin/cos (jax's expm1-based expansion not reproduced: about half of random bit patterns "
-    "differ, NaN vs finite on extreme inputs), complex rsqrt (12-38% of random bit patterns), c64 atan2/power (last "
+    "Complex sine/cosine are bit-exact with XLA's own ops (jax.lax.sin/cos on complex emit a different, real-valued "
+    "program, which the executor runs op by op). Not bit-exact: complex rsqrt (9% c64 / 12% c128 of random bit "
+    "patterns, 1-2 ULP), c64 atan2/power (last "
     "bits), c64 log (<= 1 ULP on the few elements XLA computes outside its vector loop), complex multiply (last bit: "
     "XLA's FMAs inside it).",
     "FMA contraction as XLA CPU does it (`lowering.compile(..., fma_contraction=True)`, default): f32/f64 `a*b+c`, "
