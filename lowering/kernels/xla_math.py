@@ -324,8 +324,11 @@ def log_f32(x):
     else:  # exact in f64: e ln2[0] has 17 bits and is below 64, t is below 1 with an ULP >= 2**-47
         p += t
         np.copyto(r, p, casting="unsafe")
-    special = np.flatnonzero(~(np.greater_equal(x, _TINY32) & np.less(x, f32(np.inf))))
-    if special.size:  # zeros, denormals, negatives, infinities, NaN
+    regular = np.greater_equal(x, _TINY32) & np.less(x, f32(np.inf))
+    special = np.flatnonzero(~regular)  # zeros, denormals, negatives, infinities, NaN
+    if special.size > x.size // 8:  # many: whole-array selects beat patching by index
+        r = np.where(regular, r, np.where(np.abs(x) < _TINY32, f32(-np.inf), np.where(x == np.inf, f32(np.inf), _NAN32)))
+    elif special.size:
         xs = x[special]
         r[special] = np.where(np.abs(xs) < _TINY32, f32(-np.inf), np.where(xs == np.inf, f32(np.inf), _NAN32))
     return _redo_flagged(r, flagged, _log_f32_exact, x).reshape(shape)
