@@ -27,7 +27,7 @@ from xla_dialect.errors import UnsupportedError
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.conversion import UniformDequantizeOp, UniformQuantizeOp
-from xla_dialect.quant import UniformQuantizedType, parse_quantized_type
+from xla_dialect.quant import UniformQuantizedType, closing_angle_bracket, parse_quantized_type
 
 __all__ = ["convert_quantized_op", "expand_quantized_text", "parse_quantized"]
 
@@ -91,27 +91,14 @@ def convert_quantized_op(imp, op, result_quant: list, kind: str) -> list[SSAValu
 # ----------------------------------------------------------------------------
 
 
-def _closing(text: str, start: int) -> int:
-    """Index just past the ``>`` matching the ``<`` at ``text[start - 1]``."""
-    depth = 1
-    i = start
-    while depth and i < len(text):
-        c = text[i]
-        if c == "<":
-            depth += 1
-        elif c == ">":
-            depth -= 1
-        i += 1
-    return i
-
-
 def _quant_types(line: str) -> list[tuple[int, int, str]]:
     """(start, end, text) of every ``!quant.uniform<...>`` in a line."""
     out = []
     pos = line.find("!quant.")
     while pos >= 0:
         open_ = line.find("<", pos)
-        end = _closing(line, open_ + 1)
+        close = closing_angle_bracket(line, open_ + 1)
+        end = close + 1 if close >= 0 else len(line)
         out.append((pos, end, line[pos:end]))
         pos = line.find("!quant.", end)
     return out

@@ -203,8 +203,8 @@ def _parse_body(body: str, full: str) -> QuantParams:
     return QuantParams(storage.xla_name, expressed, tuple(scales), tuple(zero_points), axis, lo, hi)
 
 
-def _closing_bracket(text: str, start: int) -> int:
-    """Index of the ``>`` closing the ``<`` just before ``start`` (nested ``<>`` allowed)."""
+def closing_angle_bracket(text: str, start: int) -> int:
+    """Index of the ``>`` closing the ``<`` just before ``start`` (nested ``<>`` allowed), -1 if none."""
     depth = 1
     for i in range(start, len(text)):
         c = text[i]
@@ -228,7 +228,7 @@ class UniformQuantizedType(Data[QuantParams], TypeAttribute):
         parser.parse_punctuation("<")
         text = parser.lexer.input.content
         start = parser.pos
-        end = _closing_bracket(text, start)
+        end = closing_angle_bracket(text, start)
         if end < 0:
             parser.raise_error("quantized type: missing closing '>'")
         body = text[start:end]
