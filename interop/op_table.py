@@ -22,8 +22,8 @@ NOTES = {
     "hlo.exponential_minus_one": "bit-exact (about 0.05 us/element f32, 0.6 f64); c128 bit-exact",
     "hlo.log_plus_one": "bit-exact (about 0.07 us/element f32, 0.3 f64; complex: the StableHLO expansion XLA applies)",
     "hlo.erf": "bit-exact (f32 XLA's rational approximation, f64 glibc's erf)",
-    "hlo.rsqrt": "f32 bit-exact on AMD family-25 CPUs (the CPU's RSQRTSS table plus XLA's Newton step), 1/sqrt within "
-                 "2 ULP on other CPUs; f64 bit-exact",
+    "hlo.rsqrt": "bit-exact on every x86-64 CPU: the CPU's own estimate instruction plus XLA's Newton steps, as XLA "
+                 "runs them (f32 RSQRTPS with AVX; f64 VRSQRT14PD with AVX-512F, else 1/sqrt)",
     "hlo.logistic": "bit-exact for real types and c128",
     "hlo.sine": "bit-exact for real types (f32: glibc's sinf, which XLA calls, reproduced with its FMAs); complex: "
                 "see the general notes",

@@ -26,7 +26,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
 * ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``).
 * ``pow(exp(A), B)`` -> ``exp(A * B)``; ``pow(A, 2)`` -> ``A * A``;
-  ``pow(A, 3)`` -> ``A * (A * A)``; ``pow(A, -1)`` -> ``1 / A``.
+  ``pow(A, 3)`` -> ``A * (A * A)``; ``pow(A, -1)`` -> ``1 / A``; and LLVM's
+  ``pow(A, 0.5)`` -> ``A == -inf ? inf : |sqrt(A)|`` (f16/f32/f64).
 
 bf16 ops other than the division by a constant are left alone: XLA computes
 each of them in f32 between conversions, so no other pattern can match
@@ -40,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
@@ -59,8 +60,10 @@ _B = ew.BINARY_OP_CLASSES
 _U = ew.UNARY_OP_CLASSES
 DivOp, MulOp, AddOp, SubOp, PowOp = _B["divide"], _B["multiply"], _B["add"], _B["subtract"], _B["power"]
 ExpOp, NegOp, SqrtOp, RsqrtOp = _U["exponential"], _U["negate"], _U["sqrt"], _U["rsqrt"]
+AbsOp = _U["abs"]
 
 _NATIVE = frozenset({"f16", "f32", "f64", "c64", "c128"})
+_REAL = frozenset({"f16", "f32", "f64"})
 """Element types XLA CPU's simplifier sees as they are (bf16 arrives widened to f32; f8 types are not
 verified and left alone)."""
 
@@ -354,6 +357,18 @@ class SimplifyPower(RewritePattern):
         elif _is_all(b, -1):
             one = _emit_constant(rewriter, np.ones((), dtype=_constant(b)[0].dtype), t)
             _replace(rewriter, op, _emit(rewriter, DivOp, [one, a], t))
+        elif _is_all(b, 0.5) and _element_name(a) in _REAL:
+            # Not XLA's simplifier but LLVM's (LibCallSimplifier, without fast-math flags), on XLA CPU's
+            # fused loop where the exponent is a constant: pow(A, 0.5) -> A == -inf ? +inf : |sqrt(A)|
+            # (the |.| makes pow(-0, 0.5) = +0). libm's pow differs from sqrt in the last bit on ~0.1%.
+            dtype = _constant(b)[0].dtype
+            root = _emit(rewriter, AbsOp, [_emit(rewriter, SqrtOp, [a], t)], t)
+            minus_inf = _emit_constant(rewriter, np.array(-np.inf, dtype), t)
+            is_minus_inf = _emit(rewriter, ew.CompareOp, [a, minus_inf], tensor_type(element_type_named("pred"),
+                                                                                      tuple(t.get_shape()), None),
+                                 {"comparison_direction": StringAttr("EQ"), "compare_type": StringAttr("FLOAT")})
+            plus_inf = _emit_constant(rewriter, np.array(np.inf, dtype), t)
+            _replace(rewriter, op, _emit(rewriter, ew.SelectOp, [is_minus_inf, plus_inf, root], t))
 
 
 @register_pass

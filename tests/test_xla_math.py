@@ -46,13 +46,6 @@ def _xla(mnemonic: str, x: np.ndarray) -> np.ndarray:
             return xla_ref(mnemonic, x)
         return np.asarray(jax.jit(OPS[mnemonic])(x))
 
-# f32 rsqrt starts from the CPU's own estimate (RSQRTSS), a table that differs between CPU designs.
-_ESTIMATE_KNOWN = xla_math._rsqrt_estimate_table() is not None
-
-
-def _skip_unknown_estimate(mnemonic: str, name: str) -> None:
-    if mnemonic == "rsqrt" and name != "f64" and not _ESTIMATE_KNOWN:
-        pytest.skip("this CPU's RSQRTSS table is not known: f32 rsqrt is 1/sqrt (within 2 ULP, test_elementwise)")
 
 # Each algorithm's branch points and clamps, with their neighbours.
 _THRESHOLDS = [88.8, -87.8, 88.72284, -87.33654, -103.97208, 127.0, 4e-4, 7.9053111, 20.0, 0.5, 0.41421357, 3.8325066,
@@ -91,7 +84,6 @@ def _assert_same_bits(got: np.ndarray, ref: np.ndarray, x: np.ndarray, what: str
 
 @pytest.mark.parametrize("mnemonic", OPS)
 def test_f32_bit_exact(mnemonic):
-    _skip_unknown_estimate(mnemonic, "f32")
     x = _f32_inputs(zlib.crc32(mnemonic.encode()))
     ref = _xla(mnemonic, x)
     _assert_same_bits(_run(mnemonic, x, "f32"), ref, x, f"{mnemonic} f32")
@@ -127,7 +119,6 @@ _SMALL_FLOATS = [name for name, et in ELEMENT_TYPES.items()
 @pytest.mark.parametrize("mnemonic", OPS)
 def test_small_floats_exhaustive(mnemonic, name):
     # bf16 is computed in f32; f16 in f16 arithmetic around f32 parts (expm1); 8-bit floats via f16.
-    _skip_unknown_estimate(mnemonic, name)
     et = ELEMENT_TYPES[name]
     x = np.arange(2**et.bits, dtype=np.uint8 if et.bits == 8 else np.uint16).view(et.dtype)
     ref = _xla(mnemonic, x)
@@ -161,21 +152,34 @@ def test_ftz_daz_behaviour():
         assert _run("exponential", np.array([-87.5], np.float32), "f32")[0] == 0  # exp(-87.5) is denormal
 
 
-def test_rsqrt_on_cpus_of_unknown_design(monkeypatch):
-    # Without the CPU's estimate table, f32 rsqrt falls back to 1/sqrt: within 2 ULP of XLA here.
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rsqrt_without_estimate_instructions(monkeypatch, dtype):
+    # Where XLA has no estimate instruction to use (f32 without AVX, f64 without AVX-512F) it computes
+    # 1/sqrt; that path, forced here, is within 2 ULP of this host's XLA and reads denormals as 0.
     from helpers import assert_close
 
-    monkeypatch.setattr(xla_math, "_cpu_design", lambda: ("GenuineIntel", "6"))
-    xla_math._rsqrt_estimate_table.cache_clear()
+    from lowering.kernels import cpu_rsqrt
+
+    monkeypatch.setattr(cpu_rsqrt, "host_properties", lambda: {"avx": False, "avx512f": False, "vendor": ""})
+    cpu_rsqrt._compiled.cache_clear()
     try:
-        x = np.abs(_f32_inputs(11, 20000))
-        x = x[(x >= np.finfo(np.float32).tiny) | (x == 0) | ~np.isfinite(x)]
         with np.errstate(all="ignore"):
-            got = xla_math.rsqrt_f32(x)
+            x = np.abs(_f32_inputs(11, 20000)).astype(dtype)
+            x = x[(x >= np.finfo(dtype).tiny) | (x == 0) | ~np.isfinite(x)]
+            got = cpu_rsqrt.rsqrt(x)
             ref = np.asarray(jax.jit(jax.lax.rsqrt)(x))
         assert_close(got, ref, max_ulp=2)
+        denormal = np.array([np.finfo(dtype).smallest_subnormal, -np.finfo(dtype).smallest_subnormal], dtype)
+        assert cpu_rsqrt.rsqrt(denormal).tolist() == [np.inf, -np.inf]
     finally:
-        xla_math._rsqrt_estimate_table.cache_clear()
+        cpu_rsqrt._compiled.cache_clear()
+
+
+def test_rsqrt_method_is_reported():
+    from lowering.kernels import cpu_rsqrt
+
+    assert "RSQRTPS" in cpu_rsqrt.rsqrt_f32_method() or "no AVX" in cpu_rsqrt.rsqrt_f32_method()
+    assert "VRSQRT14PD" in cpu_rsqrt.rsqrt_f64_method() or "no AVX-512F" in cpu_rsqrt.rsqrt_f64_method()
 
 
 # ----------------------------------------------------------------------------

@@ -58,7 +58,7 @@ from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
 
 from ..registry import register
-from . import xla_math
+from . import libm, xla_math
 
 # ----------------------------------------------------------------------------
 # Element types: storage dtype, the dtype kernels compute in, XLA bit width
@@ -484,7 +484,7 @@ def _clog(z):
                     (lambda mx, mn, s: _log1p_half_or_log(mx, mn),
                      lambda mx, mn, s: xla_math.log1p(s) * t(0.5)),
                     np.maximum(abs_a, abs_b), np.minimum(abs_a, abs_b), total)
-    return _compose(re, np.arctan2(b, a), z.dtype)
+    return _compose(re, libm.atan2(b, a), z.dtype)
 
 
 _CLOG1P_LARGE = {np.dtype(np.float32): np.float32(1.84467419e+17), np.dtype(np.float64): 1.3407807929942595e+152}
@@ -519,7 +519,7 @@ def _clog1p(z):
                                                                    np.minimum(np.abs(x), np.abs(y))),
                              lambda x, y, xp1: xla_math.log(xla_math.fma(xp1, xp1, y * y)) * t(0.5),
                              lambda x, y, xp1: _clog1p_mid(x, y)), x, y, xp1)
-    return _compose(re, np.arctan2(y, xp1), z.dtype)
+    return _compose(re, libm.atan2(y, xp1), z.dtype)
 
 
 def _cexp(z):
@@ -713,7 +713,7 @@ def _crsqrt(z):
     mn, mx, s = _abs_parts(a, b)
     r = _rsqrt(mx) * _rsqrt(np.sqrt(s))
     r = np.where(np.isnan(r), _rsqrt(mn), r)
-    angle = np.arctan2(b, a) * -0.5
+    angle = libm.atan2(b, a) * -0.5
     re, im = r * xla_math.cos(angle), r * xla_math.sin(angle)
     zero = a.dtype.type(0)
     abs_a, abs_b = np.abs(a), np.abs(b)
@@ -731,8 +731,8 @@ def _ccbrt(z):
     ``θ = atan2(im, re) / 3``, then rounded to the operand type.
     """
     re, im = z.real.astype(np.float64), z.imag.astype(np.float64)
-    theta = np.arctan2(im, re) / 3.0
-    r = np.power(np.power(re, 2.0) + np.power(im, 2.0), 1.0 / 6.0)
+    theta = libm.atan2(im, re) / 3.0
+    r = libm.pow(libm.pow(re, 2.0) + libm.pow(im, 2.0), 1.0 / 6.0)
     return _compose(r * xla_math.cos(theta), r * xla_math.sin(theta), z.dtype)
 
 
@@ -746,9 +746,9 @@ def _cpow(x, y):
     x, y = np.broadcast_arrays(x, y)
     a, b, c, d = x.real, x.imag, y.real, y.imag
     absx = _cabs_parts(a, b)
-    arg = np.arctan2(b, a)
+    arg = libm.atan2(b, a)
     # XLA's own exp and log; libm's pow, atan2, sin and cos (called by XLA CPU).
-    coeff = np.power(absx, c) * xla_math.exp(-d * arg)
+    coeff = libm.pow(absx, c) * xla_math.exp(-d * arg)
     q = xla_math.fma(c, arg, d * xla_math.log(absx))
     re, im = coeff * xla_math.cos(q), coeff * xla_math.sin(q)
     one, zero, inf = 1, 0, np.inf
@@ -769,9 +769,9 @@ def _csqrt_parts(re, im):
     times cos/sin of half the argument, with C99's infinities -> (re, im)."""
     t = re.dtype.type
     mn, mx, s = _abs_parts(re, im)
-    r = np.sqrt(mx) * np.power(s, t(0.25))
+    r = np.sqrt(mx) * libm.pow(s, t(0.25))
     r = np.where(np.isnan(r), mn, r)
-    theta = np.arctan2(im, re) * t(0.5)
+    theta = libm.atan2(im, re) * t(0.5)
     sin = xla_math.sin(theta)
     out_re = r * xla_math.cos(theta)
     out_im = np.where(sin == 0, t(0), r * sin)
@@ -797,7 +797,7 @@ def _catan2(y, x):
     rr, ri = _csqrt_parts(sr, si)
     num_r, num_i = xr + (yr * t(0) - yi), xi + (yr + yi * t(0))  # x + i y
     qr, qi = _cdiv_parts(num_r, num_i, rr, ri)
-    lr, li = xla_math.log(_cabs_parts(qr, qi)), np.arctan2(qi, qr)
+    lr, li = xla_math.log(_cabs_parts(qr, qi)), libm.atan2(qi, qr)
     return _compose(lr * t(0) + li, li * t(0) - lr, dtype)  # (0 - i) (lr + i li)
 
 
@@ -824,10 +824,10 @@ _FLOATS = ("float",)
 
 UNARY_KERNELS: dict[str, dict[str, object]] = {
     "abs": {"sint": np.abs, "float": np.abs, "complex": _cabs},
-    "cbrt": {"float": np.cbrt, "complex": _ccbrt},
+    "cbrt": {"float": libm.cbrt, "complex": _ccbrt},
     "ceil": {"float": np.ceil},
     "count_leading_zeros": {"sint": _PerType(_clz), "uint": _PerType(_clz)},
-    "cosine": {"float": _by_width(xla_math.cos_f32, np.cos), "complex": functools.partial(_csin_cos, is_sin=False)},
+    "cosine": {"float": _by_width(xla_math.cos_f32, libm.cos), "complex": functools.partial(_csin_cos, is_sin=False)},
     "erf": {"float": _by_width(xla_math.erf_f32, xla_math.erf_f64)},
     "exponential": {"float": _by_width(xla_math.exp_f32, xla_math.exp_f64), "complex": _cexp},
     "exponential_minus_one": {"float": _by_width(xla_math.expm1_f32, xla_math.expm1_f64, xla_math.expm1_f16), "complex": _cexpm1},
@@ -846,9 +846,9 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "round_nearest_even": {"float": np.rint},
     "rsqrt": {"float": _by_width(xla_math.rsqrt_f32, xla_math.rsqrt_f64), "complex": _crsqrt},
     "sign": {"sint": np.sign, "float": _float_sign, "complex": _csign},
-    "sine": {"float": _by_width(xla_math.sin_f32, np.sin), "complex": functools.partial(_csin_cos, is_sin=True)},
+    "sine": {"float": _by_width(xla_math.sin_f32, libm.sin), "complex": functools.partial(_csin_cos, is_sin=True)},
     "sqrt": {"float": np.sqrt, "complex": _csqrt},
-    "tan": {"float": _by_width(np.tan, np.tan), "complex": _ctan},
+    "tan": {"float": _by_width(libm.tan, libm.tan), "complex": _ctan},
     "tanh": {"float": _by_width(xla_math.tanh_f32, xla_math.tanh_f64), "complex": _ctanh},
 }
 """Unary op mnemonic -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
@@ -867,14 +867,14 @@ BINARY_KERNELS: dict[str, dict[str, object]] = {
     "and": _same(np.bitwise_and, _BITWISE),
     "or": _same(np.bitwise_or, _BITWISE),
     "xor": _same(np.bitwise_xor, _BITWISE),
-    "atan2": {"float": np.arctan2, "complex": _catan2},
+    "atan2": {"float": libm.atan2, "complex": _catan2},
     "complex": {"float": None},  # built per result type below
     "divide": {"sint": _PerType(_int_divide), "uint": _PerType(_int_divide), "float": np.divide, "complex": _cdiv},
     "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": fmax,
                 "complex": _cmax_min(True)},
     "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": fmin,
                 "complex": _cmax_min(False)},
-    "power": {"sint": _PerType(_int_power), "uint": _PerType(_int_power), "float": np.power, "complex": _cpow},
+    "power": {"sint": _PerType(_int_power), "uint": _PerType(_int_power), "float": libm.pow, "complex": _cpow},
     "remainder": {"sint": _PerType(_int_remainder), "uint": _PerType(_int_remainder), "float": np.fmod},
     "shift_left": _same(_PerType(_shift_left), ("sint", "uint")),
     "shift_right_arithmetic": _same(_PerType(_shift_right_arithmetic), ("sint", "uint")),

@@ -38,6 +38,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import cpu_rsqrt, libm
+
 f32, f64 = np.float32, np.float64
 
 BLOCK = 1 << 16
@@ -461,61 +463,10 @@ def erf_f32(x):
     return np.where(np.abs(x) >= _f32(0x407547CB), np.copysign(f32(1), x), r)
 
 
-# f32 rsqrt: the CPU's own estimate (RSQRTSS) refined by one Newton step. The estimate is a table
-# lookup that differs between CPU designs; this one was read off an AMD EPYC (family 25) by running
-# RSQRTSS on every f32 in [1, 4): it depends only on the exponent's parity and the top 12 mantissa
-# bits, and scales exactly with even powers of two. Stored as the steps (in units of 2**10 in the
-# bit pattern) between its 8192 entries, which decrease from 0x3F7FF800, zlib-compressed.
-_RSQRT_ESTIMATE_CPUS = {("AuthenticAMD", "25")}
-_RSQRT_ESTIMATE_STEPS = (
-    "eNrdltsOwjAMQ60q///NPDDYeg1e0rSDMaWej1NRTSJI7w+OKopORj4ZeatGw78+kwH7i7+6gvdxrlFpUfzZGs58289OJtOi+LM1"
-    "nPnSl1Ndv13N8qs1NP4km3W2j8l5tR7r/Hzuazjz3n6DR1UGWkg+WoPlU34lRWMz38zjvy7czRXnURo9n+WjfZVnwg2djPnV+ivL"
-    "4+hokLx3P28e2ZPP+3HqaH8FT0ZMOno/Xeeete7WT82Tk7UoPpwneTjzrZ+MatnXQvKsxuR8z/8UIWdP2XgW5nT2l3g1hxrOfjSP"
-    "P5tnwfrKJGH1rbx3vtKL51AE5wd8Yx6c70fzdd5xWHlABeoXPx8Mxxokz+YR3A+b9bPydD/H3k/UpYfJeyM4781H9/P2a/5Yd27N"
-    "j+Z3y+++n3a/ANMZH/8="
-)
-
-
-def _cpu_design():
-    """(vendor, family) from /proc/cpuinfo, or None where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
-    except OSError:
-        return None
-    info = {k.strip(): v.strip() for k, v in info.items()}
-    return info.get("vendor_id"), info.get("cpu family")
-
-
-@functools.cache
-def _rsqrt_estimate_table():
-    """The 8192 RSQRTSS results for [1, 4) as f32 bit patterns, or None on CPUs of another design."""
-    if _cpu_design() not in _RSQRT_ESTIMATE_CPUS:
-        return None
-    import base64
-    import zlib
-
-    steps = np.frombuffer(zlib.decompress(base64.b64decode("".join(_RSQRT_ESTIMATE_STEPS))), np.int8)
-    return ((0x3F7FF800 >> 10) - np.cumsum(steps, dtype=np.int32)) << 10
-
-
 def rsqrt_f32(x):
-    """XLA CPU's f32 rsqrt: for positive normal x, the hardware estimate y of 1/sqrt(x) refined by
-    ``y + (-y/2) (x y y - 1)`` (two FMAs); elsewhere the estimate itself: ±inf for ±0 and denormals
-    (DAZ), +0 for +inf, the default NaN for negative numbers, NaN inputs quieted. On CPUs whose
-    estimate table is not known here: ``1 / sqrt(x)`` (within 2 ULP of XLA)."""
-    table = _rsqrt_estimate_table()
-    if table is None:
-        return f32(1) / np.sqrt(daz32(x))
-    bits = x.view(np.int32)
-    e = (bits >> 23) & 0xFF
-    index = (((e & 1) ^ 1) << 12) | ((bits & 0x7FFFFF) >> 11)  # exponent parity relative to the bias
-    y0 = (table[index] - (((e - 127) >> 1) << 23)).view(f32)  # 1/sqrt(4**k x) = 2**-k / sqrt(x)
-    y = fma32(y0 * f32(-0.5), fma32(x * y0, y0, f32(-1)), y0)
-    special = np.where(np.isnan(x), (bits | 0x400000).view(f32),
-                       np.where(np.abs(x) < _TINY32, np.copysign(f32(np.inf), x),
-                                np.where(x == np.inf, f32(0), _f32(0xFFC00000))))
-    return np.where((x >= _TINY32) & (x < np.inf), y, special)
+    """XLA CPU's f32 rsqrt on this host: the CPU's own estimate refined by Newton steps
+    (see :mod:`.cpu_rsqrt`)."""
+    return cpu_rsqrt.rsqrt(x)
 
 
 # ----------------------------------------------------------------------------
@@ -652,7 +603,7 @@ def log1p_f64(x):
     x2 = x * x  # (the small branch's values are unused where x is not finite)
     ratio = horner64(x, _LOG1P_P, finite=True) / horner64(x, _LOG1P_Q, finite=True)
     small = fma64(-0.5, x2, (x * x2) * ratio, finite=True) + x
-    return np.where(np.abs(x) < 0.41421356237309504880, small, np.log(x + 1))
+    return np.where(np.abs(x) < 0.41421356237309504880, small, libm.log(x + 1))
 
 
 # fdlibm's erf coefficients (glibc's s_erf.c), by interval.
@@ -696,7 +647,7 @@ def _pairs_poly(s, c):
 def erf_f64(x):
     """glibc's (fdlibm's) erf, which XLA CPU calls for f64, with glibc's polynomial splitting
     (Shimizu): piecewise on |x| < 0.84375, < 1.25, < 6 (erfc-based, ``exp`` twice), else ±1.
-    Bit-exact where NumPy's exp is libm's (it is unless NumPy uses its AVX-512 exp). Denormals read
+    Bit-exact (libm's exp, see :mod:`.libm`). Denormals read
     as 0 (DAZ); NaN comes back quieted (``x + x``)."""
     x = daz64(x)
     ix = (x.view(np.int64) >> 32) & 0x7FFFFFFF  # fdlibm's high word, sign cleared
@@ -715,20 +666,22 @@ def erf_f64(x):
     rs = np.where(near, _pairs_poly(s, _ERF_RA) / _pairs_poly(s, _ERF_SA),
                   _pairs_poly(s, _ERF_RB) / _pairs_poly(s, _ERF_SB))
     hi = (ax.view(np.int64) & np.int64(-(1 << 32))).view(np.float64)  # |x| with its low word cleared
-    r = np.exp(-hi * hi - 0.5625) * np.exp((hi - ax) * (hi + ax) + rs)
+    r = libm.exp(-hi * hi - 0.5625) * libm.exp((hi - ax) * (hi + ax) + rs)
     big = np.where(neg, r / ax - 1.0, 1.0 - r / ax)
     out = np.select([ix < 0x3FEB0000, ix < 0x3FF40000, ix < 0x40180000], [small, mid, big], np.where(neg, -1.0, 1.0))
     return np.where(np.isnan(x), x + x, out)
 
 
 def log_f64(x):
-    """XLA CPU's f64 log: libm's (NumPy's is the same) of x with denormals read as 0 (DAZ)."""
-    return np.log(daz64(x))
+    """XLA CPU's f64 log: libm's of x (not NumPy's, which is not libm's on AVX-512 CPUs) with denormals
+    read as 0 (DAZ)."""
+    return libm.log(daz64(x))
 
 
 def rsqrt_f64(x):
-    """XLA CPU's f64 rsqrt: ``1 / sqrt(x)`` with denormals read as 0 (DAZ)."""
-    return 1.0 / np.sqrt(daz64(x))
+    """XLA CPU's f64 rsqrt on this host: with AVX-512 the CPU's own estimate refined by two Newton steps,
+    else ``1 / sqrt(x)``; denormals read as 0 (DAZ). See :mod:`.cpu_rsqrt`."""
+    return cpu_rsqrt.rsqrt(x)
 
 
 def fma(a, b, c):
@@ -868,12 +821,12 @@ def cos_f32(x):
 
 def sin(x):
     """The sine XLA CPU computes in the precision of ``x``: glibc's sinf for f32, libm's sin for f64."""
-    return sin_f32(x) if x.dtype == np.float32 else np.sin(x)
+    return sin_f32(x) if x.dtype == np.float32 else libm.sin(x)
 
 
 def cos(x):
     """The cosine XLA CPU computes in the precision of ``x``: glibc's cosf for f32, libm's cos for f64."""
-    return cos_f32(x) if x.dtype == np.float32 else np.cos(x)
+    return cos_f32(x) if x.dtype == np.float32 else libm.cos(x)
 
 
 def log1p(x):
