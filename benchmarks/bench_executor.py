@@ -6,7 +6,13 @@
    executor vs the same NumPy ufunc calls written by hand. Goal: < 1 us/op of overhead.
    Measured without FMA contraction (which computes something else: one emulated
    f32 FMA per multiply-add pair); the contracted chain is timed too.
-2. A 256x1024 MLP (two 1024-wide layers, ReLU, softmax) vs jax.jit on CPU.
+2. The workloads of ``benchmarks/workloads.py`` (MLP, convnet, attention, scan RNN, element-wise, a chain
+   of 1,500 small ops, a 64-step scan, a 1,000-iteration while loop, a ResNet block, a GPT-2 block), each
+   imported from JAX and compiled with the default options, timed against jax.jit and against the same math
+   written by hand in NumPy, in interleaved rounds (medians of 7). Goals (issue 9): geomean <= 1.5x jax.jit
+   on the five "model" workloads, loops <= 3x, nothing slower than hand-written NumPy.
+   ``--markdown`` prints the table as the README shows it.
+3. A 256x1024 MLP (two 1024-wide layers, ReLU, softmax) vs jax.jit on CPU.
    Goal: within 1.5x of jax.jit. Timed under the default (automatic) BLAS
    thread policy, with ``blas_threads=1`` and with the BLAS's own thread count
    (see lowering/blas.py), all in the same run; also says whether the f32
@@ -135,7 +141,66 @@ def bench_mlp(batch: int = 256, width: int = 1024) -> dict:
     return {"jax_jit_ms": t_jax * 1e3, "jax_jit_median_ms": median_jax * 1e3, "policies": rows}
 
 
+def bench_workloads(repeat: int = 7) -> list[dict]:
+    """Each workload of ``benchmarks/workloads.py``: executor, jax.jit and NumPy times (median and best of
+    ``repeat`` interleaved rounds) and the largest difference between the executor's and jax.jit's outputs."""
+    import jax
+
+    from interop import import_jax
+    from workloads import WORKLOADS
+
+    rows = []
+    for make in WORKLOADS:
+        w = make()
+        exe = lowering.compile(import_jax(w.fn, *w.args))
+        jitted = jax.jit(w.fn)
+        jax_args = [jax.device_put(a) for a in w.args]
+
+        def run_jax(jitted=jitted, jax_args=jax_args):
+            jax.block_until_ready(jitted(*jax_args))
+
+        fns = {"executor": functools.partial(exe, *w.args), "jax": run_jax}
+        if w.numpy_fn is not None:
+            fns["numpy"] = functools.partial(w.numpy_fn, *w.args)
+        # Enough calls per round for ~20 ms, so that short cases are not timer noise.
+        t0 = time.perf_counter()
+        exe(*w.args)
+        number = max(1, min(50, int(0.02 / max(time.perf_counter() - t0, 1e-6))))
+        times = best_of_each(fns, repeat=repeat, number=number)
+        ours = jax.tree.leaves(exe(*w.args))
+        ref = jax.tree.leaves(jitted(*jax_args))
+        diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0))
+                   for a, b in zip(ours, ref))
+        row = {"name": w.name, "group": w.group, "executor_ms": times["executor"][1] * 1e3,
+               "jax_ms": times["jax"][1] * 1e3, "numpy_ms": times["numpy"][1] * 1e3 if "numpy" in times else None,
+               "executor_best_ms": times["executor"][0] * 1e3, "jax_best_ms": times["jax"][0] * 1e3,
+               "max_abs_diff": diff}
+        row["ratio_jax"] = row["executor_ms"] / row["jax_ms"]
+        row["ratio_numpy"] = row["executor_ms"] / row["numpy_ms"] if row["numpy_ms"] else None
+        rows.append(row)
+    return rows
+
+
+def workload_table(rows: list[dict]) -> str:
+    """The workload results as a Markdown table, with the geomean of the model group."""
+    out = ["| workload | executor (ms) | jax.jit (ms) | vs jax.jit | NumPy by hand (ms) | vs NumPy | max abs diff |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        numpy = f"{r['numpy_ms']:.3f} | {r['ratio_numpy']:.2f}x" if r["numpy_ms"] else "- | -"
+        out.append(f"| {r['name']} | {r['executor_ms']:.3f} | {r['jax_ms']:.3f} | {r['ratio_jax']:.2f}x | {numpy} "
+                   f"| {r['max_abs_diff']:.2g} |")
+    model = [r["ratio_jax"] for r in rows if r["group"] == "model"]
+    geomean = float(np.exp(np.mean(np.log(model))))
+    out.append(f"\nGeomean over the five model workloads: {geomean:.2f}x jax.jit (goal <= 1.5x); medians of 7 "
+               "interleaved rounds.")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if "--markdown" in sys.argv:
+        print(workload_table(bench_workloads()))
+        sys.exit(0)
     o = bench_overhead()
     print(f"per-op chain ({o['ops']} f32[4] ops): executor {o['executor_us_per_op']:.3f} us/op, "
           f"hand-written NumPy {o['numpy_us_per_op']:.3f} us/op, overhead {o['overhead_us_per_op']:.3f} us/op "
@@ -149,3 +214,5 @@ if __name__ == "__main__":
         print(f"  executor, {label}: {r['executor_ms']:.2f} ms ({r['median_ms']:.2f} ms), "
               f"ratio {r['ratio']:.2f}x ({r['median_ratio']:.2f}x) (goal <= 1.5), max |diff| {r['max_abs_diff']:.2g}, "
               f"bits {'=' if r['same_bits_as_single'] else '!='} blas_threads=1")
+    print()
+    print(workload_table(bench_workloads()))

@@ -172,17 +172,25 @@ def _convolution(op, ctx):
     m = batch * math.prod(out_spatial)
     k = kernel_in * math.prod(kernel)
     matmul = matmul_kernel(ctx, arith, m, k, group_out)
-    # lhs windows (N, C, *out, *kernel) -> (Bg, Nb, Fg, Cg, *out, *kernel) -> (G, Nb * out, Cg * kernel).
+    # With the features minor in the input (NHWC-style), the columns take them innermost (K ordered
+    # (*kernel, C)), so that building them copies contiguous runs of C values; otherwise (NCHW-style) K is
+    # ordered (C, *kernel), whose innermost kernel axis runs along contiguous rows.
+    features_minor = dn.input_feature_dimension == len(lhs_t.get_shape()) - 1
+    # lhs windows (N, C, *out, *kernel) -> (Bg, Nb, Fg, Cg, *out, *kernel) -> (G, Nb * out, K).
     lhs_split = (bgc, batch, fgc, features, *out_spatial, *kernel)
-    lhs_order = (0, 2, 1, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))
-    # kernel (O, I, *kernel) -> (G, Og, I * kernel) -> (G, I * kernel, Og).
+    if features_minor:
+        lhs_order = (0, 2, 1, *range(4, 4 + n), *range(4 + n, 4 + 2 * n), 3)
+        kernel_order = (0, *range(3, 3 + n), 2, 1)  # (G, Og, I, *kernel) -> (G, *kernel, I, Og)
+    else:
+        lhs_order = (0, 2, 1, *range(4, 4 + n), 3, *range(4 + n, 4 + 2 * n))
+        kernel_order = (0, *range(2, 3 + n), 1)  # (G, Og, I, *kernel) -> (G, I, *kernel, Og)
     # Result (G, Nb * out, Og) -> (G, Nb, *out, Og) -> (Nb, G, Og, *out) -> (Nb, O, *out).
     res_split = (groups, batch, *out_spatial, group_out)
     res_order = (1, 0, 2 + n, *range(2, 2 + n))
     canon_shape = (batch, groups * group_out, *out_spatial)
+    input_spatial = tuple(dn.input_spatial_dimensions)
 
-    def prepare(x, perm):
-        x = np.transpose(x, perm)
+    def convert(x):
         if x.dtype != compute_dtype:
             x = x.astype(compute_dtype)  # XLA converts the operands (may round, e.g. f16 -> bf16)
         return x.astype(arith, copy=False)
@@ -190,16 +198,21 @@ def _convolution(op, ctx):
     def convolution(lhs, rhs):
         if empty:
             return np.zeros(out_shape, result_dtype)
-        a = dilate_pad(prepare(lhs, lhs_perm), spatial_axes, window.padding, window.base_dilations, 0)
-        w = prepare(rhs, rhs_perm)
+        # Padded in the operand's own layout (no transposing copy), then viewed as (N, C, *spatial).
+        a = dilate_pad(convert(lhs), input_spatial, window.padding, window.base_dilations, 0)
+        a = np.transpose(a, lhs_perm)
+        w = convert(np.transpose(rhs, rhs_perm))
         if reversed_axes:
             # Reversing the lhs window equals reversing the kernel.
             w = np.flip(w, reversed_axes)
         view = windows(a, spatial_axes, window)
         cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
-        kmat = np.swapaxes(w.reshape(groups, group_out, k), 1, 2)
+        kmat = np.transpose(w.reshape(groups, group_out, kernel_in, *kernel), kernel_order).reshape(groups, k, group_out)
         c = matmul(cols, kmat)
-        c = np.transpose(c.reshape(res_split), res_order).reshape(canon_shape)
+        if groups == 1:  # (Nb, *out, O) viewed as (Nb, O, *out): no copy
+            c = np.moveaxis(c.reshape(res_split[1:]), -1, 1)
+        else:
+            c = np.transpose(c.reshape(res_split), res_order).reshape(canon_shape)
         c = np.transpose(c, out_perm)
         if c.dtype != compute_dtype:
             c = c.astype(compute_dtype)
