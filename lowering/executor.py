@@ -52,6 +52,8 @@ class LoweringContext:
         # The process grid the program runs on (collective kernels read it).
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
+        # When hlo.while loops are compiled with numba ("auto", "always", "never"; lowering.compiled_loops).
+        self.loop_compilation = "auto"
         self.functions: dict[str, func.FuncOp] = {
             op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
         }
@@ -345,7 +347,7 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
-            xla_rewrites: bool = True, fma_contraction: bool = True):
+            xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -374,14 +376,20 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ``fma_contraction`` (default True) computes ``a*b + c`` (f32/f64; also
     ``a*b - c``, ``c - a*b``) as one fused multiply-add where XLA CPU's
     compiler contracts it (see :mod:`lowering.fma`); False rounds twice.
+
+    ``loop_compilation`` says when ``hlo.while`` loops are compiled to machine code with numba (same
+    results, nanoseconds per iteration; see :mod:`lowering.compiled_loops`): ``"auto"`` (None, the
+    default) once a loop has run 2,000 iterations, ``"always"`` on its first run, ``"never"``.
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
+    from .compiled_loops import resolve_loop_compilation
 
     for what, count in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ExecutionError(f"lowering.compile: {what} must be a positive int, got {count!r}")
     resolve_blas_threads(blas_threads)  # reject a bad value before the (possibly long) verification
     denormals = resolve_denormals(denormals)
+    loop_compilation = resolve_loop_compilation(loop_compilation)
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
@@ -411,6 +419,7 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
         canonical = contract_fma(canonical, clone=canonical is module)
     module = lower_quantized(canonical, clone=True)
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
+    ctx.loop_compilation = loop_compilation
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)

@@ -151,12 +151,15 @@ def _bits(array):
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
 def test_every_pass_preserves_results(program):
+    # Each op's literal IEEE semantics: XLA's pattern-based float rewrites (x + 0 -> x keeps -0) and FMA
+    # contraction may match differently once layouts/tiling have rewritten the constants.
     module, args = program
-    before = lowering.compile(module)(*args)
+    ieee = {"xla_rewrites": False, "fma_contraction": False}
+    before = lowering.compile(module, **ieee)(*args)
     for pipeline in PIPELINES:
         rewritten = module.clone()
         passes.run(rewritten, pipeline)
-        after = lowering.compile(rewritten)(*args)
+        after = lowering.compile(rewritten, **ieee)(*args)
         assert len(after) == len(before)
         for i, (x, y) in enumerate(zip(before, after)):
             assert x.shape == y.shape and x.dtype == y.dtype, (pipeline, i)

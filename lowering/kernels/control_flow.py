@@ -123,10 +123,44 @@ def _call(op, ctx):
 @register(WhileOp)
 def _while(op, ctx):
     single = len(op.results) == 1
+    mode = getattr(ctx, "loop_compilation", "auto")
+    if mode == "never":
+        def while_kernel(cond, body, *state):
+            while cond(*state)[0]:
+                state = body(*state)
+            return state[0] if single else tuple(state)
+
+        return while_kernel
+
+    # The loop runs interpreted until it has run ``threshold`` iterations (over all calls), then as one
+    # numba-compiled function when it is eligible (lowering.compiled_loops), from wherever it stands.
+    from ..compiled_loops import AUTO_THRESHOLD, compile_loop
+
+    threshold = 0 if mode == "always" else AUTO_THRESHOLD
+    done = {"iterations": 0, "tried": False, "loop": None}
+
+    def compiled():
+        if not done["tried"]:
+            done["tried"] = True
+            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype)
+        return done["loop"]
 
     def while_kernel(cond, body, *state):
+        budget = threshold - done["iterations"] if not done["tried"] else -1
+        if budget <= 0 and compiled() is not None:
+            out = done["loop"](state)
+            return out[0] if single else tuple(out)
+        n = 0
         while cond(*state)[0]:
+            if n == budget:
+                done["iterations"] += n
+                if compiled() is not None:
+                    out = done["loop"](state)
+                    return out[0] if single else tuple(out)
+                n = budget = 0
             state = body(*state)
+            n += 1
+        done["iterations"] += n
         return state[0] if single else tuple(state)
 
     return while_kernel

@@ -1,0 +1,534 @@
+"""``hlo.while`` loops compiled to machine code with numba, so iterations cost nanoseconds, not microseconds.
+
+The executor runs a loop body as generated Python over NumPy kernels: every
+op of every iteration is a Python call (about a microsecond each), so a
+1,000-iteration scalar loop takes milliseconds where jax.jit takes
+microseconds. For loops whose condition and body use only the ops below, this
+module generates one numba function holding the whole loop (conditions,
+bodies, inlined ``hlo.call``s), compiled once per loop; its results are the
+same bits as the interpreted loop's, op by op:
+
+* scalars (0-d values) are numba scalars of the element type, arrays are
+  C-contiguous NumPy arrays; element-wise ops on arrays are explicit loops over
+  the elements, so every element goes through the same scalar formula;
+* ``add``, ``subtract``, ``multiply``, ``negate``, ``abs`` (wrapping integers,
+  IEEE floats), float ``divide``, ``maximum``/``minimum`` (NaN-propagating,
+  ``-0 < +0``), ``compare`` (FLOAT/SIGNED/UNSIGNED), ``select``, ``and``/``or``/
+  ``xor``/``not``, ``convert`` between integers, floats and pred (float to
+  integer as XLA: truncation, saturation, NaN -> 0), the executor's fused
+  multiply-add (the hardware FMA, correctly rounded as XLA's), sine, cosine and
+  tan (the C library's ``sinf``/``sin``... that XLA CPU calls);
+* ``constant``, ``broadcast_in_dim`` of a scalar, ``reshape``,
+  ``dynamic_slice``, ``dynamic_update_slice`` (XLA's clamped start indices),
+  ``reduce`` of a whole array with an add (NumPy's pairwise order, as the
+  interpreted kernel sums), multiply, maximum or minimum body, and ``call``.
+
+f32 and f64 only among floats (numba has no f16/bf16). Loops with any other
+op, with values captured from outside the loop, or with tuple values keep the
+interpreted path. Denormals: the compiled code runs in the caller's CPU flush
+modes, as the interpreted kernels do.
+
+When to compile: numba takes 0.2-1 s per loop, which only pays for loops that
+run long. ``lowering.compile(..., loop_compilation=...)``: ``"auto"`` (the
+default) compiles a loop once it has run :data:`AUTO_THRESHOLD` iterations in
+total (over all calls of the executable), switching in the middle of a call
+if needed; ``"always"`` compiles every eligible loop on its first run;
+``"never"`` keeps every loop interpreted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import Block, Operation, SSAValue
+
+from xla_dialect.errors import UnsupportedError
+from xla_dialect.ops.base import ints
+
+AUTO_THRESHOLD = 2000
+"""Iterations (over all calls) after which ``loop_compilation="auto"`` compiles a loop."""
+
+LOOP_COMPILATION_MODES = ("auto", "always", "never")
+
+_FLOATS = {np.dtype(np.float32), np.dtype(np.float64)}
+_INTS = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
+_SUPPORTED_DTYPES = _FLOATS | _INTS | {np.dtype(np.bool_)}
+
+_LOCK = threading.Lock()
+
+
+class _Ineligible(Exception):
+    """The loop uses something this module does not compile (the message says what)."""
+
+
+def resolve_loop_compilation(mode: str | None) -> str:
+    """Validate ``lowering.compile``'s ``loop_compilation`` option (None means "auto")."""
+    mode = "auto" if mode is None else mode
+    if mode not in LOOP_COMPILATION_MODES:
+        raise UnsupportedError(f"lowering.compile: loop_compilation must be one of {', '.join(LOOP_COMPILATION_MODES)}, "
+                               f"got {mode!r}")
+    return mode
+
+
+# ----------------------------------------------------------------------------
+# Code generation
+# ----------------------------------------------------------------------------
+
+_NUMBA_TYPE_NAMES = {np.dtype(t): f"np.{np.dtype(t).name}" for t in
+                     (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                      np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
+
+_ARITHMETIC = {"hlo.add": "+", "hlo.subtract": "-", "hlo.multiply": "*"}
+_BITWISE = {"hlo.and": "&", "hlo.or": "|", "hlo.xor": "^"}
+_LOGICAL = {"hlo.and": "and", "hlo.or": "or", "hlo.xor": "!="}
+_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+_TRIG = {"hlo.sine": "sin", "hlo.cosine": "cos", "hlo.tan": "tan"}
+_REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum"}
+
+
+class _LoopWriter:
+    """Writes the numba source of one while loop."""
+
+    def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable):
+        self.functions = functions
+        self.dtype_of = dtype_of
+        self.lines: list[str] = []
+        self.constants: dict[str, object] = {}
+        self.names: dict[SSAValue, str] = {}
+        self.counter = 0
+        self.call_depth = 0
+
+    # -- values ---------------------------------------------------------------
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def info(self, value: SSAValue) -> tuple[np.dtype, tuple[int, ...]]:
+        from xdsl.dialects.builtin import TensorType
+
+        t = value.type
+        if not isinstance(t, TensorType):
+            raise _Ineligible(f"a {t} value")
+        dtype = np.dtype(self.dtype_of(t))
+        if dtype not in _SUPPORTED_DTYPES:
+            raise _Ineligible(f"element type {dtype}")
+        shape = tuple(int(d) for d in t.get_shape())
+        if any(d < 0 for d in shape):
+            raise _Ineligible("a dynamic shape")
+        return dtype, shape
+
+    def name(self, value: SSAValue) -> str:
+        if value not in self.names:
+            raise _Ineligible("a value captured from outside the loop")
+        return self.names[value]
+
+    def emit(self, indent: str, line: str) -> None:
+        self.lines.append(indent + line)
+
+    # -- ops ------------------------------------------------------------------
+
+    def block(self, block: Block, indent: str) -> list[str]:
+        """Emit ``block``'s ops; return the names of its ``hlo.return`` / ``func.return`` operands."""
+        for op in block.ops:
+            if op.name in ("hlo.return", "func.return"):
+                return [self.name(v) for v in op.operands]
+            self.op(op, indent)
+        raise _Ineligible("a block without a return")
+
+    def op(self, op: Operation, indent: str) -> None:
+        if op.regions and op.name != "hlo.reduce":
+            raise _Ineligible(f"{op.name} (an op with regions)")
+        if op.name == "hlo.call":
+            return self.call(op, indent)
+        if len(op.results) != 1:
+            raise _Ineligible(f"{op.name} with {len(op.results)} results")
+        result = op.results[0]
+        dtype, shape = self.info(result)
+        for v in op.operands:
+            self.info(v)
+        out = self.fresh()
+        self.names[result] = out
+        method = getattr(self, "op_" + op.name.removeprefix("hlo.").removeprefix("hlo_internal."), None)
+        if method is None:
+            raise _Ineligible(op.name)
+        method(op, out, dtype, shape, indent)
+
+    def call(self, op: Operation, indent: str) -> None:
+        name = op.callee.string_value()
+        fn = self.functions.get(name)
+        if fn is None or self.call_depth > 16:
+            raise _Ineligible(f"call to @{name}")
+        block = fn.body.block
+        for arg, value in zip(block.args, op.operands):
+            self.names[arg] = self.name(value)
+        self.call_depth += 1
+        results = self.block(block, indent)
+        self.call_depth -= 1
+        for r, n in zip(op.results, results):
+            self.info(r)
+            self.names[r] = n
+
+    def elementwise(self, out: str, dtype: np.dtype, shape, operands, expression: Callable[..., str], indent: str):
+        """``out = expression(*scalars)`` element by element (or once, for scalars)."""
+        names = [self.name(v) for v in operands]
+        if not shape:
+            self.emit(indent, f"{out} = {expression(*names)}")
+            return
+        for v in operands:
+            if self.info(v)[1] != shape:
+                raise _Ineligible("an implicit broadcast")
+        flats = [self.fresh("f") for _ in names]
+        result_flat = self.fresh("f")
+        i = self.fresh("i")
+        self.emit(indent, f"{out} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"{result_flat} = {out}.ravel()")
+        for flat, n in zip(flats, names):
+            self.emit(indent, f"{flat} = {n}.ravel()")
+        self.emit(indent, f"for {i} in range({int(np.prod(shape))}):")
+        self.emit(indent + "    ", f"{result_flat}[{i}] = {expression(*(f'{f}[{i}]' for f in flats))}")
+
+    def typed(self, dtype: np.dtype, expression: str) -> str:
+        return f"{_NUMBA_TYPE_NAMES[dtype]}({expression})"
+
+    def op_constant(self, op, out, dtype, shape, indent):
+        value = np.asarray(op.value.array)
+        const = self.fresh("k")
+        self.constants[const] = value.reshape(()).item() if not shape else np.ascontiguousarray(value)
+        if not shape:
+            self.constants[const] = np.dtype(dtype).type(self.constants[const])
+        self.emit(indent, f"{out} = {const}")
+
+    def op_add(self, op, out, dtype, shape, indent):
+        self.binary(op, out, dtype, shape, indent)
+
+    op_subtract = op_multiply = op_add
+
+    def binary(self, op, out, dtype, shape, indent):
+        if dtype == np.bool_:
+            raise _Ineligible(f"{op.name} on pred")
+        symbol = _ARITHMETIC[op.name]
+        if op.properties.get("broadcast_dimensions") is not None:
+            raise _Ineligible("an implicit broadcast")
+        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} {symbol} {b}"), indent)
+
+    def op_divide(self, op, out, dtype, shape, indent):
+        if dtype not in _FLOATS:
+            raise _Ineligible("integer divide")
+        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} / {b}"), indent)
+
+    def op_maximum(self, op, out, dtype, shape, indent):
+        fn = "fmax" if dtype in _FLOATS else "max"
+        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{fn}({a}, {b})"), indent)
+
+    def op_minimum(self, op, out, dtype, shape, indent):
+        fn = "fmin" if dtype in _FLOATS else "min"
+        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{fn}({a}, {b})"), indent)
+
+    def op_negate(self, op, out, dtype, shape, indent):
+        if dtype == np.bool_:
+            raise _Ineligible("negate on pred")
+        self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, f"-{a}"), indent)
+
+    def op_abs(self, op, out, dtype, shape, indent):
+        if dtype == np.bool_ or dtype.kind == "u":
+            raise _Ineligible("abs of an unsigned or pred value")
+        self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, f"abs({a})"), indent)
+
+    def op_and(self, op, out, dtype, shape, indent):
+        if dtype == np.bool_:
+            word = _LOGICAL[op.name]
+            self.elementwise(out, dtype, shape, op.operands, lambda a, b: f"bool({a}) {word} bool({b})", indent)
+        else:
+            symbol = _BITWISE[op.name]
+            self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} {symbol} {b}"),
+                             indent)
+
+    op_or = op_xor = op_and
+
+    def op_not(self, op, out, dtype, shape, indent):
+        if dtype == np.bool_:
+            self.elementwise(out, dtype, shape, op.operands, lambda a: f"not {a}", indent)
+        else:
+            self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, f"~{a}"), indent)
+
+    def op_compare(self, op, out, dtype, shape, indent):
+        ctype = op.properties.get("compare_type")
+        ctype = ctype.data if ctype is not None else None
+        if ctype == "TOTALORDER" or op.properties.get("broadcast_dimensions") is not None:
+            raise _Ineligible(f"compare {ctype}")
+        symbol = _COMPARISONS[op.properties["comparison_direction"].data]
+        self.elementwise(out, dtype, shape, op.operands, lambda a, b: f"{a} {symbol} {b}", indent)
+
+    def op_select(self, op, out, dtype, shape, indent):
+        pred, on_true, on_false = op.operands
+        if not self.info(pred)[1]:
+            p, t, f = self.name(pred), self.name(on_true), self.name(on_false)
+            self.emit(indent, f"{out} = {t} if {p} else {f}")
+            return
+        self.elementwise(out, dtype, shape, op.operands, lambda p, t, f: f"{t} if {p} else {f}", indent)
+
+    def op_convert(self, op, out, dtype, shape, indent):
+        # The interpreted kernels' semantics (lowering/kernels/conversion.py), element by element.
+        source = self.info(op.operands[0])[0]
+        if dtype == np.bool_ and source in _FLOATS:
+            tiny = self.fresh("k")
+            self.constants[tiny] = source.type(np.finfo(source).tiny)
+            self.elementwise(out, dtype, shape, op.operands, lambda a: f"not (abs({a}) < {tiny})", indent)  # DAZ
+        elif dtype == np.bool_:
+            self.elementwise(out, dtype, shape, op.operands, lambda a: f"{a} != 0", indent)
+        elif source == np.bool_:
+            self.elementwise(out, dtype, shape, op.operands,
+                             lambda a: f"{self.typed(dtype, 1)} if {a} else {self.typed(dtype, 0)}", indent)
+        elif source in _FLOATS and dtype in _INTS:
+            # XLA: NaN -> 0, values at or beyond the range's power-of-two bounds saturate, the rest truncate.
+            info, signed = np.iinfo(dtype), dtype.kind == "i"
+            upper, lower = self.fresh("k"), self.fresh("k")
+            self.constants[upper] = source.type(2.0 ** (info.bits - 1 if signed else info.bits))
+            self.constants[lower] = -self.constants[upper] if signed else source.type(0)
+            self.elementwise(out, dtype, shape, op.operands, lambda a: (
+                f"{self.typed(dtype, info.max)} if {a} >= {upper} else ({self.typed(dtype, info.min)} if {a} < {lower} "
+                f"else ({self.typed(dtype, 0)} if {a} != {a} else {self.typed(dtype, a)}))"), indent)
+        else:
+            self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, a), indent)
+
+    def _shift(self, op, out, dtype, shape, indent, template):
+        if dtype not in _INTS:
+            raise _Ineligible(f"{op.name} on {dtype}")
+        bits = dtype.itemsize * 8
+        unsigned = _NUMBA_TYPE_NAMES[np.dtype(f"u{dtype.itemsize}")]
+        signed = _NUMBA_TYPE_NAMES[np.dtype(f"i{dtype.itemsize}")]
+        t = _NUMBA_TYPE_NAMES[dtype]
+        # The interpreted kernels' rule (lowering/kernels/elementwise.py): an amount outside [0, bits)
+        # shifts everything out (the sign fill for arithmetic right shifts).
+        self.elementwise(out, dtype, shape, op.operands,
+                         lambda a, b: template(a, f"np.int64({b})", bits, t, unsigned, signed), indent)
+
+    def op_shift_left(self, op, out, dtype, shape, indent):
+        self._shift(op, out, dtype, shape, indent, lambda a, b, bits, t, u, s: (
+            f"{t}(0) if ({b} < 0 or {b} >= {bits}) else {t}({u}({u}({a}) << {u}({b})))"))
+
+    def op_shift_right_logical(self, op, out, dtype, shape, indent):
+        self._shift(op, out, dtype, shape, indent, lambda a, b, bits, t, u, s: (
+            f"{t}(0) if ({b} < 0 or {b} >= {bits}) else {t}({u}({a}) >> {u}({b}))"))
+
+    def op_shift_right_arithmetic(self, op, out, dtype, shape, indent):
+        self._shift(op, out, dtype, shape, indent, lambda a, b, bits, t, u, s: (
+            f"{t}({s}({a}) >> {s}({bits - 1} if ({b} < 0 or {b} >= {bits}) else {b}))"))
+
+    def op_fma(self, op, out, dtype, shape, indent):
+        if dtype not in _FLOATS:
+            raise _Ineligible("fma on integers")
+        self.elementwise(out, dtype, shape, op.operands, lambda a, b, c: f"fused_multiply_add({a}, {b}, {c})", indent)
+
+    def op_sine(self, op, out, dtype, shape, indent):
+        if dtype not in _FLOATS:
+            raise _Ineligible(f"{op.name} on {dtype}")
+        fn = f"{_TRIG[op.name]}_{'f32' if dtype == np.float32 else 'f64'}"
+        self.elementwise(out, dtype, shape, op.operands, lambda a: f"{fn}({a})", indent)
+
+    op_cosine = op_tan = op_sine
+
+    def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
+        source_shape = self.info(op.operands[0])[1]
+        src = self.name(op.operands[0])
+        if not source_shape:
+            self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
+        elif source_shape == shape and list(ints(op.broadcast_dimensions)) == list(range(len(shape))):
+            self.emit(indent, f"{out} = {src}")
+        else:
+            raise _Ineligible("a broadcast_in_dim of an array")
+
+    def op_reshape(self, op, out, dtype, shape, indent):
+        source_shape = self.info(op.operands[0])[1]
+        src = self.name(op.operands[0])
+        if not shape:
+            self.emit(indent, f"{out} = {src}.ravel()[0]" if source_shape else f"{out} = {src}")
+        elif not source_shape:
+            self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
+        else:
+            self.emit(indent, f"{out} = {src}.reshape({shape!r})")
+
+    def _clamped_starts(self, starts, operand_shape, sizes, indent) -> list[str]:
+        names = []
+        for s, dim, size in zip(starts, operand_shape, sizes):
+            if self.info(s)[1]:
+                raise _Ineligible("a non-scalar start index")
+            n = self.fresh("s")
+            self.emit(indent, f"{n} = min(max(np.int64({self.name(s)}), 0), {dim - size})")
+            names.append(n)
+        return names
+
+    def op_dynamic_slice(self, op, out, dtype, shape, indent):
+        operand_shape = self.info(op.operands[0])[1]
+        if not operand_shape:
+            self.emit(indent, f"{out} = {self.name(op.operands[0])}")
+            return
+        sizes = list(ints(op.slice_sizes))
+        starts = self._clamped_starts(op.operands[1:], operand_shape, sizes, indent)
+        index = ", ".join(f"{s}:{s} + {k}" for s, k in zip(starts, sizes))
+        self.emit(indent, f"{out} = {self.name(op.operands[0])}[{index}].copy()")
+
+    def op_dynamic_update_slice(self, op, out, dtype, shape, indent):
+        operand, update, *starts = op.operands
+        if not shape:
+            self.emit(indent, f"{out} = {self.name(update)}")
+            return
+        sizes = self.info(update)[1]
+        names = self._clamped_starts(starts, shape, sizes, indent)
+        index = ", ".join(f"{s}:{s} + {k}" for s, k in zip(names, sizes))
+        self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
+        self.emit(indent, f"{out}[{index}] = {self.name(update)}")
+
+    def op_reduce(self, op, out, dtype, shape, indent):
+        from .kernels.reduction import binary_body_ufunc
+
+        if len(op.operands) != 2 or shape:
+            raise _Ineligible("a reduce that keeps dimensions or is variadic")
+        ufunc = binary_body_ufunc(op.body)
+        body_op = next(iter(op.body.block.ops)).name
+        if ufunc is None or body_op not in _REDUCE_BODIES:
+            raise _Ineligible("a reduce with a general body")
+        x, init = (self.name(v) for v in op.operands)
+        source_shape = self.info(op.operands[0])[1]
+        n = int(np.prod(source_shape))
+        if not source_shape:
+            raise _Ineligible("a reduce of a scalar")
+        flat, acc, i = self.fresh("f"), self.fresh("a"), self.fresh("i")
+        self.emit(indent, f"{flat} = {x}.ravel()")
+        t = _NUMBA_TYPE_NAMES[dtype]
+        if body_op == "hlo.add" and dtype in _FLOATS:
+            # ufunc(init, np.add.reduce(x)), as the interpreted kernel computes it.
+            self.emit(indent, f"{out} = {t}({init} + pairwise_sum({flat}, 0, {n}))")
+            return
+        combine = {"hlo.add": lambda a, b: f"{t}({a} + {b})", "hlo.multiply": lambda a, b: f"{t}({a} * {b})",
+                   "hlo.maximum": lambda a, b: f"{t}({'fmax' if dtype in _FLOATS else 'max'}({a}, {b}))",
+                   "hlo.minimum": lambda a, b: f"{t}({'fmin' if dtype in _FLOATS else 'min'}({a}, {b}))"}[body_op]
+        if body_op in ("hlo.maximum", "hlo.minimum") and dtype in _FLOATS:
+            raise _Ineligible("a float max/min reduce (signed-zero fix-up not reproduced)")
+        self.emit(indent, f"{acc} = {flat}[0]")
+        self.emit(indent, f"for {i} in range(1, {n}):")
+        self.emit(indent + "    ", f"{acc} = {combine(acc, f'{flat}[{i}]')}")
+        self.emit(indent, f"{out} = {combine(init, acc)}")
+
+
+def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable) -> tuple[str, dict]:
+    """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``_Ineligible``."""
+    writer = _LoopWriter(functions, dtype_of)
+    cond_block, body_block = op.regions[0].block, op.regions[1].block
+    state = [f"c{i}" for i in range(len(op.operands))]
+    for v in op.operands:
+        writer.info(v)
+    header = len(writer.lines)
+    writer.emit("    ", "while True:")
+    for arg, name in zip(cond_block.args, state):
+        writer.names[arg] = name
+    (pred,) = writer.block(cond_block, "        ")
+    writer.emit("        ", f"if not {pred}:")
+    writer.emit("            ", "break")
+    for arg, name in zip(body_block.args, state):
+        writer.names[arg] = name
+    results = writer.block(body_block, "        ")
+    writer.emit("        ", f"{', '.join(state)}{',' if len(state) == 1 else ''} = "
+                           f"{', '.join(results)}{',' if len(results) == 1 else ''}")
+    writer.emit("    ", f"return ({', '.join(state)}{',' if len(state) == 1 else ''})")
+    # Constants are arguments (not globals), so the source depends on the program's structure only and
+    # numba's on-disk cache can serve every program with the same loop.
+    writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *state])}):")
+    return "\n".join(writer.lines) + "\n", writer.constants
+
+
+class CompiledLoop:
+    """The numba-compiled loop of one ``hlo.while``: call it with the loop's state (a list of arrays)."""
+
+    def __init__(self, source: str, constants: dict, dtypes: list[np.dtype]):
+        self.source = source
+        self.dtypes = dtypes
+        self.constants = list(constants.values())
+        self._fn = _load(source)
+
+    def compile_for(self, ranks: list[int]) -> None:
+        """Compile now (not at the first call) for a state of these ranks."""
+        from numba import from_dtype, typeof, types
+
+        def numba_type(dtype: np.dtype, rank: int):
+            return types.Array(from_dtype(dtype), rank, "C") if rank else from_dtype(dtype)
+
+        signature = [typeof(c) for c in self.constants] + [numba_type(dt, r) for dt, r in zip(self.dtypes, ranks)]
+        self._fn.compile(tuple(signature))
+
+    def __call__(self, state):
+        args = [np.ascontiguousarray(v) if np.ndim(v) else dt.type(v) for v, dt in zip(state, self.dtypes)]
+        out = self._fn(*self.constants, *args)
+        return [np.asarray(v, dt) for v, dt in zip(out, self.dtypes)]
+
+
+def cache_directory() -> str | None:
+    """Where generated loop modules (and numba's compiled code for them) are kept: ``$XLA_DIALECT_CACHE``,
+    else ``~/.cache/xla_dialect/loops``; None when it cannot be created (then nothing is cached)."""
+    import os
+
+    path = os.environ.get("XLA_DIALECT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "xla_dialect")
+    path = os.path.join(path, "loops")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
+
+
+_MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n\n\n"
+                  "@numba.njit(cache={cache}, error_model='numpy')\n")
+
+
+def _load(source: str):
+    """The numba function of a generated loop ``source``, from a module file in the cache directory (so
+    numba caches its machine code) or, without one, from memory."""
+    import hashlib
+    import importlib.util
+    import os
+    import sys
+
+    from .loop_runtime import HELPER_NAMES
+
+    directory = cache_directory()
+    text = _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None) + source
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    if directory is None:
+        namespace: dict = {}
+        exec(compile(text, f"<hlo loop {digest}>", "exec"), namespace)
+        return namespace["loop"]
+    path = os.path.join(directory, f"loop_{digest}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+    with _LOCK:
+        name = f"xla_dialect_loop_{digest}"
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # numba's cache finds the function's module by name
+            spec.loader.exec_module(module)
+    return module.loop
+
+
+def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable) -> CompiledLoop | None:
+    """The compiled loop of ``op``, or None when it uses something this module does not compile."""
+    try:
+        source, constants = loop_source(op, functions, dtype_of)
+    except _Ineligible:
+        return None
+    dtypes = [np.dtype(dtype_of(v.type)) for v in op.operands]
+    ranks = [len(v.type.get_shape()) for v in op.operands]
+    try:
+        loop = CompiledLoop(source, constants, dtypes)
+        loop.compile_for(ranks)
+        return loop
+    except Exception:  # noqa: BLE001 - numba rejected the generated code: keep the interpreted loop
+        return None

@@ -1,0 +1,183 @@
+"""Compiled while loops (lowering.compiled_loops): the same bits as the interpreted loop, op by op."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import lowering
+from interop import import_jax
+from lowering import compiled_loops
+from xla_dialect.errors import XlaError
+
+F32, F64 = np.float32, np.float64
+RNG = np.random.default_rng(0)
+
+
+def _bits(a):
+    a = np.atleast_1d(np.asarray(a))
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
+
+
+def _leaves(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _both(fn, *args):
+    """Results of the compiled and the interpreted loop, and whether the loop compiled."""
+    module = import_jax(fn, *args)
+    whiles = [op for op in module.walk() if op.name == "hlo.while"]
+    assert whiles, "the program has no while loop"
+    from xdsl.dialects import func
+
+    from xla_dialect.types import numpy_dtype
+
+    functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+    eligible = compiled_loops.compile_loop(whiles[0], functions, numpy_dtype) is not None
+    compiled = lowering.compile(module, loop_compilation="always")(*args)
+    interpreted = lowering.compile(module, loop_compilation="never")(*args)
+    return _leaves(compiled), _leaves(interpreted), eligible
+
+
+def _assert_same(fn, *args, eligible=True):
+    compiled, interpreted, was_eligible = _both(fn, *args)
+    assert was_eligible == eligible
+    assert len(compiled) == len(interpreted)
+    for c, i in zip(compiled, interpreted):
+        assert np.asarray(c).dtype == np.asarray(i).dtype and np.shape(c) == np.shape(i)
+        np.testing.assert_array_equal(_bits(c), _bits(i))
+    return compiled
+
+
+def _floats(dtype, n):
+    x = RNG.standard_normal(n) * np.exp(RNG.uniform(-5, 5, n))
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-310, 3.5]
+    return np.concatenate([x, specials]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_scalar_fori_loop_with_fma(dtype):
+    def fn(x):
+        return lax.fori_loop(0, 500, lambda i, v: v * dtype(0.999) + dtype(0.001), x)
+
+    out = _assert_same(fn, dtype(0.5))
+    np.testing.assert_array_equal(_bits(out[0]), _bits(jax.jit(fn)(dtype(0.5))))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_elementwise_ops_on_arrays(dtype):
+    x = _floats(dtype, 40)
+    y = np.roll(x, 3)
+
+    def fn(x, y):
+        def body(i, state):
+            a, b = state
+            m = jnp.maximum(a, b) - jnp.minimum(a, -b)
+            c = jnp.where(a > b, a / (jnp.abs(b) + dtype(1)), -a * b)
+            s = jnp.sin(a) + jnp.cos(b) - jnp.tan(m * dtype(1e-3))
+            return c + s * dtype(0.5), b - a
+
+        return lax.fori_loop(0, 7, body, (x, y))
+
+    out = _assert_same(fn, x, y)
+    for o, e in zip(out, jax.jit(fn)(x, y)):  # the same as XLA, where the interpreted kernels are
+        np.testing.assert_array_equal(_bits(o), _bits(e))
+
+
+def test_integer_wraparound_bitwise_and_conversions():
+    def fn(n, x):
+        def body(i, state):
+            a, u, f, p = state
+            a = a * np.int32(1103515245) + np.int32(12345)  # wraps
+            u = (u ^ (u << np.uint32(13))) | np.uint32(1)
+            f = f + a.astype(F32) * F32(1e-9) + u.astype(F32) * F32(1e-10)
+            p = jnp.logical_xor(p, a > 0)
+            return a, u, f, p
+
+        a, u, f, p = lax.fori_loop(0, n, body, (np.int32(1), np.uint32(7), F32(0), False))
+        return a, u, f, p, f.astype(np.int32), (f * F32(1e12)).astype(np.int8), p.astype(F32)
+
+    _assert_same(fn, np.int32(300), F32(0))
+
+
+def test_float_to_int_saturation_and_nan():
+    x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.7, -2.7, -0.5, 255.9, 256.0], F32)
+
+    def fn(x):
+        def body(i, state):
+            v, a, b, c = state
+            return v, v.astype(np.int32), v.astype(np.uint8), v.astype(np.int64)
+
+        zeros = (np.zeros(10, np.int32), np.zeros(10, np.uint8), np.zeros(10, np.int64))
+        return lax.fori_loop(0, 2, body, (x, *zeros))[1:]
+
+    out = _assert_same(fn, x)
+    for o, e in zip(out, jax.jit(fn)(x)):
+        np.testing.assert_array_equal(o, e)
+
+
+@pytest.mark.parametrize("n", [1, 5, 8, 9, 16, 127, 128, 129, 300, 1000])
+def test_sums_follow_the_interpreted_order(n):
+    x = _floats(F32, n)[:n] * F32(1e3)
+
+    def fn(x):
+        return lax.fori_loop(0, 3, lambda i, s: s + jnp.sum(x * s), F32(0.25))
+
+    _assert_same(fn, np.where(np.isfinite(x), x, F32(1)))
+
+
+def test_scan_with_dynamic_slices_and_reductions():
+    xs = RNG.standard_normal((64, 16), dtype=F32)
+
+    def fn(xs):
+        return lax.scan(lambda c, row: (c * F32(0.9) + jnp.sin(row), (c.max(), c.prod(), c.sum())),
+                        jnp.zeros(16, jnp.float32), xs)
+
+    compiled, interpreted, eligible = _both(fn, xs)
+    # max over floats (signed-zero fix-up) is not compiled: the loop stays interpreted.
+    assert not eligible
+
+    def fn2(xs):
+        return lax.scan(lambda c, row: (c * F32(0.9) + jnp.sin(row), c.sum()), jnp.zeros(16, jnp.float32), xs)
+
+    _assert_same(fn2, xs)
+
+
+def test_ineligible_loops_fall_back():
+    w = RNG.standard_normal((8, 8), dtype=F32)
+
+    def with_dot(x):
+        return lax.fori_loop(0, 3, lambda i, v: jnp.tanh(v @ w), x)
+
+    _assert_same(with_dot, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
+
+
+def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
+    monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 100)
+
+    def fn(x):
+        return lax.fori_loop(0, 250, lambda i, v: v * F32(1.001) + jnp.sin(v), x)
+
+    x = _floats(F32, 20)
+    module = import_jax(fn, x)
+    auto = lowering.compile(module)
+    never = lowering.compile(module, loop_compilation="never")
+    for _ in range(2):  # the first call switches after 100 iterations, the second runs compiled
+        np.testing.assert_array_equal(_bits(auto(x)[0]), _bits(never(x)[0]))
+
+
+def test_bad_option():
+    module = import_jax(lambda x: x + 1, F32(1))
+    with pytest.raises(XlaError, match="loop_compilation"):
+        lowering.compile(module, loop_compilation="sometimes")
+
+
+def test_generated_module_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+
+    def fn(x):
+        return lax.fori_loop(0, 10, lambda i, v: v + F32(1), x)
+
+    _assert_same(fn, F32(0))
+    assert list((tmp_path / "loops").glob("loop_*.py"))
