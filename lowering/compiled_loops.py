@@ -65,8 +65,11 @@ class _Ineligible(Exception):
 
 
 def resolve_loop_compilation(mode: str | None) -> str:
-    """Validate ``lowering.compile``'s ``loop_compilation`` option (None means "auto")."""
-    mode = "auto" if mode is None else mode
+    """Validate ``lowering.compile``'s ``loop_compilation`` option (None: ``$XLA_DIALECT_LOOP_COMPILATION``,
+    else "auto")."""
+    import os
+
+    mode = os.environ.get("XLA_DIALECT_LOOP_COMPILATION", "auto") if mode is None else mode
     if mode not in LOOP_COMPILATION_MODES:
         raise UnsupportedError(f"lowering.compile: loop_compilation must be one of {', '.join(LOOP_COMPILATION_MODES)}, "
                                f"got {mode!r}")
@@ -92,8 +95,10 @@ _REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum"}
 class _LoopWriter:
     """Writes the numba source of one while loop."""
 
-    def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable):
+    def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool = True):
         self.functions = functions
+        # The executor's denormal mode: float max/min results are flushed as the CPU's instruction does.
+        self.flush = flush
         self.dtype_of = dtype_of
         self.lines: list[str] = []
         self.constants: dict[str, object] = {}
@@ -221,11 +226,11 @@ class _LoopWriter:
         self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} / {b}"), indent)
 
     def op_maximum(self, op, out, dtype, shape, indent):
-        fn = "fmax" if dtype in _FLOATS else "max"
+        fn = ("fmax_flush" if self.flush else "fmax") if dtype in _FLOATS else "max"
         self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{fn}({a}, {b})"), indent)
 
     def op_minimum(self, op, out, dtype, shape, indent):
-        fn = "fmin" if dtype in _FLOATS else "min"
+        fn = ("fmin_flush" if self.flush else "fmin") if dtype in _FLOATS else "min"
         self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{fn}({a}, {b})"), indent)
 
     def op_negate(self, op, out, dtype, shape, indent):
@@ -415,9 +420,11 @@ class _LoopWriter:
         self.emit(indent, f"{out} = {combine(init, acc)}")
 
 
-def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable) -> tuple[str, dict]:
-    """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``_Ineligible``."""
-    writer = _LoopWriter(functions, dtype_of)
+def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
+                flush: bool = True) -> tuple[str, dict]:
+    """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``_Ineligible``.
+    ``flush``: the executor runs with denormals flushed (see :class:`_LoopWriter`)."""
+    writer = _LoopWriter(functions, dtype_of, flush)
     cond_block, body_block = op.regions[0].block, op.regions[1].block
     state = [f"c{i}" for i in range(len(op.operands))]
     for v in op.operands:
@@ -484,8 +491,8 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime 
                   "@numba.njit(cache={cache}, error_model='numpy')\n")
 
 
-def _load(source: str):
-    """The numba function of a generated loop ``source``, from a module file in the cache directory (so
+def _load(source: str, function: str = "loop"):
+    """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
     numba caches its machine code) or, without one, from memory."""
     import hashlib
     import importlib.util
@@ -500,7 +507,7 @@ def _load(source: str):
     if directory is None:
         namespace: dict = {}
         exec(compile(text, f"<hlo loop {digest}>", "exec"), namespace)
-        return namespace["loop"]
+        return namespace[function]
     path = os.path.join(directory, f"loop_{digest}.py")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -515,13 +522,14 @@ def _load(source: str):
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module  # numba's cache finds the function's module by name
             spec.loader.exec_module(module)
-    return module.loop
+    return getattr(module, function)
 
 
-def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable) -> CompiledLoop | None:
+def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
+                 flush: bool = True) -> CompiledLoop | None:
     """The compiled loop of ``op``, or None when it uses something this module does not compile."""
     try:
-        source, constants = loop_source(op, functions, dtype_of)
+        source, constants = loop_source(op, functions, dtype_of, flush)
     except _Ineligible:
         return None
     dtypes = [np.dtype(dtype_of(v.type)) for v in op.operands]

@@ -54,6 +54,8 @@ class LoweringContext:
         self.num_partitions = num_partitions
         # When hlo.while loops are compiled with numba ("auto", "always", "never"; lowering.compiled_loops).
         self.loop_compilation = "auto"
+        # When element-wise runs are fused and compiled ("auto", "always", "never"; lowering.fusion).
+        self.fusion = "auto"
         self.functions: dict[str, func.FuncOp] = {
             op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
         }
@@ -130,6 +132,16 @@ class LoweringContext:
         ops = list(block.ops)
         last_use = _last_uses(block)
         local = set(block.args)
+        # Element-wise runs computed as one fused kernel (lowering.fusion): each group is called where
+        # its last op stands; values its earlier ops used last are freed after the call.
+        group_of, spans = {}, []
+        if self.fusion != "never":
+            from .fusion import plan
+
+            groups = plan(block)
+            group_of = {op: g for g in groups for op in g.members}
+            spans = [(g.first, g.last) for g in groups]
+        pending: list[str] = []  # values to free after the call of the group whose span we are in
         for index, op in enumerate(ops):
             if op is block.last_op and (isinstance(op, (func.ReturnOp, ReturnOp))):
                 results = ", ".join(names[v] for v in op.operands)
@@ -138,9 +150,22 @@ class LoweringContext:
                 else:
                     body.append(f"{inner}return ({results}{',' if len(op.operands) == 1 else ''})")
                 break
-            self._emit_op(op, names, body, inner)
-            local.update(op.results)
-            dead = [names[v] for v, i in last_use.items() if i == index and v in local]
+            group = group_of.get(op)
+            if group is not None and op is not group.members[-1]:
+                pending += [names[v] for v, i in last_use.items() if i == index and v in local]
+                continue
+            if group is not None:
+                self._emit_group(group, names, body, inner)
+                local.update(group.outputs)
+                dead = pending + [names[v] for v, i in last_use.items() if i == index and v in local]
+                pending = []
+            else:
+                self._emit_op(op, names, body, inner)
+                local.update(op.results)
+                dead = [names[v] for v, i in last_use.items() if i == index and v in local]
+                if any(first < index < last for first, last in spans):
+                    pending += dead  # an op inside a group's span may be the last user of a group input
+                    continue
             if dead:
                 body.append(f"{inner}del {', '.join(dead)}")
         else:
@@ -180,6 +205,30 @@ class LoweringContext:
             body.append(f"{indent}{results[0]} = {call}  # {op.name}")
         else:
             body.append(f"{indent}{', '.join(results)}, = {call}  # {op.name}")
+
+    def _emit_group(self, group, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
+        """Emit the call of a fusion group (:mod:`lowering.fusion`): its ops' own kernels in a function of
+        their own, run through a :class:`~lowering.fusion.FusedGroup` that switches to the compiled kernel."""
+        from .fusion import FusedGroup
+
+        gname = f"g{next(self._names)}"
+        inner_names = {v: f"i{k}" for k, v in enumerate(group.inputs)}
+        lines = [f"def {gname}({', '.join(inner_names.values())}):"]
+        for op in group.members:
+            self._emit_op(op, inner_names, lines, "    ")
+        outs = [inner_names[r] for r in group.outputs]
+        lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        src = "\n".join(lines) + "\n"
+        self.sources.append(src)
+        exec(builtins.compile(src, f"<hlo fusion {gname}>", "exec"), self.namespace)
+        runner = self._bind("fz", FusedGroup(self.namespace[gname], group, self.dtype, self.fusion,
+                                                     self.denormals == "flush"))
+        results = [f"v{next(self._names)}" for _ in group.outputs]
+        for r, n in zip(group.outputs, results):
+            names[r] = n
+        ops = ", ".join(op.name.removeprefix("hlo.") for op in group.members)
+        body.append(f"{indent}{', '.join(results)}, = {runner}({', '.join(names[v] for v in group.inputs)})"
+                    f"  # fused: {ops}")
 
     def _emit_region(self, region: Region, names: dict[SSAValue, str], body: list[str], indent: str) -> str:
         """Compile a single-block region to a function; returns its Python name."""
@@ -347,7 +396,8 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
-            xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None):
+            xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
+            fusion: str | None = None):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -380,6 +430,10 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ``loop_compilation`` says when ``hlo.while`` loops are compiled to machine code with numba (same
     results, nanoseconds per iteration; see :mod:`lowering.compiled_loops`): ``"auto"`` (None, the
     default) once a loop has run 2,000 iterations, ``"always"`` on its first run, ``"never"``.
+
+    ``fusion`` says when runs of element-wise ops are computed as one numba-compiled loop (same results,
+    one pass over memory; see :mod:`lowering.fusion`): ``"auto"`` (None, the default) once a group has
+    been called 20 times or has processed 4M elements, ``"always"`` at its first call, ``"never"``.
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
     from .compiled_loops import resolve_loop_compilation
@@ -390,6 +444,9 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     resolve_blas_threads(blas_threads)  # reject a bad value before the (possibly long) verification
     denormals = resolve_denormals(denormals)
     loop_compilation = resolve_loop_compilation(loop_compilation)
+    from .fusion import resolve_fusion
+
+    fusion = resolve_fusion(fusion)
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
@@ -420,6 +477,7 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     module = lower_quantized(canonical, clone=True)
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     ctx.loop_compilation = loop_compilation
+    ctx.fusion = fusion
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)

@@ -223,6 +223,17 @@ def _fma64_kernel(a, b, c, flush: bool = True):
 def _fma_kernel(op, ctx):
     dtype = ctx.dtype(op.results[0].type)
     if dtype == np.float32:
-        return fma32
-    flush = ctx.denormals == "flush"
-    return lambda a, b, c: _fma64_kernel(a, b, c, flush)
+        kernel = fma32
+    else:
+        flush = ctx.denormals == "flush"
+        kernel = lambda a, b, c: _fma64_kernel(a, b, c, flush)  # noqa: E731
+    if not isinstance(op.operands[0].owner, _NEG):
+        return kernel
+
+    def negated_product(a, b, c):
+        # fma(-x, b, c): LLVM folds the negation into the instruction (vfnmadd), which returns a NaN x
+        # with its own sign, not the negated one (measured against jax.jit: c - x*b with x NaN).
+        r = kernel(a, b, c)
+        return np.where(np.isnan(a) & ~np.isnan(b), np.negative(r), r) if np.isnan(a).any() else r
+
+    return negated_product

@@ -58,6 +58,26 @@ def fmin(x, y):
 
 
 @_njit
+def fmax_flush(x, y):
+    """:func:`fmax` as the CPU computes it with denormals-are-zero (the executor's "flush" mode): a
+    denormal result reads as a zero of its sign, as the max instruction returns it (LLVM may compile
+    :func:`fmax` to a compare and select, which would pass the denormal's bits through)."""
+    r = fmax(x, y)
+    if abs(r) < np.finfo(r).tiny:  # (a denormal compares as 0 under DAZ; NaN is not below)
+        return np.copysign(r - r, r)
+    return r
+
+
+@_njit
+def fmin_flush(x, y):
+    """:func:`fmin` with a denormal result read as a zero of its sign (see :func:`fmax_flush`)."""
+    r = fmin(x, y)
+    if abs(r) < np.finfo(r).tiny:
+        return np.copysign(r - r, r)
+    return r
+
+
+@_njit
 def _block_sum(a, start, n):
     """NumPy's pairwise sum of at most 128 elements: sequential from +0 below 8, else eight accumulators."""
     if n < 8:
@@ -129,6 +149,6 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "fmax", "fmin", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
+HELPER_NAMES = ("fused_multiply_add", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

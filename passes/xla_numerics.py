@@ -48,6 +48,7 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewri
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.types import element_type_named, element_type_of
 
@@ -364,8 +365,7 @@ class SimplifyPower(RewritePattern):
             dtype = _constant(b)[0].dtype
             root = _emit(rewriter, AbsOp, [_emit(rewriter, SqrtOp, [a], t)], t)
             minus_inf = _emit_constant(rewriter, np.array(-np.inf, dtype), t)
-            is_minus_inf = _emit(rewriter, ew.CompareOp, [a, minus_inf], tensor_type(element_type_named("pred"),
-                                                                                      tuple(t.get_shape()), None),
+            is_minus_inf = _emit(rewriter, ew.CompareOp, [a, minus_inf], make_tensor(pred_type(), t.get_shape()),
                                  {"comparison_direction": StringAttr("EQ"), "compare_type": StringAttr("FLOAT")})
             plus_inf = _emit_constant(rewriter, np.array(np.inf, dtype), t)
             _replace(rewriter, op, _emit(rewriter, ew.SelectOp, [is_minus_inf, plus_inf, root], t))

@@ -155,6 +155,7 @@ def test_ineligible_loops_fall_back():
 
 def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
     monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 100)
+    monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
 
     def fn(x):
         return lax.fori_loop(0, 250, lambda i, v: v * F32(1.001) + jnp.sin(v), x)

@@ -142,7 +142,7 @@ def _while(op, ctx):
     def compiled():
         if not done["tried"]:
             done["tried"] = True
-            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype)
+            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype, ctx.denormals == "flush")
         return done["loop"]
 
     def while_kernel(cond, body, *state):

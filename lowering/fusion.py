@@ -1,0 +1,245 @@
+"""Element-wise fusion: runs of element-wise ops computed in one numba loop, as XLA's loop fusion does.
+
+The executor computes each op with its own NumPy kernel: one Python call and
+one pass over memory per op (plus several for the emulated fused
+multiply-adds). A fused group computes all of its ops for one element before
+moving to the next, in registers, with the hardware FMA and the C library's
+trigonometric functions, and returns only the values used outside the group.
+The scalar formula of every op is the one the compiled loops use
+(:mod:`lowering.compiled_loops`), so a fused group gives the same bits as the
+interpreted ops.
+
+What forms a group (:func:`plan`): consecutive ops of a block whose results
+have one shape (not 0-d) among add, subtract, multiply, divide (floats),
+maximum, minimum, negate, abs, and/or/xor/not, compare, select, convert,
+shifts, sine, cosine, tan, the executor's FMA, and ``broadcast_in_dim`` of a
+scalar; other ops in between are allowed when they use no group value (e.g.
+the scalar constants jax interleaves). Operands from outside are arrays of
+the group's shape or scalars. At least :data:`MIN_GROUP` ops.
+
+When to compile (``lowering.compile(..., fusion=...)``): numba takes 0.1-1 s
+per new group (milliseconds once numba's on-disk cache has it), which pays
+only for programs that run often or on large arrays. ``"auto"`` (the
+default) runs a group interpreted until it has been called
+:data:`AUTO_CALLS` times or has processed :data:`AUTO_ELEMENTS` elements,
+then compiles it; ``"always"`` compiles at the first call; ``"never"``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from xdsl.ir import Block, Operation, SSAValue
+
+from xla_dialect.errors import UnsupportedError
+
+from .compiled_loops import _NUMBA_TYPE_NAMES, _Ineligible, _load, _LoopWriter
+
+FUSION_MODES = ("auto", "always", "never")
+MIN_GROUP = 2
+AUTO_CALLS = 20
+AUTO_ELEMENTS = 1 << 22
+
+FUSIBLE_OPS = frozenset({
+    "hlo.add", "hlo.subtract", "hlo.multiply", "hlo.divide", "hlo.maximum", "hlo.minimum", "hlo.negate", "hlo.abs",
+    "hlo.and", "hlo.or", "hlo.xor", "hlo.not", "hlo.compare", "hlo.select", "hlo.convert", "hlo.shift_left",
+    "hlo.shift_right_logical", "hlo.shift_right_arithmetic", "hlo.sine", "hlo.cosine", "hlo.tan", "hlo_internal.fma",
+    "hlo.broadcast_in_dim",
+})
+"""Ops a group may hold (each also needs supported element types, checked when the group's code is written)."""
+
+
+def resolve_fusion(mode: str | None) -> str:
+    """Validate ``lowering.compile``'s ``fusion`` option (None: ``$XLA_DIALECT_FUSION``, else "auto")."""
+    import os
+
+    mode = os.environ.get("XLA_DIALECT_FUSION", "auto") if mode is None else mode
+    if mode not in FUSION_MODES:
+        raise UnsupportedError(f"lowering.compile: fusion must be one of {', '.join(FUSION_MODES)}, got {mode!r}")
+    return mode
+
+
+def _shape(value: SSAValue):
+    from xdsl.dialects.builtin import TensorType
+
+    t = value.type
+    return tuple(int(d) for d in t.get_shape()) if isinstance(t, TensorType) else None
+
+
+class Group:
+    """A run of fusible ops of one block: ``members`` (in order), the span of block indices they cover,
+    ``inputs`` (values from outside, in first-use order) and ``outputs`` (member results used outside)."""
+
+    def __init__(self, members: list[Operation], first: int, last: int, block: Block):
+        self.members = members
+        self.first, self.last = first, last
+        member_set = set(members)
+        results = {r for op in members for r in op.results}
+        inputs: dict[SSAValue, None] = {}
+        for op in members:
+            for v in op.operands:
+                if v not in results:
+                    inputs.setdefault(v, None)
+        self.inputs = list(inputs)
+        self.outputs = [r for op in members for r in op.results
+                        if any(_block_ancestor(use.operation, block) not in member_set for use in r.uses)]
+        self.shape = _shape(members[-1].results[0])
+
+
+def _block_ancestor(op: Operation, block: Block) -> Operation | None:
+    """The op of ``block`` that is ``op`` or contains it."""
+    while op is not None and op.parent is not block:
+        op = op.parent_op()
+    return op
+
+
+def _fusible(op: Operation, shape) -> bool:
+    if op.name not in FUSIBLE_OPS or op.regions or len(op.results) != 1:
+        return False
+    result_shape = _shape(op.results[0])
+    if not result_shape or (shape is not None and result_shape != shape):
+        return False
+    if op.name == "hlo.broadcast_in_dim":
+        return _shape(op.operands[0]) == ()
+    return all(_shape(v) in (result_shape, ()) for v in op.operands)
+
+
+def plan(block: Block) -> list[Group]:
+    """The fusion groups of ``block`` (see the module doc), in block order."""
+    groups: list[Group] = []
+    ops = list(block.ops)
+    members: list[Operation] = []
+    first = last = -1
+    shape = None
+    produced: set[SSAValue] = set()
+
+    def close():
+        if len(members) >= MIN_GROUP:
+            group = Group(list(members), first, last, block)
+            if group.outputs:  # (a run whose results are all unused is left to the ops' own kernels)
+                groups.append(group)
+        members.clear()
+        produced.clear()
+
+    for index, op in enumerate(ops):
+        if members and _fusible(op, shape):
+            members.append(op)
+            produced.update(op.results)
+            last = index
+            continue
+        uses_group = any(v in produced for inner in op.walk() for v in inner.operands)
+        if members and not uses_group and not op.regions and op is not block.last_op:
+            continue  # independent of the group: stays where it is, before the group's call
+        close()
+        shape = None
+        if _fusible(op, None):
+            members.append(op)
+            produced.update(op.results)
+            first = last = index
+            shape = _shape(op.results[0])
+    close()
+    return groups
+
+
+class _FusionWriter(_LoopWriter):
+    """Writes a group's ops as scalar statements of one element loop."""
+
+    def elementwise(self, out, dtype, shape, operands, expression, indent):
+        self.emit(indent, f"{out} = {expression(*(self.name(v) for v in operands))}")
+
+    def op_select(self, op, out, dtype, shape, indent):
+        p, t, f = (self.name(v) for v in op.operands)
+        self.emit(indent, f"{out} = {t} if {p} else {f}")
+
+    def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
+        self.emit(indent, f"{out} = {self.name(op.operands[0])}")
+
+
+def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict]:
+    """The numba source of ``group``'s kernel ``fused(*constants, *inputs, shape)`` and its constants
+    (``flush``: the executor's denormal mode is "flush")."""
+    writer = _FusionWriter({}, dtype_of, flush)
+    args = []
+    arrays = []  # indices of the array inputs (read element by element); scalars are read as they are
+    for k, v in enumerate(group.inputs):
+        dtype, shape = writer.info(v)
+        args.append(f"a{k}" if shape else f"x{k}")
+        if shape:
+            arrays.append(k)
+        writer.names[v] = f"x{k}"
+    body_start = len(writer.lines)
+    for op in group.members:
+        writer.op(op, "        ")
+    body = writer.lines[body_start:]
+    writer.lines = writer.lines[:body_start]
+    lines = [f"def fused({', '.join([*writer.constants, *args, 'shape'])}):"]
+    out_names = []
+    for j, r in enumerate(group.outputs):
+        dtype = writer.info(r)[0]
+        lines.append(f"    o{j} = np.empty(shape, {_NUMBA_TYPE_NAMES[dtype]})")
+        lines.append(f"    g{j} = o{j}.ravel()")
+        out_names.append(f"o{j}")
+    for k in arrays:
+        lines.append(f"    f{k} = a{k}.ravel()")
+    lines.append(f"    for i in range({'g0.size' if out_names else '0'}):")
+    for k in arrays:
+        lines.append(f"        x{k} = f{k}[i]")
+    lines.extend(body)
+    for j, r in enumerate(group.outputs):
+        lines.append(f"        g{j}[i] = {writer.name(r)}")
+    lines.append(f"    return ({', '.join(out_names)}{',' if len(out_names) == 1 else ''})")
+    return "\n".join(lines) + "\n", writer.constants
+
+
+class FusedGroup:
+    """Runs a group: interpreted (the ops' own kernels) until the mode says compile, then its numba kernel."""
+
+    def __init__(self, interpreted, group: Group, dtype_of, mode: str, flush: bool = True):
+        self.interpreted = interpreted
+        self.mode = mode
+        self.calls = 0
+        self.elements = 0
+        self.kernel = None
+        self.tried = False
+        self.shape = group.shape
+        self.input_dtypes = [np.dtype(dtype_of(v.type)) for v in group.inputs]
+        self.input_is_array = [bool(_shape(v)) for v in group.inputs]
+        self._lock = threading.Lock()
+        try:
+            self.source, constants = group_source(group, dtype_of, flush)
+            self.constants = list(constants.values())
+        except _Ineligible:
+            self.source = None
+            self.tried = True
+
+    def _compile(self):
+        with self._lock:
+            if self.tried:
+                return
+            self.tried = True
+            try:
+                from numba import from_dtype, typeof, types
+
+                fn = _load(self.source, "fused")
+                signature = [typeof(c) for c in self.constants]
+                signature += [types.Array(from_dtype(dt), len(self.shape), "C") if is_array else from_dtype(dt)
+                              for dt, is_array in zip(self.input_dtypes, self.input_is_array)]
+                signature.append(types.UniTuple(types.int64, len(self.shape)))
+                fn.compile(tuple(signature))
+                self.kernel = fn
+            except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
+                self.kernel = None
+
+    def __call__(self, *inputs):
+        if self.kernel is None and not self.tried:
+            self.calls += 1
+            self.elements += int(np.prod(self.shape))
+            if self.mode == "always" or self.calls > AUTO_CALLS or self.elements > AUTO_ELEMENTS:
+                self._compile()
+        if self.kernel is None:
+            return self.interpreted(*inputs)
+        args = [np.ascontiguousarray(x, dt) if is_array else dt.type(x)
+                for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)]
+        return self.kernel(*self.constants, *args, self.shape)
+

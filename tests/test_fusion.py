@@ -1,0 +1,119 @@
+"""Element-wise fusion (lowering.fusion): fused groups give the same bits as the ops' own kernels."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import lowering
+from interop import import_jax
+from lowering import fusion
+from xla_dialect.errors import XlaError
+
+F32, F64 = np.float32, np.float64
+RNG = np.random.default_rng(0)
+
+
+def _bits(a):
+    a = np.atleast_1d(np.asarray(a))
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
+
+
+def _mixed(dtype, n=200):
+    x = RNG.standard_normal(n) * np.exp(RNG.uniform(-8, 8, n))
+    tiny = float(np.finfo(dtype).tiny)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, tiny / 3, -tiny / 5, tiny, 2.5, -1.0]
+    return np.concatenate([x, specials]).astype(dtype)
+
+
+def _check(fn, *args, groups=None, denormals=None, nan_signs=False):
+    """Fused and unfused results are the same bits (``nan_signs``: up to the sign of NaNs, where a fused
+    multiply-add with several NaN operands picks one as the CPU's instruction does, like XLA, and the
+    unfused emulation may pick another)."""
+    module = import_jax(fn, *args)
+    fused = lowering.compile(module, fusion="always", denormals=denormals)
+    plain = lowering.compile(module, fusion="never", denormals=denormals)
+    if groups is not None:
+        assert fused.source.count("# fused:") == groups, fused.source
+    got, want = fused(*args), plain(*args)
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w)
+        g, w = np.atleast_1d(g), np.atleast_1d(w)
+        if nan_signs and g.dtype.kind == "f":
+            g, w = np.where(np.isnan(g), np.abs(g), g), np.where(np.isnan(w), np.abs(w), w)
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    return got
+
+
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_float_ops(dtype, denormals):
+    x = _mixed(dtype)
+    y = np.roll(x, 7)[::-1].copy()
+
+    def fn(x, y):
+        zero = y - y
+        a = jnp.maximum(x, y) * dtype(1.5) + jnp.minimum(x, zero)  # FMA contraction inside the group
+        b = jnp.where(x > y, x / y, -jnp.abs(y))
+        c = jnp.sin(a) - jnp.cos(b) * jnp.tan(x * dtype(1e-3))
+        return a, b, c, (x < y) & (y != zero), jnp.maximum(x, zero)
+
+    got = _check(fn, x, y, denormals=denormals, nan_signs=True)
+    if denormals == "flush":  # XLA's mode: the fused results are XLA's, NaN signs included
+        for g, want in list(zip(got, jax.jit(fn)(x, y)))[:4]:
+            np.testing.assert_array_equal(_bits(g), _bits(want))
+
+
+def test_matches_xla():
+    x = _mixed(F32)
+    y = np.roll(x, 3)
+
+    def fn(x, y):
+        return jnp.sin(x * F32(0.5) + y) * F32(3) - jnp.maximum(x, y)
+
+    (got,) = _check(fn, x, y)
+    np.testing.assert_array_equal(_bits(got), _bits(jax.jit(fn)(x, y)))
+
+
+def test_integers_conversions_and_shifts():
+    a = RNG.integers(-2**31, 2**31, 300, dtype=np.int64).astype(np.int32)
+    f = _mixed(F32, 290)
+
+    def fn(a, f):
+        b = (a * np.int32(1103515245) + np.int32(12345)) ^ (a >> np.int32(3))
+        u = a.astype(np.uint32) << np.uint32(5)
+        return b, u, (f * F32(1e9)).astype(np.int32), f.astype(np.uint8), (b > 0).astype(F32), -b
+
+    _check(fn, a, f)
+
+
+def test_groups_around_other_ops():
+    x = RNG.standard_normal((16, 32), dtype=F32)
+
+    def fn(x):
+        a = x * F32(2) + F32(1)
+        s = a.sum(axis=1, keepdims=True)  # breaks the run
+        b = jnp.sin(a) * a - s
+        return b, a
+
+    _check(fn, x, groups=2)
+
+
+def test_auto_mode_compiles_after_enough_calls(monkeypatch):
+    monkeypatch.setattr(fusion, "AUTO_CALLS", 2)
+    monkeypatch.delenv("XLA_DIALECT_FUSION", raising=False)
+    x = _mixed(F32)
+    module = import_jax(lambda v: jnp.sin(v) * F32(2) + v, x)
+    exe = lowering.compile(module)
+    plain = lowering.compile(module, fusion="never")
+    runner = next(v for v in exe._fn.__globals__.values() if isinstance(v, fusion.FusedGroup))
+    for call in range(4):
+        np.testing.assert_array_equal(_bits(exe(x)[0]), _bits(plain(x)[0]))
+        assert (runner.kernel is not None) == (call >= 2)
+
+
+def test_bad_option():
+    module = import_jax(lambda x: x + 1, F32(1))
+    with pytest.raises(XlaError, match="fusion"):
+        lowering.compile(module, fusion="maybe")
