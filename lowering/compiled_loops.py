@@ -89,6 +89,7 @@ _BITWISE = {"hlo.and": "&", "hlo.or": "|", "hlo.xor": "^"}
 _LOGICAL = {"hlo.and": "and", "hlo.or": "or", "hlo.xor": "!="}
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 _TRIG = {"hlo.sine": "sin", "hlo.cosine": "cos", "hlo.tan": "tan"}
+_XLA_SCALAR = {"hlo.exponential": "exp_f32", "hlo.log": "log_f32", "hlo.tanh": "tanh_f32", "hlo.logistic": "logistic_f32"}
 _REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum"}
 
 
@@ -337,6 +338,15 @@ class _LoopWriter:
 
     op_cosine = op_tan = op_sine
 
+    def op_exponential(self, op, out, dtype, shape, indent):
+        # XLA's own f32 approximations (lowering.xla_scalar); f64 ones are not compiled yet.
+        if dtype != np.float32:
+            raise _Ineligible(f"{op.name} on {dtype}")
+        fn = _XLA_SCALAR[op.name]
+        self.elementwise(out, dtype, shape, op.operands, lambda a: f"{fn}({a})", indent)
+
+    op_log = op_tanh = op_logistic = op_exponential
+
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         source_shape = self.info(op.operands[0])[1]
         src = self.name(op.operands[0])
@@ -487,7 +497,8 @@ def cache_directory() -> str | None:
     return path if os.access(path, os.W_OK) else None
 
 
-_MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n\n\n"
+_MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
+                  "from lowering.xla_scalar import exp_f32, log_f32, tanh_f32, logistic_f32\n\n\n"
                   "@numba.njit(cache={cache}, error_model='numpy')\n")
 
 

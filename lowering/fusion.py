@@ -12,8 +12,9 @@ interpreted ops.
 What forms a group (:func:`plan`): consecutive ops of a block whose results
 have one shape (not 0-d) among add, subtract, multiply, divide (floats),
 maximum, minimum, negate, abs, and/or/xor/not, compare, select, convert,
-shifts, sine, cosine, tan, the executor's FMA, and ``broadcast_in_dim`` of a
-scalar; other ops in between are allowed when they use no group value (e.g.
+shifts, sine, cosine, tan, f32 exp, log, tanh and logistic (XLA's own
+approximations, :mod:`lowering.xla_scalar`), the executor's FMA, and
+``broadcast_in_dim`` of a scalar; other ops in between are allowed when they use no group value (e.g.
 the scalar constants jax interleaves). Operands from outside are arrays of
 the group's shape or scalars. At least :data:`MIN_GROUP` ops.
 
@@ -45,7 +46,7 @@ FUSIBLE_OPS = frozenset({
     "hlo.add", "hlo.subtract", "hlo.multiply", "hlo.divide", "hlo.maximum", "hlo.minimum", "hlo.negate", "hlo.abs",
     "hlo.and", "hlo.or", "hlo.xor", "hlo.not", "hlo.compare", "hlo.select", "hlo.convert", "hlo.shift_left",
     "hlo.shift_right_logical", "hlo.shift_right_arithmetic", "hlo.sine", "hlo.cosine", "hlo.tan", "hlo_internal.fma",
-    "hlo.broadcast_in_dim",
+    "hlo.broadcast_in_dim", "hlo.exponential", "hlo.log", "hlo.tanh", "hlo.logistic",
 })
 """Ops a group may hold (each also needs supported element types, checked when the group's code is written)."""
 

@@ -87,7 +87,6 @@ def _f32(bits: int) -> np.float32:
 # ----------------------------------------------------------------------------
 
 _TINY32 = _f32(0x00800000)  # smallest normal f32
-_NAN32 = _f32(0xFFFFFFFF)  # the NaN XLA's log produces (all bits set, from a mask)
 _MIDPOINT_MASK, _MIDPOINT = np.int64((1 << 29) - 1), np.int64(1 << 28)
 
 
@@ -160,14 +159,6 @@ def _horner32_fast(xd, coeffs, p, tmp, p32, flagged):
         np.multiply(p, xd, out=p)
         _fused_step32(p, f64(c), p32, tmp, flagged)
     return p32
-
-
-def _redo_flagged(out, flagged, exact, *args):
-    """Recompute the ``flagged`` flat indices of the flat result ``out`` as ``exact(*args[idx])``."""
-    if flagged:
-        idx = np.unique(np.concatenate(flagged))
-        out[idx] = exact(*(a[idx] for a in args))
-    return out
 
 
 def daz32(x):
@@ -254,146 +245,29 @@ def _exp32_scale(n):
 
 
 def exp_f32(x):
-    """XLA CPU's f32 exp (``xla.exp.f32``); results below the normal range flush to 0."""
-    y, n = _exp32_parts(x)
-    scale = _exp32_scale(n)
-    # y is in [0.7, 1.5] (or NaN) and the scale a power of two or 0, so the f32 product is exact but
-    # where it is below the normal range or rounds up to it; those (and any negative, to be safe)
-    # take the FTZ path.
-    out = np.multiply(y, scale, out=np.empty(y.shape, f32))
-    low = np.flatnonzero(np.less_equal(out, _TINY32))
-    if low.size:
-        out = out.ravel()
-        out[low] = multiply_ftz32(y.ravel()[low], scale.ravel()[low])
-        out = out.reshape(y.shape)
-    return out
+    """XLA CPU's f32 exp (``xla.exp.f32``); results below the normal range flush to 0. Computed by
+    :func:`lowering.xla_scalar.exp_f32` (the hardware FMA, one pass)."""
+    return _compiled("exp")(x)
 
 
-_LOG32_P = tuple(_f32(b) for b in (0x3D9021BB, 0xBDEBD1B8, 0x3DEF251A, 0xBDFE5D4F, 0x3E11E9BF, 0xBE2AAE50,
-                                    0x3E4CCEAC, 0xBE7FFFFC, 0x3EAAAAAA))
-_SQRT_HALF32 = _f32(0x3F3504F3)
+def _compiled(name: str):
+    from ..xla_scalar import ufunc
+
+    return ufunc(name)
 
 
 def log_f32(x):
     """XLA CPU's f32 log: Eigen's ``plog_float`` (mantissa in [sqrt(1/2), sqrt(2)), Cephes' degree-9
     polynomial in three interleaved parts). 0 and denormals (DAZ) give -inf, +inf gives +inf, and
-    negative numbers, -inf and NaN give the all-ones NaN.
-
-    Same results as :func:`_log_f32_exact`: the multiply-adds run as fast chains on f64 scratch arrays
-    (elements that hit an f32 midpoint are redone exactly), except two sums exact in f64:
-
-    * ``xm - x2/2``: xm is 0 or a multiple of 2**-24 in [2**-k, 2**(1-k)) (k <= 24), and
-      x2 = fl(xm²) a multiple of 2**(-2k-23), so the sum spans at most k + 24 bits;
-    * ``e ln2[0] + t`` while |e| < 93: e ln2[0] is a multiple of 2**-9 below 64, and t is 0 or at
-      least 2**-24 in magnitude (near xm, or ``e ln2[1]`` for xm = 0), so a multiple of 2**-47.
- Selects with data-dependent masks (slow: branch
-    mispredictions) become arithmetic, and the rare special inputs are patched by index."""
-    x = np.asarray(x)
-    shape = x.shape
-    x = x.ravel()
-    bits = np.maximum(x, _TINY32).view(np.int32)  # NaN -> patched below
-    m = ((bits & np.int32(-2139095041)) | np.int32(0x3F000000)).view(f32)  # mantissa in [0.5, 1)
-    small = np.less(m, _SQRT_HALF32).astype(f32)
-    e = (bits >> 23).astype(f32)
-    e -= f32(126)
-    e -= small
-    xm = m - f32(1)
-    xm += np.multiply(m, small, out=m)  # m itself where small, else +0 (m is positive and finite)
-    x2 = xm * xm
-    x3 = x2 * xm
-    xmd, x3d, tmp, p, y, y1 = _f64_scratch(x.size, 6)
-    np.copyto(xmd, xm)
-    np.copyto(x3d, x3)
-    flagged = []
-    c = _LOG32_P
-    _horner32_fast(xmd, c[:3], y, tmp, np.empty_like(xm), flagged)  # (the f32 copies are not needed)
-    _horner32_fast(xmd, c[3:6], y1, tmp, small, flagged)
-    p32 = _horner32_fast(xmd, c[6:], p, tmp, x3, flagged)
-    for addend in (y1, p):  # y = fma(fma(y, x3, y1), x3, y2)
-        np.multiply(y, x3d, out=y)
-        _fused_step32(y, addend, p32, tmp, flagged)
-    np.multiply(y, x3d, out=y)
-    _fused_step32(y, np.multiply(e, _EXP32_LN2[1]), p32, tmp, flagged)
-    np.copyto(p, x2)
-    p *= f64(-0.5)
-    p += xmd  # exact (see above)
-    t = p.astype(f32)
-    t += p32
-    np.multiply(e, f64(_EXP32_LN2[0]), out=p)
-    r = x2
-    if e.size and max(e.max(), -e.min()) >= 93:
-        _fused_step32(p, t, r, tmp, flagged)
-    else:  # exact in f64: e ln2[0] has 17 bits and is below 64, t is below 1 with an ULP >= 2**-47
-        p += t
-        np.copyto(r, p, casting="unsafe")
-    regular = np.greater_equal(x, _TINY32) & np.less(x, f32(np.inf))
-    special = np.flatnonzero(~regular)  # zeros, denormals, negatives, infinities, NaN
-    if special.size > x.size // 8:  # many: whole-array selects beat patching by index
-        r = np.where(regular, r, np.where(np.abs(x) < _TINY32, f32(-np.inf), np.where(x == np.inf, f32(np.inf), _NAN32)))
-    elif special.size:
-        xs = x[special]
-        r[special] = np.where(np.abs(xs) < _TINY32, f32(-np.inf), np.where(xs == np.inf, f32(np.inf), _NAN32))
-    return _redo_flagged(r, flagged, _log_f32_exact, x).reshape(shape)
-
-
-def _log_f32_exact(x):
-    """:func:`log_f32` with each multiply-add rounded by :func:`fma32` (the fast path's reference)."""
-    bits = np.maximum(x, _TINY32).view(np.int32)  # NaN -> replaced below
-    e = ((bits >> 23) - 127).astype(f32) + f32(1)
-    m = ((bits & np.int32(-2139095041)) | np.int32(0x3F000000)).view(f32)  # mantissa in [0.5, 1)
-    small = m < _SQRT_HALF32
-    xm = (m - f32(1)) + np.where(small, m, f32(0))
-    e = e - small.astype(f32)
-    x2 = xm * xm
-    x3 = x2 * xm
-    p = _LOG32_P
-    y = fma32(fma32(xm, p[0], p[1]), xm, p[2])
-    y1 = fma32(fma32(xm, p[3], p[4]), xm, p[5])
-    y2 = fma32(fma32(xm, p[6], p[7]), xm, p[8])
-    y = fma32(fma32(y, x3, y1), x3, y2)
-    y = fma32(y, x3, e * _EXP32_LN2[1])
-    r = fma32(e, _EXP32_LN2[0], fma32(-x2, f32(0.5), xm) + y)
-    r = np.where(x > 0, r, _NAN32)
-    return np.where(np.abs(x) < _TINY32, f32(-np.inf), np.where(x == np.inf, f32(np.inf), r))
-
-
-_TANH32_CLAMP = _f32(0x40FFF644)  # 7.90531110763549805
-_TANH32_P = tuple(_f32(b) for b in (0xA59F25C0, 0x2A61337E, 0xAEBD37FF, 0x335C0041, 0x3779434A, 0x3A270DED,
-                                     0x3BA059DC))
-_TANH32_Q = tuple(_f32(b) for b in (0x35A0D3D8, 0x38F895D6, 0x3B14AA05, 0x3BA059DD))
+    negative numbers, -inf and NaN give the all-ones NaN. Computed by :func:`lowering.xla_scalar.log_f32`."""
+    return _compiled("log")(x)
 
 
 def tanh_f32(x):
     """XLA CPU's f32 tanh: Eigen's rational ``ptanh_float`` (degree 13/6) of x clamped to
-    ±7.9053111, x itself for |x| < 0.0004 (denormals kept), ±1 for |x| >= 20.
-
-    Same results as :func:`_tanh_f32_exact`: both polynomials run as fast chains on f64 scratch
-    arrays, and elements where a multiply-add hit an f32 midpoint are redone exactly."""
-    x = np.asarray(x)
-    shape = x.shape
-    x = x.ravel()
-    xc = np.clip(x, -_TANH32_CLAMP, _TANH32_CLAMP)  # NaN passes, keeps its payload
-    x2 = np.multiply(xc, xc)
-    xd, tmp, p = _f64_scratch(x.size, 3)
-    np.copyto(xd, x2)
-    flagged = []
-    num = _horner32_fast(xd, _TANH32_P, p, tmp, np.empty_like(x2), flagged)
-    num *= xc
-    r = np.divide(num, _horner32_fast(xd, _TANH32_Q, p, tmp, x2, flagged), out=num)
-    ax = np.abs(x)
-    np.copyto(r, x, where=ax < f32(4e-4))
-    np.copyto(r, np.copysign(f32(1), x), where=ax >= f32(20))
-    return _redo_flagged(r, flagged, _tanh_f32_exact, x).reshape(shape)
-
-
-def _tanh_f32_exact(x):
-    """:func:`tanh_f32` with each multiply-add rounded by :func:`fma32` (the fast path's reference)."""
-    xc = np.where(x < -_TANH32_CLAMP, -_TANH32_CLAMP, np.where(x > _TANH32_CLAMP, _TANH32_CLAMP, x))
-    x2 = xc * xc
-    r = (xc * horner32(x2, _TANH32_P)) / horner32(x2, _TANH32_Q)
-    ax = np.abs(x)
-    r = np.where(ax < f32(4e-4), x, r)
-    return np.where(ax >= f32(20), np.copysign(f32(1), x), r)
+    ±7.9053111, x itself for |x| < 0.0004 (denormals kept), ±1 for |x| >= 20. Computed by
+    :func:`lowering.xla_scalar.tanh_f32`."""
+    return _compiled("tanh")(x)
 
 
 def expm1_f32(x):
@@ -426,10 +300,9 @@ def expm1_f16(x):
 
 def logistic_f32(x):
     """XLA CPU's f32 logistic, expanded to ``1 / (1 + exp(-x))`` with its own exp, whose final scaling
-    fuses with the ``+ 1``; quotients below the normal range flush to 0."""
-    y, n = _exp32_parts(-x)
-    q = np.divide(1.0, fma32(y, _exp32_scale(n), f32(1)), dtype=f64)  # rounds to f32 correctly below
-    return np.where(np.abs(q) < _TINY32, 0.0, q).astype(f32)
+    fuses with the ``+ 1``; quotients below the normal range flush to 0. Computed by
+    :func:`lowering.xla_scalar.logistic_f32`."""
+    return _compiled("logistic")(x)
 
 
 def logistic_f16(x):
