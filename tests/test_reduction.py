@@ -454,3 +454,25 @@ def test_round_trip_with_regions(rng):
     xs = rng.standard_normal((5, 6)).astype(np.float32)
     for got, want in zip(execute(again, xs), execute(module, xs)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape,axis", [((2048, 16), 0), ((1000, 7), 0), ((8, 32, 32, 64), (0, 1, 2)),
+                                        ((2048, 1024), 0)])
+def test_long_non_minor_sums_are_as_accurate_as_xla(shape, axis):
+    # NumPy sums a non-minor axis row by row (error ~ n); XLA's sums are tree-shaped (error ~ log n), which
+    # BatchNorm-training statistics depend on (issue 9: jnp.mean(x, axis=0) on (2048, 16)).
+    import jax.numpy as jnp
+
+    import lowering
+    from interop import import_jax
+
+    x = (np.random.default_rng(0).standard_normal(shape) + 3).astype(np.float32)
+    fn = lambda v: jnp.mean(v, axis=axis)  # noqa: E731
+    (ours,) = lowering.compile(import_jax(fn, x))(x)
+    exact = np.mean(x.astype(np.float64), axis=axis)
+    ours_error = np.abs(ours - exact).max()
+    xla_error = np.abs(np.asarray(jax.jit(fn)(x)) - exact).max()
+    count = np.prod([shape[a] for a in np.atleast_1d(axis)])
+    row_by_row_error = np.abs(np.add.reduce(x, axis=axis) / np.float32(count) - exact).max()
+    assert ours_error <= 2 * xla_error
+    assert row_by_row_error > 4 * xla_error  # the test can tell the orders apart

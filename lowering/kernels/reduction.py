@@ -14,6 +14,7 @@
 
 Integer reductions are exact (wrap-around, as XLA). Float sums may differ from
 XLA CPU in the last bits: both reassociate, in different orders (XLA allows any);
+sums over non-minor axes are tree-shaped (:func:`_tree_sum`), as accurate as XLA's;
 f16/bf16/f8 sums and products accumulate in f32 as XLA CPU's do.
 An empty reduced dimension gives the init value everywhere.
 """
@@ -91,12 +92,47 @@ def _signed_zeros(ufunc, axes):
     return fix
 
 
-def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty):
+def _tree_sum(x, axes, acc):
+    """Sum of ``x`` over ``axes`` (none of them the last axis) by halving: the reduced elements of each output
+    are added in a balanced tree (``log2 n`` levels), one vectorized add per level over all outputs at once.
+
+    NumPy sums a non-minor axis row by row (a chain of n additions: error growing like n); XLA CPU's
+    reductions are tree-shaped, and so is this (error growing like log n). ``jnp.mean(x, axis=0)`` on
+    (2048, 16) f32 is 1.2e-6 from float64 row by row, 7.4e-8 with XLA, about 1e-7 here."""
+    rank = x.ndim
+    kept = [d for d in range(rank) if d not in axes]
+    rows = np.transpose(x, list(axes) + kept)
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    rows = rows.reshape((count, *rows.shape[len(axes):]))  # (reduced elements, *kept): a view when possible
+    if rows.dtype != acc:
+        rows = rows.astype(acc)
+    n = rows.shape[0]
+    while n > 1:
+        half = n // 2
+        summed = np.add(rows[:half], rows[half:2 * half])
+        rows = np.concatenate([summed, rows[2 * half:]]) if n % 2 else summed
+        n = half + n % 2
+    return rows[0] if n else np.zeros(rows.shape[1:], acc)
+
+
+TREE_SUM_MIN = 64
+"""Non-minor float sums of at least this many elements per output are tree-shaped (:func:`_tree_sum`); shorter
+ones keep NumPy's row-by-row order, which is XLA's loop order for them (and accurate enough)."""
+
+
+def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None):
     if empty:
         return lambda body, x, init: np.full(out_shape, init, dtype)
     acc = _accumulator(ufunc, dtype)
     is_float = element_type_from_dtype(dtype).kind == "float"
     fix = _signed_zeros(ufunc, axes) if is_float and ufunc in (np.maximum, np.minimum) else None
+    if (ufunc is np.add and is_float and in_shape is not None and (len(in_shape) - 1) not in axes
+            and np.prod([in_shape[d] for d in axes]) >= TREE_SUM_MIN):
+        def tree_reduce_kernel(body, x, init):
+            total = _tree_sum(x, axes, acc)
+            return np.asarray(np.add(np.asarray(init, acc), total), acc).astype(dtype, copy=False)
+
+        return tree_reduce_kernel
 
     def reduce_kernel(body, x, init):
         total = ufunc.reduce(x, axis=axes, dtype=acc)
@@ -147,7 +183,7 @@ def _reduce(op, ctx):
     empty = any(shape[d] == 0 for d in axes)
     ufunc = binary_body_ufunc(op.body) if len(dtypes) == 1 else None
     if ufunc is not None:
-        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty)
+        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape))
     return _tree_reduce(op, axes, dtypes, out_shape, empty)
 
 
