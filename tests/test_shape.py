@@ -318,3 +318,26 @@ def test_errors_are_xla_errors_and_value_errors():
         parse_shape(3)
     with pytest.raises(ShapeParseError, match="is not an XLA shape"):
         format_shape(f32)
+
+
+@pytest.mark.parametrize("template", ["f32[3]{{0{}!}}", "f32[3{}!]", "(f32[3],{}!)", "f32[3]{{0 /*{}", "f32[3]{{0:T(8{}!)}}"])
+def test_parsing_time_is_linear(template):
+    # Whitespace runs before a bad character once took exponential time (a nested regex repetition).
+    import time
+
+    from xla_dialect.errors import XlaError
+
+    for spaces in (30, 100_000):
+        text = template.format(" " * spaces)
+        start = time.perf_counter()
+        with pytest.raises(XlaError):
+            parse_shape(text)
+        assert time.perf_counter() - start < 1.0, (spaces, template)
+
+
+@pytest.mark.parametrize("text", ["f32[\u0663]", "f32[3]{\u0660}", "f32[3]{0:T(\uff18)}"])
+def test_only_ascii_digits(text):
+    from xla_dialect.errors import XlaError
+
+    with pytest.raises(XlaError):
+        parse_shape(text)

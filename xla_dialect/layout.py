@@ -137,7 +137,7 @@ def _tile_text(tile: tuple[int, ...]) -> str:
 
 
 # Whitespace and /* */ comments separate tokens, as in XLA's lexer.
-_TOKEN = re.compile(r"(?:\s+|/\*.*?\*/)*(\d+|[A-Za-z]+|[{}():,*#]|-\d+)", re.S)
+_TOKEN = re.compile(r"(?:\s|/\*.*?\*/)*(\d+|[A-Za-z]+|[{}():,*#]|-\d+)", re.S | re.ASCII)
 
 
 def parse_layout(text: str) -> Layout:
@@ -258,7 +258,7 @@ class _Scanner:
 
     def integer(self) -> int:
         tok = self.peek()
-        if tok is None or not re.fullmatch(r"-?\d+", tok):
+        if tok is None or not re.fullmatch(r"-?[0-9]+", tok):
             self.fail("expected an integer")
         self.next()
         return int(tok)

@@ -32,9 +32,9 @@ from .errors import LayoutError, ShapeParseError
 from .layout import Layout, LayoutAttr, parse_layout_prefix
 from .types import ELEMENT_TYPES, TokenType, element_type_of
 
-_SPACE = re.compile(r"(?:\s+|/\*.*?\*/)*", re.S)
+_SPACE = re.compile(r"(?:\s|/\*.*?\*/)*", re.S | re.ASCII)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DIM = re.compile(r"\d+|\?|<=")
+_DIM = re.compile(r"\d+|\?|<=", re.ASCII)
 
 _XLA_ONLY_TYPES = {
     "s1": "1-bit signed integers",
@@ -102,7 +102,7 @@ class _Parser:
         after = _skip(text, pos)
         if text.startswith("{", after):
             inside = _skip(text, after + 1)
-            if inside < len(text) and (text[inside].isdigit() or text[inside] == ":"):
+            if inside < len(text) and (text[inside] in "0123456789" or text[inside] == ":"):
                 layout, pos = self.layout(after, len(dims))
                 encoding = LayoutAttr(layout)
             elif text.startswith("}", inside):
