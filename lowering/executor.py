@@ -106,7 +106,7 @@ class LoweringContext:
         return name
 
     def _compile_function(self, fn: func.FuncOp):
-        py_name = "f_" + "".join(c if c.isalnum() else "_" for c in fn.sym_name.data)
+        py_name = "f_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in fn.sym_name.data)
         lines: list[str] = []
         self._emit_block(fn.body.block, py_name, lines, indent="", is_function=True, outer={})
         src = "\n".join(lines) + "\n"

@@ -182,13 +182,20 @@ def parse_pipeline(spec: str) -> PassPipeline:
     Uses xDSL's own pipeline syntax and parser (options in braces, strings in
     double quotes). Unknown passes or bad options raise PassError.
     """
+    from xdsl.utils.exceptions import ArgSpecParseError
+
     passes = available_passes()
     try:
         return PassPipeline.parse_spec({n: (lambda c=c: c) for n, c in passes.items()}, spec)
     except PassError:
         raise
-    except Exception as e:
-        raise PassError(f"bad pass pipeline {spec!r}: {_one_line(e)}. Available passes: {', '.join(passes)}") from None
+    except (Exception, ArgSpecParseError) as e:  # (xDSL's ArgSpecParseError is a BaseException)
+        import re
+
+        where = re.search(r"pass-pipeline:\d+:(\d+)", str(e))
+        at = f" at column {where.group(1)}" if where else ""
+        raise PassError(f"bad pass pipeline {spec!r}{at}: {_one_line(e).strip()}. "
+                        f"Available passes: {', '.join(passes)}") from None
 
 
 def _one_line(e: Exception) -> str:

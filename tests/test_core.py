@@ -192,3 +192,23 @@ def test_xla_run_cli_on_a_file(tmp_path):
     np.savez(inputs, arg0=np.float32(2), arg1=np.ones(10, np.float32), arg2=np.ones(10, np.float32))
     assert xla_run_main([str(path), "--inputs", str(inputs)]) == 0
     assert xla_run_main([str(path)]) == 2  # missing inputs: clear error, no traceback
+
+
+def test_function_names_that_are_not_python_identifiers():
+    # `x²`.isalnum() is true but '²' cannot be part of a Python name: the generated code must not break.
+    import numpy as np
+
+    import lowering
+    from xla_dialect import parse_module
+
+    module = parse_module('''
+    func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %y = hlo.call @"x²"(%x) : (tensor<2xf32>) -> tensor<2xf32>
+      func.return %y : tensor<2xf32>
+    }
+    func.func private @"x²"(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %y = hlo.multiply %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+      func.return %y : tensor<2xf32>
+    }''')
+    (out,) = lowering.compile(module)(np.array([2, 3], np.float32))
+    assert out.tolist() == [4, 9]

@@ -850,3 +850,12 @@ def test_mhlo_layout_mode_attributes_are_entry_constraints():
     assert x == "{1,0:T(4,128)}"  # auto: the pass chooses (the {0,1} in the type is not a constraint)
     assert y == "{1,0:T(8,128)}"  # default: row-major is fixed
     assert z == "{0,1:T(2,128)}"  # free: TPU moves the size-1 dimension most major
+
+
+@pytest.mark.parametrize("spec,column", [("cse{", 5), ("cse,,dce", 5), ('cse{a="x', 7)])
+def test_malformed_pipeline_text_is_a_pass_error(spec, column):
+    # xDSL's ArgSpecParseError is a BaseException, which `except Exception` does not catch.
+    from xla_dialect.errors import PassError
+
+    with pytest.raises(PassError, match=f"at column {column}"):
+        passes.parse_pipeline(spec)

@@ -341,3 +341,13 @@ def test_only_ascii_digits(text):
 
     with pytest.raises(XlaError):
         parse_shape(text)
+
+
+def test_deeply_nested_tuples_are_an_error_not_a_recursion_error():
+    from xla_dialect.errors import ShapeParseError
+    from xla_dialect.shape import MAX_TUPLE_DEPTH
+
+    deep = "(" * MAX_TUPLE_DEPTH + "f32[]" + ")" * MAX_TUPLE_DEPTH
+    assert format_shape(parse_shape(deep)) == deep
+    with pytest.raises(ShapeParseError, match="nested more than"):
+        parse_shape("(" * 5000 + "f32[]" + ")" * 5000)

@@ -986,3 +986,15 @@ def test_windowed_module_runs_on_xla(rng):
     for a, e in zip(mine[:3], xla[:3]):
         assert_close(a, e)
     np.testing.assert_allclose(mine[3], xla[3], rtol=1e-5, atol=1e-4)
+
+
+def test_zero_stride_with_same_padding_is_a_builder_error():
+    from xla_dialect.errors import BuilderError
+
+    b = XlaBuilder("c")
+    x = b.parameter(0, "f32[1,4,4,1]")
+    k = b.parameter(1, "f32[2,2,1,1]")
+    with pytest.raises(BuilderError, match="strides must be positive"):
+        b.conv(x, k, (0, 0), "SAME")
+    with pytest.raises(BuilderError, match="strides must be positive"):
+        b.reduce_window(x, b.constant(np.float32(0)), lambda p, q: p + q, (1, 2, 2, 1), (1, 0, 1, 1), "SAME")

@@ -32,6 +32,9 @@ from .errors import LayoutError, ShapeParseError
 from .layout import Layout, LayoutAttr, parse_layout_prefix
 from .types import ELEMENT_TYPES, TokenType, element_type_of
 
+MAX_TUPLE_DEPTH = 64
+"""Deepest tuple nesting ``parse_shape`` accepts (deeper text is an error, not a RecursionError)."""
+
 _SPACE = re.compile(r"(?:\s|/\*.*?\*/)*", re.S | re.ASCII)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIM = re.compile(r"\d+|\?|<=", re.ASCII)
@@ -75,9 +78,11 @@ class _Parser:
 
     def __init__(self, text: str):
         self.text = text
+        self.depth = 0
 
     def fail(self, pos: int, message: str):
-        raise ShapeParseError(f"malformed shape {self.text!r} at offset {pos}: {message}")
+        text = self.text if len(self.text) <= 120 else self.text[:100] + f"... ({len(self.text)} characters)"
+        raise ShapeParseError(f"malformed shape {text!r} at offset {pos}: {message}")
 
     def shape(self, pos: int) -> tuple[Attribute, int]:
         text = self.text
@@ -115,15 +120,20 @@ class _Parser:
 
     def tuple(self, pos: int) -> tuple[Attribute, int]:
         text = self.text
+        self.depth += 1
+        if self.depth > MAX_TUPLE_DEPTH:
+            self.fail(pos, f"tuple shapes nested more than {MAX_TUPLE_DEPTH} deep are not supported")
         elements: list[Attribute] = []
         pos = _skip(text, pos)
         if text.startswith(")", pos):
+            self.depth -= 1
             return TupleType([]), pos + 1
         while True:
             element, pos = self.shape(pos)
             elements.append(element)
             pos = _skip(text, pos)
             if text.startswith(")", pos):
+                self.depth -= 1
                 return TupleType(elements), pos + 1
             if not text.startswith(",", pos):
                 self.fail(pos, "expected ',' or ')' in a tuple shape")

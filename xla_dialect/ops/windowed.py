@@ -513,6 +513,8 @@ def make_padding(padding: str, base: Sequence[int], window: Sequence[int], strid
         return [(0, 0)] * len(base)
     if kind not in ("SAME", "SAME_LOWER"):
         raise ValueError(f"padding must be 'SAME', 'VALID' or (low, high) pairs, got {padding!r}")
+    if any(s < 1 for s in strides):
+        raise ValueError(f"window strides must be positive for {kind} padding, got {list(strides)}")
     pads = []
     for size, w, s in zip(base, window, strides):
         total = max(0, (-(-size // s) - 1) * s + w - size)
