@@ -212,3 +212,18 @@ def test_function_names_that_are_not_python_identifiers():
     }''')
     (out,) = lowering.compile(module)(np.array([2, 3], np.float32))
     assert out.tolist() == [4, 9]
+
+
+@pytest.mark.parametrize("text,where", [('func.func @"' + "ab" * 5000, "1:12"),
+                                        ('func.func @main() {\n  %0 = "hlo.constant"() {x = "a\nb"} : () -> tensor<f32>\n}',
+                                         "2:30")])
+def test_unterminated_string_literals_fail_fast(text, where):
+    # xDSL's lexer regex takes exponential time on an unterminated string (28 characters: 5 s).
+    import time
+
+    from xla_dialect.errors import MlirParseError
+
+    start = time.perf_counter()
+    with pytest.raises(MlirParseError, match=f"{where}: string literal not closed"):
+        parse_module(text)
+    assert time.perf_counter() - start < 1.0
