@@ -311,7 +311,9 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
 
     module = import_jax(fn, *args, **kwargs)
     flat_args = [np.asarray(a) for a in jax.tree.leaves((args, kwargs))]
-    actual = list(lowering.compile(module)(*flat_args))
+    # The arguments as jax.jit takes them: converted to the program's parameter types (e.g. int64 to s32
+    # without jax_enable_x64), as jax does.
+    actual = list(lowering.compile(module, argument_conversion="cast")(*flat_args))
 
     report = DiffReport(label)
     if len(actual) != len(expected):

@@ -285,6 +285,47 @@ def _captured_values(region: Region) -> list[SSAValue]:
     return list(seen)
 
 
+ARGUMENT_CONVERSIONS = ("exact", "lossless", "cast")
+
+
+def _argument_array(value, dtype: np.dtype, conversion: str, error) -> np.ndarray:
+    """``value`` as an array of ``dtype`` under the executable's ``argument_conversion`` rule (see
+    :func:`compile`); ``error(what)`` makes the exception to raise."""
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        arr = np.asarray(value)
+        if arr.dtype == dtype:
+            return arr
+        if arr.dtype == object:
+            raise error("got an object array")
+        if conversion == "exact":
+            raise error(f"got dtype {arr.dtype} (pass {dtype} arrays, or compile with argument_conversion="
+                        f"'lossless' or 'cast')")
+        if conversion == "cast":
+            with np.errstate(all="ignore"):
+                return arr.astype(dtype)
+    else:  # Python numbers, lists, ...: converted when every value survives the conversion
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise error(f"got {type(value).__name__} that is not an array ({e})") from None
+        if arr.dtype == object or arr.dtype.kind not in "biufc":
+            raise error(f"got {type(value).__name__} holding {arr.dtype} values")
+        if conversion == "cast":
+            with np.errstate(all="ignore"):
+                return arr.astype(dtype)
+    with np.errstate(all="ignore"):
+        converted = arr.astype(dtype)
+        back = converted.astype(arr.dtype)
+    same = (back == arr) | (np.isnan(back) & np.isnan(arr)) if arr.dtype.kind in "fc" else back == arr
+    if dtype.kind in "iub" and arr.dtype.kind in "fc":
+        same &= np.isfinite(arr)
+    if not np.all(same):
+        bad = arr.flat[int(np.argmin(np.asarray(same).ravel()))]
+        raise error(f"got {arr.dtype} values that {dtype} cannot hold exactly (e.g. {bad!r}); "
+                    f"pass argument_conversion='cast' to lowering.compile to convert anyway")
+    return converted
+
+
 def _flat_types(types: Sequence[Attribute]) -> list[Attribute]:
     out: list[Attribute] = []
     for t in types:
@@ -329,6 +370,8 @@ class Executable:
         self._in_specs = [self._spec(t) for t in self.input_types]
         self._out_dtypes = [None if isinstance(t, TokenType) else numpy_dtype(t) for t in _flat_types(self.output_types)]
         self._single = len(self.output_types) == 1
+        # How arguments of another dtype are treated: "exact", "lossless" or "cast" (see compile()).
+        self.argument_conversion = "exact"
 
     @staticmethod
     def _spec(t: Attribute):
@@ -348,20 +391,14 @@ class Executable:
                 checked.append(a)
                 continue
             shape, dtype = spec
-            arr = np.asarray(a)
+            arr = _argument_array(a, dtype, self.argument_conversion,
+                                  lambda what: ExecutionError(f"@{self.entry.sym_name.data} argument #{i}: expected "
+                                                              f"{format_shape(t, False)} ({dtype}), {what}"))
             if arr.shape != shape:
                 raise ExecutionError(
                     f"@{self.entry.sym_name.data} argument #{i}: expected {format_shape(t, False)}, "
                     f"got an array of shape {list(arr.shape)}"
                 )
-            if arr.dtype != dtype:
-                if np.can_cast(arr.dtype, dtype, casting="same_kind") and arr.dtype.kind == dtype.kind:
-                    arr = arr.astype(dtype)
-                else:
-                    raise ExecutionError(
-                        f"@{self.entry.sym_name.data} argument #{i}: expected {format_shape(t, False)} "
-                        f"({dtype}), got dtype {arr.dtype}"
-                    )
             checked.append(arr)
         return checked
 
@@ -397,7 +434,7 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
             xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
-            fusion: str | None = None):
+            fusion: str | None = None, argument_conversion: str = "exact"):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -430,6 +467,12 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ``loop_compilation`` says when ``hlo.while`` loops are compiled to machine code with numba (same
     results, nanoseconds per iteration; see :mod:`lowering.compiled_loops`): ``"auto"`` (None, the
     default) once a loop has run 2,000 iterations, ``"always"`` on its first run, ``"never"``.
+
+    ``argument_conversion`` says what a call does with an argument whose dtype is not the parameter's:
+    ``"exact"`` (the default) rejects NumPy arrays and scalars of another dtype and converts Python numbers
+    and lists only when every value survives (``2.0`` for an f32 parameter, not ``0.1`` or ``2**40`` for
+    s32); ``"lossless"`` converts any argument whose values all survive; ``"cast"`` converts as NumPy's
+    ``astype`` does (wrapping, rounding, overflowing to inf). Lossy conversion is never silent otherwise.
 
     ``fusion`` says when runs of element-wise ops are computed as one numba-compiled loop (same results,
     one pass over memory; see :mod:`lowering.fusion`): ``"auto"`` (None, the default) once a group has
@@ -478,11 +521,15 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     ctx.loop_compilation = loop_compilation
     ctx.fusion = fusion
+    if argument_conversion not in ARGUMENT_CONVERSIONS:
+        raise ExecutionError(f"lowering.compile: argument_conversion must be one of {', '.join(ARGUMENT_CONVERSIONS)}, "
+                             f"got {argument_conversion!r}")
     if entry not in ctx.functions:
         raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
     fn = ctx.function(entry)
     executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime,
                             ctx.blas_threads if ctx.limits_blas else None, ctx.denormals)
+    executable.argument_conversion = argument_conversion
     if num_replicas * num_partitions == 1:
         return executable
     from .devices import MultiDeviceExecutable

@@ -227,3 +227,47 @@ def test_unterminated_string_literals_fail_fast(text, where):
     with pytest.raises(MlirParseError, match=f"{where}: string literal not closed"):
         parse_module(text)
     assert time.perf_counter() - start < 1.0
+
+
+def _s32_f32_program():
+    b = XlaBuilder("args")
+    i = b.parameter(0, "s32[]")
+    x = b.parameter(1, "f32[2]")
+    b.tuple([i, x])
+    return b.build()
+
+
+def test_call_arguments_are_never_narrowed_silently():
+    import numpy as np
+
+    exe = lowering.compile(_s32_f32_program())
+    ok = exe(np.int32(5), np.ones(2, np.float32))
+    assert ok[0] == 5
+    with pytest.raises(XlaError, match=r"argument #0.*got dtype int64"):
+        exe(np.int64(2**40), np.ones(2, np.float32))
+    with pytest.raises(XlaError, match=r"argument #1.*got dtype float64"):
+        exe(np.int32(1), np.ones(2))
+    # Python numbers and lists convert when every value survives...
+    (i, x) = exe(7, [1.5, -2.0])
+    assert i.dtype == np.int32 and x.dtype == np.float32 and x.tolist() == [1.5, -2.0]
+    # ...and are rejected when one does not.
+    with pytest.raises(XlaError, match="cannot hold exactly"):
+        exe(2**40, [1.0, 2.0])
+    with pytest.raises(XlaError, match="cannot hold exactly"):
+        exe(1, [0.1, 1e300])
+    with pytest.raises(XlaError, match="object"):
+        exe(1, np.array([object(), 1], dtype=object))
+
+
+def test_argument_conversion_options():
+    import numpy as np
+
+    lossless = lowering.compile(_s32_f32_program(), argument_conversion="lossless")
+    assert lossless(np.int64(3), np.ones(2))[0] == 3
+    with pytest.raises(XlaError, match="cannot hold exactly"):
+        lossless(np.int64(2**40), np.ones(2))
+    cast = lowering.compile(_s32_f32_program(), argument_conversion="cast")
+    i, x = cast(np.int64(2**40 + 3), np.array([1e300, 0.1]))
+    assert i == 3 and np.isinf(x[0])  # as NumPy's astype: the caller asked for it
+    with pytest.raises(XlaError, match="argument_conversion"):
+        lowering.compile(_s32_f32_program(), argument_conversion="maybe")
