@@ -16,14 +16,50 @@ _STABLEHLO_OP = re.compile(rb"\b(?:stablehlo|chlo|mhlo|sdy)\.[a-z_]+")
 
 
 def _read_npz(path: str | None) -> list[np.ndarray] | None:
-    """The arrays of an ``.npz`` file: ``arg0, arg1, ...`` when all present, else in file order."""
+    """The arrays of an ``.npz`` file, named ``arg0, arg1, ...`` (every index from 0 present) or, when no
+    name has that form, in file order. Anything else (a ``.npy`` or another file, object arrays, gaps
+    such as arg0 and arg2, a mix of names) is an :class:`XlaError` naming the file."""
     if path is None:
         return None
-    with np.load(path) as data:
+    import os
+    import zipfile
+
+    if not os.path.isfile(path):
+        raise XlaError(f"--inputs {path}: no such file")
+    if not zipfile.is_zipfile(path):
+        kind = "a .npy file (one array)" if _is_npy(path) else "not an .npz file"
+        raise XlaError(f"--inputs {path}: {kind}; expected an .npz archive such as np.savez(path, arg0=x, arg1=y)")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise XlaError(f"--inputs {path}: cannot read it as .npz ({e})") from None
+    with data:
         names = list(data.files)
-        ordered = [f"arg{i}" for i in range(len(names))]
-        keys = ordered if all(k in data for k in ordered) else names
-        return [data[k] for k in keys]
+        numbered = {n: int(n[3:]) for n in names if re.fullmatch(r"arg[0-9]+", n)}
+        if numbered:
+            if len(numbered) != len(names):
+                others = sorted(set(names) - set(numbered))
+                raise XlaError(f"--inputs {path}: mixes arrays named arg0, arg1, ... with others ({', '.join(others)})")
+            missing = sorted(set(range(len(names))) - set(numbered.values()))
+            if missing:
+                raise XlaError(f"--inputs {path}: arrays {', '.join(sorted(names))} leave arg{missing[0]} out; "
+                               "name them arg0, arg1, ... without gaps")
+            names = sorted(names, key=numbered.get)
+        arrays = []
+        for n in names:
+            try:
+                arrays.append(data[n])
+            except ValueError as e:  # object arrays need pickle, which is refused
+                raise XlaError(f"--inputs {path}: array {n} cannot be loaded ({e})") from None
+        return arrays
+
+
+def _is_npy(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(6) == b"\x93NUMPY"
+    except OSError:
+        return False
 
 
 def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.ndarray]:

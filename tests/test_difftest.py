@@ -206,3 +206,25 @@ def test_xla_run_shape_polymorphic_program(tmp_path, capsys):
     assert "result #0: float32[5, 3]" in capsys.readouterr().out
     assert xla_run_main([str(path)]) == 2  # no inputs: no shapes to refine to
     assert "dynamic shape" in capsys.readouterr().err
+
+
+def test_xla_run_rejects_bad_input_files(tmp_path, capsys):
+    from interop import import_jax
+    from interop.cli import xla_run_main
+
+    program = tmp_path / "prog.mlir"
+    program.write_text(str(import_jax(lambda x, y: x + y, np.ones(2, np.float32), np.ones(2, np.float32))))
+    np.save(tmp_path / "one.npy", np.ones(2, np.float32))
+    (tmp_path / "text.npz").write_text("not a zip")
+    np.savez(tmp_path / "gap.npz", arg0=np.ones(2, np.float32), arg2=np.ones(2, np.float32))
+    np.savez(tmp_path / "obj.npz", arg0=np.array([object(), 1], dtype=object), arg1=np.ones(2, np.float32))
+    np.savez(tmp_path / "mixed.npz", arg0=np.ones(2, np.float32), y=np.ones(2, np.float32))
+    cases = {"one.npy": "a .npy file", "text.npz": "not an .npz file", "gap.npz": "leave arg1 out",
+             "obj.npz": "cannot be loaded", "mixed.npz": "mixes arrays", "missing.npz": "no such file"}
+    for name, message in cases.items():
+        assert xla_run_main([str(program), "--inputs", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (name, err)
+    np.savez(tmp_path / "ok.npz", arg1=np.full(2, 2, np.float32), arg0=np.ones(2, np.float32))
+    assert xla_run_main([str(program), "--inputs", str(tmp_path / "ok.npz")]) == 0
+    assert "[3. 3.]" in capsys.readouterr().out
