@@ -43,12 +43,24 @@ def compile_xla(module: ModuleOp):
     return _compile(export_stablehlo(module, layouts=False))
 
 
+def _x64():
+    """A context with jax's 64-bit types enabled (jax.enable_x64 where it exists, else the experimental one)."""
+    import jax
+
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64
+
+    return enable_x64()
+
+
 def run_xla(module: ModuleOp, *arrays) -> tuple[np.ndarray, ...]:
     """Run ``module``'s ``@main`` on XLA's CPU backend; returns a tuple of NumPy arrays.
 
-    Arguments are converted to ``@main``'s parameter dtypes when the kind
-    matches (e.g. Python floats to f32); tuple-typed parameters or results are
-    not supported (XLA's runtime takes and returns flat arrays).
+    Arguments follow the executor's rule (``lowering.compile``'s default ``argument_conversion="exact"``:
+    arrays of the parameter's dtype; Python numbers and lists when every value survives the conversion);
+    64-bit values are passed as such whether or not jax's x64 mode is on. Tuple-typed parameters or
+    results are not supported (XLA's runtime takes and returns flat arrays).
     """
     import jax
 
@@ -64,18 +76,21 @@ def run_xla(module: ModuleOp, *arrays) -> tuple[np.ndarray, ...]:
     for t in list(main.function_type.outputs) + inputs:
         if not isinstance(t, TensorType):
             raise UnsupportedError(f"run_xla: @main parameters and results must be arrays, got {format_shape(t)}")
+    from lowering.executor import _argument_array
+
     args = []
     for i, (a, t) in enumerate(zip(arrays, inputs)):
         want = numpy_dtype(t)
-        arr = np.asarray(a)
-        if arr.dtype != want:
-            arr = arr.astype(want)
+        arr = _argument_array(a, want, "exact", lambda what: ExecutionError(
+            f"run_xla: @main argument #{i}: expected {format_shape(t, False)} ({want}), {what}"))
         if arr.shape != tuple(t.get_shape()):
             raise ExecutionError(f"@main argument #{i}: expected {format_shape(t, False)}, got shape {list(arr.shape)}")
         args.append(arr)
     executable = compile_xla(module)
     device = jax.devices("cpu")[0]
-    buffers = [jax.device_put(a, device) for a in args]
+    # 64-bit arguments stay 64-bit whatever the caller's jax_enable_x64 (device_put would narrow them).
+    with _x64():
+        buffers = [jax.device_put(a, device) for a in args]
     try:
         outputs = executable.execute(buffers)
     except Exception as e:

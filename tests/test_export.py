@@ -291,3 +291,25 @@ def test_collectives_round_trip_on_one_device():
     assert "replica_groups = dense<0> : tensor<1x1xi64>" in text and "channel_handle" in text
     for g, w in zip(run_xla(module, a), jax.jit(body)(a)):
         assert_close(g, np.asarray(w))
+
+
+def test_run_xla_takes_64_bit_arguments_without_x64_mode():
+    # jax.device_put narrows int64/f64 when jax_enable_x64 is off; run_xla must not depend on it.
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, jax
+assert not jax.config.jax_enable_x64
+from xla_dialect import XlaBuilder
+from interop import run_xla
+b = XlaBuilder("x")
+p = b.parameter(0, "s64[2]")
+q = b.parameter(1, "f64[2]")
+b.add(p, b.convert(q, "s64"))
+(out,) = run_xla(b.build(), np.array([2**40, 3], np.int64), np.array([1e10, 2.0]))
+assert out.dtype == np.int64 and out.tolist() == [2**40 + 10**10, 5], out
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
