@@ -290,6 +290,9 @@ def dense_array(attr, text: str | None, type_: TensorType) -> np.ndarray:
     """
     element = ELEMENT_BY_MLIR[str(type_.element_type)]
     shape = tuple(type_.get_shape())
+    from xla_dialect.limits import check_bytes
+
+    check_bytes(int(np.prod(shape, dtype=object)) * element.dtype.itemsize, f"the constant of type {type_}")
     if attr is not None and element.dtype in _NATIVE_DTYPES:
         arr = np.array(attr)
         if arr.dtype != element.dtype:

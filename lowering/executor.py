@@ -56,6 +56,8 @@ class LoweringContext:
         self.loop_compilation = "auto"
         # When element-wise runs are fused and compiled ("auto", "always", "never"; lowering.fusion).
         self.fusion = "auto"
+        # The most bytes one array may take (xla_dialect.limits); None: the default limit.
+        self.max_bytes = None
         self.functions: dict[str, func.FuncOp] = {
             op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
         }
@@ -173,7 +175,22 @@ class LoweringContext:
         lines.append(f"{indent}def {py_name}({', '.join(args)}):")
         lines.extend(body)
 
+    def _check_result_sizes(self, op: Operation) -> None:
+        """Every array result of ``op`` fits the memory limit (shapes are static: checked once, here)."""
+        from xla_dialect.limits import check_bytes
+
+        for r in op.results:
+            t = r.type
+            if isinstance(t, TensorType):
+                count = 1
+                for d in t.get_shape():
+                    count *= max(int(d), 0)
+                if count:
+                    check_bytes(count * self.dtype(t).itemsize, f"{op_context(op)}: the result {format_shape(t)}",
+                                self.max_bytes)
+
     def _emit_op(self, op: Operation, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
+        self._check_result_sizes(op)
         factory = KERNELS.get(type(op))
         if factory is None:
             raise UnsupportedError(f"{op_context(op)}: the NumPy executor has no kernel for this op")
@@ -434,7 +451,7 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
             xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
-            fusion: str | None = None, argument_conversion: str = "exact"):
+            fusion: str | None = None, argument_conversion: str = "exact", max_bytes: int | str | None = None):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -473,6 +490,10 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     and lists only when every value survives (``2.0`` for an f32 parameter, not ``0.1`` or ``2**40`` for
     s32); ``"lossless"`` converts any argument whose values all survive; ``"cast"`` converts as NumPy's
     ``astype`` does (wrapping, rounding, overflowing to inf). Lossy conversion is never silent otherwise.
+
+    ``max_bytes`` bounds the size of every array the program computes (checked when it is lowered, as
+    shapes are static): a larger result is a ``ResourceLimitError`` naming the op and the size. None: the
+    default of :mod:`xla_dialect.limits` (``$XLA_DIALECT_MAX_BYTES``, else half the physical memory).
 
     ``fusion`` says when runs of element-wise ops are computed as one numba-compiled loop (same results,
     one pass over memory; see :mod:`lowering.fusion`): ``"auto"`` (None, the default) once a group has
@@ -521,6 +542,9 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     ctx.loop_compilation = loop_compilation
     ctx.fusion = fusion
+    from xla_dialect.limits import default_max_bytes, parse_bytes
+
+    ctx.max_bytes = default_max_bytes() if max_bytes is None else parse_bytes(max_bytes, "lowering.compile: max_bytes")
     if argument_conversion not in ARGUMENT_CONVERSIONS:
         raise ExecutionError(f"lowering.compile: argument_conversion must be one of {', '.join(ARGUMENT_CONVERSIONS)}, "
                              f"got {argument_conversion!r}")

@@ -271,3 +271,36 @@ def test_argument_conversion_options():
     assert i == 3 and np.isinf(x[0])  # as NumPy's astype: the caller asked for it
     with pytest.raises(XlaError, match="argument_conversion"):
         lowering.compile(_s32_f32_program(), argument_conversion="maybe")
+
+
+def test_memory_limit(monkeypatch):
+    import numpy as np
+
+    from xla_dialect.errors import ResourceLimitError
+
+    b = XlaBuilder("big")
+    x = b.parameter(0, "f32[2]")
+    b.broadcast(x, [100000, 100000])
+    with pytest.raises(ResourceLimitError, match=r"hlo.broadcast_in_dim: the result f32\[100000,100000,2\].*80,000,000,000"):
+        lowering.compile(b.build())
+    small = XlaBuilder("small")
+    small.broadcast(small.parameter(0, "f32[2]"), [1000])
+    module = small.build()
+    assert lowering.compile(module, max_bytes="1M")(np.ones(2, np.float32))[0].shape == (1000, 2)
+    with pytest.raises(ResourceLimitError, match="limit of 4,096"):
+        lowering.compile(module, max_bytes=4096)
+    monkeypatch.setenv("XLA_DIALECT_MAX_BYTES", "4K")
+    with pytest.raises(ResourceLimitError, match="limit of 4,096"):
+        lowering.compile(module)
+    monkeypatch.delenv("XLA_DIALECT_MAX_BYTES")
+    with pytest.raises(XlaError, match="max_bytes"):
+        lowering.compile(module, max_bytes="lots")
+    huge = "tensor<100000x100000x100xf32>"
+    with pytest.raises(XlaError, match="needs 4,000,000,000,000 bytes"):  # before anything is allocated
+        parse_module(f"func.func @main() -> {huge} {{\n  %0 = hlo.constant <0.0 : {huge}> : {huge}\n"
+                     f"  func.return %0 : {huge}\n}}")
+    from interop import import_jax
+
+    with pytest.raises(XlaError, match="stablehlo.constant: .*needs 4,000,000,000,000 bytes"):
+        import_jax(f"func.func @main() -> {huge} {{\n  %0 = stablehlo.constant dense<0.0> : {huge}\n"
+                   f"  return %0 : {huge}\n}}")

@@ -59,3 +59,7 @@ def op_context(op) -> str:
         loc_attr = attrs["loc"]
         loc = getattr(loc_attr, "data", str(loc_attr))
     return f"{name} at {loc}" if loc else name
+
+
+class ResourceLimitError(XlaError, MemoryError):
+    """A value would take more memory than the limit of :mod:`xla_dialect.limits` allows."""

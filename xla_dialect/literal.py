@@ -90,6 +90,9 @@ def literal_from_text(text: str, type_: TensorType) -> np.ndarray:
     """Parse the body of ``#hlo.dense<...>`` into an array of ``type_``."""
     element = element_type_of(type_.element_type)
     shape = type_.get_shape()
+    from .limits import check_bytes
+
+    check_bytes(int(np.prod(shape, dtype=object)) * element.dtype.itemsize, f"the constant of type {type_}")
     text = text.strip()
     if text.startswith('"'):
         hexdigits = text.strip('"')
