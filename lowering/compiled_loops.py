@@ -440,21 +440,29 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     for v in op.operands:
         writer.info(v)
     header = len(writer.lines)
+    # At most `budget` iterations per call: the caller re-enters until `done`, checking for Ctrl-C and
+    # its deadline in between (lowering.interrupt).
+    writer.emit("    ", "done = False")
+    writer.emit("    ", "iteration = 0")
     writer.emit("    ", "while True:")
     for arg, name in zip(cond_block.args, state):
         writer.names[arg] = name
     (pred,) = writer.block(cond_block, "        ")
     writer.emit("        ", f"if not {pred}:")
+    writer.emit("            ", "done = True")
     writer.emit("            ", "break")
+    writer.emit("        ", "if iteration == budget:")
+    writer.emit("            ", "break")
+    writer.emit("        ", "iteration += 1")
     for arg, name in zip(body_block.args, state):
         writer.names[arg] = name
     results = writer.block(body_block, "        ")
     writer.emit("        ", f"{', '.join(state)}{',' if len(state) == 1 else ''} = "
                            f"{', '.join(results)}{',' if len(results) == 1 else ''}")
-    writer.emit("    ", f"return ({', '.join(state)}{',' if len(state) == 1 else ''})")
+    writer.emit("    ", f"return ({', '.join(state)}, done)")
     # Constants are arguments (not globals), so the source depends on the program's structure only and
     # numba's on-disk cache can serve every program with the same loop.
-    writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *state])}):")
+    writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *state, 'budget'])}):")
     return "\n".join(writer.lines) + "\n", writer.constants
 
 
@@ -475,12 +483,17 @@ class CompiledLoop:
             return types.Array(from_dtype(dtype), rank, "C") if rank else from_dtype(dtype)
 
         signature = [typeof(c) for c in self.constants] + [numba_type(dt, r) for dt, r in zip(self.dtypes, ranks)]
-        self._fn.compile(tuple(signature))
+        self._fn.compile(tuple([*signature, types.int64]))
 
     def __call__(self, state):
+        from .interrupt import CHUNK, check
+
         args = [np.ascontiguousarray(v) if np.ndim(v) else dt.type(v) for v, dt in zip(state, self.dtypes)]
-        out = self._fn(*self.constants, *args)
-        return [np.asarray(v, dt) for v, dt in zip(out, self.dtypes)]
+        while True:
+            *args, done = self._fn(*self.constants, *args, CHUNK)
+            if done:
+                return [np.asarray(v, dt) for v, dt in zip(args, self.dtypes)]
+            check("a compiled hlo.while loop")  # (and Python raises KeyboardInterrupt here on Ctrl-C)
 
 
 def cache_directory() -> str | None:

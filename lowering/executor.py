@@ -32,6 +32,7 @@ from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
 from .blas import BlasThreadLimit, blas_matmul, resolve_blas_threads
+from . import interrupt
 from .denormals import flush_threaded_matmul, mode_switch, resolve_denormals
 from .registry import KERNELS, Constant
 from .runtime import Runtime
@@ -58,6 +59,8 @@ class LoweringContext:
         self.fusion = "auto"
         # The most bytes one array may take (xla_dialect.limits); None: the default limit.
         self.max_bytes = None
+        # Seconds a call may run (lowering.interrupt); None: unbounded, and no checks are generated.
+        self.timeout = None
         self.functions: dict[str, func.FuncOp] = {
             op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
         }
@@ -164,6 +167,8 @@ class LoweringContext:
             else:
                 self._emit_op(op, names, body, inner)
                 local.update(op.results)
+                if self.timeout is not None:
+                    body.append(f"{inner}{self._bind('chk', interrupt.check)}({op_context(op)!r})")
                 dead = [names[v] for v, i in last_use.items() if i == index and v in local]
                 if any(first < index < last for first, last in spans):
                     pending += dead  # an op inside a group's span may be the last user of a group input
@@ -389,6 +394,7 @@ class Executable:
         self._single = len(self.output_types) == 1
         # How arguments of another dtype are treated: "exact", "lossless" or "cast" (see compile()).
         self.argument_conversion = "exact"
+        self.timeout = None  # seconds per call (lowering.interrupt)
 
     @staticmethod
     def _spec(t: Attribute):
@@ -421,8 +427,12 @@ class Executable:
 
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
         checked = self._check_args(args)
-        with np.errstate(all="ignore"), self._blas_limit, self._denormal_mode:
-            result = self._fn(*checked)
+        interrupt.start(self.timeout)
+        try:
+            with np.errstate(all="ignore"), self._blas_limit, self._denormal_mode:
+                result = self._fn(*checked)
+        finally:
+            interrupt.finish()
         flat: list = []
         if self._single:
             _flatten(result, flat)
@@ -451,7 +461,8 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
 def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
             xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
-            fusion: str | None = None, argument_conversion: str = "exact", max_bytes: int | str | None = None):
+            fusion: str | None = None, argument_conversion: str = "exact", max_bytes: int | str | None = None,
+            timeout: float | None = None):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -494,6 +505,10 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ``max_bytes`` bounds the size of every array the program computes (checked when it is lowered, as
     shapes are static): a larger result is a ``ResourceLimitError`` naming the op and the size. None: the
     default of :mod:`xla_dialect.limits` (``$XLA_DIALECT_MAX_BYTES``, else half the physical memory).
+
+    ``timeout`` (seconds) bounds each call: the program checks the clock after every op and loop iteration
+    and raises :class:`lowering.interrupt.ExecutionTimeout` once past it (see :mod:`lowering.interrupt`);
+    None (the default) generates no checks.
 
     ``fusion`` says when runs of element-wise ops are computed as one numba-compiled loop (same results,
     one pass over memory; see :mod:`lowering.fusion`): ``"auto"`` (None, the default) once a group has
@@ -542,6 +557,9 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     ctx.loop_compilation = loop_compilation
     ctx.fusion = fusion
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        raise ExecutionError(f"lowering.compile: timeout must be a positive number of seconds, got {timeout!r}")
+    ctx.timeout = timeout
     from xla_dialect.limits import default_max_bytes, parse_bytes
 
     ctx.max_bytes = default_max_bytes() if max_bytes is None else parse_bytes(max_bytes, "lowering.compile: max_bytes")
@@ -554,6 +572,7 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime,
                             ctx.blas_threads if ctx.limits_blas else None, ctx.denormals)
     executable.argument_conversion = argument_conversion
+    executable.timeout = timeout
     if num_replicas * num_partitions == 1:
         return executable
     from .devices import MultiDeviceExecutable

@@ -124,11 +124,23 @@ def _call(op, ctx):
 def _while(op, ctx):
     single = len(op.results) == 1
     mode = getattr(ctx, "loop_compilation", "auto")
+    bounded = getattr(ctx, "timeout", None) is not None
+    if bounded:  # checks the clock every iteration (lowering.interrupt)
+        from ..interrupt import check
+
+        where = f"{op.name} iteration"
     if mode == "never":
-        def while_kernel(cond, body, *state):
-            while cond(*state)[0]:
-                state = body(*state)
-            return state[0] if single else tuple(state)
+        if bounded:
+            def while_kernel(cond, body, *state):
+                while cond(*state)[0]:
+                    state = body(*state)
+                    check(where)
+                return state[0] if single else tuple(state)
+        else:
+            def while_kernel(cond, body, *state):
+                while cond(*state)[0]:
+                    state = body(*state)
+                return state[0] if single else tuple(state)
 
         return while_kernel
 
@@ -160,6 +172,8 @@ def _while(op, ctx):
                 n = budget = 0
             state = body(*state)
             n += 1
+            if bounded:
+                check(where)
         done["iterations"] += n
         return state[0] if single else tuple(state)
 
