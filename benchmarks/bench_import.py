@@ -58,17 +58,23 @@ def main(argv=None) -> int:
     artifact = exported.mlir_module_serialized
     text = exported.mlir_module()
     for label, source in (("portable artifact", artifact), ("MLIR text", text)):
-        t_parse, module = best_time(lambda: parse_stablehlo(source), args.repeat)
+        t_parse, module = best_time(lambda: parse_stablehlo(source, trusted=True), args.repeat)
         t_convert, result = best_time(lambda: Importer().import_module(module), args.repeat)
         count = sum(1 for _ in result.walk()) - 2  # minus builtin.module and func.func
         total = t_parse + t_convert
-        cpu = best_time(lambda: Importer().import_module(parse_stablehlo(source)), args.repeat, time.process_time)[0]
+        cpu = best_time(lambda: Importer().import_module(parse_stablehlo(source, trusted=True)), args.repeat,
+                        time.process_time)[0]
         print(f"{label:18s}: {count} ops imported in {total:.3f} s wall "
               f"(parse {t_parse:.3f} s + convert {t_convert:.3f} s; {total / count * 1e6:.1f} us/op); "
               f"{cpu:.3f} s CPU")
         if args.verify:
             t_verify, _ = best_time(result.verify, 1)
             print(f"{'':18s}  hlo verifier on the result: {t_verify:.3f} s")
+    from interop import import_stablehlo
+
+    t_untrusted, _ = best_time(lambda: import_stablehlo(artifact), 2)
+    print(f"{'untrusted artifact':18s}: {t_untrusted:.3f} s wall, including the child process that imports the bytes "
+          "first (interop.bytecode_check: jaxlib aborts on some corrupted bytecode)")
     t_export, _ = best_time(lambda: export_stablehlo(result), args.repeat)
     print(f"{'export':18s}: {count} ops exported to StableHLO text in {t_export:.3f} s")
     return 0

@@ -56,7 +56,7 @@ def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return _from_bytes(bytes(obj), flat_examples)
     if isinstance(obj, jax.export.Exported):
-        return _from_exported(obj, flat_examples)
+        return _from_exported(obj, flat_examples, trusted=True)
     if isinstance(obj, jax.stages.Lowered):
         return _from_lowered(obj)
     if isinstance(obj, jax.stages.Traced):
@@ -99,7 +99,7 @@ def _from_lowered(lowered) -> ModuleOp:
     return _restore_unused_arguments(module, kept, in_avals)
 
 
-def _from_exported(exported, flat_examples=()) -> ModuleOp:
+def _from_exported(exported, flat_examples=(), trusted: bool = False) -> ModuleOp:
     platform_index = None
     if len(exported.platforms) > 1:
         # A multi-platform export takes the platform's index first: fix it to the CPU's.
@@ -119,9 +119,9 @@ def _from_exported(exported, flat_examples=()) -> ModuleOp:
         in_avals = [_example_aval(a) for a in flat_examples[1 if platform_index is not None else 0:]]
         offset = 1 if platform_index is not None else 0
         examples = flat_examples[:offset] + [flat_examples[offset + i] for i in kept]
-        module = import_stablehlo(exported.mlir_module_serialized, *examples)
+        module = import_stablehlo(exported.mlir_module_serialized, *examples, trusted=trusted)
     else:
-        module = import_stablehlo(exported.mlir_module_serialized)
+        module = import_stablehlo(exported.mlir_module_serialized, trusted=trusted)
     if platform_index is not None:
         _fix_platform_index(module, platform_index)
     return _restore_unused_arguments(module, kept, in_avals)

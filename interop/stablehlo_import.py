@@ -125,8 +125,12 @@ def mlir_context():
 _BYTECODE_MAGIC = b"ML\xefR"
 
 
-def parse_stablehlo(source):
+def parse_stablehlo(source, trusted: bool = False):
     """Parse StableHLO into a jaxlib ``ir.Module``.
+
+    MLIR bytecode is untrusted input for jaxlib's C++ reader, which aborts the process or loops on some
+    corrupted bytes: unless ``trusted``, it is checked structurally and then read once in a child process
+    (about 0.5 s) before this process reads it (:mod:`interop.bytecode_check`).
 
     ``source`` is MLIR text (pretty or generic form, ``str`` or UTF-8 ``bytes``),
     MLIR bytecode, or a StableHLO portable artifact (versioned VHLO bytecode,
@@ -147,6 +151,12 @@ def parse_stablehlo(source):
         data = bytes(source)
         if data.startswith(_BYTECODE_MAGIC):
             from jaxlib.mlir.dialects import stablehlo
+
+            from .bytecode_check import check_bytecode, check_in_subprocess
+
+            check_bytecode(data)  # jaxlib's C++ reader aborts the process on some malformed input
+            if not trusted:
+                check_in_subprocess(data)
 
             try:
                 with ctx:
@@ -2004,7 +2014,8 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
     return result
 
 
-def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown: bool = False) -> ModuleOp:
+def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown: bool = False,
+                     trusted: bool = False) -> ModuleOp:
     """Import StableHLO into the hlo dialect.
 
     ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``;
@@ -2016,6 +2027,13 @@ def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown:
     of ``@main``'s parameters (see :func:`import_mlir_module`). With
     ``verify=True`` the hlo verifier runs on the result (otherwise
     ``lowering.compile`` runs it); ``allow_unknown=True`` keeps ops without
-    hlo form and dynamic shapes for a round trip instead of raising.
+    hlo form and dynamic shapes for a round trip instead of raising. Bytecode is first read in a child
+    process unless ``trusted`` (see :func:`parse_stablehlo`).
     """
-    return import_mlir_module(parse_stablehlo(source), *example_args, verify=verify, allow_unknown=allow_unknown)
+    module = parse_stablehlo(source, trusted=trusted)
+    try:
+        return import_mlir_module(module, *example_args, verify=verify, allow_unknown=allow_unknown)
+    except XlaError:
+        raise
+    except Exception as e:  # jaxlib's bindings on a malformed module (e.g. strings that are not UTF-8)
+        raise MlirParseError(f"cannot import the StableHLO module: {type(e).__name__}: {e}") from None
