@@ -178,6 +178,8 @@ def _attribute(op_name: str, name: str, value: Attribute) -> str:
         values = value.get_values()
         if name in PAIR_ATTRIBUTES:
             pairs = [f"[{values[i]}, {values[i + 1]}]" for i in range(0, len(values), 2)]
+            if not pairs:  # (no spatial dimensions: MLIR spells the empty 0x2 literal dense<>)
+                return "dense<> : tensor<0x2xi64>"
             return f"dense<[{', '.join(pairs)}]> : tensor<{len(pairs)}x2xi64>"
         elt = value.elt_type
         if isinstance(elt, IntegerType) and elt.width.data == 1:

@@ -313,3 +313,21 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_convolution_without_spatial_dimensions_round_trips_through_xla():
+    # Legal in XLA (jax.lax accepts it); the exported padding must be the empty literal MLIR accepts.
+    import jax
+    from jax import lax
+
+    x, w = np.ones((2, 3), np.float32), np.arange(12, dtype=np.float32).reshape(4, 3)
+
+    def fn(x, w):
+        return lax.conv_general_dilated(x, w, (), [], dimension_numbers=("NC", "OI", "NC"))
+
+    module = import_jax(fn, x, w)
+    (ours,) = lowering.compile(module)(x, w)
+    (xla,) = run_xla(module, x, w)
+    np.testing.assert_array_equal(ours, np.asarray(jax.jit(fn)(x, w)))
+    np.testing.assert_array_equal(xla, ours)
+    assert "dense<> : tensor<0x2xi64>" in export_stablehlo(module)
