@@ -98,10 +98,14 @@ def _mutate(text: str, edits) -> str:
     return text
 
 
-def _run_hlo(text):
-    module = parse_module(text)
-    exe = lowering.compile(module, fusion="never", loop_compilation="never")
+def _run(parse, text):
+    """Parse ``text`` with ``parse``, compile and run the program on ones."""
+    exe = lowering.compile(parse(text), fusion="never", loop_compilation="never")
     return exe(*[np.ones(t.get_shape(), np.float32) for t in exe.input_types])
+
+
+def _run_hlo(text):
+    return _run(parse_module, text)
 
 
 @QUICK
@@ -111,9 +115,7 @@ def test_hlo_mlir_text_mutations(edits):
 
 
 def _run_stablehlo(text):
-    module = import_stablehlo(text)
-    exe = lowering.compile(module, fusion="never", loop_compilation="never")
-    return exe(*[np.ones(t.get_shape(), np.float32) for t in exe.input_types])
+    return _run(import_stablehlo, text)
 
 
 @QUICK
