@@ -533,3 +533,32 @@ def test_layout_of_wrong_rank_in_mlir_is_rejected():
     )
     with pytest.raises(HloVerifyError, match="has 1 dimensions in minor_to_major but the shape has rank 2"):
         parse_module(text)
+
+
+def test_empty_arrays_with_huge_dimensions_allocate_nothing():
+    # f32[0,300000000] took 20 s and 9 GiB of index vectors to lay out nothing.
+    import time
+
+    import numpy as np
+
+    from xla_dialect import parse_shape
+    from xla_dialect.layout import from_physical, linear_indices, to_physical
+
+    shape = parse_shape("f32[0,300000000]{1,0:T(8,128)}")
+    start = time.perf_counter()
+    buffer = to_physical(np.zeros((0, 300000000), np.float32), shape)
+    assert buffer.shape == (0,) and from_physical(buffer, shape).shape == (0, 300000000)
+    assert linear_indices(shape).shape == (0, 300000000)
+    assert time.perf_counter() - start < 1
+
+
+def test_layout_tables_respect_the_memory_limit(monkeypatch):
+    import numpy as np
+
+    from xla_dialect import parse_shape
+    from xla_dialect.errors import ResourceLimitError
+    from xla_dialect.layout import to_physical
+
+    monkeypatch.setenv("XLA_DIALECT_MAX_BYTES", "1M")
+    with pytest.raises(ResourceLimitError, match="index table"):
+        to_physical(np.zeros((512, 512), np.float32), parse_shape("f32[512,512]{1,0:T(8,128)}"))

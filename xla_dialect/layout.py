@@ -508,7 +508,15 @@ def linear_indices(shape) -> np.ndarray:
     dims, layout, tensor = _array_layout(shape)
     where = _show(tensor)
     _checked_physical_dims(dims, layout, where)
-    if int(np.prod(dims, dtype=object)) <= _CACHE_LIMIT:
+    count = int(np.prod(dims, dtype=object))
+    if count == 0:  # (the per-dimension index vectors of f32[0,300000000] alone would take gigabytes)
+        table = np.empty(dims, np.int64)
+        table.flags.writeable = False
+        return table
+    from .limits import check_bytes
+
+    check_bytes(count * 8 * 2, f"the index table of {where}")  # the table and a temporary of its size
+    if count <= _CACHE_LIMIT:
         return _cached_linear_indices(dims, layout, where)
     return _linear_indices(dims, layout, where)
 
@@ -536,8 +544,13 @@ def to_physical(array, shape) -> np.ndarray:
     array = np.asarray(array)
     if array.shape != dims:
         raise LayoutError(f"to_physical: array of shape {array.shape} does not match {_show(tensor)}")
-    buffer = np.zeros(physical_element_count(tensor), dtype=array.dtype)
-    buffer[linear_indices(tensor).reshape(-1)] = array.reshape(-1)
+    from .limits import check_bytes
+
+    count = physical_element_count(tensor)
+    check_bytes(count * array.dtype.itemsize, f"the physical buffer of {_show(tensor)}")
+    buffer = np.zeros(count, dtype=array.dtype)
+    if array.size:
+        buffer[linear_indices(tensor).reshape(-1)] = array.reshape(-1)
     return buffer
 
 
