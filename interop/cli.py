@@ -148,6 +148,8 @@ def xla_run_main(argv: list[str] | None = None) -> int:
                         help="ULP budget of --check-xla for floats (default: per dtype, see interop.difftest)")
     parser.add_argument("--demo", action="store_true", help="build axpy and an MLP, run them, compare with jax.jit")
     parser.add_argument("--show-source", action="store_true", help="print the generated Python code")
+    parser.add_argument("--output", metavar="FILE.npz",
+                        help="also save the results to an .npz file (arrays result0, result1, ...; tokens are skipped)")
     args = parser.parse_args(argv)
     try:
         if args.demo:
@@ -167,6 +169,9 @@ def xla_run_main(argv: list[str] | None = None) -> int:
             print(exe.source)
         arrays = _arguments(inputs, exe.input_types)
         results = exe(*arrays)
+        if args.output:
+            np.savez(args.output, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)
+                                     if isinstance(r, (np.ndarray, np.generic))})
         for i, r in enumerate(results):
             print(f"result #{i}: {_describe(r)}")
             if isinstance(r, np.ndarray):
@@ -177,6 +182,10 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     except XlaError as e:
         print(f"xla-run: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `xla-run ... | head`: the reader went away
+        from passes.cli import _quiet_broken_pipe
+
+        return _quiet_broken_pipe()
     except OSError as e:
         print(f"xla-run: error: {e}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import io
 import sys
+import textwrap
 
 from xla_dialect.errors import UnsupportedError, XlaError
 
@@ -111,10 +112,14 @@ def describe_passes() -> str:
             default = f.default if f.default is not dataclasses.MISSING else None
             options.append(f"{f.name.replace('_', '-')}={default}")
         head = name + ("{" + " ".join(options) + "}" if options else "")
-        summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        # The docstring's whole first paragraph (a first line alone would cut its sentence).
+        paragraph = (cls.__doc__ or "").strip().split("\n\n")[0]
+        summary = " ".join(line.strip() for line in paragraph.splitlines())
         if summary.startswith("``") and "``: " in summary:
             summary = summary.split("``: ", 1)[1]  # the head already shows name and options
-        lines.append(f"  {head:48s} {summary}")
+        wrapped = textwrap.wrap(summary, 70) or [""]
+        lines.append(f"  {head:48s} {wrapped[0]}")
+        lines.extend(f"  {'':48s} {rest}" for rest in wrapped[1:])
     return "\n".join(lines)
 
 
@@ -159,9 +164,23 @@ def main(argv: list[str] | None = None) -> int:
             for spec, report in result.reports:
                 print(f"xla-opt: report of {spec}:\n{report}", file=sys.stderr)
         return 0
+    except BrokenPipeError:  # the reader went away (`xla-opt ... | head`): not an error
+        return _quiet_broken_pipe()
     except (XlaError, OSError) as e:
         print(f"xla-opt: error: {e}", file=sys.stderr)
         return 2
+
+
+def _quiet_broken_pipe() -> int:
+    """After a broken pipe on stdout: point stdout at /dev/null so that Python's final flush is silent."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 if __name__ == "__main__":

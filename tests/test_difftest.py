@@ -228,3 +228,37 @@ def test_xla_run_rejects_bad_input_files(tmp_path, capsys):
     np.savez(tmp_path / "ok.npz", arg1=np.full(2, 2, np.float32), arg0=np.ones(2, np.float32))
     assert xla_run_main([str(program), "--inputs", str(tmp_path / "ok.npz")]) == 0
     assert "[3. 3.]" in capsys.readouterr().out
+
+
+def test_xla_run_saves_results(tmp_path, capsys):
+    from interop import import_jax
+    from interop.cli import xla_run_main
+
+    program = tmp_path / "prog.mlir"
+    program.write_text(str(import_jax(lambda x: (x * 2, x.sum()), np.arange(3, dtype=np.float32))))
+    np.savez(tmp_path / "in.npz", arg0=np.arange(3, dtype=np.float32))
+    out = tmp_path / "out.npz"
+    assert xla_run_main([str(program), "--inputs", str(tmp_path / "in.npz"), "--output", str(out)]) == 0
+    with np.load(out) as saved:
+        assert sorted(saved.files) == ["result0", "result1"]
+        assert saved["result0"].tolist() == [0, 2, 4] and saved["result1"] == 3
+
+
+def test_command_line_tools_are_quiet_on_a_closed_pipe(tmp_path):
+    import subprocess
+    import sys
+
+    program = tmp_path / "big.mlir"
+    adds = "".join(f"  %v{i} = hlo.add %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>\n" for i in range(3000))
+    program.write_text(f"func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {{\n{adds}  func.return %x : tensor<2xf32>\n}}\n")
+    code = "import sys; from passes.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(f"{sys.executable} -c '{code}' {program} | head -1", shell=True, capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.startswith("builtin.module") and "Broken pipe" not in done.stderr and "Error" not in done.stderr
+
+
+def test_list_passes_prints_whole_sentences():
+    from passes.cli import describe_passes
+
+    text = describe_passes()
+    assert "layouts included)." in text  # cse's summary continues past its docstring's first line
