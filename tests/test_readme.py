@@ -18,3 +18,16 @@ def test_every_op_has_a_kernel_or_is_structural():
 
     missing = [name for _, ops, _ in family_rows() for name, status in ops if status == "NO KERNEL"]
     assert not missing, f"ops without a NumPy kernel: {missing}"
+
+
+def test_every_python_snippet_runs_alone(tmp_path, monkeypatch, capsys):
+    # Each ```python block of the README runs as written, on its own (a reader copies one block at a time).
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4
+    monkeypatch.chdir(tmp_path)
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"<README python block {i}>", "exec"), {"__name__": "__readme__"})
