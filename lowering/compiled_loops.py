@@ -138,12 +138,58 @@ class _LoopWriter:
     # -- ops ------------------------------------------------------------------
 
     def block(self, block: Block, indent: str) -> list[str]:
-        """Emit ``block``'s ops; return the names of its ``hlo.return`` / ``func.return`` operands."""
+        """Emit ``block``'s ops; return the names of its ``hlo.return`` / ``func.return`` operands.
+
+        Runs of element-wise ops on arrays (lowering.fusion's groups) become one element loop that
+        allocates only the values used after it, as in a fused kernel."""
+        from .fusion import plan
+
+        groups = {g.members[-1]: g for g in plan(block)}
+        in_group = {op for g in groups.values() for op in g.members}
         for op in block.ops:
             if op.name in ("hlo.return", "func.return"):
                 return [self.name(v) for v in op.operands]
-            self.op(op, indent)
+            if op in groups:
+                self.fused_group(groups[op], indent)
+            elif op not in in_group:
+                self.op(op, indent)
         raise _Ineligible("a block without a return")
+
+    def fused_group(self, group, indent: str) -> None:
+        """One element loop computing ``group``'s ops in scalars (see :meth:`block`)."""
+        from .fusion import _FusionWriter
+
+        scalar = _FusionWriter(self.functions, self.dtype_of, self.flush)
+        scalar.constants, scalar.counter = self.constants, self.counter
+        i = self.fresh("i")
+        loads = []
+        for v in group.inputs:
+            if self.info(v)[1]:
+                flat = self.fresh("f")
+                self.emit(indent, f"{flat} = {self.name(v)}.ravel()")
+                scalar.names[v] = flat + "_e"
+                loads.append((flat + "_e", f"{flat}[{i}]"))
+            else:
+                scalar.names[v] = self.name(v)
+        outputs = []
+        for r in group.outputs:
+            out, flat = self.fresh(), self.fresh("g")
+            self.emit(indent, f"{out} = np.empty({group.shape!r}, {_NUMBA_TYPE_NAMES[self.info(r)[0]]})")
+            self.emit(indent, f"{flat} = {out}.ravel()")
+            self.names[r] = out
+            outputs.append((r, flat))
+        self.emit(indent, f"for {i} in range({int(np.prod(group.shape))}):")
+        inner = indent + "    "
+        for name, load in loads:
+            self.emit(inner, f"{name} = {load}")
+        scalar.counter = self.counter
+        start = len(scalar.lines)
+        for op in group.members:
+            scalar.op(op, inner)
+        self.lines.extend(scalar.lines[start:])
+        self.counter = scalar.counter
+        for r, flat in outputs:
+            self.emit(inner, f"{flat}[{i}] = {scalar.name(r)}")
 
     def op(self, op: Operation, indent: str) -> None:
         if op.regions and op.name != "hlo.reduce":
