@@ -186,6 +186,7 @@ LAYOUT_RULES: dict[type, str] = {
     dm.BroadcastInDimOp: "free",
     dm.BroadcastOp: "free",
     dm.CopyOp: "copy",
+    dm.BitcastOp: "bitcast",
     reduction.ReduceOp: "reduce",
     linalg.DotOp: "dot",
     linalg.DotGeneralOp: "dot",
@@ -193,6 +194,7 @@ LAYOUT_RULES: dict[type, str] = {
     cf.GetTupleElementOp: "get_tuple_element",
     cf.WhileOp: "while",
     cf.CallOp: "call",
+    cf.FusionOp: "call",
 }
 """Op class -> how its result layout follows from its operands (see the module docstring).
 
@@ -682,6 +684,14 @@ class LayoutAssigner:
         self._set(op.result, declared if declared is not None and self.target.tiled == bool(declared.tiles)
                   else self.free(op.result))
 
+    def _rule_bitcast(self, op: Operation) -> None:
+        """A bitcast means its operand's and result's physical layouts: both stay as they are
+        (a copy to the operand's original layout is inserted if the producer's changed)."""
+        spec = _spec_of(op.operand.type)
+        if spec is not None:
+            self.require(op, 0, spec, op_context(op))
+        self._set(op.result, _spec_of(op.result.type))
+
     def _rule_elementwise(self, op: Operation) -> None:
         result = op.results[0]
         if not isinstance(result.type, TensorType):
@@ -839,7 +849,7 @@ def _call_order(funcs: list[func.FuncOp]) -> list[func.FuncOp]:
             return  # recursion is rejected elsewhere; do not loop here
         state[name] = 1
         for op in f.walk():
-            if isinstance(op, cf.CallOp):
+            if isinstance(op, (cf.CallOp, cf.FusionOp)):
                 callee = by_name.get(op.callee.string_value())
                 if callee is not None:
                     visit(callee)

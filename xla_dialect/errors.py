@@ -26,6 +26,10 @@ class MlirParseError(XlaError, ValueError):
     """MLIR text (hlo or StableHLO) could not be parsed."""
 
 
+class HloParseError(XlaError, ValueError):
+    """XLA HLO module text could not be parsed; the message gives the line and column."""
+
+
 class HloVerifyError(XlaError, VerifyException):
     """An hlo op violates XLA's shape-inference rules.
 

@@ -19,7 +19,7 @@ import numpy as np
 from xdsl.ir import Region
 
 from xla_dialect.ops import elementwise
-from xla_dialect.ops.control_flow import CallOp, ConditionalOp, GetTupleElementOp, TupleOp, WhileOp
+from xla_dialect.ops.control_flow import CallOp, ConditionalOp, FusionOp, GetTupleElementOp, TupleOp, WhileOp
 
 from ..registry import register
 
@@ -113,7 +113,7 @@ def _get_tuple_element(op, ctx):
     return operator.itemgetter(op.index.value.data)
 
 
-@register(CallOp)
+@register(CallOp, FusionOp)
 def _call(op, ctx):
     # The callee's compiled function already follows the kernel convention
     # (one value, or a tuple for several results).

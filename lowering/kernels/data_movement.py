@@ -128,3 +128,33 @@ def _copy(op, ctx):
     # hlo.copy only changes the layout; the logical value is the operand's. It is a
     # new buffer, so hand back a C-contiguous array (views become compact copies).
     return _compact
+
+
+@register(dm.BitcastOp)
+def _bitcast(op, ctx):
+    # The bytes of the operand's physical buffer read with the result's layout. With one
+    # element type the mapping is an index table computed once here (or a plain reshape
+    # when both layouts store the elements in the same order); otherwise the buffer is
+    # materialized and reinterpreted.
+    from xla_dialect.layout import from_physical, linear_indices, physical_element_count, to_physical
+
+    src, dst = op.operand.type, op.result.type
+    out_dims = _shape(op.result)
+    in_dtype, out_dtype = ctx.dtype(src), ctx.dtype(dst)
+    if in_dtype == out_dtype:
+        src_pos = linear_indices(src).reshape(-1)
+        dst_pos = linear_indices(dst).reshape(-1)
+        owner = np.full(physical_element_count(src), -1, dtype=np.int64)
+        owner[src_pos] = np.arange(src_pos.size)
+        take = owner[dst_pos]
+        if take.size and take.min() < 0:  # reads padding of the operand's tiles: zeros, as laid out
+            return lambda x: from_physical(to_physical(x, src), dst)
+        if np.array_equal(take, np.arange(take.size)):
+            return lambda x: np.reshape(x, out_dims)
+        return lambda x: np.asarray(x).reshape(-1)[take].reshape(out_dims)
+
+    def reinterpret(x):
+        raw = to_physical(np.asarray(x, in_dtype), src).view(np.uint8)
+        return from_physical(raw.view(out_dtype), dst)
+
+    return reinterpret

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import IntegerAttr, SymbolRefAttr, TensorType, TupleType, i32
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, SymbolRefAttr, TensorType, TupleType, i32
 from xdsl.ir import Attribute, Region
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     region_def,
     result_def,
@@ -187,6 +188,11 @@ class CallOp(HloOp):
 
     def verify_(self) -> None:
         super().verify_()
+        CallOp.verify_callee(self)
+
+    @staticmethod
+    def verify_callee(self) -> None:
+        """Check the callee exists and its signature matches the op's operands and results."""
         name = self.callee.string_value()
         try:
             callee = SymbolTable.lookup_symbol(self, self.callee)
@@ -206,6 +212,41 @@ class CallOp(HloOp):
             raise HloVerifyError(f"{op_context(self)}: results {types_text(res)} do not match "
                                  f"@{name}'s results {types_text(list(ftype.outputs))}")
 
+
+
+@irdl_op_definition
+class FusionOp(HloOp):
+    """``hlo.fusion``: XLA's kFusion, a call of its fused computation (the ``func.func`` named by ``callee``).
+
+    ``kind`` is XLA's fusion kind (``kLoop``, ``kInput``, ``kOutput``, ``kCustom``); the
+    value is the fused computation's result, so the executor runs it as a call. Imported
+    from optimized HLO text (:func:`interop.import_hlo`) and printed back as a fusion.
+    """
+
+    name = "hlo.fusion"
+    callee = prop_def(SymbolRefAttr)
+    kind = opt_prop_def(StringAttr)
+    operands_ = var_operand_def()
+    results_ = var_result_def()
+
+    assembly_format = "$callee `(` $operands_ `)` attr-dict `:` functional-type($operands_, $results_)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        kind = props.get("kind")
+        if kind is not None and kind.data not in FUSION_KINDS:
+            fail(cls.name, f"kind {kind.data!r} is not one of {', '.join(FUSION_KINDS)}")
+        if result_types is None:
+            fail(cls.name, "result types must be given (they are the fused computation's result types)")
+        return list(result_types)
+
+    def verify_(self) -> None:
+        super().verify_()
+        CallOp.verify_callee(self)
+
+
+FUSION_KINDS = ("kLoop", "kInput", "kOutput", "kCustom")
+"""XLA's fusion kinds (``HloInstruction::FusionKind``)."""
 
 # ----------------------------------------------------------------------------
 # While
@@ -295,7 +336,7 @@ class ConditionalOp(HloOp):
         return list(first)
 
 
-OPS = [ReturnOp, TupleOp, GetTupleElementOp, CallOp, WhileOp, ConditionalOp]
+OPS = [ReturnOp, TupleOp, GetTupleElementOp, CallOp, FusionOp, WhileOp, ConditionalOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 

@@ -487,6 +487,41 @@ class CopyOp(_UnaryShapeOp):
 
 OPS.append(CopyOp)
 
+
+@irdl_op_definition
+class BitcastOp(_UnaryShapeOp):
+    """``hlo.bitcast`` (XLA kBitcast): the operand's bytes in memory, read with the result's shape and layout.
+
+    Unlike reshape, the meaning depends on the physical layouts (tiling and
+    padding included) of the operand and the result: element ``i`` of the
+    result is the element stored at the position the result's layout gives
+    ``i`` in the operand's buffer. Both must occupy the same number of bytes.
+    Optimized HLO (after layout assignment) uses it for reshapes and
+    transposes that move no data.
+    """
+
+    name = "hlo.bitcast"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        from ..layout import byte_size
+
+        (t,) = operand_types
+        t = tensor(cls.name, t, "operand")
+        if not result_types:
+            fail(cls.name, "the result type must be given (its shape and layout say how to read the bytes)")
+        out = tensor(cls.name, result_types[0], "result")
+        try:
+            have, want = byte_size(t), byte_size(out)
+        except Exception as e:  # a layout that does not fit is reported by check_layout_fits
+            fail(cls.name, str(e))
+        if have != want:
+            fail(cls.name, f"operand {fmt(t)} occupies {have} bytes but result {fmt(out)} needs {want}")
+        return [out]
+
+
+OPS.append(BitcastOp)
+
 # How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
 set_quantized("storage", *OPS)
 

@@ -1,0 +1,400 @@
+"""XLA HLO module text -> plain Python records (:class:`HloModuleText`).
+
+The grammar is XLA's (``HloParserImpl``): a module header ``HloModule name,
+key=value, ...``, optional debug-info sections (``FileNames``, ``FunctionNames``,
+``FileLocations``, ``StackFrames``, as ``compile().as_text()`` prints them),
+then computations::
+
+    [ENTRY] [%]name [(params) -> shape] [, execution_thread="..."] {
+      [ROOT] [%]name = shape opcode(operands)[, attribute=value]*
+      ...
+    }
+
+An instruction may span several lines (attributes follow a ``,``); operands may
+carry their shape (``f32[4]{0} %x``); ``/* */`` comments are skipped anywhere.
+Attribute values are kept as their text here; :mod:`interop.hlo.attributes`
+reads them. Shapes are parsed once per distinct text (a module repeats few).
+
+Errors are :class:`~xla_dialect.errors.HloParseError` naming the line and
+column of the text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from xdsl.dialects.builtin import NoneAttr, TensorType, TupleType
+from xdsl.ir import Attribute
+
+from xla_dialect.errors import HloParseError, LayoutError, ShapeParseError
+from xla_dialect.layout import Layout, LayoutAttr
+from xla_dialect.shape import parse_shape
+
+_SPACE = re.compile(r"(?:\s|/\*.*?\*/|//[^\n]*)*", re.S)
+_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
+_INSTR_HEAD = re.compile(r"(ROOT\s+)?%?([A-Za-z_][\w.\-]*)\s*=\s*")
+_OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\s*\(")
+_ARRAY_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{(?=\s*[\d:])[^{}]*\})?")
+_ATTR_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=\s*")
+_DELIMS = re.compile(r'[(){}\[\]",\n]')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_OPENERS = {"(": ")", "{": "}", "[": "]"}
+_SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+class Instruction:
+    """One HLO instruction as written: name, shape, opcode, operand names, attribute texts."""
+
+    __slots__ = ("name", "shape", "opcode", "operands", "operand_shapes", "literal", "attrs", "is_root", "pos")
+
+    def __init__(self, name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos):
+        self.name: str = name
+        self.shape: Attribute = shape
+        self.opcode: str = opcode
+        self.operands: list[str] = operands
+        self.operand_shapes: list[Attribute | None] = operand_shapes  # shapes written inline, if any
+        self.literal: str | None = literal  # constant(...) / parameter(...) text between the parentheses
+        self.attrs: dict[str, str] = attrs
+        self.is_root: bool = is_root
+        self.pos: int = pos  # offset of the instruction in the text
+
+    def __repr__(self) -> str:
+        return f"Instruction({self.name} = {self.opcode}({', '.join(self.operands)}))"
+
+
+class Computation:
+    """One computation: its instructions in text order and its root."""
+
+    __slots__ = ("name", "is_entry", "instructions", "root", "attrs", "pos")
+
+    def __init__(self, name: str, is_entry: bool, instructions: list[Instruction], attrs: dict[str, str], pos: int):
+        self.name = name
+        self.is_entry = is_entry
+        self.instructions = instructions
+        roots = [i for i in instructions if i.is_root]
+        self.root = roots[-1] if roots else (instructions[-1] if instructions else None)
+        self.attrs = attrs
+        self.pos = pos
+
+
+class HloModuleText:
+    """A parsed HLO module: header attributes, computations by name, debug-info tables."""
+
+    def __init__(self, text: str, name: str, attrs: dict[str, str], computations: list[Computation],
+                 sections: dict[str, dict[int, str]], source: str | None):
+        self.text = text
+        self.name = name
+        self.attrs = attrs
+        self.computations = {c.name: c for c in computations}
+        self.order = computations
+        entries = [c for c in computations if c.is_entry]
+        self.entry = entries[0] if entries else (computations[-1] if computations else None)
+        self.sections = sections
+        self.source = source
+        self._lines: list[int] | None = None
+
+    def where(self, pos: int) -> str:
+        """``prog.hlo:12:5`` (or ``line 12, column 5``) for a text offset."""
+        return where(self.text, pos, self.source, self)
+
+    def line_starts(self) -> list[int]:
+        if self._lines is None:
+            self._lines = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        return self._lines
+
+
+def where(text: str, pos: int, source: str | None = None, module: HloModuleText | None = None) -> str:
+    """Line and column (1-based) of offset ``pos`` in ``text``."""
+    starts = module.line_starts() if module is not None else [0] + [m.end() for m in re.finditer("\n", text)]
+    line = bisect.bisect_right(starts, pos) - 1
+    col = pos - starts[line] + 1
+    return f"{source}:{line + 1}:{col}" if source else f"line {line + 1}, column {col}"
+
+
+class _Reader:
+    """Position-based reader over the whole module text."""
+
+    def __init__(self, text: str, source: str | None):
+        self.text = text
+        self.source = source
+        self.shapes: dict[str, Attribute] = {}
+
+    # -- errors -----------------------------------------------------------
+
+    def fail(self, pos: int, message: str):
+        line_start = self.text.rfind("\n", 0, pos) + 1
+        line_end = self.text.find("\n", pos)
+        line = self.text[line_start: line_end if line_end >= 0 else len(self.text)]
+        if len(line) > 160:
+            lo = max(0, pos - line_start - 60)
+            line = ("..." if lo else "") + line[lo: lo + 120] + "..."
+        raise HloParseError(f"HLO text {where(self.text, pos, self.source)}: {message}\n  {line.strip()}")
+
+    # -- lexical helpers ----------------------------------------------------
+
+    def skip(self, pos: int) -> int:
+        return _SPACE.match(self.text, pos).end()
+
+    def close(self, pos: int) -> int:
+        """Offset just after the bracket matching the opener at ``pos`` (strings skipped)."""
+        text = self.text
+        stack = [_OPENERS[text[pos]]]
+        i = pos + 1
+        search = _DELIMS.search
+        while True:
+            m = search(text, i)
+            if m is None:
+                self.fail(pos, f"unbalanced {text[pos]!r}: no matching {stack[-1]!r}")
+            c = m.group()
+            i = m.end()
+            if c == '"':
+                s = _STRING.match(text, m.start())
+                if s is None:
+                    self.fail(m.start(), "unterminated string")
+                i = s.end()
+            elif c in _OPENERS:
+                stack.append(_OPENERS[c])
+            elif c in ")}]":
+                if c != stack[-1]:
+                    self.fail(m.start(), f"expected {stack[-1]!r}, found {c!r}")
+                stack.pop()
+                if not stack:
+                    return i
+
+    def value_end(self, pos: int) -> int:
+        """End of an attribute value starting at ``pos``: the next ``,``, newline or closer at depth 0."""
+        text = self.text
+        i = pos
+        search = _DELIMS.search
+        while True:
+            m = search(text, i)
+            if m is None:
+                return len(text)
+            c = m.group()
+            if c in _OPENERS:
+                i = self.close(m.start())
+            elif c == '"':
+                s = _STRING.match(text, m.start())
+                if s is None:
+                    self.fail(m.start(), "unterminated string")
+                i = s.end()
+            else:  # , \n ) } ]
+                return m.start()
+
+    def split(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Spans of the comma-separated items of ``text[start:end]`` (top level only)."""
+        text = self.text
+        items = []
+        i = item = start
+        search = _DELIMS.search
+        while True:
+            m = search(text, i, end)
+            if m is None:
+                break
+            c = m.group()
+            if c == ",":
+                items.append((item, m.start()))
+                i = item = m.end()
+            elif c in _OPENERS:
+                i = self.close(m.start())
+            elif c == '"':
+                s = _STRING.match(text, m.start())
+                if s is None:
+                    self.fail(m.start(), "unterminated string")
+                i = s.end()
+            elif c == "\n":
+                i = m.end()
+            else:
+                self.fail(m.start(), f"unexpected {c!r}")
+        if text[item:end].strip() or items:
+            items.append((item, end))
+        return items
+
+    # -- shapes -------------------------------------------------------------
+
+    def shape_at(self, pos: int) -> tuple[Attribute, int]:
+        """Parse the shape starting at ``pos``; return it and the offset after it."""
+        text = self.text
+        if text.startswith("(", pos):
+            end = self.close(pos)
+        else:
+            m = _ARRAY_SHAPE.match(text, pos)
+            if m is None:
+                self.fail(pos, "expected a shape such as f32[2,3]{1,0} or a tuple shape (...)")
+            end = m.end()
+        return self.shape_text(text[pos:end], pos), end
+
+    def shape_text(self, spelling: str, pos: int) -> Attribute:
+        hit = self.shapes.get(spelling)
+        if hit is None:
+            try:
+                hit = with_default_layouts(parse_shape(spelling))
+            except (ShapeParseError, LayoutError) as e:
+                self.fail(pos, str(e))
+            self.shapes[spelling] = hit
+        return hit
+
+    # -- module -------------------------------------------------------------
+
+    def module(self) -> HloModuleText:
+        text = self.text
+        pos = self.skip(0)
+        if not text.startswith("HloModule", pos):
+            self.fail(pos, "expected 'HloModule name' at the start of HLO module text")
+        pos = self.skip(pos + len("HloModule"))
+        m = _NAME.match(text, pos)
+        if m is None:
+            self.fail(pos, "expected the module name after 'HloModule'")
+        name = m.group(1)
+        pos, attrs = self.attributes(m.end())
+        sections: dict[str, dict[int, str]] = {}
+        computations: list[Computation] = []
+        seen: set[str] = set()
+        while True:
+            pos = self.skip(pos)
+            if pos >= len(text):
+                break
+            section = next((s for s in _SECTIONS if text.startswith(s, pos)
+                            and not (text[pos + len(s): pos + len(s) + 1].isalnum())), None)
+            if section is not None:
+                pos = self.section(pos + len(section), sections.setdefault(section, {}))
+                continue
+            comp = self.computation(pos)
+            if comp.name in seen:
+                self.fail(comp.pos, f"computation {comp.name!r} is defined twice")
+            seen.add(comp.name)
+            computations.append(comp)
+            pos = self._after_computation
+        if not computations:
+            self.fail(len(text), "the module has no computations")
+        if sum(c.is_entry for c in computations) > 1:
+            second = [c for c in computations if c.is_entry][1]
+            self.fail(second.pos, "more than one ENTRY computation")
+        return HloModuleText(text, name, attrs, computations, sections, self.source)
+
+    def section(self, pos: int, table: dict[int, str]) -> int:
+        """Debug-info lines ``<id> <text>`` after a section keyword."""
+        text = self.text
+        line_re = re.compile(r"[ \t]*\n[ \t]*(\d+)[ \t]+([^\n]*)")
+        while True:
+            m = line_re.match(text, pos)
+            if m is None:
+                return pos
+            table[int(m.group(1))] = m.group(2).strip()
+            pos = m.end()
+
+    def attributes(self, pos: int) -> tuple[int, dict[str, str]]:
+        """``, key=value`` pairs from ``pos``; returns the offset after them and the texts."""
+        text = self.text
+        attrs: dict[str, str] = {}
+        while True:
+            p = self.skip(pos)
+            if not text.startswith(",", p):
+                return pos, attrs
+            p = self.skip(p + 1)
+            m = _ATTR_KEY.match(text, p)
+            if m is None:
+                self.fail(p, "expected attribute 'name=value' after ','")
+            key = m.group(1)
+            start = m.end()
+            end = self.value_end(start)
+            if key in attrs:
+                self.fail(p, f"attribute {key!r} is given twice")
+            attrs[key] = text[start:end].strip()
+            pos = end
+
+    def computation(self, pos: int) -> Computation:
+        text = self.text
+        start = pos
+        is_entry = text.startswith("ENTRY", pos) and not (text[pos + 5: pos + 6].isalnum() or text[pos + 5: pos + 6] in "_.-")
+        if is_entry:
+            pos = self.skip(pos + 5)
+        m = _NAME.match(text, pos)
+        if m is None:
+            self.fail(pos, "expected a computation name (or ENTRY)")
+        name = m.group(1)
+        pos = self.skip(m.end())
+        if text.startswith("(", pos):  # the signature: the parameters say it all again
+            pos = self.skip(self.close(pos))
+            if not text.startswith("->", pos):
+                self.fail(pos, "expected '->' and the result shape after the computation's parameters")
+            _, pos = self.shape_at(self.skip(pos + 2))
+        pos, attrs = self.attributes(pos)
+        pos = self.skip(pos)
+        if not text.startswith("{", pos):
+            self.fail(pos, f"expected '{{' to open computation {name!r}")
+        pos += 1
+        instructions: list[Instruction] = []
+        names: set[str] = set()
+        while True:
+            pos = self.skip(pos)
+            if pos >= len(text):
+                self.fail(start, f"computation {name!r} is not closed with '}}'")
+            if text.startswith("}", pos):
+                self._after_computation = pos + 1
+                break
+            instr, pos = self.instruction(pos)
+            if instr.name in names:
+                self.fail(instr.pos, f"instruction name {instr.name!r} is used twice in computation {name!r}")
+            names.add(instr.name)
+            instructions.append(instr)
+        if not instructions:
+            self.fail(start, f"computation {name!r} has no instructions")
+        return Computation(name, is_entry, instructions, attrs, start)
+
+    def instruction(self, pos: int) -> tuple[Instruction, int]:
+        text = self.text
+        m = _INSTR_HEAD.match(text, pos)
+        if m is None:
+            self.fail(pos, "expected an instruction '[ROOT] name = shape opcode(operands)' or '}'")
+        is_root = m.group(1) is not None
+        name = m.group(2)
+        shape, p = self.shape_at(m.end())
+        p = self.skip(p)
+        om = _OPCODE.match(text, p)
+        if om is None:
+            self.fail(p, f"expected an opcode and '(' after the shape of {name!r}")
+        opcode = om.group(1)
+        open_paren = om.end() - 1
+        close = self.close(open_paren)
+        operands: list[str] = []
+        operand_shapes: list[Attribute | None] = []
+        literal = None
+        if opcode in ("constant", "parameter"):
+            literal = text[open_paren + 1: close - 1].strip()
+        else:
+            for s, e in self.split(open_paren + 1, close - 1):
+                s = self.skip(s)
+                item = text[s:e].rstrip()
+                if not item:
+                    self.fail(s, f"empty operand in {opcode}")
+                k = len(item)
+                while k > 0 and (item[k - 1].isalnum() or item[k - 1] in "_.-%"):
+                    k -= 1
+                operand = item[k:].lstrip("%")
+                if not operand or not (operand[0].isalpha() or operand[0] == "_"):
+                    self.fail(s, f"expected an operand name in {opcode}, found {item[:40]!r}")
+                operands.append(operand)
+                prefix = item[:k].strip()
+                operand_shapes.append(self.shape_text(prefix, s) if prefix else None)
+        end, attrs = self.attributes(close)
+        return Instruction(name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos), end
+
+
+def with_default_layouts(type_: Attribute) -> Attribute:
+    """``type_`` with XLA's default layout on every layout-less array (XLA's parser does the same)."""
+    if isinstance(type_, TensorType):
+        if isinstance(type_.encoding, NoneAttr):
+            return TensorType(type_.element_type, type_.get_shape(), LayoutAttr(Layout.default(type_.get_num_dims())))
+        return type_
+    if isinstance(type_, TupleType):
+        return TupleType([with_default_layouts(t) for t in type_.types])
+    return type_
+
+
+def parse_hlo_text(text: str, source: str | None = None) -> HloModuleText:
+    """Parse HLO module text (``source`` names the file in messages)."""
+    if not isinstance(text, str):
+        raise HloParseError(f"HLO text must be a string, got {type(text).__name__}")
+    return _Reader(text, source).module()
