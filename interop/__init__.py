@@ -4,11 +4,14 @@
 # portable artifacts, quantized text) to hlo modules; export_stablehlo: hlo
 # modules to StableHLO text that XLA compiles; run_xla: run an hlo module on
 # XLA's CPU backend (the reference for builder-made programs); difftest:
-# jax.jit against the NumPy executor, output by output (DiffReport).
+# jax.jit against the NumPy executor, output by output (DiffReport); import_hlo / export_hlo:
+# XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text.
 from .difftest import DiffReport, difftest
 from .export import export_stablehlo
+from .hlo import export_hlo, import_hlo, run_hlo_on_xla
 from .jax_import import import_jax
 from .stablehlo_import import import_stablehlo
 from .xla_run import run_xla
 
-__all__ = ["DiffReport", "difftest", "export_stablehlo", "import_jax", "import_stablehlo", "run_xla"]
+__all__ = ["DiffReport", "difftest", "export_hlo", "export_stablehlo", "import_hlo", "import_jax", "import_stablehlo",
+           "run_hlo_on_xla", "run_xla"]

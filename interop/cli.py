@@ -74,13 +74,20 @@ def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.nd
 
 
 def load_program(path: str, inputs: list[np.ndarray] | None = None):
-    """Read a program file: hlo MLIR text, StableHLO text, MLIR bytecode / StableHLO portable artifact,
-    or the bytes of a serialized ``jax.export.Exported``.
+    """Read a program file: XLA HLO module text, hlo MLIR text, StableHLO text, MLIR bytecode /
+    StableHLO portable artifact, or the bytes of a serialized ``jax.export.Exported``.
 
     A shape-polymorphic StableHLO program is refined to the shapes of ``inputs``.
     """
     with open(path, "rb") as f:
         data = f.read()
+    from .hlo.syntax import is_hlo_text
+
+    if is_hlo_text(data):
+        from .hlo import import_hlo
+
+        return import_hlo(data.decode("utf-8", errors="replace") if not _utf8(data) else data.decode("utf-8"),
+                          source=path)
     if not data.startswith(_BYTECODE_MAGIC) and not _STABLEHLO_OP.search(data):
         try:
             text = data.decode("utf-8")
@@ -100,6 +107,14 @@ def load_program(path: str, inputs: list[np.ndarray] | None = None):
         raise
 
 
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 def _describe(value) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype}{list(value.shape)}"
@@ -113,7 +128,12 @@ def _check_against_xla(module, args, results, max_ulp, entry: str) -> bool:
 
     if entry != "main":
         raise XlaError("--check-xla runs @main only (XLA compiles the module's entry function)")
-    expected = run_xla(module, *args)
+    if "hlo.module_name" in module.attributes:  # read from HLO text: XLA compiles it as HLO text
+        from .hlo import run_hlo_on_xla
+
+        expected = run_hlo_on_xla(module, *args)
+    else:
+        expected = run_xla(module, *args)
     if len(expected) != len(results):
         print(f"XLA: returned {len(expected)} results, the executor {len(results)}")
         return False
@@ -137,8 +157,8 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="xla-run",
-        description="Run a program on the NumPy executor: hlo MLIR, StableHLO text or bytecode, a StableHLO "
-                    "portable artifact or a serialized jax.export.")
+        description="Run a program on the NumPy executor: XLA HLO text, hlo MLIR, StableHLO text or bytecode, "
+                    "a StableHLO portable artifact or a serialized jax.export.")
     parser.add_argument("file", nargs="?", help="program file")
     parser.add_argument("--inputs", help=".npz file with the arguments (arg0, arg1, ...)")
     parser.add_argument("--entry", default="main", help="entry function (default: main)")

@@ -61,12 +61,14 @@ from xdsl.dialects.builtin import (
     TensorType,
     TupleType,
     UnitAttr,
+    i64,
 )
 from xdsl.ir import Attribute, Operation, Region, SSAValue
 
 from xla_dialect.errors import UnsupportedError, op_context
 from xla_dialect.layout import LayoutAttr
 from xla_dialect.literal import DenseLiteralAttr
+from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType
 
 from .stablehlo_import import ENUM_ATTRIBUTES, STRUCT_ATTRIBUTE_OF_OP, STRUCT_FIELDS, _leaf_types
@@ -481,6 +483,44 @@ def _constant(p: _Printer, op, indent):
 def _call(p: _Printer, op, indent):
     props = {"callee": op.properties["callee"]}
     p.generic(op, indent, "func.call", props=props)
+
+
+@_exporter("hlo.fusion")
+def _fusion(p: _Printer, op, indent):
+    # A fusion is a call of its fused computation (StableHLO has no fusions; the kind is dropped).
+    p.generic(op, indent, "func.call", props={"callee": op.properties["callee"]})
+
+
+@_exporter("hlo.bitcast")
+def _bitcast(p: _Printer, op, indent):
+    # The bytes read with another shape and layout: a reshape or a transpose when it is one
+    # (the usual case in optimized HLO), else no single StableHLO op says it.
+    import numpy as np
+
+    from xla_dialect.layout import linear_indices
+
+    src, dst = op.operands[0].type, op.results[0].type
+    if src.element_type == dst.element_type:
+        src_pos = linear_indices(src).reshape(-1)
+        dst_pos = linear_indices(dst).reshape(-1)
+        if src_pos.size == dst_pos.size and src_pos.size == np.unique(src_pos).size:
+            order = np.argsort(src_pos)
+            take = order[np.searchsorted(src_pos, dst_pos, sorter=order)]
+            if np.array_equal(src_pos[take], dst_pos):
+                if np.array_equal(take, np.arange(take.size)):
+                    return p.generic(op, indent, "stablehlo.reshape", props={})
+                src_dims, dst_dims = src.get_shape(), dst.get_shape()
+                if sorted(src_dims) == sorted(dst_dims) and len(src_dims) == len(dst_dims):
+                    import itertools
+
+                    logical = np.arange(take.size).reshape(src_dims)
+                    for perm in itertools.permutations(range(len(src_dims))):
+                        if [src_dims[d] for d in perm] == list(dst_dims) and \
+                                np.array_equal(logical.transpose(perm).reshape(-1), take):
+                            return p.generic(op, indent, "stablehlo.transpose",
+                                             props={"permutation": DenseArrayBase.from_list(i64, list(perm))})
+    raise UnsupportedError(f"{op_context(op)}: this bitcast ({format_shape(src)} -> {format_shape(dst)}) is neither "
+                           "a reshape nor a transpose; StableHLO cannot say it (interop.export_hlo prints it)")
 
 
 @_exporter("hlo.erf")

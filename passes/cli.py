@@ -4,9 +4,9 @@
     xla-opt --list-passes
     xla-opt program.mlir -p my-pass --load-pass-plugin my_pass.py -o out.mlir
 
-Input is hlo MLIR text (custom or generic form); StableHLO text or MLIR
-bytecode goes through ``interop.import_stablehlo`` when the importer is
-installed. ``--emit`` picks the output: ``mlir`` (default), ``generic``, or
+Input is hlo MLIR text (custom or generic form); XLA HLO module text goes
+through ``interop.import_hlo``, StableHLO text or MLIR bytecode through
+``interop.import_stablehlo`` when interop is installed. ``--emit`` picks the output: ``mlir`` (default), ``generic``, or
 ``stablehlo``/``hlo`` through the interop exporters.
 """
 
@@ -26,7 +26,7 @@ EMITTERS = {
     "mlir": "hlo MLIR, custom syntax",
     "generic": "hlo MLIR, generic op syntax",
     "stablehlo": "StableHLO MLIR text (needs interop.export_stablehlo)",
-    "hlo": "XLA HLO text (StableHLO export translated by jaxlib)",
+    "hlo": "XLA HLO module text with the module's layouts (needs interop.export_hlo)",
 }
 """``--emit`` choices."""
 
@@ -54,6 +54,8 @@ def read_program(data: bytes, source: str = "<input>"):
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise XlaError(f"{source}: neither UTF-8 MLIR text nor MLIR bytecode") from None
+    if text.lstrip().startswith("HloModule") or (text.lstrip().startswith("/*") and "HloModule" in text[:4096]):
+        return _interop("import_hlo", f"{source} is XLA HLO text; reading it")(text, source=source)
     try:
         return parse_module(text)
     except MlirParseError:
@@ -80,7 +82,12 @@ def emit(module, kind: str) -> str:
 
 
 def hlo_text(module) -> str:
-    """XLA HLO text of ``module``: StableHLO export, converted by XLA's own MLIR -> HLO translation."""
+    """XLA HLO text of ``module`` with its layouts (:func:`interop.export_hlo`)."""
+    return _interop("export_hlo", "--emit hlo")(module)
+
+
+def hlo_text_through_xla(module) -> str:
+    """XLA HLO text of ``module`` as XLA's own MLIR -> HLO translation prints it (default layouts)."""
     stablehlo = _interop("export_stablehlo", "--emit hlo")(module)
     try:
         from jax._src.lib import xla_client

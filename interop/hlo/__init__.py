@@ -6,7 +6,9 @@ its layouts, which XLA's own parser reads back; :func:`run_hlo_on_xla` compiles 
 jaxlib's XLA and runs it (the reference for differential checks).
 """
 
+from .exporter import export_hlo
 from .importer import import_hlo
 from .syntax import parse_hlo_text
+from .xla import run_hlo_on_xla, run_hlo_text_on_xla
 
-__all__ = ["import_hlo", "parse_hlo_text"]
+__all__ = ["export_hlo", "import_hlo", "parse_hlo_text", "run_hlo_on_xla", "run_hlo_text_on_xla"]

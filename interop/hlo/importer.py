@@ -87,7 +87,7 @@ class _Pending:
 class _Scope:
     """The computation being converted: its values by name and the ops of its block."""
 
-    __slots__ = ("computation", "values", "ops", "current", "named", "consumed")
+    __slots__ = ("computation", "values", "ops", "current", "named", "consumed", "region_names")
 
     def __init__(self, computation: Computation):
         self.computation = computation
@@ -96,6 +96,7 @@ class _Scope:
         self.current: Instruction | None = None
         self.named = False
         self.consumed: set[str] = set()
+        self.region_names: list = []  # [computation name, parameter names...] per region read for the op
 
 
 class HloImporter:
@@ -252,6 +253,7 @@ class HloImporter:
         scope.current = ins
         scope.named = False
         scope.consumed = set()
+        scope.region_names = []
         reader = READERS.get(ins.opcode)
         if reader is None:
             self.fail(f"opcode {ins.opcode!r} is not supported")
@@ -355,6 +357,10 @@ class HloImporter:
         if name and not scope.named:
             attributes["hlo.name"] = StringAttr(scope.current.name)
             scope.named = True
+        if regions and scope.region_names:
+            attributes["hlo.region_names"] = ArrayAttr(
+                [ArrayAttr([StringAttr(n) for n in names]) for names in scope.region_names])
+            scope.region_names = []
         op = self._create(cls, list(operands), list(result_types), dict(props or {}), attributes, regions)
         scope.ops.append(op)
         return list(op.results)
@@ -412,6 +418,7 @@ class HloImporter:
             self.converting.discard(name)
         ret = self._create(control_flow.ReturnOp, values, [], {}, {}, ())
         self._append(block, [ret])
+        self.scope.region_names.append([name] + [p.name for p in params])
         return Region(block)
 
     def callee(self, ins: Instruction, key: str) -> str:
@@ -514,16 +521,18 @@ def _fmt(t: Attribute) -> str:
         return str(t)
 
 
-def import_hlo(source, verify: bool = True):
+def import_hlo(text_or_path, verify: bool = True, source: str | None = None):
     """Import XLA HLO module text (a string, or a path to a ``.hlo``/``.txt`` file) as an hlo ``ModuleOp``.
 
     Reads what XLA prints: ``jax.jit(f).lower(x).as_text(dialect="hlo")``,
     ``.compile().as_text()``, XLA dumps and XLA's own ``.hlo`` test files, with
     every layout (tiles, memory spaces, element sizes) on the values. See the
     module docstring for the mapping. ``verify=False`` skips the hlo verifier
-    (``lowering.compile`` verifies anyway). Errors name the line and column.
+    (``lowering.compile`` verifies anyway). Errors name the line and column (and ``source``,
+    the file name to show, when the text is given directly).
     """
-    text, where_from = _read_source(source)
+    text, where_from = _read_source(text_or_path)
+    where_from = where_from or source
     parsed = parse_hlo_text(text, where_from)
     importer = HloImporter(parsed)
     module = importer.run()

@@ -955,16 +955,16 @@ def _read_custom_call(imp, ins, args):
         shapes = [imp.shape_of_text(s.strip(), ins) for s in _split_shapes(layouts.strip()[1:-1])]
         from xla_dialect.layout import layout_of
 
-        props["operand_layouts"] = ArrayAttr([StringAttr(layout_of(s).to_text()) for s in shapes])
+        props["operand_layouts"] = ArrayAttr([i64_array(layout_of(s).minor_to_major) for s in shapes])
         result_types = list(ins.shape.types) if isinstance(ins.shape, TupleType) else [ins.shape]
-        props["result_layouts"] = ArrayAttr([StringAttr(layout_of(t).to_text()) for t in result_types])
+        props["result_layouts"] = ArrayAttr([i64_array(layout_of(t).minor_to_major) for t in result_types])
     called = imp.attr(ins, "called_computations", A.computations, None)
     if called:
         props["called_computations"] = ArrayAttr([SymbolRefAttr(imp.callee_named(ins, c)) for c in called])
     aliasing = imp.attr(ins, "output_to_operand_aliasing", lambda t: t, None)
     if aliasing is not None:
         imp.keep(ins, "output_to_operand_aliasing", aliasing)
-    return imp.emit(effects.CustomCallOp, args, props, [ins.shape])[0]
+    return _results(imp, ins, effects.CustomCallOp, args, props)
 
 
 READERS["custom-call"] = _read_custom_call
@@ -1000,14 +1000,13 @@ def _write_custom_call(exp, op):
                       "{" + ", ".join(exp.function(c.string_value()) for c in called.data) + "}"))
     layouts = op.properties.get("operand_layouts")
     if layouts is not None:
-        from xla_dialect.layout import Layout, parse_layout
+        from xla_dialect.layout import Layout
         from xla_dialect.shape import format_shape
 
         shapes = []
         for v, lay in zip(op.operands, layouts.data):
             t = v.type
-            text = lay.data if isinstance(lay, StringAttr) else str(lay)
-            shapes.append(format_shape(TensorType(t.element_type, t.get_shape(), _layout_attr(parse_layout(text)))))
+            shapes.append(format_shape(TensorType(t.element_type, t.get_shape(), _layout_attr(Layout(ints(lay))))))
         attrs.append(("operand_layout_constraints", "{" + ", ".join(shapes) + "}"))
     version = _int_prop(op, "api_version")
     if version is not None:

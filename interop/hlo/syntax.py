@@ -393,6 +393,16 @@ def with_default_layouts(type_: Attribute) -> Attribute:
     return type_
 
 
+_HLO_START = re.compile(rb"(?:\s|/\*.*?\*/)*HloModule\b", re.S)
+
+
+def is_hlo_text(data: bytes | str) -> bool:
+    """Whether ``data`` starts like HLO module text (``HloModule``, after spaces and comments)."""
+    if isinstance(data, str):
+        data = data[:4096].encode("utf-8", errors="replace")
+    return _HLO_START.match(data[:4096]) is not None
+
+
 def parse_hlo_text(text: str, source: str | None = None) -> HloModuleText:
     """Parse HLO module text (``source`` names the file in messages)."""
     if not isinstance(text, str):
