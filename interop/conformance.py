@@ -987,6 +987,11 @@ def _run_checked(program: Program) -> tuple[str, str]:
             grid = device(*per_device) if len(per_device) > 1 else [device(*per_device[0])]
             results = [r for device_results in grid for r in device_results]
             outputs = exe(*results)
+    return _apply_checks(prepared, outputs)
+
+
+def _apply_checks(prepared: Prepared, outputs, how: str = "") -> tuple[str, str]:
+    """Evaluate the program's checks on the outputs: ("passed" | "failed", message)."""
     failures = []
     for check in prepared.checks:
         values = outputs[check.first:check.first + check.count]
@@ -999,7 +1004,79 @@ def _run_checked(program: Program) -> tuple[str, str]:
         return "failed", "; ".join(failures[:2]) + more
     if not prepared.checks:
         return "passed", "ran (no checks)"
-    return "passed", f"{len(prepared.checks)} checks"
+    return "passed", f"{len(prepared.checks)} checks{how}"
+
+
+def hlo_text_of(module, entry: str = "main") -> str:
+    """XLA HLO text of a parsed StableHLO module, as XLA's own translation prints it (jaxlib).
+
+    XLA translates the function named ``main``: another ``entry`` (the harness's wrapper) is
+    renamed to ``main`` first, and the old ``main`` with its calls to ``main_``.
+    """
+    from jax._src.lib import xla_client
+
+    if entry != "main":
+        ir = _ir()
+        with module.context:
+            functions = _functions(module)
+            if "main" in functions:
+                functions["main"].attributes["sym_name"] = ir.StringAttr.get("main_")
+
+                def rename(op):
+                    if op.name == "func.call" and str(op.attributes["callee"]) == "@main":
+                        op.attributes["callee"] = ir.FlatSymbolRefAttr.get("main_")
+                    return ir.WalkResult.ADVANCE
+
+                module.operation.walk(rename)
+            functions[entry].attributes["sym_name"] = ir.StringAttr.get("main")
+    computation = xla_client._xla.mlir.mlir_module_to_xla_computation(
+        str(module), use_tuple_args=False, return_tuple=True)
+    return computation.as_hlo_text(print_large_constants=True)
+
+
+def _run_through_hlo(program: Program) -> tuple[str, str]:
+    """The program as XLA HLO text: jaxlib translates it, :func:`interop.import_hlo` reads it, the text
+    :func:`interop.export_hlo` prints must read back and print the same again, then the executor runs
+    the imported module and the checks apply."""
+    import lowering
+
+    from .hlo import export_hlo, import_hlo
+
+    if program.mode == "roundtrip":
+        return "skipped", "a StableHLO serialization test (no program to run through HLO text)"
+    with _at("parse"):
+        text = normalize_checks(program.text)
+        if "!quant." in text:
+            return "skipped", "quantized types: XLA HLO text has none"
+        prepared = prepare_module(text, program.line, program.args, program.expected)
+    if prepared.parallel is not None:
+        return "skipped", "interpreter.run_parallel: the harness runs StableHLO functions, not HLO text"
+    with _at("to-hlo"):
+        hlo = hlo_text_of(prepared.module, prepared.entry)
+    with _at("hlo-import"):
+        module = import_hlo(hlo)
+    with _at("hlo-roundtrip"):
+        # The text printed back reads back to a module that prints the same text (ops that XLA has
+        # and the dialect expands, such as topk, print as their expansion: the text is the invariant).
+        printed = export_hlo(module)
+        again = export_hlo(import_hlo(printed))
+        if again != printed:
+            return "failed", f"HLO text round trip: the text printed again differs; {_first_difference(printed, again)}"
+    with _at("compile"):
+        exe = lowering.compile(module, denormals="keep")
+    with _at("run"):
+        outputs = exe()
+    return _apply_checks(prepared, outputs, " through HLO text")
+
+
+def run_program_through_hlo(program: Program) -> Result:
+    """:func:`run_program` with every program taken through XLA HLO text (``--via hlo``)."""
+    saved = _RUNNERS["run"], _RUNNERS["roundtrip"]
+    _RUNNERS["run"] = _RUNNERS["roundtrip"] = _run_through_hlo
+    try:
+        return run_program(program)
+    finally:
+        _RUNNERS["run"], _RUNNERS["roundtrip"] = saved
 
 
 def _first_difference(a: str, b: str) -> str:
@@ -1381,6 +1458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threshold", metavar="FILE", help="JSON file with the minimum number passing "
                         "({\"corpus\": {\"passed\": N}})")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no family table")
+    parser.add_argument("--via", choices=("stablehlo", "hlo"), default="stablehlo",
+                        help="stablehlo (default): import the StableHLO; hlo: translate each program to XLA HLO text "
+                             "with jaxlib, import that (interop.import_hlo), check the text round trip, then run")
     args = parser.parse_args(argv)
     try:
         programs = discover(args.paths)
@@ -1395,7 +1475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         programs = [p for p in programs if pattern.search(p.path) or pattern.search(p.name)]
     start = time.monotonic()
     progress = None if args.quiet else Progress(len(programs))
-    results = run_programs(programs, args.jobs, args.timeout or None, args.memory or None, progress)
+    runner = run_program_through_hlo if args.via == "hlo" else None
+    results = run_programs(programs, args.jobs, args.timeout or None, args.memory or None, progress, runner)
     summary = summarize(results, time.monotonic() - start)
     if not args.quiet:
         print(family_table(results))

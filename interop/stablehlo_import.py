@@ -1606,13 +1606,18 @@ def _scan(imp: Importer, op):
     def with_dim(shape, size):
         return [*shape[:dim], size, *shape[dim + 1:]]
 
+    n_in = len(inputs)
+
     def loop_body(args):
-        counter, accumulators, carries = args[0], args[1:1 + n_outputs], args[1 + n_outputs:]
+        # State: counter, the inputs (carried so that no region captures a value: HLO computations
+        # cannot), the outputs built so far, the carries.
+        counter, xs = args[0], args[1:1 + n_in]
+        accumulators, carries = args[1 + n_in:1 + n_in + n_outputs], args[1 + n_in + n_outputs:]
         position = counter
         if reverse:
             position = emit("subtract", [emit.splat(length - 1, s64, []), counter], index_type)
         slices = []
-        for x in inputs:
+        for x in xs:
             shape = list(x.type.get_shape())
             piece = emit("dynamic_slice", [x, *starts(len(shape), position)],
                          TensorType(x.type.element_type, with_dim(shape, 1)), slice_sizes=i64_array(with_dim(shape, 1)))
@@ -1624,7 +1629,7 @@ def _scan(imp: Importer, op):
             piece = emit("reshape", [y], TensorType(acc.type.element_type, with_dim(shape, 1)))
             updated.append(emit("dynamic_update_slice", [acc, piece, *starts(len(shape), position)], acc.type))
         step = emit("add", [counter, emit.splat(1, s64, [])], index_type)
-        return [step, *updated, *returned[n_outputs:]]
+        return [step, *xs, *updated, *returned[n_outputs:]]
 
     def loop_cond(args):
         pred = TensorType(IntegerType(1), [])
@@ -1634,11 +1639,11 @@ def _scan(imp: Importer, op):
     zeros = [emit.splat(0, ELEMENT_BY_MLIR[str(t.element_type)], t.get_shape()) for t in output_types]
     if length == 0:
         return [*zeros, *inits]  # the body never runs (and could not slice an empty dimension)
-    state = [emit.splat(0, s64, []), *zeros, *inits]
+    state = [emit.splat(0, s64, []), *inputs, *zeros, *inits]
     state_types = [v.type for v in state]
     regions = [imp.build_region(state_types, loop_cond), imp.build_region(state_types, loop_body)]
     results = imp.emit(imp.ops_by_name["hlo.while"], state, {}, regions, state_types, plain=True)
-    return list(results[1:])
+    return list(results[1 + n_in:])
 
 
 @register_converter("stablehlo.dynamic_gather")

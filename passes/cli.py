@@ -54,7 +54,12 @@ def read_program(data: bytes, source: str = "<input>"):
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise XlaError(f"{source}: neither UTF-8 MLIR text nor MLIR bytecode") from None
-    if text.lstrip().startswith("HloModule") or (text.lstrip().startswith("/*") and "HloModule" in text[:4096]):
+    try:
+        from interop.hlo.syntax import is_hlo_text  # HLO text needs interop's reader
+    except ImportError:
+        def is_hlo_text(_text):
+            return False
+    if is_hlo_text(text):
         return _interop("import_hlo", f"{source} is XLA HLO text; reading it")(text, source=source)
     try:
         return parse_module(text)

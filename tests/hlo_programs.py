@@ -42,8 +42,8 @@ def programs():
         return g, x.at[idx].add(1.0), x.at[idx].set(g * 2)
 
     def dynamic(x, i):
-        s = lax.dynamic_slice(x, (i, 0), (2, 3))
-        return lax.dynamic_update_slice(x, s * 2, (i + 1, 1))
+        s = lax.dynamic_slice(x, (i, np.int32(0)), (2, 3))
+        return lax.dynamic_update_slice(x, s * 2, (i + np.int32(1), np.int32(1)))
 
     table = {
         "elementwise_unary": (lambda x: (jnp.sin(x), jnp.cos(x), jnp.exp(x), jnp.log1p(jnp.abs(x)), jnp.tanh(x),
@@ -53,7 +53,7 @@ def programs():
         "elementwise_binary": (lambda x, y: (x + y, x - y, x * y, x / y, jnp.maximum(x, y), jnp.minimum(x, y),
                                              jnp.arctan2(x, y), jnp.power(jnp.abs(x), y), jnp.remainder(x, y)),
                                (f32(4, 4), f32(4, 4))),
-        "integers": (lambda a, b: (a & b, a | b, a ^ ~b, a << 2, a >> 1, lax.shift_right_logical(a, 3),
+        "integers": (lambda a, b: (a & b, a | b, a ^ ~b, a << 2, a >> 1, lax.shift_right_logical(a, np.int32(3)),
                                    lax.clz(a), lax.population_count(a), a // (jnp.abs(b) + 1), a % 7,
                                    jnp.abs(a), lax.max(a, b)), (i32(6), i32(6))),
         "compare_select_clamp": (lambda x, y: (jnp.where(x > y, x, y), jnp.clip(x, -0.5, 0.5), x == y, x <= y,
@@ -63,7 +63,7 @@ def programs():
                             (f32(8),)),
         "shapes": (lambda x: (jnp.broadcast_to(x[:, None], (3, 4, 5)), x.reshape(5, 3), x.T, x[1:, ::2],
                               jnp.concatenate([x, x], 1), jnp.pad(x, ((1, 2), (0, 1))), x[::-1],
-                              lax.pad(x, 0.0, ((1, 1, 1), (0, 0, 0))), jnp.expand_dims(x, 0)), (f32(3, 5),)),
+                              lax.pad(x, np.float32(0), ((1, 1, 1), (0, 0, 0))), jnp.expand_dims(x, 0)), (f32(3, 5),)),
         "iota_tuple_constants": (lambda x: (jnp.arange(6) * 2, x + jnp.array([1.0, -2.0, 3.5]), jnp.eye(3),
                                             jnp.full((2,), jnp.inf), jnp.array([True, False])), (f32(3),)),
         "dot_general": (lambda a, b, c: (a @ b, jnp.einsum("bij,bjk->bik", c, c), jnp.dot(a[0], b[:, 0])),

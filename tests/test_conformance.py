@@ -424,6 +424,15 @@ def test_whole_corpus(corpus):
     assert passed >= threshold["passed"], f"{passed} programs passed\n{_failures(results)}"
 
 
+def test_whole_corpus_through_hlo_text(corpus):
+    """Every program translated to XLA HLO text (jaxlib), imported with import_hlo, printed back, run."""
+    threshold = _threshold()["via_hlo"]
+    results = conf.run_programs(conf.discover([str(corpus)]), jobs=2, timeout=60,
+                                runner=conf.run_program_through_hlo)
+    passed = sum(r.status == "passed" for r in results)
+    assert passed >= threshold["passed"], f"{passed} programs passed through HLO text\n{_failures(results)}"
+
+
 def test_causes_group_failures():
     results = [conf.Result("a.mlir", "a", "error", "compile: hlo.cbrt: operand has element type complex<f64>", 0, "cbrt"),
                conf.Result("b.mlir", "b", "error", "compile: hlo.cbrt: operand has element type complex<f32>", 0, "cbrt"),

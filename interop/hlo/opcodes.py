@@ -1305,3 +1305,112 @@ NO_HLO_FORM = {
     "hlo.uniform_dequantize": "run the expand-quantized pass first (-p expand-quantized)",
 }
 """hlo ops without an HLO text form -> what to do instead."""
+
+
+# ----------------------------------------------------------------------------
+# Opcodes XLA has for chlo ops (topk, mulhi, scan): the StableHLO importer's expansions, shared
+# ----------------------------------------------------------------------------
+
+class _Expansion:
+    """The interface the StableHLO importer's expansion converters use, over the HLO importer.
+
+    ``interop.stablehlo_import`` expands ``chlo.top_k``, ``chlo.mulhi`` and ``chlo.scan`` into
+    hlo ops; XLA has them as HLO opcodes (``topk``, ``mulhi``, ``scan``). The same converter
+    functions build them here: one expansion per op, whichever text it comes from.
+    """
+
+    def __init__(self, imp, ins, args):
+        from xla_dialect.ops import OPS_BY_NAME
+
+        self.imp, self.ins, self.args = imp, ins, list(args)
+        self.ops_by_name = OPS_BY_NAME
+        self.callee = None
+
+    def operands(self, op):
+        return list(self.args)
+
+    def result_types(self, op):
+        shape = self.ins.shape
+        return list(shape.types) if isinstance(shape, TupleType) else [shape]
+
+    def emit(self, cls, operands, properties=None, regions=(), result_types=None, op=None, plain=False):
+        return self.imp.emit(cls, operands, properties, result_types, regions)
+
+    def _where(self):
+        return self.imp.where(self.ins)
+
+    def build_region(self, arg_types, body):
+        return self.imp.build_region(arg_types, body)
+
+    def inline_block(self, block, args):
+        """The scan body: a call of the ``to_apply`` computation, its tuple result taken apart."""
+        (result,) = self.imp.emit(control_flow.CallOp, list(args), {"callee": SymbolRefAttr(self.callee)},
+                                  [self.callee_result], name=False)
+        return self.imp.unpack(result) if isinstance(result.type, TupleType) else [result]
+
+
+class _Attr:
+    """A stand-in for an MLIR attribute with a ``.value`` (what the shared converters read)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _Op:
+    """A stand-in for the MLIR op the shared converters read attributes and regions from."""
+
+    def __init__(self, attributes, regions=()):
+        self.attributes = attributes
+        self.regions = regions
+
+
+class _Region:
+    def __init__(self, blocks):
+        self.blocks = blocks
+
+
+def _pack_expansion(imp, ins, values):
+    if isinstance(ins.shape, TupleType):
+        return imp.pack(values, ins.shape)
+    (value,) = values
+    return value
+
+
+@reads("topk")
+def _read_topk(imp, ins, args):
+    from ..stablehlo_import import _top_k
+
+    k = imp.attr(ins, "k", A.integer)
+    largest = imp.attr(ins, "largest", A.boolean, True)
+    if not largest:
+        raise UnsupportedError("topk with largest=false is not supported (XLA's TopK takes the largest)")
+    values = _top_k(_Expansion(imp, ins, args), None)
+    if values[0].type.get_shape()[-1] != k:
+        raise UnsupportedError(f"topk k={k} does not match the result shape {ins.shape}")
+    return _pack_expansion(imp, ins, values)
+
+
+@reads("mulhi")
+def _read_mulhi(imp, ins, args):
+    from ..stablehlo_import import _mulhi
+
+    return _pack_expansion(imp, ins, _mulhi(_Expansion(imp, ins, args), None))
+
+
+@reads("scan")
+def _read_scan(imp, ins, args):
+    from ..stablehlo_import import _scan
+
+    (dim,) = imp.attr(ins, "dimensions", A.ints)
+    carries = imp.attr(ins, "num_carries", A.integer, 0)
+    reverse = imp.attr(ins, "is_reverse", A.boolean, False)
+    imp.attr(ins, "is_associative", A.boolean, None)
+    n_inputs = len(args) - carries
+    expansion = _Expansion(imp, ins, args)
+    expansion.callee = imp.callee(ins, "to_apply")
+    expansion.callee_result = imp.function_result_type(expansion.callee)
+    attributes = {"operandSegmentSizes": [n_inputs, carries], "dimension": _Attr(dim)}
+    if reverse:
+        attributes["is_reverse"] = _Attr(True)
+    values = _scan(expansion, _Op(attributes, [_Region(["body"])]))
+    return _pack_expansion(imp, ins, values)

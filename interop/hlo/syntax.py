@@ -40,6 +40,16 @@ _ATTR_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=\s*")
 _DELIMS = re.compile(r'[(){}\[\]",\n]')
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _OPENERS = {"(": ")", "{": "}", "[": "]"}
+
+# Fast path for the usual one-line instruction (the general reader handles everything else):
+# name = array-or-simple-tuple shape, opcode, operands without parentheses, then the rest of the line.
+_FAST_INSTR = re.compile(
+    r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
+    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{(?=[\d:])[^{}\n]*\})?)[ \t]+"
+    r"([a-z][a-z0-9\-]*)\(([^()\n\"]*)\)([^\n]*)")
+_FAST_ATTR = re.compile(
+    r',[ \t]*([A-Za-z_][\w.\-]*)=((?:\{[^{}"\n]*(?:"(?:[^"\\\n]|\\.)*"[^{}"\n]*)*\})|"(?:[^"\\\n]|\\.)*"|[^,\s{}()"\[\]]+)[ \t]*')
+_FAST_OPERAND = re.compile(r"[ \t]*%?([A-Za-z_][\w.\-]*)[ \t]*")
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 
@@ -140,6 +150,7 @@ class _Reader:
         """Offset just after the bracket matching the opener at ``pos`` (strings skipped)."""
         text = self.text
         stack = [_OPENERS[text[pos]]]
+        opened = [pos]
         i = pos + 1
         search = _DELIMS.search
         while True:
@@ -155,10 +166,13 @@ class _Reader:
                 i = s.end()
             elif c in _OPENERS:
                 stack.append(_OPENERS[c])
+                opened.append(m.start())
             elif c in ")}]":
                 if c != stack[-1]:
-                    self.fail(m.start(), f"expected {stack[-1]!r}, found {c!r}")
+                    self.fail(m.start(), f"expected {stack[-1]!r} to close the {text[opened[-1]]!r} at "
+                                         f"{where(text, opened[-1])}, found {c!r}")
                 stack.pop()
+                opened.pop()
                 if not stack:
                     return i
 
@@ -240,14 +254,17 @@ class _Reader:
     def module(self) -> HloModuleText:
         text = self.text
         pos = self.skip(0)
-        if not text.startswith("HloModule", pos):
-            self.fail(pos, "expected 'HloModule name' at the start of HLO module text")
-        pos = self.skip(pos + len("HloModule"))
-        m = _NAME.match(text, pos)
-        if m is None:
-            self.fail(pos, "expected the module name after 'HloModule'")
-        name = m.group(1)
-        pos, attrs = self.attributes(m.end())
+        name = None
+        attrs: dict[str, str] = {}
+        if text.startswith("HloModule", pos):
+            pos = self.skip(pos + len("HloModule"))
+            m = _NAME.match(text, pos)
+            if m is None:
+                self.fail(pos, "expected the module name after 'HloModule'")
+            name = m.group(1)
+            pos, attrs = self.attributes(m.end())
+        elif not _COMPUTATION_START.match(text, pos):
+            self.fail(pos, "expected 'HloModule name' (or a computation) at the start of HLO module text")
         sections: dict[str, dict[int, str]] = {}
         computations: list[Computation] = []
         seen: set[str] = set()
@@ -271,6 +288,9 @@ class _Reader:
         if sum(c.is_entry for c in computations) > 1:
             second = [c for c in computations if c.is_entry][1]
             self.fail(second.pos, "more than one ENTRY computation")
+        if name is None:  # computations without the header: XLA names the module after the entry
+            entry = next((c for c in computations if c.is_entry), computations[-1])
+            name = f"module_{entry.name}"
         return HloModuleText(text, name, attrs, computations, sections, self.source)
 
     def section(self, pos: int, table: dict[int, str]) -> int:
@@ -334,7 +354,7 @@ class _Reader:
             if text.startswith("}", pos):
                 self._after_computation = pos + 1
                 break
-            instr, pos = self.instruction(pos)
+            instr, pos = self.fast_instruction(pos) or self.instruction(pos)
             if instr.name in names:
                 self.fail(instr.pos, f"instruction name {instr.name!r} is used twice in computation {name!r}")
             names.add(instr.name)
@@ -342,6 +362,50 @@ class _Reader:
         if not instructions:
             self.fail(start, f"computation {name!r} has no instructions")
         return Computation(name, is_entry, instructions, attrs, start)
+
+    def fast_instruction(self, pos: int):
+        """The one-line common case, or None (then :meth:`instruction` reads it)."""
+        text = self.text
+        m = _FAST_INSTR.match(text, pos)
+        if m is None:
+            return None
+        opcode = m.group(4)
+        rest = m.group(6)
+        end = m.end()
+        attrs: dict[str, str] = {}
+        if rest.strip():
+            i = 0
+            for a in _FAST_ATTR.finditer(rest):
+                if a.start() != i:
+                    return None
+                key = a.group(1)
+                if key in attrs:
+                    return None
+                attrs[key] = a.group(2)
+                i = a.end()
+            if rest[i:].strip():
+                return None
+        # A ',' on the next line continues this instruction: leave it to the general reader.
+        after = self.skip(end)
+        if text.startswith(",", after):
+            return None
+        operand_text = m.group(5)
+        literal = None
+        operands: list[str] = []
+        if opcode in ("constant", "parameter"):
+            literal = operand_text.strip()
+        elif operand_text.strip():
+            for item in operand_text.split(","):
+                om = _FAST_OPERAND.fullmatch(item)
+                if om is None:
+                    return None  # inline shapes or comments: the general reader
+                operands.append(om.group(1))
+        shape = self.shapes.get(m.group(3))
+        if shape is None:
+            shape = self.shape_text(m.group(3), m.start(3))
+        start = m.start(1) if m.group(1) is not None else m.start(2) - (text[m.start(2) - 1] == "%")
+        return Instruction(m.group(2), shape, opcode, operands, [None] * len(operands), literal, attrs,
+                           m.group(1) is not None, start), end
 
     def instruction(self, pos: int) -> tuple[Instruction, int]:
         text = self.text
@@ -393,14 +457,21 @@ def with_default_layouts(type_: Attribute) -> Attribute:
     return type_
 
 
-_HLO_START = re.compile(rb"(?:\s|/\*.*?\*/)*HloModule\b", re.S)
+_HLO_START = re.compile(rb"(?:\s|/\*.*?\*/|//[^\n]*)*(?:HloModule\b|(ENTRY\s+)?%?[A-Za-z_][\w.\-]*\s*(?:\(|\{))", re.S)
+_COMPUTATION_START = re.compile(r"(ENTRY\s+)?%?[A-Za-z_][\w.\-]*\s*(?:\(|\{)")
 
 
 def is_hlo_text(data: bytes | str) -> bool:
-    """Whether ``data`` starts like HLO module text (``HloModule``, after spaces and comments)."""
+    """Whether ``data`` starts like HLO module text: ``HloModule`` (after spaces and comments), or
+    computations without that header (XLA's test files) with an ENTRY one."""
     if isinstance(data, str):
-        data = data[:4096].encode("utf-8", errors="replace")
-    return _HLO_START.match(data[:4096]) is not None
+        data = data.encode("utf-8", errors="replace")
+    m = _HLO_START.match(data[:4096])
+    if m is None:
+        return False
+    if m.group().rstrip().endswith(b"HloModule"):
+        return True
+    return b"ENTRY" in data and b"func.func" not in data[:65536] and b"module {" not in data[:65536]
 
 
 def parse_hlo_text(text: str, source: str | None = None) -> HloModuleText:
