@@ -174,6 +174,39 @@ def test_seed_fusion_example():
     np.testing.assert_array_equal(out, x[:, :, :4096].astype(ml_dtypes.bfloat16))
 
 
+TPU_LAYOUTS = """HloModule tpu_layouts, entry_computation_layout={(bf16[16,256]{0,1:T(8,128)(2,1)S(1)}, s4[8,128]{1,0:T(8,128)(2,1)E(4)}, f32[3,5,7]{2,1,0:T(2,*,128)L(1024)})->(f32[16,256]{1,0:T(8,128)}, s8[8,128]{1,0:T(8,128)(4,1)}, f32[3,5,7]{2,1,0:T(2,*,128)L(1024)})}
+
+ENTRY %main.1 (a: bf16[16,256], b: s4[8,128], c: f32[3,5,7]) -> (f32[16,256], s8[8,128], f32[3,5,7]) {
+  %a = bf16[16,256]{0,1:T(8,128)(2,1)S(1)} parameter(0), sharding={replicated}
+  %b = s4[8,128]{1,0:T(8,128)(2,1)E(4)} parameter(1)
+  %c = f32[3,5,7]{2,1,0:T(2,*,128)L(1024)} parameter(2)
+  %wide = f32[16,256]{1,0:T(8,128)} convert(bf16[16,256]{0,1:T(8,128)(2,1)S(1)} %a), frontend_attributes={_xla_stream_annotation="1"}
+  %b8 = s8[8,128]{1,0:T(8,128)(4,1)} convert(%b)
+  %c2 = f32[3,5,7]{2,1,0:T(2,*,128)L(1024)} add(%c, %c), metadata={op_type="add" op_name="jit(f)/add" source_file="/tmp/m.py" source_line=3}
+  ROOT %t = (f32[16,256]{1,0:T(8,128)}, s8[8,128]{1,0:T(8,128)(4,1)}, f32[3,5,7]{2,1,0:T(2,*,128)L(1024)}) tuple(%wide, %b8, %c2)
+}
+"""
+
+
+def test_tpu_layouts_tiles_memory_spaces_element_sizes():
+    """T(8,128)(2,1), S(1), E(4), '*' tiles and L(n) survive import, printing and XLA's parser."""
+    import ml_dtypes
+
+    module = import_hlo(TPU_LAYOUTS)
+    printed = export_hlo(module)
+    for layout in ("{0,1:T(8,128)(2,1)S(1)}", "{1,0:T(8,128)(2,1)E(4)}", "{2,1,0:T(2,*,128)L(1024)}",
+                   "sharding={replicated}", 'frontend_attributes={_xla_stream_annotation="1"}'):
+        assert layout in printed, layout
+    assert _named_types(import_hlo(_xla_module(printed).to_string())) == _named_types(module)
+    a = np.arange(16 * 256, dtype=np.float32).reshape(16, 256).astype(ml_dtypes.bfloat16)
+    b = (np.arange(8 * 128) % 16 - 8).astype(ml_dtypes.int4).reshape(8, 128)
+    c = np.ones((3, 5, 7), np.float32)
+    wide, b8, c2 = lowering.compile(module)(a, b, c)
+    np.testing.assert_array_equal(wide, a.astype(np.float32))
+    np.testing.assert_array_equal(b8, b.astype(np.int8))
+    np.testing.assert_array_equal(c2, 2 * c)
+
+
 # ----------------------------------------------------------------------------
 # Forms of the text
 # ----------------------------------------------------------------------------

@@ -171,16 +171,18 @@ class HloExporter:
         comp = self.comp = _Comp(name)
         try:
             block = fop.body.block
-            arg_names = []
+            arg_names, arg_kept = [], []
             attrs = fop.arg_attrs.data if fop.arg_attrs is not None else ()
             for i, arg in enumerate(block.args):
-                n = None
+                n, kept = None, None
                 if i < len(attrs):
                     d = attrs[i].data
                     if "hlo.name" in d and isinstance(d["hlo.name"], StringAttr):
                         n = d["hlo.name"].data
+                    kept = d.get("hlo.attributes")
                 arg_names.append(n)
-            self._parameters(block, False, arg_names)
+                arg_kept.append(kept)
+            self._parameters(block, False, arg_names, arg_kept)
             ret = block.last_op
             self._body(block, ret.operands if ret is not None else ())
         finally:
@@ -191,7 +193,7 @@ class HloExporter:
         head = ("ENTRY " if is_entry else "") + f"%{name}"
         return head + " {\n" + "\n".join(comp.lines) + "\n}"
 
-    def _parameters(self, block: Block, pack: bool, names=None) -> None:
+    def _parameters(self, block: Block, pack: bool, names=None, kept=None) -> None:
         comp = self.comp
         if pack:
             state = TupleType([a.type for a in block.args])
@@ -204,7 +206,10 @@ class HloExporter:
             return
         for i, arg in enumerate(block.args):
             n = self._unique((names[i] if names and names[i] else None) or f"param_{i}")
-            comp.lines.append(f"  %{n} = {_shape(arg.type)} parameter({i})")
+            extra = ""
+            if kept and isinstance(kept[i], DictionaryAttr):
+                extra = "".join(f", {k}={v.data}" for k, v in kept[i].data.items())
+            comp.lines.append(f"  %{n} = {_shape(arg.type)} parameter({i}){extra}")
             comp.names[arg] = n
 
     def _body(self, block: Block, results) -> None:

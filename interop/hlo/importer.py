@@ -183,7 +183,7 @@ class HloImporter:
                 self._append(block, [copy])
                 value = copy.results[0]
         self._append(block, [func.ReturnOp(value)])
-        arg_attrs = ArrayAttr([DictionaryAttr({"hlo.name": StringAttr(p.name)}) for p in params])
+        arg_attrs = ArrayAttr([DictionaryAttr(self._parameter_attributes(p)) for p in params])
         fop = func.FuncOp(symbol, FunctionType.from_lists(types, [value.type]), Region(block),
                           None if symbol == "main" else "private", arg_attrs=arg_attrs)
         if comp.name != symbol:
@@ -191,6 +191,16 @@ class HloImporter:
         for key, text in comp.attrs.items():
             fop.attributes[f"hlo.{key}"] = StringAttr(text)
         return fop
+
+    def _parameter_attributes(self, ins: Instruction) -> dict[str, Attribute]:
+        """Argument attributes of a parameter: its name, and its kept attributes (sharding, metadata...)."""
+        out: dict[str, Attribute] = {"hlo.name": StringAttr(ins.name)}
+        unknown = [k for k in ins.attrs if k not in KEPT_ATTRIBUTES]
+        if unknown:
+            self.fail(f"attribute {unknown[0]}={ins.attrs[unknown[0]][:60]} is not supported for parameter", ins)
+        if ins.attrs:
+            out["hlo.attributes"] = DictionaryAttr({k: StringAttr(self._kept_text(k, v)) for k, v in ins.attrs.items()})
+        return out
 
     def _entry_layouts(self, text: str, types: list[Attribute], comp: Computation):
         """Parameter and result types from ``entry_computation_layout={(...)->...}``."""
