@@ -29,6 +29,15 @@ def _xla_module(text: str):
     return xla_client.hlo.hlo_module_from_text(text)
 
 
+def _xla_print(module) -> str:
+    """XLA's print of a parsed module, large constants included."""
+    from jax._src.lib import xla_client
+
+    options = xla_client.hlo.HloPrintOptions()
+    options.print_large_constants = True
+    return module.to_string(options)
+
+
 def _named_types(module) -> dict[str, str]:
     """instruction name -> XLA shape text, for every named op of the module."""
     out = {}
@@ -89,7 +98,7 @@ def test_jax_program(jax_texts, name, stage):
     module = import_hlo(text)
     printed = export_hlo(module)
     # XLA's parser accepts our text and prints back the same layouts on every instruction.
-    xla_printed = _xla_module(printed).to_string()
+    xla_printed = _xla_print(_xla_module(printed))
     assert _named_types(import_hlo(xla_printed)) == _named_types(module)
     # Round trip: structurally the same module, and the same text when printed again.
     again = import_hlo(printed)
@@ -197,7 +206,7 @@ def test_tpu_layouts_tiles_memory_spaces_element_sizes():
     for layout in ("{0,1:T(8,128)(2,1)S(1)}", "{1,0:T(8,128)(2,1)E(4)}", "{2,1,0:T(2,*,128)L(1024)}",
                    "sharding={replicated}", 'frontend_attributes={_xla_stream_annotation="1"}'):
         assert layout in printed, layout
-    assert _named_types(import_hlo(_xla_module(printed).to_string())) == _named_types(module)
+    assert _named_types(import_hlo(_xla_print(_xla_module(printed)))) == _named_types(module)
     a = np.arange(16 * 256, dtype=np.float32).reshape(16, 256).astype(ml_dtypes.bfloat16)
     b = (np.arange(8 * 128) % 16 - 8).astype(ml_dtypes.int4).reshape(8, 128)
     c = np.ones((3, 5, 7), np.float32)
@@ -392,7 +401,7 @@ def test_layouts_from_passes_print_as_hlo():
     printed = export_hlo(module)
     assert ":T(8,128)" in printed and "entry_computation_layout={(f32[16,32]{1,0:T(8,128)}" in printed
     hm = _xla_module(printed)
-    assert _named_types(import_hlo(hm.to_string())) == _named_types(module)
+    assert _named_types(import_hlo(_xla_print(hm))) == _named_types(module)
 
 
 def test_builder_module_exports_and_round_trips_as_text():

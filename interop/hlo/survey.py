@@ -1,0 +1,218 @@
+"""How well HLO text files import, print, round-trip and run: ``python -m interop.hlo.survey PATH...``.
+
+For every ``.hlo`` / ``.txt`` file under the paths (HLO module text, e.g. XLA dumps or XLA's own test
+files), each in a worker process with a timeout:
+
+1. **import**: :func:`interop.import_hlo` (verified);
+2. **print**: :func:`interop.export_hlo`, then XLA's parser (jaxlib) reads the printed text and prints it
+   back; the layouts of every instruction must be those we printed;
+3. **round trip**: the printed text read back and printed again gives the same text;
+4. **execution** (when every parameter is an array and the module is under ``--max-elements``): random
+   arguments, the executor against XLA compiling the *original* text (or, when XLA cannot compile it
+   from text, our ``export_hlo(for_xla=True)`` print of it); floats agree within the difftest budget or
+   an error bound relative to the output's magnitude.
+
+Prints one line per file and the rates; ``--json`` writes the per-file results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _files(paths) -> list[Path]:
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(q for q in p.rglob("*") if q.suffix in (".hlo", ".txt") and q.is_file()))
+        elif p.is_file():
+            out.append(p)
+    return out
+
+
+def _random_arguments(types, rng) -> list[np.ndarray] | None:
+    from xdsl.dialects.builtin import TensorType
+
+    from xla_dialect.types import element_type_of, numpy_dtype
+
+    args = []
+    for t in types:
+        if not isinstance(t, TensorType):
+            return None
+        dtype = np.dtype(numpy_dtype(t.element_type))
+        kind = element_type_of(t.element_type).kind
+        shape = tuple(t.get_shape())
+        if kind == "pred":
+            args.append(rng.integers(0, 2, shape).astype(bool))
+        elif kind in ("sint", "uint"):
+            args.append(rng.integers(0, 8, shape).astype(dtype))
+        elif kind == "complex":
+            args.append((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype))
+        else:
+            args.append(rng.standard_normal(shape).astype(np.float32).astype(dtype))
+    return args
+
+
+def _agree(ours, theirs) -> str | None:
+    from ..difftest import is_float_dtype
+
+    if len(ours) != len(theirs):
+        return f"{len(ours)} results, XLA {len(theirs)}"
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return f"result #{i}: shape {a.shape}, XLA {b.shape}"
+        if b.dtype.kind == "c" or is_float_dtype(b.dtype):
+            wide_a, wide_b = a.astype(np.complex128), b.astype(np.complex128)
+            both_nan = np.isnan(wide_a) & np.isnan(wide_b)
+            err = np.where(both_nan, 0, np.abs(wide_a - wide_b))
+            err = np.where(wide_a == wide_b, 0, err)
+            scale = max(float(np.max(np.abs(np.where(np.isfinite(wide_b), wide_b, 0)))) if b.size else 0, 1.0)
+            import ml_dtypes
+
+            eps = float(ml_dtypes.finfo(b.real.dtype if b.dtype.kind == "c" else b.dtype).eps)
+            bad = np.nan_to_num(err, nan=np.inf) > 64 * eps * scale
+            if bad.any():
+                return f"result #{i}: max error {float(np.max(np.nan_to_num(err, nan=np.inf))):.3g} (scale {scale:.3g})"
+        elif not np.array_equal(a, b):
+            return f"result #{i}: {int(np.sum(a != b))} elements differ"
+    return None
+
+
+def survey_file(path: str, max_elements: int = 1 << 24) -> dict:
+    """Survey one file (see the module docstring); returns a dict of stages -> 'ok' or the error."""
+    from jax._src.lib import xla_client
+
+    import lowering
+
+    from . import export_hlo, import_hlo, run_hlo_on_xla, run_hlo_text_on_xla
+    from .exporter import _shape  # noqa: F401  (XLA prints shapes as we do)
+
+    out: dict = {"path": path}
+    text = Path(path).read_text(errors="replace")
+    try:
+        module = import_hlo(text, source=path)
+        out["import"] = "ok"
+    except Exception as e:  # noqa: BLE001 - reported per file
+        out["import"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        return out
+    try:
+        printed = export_hlo(module)
+        options = xla_client.hlo.HloPrintOptions()
+        options.print_large_constants = True
+        xla_printed = xla_client.hlo.hlo_module_from_text(printed).to_string(options)
+        ours = _layouts(module)
+        theirs = _layouts(import_hlo(xla_printed))
+        differ = [n for n in ours if n in theirs and ours[n] != theirs[n]]
+        out["print"] = "ok" if not differ else f"XLA prints other layouts for {differ[:3]}"
+    except Exception as e:  # noqa: BLE001
+        out["print"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        return out
+    try:
+        again = export_hlo(import_hlo(printed))
+        out["roundtrip"] = "ok" if again == printed else "the text printed again differs"
+    except Exception as e:  # noqa: BLE001
+        out["roundtrip"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    main = next(op for op in module.ops if op.sym_name.data == "main")
+    inputs = list(main.function_type.inputs)
+    sizes = [int(np.prod(t.get_shape())) if hasattr(t, "get_shape") else 0 for t in inputs]
+    if sum(sizes) > max_elements:
+        out["execute"] = "skipped: too large"
+        return out
+    args = _random_arguments(inputs, np.random.default_rng(0))
+    if args is None:
+        out["execute"] = "skipped: tuple or token parameters"
+        return out
+    # XLA compiles optimized text (fusions, bitcasts) only through our for_xla print: from the original
+    # text its CPU compiler can abort the process (a CHECK on fusions without backend configs).
+    optimized = any(op.name in ("hlo.fusion", "hlo.bitcast") for op in module.walk())
+    try:
+        if optimized:
+            expected = run_hlo_on_xla(module, *args)
+            out["reference"] = "XLA on export_hlo(for_xla=True)"
+        else:
+            expected = run_hlo_text_on_xla(text, *args)
+            out["reference"] = "XLA on the original text"
+    except Exception as e:  # noqa: BLE001
+        out["execute"] = f"no reference: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return out
+    try:
+        results = lowering.compile(module)(*args)
+        problem = _agree(results, expected)
+        out["execute"] = "ok" if problem is None else f"differs: {problem}"
+    except Exception as e:  # noqa: BLE001
+        out["execute"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    return out
+
+
+def _layouts(module) -> dict[str, str]:
+    from xla_dialect.shape import format_shape
+
+    return {op.attributes["hlo.name"].data: ",".join(format_shape(r.type) for r in op.results)
+            for op in module.walk() if "hlo.name" in op.attributes and op.results}
+
+
+def _worker(path: str, max_elements: int, queue) -> None:
+    try:
+        queue.put(survey_file(path, max_elements))
+    except BaseException as e:  # noqa: BLE001
+        queue.put({"path": path, "import": f"crash: {type(e).__name__}: {e}"})
+
+
+def main(argv=None) -> int:
+    """Entry point; see the module docstring."""
+    import multiprocessing as mp
+
+    parser = argparse.ArgumentParser(prog="python -m interop.hlo.survey", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+")
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--max-elements", type=int, default=1 << 24)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    files = _files(args.paths)
+    ctx = mp.get_context("spawn")
+    results = []
+    for path in files:
+        queue = ctx.Queue()
+        start = time.monotonic()
+        proc = ctx.Process(target=_worker, args=(str(path), args.max_elements, queue))
+        proc.start()
+        proc.join(args.timeout)
+        if proc.is_alive():
+            proc.kill()
+            result = {"path": str(path), "import": f"timeout after {args.timeout} s"}
+        else:
+            result = queue.get() if not queue.empty() else {"path": str(path),
+                                                              "import": f"worker died ({proc.exitcode})"}
+        result["seconds"] = round(time.monotonic() - start, 2)
+        results.append(result)
+        stages = " ".join(f"{k}={'ok' if v == 'ok' else 'NO'}" for k, v in result.items()
+                          if k in ("import", "print", "roundtrip", "execute"))
+        print(f"{path.name}: {stages}")
+        for k in ("import", "print", "roundtrip", "execute"):
+            if k in result and result[k] != "ok" and not str(result[k]).startswith("skipped"):
+                print(f"    {k}: {result[k]}")
+    n = len(results)
+
+    def count(stage):
+        return sum(r.get(stage) == "ok" for r in results)
+
+    executed = [r for r in results if "execute" in r and not str(r["execute"]).startswith("skipped")]
+    print(f"\n{n} files: import {count('import')}/{n}, XLA reads our print with the same layouts "
+          f"{count('print')}/{n}, text round trip {count('roundtrip')}/{n}, execution agrees with XLA "
+          f"{count('execute')}/{len(executed)} (of those with array parameters and a reference)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
