@@ -29,6 +29,7 @@ from xla_dialect.errors import ExecutionError
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 __all__ = [
+    "DEFAULT_MAGNITUDE_RTOL",
     "DEFAULT_MAX_ULP",
     "DiffMismatchError",
     "DiffReport",
@@ -36,6 +37,8 @@ __all__ = [
     "compare_arrays",
     "difftest",
     "float_bits",
+    "magnitude_rtol",
+    "plain_array",
     "is_float_dtype",
     "ulp_budget",
     "ulp_distance",
@@ -56,6 +59,18 @@ DEFAULT_MAX_ULP: dict[str, int] = {
     "bfloat16": 2,
 }
 """Default ULP budget by dtype name; other floats (f8, f4, ...) get 1."""
+
+DEFAULT_MAGNITUDE_RTOL: dict[str, float] = {
+    # Sums and dot products in another order (XLA's blocked kernels, YNNPACK, BLAS) differ by a few
+    # roundings of the *partial sums*, whose size is that of the output's largest values, not of each
+    # element: near zero that is millions of ULPs while the error is tiny against the output. The bound
+    # is 64 units of roundoff of the output's magnitude (max |expected| over the output).
+    "float64": 64 * 2.0 ** -53,
+    "float32": 64 * 2.0 ** -24,
+    "float16": 8 * 2.0 ** -11,
+    "bfloat16": 8 * 2.0 ** -8,
+}
+"""Default error bound relative to an output's magnitude, by dtype name (other floats: 4 of their eps)."""
 
 
 class DiffMismatchError(ExecutionError):
@@ -141,6 +156,9 @@ class Comparison:
     max_ulp: int | None = None  # None for integer/bool arrays; ULP_INFINITE when a non-finite value differs
     first: tuple[int, ...] | None = None  # index of the first mismatching element
     message: str = ""
+    exact: bool = False  # every element bitwise equal (NaNs with NaNs)
+    magnitude: float = 0.0  # max |expected| over the finite elements (the scale of rtol_magnitude)
+    by_magnitude: int = 0  # elements beyond the ULP budget accepted by the magnitude bound
 
 
 def _errors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -166,14 +184,16 @@ def _show(a: np.ndarray, index) -> str:
     return str(a[index] if a.ndim else a[()])
 
 
-def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0) -> Comparison:
+def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0,
+                   rtol_magnitude: float = 0.0) -> Comparison:
     """Compare two arrays with a dtype-aware tolerance.
 
     Shapes and dtypes must be equal. Integers, bools (and any non-float
     dtype) must be equal exactly; floats and complex numbers must be within
     ``max_ulp`` ULPs (:func:`ulp_distance`) or, when ``atol > 0``, within
-    ``atol`` in absolute value. NaN matches NaN only; infinities match only
-    themselves.
+    ``atol`` in absolute value, or, when ``rtol_magnitude > 0``, within
+    ``rtol_magnitude`` times the output's magnitude (the largest finite
+    ``|expected|``). NaN matches NaN only; infinities match only themselves.
     """
     a = np.asarray(actual)
     b = np.asarray(expected)
@@ -182,25 +202,38 @@ def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0) -> Com
     if a.dtype != b.dtype:
         return Comparison(False, size=b.size, message=f"dtype {a.dtype} != expected {b.dtype}")
     max_abs, max_rel = _errors(a, b)
+    magnitude, by_magnitude = 0.0, 0
     if a.dtype.kind == "c" or is_float_dtype(a.dtype):
         d = ulp_distance(a, b)
+        exact = not bool(np.any(d))
         bad = d > np.uint64(max_ulp)
+        wide = np.complex128 if a.dtype.kind == "c" else np.float64
         if atol > 0:
-            wide = np.complex128 if a.dtype.kind == "c" else np.float64
             with np.errstate(invalid="ignore"):
                 bad &= ~(np.abs(a.astype(wide) - b.astype(wide)) <= atol)
+        if rtol_magnitude > 0 and bad.any():
+            with np.errstate(invalid="ignore", over="ignore"):
+                wb = b.astype(wide)
+                finite = np.isfinite(wb)
+                magnitude = float(np.max(np.abs(wb[finite]))) if finite.any() else 0.0
+                close = np.abs(a.astype(wide) - wb) <= rtol_magnitude * magnitude
+            by_magnitude = int(np.count_nonzero(bad & close))
+            bad &= ~close
         max_ulp_seen = int(d.max()) if d.size else 0
     else:
         bad = a != b
+        exact = not bool(bad.any())
         max_ulp_seen = None
     count = int(np.count_nonzero(bad))
     if not count:
-        return Comparison(True, 0, b.size, max_abs, max_rel, max_ulp_seen)
+        return Comparison(True, 0, b.size, max_abs, max_rel, max_ulp_seen, exact=exact, magnitude=magnitude,
+                          by_magnitude=by_magnitude)
     first = tuple(int(i) for i in np.argwhere(bad)[0]) if a.ndim else ()
     where = f" at {list(first)}" if a.ndim else ""
     message = (f"{count} of {b.size} elements differ; first{where}: actual {_show(a, first)}, "
                f"expected {_show(b, first)}")
-    return Comparison(False, count, b.size, max_abs, max_rel, max_ulp_seen, first, message)
+    return Comparison(False, count, b.size, max_abs, max_rel, max_ulp_seen, first, message, False, magnitude,
+                      by_magnitude)
 
 
 # ----------------------------------------------------------------------------
@@ -218,6 +251,7 @@ class OutputDiff:
     dtype: str
     budget: int  # ULP budget applied (0 for exact dtypes)
     comparison: Comparison
+    rtol_magnitude: float = 0.0  # error bound relative to the output's magnitude (0: not applied)
 
     @property
     def ok(self) -> bool:
@@ -238,6 +272,11 @@ class DiffReport:
         """True when every output agrees with ``jax.jit`` within tolerance."""
         return self.error is None and all(o.ok for o in self.outputs)
 
+    @property
+    def exact(self) -> list[bool]:
+        """Per output: bitwise equal to ``jax.jit``'s (NaN with NaN)."""
+        return [o.comparison.exact for o in self.outputs]
+
     def __bool__(self) -> bool:
         return self.ok
 
@@ -250,8 +289,13 @@ class DiffReport:
         for o in self.outputs:
             c = o.comparison
             ulp = "-" if c.max_ulp is None else ("inf" if c.max_ulp == ULP_INFINITE else str(c.max_ulp))
-            rows.append((f"#{o.index} {o.name}".rstrip(), f"{o.dtype}{list(o.shape)}", "ok" if o.ok else "MISMATCH",
-                         f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", ulp, "exact" if c.max_ulp is None else str(o.budget)))
+            status = "MISMATCH" if not o.ok else ("exact" if c.exact else
+                                                  ("ok (magnitude)" if c.by_magnitude else "ok"))
+            budget = "exact" if c.max_ulp is None else str(o.budget)
+            if c.max_ulp is not None and o.rtol_magnitude:
+                budget += f" ULP or {o.rtol_magnitude:.2g}*|out|"
+            rows.append((f"#{o.index} {o.name}".rstrip(), f"{o.dtype}{list(o.shape)}", status,
+                         f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", ulp, budget))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
@@ -267,34 +311,64 @@ class DiffReport:
         return self
 
 
+def _per_dtype(dtype, value, defaults: Mapping, fallback):
+    """``value`` itself (a number), or looked up by dtype name in a mapping (complex dtypes by their
+    component type; ``defaults`` when ``value`` is None), missing names taking ``defaults`` or
+    ``fallback(real dtype)``."""
+    dtype = np.dtype(dtype)
+    if value is None:
+        value = defaults
+    if not isinstance(value, Mapping):
+        return value
+    real = np.dtype(dtype.type(0).real.dtype) if dtype.kind == "c" else dtype
+    if real.name in value:
+        return value[real.name]
+    return defaults[real.name] if real.name in defaults else fallback(real)
+
+
 def ulp_budget(dtype, max_ulp=None) -> int:
     """The ULP budget for a float or complex dtype: ``max_ulp`` itself (an int), or looked up by dtype name
     in a mapping (complex dtypes by their component type), missing names taking :data:`DEFAULT_MAX_ULP` or 1."""
-    dtype = np.dtype(dtype)
-    if max_ulp is None:
-        max_ulp = DEFAULT_MAX_ULP
-    if isinstance(max_ulp, Mapping):
-        key = dtype.name if dtype.kind != "c" else np.dtype(dtype.type(0).real.dtype).name
-        if key in max_ulp:
-            return int(max_ulp[key])
-        return DEFAULT_MAX_ULP.get(key, 1)
-    return int(max_ulp)
+    return int(_per_dtype(dtype, max_ulp, DEFAULT_MAX_ULP, lambda real: 1))
+
+
+def plain_array(value) -> np.ndarray:
+    """A NumPy array of ``value``; a typed PRNG key array (``jax.random.key``) as its key data
+    (``uint32[..., 2]`` for threefry), which is what the lowered program takes and returns."""
+    import jax
+
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(value))
+    return np.asarray(value)
+
+
+def magnitude_rtol(dtype, rtol=None) -> float:
+    """The magnitude-relative bound for a float or complex dtype: ``rtol`` itself (a number), or looked
+    up by dtype name in a mapping (default :data:`DEFAULT_MAGNITUDE_RTOL`; other floats: 4 eps)."""
+    return float(_per_dtype(dtype, rtol, DEFAULT_MAGNITUDE_RTOL, lambda real: 4 * float(ml_dtypes.finfo(real).eps)))
 
 
 def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: float = 0.0,
+             rtol_magnitude: float | Mapping[str, float] | None = None, exact: bool = False,
              kwargs: Mapping | None = None, name: str | None = None) -> DiffReport:
     """Run ``jax.jit(fn)`` and the imported program on the NumPy executor on ``args``; compare every output.
 
     ``args`` (and ``kwargs``, the function's keyword arguments) may be pytrees
-    of arrays or scalars. ``max_ulp`` is the ULP budget for floating-point
-    outputs: an int for every dtype, or a mapping from dtype name
-    (``'float32'``, ``'bfloat16'``; complex outputs use their component type)
-    to budget, missing names taking :data:`DEFAULT_MAX_ULP`. ``atol > 0`` also
-    accepts elements within that absolute error (useful near zero, where ULPs
-    are tiny). Integer and bool outputs must be equal.
+    of arrays or scalars, typed PRNG keys included (compared as their key data).
+    Each float (or complex) output agrees when every element is within
+    ``max_ulp`` ULPs (element-wise results: an int for every dtype, or a mapping from
+    dtype name - ``'float32'``, ``'bfloat16'``; complex outputs use their component
+    type - to budget, missing names taking :data:`DEFAULT_MAX_ULP`) **or** within
+    ``rtol_magnitude`` times the output's magnitude (its largest ``|value|``; sums
+    and matmuls in another order: default :data:`DEFAULT_MAGNITUDE_RTOL`, 64 units of
+    roundoff for f32; 0 turns it off). ``atol > 0`` also accepts elements within that
+    absolute error. Integer and bool outputs must be equal. ``exact=True`` requires
+    every output to be bitwise equal (where the executor reproduces XLA exactly).
 
-    Returns a :class:`DiffReport`; import and execution errors propagate as
-    :class:`~xla_dialect.errors.XlaError`.
+    The report says per output whether it is bitwise exact, within the ULP budget, or
+    only within the magnitude bound. Returns a :class:`DiffReport`; import and
+    execution errors propagate as :class:`~xla_dialect.errors.XlaError`.
     """
     import jax
 
@@ -306,11 +380,11 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     label = name or getattr(fn, "__name__", type(fn).__name__)
     expected_tree = jax.jit(fn)(*args, **kwargs)
     leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(expected_tree)
-    expected = [np.asarray(leaf) for _, leaf in leaves_with_paths]
+    expected = [plain_array(leaf) for _, leaf in leaves_with_paths]
     names = [jax.tree_util.keystr(path) for path, _ in leaves_with_paths]
 
     module = import_jax(fn, *args, **kwargs)
-    flat_args = [np.asarray(a) for a in jax.tree.leaves((args, kwargs))]
+    flat_args = [plain_array(a) for a in jax.tree.leaves((args, kwargs))]
     # The arguments as jax.jit takes them: converted to the program's parameter types (e.g. int64 to s32
     # without jax_enable_x64), as jax does.
     actual = list(lowering.compile(module, argument_conversion="cast")(*flat_args))
@@ -319,7 +393,9 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     if len(actual) != len(expected):
         report.error = f"the executor returned {len(actual)} outputs, jax.jit {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
-        budget = ulp_budget(e.dtype, max_ulp) if (e.dtype.kind == "c" or is_float_dtype(e.dtype)) else 0
+        inexact = e.dtype.kind == "c" or is_float_dtype(e.dtype)
+        budget = ulp_budget(e.dtype, max_ulp) if inexact and not exact else 0
+        rtol = magnitude_rtol(e.dtype, rtol_magnitude) if inexact and not exact else 0.0
         report.outputs.append(OutputDiff(i, names[i], tuple(e.shape), str(e.dtype), budget,
-                                         compare_arrays(a, e, budget, atol)))
+                                         compare_arrays(a, e, budget, 0.0 if exact else atol, rtol), rtol))
     return report

@@ -1363,6 +1363,40 @@ def _custom_call(imp: Importer, op):
     return generic_converter(imp, op, cls)
 
 
+@register_converter("sdy.sharding_constraint")
+@register_converter("sdy.reshard")
+def _sharding_constraint(imp: Importer, op):
+    """Shardy's sharding constraint / reshard: XLA's ``Sharding`` custom call, the identity on one device.
+
+    The sharding is kept as the op's ``hlo.sharding`` attribute (Shardy's text, e.g.
+    ``<@mesh, [{"x"}, {}]>``) and, when it replicates the value, as XLA's ``{replicated}``
+    in ``hlo.attributes`` (printed as ``sharding=`` in HLO text).
+    """
+    sharding = op.attributes["sharding"]
+    text = str(sharding)
+    cls = imp.ops_by_name["hlo.custom_call"]
+    (value,) = imp.emit(cls, imp.operands(op), {"call_target_name": StringAttr("Sharding")})
+    new = value.owner
+    new.attributes["hlo.sharding"] = StringAttr(text)
+    if not re.search(r'"[^"]*"', text.split("[", 1)[-1]):  # no mesh axis named: replicated
+        new.attributes["hlo.attributes"] = DictionaryAttr({"sharding": StringAttr("{replicated}")})
+    return [value]
+
+
+@register_converter("sdy.manual_computation")
+def _manual_computation(imp: Importer, op):
+    """Shardy's manual computation (``shard_map``): on one device each shard is the whole value,
+    so the body runs once on the operands (inlined). More than one device along its manual axes
+    needs XLA's SPMD partitioner: an error here."""
+    body = list(op.regions[0].blocks)[0]
+    operands = imp.operands(op)
+    for v, a in zip(operands, body.arguments):
+        if list(v.type.get_shape()) != list(imp.type(a.type).get_shape()):
+            raise UnsupportedError(f"{imp._where()}: sdy.manual_computation splits its operands over several "
+                                   "devices (operand and body shapes differ); only one device is supported")
+    return imp.inline_block(body, operands)
+
+
 def _check_shape_assertion(imp: Importer, op) -> None:
     values = imp.operands(op)
     constants = []

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import interop
 import lowering
 from interop.difftest import (
     DiffMismatchError,
@@ -67,7 +68,7 @@ def test_mismatch_is_reported_per_output(monkeypatch):
 
     monkeypatch.setattr(lowering, "compile", perturbed)
     x = np.linspace(1, 2, 5, dtype=np.float32)
-    report = difftest(lambda a: (a * 2, jnp.int32(7)), x, max_ulp=0)
+    report = difftest(lambda a: (a * 2, jnp.int32(7)), x, max_ulp=0, rtol_magnitude=0)
     assert not report.ok and not report
     ulp, exact = report.outputs
     assert (ulp.ok, ulp.comparison.max_ulp, ulp.comparison.mismatches) == (False, 1, 5)
@@ -262,3 +263,75 @@ def test_list_passes_prints_whole_sentences():
 
     text = describe_passes()
     assert "layouts included)." in text  # cse's summary continues past its docstring's first line
+
+
+# ----------------------------------------------------------------------------
+# Budgets that mean something for real models; exactness; typed keys; sharding annotations
+# ----------------------------------------------------------------------------
+
+
+def test_magnitude_bound_accepts_sums_in_another_order_and_reports_it():
+    """A layer-norm of a matmul: thousands of ULPs near zero, tiny against the output's magnitude."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 256)) / 8).astype(np.float32)
+
+    def norm(x, w):
+        y = x @ w
+        return (y - y.mean(-1, keepdims=True)) / jnp.sqrt(y.var(-1, keepdims=True) + 1e-5)
+
+    strict = interop.difftest(norm, x, w, rtol_magnitude=0)
+    report = interop.difftest(norm, x, w)
+    assert report.ok
+    if not strict.ok:  # (on a machine where the orders happen to agree both pass)
+        assert "ok (magnitude)" in str(report)
+        assert report.outputs[0].comparison.by_magnitude > 0
+    # A real error is still caught: the magnitude bound is 64 roundings of the output's size.
+    c = compare_arrays(np.float32([1.0, 2.0]), np.float32([1.0, 2.001]), 4, rtol_magnitude=64 * 2.0 ** -24)
+    assert not c.ok
+
+
+def test_exact_mode_and_exact_flags():
+    import jax.numpy as jnp
+
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    report = interop.difftest(lambda x: (jnp.sin(x) * 2, x + 1), x, exact=True)
+    assert report.ok and report.exact == [True, True]
+    assert "exact" in str(report)
+
+
+def test_typed_prng_keys_as_arguments_and_results():
+    import jax
+
+    def f(key, x):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.normal(k1, x.shape), k2
+
+    report = interop.difftest(f, jax.random.key(0), np.ones(3, np.float32))
+    assert report.ok, str(report)
+    assert report.outputs[1].dtype == "uint32" and report.exact[1]
+
+
+def test_shardy_annotations_import_and_run_on_one_device():
+    """sdy.sharding_constraint (typed keys, with_sharding_constraint) and shard_map on one device."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def g(x):
+        y = jax.lax.with_sharding_constraint(x * 2, NamedSharding(mesh, P("x")))
+        return jax.shard_map(lambda a: a + 1, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(y)
+
+    x = np.arange(8, dtype=np.float32)
+    assert interop.difftest(g, x, exact=True).ok
+    module = interop.import_jax(g, x)
+    calls = [op for op in module.walk() if op.name == "hlo.custom_call"]
+    assert calls and calls[0].call_target_name.data == "Sharding"
+    assert "sdy.sharding" in calls[0].attributes["hlo.sharding"].data
+    text = interop.export_hlo(module)
+    assert 'custom_call_target="Sharding"' in text
+    assert interop.export_hlo(interop.import_hlo(text)) == text

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects.builtin import TensorType
 
-from xla_dialect.errors import ExecutionError, XlaError, op_context
+from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError, op_context
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.effects import (
     AfterAllOp,
@@ -266,10 +266,26 @@ def _checked_results(out, specs: Sequence[ResultSpec], what: str) -> list:
     return checked
 
 
+SHARDING_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                              "MoveToHost", "MoveToDevice", "annotate_device_placement"})
+"""Custom-call targets that annotate where a value lives (a sharding, a memory space): the identity here,
+where one device holds every value whole (``num_partitions`` programs each run the whole program)."""
+
+
+def _placement_identity(op, what: str):
+    if len(op.operands) != 1 or len(op.results) != 1 or op.operands[0].type.get_shape() != \
+            op.results[0].type.get_shape():
+        raise UnsupportedError(f"{what}: changes the shape ({op.operands[0].type} -> {op.results[0].type}); "
+                               "splitting values over devices needs XLA's SPMD partitioner")
+    return lambda x: x
+
+
 @register(CustomCallOp)
 def _custom_call(op, ctx):
     name = op.call_target_name.data
     what = f"{op_context(op)} @{name}"
+    if name in SHARDING_TARGETS:
+        return _placement_identity(op, what)
     target = custom_call_target(name, op_context(op))
     attrs = custom_call_attributes(op)
     # Targets may run the computations the call names (compiled like any function).
