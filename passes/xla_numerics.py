@@ -29,9 +29,17 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   ``pow(A, 3)`` -> ``A * (A * A)``; ``pow(A, -1)`` -> ``1 / A``; and LLVM's
   ``pow(A, 0.5)`` -> ``A == -inf ? inf : |sqrt(A)|`` (f16/f32/f64).
 
-bf16 ops other than the division by a constant are left alone: XLA computes
-each of them in f32 between conversions, so no other pattern can match
-there. Ops computing on quantized values are never touched (their float
+* ``convert(X: bf16) -> f32`` (or f64) where X is an arithmetic or
+  transcendental element-wise op, a dot or a convolution: X computed with an
+  f32 result from its operands widened to f32. XLA CPU computes bf16 ops in
+  f32 between conversions (float normalization) and a program's own widening
+  convert then reads the f32 value, not its bf16 rounding (jax's
+  ``x.astype(f32)`` after a bf16 matmul: thousands of ULPs otherwise). Chains
+  of bf16 ops keep their per-op rounding; a program's explicit f32 -> bf16 ->
+  f32 round trip keeps its rounding; reductions round per step.
+
+Other bf16 ops are left alone: XLA computes each of them in f32 between
+conversions, so no other pattern can match there. Ops computing on quantized values are never touched (their float
 formula is the spec's). Not reproduced: the CPU backend's contraction of a
 fused ``multiply`` + ``add`` into one FMA (see the project notes).
 """
@@ -41,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
@@ -218,8 +226,82 @@ class DivideByConstant(RewritePattern):
         else:
             inverse = _emit_constant(rewriter, inv, wide_type)
         wide_a = _emit(rewriter, cv.ConvertOp, [a], wide_type)
+        wide_a.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # reads A's bf16 value
         product = _emit(rewriter, MulOp, [wide_a, inverse], wide_type)
-        _replace(rewriter, op, _emit(rewriter, cv.ConvertOp, [product], result_type))
+        narrowed = _emit(rewriter, cv.ConvertOp, [product], result_type)
+        narrowed.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # XLA's float normalization made it
+        _replace(rewriter, op, narrowed)
+
+
+NORMALIZATION_CONVERT = "hlo.float_normalization"
+"""Marks a convert to bf16 that stands for XLA's float normalization (an op computed in f32, rounded)."""
+
+# Ops XLA CPU computes in f32 for bf16 (float normalization): a convert of their result to a wider
+# float reads the f32 value itself (no rounding), measured against jax.jit op by op
+# (tests/test_xla_numerics.py). f16 is computed natively (rounded per op) except inside conversions
+# that widen log/sqrt/rsqrt/power, where XLA rounds a correctly rounded f32 result: not reproduced.
+_EXCESS_BF16 = frozenset({
+    "add", "subtract", "multiply", "divide", "power", "atan2", "exponential", "exponential_minus_one", "log",
+    "log_plus_one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "erf",
+    "dot", "dot_general", "convolution",
+})
+
+
+def _wide_operand(rewriter: PatternRewriter, value: SSAValue, element) -> SSAValue:
+    """``value`` in the wide element type: constants (and broadcasts of them) converted exactly, so
+    that the wide op still sees constants (XLA folds the conversion of a constant)."""
+    t = value.type
+    if not isinstance(t, TensorType) or _element_name(value) not in ("bf16", "f16"):
+        return value
+    wide = TensorType(element, t.get_shape(), t.encoding)
+    found = _constant(value)
+    if found is not None:
+        array, broadcast = found
+        dtype = np.float32 if str(element) == "f32" else np.float64
+        if broadcast is None:
+            return _emit_constant(rewriter, array.astype(dtype), wide)
+        src = broadcast.operands[0].type
+        scalar = _emit_constant(rewriter, array.astype(dtype), TensorType(element, src.get_shape(), src.encoding))
+        return _emit(rewriter, dm.BroadcastInDimOp, [scalar], wide, dict(broadcast.properties))
+    widened = _emit(rewriter, cv.ConvertOp, [value], wide)
+    # XLA's normalization reads the operand's bf16 value: this convert must not be widened in turn.
+    widened.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()
+    return widened
+
+
+class ExcessPrecisionConvert(RewritePattern):
+    """``convert(X: bf16) -> f32`` for an op X that XLA CPU computes in f32: X computed with an f32
+    result (XLA's float normalization widens X and the round trip through bf16 that the convert
+    would undo is removed), also for the normalized divisions of :class:`DivideByConstant`. A
+    convert the program itself wrote (``convert(convert(y: f32) -> bf16) -> f32``) keeps its
+    rounding, as in XLA."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: cv.ConvertOp, rewriter: PatternRewriter) -> None:
+        if _element_name(op.results[0]) not in ("f32", "f64") or NORMALIZATION_CONVERT in op.attributes:
+            return
+        source = op.operands[0]
+        narrow = _element_name(source)
+        owner = source.owner
+        if narrow != "bf16" or not isinstance(owner, Operation) or computes_on_quantized(owner):
+            return
+        result_type = op.results[0].type
+        if isinstance(owner, cv.ConvertOp) and NORMALIZATION_CONVERT in owner.attributes and \
+                _element_name(owner.operands[0]) == "f32" and _element_name(op.results[0]) == "f32":
+            rewriter.replace(op, [], [owner.operands[0]])
+            return
+        mnemonic = owner.name[4:]
+        if mnemonic not in _EXCESS_BF16 or len(owner.results) != 1:
+            return
+        f32 = element_type_named("f32").mlir
+        wide_type = TensorType(f32, source.type.get_shape(), source.type.encoding)
+        operands = [_wide_operand(rewriter, v, f32) for v in owner.operands]
+        wide = create(type(owner), operands, dict(owner.properties), [wide_type])
+        rewriter.insert(wide)
+        value = wide.results[0]
+        if _element_name(op.results[0]) != "f32":
+            value = _emit(rewriter, cv.ConvertOp, [value], result_type)
+        rewriter.replace(op, [], [value])
 
 
 class DivideByFunction(RewritePattern):
@@ -378,7 +460,7 @@ class XlaFloatRewritesPass(PatternPass):
 
     name = "xla-float-rewrites"
     PATTERNS = (DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants, FoldAddConstants,
-                SubtractConstant, SimplifyPower)
+                SubtractConstant, SimplifyPower, ExcessPrecisionConvert)
 
 
 _ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp)
@@ -386,7 +468,8 @@ _ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp)
 
 def needs_rewrites(module: Operation) -> bool:
     """Whether ``module`` has an op some pattern may rewrite (a cheap over-approximation)."""
-    return any(isinstance(op, _ROOTS) and _element_name(op.results[0]) in (*_NATIVE, "bf16")
+    return any((isinstance(op, _ROOTS) and _element_name(op.results[0]) in (*_NATIVE, "bf16"))
+               or (isinstance(op, cv.ConvertOp) and _element_name(op.operands[0]) == "bf16")
                for op in module.walk())
 
 

@@ -216,3 +216,48 @@ def test_quantized_ops_are_not_rewritten():
     module = b.build(b.div(x, c, result_type=q))
     assert not needs_rewrites(module)
     assert xla_float_rewrites(module, clone=True) is module
+
+
+# ----------------------------------------------------------------------------
+# Excess precision: a bf16 op whose result is converted to f32 (XLA's float normalization)
+# ----------------------------------------------------------------------------
+
+_EXCESS_CASES = {
+    "add": lambda x, y: x + y, "multiply": lambda x, y: x * y, "divide": lambda x, y: x / y,
+    "subtract": lambda x, y: x - y, "exp": lambda x, y: jnp.exp(x), "log": lambda x, y: jnp.log(y),
+    "tanh": lambda x, y: jnp.tanh(x), "sqrt": lambda x, y: jnp.sqrt(y), "rsqrt": lambda x, y: jax.lax.rsqrt(y),
+    "logistic": lambda x, y: jax.nn.sigmoid(x), "power": lambda x, y: jnp.power(y, x),
+    "sin": lambda x, y: jnp.sin(x), "cos": lambda x, y: jnp.cos(x), "expm1": lambda x, y: jnp.expm1(x),
+    "log1p": lambda x, y: jnp.log1p(y), "atan2": lambda x, y: jnp.arctan2(x, y), "cbrt": lambda x, y: jnp.cbrt(x),
+    "erf": lambda x, y: jax.lax.erf(x), "tan": lambda x, y: jnp.tan(x), "divide_by_constant": lambda x, y: x / 3.0,
+    "chain_keeps_inner_rounding": lambda x, y: x * y + x,
+    "convolution": lambda x, y: jax.lax.conv(x.reshape(1, 1, 32, 64), y.reshape(1, 1, 32, 64)[:, :, :3, :3],
+                                             (1, 1), "VALID"),
+    "program_round_trip_keeps_rounding": lambda x, y: (x.astype(jnp.float32) * 3).astype(jnp.bfloat16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EXCESS_CASES))
+def test_bf16_op_widened_by_convert_is_computed_in_f32(name):
+    """convert(op(bf16) -> bf16) -> f32 is XLA's f32 op without the bf16 rounding, bit for bit."""
+    import interop
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(2048) * 2).astype(jnp.bfloat16)
+    y = (rng.standard_normal(2048) + 3).astype(jnp.bfloat16)
+    f = _EXCESS_CASES[name]
+    report = interop.difftest(lambda x, y: f(x, y).astype(jnp.float32), x, y, exact=True)
+    assert report.ok, str(report)
+
+
+def test_bf16_matmul_widened_by_convert():
+    """A bf16 matmul converted to f32: XLA's f32 dot (no bf16 rounding: 32,000 ULPs before this rewrite);
+    the remaining difference is the f32 summation order, within the magnitude bound."""
+    import interop
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 64)).astype(jnp.bfloat16)
+    b = rng.standard_normal((64, 8)).astype(jnp.bfloat16)
+    report = interop.difftest(lambda a, b: (a @ b).astype(jnp.float32), a, b)
+    assert report.ok, str(report)
+    assert report.outputs[0].comparison.max_ulp < 64
