@@ -145,6 +145,13 @@ class ExplicitBinaryBroadcast(RewritePattern):
         _update_in_place(op, operands, new_ops, rewriter)
 
 
+def needs_explicit_binary_broadcasts(module: Operation) -> bool:
+    """Whether some binary or compare op of ``module`` broadcasts implicitly (what HLO text cannot say;
+    select's scalar predicate and clamp's scalar bounds it can)."""
+    return any(isinstance(op, (ew.BinaryElementwiseOp, ew.CompareOp)) and isinstance(op.results[0].type, TensorType)
+               and _needs_expansion(op) for op in module.walk())
+
+
 class ExplicitScalarOperands(RewritePattern):
     """select's scalar predicate and clamp's scalar bounds -> ``broadcast_in_dim`` to the result shape."""
 
@@ -185,6 +192,17 @@ class FoldBroadcastOfSplat(RewritePattern):
         if int(np.prod(result_type.get_shape(), dtype=np.int64)) > self.max_elements:
             return
         rewriter.replace(op, make_constant(np.broadcast_to(scalar, result_type.get_shape()), result_type))
+
+
+@register_pass
+@dataclass(frozen=True)
+class ExplicitBinaryBroadcastsPass(PatternPass):
+    """``explicit-binary-broadcasts``: only binary and compare ops' implicit broadcasting made explicit
+    (what XLA's HLO text needs; nothing else of the module changes)."""
+
+    name = "explicit-binary-broadcasts"
+    PATTERNS = (ExplicitBinaryBroadcast,)
+    CONFIRM_FIXED_POINT = False
 
 
 @register_pass

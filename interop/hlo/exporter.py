@@ -10,8 +10,9 @@ kept (``hlo.attributes``: metadata, sharding, frontend attributes...) are
 printed back verbatim.
 
 Forms of the hlo dialect that HLO text does not have are printed as their HLO
-equivalents: implicit broadcasting becomes explicit ``broadcast``
-instructions (the ``canonicalize-broadcasts`` pass, on a copy), ``hlo.dot`` a
+equivalents: implicit broadcasting of binary ops becomes explicit
+``broadcast`` instructions (the ``explicit-binary-broadcasts`` pass, on a copy;
+select's scalar predicate and clamp's scalar bounds print as they are), ``hlo.dot`` a
 ``dot`` with contracting dimensions, ops with several results one
 tuple-shaped instruction (read with ``get-tuple-element``), a while loop over
 several values a while over their tuple. So ``import_hlo(export_hlo(m))`` is
@@ -409,6 +410,9 @@ def export_hlo(module: ModuleOp, for_xla: bool = False) -> str:
     if not isinstance(module, ModuleOp):
         raise XlaError(f"export_hlo expects an xDSL ModuleOp, got {type(module).__name__}")
     import passes
+    from passes.broadcasts import ExplicitBinaryBroadcastsPass, needs_explicit_binary_broadcasts
 
-    module = passes.canonicalize_broadcasts(module, clone=True)
+    if needs_explicit_binary_broadcasts(module):  # (the builder's implicit broadcasting: on a copy)
+        module = module.clone()
+        passes.run(module, ExplicitBinaryBroadcastsPass(), verify=False)
     return HloExporter(module, for_xla).export()

@@ -56,7 +56,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from xla_dialect.errors import HloParseError, LayoutError, UnsupportedError, XlaError
 from xla_dialect.layout import LayoutAttr, layout_of
-from xla_dialect.ops import control_flow, data_movement
+from xla_dialect.ops import control_flow, data_movement, elementwise
 
 from . import attributes as A
 from .opcodes import READERS
@@ -73,6 +73,11 @@ _DONE = frozenset({"all-reduce-done", "all-gather-done", "collective-permute-don
                    "async-update", "send-done", "recv-done"})
 
 _REQUIRED = object()
+
+_SAME_SHAPE_OPCODES = frozenset(
+    {op.name[4:].replace("_", "-") for op in elementwise.OPS}
+    | {"copy", "negate", "clamp", "select"}) - {"real", "imag", "complex", "abs", "is-finite"}
+"""Opcodes whose result has the first operand's shape and element type (compare: pred)."""
 
 
 class _Pending:
@@ -272,6 +277,8 @@ class HloImporter:
             args = []
         else:
             args = [self.value(n, ins) for n in ins.operands]
+        if ins.shape is None:
+            ins.shape = self._inferred_shape(ins, args)
         for declared, name, arg in zip(ins.operand_shapes, ins.operands, args):
             if declared is not None and not _same_shape(declared, arg.type):
                 self.fail(f"operand %{name} is written as {_fmt(declared)} but is {_fmt(arg.type)}", ins)
@@ -302,6 +309,20 @@ class HloImporter:
                     op.attributes.update(loc)
                 self.positions[op] = ins.pos
         scope.values[ins.name] = value
+
+    def _inferred_shape(self, ins: Instruction, args) -> Attribute:
+        """The shape of an instruction written without one: a tuple of its operands, or an
+        element-wise op's (pred for compare); XLA's parser infers these the same way."""
+        from xdsl.dialects.builtin import IntegerType
+
+        if ins.opcode == "tuple":
+            return TupleType([a.type for a in args])
+        if args and isinstance(args[0].type, TensorType) and ins.opcode in _SAME_SHAPE_OPCODES:
+            t = args[-1].type if ins.opcode == "select" else args[0].type
+            if ins.opcode == "compare":
+                return TensorType(IntegerType(1), t.get_shape(), t.encoding)
+            return t
+        self.fail("the instruction has no shape; write it (only tuples and element-wise ops infer theirs)", ins)
 
     def _kept_text(self, key: str, text: str) -> str:
         if key != "metadata":

@@ -218,7 +218,10 @@ _SIMPLE_NAMES = {cls.name: opcode for opcode, cls in _SIMPLE.items()}
 
 @reads("broadcast")
 def _read_broadcast(imp, ins, args):
-    dims = imp.attr(ins, "dimensions", A.ints)
+    # A scalar's broadcast may leave out dimensions={} (XLA's parser defaults it).
+    dims = imp.attr(ins, "dimensions", A.ints, () if args and not args[0].type.get_shape() else None)
+    if dims is None:
+        imp.attr(ins, "dimensions", A.ints)  # the error naming the missing attribute
     return imp.emit(data_movement.BroadcastInDimOp, args, {"broadcast_dimensions": i64_array(dims)}, [ins.shape])[0]
 
 

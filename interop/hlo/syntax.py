@@ -36,6 +36,7 @@ _NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
 _INSTR_HEAD = re.compile(r"(ROOT\s+)?%?([A-Za-z_][\w.\-]*)\s*=\s*")
 _OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\s*\(")
 _ARRAY_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{(?=\s*[\d:])[^{}]*\})?")
+_SHAPELESS = re.compile(r"[a-z][a-z0-9\-]*\s*\(")
 _ATTR_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=\s*")
 _DELIMS = re.compile(r'[(){}\[\]",\n]')
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -60,7 +61,7 @@ class Instruction:
 
     def __init__(self, name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos):
         self.name: str = name
-        self.shape: Attribute = shape
+        self.shape: Attribute | None = shape  # None: left out (the importer infers it)
         self.opcode: str = opcode
         self.operands: list[str] = operands
         self.operand_shapes: list[Attribute | None] = operand_shapes  # shapes written inline, if any
@@ -414,7 +415,10 @@ class _Reader:
             self.fail(pos, "expected an instruction '[ROOT] name = shape opcode(operands)' or '}'")
         is_root = m.group(1) is not None
         name = m.group(2)
-        shape, p = self.shape_at(m.end())
+        if _SHAPELESS.match(text, m.end()):  # 'tuple(a, b)': XLA infers the shape of some instructions
+            shape, p = None, m.end()
+        else:
+            shape, p = self.shape_at(m.end())
         p = self.skip(p)
         om = _OPCODE.match(text, p)
         if om is None:
