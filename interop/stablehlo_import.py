@@ -1179,11 +1179,17 @@ def _dict_list(attrs, key: str) -> list[dict[str, str]] | None:
             named = d[i]
             if isinstance(named.attr, ir.StringAttr):
                 entry[named.name] = named.attr.value
+            elif named.name in _SHARDING_ARG_ATTRIBUTES:
+                entry["hlo.sharding"] = str(named.attr)  # Shardy's sharding, as its text
         out.append(entry)
     return out
 
 
-_KEPT_ARG_ATTRIBUTES = ("hlo.name", "jax.result_info", "mhlo.layout_mode")
+_SHARDING_ARG_ATTRIBUTES = ("sdy.sharding",)
+_KEPT_ARG_ATTRIBUTES = ("hlo.name", "jax.result_info", "mhlo.layout_mode", "mhlo.sharding", "hlo.sharding")
+"""Argument and result attributes kept on the imported function: names, layouts and shardings
+(``mhlo.sharding`` as XLA's text, Shardy's ``sdy.sharding`` as ``hlo.sharding``); the executor runs one
+device and ignores the shardings, passes keep them."""
 
 
 def _kept_dicts(dicts: list[dict[str, str]] | None) -> ArrayAttr | None:

@@ -335,3 +335,18 @@ def test_shardy_annotations_import_and_run_on_one_device():
     text = interop.export_hlo(module)
     assert 'custom_call_target="Sharding"' in text
     assert interop.export_hlo(interop.import_hlo(text)) == text
+
+
+def test_argument_shardings_are_kept_and_ignored_on_one_device():
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    s = NamedSharding(mesh, P("x"))
+    f = jax.jit(lambda x: jnp.sin(x) * 2, in_shardings=s, out_shardings=s)
+    x = np.arange(8, dtype=np.float32)
+    module = interop.import_jax(f, x)
+    main = next(op for op in module.ops if op.sym_name.data == "main")
+    assert "sdy.sharding" in main.arg_attrs.data[0].data["hlo.sharding"].data
+    assert "sdy.sharding" in main.res_attrs.data[0].data["hlo.sharding"].data
+    assert interop.difftest(f, x, exact=True).ok
