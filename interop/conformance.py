@@ -63,7 +63,6 @@ from xla_dialect.errors import XlaError
 
 from .difftest import ULP_INFINITE, is_float_dtype, ulp_distance
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 __all__ = [
     "CHECKS",
@@ -1462,6 +1461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="stablehlo (default): import the StableHLO; hlo: translate each program to XLA HLO text "
                              "with jaxlib, import that (interop.import_hlo), check the text round trip, then run")
     args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the command's own process (and its workers): no GPU probing
     try:
         programs = discover(args.paths)
         minimum = args.min_passed

@@ -18,7 +18,7 @@ from xla_dialect import XlaBuilder, format_shape
 
 
 def build_axpy(n: int = 10):
-    """The compiler-overview seed's axpy: ``alpha * x + y``."""
+    """The XLA compiler overview's axpy: ``alpha * x + y``."""
     b = XlaBuilder("axpy")
     alpha = b.parameter(0, "f32[]", "alpha")
     x = b.parameter(1, f"f32[{n}]", "x")

@@ -17,7 +17,6 @@ also used by the conformance runner (:mod:`interop.conformance`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -26,7 +25,6 @@ import numpy as np
 
 from xla_dialect.errors import ExecutionError
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 __all__ = [
     "DEFAULT_MAGNITUDE_RTOL",
@@ -378,7 +376,8 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
 
     kwargs = dict(kwargs or {})
     label = name or getattr(fn, "__name__", type(fn).__name__)
-    expected_tree = jax.jit(fn)(*args, **kwargs)
+    with jax.default_device(jax.devices("cpu")[0]):  # the reference is XLA's CPU backend
+        expected_tree = jax.jit(fn)(*args, **kwargs)
     leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(expected_tree)
     expected = [plain_array(leaf) for _, leaf in leaves_with_paths]
     names = [jax.tree_util.keystr(path) for path, _ in leaves_with_paths]

@@ -9,7 +9,6 @@ returns an hlo ``ModuleOp`` whose ``@main`` takes the flattened arguments (in
 
 from __future__ import annotations
 
-import os
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, TensorType
@@ -19,7 +18,6 @@ from xla_dialect.types import element_type_from_dtype
 
 from .stablehlo_import import import_mlir_module, import_stablehlo
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 __all__ = ["import_jax"]
 
@@ -76,13 +74,17 @@ def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
 def _from_function(fn, args, kwargs) -> ModuleOp:
     import jax
 
-    if hasattr(fn, "lower") and hasattr(fn, "trace"):
-        lowered = fn.lower(*args, **kwargs)  # already jitted: keep its options
-    else:
-        try:
-            lowered = jax.jit(fn, keep_unused=True).lower(*args, **kwargs)
-        except TypeError as e:
-            raise XlaError(f"import_jax: tracing {getattr(fn, '__name__', fn)!r} failed: {e}") from None
+    # Lowered for XLA's CPU backend whatever jax's default platform is (the executor reproduces XLA CPU):
+    # jax.jit lowers some ops differently per platform.
+    jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn, keep_unused=True)
+    try:
+        traced = jitted.trace(*args, **kwargs)  # already jitted: keeps its options
+    except TypeError as e:
+        raise XlaError(f"import_jax: tracing {getattr(fn, '__name__', fn)!r} failed: {e}") from None
+    try:
+        lowered = traced.lower(lowering_platforms=("cpu",))
+    except TypeError:  # a jitted wrapper whose trace() does not take platforms (other libraries)
+        lowered = jitted.lower(*args, **kwargs)
     return _from_lowered(lowered)
 
 

@@ -78,7 +78,6 @@ from xla_dialect.ops import OPS_BY_NAME
 from xla_dialect.ops.base import i64_array
 from xla_dialect.types import ELEMENT_TYPES, ElementType, TokenType
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 __all__ = [
     "CONVERTERS",

@@ -7,7 +7,6 @@ arrays. Compiled executables are cached by program text.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import numpy as np
@@ -20,7 +19,6 @@ from xla_dialect.types import numpy_dtype
 
 from .export import export_stablehlo
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 __all__ = ["run_xla", "compile_xla"]
 

@@ -140,11 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xla-opt", description="Run hlo pass pipelines.")
     parser.add_argument("file", nargs="?", default="-", help="program file (hlo MLIR, StableHLO); '-' = stdin")
     parser.add_argument("-p", "--passes", default="", help='pipeline, e.g. "canonicalize-broadcasts,cse,dce"')
-    parser.add_argument("--emit", default="mlir", choices=list(EMITTERS), help="output format")
+    parser.add_argument("--emit", default="mlir", choices=list(EMITTERS),
+                        help="output format: " + "; ".join(f"{k}: {v}" for k, v in EMITTERS.items()))
     parser.add_argument("-o", "--output", help="output file (default: stdout)")
     parser.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
-    parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="FILE.py",
-                        help="load passes from a Python file (repeatable)")
+    parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="FILE.py|MODULE",
+                        help="load passes from a Python file (relative to the current directory) or an importable "
+                             "module name (repeatable)")
     parser.add_argument("--report", action="store_true", help="print pass reports and timings to stderr")
     parser.add_argument("--no-verify", action="store_true", help="do not verify after every pass")
     args = parser.parse_args(argv)

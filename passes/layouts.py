@@ -6,7 +6,7 @@
   ``minor_to_major``), untiled; operands are constrained row-major
   (``CpuLayoutAssignment``), so a copy appears only where an entry layout
   demands something else.
-* ``tpu`` — the tiling rules of the shapes/layout/tiling seed, table
+* ``tpu`` — the tiling rules of XLA's shapes, layout and tiling notes, table
   :func:`tpu_tiles`: ``T(8,128)`` for 32-bit (and wider) types, ``T(2,128)`` when
   the second-most-minor dimension is 1 or 2 and ``T(4,128)`` when it is 3 or 4;
   ``T(8,128)(2,1)`` for 16-bit, ``T(8,128)(4,1)`` for 8-bit,
@@ -14,7 +14,7 @@
   Rank-1 arrays and scalars use the same tiles over a row-major view with rows
   of 128 (``T(1024)``, ``T(256)`` up to 256 elements of 32 bits,
   ``T(1024)(128)(2,1)`` for 16-bit, ...). Free choices are row-major with
-  size-1 dimensions most major (the seed's ``bf16[8,1,1280,16384]{3,2,0,1:...}``).
+  size-1 dimensions most major (``bf16[8,1,1280,16384]{3,2,0,1:...}`` of XLA's shapes, layout and tiling notes).
 
 **Constraints.** Entry parameters and results keep the layouts they are given
 (in the function type — the builder's, an importer's ``mhlo.layout_mode`` — or
@@ -86,7 +86,7 @@ def degenerate_major(shape: Sequence[int]) -> M2M:
 def tpu_tiles(element_type: Attribute, minor_dims: Sequence[int]) -> tuple[tuple[tuple[int, ...], ...], int]:
     """(tiles, E(n) bits or 0) of a TPU array given its physical dimensions (most major first).
 
-    The rules of the shapes/layout/tiling seed: 32-bit and wider ``(8,128)``,
+    The rules of XLA's shapes, layout and tiling notes: 32-bit and wider ``(8,128)``,
     compact ``(2,128)``/``(4,128)`` for a second-most-minor dimension of 1-2/3-4;
     16-bit ``(8,128)(2,1)``; 8-bit ``(8,128)(4,1)``; pred ``(32,128)(32,1)``;
     n-bit (n < 8) ``(8,128)(32/n,1)`` with ``E(n)``. Rank <= 1 uses the same
@@ -415,11 +415,6 @@ class _LazyNames:
     def get(self, value: SSAValue, default: str) -> str:
         """The name of ``value`` (``default`` when it was not listed)."""
         return self.table().get(value, default)
-
-
-def total_bytes(module: ModuleOp) -> int:
-    """Sum of the bytes of every value of ``module`` (untiled row-major where a value has no layout)."""
-    return sum(_bytes(v.type) for v, _ in _values_in_print_order(module))
 
 
 # ----------------------------------------------------------------------------

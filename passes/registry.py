@@ -125,17 +125,23 @@ def load_entry_point_plugins() -> list[str]:
 
 
 def load_plugin(path: str) -> list[str]:
-    """Import the Python file ``path`` and register the passes it defines; return their names.
+    """Import the Python file ``path`` (or the importable module of that dotted name) and register the
+    passes it defines; return their names.
 
     The file either decorates its passes with :func:`register_pass` or simply
     defines ``ModulePass`` subclasses with a ``name`` (those are registered too).
-    Loading the same file again is a no-op.
+    A relative path is relative to the current directory; a module name
+    (``my_package.my_passes``) works from anywhere. Loading the same file
+    again is a no-op.
     """
     real = os.path.realpath(path)
     if real in _plugin_files:
         return list(_plugin_files[real])
     if not os.path.isfile(real):
-        raise PassError(f"pass plugin {path}: no such file")
+        if not path.endswith(".py") and all(part.isidentifier() for part in path.split(".")):
+            return _load_plugin_module(path)
+        raise PassError(f"pass plugin {path}: no such file (relative paths are taken from the current "
+                        f"directory, {os.getcwd()}; a module name such as my_package.my_passes also works)")
     _load_builtin()
     module_name = "xla_pass_plugin_" + "".join(c if c.isalnum() else "_" for c in real)
     spec = importlib.util.spec_from_file_location(module_name, real)
@@ -159,6 +165,24 @@ def load_plugin(path: str) -> list[str]:
     names = [n for n in _REGISTRY if n not in before or _REGISTRY[n].__module__ == module_name]
     _plugin_files[real] = names
     return list(names)
+
+
+def _load_plugin_module(name: str) -> list[str]:
+    """``load_plugin`` for an importable module: import it and register its passes."""
+    _load_builtin()
+    before = set(_REGISTRY)
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        raise PassError(f"pass plugin {name}: neither a file nor an importable module ({e})") from None
+    except Exception as e:
+        raise PassError(f"pass plugin {name} failed to load: {type(e).__name__}: {e}") from e
+    for obj in list(vars(module).values()):
+        if (inspect.isclass(obj) and issubclass(obj, ModulePass) and obj.__module__ == module.__name__
+                and isinstance(getattr(obj, "name", None), str) and not inspect.isabstract(obj)
+                and obj.name not in _REGISTRY):
+            register_pass(obj, origin=name)
+    return [n for n in _REGISTRY if n not in before or _REGISTRY[n].__module__ == module.__name__]
 
 
 def available_passes() -> dict[str, type[ModulePass]]:

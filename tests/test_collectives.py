@@ -19,7 +19,7 @@ is imported and conftest.py has imported it already:
 
 XLA CPU implements neither collective_broadcast nor programs with several
 partitions that are not SPMD-partitioned; those cases (and
-cross_replica_and_partition groups) are checked against the seed's and the
+cross_replica_and_partition groups) are checked against XLA's operation semantics' and the
 StableHLO spec's examples and hand-computed values.
 """
 
@@ -219,7 +219,7 @@ REPLICA_CASES = [
                                                                                                       [1, 2]])),
     ("all_gather_all", 4, np.uint16, (2,), False, lambda b, x: b.all_gather(x, 0, 4)),
     ("all_to_all_groups", 4, np.float32, (2, 4), False, lambda b, x: b.all_to_all(x, 1, 0, 2, [[2, 1], [0, 3]])),
-    # (XLA CPU crashes with SIGFPE on an all_to_all with empty replica_groups: the seed example test covers it.)
+    # (XLA CPU crashes with SIGFPE on an all_to_all with empty replica_groups: the operation semantics example test covers it.)
     ("all_to_all_4", 4, np.int32, (4, 2), False, lambda b, x: b.all_to_all(x, 0, 1, 4, [[0, 1, 2, 3]])),
     ("reduce_scatter_max", 4, np.float32, (8, 2), False, lambda b, x: b.reduce_scatter(x, max_, 0,
                                                                                         replica_groups=[[1, 0, 3, 2]])),
@@ -467,7 +467,7 @@ def test_replica_groups_equal_flattened_partition_groups(reference):
 
 
 # ----------------------------------------------------------------------------
-# Examples of the seed and the StableHLO spec; grid modes XLA CPU cannot run
+# Examples of XLA's operation semantics and the StableHLO spec; grid modes XLA CPU cannot run
 # ----------------------------------------------------------------------------
 
 

@@ -57,7 +57,7 @@ def test_tuple_errors():
 
 
 def while_seed_module(limit=1000):
-    """The semantics seed's loop: (iteration, vector) += (1, constant_vector) while iteration < limit."""
+    """The XLA operation semantics's loop: (iteration, vector) += (1, constant_vector) while iteration < limit."""
     b = XlaBuilder("while")
     init = b.tuple([b.constant(np.int32(0)), b.constant(np.zeros(10, np.float32))])
 
@@ -218,7 +218,7 @@ def test_conditional_branch_index_in_range_matches_jax_switch(rng, n):
 
 
 def test_conditional_out_of_range_index_runs_the_last_branch():
-    # XLA's rule (semantics seed): index < 0 or >= N runs branch N-1. jax.lax.switch
+    # XLA's rule (XLA operation semantics): index < 0 or >= N runs branch N-1. jax.lax.switch
     # clamps the index itself (so -1 would run branch 0 there); XLA's own rule is tested.
     module = branch_module(3)
     x = np.array([1, 2, 3, 4], np.float32)

@@ -13,7 +13,7 @@ from xla_dialect.errors import BuilderError, ExecutionError, HloVerifyError, Mli
 
 
 def build_axpy():
-    # The compiler-overview seed's axpy example, translated to Python.
+    # The XLA compiler overview's axpy example, translated to Python.
     builder = XlaBuilder("axpy")
     param_alpha = builder.parameter(0, "f32[]", "alpha")
     param_x = builder.parameter(1, "f32[10]", "x")

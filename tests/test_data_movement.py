@@ -2,7 +2,7 @@
 
 Every op is compared with ``jax.jit(jax.lax.<op>)`` bit for bit (data movement
 never changes a value: -0.0, NaN and Inf must come through unchanged), and
-every example of the seed's sections for these ops is checked literally.
+every example of XLA's operation semantics' sections for these ops is checked literally.
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ SEED_V01 = [[10, 11, 12, 15, 16, 17], [20, 21, 22, 25, 26, 27], [30, 31, 32, 35,
 
 @pytest.mark.parametrize("dims,expected", [
     ((0, 1, 2), list(range(10, 50))),
-    # The seed's text says the collapsed dimensions are replaced by one dimension *in their place*, and
-    # XLA's XlaBuilder::Collapse does exactly that, so Collapse(v, {0,1}) is f32[8x3]. The seed's
+    # XLA's operation semantics' text says the collapsed dimensions are replaced by one dimension *in their place*, and
+    # XLA's XlaBuilder::Collapse does exactly that, so Collapse(v, {0,1}) is f32[8x3]. XLA's operation semantics'
     # examples print that value under "v12" and the f32[4x6] one under "v01": their labels are swapped.
     # We follow the definition (and XLA, and jax.lax.collapse, checked below).
     ((0, 1), SEED_V12),
@@ -284,7 +284,7 @@ def test_pad_matches_jax(rng, dtype, shape, config):
 
 
 def test_stablehlo_pad_example():
-    # The StableHLO spec's pad example (the seed's figure shows the same kind of mixes).
+    # The StableHLO spec's pad example (XLA's operation semantics' figure shows the same kind of mixes).
     x = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
     out = run_builder(lambda b, p, q: b.pad(p, q, [(0, 2, 1), (1, 1, 2)]), x, np.int32(0))
     assert_same(out, np.array([[0, 1, 0, 0, 2, 0, 0, 3, 0],
@@ -295,13 +295,13 @@ def test_stablehlo_pad_example():
 
 
 @pytest.mark.parametrize("config,expected", [
-    # No padding is a no-op (seed).
+    # No padding is a no-op (XLA's operation semantics).
     ([(0, 0, 0), (0, 0, 0)], [[1, 2, 3], [4, 5, 6]]),
     # Edge padding only.
     ([(1, 0, 0), (0, 2, 0)], [[9, 9, 9, 9, 9], [1, 2, 3, 9, 9], [4, 5, 6, 9, 9]]),
     # Interior padding only.
     ([(0, 0, 1), (0, 0, 1)], [[1, 9, 2, 9, 3], [9, 9, 9, 9, 9], [4, 9, 5, 9, 6]]),
-    # Interior padding happens first, so negative edge padding removes interior-padded elements (seed).
+    # Interior padding happens first, so negative edge padding removes interior-padded elements (XLA's operation semantics).
     ([(0, 0, 0), (-1, -1, 1)], [[9, 2, 9], [9, 5, 9]]),
     ([(-1, 1, 0), (-2, 0, 0)], [[6], [9]]),
 ])

@@ -416,7 +416,7 @@ def test_clamp_vs_xla(name):
 
 
 # ----------------------------------------------------------------------------
-# Shapes: scalars, empty arrays, broadcasting (compiler-overview seed examples)
+# Shapes: scalars, empty arrays, broadcasting (XLA compiler overview examples)
 # ----------------------------------------------------------------------------
 
 
@@ -476,7 +476,7 @@ def test_broadcasting_seed_examples():
 
 @pytest.mark.parametrize("lhs,rhs,dims", [
     ((2, 3), (3,), ()),  # different ranks need broadcast_dimensions
-    ((2, 3), (3,), (0,)),  # seed: a 2x3 matrix and a 3-vector with dimension 0 is invalid
+    ((2, 3), (3,), (0,)),  # XLA broadcasting doc: a 2x3 matrix and a 3-vector with dimension 0 is invalid
     ((7, 2, 5), (7, 2, 6), ()),  # incompatible degenerate broadcast
     ((2, 3, 4), (3, 4), (2, 1)),  # not strictly increasing
     ((2, 3, 4), (3, 4), (1, 3)),  # out of range

@@ -125,7 +125,7 @@ def test_every_layout_survives_post_optimization_text(jax_texts):
 
 
 # ----------------------------------------------------------------------------
-# The seed's examples (xla-shapes-layout-tiling), verbatim inside a module
+# XLA's operation semantics' examples (XLA's shapes, layout and tiling notes), verbatim inside a module
 # ----------------------------------------------------------------------------
 
 SEED_ADD = """HloModule seed_add

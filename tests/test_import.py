@@ -634,3 +634,16 @@ def test_multi_platform_export_runs_the_cpu_branch():
     assert [t.get_shape() for t in main_of(module).function_type.inputs] == [(3,)]
     (got,) = lowering.compile(module)(x)
     np.testing.assert_array_equal(got, x + 1)
+
+
+def test_importing_interop_leaves_jax_platforms_alone():
+    """Importing the library has no side effect on the environment (only the commands pick the CPU)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    code = "import os, interop, lowering, passes; print(os.environ.get('JAX_PLATFORMS'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"

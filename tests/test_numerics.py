@@ -459,7 +459,7 @@ def _feature(v, rank, index):
 
 
 def seed_training(x, scale, offset, eps, index):
-    """The seed's formulas in f64: batch mean, biased variance, normalize, scale and shift."""
+    """XLA's operation semantics' formulas in f64: batch mean, biased variance, normalize, scale and shift."""
     axes = tuple(i for i in range(x.ndim) if i != index)
     x = x.astype(np.float64)
     mean = x.mean(axis=axes)
@@ -470,7 +470,7 @@ def seed_training(x, scale, offset, eps, index):
 
 
 def seed_grad(x, scale, mean, var, g, eps, index):
-    """The seed's BatchNormGrad formulas in f64."""
+    """XLA's operation semantics' BatchNormGrad formulas in f64."""
     axes = tuple(i for i in range(x.ndim) if i != index)
     f = lambda v: _feature(np.asarray(v, np.float64), x.ndim, index)  # noqa: E731
     x, g = x.astype(np.float64), g.astype(np.float64)
@@ -488,7 +488,7 @@ BN_CASES = [((6,), 0, np.float32, True), ((4, 3), 1, np.float32, False), ((4, 3)
 
 @pytest.mark.parametrize("shape,index,dtype,with_xla", BN_CASES)
 def test_batch_norm_vs_seed_and_xla(shape, index, dtype, with_xla):
-    """All three ops against the seed's formulas (in f64) and, for most cases, against XLA's expander."""
+    """All three ops against XLA's operation semantics' formulas (in f64) and, for most cases, against XLA's expander."""
     eps = 1e-3
     x = (RNG.standard_normal(shape) * 2 + 0.5).astype(dtype)
     c = shape[index]

@@ -8,6 +8,8 @@ intended change with ``UPDATE_GOLDEN=1 pytest tests/test_passes.py -k golden``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import os
 import pathlib
 import subprocess
@@ -95,9 +97,9 @@ def test_assign_layouts_rejects_unknown_target():
 def test_universe_exports_passes_without_clashing_with_xdsl():
     from xdsl.universe import Universe
 
-    from xla_dialect.universe import HLO_UNIVERSE
+    from passes.universe import PASSES_UNIVERSE
 
-    names = set(HLO_UNIVERSE.all_passes)
+    names = set(PASSES_UNIVERSE.all_passes)
     assert {"canonicalize-broadcasts", "assign-layouts", "tile-layouts", "hlo-cse", "hlo-dce"} <= names
     assert "cse" not in names and "dce" not in names  # xDSL's own names
     multiverse = Universe.get_multiverse()  # raises on duplicate names
@@ -422,7 +424,7 @@ def test_canonicalize_broadcasts_keeps_tuple_select_scalar():
     ("f32[2,256]", "{1,0:T(2,128)}"),
     ("f32[3,256]", "{1,0:T(4,128)}"),
     ("f32[5,7]", "{1,0:T(8,128)}"),
-    ("bf16[8,1,1280,16384]", "{3,2,0,1:T(8,128)(2,1)}"),  # the seed's example: size-1 dimension most major
+    ("bf16[8,1,1280,16384]", "{3,2,0,1:T(8,128)(2,1)}"),  # the shapes/layout/tiling notes' example: size-1 dimension most major
     ("s8[64,128]", "{1,0:T(8,128)(4,1)}"),
     ("pred[64,128]", "{1,0:T(32,128)(32,1)}"),
     ("s4[16,128]", "{1,0:T(8,128)(8,1)E(4)}"),
@@ -859,3 +861,87 @@ def test_malformed_pipeline_text_is_a_pass_error(spec, column):
 
     with pytest.raises(PassError, match=f"at column {column}"):
         passes.parse_pipeline(spec)
+
+
+# ----------------------------------------------------------------------------
+# Newcomer's rough edges (issue 13)
+# ----------------------------------------------------------------------------
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+EXAMPLE_PROGRAM = """builtin.module {
+  func.func @main(%0: tensor<4xi32>) -> tensor<4xi32> {
+    %1 = hlo.negate %0 : (tensor<4xi32>) -> tensor<4xi32>
+    %2 = hlo.negate %1 : (tensor<4xi32>) -> tensor<4xi32>
+    func.return %2 : tensor<4xi32>
+  }
+}
+"""
+
+
+def test_plugin_loads_from_any_directory_by_path_or_module(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from passes.registry import load_plugin
+
+    package = tmp_path / "my_plugins"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "negations.py").write_text(
+        (REPO / "examples" / "fold_double_negation.py").read_text().replace("fold-double-negation",
+                                                                          "fold-double-negation-module"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "fold-double-negation-module" in load_plugin("my_plugins.negations")
+    with pytest.raises(PassError, match="current directory"):
+        load_plugin("no/such/plugin.py")
+    # xla-opt from another directory, with the example's absolute path
+    program = tmp_path / "p.mlir"
+    program.write_text(EXAMPLE_PROGRAM)
+    run = subprocess.run([sys.executable, "-m", "passes.cli", str(program), "--load-pass-plugin",
+                          str(REPO / "examples" / "fold_double_negation.py"), "-p", "fold-double-negation,dce"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "hlo.negate" not in run.stdout
+
+
+def test_emit_help_explains_the_choices():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "passes.cli", "--help"], capture_output=True, text=True)
+    text = " ".join(run.stdout.split())
+    assert "stablehlo: StableHLO MLIR text" in text and "hlo: XLA HLO module text" in text
+
+
+def test_readme_xdsl_opt_line_on_the_programs_the_other_lines_use(tmp_path):
+    """xla-opt turns a StableHLO program into hlo MLIR; xdsl-opt then runs our passes on it."""
+    import shutil
+    import subprocess
+    import sys
+
+    import jax
+    import numpy as np
+
+    text = jax.jit(lambda x, y: x + y).lower(np.ones((2, 3), np.float32), np.ones((3,), np.float32)[None]).as_text()
+    (tmp_path / "prog.mlir").write_text(text)
+    conv = subprocess.run([sys.executable, "-m", "passes.cli", "prog.mlir", "-o", "prog.hlo.mlir"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert conv.returncode == 0, conv.stderr
+    xdsl_opt = shutil.which("xdsl-opt")
+    if xdsl_opt is None:
+        pytest.skip("xdsl-opt not on PATH")
+    run = subprocess.run([xdsl_opt, "prog.hlo.mlir", "-p", "canonicalize-broadcasts"], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "hlo.add" in run.stdout
+
+
+def test_demo_says_pass_or_fail():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "interop.cli", "--demo"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "demo PASS: max difference against jax.jit" in run.stdout

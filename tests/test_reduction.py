@@ -123,7 +123,7 @@ def test_single_op_reduce_matches_jax(rng, dtype, op):
 
 
 def test_seed_examples():
-    # The semantics seed: a 4x2x3 array, values 1..6 replicated along dimension 0.
+    # The XLA operation semantics: a 4x2x3 array, values 1..6 replicated along dimension 0.
     x = np.tile(np.arange(1, 7, dtype=np.float32).reshape(1, 2, 3), (4, 1, 1))
     cases = {(0,): [[4, 8, 12], [16, 20, 24]], (2,): [[6, 15]] * 4, (0, 1): [20, 28, 36], (0, 1, 2): 84}
     for dims, expected in cases.items():

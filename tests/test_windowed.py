@@ -17,7 +17,7 @@ are collected in a :class:`References` batch and computed by one jax.jit.
   on windows without padding or 1-d windows).
 * select_and_scatter: against jax's select_and_scatter and jax.grad of max
   pooling, bit-exactly (ties only where XLA walks windows row-major); plus
-  the examples of the seed and the StableHLO spec.
+  the examples of XLA's operation semantics and the StableHLO spec.
 """
 
 import jax
@@ -355,7 +355,7 @@ def test_conv_stablehlo_spec_example():
 
 
 def test_conv_seed_pseudocode(rng):
-    """The seed's 2-d pseudo-code (padding and striding), written out with loops."""
+    """XLA's operation semantics' 2-d pseudo-code (padding and striding), written out with loops."""
     x = rng.standard_normal((2, 3, 6, 5))
     w = rng.standard_normal((4, 3, 3, 2))
     stride, pad = (2, 1), (1, 0)
@@ -667,7 +667,7 @@ def test_reduce_window_variadic_argmax():
 
 
 def test_reduce_window_seed_examples():
-    """The seed's 1-d minimum example (VALID and SAME) and the StableHLO spec example."""
+    """XLA's operation semantics' 1-d minimum example (VALID and SAME) and the StableHLO spec example."""
     x = np.array([10000, 1000, 100, 10, 1], np.float32)
     big = np.float32(np.finfo(np.float32).max)
     for padding, expected in (("VALID", [100, 1]), ("SAME", [1000, 10, 1])):
@@ -678,7 +678,7 @@ def test_reduce_window_seed_examples():
     actual = run_builder(lambda b, p: b.reduce_window(p, b.constant(0, np.int64), lambda a, c: a.builder.add(a, c),
                                                       (2, 1), (4, 1), ((2, 1), (0, 0)), (2, 1), (3, 1)), x)
     np.testing.assert_array_equal(actual, [[0, 0], [3, 4]])
-    # The seed's 4x6 max pooling with 2x3 windows and strides.
+    # XLA's operation semantics' 4x6 max pooling with 2x3 windows and strides.
     x = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::-1].copy()
     actual = run_builder(lambda b, p: b.reduce_window(p, b.constant(np.float32(np.finfo(np.float32).min)),
                                                       lambda a, c: a.builder.max(a, c), (2, 3), (2, 3), "VALID"), x)
@@ -861,7 +861,7 @@ def test_select_and_scatter_is_max_pool_gradient(index):
 
 
 def test_select_and_scatter_examples():
-    """The StableHLO spec example, the seed's description, and windows made only of padding
+    """The StableHLO spec example, XLA's operation semantics' description, and windows made only of padding
     (they scatter nothing)."""
     operand = np.array([[1, 5], [2, 5], [3, 6], [4, 4]], np.int64)
     source = np.array([[5, 6], [7, 8]], np.int64)

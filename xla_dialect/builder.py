@@ -1,6 +1,6 @@
 """``XlaBuilder``: build hlo programs the way XLA's client ``XlaBuilder`` does.
 
-Each operation of the seed is one snake_case method (``add``, ``dot_general``,
+Each operation of XLA's operation semantics is one snake_case method (``add``, ``dot_general``,
 ``reduce``, ``while_``, ...). The methods live next to their op definitions, in
 the builder mixin of each op family (``xla_dialect/ops/*.py``); this module
 assembles them and provides the core: parameters, constants, sub-computations
@@ -24,7 +24,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.builder import Builder as _XdslBuilder  # noqa: F401  (kept for users extending the builder)
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,

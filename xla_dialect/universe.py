@@ -1,4 +1,8 @@
-"""xDSL universe entry point: makes ``xdsl-opt`` know the hlo dialect (and our passes)."""
+"""xDSL universe entry point: makes ``xdsl-opt`` know the hlo and quant dialects.
+
+The passes come from their own entry point (:data:`passes.universe.PASSES_UNIVERSE`): the IR does not
+import the layers above it.
+"""
 
 from xdsl.universe import Universe
 
@@ -15,12 +19,4 @@ def _quant_dialect():
     return QUANT
 
 
-def _passes():
-    try:
-        from passes.registry import universe_passes
-    except ImportError:  # passes package not importable: dialect only
-        return {}
-    return universe_passes()
-
-
-HLO_UNIVERSE = Universe(all_dialects={"hlo": _hlo_dialect, "quant": _quant_dialect}, all_passes=_passes())
+HLO_UNIVERSE = Universe(all_dialects={"hlo": _hlo_dialect, "quant": _quant_dialect})

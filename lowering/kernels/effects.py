@@ -121,7 +121,7 @@ def _packed(arrays: Sequence[np.ndarray]):
 def _reader(take, op, what: str, source: str):
     """Kernel of infeed/recv: one item from ``take()``, returned as the data results then a token."""
     specs = _specs([r.type for r in op.results[:-1]])
-    if not specs:  # an empty tuple reads nothing (seed: the infeed is a no-op)
+    if not specs:  # an empty tuple reads nothing (XLA's operation semantics: the infeed is a no-op)
         return lambda token: TOKEN
 
     def read(token):

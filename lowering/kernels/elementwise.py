@@ -405,10 +405,6 @@ def _cdiv(a, b):
     return _compose(re, im, np.result_type(a, b))
 
 
-def _cmul_parts(ar, ai, br, bi):
-    return ar * br - ai * bi, ar * bi + ai * br
-
-
 _SPLITTER = {np.dtype(np.float32): np.float32(4097), np.dtype(np.float64): np.float64(134217729)}
 """Veltkamp's splitting constant 2**ceil(p/2) + 1 per precision."""
 
@@ -819,8 +815,6 @@ def _cmax_min(pick_max: bool):
 # ----------------------------------------------------------------------------
 # Kernel tables: mnemonic -> element kind -> NumPy function (or _PerType)
 # ----------------------------------------------------------------------------
-
-_FLOATS = ("float",)
 
 UNARY_KERNELS: dict[str, dict[str, object]] = {
     "abs": {"sint": np.abs, "float": np.abs, "complex": _cabs},

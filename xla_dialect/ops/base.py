@@ -305,10 +305,6 @@ def tensor(op_name: str, type_: Attribute, what: str) -> TensorType:
     return type_
 
 
-def shape_of(type_: TensorType) -> tuple[int, ...]:
-    return type_.get_shape()
-
-
 def make_tensor(element_type: Attribute, shape: Sequence[int]) -> TensorType:
     """A tensor type without layout (memoized: xDSL attribute construction is costly)."""
     return _make_tensor(element_type, tuple(shape))

@@ -1,13 +1,13 @@
 """Data-movement ops: broadcast, broadcast_in_dim, reshape, transpose, slice, concatenate, pad, reverse.
 
 Each op's ``infer`` implements XLA's shape inference (``ShapeInference::Infer*Shape``
-in XLA, the operation-semantics seed for the rules) with messages that say which
+in XLA, the operation-XLA operation semantics for the rules) with messages that say which
 operand or attribute is wrong and what was expected. Ops whose result shape is
 not a function of their attributes (``broadcast_in_dim``, ``reshape``) take it
 from the declared result type, as StableHLO does; the builder supplies it from
 its arguments.
 
-Builder-only operations of the seed that are compositions are built from these
+Builder-only operations of XLA's operation semantics that are compositions are built from these
 ops: ``reshape(operand, dimensions, new_sizes)`` is a transpose followed by a
 reshape, ``collapse`` is a reshape, ``slice_in_dim`` is a slice.
 """

@@ -8,7 +8,7 @@ feed or channel op takes a token and produces the next. IR forms (StableHLO's):
 * ``hlo.infeed`` and ``hlo.recv`` take a token and return the data *arrays*
   followed by a token. XLA's tuple-shaped ``Infeed(shape)`` is one op with one
   result per tuple element (the builder regroups them with ``hlo.tuple``);
-  nested tuples are not supported, as the seed says.
+  nested tuples are not supported, as XLA's operation semantics say.
 * ``hlo.outfeed`` and ``hlo.send`` take the data arrays followed by a token
   and return a token.
 * Channels: ``channel_id`` and ``channel_type`` (``DEVICE_TO_DEVICE``,

@@ -4,7 +4,7 @@ The ops are generated from two tables, :data:`UNARY_OPS` and :data:`BINARY_OPS`:
 each row gives the op name, the element kinds it accepts and how the result
 element type follows from the operand's. Binary and comparison ops accept XLA's
 implicit broadcasting (scalars, ``broadcast_dimensions``, degenerate dimensions
-and their composition, as in the compiler-overview seed); the
+and their composition, as in the XLA compiler overview); the
 ``canonicalize-broadcasts`` pass makes it explicit.
 """
 
@@ -132,7 +132,7 @@ def broadcast_shapes(
 ) -> tuple[int, ...]:
     """The result shape of an element-wise binary op under XLA's broadcasting rules.
 
-    Follows the compiler-overview seed: scalars broadcast freely; operands of
+    Follows the XLA compiler overview: scalars broadcast freely; operands of
     different rank need ``broadcast_dimensions`` mapping each dimension of the
     lower-rank operand to a dimension of the higher-rank one (strictly
     increasing); then dimensions of size 1 broadcast against the other operand

@@ -169,7 +169,7 @@ class GatherOp(HloOp):
     """``hlo.gather``: slices of ``operand`` at (clamped) starts read from ``start_indices``.
 
     ``result[out] = operand[start + batch + offset]`` with the index mapping of
-    XLA's Gather (see the operation-semantics seed and StableHLO ``gather``).
+    XLA's Gather (see the operation-XLA operation semantics and StableHLO ``gather``).
     """
 
     name = "hlo.gather"

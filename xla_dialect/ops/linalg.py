@@ -3,7 +3,7 @@
 Shape rules follow XLA's ``ShapeInference::InferDotOpShape``: the result
 dimensions are the batch dimensions (in ``lhs_batching_dimensions`` order), then
 the lhs free dimensions, then the rhs free dimensions (free = neither batch nor
-contracting), each in increasing order. As in the seed (``lhs``/``rhs`` are both
+contracting), each in increasing order. As in XLA's operation semantics (``lhs``/``rhs`` are both
 "array of type T"), the operands must share their element type.
 
 The result element type is XLA's ``preferred_element_type``: by default the
