@@ -210,7 +210,7 @@ def xla_run_main(argv: list[str] | None = None) -> int:
         print(f"xla-run: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `xla-run ... | head`: the reader went away
-        from passes.cli import _quiet_broken_pipe
+        from .xla_opt import _quiet_broken_pipe
 
         return _quiet_broken_pipe()
     except OSError as e:

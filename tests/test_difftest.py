@@ -252,14 +252,14 @@ def test_command_line_tools_are_quiet_on_a_closed_pipe(tmp_path):
     program = tmp_path / "big.mlir"
     adds = "".join(f"  %v{i} = hlo.add %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>\n" for i in range(3000))
     program.write_text(f"func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {{\n{adds}  func.return %x : tensor<2xf32>\n}}\n")
-    code = "import sys; from passes.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from interop.xla_opt import main; sys.exit(main(sys.argv[1:]))"
     done = subprocess.run(f"{sys.executable} -c '{code}' {program} | head -1", shell=True, capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.startswith("builtin.module") and "Broken pipe" not in done.stderr and "Error" not in done.stderr
 
 
 def test_list_passes_prints_whole_sentences():
-    from passes.cli import describe_passes
+    from interop.xla_opt import describe_passes
 
     text = describe_passes()
     assert "layouts included)." in text  # cse's summary continues past its docstring's first line

@@ -486,7 +486,7 @@ def test_cli_runs_and_checks_hlo_text(tmp_path, jax_texts):
     assert run.stdout.count("agrees") == len(expected), run.stdout
     saved = np.load(tmp_path / "out.npz")
     _agree([saved[f"result{i}"] for i in range(len(expected))], expected, "xla-run --output")
-    opt = subprocess.run([sys.executable, "-m", "passes.cli", str(program), "-p", "assign-layouts{target=tpu}",
+    opt = subprocess.run([sys.executable, "-m", "interop.xla_opt", str(program), "-p", "assign-layouts{target=tpu}",
                           "--emit", "hlo"], capture_output=True, text=True)
     assert opt.returncode == 0, opt.stderr
     assert opt.stdout.startswith("HloModule") and ":T(" in opt.stdout

@@ -551,7 +551,7 @@ def _program_file(tmp_path) -> pathlib.Path:
 
 
 def test_cli_runs_a_pipeline(tmp_path, capsys):
-    from passes.cli import main
+    from interop.xla_opt import main
 
     path = _program_file(tmp_path)
     out = tmp_path / "out.mlir"
@@ -565,7 +565,7 @@ def test_cli_runs_a_pipeline(tmp_path, capsys):
 
 
 def test_cli_plugin_list_emit_and_errors(tmp_path, capsys):
-    from passes.cli import main
+    from interop.xla_opt import main
 
     path = _program_file(tmp_path)
     assert main(["--load-pass-plugin", str(EXAMPLE_PLUGIN), "--list-passes"]) == 0
@@ -589,7 +589,7 @@ def test_cli_plugin_list_emit_and_errors(tmp_path, capsys):
 def test_cli_reads_stablehlo(tmp_path, capsys):
     from interop import export_stablehlo
 
-    from passes.cli import main
+    from interop.xla_opt import main
 
     b = XlaBuilder("f")
     x = b.parameter(0, "f32[2,3]")
@@ -899,7 +899,7 @@ def test_plugin_loads_from_any_directory_by_path_or_module(tmp_path, monkeypatch
     # xla-opt from another directory, with the example's absolute path
     program = tmp_path / "p.mlir"
     program.write_text(EXAMPLE_PROGRAM)
-    run = subprocess.run([sys.executable, "-m", "passes.cli", str(program), "--load-pass-plugin",
+    run = subprocess.run([sys.executable, "-m", "interop.xla_opt", str(program), "--load-pass-plugin",
                           str(REPO / "examples" / "fold_double_negation.py"), "-p", "fold-double-negation,dce"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -910,7 +910,7 @@ def test_emit_help_explains_the_choices():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "passes.cli", "--help"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "interop.xla_opt", "--help"], capture_output=True, text=True)
     text = " ".join(run.stdout.split())
     assert "stablehlo: StableHLO MLIR text" in text and "hlo: XLA HLO module text" in text
 
@@ -926,7 +926,7 @@ def test_readme_xdsl_opt_line_on_the_programs_the_other_lines_use(tmp_path):
 
     text = jax.jit(lambda x, y: x + y).lower(np.ones((2, 3), np.float32), np.ones((3,), np.float32)[None]).as_text()
     (tmp_path / "prog.mlir").write_text(text)
-    conv = subprocess.run([sys.executable, "-m", "passes.cli", "prog.mlir", "-o", "prog.hlo.mlir"],
+    conv = subprocess.run([sys.executable, "-m", "interop.xla_opt", "prog.mlir", "-o", "prog.hlo.mlir"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert conv.returncode == 0, conv.stderr
     xdsl_opt = shutil.which("xdsl-opt")

@@ -438,19 +438,24 @@ def _unique(base: str, taken) -> str:
     return name
 
 
-def _family_builder_mixins() -> tuple[type, ...]:
-    """The builder mixin class of every op family (``<Family>Builder`` defined in each ops module)."""
-    from .ops import FAMILIES
+from .ops.collectives import CollectivesBuilder  # noqa: E402  (the families import the builder core above)
+from .ops.constants import ConstantsBuilder  # noqa: E402
+from .ops.control_flow import ControlFlowBuilder  # noqa: E402
+from .ops.conversion import ConversionBuilder  # noqa: E402
+from .ops.data_movement import DataMovementBuilder  # noqa: E402
+from .ops.effects import EffectsBuilder  # noqa: E402
+from .ops.elementwise import ElementwiseBuilder  # noqa: E402
+from .ops.indexing import IndexingBuilder  # noqa: E402
+from .ops.linalg import LinalgBuilder  # noqa: E402
+from .ops.numerics import NumericsBuilder  # noqa: E402
+from .ops.reduction import ReductionBuilder  # noqa: E402
+from .ops.sorting import SortingBuilder  # noqa: E402
+from .ops.windowed import WindowedBuilder  # noqa: E402
 
-    mixins = []
-    for family in FAMILIES:
-        for name, obj in vars(family).items():
-            if isinstance(obj, type) and name.endswith("Builder") and obj.__module__ == family.__name__:
-                mixins.append(obj)
-    return tuple(mixins)
 
-
-class XlaBuilder(*_family_builder_mixins(), _BuilderCore):
+class XlaBuilder(ConstantsBuilder, ElementwiseBuilder, ConversionBuilder, DataMovementBuilder, IndexingBuilder,
+                 LinalgBuilder, WindowedBuilder, ReductionBuilder, SortingBuilder, NumericsBuilder,
+                 ControlFlowBuilder, EffectsBuilder, CollectivesBuilder, _BuilderCore):
     """XLA's computation builder for the hlo dialect (see the module docstring).
 
     Its methods come from the op families' builder mixins (one per file in

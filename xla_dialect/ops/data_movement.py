@@ -456,6 +456,22 @@ class DataMovementBuilder:
 
     reverse = rev
 
+    def copy(self, operand, layout=None):
+        """``hlo.copy``: the same values, laid out with ``layout`` (XLA layout text like ``'{0,1}'``,
+        a :class:`~xla_dialect.layout.Layout`, or None for the default layout)."""
+        from ..layout import LayoutAttr, parse_layout
+
+        t = self._array(operand)
+        if layout is not None:
+            try:
+                parsed = parse_layout(layout) if isinstance(layout, str) else layout
+                parsed.check_rank(t.get_num_dims(), fmt(t))
+            except Exception as e:
+                raise BuilderError(f"{self._caller()}: {e}") from None
+            result = TensorType(t.element_type, t.get_shape(), LayoutAttr(parsed))
+            return self._emit1(CopyOp, [operand], {}, result_types=[result])
+        return self._emit1(CopyOp, [operand], {})
+
 
 # ----------------------------------------------------------------------------
 # hlo.copy (added by the passes work: layout assignment materializes layout changes with it)
@@ -526,21 +542,3 @@ OPS.append(BitcastOp)
 set_quantized("storage", *OPS)
 
 
-def copy(self, operand, layout=None):  # becomes DataMovementBuilder.copy (errors name 'copy')
-    """``hlo.copy``: the same values, laid out with ``layout`` (XLA layout text like ``'{0,1}'``,
-    a :class:`~xla_dialect.layout.Layout`, or None for the default layout)."""
-    from ..layout import LayoutAttr, parse_layout
-
-    t = self._array(operand)
-    if layout is not None:
-        try:
-            parsed = parse_layout(layout) if isinstance(layout, str) else layout
-            parsed.check_rank(t.get_num_dims(), fmt(t))
-        except Exception as e:
-            raise BuilderError(f"{self._caller()}: {e}") from None
-        result = TensorType(t.element_type, t.get_shape(), LayoutAttr(parsed))
-        return self._emit1(CopyOp, [operand], {}, result_types=[result])
-    return self._emit1(CopyOp, [operand], {})
-
-
-DataMovementBuilder.copy = copy

@@ -216,17 +216,398 @@ class BinaryElementwiseOp(HloOp):
         return [make_tensor(_result_element(cls.SPEC, lhs.element_type), shape)]
 
 
-def _make_op_class(base: type, spec: ElementwiseSpec) -> type:
-    doc = f"``hlo.{spec.mnemonic}``: element-wise {spec.doc or spec.mnemonic.replace('_', ' ')}."
-    cls = type(spec.class_name, (base,), {"name": f"hlo.{spec.mnemonic}", "SPEC": spec, "__doc__": doc,
-                                          "__annotations__": {"SPEC": ClassVar[ElementwiseSpec]},
-                                          "__module__": __name__})
-    return irdl_op_definition(cls)
+UNARY_SPECS: dict[str, ElementwiseSpec] = {s.mnemonic: s for s in UNARY_OPS}
+BINARY_SPECS: dict[str, ElementwiseSpec] = {s.mnemonic: s for s in BINARY_OPS}
 
 
-UNARY_OP_CLASSES: dict[str, type[HloOp]] = {s.mnemonic: _make_op_class(UnaryElementwiseOp, s) for s in UNARY_OPS}
-BINARY_OP_CLASSES: dict[str, type[HloOp]] = {s.mnemonic: _make_op_class(BinaryElementwiseOp, s) for s in BINARY_OPS}
-globals().update({cls.__name__: cls for cls in (*UNARY_OP_CLASSES.values(), *BINARY_OP_CLASSES.values())})
+
+@irdl_op_definition
+class AbsOp(UnaryElementwiseOp):
+    """``hlo.abs``: element-wise |x|; complex -> magnitude."""
+
+    name = "hlo.abs"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["abs"]
+
+
+
+@irdl_op_definition
+class CbrtOp(UnaryElementwiseOp):
+    """``hlo.cbrt``: element-wise cube root; complex as in StableHLO (XLA rejects it)."""
+
+    name = "hlo.cbrt"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["cbrt"]
+
+
+
+@irdl_op_definition
+class CeilOp(UnaryElementwiseOp):
+    """``hlo.ceil``: element-wise ceil."""
+
+    name = "hlo.ceil"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["ceil"]
+
+
+
+@irdl_op_definition
+class ClzOp(UnaryElementwiseOp):
+    """``hlo.count_leading_zeros``: element-wise XLA Clz."""
+
+    name = "hlo.count_leading_zeros"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["count_leading_zeros"]
+
+
+
+@irdl_op_definition
+class CosineOp(UnaryElementwiseOp):
+    """``hlo.cosine``: element-wise cosine."""
+
+    name = "hlo.cosine"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["cosine"]
+
+
+
+@irdl_op_definition
+class ErfOp(UnaryElementwiseOp):
+    """``hlo.erf``: element-wise error function."""
+
+    name = "hlo.erf"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["erf"]
+
+
+
+@irdl_op_definition
+class ExpOp(UnaryElementwiseOp):
+    """``hlo.exponential``: element-wise exponential."""
+
+    name = "hlo.exponential"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["exponential"]
+
+
+
+@irdl_op_definition
+class Expm1Op(UnaryElementwiseOp):
+    """``hlo.exponential_minus_one``: element-wise exponential minus one."""
+
+    name = "hlo.exponential_minus_one"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["exponential_minus_one"]
+
+
+
+@irdl_op_definition
+class FloorOp(UnaryElementwiseOp):
+    """``hlo.floor``: element-wise floor."""
+
+    name = "hlo.floor"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["floor"]
+
+
+
+@irdl_op_definition
+class ImagOp(UnaryElementwiseOp):
+    """``hlo.imag``: element-wise imag."""
+
+    name = "hlo.imag"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["imag"]
+
+
+
+@irdl_op_definition
+class IsFiniteOp(UnaryElementwiseOp):
+    """``hlo.is_finite``: element-wise is finite."""
+
+    name = "hlo.is_finite"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["is_finite"]
+
+
+
+@irdl_op_definition
+class LogOp(UnaryElementwiseOp):
+    """``hlo.log``: element-wise log."""
+
+    name = "hlo.log"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["log"]
+
+
+
+@irdl_op_definition
+class Log1pOp(UnaryElementwiseOp):
+    """``hlo.log_plus_one``: element-wise log plus one."""
+
+    name = "hlo.log_plus_one"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["log_plus_one"]
+
+
+
+@irdl_op_definition
+class LogisticOp(UnaryElementwiseOp):
+    """``hlo.logistic``: element-wise logistic."""
+
+    name = "hlo.logistic"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["logistic"]
+
+
+
+@irdl_op_definition
+class NegOp(UnaryElementwiseOp):
+    """``hlo.negate``: element-wise negate."""
+
+    name = "hlo.negate"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["negate"]
+
+
+
+@irdl_op_definition
+class NotOp(UnaryElementwiseOp):
+    """``hlo.not``: element-wise not."""
+
+    name = "hlo.not"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["not"]
+
+
+
+@irdl_op_definition
+class PopcntOp(UnaryElementwiseOp):
+    """``hlo.popcnt``: element-wise population count."""
+
+    name = "hlo.popcnt"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["popcnt"]
+
+
+
+@irdl_op_definition
+class RealOp(UnaryElementwiseOp):
+    """``hlo.real``: element-wise real."""
+
+    name = "hlo.real"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["real"]
+
+
+
+@irdl_op_definition
+class RoundOp(UnaryElementwiseOp):
+    """``hlo.round_nearest_afz``: element-wise round half away from zero."""
+
+    name = "hlo.round_nearest_afz"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["round_nearest_afz"]
+
+
+
+@irdl_op_definition
+class RoundEvenOp(UnaryElementwiseOp):
+    """``hlo.round_nearest_even``: element-wise round half to even."""
+
+    name = "hlo.round_nearest_even"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["round_nearest_even"]
+
+
+
+@irdl_op_definition
+class RsqrtOp(UnaryElementwiseOp):
+    """``hlo.rsqrt``: element-wise rsqrt."""
+
+    name = "hlo.rsqrt"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["rsqrt"]
+
+
+
+@irdl_op_definition
+class SignOp(UnaryElementwiseOp):
+    """``hlo.sign``: element-wise sign."""
+
+    name = "hlo.sign"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["sign"]
+
+
+
+@irdl_op_definition
+class SineOp(UnaryElementwiseOp):
+    """``hlo.sine``: element-wise sine."""
+
+    name = "hlo.sine"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["sine"]
+
+
+
+@irdl_op_definition
+class SqrtOp(UnaryElementwiseOp):
+    """``hlo.sqrt``: element-wise sqrt."""
+
+    name = "hlo.sqrt"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["sqrt"]
+
+
+
+@irdl_op_definition
+class TanOp(UnaryElementwiseOp):
+    """``hlo.tan``: element-wise tan."""
+
+    name = "hlo.tan"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["tan"]
+
+
+
+@irdl_op_definition
+class TanhOp(UnaryElementwiseOp):
+    """``hlo.tanh``: element-wise tanh."""
+
+    name = "hlo.tanh"
+    SPEC: ClassVar[ElementwiseSpec] = UNARY_SPECS["tanh"]
+
+
+
+@irdl_op_definition
+class AddOp(BinaryElementwiseOp):
+    """``hlo.add``: element-wise add."""
+
+    name = "hlo.add"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["add"]
+
+
+
+@irdl_op_definition
+class AndOp(BinaryElementwiseOp):
+    """``hlo.and``: element-wise and."""
+
+    name = "hlo.and"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["and"]
+
+
+
+@irdl_op_definition
+class Atan2Op(BinaryElementwiseOp):
+    """``hlo.atan2``: element-wise atan2."""
+
+    name = "hlo.atan2"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["atan2"]
+
+
+
+@irdl_op_definition
+class ComplexOp(BinaryElementwiseOp):
+    """``hlo.complex``: element-wise complex(real, imag)."""
+
+    name = "hlo.complex"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["complex"]
+
+
+
+@irdl_op_definition
+class DivOp(BinaryElementwiseOp):
+    """``hlo.divide``: element-wise divide."""
+
+    name = "hlo.divide"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["divide"]
+
+
+
+@irdl_op_definition
+class MaxOp(BinaryElementwiseOp):
+    """``hlo.maximum``: element-wise maximum."""
+
+    name = "hlo.maximum"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["maximum"]
+
+
+
+@irdl_op_definition
+class MinOp(BinaryElementwiseOp):
+    """``hlo.minimum``: element-wise minimum."""
+
+    name = "hlo.minimum"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["minimum"]
+
+
+
+@irdl_op_definition
+class MulOp(BinaryElementwiseOp):
+    """``hlo.multiply``: element-wise multiply."""
+
+    name = "hlo.multiply"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["multiply"]
+
+
+
+@irdl_op_definition
+class OrOp(BinaryElementwiseOp):
+    """``hlo.or``: element-wise or."""
+
+    name = "hlo.or"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["or"]
+
+
+
+@irdl_op_definition
+class PowOp(BinaryElementwiseOp):
+    """``hlo.power``: element-wise power."""
+
+    name = "hlo.power"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["power"]
+
+
+
+@irdl_op_definition
+class RemOp(BinaryElementwiseOp):
+    """``hlo.remainder``: element-wise remainder."""
+
+    name = "hlo.remainder"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["remainder"]
+
+
+
+@irdl_op_definition
+class ShiftLeftOp(BinaryElementwiseOp):
+    """``hlo.shift_left``: element-wise shift left."""
+
+    name = "hlo.shift_left"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["shift_left"]
+
+
+
+@irdl_op_definition
+class ShiftRightArithmeticOp(BinaryElementwiseOp):
+    """``hlo.shift_right_arithmetic``: element-wise shift right arithmetic."""
+
+    name = "hlo.shift_right_arithmetic"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["shift_right_arithmetic"]
+
+
+
+@irdl_op_definition
+class ShiftRightLogicalOp(BinaryElementwiseOp):
+    """``hlo.shift_right_logical``: element-wise shift right logical."""
+
+    name = "hlo.shift_right_logical"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["shift_right_logical"]
+
+
+
+@irdl_op_definition
+class SubOp(BinaryElementwiseOp):
+    """``hlo.subtract``: element-wise subtract."""
+
+    name = "hlo.subtract"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["subtract"]
+
+
+
+@irdl_op_definition
+class XorOp(BinaryElementwiseOp):
+    """``hlo.xor``: element-wise xor."""
+
+    name = "hlo.xor"
+    SPEC: ClassVar[ElementwiseSpec] = BINARY_SPECS["xor"]
+
+
+
+UNARY_OP_CLASSES: dict[str, type[HloOp]] = {cls.SPEC.mnemonic: cls for cls in (
+    AbsOp, CbrtOp, CeilOp, ClzOp, CosineOp, ErfOp, ExpOp, Expm1Op, FloorOp, ImagOp, IsFiniteOp, LogOp,
+    Log1pOp, LogisticOp, NegOp, NotOp, PopcntOp, RealOp, RoundOp, RoundEvenOp, RsqrtOp, SignOp, SineOp,
+    SqrtOp, TanOp, TanhOp)}
+"""Unary op mnemonic -> op class."""
+BINARY_OP_CLASSES: dict[str, type[HloOp]] = {cls.SPEC.mnemonic: cls for cls in (
+    AddOp, AndOp, Atan2Op, ComplexOp, DivOp, MaxOp, MinOp, MulOp, OrOp, PowOp, RemOp, ShiftLeftOp,
+    ShiftRightArithmeticOp, ShiftRightLogicalOp, SubOp, XorOp)}
+"""Binary op mnemonic -> op class."""
 
 
 @irdl_op_definition
@@ -368,46 +749,237 @@ BINARY_BUILDER_NAMES = {
 """Builder method name -> binary op mnemonic."""
 
 
-_RESULT_TYPE_DOC = (" ``result_type``: the result's element type, needed on quantized operands (a quantized type "
-                    "such as ``'!quant.uniform<i8:f32, 0.5:-3>'``, see :func:`xla_dialect.quant.uniform_quantized`).")
+class ElementwiseBuilder:
+    """Builder methods of the element-wise family."""
 
+    def _unary(self, op_cls, operand, result_type=None):
+        """Emit unary ``op_cls``. ``result_type``: the result's element type, needed on quantized operands
+        (a quantized type such as ``'!quant.uniform<i8:f32, 0.5:-3>'``, see
+        :func:`xla_dialect.quant.uniform_quantized`)."""
+        return self._emit1(op_cls, [operand], result_types=self._results_of_element(op_cls, [operand], {}, result_type))
 
-def _unary_method(method: str, op_cls):
-    def build(self, operand, result_type=None):
-        return self._emit1(op_cls, [operand],
-                           result_types=self._results_of_element(op_cls, [operand], {}, result_type))
-
-    build.__name__ = method
-    build.__code__ = build.__code__.replace(co_name=method)  # error messages name the method
-    build.__doc__ = f"Element-wise ``{op_cls.name}`` ({op_cls.__doc__.split(':', 1)[-1].strip()})." + _RESULT_TYPE_DOC
-    return build
-
-
-def _binary_method(method: str, op_cls):
-    def build(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+    def _binary(self, op_cls, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Emit binary ``op_cls``; ``broadcast_dimensions`` maps the lower-rank operand's dimensions (XLA's
+        implicit broadcasting); ``result_type`` as for :meth:`_unary`."""
         props = {"broadcast_dimensions": i64_array(broadcast_dimensions)} if broadcast_dimensions else {}
         return self._emit1(op_cls, [lhs, rhs], props,
                            result_types=self._results_of_element(op_cls, [lhs, rhs], props, result_type))
 
-    build.__name__ = method
-    build.__code__ = build.__code__.replace(co_name=method)  # error messages name the method
-    build.__doc__ = (f"Element-wise ``{op_cls.name}`` with XLA implicit broadcasting "
-                     f"(``broadcast_dimensions`` maps the lower-rank operand's dimensions)." + _RESULT_TYPE_DOC)
-    return build
+    def abs(self, operand, result_type=None):
+        """Element-wise ``hlo.abs`` (element-wise |x|; complex -> magnitude.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(AbsOp, operand, result_type)
 
+    def cbrt(self, operand, result_type=None):
+        """Element-wise ``hlo.cbrt`` (element-wise cube root; complex as in StableHLO (XLA rejects it).); ``result_type``: see :meth:`_unary`."""
+        return self._unary(CbrtOp, operand, result_type)
 
-def _compare_method(method: str, direction: str, total_order: bool):
-    def build(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
-        return self.compare(lhs, rhs, direction, "TOTALORDER" if total_order else None, broadcast_dimensions)
+    def ceil(self, operand, result_type=None):
+        """Element-wise ``hlo.ceil`` (element-wise ceil.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(CeilOp, operand, result_type)
 
-    build.__name__ = method
-    build.__code__ = build.__code__.replace(co_name=method)  # error messages name the method
-    build.__doc__ = f"``lhs {direction} rhs``{' in total order' if total_order else ''}, giving pred."
-    return build
+    def clz(self, operand, result_type=None):
+        """Element-wise ``hlo.count_leading_zeros`` (element-wise XLA Clz.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(ClzOp, operand, result_type)
 
+    def cos(self, operand, result_type=None):
+        """Element-wise ``hlo.cosine`` (element-wise cosine.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(CosineOp, operand, result_type)
 
-class ElementwiseBuilder:
-    """Builder methods of the element-wise family."""
+    def erf(self, operand, result_type=None):
+        """Element-wise ``hlo.erf`` (element-wise error function.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(ErfOp, operand, result_type)
+
+    def exp(self, operand, result_type=None):
+        """Element-wise ``hlo.exponential`` (element-wise exponential.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(ExpOp, operand, result_type)
+
+    def expm1(self, operand, result_type=None):
+        """Element-wise ``hlo.exponential_minus_one`` (element-wise exponential minus one.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(Expm1Op, operand, result_type)
+
+    def floor(self, operand, result_type=None):
+        """Element-wise ``hlo.floor`` (element-wise floor.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(FloorOp, operand, result_type)
+
+    def imag(self, operand, result_type=None):
+        """Element-wise ``hlo.imag`` (element-wise imag.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(ImagOp, operand, result_type)
+
+    def is_finite(self, operand, result_type=None):
+        """Element-wise ``hlo.is_finite`` (element-wise is finite.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(IsFiniteOp, operand, result_type)
+
+    def log(self, operand, result_type=None):
+        """Element-wise ``hlo.log`` (element-wise log.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(LogOp, operand, result_type)
+
+    def log1p(self, operand, result_type=None):
+        """Element-wise ``hlo.log_plus_one`` (element-wise log plus one.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(Log1pOp, operand, result_type)
+
+    def logistic(self, operand, result_type=None):
+        """Element-wise ``hlo.logistic`` (element-wise logistic.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(LogisticOp, operand, result_type)
+
+    def neg(self, operand, result_type=None):
+        """Element-wise ``hlo.negate`` (element-wise negate.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(NegOp, operand, result_type)
+
+    def not_(self, operand, result_type=None):
+        """Element-wise ``hlo.not`` (element-wise not.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(NotOp, operand, result_type)
+
+    def population_count(self, operand, result_type=None):
+        """Element-wise ``hlo.popcnt`` (element-wise population count.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(PopcntOp, operand, result_type)
+
+    def real(self, operand, result_type=None):
+        """Element-wise ``hlo.real`` (element-wise real.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(RealOp, operand, result_type)
+
+    def round(self, operand, result_type=None):
+        """Element-wise ``hlo.round_nearest_afz`` (element-wise round half away from zero.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(RoundOp, operand, result_type)
+
+    def round_nearest_even(self, operand, result_type=None):
+        """Element-wise ``hlo.round_nearest_even`` (element-wise round half to even.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(RoundEvenOp, operand, result_type)
+
+    def rsqrt(self, operand, result_type=None):
+        """Element-wise ``hlo.rsqrt`` (element-wise rsqrt.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(RsqrtOp, operand, result_type)
+
+    def sign(self, operand, result_type=None):
+        """Element-wise ``hlo.sign`` (element-wise sign.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(SignOp, operand, result_type)
+
+    def sin(self, operand, result_type=None):
+        """Element-wise ``hlo.sine`` (element-wise sine.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(SineOp, operand, result_type)
+
+    def sqrt(self, operand, result_type=None):
+        """Element-wise ``hlo.sqrt`` (element-wise sqrt.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(SqrtOp, operand, result_type)
+
+    def tan(self, operand, result_type=None):
+        """Element-wise ``hlo.tan`` (element-wise tan.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(TanOp, operand, result_type)
+
+    def tanh(self, operand, result_type=None):
+        """Element-wise ``hlo.tanh`` (element-wise tanh.); ``result_type``: see :meth:`_unary`."""
+        return self._unary(TanhOp, operand, result_type)
+
+    def add(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.add`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(AddOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def and_(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.and`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(AndOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def atan2(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.atan2`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(Atan2Op, lhs, rhs, broadcast_dimensions, result_type)
+
+    def complex(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.complex`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(ComplexOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def div(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.divide`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(DivOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def max(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.maximum`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(MaxOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def min(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.minimum`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(MinOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def mul(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.multiply`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(MulOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def or_(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.or`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(OrOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def pow(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.power`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(PowOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def rem(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.remainder`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(RemOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def shift_left(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.shift_left`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(ShiftLeftOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def shift_right_arithmetic(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.shift_right_arithmetic`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(ShiftRightArithmeticOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def shift_right_logical(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.shift_right_logical`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(ShiftRightLogicalOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def sub(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.subtract`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(SubOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def xor(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
+        """Element-wise ``hlo.xor`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
+        return self._binary(XorOp, lhs, rhs, broadcast_dimensions, result_type)
+
+    def eq(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs EQ rhs``, giving pred."""
+        return self.compare(lhs, rhs, "EQ", None, broadcast_dimensions)
+
+    def eq_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs EQ rhs`` in total order, giving pred."""
+        return self.compare(lhs, rhs, "EQ", "TOTALORDER", broadcast_dimensions)
+
+    def ne(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs NE rhs``, giving pred."""
+        return self.compare(lhs, rhs, "NE", None, broadcast_dimensions)
+
+    def ne_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs NE rhs`` in total order, giving pred."""
+        return self.compare(lhs, rhs, "NE", "TOTALORDER", broadcast_dimensions)
+
+    def ge(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs GE rhs``, giving pred."""
+        return self.compare(lhs, rhs, "GE", None, broadcast_dimensions)
+
+    def ge_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs GE rhs`` in total order, giving pred."""
+        return self.compare(lhs, rhs, "GE", "TOTALORDER", broadcast_dimensions)
+
+    def gt(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs GT rhs``, giving pred."""
+        return self.compare(lhs, rhs, "GT", None, broadcast_dimensions)
+
+    def gt_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs GT rhs`` in total order, giving pred."""
+        return self.compare(lhs, rhs, "GT", "TOTALORDER", broadcast_dimensions)
+
+    def le(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs LE rhs``, giving pred."""
+        return self.compare(lhs, rhs, "LE", None, broadcast_dimensions)
+
+    def le_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs LE rhs`` in total order, giving pred."""
+        return self.compare(lhs, rhs, "LE", "TOTALORDER", broadcast_dimensions)
+
+    def lt(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs LT rhs``, giving pred."""
+        return self.compare(lhs, rhs, "LT", None, broadcast_dimensions)
+
+    def lt_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
+        """``lhs LT rhs`` in total order, giving pred."""
+        return self.compare(lhs, rhs, "LT", "TOTALORDER", broadcast_dimensions)
 
     def compare(self, lhs, rhs, direction: str, compare_type: str | None = None,
                 broadcast_dimensions: Sequence[int] = ()):
@@ -443,11 +1015,3 @@ class ElementwiseBuilder:
                            result_types=self._results_of_element(ClampOp, operands, {}, result_type))
 
 
-for _method, _mnemonic in UNARY_BUILDER_NAMES.items():
-    setattr(ElementwiseBuilder, _method, _unary_method(_method, UNARY_OP_CLASSES[_mnemonic]))
-for _method, _mnemonic in BINARY_BUILDER_NAMES.items():
-    setattr(ElementwiseBuilder, _method, _binary_method(_method, BINARY_OP_CLASSES[_mnemonic]))
-for _direction in COMPARISON_DIRECTIONS:
-    setattr(ElementwiseBuilder, _direction.lower(), _compare_method(_direction.lower(), _direction, False))
-    setattr(ElementwiseBuilder, f"{_direction.lower()}_total_order",
-            _compare_method(f"{_direction.lower()}_total_order", _direction, True))

@@ -4,10 +4,11 @@
     xla-opt --list-passes
     xla-opt program.mlir -p my-pass --load-pass-plugin my_pass.py -o out.mlir
 
-Input is hlo MLIR text (custom or generic form); XLA HLO module text goes
-through ``interop.import_hlo``, StableHLO text or MLIR bytecode through
-``interop.import_stablehlo`` when interop is installed. ``--emit`` picks the output: ``mlir`` (default), ``generic``, or
-``stablehlo``/``hlo`` through the interop exporters.
+Input is hlo MLIR text (custom or generic form), XLA HLO module text
+(``interop.import_hlo``), StableHLO text or MLIR bytecode (``interop.import_stablehlo``).
+``--emit`` picks the output: ``mlir`` (default), ``generic``, ``stablehlo`` or ``hlo``
+(see :data:`EMITTERS`). The command lives with the other commands in ``interop``, the top
+layer: the passes package does not import what is above it.
 """
 
 from __future__ import annotations
@@ -25,22 +26,10 @@ MLIR_BYTECODE_MAGIC = b"ML\xefR"
 EMITTERS = {
     "mlir": "hlo MLIR, custom syntax",
     "generic": "hlo MLIR, generic op syntax",
-    "stablehlo": "StableHLO MLIR text (needs interop.export_stablehlo)",
-    "hlo": "XLA HLO module text with the module's layouts (needs interop.export_hlo)",
+    "stablehlo": "StableHLO MLIR text that jaxlib parses and XLA compiles",
+    "hlo": "XLA HLO module text with the module's layouts",
 }
 """``--emit`` choices."""
-
-
-def _interop(name: str, what: str):
-    """``interop.<name>`` or a clear UnsupportedError when that part of interop is not there."""
-    try:
-        import interop
-    except ImportError:
-        interop = None
-    fn = getattr(interop, name, None)
-    if fn is None:
-        raise UnsupportedError(f"{what} needs interop.{name}, which is not available in this installation")
-    return fn
 
 
 def read_program(data: bytes, source: str = "<input>"):
@@ -49,24 +38,26 @@ def read_program(data: bytes, source: str = "<input>"):
     from xla_dialect.errors import MlirParseError
 
     if data.startswith(MLIR_BYTECODE_MAGIC):
-        return _interop("import_stablehlo", f"{source} is MLIR bytecode; reading it")(data)
+        from .stablehlo_import import import_stablehlo
+
+        return import_stablehlo(data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise XlaError(f"{source}: neither UTF-8 MLIR text nor MLIR bytecode") from None
-    try:
-        from interop.hlo.syntax import is_hlo_text  # HLO text needs interop's reader
-    except ImportError:
-        def is_hlo_text(_text):
-            return False
+    from .hlo import import_hlo
+    from .hlo.syntax import is_hlo_text
+
     if is_hlo_text(text):
-        return _interop("import_hlo", f"{source} is XLA HLO text; reading it")(text, source=source)
+        return import_hlo(text, source=source)
     try:
         return parse_module(text)
     except MlirParseError:
         if "stablehlo." not in text and "mhlo." not in text:
             raise
-    return _interop("import_stablehlo", f"{source} is StableHLO; reading it")(text)
+    from .stablehlo_import import import_stablehlo
+
+    return import_stablehlo(text)
 
 
 def emit(module, kind: str) -> str:
@@ -80,7 +71,9 @@ def emit(module, kind: str) -> str:
         Printer(stream=out, print_generic_format=True).print_op(module)
         return out.getvalue()
     if kind == "stablehlo":
-        return str(_interop("export_stablehlo", "--emit stablehlo")(module))
+        from .export import export_stablehlo
+
+        return str(export_stablehlo(module))
     if kind == "hlo":
         return hlo_text(module)
     raise XlaError(f"unknown --emit {kind!r}; choose one of {', '.join(EMITTERS)}")
@@ -88,12 +81,16 @@ def emit(module, kind: str) -> str:
 
 def hlo_text(module) -> str:
     """XLA HLO text of ``module`` with its layouts (:func:`interop.export_hlo`)."""
-    return _interop("export_hlo", "--emit hlo")(module)
+    from .hlo import export_hlo
+
+    return export_hlo(module)
 
 
 def hlo_text_through_xla(module) -> str:
     """XLA HLO text of ``module`` as XLA's own MLIR -> HLO translation prints it (default layouts)."""
-    stablehlo = _interop("export_stablehlo", "--emit hlo")(module)
+    from .export import export_stablehlo
+
+    stablehlo = export_stablehlo(module)
     try:
         from jax._src.lib import xla_client
     except ImportError:
@@ -113,7 +110,7 @@ def hlo_text_through_xla(module) -> str:
 
 def describe_passes() -> str:
     """One line per registered pass: name, options with defaults, summary."""
-    from . import available_passes
+    from passes import available_passes
 
     lines = []
     for name, cls in available_passes().items():
@@ -151,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-verify", action="store_true", help="do not verify after every pass")
     args = parser.parse_args(argv)
     try:
-        from . import load_plugin, run
+        from passes import load_plugin, run
 
         for path in args.load_pass_plugin:
             load_plugin(path)
