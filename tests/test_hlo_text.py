@@ -423,6 +423,23 @@ def test_builder_module_exports_and_round_trips_as_text():
     _agree(lowering.compile(again)(x, y), lowering.compile(module)(x, y), "builder module through HLO text")
 
 
+def test_newer_xla_math_opcodes_run_as_xla_expands_their_chlo_ops():
+    """acos, cosh, ... are HLO opcodes in newer XLA: computed by XLA's own expansion of the chlo op."""
+    x = np.linspace(-0.9, 0.9, 16).astype(np.float32)
+    y = np.linspace(1.1, 3.0, 16).astype(np.float32)
+    for opcode, arg, reference in (("acos", x, np.arccos), ("asin", x, np.arcsin), ("atanh", x, np.arctanh),
+                                   ("asinh", x, np.arcsinh), ("acosh", y, np.arccosh), ("cosh", x, np.cosh),
+                                   ("sinh", x, np.sinh)):
+        text = (f"HloModule m\nENTRY e {{\n  p = f32[16]{{0}} parameter(0)\n"
+                f"  ROOT r = f32[16]{{0}} {opcode}(p)\n}}\n")
+        module = import_hlo(text)
+        (out,) = lowering.compile(module)(arg)
+        np.testing.assert_allclose(out, reference(arg), rtol=2e-6, atol=1e-7, err_msg=opcode)
+        printed = export_hlo(module)
+        assert export_hlo(import_hlo(printed)) == printed
+        _agree([out], interop.run_hlo_on_xla(module, arg), f"{opcode} against XLA's expansion")
+
+
 # ----------------------------------------------------------------------------
 # Errors name the line and column
 # ----------------------------------------------------------------------------
@@ -451,6 +468,8 @@ BAD = [
     ("HloModule m\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} reduce(p, p), dimensions={0}, to_apply=%nowhere\n}\n",
      "line 4", "computation 'nowhere'"),
     ("hello world\n", "line 1, column 1", "expected 'HloModule name'"),
+    ("HloModule a\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n// -----\nHloModule b\nENTRY e {\n"
+     "  ROOT p = f32[] parameter(0)\n}\n", "line 6, column 1", "several HLO modules"),
     ("ENTRY e {\n}\n", "line 1, column 1", "computation 'e' has no instructions"),
 ]
 

@@ -344,10 +344,20 @@ class HloExporter:
         src, dst = op.operand.type, op.result.type
         ls, ld = layout_of(src) or Layout.default(src.get_num_dims()), layout_of(dst) or \
             Layout.default(dst.get_num_dims())
-        if ls.tiles or ld.tiles or src.element_type != dst.element_type:
-            raise UnsupportedError(f"export_hlo: {op.name} between tiled layouts or element types "
-                                   f"({_shape(src)} -> {_shape(dst)}) has no equivalent XLA compiles from text")
         from xdsl.dialects.builtin import TensorType
+
+        from xla_dialect.types import element_type_of
+
+        same_width = element_type_of(src.element_type).bits == element_type_of(dst.element_type).bits
+        if ls.tiles or ld.tiles or not same_width:
+            raise UnsupportedError(f"export_hlo: {op.name} between tiled layouts or element types of other widths "
+                                   f"({_shape(src)} -> {_shape(dst)}) has no equivalent XLA compiles from text")
+        operand = self._operand(op.operand, op)
+        if src.element_type != dst.element_type:  # the same bits read as the other type, then moved
+            converted = TensorType(dst.element_type, src.get_shape(), src.encoding)
+            c = self._unique("bitcast.convert")
+            comp.lines.append(f"  %{c} = {_shape(converted)} bitcast-convert(%{operand})")
+            operand, src = c, converted
 
         def plain(element, dims):
             return TensorType(element, list(dims), LayoutAttr(Layout.default(len(dims))))
@@ -359,7 +369,7 @@ class HloExporter:
         physical_dst = [dst_dims[d] for d in dst_order]
         a = self._unique("bitcast.in_memory_order")
         comp.lines.append(f"  %{a} = {_shape(plain(src.element_type, physical_src))} transpose("
-                          f"%{self._operand(op.operand, op)}), dimensions={A.format_ints(src_order)}")
+                          f"%{operand}), dimensions={A.format_ints(src_order)}")
         b = self._unique("bitcast.reshape")
         comp.lines.append(f"  %{b} = {_shape(plain(dst.element_type, physical_dst))} reshape(%{a})")
         inverse = [dst_order.index(d) for d in range(len(dst_order))]

@@ -474,6 +474,43 @@ class HloImporter:
             self.converting.discard(name)
         return symbol
 
+    def chlo_function(self, chlo_name: str, operand_type: Attribute, result_type: Attribute) -> str:
+        """A private function computing the unary chlo op ``chlo_name`` as XLA expands it (through the
+        StableHLO importer's chlo legalization); one per op and types."""
+        from xla_dialect.layout import strip_layout
+
+        from ..stablehlo_import import import_stablehlo
+
+        key = (chlo_name, strip_layout(operand_type), strip_layout(result_type))
+        cache = self.__dict__.setdefault("_chlo_functions", {})
+        if key in cache:
+            return cache[key]
+        arg, res = key[1], key[2]
+        text = (f"func.func @main(%arg0: {arg}) -> {res} {{\n  %0 = {chlo_name} %arg0 : {arg} -> {res}\n"
+                f"  return %0 : {res}\n}}\n")
+        expansion = import_stablehlo(text)
+        symbol = _fresh(chlo_name.replace("chlo.", "") + "_expansion", self.symbols)
+        self.symbols.add(symbol)
+        renames = {}
+        for fop in list(expansion.ops):
+            old = fop.sym_name.data
+            new = symbol if old == "main" else _fresh(f"{symbol}.{old}", self.symbols)
+            self.symbols.add(new)
+            renames[old] = new
+        for fop in list(expansion.ops):
+            fop.detach()
+            fop.sym_name = StringAttr(renames[fop.sym_name.data])
+            fop.sym_visibility = StringAttr("private")
+            for op in fop.walk():
+                callee = op.properties.get("callee")
+                if callee is not None and callee.string_value() in renames:
+                    from xdsl.dialects.builtin import SymbolRefAttr
+
+                    op.properties["callee"] = SymbolRefAttr(renames[callee.string_value()])
+            self.function_ops.append(fop)
+        cache[key] = symbol
+        return symbol
+
     def function_result_type(self, symbol: str) -> Attribute:
         """The result type of a function converted for a call (its computation's root shape)."""
         fop = next(f for f in self.function_ops if f.sym_name.data == symbol)

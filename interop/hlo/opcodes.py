@@ -1417,3 +1417,25 @@ def _read_scan(imp, ins, args):
         attributes["is_reverse"] = _Attr(True)
     values = _scan(expansion, _Op(attributes, [_Region(["body"])]))
     return _pack_expansion(imp, ins, values)
+
+
+# ----------------------------------------------------------------------------
+# Newer XLA opcodes for chlo's math functions (acos, cosh, ...): XLA's own chlo expansion, as a call
+# ----------------------------------------------------------------------------
+
+CHLO_OPCODES = {
+    "acos": "chlo.acos", "acosh": "chlo.acosh", "asin": "chlo.asin", "asinh": "chlo.asinh",
+    "atan": "chlo.atan", "atanh": "chlo.atanh", "cosh": "chlo.cosh", "sinh": "chlo.sinh",
+}
+"""HLO opcode -> the chlo op it is (newer XLA versions have these as HLO instructions)."""
+
+
+def _read_chlo(imp, ins, args):
+    if len(args) != 1:
+        raise UnsupportedError(f"{ins.opcode} takes one operand")
+    callee = imp.chlo_function(CHLO_OPCODES[ins.opcode], args[0].type, ins.shape)
+    return imp.emit(control_flow.CallOp, args, {"callee": SymbolRefAttr(callee)}, [ins.shape])[0]
+
+
+for _opcode in CHLO_OPCODES:
+    READERS[_opcode] = _read_chlo

@@ -335,6 +335,9 @@ class _Reader:
         if m is None:
             self.fail(pos, "expected a computation name (or ENTRY)")
         name = m.group(1)
+        if name == "HloModule":
+            self.fail(pos, "a second module starts here: the text holds several HLO modules; import them one by "
+                           "one (interop.hlo.survey.split_modules splits such a file)")
         pos = self.skip(m.end())
         if text.startswith("(", pos):  # the signature: the parameters say it all again
             pos = self.skip(self.close(pos))
