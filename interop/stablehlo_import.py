@@ -1395,11 +1395,24 @@ def _manual_computation(imp: Importer, op):
     needs XLA's SPMD partitioner: an error here."""
     body = list(op.regions[0].blocks)[0]
     operands = imp.operands(op)
-    for v, a in zip(operands, body.arguments):
-        if list(v.type.get_shape()) != list(imp.type(a.type).get_shape()):
-            raise UnsupportedError(f"{imp._where()}: sdy.manual_computation splits its operands over several "
-                                   "devices (operand and body shapes differ); only one device is supported")
-    return imp.inline_block(body, operands)
+    if all(list(v.type.get_shape()) == list(imp.type(a.type).get_shape()) for v, a in zip(operands, body.arguments)):
+        return imp.inline_block(body, operands)
+    # Shards smaller than the values: kept as it is (the shardings as text, the body converted), so the
+    # program imports and passes see it; the executor reports it (XLA's SPMD partitioner is not reproduced).
+    props = {k: StringAttr(str(op.attributes[k])) for k in ("in_shardings", "out_shardings", "manual_axes")
+             if k in op.attributes}
+    cls = opaque_op_class("sdy.manual_computation")
+    new = cls.create(operands=operands, result_types=imp.result_types(op), properties=props,
+                     attributes=dict(imp._loc_attributes(op)), regions=imp.regions(op))
+    imp._ops.append(new)
+    return new.results
+
+
+@register_converter("sdy.return")
+def _sdy_return(imp: Importer, op):
+    """The terminator of a kept ``sdy.manual_computation`` body."""
+    imp.emit(imp.ops_by_name["hlo.return"], imp.operands(op), {}, (), [], plain=True)
+    return None
 
 
 def _check_shape_assertion(imp: Importer, op) -> None:

@@ -350,3 +350,47 @@ def test_argument_shardings_are_kept_and_ignored_on_one_device():
     assert "sdy.sharding" in main.arg_attrs.data[0].data["hlo.sharding"].data
     assert "sdy.sharding" in main.res_attrs.data[0].data["hlo.sharding"].data
     assert interop.difftest(f, x, exact=True).ok
+
+
+def test_shard_map_over_two_devices_imports_and_is_reported_at_compile():
+    """Shardy programs for several devices never fail to import; the executor names what it cannot run."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax, numpy as np
+        from jax.sharding import PartitionSpec as P
+        import interop, lowering
+        from xla_dialect.errors import XlaError
+        mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+        f = jax.jit(jax.shard_map(lambda a: a * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        module = interop.import_jax(f, np.arange(8, dtype=np.float32))
+        assert any(op.name == "sdy.manual_computation" for op in module.walk())
+        try:
+            lowering.compile(module)
+        except XlaError as e:
+            print("REPORTED", e)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "REPORTED" in run.stdout and "sdy.manual_computation" in run.stdout
+
+
+def test_gspmd_sharding_custom_call_of_the_older_partitioner():
+    """jax_use_shardy_partitioner=False writes XLA's Sharding custom call: the identity here."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        mesh = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+        f = jax.jit(lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(mesh, P("x"))))
+        x = np.arange(8, dtype=np.float32)
+        assert "custom_call @Sharding" in f.lower(x).as_text()
+        assert interop.difftest(f, x, exact=True).ok
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
