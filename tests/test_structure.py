@@ -164,3 +164,38 @@ def test_every_builder_method_is_a_def_statement():
         owner = next(c for c in XlaBuilder.__mro__ if name in vars(c))
         source = inspect.getsource(sys.modules[owner.__module__])
         assert f"def {name}(" in source or f"    {name} = " in source, f"XlaBuilder.{name}"
+
+
+def test_ops_declare_xdsl_effect_traits_consistent_with_the_purity_table():
+    """Pure ops carry xDSL's Pure trait, region ops RecursiveMemoryEffect; ops with effects carry neither,
+    so xDSL's own analyses (is_side_effect_free, its dce) agree with passes.purity."""
+    from xdsl.traits import Pure, RecursiveMemoryEffect
+
+    from passes.purity import IMPURE_OPS
+    from xla_dialect.ops import ALL_OPS
+
+    for op in ALL_OPS:
+        if op.name in IMPURE_OPS:
+            assert not op.has_trait(Pure) and not op.has_trait(RecursiveMemoryEffect), op.name
+        elif op.get_irdl_definition().regions and op.has_trait(Pure):
+            raise AssertionError(f"{op.name} has regions: its effects are those of its body")
+    assert sum(op.has_trait(Pure) for op in ALL_OPS) >= 80
+
+
+def test_xdsl_dead_code_elimination_uses_the_traits():
+    import numpy as np
+    from xdsl.context import Context
+    from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+    from xla_dialect import XlaBuilder
+
+    b = XlaBuilder("dce")
+    x = b.parameter(0, "f32[4]")
+    b.sin(x)  # unused and pure: removed
+    b.outfeed(x)  # an effect: kept
+    b.reduce(x, b.constant(np.float32(0)), lambda p, q: p + q, dimensions=[0])  # unused, pure body: removed
+    module = b.build(b.add(x, x))
+    DeadCodeElimination().apply(Context(), module)
+    names = [op.name for op in module.walk()]
+    assert "hlo.sine" not in names and "hlo.reduce" not in names
+    assert "hlo.outfeed" in names and "hlo.add" in names

@@ -45,6 +45,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     i64,
 )
+from xdsl.traits import Pure
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
@@ -54,6 +55,7 @@ from xdsl.irdl import (
     result_def,
     var_operand_def,
     var_result_def,
+    traits_def,
 )
 
 from ..errors import BuilderError, HloVerifyError
@@ -418,6 +420,7 @@ class ReplicaIdOp(_DeviceIdOp):
     """``hlo.replica_id``: the replica the program runs on, ``u32[]`` in [0, num_replicas)."""
 
     name = "hlo.replica_id"
+    traits = traits_def(Pure())
 
 
 @irdl_op_definition
@@ -425,6 +428,7 @@ class PartitionIdOp(_DeviceIdOp):
     """``hlo.partition_id``: the partition the program runs on, ``u32[]`` in [0, num_partitions)."""
 
     name = "hlo.partition_id"
+    traits = traits_def(Pure())
 
 
 OPS = [AllReduceOp, AllGatherOp, AllToAllOp, ReduceScatterOp, CollectivePermuteOp, CollectiveBroadcastOp,

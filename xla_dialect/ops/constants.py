@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from xdsl.dialects.builtin import IntegerAttr, TensorType
-from xdsl.irdl import irdl_op_definition, prop_def, result_def
+from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition, prop_def, result_def, traits_def
 
 from ..literal import DenseLiteralAttr
 from ..layout import strip_layout
@@ -15,6 +16,7 @@ class ConstantOp(HloOp):
     """``hlo.constant``: a literal array (``#hlo.dense<...>``)."""
 
     name = "hlo.constant"
+    traits = traits_def(Pure())
     value = prop_def(DenseLiteralAttr)
     output = result_def()
 
@@ -36,6 +38,7 @@ class IotaOp(HloOp):
     """``hlo.iota``: values 0, 1, 2, ... along ``iota_dimension``, broadcast along the others."""
 
     name = "hlo.iota"
+    traits = traits_def(Pure())
     iota_dimension = prop_def(IntegerAttr)
     output = result_def()
 

@@ -37,7 +37,7 @@ from xdsl.irdl import (
     var_region_def,
     var_result_def,
 )
-from xdsl.traits import IsTerminator, SymbolTable
+from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect, SymbolTable
 
 from ..errors import HloVerifyError, op_context
 from ..layout import strip_layout
@@ -50,7 +50,7 @@ class ReturnOp(HloOp):
 
     name = "hlo.return"
     results_ = var_operand_def()
-    traits = traits_def(IsTerminator())
+    traits = traits_def(IsTerminator(), Pure())
 
     assembly_format = "($results_^ `:` type($results_))? attr-dict"
 
@@ -129,6 +129,7 @@ class TupleOp(HloOp):
     """``hlo.tuple``: groups values of any shape into one tuple value."""
 
     name = "hlo.tuple"
+    traits = traits_def(Pure())
     elements = var_operand_def()
     result = result_def(TupleType)
 
@@ -144,6 +145,7 @@ class GetTupleElementOp(HloOp):
     """``hlo.get_tuple_element``: element ``index`` (a compile-time constant) of a tuple."""
 
     name = "hlo.get_tuple_element"
+    traits = traits_def(Pure())
     operand = operand_def(TupleType)
     index = prop_def(IntegerAttr)
     result = result_def()
@@ -263,6 +265,7 @@ class WhileOp(HloOp):
     """
 
     name = "hlo.while"
+    traits = traits_def(RecursiveMemoryEffect())
     operands_ = var_operand_def()
     results_ = var_result_def()
     cond = region_def("single_block")
@@ -299,6 +302,7 @@ class ConditionalOp(HloOp):
     """
 
     name = "hlo.conditional"
+    traits = traits_def(RecursiveMemoryEffect())
     selector = operand_def()
     branch_operands = var_operand_def()
     results_ = var_result_def()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute
-from xdsl.irdl import irdl_op_definition, operand_def, result_def
+from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 
 from ..errors import BuilderError, XlaError
 from ..quant import QuantError, UniformQuantizedType, parse_quantized_type, quantized_element
@@ -41,6 +42,7 @@ class ConvertOp(HloOp):
     """
 
     name = "hlo.convert"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
 
@@ -72,6 +74,7 @@ class BitcastConvertOp(HloOp):
     """
 
     name = "hlo.bitcast_convert"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
 
@@ -118,6 +121,7 @@ class UniformQuantizeOp(HloOp):
     """
 
     name = "hlo.uniform_quantize"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
 
@@ -150,6 +154,7 @@ class UniformDequantizeOp(HloOp):
     """``hlo.uniform_dequantize``: a quantized tensor to its expressed floats, ``(q - zero_point) * scale``."""
 
     name = "hlo.uniform_dequantize"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
 

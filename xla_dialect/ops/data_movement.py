@@ -18,7 +18,8 @@ import math
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, TensorType
-from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, var_operand_def
+from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
 
 from ..errors import BuilderError
 from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
@@ -66,6 +67,7 @@ class BroadcastOp(_UnaryShapeOp):
     """
 
     name = "hlo.broadcast"
+    traits = traits_def(Pure())
     broadcast_sizes = prop_def(DenseArrayBase)
 
     @classmethod
@@ -91,6 +93,7 @@ class BroadcastInDimOp(_UnaryShapeOp):
     """
 
     name = "hlo.broadcast_in_dim"
+    traits = traits_def(Pure())
     broadcast_dimensions = prop_def(DenseArrayBase)
 
     @classmethod
@@ -128,6 +131,7 @@ class ReshapeOp(_UnaryShapeOp):
     """``hlo.reshape``: the operand's elements in row-major order, refilled into the result shape."""
 
     name = "hlo.reshape"
+    traits = traits_def(Pure())
 
     @classmethod
     def infer_array(cls, t, props, result_types):
@@ -159,6 +163,7 @@ class TransposeOp(_UnaryShapeOp):
     """``hlo.transpose``: ``result.dims[i] = operand.dims[permutation[i]]``."""
 
     name = "hlo.transpose"
+    traits = traits_def(Pure())
     permutation = prop_def(DenseArrayBase)
 
     @classmethod
@@ -179,6 +184,7 @@ class SliceOp(_UnaryShapeOp):
     """``hlo.slice``: the elements ``start_indices + k * strides`` below ``limit_indices``, per dimension."""
 
     name = "hlo.slice"
+    traits = traits_def(Pure())
     start_indices = prop_def(DenseArrayBase)
     limit_indices = prop_def(DenseArrayBase)
     strides = prop_def(DenseArrayBase)
@@ -210,6 +216,7 @@ class ConcatenateOp(HloOp):
     """``hlo.concatenate``: the operands one after the other along ``dimension``."""
 
     name = "hlo.concatenate"
+    traits = traits_def(Pure())
     inputs = var_operand_def()
     result = result_def()
     dimension = prop_def(IntegerAttr)
@@ -251,6 +258,7 @@ class PadOp(HloOp):
     """
 
     name = "hlo.pad"
+    traits = traits_def(Pure())
     operand = operand_def()
     padding_value = operand_def()
     result = result_def()
@@ -292,6 +300,7 @@ class ReverseOp(_UnaryShapeOp):
     """``hlo.reverse`` (XLA Rev): index ``i`` of each listed dimension of size N becomes ``N - 1 - i``."""
 
     name = "hlo.reverse"
+    traits = traits_def(Pure())
     dimensions = prop_def(DenseArrayBase)
 
     @classmethod
@@ -488,6 +497,7 @@ class CopyOp(_UnaryShapeOp):
     """
 
     name = "hlo.copy"
+    traits = traits_def(Pure())
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):
@@ -517,6 +527,7 @@ class BitcastOp(_UnaryShapeOp):
     """
 
     name = "hlo.bitcast"
+    traits = traits_def(Pure())
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):

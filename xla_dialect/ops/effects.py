@@ -60,8 +60,9 @@ from xdsl.irdl import (
     result_def,
     var_operand_def,
     var_result_def,
+    traits_def,
 )
-from xdsl.traits import SymbolTable
+from xdsl.traits import Pure, SymbolTable
 
 from ..errors import BuilderError, HloVerifyError, op_context
 from ..layout import layout_of, strip_layout
@@ -299,6 +300,7 @@ class GetDimensionSizeOp(HloOp):
     """``hlo.get_dimension_size``: the size of dimension ``dimension`` of the operand, as ``s32[]``."""
 
     name = "hlo.get_dimension_size"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
     dimension = prop_def(IntegerAttr)
@@ -320,6 +322,7 @@ class SetDimensionSizeOp(HloOp):
     """
 
     name = "hlo.set_dimension_size"
+    traits = traits_def(Pure())
     operand = operand_def()
     size = operand_def()
     result = result_def()

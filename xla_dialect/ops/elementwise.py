@@ -16,7 +16,8 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import ComplexType, DenseArrayBase, StringAttr, TensorType
 from xdsl.ir import Attribute
-from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def, var_operand_def
+from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def, traits_def, var_operand_def
 
 from ..quant import expressed_type
 from ..types import element_type_of
@@ -182,6 +183,7 @@ class UnaryElementwiseOp(HloOp):
     SPEC: ClassVar[ElementwiseSpec]
     operand = operand_def()
     result = result_def()
+    traits = traits_def(Pure())
 
     assembly_format = "$operand attr-dict `:` functional-type(operands, results)"
 
@@ -200,6 +202,7 @@ class BinaryElementwiseOp(HloOp):
     lhs = operand_def()
     rhs = operand_def()
     result = result_def()
+    traits = traits_def(Pure())
     broadcast_dimensions = opt_prop_def(DenseArrayBase)
 
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
@@ -620,6 +623,7 @@ class CompareOp(HloOp):
     """
 
     name = "hlo.compare"
+    traits = traits_def(Pure())
     lhs = operand_def()
     rhs = operand_def()
     result = result_def()
@@ -664,6 +668,7 @@ class SelectOp(HloOp):
     """``hlo.select(pred, on_true, on_false)``: pred is a scalar or has the operands' shape."""
 
     name = "hlo.select"
+    traits = traits_def(Pure())
     pred = operand_def()
     on_true = operand_def()
     on_false = operand_def()
@@ -692,6 +697,7 @@ class ClampOp(HloOp):
     """``hlo.clamp(min, operand, max)``: min/max are scalars or have the operand's shape."""
 
     name = "hlo.clamp"
+    traits = traits_def(Pure())
     min = operand_def()
     operand = operand_def()
     max = operand_def()

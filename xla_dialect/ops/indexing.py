@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from xdsl.dialects.builtin import BoolAttr, DenseArrayBase, IntegerAttr, IntegerType, TensorType
+from xdsl.traits import Pure, RecursiveMemoryEffect
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
@@ -43,6 +44,7 @@ from xdsl.irdl import (
     result_def,
     var_operand_def,
     var_result_def,
+    traits_def,
 )
 
 from ..errors import BuilderError
@@ -173,6 +175,7 @@ class GatherOp(HloOp):
     """
 
     name = "hlo.gather"
+    traits = traits_def(Pure())
     operand = operand_def(TensorType)
     start_indices = operand_def(TensorType)
     result = result_def(TensorType)
@@ -251,6 +254,7 @@ class ScatterOp(HloOp):
     """
 
     name = "hlo.scatter"
+    traits = traits_def(RecursiveMemoryEffect())
     operands_ = var_operand_def()
     results_ = var_result_def()
     update_window_dims = prop_def(DenseArrayBase)
@@ -374,6 +378,7 @@ class DynamicSliceOp(HloOp):
     """``hlo.dynamic_slice``: the ``slice_sizes`` slice at start indices clamped to ``[0, dim - size]``."""
 
     name = "hlo.dynamic_slice"
+    traits = traits_def(Pure())
     operand = operand_def(TensorType)
     start_indices = var_operand_def(TensorType)
     result = result_def(TensorType)
@@ -398,6 +403,7 @@ class DynamicUpdateSliceOp(HloOp):
     """``hlo.dynamic_update_slice``: ``operand`` with ``update`` written at clamped start indices."""
 
     name = "hlo.dynamic_update_slice"
+    traits = traits_def(Pure())
     operand = operand_def(TensorType)
     update = operand_def(TensorType)
     start_indices = var_operand_def(TensorType)

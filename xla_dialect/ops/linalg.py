@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import ml_dtypes
 from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, TensorType
 from xdsl.ir import Attribute
-from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def
+from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def, traits_def
 
 from ..errors import BuilderError
 from ..types import element_type_of
@@ -199,6 +200,7 @@ class DotOp(_DotBase):
     """
 
     name = "hlo.dot"
+    traits = traits_def(Pure())
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):
@@ -220,6 +222,7 @@ class DotGeneralOp(_DotBase):
     independently for each index of the batch dimensions."""
 
     name = "hlo.dot_general"
+    traits = traits_def(Pure())
     lhs_batching_dimensions = opt_prop_def(DenseArrayBase)
     rhs_batching_dimensions = opt_prop_def(DenseArrayBase)
     lhs_contracting_dimensions = opt_prop_def(DenseArrayBase)

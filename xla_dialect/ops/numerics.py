@@ -36,7 +36,8 @@ from xdsl.dialects.builtin import (
     f32,
 )
 from xdsl.ir import Attribute
-from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
+from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def, traits_def
 
 from ..errors import BuilderError, XlaError
 from ..layout import strip_layout
@@ -133,6 +134,7 @@ class ReducePrecisionOp(HloOp):
     ``mantissa_bits`` and back (ties to even; overflow to inf, underflow to zero, NaN kept)."""
 
     name = "hlo.reduce_precision"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
     exponent_bits = prop_def(IntegerAttr)
@@ -165,6 +167,7 @@ class FftOp(HloOp):
     ``len(fft_length)`` (1 to 3) axes."""
 
     name = "hlo.fft"
+    traits = traits_def(Pure())
     operand = operand_def()
     result = result_def()
     fft_type = prop_def(StringAttr)
@@ -237,6 +240,7 @@ class CholeskyOp(HloOp):
     matrices, read from and written to the ``lower`` (or upper) triangle."""
 
     name = "hlo.cholesky"
+    traits = traits_def(Pure())
     a = operand_def()
     result = result_def()
     lower = opt_prop_def(IntegerAttr)
@@ -257,6 +261,7 @@ class TriangularSolveOp(HloOp):
     for batches of triangular ``a`` (op: ``transpose_a`` NO_TRANSPOSE / TRANSPOSE / ADJOINT)."""
 
     name = "hlo.triangular_solve"
+    traits = traits_def(Pure())
     a = operand_def()
     b = operand_def()
     result = result_def()
@@ -339,6 +344,7 @@ class BatchNormTrainingOp(_BatchNormOp):
     normalizes over every dimension but ``feature_index``."""
 
     name = "hlo.batch_norm_training"
+    traits = traits_def(Pure())
     operand = operand_def()
     scale = operand_def()
     offset = operand_def()
@@ -361,6 +367,7 @@ class BatchNormInferenceOp(_BatchNormOp):
     with the given moments."""
 
     name = "hlo.batch_norm_inference"
+    traits = traits_def(Pure())
     operand = operand_def()
     scale = operand_def()
     offset = operand_def()
@@ -384,6 +391,7 @@ class BatchNormGradOp(_BatchNormOp):
     (grad_operand, grad_scale, grad_offset)."""
 
     name = "hlo.batch_norm_grad"
+    traits = traits_def(Pure())
     operand = operand_def()
     scale = operand_def()
     mean = operand_def()
@@ -461,6 +469,7 @@ class RngBitGeneratorOp(HloOp):
     bits from a counter-based generator (``rng_algorithm`` DEFAULT / THREE_FRY / PHILOX)."""
 
     name = "hlo.rng_bit_generator"
+    traits = traits_def(Pure())
     initial_state = operand_def()
     output_state = result_def()
     output = result_def()

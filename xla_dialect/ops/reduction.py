@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import DenseArrayBase, TensorType
-from xdsl.irdl import irdl_op_definition, prop_def, region_def, result_def, var_operand_def, var_result_def
+from xdsl.traits import RecursiveMemoryEffect
+from xdsl.irdl import irdl_op_definition, prop_def, region_def, result_def, traits_def, var_operand_def, var_result_def
 
 from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
 from .control_flow import (
@@ -40,6 +41,7 @@ class ReduceOp(HloOp):
     """
 
     name = "hlo.reduce"
+    traits = traits_def(RecursiveMemoryEffect())
     operands_ = var_operand_def()
     results_ = var_result_def()
     dimensions = prop_def(DenseArrayBase)
@@ -89,6 +91,7 @@ class MapOp(HloOp):
     """
 
     name = "hlo.map"
+    traits = traits_def(RecursiveMemoryEffect())
     operands_ = var_operand_def()
     result = result_def(TensorType)
     dimensions = prop_def(DenseArrayBase)

@@ -10,7 +10,8 @@ as StableHLO allows); the builder normalizes XLA's default ``-1``.
 from __future__ import annotations
 
 from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType
-from xdsl.irdl import irdl_op_definition, opt_prop_def, prop_def, region_def, var_operand_def, var_result_def
+from xdsl.traits import RecursiveMemoryEffect
+from xdsl.irdl import irdl_op_definition, opt_prop_def, prop_def, region_def, traits_def, var_operand_def, var_result_def
 
 from .base import HloOp, fail, make_tensor, set_quantized
 from .control_flow import (
@@ -31,6 +32,7 @@ class SortOp(HloOp):
     """``hlo.sort``: sorts N same-shaped arrays together along ``dimension`` with a comparator region."""
 
     name = "hlo.sort"
+    traits = traits_def(RecursiveMemoryEffect())
     operands_ = var_operand_def()
     results_ = var_result_def()
     dimension = prop_def(IntegerAttr)

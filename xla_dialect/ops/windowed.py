@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntegerAttr, IntegerType, TensorType
 from xdsl.ir import Attribute
+from xdsl.traits import Pure, RecursiveMemoryEffect
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
@@ -38,6 +39,7 @@ from xdsl.irdl import (
     result_def,
     var_operand_def,
     var_result_def,
+    traits_def,
 )
 
 from ..errors import BuilderError
@@ -286,6 +288,7 @@ class ConvolutionOp(HloOp):
     """
 
     name = "hlo.convolution"
+    traits = traits_def(Pure())
     lhs = operand_def()
     rhs = operand_def()
     result = result_def()
@@ -397,6 +400,7 @@ class ReduceWindowOp(HloOp):
     """
 
     name = "hlo.reduce_window"
+    traits = traits_def(RecursiveMemoryEffect())
     operands_ = var_operand_def()
     results_ = var_result_def()
     window_dimensions = prop_def(DenseArrayBase)
@@ -450,6 +454,7 @@ class SelectAndScatterOp(HloOp):
     """
 
     name = "hlo.select_and_scatter"
+    traits = traits_def(RecursiveMemoryEffect())
     operand = operand_def()
     source = operand_def()
     init_value = operand_def()
