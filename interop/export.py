@@ -71,22 +71,28 @@ from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType
 
-from .stablehlo_import import ENUM_ATTRIBUTES, STRUCT_ATTRIBUTE_OF_OP, STRUCT_FIELDS, _leaf_types
+from .schema import (
+    BRANCH_ARGUMENT,
+    BRANCH_OPERANDS,
+    BROADCAST_DIMENSIONS,
+    CHANNEL_TYPE_NUMBERS,
+    ENUM_ATTRIBUTES,
+    IMPLICIT_BROADCAST,
+    ORIGINAL_OP,
+    REGION_ARG_LAYOUTS,
+    RESULT_LAYOUTS,
+    STATE_ARG,
+    STATE_PART,
+    STATE_RESULT,
+    STATE_RETURN,
+    STRUCT_ATTRIBUTE_OF_OP,
+    STRUCT_FIELDS,
+    TUPLE_STATE,
+)
+from .schema import leaf_types as _leaf_types
 
 __all__ = ["export_stablehlo", "EXPORTERS", "stablehlo_type"]
 
-LAYOUT_ATTR = "hlo.result_layouts"
-REGION_LAYOUT_ATTR = "hlo.region_arg_layouts"
-BRANCH_OPERANDS_ATTR = "hlo.branch_operands"
-BRANCH_ARGUMENT_ATTR = "hlo.branch_argument"
-ORIGINAL_OP_ATTR = "hlo.original_op"
-IMPLICIT_BROADCAST_ATTR = "hlo.implicit_broadcast"
-TUPLE_STATE_ATTR = "hlo.tuple_state"
-STATE_PART_ATTR = "hlo.tuple_state_part"
-STATE_ARG_ATTR = "hlo.tuple_state_arg"
-STATE_RESULT_ATTR = "hlo.tuple_state_result"
-STATE_RETURN_ATTR = "hlo.tuple_state_return"
-BROADCAST_DIMENSIONS_ATTR = "hlo.broadcast_dimensions"
 
 I32_ATTRIBUTES = {
     ("stablehlo.get_tuple_element", "index"),
@@ -98,12 +104,10 @@ I32_ATTRIBUTES = {
 """(op, attribute) pairs that StableHLO types as i32 (the others are i64)."""
 
 PAIR_ATTRIBUTES = {"padding", "source_target_pairs"}
+"""Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
 
 LAYOUT_LIST_ATTRIBUTES = {"operand_layouts", "result_layouts"}
 """custom_call layouts: lists of ``array<i64>`` here, of ``dense<...> : tensor<Nxindex>`` in StableHLO."""
-
-CHANNEL_TYPE_NUMBERS = {"CHANNEL_TYPE_INVALID": 0, "DEVICE_TO_DEVICE": 1, "DEVICE_TO_HOST": 2, "HOST_TO_DEVICE": 3}
-"""Flat ``array<i64>`` properties that StableHLO writes as ``dense<[[lo, hi], ...]> : tensor<Nx2xi64>``."""
 
 
 def stablehlo_type(t: Attribute) -> str:
@@ -375,10 +379,10 @@ class _Printer:
         if self.layouts:
             layouts = [_layout_text(r.type) for r in op.results]
             if any(layouts):
-                attrs[LAYOUT_ATTR] = "[" + ", ".join(_string(s) for s in layouts) + "]"
+                attrs[RESULT_LAYOUTS] = "[" + ", ".join(_string(s) for s in layouts) + "]"
             region_layouts = [[_layout_text(a.type) for a in r.block.args] for r in op.regions if r.blocks]
             if any(any(r) for r in region_layouts):
-                attrs[REGION_LAYOUT_ATTR] = "[" + ", ".join(
+                attrs[REGION_ARG_LAYOUTS] = "[" + ", ".join(
                     "[" + ", ".join(_string(s) for s in r) + "]" for r in region_layouts) + "]"
         return attrs
 
@@ -533,7 +537,7 @@ def _erf(p: _Printer, op, indent):
 def _copy(p: _Printer, op, indent):
     # XLA's kCopy has no StableHLO op: an identity reshape computes the same;
     # the marker brings hlo.copy back on import.
-    p.generic(op, indent, "stablehlo.reshape", extra_attrs={ORIGINAL_OP_ATTR: _string("hlo.copy")})
+    p.generic(op, indent, "stablehlo.reshape", extra_attrs={ORIGINAL_OP: _string("hlo.copy")})
 
 
 def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:
@@ -560,7 +564,7 @@ def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:
         p.counter += 1
         p.lines.append(
             f'{indent}{name} = "stablehlo.broadcast_in_dim"({p.name(v)}) <{{broadcast_dimensions = '
-            f'array<i64{": " if dims else ""}{", ".join(str(d) for d in dims)}>}}> {{{IMPLICIT_BROADCAST_ATTR}}} : '
+            f'array<i64{": " if dims else ""}{", ".join(str(d) for d in dims)}>}}> {{{IMPLICIT_BROADCAST}}} : '
             f"({stablehlo_type(t)}) -> {stablehlo_type(target)}{_location(op)}"
         )
         names.append(name)
@@ -577,7 +581,7 @@ def _broadcasting_exporter(p: _Printer, op, indent):
     extra = {}
     bdims = op.properties.get("broadcast_dimensions")
     if isinstance(bdims, DenseArrayBase):
-        extra[BROADCAST_DIMENSIONS_ATTR] = _attribute(op.name, "broadcast_dimensions", bdims)
+        extra[BROADCAST_DIMENSIONS] = _attribute(op.name, "broadcast_dimensions", bdims)
     p.generic(op, indent, "stablehlo." + op.name[4:], operands=names, props=props, operand_types=types,
               extra_attrs=extra)
 
@@ -620,7 +624,7 @@ def _conditional(p: _Printer, op, indent):
         and all(not list(r.block.args[0].uses) for r in regions)
     )
     attrs = p.discardable(op)
-    attrs.pop(REGION_LAYOUT_ATTR, None)
+    attrs.pop(REGION_ARG_LAYOUTS, None)
     prefix_lines = []
     arg_names: list[list[str]] = []
     if simple:
@@ -632,7 +636,7 @@ def _conditional(p: _Printer, op, indent):
         names = [p.name(v) for v in branch_operands]
         types = [stablehlo_type(v.type) for v in branch_operands]
         prefix_lines.append(
-            f'{indent}{tuple_name} = "stablehlo.tuple"({", ".join(names)}) {{{BRANCH_OPERANDS_ATTR}}} : '
+            f'{indent}{tuple_name} = "stablehlo.tuple"({", ".join(names)}) {{{BRANCH_OPERANDS}}} : '
             f'({", ".join(types)}) -> tuple<{", ".join(types)}>'
         )
         tuple_type = f'tuple<{", ".join(types)}>'
@@ -640,10 +644,10 @@ def _conditional(p: _Printer, op, indent):
             arg = f"%br{p.counter}"
             p.counter += 1
             layout = _layout_text(r.block.args[0].type) if p.layouts else ""
-            extra = f", {LAYOUT_ATTR} = [{_string(layout)}]" if layout else ""
+            extra = f", {RESULT_LAYOUTS} = [{_string(layout)}]" if layout else ""
             arg_names.append([arg, (
                 f'{arg} = "stablehlo.get_tuple_element"({tuple_name}) <{{index = {b} : i32}}> '
-                f"{{{BRANCH_ARGUMENT_ATTR}{extra}}} : ({tuple_type}) -> ({stablehlo_type(v.type)})")])
+                f"{{{BRANCH_ARGUMENT}{extra}}} : ({tuple_type}) -> ({stablehlo_type(v.type)})")])
     p.lines.extend(prefix_lines)
     if simple:
         p.skip.add(first.owner)
@@ -657,7 +661,7 @@ def _conditional(p: _Printer, op, indent):
         base = f"%c{p.counter}"
         p.counter += 1
         prefix = f"{base}:{len(result_types)} = " if len(result_types) != 1 else f"{base} = "
-        attrs[TUPLE_STATE_ATTR] = "[" + ", ".join(stablehlo_type(r.type) for r in op.results) + "]"
+        attrs[TUPLE_STATE] = "[" + ", ".join(stablehlo_type(r.type) for r in op.results) + "]"
     else:
         prefix = p.define(op)
     p.lines.append(f'{indent}{prefix}"{name}"({p.name(selector)}) (')
@@ -676,7 +680,7 @@ def _conditional(p: _Printer, op, indent):
                 for v in inner.operands:
                     _flatten_value(p, p.name(v), v.type, inner_indent, out)
                 p.lines.append(f'{inner_indent}"stablehlo.return"({", ".join(n for n, _ in out)}) '
-                               f'{{{STATE_RETURN_ATTR}}} : ({", ".join(stablehlo_type(t) for _, t in out)}) -> ()'
+                               f'{{{STATE_RETURN}}} : ({", ".join(stablehlo_type(t) for _, t in out)}) -> ()'
                                f"{_location(inner)}")
             else:
                 p.op(inner, inner_indent)
@@ -687,7 +691,7 @@ def _conditional(p: _Printer, op, indent):
     if tuple_results:
         names = [f"{base}#{i}" for i in range(len(result_types))] if len(result_types) != 1 else [base]
         for j, r in enumerate(op.results):
-            p.names[r] = _rebuild_value(p, names, r.type, indent, f"{STATE_RESULT_ATTR} = {j} : i64")
+            p.names[r] = _rebuild_value(p, names, r.type, indent, f"{STATE_RESULT} = {j} : i64")
 
 
 def _flatten_value(p: _Printer, name: str, t: Attribute, indent: str, out: list[tuple[str, Attribute]]) -> None:
@@ -699,7 +703,7 @@ def _flatten_value(p: _Printer, name: str, t: Attribute, indent: str, out: list[
         leaf = f"%g{p.counter}"
         p.counter += 1
         p.lines.append(f'{indent}{leaf} = "stablehlo.get_tuple_element"({name}) <{{index = {i} : i32}}> '
-                       f"{{{STATE_PART_ATTR}}} : ({stablehlo_type(t)}) -> {stablehlo_type(e)}")
+                       f"{{{STATE_PART}}} : ({stablehlo_type(t)}) -> {stablehlo_type(e)}")
         _flatten_value(p, leaf, e, indent, out)
 
 
@@ -710,7 +714,7 @@ def _rebuild_value(p: _Printer, leaves: list[str], t: Attribute, indent: str, ma
     """
     if not isinstance(t, TupleType):
         return leaves.pop(0)
-    parts = [_rebuild_value(p, leaves, e, indent, STATE_PART_ATTR) for e in t.types]
+    parts = [_rebuild_value(p, leaves, e, indent, STATE_PART) for e in t.types]
     name = f"%u{p.counter}"
     p.counter += 1
     types = ", ".join(stablehlo_type(e) for e in t.types)
@@ -747,25 +751,25 @@ def _while(p: _Printer, op, indent):
         p.lines.append(f"{indent}  ^bb0({', '.join(f'{n}: {stablehlo_type(t)}' for n, t in zip(leaf_names, state_types))}):")
         pending = list(leaf_names)
         for j, a in enumerate(block.args):
-            p.names[a] = _rebuild_value(p, pending, a.type, inner, f"{STATE_ARG_ATTR} = {j} : i64")
+            p.names[a] = _rebuild_value(p, pending, a.type, inner, f"{STATE_ARG} = {j} : i64")
         for inner_op in block.ops:
             if inner_op is block.last_op and inner_op.name == "hlo.return" and r_index == 1:
                 out: list[tuple[str, Attribute]] = []
                 for v in inner_op.operands:
                     _flatten_value(p, p.name(v), v.type, inner, out)
-                p.lines.append(f'{inner}"stablehlo.return"({", ".join(n for n, _ in out)}) {{{STATE_RETURN_ATTR}}} : '
+                p.lines.append(f'{inner}"stablehlo.return"({", ".join(n for n, _ in out)}) {{{STATE_RETURN}}} : '
                                f'({", ".join(stablehlo_type(t) for _, t in out)}) -> (){_location(inner_op)}')
             else:
                 p.op(inner_op, inner)
         p.lines.append(indent + "  }" + ("," if r_index == 0 else ""))
     types = ", ".join(stablehlo_type(t) for t in state_types)
     attrs = p.discardable(op)
-    attrs[TUPLE_STATE_ATTR] = "[" + ", ".join(stablehlo_type(v.type) for v in op.operands) + "]"
+    attrs[TUPLE_STATE] = "[" + ", ".join(stablehlo_type(v.type) for v in op.operands) + "]"
     attr_text = " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
     p.lines.append(f"{indent}){attr_text} : ({types}) -> ({types}){_location(op)}")
     results = [f"{base}#{i}" for i in range(count)]
     for j, r in enumerate(op.results):
-        p.names[r] = _rebuild_value(p, results, r.type, indent, f"{STATE_RESULT_ATTR} = {j} : i64")
+        p.names[r] = _rebuild_value(p, results, r.type, indent, f"{STATE_RESULT} = {j} : i64")
 
 
 def _drop_last_definition(p: _Printer, value: SSAValue) -> None:
