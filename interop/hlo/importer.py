@@ -55,7 +55,6 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from xla_dialect.errors import HloParseError, LayoutError, UnsupportedError, XlaError
-from xla_dialect.layout import LayoutAttr, layout_of
 from xla_dialect.ops import control_flow, data_movement, elementwise
 
 from . import attributes as A

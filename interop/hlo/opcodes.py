@@ -25,7 +25,6 @@ import numpy as np
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseIntOrFPElementsAttr,
-    DictionaryAttr,
     FloatAttr,
     IntegerAttr,
     StringAttr,
@@ -33,7 +32,6 @@ from xdsl.dialects.builtin import (
     TensorType,
     TupleType,
     UnitAttr,
-    f64,
     i64,
 )
 
@@ -840,7 +838,6 @@ def _write_while(exp, op):
 
 @reads("conditional")
 def _read_conditional(imp, ins, args):
-    selector = args[0]
     if "branch_computations" in ins.attrs:
         names = imp.attr(ins, "branch_computations", A.computations)
         keys = [None] * len(names)
@@ -1381,7 +1378,7 @@ def _pack_expansion(imp, ins, values):
 
 @reads("topk")
 def _read_topk(imp, ins, args):
-    from ..stablehlo_import import _top_k
+    from ..stablehlo_converters import _top_k
 
     k = imp.attr(ins, "k", A.integer)
     largest = imp.attr(ins, "largest", A.boolean, True)
@@ -1395,14 +1392,14 @@ def _read_topk(imp, ins, args):
 
 @reads("mulhi")
 def _read_mulhi(imp, ins, args):
-    from ..stablehlo_import import _mulhi
+    from ..stablehlo_converters import _mulhi
 
     return _pack_expansion(imp, ins, _mulhi(_Expansion(imp, ins, args), None))
 
 
 @reads("scan")
 def _read_scan(imp, ins, args):
-    from ..stablehlo_import import _scan
+    from ..stablehlo_converters import _scan
 
     (dim,) = imp.attr(ins, "dimensions", A.ints)
     carries = imp.attr(ins, "num_carries", A.integer, 0)

@@ -110,7 +110,6 @@ def survey_file(path: str, max_elements: int = 1 << 24, part: int | None = None)
     from xla_dialect.errors import ExecutionError
 
     from . import export_hlo, import_hlo, run_hlo_on_xla, run_hlo_text_on_xla
-    from .exporter import _shape  # noqa: F401  (XLA prints shapes as we do)
 
     out: dict = {"path": path if part is None else f"{path}#{part}"}
     text = Path(path).read_text(errors="replace")
