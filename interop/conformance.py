@@ -703,7 +703,7 @@ def _wrap_entry(module, fop, args_text: str | None, expected: list[str]) -> str:
 
 
 def prepare_module(text: str, line_offset: int = 0, args_text: str | None = None,
-                   expected: list[str] | None = None) -> Prepared:
+                   expected: list[str] | None = None, entry: str | None = None) -> Prepared:
     """Parse a (normalized) program with jaxlib and take its check and harness ops out.
 
     ``args_text`` (the ``--args`` list of a RUN line) and ``expected`` (dense
@@ -717,7 +717,14 @@ def prepare_module(text: str, line_offset: int = 0, args_text: str | None = None
     ctx = mlir_context()
     with ctx, ir.Location.unknown():
         functions = _functions(module)
-        entry = _entry_function(functions)
+        if entry is not None:
+            if entry not in functions:
+                raise ConformanceError(f"no function @{entry} in the program")
+            # One program per checked function: the other checked functions are other programs.
+            for name in [n for n in functions if n != entry]:
+                if any(_check_kind(op.operation) for op in functions[name].regions[0].blocks[0].operations):
+                    functions.pop(name).operation.erase()
+        entry = entry or _entry_function(functions)
         fop = functions[entry]
         if entry != "main" and "main" not in functions:
             # The importer expands chlo ops through XLA, which wants an entry named main.
@@ -784,6 +791,7 @@ class Program:
     expected: list[str] | None = None  # printed results (FileCheck lines) as dense literals
     message: str = ""  # why it is disabled / skipped
     family: str = ""
+    entry: str | None = None  # the function to run (a chunk with several checked functions and no @main)
 
 
 @dataclass
@@ -876,9 +884,30 @@ def _programs_of_file(path: str, shown: str) -> list[Program]:
             name = f"{stem}[{i}] {label.group('module') or label.group('func')}" if label else f"{stem}[{i}]"
         else:
             name = stem
+        entries = _checked_functions(chunk) if "@main" not in chunk and args is None and not expected else []
+        if len(entries) > 1:
+            # No @main and several functions with checks: the interpreter runs each; so do we, one program each.
+            for entry in entries:
+                programs.append(Program(shown, f"{name} @{entry}", "run", chunk, line, None, None, family=family,
+                                        entry=entry))
+            continue
         programs.append(Program(shown, name, "run", chunk, line, args.group("args") if args else None, expected,
                                 family=family))
     return programs
+
+
+_FUNC_HEAD = re.compile(r"func\.func\s+(?:public\s+)?@([\w.$-]+)\s*\(\s*\)")
+
+
+def _checked_functions(chunk: str) -> list[str]:
+    """The argument-less functions of a chunk whose bodies hold check ops, in text order."""
+    heads = list(_FUNC_HEAD.finditer(chunk))
+    out = []
+    for k, m in enumerate(heads):
+        body = chunk[m.end(): heads[k + 1].start() if k + 1 < len(heads) else len(chunk)]
+        if "check." in body:
+            out.append(m.group(1))
+    return out
 
 
 def discover(paths: Iterable[str]) -> list[Program]:
@@ -961,7 +990,7 @@ def _run_checked(program: Program) -> tuple[str, str]:
 
     with _at("parse"):
         text, quant_lines = _expand_quantized(normalize_checks(program.text))
-        prepared = prepare_module(text, program.line, program.args, program.expected)
+        prepared = prepare_module(text, program.line, program.args, program.expected, program.entry)
     with _at("import"):
         module = _import(prepared.module, quant_lines)
         prologue = _import(prepared.prologue, quant_lines) if prepared.prologue is not None else None
@@ -1047,7 +1076,7 @@ def _run_through_hlo(program: Program) -> tuple[str, str]:
         text = normalize_checks(program.text)
         if "!quant." in text:
             return "skipped", "quantized types: XLA HLO text has none"
-        prepared = prepare_module(text, program.line, program.args, program.expected)
+        prepared = prepare_module(text, program.line, program.args, program.expected, program.entry)
     if prepared.parallel is not None:
         return "skipped", "interpreter.run_parallel: the harness runs StableHLO functions, not HLO text"
     with _at("to-hlo"):

@@ -468,3 +468,28 @@ def test_probes_and_prints():
         }
         """))
     assert missing.status == "error" and "no value probed as 'nope'" in missing.message
+
+
+def test_each_checked_function_of_a_chunk_runs(tmp_path):
+    """Without @main, every argument-less function with checks is run, as the interpreter runs them."""
+    (tmp_path / "two.mlir").write_text("""// RUN: stablehlo-translate --interpret %s
+
+func.func @add_test() {
+  %0 = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+  %1 = stablehlo.add %0, %0 : tensor<2xi32>
+  check.expect_eq_const %1, dense<[2, 4]> : tensor<2xi32>
+  func.return
+}
+
+func.func @mul_test() {
+  %0 = stablehlo.constant dense<[3, 4]> : tensor<2xi32>
+  %1 = stablehlo.multiply %0, %0 : tensor<2xi32>
+  check.expect_eq_const %1, dense<[9, 15]> : tensor<2xi32>
+  func.return
+}
+""")
+    programs = conf.discover([str(tmp_path)])
+    assert [p.name for p in programs] == ["two @add_test", "two @mul_test"]
+    results = conf.run_programs(programs, jobs=0)
+    assert [r.status for r in results] == ["passed", "failed"]  # 4*4 is not 15: the second check fails
+    assert "mul" in results[1].name and "expect_eq" in results[1].message
