@@ -1386,11 +1386,21 @@ def summarize(results: Sequence[Result], seconds: float | None = None) -> dict:
     """Counts by status, the pass rate over the non-disabled programs, and the total time."""
     counts = Counter(r.status for r in results)
     enabled = len(results) - counts["disabled"]
+    unparsed = sum(1 for r in results if r.status == "error" and is_unparsed(r))
+    parsed = enabled - unparsed
     summary = {"total": len(results), **{s: counts[s] for s in STATUSES}, "enabled": enabled,
-               "pass_rate": round(counts["passed"] / enabled, 6) if enabled else 1.0}
+               "pass_rate": round(counts["passed"] / enabled, 6) if enabled else 1.0,
+               "unparsed": unparsed,
+               "pass_rate_parsed": round(counts["passed"] / parsed, 6) if parsed else 1.0}
     if seconds is not None:
         summary["seconds"] = round(seconds, 2)
     return summary
+
+
+def is_unparsed(result: Result) -> bool:
+    """Whether the program failed because jaxlib's MLIR parser rejects its text (often syntax of a
+    StableHLO newer than the one bundled with jaxlib), as opposed to failing in the toolkit."""
+    return result.message.startswith("parse:") and "cannot parse the StableHLO text" in result.message
 
 
 def family_table(results: Sequence[Result]) -> str:
@@ -1516,6 +1526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{summary['passed']} of {summary['enabled']} enabled programs passed ({100 * summary['pass_rate']:.2f}%); "
           f"{summary['failed']} failed, {summary['error']} errors, {summary['skipped']} skipped, "
           f"{summary['disabled']} disabled; {summary['seconds']:.1f} s")
+    if summary["unparsed"]:
+        print(f"jaxlib's StableHLO parser rejects {summary['unparsed']} of them (their syntax may be newer than "
+              f"jaxlib's); among the {summary['enabled'] - summary['unparsed']} it parses, "
+              f"{100 * summary['pass_rate_parsed']:.2f}% pass")
     if args.json:
         write_json(args.json, results, summary)
     if minimum is not None:

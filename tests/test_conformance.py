@@ -493,3 +493,27 @@ func.func @mul_test() {
     results = conf.run_programs(programs, jobs=0)
     assert [r.status for r in results] == ["passed", "failed"]  # 4*4 is not 15: the second check fails
     assert "mul" in results[1].name and "expect_eq" in results[1].message
+
+
+def test_programs_jaxlib_cannot_parse_are_reported_apart(tmp_path, capsys):
+    (tmp_path / "new.mlir").write_text("""// RUN: stablehlo-translate --interpret %s
+
+func.func @main() {
+  %0 = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+  %1 = stablehlo.an_op_from_the_future %0 : tensor<2xi32>
+  check.expect_eq_const %1, dense<[1, 2]> : tensor<2xi32>
+  func.return
+}
+""")
+    (tmp_path / "ok.mlir").write_text("""// RUN: stablehlo-translate --interpret %s
+
+func.func @main() {
+  %0 = stablehlo.constant dense<[1, 2]> : tensor<2xi32>
+  check.expect_eq_const %0, dense<[1, 2]> : tensor<2xi32>
+  func.return
+}
+""")
+    status = conf.main([str(tmp_path), "--jobs", "0", "--quiet"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "parser rejects 1 of them" in out and "among the 1 it parses, 100.00% pass" in out
