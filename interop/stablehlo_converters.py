@@ -619,3 +619,83 @@ def _conditional(imp: Importer, op):
         n = len(_leaf_types(t))
         out.extend([value] + [None] * (n - 1) if not isinstance(t, TupleType) else [None] * n)
     return out
+
+
+_RAGGED_FIELD = re.compile(r"(\w+)\s*=\s*\[([\d,\s]*)\]")
+
+
+def _sum_over(imp: Importer, emit: OpEmitter, value: SSAValue, dim: int, result_type: TensorType) -> SSAValue:
+    """``reduce(value, 0, dimensions=[dim], add)``."""
+    element = ELEMENT_BY_MLIR[str(value.type.element_type)]
+    scalar = TensorType(value.type.element_type, [])
+    zero = emit.splat(0, element, [])
+
+    def body(args):
+        return [emit("add", args, scalar)]
+
+    region = imp.build_region([scalar, scalar], body)
+    (out,) = imp.emit(imp.ops_by_name["hlo.reduce"], [value, zero], {"dimensions": i64_array([dim])}, [region],
+                      [result_type], plain=True)
+    return out
+
+
+@register_converter("chlo.ragged_dot")
+@register_converter("mhlo.ragged_dot")
+def _ragged_dot(imp: Importer, op):
+    """``ragged_dot(lhs[m, k], rhs[g, k, n], group_sizes[g]) -> [m, n]``: rows of lhs in consecutive
+    groups of ``group_sizes`` rows, group ``j`` multiplied by ``rhs[j]``; rows past the groups give 0.
+
+    The ragged-non-contracting form (a mixture-of-experts layer) without batch dimensions, as in the
+    StableHLO/chlo spec: expanded as the product with every group (``dot_general`` to ``[m, g, n]``),
+    then each row's group selected by a one-hot mask over the group boundaries (cumulative sums of
+    ``group_sizes``) and summed, which is exact (one term per row). Other forms raise.
+    """
+    emit = OpEmitter(imp)
+    lhs, rhs, sizes = imp.operands(op)
+    (result_type,) = imp.result_types(op)
+    numbers = {k: [int(x) for x in v.split(",") if x.strip()]
+               for k, v in _RAGGED_FIELD.findall(str(op.attributes["ragged_dot_dimension_numbers"]))}
+    lshape, rshape = list(lhs.type.get_shape()), list(rhs.type.get_shape())
+    for key in ("lhs_batching_dimensions", "rhs_batching_dimensions"):
+        numbers.setdefault(key, [])  # (fields left out of the printed attribute are empty)
+    form = (len(lshape), len(rshape), numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"],
+            numbers.get("lhs_ragged_dimensions"), numbers.get("lhs_contracting_dimensions"))
+    if form[:4] != (2, 3, [], []) or form[4] == form[5] or len(form[4] or []) != 1:
+        raise UnsupportedError(f"{imp._where()}: ragged_dot is supported in its ragged-non-contracting form "
+                               f"lhs[m, k] x rhs[g, k, n] without batch dimensions; got {numbers}")
+    (ragged,) = numbers["lhs_ragged_dimensions"]
+    (lhs_k,) = numbers["lhs_contracting_dimensions"]
+    (rhs_k,) = numbers["rhs_contracting_dimensions"]
+    (group_dim,) = numbers["rhs_group_dimensions"]
+    m, g = lshape[ragged], rshape[group_dim]
+    n_dim = ({0, 1, 2} - {rhs_k, group_dim}).pop()
+    n = rshape[n_dim]
+    index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
+    pred = IntegerType(1)
+    # cum[j] = group_sizes[0] + ... + group_sizes[j]; start[j] = cum[j] - group_sizes[j]
+    gg = TensorType(index.mlir, [g, g])
+    spread = emit("broadcast_in_dim", [sizes], gg, broadcast_dimensions=i64_array([1]))
+    row, col = (emit("iota", [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
+    upto = emit("compare", [col, row], TensorType(pred, [g, g]), comparison_direction=StringAttr("LE"))
+    kept = emit("select", [upto, spread, emit.splat(0, index, [g, g])], gg)
+    cum = _sum_over(imp, emit, kept, 1, TensorType(index.mlir, [g]))
+    start = emit("subtract", [cum, sizes], TensorType(index.mlir, [g]))
+    # onehot[i, j]: row i of lhs is in group j
+    mg = TensorType(index.mlir, [m, g])
+    rows = emit("iota", [], mg, iota_dimension=IntegerAttr(0, 64))
+    low = emit("broadcast_in_dim", [start], mg, broadcast_dimensions=i64_array([1]))
+    high = emit("broadcast_in_dim", [cum], mg, broadcast_dimensions=i64_array([1]))
+    mask_type = TensorType(pred, [m, g])
+    inside = emit("and", [emit("compare", [rows, low], mask_type, comparison_direction=StringAttr("GE")),
+                          emit("compare", [rows, high], mask_type, comparison_direction=StringAttr("LT"))], mask_type)
+    # every group's product, then each row's own
+    element = result_type.element_type
+    products = emit("dot_general", [lhs, rhs], TensorType(element, [m, g, n]),
+                    lhs_batching_dimensions=i64_array([]), rhs_batching_dimensions=i64_array([]),
+                    lhs_contracting_dimensions=i64_array([lhs_k]), rhs_contracting_dimensions=i64_array([rhs_k]))
+    if n_dim < group_dim:  # rhs [n .., g ..]: the product's rhs dims are in rhs order
+        products = emit("transpose", [products], TensorType(element, [m, g, n]), permutation=i64_array([0, 2, 1]))
+    mask3 = emit("broadcast_in_dim", [inside], TensorType(pred, [m, g, n]), broadcast_dimensions=i64_array([0, 1]))
+    zeros = emit.splat(0, ELEMENT_BY_MLIR[str(element)], [m, g, n])
+    chosen = emit("select", [mask3, products, zeros], TensorType(element, [m, g, n]))
+    return [_sum_over(imp, emit, chosen, 1, result_type)]

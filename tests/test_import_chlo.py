@@ -355,3 +355,34 @@ def test_dynamic_gather_with_run_time_slice_sizes_is_reported():
         import_stablehlo(text)
     module = import_stablehlo(text, allow_unknown=True)
     assert "stablehlo.dynamic_gather" in [op.name for op in module.walk()]
+
+
+RAGGED_DOT = '''func.func @main(%lhs: tensor<6x4xf32>, %rhs: tensor<3x4x5xf32>, %gs: tensor<3xi64>) -> tensor<6x5xf32> {
+  %0 = "chlo.ragged_dot"(%lhs, %rhs, %gs) {ragged_dot_dimension_numbers = #chlo.ragged_dot<lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1], lhs_ragged_dimensions = [0], rhs_group_dimensions = [0]>, precision_config = [#chlo<precision DEFAULT>, #chlo<precision DEFAULT>]} : (tensor<6x4xf32>, tensor<3x4x5xf32>, tensor<3xi64>) -> tensor<6x5xf32>
+  return %0 : tensor<6x5xf32>
+}'''
+
+RAGGED_DOT_HLO = """HloModule ragged
+ENTRY e {
+  lhs = f32[6,4]{1,0} parameter(0)
+  rhs = f32[3,4,5]{2,1,0} parameter(1)
+  gs = s64[3]{0} parameter(2)
+  ROOT r = f32[6,5]{1,0} ragged-dot(lhs, rhs, gs), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+}
+"""
+
+
+@pytest.mark.parametrize("sizes", [[2, 1, 3], [0, 4, 1], [6, 0, 0], [1, 1, 1]])
+def test_ragged_dot_groups_rows(sizes):
+    """chlo.ragged_dot (StableHLO) and ragged-dot (HLO text): group j of lhs's rows times rhs[j]; rows past
+    the groups are 0 (checked against jax.lax.ragged_dot, which JAX expands on CPU)."""
+    import interop
+
+    rng = np.random.default_rng(0)
+    lhs = rng.standard_normal((6, 4)).astype(np.float32)
+    rhs = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    gs = np.array(sizes, np.int64)
+    expected = np.asarray(jax.lax.ragged_dot(lhs, rhs, gs))
+    for module in (interop.import_stablehlo(RAGGED_DOT), interop.import_hlo(RAGGED_DOT_HLO)):
+        (out,) = lowering.compile(module)(lhs, rhs, gs)
+        np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)

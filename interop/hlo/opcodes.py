@@ -1436,3 +1436,19 @@ def _read_chlo(imp, ins, args):
 
 for _opcode in CHLO_OPCODES:
     READERS[_opcode] = _read_chlo
+
+
+@reads("ragged-dot")
+def _read_ragged_dot(imp, ins, args):
+    from ..stablehlo_converters import _ragged_dot
+
+    fields = {key: imp.attr(ins, key, A.ints, ()) for key in (
+        "lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims", "lhs_ragged_dims",
+        "rhs_group_dims")}
+    _read_precision(imp, ins)
+    text = ("<" + ", ".join(f"{name} = [{', '.join(map(str, fields[key]))}]" for name, key in (
+        ("lhs_batching_dimensions", "lhs_batch_dims"), ("rhs_batching_dimensions", "rhs_batch_dims"),
+        ("lhs_contracting_dimensions", "lhs_contracting_dims"), ("rhs_contracting_dimensions", "rhs_contracting_dims"),
+        ("lhs_ragged_dimensions", "lhs_ragged_dims"), ("rhs_group_dimensions", "rhs_group_dims"))) + ">")
+    values = _ragged_dot(_Expansion(imp, ins, args), _Op({"ragged_dot_dimension_numbers": text}))
+    return _pack_expansion(imp, ins, values)
