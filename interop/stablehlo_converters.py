@@ -465,6 +465,42 @@ def _dynamic_gather(imp: Importer, op):
     return imp.emit(cls, [operand, indices], props)
 
 
+def _constant_ints(imp: Importer, op, value: SSAValue, what: str) -> list[int] | None:
+    """The integers of a constant operand (None, or an error naming ``what``, when it is computed)."""
+    owner = value.owner if isinstance(value, OpResult) else None
+    if owner is not None and owner.name == "hlo.constant":
+        return [int(v) for v in np.asarray(owner.properties["value"].array).reshape(-1)]
+    if imp.allow_unknown:
+        return None
+    raise UnsupportedError(f"{imp._where()}: {op.name} with {what} computed at run time is not supported "
+                           "(XLA takes them as constants)")
+
+
+@register_converter("stablehlo.dynamic_pad")
+def _dynamic_pad(imp: Importer, op):
+    """``dynamic_pad`` with constant paddings: an ``hlo.pad``."""
+    operand, value, low, high, interior = imp.operands(op)
+    numbers = [_constant_ints(imp, op, v, "paddings") for v in (low, high, interior)]
+    if any(n is None for n in numbers):
+        return opaque_converter(imp, op)
+    props = {"edge_padding_low": i64_array(numbers[0]), "edge_padding_high": i64_array(numbers[1]),
+             "interior_padding": i64_array(numbers[2])}
+    return imp.emit(imp.ops_by_name["hlo.pad"], [operand, value], props)
+
+
+@register_converter("stablehlo.dynamic_conv")
+def _dynamic_conv(imp: Importer, op):
+    """``dynamic_conv`` with a constant padding operand: an ``hlo.convolution`` with that padding."""
+    lhs, rhs, padding = imp.operands(op)
+    flat = _constant_ints(imp, op, padding, "the padding")
+    if flat is None:
+        return opaque_converter(imp, op)
+    cls = imp.ops_by_name["hlo.convolution"]
+    props = imp.properties(op, cls)
+    props["padding"] = i64_array(flat)
+    return imp.emit(cls, [lhs, rhs], props)
+
+
 def _tuple_of_nothing(imp: Importer) -> SSAValue:
     (value,) = imp.emit(imp.ops_by_name["hlo.tuple"], [], result_types=[TupleType([])])
     return value

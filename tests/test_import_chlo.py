@@ -386,3 +386,37 @@ def test_ragged_dot_groups_rows(sizes):
     for module in (interop.import_stablehlo(RAGGED_DOT), interop.import_hlo(RAGGED_DOT_HLO)):
         (out,) = lowering.compile(module)(lhs, rhs, gs)
         np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_dynamic_pad_and_dynamic_conv_with_constant_operands():
+    """The spec's dynamic_pad / dynamic_conv with constant padding operands are pad / convolution."""
+    import interop
+
+    pad = '''func.func @main(%x: tensor<2x3xf32>) -> tensor<5x10xf32> {
+  %v = stablehlo.constant dense<7.0> : tensor<f32>
+  %lo = stablehlo.constant dense<[1, 2]> : tensor<2xi64>
+  %hi = stablehlo.constant dense<[2, 1]> : tensor<2xi64>
+  %in = stablehlo.constant dense<[0, 2]> : tensor<2xi64>
+  %0 = stablehlo.dynamic_pad %x, %v, %lo, %hi, %in : (tensor<2x3xf32>, tensor<f32>, tensor<2xi64>, tensor<2xi64>, tensor<2xi64>) -> tensor<5x10xf32>
+  return %0 : tensor<5x10xf32>
+}'''
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (out,) = lowering.compile(interop.import_stablehlo(pad))(x)
+    np.testing.assert_array_equal(out, np.asarray(lax.pad(x, np.float32(7), ((1, 2, 0), (2, 1, 2)))))
+    conv = '''func.func @main(%x: tensor<1x5x5x1xf32>, %k: tensor<3x3x1x2xf32>) -> tensor<1x5x5x2xf32> {
+  %p = stablehlo.constant dense<[[1, 1], [1, 1]]> : tensor<2x2xi64>
+  %0 = "stablehlo.dynamic_conv"(%x, %k, %p) {dimension_numbers = #stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>, feature_group_count = 1 : i64, batch_group_count = 1 : i64} : (tensor<1x5x5x1xf32>, tensor<3x3x1x2xf32>, tensor<2x2xi64>) -> tensor<1x5x5x2xf32>
+  return %0 : tensor<1x5x5x2xf32>
+}'''
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 5, 5, 1)).astype(np.float32)
+    k = rng.standard_normal((3, 3, 1, 2)).astype(np.float32)
+    (out,) = lowering.compile(interop.import_stablehlo(conv))(a, k)
+    expected = np.asarray(lax.conv_general_dilated(a, k, (1, 1), ((1, 1), (1, 1)),
+                                                   dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+    computed = pad.replace("%lo = stablehlo.constant dense<[1, 2]> : tensor<2xi64>",
+                           "%lo0 = stablehlo.constant dense<[1, 2]> : tensor<2xi64>\n  %lo = stablehlo.add %lo0, %lo0 : tensor<2xi64>")
+    computed = computed.replace("tensor<5x10xf32>", "tensor<6x12xf32>")
+    with pytest.raises(UnsupportedError, match="paddings computed at run time"):
+        interop.import_stablehlo(computed)
