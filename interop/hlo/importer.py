@@ -120,6 +120,7 @@ class HloImporter:
         self.locations: dict[str, dict] = {}  # metadata text -> {"loc": ...}
         self.scope: _Scope | None = None
         self.symbols: set[str] = set()
+        self.chlo_functions: dict[tuple, str] = {}  # (chlo op, operand type, result type) -> function symbol
 
     # -- entry ----------------------------------------------------------------
 
@@ -420,8 +421,8 @@ class HloImporter:
         except A.AttributeTextError as e:
             self.fail(f"attribute {key}: {e}", ins)
 
-    def keep(self, ins: Instruction, key: str, text: str) -> None:
-        """Keep attribute ``key`` verbatim although a read rule looked at it."""
+    def keep(self, ins: Instruction, key: str) -> None:
+        """Keep attribute ``key`` of ``ins`` verbatim (in ``hlo.attributes``) although a read rule looked at it."""
         self.scope.consumed.discard(key)
 
     def shape_of_text(self, text: str, ins: Instruction) -> Attribute:
@@ -481,7 +482,7 @@ class HloImporter:
         from ..stablehlo_import import import_stablehlo
 
         key = (chlo_name, strip_layout(operand_type), strip_layout(result_type))
-        cache = self.__dict__.setdefault("_chlo_functions", {})
+        cache = self.chlo_functions
         if key in cache:
             return cache[key]
         arg, res = key[1], key[2]

@@ -963,7 +963,7 @@ def _read_custom_call(imp, ins, args):
         props["called_computations"] = ArrayAttr([SymbolRefAttr(imp.callee_named(ins, c)) for c in called])
     aliasing = imp.attr(ins, "output_to_operand_aliasing", lambda t: t, None)
     if aliasing is not None:
-        imp.keep(ins, "output_to_operand_aliasing", aliasing)
+        imp.keep(ins, "output_to_operand_aliasing")
     return _results(imp, ins, effects.CustomCallOp, args, props)
 
 
@@ -1275,7 +1275,7 @@ def _channel_props(imp, ins) -> dict:
         props["is_host_transfer"] = _flag(True)
     pairs = imp.attr(ins, "_xla_send_recv_source_target_pairs", lambda t: t, None)
     if pairs is not None:
-        imp.keep(ins, "_xla_send_recv_source_target_pairs", pairs)
+        imp.keep(ins, "_xla_send_recv_source_target_pairs")
     return props
 
 
@@ -1324,7 +1324,8 @@ class _Expansion:
 
         self.imp, self.ins, self.args = imp, ins, list(args)
         self.ops_by_name = OPS_BY_NAME
-        self.callee = None
+        self.callee: str | None = None  # scan: the to_apply function the body calls
+        self.callee_result = None  # and its result type
 
     def operands(self, op):
         return list(self.args)
