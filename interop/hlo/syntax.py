@@ -147,6 +147,13 @@ class _Reader:
     def skip(self, pos: int) -> int:
         return _SPACE.match(self.text, pos).end()
 
+    def string_end(self, pos: int) -> int:
+        """Offset just after the string literal starting at ``pos`` (escapes included)."""
+        s = _STRING.match(self.text, pos)
+        if s is None:
+            self.fail(pos, "unterminated string")
+        return s.end()
+
     def close(self, pos: int) -> int:
         """Offset just after the bracket matching the opener at ``pos`` (strings skipped)."""
         text = self.text
@@ -161,10 +168,7 @@ class _Reader:
             c = m.group()
             i = m.end()
             if c == '"':
-                s = _STRING.match(text, m.start())
-                if s is None:
-                    self.fail(m.start(), "unterminated string")
-                i = s.end()
+                i = self.string_end(m.start())
             elif c in _OPENERS:
                 stack.append(_OPENERS[c])
                 opened.append(m.start())
@@ -190,10 +194,7 @@ class _Reader:
             if c in _OPENERS:
                 i = self.close(m.start())
             elif c == '"':
-                s = _STRING.match(text, m.start())
-                if s is None:
-                    self.fail(m.start(), "unterminated string")
-                i = s.end()
+                i = self.string_end(m.start())
             else:  # , \n ) } ]
                 return m.start()
 
@@ -214,10 +215,7 @@ class _Reader:
             elif c in _OPENERS:
                 i = self.close(m.start())
             elif c == '"':
-                s = _STRING.match(text, m.start())
-                if s is None:
-                    self.fail(m.start(), "unterminated string")
-                i = s.end()
+                i = self.string_end(m.start())
             elif c == "\n":
                 i = m.end()
             else:
