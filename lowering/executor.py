@@ -31,53 +31,26 @@ from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
-from .blas import BlasThreadLimit, blas_matmul, resolve_blas_threads
+from .blas import BlasThreadLimit, resolve_blas_threads
 from . import interrupt
-from .denormals import flush_threaded_matmul, mode_switch, resolve_denormals
+from .context import KernelContext
+from .denormals import mode_switch, resolve_denormals
 from .registry import KERNELS, Constant
 from .runtime import Runtime
 
 
-class LoweringContext:
-    """What kernel factories may ask for while an op is lowered."""
+class LoweringContext(KernelContext):
+    """The executor's :class:`~lowering.context.KernelContext`: it also compiles functions and regions to
+    Python over the kernels (one ``def`` per function, region and fusion group)."""
 
     def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
                  blas_threads: int | None = None, denormals: str | None = None):
-        self.module = module
-        # "flush" (XLA CPU's FTZ/DAZ) or "keep" (IEEE): see lowering.denormals.
-        self.denormals = resolve_denormals(denormals)
-        # BLAS threads for the float matmuls (dot, convolution): an int, or None
-        # to leave the BLAS as configured (see lowering.blas).
-        self.blas_threads = resolve_blas_threads(blas_threads)
-        self.limits_blas = False  # set when a kernel's matmul takes the limit
-        # The process grid the program runs on (collective kernels read it).
-        self.num_replicas = num_replicas
-        self.num_partitions = num_partitions
-        # When hlo.while loops are compiled with numba ("auto", "always", "never"; lowering.compiled_loops).
-        self.loop_compilation = "auto"
-        # When element-wise runs are fused and compiled ("auto", "always", "never"; lowering.fusion).
-        self.fusion = "auto"
-        # The most bytes one array may take (xla_dialect.limits); None: the default limit.
-        self.max_bytes = None
-        # Seconds a call may run (lowering.interrupt); None: unbounded, and no checks are generated.
-        self.timeout = None
-        self.functions: dict[str, func.FuncOp] = {
-            op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
-        }
+        super().__init__(module, num_replicas, num_partitions, blas_threads, denormals)
         self.namespace: dict[str, object] = {"np": np}
         self.sources: list[str] = []
         self._compiled: dict[str, object] = {}
         self._compiling: set[str] = set()
         self._names = itertools.count()
-        # Host-side state (feeds, channels) the side-effecting kernels share
-        # with the Executable built from this context.
-        self.runtime = Runtime()
-
-    # -- services for kernel factories --------------------------------------
-
-    def dtype(self, type_: Attribute) -> np.dtype:
-        """NumPy dtype of a tensor type."""
-        return numpy_dtype(type_)
 
     def function(self, name: str):
         """The compiled Python function of ``func.func @name`` (compiled on first use)."""
@@ -92,16 +65,6 @@ class LoweringContext:
         self._compiling.discard(name)
         self._compiled[name] = fn
         return fn
-
-    def blas_matmul(self, dtype: np.dtype, m: int, k: int, n: int):
-        """``np.matmul`` for ``(.., m, k) x (.., k, n)`` operands of ``dtype``, run with the program's
-        BLAS thread count (:func:`lowering.blas.blas_matmul`)."""
-        matmul = blas_matmul(self.blas_threads, dtype, m, k, n)
-        if matmul is not np.matmul:
-            self.limits_blas = True  # the Executable takes the limit once per call
-        if self.denormals == "flush":  # OpenBLAS's worker threads do not flush (lowering.denormals)
-            matmul = flush_threaded_matmul(matmul, self.blas_threads, dtype, m, k, n)
-        return matmul
 
     # -- code generation ----------------------------------------------------
 
@@ -490,7 +453,7 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
 
     ``fma_contraction`` (default True) computes ``a*b + c`` (f32/f64; also
     ``a*b - c``, ``c - a*b``) as one fused multiply-add where XLA CPU's
-    compiler contracts it (see :mod:`lowering.fma`); False rounds twice.
+    compiler contracts it (see :mod:`passes.fma_contraction`: f16 too on hosts with AVX512-FP16); False rounds twice.
 
     ``loop_compilation`` says when ``hlo.while`` loops are compiled to machine code with numba (same
     results, nanoseconds per iteration; see :mod:`lowering.compiled_loops`): ``"auto"`` (None, the
@@ -535,25 +498,14 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
         raise
     except Exception as e:
         raise ExecutionError(f"the module does not verify: {e}") from None
-    # Implicit broadcasts become explicit broadcast_in_dim ops first (on a copy:
-    # the caller's module is never changed), so kernels see same-shape operands.
-    from passes import canonicalize_broadcasts
-    from passes.quantized import lower_quantized
+    # The executor pipeline (passes.pipelines): implicit broadcasts made explicit, XLA's float rewrites,
+    # XLA CPU's FMA contraction, quantized ops as float ops; on a copy, the caller's module is never changed.
+    from passes.pipelines import prepare_for_execution
 
-    if not isinstance(xla_rewrites, bool):
-        raise ExecutionError(f"lowering.compile: xla_rewrites must be True or False, got {xla_rewrites!r}")
-    canonical = canonicalize_broadcasts(module, clone=True)
-    if xla_rewrites:  # XLA's float rewrites (passes.xla_numerics), on a copy like the rest
-        from passes.xla_numerics import xla_float_rewrites
-
-        canonical = xla_float_rewrites(canonical, clone=canonical is module)
-    if not isinstance(fma_contraction, bool):
-        raise ExecutionError(f"lowering.compile: fma_contraction must be True or False, got {fma_contraction!r}")
-    if fma_contraction:  # XLA CPU's multiply-add contraction (lowering.fma)
-        from .fma import contract_fma
-
-        canonical = contract_fma(canonical, clone=canonical is module)
-    module = lower_quantized(canonical, clone=True)
+    for what, flag in (("xla_rewrites", xla_rewrites), ("fma_contraction", fma_contraction)):
+        if not isinstance(flag, bool):
+            raise ExecutionError(f"lowering.compile: {what} must be True or False, got {flag!r}")
+    module = prepare_for_execution(module, xla_rewrites, fma_contraction)
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     ctx.loop_compilation = loop_compilation
     ctx.fusion = fusion

@@ -10,7 +10,8 @@
   :mod:`passes.movement` (transpose of transpose, reshape of reshape, slice of
   the whole, identity broadcast/transpose/reshape).
 * ``fold-constants`` — evaluates ops whose operands are all constants with the
-  executor's own NumPy kernels (``lowering.registry.KERNELS``), for results of
+  executor's own NumPy kernels (``lowering.registry.KERNELS``, with a
+  :class:`lowering.context.KernelContext`: the executor is not imported), for results of
   at most ``max-elements`` elements.
 
 Every rewrite is exact: results before and after are bit-identical. Hence
@@ -31,6 +32,10 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
+import lowering.kernels  # noqa: F401  (registers every kernel family)
+from lowering.context import KernelContext
+from lowering.registry import KERNELS, Constant
+from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
 
@@ -270,17 +275,14 @@ class _Evaluator:
     """Runs one op's NumPy kernel on constant operands (a lowering context per module)."""
 
     def __init__(self):
-        import lowering.kernels  # noqa: F401  (registers every kernel family)
+        self._contexts: dict[int, KernelContext] = {}
 
-        self._contexts: dict[int, object] = {}
-
-    def context(self, op: Operation):
-        from lowering.executor import LoweringContext
-
+    def context(self, op: Operation) -> KernelContext:
+        """The kernel context of ``op``'s module (one per module)."""
         module = op.get_toplevel_object()
         ctx = self._contexts.get(id(module))
         if ctx is None:
-            ctx = self._contexts[id(module)] = LoweringContext(module)
+            ctx = self._contexts[id(module)] = KernelContext(module)
         return ctx
 
     def value(self, value, max_elements: int) -> np.ndarray | None:
@@ -291,22 +293,25 @@ class _Evaluator:
         owner = value.owner
         if (isinstance(owner, HloOp) and not owner.operands and not owner.regions and len(owner.results) == 1
                 and isinstance(value.type, TensorType) and _count(value.type) <= max_elements and is_pure(owner)):
-            from lowering.registry import KERNELS, Constant
-
             factory = KERNELS.get(type(owner))
             if factory is not None:
-                kernel = factory(owner, self.context(owner))
+                try:
+                    kernel = factory(owner, self.context(owner))
+                except UnsupportedError:  # e.g. a call: functions are compiled only by the executor
+                    return None
                 if isinstance(kernel, Constant):
                     return np.asarray(kernel.value)
         return None
 
     def evaluate(self, op: Operation, args: list[np.ndarray]) -> list[np.ndarray] | None:
-        from lowering.registry import KERNELS, Constant
-
+        """``op``'s results on constant operands ``args``, or None where its kernel cannot run here."""
         factory = KERNELS.get(type(op))
         if factory is None:
             return None
-        kernel = factory(op, self.context(op))
+        try:
+            kernel = factory(op, self.context(op))
+        except UnsupportedError:  # e.g. a call: functions are compiled only by the executor
+            return None
         if isinstance(kernel, Constant):
             out = kernel.value
         else:

@@ -33,6 +33,7 @@ BUILTIN_MODULES = (
     "passes.pdl",
     "passes.quantized",
     "passes.xla_numerics",
+    "passes.fma_contraction",
 )
 """Modules whose import registers the built-in passes."""
 
@@ -204,10 +205,15 @@ def parse_pipeline(spec: str) -> PassPipeline:
     """Parse pipeline text such as ``canonicalize-broadcasts,assign-layouts{target=tpu},cse``.
 
     Uses xDSL's own pipeline syntax and parser (options in braces, strings in
-    double quotes). Unknown passes or bad options raise PassError.
+    double quotes). The name of a pipeline of :data:`passes.pipelines.PIPELINES`
+    (``executor``, ``cleanup``, ...) stands for its passes. Unknown passes or bad
+    options raise PassError.
     """
     from xdsl.utils.exceptions import ArgSpecParseError
 
+    from .pipelines import PIPELINES
+
+    spec = PIPELINES.get(spec.strip(), spec)
     passes = available_passes()
     try:
         return PassPipeline.parse_spec({n: (lambda c=c: c) for n, c in passes.items()}, spec)

@@ -39,6 +39,9 @@ from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
+import lowering.kernels  # noqa: F401  (registers every kernel family)
+from lowering.context import KernelContext
+from lowering.registry import KERNELS, Constant
 from xla_dialect.layout import COMBINE_DIMENSION, Layout, LayoutAttr, layout_of, physical_dims
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
@@ -334,15 +337,12 @@ def preserves_zero(op: Operation) -> bool:
         return cached
     result = False
     try:
-        import lowering.kernels  # noqa: F401  (registers the kernels)
-        from lowering.executor import LoweringContext
-        from lowering.registry import KERNELS, Constant
         from xla_dialect.types import numpy_dtype
 
         scratch = Block(arg_types=[TensorType(o.type.element_type, [1]) for o in op.operands])
         probe = type(op).create(operands=list(scratch.args), properties=dict(op.properties),
                                 result_types=[TensorType(op.results[0].type.element_type, [1])])
-        kernel = KERNELS[type(op)](probe, LoweringContext(ModuleOp([])))
+        kernel = KERNELS[type(op)](probe, KernelContext(ModuleOp([])))
         zeros = [np.zeros(1, numpy_dtype(a.type)) for a in scratch.args]
         with np.errstate(all="ignore"):
             out = kernel.value if isinstance(kernel, Constant) else kernel(*zeros)

@@ -27,7 +27,7 @@ from xla_dialect.layout import Layout, LayoutAttr, strip_layout
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.base import HloOp, i64_array
 from xla_dialect.ops.constants import ConstantOp
-from xla_dialect.types import numpy_dtype
+from xla_dialect.types import element_type_of, numpy_dtype
 
 
 _TYPES: dict[tuple, TensorType] = {}
@@ -459,3 +459,15 @@ def forward(rewriter: PatternRewriter, op: Operation, value: SSAValue) -> bool:
         return False
     rewriter.replace(op, [], [value])
     return True
+
+
+def element_name(value: SSAValue) -> str | None:
+    """The XLA name of ``value``'s element type (``f32``, ``bf16``...), or None for non-arrays and
+    quantized or unknown element types."""
+    t = value.type
+    if not isinstance(t, TensorType):
+        return None
+    try:
+        return element_type_of(t.element_type).xla_name
+    except Exception:  # quantized or unknown element types
+        return None

@@ -63,7 +63,7 @@ from xla_dialect.types import element_type_named, element_type_of
 from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
-from .util import create, i64s, make_constant, splat_scalar, tensor_type
+from .util import create, element_name, i64s, make_constant, splat_scalar, tensor_type
 
 _B = ew.BINARY_OP_CLASSES
 _U = ew.UNARY_OP_CLASSES
@@ -77,19 +77,9 @@ _REAL = frozenset({"f16", "f32", "f64"})
 verified and left alone)."""
 
 
-def _element_name(value: SSAValue) -> str | None:
-    t = value.type
-    if not isinstance(t, TensorType):
-        return None
-    try:
-        return element_type_of(t.element_type).xla_name
-    except Exception:  # quantized or unknown element types
-        return None
-
-
 def _eligible(op: Operation, types=_NATIVE) -> bool:
     """Whether ``op`` computes on an element type in ``types`` and not on quantized values."""
-    return _element_name(op.results[0]) in types and not computes_on_quantized(op)
+    return element_name(op.results[0]) in types and not computes_on_quantized(op)
 
 
 def _defining(value: SSAValue, cls) -> Operation | None:
@@ -198,7 +188,7 @@ class DivideByConstant(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: DivOp, rewriter: PatternRewriter) -> None:
         a, b = op.operands
-        name = _element_name(op.results[0])
+        name = element_name(op.results[0])
         if name not in _NATIVE and name != "bf16" or computes_on_quantized(op):
             return
         if isinstance(a.owner, ConstantOp):
@@ -251,7 +241,7 @@ def _wide_operand(rewriter: PatternRewriter, value: SSAValue, element) -> SSAVal
     """``value`` in the wide element type: constants (and broadcasts of them) converted exactly, so
     that the wide op still sees constants (XLA folds the conversion of a constant)."""
     t = value.type
-    if not isinstance(t, TensorType) or _element_name(value) not in ("bf16", "f16"):
+    if not isinstance(t, TensorType) or element_name(value) not in ("bf16", "f16"):
         return value
     wide = TensorType(element, t.get_shape(), t.encoding)
     found = _constant(value)
@@ -278,16 +268,16 @@ class ExcessPrecisionConvert(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: cv.ConvertOp, rewriter: PatternRewriter) -> None:
-        if _element_name(op.results[0]) not in ("f32", "f64") or NORMALIZATION_CONVERT in op.attributes:
+        if element_name(op.results[0]) not in ("f32", "f64") or NORMALIZATION_CONVERT in op.attributes:
             return
         source = op.operands[0]
-        narrow = _element_name(source)
+        narrow = element_name(source)
         owner = source.owner
         if narrow != "bf16" or not isinstance(owner, Operation) or computes_on_quantized(owner):
             return
         result_type = op.results[0].type
         if isinstance(owner, cv.ConvertOp) and NORMALIZATION_CONVERT in owner.attributes and \
-                _element_name(owner.operands[0]) == "f32" and _element_name(op.results[0]) == "f32":
+                element_name(owner.operands[0]) == "f32" and element_name(op.results[0]) == "f32":
             rewriter.replace(op, [], [owner.operands[0]])
             return
         mnemonic = owner.name[4:]
@@ -299,7 +289,7 @@ class ExcessPrecisionConvert(RewritePattern):
         wide = create(type(owner), operands, dict(owner.properties), [wide_type])
         rewriter.insert(wide)
         value = wide.results[0]
-        if _element_name(op.results[0]) != "f32":
+        if element_name(op.results[0]) != "f32":
             value = _emit(rewriter, cv.ConvertOp, [value], result_type)
         rewriter.replace(op, [], [value])
 
@@ -440,7 +430,7 @@ class SimplifyPower(RewritePattern):
         elif _is_all(b, -1):
             one = _emit_constant(rewriter, np.ones((), dtype=_constant(b)[0].dtype), t)
             _replace(rewriter, op, _emit(rewriter, DivOp, [one, a], t))
-        elif _is_all(b, 0.5) and _element_name(a) in _REAL:
+        elif _is_all(b, 0.5) and element_name(a) in _REAL:
             # Not XLA's simplifier but LLVM's (LibCallSimplifier, without fast-math flags), on XLA CPU's
             # fused loop where the exponent is a constant: pow(A, 0.5) -> A == -inf ? +inf : |sqrt(A)|
             # (the |.| makes pow(-0, 0.5) = +0). libm's pow differs from sqrt in the last bit on ~0.1%.
@@ -468,8 +458,8 @@ _ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp)
 
 def needs_rewrites(module: Operation) -> bool:
     """Whether ``module`` has an op some pattern may rewrite (a cheap over-approximation)."""
-    return any((isinstance(op, _ROOTS) and _element_name(op.results[0]) in (*_NATIVE, "bf16"))
-               or (isinstance(op, cv.ConvertOp) and _element_name(op.operands[0]) == "bf16")
+    return any((isinstance(op, _ROOTS) and element_name(op.results[0]) in (*_NATIVE, "bf16"))
+               or (isinstance(op, cv.ConvertOp) and element_name(op.operands[0]) == "bf16")
                for op in module.walk())
 
 

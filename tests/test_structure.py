@@ -1,4 +1,4 @@
-"""The layers import one way (ir <- passes <- lowering <- interop) and modules import without cycles.
+"""The layers import one way (ir <- kernels <- passes <- executor <- interop) and modules import without cycles.
 
 The import graph is read from the source (every ``import``, module-level or inside functions, counts
 for the layering: a function-level import only hides a dependency). Module-level imports must form
@@ -16,25 +16,29 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = {"xla_dialect": 0, "passes": 1, "lowering": 2, "interop": 3}
-"""Package -> layer: a package imports only from its own layer or lower ones."""
+LAYERS = {"xla_dialect": 0, "kernels": 1, "passes": 2, "executor": 3, "interop": 4}
+"""Layer -> rank: a module imports only from its own layer or lower ones."""
 
-KNOWN_UPWARD = {
-    # fold-constants and tile-layouts evaluate ops with the executor's NumPy kernels, which live in
-    # lowering/kernels and need its lowering context: the kernels are not yet a layer of their own
-    # below the passes (issue 13, open).
-    ("passes/cleanup.py", "lowering"),
-    ("passes/tiling.py", "lowering"),
-}
+EXECUTOR_MODULES = {"lowering", "lowering.executor"}
+"""The executor layer: ``lowering.compile`` and the package that exports it. Every other module of
+``lowering`` (the kernels, their registry, context and runtime support) is the kernel layer."""
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a module of the repository (None for other modules)."""
+    package = module.split(".")[0]
+    if package == "lowering":
+        return "executor" if module in EXECUTOR_MODULES else "kernels"
+    return package if package in LAYERS else None
 
 
 def _modules():
     if not MODULE_NAMES:
-        for package in LAYERS:
+        for package in PACKAGES:
             for path in (REPO / package).rglob("*.py"):
                 parts = list(path.relative_to(REPO).with_suffix("").parts)
                 MODULE_NAMES.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    for package in LAYERS:
+    for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             rel = path.relative_to(REPO)
             parts = list(rel.with_suffix("").parts)
@@ -44,6 +48,7 @@ def _modules():
 
 
 MODULE_NAMES = set()
+PACKAGES = ("xla_dialect", "passes", "lowering", "interop")
 
 
 def _imports(name: str, path: Path):
@@ -73,13 +78,11 @@ def _imports(name: str, path: Path):
 def test_layers_import_one_way():
     upward = []
     for name, path in _modules():
-        mine = name.split(".")[0]
+        mine = layer_of(name)
         for target, line, _ in _imports(name, path):
-            theirs = target.split(".")[0]
-            if theirs in LAYERS and LAYERS[theirs] > LAYERS[mine]:
-                rel = str(path.relative_to(REPO))
-                if (rel, theirs) not in KNOWN_UPWARD:
-                    upward.append(f"{rel}:{line} imports {target}")
+            theirs = layer_of(target)
+            if theirs is not None and LAYERS[theirs] > LAYERS[mine]:
+                upward.append(f"{path.relative_to(REPO)}:{line} ({mine}) imports {target} ({theirs})")
     assert not upward, "imports from a higher layer:\n" + "\n".join(sorted(set(upward)))
 
 
@@ -133,7 +136,7 @@ def test_no_import_cycle_between_files():
     assert not real, f"module-level import cycles: {real}"
 
 
-@pytest.mark.parametrize("package", sorted(LAYERS))
+@pytest.mark.parametrize("package", PACKAGES)
 def test_each_package_imports_alone(package):
     """A fresh interpreter imports each layer by itself (no hidden dependency on import order)."""
     run = subprocess.run([sys.executable, "-c", f"import {package}"], capture_output=True, text=True, cwd=REPO)
@@ -199,3 +202,19 @@ def test_xdsl_dead_code_elimination_uses_the_traits():
     names = [op.name for op in module.walk()]
     assert "hlo.sine" not in names and "hlo.reduce" not in names
     assert "hlo.outfeed" in names and "hlo.add" in names
+
+
+def test_kernels_import_without_the_executor_or_passes():
+    """fold-constants may use the kernels: importing them loads neither the executor nor a pass."""
+    code = ("import sys, lowering.kernels, lowering.context; "
+            "bad = [m for m in sys.modules if m == 'lowering.executor' or m.split('.')[0] in ('passes', 'interop')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_passes_import_without_the_executor():
+    code = ("import sys, passes; passes.available_passes(); "
+            "sys.exit(1 if 'lowering.executor' in sys.modules else 0)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr

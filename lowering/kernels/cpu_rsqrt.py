@@ -29,25 +29,9 @@ import threading
 
 import numpy as np
 
+from .host import host_properties
+
 _LOCK = threading.Lock()
-
-
-@functools.cache
-def host_properties() -> dict[str, object]:
-    """What decides XLA's rsqrt on this host: ``avx``, ``avx512f`` (bools) and ``vendor`` (CPUID's string)."""
-    from llvmlite import binding
-
-    features = binding.get_host_cpu_features()
-    vendor = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    vendor = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"avx": bool(features.get("avx")), "avx512f": bool(features.get("avx512f")), "vendor": vendor}
 
 
 def rsqrt_f32_method() -> str:

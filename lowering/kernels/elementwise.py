@@ -627,12 +627,10 @@ _FMA64_SAFE = (2.0 ** -900, 2.0 ** 990)
 
 def _fma_redo(out, idx, a, b, c):
     """``out`` with the elements ``idx`` (flat indices) recomputed by the f64 FMA for the whole range."""
-    from ..fma import _fma64_kernel  # (scales operands; slow, so only for the elements that need it)
-
     shape = out.shape
     out = np.array(out, copy=True).reshape(-1)
     a, b, c = (np.broadcast_to(v, shape).reshape(-1)[idx] for v in (a, b, c))
-    out[idx] = _fma64_kernel(a, b, c)
+    out[idx] = xla_math.fma64_full_range(a, b, c)  # (scales operands: slow, so only where needed)
     return out.reshape(shape)
 
 
@@ -1051,3 +1049,32 @@ def _clamp(op, ctx):
         return fn
     # A scalar bound broadcasts; the result always has the operand's shape.
     return lambda lo, x, hi: np.broadcast_to(fn(lo, x, hi), x_shape)
+
+
+# -- fused multiply-add (the op is passes.fma_contraction's, which registers this factory) ----------
+
+
+def fused_multiply_add_kernel(op, ctx):
+    """Kernel of ``a * b + c`` rounded once (f16, f32, f64): the FMA instruction's result.
+
+    An FMA whose first factor is a ``negate`` (``c - a*b`` contracted as ``fma(-a, b, c)``) keeps the
+    sign of a NaN ``a``: LLVM folds the negation into the instruction (``vfnmadd``), which returns a
+    NaN operand as it is (measured against jax.jit: ``c - x*b`` with ``x`` NaN)."""
+    dtype = ctx.dtype(op.results[0].type)
+    if dtype == np.float32:
+        kernel = xla_math.fma32
+    elif dtype == np.float16:
+        kernel = xla_math.fma16
+    elif dtype == np.float64:
+        flush = ctx.denormals == "flush"
+        kernel = lambda a, b, c: xla_math.fma64_full_range(a, b, c, flush)  # noqa: E731
+    else:
+        raise UnsupportedError(f"{op.name}: no fused multiply-add for {dtype} (f16, f32 and f64 only)")
+    if not isinstance(op.operands[0].owner, ew.UNARY_OP_CLASSES["negate"]):
+        return kernel
+
+    def negated_product(a, b, c):
+        r = kernel(a, b, c)
+        return np.where(np.isnan(a) & ~np.isnan(b), np.negative(r), r) if np.isnan(a).any() else r
+
+    return negated_product

@@ -228,10 +228,25 @@ def _invert_diagonal_block(q, block: np.ndarray, lower: bool, recip=None) -> np.
     return div(out, diag[..., :, None])
 
 
+def _narrowed_product_fma(dtype: np.dtype):
+    """``fma(a, b, c)`` where XLA CPU computes ``c - convert(f32(a) * f32(b))`` as one f16 FMA, else None.
+
+    A one-term dot of f16 values becomes an f32 multiply of their conversions (exact), rounded back to
+    f16; LLVM narrows that to an f16 multiply, and where the host computes f16 natively (AVX512-FP16)
+    contracts it into the subtraction that follows (read off XLA's optimized HLO and checked bit for
+    bit against it). Elsewhere the product rounds before the subtraction."""
+    from .host import host_properties
+
+    if dtype != _F16 or not host_properties()["avx512fp16"]:
+        return None
+    return lambda a, b, c: xla_math.fma16(*(np.asarray(v, _F16) for v in (a, b, c))).astype(_F32)
+
+
 def xla_triangular_solve(q, a, b, left: bool, lower: bool, transpose: bool, unit: bool,
-                         q_native=None) -> np.ndarray:
+                         q_native=None, product_fma=None) -> np.ndarray:
     """XLA's TriangularSolveExpander in a narrow type (``a``, ``b`` f32 arrays of narrow values;
-    ``q_native`` rounds the reciprocals XLA's simplifier introduces, see :func:`_native_rounder`)."""
+    ``q_native`` rounds the reciprocals XLA's simplifier introduces, see :func:`_native_rounder`;
+    ``product_fma`` is :func:`_narrowed_product_fma`'s)."""
     n = a.shape[-1]
     q_native = q_native or q
     batch = math.prod(a.shape[:-2])
@@ -247,7 +262,11 @@ def xla_triangular_solve(q, a, b, left: bool, lower: bool, transpose: bool, unit
         rows = range(n) if eff_lower else range(n - 1, -1, -1)
         for j in rows:
             known = slice(0, j) if eff_lower else slice(j + 1, n)
-            row = q(x[..., j, :] - _dot(q, m[..., j:j + 1, known], x[..., known, :])[..., 0, :])
+            if product_fma is not None and (j == 1 if eff_lower else j == n - 2):  # a one-term dot
+                k = j - 1 if eff_lower else j + 1
+                row = product_fma(-m[..., j, k][..., None], x[..., k, :], x[..., j, :])
+            else:
+                row = q(x[..., j, :] - _dot(q, m[..., j:j + 1, known], x[..., known, :])[..., 0, :])
             # The simplifier turns the division by the diagonal into a product with its reciprocal.
             x[..., j, :] = row if unit else q(row * q_native(1 / m[..., j, j][..., None]))
         return x if left else _swap(x)
@@ -402,7 +421,8 @@ def _triangular_solve(op, ctx):
         def narrow_solve(a, b):
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
                 x = xla_triangular_solve(q, a.astype(_F32), b.astype(_F32), left, lower,
-                                         transpose != "NO_TRANSPOSE", unit, _native_rounder(dtype))
+                                         transpose != "NO_TRANSPOSE", unit, _native_rounder(dtype),
+                                         _narrowed_product_fma(dtype))
             return x.astype(dtype)
 
         return narrow_solve
@@ -458,15 +478,20 @@ class _BatchNormPlan:
         # Elements per feature: an s32 product converted to the operand type.
         count = int(np.prod([shape[i] for i in self.axes], dtype=np.int64))
         self.count = np.asarray(np.int32(count)).astype(self.dtype).astype(self.compute)
+        # x / count is computed as x * (1 / count), the reciprocal rounded to the type (XLA's simplifier).
+        self.inverse_count = (1 / self.count).astype(self.dtype).astype(self.compute)
         self.sequential = self.dtype == _F16
         self.divide = lambda x, y: x / y
+        self.reciprocal = None  # where divisions by a feature vector become products with its reciprocal
+        self.fma = _contracted_multiply_add(self.dtype, self.compute)
         if self.dtype == _F16:
             # XLA CPU expands f16 batch norm in f16: every op rounds to f16, sums too.
             self.q = _rounder(self.dtype)
             self.rsqrt = lambda x: self.q(xla_math.rsqrt_f32(np.asarray(x, _F32)))
             # The simplifier turns a division by a broadcast feature vector into a product with
             # its reciprocal (computed in f16).
-            self.divide = lambda x, y: self.q(x * self.q(1 / y))
+            self.reciprocal = lambda y: self.q(1 / y)
+            self.divide = lambda x, y: self.q(x * self.reciprocal(y))
         else:
             # f32/f64 as they are; bf16 and f8 are widened to f32 (float normalization) before the
             # expander runs: f32 epsilon and count, XLA's f32 rsqrt, one rounding at the end.
@@ -474,6 +499,7 @@ class _BatchNormPlan:
             if self.compute != self.dtype:
                 self.epsilon = np.float32(op.properties["epsilon"].value.data)
                 self.count = np.float32(np.int32(count))
+                self.inverse_count = np.float32(1) / self.count
                 self.rsqrt = xla_math.rsqrt_f32
             else:
                 self.rsqrt = lambda x: 1 / np.sqrt(x)
@@ -497,8 +523,44 @@ class _BatchNormPlan:
             acc = self.q(acc + row)
         return acc
 
+    def total_of_products(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``total(a * b)`` as XLA's fused reduce loop computes it where it adds one element at a time
+        (short f16 sums): each product contracted into the running sum, ``fma(ak, bk, sum)`` from a sum
+        of 0. For squares (``a is b``) LLVM drops the initial ``+ 0`` (a square is never -0), and the
+        first two products make ``fma(a0, a0, a1*a1)`` (read off XLA's optimized LLVM IR; bit-exact
+        against jax.jit for 2 to 32 terms)."""
+        q = self.q
+        n = a.size // max(a.shape[self.index], 1)
+        if not self.sequential or n > _SEQUENTIAL_F16_SUM:
+            return self.total(q(a * b))
+        rows_a = np.moveaxis(a, self.index, -1).reshape(-1, a.shape[self.index])
+        rows_b = rows_a if b is a else np.moveaxis(b, self.index, -1).reshape(-1, b.shape[self.index])
+        if b is a and n >= 2:
+            acc, start = self.fma(rows_a[0], rows_a[0], q(rows_a[1] * rows_a[1])), 2
+        else:
+            acc, start = np.zeros(rows_a.shape[1], _F32), 0
+        for ak, bk in zip(rows_a[start:], rows_b[start:]):
+            acc = self.fma(ak, bk, acc)
+        return acc
+
     def store(self, *arrays):
         return tuple(a.astype(self.dtype) for a in arrays)
+
+
+def _contracted_multiply_add(dtype: np.dtype, compute: np.dtype):
+    """``fma(a, b, c)``: ``a * b + c`` in an expanded batch norm as XLA CPU computes it after LLVM's
+    contraction (:mod:`passes.fma_contraction`): one rounding in f32/f64 (bf16 and f8 are computed
+    in f32), and in f16 on hosts with AVX512-FP16; elsewhere f16 rounds the product and the sum."""
+    from .host import host_properties
+
+    if dtype == _F16:
+        if host_properties()["avx512fp16"]:
+            return lambda a, b, c: xla_math.fma16(*(np.asarray(v, _F16) for v in (a, b, c))).astype(compute)
+        q = _rounder(dtype)
+        return lambda a, b, c: q(q(a * b) + c)
+    if compute == _F32:
+        return lambda a, b, c: xla_math.fma32(np.asarray(a, _F32), np.asarray(b, _F32), np.asarray(c, _F32))
+    return lambda a, b, c: xla_math.fma64_full_range(a, b, c)
 
 
 @register(nx.BatchNormTrainingOp)
@@ -508,10 +570,12 @@ def _batch_norm_training(op, ctx):
 
     def training(operand, scale, offset):
         x, scale, offset = p.load(operand, scale, offset)
-        mean = q(p.total(x) / p.count)
-        var = q(q(p.total(q(x * x)) / p.count) - q(mean * mean))  # XLA: E[x^2] - E[x]^2
+        # XLA's simplifier makes the divisions by the element count products with its reciprocal.
+        mean = q(p.total(x) * p.inverse_count)
+        # E[x^2] - E[x]^2: the first operand's product is contracted (the square sum's too, in its loop).
+        var = p.fma(p.total_of_products(x, x), p.inverse_count, -q(mean * mean))
         normalized = q(q(x - f(mean)) * p.rsqrt(q(f(var) + p.epsilon)))
-        return p.store(q(q(normalized * f(scale)) + f(offset)), mean, var)
+        return p.store(p.fma(normalized, f(scale), f(offset)), mean, var)
 
     return training
 
@@ -524,8 +588,8 @@ def _batch_norm_inference(op, ctx):
     def inference(operand, scale, offset, mean, variance):
         x, scale, offset, mean, variance = p.load(operand, scale, offset, mean, variance)
         true_scale = q(scale * p.rsqrt(q(variance + p.epsilon)))
-        true_shift = q(offset - q(mean * true_scale))
-        return p.store(q(q(x * f(true_scale)) + f(true_shift)))[0]
+        true_shift = p.fma(-mean, true_scale, offset)  # offset - mean * true_scale, contracted
+        return p.store(p.fma(x, f(true_scale), f(true_shift)))[0]
 
     return inference
 
@@ -539,13 +603,16 @@ def _batch_norm_grad(op, ctx):
         x, scale, mean, variance, g = p.load(operand, scale, mean, variance, grad_output)
         var_eps = q(f(variance) + p.epsilon)
         centered = q(x - f(mean))
-        sum_g_centered = p.total(q(g * centered))
+        sum_g_centered = p.total_of_products(g, centered)
         grad_offset = p.total(g)
         grad_scale = q(sum_g_centered * p.rsqrt(q(variance + p.epsilon)))
-        i1 = q(g * p.count)
-        i5 = p.divide(q(f(sum_g_centered) * centered), var_eps)
-        i6 = q(q(i1 - f(grad_offset)) - i5)
-        grad_operand = q(q(q(f(scale) * p.rsqrt(var_eps)) / p.count) * i6)
+        i1_minus_offset = p.fma(g, p.count, -f(grad_offset))  # g * count - grad_offset, contracted
+        product = q(f(sum_g_centered) * centered)
+        if p.reciprocal is not None:  # i5 = product * (1 / var_eps): contracted into the subtraction
+            i6 = p.fma(-product, p.reciprocal(var_eps), i1_minus_offset)
+        else:
+            i6 = q(i1_minus_offset - p.divide(product, var_eps))
+        grad_operand = q(q(q(f(scale) * p.rsqrt(var_eps)) * p.inverse_count) * i6)
         return p.store(grad_operand, grad_scale, grad_offset)
 
     return grad

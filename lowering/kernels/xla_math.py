@@ -403,6 +403,66 @@ def fma64(a, b, c, finite: bool = False):
     return _fma64_split(a, b, bh, bl, c, finite)
 
 
+def fma16(a, b, c):
+    """f16 ``a * b + c`` rounded once (the AVX512-FP16 FMA): the f64 product is exact and the f64 sum is
+    exact whenever its rounding could matter (a finite f16 result spans at most 41 bits of it)."""
+    f16 = np.float16
+    return (np.multiply(a, b, dtype=f64) + np.asarray(c, f64)).astype(f16)
+
+
+_STEP = 600  # scaling steps of 2**600 keep every operand fma64 handles exact
+_BIG, _SMALL, _TINY_PRODUCT, _VANISHING = 995, -900, -900, -1100  # binary exponents
+_TINY64 = np.finfo(np.float64).tiny
+_STICKY = np.float64(2.0 ** -1000)
+
+
+def _scaled(x, steps):
+    """``x * 2**(600 * steps)`` (integer array ``steps``), one exact multiply per step."""
+    for k in range(int(np.max(np.abs(steps), initial=0))):
+        x = x * np.where(steps > k, 2.0 ** _STEP, np.where(steps < -k, 2.0 ** -_STEP, 1.0))
+    return x
+
+
+def fma64_full_range(a, b, c, flush: bool = True):
+    """``fma64`` for every f64 operand.
+
+    ``fma64``'s exact (Dekker) product needs factors in [2**-900, 2**995) and a product above
+    about 2**-900: other factors are scaled by powers of 2**600 (``c`` by the same power as the
+    product) and the result scaled back (a denormal result then rounds twice where denormals are
+    kept; XLA's default flushes it). A product below 2**-1100 leaves ``c`` (or a zero of its sign
+    when ``c`` is 0); an infinite ``c`` with finite factors is the result (the exact product is
+    finite); a zero or non-finite factor computes ``a*b + c`` as IEEE does.
+    """
+    a, b, c = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (a, b, c)))
+    regular = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
+    ea, eb = np.frexp(a)[1], np.frexp(b)[1]
+    ea, eb = np.where(regular, ea, 0), np.where(regular, eb, 0)
+    sa = np.where(ea >= _BIG, -1, np.where(ea < _SMALL, 1, 0))
+    sb = np.where(eb >= _BIG, -1, np.where(eb < _SMALL, 1, 0))
+    # a product still below 2**-900 after that: scale the smaller factor once more
+    ea2, eb2 = ea + sa * _STEP, eb + sb * _STEP
+    low = ea2 + eb2 < _TINY_PRODUCT
+    sa = sa + (low & (ea2 <= eb2))
+    sb = sb + (low & (ea2 > eb2))
+    vanishing = regular & (ea + eb < _VANISHING)
+    special = ~regular & ((np.abs(a) >= 2.0 ** _BIG) | (np.abs(b) >= 2.0 ** _BIG) | ~np.isfinite(a * b))
+    if not (sa.any() or sb.any() or special.any()):
+        return fma64(a, b, c)
+    shift = sa + sb
+    c_scaled = _scaled(c, shift)
+    # A c scaled below 2**-1000 is far below the product's last bit: it only decides ties, by its
+    # sign, which 2**-1000 of that sign does as well. One scaled past the largest f64 is the result.
+    lost = (shift < 0) & (c != 0) & (np.abs(c_scaled) < _STICKY)
+    c_scaled = np.where(lost, np.copysign(_STICKY, c), c_scaled)
+    overflow = np.isinf(c_scaled) & np.isfinite(c)
+    r = fma64(_scaled(a, sa), _scaled(b, sb), np.where(overflow, 0.0, c_scaled))
+    r = np.where(overflow, c, _scaled(r, -shift))
+    c_read = np.where(np.abs(c) < _TINY64, 0.0, c) if flush else c  # DAZ reads denormals as 0
+    r = np.where(vanishing, np.where(c_read == 0, np.copysign(0.0, a * b), c_read), r)
+    r = np.where(special, a * b + c, r)
+    return np.where(np.isinf(c) & regular, c, r)
+
+
 def horner64(x, coeffs, finite: bool = False):
     """``((c0 x + c1) x + c2) ...`` with fused multiply-adds."""
     x = np.asarray(x, np.float64)

@@ -1,4 +1,4 @@
-"""XLA CPU's floating-point contraction: ``add``/``subtract`` of a ``multiply`` computed as one FMA.
+"""``contract-fma``: XLA CPU's floating-point contraction, ``add``/``subtract`` of a ``multiply`` as one FMA.
 
 jax.jit on the CPU does not round ``a * b + c`` twice: XLA fuses the
 elementwise ops into one loop and LLVM contracts the multiply into the add
@@ -21,37 +21,57 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
 * Chains fuse step by step (Horner: ``(p*x + c1)*x + c2`` is two FMAs); the
   product of a dot or a reduce result fuses like any other value.
-* f16 and bf16 are unaffected (XLA computes them in f32, where their
-  products are exact); complex multiply-adds are left alone (measured equal
-  without contraction on ``a*b + a`` in c64).
+* f16 contracts the same way on hosts with AVX512-FP16 (LLVM computes f16
+  natively there: ``a*b + c`` is one f16 FMA; measured on an Intel CPU with
+  ``avx512fp16``); elsewhere LLVM computes f16 in f32 and rounds after each op,
+  so nothing contracts. bf16 never contracts (XLA widens it to f32 with a
+  rounding after each op). Complex multiply-adds are left alone (measured
+  equal without contraction on ``a*b + a`` in c64).
 
-:func:`contract_fma` rewrites each such pair into :class:`FusedMultiplyAddOp`
-(an executor-internal op, never printed or verified as part of the dialect),
-with an exact ``negate`` for the subtracting forms. ``lowering.compile`` runs
-it unless ``fma_contraction=False``. Ops on quantized types are left alone.
+:func:`contract_fma` (the pass ``contract-fma``) rewrites each such pair into
+:class:`FusedMultiplyAddOp` (``hlo_internal.fma``: made only here, for the
+executor; its kernel is :func:`lowering.kernels.elementwise.fused_multiply_add_kernel`),
+with an exact ``negate`` for the subtracting forms. The executor's pipeline
+(:data:`passes.pipelines.EXECUTOR_PIPELINE`) runs it unless
+``fma_contraction=False``. Ops on quantized types are left alone. Which element
+types contract is the pass option ``types``: ``host`` (the default: f32, f64,
+and f16 where the host has AVX512-FP16, as XLA on this host) or a list such as
+``f16,f32,f64``.
 Known limit: with denormals kept (``denormals="keep"``), an f64 FMA whose
 result is denormal and whose product is below 2**-900 may round twice.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
 from xdsl.ir import Operation, SSAValue
 
+from lowering.kernels.elementwise import fused_multiply_add_kernel
+from lowering.kernels.host import host_properties
+from lowering.registry import register
+from xla_dialect.errors import PassError
 from xla_dialect.ops import elementwise as ew
 
-from passes.xla_numerics import _element_name
-
-from .kernels.xla_math import fma32, fma64
-from .registry import register
+from .base import PatternPass
+from .quantized import computes_on_quantized
+from .registry import register_pass
+from .util import element_name
 
 _B, _U = ew.BINARY_OP_CLASSES, ew.UNARY_OP_CLASSES
 _MUL, _ADD, _SUB, _NEG = _B["multiply"], _B["add"], _B["subtract"], _U["negate"]
 
-_CONTRACTED = frozenset({"f32", "f64"})
-"""Element types whose multiply-adds XLA CPU contracts (f16/bf16 compute in f32 with exact products)."""
+CONTRACTIBLE = frozenset({"f16", "f32", "f64"})
+"""Element types an FMA instruction exists for (f16 with AVX512-FP16)."""
+
+
+def host_contracted_types() -> frozenset[str]:
+    """The element types whose multiply-adds XLA CPU contracts on this host: f32 and f64, and f16 where the
+    host computes f16 natively (AVX512-FP16)."""
+    return frozenset({"f32", "f64"} | ({"f16"} if host_properties()["avx512fp16"] else set()))
 
 
 @irdl_op_definition
@@ -63,6 +83,9 @@ class FusedMultiplyAddOp(IRDLOperation):
     b = operand_def()
     c = operand_def()
     result = result_def()
+
+
+register(FusedMultiplyAddOp)(fused_multiply_add_kernel)
 
 
 _CSE_CLASSES = (*_B.values(), *_U.values())
@@ -144,96 +167,48 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     return False
 
 
-def _candidates(module: Operation) -> list[Operation]:
-    from passes.quantized import computes_on_quantized
-
+def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
     return [op for op in module.walk()
-            if isinstance(op, (_ADD, _SUB)) and _element_name(op.results[0]) in _CONTRACTED
+            if isinstance(op, (_ADD, _SUB)) and element_name(op.results[0]) in types
             and not computes_on_quantized(op)
             and any(isinstance(v.owner, _MUL) and not computes_on_quantized(v.owner) for v in op.operands)]
 
 
-def contract_fma(module: ModuleOp, clone: bool = False) -> ModuleOp:
+def contract_fma(module: ModuleOp, clone: bool = False, types: frozenset[str] | None = None) -> ModuleOp:
     """``module`` with XLA CPU's multiply-add contractions made :class:`FusedMultiplyAddOp`\\ s
-    (a copy with ``clone``; ``module`` itself when nothing contracts)."""
-    if not _candidates(module):
+    (a copy with ``clone``; ``module`` itself when nothing contracts). ``types``: the element types
+    to contract (default: :func:`host_contracted_types`)."""
+    types = host_contracted_types() if types is None else frozenset(types)
+    if not _candidates(module, types):
         return module
     if clone:
         module = module.clone()
     uses = _Uses(module)  # numbered before any rewrite: the FMAs are not CSE'd
-    for op in _candidates(module):  # program order: a chain's inner step is contracted first
+    for op in _candidates(module, types):  # program order: a chain's inner step is contracted first
         _contract(op, uses)
     return module
 
 
-_STEP = 600  # scaling steps of 2**600 keep every operand fma64 handles exact
-_BIG, _SMALL, _TINY_PRODUCT, _VANISHING = 995, -900, -900, -1100  # binary exponents
-_TINY64 = np.finfo(np.float64).tiny
-_STICKY = np.float64(2.0 ** -1000)
+def parse_contracted_types(spec: str) -> frozenset[str]:
+    """The ``types`` option of ``contract-fma``: ``host`` or a comma-separated list of f16, f32, f64."""
+    if spec == "host":
+        return host_contracted_types()
+    names = frozenset(t.strip() for t in spec.split(",") if t.strip())
+    unknown = sorted(names - CONTRACTIBLE)
+    if unknown:
+        raise PassError(f"contract-fma: types={spec!r}: {', '.join(unknown)} cannot be contracted "
+                        f"(expected 'host' or a list of {', '.join(sorted(CONTRACTIBLE))})")
+    return names
 
 
-def _scaled(x, steps):
-    """``x * 2**(600 * steps)`` (integer array ``steps``), one exact multiply per step."""
-    for k in range(int(np.max(np.abs(steps), initial=0))):
-        x = x * np.where(steps > k, 2.0 ** _STEP, np.where(steps < -k, 2.0 ** -_STEP, 1.0))
-    return x
+@register_pass
+@dataclass(frozen=True)
+class ContractFmaPass(PatternPass):
+    """``contract-fma{types=host}``: multiply-adds computed as one FMA where XLA CPU's LLVM contracts them."""
 
+    name = "contract-fma"
+    types: str = "host"
+    """``host`` (f32, f64, and f16 on AVX512-FP16 hosts) or a comma-separated list such as ``f32,f64``."""
 
-def _fma64_kernel(a, b, c, flush: bool = True):
-    """``fma64`` for every f64 operand.
-
-    ``fma64``'s exact (Dekker) product needs factors in [2**-900, 2**995) and a product above
-    about 2**-900: other factors are scaled by powers of 2**600 (``c`` by the same power as the
-    product) and the result scaled back (a denormal result then rounds twice where denormals are
-    kept; XLA's default flushes it). A product below 2**-1100 leaves ``c`` (or a zero of its sign
-    when ``c`` is 0); an infinite ``c`` with finite factors is the result (the exact product is
-    finite); a zero or non-finite factor computes ``a*b + c`` as IEEE does.
-    """
-    a, b, c = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (a, b, c)))
-    regular = np.isfinite(a) & np.isfinite(b) & (a != 0) & (b != 0)
-    ea, eb = np.frexp(a)[1], np.frexp(b)[1]
-    ea, eb = np.where(regular, ea, 0), np.where(regular, eb, 0)
-    sa = np.where(ea >= _BIG, -1, np.where(ea < _SMALL, 1, 0))
-    sb = np.where(eb >= _BIG, -1, np.where(eb < _SMALL, 1, 0))
-    # a product still below 2**-900 after that: scale the smaller factor once more
-    ea2, eb2 = ea + sa * _STEP, eb + sb * _STEP
-    low = ea2 + eb2 < _TINY_PRODUCT
-    sa = sa + (low & (ea2 <= eb2))
-    sb = sb + (low & (ea2 > eb2))
-    vanishing = regular & (ea + eb < _VANISHING)
-    special = ~regular & ((np.abs(a) >= 2.0 ** _BIG) | (np.abs(b) >= 2.0 ** _BIG) | ~np.isfinite(a * b))
-    if not (sa.any() or sb.any() or special.any()):
-        return fma64(a, b, c)
-    shift = sa + sb
-    c_scaled = _scaled(c, shift)
-    # A c scaled below 2**-1000 is far below the product's last bit: it only decides ties, by its
-    # sign, which 2**-1000 of that sign does as well. One scaled past the largest f64 is the result.
-    lost = (shift < 0) & (c != 0) & (np.abs(c_scaled) < _STICKY)
-    c_scaled = np.where(lost, np.copysign(_STICKY, c), c_scaled)
-    overflow = np.isinf(c_scaled) & np.isfinite(c)
-    r = fma64(_scaled(a, sa), _scaled(b, sb), np.where(overflow, 0.0, c_scaled))
-    r = np.where(overflow, c, _scaled(r, -shift))
-    c_read = np.where(np.abs(c) < _TINY64, 0.0, c) if flush else c  # DAZ reads denormals as 0
-    r = np.where(vanishing, np.where(c_read == 0, np.copysign(0.0, a * b), c_read), r)
-    r = np.where(special, a * b + c, r)
-    return np.where(np.isinf(c) & regular, c, r)
-
-
-@register(FusedMultiplyAddOp)
-def _fma_kernel(op, ctx):
-    dtype = ctx.dtype(op.results[0].type)
-    if dtype == np.float32:
-        kernel = fma32
-    else:
-        flush = ctx.denormals == "flush"
-        kernel = lambda a, b, c: _fma64_kernel(a, b, c, flush)  # noqa: E731
-    if not isinstance(op.operands[0].owner, _NEG):
-        return kernel
-
-    def negated_product(a, b, c):
-        # fma(-x, b, c): LLVM folds the negation into the instruction (vfnmadd), which returns a NaN x
-        # with its own sign, not the negated one (measured against jax.jit: c - x*b with x NaN).
-        r = kernel(a, b, c)
-        return np.where(np.isnan(a) & ~np.isnan(b), np.negative(r), r) if np.isnan(a).any() else r
-
-    return negated_product
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        contract_fma(op, types=parse_contracted_types(self.types))

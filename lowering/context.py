@@ -1,0 +1,71 @@
+"""What kernel factories may ask for while an op is lowered: :class:`KernelContext`.
+
+A kernel factory (``lowering.registry``) receives the op and a context; the
+executor hands it a :class:`lowering.executor.LoweringContext`, which also
+compiles called functions, and passes that evaluate ops with the kernels
+(``fold-constants``, ``tile-layouts``) hand it a plain :class:`KernelContext`,
+without importing the executor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute
+
+from xla_dialect.errors import UnsupportedError
+from xla_dialect.types import numpy_dtype
+
+from .blas import blas_matmul, resolve_blas_threads
+from .denormals import flush_threaded_matmul, resolve_denormals
+from .runtime import Runtime
+
+
+class KernelContext:
+    """The services and settings kernel factories use: dtypes, the BLAS, the process grid, the runtime."""
+
+    def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
+                 blas_threads: int | None = None, denormals: str | None = None):
+        self.module = module
+        # "flush" (XLA CPU's FTZ/DAZ) or "keep" (IEEE): see lowering.denormals.
+        self.denormals = resolve_denormals(denormals)
+        # BLAS threads for the float matmuls (dot, convolution): an int, or None
+        # to leave the BLAS as configured (see lowering.blas).
+        self.blas_threads = resolve_blas_threads(blas_threads)
+        self.limits_blas = False  # set when a kernel's matmul takes the limit
+        # The process grid the program runs on (collective kernels read it).
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+        # When hlo.while loops are compiled with numba ("auto", "always", "never"; lowering.compiled_loops).
+        self.loop_compilation = "auto"
+        # When element-wise runs are fused and compiled ("auto", "always", "never"; lowering.fusion).
+        self.fusion = "auto"
+        # The most bytes one array may take (xla_dialect.limits); None: the default limit.
+        self.max_bytes = None
+        # Seconds a call may run (lowering.interrupt); None: unbounded, and no checks are generated.
+        self.timeout = None
+        self.functions: dict[str, func.FuncOp] = {
+            op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
+        }
+        # Host-side state (feeds, channels) the side-effecting kernels share
+        # with the Executable built from this context.
+        self.runtime = Runtime()
+
+    def dtype(self, type_: Attribute) -> np.dtype:
+        """NumPy dtype of a tensor type."""
+        return numpy_dtype(type_)
+
+    def function(self, name: str):
+        """The compiled function of ``func.func @name``: only the executor compiles functions."""
+        raise UnsupportedError(f"func.call @{name}: calling a function needs the executor (lowering.compile)")
+
+    def blas_matmul(self, dtype: np.dtype, m: int, k: int, n: int):
+        """``np.matmul`` for ``(.., m, k) x (.., k, n)`` operands of ``dtype``, run with the program's
+        BLAS thread count (:func:`lowering.blas.blas_matmul`)."""
+        matmul = blas_matmul(self.blas_threads, dtype, m, k, n)
+        if matmul is not np.matmul:
+            self.limits_blas = True  # the Executable takes the limit once per call
+        if self.denormals == "flush":  # OpenBLAS's worker threads do not flush (lowering.denormals)
+            matmul = flush_threaded_matmul(matmul, self.blas_threads, dtype, m, k, n)
+        return matmul

@@ -1,0 +1,47 @@
+"""The properties of the host CPU that decide how XLA CPU computes some floats.
+
+XLA's CPU compiler is LLVM targeting the host (``-mcpu=native``), so a few
+results depend on the instructions the host has:
+
+* ``avx``, ``avx512f``: which reciprocal-square-root estimate XLA's ``rsqrt``
+  starts from (:mod:`lowering.kernels.cpu_rsqrt`);
+* ``vendor``: how many Newton steps refine it (AMD's and Intel's estimate
+  tables differ);
+* ``avx512fp16``: whether f16 arithmetic is native, in which case LLVM also
+  contracts f16 multiply-adds into one f16 FMA (rounded once), as it does for
+  f32 and f64 (:mod:`passes.fma_contraction`); without it f16 is computed in
+  f32 and rounded after each op.
+
+Read once per process, from LLVM's own view of the host (llvmlite, the LLVM
+numba is built on) and ``/proc/cpuinfo`` for the vendor string.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+@functools.cache
+def host_properties() -> dict[str, object]:
+    """``avx``, ``avx512f``, ``avx512fp16`` (bools, as LLVM sees this CPU) and ``vendor`` (CPUID's string)."""
+    from llvmlite import binding
+
+    features = binding.get_host_cpu_features()
+    vendor = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    vendor = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"avx": bool(features.get("avx")), "avx512f": bool(features.get("avx512f")),
+            "avx512fp16": bool(features.get("avx512fp16")), "vendor": vendor}
+
+
+def describe_host() -> str:
+    """One line naming the host properties above (for reports and test skip reasons)."""
+    host = host_properties()
+    flags = [name for name in ("avx", "avx512f", "avx512fp16") if host[name]]
+    return f"{host['vendor'] or 'unknown vendor'} ({', '.join(flags) or 'no AVX'})"

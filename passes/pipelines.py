@@ -1,0 +1,57 @@
+"""Named pipelines: the pass sequences the rest of the toolkit runs, written down once.
+
+:data:`PIPELINES` maps a name to pipeline text (usable with :func:`passes.run`
+and ``xla-opt -p``); :func:`prepare_for_execution` is what ``lowering.compile``
+runs before it lowers a program (the ``executor`` pipeline, with its two
+optional rewrites as switches, on a copy of the caller's module).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import ModuleOp
+
+from xla_dialect.errors import PassError
+
+EXECUTOR_PIPELINE = "canonicalize-broadcasts,xla-float-rewrites,contract-fma,lower-quantized"
+"""What the executor runs before lowering: implicit broadcasts made explicit (kernels see same-shape
+operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), XLA CPU's multiply-add
+contraction (``contract-fma``), and computations on quantized values as float ones (``lower-quantized``)."""
+
+PIPELINES = {
+    "executor": EXECUTOR_PIPELINE,
+    "xla-cpu-layouts": "canonicalize-broadcasts,assign-layouts{target=cpu}",
+    "xla-tpu-layouts": "canonicalize-broadcasts,assign-layouts{target=tpu},tile-layouts",
+    "cleanup": "simplify,fold-constants,cse,dce",
+}
+"""Pipeline name -> pipeline text."""
+
+
+def named_pipeline(name: str) -> str:
+    """The pipeline text of ``name`` (a key of :data:`PIPELINES`)."""
+    try:
+        return PIPELINES[name]
+    except KeyError:
+        raise PassError(f"no pipeline named {name!r} (have: {', '.join(sorted(PIPELINES))})") from None
+
+
+def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contraction: bool = True) -> ModuleOp:
+    """``module`` after the :data:`EXECUTOR_PIPELINE` (``xla-float-rewrites`` only with ``xla_rewrites``,
+    ``contract-fma`` only with ``fma_contraction``).
+
+    The caller's module is never changed: each step works on a copy, made only when the step has
+    something to rewrite (checked first, cheaply), so a program none of them touches is returned as is.
+    """
+    from . import canonicalize_broadcasts
+    from .fma_contraction import contract_fma
+    from .quantized import lower_quantized
+    from .xla_numerics import xla_float_rewrites
+
+    for what, flag in (("xla_rewrites", xla_rewrites), ("fma_contraction", fma_contraction)):
+        if not isinstance(flag, bool):
+            raise PassError(f"prepare_for_execution: {what} must be True or False, got {flag!r}")
+    prepared = canonicalize_broadcasts(module, clone=True)
+    if xla_rewrites:
+        prepared = xla_float_rewrites(prepared, clone=prepared is module)
+    if fma_contraction:
+        prepared = contract_fma(prepared, clone=prepared is module)
+    return lower_quantized(prepared, clone=prepared is module)
