@@ -68,6 +68,7 @@ from xdsl.ir import Attribute, Operation, Region, SSAValue
 from xla_dialect.errors import UnsupportedError, op_context
 from xla_dialect.layout import LayoutAttr
 from xla_dialect.literal import DenseLiteralAttr
+from xla_dialect.ops.elementwise import implicit_broadcast_dims
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType
 
@@ -552,13 +553,7 @@ def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:
         if not isinstance(t, TensorType) or t.get_shape() == out_shape:
             names.append(p.name(v))
             continue
-        shape = t.get_shape()
-        if len(shape) == len(out_shape):
-            dims = list(range(len(shape)))
-        elif not shape:
-            dims = []
-        else:
-            dims = bdims
+        dims = implicit_broadcast_dims(t.get_shape(), len(out_shape), bdims)
         target = TensorType(t.element_type, out_shape)
         name = f"%b{p.counter}"
         p.counter += 1

@@ -89,11 +89,13 @@ def explicit_binary_operands(op: Operation, new_ops: list[Operation]) -> tuple[S
     bdims = ints(op.properties.get("broadcast_dimensions"))
     lrank, rrank = lhs.type.get_num_dims(), rhs.type.get_num_dims()
     if bdims and lrank != rrank:
+        # XLA's BinaryOp: the lower-rank operand first broadcast into the result's rank by
+        # broadcast_dimensions (its size-1 dimensions kept), then both by AddBroadcastSequence.
         small = lhs if lrank < rrank else rhs
-        to_size = list(out_shape)
-        for from_dim, to_dim in enumerate(bdims):
-            to_size[to_dim] = small.type.get_shape()[from_dim]
-        widened = _broadcast_in_dim(small, to_size, bdims, like, new_ops)
+        small_shape = small.type.get_shape()
+        dims = ew.implicit_broadcast_dims(small_shape, len(out_shape), bdims)
+        to_size = [small_shape[dims.index(d)] if d in dims else out_shape[d] for d in range(len(out_shape))]
+        widened = _broadcast_in_dim(small, to_size, dims, like, new_ops)
         lhs, rhs = (widened, rhs) if small is lhs else (lhs, widened)
     return (add_broadcast_sequence(lhs, out_shape, like, new_ops),
             add_broadcast_sequence(rhs, out_shape, like, new_ops))

@@ -218,3 +218,25 @@ def test_passes_import_without_the_executor():
             "sys.exit(1 if 'lowering.executor' in sys.modules else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_builder_errors_name_the_method_called():
+    """Every public builder method is marked (no stack-frame walking); an error names the method the user
+    called, also when it fails inside another public method it uses."""
+    import inspect
+
+    from xla_dialect import XlaBuilder
+    from xla_dialect.errors import BuilderError
+
+    unmarked = [n for n, f in inspect.getmembers(XlaBuilder, inspect.isfunction)
+                if not n.startswith("_") and not hasattr(f, "__wrapped__")]
+    assert not unmarked, f"public XlaBuilder methods without @builder_method: {unmarked}"
+    b = XlaBuilder("names")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"^XlaBuilder\.add: "):
+        b.add(x, b.parameter(1, "f32[4]"))
+    with pytest.raises(BuilderError, match=r"^XlaBuilder\.dot: "):
+        b.dot(x, x)
+    assert b._method is None  # reset after the error
+    with pytest.raises(BuilderError, match=r"^XlaBuilder\.mul: "):
+        x * b.parameter(2, "f32[5]")

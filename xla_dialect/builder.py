@@ -20,8 +20,7 @@ at the offending call, naming it::
 from __future__ import annotations
 
 import inspect
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from xdsl.dialects import func
@@ -31,7 +30,6 @@ from xdsl.dialects.builtin import (
     FunctionType,
     ModuleOp,
     StringAttr,
-    SymbolRefAttr,
     TensorType,
     TupleType,
 )
@@ -43,7 +41,7 @@ from .layout import Layout, LayoutAttr, layout_of
 from .literal import DenseLiteralAttr
 from .ops import constants, control_flow
 from .shape import format_shape, parse_shape
-from .ops.base import make_tensor
+from .ops.base import builder_method, make_tensor
 from .quant import UniformQuantizedType, expressed_type, parse_quantized_type, quantized_element
 from .types import element_type_from_dtype, element_type_named
 
@@ -128,6 +126,7 @@ class _BuilderCore:
         self._param_index: list[int] = []
         self._param_names: list[str] = []
         self._last: list[XlaOp] = []
+        self._method: str | None = None  # the public method running (builder_method), named by errors
         # Functions this program calls (name -> FuncOp), shared with sub-builders.
         if _parent is None:
             self._functions: dict[str, func.FuncOp] = {}
@@ -201,16 +200,9 @@ class _BuilderCore:
             raise BuilderError(f"{self._caller()}: {e}") from None
         return [make_tensor(element, t.get_shape()) if isinstance(t, TensorType) else t for t in inferred]
 
-    @staticmethod
-    def _caller() -> str:
-        frame = sys._getframe(1)
-        while frame is not None:
-            name = frame.f_code.co_name
-            self_obj = frame.f_locals.get("self")
-            if isinstance(self_obj, _BuilderCore) and not name.startswith(("_", "<")):
-                return f"XlaBuilder.{name}"
-            frame = frame.f_back
-        return "XlaBuilder"
+    def _caller(self) -> str:
+        """The public method being called (``XlaBuilder.<name>``, set by :func:`builder_method`), for errors."""
+        return self._method or "XlaBuilder"
 
     def _with_default_layout(self, t: Attribute) -> Attribute:
         if not self.default_layouts:
@@ -248,6 +240,7 @@ class _BuilderCore:
 
     # -- parameters and constants -------------------------------------------
 
+    @builder_method
     def parameter(self, index: int, shape: ShapeLike, name: str = "") -> XlaOp:
         """Entry parameter number ``index`` with ``shape`` (XLA text such as ``'f32[10]'`` or a type)."""
         if self._parent is not None:
@@ -263,6 +256,7 @@ class _BuilderCore:
         arg = self._block.insert_arg(t, position)
         return XlaOp(self, arg)
 
+    @builder_method
     def constant(self, value, dtype=None) -> XlaOp:
         """A literal: ``value`` is anything ``np.asarray`` accepts; ``dtype`` a NumPy dtype or XLA name."""
         if isinstance(dtype, str):
@@ -282,6 +276,7 @@ class _BuilderCore:
         t = TensorType(element.mlir, array.shape)
         return self._emit1(constants.ConstantOp, [], {"value": DenseLiteralAttr.from_array(array, t)})
 
+    @builder_method
     def constant_r0(self, value, dtype=None) -> XlaOp:
         """A scalar constant."""
         return self.constant(np.asarray(value, dtype=dtype).reshape(()) if dtype else value, dtype)
@@ -382,6 +377,7 @@ class _BuilderCore:
 
     # -- build ---------------------------------------------------------------
 
+    @builder_method
     def build(self, root: XlaOp | Sequence[XlaOp] | None = None) -> ModuleOp:
         """Finish the program: a ``ModuleOp`` whose entry function is ``main``.
 

@@ -921,10 +921,10 @@ def _lookup(table, op, e: Elem):
 def broadcast_views(op):
     """Shapes to reshape lhs/rhs to so NumPy broadcasting gives XLA's result (None: as is).
 
-    Operands of different rank are mapped by ``broadcast_dimensions`` into the
-    higher rank with size-1 dimensions elsewhere; NumPy's broadcasting then does
-    XLA's degenerate-dimension broadcasting, which composes with the former
-    (a 1x2 matrix onto 4x3x1 with dimensions (1, 2) gives 4x3x2).
+    Operands of different rank are placed in the higher rank by ``broadcast_dimensions``
+    (:func:`xla_dialect.ops.elementwise.implicit_broadcast_view`); NumPy's broadcasting then does
+    XLA's degenerate-dimension broadcasting, which composes with the former (a 1x2 matrix onto
+    4x3x1 with dimensions (1, 2) gives 4x3x2).
     """
     lhs_shape = op.operands[0].type.get_shape()
     rhs_shape = op.operands[1].type.get_shape()
@@ -932,16 +932,8 @@ def broadcast_views(op):
     if len(lhs_shape) == len(rhs_shape) or not bdims:
         return None, None
     out_rank = max(len(lhs_shape), len(rhs_shape))
-
-    def view(shape):
-        if len(shape) == out_rank:
-            return None
-        v = [1] * out_rank
-        for i, d in enumerate(bdims):
-            v[d] = shape[i]
-        return tuple(v)
-
-    return view(lhs_shape), view(rhs_shape)
+    return tuple(None if len(shape) == out_rank else ew.implicit_broadcast_view(shape, out_rank, bdims)
+                 for shape in (lhs_shape, rhs_shape))
 
 
 def binary_kernel(fn, op):

@@ -371,3 +371,24 @@ def check_same_types(op_name: str, types: Sequence[Attribute], what: str = "oper
     for i, t in enumerate(types[1:], 1):
         if not same_modulo_layout(t, first):  # as strip_layout(t) != strip_layout(first), without new types
             fail(op_name, f"{what} must have the same type: #0 is {fmt(types[0])}, #{i} is {fmt(t)}")
+
+
+def builder_method(method):
+    """Mark a public ``XlaBuilder`` method: errors raised while it runs name it (``XlaBuilder.<name>``).
+
+    The outermost marked method of a call is the one named (``softmax`` calling ``exp`` reports
+    ``softmax``): that is what the user called."""
+    qualified = f"XlaBuilder.{method.__name__}"
+
+    @functools.wraps(method)
+    def named(self, *args, **kwargs):
+        if self._method is not None:
+            return method(self, *args, **kwargs)
+        self._method = qualified
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._method = None
+
+    return named
+

@@ -60,7 +60,7 @@ from xdsl.irdl import (
 
 from ..errors import BuilderError, HloVerifyError
 from ..layout import strip_layout
-from .base import HloOp, fail, fmt, make_tensor, tensor, unsigned_int, set_quantized
+from .base import HloOp, fail, fmt, make_tensor, tensor, unsigned_int, set_quantized, builder_method
 from .control_flow import check_region, scalar_of, scalar_params, types_text
 
 # ----------------------------------------------------------------------------
@@ -502,6 +502,7 @@ class CollectivesBuilder:
         region = self._region(computation, params, "computation")
         return wrap(self._emit(op_cls, arrays, props, [region], result_types))
 
+    @builder_method
     def all_reduce(self, operand, computation, replica_groups: Sequence[Sequence[int]] = (),
                    channel_id: int | None = None, use_global_device_ids: bool = False):
         """``hlo.all_reduce``: reduce ``operand`` over the members of each group with ``computation``.
@@ -513,6 +514,7 @@ class CollectivesBuilder:
                             use_global_device_ids=use_global_device_ids, ragged=True)
         return self._reducing(AllReduceOp, operand, computation, props)
 
+    @builder_method
     def cross_replica_sum(self, operand, replica_groups: Sequence[Sequence[int]] = ()):
         """XLA's CrossReplicaSum: :meth:`all_reduce` with an add computation."""
         return self.all_reduce(operand, lambda a, b: a.builder.add(a, b), replica_groups)
@@ -553,6 +555,7 @@ class CollectivesBuilder:
             types.append(make_tensor(t.element_type, shape))
         return types
 
+    @builder_method
     def all_gather(self, operand, all_gather_dim: int, shard_count: int | None = None,
                    replica_groups: Sequence[Sequence[int]] = (), channel_id: int | None = None,
                    use_global_device_ids: bool = False):
@@ -571,6 +574,7 @@ class CollectivesBuilder:
         types = self._scaled_types(arrays, int(all_gather_dim), count, grow=True)
         return wrap(self._emit(AllGatherOp, arrays, props, result_types=types))
 
+    @builder_method
     def all_to_all(self, operand, split_dimension: int, concat_dimension: int, split_count: int,
                    replica_groups: Sequence[Sequence[int]] = (), channel_id: int | None = None):
         """``hlo.all_to_all``: split ``operand`` into ``split_count`` blocks along ``split_dimension``,
@@ -582,6 +586,7 @@ class CollectivesBuilder:
         arrays, wrap = self._collective_operands(operand)
         return wrap(self._emit(AllToAllOp, arrays, props))
 
+    @builder_method
     def reduce_scatter(self, operand, computation, scatter_dimension: int, shard_count: int | None = None,
                        replica_groups: Sequence[Sequence[int]] = (), channel_id: int | None = None,
                        use_global_device_ids: bool = False):
@@ -596,6 +601,7 @@ class CollectivesBuilder:
         types = self._scaled_types(arrays, int(scatter_dimension), count, grow=False)
         return self._reducing(ReduceScatterOp, operand, computation, props, types)
 
+    @builder_method
     def collective_permute(self, operand, source_target_pairs: Sequence[Sequence[int]],
                            channel_id: int | None = None):
         """``hlo.collective_permute``: send ``operand`` from each source to its target (pairs of ids);
@@ -607,6 +613,7 @@ class CollectivesBuilder:
         props["source_target_pairs"] = dense_i64(pairs, 2)
         return self._emit1(CollectivePermuteOp, [operand], props)
 
+    @builder_method
     def collective_broadcast(self, operand, replica_groups: Sequence[Sequence[int]],
                              channel_id: int | None = None):
         """``hlo.collective_broadcast``: every member of a group gets its first member's ``operand``;
@@ -615,10 +622,12 @@ class CollectivesBuilder:
         arrays, wrap = self._collective_operands(operand)
         return wrap(self._emit(CollectiveBroadcastOp, arrays, props))
 
+    @builder_method
     def replica_id(self):
         """``hlo.replica_id``: this replica's id, ``u32[]``."""
         return self._emit1(ReplicaIdOp)
 
+    @builder_method
     def partition_id(self):
         """``hlo.partition_id``: this partition's id, ``u32[]``."""
         return self._emit1(PartitionIdOp)

@@ -8,7 +8,7 @@ from xdsl.irdl import irdl_op_definition, prop_def, result_def, traits_def
 
 from ..literal import DenseLiteralAttr
 from ..layout import strip_layout
-from .base import HloOp, fail, fmt, kind_of, make_tensor, set_quantized
+from .base import HloOp, fail, fmt, kind_of, make_tensor, set_quantized, builder_method
 
 
 @irdl_op_definition
@@ -70,6 +70,7 @@ set_quantized("transparent", ConstantOp)  # a quantized literal holds storage in
 class ConstantsBuilder:
     """Builder methods of the constants family (``constant`` itself is in the builder core)."""
 
+    @builder_method
     def iota(self, shape, iota_dimension: int = 0):
         """``hlo.iota``: ``shape`` (XLA text or type) counting along ``iota_dimension``."""
         t = self._type(shape)

@@ -41,7 +41,7 @@ from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect, SymbolTable
 
 from ..errors import HloVerifyError, op_context
 from ..layout import strip_layout
-from .base import HloOp, fail, fmt, kind_of, make_tensor, tensor, set_quantized
+from .base import HloOp, fail, fmt, kind_of, make_tensor, tensor, set_quantized, builder_method
 
 
 @irdl_op_definition
@@ -389,14 +389,17 @@ def scalar_params(builder, types: Sequence[Attribute]) -> list[Attribute]:
 class ControlFlowBuilder:
     """Builder methods of the control_flow family."""
 
+    @builder_method
     def tuple(self, elements: Sequence):
         """``hlo.tuple``: a tuple of ``elements`` (XlaOps of any shape)."""
         return self._emit1(TupleOp, list(elements))
 
+    @builder_method
     def get_tuple_element(self, tuple_, index: int):
         """``hlo.get_tuple_element``: element ``index`` of a tuple-shaped XlaOp."""
         return self._emit1(GetTupleElementOp, [tuple_], {"index": IntegerAttr(int(index), 64)})
 
+    @builder_method
     def call(self, computation, operands: Sequence = ()):
         """``hlo.call``: invoke ``computation`` (callable or built computation) on ``operands``.
 
@@ -415,6 +418,7 @@ class ControlFlowBuilder:
                              result_types=list(fn.function_type.outputs))
         return one_or_tuple(results) if results else None
 
+    @builder_method
     def while_(self, condition, body, init):
         """``hlo.while``: ``state = init; while condition(state): state = body(state)``.
 
@@ -427,6 +431,7 @@ class ControlFlowBuilder:
         regions = [self._region(condition, types, "condition"), self._region(body, types, "body")]
         return one_or_tuple(self._emit(WhileOp, inits, regions=regions))
 
+    @builder_method
     def conditional(self, selector, *args):
         """``hlo.conditional``, in XLA's two forms.
 

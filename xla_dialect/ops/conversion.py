@@ -18,7 +18,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 from ..errors import BuilderError, XlaError
 from ..quant import QuantError, UniformQuantizedType, parse_quantized_type, quantized_element
 from ..types import element_type_of
-from .base import HloOp, fail, fmt, make_tensor, tensor, set_quantized
+from .base import HloOp, fail, fmt, make_tensor, tensor, set_quantized, builder_method
 
 
 def _result_tensor(op_name: str, result_types) -> TensorType:
@@ -195,6 +195,7 @@ set_quantized("own", UniformQuantizeOp, UniformDequantizeOp)
 class ConversionBuilder:
     """Builder methods of the conversion family."""
 
+    @builder_method
     def convert_element_type(self, operand, new_element_type):
         """XLA ConvertElementType: ``operand`` converted element-wise to ``new_element_type``
         (an XLA name such as ``'bf16'`` or a NumPy dtype)."""
@@ -204,6 +205,7 @@ class ConversionBuilder:
             raise BuilderError(f"XlaBuilder.convert_element_type: operand must be an array, got {fmt(value.type)}")
         return self._emit1(ConvertOp, [operand], result_types=[make_tensor(new, value.type.get_shape())])
 
+    @builder_method
     def bitcast_convert_type(self, operand, new_element_type):
         """XLA BitcastConvertType: reinterpret the bits of ``operand`` as ``new_element_type``."""
         new = self._element(new_element_type, "new_element_type")
@@ -219,6 +221,7 @@ class ConversionBuilder:
     convert = convert_element_type
     bitcast_convert = bitcast_convert_type
 
+    @builder_method
     def uniform_quantize(self, operand, quantized_type):
         """Quantize ``operand`` (floats, or a quantized array to requantize) to ``quantized_type``.
 
@@ -240,6 +243,7 @@ class ConversionBuilder:
         return self._emit1(UniformQuantizeOp, [operand],
                            result_types=[make_tensor(quantized_type, value.type.get_shape())])
 
+    @builder_method
     def uniform_dequantize(self, operand):
         """The expressed floats of a quantized ``operand``: ``(q - zero_point) * scale``."""
         return self._emit1(UniformDequantizeOp, [operand])

@@ -22,7 +22,9 @@ from xdsl.traits import Pure
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def, var_operand_def
 
 from ..errors import BuilderError
-from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
+from .base import (
+    HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method,
+)
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
 
@@ -339,11 +341,13 @@ class DataMovementBuilder:
             raise BuilderError(f"{self._caller()}: {what} must be an array, got {fmt(t)}")
         return t
 
+    @builder_method
     def broadcast(self, operand, broadcast_sizes: Sequence[int]):
         """``hlo.broadcast``: new major dimensions of sizes ``broadcast_sizes`` (XLA Broadcast)."""
         sizes = _int_list(self._caller(), broadcast_sizes, "broadcast_sizes")
         return self._emit1(BroadcastOp, [operand], {"broadcast_sizes": i64_array(sizes)})
 
+    @builder_method
     def broadcast_in_dim(self, operand, out_dim_size: Sequence[int], broadcast_dimensions: Sequence[int]):
         """``hlo.broadcast_in_dim``: broadcast to ``out_dim_size``; operand dimension ``i`` maps to
         result dimension ``broadcast_dimensions[i]`` (size 1 or equal to it)."""
@@ -356,6 +360,7 @@ class DataMovementBuilder:
         return self._emit1(BroadcastInDimOp, [operand], {"broadcast_dimensions": i64_array(bdims)},
                            result_types=[make_tensor(t.element_type, sizes)])
 
+    @builder_method
     def reshape(self, operand, dimensions_or_new_sizes: Sequence[int] | None = None,
                 new_sizes: Sequence[int] | None = None):
         """``hlo.reshape``, in XLA's two forms.
@@ -385,6 +390,7 @@ class DataMovementBuilder:
                 operand = self._emit1(TransposeOp, [operand], {"permutation": i64_array(dims)})
         return self._emit1(ReshapeOp, [operand], {}, result_types=[make_tensor(t.element_type, sizes)])
 
+    @builder_method
     def collapse(self, operand, dimensions: Sequence[int]):
         """XLA Collapse: merge the in-order, consecutive ``dimensions`` into one (a ``hlo.reshape``).
 
@@ -405,17 +411,20 @@ class DataMovementBuilder:
         merged = shape[: dims[0]] + [math.prod(shape[dims[0]: dims[-1] + 1])] + shape[dims[-1] + 1:]
         return self._emit1(ReshapeOp, [operand], {}, result_types=[make_tensor(t.element_type, merged)])
 
+    @builder_method
     def transpose(self, operand, permutation: Sequence[int]):
         """``hlo.transpose``: result dimension ``i`` is operand dimension ``permutation[i]``."""
         perm = _int_list(self._caller(), permutation, "permutation")
         return self._emit1(TransposeOp, [operand], {"permutation": i64_array(perm)})
 
+    @builder_method
     def slice(self, operand, start_indices: Sequence[int], limit_indices: Sequence[int],
               strides: Sequence[int] | None = None):
         """``hlo.slice``: ``[start, limit)`` with ``strides`` (default 1) in every dimension."""
         return self._slice(operand, start_indices, limit_indices,
                            [1] * len(start_indices) if strides is None else strides)
 
+    @builder_method
     def slice_in_dim(self, operand, start_index: int, limit_index: int, stride: int, dimno: int):
         """XLA SliceInDim: ``hlo.slice`` of dimension ``dimno`` only; the others are kept whole."""
         t = self._array(operand)
@@ -432,11 +441,13 @@ class DataMovementBuilder:
                  (("start_indices", start_indices), ("limit_indices", limit_indices), ("strides", strides))}
         return self._emit1(SliceOp, [operand], props)
 
+    @builder_method
     def concat_in_dim(self, operands: Sequence, dimension: int):
         """``hlo.concatenate`` of ``operands`` along ``dimension`` (XLA ConcatInDim)."""
         ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
         return self._emit1(ConcatenateOp, ops, {"dimension": IntegerAttr(int(dimension), 64)})
 
+    @builder_method
     def pad(self, operand, padding_value, padding_config):
         """``hlo.pad``; ``padding_config`` has one ``(edge_low, edge_high, interior)`` per dimension.
 
@@ -458,6 +469,7 @@ class DataMovementBuilder:
                                                              "edge_padding_high": i64_array(highs),
                                                              "interior_padding": i64_array(interiors)})
 
+    @builder_method
     def rev(self, operand, dimensions: Sequence[int]):
         """``hlo.reverse`` (XLA Rev): reverse the order of elements along ``dimensions``."""
         dims = _int_list(self._caller(), dimensions, "dimensions")
@@ -465,6 +477,7 @@ class DataMovementBuilder:
 
     reverse = rev
 
+    @builder_method
     def copy(self, operand, layout=None):
         """``hlo.copy``: the same values, laid out with ``layout`` (XLA layout text like ``'{0,1}'``,
         a :class:`~xla_dialect.layout.Layout`, or None for the default layout)."""

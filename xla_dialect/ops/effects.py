@@ -67,7 +67,9 @@ from xdsl.traits import Pure, SymbolTable
 from ..errors import BuilderError, HloVerifyError, op_context
 from ..layout import layout_of, strip_layout
 from ..types import TokenType
-from .base import HloOp, fail, fmt, i64_array, ints, is_token, make_tensor, string, tensor, set_quantized
+from .base import (
+    HloOp, fail, fmt, i64_array, ints, is_token, make_tensor, string, tensor, set_quantized, builder_method,
+)
 from .control_flow import as_list, one_or_tuple, same_types, types_text
 
 TOKEN_TYPE = TokenType()
@@ -613,10 +615,12 @@ class EffectsBuilder:
 
     # -- tokens -----------------------------------------------------------------
 
+    @builder_method
     def create_token(self):
         """``hlo.create_token``: a token to order side-effecting ops (XLA's ``CreateToken``)."""
         return self._emit1(CreateTokenOp)
 
+    @builder_method
     def after_all(self, tokens: Sequence):
         """``hlo.after_all``: a token ordered after every token in ``tokens`` (XLA's ``AfterAll``)."""
         return self._emit1(AfterAllOp, list(tokens))
@@ -648,6 +652,7 @@ class EffectsBuilder:
         props = {"infeed_config": StringAttr(config)} if config else {}
         return self._read(InfeedOp, token, shape, props, "infeed")
 
+    @builder_method
     def infeed_with_token(self, token, shape, config: str = ""):
         """``hlo.infeed`` after ``token``: reads one item of ``shape``; returns ``(data, token)``.
 
@@ -656,6 +661,7 @@ class EffectsBuilder:
         """
         return self._infeed(_check_token(self, token), shape, config)
 
+    @builder_method
     def infeed(self, shape, config: str = ""):
         """``hlo.infeed`` (XLA's ``Infeed``): reads one item of ``shape`` from the infeed queue; returns the data."""
         return self._infeed(self.create_token(), shape, config)[0]
@@ -685,6 +691,7 @@ class EffectsBuilder:
         props = {"outfeed_config": StringAttr(outfeed_config)} if outfeed_config else {}
         return self._emit1(OutfeedOp, [*data, token], props)
 
+    @builder_method
     def outfeed_with_token(self, operand, token, shape_with_layout=None, outfeed_config: str = ""):
         """``hlo.outfeed`` after ``token``: writes ``operand`` (an array, or a tuple as one item); returns a token.
 
@@ -693,6 +700,7 @@ class EffectsBuilder:
         """
         return self._outfeed(operand, _check_token(self, token), shape_with_layout, outfeed_config)
 
+    @builder_method
     def outfeed(self, operand, shape_with_layout=None, outfeed_config: str = ""):
         """``hlo.outfeed`` (XLA's ``Outfeed``): writes ``operand`` to the outfeed queue; returns the token."""
         return self._outfeed(operand, self.create_token(), shape_with_layout, outfeed_config)
@@ -716,6 +724,7 @@ class EffectsBuilder:
             props["source_target_pairs"] = i64_array([x for pair in source_target_pairs for x in pair])
         return props
 
+    @builder_method
     def send_with_token(self, operand, token, channel_handle, source_target_pairs=()):
         """``hlo.send`` after ``token``: sends ``operand`` on channel ``channel_handle``; returns a token.
 
@@ -725,39 +734,47 @@ class EffectsBuilder:
         return self._send(operand, _check_token(self, token), None, channel_handle, "DEVICE_TO_DEVICE",
                           source_target_pairs)
 
+    @builder_method
     def send(self, operand, channel_handle):
         """``hlo.send`` (XLA's ``Send``): sends ``operand`` to the ``recv`` with the same channel; returns the token."""
         return self._send(operand, self.create_token(), None, channel_handle, "DEVICE_TO_DEVICE", ())
 
+    @builder_method
     def recv_with_token(self, token, shape, channel_handle, source_target_pairs=()):
         """``hlo.recv`` after ``token``: receives data of ``shape`` from channel ``channel_handle``; ``(data, token)``."""
         return self._recv(_check_token(self, token), shape, channel_handle, "DEVICE_TO_DEVICE", source_target_pairs)
 
+    @builder_method
     def recv(self, shape, channel_handle):
         """``hlo.recv`` (XLA's ``Recv``): the data of ``shape`` sent on the channel ``channel_handle``."""
         return self._recv(self.create_token(), shape, channel_handle, "DEVICE_TO_DEVICE", ())[0]
 
+    @builder_method
     def send_to_host(self, operand, token, shape_with_layout, channel_handle):
         """``hlo.send`` to the host (XLA's ``SendToHost``): the host reads it from ``exe.channels``; returns a token."""
         return self._send(operand, _check_token(self, token), shape_with_layout, channel_handle, "DEVICE_TO_HOST",
                           ())
 
+    @builder_method
     def recv_from_host(self, token, shape, channel_handle):
         """``hlo.recv`` from the host (XLA's ``RecvFromHost``): data the host put in ``exe.channels``; ``(data, token)``."""
         return self._recv(_check_token(self, token), shape, channel_handle, "HOST_TO_DEVICE", ())
 
     # -- structure --------------------------------------------------------------
 
+    @builder_method
     def optimization_barrier(self, operand):
         """``hlo.optimization_barrier``: ``operand`` (one XlaOp, or a list of them) unchanged, evaluated first."""
         values = as_list(operand)
         results = self._emit(OptimizationBarrierOp, values)
         return results[0] if not isinstance(operand, (list, tuple)) else tuple(results)
 
+    @builder_method
     def get_dimension_size(self, operand, dimension: int):
         """``hlo.get_dimension_size``: the size of ``dimension`` of ``operand`` as an ``s32[]`` (static shapes)."""
         return self._emit1(GetDimensionSizeOp, [operand], {"dimension": _int_prop(dimension, "dimension")})
 
+    @builder_method
     def set_dimension_size(self, operand, size, dimension: int):
         """``hlo.set_dimension_size``: ``operand`` with ``dimension`` of run-time size ``size`` (an ``s32[]``).
 
@@ -766,6 +783,7 @@ class EffectsBuilder:
         """
         return self._emit1(SetDimensionSizeOp, [operand, size], {"dimension": _int_prop(dimension, "dimension")})
 
+    @builder_method
     def composite_call(self, computation, operands: Sequence, name: str, composite_attributes=None,
                        version: int = 0):
         """``hlo.composite`` (XLA's ``CompositeCall``): op ``name`` implemented by ``computation``.
@@ -785,6 +803,7 @@ class EffectsBuilder:
         results = self._emit(CompositeOp, values, props, result_types=list(fn.function_type.outputs))
         return one_or_tuple(results) if results else None
 
+    @builder_method
     def custom_call(self, call_target_name: str, operands: Sequence, shape, opaque: str = "",
                     has_side_effect: bool = False, output_operand_aliasing: Sequence = (),
                     api_version: int | None = None, operand_shapes_with_layout: Sequence | None = None,

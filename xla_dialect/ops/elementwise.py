@@ -34,8 +34,7 @@ from .base import (
     make_tensor,
     pred_type,
     string,
-    tensor,
-)
+    tensor, builder_method)
 
 ALL = ("pred", "sint", "uint", "float", "complex")
 INT = ("sint", "uint")
@@ -158,13 +157,11 @@ def broadcast_shapes(
                 fail(op_name, f"broadcast dimension {d} is out of range for the higher-rank operand of rank {len(large)}")
             if i and d <= bdims[i - 1]:
                 fail(op_name, f"broadcast_dimensions {list(bdims)} must be strictly increasing")
-        expanded = [1] * len(large)
         for i, d in enumerate(bdims):
             if small[i] != large[d] and small[i] != 1 and large[d] != 1:
                 fail(op_name, f"broadcast dimension {i} of the lower-rank operand (size {small[i]}) does not "
                               f"match dimension {d} of the higher-rank operand (size {large[d]})")
-            expanded[d] = small[i]
-        small_expanded = tuple(expanded)
+        small_expanded = implicit_broadcast_view(small, len(large), bdims)
     result = []
     for i, (a, b) in enumerate(zip(small_expanded, large)):
         if a == b or b == 1:
@@ -175,6 +172,33 @@ def broadcast_shapes(
             fail(op_name, f"operand shapes {list(lhs)} and {list(rhs)} are incompatible at dimension {i} "
                           f"({a} vs {b}); dimensions must be equal or one of them 1")
     return tuple(result)
+
+
+def implicit_broadcast_dims(operand_shape: Sequence[int], result_rank: int,
+                            broadcast_dimensions: Sequence[int]) -> tuple[int, ...]:
+    """Where each dimension of a binary op's operand goes in its result under XLA's implicit broadcasting:
+    the ``broadcast_in_dim`` dimensions that make the operand explicit (size-1 dimensions then broadcast
+    as ``broadcast_in_dim`` allows). An operand of the result's rank maps to the identity, a scalar to
+    nothing, a lower-rank operand by ``broadcast_dimensions`` (checked by :func:`broadcast_shapes`).
+
+    The one statement of the rule that shape inference, ``canonicalize-broadcasts``, the kernels and the
+    StableHLO exporter all follow."""
+    rank = len(operand_shape)
+    if rank == result_rank:
+        return tuple(range(rank))
+    if rank == 0:
+        return ()
+    return tuple(broadcast_dimensions)
+
+
+def implicit_broadcast_view(operand_shape: Sequence[int], result_rank: int,
+                            broadcast_dimensions: Sequence[int]) -> tuple[int, ...]:
+    """``operand_shape`` placed in the result's rank (size 1 elsewhere): the shape to reshape an operand to
+    so that NumPy's broadcasting, which is XLA's degenerate-dimension broadcasting, gives the result."""
+    view = [1] * result_rank
+    for i, d in enumerate(implicit_broadcast_dims(operand_shape, result_rank, broadcast_dimensions)):
+        view[d] = operand_shape[i]
+    return tuple(view)
 
 
 class UnaryElementwiseOp(HloOp):
@@ -771,222 +795,277 @@ class ElementwiseBuilder:
         return self._emit1(op_cls, [lhs, rhs], props,
                            result_types=self._results_of_element(op_cls, [lhs, rhs], props, result_type))
 
+    @builder_method
     def abs(self, operand, result_type=None):
         """Element-wise ``hlo.abs`` (element-wise |x|; complex -> magnitude.); ``result_type``: see :meth:`_unary`."""
         return self._unary(AbsOp, operand, result_type)
 
+    @builder_method
     def cbrt(self, operand, result_type=None):
         """Element-wise ``hlo.cbrt`` (element-wise cube root; complex as in StableHLO (XLA rejects it).); ``result_type``: see :meth:`_unary`."""
         return self._unary(CbrtOp, operand, result_type)
 
+    @builder_method
     def ceil(self, operand, result_type=None):
         """Element-wise ``hlo.ceil`` (element-wise ceil.); ``result_type``: see :meth:`_unary`."""
         return self._unary(CeilOp, operand, result_type)
 
+    @builder_method
     def clz(self, operand, result_type=None):
         """Element-wise ``hlo.count_leading_zeros`` (element-wise XLA Clz.); ``result_type``: see :meth:`_unary`."""
         return self._unary(ClzOp, operand, result_type)
 
+    @builder_method
     def cos(self, operand, result_type=None):
         """Element-wise ``hlo.cosine`` (element-wise cosine.); ``result_type``: see :meth:`_unary`."""
         return self._unary(CosineOp, operand, result_type)
 
+    @builder_method
     def erf(self, operand, result_type=None):
         """Element-wise ``hlo.erf`` (element-wise error function.); ``result_type``: see :meth:`_unary`."""
         return self._unary(ErfOp, operand, result_type)
 
+    @builder_method
     def exp(self, operand, result_type=None):
         """Element-wise ``hlo.exponential`` (element-wise exponential.); ``result_type``: see :meth:`_unary`."""
         return self._unary(ExpOp, operand, result_type)
 
+    @builder_method
     def expm1(self, operand, result_type=None):
         """Element-wise ``hlo.exponential_minus_one`` (element-wise exponential minus one.); ``result_type``: see :meth:`_unary`."""
         return self._unary(Expm1Op, operand, result_type)
 
+    @builder_method
     def floor(self, operand, result_type=None):
         """Element-wise ``hlo.floor`` (element-wise floor.); ``result_type``: see :meth:`_unary`."""
         return self._unary(FloorOp, operand, result_type)
 
+    @builder_method
     def imag(self, operand, result_type=None):
         """Element-wise ``hlo.imag`` (element-wise imag.); ``result_type``: see :meth:`_unary`."""
         return self._unary(ImagOp, operand, result_type)
 
+    @builder_method
     def is_finite(self, operand, result_type=None):
         """Element-wise ``hlo.is_finite`` (element-wise is finite.); ``result_type``: see :meth:`_unary`."""
         return self._unary(IsFiniteOp, operand, result_type)
 
+    @builder_method
     def log(self, operand, result_type=None):
         """Element-wise ``hlo.log`` (element-wise log.); ``result_type``: see :meth:`_unary`."""
         return self._unary(LogOp, operand, result_type)
 
+    @builder_method
     def log1p(self, operand, result_type=None):
         """Element-wise ``hlo.log_plus_one`` (element-wise log plus one.); ``result_type``: see :meth:`_unary`."""
         return self._unary(Log1pOp, operand, result_type)
 
+    @builder_method
     def logistic(self, operand, result_type=None):
         """Element-wise ``hlo.logistic`` (element-wise logistic.); ``result_type``: see :meth:`_unary`."""
         return self._unary(LogisticOp, operand, result_type)
 
+    @builder_method
     def neg(self, operand, result_type=None):
         """Element-wise ``hlo.negate`` (element-wise negate.); ``result_type``: see :meth:`_unary`."""
         return self._unary(NegOp, operand, result_type)
 
+    @builder_method
     def not_(self, operand, result_type=None):
         """Element-wise ``hlo.not`` (element-wise not.); ``result_type``: see :meth:`_unary`."""
         return self._unary(NotOp, operand, result_type)
 
+    @builder_method
     def population_count(self, operand, result_type=None):
         """Element-wise ``hlo.popcnt`` (element-wise population count.); ``result_type``: see :meth:`_unary`."""
         return self._unary(PopcntOp, operand, result_type)
 
+    @builder_method
     def real(self, operand, result_type=None):
         """Element-wise ``hlo.real`` (element-wise real.); ``result_type``: see :meth:`_unary`."""
         return self._unary(RealOp, operand, result_type)
 
+    @builder_method
     def round(self, operand, result_type=None):
         """Element-wise ``hlo.round_nearest_afz`` (element-wise round half away from zero.); ``result_type``: see :meth:`_unary`."""
         return self._unary(RoundOp, operand, result_type)
 
+    @builder_method
     def round_nearest_even(self, operand, result_type=None):
         """Element-wise ``hlo.round_nearest_even`` (element-wise round half to even.); ``result_type``: see :meth:`_unary`."""
         return self._unary(RoundEvenOp, operand, result_type)
 
+    @builder_method
     def rsqrt(self, operand, result_type=None):
         """Element-wise ``hlo.rsqrt`` (element-wise rsqrt.); ``result_type``: see :meth:`_unary`."""
         return self._unary(RsqrtOp, operand, result_type)
 
+    @builder_method
     def sign(self, operand, result_type=None):
         """Element-wise ``hlo.sign`` (element-wise sign.); ``result_type``: see :meth:`_unary`."""
         return self._unary(SignOp, operand, result_type)
 
+    @builder_method
     def sin(self, operand, result_type=None):
         """Element-wise ``hlo.sine`` (element-wise sine.); ``result_type``: see :meth:`_unary`."""
         return self._unary(SineOp, operand, result_type)
 
+    @builder_method
     def sqrt(self, operand, result_type=None):
         """Element-wise ``hlo.sqrt`` (element-wise sqrt.); ``result_type``: see :meth:`_unary`."""
         return self._unary(SqrtOp, operand, result_type)
 
+    @builder_method
     def tan(self, operand, result_type=None):
         """Element-wise ``hlo.tan`` (element-wise tan.); ``result_type``: see :meth:`_unary`."""
         return self._unary(TanOp, operand, result_type)
 
+    @builder_method
     def tanh(self, operand, result_type=None):
         """Element-wise ``hlo.tanh`` (element-wise tanh.); ``result_type``: see :meth:`_unary`."""
         return self._unary(TanhOp, operand, result_type)
 
+    @builder_method
     def add(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.add`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(AddOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def and_(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.and`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(AndOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def atan2(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.atan2`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(Atan2Op, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def complex(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.complex`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(ComplexOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def div(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.divide`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(DivOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def max(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.maximum`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(MaxOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def min(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.minimum`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(MinOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def mul(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.multiply`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(MulOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def or_(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.or`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(OrOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def pow(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.power`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(PowOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def rem(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.remainder`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(RemOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def shift_left(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.shift_left`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(ShiftLeftOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def shift_right_arithmetic(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.shift_right_arithmetic`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(ShiftRightArithmeticOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def shift_right_logical(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.shift_right_logical`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(ShiftRightLogicalOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def sub(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.subtract`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(SubOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def xor(self, lhs, rhs, broadcast_dimensions: Sequence[int] = (), result_type=None):
         """Element-wise ``hlo.xor`` with XLA's implicit broadcasting (see :meth:`_binary`)."""
         return self._binary(XorOp, lhs, rhs, broadcast_dimensions, result_type)
 
+    @builder_method
     def eq(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs EQ rhs``, giving pred."""
         return self.compare(lhs, rhs, "EQ", None, broadcast_dimensions)
 
+    @builder_method
     def eq_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs EQ rhs`` in total order, giving pred."""
         return self.compare(lhs, rhs, "EQ", "TOTALORDER", broadcast_dimensions)
 
+    @builder_method
     def ne(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs NE rhs``, giving pred."""
         return self.compare(lhs, rhs, "NE", None, broadcast_dimensions)
 
+    @builder_method
     def ne_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs NE rhs`` in total order, giving pred."""
         return self.compare(lhs, rhs, "NE", "TOTALORDER", broadcast_dimensions)
 
+    @builder_method
     def ge(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs GE rhs``, giving pred."""
         return self.compare(lhs, rhs, "GE", None, broadcast_dimensions)
 
+    @builder_method
     def ge_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs GE rhs`` in total order, giving pred."""
         return self.compare(lhs, rhs, "GE", "TOTALORDER", broadcast_dimensions)
 
+    @builder_method
     def gt(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs GT rhs``, giving pred."""
         return self.compare(lhs, rhs, "GT", None, broadcast_dimensions)
 
+    @builder_method
     def gt_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs GT rhs`` in total order, giving pred."""
         return self.compare(lhs, rhs, "GT", "TOTALORDER", broadcast_dimensions)
 
+    @builder_method
     def le(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs LE rhs``, giving pred."""
         return self.compare(lhs, rhs, "LE", None, broadcast_dimensions)
 
+    @builder_method
     def le_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs LE rhs`` in total order, giving pred."""
         return self.compare(lhs, rhs, "LE", "TOTALORDER", broadcast_dimensions)
 
+    @builder_method
     def lt(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs LT rhs``, giving pred."""
         return self.compare(lhs, rhs, "LT", None, broadcast_dimensions)
 
+    @builder_method
     def lt_total_order(self, lhs, rhs, broadcast_dimensions: Sequence[int] = ()):
         """``lhs LT rhs`` in total order, giving pred."""
         return self.compare(lhs, rhs, "LT", "TOTALORDER", broadcast_dimensions)
 
+    @builder_method
     def compare(self, lhs, rhs, direction: str, compare_type: str | None = None,
                 broadcast_dimensions: Sequence[int] = ()):
         """``hlo.compare``: ``direction`` in EQ/NE/GE/GT/LE/LT; ``compare_type`` FLOAT/TOTALORDER/SIGNED/UNSIGNED
@@ -1004,6 +1083,7 @@ class ElementwiseBuilder:
             props["broadcast_dimensions"] = i64_array(broadcast_dimensions)
         return self._emit1(CompareOp, [lhs, rhs], props)
 
+    @builder_method
     def select(self, pred, on_true, on_false, result_type=None):
         """``hlo.select``: elements of ``on_true`` where ``pred``, else of ``on_false``.
 
@@ -1012,6 +1092,7 @@ class ElementwiseBuilder:
         return self._emit1(SelectOp, operands,
                            result_types=self._results_of_element(SelectOp, operands, {}, result_type))
 
+    @builder_method
     def clamp(self, min, operand, max, result_type=None):  # noqa: A002 - XLA's argument names
         """``hlo.clamp``: ``min(max(operand, min), max)`` element-wise.
 

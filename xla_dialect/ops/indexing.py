@@ -48,7 +48,7 @@ from xdsl.irdl import (
 )
 
 from ..errors import BuilderError
-from .base import HloOp, fail, fmt, i64_array, ints, kind_of, make_tensor, tensor, set_quantized
+from .base import HloOp, fail, fmt, i64_array, ints, kind_of, make_tensor, tensor, set_quantized, builder_method
 from .control_flow import as_list, check_region, one_or_tuple, precheck, scalar_of, scalar_params
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
@@ -532,6 +532,7 @@ def _array_props(builder, dnums: dict, names: Sequence[str]) -> dict:
 class IndexingBuilder:
     """Builder methods of the indexing family."""
 
+    @builder_method
     def gather(self, operand, start_indices, dimension_numbers=None, slice_sizes: Sequence[int] | None = None,
                indices_are_sorted: bool = False, **dimension_kwargs):
         """``hlo.gather``: slices of ``operand`` of ``slice_sizes`` at (clamped) starts from ``start_indices``.
@@ -553,6 +554,7 @@ class IndexingBuilder:
         props["indices_are_sorted"] = BoolAttr.from_bool(bool(indices_are_sorted))
         return self._emit1(GatherOp, [operand, start_indices], props)
 
+    @builder_method
     def scatter(self, operands, scatter_indices, updates, update_computation, dimension_numbers=None,
                 indices_are_sorted: bool = False, unique_indices: bool = False, **dimension_kwargs):
         """``hlo.scatter``: combine ``updates`` into ``operands`` at windows given by ``scatter_indices``.
@@ -585,12 +587,14 @@ class IndexingBuilder:
         region = self._region(update_computation, scalars + scalars, "update_computation")
         return one_or_tuple(self._emit(ScatterOp, all_operands, props, [region]))
 
+    @builder_method
     def dynamic_slice(self, operand, start_indices: Sequence, slice_sizes: Sequence[int]):
         """``hlo.dynamic_slice``: the slice of ``slice_sizes`` at ``start_indices`` (N scalar XlaOps),
         each clamped to ``[0, dim - size]``."""
         return self._emit1(DynamicSliceOp, [operand, *as_list(start_indices)],
                            {"slice_sizes": _dims_attr(self, slice_sizes, "slice_sizes")})
 
+    @builder_method
     def dynamic_update_slice(self, operand, update, start_indices: Sequence):
         """``hlo.dynamic_update_slice``: ``operand`` with ``update`` written at ``start_indices``
         (N scalar XlaOps), each clamped to ``[0, dim - update dim]``."""

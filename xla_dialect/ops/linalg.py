@@ -27,7 +27,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def, result_def,
 
 from ..errors import BuilderError
 from ..types import element_type_of
-from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
+from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method
 
 PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
 """XLA ``PrecisionConfig`` operand precisions (the CPU computes every one at full precision)."""
@@ -268,10 +268,12 @@ def _precision_names(caller: str, precision_config) -> list[str]:
 class LinalgBuilder:
     """Builder methods of the linalg family."""
 
+    @builder_method
     def dot(self, lhs, rhs, precision_config=None, preferred_element_type=None):
         """``hlo.dot`` (XLA Dot): vector/matrix products contracting lhs' last and rhs' first dimension."""
         return self._dot(DotOp, lhs, rhs, {}, precision_config, preferred_element_type)
 
+    @builder_method
     def dot_general(self, lhs, rhs, dimension_numbers, precision_config=None, preferred_element_type=None):
         """``hlo.dot_general`` (XLA DotGeneral).
 

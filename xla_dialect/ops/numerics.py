@@ -54,8 +54,7 @@ from .base import (
     make_tensor,
     string,
     tensor,
-    unsigned_int,
-)
+    unsigned_int, builder_method)
 
 FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
 TRANSPOSE_KINDS = ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")
@@ -539,6 +538,7 @@ def _batch_norm_props(caller: str, epsilon, feature_index) -> dict[str, Attribut
 class NumericsBuilder:
     """Builder methods of the numerics family."""
 
+    @builder_method
     def reduce_precision(self, operand, exponent_bits: int, mantissa_bits: int, result_type=None):
         """``hlo.reduce_precision``: round ``operand`` to a float format with the given bit counts and back.
 
@@ -549,6 +549,7 @@ class NumericsBuilder:
         return self._emit1(ReducePrecisionOp, [operand], props,
                            result_types=self._results_of_element(ReducePrecisionOp, [operand], props, result_type))
 
+    @builder_method
     def fft(self, operand, fft_type, fft_length: Sequence[int]):
         """``hlo.fft``: ``fft_type`` FFT / IFFT / RFFT / IRFFT over the last ``len(fft_length)`` axes.
 
@@ -562,11 +563,13 @@ class NumericsBuilder:
             raise BuilderError(f"{caller}: fft_length must be a list of ints, got {fft_length!r}") from None
         return self._emit1(FftOp, [operand], {"fft_type": StringAttr(kind), "fft_length": i64_array(lengths)})
 
+    @builder_method
     def cholesky(self, a, lower: bool = True):
         """``hlo.cholesky``: lower (``l @ l^H = a``) or upper (``u^H @ u = a``) Cholesky factors,
         read from that triangle of ``a``; the other triangle of the result is zero."""
         return self._emit1(CholeskyOp, [a], {"lower": BoolAttr.from_bool(bool(lower))})
 
+    @builder_method
     def triangular_solve(self, a, b, left_side: bool, lower: bool, unit_diagonal: bool, transpose_a="NO_TRANSPOSE"):
         """``hlo.triangular_solve``: ``x`` with ``op(a) @ x = b`` (``left_side``) or ``x @ op(a) = b``;
         ``transpose_a`` is NO_TRANSPOSE, TRANSPOSE or ADJOINT."""
@@ -576,25 +579,30 @@ class NumericsBuilder:
                  "transpose_a": StringAttr(_enum_name(caller, transpose_a, TRANSPOSE_KINDS, "transpose_a"))}
         return self._emit1(TriangularSolveOp, [a, b], props)
 
+    @builder_method
     def batch_norm_training(self, operand, scale, offset, epsilon: float, feature_index: int):
         """``hlo.batch_norm_training``: returns (output, batch_mean, batch_var)."""
         props = _batch_norm_props(self._caller(), epsilon, feature_index)
         return tuple(self._emit(BatchNormTrainingOp, [operand, scale, offset], props))
 
+    @builder_method
     def batch_norm_inference(self, operand, scale, offset, mean, variance, epsilon: float, feature_index: int):
         """``hlo.batch_norm_inference``: normalizes with the given mean and variance."""
         props = _batch_norm_props(self._caller(), epsilon, feature_index)
         return self._emit1(BatchNormInferenceOp, [operand, scale, offset, mean, variance], props)
 
+    @builder_method
     def batch_norm_grad(self, operand, scale, mean, variance, grad_output, epsilon: float, feature_index: int):
         """``hlo.batch_norm_grad``: returns (grad_operand, grad_scale, grad_offset)."""
         props = _batch_norm_props(self._caller(), epsilon, feature_index)
         return tuple(self._emit(BatchNormGradOp, [operand, scale, mean, variance, grad_output], props))
 
+    @builder_method
     def rng_uniform(self, a, b, shape):
         """``hlo.rng`` UNIFORM (XLA RngUniform): values in ``[a, b)`` of ``shape`` (XLA shape text or a type)."""
         return self._rng("UNIFORM", a, b, shape)
 
+    @builder_method
     def rng_normal(self, mu, sigma, shape):
         """``hlo.rng`` NORMAL (XLA RngNormal): normal values with mean ``mu`` and standard deviation ``sigma``."""
         return self._rng("NORMAL", mu, sigma, shape)
@@ -607,6 +615,7 @@ class NumericsBuilder:
         return self._emit1(RngOp, [a, b, dims], {"rng_distribution": StringAttr(distribution)},
                            result_types=[make_tensor(result.element_type, result.get_shape())])
 
+    @builder_method
     def rng_bit_generator(self, algorithm, initial_state, shape):
         """``hlo.rng_bit_generator`` (XLA RngBitGenerator): returns (new_state, bits of ``shape``).
 

@@ -19,7 +19,9 @@ from xdsl.dialects.builtin import DenseArrayBase, TensorType
 from xdsl.traits import RecursiveMemoryEffect
 from xdsl.irdl import irdl_op_definition, prop_def, region_def, result_def, traits_def, var_operand_def, var_result_def
 
-from .base import HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
+from .base import (
+    HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method,
+)
 from .control_flow import (
     as_list,
     check_region,
@@ -125,6 +127,7 @@ set_quantized("transparent", ReduceOp, MapOp)  # their computations are lowered 
 class ReductionBuilder:
     """Builder methods of the reduction family."""
 
+    @builder_method
     def reduce(self, operands, init_values, computation, dimensions: Sequence[int]):
         """``hlo.reduce``: reduce ``dimensions`` of ``operands`` (one XlaOp or a list of N).
 
@@ -144,12 +147,14 @@ class ReductionBuilder:
         region = self._region(computation, scalars + scalars, "computation")
         return one_or_tuple(self._emit(ReduceOp, [*arrays, *inits], props, [region]))
 
+    @builder_method
     def reduce_all(self, operand, init_value, computation):
         """``hlo.reduce`` over every dimension of ``operand`` (XLA's ReduceAll)."""
         t = self._value(operand).type
         rank = t.get_num_dims() if isinstance(t, TensorType) else 0
         return self.reduce(operand, init_value, computation, range(rank))
 
+    @builder_method
     def map(self, operands, computation, dimensions: Sequence[int] | None = None):  # noqa: A003 - XLA's name
         """``hlo.map``: apply the scalar ``computation`` element-wise over ``operands`` (same shapes).
 

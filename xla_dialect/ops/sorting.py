@@ -13,7 +13,7 @@ from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType
 from xdsl.traits import RecursiveMemoryEffect
 from xdsl.irdl import irdl_op_definition, opt_prop_def, prop_def, region_def, traits_def, var_operand_def, var_result_def
 
-from .base import HloOp, fail, make_tensor, set_quantized
+from .base import HloOp, fail, make_tensor, set_quantized, builder_method
 from .control_flow import (
     as_list,
     check_region,
@@ -72,6 +72,7 @@ def _default_less(*params):
 class SortingBuilder:
     """Builder methods of the sorting family."""
 
+    @builder_method
     def sort(self, operands, comparator=None, dimension: int = -1, is_stable: bool = False):
         """``hlo.sort``: sort ``operands`` (one XlaOp or a list) together along ``dimension``.
 

@@ -44,7 +44,7 @@ from xdsl.irdl import (
 
 from ..errors import BuilderError
 from ..types import element_type_of
-from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized
+from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method
 from .control_flow import (
     _results,
     as_list,
@@ -572,6 +572,7 @@ class WindowedBuilder:
 
     # -- convolution -----------------------------------------------------------
 
+    @builder_method
     def conv(self, lhs, rhs, window_strides, padding="SAME", feature_group_count: int = 1,
              batch_group_count: int = 1, precision_config=None, preferred_element_type=None):
         """XLA Conv: a convolution in the default layout (lhs ``[batch, feature, spatial...]``,
@@ -580,6 +581,7 @@ class WindowedBuilder:
         return self.conv_general_dilated(lhs, rhs, window_strides, padding, None, None, None, feature_group_count,
                                          batch_group_count, precision_config, preferred_element_type)
 
+    @builder_method
     def conv_with_general_padding(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                                   feature_group_count: int = 1, batch_group_count: int = 1,
                                   precision_config=None, preferred_element_type=None):
@@ -588,6 +590,7 @@ class WindowedBuilder:
                                          feature_group_count, batch_group_count, precision_config,
                                          preferred_element_type)
 
+    @builder_method
     def conv_with_general_dimensions(self, lhs, rhs, window_strides, padding, dimension_numbers,
                                      feature_group_count: int = 1, batch_group_count: int = 1,
                                      precision_config=None, preferred_element_type=None):
@@ -596,6 +599,7 @@ class WindowedBuilder:
                                          feature_group_count, batch_group_count, precision_config,
                                          preferred_element_type)
 
+    @builder_method
     def conv_general(self, lhs, rhs, window_strides, padding, dimension_numbers, feature_group_count: int = 1,
                      batch_group_count: int = 1, precision_config=None, preferred_element_type=None):
         """XLA ConvGeneral: (low, high) padding pairs and explicit dimension numbers, no dilation."""
@@ -603,6 +607,7 @@ class WindowedBuilder:
                                          feature_group_count, batch_group_count, precision_config,
                                          preferred_element_type)
 
+    @builder_method
     def conv_general_dilated(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                              dimension_numbers=None, feature_group_count: int = 1, batch_group_count: int = 1,
                              precision_config=None, preferred_element_type=None, window_reversal=None):
@@ -649,6 +654,7 @@ class WindowedBuilder:
 
     # -- reduce_window -----------------------------------------------------------
 
+    @builder_method
     def reduce_window(self, operands, init_values, computation, window_dimensions, window_strides=None,
                       padding="VALID", base_dilations=None, window_dilations=None):
         """``hlo.reduce_window`` (XLA ReduceWindow / ReduceWindowWithGeneralPadding).
@@ -677,6 +683,7 @@ class WindowedBuilder:
         region = self._region(computation, scalars + scalars, "computation")
         return _results(self._emit(ReduceWindowOp, [*arrays, *inits], props, [region]))
 
+    @builder_method
     def reduce_window_with_general_padding(self, operands, init_values, computation, window_dimensions,
                                            window_strides, base_dilations, window_dilations, padding):
         """XLA ReduceWindowWithGeneralPadding (argument order of XLA's client)."""
@@ -685,6 +692,7 @@ class WindowedBuilder:
 
     # -- select_and_scatter ------------------------------------------------------
 
+    @builder_method
     def select_and_scatter(self, operand, select, window_dimensions, window_strides, padding, source, init_value,
                            scatter):
         """``hlo.select_and_scatter`` (XLA SelectAndScatter / SelectAndScatterWithGeneralPadding).
@@ -706,6 +714,7 @@ class WindowedBuilder:
         scatter_region = self._region(scatter, scalars, "scatter")
         return self._emit1(SelectAndScatterOp, [operand, source, init_value], props, [select_region, scatter_region])
 
+    @builder_method
     def select_and_scatter_with_general_padding(self, operand, select, window_dimensions, window_strides, padding,
                                                 source, init_value, scatter):
         """XLA SelectAndScatterWithGeneralPadding: ``padding`` as (low, high) pairs."""
