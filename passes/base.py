@@ -42,7 +42,6 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 from xdsl.rewriter import InsertPoint
-from xdsl.utils.worklist import _MISSING as _REMOVED  # the mark of ops removed from the stack
 from xdsl.utils.worklist import Worklist
 
 from xla_dialect.errors import PassError, op_context
@@ -229,7 +228,7 @@ class _Walker(PatternRewriteWalker):
             changed |= rewriter.has_done_action
             while stack:
                 op = stack.pop()
-                if op is not _REMOVED:
+                if op in queued:  # ops removed from the worklist left a mark in the stack, not in queued
                     del queued[op]
                     break
             else:
