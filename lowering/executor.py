@@ -51,6 +51,9 @@ class LoweringContext(KernelContext):
         self._compiled: dict[str, object] = {}
         self._compiling: set[str] = set()
         self._names = itertools.count()
+        # Values known when the program is lowered (hlo.constant, iota, and pure ops computed from them
+        # here, once): value -> array. Kernels never write their inputs, so these are shared by every call.
+        self._known: dict[SSAValue, object] = {}
 
     def function(self, name: str):
         """The compiled Python function of ``func.func @name`` (compiled on first use)."""
@@ -171,7 +174,11 @@ class LoweringContext(KernelContext):
         results = [f"v{next(self._names)}" for _ in op.results]
         for r, n in zip(op.results, results):
             names[r] = n
+        if not isinstance(kernel, Constant):
+            kernel = self._evaluate_on_constants(op, kernel) or kernel
         if isinstance(kernel, Constant):
+            if len(op.results) == 1:
+                self._known[op.results[0]] = kernel.value
             cname = self._bind("c", kernel.value)
             if len(results) == 1:
                 body.append(f"{indent}{results[0]} = {cname}  # {op.name}")
@@ -190,6 +197,36 @@ class LoweringContext(KernelContext):
             body.append(f"{indent}{results[0]} = {call}  # {op.name}")
         else:
             body.append(f"{indent}{', '.join(results)}, = {call}  # {op.name}")
+
+    _FOLD_LIMIT = 1 << 16
+    """Most elements of a result computed at lowering time (a broadcast view counts as its operand)."""
+
+    def _evaluate_on_constants(self, op: Operation, kernel) -> Constant | None:
+        """``op``'s result as a :class:`Constant` when every operand is known when lowering and ``op`` is
+        pure: the kernel runs once, here, in the program's denormal mode (so the bits are those of a
+        call), instead of at every call (JAX programs broadcast many scalar constants). None otherwise,
+        or when the kernel fails (the error then surfaces at run time, as it would have)."""
+        from passes.purity import is_pure
+
+        known = self._known
+        if (not op.operands or op.regions or len(op.results) != 1 or not isinstance(op.results[0].type, TensorType)
+                or any(v not in known for v in op.operands) or not is_pure(op)):
+            return None
+        try:
+            with np.errstate(all="ignore"), mode_switch(self.denormals):
+                value = kernel(*[known[v] for v in op.operands])
+        except Exception:
+            return None
+        if not isinstance(value, np.ndarray):
+            return None
+        base = value
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if value.size > self._FOLD_LIMIT and base.size > self._FOLD_LIMIT:
+            return None
+        value = value.view()
+        value.flags.writeable = False  # shared by every call: a result handed out is copied (_owned)
+        return Constant(value)
 
     def _emit_group(self, group, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
         """Emit the call of a fusion group (:mod:`lowering.fusion`): its ops' own kernels in a function of
