@@ -52,13 +52,15 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from lowering.runtime import register_custom_call
 from xla_dialect.errors import XlaError
 
 from .difftest import ULP_INFINITE, is_float_dtype, ulp_distance
@@ -174,12 +176,11 @@ def _almost_equal_floats(a: np.ndarray, e: np.ndarray, tolerance: float) -> np.n
         equal = fa == fe
         nan_a, nan_e = np.isnan(fa), np.isnan(fe)
         unordered = nan_a | nan_e
-        # A non-finite value is only close to itself; a finite non-zero value
-        # can be close to zero but not to a value of the other sign.
+        # A non-finite value is only close to itself; finite values (zeros included, of either sign)
+        # are close within the tolerance (StableHLO's reference/Element.cpp areApproximatelyEqual).
         finite = np.isfinite(fa) & np.isfinite(fe)
-        same_sign = np.signbit(fa) == np.signbit(fe)
         near = np.abs(fa - fe) <= tolerance
-    return equal | (unordered & (nan_a == nan_e)) | (~unordered & finite & same_sign & near)
+    return equal | (unordered & (nan_a == nan_e)) | (~unordered & finite & near)
 
 
 def _elementwise_close(actual, expected, tolerance: float,
@@ -202,9 +203,9 @@ def check_almost_eq(actual, expected, tolerance: float = 1e-4) -> str | None:
     """``check.expect_almost_eq`` (check dialect ops): floats within ``tolerance``.
 
     As in the StableHLO interpreter: equal values (incl. equal infinities and
-    +0/-0) match, NaN matches NaN only, finite values match when they have
-    the same sign and differ by at most ``tolerance``; complex numbers part by
-    part; integers and bools must be equal.
+    +0/-0) match, NaN matches NaN only, finite values match when they differ
+    by at most ``tolerance`` (whatever their signs: -6.7e-17 is close to 0);
+    complex numbers part by part; integers and bools must be equal.
     """
     return _elementwise_close(actual, expected, tolerance, _almost_equal_floats)
 
@@ -471,6 +472,7 @@ class Check:
     first: int  # index of its first operand among the tested function's results
     count: int
     where: str  # 'check.expect_eq at line 12'
+    probed: bool = False  # expect_serialized_eq of a probe in a region: the actual value is in _PROBED
 
     @property
     def spec(self) -> CheckSpec:
@@ -550,6 +552,7 @@ def extract_checks(fop, line_offset: int = 0) -> list[Check]:
     extra: list = []
     checks: list[Check] = []
     probes: dict[str, object] = {}  # probe_id -> the probed value
+    in_regions = _probes_in_regions(fop, line_offset)
     for view in list(block.operations):
         op = view.operation
         if op.name in ("interpreter.probe", "interpreter.print"):
@@ -577,9 +580,12 @@ def extract_checks(fop, line_offset: int = 0) -> list[Check]:
             # Compares the probed value (the "actual") with its operand.
             probe_id = _attribute_value(attrs["probe_id"]) if "probe_id" in attrs else None
             iteration = _attribute_value(attrs["iter"]) if "iter" in attrs else 0
-            if probe_id not in probes or iteration != 0:
-                raise ConformanceError(f"{where}: no value probed as '{probe_id}' (first iteration) before it")
-            operands = [probes[probe_id]] + operands
+            if probe_id in in_regions:  # recorded while running: the check reads _PROBED (Check.probed)
+                operands = [None] + operands
+            elif probe_id not in probes or iteration != 0:
+                raise ConformanceError(f"{where}: no value probed as '{probe_id}' before it")
+            else:
+                operands = [probes[probe_id]] + operands
         if len(operands) != spec.operands:
             raise ConformanceError(f"{where}: expected {spec.operands} operands, got {len(operands)}")
         with ir.InsertionPoint(op), op.location:
@@ -587,12 +593,65 @@ def extract_checks(fop, line_offset: int = 0) -> list[Check]:
                 true = ir.DenseElementsAttr.get_splat(r.type, ir.BoolAttr.get(True))
                 r.replace_all_uses_with(stablehlo.ConstantOp(true).result)
         values = {k: _attribute_value(v) for k, v in attrs.items() if k not in ("value", "call_target_name")}
-        checks.append(Check(form, kind, values, returned + len(extra), len(operands), where))
+        probed = operands[0] is None
+        if probed:
+            operands = operands[1:]
+        checks.append(Check(form, kind, values, returned + len(extra), len(operands), where, probed))
         extra.extend(operands)
         op.erase()
     if checks:
         _set_results(fop, list(list(block.operations)[-1].operands) + extra)
     return checks
+
+
+PROBE_TARGET = "interpreter.probe"
+"""Custom-call target an ``interpreter.probe`` inside a region becomes: it records each value it sees."""
+
+_PROBED: dict[str, list[np.ndarray]] = {}
+"""probe_id -> the values an in-region probe recorded in the run in progress, in order (one per iteration)."""
+_PROBE_LOCK = threading.Lock()
+
+
+def _record_probe(operands, attributes, result_types):
+    """The :data:`PROBE_TARGET` custom call: append the operand to its probe's values, return it."""
+    with _PROBE_LOCK:
+        _PROBED.setdefault(str(attributes["backend_config"]), []).append(np.array(operands[0]))
+    return operands[0]
+
+
+register_custom_call(PROBE_TARGET, _record_probe)
+
+
+def _probes_in_regions(fop, line_offset: int) -> set[str]:
+    """Make every ``interpreter.probe`` inside a region of ``fop`` (a loop body, a branch) a
+    :data:`PROBE_TARGET` custom call with side effects, which records the value of every execution;
+    return their probe ids (``check.expect_serialized_eq ... iter = N`` reads the N-th value)."""
+    ir = _ir()
+    nested: list = []
+
+    def visit(op):
+        if op.operation.name == "interpreter.probe" and op.operation.parent is not None \
+                and op.operation.parent.operation != fop.operation:
+            nested.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    fop.operation.walk(visit)
+    ids = set()
+    for op in nested:
+        probe_id = _attribute_value(op.attributes["probe_id"])
+        if probe_id in ids:
+            raise ConformanceError(f"interpreter.probe{_line_of(op, line_offset)}: probe '{probe_id}' is written "
+                                   "by more than one op")
+        ids.add(probe_id)
+        with ir.InsertionPoint(op), op.location:
+            call = ir.Operation.create("stablehlo.custom_call", results=[op.results[0].type],
+                                       operands=[op.operands[0]],
+                                       attributes={"call_target_name": ir.StringAttr.get(PROBE_TARGET),
+                                                   "has_side_effect": ir.BoolAttr.get(True),
+                                                   "backend_config": ir.StringAttr.get(probe_id)})
+        op.results[0].replace_all_uses_with(call.results[0])
+        op.erase()
+    return ids
 
 
 def _remaining_checks(module) -> list[str]:
@@ -613,11 +672,12 @@ def _remaining_checks(module) -> list[str]:
 class Parallel:
     """An ``interpreter.run_parallel`` op: the device program and its grid."""
 
-    program: str
+    programs: list[list[str]]  # the function each device runs: one row per replica, one column per partition
     num_replicas: int
     num_partitions: int
     operand_counts: list[int]  # arguments of each device's program, device order
     result_counts: list[int]
+    infeed: list[str] = field(default_factory=list)  # functions whose results fill the infeed queue, in order
 
 
 @dataclass
@@ -656,19 +716,22 @@ def _parallel_of(op, functions: dict) -> Parallel:
     ir = _ir()
     grid = [[ir.FlatSymbolRefAttr(p).value for p in ir.ArrayAttr(row)]
             for row in ir.ArrayAttr(op.attributes["programs"])]
-    names = {n for row in grid for n in row}
-    widths = {len(row) for row in grid}
-    if len(names) != 1 or len(widths) != 1:
-        raise ConformanceError("interpreter.run_parallel with different programs per device (or ragged grid) "
-                               "is not supported")
-    (program,) = names
-    if program not in functions:
-        raise ConformanceError(f"interpreter.run_parallel: no function @{program}")
-    ftype = ir.FunctionType(ir.TypeAttr(functions[program].attributes["function_type"]).value)
-    n = len(grid) * widths.pop()
-    if len(op.operands) != n * len(ftype.inputs) or len(op.results) != n * len(ftype.results):
+    if len({len(row) for row in grid}) != 1 or not grid[0]:
+        raise ConformanceError("interpreter.run_parallel: the programs grid must be rectangular and not empty")
+    types = []
+    for name in (n for row in grid for n in row):  # device order: replica-major
+        if name not in functions:
+            raise ConformanceError(f"interpreter.run_parallel: no function @{name}")
+        types.append(ir.FunctionType(ir.TypeAttr(functions[name].attributes["function_type"]).value))
+    if len(op.operands) != sum(len(t.inputs) for t in types) or len(op.results) != sum(len(t.results) for t in types):
         raise ConformanceError("interpreter.run_parallel: operand/result counts do not match the programs")
-    return Parallel(program, len(grid), len(grid[0]), [len(ftype.inputs)] * n, [len(ftype.results)] * n)
+    infeed = [ir.FlatSymbolRefAttr(f).value for f in ir.ArrayAttr(op.attributes["infeed"])] \
+        if "infeed" in op.attributes else []
+    for name in infeed:
+        if name not in functions:
+            raise ConformanceError(f"interpreter.run_parallel: no infeed function @{name}")
+    return Parallel(grid, len(grid), len(grid[0]), [len(t.inputs) for t in types], [len(t.results) for t in types],
+                    infeed)
 
 
 def _wrap_entry(module, fop, args_text: str | None, expected: list[str]) -> str:
@@ -1000,13 +1063,17 @@ def _run_checked(program: Program) -> tuple[str, str]:
         exe = lowering.compile(module, entry=prepared.entry, denormals="keep")
         if prepared.parallel is not None:
             par = prepared.parallel
-            device = lowering.compile(module, entry=par.program, num_replicas=par.num_replicas,
-                                      num_partitions=par.num_partitions, denormals="keep")
+            device = lowering.compile(module, entry=par.programs, denormals="keep")
             first = lowering.compile(prologue, entry=prepared.entry, denormals="keep")
     with _at("run"):
+        _PROBED.clear()
         if prepared.parallel is None:
             outputs = exe()
         else:
+            # infeed=[@f, ...]: each infeed op takes the results of the next function of the list.
+            for name in par.infeed:
+                values = lowering.compile(module, entry=name, denormals="keep")()
+                device.infeed.put(values[0] if len(values) == 1 else tuple(values))
             operands, per_device = list(first()), []
             for count in par.operand_counts:
                 per_device.append(operands[:count])
@@ -1022,7 +1089,15 @@ def _apply_checks(prepared: Prepared, outputs, how: str = "") -> tuple[str, str]
     """Evaluate the program's checks on the outputs: ("passed" | "failed", message)."""
     failures = []
     for check in prepared.checks:
-        values = outputs[check.first:check.first + check.count]
+        values = list(outputs[check.first:check.first + check.count])
+        if check.probed:
+            probe_id, iteration = check.attributes.get("probe_id"), check.attributes.get("iter", 0)
+            seen = _PROBED.get(probe_id, [])
+            if iteration >= len(seen):
+                failures.append(f"{check.where}: probe '{probe_id}' recorded {len(seen)} values, no iteration "
+                                f"{iteration}")
+                continue
+            values = [seen[iteration]] + values
         with _at("check"):
             message = check.spec.evaluate(values[0], values[1], check.attributes)
         if message:

@@ -678,13 +678,15 @@ def _sum_over(imp: Importer, emit: OpEmitter, value: SSAValue, dim: int, result_
 @register_converter("chlo.ragged_dot")
 @register_converter("mhlo.ragged_dot")
 def _ragged_dot(imp: Importer, op):
-    """``ragged_dot(lhs[m, k], rhs[g, k, n], group_sizes[g]) -> [m, n]``: rows of lhs in consecutive
-    groups of ``group_sizes`` rows, group ``j`` multiplied by ``rhs[j]``; rows past the groups give 0.
+    """``ragged_dot(lhs[b.., m, k], rhs[g, b.., k, n], group_sizes[g]) -> [b.., m, n]``: rows of lhs in
+    consecutive groups of ``group_sizes`` rows, group ``j`` multiplied by ``rhs[j]``; rows past the groups
+    give 0.
 
-    The ragged-non-contracting form (a mixture-of-experts layer) without batch dimensions, as in the
-    StableHLO/chlo spec: expanded as the product with every group (``dot_general`` to ``[m, g, n]``),
-    then each row's group selected by a one-hot mask over the group boundaries (cumulative sums of
-    ``group_sizes``) and summed, which is exact (one term per row). Other forms raise.
+    The ragged-non-contracting form (a mixture-of-experts layer; batch dimensions allowed, in any
+    position), as in the StableHLO/chlo spec: expanded as the product with every group (``dot_general``
+    to ``[b.., m, g, n]``), then each row's group selected by a one-hot mask over the group boundaries
+    (cumulative sums of ``group_sizes``) and summed, which is exact (one term per row). The
+    ragged-contracting and ragged-batch forms raise.
     """
     emit = OpEmitter(imp)
     lhs, rhs, sizes = imp.operands(op)
@@ -694,18 +696,23 @@ def _ragged_dot(imp: Importer, op):
     lshape, rshape = list(lhs.type.get_shape()), list(rhs.type.get_shape())
     for key in ("lhs_batching_dimensions", "rhs_batching_dimensions"):
         numbers.setdefault(key, [])  # (fields left out of the printed attribute are empty)
-    form = (len(lshape), len(rshape), numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"],
-            numbers.get("lhs_ragged_dimensions"), numbers.get("lhs_contracting_dimensions"))
-    if form[:4] != (2, 3, [], []) or form[4] == form[5] or len(form[4] or []) != 1:
+    lhs_b, rhs_b = numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"]
+    nb = len(lhs_b)
+    ragged_dims, lhs_ks = numbers.get("lhs_ragged_dimensions") or [], numbers.get("lhs_contracting_dimensions") or []
+    if (len(lshape) != nb + 2 or len(rshape) != nb + 3 or len(rhs_b) != nb or len(ragged_dims) != 1
+            or len(lhs_ks) != 1 or ragged_dims[0] in lhs_ks or ragged_dims[0] in lhs_b
+            or len(numbers.get("rhs_contracting_dimensions") or []) != 1
+            or len(numbers.get("rhs_group_dimensions") or []) != 1):
         raise UnsupportedError(f"{imp._where()}: ragged_dot is supported in its ragged-non-contracting form "
-                               f"lhs[m, k] x rhs[g, k, n] without batch dimensions; got {numbers}")
-    (ragged,) = numbers["lhs_ragged_dimensions"]
-    (lhs_k,) = numbers["lhs_contracting_dimensions"]
+                               f"lhs[b.., m, k] x rhs[g, b.., k, n]; got {numbers}")
+    (ragged,) = ragged_dims
+    (lhs_k,) = lhs_ks
     (rhs_k,) = numbers["rhs_contracting_dimensions"]
     (group_dim,) = numbers["rhs_group_dimensions"]
     m, g = lshape[ragged], rshape[group_dim]
-    n_dim = ({0, 1, 2} - {rhs_k, group_dim}).pop()
+    n_dim = (set(range(len(rshape))) - {rhs_k, group_dim, *rhs_b}).pop()
     n = rshape[n_dim]
+    batch = [lshape[d] for d in lhs_b]
     index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
     pred = IntegerType(1)
     # cum[j] = group_sizes[0] + ... + group_sizes[j]; start[j] = cum[j] - group_sizes[j]
@@ -724,14 +731,18 @@ def _ragged_dot(imp: Importer, op):
     mask_type = TensorType(pred, [m, g])
     inside = emit("and", [emit("compare", [rows, low], mask_type, comparison_direction=StringAttr("GE")),
                           emit("compare", [rows, high], mask_type, comparison_direction=StringAttr("LT"))], mask_type)
-    # every group's product, then each row's own
+    # every group's product [b.., m, g, n] (dot_general: batch, lhs free, rhs free dims in rhs order), then
+    # each row's own
     element = result_type.element_type
-    products = emit("dot_general", [lhs, rhs], TensorType(element, [m, g, n]),
-                    lhs_batching_dimensions=i64_array([]), rhs_batching_dimensions=i64_array([]),
+    full = [*batch, m, g, n]
+    order = [*batch, m, *([n, g] if n_dim < group_dim else [g, n])]
+    products = emit("dot_general", [lhs, rhs], TensorType(element, order),
+                    lhs_batching_dimensions=i64_array(lhs_b), rhs_batching_dimensions=i64_array(rhs_b),
                     lhs_contracting_dimensions=i64_array([lhs_k]), rhs_contracting_dimensions=i64_array([rhs_k]))
-    if n_dim < group_dim:  # rhs [n .., g ..]: the product's rhs dims are in rhs order
-        products = emit("transpose", [products], TensorType(element, [m, g, n]), permutation=i64_array([0, 2, 1]))
-    mask3 = emit("broadcast_in_dim", [inside], TensorType(pred, [m, g, n]), broadcast_dimensions=i64_array([0, 1]))
-    zeros = emit.splat(0, ELEMENT_BY_MLIR[str(element)], [m, g, n])
-    chosen = emit("select", [mask3, products, zeros], TensorType(element, [m, g, n]))
-    return [_sum_over(imp, emit, chosen, 1, result_type)]
+    if n_dim < group_dim:
+        perm = [*range(nb), nb, nb + 2, nb + 1]
+        products = emit("transpose", [products], TensorType(element, full), permutation=i64_array(perm))
+    mask = emit("broadcast_in_dim", [inside], TensorType(pred, full), broadcast_dimensions=i64_array([nb, nb + 1]))
+    zeros = emit.splat(0, ELEMENT_BY_MLIR[str(element)], full)
+    chosen = emit("select", [mask, products, zeros], TensorType(element, full))
+    return [_sum_over(imp, emit, chosen, nb + 1, result_type)]

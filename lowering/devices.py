@@ -289,10 +289,20 @@ class MultiDeviceExecutable:
     (``replica * num_partitions + partition``); it returns one result tuple
     per device. ``timeout`` (seconds, default None) bounds a single wait at a
     collective; mismatched collectives are detected without it.
+
+    ``executable`` is the program every device runs (SPMD), or a list with each
+    device's own program (MPMD: ``lowering.compile(module, entry=[["a"], ["b"]])``,
+    lowered together so that they share one runtime: host transfers and
+    send/recv channels connect them).
     """
 
     def __init__(self, executable, num_replicas: int, num_partitions: int, timeout: float | None = None):
-        self.executable = executable
+        self.executables = list(executable) if isinstance(executable, (list, tuple)) \
+            else [executable] * (num_replicas * num_partitions)
+        if len(self.executables) != num_replicas * num_partitions:
+            raise ExecutionError(f"{len(self.executables)} device programs for a grid of {num_replicas} replicas x "
+                                 f"{num_partitions} partitions")
+        self.executable = self.executables[0]
         self.grid = ProcessGrid(num_replicas, num_partitions)
         self.timeout = timeout
 
@@ -337,8 +347,8 @@ class MultiDeviceExecutable:
 
     def __call__(self, *per_device_args) -> tuple[tuple, ...]:
         n = self.num_devices
-        name = f"@{self.executable.entry.sym_name.data}"
-        if not per_device_args and not self.executable.input_types:
+        name = ", ".join(dict.fromkeys(f"@{e.entry.sym_name.data}" for e in self.executables))
+        if not per_device_args and not any(e.input_types for e in self.executables):
             per_device_args = ((),) * n
         if len(per_device_args) != n:
             raise ExecutionError(
@@ -356,7 +366,7 @@ class MultiDeviceExecutable:
             _local.state = DeviceState(d, d // self.num_partitions, d % self.num_partitions, run)
             outcome = "finished"
             try:
-                results[d] = self.executable(*per_device_args[d])
+                results[d] = self.executables[d](*per_device_args[d])
             except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
                 errors[d] = e
                 outcome = f"failed: {e}"

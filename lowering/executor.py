@@ -458,7 +458,7 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
     return v
 
 
-def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noqa: A001 - public API name
+def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num_replicas: int = 1,  # noqa: A001
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
             xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
             fusion: str | None = None, argument_conversion: str = "exact", max_bytes: int | str | None = None,
@@ -467,7 +467,11 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
 
     With ``num_replicas * num_partitions > 1`` the result is a
     :class:`lowering.devices.MultiDeviceExecutable`: called with one argument
-    list per device, it returns one result tuple per device.
+    list per device, it returns one result tuple per device. ``entry`` may also
+    name one function per device, as a grid with one row per replica and one
+    column per partition (``[["sender"], ["receiver"]]``: two replicas running
+    different programs, which share channels and feeds); the grid's size is
+    the number of replicas and partitions.
 
     ``blas_threads`` is the number of BLAS threads the float matmuls of dot,
     dot_general and convolution run with. None (the default) is automatic:
@@ -517,6 +521,18 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     from . import kernels  # noqa: F401  (registers every kernel family)
     from .compiled_loops import resolve_loop_compilation
 
+    if not isinstance(entry, str):  # one program per device: a grid of function names, replicas x partitions
+        grid = [list(row) for row in entry] if isinstance(entry, (list, tuple)) else []
+        if (not grid or not all(isinstance(row, list) and row and len(row) == len(grid[0]) for row in grid)
+                or not all(isinstance(name, str) for row in grid for name in row)):
+            raise ExecutionError("lowering.compile: entry must be a function name or a non-empty rectangular grid "
+                                 f"of names (one row per replica, one column per partition), got {entry!r}")
+        if (num_replicas, num_partitions) == (1, 1):
+            num_replicas, num_partitions = len(grid), len(grid[0])
+        if (num_replicas, num_partitions) != (len(grid), len(grid[0])):
+            raise ExecutionError(f"lowering.compile: the entry grid is {len(grid)} x {len(grid[0])}, but "
+                                 f"num_replicas x num_partitions is {num_replicas} x {num_partitions}")
+        entry = grid
     for what, count in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ExecutionError(f"lowering.compile: {what} must be a positive int, got {count!r}")
@@ -555,15 +571,21 @@ def compile(module: ModuleOp, entry: str = "main", num_replicas: int = 1,  # noq
     if argument_conversion not in ARGUMENT_CONVERSIONS:
         raise ExecutionError(f"lowering.compile: argument_conversion must be one of {', '.join(ARGUMENT_CONVERSIONS)}, "
                              f"got {argument_conversion!r}")
-    if entry not in ctx.functions:
-        raise ExecutionError(f"no function @{entry} in the module (have: {', '.join(ctx.functions) or 'none'})")
-    fn = ctx.function(entry)
-    executable = Executable(fn, ctx.functions[entry], "\n".join(ctx.sources), ctx.runtime,
-                            ctx.blas_threads if ctx.limits_blas else None, ctx.denormals)
-    executable.argument_conversion = argument_conversion
-    executable.timeout = timeout
+    names = [entry] if isinstance(entry, str) else [name for row in entry for name in row]
+    for name in dict.fromkeys(names):
+        if name not in ctx.functions:
+            raise ExecutionError(f"no function @{name} in the module (have: {', '.join(ctx.functions) or 'none'})")
+        ctx.function(name)
+    executables = {}
+    for name in dict.fromkeys(names):  # after lowering them all: one source and BLAS policy for the grid
+        executable = executables[name] = Executable(ctx.function(name), ctx.functions[name], "\n".join(ctx.sources),
+                                                    ctx.runtime, ctx.blas_threads if ctx.limits_blas else None,
+                                                    ctx.denormals)
+        executable.argument_conversion = argument_conversion
+        executable.timeout = timeout
     if num_replicas * num_partitions == 1:
-        return executable
+        return executables[names[0]]
     from .devices import MultiDeviceExecutable
 
-    return MultiDeviceExecutable(executable, num_replicas, num_partitions)
+    per_device = executables[entry] if isinstance(entry, str) else [executables[name] for name in names]
+    return MultiDeviceExecutable(per_device, num_replicas, num_partitions)

@@ -737,7 +737,7 @@ def test_timeout_bounds_a_wait():
                 time.sleep(0.5)
             return real(*args)
 
-    exe.executable = Slow()
+    exe.executables = [Slow()] * 2
     with pytest.raises(CollectiveMismatchError, match="timed out after 0.05 s"):
         exe([np.zeros(2, np.float32)], [np.ones(2, np.float32)])
 

@@ -388,6 +388,29 @@ def test_ragged_dot_groups_rows(sizes):
         np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
 
 
+RAGGED_DOT_BATCHED = '''func.func @main(%lhs: tensor<4x2x6xf32>, %rhs: tensor<2x5x3x4xf32>, %gs: tensor<3xi32>) -> tensor<2x6x5xf32> {
+  %0 = "chlo.ragged_dot"(%lhs, %rhs, %gs) {ragged_dot_dimension_numbers = #chlo.ragged_dot<lhs_batching_dimensions = [1], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [3], lhs_ragged_dimensions = [2], rhs_group_dimensions = [2]>, precision_config = [#chlo<precision DEFAULT>, #chlo<precision DEFAULT>]} : (tensor<4x2x6xf32>, tensor<2x5x3x4xf32>, tensor<3xi32>) -> tensor<2x6x5xf32>
+  return %0 : tensor<2x6x5xf32>
+}'''
+
+
+@pytest.mark.parametrize("sizes", [[2, 1, 3], [0, 4, 1], [1, 1, 1]])
+def test_ragged_dot_with_batch_dimensions(sizes):
+    """The ragged-non-contracting form with a batch dimension, every dimension out of the usual order
+    (lhs [k, b, m], rhs [b, n, g, k]): checked against jax.lax.ragged_dot_general."""
+    import interop
+
+    rng = np.random.default_rng(1)
+    lhs = rng.standard_normal((4, 2, 6)).astype(np.float32)
+    rhs = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    gs = np.array(sizes, np.int32)
+    numbers = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([0], [3]), ([1], [0])),
+                                            lhs_ragged_dimensions=[2], rhs_group_dimensions=[2])
+    expected = np.asarray(jax.jit(lambda a, b, c: lax.ragged_dot_general(a, b, c, numbers))(lhs, rhs, gs))
+    (out,) = lowering.compile(interop.import_stablehlo(RAGGED_DOT_BATCHED))(lhs, rhs, gs)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_dynamic_pad_and_dynamic_conv_with_constant_operands():
     """The spec's dynamic_pad / dynamic_conv with constant padding operands are pad / convolution."""
     import interop
