@@ -12,9 +12,9 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xla_dialect.errors import PassError
 
-EXECUTOR_PIPELINE = "canonicalize-broadcasts,xla-float-rewrites,contract-fma,lower-quantized"
-"""What the executor runs before lowering: implicit broadcasts made explicit (kernels see same-shape
-operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), XLA CPU's multiply-add
+EXECUTOR_PIPELINE = "inline-calls,canonicalize-broadcasts,xla-float-rewrites,contract-fma,lower-quantized"
+"""What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), implicit
+broadcasts made explicit (kernels see same-shape operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), XLA CPU's multiply-add
 contraction (``contract-fma``), and computations on quantized values as float ones (``lower-quantized``)."""
 
 PIPELINES = {
@@ -43,13 +43,15 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     """
     from . import canonicalize_broadcasts
     from .fma_contraction import contract_fma
+    from .inlining import inline_calls
     from .quantized import lower_quantized
     from .xla_numerics import xla_float_rewrites
 
     for what, flag in (("xla_rewrites", xla_rewrites), ("fma_contraction", fma_contraction)):
         if not isinstance(flag, bool):
             raise PassError(f"prepare_for_execution: {what} must be True or False, got {flag!r}")
-    prepared = canonicalize_broadcasts(module, clone=True)
+    prepared = inline_calls(module, clone=True)
+    prepared = canonicalize_broadcasts(prepared, clone=prepared is module)
     if xla_rewrites:
         prepared = xla_float_rewrites(prepared, clone=prepared is module)
     if fma_contraction:

@@ -34,6 +34,7 @@ BUILTIN_MODULES = (
     "passes.quantized",
     "passes.xla_numerics",
     "passes.fma_contraction",
+    "passes.inlining",
 )
 """Modules whose import registers the built-in passes."""
 

@@ -240,3 +240,20 @@ def test_builder_errors_name_the_method_called():
     assert b._method is None  # reset after the error
     with pytest.raises(BuilderError, match=r"^XlaBuilder\.mul: "):
         x * b.parameter(2, "f32[5]")
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone():
+    """Each module of the four packages imports in a fresh interpreter of its own (no hidden dependency on
+    what another module happened to import first). Slow: one interpreter per module."""
+    import concurrent.futures
+
+    names = [name for name, _ in _modules()]
+
+    def attempt(name):
+        run = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, cwd=REPO)
+        return name, run.returncode, run.stderr.strip().splitlines()[-1:] if run.returncode else []
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        failures = [(n, err) for n, code, err in pool.map(attempt, names) if code]
+    assert not failures, f"modules that do not import alone: {failures}"

@@ -351,11 +351,15 @@ def _scatter(op, ctx):
 
 def _clamped_slices(shape, sizes):
     """``starts -> tuple of slices`` with each start clamped to ``[0, dim - size]``."""
-    highs = [dim - size for dim, size in zip(shape, sizes)]
+    bounds = [(dim - size, size) for dim, size in zip(shape, sizes)]
 
     def slices(starts):
-        return tuple(slice(c, c + size) for c, size in
-                     ((min(max(int(s), 0), high), size) for s, high, size in zip(starts, highs, sizes)))
+        out = []
+        for start, (high, size) in zip(starts, bounds):  # (a plain loop: this runs in every loop iteration)
+            c = int(start)
+            c = 0 if c < 0 else high if c > high else c
+            out.append(slice(c, c + size))
+        return tuple(out)
 
     return slices
 
