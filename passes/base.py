@@ -4,11 +4,12 @@ work is a declarative table of rewrite patterns.
 A :class:`PatternPass` lists its patterns in ``PATTERNS`` (xDSL
 ``RewritePattern`` classes, usually with an ``op_type_rewrite_pattern`` method)
 and how they are applied (walk order, recursion). :meth:`PatternPass.apply`
-runs them with xDSL's ``PatternRewriteWalker`` over a
-``GreedyRewritePatternApplier``, trimmed for large programs with the same
-result: each op is offered only the patterns that can match its class (ops no
-pattern can match never enter the worklist), the walker's loops are leaner,
-and a pass may declare that it needs no confirming final sweep
+runs them with a driver that visits ops as xDSL's ``PatternRewriteWalker``
+does, over a ``GreedyRewritePatternApplier``, trimmed for large programs with
+the same result and written on xDSL's public API: each op is offered only the
+patterns that can match its class (ops no pattern can match never enter the
+worklist), the loops are leaner, and a pass may declare that it needs no
+confirming final sweep
 (:attr:`PatternPass.CONFIRM_FIXED_POINT`). Options are dataclass fields, so
 the xDSL pipeline syntax ``assign-layouts{target=tpu}`` sets them::
 
@@ -33,16 +34,15 @@ from typing import Any, ClassVar, Union, get_args, get_origin
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, Region
+from xdsl.ir import ErasedSSAValue, Operation, Region
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
+    PatternRewriterListener,
     RewritePattern,
 )
 from xdsl.rewriter import InsertPoint
-from xdsl.utils.worklist import Worklist
 
 from xla_dialect.errors import PassError, op_context
 
@@ -116,25 +116,39 @@ class _GuardedApplier(GreedyRewritePatternApplier):
             raise PassError(f"pass {self.pass_name}: {op_context(op)}: {type(e).__name__}: {e}") from e
 
 
-class _MatchableWorklist(Worklist):
-    """xDSL's worklist that never takes in an op no pattern can match.
+class _Worklist:
+    """The ops still to visit: a stack (last in, first out) with constant-time membership and removal
+    (a removed op leaves ``None`` in its slot). Ops no pattern can match never enter it: popping them
+    would only cost time, and leaving them out keeps the order of the others, hence the result."""
 
-    Popping such an op would only cost time: the applier tries no pattern on
-    it, so nothing changes. Leaving it out keeps the order in which the other
-    ops are visited, hence the walker's result, exactly the same, while the
-    walks over the whole region (the first one and the final one that checks
-    nothing is left to rewrite) only touch the ops that matter.
-    """
+    __slots__ = ("stack", "queued", "can_match")
 
     def __init__(self, can_match):
-        super().__init__()
-        self._can_match = can_match
+        self.stack: list[Operation | None] = []
+        self.queued: dict[Operation, int] = {}
+        self.can_match = can_match
 
-    def push(self, item: Operation) -> None:
-        """Push ``item`` (if some pattern can match it and it is not already queued)."""
-        if item not in self._map and self._can_match(type(item)):
-            self._map[item] = len(self._stack)
-            self._stack.append(item)
+    def push(self, op: Operation) -> None:
+        """Queue ``op`` (if some pattern can match it and it is not queued already)."""
+        if op not in self.queued and self.can_match(type(op)):
+            self.queued[op] = len(self.stack)
+            self.stack.append(op)
+
+    def remove(self, op: Operation) -> None:
+        """Forget ``op`` (erased)."""
+        index = self.queued.pop(op, None)
+        if index is not None:
+            self.stack[index] = None
+
+    def pop(self) -> Operation | None:
+        """The last op queued, or None when none is left."""
+        stack = self.stack
+        while stack:
+            op = stack.pop()
+            if op is not None:
+                del self.queued[op]
+                return op
+        return None
 
 
 class _Rewriter(PatternRewriter):
@@ -142,13 +156,14 @@ class _Rewriter(PatternRewriter):
     made when first asked for (most ops taken from the worklist are not rewritten at all)."""
 
     _point: InsertPoint | None = None
+    matched: Operation | None = None
 
     @property
     def insertion_point(self) -> InsertPoint:
         """Where ops are inserted by default: before the matched op unless set otherwise."""
         point = self._point
         if point is None:
-            point = self._point = InsertPoint.before(self._current_operation)
+            point = self._point = InsertPoint.before(self.matched)
         return point
 
     @insertion_point.setter
@@ -156,83 +171,115 @@ class _Rewriter(PatternRewriter):
         self._point = point
 
 
-class _Walker(PatternRewriteWalker):
-    """xDSL's ``PatternRewriteWalker`` with leaner loops and an optional final walk.
+class _Driver:
+    """Applies a pattern to every op of a module until nothing changes, as xDSL's ``PatternRewriteWalker``
+    does (same visiting order, same worklist rules, the same final walk that confirms the fixed point),
+    written on xDSL's public API only and with leaner loops.
 
-    Ops are visited in xDSL's order and the rewriter is reset for each as xDSL
-    does (flag, matched op, insertion point before the op, name hint), without
-    its per-op overheads: nested generators to walk the region, method calls
-    to push and pop, a deprecated property setter, an insertion point built
-    for every op (here: on first use). With ``confirm`` false, the walk over
-    the whole region that xDSL repeats after the worklist empties (to confirm
-    nothing is left to rewrite) is skipped: see
-    :attr:`PatternPass.CONFIRM_FIXED_POINT`.
+    The worklist starts with every op (in walk order); an op is queued again when it is inserted or
+    modified, the users of a replaced op's results are queued, and the single-use operand definitions of
+    an erased op are queued. With ``confirm`` false, the walk over the whole module that xDSL repeats
+    after the worklist empties is skipped: see :attr:`PatternPass.CONFIRM_FIXED_POINT`.
     """
 
-    confirm: bool = True
+    def __init__(self, applier: _GuardedApplier, walk_reverse: bool, apply_recursively: bool, confirm: bool):
+        self.applier = applier
+        self.walk_reverse = walk_reverse
+        self.apply_recursively = apply_recursively
+        self.confirm = confirm
+        self.worklist = _Worklist(applier.can_match)
 
-    def rewrite_region(self, region) -> bool:
-        """Rewrite the ops of ``region``; True when something changed."""
-        if self.confirm:
-            return super().rewrite_region(region)
-        listener = self._get_rewriter_listener()
-        self._populate_worklist(region)
-        changed = self._process_worklist(listener)
-        if self.post_walk_func is not None:
-            changed |= self.post_walk_func(region, listener)
-        return changed
+    # -- what a rewrite tells the worklist -----------------------------------------------------------
 
-    def _populate_worklist(self, op) -> None:
-        if not isinstance(op, Region) or not isinstance(self._worklist, _MatchableWorklist):
-            return super()._populate_worklist(op)
-        # What pushing every op of region.walk(reverse=..., region_first=...) does, as xDSL here.
-        reverse, region_first = not self.walk_reverse, not self.walk_regions_first
-        worklist = self._worklist
-        queued, stack, can_match = worklist._map, worklist._stack, worklist._can_match  # noqa: SLF001
+    def _inserted(self, op: Operation) -> None:
+        if self.apply_recursively:
+            self.worklist.push(op)
+
+    def _removed(self, op: Operation) -> None:
+        if self.apply_recursively:
+            for operand in op.operands:  # single-use definitions have more to simplify once this use is gone
+                owner = operand.owner
+                if isinstance(owner, Operation) and not isinstance(operand, ErasedSSAValue) and operand.has_one_use():
+                    self.worklist.push(owner)
+        if op.regions:
+            for inner in op.walk():
+                self.worklist.remove(inner)
+        else:
+            self.worklist.remove(op)
+
+    def _modified(self, op: Operation) -> None:
+        if self.apply_recursively:
+            self.worklist.push(op)
+
+    def _replaced(self, op: Operation, new_results) -> None:
+        if self.apply_recursively:
+            for result in op.results:
+                for use in result.uses:
+                    self.worklist.push(use.operation)
+
+    def _listener(self) -> PatternRewriterListener:
+        return PatternRewriterListener(operation_insertion_handler=[self._inserted],
+                                       operation_removal_handler=[self._removed],
+                                       operation_modification_handler=[self._modified],
+                                       operation_replacement_handler=[self._replaced])
+
+    # -- the walk ------------------------------------------------------------------------------------
+
+    def rewrite_module(self, module: ModuleOp) -> bool:
+        """Rewrite the ops of ``module``; True when something changed."""
+        listener = self._listener()
+        self._populate(module.body)
+        changed = result = self._process(listener)
+        if not (self.apply_recursively and self.confirm):
+            return result
+        while changed:
+            self._populate(module.body)
+            changed = self._process(listener)
+        return result
+
+    def _populate(self, region: Region) -> None:
+        """Queue every op of ``region`` as xDSL's walker does (``region.walk(reverse=not walk_reverse,
+        region_first=True)``, so that the stack pops them in program order, or reverse order)."""
+        reverse = not self.walk_reverse
+        worklist = self.worklist
+        queued, stack, can_match = worklist.queued, worklist.stack, worklist.can_match
 
         def walk(region: Region) -> None:
             for block in (reversed(region.blocks) if reverse else region.blocks):
                 op = block.last_op if reverse else block.first_op
                 while op is not None:
-                    if not region_first and op not in queued and can_match(type(op)):
-                        queued[op] = len(stack)
-                        stack.append(op)
                     for inner in (reversed(op.regions) if reverse else op.regions):
                         walk(inner)
-                    if region_first and op not in queued and can_match(type(op)):
+                    if op not in queued and can_match(type(op)):
                         queued[op] = len(stack)
                         stack.append(op)
                     op = op.prev_op if reverse else op.next_op
 
-        walk(op)
+        walk(region)
 
-    def _process_worklist(self, listener) -> bool:
-        worklist = self._worklist
-        if not worklist:
+    def _process(self, listener: PatternRewriterListener) -> bool:
+        """Rewrite ops from the worklist until it is empty; True when something changed."""
+        pop = self.worklist.pop
+        op = pop()
+        if op is None:
             return False
-        stack, queued = worklist._stack, worklist._map  # noqa: SLF001 - Worklist.pop, inlined
-        op = worklist.pop()
         rewriter = _Rewriter(op)
         rewriter.extend_from_listener(listener)
-        match_and_rewrite = self.pattern.match_and_rewrite
+        match_and_rewrite = self.applier.match_and_rewrite
         changed = False
-        while True:
+        while op is not None:
             rewriter.has_done_action = False
-            rewriter._current_operation = op  # noqa: SLF001 - what the deprecated setter does
-            rewriter._point = None  # the insertion point before op, made when needed
-            rewriter._name_hint = None  # noqa: SLF001 - the name_hint setter's result for None
+            rewriter.current_operation = op
+            rewriter.matched = op
+            rewriter._point = None  # the insertion point before op, made when needed (our own field)
+            rewriter.name_hint = None
             try:
                 match_and_rewrite(op, rewriter)
             except Exception as err:
                 op.emit_error(f"Error while applying pattern: {err}", underlying_error=err)
             changed |= rewriter.has_done_action
-            while stack:
-                op = stack.pop()
-                if op in queued:  # ops removed from the worklist left a mark in the stack, not in queued
-                    del queued[op]
-                    break
-            else:
-                return changed
+            op = pop()
+        return changed
 
 
 def clean_pass_error(e: BaseException) -> None:
@@ -277,15 +324,10 @@ class PatternPass(ModulePass):
         if not patterns:
             return False
         applier = _GuardedApplier(self.name, patterns)
-        walker = _Walker(
-            applier,
-            walk_reverse=self.WALK_REVERSE,
-            apply_recursively=self.APPLY_RECURSIVELY,
-        )
-        walker.confirm = self.CONFIRM_FIXED_POINT or not self.APPLY_RECURSIVELY
-        walker._worklist = _MatchableWorklist(applier.can_match)
+        driver = _Driver(applier, self.WALK_REVERSE, self.APPLY_RECURSIVELY,
+                         confirm=self.CONFIRM_FIXED_POINT or not self.APPLY_RECURSIVELY)
         try:
-            return walker.rewrite_module(module)
+            return driver.rewrite_module(module)
         except PassError as e:
             clean_pass_error(e)
             raise

@@ -257,3 +257,17 @@ def test_every_module_imports_alone():
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         failures = [(n, err) for n, code, err in pool.map(attempt, names) if code]
     assert not failures, f"modules that do not import alone: {failures}"
+
+
+def test_private_xdsl_use_is_one_checked_helper():
+    """xDSL's private parser call is used in one module only, which names the tested xDSL range; that range
+    is pyproject.toml's pin."""
+    import re
+
+    from xla_dialect import text_scanning
+
+    users = sorted(str(p.relative_to(REPO)) for package in PACKAGES for p in (REPO / package).rglob("*.py")
+                   if "_resume_from" in p.read_text() or "xdsl.utils.worklist" in p.read_text())
+    assert users == ["xla_dialect/text_scanning.py"], users
+    pin = re.search(r'"xdsl([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    assert pin == text_scanning.TESTED_XDSL

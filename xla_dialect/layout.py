@@ -34,6 +34,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
 from .errors import LayoutError
+from .text_scanning import resume_after
 
 COMBINE_DIMENSION = -(2**63)
 """Tile entry written ``*``: combine this dimension with the next more minor one
@@ -284,7 +285,7 @@ class LayoutAttr(Data[Layout]):
             layout, end = parse_layout_prefix(text, start)
         except LayoutError as e:
             parser.raise_error(str(e))
-        parser._resume_from(end)
+        resume_after(parser, end)
         parser.parse_punctuation(">")
         return layout
 

@@ -20,6 +20,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
 from .errors import XlaError
+from .text_scanning import resume_after
 from .types import element_type_of
 
 _LIST_LIMIT = 64
@@ -191,7 +192,7 @@ class DenseLiteralAttr(Data[Literal]):
                     break
             end += 1
         body = text[start:end]
-        parser._resume_from(end)
+        resume_after(parser, end)
         parser.parse_punctuation(":")
         type_ = parser.parse_type()
         parser.parse_punctuation(">")

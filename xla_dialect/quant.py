@@ -29,6 +29,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
 from .errors import XlaError
+from .text_scanning import resume_after
 from .types import ElementType, element_type_named
 
 __all__ = [
@@ -236,7 +237,7 @@ class UniformQuantizedType(Data[QuantParams], TypeAttribute):
             params = _parse_body(body, f"!quant.uniform<{body}>")
         except QuantError as e:
             parser.raise_error(str(e))
-        parser._resume_from(end)
+        resume_after(parser, end)
         parser.parse_punctuation(">")
         return params
 
