@@ -296,6 +296,9 @@ def _scan(text: str, start: int, stop: Callable[[int, str, int, bool], bool]) ->
             i += 1
             while i < n and text[i] != '"':
                 i += 2 if text[i] == "\\" else 1
+        elif c == "/" and text.startswith("//", i):  # a comment: up to the end of its line
+            newline = text.find("\n", i)
+            i = (newline if newline >= 0 else n) - 1
         elif c == "-" and text.startswith("->", i):
             i += 1
         elif c in _OPEN:
@@ -424,6 +427,28 @@ def _emit_check(check: _CheckText, serial: int) -> str:
     return f'{prefix}"check.{kind}"({", ".join(operands)}){attr_text} : ({", ".join(types)}) -> ()'
 
 
+def _without_comments(text: str) -> str:
+    """``text`` without its ``//`` comments (outside string literals)."""
+    if "//" not in text:
+        return text
+    out, start = [], 0
+    while True:
+        j, quoted = start, False
+        while j < len(text):
+            if text[j] == '"':
+                quoted = not quoted
+            elif not quoted and text.startswith("//", j):
+                break
+            j += 2 if quoted and text[j] == "\\" else 1
+        out.append(text[start:j])
+        if j >= len(text):
+            return "".join(out)
+        newline = text.find("\n", j)
+        if newline < 0:
+            return "".join(out)
+        start = newline
+
+
 def normalize_checks(text: str) -> str:
     """Rewrite every ``check.*`` op of ``text`` into the generic form with attributes (not properties).
 
@@ -442,11 +467,12 @@ def normalize_checks(text: str) -> str:
         end = _scan(text, m.end(), lambda i, c, d, colon: c == "\n" and d == 0 and colon)
         begin = m.start("quote") if m.group("kind") else m.start("interpreter") - len("interpreter.")
         statement = text[begin:end]
+        body = _without_comments(text[m.end():end])
         if m.group("kind"):
             parse = _parse_generic if m.group("quote") else _parse_custom
-            new = _emit_check(parse(m.group("kind"), text[m.end():end]), serial)
+            new = _emit_check(parse(m.group("kind"), body), serial)
         else:
-            parsed = _parse_custom(m.group("interpreter"), text[m.end():end])
+            parsed = _parse_custom(m.group("interpreter"), body)
             parsed.kind = "interpreter." + parsed.kind
             new = _emit_check(parsed, serial)
         serial += 1

@@ -618,3 +618,11 @@ def test_compile_with_one_program_per_device():
         lowering.compile(module, entry=[["double", "negate"]], num_replicas=2)
     with pytest.raises(ExecutionError, match="no function @nope"):
         lowering.compile(module, entry=[["double", "nope"]])
+
+
+def test_comments_after_checks_are_not_part_of_them():
+    text = ('check.expect_eq_const %r#0, dense<[1, 2]> : tensor<2xi64> // the first "result" {x}\n'
+            'check.expect_almost_eq %a, %b : tensor<f32>  // close\n')
+    lines = conf.normalize_checks(text).split("\n")
+    assert lines[0].endswith('"check.expect_eq"(%r#0, %__conformance_expected0) : (tensor<2xi64>, tensor<2xi64>) -> ()')
+    assert lines[1].strip() == '"check.expect_almost_eq"(%a, %b) : (tensor<f32>, tensor<f32>) -> ()'
