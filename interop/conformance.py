@@ -1108,7 +1108,16 @@ def _run_checked(program: Program) -> tuple[str, str]:
             grid = device(*per_device) if len(per_device) > 1 else [device(*per_device[0])]
             results = [r for device_results in grid for r in device_results]
             outputs = exe(*results)
-    return _apply_checks(prepared, outputs)
+    status, message = _apply_checks(prepared, outputs)
+    from .stablehlo_parse import PARSED_NEWER_OPS
+
+    if PARSED_NEWER_OPS in prepared.module.operation.attributes:
+        message += NEWER_OPS_NOTE
+    return status, message
+
+
+NEWER_OPS_NOTE = " (ops newer than jaxlib's parser, read through the fallback)"
+"""Appended to the message of a program jaxlib's parser rejects and the importer's fallback reads."""
 
 
 def _apply_checks(prepared: Prepared, outputs, how: str = "") -> tuple[str, str]:
@@ -1492,7 +1501,8 @@ def summarize(results: Sequence[Result], seconds: float | None = None) -> dict:
     summary = {"total": len(results), **{s: counts[s] for s in STATUSES}, "enabled": enabled,
                "pass_rate": round(counts["passed"] / enabled, 6) if enabled else 1.0,
                "unparsed": unparsed,
-               "pass_rate_parsed": round(counts["passed"] / parsed, 6) if parsed else 1.0}
+               "pass_rate_parsed": round(counts["passed"] / parsed, 6) if parsed else 1.0,
+               "newer_ops": sum(1 for r in results if r.message.endswith(NEWER_OPS_NOTE))}
     if seconds is not None:
         summary["seconds"] = round(seconds, 2)
     return summary
@@ -1627,6 +1637,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{summary['passed']} of {summary['enabled']} enabled programs passed ({100 * summary['pass_rate']:.2f}%); "
           f"{summary['failed']} failed, {summary['error']} errors, {summary['skipped']} skipped, "
           f"{summary['disabled']} disabled; {summary['seconds']:.1f} s")
+    if summary.get("newer_ops"):
+        print(f"{summary['newer_ops']} of them use ops newer than jaxlib's StableHLO parser, read through the "
+              f"importer's fallback (interop.stablehlo_parse.NEWER_OPS)")
     if summary["unparsed"]:
         print(f"jaxlib's StableHLO parser rejects {summary['unparsed']} of them (their syntax may be newer than "
               f"jaxlib's); among the {summary['enabled'] - summary['unparsed']} it parses, "

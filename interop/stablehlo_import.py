@@ -91,7 +91,7 @@ from .stablehlo_attributes import (  # noqa: E402,F401  (the value conversions; 
     location_text,
     parse_dense_text,
 )
-from .stablehlo_parse import _annotate_quantization, _ir, mlir_context, parse_stablehlo  # noqa: E402,F401
+from .stablehlo_parse import NEWER_DIALECT, _annotate_quantization, _ir, mlir_context, parse_stablehlo  # noqa: E402,F401
 
 __all__ = [
     "CONVERTERS",
@@ -764,6 +764,8 @@ def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
         return conv(imp, op)
     if name.startswith("stablehlo.") and "hlo." + name[10:] in imp.ops_by_name:
         return generic_converter(imp, op, imp.ops_by_name["hlo." + name[10:]])
+    if name.startswith(NEWER_DIALECT + ".") and "hlo." + name[len(NEWER_DIALECT) + 1:] in imp.ops_by_name:
+        return generic_converter(imp, op, imp.ops_by_name["hlo." + name[len(NEWER_DIALECT) + 1:]])
     if name.startswith("chlo."):
         return chlo_through_xla(imp, op)
     if imp.allow_unknown:

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 
 from xla_dialect.errors import MlirParseError
@@ -43,6 +45,36 @@ def mlir_context():
 
 
 _BYTECODE_MAGIC = b"ML\xefR"
+
+NEWER_DIALECT = "stablehlo_next"
+"""Where ops of the current StableHLO spec that jaxlib's parser does not know (yet) are read: as opaque ops
+of this unregistered dialect (no verification by jaxlib), converted by the importer like ``stablehlo.*``."""
+
+NEWER_OPS = ("collective_reduce", "collective_broadcast")
+"""Ops (or forms: collective_broadcast with several operands or ``has_dynamic_root``) newer than jaxlib 0.10's
+StableHLO, read in :data:`NEWER_DIALECT` when jaxlib rejects the text. Only their generic form can occur
+(jaxlib has no custom syntax for them)."""
+
+_NEWER_OP = re.compile(r'"stablehlo\.(' + "|".join(NEWER_OPS) + r')"')
+
+
+def _parse_newer_ops(source: str):
+    """``source`` parsed with :data:`NEWER_OPS` renamed into :data:`NEWER_DIALECT`, or None when it has none
+    of them or still does not parse (the caller reports jaxlib's first error)."""
+    if not _NEWER_OP.search(source):
+        return None
+    ir = _ir()
+    try:
+        with mlir_context(), ir.Location.unknown():
+            module = ir.Module.parse(_NEWER_OP.sub(lambda m: f'"{NEWER_DIALECT}.{m.group(1)}"', source))
+            module.operation.attributes[PARSED_NEWER_OPS] = ir.UnitAttr.get()
+            return module
+    except Exception:
+        return None
+
+
+PARSED_NEWER_OPS = "xla_dialect.parsed_newer_ops"
+"""Module attribute marking text that jaxlib's parser rejected and :func:`_parse_newer_ops` read."""
 
 
 def parse_stablehlo(source, trusted: bool = False):
@@ -103,7 +135,9 @@ def parse_stablehlo(source, trusted: bool = False):
         with ctx, ir.Location.unknown():
             module = ir.Module.parse(source)
     except Exception as e:
-        raise MlirParseError(f"cannot parse the StableHLO text: {e}") from None
+        module = _parse_newer_ops(source)
+        if module is None:
+            raise MlirParseError(f"cannot parse the StableHLO text: {e}") from None
     if table is not None:
         _annotate_quantization(module, table)
     return module

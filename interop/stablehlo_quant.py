@@ -68,6 +68,10 @@ def convert_quantized_op(imp, op, result_quant: list, kind: str) -> list[SSAValu
         return imp.emit(UniformQuantizeOp, imp.operands(op), result_types=types)
     from .stablehlo_import import convert_unquantized
 
+    if op.name == QUANTIZED_BITCAST:
+        from xla_dialect.ops.conversion import BitcastConvertOp
+
+        return imp.emit(BitcastConvertOp, imp.operands(op), result_types=types)
     if op.name == QUANTIZED_CONSTANT:  # storage integers (see _quantized_constant)
         from .stablehlo_import import dense_array
 
@@ -191,12 +195,23 @@ def _rewrite_line(line: str, number: int, table: dict) -> str:
         table[number] = (kind, infos)
         code = code.replace("stablehlo.uniform_quantize", "stablehlo.convert")
         code = code.replace("stablehlo.uniform_dequantize", "stablehlo.convert")
+        # A bitcast between a quantized type and its storage integers would be f32 <-> i8 in the rewritten
+        # text, which jaxlib rejects: it becomes an op jaxlib does not verify (QUANTIZED_BITCAST).
+        code = _QUOTED_BITCAST.sub(f'"{QUANTIZED_BITCAST}"', code)
+        code = _PRETTY_BITCAST.sub(lambda m: f'"{QUANTIZED_BITCAST}"({m.group(1)}) :', code)
     if "stablehlo.constant" in code and number in table:
         return _quantized_constant(code)
     for start, end, qtext in reversed(_quant_types(code)):
         code = code[:start] + _expressed_name(qtext) + code[end:]
     return code
 
+
+QUANTIZED_BITCAST = "hlo_quant.bitcast_convert"
+"""The (unregistered) op a ``stablehlo.bitcast_convert`` on quantized types becomes in the rewritten text;
+the importer reads it as ``hlo.bitcast_convert`` with the quantized types restored."""
+
+_QUOTED_BITCAST = re.compile(r'"stablehlo\.bitcast_convert"')
+_PRETTY_BITCAST = re.compile(r'\bstablehlo\.bitcast_convert\s+(%[\w#]+)\s*:')
 
 QUANTIZED_CONSTANT = "hlo_quant.constant"
 """The (unregistered) op a quantized ``stablehlo.constant`` becomes in the rewritten text: its

@@ -24,6 +24,7 @@ IMPURE_OPS: set[str] = {
     "hlo.all_to_all",
     "hlo.collective_broadcast",
     "hlo.collective_permute",
+    "hlo.collective_reduce",
     "hlo.custom_call",  # only with has_side_effect = true, see is_pure
     "hlo.infeed",
     "hlo.optimization_barrier",

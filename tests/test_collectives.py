@@ -892,3 +892,54 @@ def test_round_trip():
     out = lowering.compile(again, num_replicas=4)(*xs)
     assert [o[0][0, 0] for o in out] == [4.0, 4.0, 2.0, 4.0]
     assert all(not o[5].any() for o in out)  # collective_permute with no pairs: zeros
+
+
+# ----------------------------------------------------------------------------
+# collective_reduce and dynamic roots (the current StableHLO spec)
+# ----------------------------------------------------------------------------
+
+
+def test_collective_reduce_spec_example():
+    # The spec's example: 4 replicas in one group; the root (first member) gets the sum, the others zeros.
+    exe = lowering.compile(program(np.int64, (1, 2), lambda b, x: b.collective_reduce(x, add, [[0, 1, 2, 3]])),
+                           num_replicas=4)
+    outs = exe(*[[np.array([[1 + 2 * i, 2 + 2 * i]], np.int64)] for i in range(4)])
+    assert [o[0].tolist() for o in outs] == [[[16, 20]], [[0, 0]], [[0, 0]], [[0, 0]]]
+
+
+def test_collective_reduce_dynamic_root_groups_and_outsiders():
+    def build(b, x):
+        root = b.constant(np.array([1, 0], np.int32))
+        return b.collective_reduce([x, b.mul(x, x)], add, [[2, 0]], root=root)
+
+    exe = lowering.compile(program(np.float32, (3,), build), num_replicas=3)
+    xs = [np.full(3, 1.0 + d, np.float32) for d in range(3)]
+    (a0, b0), (a1, b1), (a2, b2) = exe(*[[x] for x in xs])
+    # group [2, 0]: operand 0 goes to member 1 (device 0), operand 1 to member 0 (device 2); device 1 is in
+    # no group and gets zeros
+    np.testing.assert_array_equal(a0, xs[2] + xs[0])
+    np.testing.assert_array_equal(b2, xs[2] ** 2 + xs[0] ** 2)
+    for z in (b0, a2, a1, b1):
+        np.testing.assert_array_equal(z, np.zeros(3, np.float32))
+
+
+def test_collective_broadcast_dynamic_root_and_single_device():
+    def build(b, x):
+        return b.collective_broadcast(x, [[0, 1]], root=b.constant(np.array([1], np.int32)))
+
+    exe = lowering.compile(program(np.int64, (1, 2), build), num_replicas=2)
+    outs = exe([np.array([[1, 2]])], [np.array([[3, 4]])])
+    assert [o[0].tolist() for o in outs] == [[[3, 4]], [[3, 4]]]
+    one = lowering.compile(program(np.int64, (2,), lambda b, x: b.collective_reduce(
+        x, add, [[0]], root=b.constant(np.array([0], np.int32)))))
+    np.testing.assert_array_equal(one(np.array([5, 6]))[0], [5, 6])
+
+
+def test_dynamic_root_errors():
+    with pytest.raises(BuilderError, match=r"root operand must be s32\[2\]"):
+        program(np.int64, (2,), lambda b, x: b.collective_reduce(
+            [x, x], add, [[0, 1]], root=b.constant(np.array([0], np.int32))))
+    exe = lowering.compile(program(np.int64, (2,), lambda b, x: b.collective_broadcast(
+        x, [[0, 1]], root=b.constant(np.array([5], np.int32)))), num_replicas=2)
+    with pytest.raises(ExecutionError, match="root 5 is not an index into the process group of 2 devices"):
+        exe([np.array([1, 2])], [np.array([3, 4])])

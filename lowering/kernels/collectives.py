@@ -28,13 +28,14 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from xla_dialect.errors import HloVerifyError, op_context
+from xla_dialect.errors import ExecutionError, HloVerifyError, op_context
 from xla_dialect.ops.collectives import (
     AllGatherOp,
     AllReduceOp,
     AllToAllOp,
     CollectiveBroadcastOp,
     CollectivePermuteOp,
+    CollectiveReduceOp,
     PartitionIdOp,
     ReduceScatterOp,
     ReplicaIdOp,
@@ -302,17 +303,63 @@ def _collective_permute(op, ctx):
     return _collective_kernel(op, ctx, groups if ids else [], combine, outsider=zeros)
 
 
+def _roots(op, deposits, what: str) -> list[int]:
+    """The group index each data operand comes from / goes to: 0, or with ``has_dynamic_root`` the values of
+    the last operand (the first member's: every member passes the same roots)."""
+    k = len(op.results)
+    if "has_dynamic_root" not in op.properties:
+        return [0] * k
+    roots = [int(r) for r in np.asarray(deposits[0][-1]).reshape(-1)]
+    for r in roots:
+        if not 0 <= r < len(deposits):
+            raise ExecutionError(f"{what}: root {r} is not an index into the process group of {len(deposits)} "
+                                 f"devices")
+    return roots
+
+
+def _rooted_kernel(op, ctx, groups, combine, n_regions: int):
+    """:func:`_collective_kernel` for the ops with an optional dynamic root, whose root operand is no result
+    (on one device the data operands pass through; elsewhere devices in no group get zeros)."""
+    kernel = _collective_kernel(op, ctx, groups, combine, n_regions, outsider=_zeros(op, ctx))
+    if _grid(ctx).num_devices != 1 or "has_dynamic_root" not in op.properties or 0 not in {d for g in groups
+                                                                                           for d in g}:
+        return kernel
+    k = len(op.results)
+    return lambda *args: args[n_regions] if k == 1 else tuple(args[n_regions:n_regions + k])
+
+
 @register(CollectiveBroadcastOp)
 def _collective_broadcast(op, ctx):
     groups = _groups(op, ctx, cover=False)
-    k, single = len(op.operands), len(op.results) == 1
+    k, single = len(op.results), len(op.results) == 1
+    what = op_context(op)
 
     def combine(fns, deposits):
         n = len(deposits)
-        columns = [[np.array(deposits[0][i], copy=True) for _ in range(n)] for i in range(k)]
+        roots = _roots(op, deposits, what)
+        columns = [[np.array(deposits[roots[i]][i], copy=True) for _ in range(n)] for i in range(k)]
         return _per_member(columns, single)
 
-    return _collective_kernel(op, ctx, groups, combine, outsider=_zeros(op, ctx))
+    return _rooted_kernel(op, ctx, groups, combine, n_regions=0)
+
+
+@register(CollectiveReduceOp)
+def _collective_reduce(op, ctx):
+    groups = _groups(op, ctx, cover=False)
+    fold = _folder(op, ctx)
+    k, single = len(op.results), len(op.results) == 1
+    what = op_context(op)
+
+    def combine(fns, deposits):
+        n = len(deposits)
+        roots = _roots(op, deposits, what)
+        columns = []
+        for i in range(k):
+            total = fold(fns, [dep[i] for dep in deposits])
+            columns.append([total if member == roots[i] else np.zeros_like(total) for member in range(n)])
+        return _per_member(columns, single)
+
+    return _rooted_kernel(op, ctx, groups, combine, n_regions=1)
 
 
 def _device_id(op, ctx, of_device):

@@ -389,16 +389,53 @@ class CollectivePermuteOp(CollectiveOp):
 
 @irdl_op_definition
 class CollectiveBroadcastOp(GroupedCollectiveOp):
-    """``hlo.collective_broadcast``: every member of a group gets the operands of the group's first member;
-    devices in no group get zeros."""
+    """``hlo.collective_broadcast``: every member of a group gets the operands of the group's first member
+    (with ``has_dynamic_root``: data operand ``j`` from the member ``root[j]``, the last operand ``root``
+    an ``s32[k]`` array of group indices); devices in no group get zeros."""
 
     name = "hlo.collective_broadcast"
+    has_dynamic_root = opt_prop_def(UnitAttr)
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):
-        arrays = _arrays(cls.name, operand_types)
+        arrays = _data_operands(cls.name, operand_types, props)
         replica_groups_of(cls.name, props)
         return [make_tensor(t.element_type, t.get_shape()) for t in arrays]
+
+
+@irdl_op_definition
+class CollectiveReduceOp(GroupedCollectiveOp):
+    """``hlo.collective_reduce``: within each process group the root (the group's first member, or with
+    ``has_dynamic_root`` the member ``root[j]`` for data operand ``j``) gets the reduction of every member's
+    operand by ``computation``; the other members and devices in no group get zeros."""
+
+    name = "hlo.collective_reduce"
+    has_dynamic_root = opt_prop_def(UnitAttr)
+    computation = region_def("single_block")
+
+    assembly_format = "$operands_ attr-dict `:` functional-type($operands_, $results_) $computation"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        arrays = _data_operands(cls.name, operand_types, props)
+        replica_groups_of(cls.name, props)
+        _check_computation(cls.name, regions, arrays)
+        return [make_tensor(t.element_type, t.get_shape()) for t in arrays]
+
+
+def _data_operands(op_name: str, operand_types, props) -> list[TensorType]:
+    """The data operands of a collective with an optional dynamic root: with ``has_dynamic_root`` the last
+    operand is the ``s32[k]`` root array of the ``k`` data operands before it."""
+    arrays = _arrays(op_name, operand_types)
+    if "has_dynamic_root" not in props:
+        return arrays
+    if len(arrays) < 2:
+        fail(op_name, "has_dynamic_root needs the data operands and then the root operand")
+    *data, root = arrays
+    if str(root.element_type) != "i32" or root.get_shape() != (len(data),):
+        fail(op_name, f"the root operand must be s32[{len(data)}] (one group index per data operand), "
+                      f"got {fmt(root)}")
+    return data
 
 
 class _DeviceIdOp(CollectiveOp):
@@ -432,12 +469,12 @@ class PartitionIdOp(_DeviceIdOp):
 
 
 OPS = [AllReduceOp, AllGatherOp, AllToAllOp, ReduceScatterOp, CollectivePermuteOp, CollectiveBroadcastOp,
-       ReplicaIdOp, PartitionIdOp]
+       CollectiveReduceOp, ReplicaIdOp, PartitionIdOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 # How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
 set_quantized("storage", AllGatherOp, AllToAllOp, CollectivePermuteOp, CollectiveBroadcastOp)
-set_quantized("transparent", AllReduceOp, ReduceScatterOp)  # computations lowered like any region
+set_quantized("transparent", AllReduceOp, ReduceScatterOp, CollectiveReduceOp)  # computations lowered like any region
 
 
 # ----------------------------------------------------------------------------
@@ -615,12 +652,32 @@ class CollectivesBuilder:
 
     @builder_method
     def collective_broadcast(self, operand, replica_groups: Sequence[Sequence[int]],
-                             channel_id: int | None = None):
+                             channel_id: int | None = None, root=None):
         """``hlo.collective_broadcast``: every member of a group gets its first member's ``operand``;
-        devices in no group get zeros."""
+        devices in no group get zeros. ``root`` (an ``s32[k]`` value, one group index per operand): each
+        operand comes from that member of the group instead (``has_dynamic_root``)."""
         props = self._props(replica_groups=replica_groups, channel_id=channel_id)
         arrays, wrap = self._collective_operands(operand)
+        if root is not None:
+            props["has_dynamic_root"] = UnitAttr()
+            arrays = [*arrays, root]
         return wrap(self._emit(CollectiveBroadcastOp, arrays, props))
+
+    @builder_method
+    def collective_reduce(self, operand, computation, replica_groups: Sequence[Sequence[int]],
+                          channel_id: int | None = None, root=None):
+        """``hlo.collective_reduce``: the first member of each group (or, with ``root``, an ``s32[k]``
+        value, the member ``root[j]`` for operand ``j``) gets the reduction of the members' ``operand`` by
+        ``computation``; every other device gets zeros."""
+        props = self._props(replica_groups=replica_groups, channel_id=channel_id)
+        arrays, wrap = self._collective_operands(operand)
+        if root is not None:
+            props["has_dynamic_root"] = UnitAttr()
+        operands = [*arrays, root] if root is not None else list(arrays)
+        self._precheck(CollectiveReduceOp, operands, props, None)
+        params = scalar_params(self, [self._value(arrays[0]).type] * 2)
+        region = self._region(computation, params, "computation")
+        return wrap(self._emit(CollectiveReduceOp, operands, props, [region]))
 
     @builder_method
     def replica_id(self):

@@ -1,0 +1,75 @@
+"""StableHLO newer than jaxlib 0.10's parser: ops of the current spec read through the importer's fallback
+(interop.stablehlo_parse.NEWER_OPS), and quantized forms jaxlib's verifier rejects after the rewrite of
+quantized types (bitcast_convert between a quantized type and its storage integers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lowering
+from interop import import_stablehlo
+from interop.stablehlo_parse import PARSED_NEWER_OPS, parse_stablehlo
+from xla_dialect.errors import MlirParseError
+
+REDUCE = """
+func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %r = "stablehlo.collective_reduce"(%x) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %m = stablehlo.maximum %a, %b : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+  }) {
+    replica_groups = dense<[[1, 0]]> : tensor<1x2xi64>,
+    channel_handle = #stablehlo.channel_handle<handle = 0, type = 0>
+  } : (tensor<3xf32>) -> tensor<3xf32>
+  return %r : tensor<3xf32>
+}
+"""
+
+BROADCAST = """
+func.func @main(%x: tensor<2xi32>, %y: tensor<4xf32>, %root: tensor<2xi32>) -> (tensor<2xi32>, tensor<4xf32>) {
+  %r:2 = "stablehlo.collective_broadcast"(%x, %y, %root) {
+    replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>,
+    has_dynamic_root
+  } : (tensor<2xi32>, tensor<4xf32>, tensor<2xi32>) -> (tensor<2xi32>, tensor<4xf32>)
+  return %r#0, %r#1 : tensor<2xi32>, tensor<4xf32>
+}
+"""
+
+
+def test_collective_reduce_text_is_read_past_jaxlib():
+    assert PARSED_NEWER_OPS in parse_stablehlo(REDUCE).operation.attributes
+    exe = lowering.compile(import_stablehlo(REDUCE), num_replicas=2)
+    x0, x1 = np.array([1, 5, -2], np.float32), np.array([3, 4, -1], np.float32)
+    (r0,), (r1,) = exe([x0], [x1])
+    np.testing.assert_array_equal(r0, [0, 0, 0])  # device 0 is the second member of the group
+    np.testing.assert_array_equal(r1, np.maximum(x0, x1))  # device 1 is the root
+
+
+def test_variadic_collective_broadcast_with_dynamic_root():
+    exe = lowering.compile(import_stablehlo(BROADCAST), num_replicas=2)
+    root = np.array([1, 0], np.int32)  # the first operand from member 1, the second from member 0
+    args = [[np.array([d, d], np.int32), np.full(4, 10.0 + d, np.float32), root] for d in range(2)]
+    for ints, floats in exe(*args):
+        np.testing.assert_array_equal(ints, [1, 1])
+        np.testing.assert_array_equal(floats, np.full(4, 10.0, np.float32))
+
+
+def test_text_that_is_wrong_anyway_keeps_jaxlibs_error():
+    with pytest.raises(MlirParseError, match="cannot parse the StableHLO text"):
+        parse_stablehlo(REDUCE.replace("tensor<1x2xi64>,", "tensor<1x2xi64>"))
+
+
+def test_bitcast_between_per_axis_quantized_and_storage_integers():
+    text = """
+func.func @main(%x: tensor<2xf32>) -> (tensor<2xi8>, tensor<2xf32>) {
+  %q = "stablehlo.uniform_quantize"(%x) : (tensor<2xf32>) -> tensor<2x!quant.uniform<i8:f32:0, {0.5:1, 0.25:-3}>>
+  %s = "stablehlo.bitcast_convert"(%q) : (tensor<2x!quant.uniform<i8:f32:0, {0.5:1, 0.25:-3}>>) -> tensor<2xi8>
+  %back = stablehlo.bitcast_convert %s : (tensor<2xi8>) -> tensor<2x!quant.uniform<i8:f32:0, {0.5:1, 0.25:-3}>>
+  %d = "stablehlo.uniform_dequantize"(%back) : (tensor<2x!quant.uniform<i8:f32:0, {0.5:1, 0.25:-3}>>) -> tensor<2xf32>
+  return %s, %d : tensor<2xi8>, tensor<2xf32>
+}
+"""
+    storage, values = lowering.compile(import_stablehlo(text))(np.array([2.0, 1.0], np.float32))
+    np.testing.assert_array_equal(storage, [5, 1])  # round(2 / 0.5) + 1, round(1 / 0.25) - 3
+    np.testing.assert_array_equal(values, [2.0, 1.0])
