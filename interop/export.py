@@ -70,7 +70,7 @@ from xla_dialect.layout import LayoutAttr
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.elementwise import implicit_broadcast_dims
 from xla_dialect.shape import format_shape
-from xla_dialect.types import TokenType
+from xla_dialect.types import FutureType, TokenType
 
 from .schema import (
     BRANCH_ARGUMENT,
@@ -132,6 +132,8 @@ def _type_text(t: Attribute) -> str:
         return "tuple<" + ", ".join(stablehlo_type(e) for e in t.types) + ">"
     if isinstance(t, TokenType):
         return "!stablehlo.token"
+    if isinstance(t, FutureType):  # the current spec's type (jaxlib 0.10 cannot parse it; our importer can)
+        return "!stablehlo.future<" + ", ".join(stablehlo_type(e) for e in t.types.data) + ">"
     raise UnsupportedError(f"type {t} has no StableHLO equivalent")
 
 

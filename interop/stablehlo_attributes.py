@@ -34,7 +34,9 @@ from xdsl.ir import Attribute
 
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops.base import i64_array
-from xla_dialect.types import ELEMENT_TYPES, ElementType, TokenType
+from xla_dialect.types import ELEMENT_TYPES, ElementType, FutureType, TokenType
+
+from .stablehlo_parse import NEWER_DIALECT
 
 from .schema import CHANNEL_TYPES, STRUCT_FIELDS
 
@@ -86,6 +88,9 @@ def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> A
         text = str(t)
         if text == "!stablehlo.token":
             result = TokenType()
+        elif text.startswith(f"!{NEWER_DIALECT}.future<") and text.endswith(">"):  # read past jaxlib's parser
+            result = FutureType([convert_type(ir.Type.parse(part), cache, allow_dynamic)
+                                 for part in _top_level_parts(text[len(NEWER_DIALECT) + 9:-1])])
         elif isinstance(t, ir.UnrankedTensorType):
             raise UnsupportedError(f"unranked tensor type {text} is not supported")
         elif text.startswith("tensor<"):
@@ -95,6 +100,21 @@ def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> A
     if cache is not None:
         cache[t] = result
     return result
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` split at the commas outside ``<>``, ``()``, ``[]`` and ``{}``."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "<([{":
+            depth += 1
+        elif c in ">)]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
 
 
 # ----------------------------------------------------------------------------

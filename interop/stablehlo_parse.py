@@ -50,12 +50,14 @@ NEWER_DIALECT = "stablehlo_next"
 """Where ops of the current StableHLO spec that jaxlib's parser does not know (yet) are read: as opaque ops
 of this unregistered dialect (no verification by jaxlib), converted by the importer like ``stablehlo.*``."""
 
-NEWER_OPS = ("collective_reduce", "collective_broadcast")
+NEWER_OPS = ("collective_reduce", "collective_broadcast", "async_start", "async_done")
 """Ops (or forms: collective_broadcast with several operands or ``has_dynamic_root``) newer than jaxlib 0.10's
 StableHLO, read in :data:`NEWER_DIALECT` when jaxlib rejects the text. Only their generic form can occur
 (jaxlib has no custom syntax for them)."""
 
 _NEWER_OP = re.compile(r'"stablehlo\.(' + "|".join(NEWER_OPS) + r')"')
+_NEWER_TYPE = re.compile(r"!stablehlo\.(future)<")
+"""Types of the current spec jaxlib does not know: read as opaque types of :data:`NEWER_DIALECT`."""
 
 
 def _parse_newer_ops(source: str):
@@ -64,9 +66,11 @@ def _parse_newer_ops(source: str):
     if not _NEWER_OP.search(source):
         return None
     ir = _ir()
+    text = _NEWER_OP.sub(lambda m: f'"{NEWER_DIALECT}.{m.group(1)}"', source)
+    text = _NEWER_TYPE.sub(lambda m: f"!{NEWER_DIALECT}.{m.group(1)}<", text)
     try:
         with mlir_context(), ir.Location.unknown():
-            module = ir.Module.parse(_NEWER_OP.sub(lambda m: f'"{NEWER_DIALECT}.{m.group(1)}"', source))
+            module = ir.Module.parse(text)
             module.operation.attributes[PARSED_NEWER_OPS] = ir.UnitAttr.get()
             return module
     except Exception:

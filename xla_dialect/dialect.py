@@ -8,9 +8,9 @@ from .layout import LayoutAttr
 from .literal import DenseLiteralAttr
 from .ops import ALL_OPS
 from .quant import QUANT
-from .types import TokenType
+from .types import FutureType, TokenType
 
-HLO = Dialect("hlo", ALL_OPS, [LayoutAttr, DenseLiteralAttr, TokenType])
+HLO = Dialect("hlo", ALL_OPS, [LayoutAttr, DenseLiteralAttr, TokenType, FutureType])
 """The hlo dialect (ops named like StableHLO: ``hlo.add``, ``hlo.dot_general``, ...)."""
 
 

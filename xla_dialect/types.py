@@ -35,6 +35,29 @@ class TokenType(ParametrizedAttribute, TypeAttribute):
     name = "hlo.token"
 
 
+@irdl_attr_definition
+class FutureType(ParametrizedAttribute, TypeAttribute):
+    """StableHLO's ``future<T...>``: the values an ``hlo.async_start`` computes, read by ``hlo.async_done``."""
+
+    name = "hlo.future"
+    types: builtin.ArrayAttr[Attribute]
+
+    def __init__(self, types):
+        super().__init__(builtin.ArrayAttr(list(types)))
+
+    @classmethod
+    def parse_parameters(cls, parser) -> list[Attribute]:
+        """``<T, ...>`` as StableHLO writes it."""
+        types = parser.parse_comma_separated_list(parser.Delimiter.ANGLE, parser.parse_type)
+        return [builtin.ArrayAttr(types)]
+
+    def print_parameters(self, printer) -> None:
+        """``<T, ...>`` as StableHLO writes it."""
+        printer.print_string("<")
+        printer.print_list(self.types.data, printer.print_attribute)
+        printer.print_string(">")
+
+
 @dataclass(frozen=True)
 class ElementType:
     """One XLA primitive type."""

@@ -19,7 +19,8 @@ import numpy as np
 from xdsl.ir import Region
 
 from xla_dialect.ops import elementwise
-from xla_dialect.ops.control_flow import CallOp, ConditionalOp, FusionOp, GetTupleElementOp, TupleOp, WhileOp
+from xla_dialect.ops.control_flow import (AsyncDoneOp, AsyncStartOp, CallOp, ConditionalOp, FusionOp,
+                                          GetTupleElementOp, TupleOp, WhileOp)
 
 from ..registry import register
 
@@ -178,6 +179,19 @@ def _while(op, ctx):
         return state[0] if single else tuple(state)
 
     return while_kernel
+
+
+@register(AsyncStartOp)
+def _async_start(op, ctx):
+    # The spec allows a backend to run the op synchronously: the future holds its results, computed now.
+    return lambda body, *operands: tuple(body())
+
+
+@register(AsyncDoneOp)
+def _async_done(op, ctx):
+    if len(op.results) == 1:
+        return operator.itemgetter(0)
+    return tuple
 
 
 @register(ConditionalOp)

@@ -41,6 +41,7 @@ from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect, SymbolTable
 
 from ..errors import HloVerifyError, op_context
 from ..layout import strip_layout
+from ..types import FutureType
 from .base import HloOp, fail, fmt, kind_of, make_tensor, tensor, set_quantized, builder_method
 
 
@@ -340,7 +341,76 @@ class ConditionalOp(HloOp):
         return list(first)
 
 
-OPS = [ReturnOp, TupleOp, GetTupleElementOp, CallOp, FusionOp, WhileOp, ConditionalOp]
+# ----------------------------------------------------------------------------
+# async_start / async_done
+# ----------------------------------------------------------------------------
+
+ASYNC_BODY_OPS = ("hlo.all_reduce", "hlo.all_gather", "hlo.all_to_all", "hlo.collective_permute",
+                  "hlo.reduce_scatter", "hlo.collective_broadcast", "hlo.slice", "hlo.dynamic_slice",
+                  "hlo.dynamic_update_slice")
+"""The ops an ``async_start`` body may hold (the StableHLO spec's C2): collectives and slices."""
+
+
+@irdl_op_definition
+class AsyncStartOp(HloOp):
+    """``hlo.async_start``: starts the one op of ``body`` (a collective or a slice) on ``operands``; its
+    results are read from the ``future`` by ``hlo.async_done``. The asynchrony is a permission, not a
+    promise (the spec): the executor computes the op when it starts."""
+
+    name = "hlo.async_start"
+    traits = traits_def(RecursiveMemoryEffect())
+    operands_ = var_operand_def()
+    future = result_def()
+    body = region_def("single_block")
+
+    assembly_format = "$operands_ attr-dict `:` functional-type($operands_, $future) $body"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        if not regions:
+            if result_types is None:
+                fail(cls.name, "the result type must be given when the body is not")
+            return list(result_types)
+        ops = list(regions[0].block.ops)
+        if len(ops) != 2 or not isinstance(ops[1], ReturnOp):
+            fail(cls.name, f"body must hold one op and a return (the spec's C1), holds {len(ops)} ops")
+        inner, ret = ops
+        if inner.name not in ASYNC_BODY_OPS:
+            fail(cls.name, f"body op must be a collective or a slice ({', '.join(ASYNC_BODY_OPS)}), got {inner.name}")
+        if [v.type for v in inner.operands] != list(operand_types):
+            fail(cls.name, f"operands {types_text(operand_types)} must be those of the body's {inner.name} "
+                           f"({types_text([v.type for v in inner.operands])})")
+        if list(ret.operands) != list(inner.results):
+            fail(cls.name, f"body must return the results of its {inner.name}")
+        return [FutureType([v.type for v in inner.results])]
+
+    def verify_(self) -> None:
+        super().verify_()
+        inner = self.body.block.first_op
+        if inner is not None and list(inner.operands) != list(self.operands):
+            raise HloVerifyError(f"{op_context(self)}: the body's {inner.name} must take the operands of "
+                                 "async_start (the spec's C3)")
+
+
+@irdl_op_definition
+class AsyncDoneOp(HloOp):
+    """``hlo.async_done``: the results of the ``hlo.async_start`` whose future it receives."""
+
+    name = "hlo.async_done"
+    future = operand_def()
+    results_ = var_result_def()
+
+    assembly_format = "$future attr-dict `:` functional-type($future, $results_)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        (future,) = operand_types
+        if not isinstance(future, FutureType):
+            fail(cls.name, f"operand must be a future (the result of hlo.async_start), got {fmt(future)}")
+        return list(future.types.data)
+
+
+OPS = [ReturnOp, TupleOp, GetTupleElementOp, CallOp, FusionOp, WhileOp, ConditionalOp, AsyncStartOp, AsyncDoneOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 
@@ -417,6 +487,31 @@ class ControlFlowBuilder:
         results = self._emit(CallOp, values, {"callee": SymbolRefAttr(name)},
                              result_types=list(fn.function_type.outputs))
         return one_or_tuple(results) if results else None
+
+    @builder_method
+    def async_start(self, operands: Sequence, body):
+        """``hlo.async_start``: ``body(builder, *operands)`` emits one collective or slice of ``operands``
+        (built with the given builder; ``operands`` are this builder's values); returns the future that
+        :meth:`async_done` reads."""
+        from ..errors import BuilderError
+
+        values = [self._value(o, f"operand #{i}") for i, o in enumerate(operands)]
+        sub = self._sub_builder(f"{self.name}.async", [])
+        out = body(sub, *operands)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        results = [sub._value(o, "body result") for o in outs]
+        sub._block.add_op(ReturnOp.create(operands=results))
+        region = Region(sub._block)
+        first = sub._block.first_op
+        if first is not None and list(first.operands) != values:
+            raise BuilderError(f"{self._caller()}: the body's {first.name} must take exactly the operands given "
+                               "to async_start")
+        return self._emit1(AsyncStartOp, values, regions=[region])
+
+    @builder_method
+    def async_done(self, future):
+        """``hlo.async_done``: the results of ``future`` (one XlaOp, or a tuple of them)."""
+        return one_or_tuple(self._emit(AsyncDoneOp, [future]))
 
     @builder_method
     def while_(self, condition, body, init):
