@@ -90,7 +90,7 @@ def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> A
             result = TokenType()
         elif text.startswith(f"!{NEWER_DIALECT}.future<") and text.endswith(">"):  # read past jaxlib's parser
             result = FutureType([convert_type(ir.Type.parse(part), cache, allow_dynamic)
-                                 for part in _top_level_parts(text[len(NEWER_DIALECT) + 9:-1])])
+                                 for part in top_level_parts(text[len(NEWER_DIALECT) + 9:-1])])
         elif isinstance(t, ir.UnrankedTensorType):
             raise UnsupportedError(f"unranked tensor type {text} is not supported")
         elif text.startswith("tensor<"):
@@ -102,8 +102,9 @@ def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> A
     return result
 
 
-def _top_level_parts(text: str) -> list[str]:
-    """``text`` split at the commas outside ``<>``, ``()``, ``[]`` and ``{}``."""
+def top_level_parts(text: str, keep_empty: bool = False) -> list[str]:
+    """``text`` split at the commas outside ``<>``, ``()``, ``[]`` and ``{}`` (stripped; empty parts dropped
+    unless ``keep_empty``)."""
     parts, depth, start = [], 0, 0
     for i, c in enumerate(text):
         if c in "<([{":
@@ -114,7 +115,7 @@ def _top_level_parts(text: str) -> list[str]:
             parts.append(text[start:i].strip())
             start = i + 1
     parts.append(text[start:].strip())
-    return [p for p in parts if p]
+    return parts if keep_empty else [p for p in parts if p]
 
 
 # ----------------------------------------------------------------------------

@@ -673,15 +673,9 @@ def _with_layout_text(t: Attribute, text: str) -> Attribute:
     if isinstance(t, TensorType):
         return TensorType(t.element_type, t.get_shape(), LayoutAttr(parse_layout(text)))
     if isinstance(t, TupleType) and text.startswith("("):
-        parts, depth, start = [], 0, 1
-        for i, c in enumerate(text):
-            if c in "({":
-                depth += 1
-            elif c in ")}":
-                depth -= 1
-            if (c == "," and depth == 1) or (c == ")" and depth == 0):
-                parts.append(text[start:i].strip())
-                start = i + 1
+        from .stablehlo_attributes import top_level_parts
+
+        parts = top_level_parts(text[1:text.rindex(")")], keep_empty=True)
         return TupleType([_with_layout_text(e, part) for e, part in zip(t.types, parts)])
     return t
 
