@@ -187,7 +187,22 @@ def _broadcast_in_dim(imp: Importer, op):
         # Made explicit by interop.export for an op using XLA's implicit
         # broadcasting: that op takes the unbroadcast operand again.
         return imp.operands(op)
+    dims = [int(d) for d in imp.attribute(op.attributes["broadcast_dimensions"]).get_values()]
+    if dims != sorted(dims):
+        return _unsorted_broadcast(imp, imp.operands(op)[0], dims)
     return generic_converter(imp, op, imp.ops_by_name["hlo.broadcast_in_dim"])
+
+
+def _unsorted_broadcast(imp: Importer, operand: SSAValue, dims: list[int]) -> list[SSAValue]:
+    """StableHLO's broadcast_in_dim with dimensions out of order (the spec only asks them unique): the operand
+    transposed so that they increase, then XLA's broadcast (as XLA's own translation does)."""
+    order = sorted(range(len(dims)), key=lambda i: dims[i])
+    shape = operand.type.get_shape()
+    transposed_type = TensorType(operand.type.element_type, [shape[i] for i in order])
+    (transposed,) = imp.emit(imp.ops_by_name["hlo.transpose"], [operand], {"permutation": i64_array(order)},
+                             result_types=[transposed_type], plain=True)
+    props = {"broadcast_dimensions": i64_array(sorted(dims))}
+    return imp.emit(imp.ops_by_name["hlo.broadcast_in_dim"], [transposed], props)
 
 
 def _static_result(imp: Importer, op) -> bool:
@@ -213,6 +228,9 @@ def _dynamic_with_static_result(imp: Importer, op):
     if name == "stablehlo.dynamic_iota":
         props = {"iota_dimension": imp.attribute(op.attributes["iota_dimension"])}
         return imp.emit(ops["hlo.iota"], [], props)
+    dims = [int(d) for d in imp.attribute(op.attributes["broadcast_dimensions"]).get_values()]
+    if dims != sorted(dims):
+        return _unsorted_broadcast(imp, operands[0], dims)
     props = {"broadcast_dimensions": imp.attribute(op.attributes["broadcast_dimensions"])}
     return imp.emit(ops["hlo.broadcast_in_dim"], operands[:1], props)
 
@@ -675,6 +693,57 @@ def _sum_over(imp: Importer, emit: OpEmitter, value: SSAValue, dim: int, result_
     return out
 
 
+def _ragged_contracting_or_batch(imp: Importer, emit: OpEmitter, lhs, rhs, sizes, result_type, numbers):
+    """ragged_dot's other two forms. Ragged batch dimension (``lhs[b.., m, k] x rhs[b.., k, n]``): the batched
+    product, whatever the group sizes (as jax.lax.ragged_dot_general computes it). Ragged contracting
+    dimension (``-> [g, b.., m, n]``): group ``j`` sums over its own range of the contracting dimension, i.e.
+    the product of lhs with the other columns zeroed (exact: the zeros add nothing)."""
+    lhs_b, rhs_b = numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"]
+    (lhs_k,), (rhs_k,) = numbers["lhs_contracting_dimensions"], numbers["rhs_contracting_dimensions"]
+    (ragged,) = numbers["lhs_ragged_dimensions"]
+    element = result_type.element_type
+    out_shape = list(result_type.get_shape())
+    if ragged in lhs_b:
+        return [emit("dot_general", [lhs, rhs], result_type, lhs_batching_dimensions=i64_array(lhs_b),
+                     rhs_batching_dimensions=i64_array(rhs_b), lhs_contracting_dimensions=i64_array([lhs_k]),
+                     rhs_contracting_dimensions=i64_array([rhs_k]))]
+    lshape = list(lhs.type.get_shape())
+    g, k = sizes.type.get_shape()[0], lshape[lhs_k]
+    index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
+    pred = IntegerType(1)
+    # cum[j] = sizes[0] + ... + sizes[j]; start[j] = cum[j] - sizes[j]
+    gg = TensorType(index.mlir, [g, g])
+    spread = emit("broadcast_in_dim", [sizes], gg, broadcast_dimensions=i64_array([1]))
+    row, col = (emit("iota", [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
+    upto = emit("compare", [col, row], TensorType(pred, [g, g]), comparison_direction=StringAttr("LE"))
+    kept = emit("select", [upto, spread, emit.splat(0, index, [g, g])], gg)
+    cum = _sum_over(imp, emit, kept, 1, TensorType(index.mlir, [g]))
+    start = emit("subtract", [cum, sizes], TensorType(index.mlir, [g]))
+    # masked[j, ...] = lhs where the contracting index is in group j, else 0
+    full = [g, *lshape]
+    position = emit("iota", [], TensorType(index.mlir, full), iota_dimension=IntegerAttr(1 + lhs_k, 64))
+    low = emit("broadcast_in_dim", [start], TensorType(index.mlir, full), broadcast_dimensions=i64_array([0]))
+    high = emit("broadcast_in_dim", [cum], TensorType(index.mlir, full), broadcast_dimensions=i64_array([0]))
+    mask_type = TensorType(pred, full)
+    inside = emit("and", [emit("compare", [position, low], mask_type, comparison_direction=StringAttr("GE")),
+                          emit("compare", [position, high], mask_type, comparison_direction=StringAttr("LT"))],
+                  mask_type)
+    spread_lhs = emit("broadcast_in_dim", [lhs], TensorType(lhs.type.element_type, full),
+                      broadcast_dimensions=i64_array(list(range(1, 1 + len(lshape)))))
+    zeros = emit.splat(0, ELEMENT_BY_MLIR[str(lhs.type.element_type)], full)
+    masked = emit("select", [inside, spread_lhs, zeros], TensorType(lhs.type.element_type, full))
+    # dot_general: [b.., g, m.., n..] -> transpose to the result's [g, b.., m.., n..]
+    nb = len(lhs_b)
+    product_shape = [*out_shape[1:1 + nb], g, *out_shape[1 + nb:]]
+    product = emit("dot_general", [masked, rhs], TensorType(element, product_shape),
+                   lhs_batching_dimensions=i64_array([1 + d for d in lhs_b]), rhs_batching_dimensions=i64_array(rhs_b),
+                   lhs_contracting_dimensions=i64_array([1 + lhs_k]), rhs_contracting_dimensions=i64_array([rhs_k]))
+    if not nb:
+        return [product]
+    perm = [nb, *range(nb), *range(nb + 1, len(product_shape))]
+    return [emit("transpose", [product], result_type, permutation=i64_array(perm))]
+
+
 @register_converter("chlo.ragged_dot")
 @register_converter("mhlo.ragged_dot")
 def _ragged_dot(imp: Importer, op):
@@ -686,7 +755,7 @@ def _ragged_dot(imp: Importer, op):
     position), as in the StableHLO/chlo spec: expanded as the product with every group (``dot_general``
     to ``[b.., m, g, n]``), then each row's group selected by a one-hot mask over the group boundaries
     (cumulative sums of ``group_sizes``) and summed, which is exact (one term per row). The
-    ragged-contracting and ragged-batch forms raise.
+    ragged-contracting and ragged-batch forms: :func:`_ragged_contracting_or_batch`.
     """
     emit = OpEmitter(imp)
     lhs, rhs, sizes = imp.operands(op)
@@ -699,6 +768,9 @@ def _ragged_dot(imp: Importer, op):
     lhs_b, rhs_b = numbers["lhs_batching_dimensions"], numbers["rhs_batching_dimensions"]
     nb = len(lhs_b)
     ragged_dims, lhs_ks = numbers.get("lhs_ragged_dimensions") or [], numbers.get("lhs_contracting_dimensions") or []
+    if len(ragged_dims) == 1 and not numbers.get("rhs_group_dimensions") and (ragged_dims[0] in lhs_ks
+                                                                              or ragged_dims[0] in lhs_b):
+        return _ragged_contracting_or_batch(imp, emit, lhs, rhs, sizes, result_type, numbers)
     if (len(lshape) != nb + 2 or len(rshape) != nb + 3 or len(rhs_b) != nb or len(ragged_dims) != 1
             or len(lhs_ks) != 1 or ragged_dims[0] in lhs_ks or ragged_dims[0] in lhs_b
             or len(numbers.get("rhs_contracting_dimensions") or []) != 1

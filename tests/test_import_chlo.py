@@ -443,3 +443,29 @@ def test_dynamic_pad_and_dynamic_conv_with_constant_operands():
     computed = computed.replace("tensor<5x10xf32>", "tensor<6x12xf32>")
     with pytest.raises(UnsupportedError, match="paddings computed at run time"):
         interop.import_stablehlo(computed)
+
+
+@pytest.mark.parametrize("form", ["contracting", "contracting_batched", "batch"])
+def test_ragged_dot_contracting_and_batch_forms(form):
+    """ragged_dot's ragged-contracting form ([g, b.., m, n]: each group sums over its own columns) and its
+    ragged-batch form (the batched product), checked against jax.lax.ragged_dot_general."""
+    import interop
+
+    rng = np.random.default_rng(3)
+    batched = form != "contracting"
+    lhs = rng.standard_normal((2, 4, 6) if batched else (4, 6)).astype(np.float32)
+    rhs = rng.standard_normal((2, 6, 5) if batched else (6, 5)).astype(np.float32)
+    gs = np.array([2, 1, 3] if form != "batch" else [1, 1], np.int32)
+    b = [0] if batched else []
+    k = 2 if batched else 1
+    ragged = {"contracting": 1, "contracting_batched": 2, "batch": 0}[form]
+    numbers = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([k], [k - 1]), (b, b)),
+                                            lhs_ragged_dimensions=[ragged], rhs_group_dimensions=[])
+    expected = np.asarray(jax.jit(lambda a, r, c: lax.ragged_dot_general(a, r, c, numbers))(lhs, rhs, gs))
+    shape = "x".join(map(str, expected.shape))
+    text = f'''func.func @main(%lhs: tensor<{"x".join(map(str, lhs.shape))}xf32>, %rhs: tensor<{"x".join(map(str, rhs.shape))}xf32>, %gs: tensor<{len(gs)}xi32>) -> tensor<{shape}xf32> {{
+  %0 = "chlo.ragged_dot"(%lhs, %rhs, %gs) {{ragged_dot_dimension_numbers = #chlo.ragged_dot<lhs_batching_dimensions = {b}, rhs_batching_dimensions = {b}, lhs_contracting_dimensions = [{k}], rhs_contracting_dimensions = [{k - 1}], lhs_ragged_dimensions = [{ragged}], rhs_group_dimensions = []>, precision_config = [#chlo<precision DEFAULT>, #chlo<precision DEFAULT>]}} : (tensor<{"x".join(map(str, lhs.shape))}xf32>, tensor<{"x".join(map(str, rhs.shape))}xf32>, tensor<{len(gs)}xi32>) -> tensor<{shape}xf32>
+  return %0 : tensor<{shape}xf32>
+}}'''
+    (out,) = lowering.compile(interop.import_stablehlo(text))(lhs, rhs, gs)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

@@ -73,3 +73,20 @@ func.func @main(%x: tensor<2xf32>) -> (tensor<2xi8>, tensor<2xf32>) {
     storage, values = lowering.compile(import_stablehlo(text))(np.array([2.0, 1.0], np.float32))
     np.testing.assert_array_equal(storage, [5, 1])  # round(2 / 0.5) + 1, round(1 / 0.25) - 3
     np.testing.assert_array_equal(values, [2.0, 1.0])
+
+
+@pytest.mark.parametrize("dims", [(2, 0), (1, 0), (0, 2)])
+def test_broadcast_in_dim_with_dimensions_out_of_order(dims):
+    # The spec asks broadcast_dimensions to be unique only; XLA's broadcast wants them increasing: the
+    # importer transposes the operand first (checked against jax.lax.broadcast_in_dim).
+    import jax
+
+    out_shape = (3, 4, 2) if dims != (0, 2) else (2, 4, 3)
+    shape = (out_shape[dims[0]], out_shape[dims[1]])
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    text = f'''func.func @main(%x: tensor<{x.shape[0]}x{x.shape[1]}xf32>) -> tensor<{"x".join(map(str, out_shape))}xf32> {{
+  %0 = "stablehlo.broadcast_in_dim"(%x) {{broadcast_dimensions = array<i64: {dims[0]}, {dims[1]}>}} : (tensor<{x.shape[0]}x{x.shape[1]}xf32>) -> tensor<{"x".join(map(str, out_shape))}xf32>
+  return %0 : tensor<{"x".join(map(str, out_shape))}xf32>
+}}'''
+    (out,) = lowering.compile(import_stablehlo(text))(x)
+    np.testing.assert_array_equal(out, np.asarray(jax.lax.broadcast_in_dim(x, out_shape, dims)))

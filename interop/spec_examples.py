@@ -1,0 +1,377 @@
+"""Run the examples of the StableHLO specification (``stablehlo-spec.md``) through the importer and the executor.
+
+Each op's section shows examples like::
+
+    // %lhs: [[1, 2], [3, 4]]
+    // %rhs: [[5, 6], [7, 8]]
+    %result = "stablehlo.add"(%lhs, %rhs) : (tensor<2x2xi32>, tensor<2x2xi32>) -> tensor<2x2xi32>
+    // %result: [[6, 8], [10, 12]]
+
+:func:`examples` reads them: the values given before the ops are the inputs,
+those given after are the expected results. :func:`run_example` makes the ops
+the body of a function whose arguments are the inputs (their types are read
+from the signatures of the generic-form ops that use them) and whose results
+are the expected values, imports it (ops newer than jaxlib's parser go through
+the importer's fallback), runs it and compares: integers and booleans exactly,
+floats to the digits the spec prints (relative 1e-3, absolute 1e-4).
+
+Examples this harness cannot run are reported as skipped with the reason:
+values on several processes (``%x@(0, 0)``), inputs whose type no signature
+gives, examples without expected values.
+
+    python -m interop.spec_examples ../shared/reference/stablehlo-spec.md [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xla_dialect.errors import XlaError
+
+_SECTION = re.compile(r"^### (\w+)\s*$", re.M)
+_BLOCK = re.compile(r"```mlir\n(.*?)```", re.S)
+_VALUE_LINE = re.compile(r"^//\s*(%[\w#@(), ]+?)\s*[:=]\s*(.+)$")
+
+
+@dataclass
+class Example:
+    """One ``mlir`` example of an op section."""
+
+    op: str
+    index: int
+    body: list[str]  # the op lines
+    inputs: dict[str, str] = field(default_factory=dict)  # %name -> value text
+    expected: dict[str, str] = field(default_factory=dict)
+    skip: str = ""
+
+    @property
+    def name(self) -> str:
+        """``op[index]``."""
+        return f"{self.op}[{self.index}]"
+
+
+def examples(spec_text: str) -> list[Example]:
+    """Every ``mlir`` example of every op section of the specification, in order."""
+    out: list[Example] = []
+    sections = list(_SECTION.finditer(spec_text))
+    for k, section in enumerate(sections):
+        end = sections[k + 1].start() if k + 1 < len(sections) else len(spec_text)
+        text = spec_text[section.end():end]
+        index = 0
+        for block in _BLOCK.finditer(text):
+            for example in _split_block(section.group(1), block.group(1)):
+                example.index = index
+                index += 1
+                if "@(" in " ".join([*example.inputs, *example.expected, *example.body]) or example.skip:
+                    example.skip = example.skip or "values on several processes"
+                elif not example.expected:
+                    example.skip = "no expected values"
+                elif not example.body:
+                    example.skip = "no ops"
+                out.append(example)
+    return out
+
+
+def _split_block(op: str, text: str) -> list[Example]:
+    """The examples of one ``mlir`` block: a value given after the expected values of an example (and before
+    any new op) starts the next one. A value continues on the following comment lines until its brackets
+    close."""
+    examples = [Example(op, 0, [])]
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        raw, line = lines[i], lines[i].strip()
+        i += 1
+        m = _VALUE_LINE.match(line)
+        if m:
+            value = m.group(2).split("//")[0].strip()  # (a comment may follow the value)
+            while value.count("[") > value.count("]") and i < len(lines) and lines[i].strip().startswith("//"):
+                value += " " + lines[i].strip()[2:].split("//")[0].strip()
+                i += 1
+            current = examples[-1]
+            if "@(" in m.group(1):
+                current.skip = "values on several processes"
+            if current.body and current.expected and not _VALUE_LINE.match(lines[i - 1].strip()) is None \
+                    and _starts_new(current, m.group(1)):
+                examples.append(Example(op, 0, []))
+                current = examples[-1]
+            (current.expected if current.body else current.inputs)[m.group(1).split("@")[0]] = value
+        elif line.startswith("//") or not line:
+            continue
+        else:
+            current = examples[-1]
+            if current.expected:  # ops after the expected values: a new example without inputs
+                examples.append(Example(op, 0, []))
+                current = examples[-1]
+            current.body.append(raw)
+    return examples
+
+
+def _starts_new(example: Example, name: str) -> bool:
+    """Whether a value named ``name`` after ``example``'s ops and expected values begins another example."""
+    return name not in _result_names(example.body)
+
+
+def _result_names(body: list[str]) -> set[str]:
+    names = set()
+    for line in body:
+        m = re.match(r"\s*(%[\w#]+(?:\s*,\s*%[\w#]+)*)(?::\d+)?\s*=", line)
+        if m:
+            names.update(n.strip() for n in m.group(1).split(","))
+    return names
+
+
+# ----------------------------------------------------------------------------
+# Values
+# ----------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(\[|\]|\(|\)|,|true|false|[-+]?inf|[-+]?nan|[-+]?0x[0-9A-Fa-f]+|[-+]?[0-9.]+(?:[eE][-+]?\d+)?)")
+
+
+def parse_value(text: str):
+    """A nested list of Python numbers for the spec's value notation (``[[1, 2], [3, 4]]``, ``true``, ``nan``,
+    ``0x7F800000`` bit patterns as ``("bits", int)``, ``(1.0, 2.0)`` complex numbers)."""
+    tokens, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise ValueError(f"cannot read the value {text!r} at {text[pos:pos + 10]!r}")
+        tokens.append(m.group(1))
+        pos = m.end()
+    it = iter(tokens)
+
+    def value(tok):
+        if tok == "[":
+            items = []
+            for t in it:
+                if t == "]":
+                    return items
+                if t != ",":
+                    items.append(value(t))
+            raise ValueError("unclosed [")
+        if tok == "(":  # a complex number (re, im)
+            parts = []
+            for t in it:
+                if t == ")":
+                    if len(parts) != 2 or not all(isinstance(p, (int, float)) for p in parts):
+                        raise ValueError(f"{text!r}: only (re, im) pairs are read in parentheses")
+                    return complex(parts[0], parts[1])
+                if t != ",":
+                    parts.append(value(t))
+            raise ValueError("unclosed (")
+        if tok in ("true", "false"):
+            return tok == "true"
+        if "0x" in tok.lower():
+            return ("bits", int(tok, 16))
+        return float(tok) if any(c in tok for c in ".eEin") else int(tok)
+
+    return value(next(it))
+
+
+def to_array(value, type_text: str) -> np.ndarray:
+    """``value`` (from :func:`parse_value`) as an array of the tensor type ``type_text``."""
+    from .stablehlo_import import import_stablehlo
+
+    module = import_stablehlo(f"func.func @main(%x: {type_text}) -> {type_text} {{\n  return %x : {type_text}\n}}")
+    arg_type = next(iter(module.ops)).function_type.inputs.data[0]
+    from xla_dialect.types import numpy_dtype
+
+    dtype = numpy_dtype(arg_type)
+    shape = tuple(arg_type.get_shape())
+
+    def plain(v):
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, tuple):  # bit pattern
+            return np.array(v[1], dtype=f"u{dtype.itemsize}").view(dtype)
+        return v
+
+    flat = plain(value)
+    if isinstance(flat, np.ndarray):
+        return flat.reshape(shape)
+    return np.array(flat, dtype=dtype).reshape(shape) if shape or not isinstance(flat, list) \
+        else np.array(flat, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------
+
+
+def _split_types(text: str) -> list[str]:
+    from .stablehlo_attributes import top_level_parts
+
+    text = text.strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    return top_level_parts(text)
+
+
+_OP_START = re.compile(r'(?:(%[\w#]+(?::\d+)?(?:\s*,\s*%[\w#]+)*)\s*=\s*)?"([\w.]+)"\(([^)]*)\)')
+
+
+def _balanced(text: str, i: int) -> int:
+    """The index after the bracketed group that starts at ``text[i]`` (``(``, ``[``, ``{`` or ``<``)."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>" and not (c == ">" and text[i - 1] == "-"):
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
+
+
+def _signature_after(text: str, i: int) -> tuple[list[str], list[str]] | None:
+    """The ``(operand types) -> result types`` of the generic op whose operand list ends at ``i``: the first
+    ``:`` at bracket depth 0 after its regions and attributes."""
+    while i < len(text):
+        c = text[i]
+        if c in "([{<":
+            i = _balanced(text, i)
+            continue
+        if c == ":":
+            rest = text[i + 1:].lstrip()
+            if not rest.startswith("("):
+                return None
+            close = _balanced(rest, 0)
+            operands = rest[1:close - 1]
+            after = rest[close:].lstrip()
+            if not after.startswith("->"):
+                return None
+            after = after[2:].lstrip()
+            end = _balanced(after, 0) if after.startswith("(") else _balanced(after, after.index("<"))
+            return _split_types(operands), _split_types(after[:end])
+        if c == '"' and i + 1 < len(text) and _OP_START.match(text, i):  # the next op: no signature here
+            return None
+        i += 1
+    return None
+
+
+def _value_types(body: list[str]) -> dict[str, str]:
+    """%name -> type for every operand and result that the generic-form signatures of ``body`` give."""
+    types: dict[str, str] = {}
+    text = " ".join(line.strip() for line in body)
+    for m in _OP_START.finditer(text):
+        sig = _signature_after(text, m.end())
+        if sig is None:
+            continue
+        operand_types, result_types = sig
+        operands = [o.strip() for o in m.group(3).split(",") if o.strip()]
+        for name, t in zip(operands, operand_types):
+            types.setdefault(name, t)
+        if m.group(1):
+            names = [n.strip() for n in m.group(1).split(",")]
+            if len(names) == 1 and ":" in names[0]:  # %r:2 = ... -> %r#0, %r#1
+                base, count = names[0].split(":")
+                names = [f"{base}#{k}" for k in range(int(count))]
+            for name, t in zip(names, result_types):
+                types.setdefault(name, t)
+    return types
+
+
+KNOWN = {
+    "cholesky[0]": "the example's result type is f64 for an f32 operand (jaxlib's verifier rejects it)",
+    "divide[0]": "the expected values are 17/3, the operands 17.1 and 3",
+    "dynamic_conv[0]": "its dimension numbers name input dimension 0 twice (jaxlib's verifier rejects them)",
+    "dynamic_gather[0]": "slice sizes as a run-time argument: XLA's gather takes constant ones (constant slice sizes "
+                         "import, tests/test_import_chlo.py)",
+    "dynamic_pad[0]": "paddings as run-time arguments: XLA's pad takes constant ones (constant paddings import)",
+    "get_tuple_element[0]": "a tuple-typed value: the harness reads arrays only",
+    "tuple[0]": "a tuple-typed value: the harness reads arrays only",
+    "negate[1]": "the complex operand is written as a scalar '(2.5, 0.0)' and the result as two reals",
+    "power[0]": "f64 operands, f32-rounded expected values (0.333333343, and inf for 10000**10 = 1e40)",
+    "rng[0]": "random values: the example's are illustrative",
+    "sign[0]": "the operand line lacks its '%' ('// operand:')",
+    "tan[0]": "inputs printed to 9 digits next to the pole at pi/2: tan of them differs by orders of magnitude",
+}
+"""Examples of the specification that cannot pass as written, and why (errata and harness limits)."""
+
+
+@dataclass
+class Outcome:
+    """What running one example gave."""
+
+    example: Example
+    status: str  # passed | failed | skipped | error
+    message: str = ""
+
+
+def run_example(example: Example) -> Outcome:
+    """Run one example (see the module docstring)."""
+    if example.skip:
+        return Outcome(example, "skipped", example.skip)
+    types = _value_types(example.body)
+    missing = [n for n in (*example.inputs, *example.expected) if n not in types and n not in _result_names(example.body)]
+    if missing:
+        return Outcome(example, "skipped", f"no signature gives the type of {', '.join(missing)}")
+    import lowering
+
+    from .stablehlo_import import import_stablehlo
+
+    defined = _result_names(example.body)  # inputs the example also defines with ops (constants)
+    inputs_used = [n for n in example.inputs if n not in defined]
+    args = ", ".join(f"{n}: {types[n]}" for n in inputs_used)
+    results = list(example.expected)
+    result_types = [types[n] for n in results]
+    text = (f"func.func @main({args}) -> ({', '.join(result_types)}) {{\n" + "\n".join(example.body) + "\n"
+            f"  return {', '.join(results)} : {', '.join(result_types)}\n}}\n")
+    try:
+        inputs = [to_array(parse_value(example.inputs[n]), types[n]) for n in inputs_used]
+        wanted = [to_array(parse_value(example.expected[n]), types[n]) for n in results]
+        module = import_stablehlo(text)
+        got = lowering.compile(module, denormals="keep")(*inputs)
+    except (XlaError, ValueError) as e:
+        return Outcome(example, "error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+    except Exception as e:  # noqa: BLE001 - a harness limitation or a bug: reported, not fatal
+        return Outcome(example, "error", f"harness: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+    for name, g, w in zip(results, got, wanted):
+        g = np.asarray(g)
+        if g.shape != w.shape:
+            return Outcome(example, "failed", f"{name}: shape {g.shape}, expected {w.shape}")
+        if w.dtype.kind in "fc":
+            ok = np.allclose(g.astype(np.complex128 if w.dtype.kind == "c" else np.float64),
+                             w.astype(np.complex128 if w.dtype.kind == "c" else np.float64),
+                             rtol=1e-3, atol=1e-4, equal_nan=True)
+        else:
+            ok = np.array_equal(g, w)
+        if not ok:
+            return Outcome(example, "failed", f"{name}: got {g.tolist()}, expected {w.tolist()}")
+    return Outcome(example, "passed", f"{len(results)} results")
+
+
+def run_spec(path: str) -> list[Outcome]:
+    """Every example of the specification at ``path``, run."""
+    with open(path) as f:
+        return [run_example(e) for e in examples(f.read())]
+
+
+def main(argv=None) -> int:
+    """``python -m interop.spec_examples SPEC.md [--verbose]``: run the examples, print a summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("spec", help="stablehlo-spec.md")
+    parser.add_argument("--verbose", "-v", action="store_true", help="one line per example")
+    options = parser.parse_args(argv)
+    import os
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    outcomes = run_spec(options.spec)
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+        if options.verbose or o.status in ("failed", "error"):
+            print(f"{o.status:8} {o.example.name}: {o.message}")
+    print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f" of {len(outcomes)} examples")
+    return 0 if not counts.get("failed") and not counts.get("error") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
