@@ -693,6 +693,20 @@ def _sum_over(imp: Importer, emit: OpEmitter, value: SSAValue, dim: int, result_
     return out
 
 
+def _group_bounds(imp: Importer, emit: OpEmitter, sizes: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(start, end) of each group of ragged_dot's ``group_sizes``: ``end[j] = sizes[0] + ... + sizes[j]``,
+    ``start[j] = end[j] - sizes[j]``."""
+    g = sizes.type.get_shape()[0]
+    index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
+    gg = TensorType(index.mlir, [g, g])
+    spread = emit("broadcast_in_dim", [sizes], gg, broadcast_dimensions=i64_array([1]))
+    row, col = (emit("iota", [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
+    upto = emit("compare", [col, row], TensorType(IntegerType(1), [g, g]), comparison_direction=StringAttr("LE"))
+    kept = emit("select", [upto, spread, emit.splat(0, index, [g, g])], gg)
+    end = _sum_over(imp, emit, kept, 1, TensorType(index.mlir, [g]))
+    return emit("subtract", [end, sizes], TensorType(index.mlir, [g])), end
+
+
 def _ragged_contracting_or_batch(imp: Importer, emit: OpEmitter, lhs, rhs, sizes, result_type, numbers):
     """ragged_dot's other two forms. Ragged batch dimension (``lhs[b.., m, k] x rhs[b.., k, n]``): the batched
     product, whatever the group sizes (as jax.lax.ragged_dot_general computes it). Ragged contracting
@@ -708,17 +722,10 @@ def _ragged_contracting_or_batch(imp: Importer, emit: OpEmitter, lhs, rhs, sizes
                      rhs_batching_dimensions=i64_array(rhs_b), lhs_contracting_dimensions=i64_array([lhs_k]),
                      rhs_contracting_dimensions=i64_array([rhs_k]))]
     lshape = list(lhs.type.get_shape())
-    g, k = sizes.type.get_shape()[0], lshape[lhs_k]
+    g = sizes.type.get_shape()[0]
     index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
     pred = IntegerType(1)
-    # cum[j] = sizes[0] + ... + sizes[j]; start[j] = cum[j] - sizes[j]
-    gg = TensorType(index.mlir, [g, g])
-    spread = emit("broadcast_in_dim", [sizes], gg, broadcast_dimensions=i64_array([1]))
-    row, col = (emit("iota", [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
-    upto = emit("compare", [col, row], TensorType(pred, [g, g]), comparison_direction=StringAttr("LE"))
-    kept = emit("select", [upto, spread, emit.splat(0, index, [g, g])], gg)
-    cum = _sum_over(imp, emit, kept, 1, TensorType(index.mlir, [g]))
-    start = emit("subtract", [cum, sizes], TensorType(index.mlir, [g]))
+    start, cum = _group_bounds(imp, emit, sizes)
     # masked[j, ...] = lhs where the contracting index is in group j, else 0
     full = [g, *lshape]
     position = emit("iota", [], TensorType(index.mlir, full), iota_dimension=IntegerAttr(1 + lhs_k, 64))
@@ -787,14 +794,7 @@ def _ragged_dot(imp: Importer, op):
     batch = [lshape[d] for d in lhs_b]
     index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
     pred = IntegerType(1)
-    # cum[j] = group_sizes[0] + ... + group_sizes[j]; start[j] = cum[j] - group_sizes[j]
-    gg = TensorType(index.mlir, [g, g])
-    spread = emit("broadcast_in_dim", [sizes], gg, broadcast_dimensions=i64_array([1]))
-    row, col = (emit("iota", [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
-    upto = emit("compare", [col, row], TensorType(pred, [g, g]), comparison_direction=StringAttr("LE"))
-    kept = emit("select", [upto, spread, emit.splat(0, index, [g, g])], gg)
-    cum = _sum_over(imp, emit, kept, 1, TensorType(index.mlir, [g]))
-    start = emit("subtract", [cum, sizes], TensorType(index.mlir, [g]))
+    start, cum = _group_bounds(imp, emit, sizes)
     # onehot[i, j]: row i of lhs is in group j
     mg = TensorType(index.mlir, [m, g])
     rows = emit("iota", [], mg, iota_dimension=IntegerAttr(0, 64))
