@@ -46,6 +46,9 @@ NOTES = {
     "hlo.async_start": "the current spec's async op (jaxlib 0.10 cannot parse it: read through the importer's "
                        "fallback); the executor computes the body's op when it starts, as the spec allows",
     "hlo.async_done": "returns the results the future holds",
+    "hlo.dynamic_pad": "configured when it runs (paddings as operands), executed as `hlo.pad`",
+    "hlo.dynamic_gather": "configured when it runs (slice sizes as an operand), executed as `hlo.gather`",
+    "hlo.dynamic_conv": "configured when it runs (padding as an operand), executed as `hlo.convolution`",
     "hlo.collective_reduce": "op of the current StableHLO spec (no XLA op, jaxlib 0.10 cannot parse it: read through "
                              "the importer's fallback); the spec's example and StableHLO's interpreter test pass",
     "hlo.uniform_quantize": "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
@@ -93,7 +96,7 @@ GENERAL_NOTES = [
 ]
 
 SPEC_CHECKED = {"hlo.uniform_quantize", "hlo.uniform_dequantize", "hlo.collective_broadcast", "hlo.collective_reduce",
-                "hlo.async_start", "hlo.async_done"}
+                "hlo.async_start", "hlo.async_done", "hlo.dynamic_pad", "hlo.dynamic_gather", "hlo.dynamic_conv"}
 """Ops XLA's CPU client cannot run: tested against the StableHLO spec (and the corpus) instead."""
 
 # Ops that are structure rather than computation: they have no kernel of their

@@ -282,9 +282,6 @@ KNOWN = {
     "cholesky[0]": "the example's result type is f64 for an f32 operand (jaxlib's verifier rejects it)",
     "divide[0]": "the expected values are 17/3, the operands 17.1 and 3",
     "dynamic_conv[0]": "its dimension numbers name input dimension 0 twice (jaxlib's verifier rejects them)",
-    "dynamic_gather[0]": "slice sizes as a run-time argument: XLA's gather takes constant ones (constant slice sizes "
-                         "import, tests/test_import_chlo.py)",
-    "dynamic_pad[0]": "paddings as run-time arguments: XLA's pad takes constant ones (constant paddings import)",
     "get_tuple_element[0]": "a tuple-typed value: the harness reads arrays only",
     "tuple[0]": "a tuple-typed value: the harness reads arrays only",
     "negate[1]": "the complex operand is written as a scalar '(2.5, 0.0)' and the result as two reals",

@@ -469,26 +469,26 @@ def _scan(imp: Importer, op):
 
 @register_converter("stablehlo.dynamic_gather")
 def _dynamic_gather(imp: Importer, op):
-    """``dynamic_gather`` with constant slice sizes: an ``hlo.gather`` (XLA's gather takes them static)."""
+    """``dynamic_gather``: an ``hlo.gather`` when the slice sizes are a constant (what XLA takes), else an
+    ``hlo.dynamic_gather`` (configured when it runs)."""
     operand, indices, sizes = imp.operands(op)
     owner = sizes.owner if isinstance(sizes, OpResult) else None
-    if owner is None or owner.name != "hlo.constant":
-        if imp.allow_unknown:
-            return opaque_converter(imp, op)
-        raise UnsupportedError(f"{imp._where()}: stablehlo.dynamic_gather with slice sizes computed at run time "
-                               "is not supported (XLA's gather takes constant slice sizes)")
+    if owner is None or owner.name != "hlo.constant":  # configured when it runs
+        cls = imp.ops_by_name["hlo.dynamic_gather"]
+        return imp.emit(cls, [operand, indices, sizes], imp.properties(op, cls), result_types=imp.result_types(op))
     cls = imp.ops_by_name["hlo.gather"]
     props = imp.properties(op, cls)
     props["slice_sizes"] = i64_array([int(v) for v in np.asarray(owner.properties["value"].array).reshape(-1)])
     return imp.emit(cls, [operand, indices], props)
 
 
-def _constant_ints(imp: Importer, op, value: SSAValue, what: str) -> list[int] | None:
-    """The integers of a constant operand (None, or an error naming ``what``, when it is computed)."""
+def _constant_ints(imp: Importer, op, value: SSAValue, what: str, required: bool = True) -> list[int] | None:
+    """The integers of a constant operand (None, or with ``required`` an error naming ``what``, when it is
+    computed)."""
     owner = value.owner if isinstance(value, OpResult) else None
     if owner is not None and owner.name == "hlo.constant":
         return [int(v) for v in np.asarray(owner.properties["value"].array).reshape(-1)]
-    if imp.allow_unknown:
+    if imp.allow_unknown or not required:
         return None
     raise UnsupportedError(f"{imp._where()}: {op.name} with {what} computed at run time is not supported "
                            "(XLA takes them as constants)")
@@ -496,11 +496,12 @@ def _constant_ints(imp: Importer, op, value: SSAValue, what: str) -> list[int] |
 
 @register_converter("stablehlo.dynamic_pad")
 def _dynamic_pad(imp: Importer, op):
-    """``dynamic_pad`` with constant paddings: an ``hlo.pad``."""
+    """``dynamic_pad``: an ``hlo.pad`` when the paddings are constants (what XLA takes), else an
+    ``hlo.dynamic_pad`` (configured when it runs)."""
     operand, value, low, high, interior = imp.operands(op)
-    numbers = [_constant_ints(imp, op, v, "paddings") for v in (low, high, interior)]
+    numbers = [_constant_ints(imp, op, v, "paddings", required=False) for v in (low, high, interior)]
     if any(n is None for n in numbers):
-        return opaque_converter(imp, op)
+        return imp.emit(imp.ops_by_name["hlo.dynamic_pad"], imp.operands(op), result_types=imp.result_types(op))
     props = {"edge_padding_low": i64_array(numbers[0]), "edge_padding_high": i64_array(numbers[1]),
              "interior_padding": i64_array(numbers[2])}
     return imp.emit(imp.ops_by_name["hlo.pad"], [operand, value], props)
@@ -508,11 +509,13 @@ def _dynamic_pad(imp: Importer, op):
 
 @register_converter("stablehlo.dynamic_conv")
 def _dynamic_conv(imp: Importer, op):
-    """``dynamic_conv`` with a constant padding operand: an ``hlo.convolution`` with that padding."""
+    """``dynamic_conv``: an ``hlo.convolution`` when the padding is a constant (what XLA takes), else an
+    ``hlo.dynamic_conv`` (configured when it runs)."""
     lhs, rhs, padding = imp.operands(op)
-    flat = _constant_ints(imp, op, padding, "the padding")
-    if flat is None:
-        return opaque_converter(imp, op)
+    flat = _constant_ints(imp, op, padding, "the padding", required=False)
+    if flat is None:  # configured when it runs
+        cls = imp.ops_by_name["hlo.dynamic_conv"]
+        return imp.emit(cls, [lhs, rhs, padding], imp.properties(op, cls), result_types=imp.result_types(op))
     cls = imp.ops_by_name["hlo.convolution"]
     props = imp.properties(op, cls)
     props["padding"] = i64_array(flat)

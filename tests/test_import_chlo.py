@@ -349,12 +349,15 @@ def test_dynamic_gather_with_constant_slice_sizes_is_a_gather():
     np.testing.assert_array_equal(got, np.asarray(jax_got))
 
 
-def test_dynamic_gather_with_run_time_slice_sizes_is_reported():
+def test_dynamic_gather_with_run_time_slice_sizes_is_configured_when_it_runs():
     text = DYNAMIC_GATHER.format(sizes_arg=", %sizes: tensor<3xi64>", sizes_def="")
-    with pytest.raises(UnsupportedError, match=r"dynamic_gather .*slice sizes computed at run time"):
-        import_stablehlo(text)
-    module = import_stablehlo(text, allow_unknown=True)
-    assert "stablehlo.dynamic_gather" in [op.name for op in module.walk()]
+    module = import_stablehlo(text)
+    assert "hlo.dynamic_gather" in [op.name for op in module.walk()]
+    operand = np.arange(1, 25, dtype=np.int64).reshape(3, 4, 2)
+    indices = np.array([[[0, 0], [1, 0], [2, 1]], [[0, 1], [1, 1], [0, 9]]], np.int64)
+    (got,) = lowering.compile(module)(operand, indices, np.array([1, 2, 2]))
+    dnums = lax.GatherDimensionNumbers(offset_dims=(2, 3), collapsed_slice_dims=(0,), start_index_map=(1, 0))
+    np.testing.assert_array_equal(got, np.asarray(lax.gather(operand, indices, dnums, (1, 2, 2), mode="clip")))
 
 
 RAGGED_DOT = '''func.func @main(%lhs: tensor<6x4xf32>, %rhs: tensor<3x4x5xf32>, %gs: tensor<3xi64>) -> tensor<6x5xf32> {
@@ -441,8 +444,10 @@ def test_dynamic_pad_and_dynamic_conv_with_constant_operands():
     computed = pad.replace("%lo = stablehlo.constant dense<[1, 2]> : tensor<2xi64>",
                            "%lo0 = stablehlo.constant dense<[1, 2]> : tensor<2xi64>\n  %lo = stablehlo.add %lo0, %lo0 : tensor<2xi64>")
     computed = computed.replace("tensor<5x10xf32>", "tensor<6x12xf32>")
-    with pytest.raises(UnsupportedError, match="paddings computed at run time"):
-        interop.import_stablehlo(computed)
+    module = interop.import_stablehlo(computed)  # paddings computed by the program: configured when it runs
+    assert "hlo.dynamic_pad" in [op.name for op in module.walk()]
+    (out,) = lowering.compile(module)(x)
+    np.testing.assert_array_equal(out, np.asarray(lax.pad(x, np.float32(7), ((2, 2, 0), (4, 1, 2)))))
 
 
 @pytest.mark.parametrize("form", ["contracting", "contracting_batched", "batch"])

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     collectives,
+    configured,
     constants,
     control_flow,
     conversion,

@@ -392,3 +392,18 @@ def builder_method(method):
 
     return named
 
+
+def check_configuration_operand(op_name: str, t, what: str, shape: Sequence[int]) -> None:
+    """An operand that configures an op at run time (``dynamic_pad``'s paddings, ``dynamic_gather``'s slice
+    sizes, ``dynamic_conv``'s padding): an integer array of ``shape``."""
+    t = tensor(op_name, t, what)
+    if kind_of(t) not in ("sint", "uint") or tuple(t.get_shape()) != tuple(shape):
+        fail(op_name, f"{what} must be an integer array of shape {list(shape)}, got {fmt(t)}")
+
+
+def declared_result(op_name: str, result_types, what: str) -> list:
+    """The result type an op whose shape depends on run-time values declares (it cannot be inferred)."""
+    if not result_types:
+        fail(op_name, f"the result type must be given ({what} are known only at run time)")
+    return list(result_types)
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, TensorType
 from xdsl.traits import Pure
@@ -24,6 +25,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, tra
 from ..errors import BuilderError
 from .base import (
     HloOp, check_dims_in_range, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method,
+    check_configuration_operand, declared_result,
 )
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
@@ -311,7 +313,48 @@ class ReverseOp(_UnaryShapeOp):
         return make_tensor(t.element_type, t.get_shape())
 
 
-OPS = [BroadcastOp, BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp, ConcatenateOp, PadOp, ReverseOp]
+@irdl_op_definition
+class DynamicPadOp(HloOp):
+    """``hlo.dynamic_pad``: :class:`PadOp` with the paddings as operands (the StableHLO spec's dynamic_pad);
+    the result type is declared, and the run-time paddings must give it."""
+
+    name = "hlo.dynamic_pad"
+    traits = traits_def(Pure())
+    operand = operand_def()
+    padding_value = operand_def()
+    edge_padding_low = operand_def()
+    edge_padding_high = operand_def()
+    interior_padding = operand_def()
+    result = result_def()
+
+    STATIC: ClassVar = PadOp
+    """The op it is, once its configuration operands are known (executed as that op)."""
+    CONFIGURATION: ClassVar[tuple[int, ...]] = (2, 3, 4)
+    """The operands whose values configure it."""
+
+    assembly_format = "$operand `,` $padding_value `,` $edge_padding_low `,` $edge_padding_high `,` $interior_padding " \
+        + _FUNCTIONAL
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        t, v, *paddings = operand_types
+        t = tensor(cls.name, t, "operand")
+        for what, p in zip(("edge_padding_low", "edge_padding_high", "interior_padding"), paddings):
+            check_configuration_operand(cls.name, p, what, [t.get_num_dims()])
+        (result,) = declared_result(cls.name, result_types, "the paddings")
+        if tensor(cls.name, result, "result").get_num_dims() != t.get_num_dims():
+            fail(cls.name, f"result {fmt(result)} must have the operand's rank {t.get_num_dims()}")
+        return [result]
+
+    @staticmethod
+    def static_properties(values) -> dict:
+        """The :class:`PadOp` properties for the run-time values of the configuration operands."""
+        low, high, interior = values
+        return {"edge_padding_low": i64_array(low), "edge_padding_high": i64_array(high),
+                "interior_padding": i64_array(interior)}
+
+
+OPS = [BroadcastOp, BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp, ConcatenateOp, PadOp, ReverseOp, DynamicPadOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 
@@ -469,6 +512,15 @@ class DataMovementBuilder:
                                                              "edge_padding_high": i64_array(highs),
                                                              "interior_padding": i64_array(interiors)})
 
+
+    @builder_method
+    def dynamic_pad(self, operand, padding_value, edge_padding_low, edge_padding_high, interior_padding,
+                    result_shape):
+        """``hlo.dynamic_pad``: :meth:`pad` with the paddings as values (integer arrays, one entry per
+        dimension) known at run time; ``result_shape`` (shape text or type) is what they must give."""
+        result = self._type(result_shape)
+        return self._emit1(DynamicPadOp, [operand, padding_value, edge_padding_low, edge_padding_high,
+                                          interior_padding], result_types=[result])
     @builder_method
     def rev(self, operand, dimensions: Sequence[int]):
         """``hlo.reverse`` (XLA Rev): reverse the order of elements along ``dimensions``."""

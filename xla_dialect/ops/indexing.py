@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from xdsl.dialects.builtin import BoolAttr, DenseArrayBase, IntegerAttr, IntegerType, TensorType
 from xdsl.traits import Pure, RecursiveMemoryEffect
@@ -48,7 +49,10 @@ from xdsl.irdl import (
 )
 
 from ..errors import BuilderError
-from .base import HloOp, fail, fmt, i64_array, ints, kind_of, make_tensor, tensor, set_quantized, builder_method
+from .base import (
+    HloOp, fail, fmt, i64_array, ints, kind_of, make_tensor, tensor, set_quantized, builder_method,
+    check_configuration_operand, declared_result,
+)
 from .control_flow import as_list, check_region, one_or_tuple, precheck, scalar_of, scalar_params
 
 _FUNCTIONAL = "attr-dict `:` functional-type(operands, results)"
@@ -166,8 +170,20 @@ def _check_index_map(op_name: str, index_map: Sequence[int], space: IndexSpace, 
 # ----------------------------------------------------------------------------
 
 
+class GatherConfiguration(HloOp):
+    """The properties :class:`GatherOp` and :class:`DynamicGatherOp` share (everything but the slice sizes)."""
+
+    offset_dims = prop_def(DenseArrayBase)
+    collapsed_slice_dims = opt_prop_def(DenseArrayBase)
+    operand_batching_dims = opt_prop_def(DenseArrayBase)
+    start_indices_batching_dims = opt_prop_def(DenseArrayBase)
+    start_index_map = prop_def(DenseArrayBase)
+    index_vector_dim = prop_def(IntegerAttr)
+    indices_are_sorted = opt_prop_def(IntegerAttr[IntegerType])
+
+
 @irdl_op_definition
-class GatherOp(HloOp):
+class GatherOp(GatherConfiguration):
     """``hlo.gather``: slices of ``operand`` at (clamped) starts read from ``start_indices``.
 
     ``result[out] = operand[start + batch + offset]`` with the index mapping of
@@ -179,14 +195,7 @@ class GatherOp(HloOp):
     operand = operand_def(TensorType)
     start_indices = operand_def(TensorType)
     result = result_def(TensorType)
-    offset_dims = prop_def(DenseArrayBase)
-    collapsed_slice_dims = opt_prop_def(DenseArrayBase)
-    operand_batching_dims = opt_prop_def(DenseArrayBase)
-    start_indices_batching_dims = opt_prop_def(DenseArrayBase)
-    start_index_map = prop_def(DenseArrayBase)
-    index_vector_dim = prop_def(IntegerAttr)
     slice_sizes = prop_def(DenseArrayBase)
-    indices_are_sorted = opt_prop_def(IntegerAttr[IntegerType])
 
     assembly_format = "$operand `,` $start_indices " + _FUNCTIONAL
 
@@ -430,7 +439,41 @@ class DynamicUpdateSliceOp(HloOp):
         return [make_tensor(operand.element_type, shape)]
 
 
-OPS = [GatherOp, ScatterOp, DynamicSliceOp, DynamicUpdateSliceOp]
+@irdl_op_definition
+class DynamicGatherOp(GatherConfiguration):
+    """``hlo.dynamic_gather``: :class:`GatherOp` with the slice sizes as an operand (the StableHLO spec's
+    dynamic_gather); the result type is declared, and the run-time slice sizes must give it."""
+
+    name = "hlo.dynamic_gather"
+    traits = traits_def(Pure())
+    operand = operand_def(TensorType)
+    start_indices = operand_def(TensorType)
+    slice_sizes = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    STATIC: ClassVar = GatherOp
+    """The op it is, once its configuration operand is known (executed as that op)."""
+    CONFIGURATION: ClassVar[tuple[int, ...]] = (2,)
+    """The operands whose values configure it."""
+
+    assembly_format = "$operand `,` $start_indices `,` $slice_sizes " + _FUNCTIONAL
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        if len(operand_types) != 3:
+            fail(cls.name, f"takes operand, start_indices and slice_sizes, got {len(operand_types)} operands")
+        t = tensor(cls.name, operand_types[0], "operand")
+        check_configuration_operand(cls.name, operand_types[2], "slice_sizes", [t.get_num_dims()])
+        return declared_result(cls.name, result_types, "the slice sizes")
+
+    @staticmethod
+    def static_properties(values) -> dict:
+        """The :class:`GatherOp` property for the run-time slice sizes."""
+        (sizes,) = values
+        return {"slice_sizes": i64_array(sizes)}
+
+
+OPS = [GatherOp, ScatterOp, DynamicSliceOp, DynamicUpdateSliceOp, DynamicGatherOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 
@@ -553,6 +596,20 @@ class IndexingBuilder:
         props["slice_sizes"] = _dims_attr(self, slice_sizes, "slice_sizes")
         props["indices_are_sorted"] = BoolAttr.from_bool(bool(indices_are_sorted))
         return self._emit1(GatherOp, [operand, start_indices], props)
+
+    @builder_method
+    def dynamic_gather(self, operand, start_indices, slice_sizes, result_shape, dimension_numbers=None,
+                       indices_are_sorted: bool = False, **dimension_kwargs):
+        """``hlo.dynamic_gather``: :meth:`gather` with ``slice_sizes`` a value (an integer array, one entry per
+        operand dimension) known at run time; ``result_shape`` (shape text or type) is what it must give."""
+        dn = _dimension_numbers(self, GatherDimensionNumbers, dimension_numbers, dimension_kwargs)
+        props = _array_props(self, dn, ("offset_dims", "collapsed_slice_dims", "operand_batching_dims",
+                                  "start_indices_batching_dims", "start_index_map"))
+        props["index_vector_dim"] = IntegerAttr(
+            _default_index_vector_dim(self, start_indices, dn.get("index_vector_dim")), 64)
+        props["indices_are_sorted"] = BoolAttr.from_bool(bool(indices_are_sorted))
+        return self._emit1(DynamicGatherOp, [operand, start_indices, slice_sizes], props,
+                           result_types=[self._type(result_shape)])
 
     @builder_method
     def scatter(self, operands, scatter_indices, updates, update_computation, dimension_numbers=None,

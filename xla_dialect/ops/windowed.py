@@ -24,6 +24,8 @@ rules, as ``hlo.dot_general`` does (see :mod:`xla_dialect.ops.linalg`).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,7 +46,10 @@ from xdsl.irdl import (
 
 from ..errors import BuilderError
 from ..types import element_type_of
-from .base import HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method
+from .base import (
+    HloOp, fail, fmt, i64_array, ints, make_tensor, tensor, set_quantized, builder_method,
+    check_configuration_operand, declared_result,
+)
 from .control_flow import (
     _results,
     as_list,
@@ -275,25 +280,10 @@ def _int_prop(op_name: str, props: Mapping[str, Attribute], name: str, default: 
 # ----------------------------------------------------------------------------
 
 
-@irdl_op_definition
-class ConvolutionOp(HloOp):
-    """``hlo.convolution`` (XLA ConvGeneralDilated): dot products of lhs windows with the kernel.
+class ConvolutionConfiguration(HloOp):
+    """The properties :class:`ConvolutionOp` and :class:`DynamicConvOp` share (everything but the padding)."""
 
-    The window slides over lhs's spatial dimensions with ``window_strides``,
-    ``padding`` (zeros; negative removes), ``lhs_dilation`` (holes between lhs
-    elements), ``rhs_dilation`` (holes between kernel elements) and
-    ``window_reversal``. ``feature_group_count`` splits the lhs features and
-    the kernel output features into groups convolved separately;
-    ``batch_group_count`` does the same with lhs batch and kernel output features.
-    """
-
-    name = "hlo.convolution"
-    traits = traits_def(Pure())
-    lhs = operand_def()
-    rhs = operand_def()
-    result = result_def()
     window_strides = opt_prop_def(DenseArrayBase)
-    padding = opt_prop_def(DenseArrayBase)
     lhs_dilation = opt_prop_def(DenseArrayBase)
     rhs_dilation = opt_prop_def(DenseArrayBase)
     window_reversal = opt_prop_def(DenseArrayBase)
@@ -309,6 +299,26 @@ class ConvolutionOp(HloOp):
     feature_group_count = prop_def(IntegerAttr)
     batch_group_count = prop_def(IntegerAttr)
     precision_config = opt_prop_def(ArrayAttr)
+
+
+@irdl_op_definition
+class ConvolutionOp(ConvolutionConfiguration):
+    """``hlo.convolution`` (XLA ConvGeneralDilated): dot products of lhs windows with the kernel.
+
+    The window slides over lhs's spatial dimensions with ``window_strides``,
+    ``padding`` (zeros; negative removes), ``lhs_dilation`` (holes between lhs
+    elements), ``rhs_dilation`` (holes between kernel elements) and
+    ``window_reversal``. ``feature_group_count`` splits the lhs features and
+    the kernel output features into groups convolved separately;
+    ``batch_group_count`` does the same with lhs batch and kernel output features.
+    """
+
+    name = "hlo.convolution"
+    traits = traits_def(Pure())
+    lhs = operand_def()
+    rhs = operand_def()
+    result = result_def()
+    padding = opt_prop_def(DenseArrayBase)
 
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
@@ -495,7 +505,43 @@ class SelectAndScatterOp(HloOp):
         return Window.from_props(self.name, self.properties, rank, SELECT_AND_SCATTER_PROPS)
 
 
-OPS = [ConvolutionOp, ReduceWindowOp, SelectAndScatterOp]
+@irdl_op_definition
+class DynamicConvOp(ConvolutionConfiguration):
+    """``hlo.dynamic_conv``: :class:`ConvolutionOp` with the padding as an operand (``s64[n, 2]``, low and high
+    per spatial dimension; the StableHLO spec's dynamic_conv); the result type is declared, and the run-time
+    padding must give it."""
+
+    name = "hlo.dynamic_conv"
+    traits = traits_def(Pure())
+    lhs = operand_def()
+    rhs = operand_def()
+    padding = operand_def()
+    result = result_def()
+
+    STATIC: ClassVar = ConvolutionOp
+    """The op it is, once its configuration operand is known (executed as that op)."""
+    CONFIGURATION: ClassVar[tuple[int, ...]] = (2,)
+    """The operands whose values configure it."""
+
+    assembly_format = "$lhs `,` $rhs `,` $padding attr-dict `:` functional-type(operands, results)"
+
+    @classmethod
+    def infer(cls, operand_types, props, regions, result_types):
+        lhs = tensor(cls.name, operand_types[0], "lhs")
+        spatial = len(ints(props.get("input_spatial_dimensions")))
+        check_configuration_operand(cls.name, operand_types[2], "padding", [spatial, 2])
+        if lhs.get_num_dims() != spatial + 2:
+            fail(cls.name, f"lhs {fmt(lhs)} must have rank {spatial + 2} (batch, feature, {spatial} spatial)")
+        return declared_result(cls.name, result_types, "the padding")
+
+    @staticmethod
+    def static_properties(values) -> dict:
+        """The :class:`ConvolutionOp` property for the run-time padding."""
+        (padding,) = values
+        return {"padding": i64_array(padding)}
+
+
+OPS = [ConvolutionOp, ReduceWindowOp, SelectAndScatterOp, DynamicConvOp]
 """Every op class of this family (registered in the hlo dialect)."""
 
 # How each op treats quantized types (see base.QUANTIZED_MODES; ops not listed reject them).
@@ -651,6 +697,27 @@ class WindowedBuilder:
             props["window_reversal"] = DenseArrayBase.from_list(IntegerType(1), [int(bool(v)) for v in window_reversal])
         # precision_config and preferred_element_type are handled exactly as for dots.
         return self._dot(ConvolutionOp, lhs, rhs, props, precision_config, preferred_element_type)
+
+    @builder_method
+    def dynamic_conv(self, lhs, rhs, padding, result_shape, window_strides=None, lhs_dilation=None,
+                     rhs_dilation=None, dimension_numbers=None, feature_group_count: int = 1,
+                     batch_group_count: int = 1):
+        """``hlo.dynamic_conv``: :meth:`conv_general_dilated` with ``padding`` a value (an ``s64[n, 2]`` of
+        (low, high) per spatial dimension) known at run time; ``result_shape`` (shape text or type) is what it
+        must give."""
+        caller = self._caller()
+        lhs_dims = _array_dims(self, lhs, "lhs")
+        try:
+            dn = ConvDimensionNumbers.of(dimension_numbers, len(lhs_dims))
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            raise BuilderError(f"{caller}: dimension_numbers: {e}") from None
+        n = len(dn.input_spatial_dimensions)
+        props = {"window_strides": i64_array(_ints(caller, window_strides, "window_strides", n, 1)),
+                 "lhs_dilation": i64_array(_ints(caller, lhs_dilation, "lhs_dilation", n, 1)),
+                 "rhs_dilation": i64_array(_ints(caller, rhs_dilation, "rhs_dilation", n, 1)), **dn.to_props(),
+                 "feature_group_count": IntegerAttr(int(feature_group_count), 64),
+                 "batch_group_count": IntegerAttr(int(batch_group_count), 64)}
+        return self._emit1(DynamicConvOp, [lhs, rhs, padding], props, result_types=[self._type(result_shape)])
 
     # -- reduce_window -----------------------------------------------------------
 
