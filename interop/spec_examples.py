@@ -15,9 +15,10 @@ are the expected values, imports it (ops newer than jaxlib's parser go through
 the importer's fallback), runs it and compares: integers and booleans exactly,
 floats to the digits the spec prints (relative 1e-3, absolute 1e-4).
 
-Examples this harness cannot run are reported as skipped with the reason:
-values on several processes (``%x@(0, 0)``), inputs whose type no signature
-gives, examples without expected values.
+Values given per process (``// num_replicas: 2``, ``%x@(0, 0): ...``) run the
+function on that process grid and compare each device's results. Examples
+this harness cannot run are reported as skipped with the reason: values whose
+type no generic-form signature gives, examples without expected values.
 
     python -m interop.spec_examples ../shared/reference/stablehlo-spec.md [--verbose]
 """
@@ -45,9 +46,11 @@ class Example:
     op: str
     index: int
     body: list[str]  # the op lines
-    inputs: dict[str, str] = field(default_factory=dict)  # %name -> value text
-    expected: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, dict[int, str]] = field(default_factory=dict)  # %name -> {device: value text}
+    expected: dict[str, dict[int, str]] = field(default_factory=dict)
     skip: str = ""
+    num_replicas: int = 1
+    num_partitions: int = 1
 
     @property
     def name(self) -> str:
@@ -67,8 +70,8 @@ def examples(spec_text: str) -> list[Example]:
             for example in _split_block(section.group(1), block.group(1)):
                 example.index = index
                 index += 1
-                if "@(" in " ".join([*example.inputs, *example.expected, *example.body]) or example.skip:
-                    example.skip = example.skip or "values on several processes"
+                if example.skip:
+                    pass
                 elif not example.expected:
                     example.skip = "no expected values"
                 elif not example.body:
@@ -94,13 +97,14 @@ def _split_block(op: str, text: str) -> list[Example]:
                 value += " " + lines[i].strip()[2:].split("//")[0].strip()
                 i += 1
             current = examples[-1]
-            if "@(" in m.group(1):
-                current.skip = "values on several processes"
-            if current.body and current.expected and not _VALUE_LINE.match(lines[i - 1].strip()) is None \
-                    and _starts_new(current, m.group(1)):
+            name, device = _name_and_device(m.group(1), current)
+            if current.body and current.expected and _starts_new(current, name):
                 examples.append(Example(op, 0, []))
                 current = examples[-1]
-            (current.expected if current.body else current.inputs)[m.group(1).split("@")[0]] = value
+                name, device = _name_and_device(m.group(1), current)
+            (current.expected if current.body else current.inputs).setdefault(name, {})[device] = value
+        elif (grid := _GRID_LINE.match(line)) is not None:
+            setattr(examples[-1], grid.group(1), int(grid.group(2)))
         elif line.startswith("//") or not line:
             continue
         else:
@@ -112,17 +116,34 @@ def _split_block(op: str, text: str) -> list[Example]:
     return examples
 
 
+_GRID_LINE = re.compile(r"^//\s*(num_replicas|num_partitions)\s*:\s*(\d+)\s*$")
+_DEVICE = re.compile(r"^(%[\w#]+)@\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+
+
+def _name_and_device(text: str, example: Example) -> tuple[str, int]:
+    """``%x@(r, p)`` -> (``%x``, the device ``r * num_partitions + p``); ``%x`` -> (``%x``, 0)."""
+    m = _DEVICE.match(text.strip())
+    if not m:
+        return text.strip(), 0
+    return m.group(1), int(m.group(2)) * example.num_partitions + int(m.group(3))
+
+
 def _starts_new(example: Example, name: str) -> bool:
     """Whether a value named ``name`` after ``example``'s ops and expected values begins another example."""
-    return name not in _result_names(example.body)
+    return name not in _result_names(example.body) and name not in example.expected
 
 
 def _result_names(body: list[str]) -> set[str]:
+    """The names the ops of ``body`` define (``%r:2 = ...`` defines ``%r#0``, ``%r#1``, also written ``%r0``)."""
     names = set()
     for line in body:
-        m = re.match(r"\s*(%[\w#]+(?:\s*,\s*%[\w#]+)*)(?::\d+)?\s*=", line)
+        m = re.match(r"\s*(%[\w#]+(?:\s*,\s*%[\w#]+)*)(?::(\d+))?\s*=", line)
         if m:
             names.update(n.strip() for n in m.group(1).split(","))
+            if m.group(2):
+                base = m.group(1).strip()
+                for k in range(int(m.group(2))):
+                    names.update((f"{base}#{k}", f"{base}{k}"))
     return names
 
 
@@ -270,8 +291,10 @@ def _value_types(body: list[str]) -> dict[str, str]:
             types.setdefault(name, t)
         if m.group(1):
             names = [n.strip() for n in m.group(1).split(",")]
-            if len(names) == 1 and ":" in names[0]:  # %r:2 = ... -> %r#0, %r#1
+            if len(names) == 1 and ":" in names[0]:  # %r:2 = ... -> %r#0, %r#1 (the spec also writes %r0, %r1)
                 base, count = names[0].split(":")
+                for k, t in zip(range(int(count)), result_types):
+                    types.setdefault(f"{base}{k}", t)
                 names = [f"{base}#{k}" for k in range(int(count))]
             for name, t in zip(names, result_types):
                 types.setdefault(name, t)
@@ -318,31 +341,58 @@ def run_example(example: Example) -> Outcome:
     inputs_used = [n for n in example.inputs if n not in defined]
     args = ", ".join(f"{n}: {types[n]}" for n in inputs_used)
     results = list(example.expected)
+    returned = [_returned_name(n, example.body) for n in results]
     result_types = [types[n] for n in results]
     text = (f"func.func @main({args}) -> ({', '.join(result_types)}) {{\n" + "\n".join(example.body) + "\n"
-            f"  return {', '.join(results)} : {', '.join(result_types)}\n}}\n")
+            f"  return {', '.join(returned)} : {', '.join(result_types)}\n}}\n")
+    devices = example.num_replicas * example.num_partitions
     try:
-        inputs = [to_array(parse_value(example.inputs[n]), types[n]) for n in inputs_used]
-        wanted = [to_array(parse_value(example.expected[n]), types[n]) for n in results]
+        inputs = [[to_array(parse_value(_on(example.inputs[n], d, n)), types[n]) for n in inputs_used]
+                  for d in range(devices)]
+        wanted = [[to_array(parse_value(_on(example.expected[n], d, n)), types[n]) for n in results]
+                  for d in range(devices)]
         module = import_stablehlo(text)
-        got = lowering.compile(module, denormals="keep")(*inputs)
+        exe = lowering.compile(module, num_replicas=example.num_replicas, num_partitions=example.num_partitions,
+                               denormals="keep")
+        per_device = [exe(*inputs[0])] if devices == 1 else list(exe(*inputs))
     except (XlaError, ValueError) as e:
         return Outcome(example, "error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
     except Exception as e:  # noqa: BLE001 - a harness limitation or a bug: reported, not fatal
         return Outcome(example, "error", f"harness: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
-    for name, g, w in zip(results, got, wanted):
-        g = np.asarray(g)
-        if g.shape != w.shape:
-            return Outcome(example, "failed", f"{name}: shape {g.shape}, expected {w.shape}")
-        if w.dtype.kind in "fc":
-            ok = np.allclose(g.astype(np.complex128 if w.dtype.kind == "c" else np.float64),
-                             w.astype(np.complex128 if w.dtype.kind == "c" else np.float64),
-                             rtol=1e-3, atol=1e-4, equal_nan=True)
-        else:
-            ok = np.array_equal(g, w)
-        if not ok:
-            return Outcome(example, "failed", f"{name}: got {g.tolist()}, expected {w.tolist()}")
+    for d, (got, want) in enumerate(zip(per_device, wanted)):
+        where = f" on device {d}" if devices > 1 else ""
+        for name, g, w in zip(results, got, want):
+            g = np.asarray(g)
+            if g.shape != w.shape:
+                return Outcome(example, "failed", f"{name}{where}: shape {g.shape}, expected {w.shape}")
+            if w.dtype.kind in "fc":
+                ok = np.allclose(g.astype(np.complex128 if w.dtype.kind == "c" else np.float64),
+                                 w.astype(np.complex128 if w.dtype.kind == "c" else np.float64),
+                                 rtol=1e-3, atol=1e-4, equal_nan=True)
+            else:
+                ok = np.array_equal(g, w)
+            if not ok:
+                return Outcome(example, "failed", f"{name}{where}: got {g.tolist()}, expected {w.tolist()}")
     return Outcome(example, "passed", f"{len(results)} results")
+
+
+def _on(values: dict[int, str], device: int, name: str) -> str:
+    """The value text of ``name`` on ``device`` (a value given without a device is every device's)."""
+    if device in values:
+        return values[device]
+    if list(values) == [0]:
+        return values[0]
+    raise ValueError(f"no value of {name} for device {device}")
+
+
+def _returned_name(name: str, body: list[str]) -> str:
+    """The SSA name to return for an expected value (``%r0`` of ``%r:2 = ...`` is ``%r#0``)."""
+    m = re.match(r"^(%\w*?)(\d+)$", name)
+    if m:
+        for line in body:
+            if re.match(rf"\s*{re.escape(m.group(1))}:\d+\s*=", line):
+                return f"{m.group(1)}#{m.group(2)}"
+    return name
 
 
 def run_spec(path: str) -> list[Outcome]:
