@@ -150,7 +150,7 @@ def _dot(op, ctx):
     compute_dtype = result_dtype if upcast else ctx.dtype(lhs_t)
     arith = _arith_dtype(compute_dtype)
 
-    def prepare(x, perm, shape3):
+    def convert_and_reshape(x, perm, shape3):
         if perm is not None:
             x = np.transpose(x, perm)
         x = np.reshape(x, shape3)
@@ -158,10 +158,12 @@ def _dot(op, ctx):
             x = x.astype(compute_dtype)  # XLA converts the operands (may round, e.g. f16 -> bf16)
         return x.astype(arith, copy=False)
 
+    def reshape_only(x, perm, shape3):  # the common case: the operands only change shape
+        return x.reshape(shape3)
+
     operand_dtypes = (ctx.dtype(lhs_t), ctx.dtype(rhs_t))
-    if lperm is None and rperm is None and operand_dtypes == (compute_dtype, compute_dtype) == (arith, arith):
-        def prepare(x, perm, shape3):  # noqa: F811 - the common case: the operands only change shape
-            return x.reshape(shape3)
+    only_reshape = lperm is None and rperm is None and operand_dtypes == (compute_dtype,) * 2 == (arith,) * 2
+    prepare = reshape_only if only_reshape else convert_and_reshape
 
     round_compute = arith != compute_dtype
     convert_result = compute_dtype != result_dtype
