@@ -117,3 +117,20 @@ def test_bad_option():
     module = import_jax(lambda x: x + 1, F32(1))
     with pytest.raises(XlaError, match="fusion"):
         lowering.compile(module, fusion="maybe")
+
+
+def test_row_statistics_broadcast_inside_the_fused_loop():
+    # softmax / layer norm: the row max and sum broadcast back over the rows are read by the fused loop
+    # (one element per row) instead of being materialized; a bias (trailing dimensions) is not fused.
+    x = RNG.standard_normal((4, 3, 33)).astype(F32)
+    bias = RNG.standard_normal(33).astype(F32)
+
+    def fn(x, b):
+        e = jnp.exp(x - lax.broadcast_in_dim(jnp.max(x, axis=-1), x.shape, (0, 1)))
+        return e / lax.broadcast_in_dim(jnp.sum(e, axis=-1), x.shape, (0, 1)) + b
+
+    got = _check(fn, x, bias)
+    source = lowering.compile(import_jax(fn, x, bias), fusion="always").source
+    assert "# fused: broadcast_in_dim, subtract, exponential" in source
+    np.testing.assert_allclose(got[0] if isinstance(got, tuple) else got, np.asarray(jax.jit(fn)(x, bias)), rtol=1e-6,
+                               atol=1e-7)
