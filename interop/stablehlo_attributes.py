@@ -102,16 +102,16 @@ def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> A
     return result
 
 
-def top_level_parts(text: str, keep_empty: bool = False) -> list[str]:
-    """``text`` split at the commas outside ``<>``, ``()``, ``[]`` and ``{}`` (stripped; empty parts dropped
-    unless ``keep_empty``)."""
+def top_level_parts(text: str, keep_empty: bool = False, sep: str = ",") -> list[str]:
+    """``text`` split at the ``sep`` characters outside ``<>``, ``()``, ``[]`` and ``{}`` (the ``>`` of an arrow
+    ``->`` closes nothing); the parts stripped, empty ones dropped unless ``keep_empty``."""
     parts, depth, start = [], 0, 0
     for i, c in enumerate(text):
         if c in "<([{":
             depth += 1
-        elif c in ">)]}":
+        elif c in ")]}" or (c == ">" and (i == 0 or text[i - 1] != "-")):
             depth -= 1
-        elif c == "," and depth == 0:
+        elif c == sep and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
     parts.append(text[start:].strip())

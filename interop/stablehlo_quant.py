@@ -29,6 +29,8 @@ from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.conversion import UniformDequantizeOp, UniformQuantizeOp
 from xla_dialect.quant import UniformQuantizedType, closing_angle_bracket, parse_quantized_type
 
+from .stablehlo_attributes import top_level_parts
+
 __all__ = ["convert_quantized_op", "expand_quantized_text", "parse_quantized"]
 
 
@@ -114,20 +116,6 @@ def _closes(text: str, i: int) -> bool:
     return c in ")]}" or (c == ">" and (i == 0 or text[i - 1] != "-"))
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c in "<([{":
-            depth += 1
-        elif _closes(text, i):
-            depth -= 1
-        elif c == sep and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return [p for p in parts if p]
-
-
 def _signature(line: str) -> str | None:
     """The trailing type signature of an op line (after the last top-level ``" : "``)."""
     depth, last = 0, None
@@ -153,7 +141,7 @@ def _result_types(signature: str) -> list[str]:
                 results = signature[i + 2:].strip()
                 if results.startswith("(") and results.endswith(")"):
                     results = results[1:-1]
-                return _split_top(results)
+                return top_level_parts(results)
     return [signature]  # one type for every operand and result
 
 
@@ -256,7 +244,7 @@ def _argument_types(func_line: str) -> list[str]:
         elif _closes(func_line, i):
             depth -= 1
             if depth == 0:
-                args = _split_top(func_line[open_ + 1:i])
+                args = top_level_parts(func_line[open_ + 1:i])
                 return [a.split(":", 1)[1].strip() if ":" in a else "" for a in args]
     return []
 

@@ -26,6 +26,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType, TupleType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from passes.purity import is_pure
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError, op_context
 from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.shape import format_shape
@@ -206,8 +207,6 @@ class LoweringContext(KernelContext):
         pure: the kernel runs once, here, in the program's denormal mode (so the bits are those of a
         call), instead of at every call (JAX programs broadcast many scalar constants). None otherwise,
         or when the kernel fails (the error then surfaces at run time, as it would have)."""
-        from passes.purity import is_pure
-
         known = self._known
         if (not op.operands or op.regions or len(op.results) != 1 or not isinstance(op.results[0].type, TensorType)
                 or any(v not in known for v in op.operands) or not is_pure(op)):

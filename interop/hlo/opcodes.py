@@ -55,6 +55,7 @@ from xla_dialect.ops import (
 from xla_dialect.ops.base import i64_array, ints, make_tensor
 from xla_dialect.types import TokenType, element_type_of, numpy_dtype
 
+from ..stablehlo_attributes import top_level_parts
 from . import attributes as A
 
 READERS: dict[str, Callable] = {}
@@ -952,7 +953,7 @@ def _read_custom_call(imp, ins, args):
         props["has_side_effect"] = _flag(True)
     layouts = imp.attr(ins, "operand_layout_constraints", lambda t: t, None)
     if layouts is not None:
-        shapes = [imp.shape_of_text(s.strip(), ins) for s in _split_shapes(layouts.strip()[1:-1])]
+        shapes = [imp.shape_of_text(s, ins) for s in top_level_parts(layouts.strip()[1:-1])]
         from xla_dialect.layout import layout_of
 
         props["operand_layouts"] = ArrayAttr([i64_array(layout_of(s).minor_to_major) for s in shapes])
@@ -970,19 +971,6 @@ def _read_custom_call(imp, ins, args):
 READERS["custom-call"] = _read_custom_call
 
 
-def _split_shapes(body: str) -> list[str]:
-    out, depth, start = [], 0, 0
-    for i, c in enumerate(body):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            out.append(body[start:i])
-            start = i + 1
-    if body[start:].strip():
-        out.append(body[start:])
-    return out
 
 
 @writes(effects.CustomCallOp)

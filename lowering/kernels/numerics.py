@@ -239,7 +239,7 @@ def _narrowed_product_fma(dtype: np.dtype):
 
     if dtype != _F16 or not host_properties()["avx512fp16"]:
         return None
-    return lambda a, b, c: xla_math.fma16(*(np.asarray(v, _F16) for v in (a, b, c))).astype(_F32)
+    return _contracted_multiply_add(_F16, _F32)
 
 
 def xla_triangular_solve(q, a, b, left: bool, lower: bool, transpose: bool, unit: bool,
