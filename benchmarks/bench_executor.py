@@ -52,15 +52,25 @@ def best_of(fn, repeat: int = 7, number: int = 10) -> float:
     return best
 
 
-def best_of_each(fns: dict, repeat: int = 7, number: int = 5) -> dict:
+WARM_UP_S = 0.12
+"""Seconds of untimed calls that start each function's block. OpenBLAS's worker threads keep spinning for about
+0.1 s after a multi-threaded call (measured: ~0.1 s of process CPU time during a pause after a threaded 256x1024
+sgemm; jax's threads use none), taking a core from whatever runs next; and on a VM a CPU left idle is slow to
+wake (a pause before each block made the split matmuls of lowering.blas slower than one thread)."""
+
+
+def best_of_each(fns: dict, repeat: int = 7, number: int = 5, warm_up: float = WARM_UP_S) -> dict:
     """(best, median) over rounds of the mean time per call of each function, in seconds.
 
     The rounds interleave the functions, so that every one sees the same drift
     in machine load (a shared VM's neighbours come and go), and shuffle their
-    order (seeded), so that none always runs right after the same one (jax's
-    and OpenBLAS's worker threads keep spinning for a while after a call,
-    slowing whatever runs next). The best round shows the machine at its quietest; the
-    median shows what load costs (multi-threaded BLAS suffers most from it).
+    order (seeded). Each function's block of ``number`` timed calls follows
+    ``warm_up`` seconds of untimed calls of the same function (at least one),
+    so that worker threads the previous function left spinning (OpenBLAS's,
+    after NumPy's threaded matmuls) have gone to sleep and the CPUs are awake:
+    each function is timed in its own steady state, as in a loop calling it.
+    The best round shows the machine at its quietest; the median shows what
+    load costs (multi-threaded BLAS suffers most from it).
     """
     for fn in fns.values():
         fn()
@@ -71,6 +81,10 @@ def best_of_each(fns: dict, repeat: int = 7, number: int = 5) -> dict:
         shuffle(keys)
         for key in keys:
             fn = fns[key]
+            until = time.perf_counter() + warm_up
+            fn()
+            while time.perf_counter() < until:
+                fn()
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()

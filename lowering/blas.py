@@ -1,40 +1,64 @@
-"""How many BLAS threads the executor's float matmuls use (``lowering.compile(..., blas_threads=...)``).
+"""How the executor's float matmuls use the CPUs (``lowering.compile(..., blas_threads=...)``).
 
 The dot and convolution kernels end in one ``np.matmul``, which NumPy hands to
 its BLAS (OpenBLAS in the NumPy wheels). This module picks the BLAS thread
-count for those calls and applies it with threadpoolctl while they run:
+count for those calls, applies it with threadpoolctl while they run, and on
+small machines splits large products over the CPUs itself:
 
 * ``blas_threads=n`` (a positive int): every BLAS-sized float matmul runs with
-  ``n`` threads.
+  ``n`` BLAS threads, unsplit.
 * ``blas_threads=None`` (automatic, the default): if a BLAS thread count was
   configured in the environment (``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``,
-  ``MKL_NUM_THREADS``, ... -- see :data:`ENV_VARS`) it is left alone; otherwise
-  one thread when the process may use at most two CPUs, and the BLAS's own
-  setting (untouched, no overhead) on larger machines.
+  ``MKL_NUM_THREADS``, ... -- see :data:`ENV_VARS`) it is left alone. Otherwise,
+  on machines where the process may use at most two CPUs, the BLAS runs with
+  one thread and a large product (``batch * m * n * k >= 2**25``) is cut into
+  one piece per CPU -- along the batch, else along the longer of the rows and
+  the columns, at multiples of 64 -- whose single-threaded BLAS calls run at
+  the same time, one on the calling thread and the others on a small pool of
+  worker threads (:func:`split_matmul`). On larger machines the BLAS's own
+  setting is used (untouched, no overhead).
 
-Why that automatic policy and not a one-time timing calibration (measured on
-a 2-core KVM VM shared with other jobs, OpenBLAS 0.3.31 as shipped with NumPy
-2.4; 256x1024 MLP of benchmarks/bench_executor.py, medians of 30-40 calls):
+Why that automatic policy and not OpenBLAS's own threads or a one-time timing
+calibration (measured on 2-core KVM VMs shared with other jobs, OpenBLAS
+0.3.31 as shipped with NumPy 2.4):
 
-* On two cores threading gains at most 2x, and only on an idle machine (MLP
-  8.2 ms with 2 threads vs 14.2 ms with 1). Under load it loses badly: with the
-  VM's background load 94 vs 43 ms, plus one busy process 145 vs 56 ms, plus
-  two 182 vs 67 ms (with one busy process, a 256x256x256 sgemm took 0.5 ms
-  with 1 thread and 15 ms with 2). OpenBLAS
-  splits a gemm statically between its threads and waits for the slowest, so
-  with two threads on two cores one descheduled thread stalls the whole call
-  for a scheduler time slice. With more cores a neighbour takes one thread's
-  share while the others keep the gain (reasoned, not measured here), so the
-  BLAS's setting is kept there.
-* A calibration sees the load of its few milliseconds only: timing a
-  256x512x512 sgemm both ways chose 2 threads in 11 of 12 processes, even with
-  a busy neighbour, i.e. the slow choice for most of a loaded run.
-* OpenBLAS's sgemm does not give the same bits with 1 and 2 threads (8.5% of
-  the elements of a 256x1024x1024 product, 23% of a 100x100x100 one differ in
-  the last bits; its dgemm agreed in every shape tried, and products OpenBLAS
-  does not thread agree). A timing-based choice would let two runs of one
-  program on one machine disagree; this rule depends only on the machine, and
-  one thread gives the same bits whatever the number of cores.
+* On two cores threading gains at most 2x, and only on an idle machine: a
+  256x1024x1024 sgemm takes 3.5-4.0 ms on one thread, 1.8-2.2 ms on OpenBLAS's
+  two. Under load OpenBLAS's threading loses badly: it splits a gemm statically
+  between its threads and synchronizes them many times per call, so one
+  descheduled thread stalls the call for a scheduler time slice (256x1024 MLP:
+  with the VM's background load 94 vs 43 ms on one thread, plus one busy
+  process 145 vs 56 ms, plus two 182 vs 67 ms; with one busy process that
+  sgemm took 5.95 ms on OpenBLAS's two threads vs 3.71 on one).
+* The pieces of :func:`split_matmul` meet once, at the end of the call, so a
+  descheduled piece costs at most its own length: with one busy process the
+  same sgemm took 3.99 ms split in two (vs 3.71 on one thread), and on an idle
+  machine 2.0-2.3 ms (vs 1.8-2.2 on OpenBLAS's two threads). Over a grid of
+  f32 shapes (m, n in {128, 512, 2048}, k in {64, 256, 1024}) the split takes
+  0.51-0.66x the one-thread time from ``m*n*k >= 2**26`` up and 0.6-1.04x at
+  ``2**24``, where waking the worker (~65 us on that VM) costs as much as it
+  gains; hence the threshold.
+* The split gives the same bits as the whole product on one thread. Measured
+  bit-identical on every shape tried, f32 and f64, and tested
+  (tests/test_blas_threads.py). The reason: OpenBLAS's gemm driver blocks the
+  contraction by ``k`` alone, so every element is summed in the same order
+  whichever rows or columns share its call, as long as the pieces take the
+  same code path as the whole: pieces of at least 64 rows or columns of a
+  product that large. (A 1-row piece would be a gemv, and OpenBLAS computes
+  sgemms below ``28 * 512 * 512`` multiply-adds on AVX-512 hosts with its
+  "direct" kernel, which sums differently; a piece of a split product is at
+  least a third of ``2**25``, and matrix-vector products are never split.) So a program gives the same bits on one
+  or two CPUs, split or not, loaded or idle.
+* OpenBLAS's threaded sgemm does not give those bits (8.5% of the elements of
+  a 256x1024x1024 product, 23% of a 100x100x100 one differ in the last bits
+  from one thread; its dgemm agreed in every shape tried). A timing-based
+  choice of OpenBLAS's thread count would let two runs of one program on one
+  machine disagree; a calibration also sees the load of its few milliseconds
+  only (timing a 256x512x512 sgemm both ways chose 2 threads in 11 of 12
+  processes, even with a busy neighbour).
+* OpenBLAS's idle worker threads spin for a while after a threaded call (as do
+  jax's): a split matmul run right after NumPy code using OpenBLAS's threads
+  finds a core taken and runs at one-thread speed until they sleep.
 
 Only the matmuls that the limit can affect take it: those of a BLAS dtype
 (f32, f64 and the narrower floats computed in f32; complex dots use XLA's own
@@ -52,7 +76,9 @@ takes the limit once for the whole call (:class:`BlasThreadLimit` in
 ``Executable.__call__``), and each matmul then only checks in (about 1 us).
 Kernels run outside an executable (constant folding) take the limit around
 each matmul. While a call holds the limit, the program's other NumPy BLAS work
-(``np.linalg`` kernels) and host callbacks run under it too.
+(``np.linalg`` kernels) and host callbacks run under it too. The pieces a
+split matmul gives its worker threads run in the caller's denormal mode
+(:mod:`lowering.denormals`).
 
 The BLAS thread count is process-wide: when several Python threads run
 matmuls at once (multi-device executables, or executables called from
@@ -72,6 +98,8 @@ import numpy as np
 
 from xla_dialect.errors import ExecutionError
 
+from .workers import even_bounds, run_pieces, usable_cpus
+
 ENV_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "FLEXIBLAS_NUM_THREADS")
 """Environment variables through which a user sets the BLAS thread count; automatic mode then defers to them."""
@@ -82,12 +110,15 @@ SERIAL_MNK = 1 << 18
 _BLAS_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
 
 
-def usable_cpus() -> int:
-    """The number of CPUs this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+def resolve_split_workers(option) -> int:
+    """How many CPUs a large float matmul is split over (:func:`split_matmul`) for ``blas_threads=option``.
+
+    More than 1 only in the automatic mode on a machine with two CPUs (with no
+    BLAS thread count in the environment); 1 (no split) otherwise.
+    """
+    if option is None and resolve_blas_threads(None) == 1:
+        return usable_cpus()
+    return 1
 
 
 def resolve_blas_threads(option) -> int | None:
@@ -131,15 +162,146 @@ class BlasThreadLimit:
         _SCOPE.leave()
 
 
-def blas_matmul(threads: int | None, dtype, m: int, k: int, n: int):
-    """``np.matmul`` for ``(.., m, k) x (.., k, n)`` operands of ``dtype``, run with ``threads`` BLAS threads.
+def blas_matmul(threads: int | None, dtype, m: int, k: int, n: int, batch: int = 1, workers: int = 1,
+                worker_mode=None):
+    """``np.matmul`` for ``(batch, m, k) x (batch, k, n)`` operands of ``dtype``, run with ``threads`` BLAS threads.
 
-    Returns ``np.matmul`` itself when no limit applies (``threads`` is None,
-    the dtype is not a BLAS type, or the product is too small to be threaded).
+    With ``workers > 1`` a real float product of at least :data:`SPLIT_MNK`
+    multiply-adds is split over that many CPUs (:func:`split_matmul`), each
+    worker computing in the context manager ``worker_mode`` (the caller's
+    denormal mode). Returns ``np.matmul`` itself when no limit applies
+    (``threads`` is None, the dtype is not a BLAS type, or the product is too
+    small to be threaded) and nothing is split.
     """
-    if threads is None or np.dtype(dtype) not in _BLAS_DTYPES or m * k * n <= SERIAL_MNK:
+    dtype = np.dtype(dtype)
+    if workers > 1 and dtype in _SPLIT_DTYPES and batch * m * k * n >= SPLIT_MNK and _pieces(batch, m, n, workers):
+        return split_matmul(threads if m * k * n > SERIAL_MNK else None, workers, worker_mode)
+    if threads is None or dtype not in _BLAS_DTYPES or m * k * n <= SERIAL_MNK:
         return np.matmul
     return _limited_matmul(threads)
+
+
+SPLIT_MNK = 1 << 25
+"""Products (``batch * m * n * k``) from this size up are split over the CPUs on small machines (module docstring)."""
+
+SPLIT_ALIGN = 64
+"""Row and column pieces of a split product are whole multiples of this many rows or columns (module docstring)."""
+
+_SPLIT_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+
+
+def _pieces(batch: int, m: int, n: int, workers: int):
+    """How a ``(batch, m, n)`` product is split: ``(axis, bounds)``, axis 0 (batch), 1 (rows) or 2 (columns),
+    or None when it cannot be split into at least two pieces."""
+    if m < 2 or n < 2:
+        return None  # NumPy computes matrix-vector products with gemv, whose pieces may sum differently
+    if batch >= 2:
+        size, axis, align = batch, 0, 1
+    elif m >= n:
+        size, axis, align = m, 1, SPLIT_ALIGN
+    else:
+        size, axis, align = n, 2, SPLIT_ALIGN
+    parts = min(workers, size // align)
+    if parts < 2:
+        return None
+    return axis, tuple(even_bounds(size, parts, align))
+
+
+def split_matmul(threads: int | None, workers: int, worker_mode=None):
+    """A matmul of ``(batch, m, k) x (batch, k, n)`` operands that runs its pieces on ``workers`` CPUs at once.
+
+    The product is cut along the batch, else along its longer side at whole
+    multiples of :data:`SPLIT_ALIGN` (:func:`_pieces`); the calling thread
+    computes the first piece and worker threads the others, each a
+    single-threaded BLAS call writing its part of the result
+    (:func:`lowering.workers.run_pieces`). A product is
+    split only where that gives the whole product's bits on one thread:
+    checked once per process for each shape, memory order and dtype on
+    operands of random values (:func:`split_is_exact`); where the BLAS's
+    kernels would sum an element differently in a piece, the product stays
+    whole. ``threads`` (or None) is the BLAS limit the call holds meanwhile;
+    workers run inside ``worker_mode`` (a context manager: the caller's
+    denormal mode). Operands of other ranks or dtypes, products with both
+    operands in the same buffer (NumPy computes ``x @ x.T`` with syrk, which
+    sums differently) and products too small to split are one plain call.
+    """
+    enter, leave = _SCOPE.enter, _SCOPE.leave
+
+    def piece(a, b, out):
+        _matmul(a, b, out=out)
+
+    def run_split(a, b, plan):
+        axis, bounds = plan
+        out = np.empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype)
+        slices = [(slice(None),) * axis + (slice(start, stop),) for start, stop in bounds]
+        if axis == 0:
+            parts = [(a[s], b[s], out[s]) for s in slices]
+        elif axis == 1:
+            parts = [(a[s], b, out[s]) for s in slices]
+        else:
+            parts = [(a, b[s], out[s]) for s in slices]
+        run_pieces(piece, parts, worker_mode)
+        return out
+
+    def matmul(a, b):
+        plan = None
+        if a.ndim == 3 == b.ndim and a.dtype == b.dtype and a.shape[0] == b.shape[0]:
+            batch, m, k = a.shape
+            n = b.shape[2]
+            if batch * m * k * n >= SPLIT_MNK and a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
+                plan = _pieces(batch, m, n, workers)
+        if threads is not None:
+            enter(threads)
+        try:
+            if plan is not None:
+                key = (a.dtype, a.shape, b.shape, _order(a), _order(b), plan)
+                exact = _SPLIT_EXACT.get(key)
+                if exact is None:
+                    exact = _SPLIT_EXACT[key] = split_is_exact(a, b, plan, run_split)
+                if exact:
+                    return run_split(a, b, plan)
+            return _matmul(a, b)
+        finally:
+            if threads is not None:
+                leave()
+
+    matmul.__doc__ = f"np.matmul split over {workers} CPUs" + (f", {threads} BLAS thread(s) each." if threads else ".")
+    return matmul
+
+
+_SPLIT_EXACT: dict = {}
+"""(dtype, shapes, memory orders, pieces) -> whether the pieces give the whole product's bits (:func:`split_is_exact`)."""
+
+
+def _order(x: np.ndarray) -> str:
+    """How BLAS reads the matrices of a 3-d operand: "C" (rows contiguous), "F" (columns contiguous) or "strided"."""
+    item = x.itemsize
+    if x.strides[2] == item or x.shape[2] == 1:
+        return "C"
+    if x.strides[1] == item or x.shape[1] == 1:
+        return "F"
+    return "strided"
+
+
+def split_is_exact(a: np.ndarray, b: np.ndarray, plan, run_split) -> bool:
+    """True when ``run_split(x, y, plan)`` equals the whole ``np.matmul(x, y)`` bit for bit for operands of
+    random values with the shapes, dtype and memory order of ``a`` and ``b``.
+
+    Which kernels a BLAS runs depends on the shape of each call, and a kernel
+    for the edge rows or columns may group the contraction differently (OpenBLAS's
+    f64 kernels on AVX-512 hosts sum the elements of a last, single column
+    differently when the rows before them are cut at a multiple of 64 that is not
+    one of 192). A different summation order shows on random operands in
+    practically every element it touches (the rounding errors of a long sum are
+    many ulps), so one comparison decides. Random values, not the caller's: those
+    may be all zeros. Costs two products and the random operands, once per
+    process for each key.
+    """
+    rng = np.random.default_rng(0)
+    x, y = np.empty_like(a), np.empty_like(b)  # the same memory order ("K"), so the same BLAS call
+    x[...] = rng.uniform(-1.0, 1.0, a.shape)
+    y[...] = rng.uniform(-1.0, 1.0, b.shape)
+    return bool(np.array_equal(run_split(x, y, plan), np.matmul(x, y)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -558,7 +558,7 @@ def cache_directory() -> str | None:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.xla_scalar import exp_f32, log_f32, tanh_f32, logistic_f32\n\n\n"
-                  "@numba.njit(cache={cache}, error_model='numpy')\n")
+                  "@numba.njit(cache={cache}, error_model='numpy', nogil=True)\n")
 
 
 def _load(source: str, function: str = "loop"):

@@ -17,9 +17,10 @@ from xdsl.ir import Attribute
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.types import numpy_dtype
 
-from .blas import blas_matmul, resolve_blas_threads
-from .denormals import flush_threaded_matmul, resolve_denormals
+from .blas import blas_matmul, resolve_blas_threads, resolve_split_workers
+from .denormals import flush_threaded_matmul, mode_switch, resolve_denormals
 from .runtime import Runtime
+from .workers import usable_cpus
 
 
 class KernelContext:
@@ -33,6 +34,10 @@ class KernelContext:
         # BLAS threads for the float matmuls (dot, convolution): an int, or None
         # to leave the BLAS as configured (see lowering.blas).
         self.blas_threads = resolve_blas_threads(blas_threads)
+        # CPUs a large float matmul is split over (automatic mode on two-CPU machines; lowering.blas).
+        self.split_workers = resolve_split_workers(blas_threads)
+        # CPUs a large fused element-wise loop is split over (lowering.fusion, lowering.workers).
+        self.loop_workers = usable_cpus()
         self.limits_blas = False  # set when a kernel's matmul takes the limit
         # The process grid the program runs on (collective kernels read it).
         self.num_replicas = num_replicas
@@ -60,10 +65,11 @@ class KernelContext:
         """The compiled function of ``func.func @name``: only the executor compiles functions."""
         raise UnsupportedError(f"func.call @{name}: calling a function needs the executor (lowering.compile)")
 
-    def blas_matmul(self, dtype: np.dtype, m: int, k: int, n: int):
-        """``np.matmul`` for ``(.., m, k) x (.., k, n)`` operands of ``dtype``, run with the program's
-        BLAS thread count (:func:`lowering.blas.blas_matmul`)."""
-        matmul = blas_matmul(self.blas_threads, dtype, m, k, n)
+    def blas_matmul(self, dtype: np.dtype, m: int, k: int, n: int, batch: int = 1):
+        """``np.matmul`` for ``(batch, m, k) x (batch, k, n)`` operands of ``dtype``, run with the program's
+        BLAS thread count, split over the CPUs where that is the policy (:func:`lowering.blas.blas_matmul`)."""
+        matmul = blas_matmul(self.blas_threads, dtype, m, k, n, batch, self.split_workers,
+                             mode_switch(self.denormals))
         if matmul is not np.matmul:
             self.limits_blas = True  # the Executable takes the limit once per call
         if self.denormals == "flush":  # OpenBLAS's worker threads do not flush (lowering.denormals)

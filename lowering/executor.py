@@ -243,7 +243,8 @@ class LoweringContext(KernelContext):
         self.sources.append(src)
         exec(builtins.compile(src, f"<hlo fusion {gname}>", "exec"), self.namespace)
         runner = self._bind("fz", FusedGroup(self.namespace[gname], group, self.dtype, self.fusion,
-                                                     self.denormals == "flush"))
+                                                     self.denormals == "flush", self.loop_workers,
+                                                     mode_switch(self.denormals)))
         results = [f"v{next(self._names)}" for _ in group.outputs]
         for r, n in zip(group.outputs, results):
             names[r] = n

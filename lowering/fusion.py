@@ -35,7 +35,8 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import UnsupportedError
 
-from .compiled_loops import _NUMBA_TYPE_NAMES, _Ineligible, _load, _LoopWriter
+from .compiled_loops import _Ineligible, _load, _LoopWriter
+from .workers import even_bounds, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
 MIN_GROUP = 2
@@ -176,8 +177,14 @@ class _FusionWriter(_LoopWriter):
         self.emit(indent, f"{out} = {self.name(op.operands[0])}")
 
 
-def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict]:
-    """The numba source of ``group``'s kernel ``fused(*constants, *inputs, shape)`` and its constants
+def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict, int]:
+    """The numba source of ``group``'s kernel, its constants and its row length.
+
+    The kernel is ``fused(*constants, *inputs, *outputs, start, stop)``: it
+    fills the flat, C-ordered ``outputs`` (allocated by the caller) for rows
+    ``start`` to ``stop`` of the elements seen as rows of the returned length
+    (1, or the trailing elements a fused broadcast of leading dimensions
+    repeats), so that pieces of rows can run on several CPUs at once
     (``flush``: the executor's denormal mode is "flush")."""
     writer = _FusionWriter({}, dtype_of, flush)
     args = []
@@ -200,13 +207,8 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict]
         writer.op(op, "        ")
     body = writer.lines[body_start:]
     writer.lines = writer.lines[:body_start]
-    lines = [f"def fused({', '.join([*writer.constants, *args, 'shape'])}):"]
-    out_names = []
-    for j, r in enumerate(group.outputs):
-        dtype = writer.info(r)[0]
-        lines.append(f"    o{j} = np.empty(shape, {_NUMBA_TYPE_NAMES[dtype]})")
-        lines.append(f"    g{j} = o{j}.ravel()")
-        out_names.append(f"o{j}")
+    outputs = [f"g{j}" for j in range(len(group.outputs))]
+    lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):"]
     for k in arrays:
         lines.append(f"    f{k} = a{k}.ravel()")
     splits = {n for _, n in reads.values()}
@@ -216,25 +218,30 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict]
         # Two loops, outer x inner = the elements: an operand of the leading dimensions is read with the
         # outer index (no division per element, and the inner loop stays vectorizable).
         (inner,) = splits
-        lines.append(f"    for o in range({'g0.size' if out_names else '0'} // {inner}):")
+        lines.append("    for o in range(start, stop):")
         lines.append(f"      for j in range({inner}):")
         lines.append(f"        i = o * {inner} + j")
     else:
-        lines.append(f"    for i in range({'g0.size' if out_names else '0'}):")
+        inner = 1
+        lines.append("    for i in range(start, stop):")
     for k in arrays:
         index = "o" if k in reads else "i"
         lines.append(f"        x{k} = f{k}[{index}]")
     lines.extend(body)
     for j, r in enumerate(group.outputs):
         lines.append(f"        g{j}[i] = {writer.name(r)}")
-    lines.append(f"    return ({', '.join(out_names)}{',' if len(out_names) == 1 else ''})")
-    return "\n".join(lines) + "\n", writer.constants
+    return "\n".join(lines) + "\n", writer.constants, inner
+
+
+PARALLEL_ELEMENTS = 1 << 18
+"""Fused loops over at least this many elements run in pieces on the CPUs at once (:mod:`lowering.workers`)."""
 
 
 class FusedGroup:
     """Runs a group: interpreted (the ops' own kernels) until the mode says compile, then its numba kernel."""
 
-    def __init__(self, interpreted, group: Group, dtype_of, mode: str, flush: bool = True):
+    def __init__(self, interpreted, group: Group, dtype_of, mode: str, flush: bool = True, workers: int = 1,
+                 worker_mode=None):
         self.interpreted = interpreted
         self.mode = mode
         self.calls = 0
@@ -245,10 +252,17 @@ class FusedGroup:
         self.input_dtypes = [np.dtype(dtype_of(v.type)) for v in group.inputs]
         self.input_is_array = [bool(_shape(v)) for v in group.inputs]
         self.input_ranks = [len(_shape(v) or ()) for v in group.inputs]
+        self.output_dtypes = [np.dtype(dtype_of(r.type)) for r in group.outputs]
         self._lock = threading.Lock()
+        size = int(np.prod(self.shape, dtype=np.int64))
         try:
-            self.source, constants = group_source(group, dtype_of, flush)
+            self.source, constants, inner = group_source(group, dtype_of, flush)
             self.constants = list(constants.values())
+            rows = size // inner
+            # Rows for each CPU when the loop is large (each piece writes its own elements: same bits).
+            parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if size >= PARALLEL_ELEMENTS else 1
+            self.pieces = even_bounds(rows, parts) if rows else [(0, 0)]
+            self.worker_mode = worker_mode
         except _Ineligible:
             self.source = None
             self.tried = True
@@ -265,7 +279,8 @@ class FusedGroup:
                 signature = [typeof(c) for c in self.constants]
                 signature += [types.Array(from_dtype(dt), rank, "C") if is_array else from_dtype(dt)
                               for dt, is_array, rank in zip(self.input_dtypes, self.input_is_array, self.input_ranks)]
-                signature.append(types.UniTuple(types.int64, len(self.shape)))
+                signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
+                signature += [types.int64, types.int64]
                 fn.compile(tuple(signature))
                 self.kernel = fn
             except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
@@ -281,5 +296,12 @@ class FusedGroup:
             return self.interpreted(*inputs)
         args = [np.ascontiguousarray(x, dt) if is_array else dt.type(x)
                 for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)]
-        return self.kernel(*self.constants, *args, self.shape)
+        outputs = [np.empty(self.shape, dt) for dt in self.output_dtypes]
+        flat = [o.reshape(-1) for o in outputs]
+        head = (*self.constants, *args, *flat)
+        if len(self.pieces) == 1:
+            self.kernel(*head, *self.pieces[0])
+        else:
+            run_pieces(self.kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)
+        return tuple(outputs)
 

@@ -36,9 +36,9 @@ def seen(monkeypatch):
     """Thread counts NumPy's BLAS had inside each limited matmul call."""
     calls: list[list[int]] = []
 
-    def spy(a, b):
+    def spy(a, b, **kwargs):
         calls.append(numpy_blas_threads())
-        return np.matmul(a, b)
+        return np.matmul(a, b, **kwargs)
 
     monkeypatch.setattr(blas, "_matmul", spy)
     return calls
@@ -192,11 +192,16 @@ def test_multi_device_restores_and_leaves_threadpoolctl_usable(rng, seen):
 def test_automatic_policy(monkeypatch, auto_env):
     monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
     assert blas.resolve_blas_threads(None) == 1
+    assert blas.resolve_split_workers(None) == 2  # one-thread BLAS calls, large products split over both CPUs
     monkeypatch.setattr(blas, "usable_cpus", lambda: 1)
     assert blas.resolve_blas_threads(None) == 1
+    assert blas.resolve_split_workers(None) == 1
     monkeypatch.setattr(blas, "usable_cpus", lambda: 8)
     assert blas.resolve_blas_threads(None) is None  # the BLAS's own setting, untouched
+    assert blas.resolve_split_workers(None) == 1
     assert blas.resolve_blas_threads(3) == 3  # explicit wins on any machine
+    monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
+    assert [blas.resolve_split_workers(n) for n in (1, 2, 3)] == [1, 1, 1]  # an explicit count is never split
 
 
 @pytest.mark.parametrize("name", ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"])
@@ -204,6 +209,7 @@ def test_automatic_respects_environment(monkeypatch, auto_env, seen, name):
     monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
     monkeypatch.setenv(name, "2")
     assert blas.resolve_blas_threads(None) is None
+    assert blas.resolve_split_workers(None) == 1
     exe = lowering.compile(dot_module(80, 80, 80))
     exe(np.ones((80, 80), np.float32), np.ones((80, 80), np.float32))
     assert seen == []  # plain np.matmul: BLAS keeps the environment's count
@@ -263,3 +269,138 @@ def test_limit_set_in_one_thread_restored_from_another():
     other.join()
     assert observed == [[threads] * len(before)]
     assert numpy_blas_threads() == before
+
+
+# ----------------------------------------------------------------------------
+# Large products split over the CPUs (automatic mode on two-CPU machines)
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch,m,n,workers,want", [
+    (1, 256, 1024, 2, (2, ((0, 512), (512, 1024)))),   # more columns: split the columns
+    (1, 1024, 256, 2, (1, ((0, 512), (512, 1024)))),   # more rows: split the rows
+    (1, 130, 100, 2, (1, ((0, 64), (64, 130)))),       # whole multiples of 64, the remainder last
+    (1, 191, 191, 2, (1, ((0, 64), (64, 191)))),
+    (32, 256, 256, 2, (0, ((0, 16), (16, 32)))),       # a batch: split the batch
+    (3, 8, 8, 2, (0, ((0, 1), (1, 3)))),
+    (1, 127, 127, 2, None),                             # no two pieces of 64
+    (1, 4096, 1, 2, None),                              # matrix-vector: NumPy's gemv, never split
+    (1, 1, 4096, 2, None),
+    (1, 1024, 1024, 1, None),                           # one CPU
+])
+def test_split_pieces(batch, m, n, workers, want):
+    assert blas._pieces(batch, m, n, workers) == want
+
+
+def split_dot(shape_a, shape_b, dtype="f32", contracting=(1, 0)):
+    """A dot_general module of the given operand shapes (batch dimension 0 when both are 3-d)."""
+    b = XlaBuilder("split")
+    x, y = b.parameter(0, f"{dtype}{list(shape_a)}".replace(" ", "")), b.parameter(1, f"{dtype}{list(shape_b)}".replace(" ", ""))
+    if len(shape_a) == 3:
+        b.dot_general(x, y, (([contracting[0] + 1], [contracting[1] + 1]), ([0], [0])))
+    else:
+        b.dot_general(x, y, (([contracting[0]], [contracting[1]]), ([], [])))
+    return b.build()
+
+
+@pytest.fixture
+def two_cpus(monkeypatch, auto_env):
+    """The automatic policy of a two-CPU machine, whatever this machine has, with no split verified yet."""
+    monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(blas, "_SPLIT_EXACT", {})
+
+
+@pytest.mark.parametrize("shape_a,shape_b,contracting", [
+    ((256, 1024), (1024, 1024), (1, 0)),     # columns
+    ((1024, 512), (512, 200), (1, 0)),       # rows
+    ((333, 1000), (1000, 257), (1, 0)),      # odd sizes, a remainder piece, an edge column
+    ((1000, 333), (1000, 257), (0, 0)),      # a transposed lhs view
+    ((16, 256, 64), (16, 64, 512), (1, 0)),  # a batch
+])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_split_matmul_is_bit_identical_to_one_thread(rng, seen, two_cpus, shape_a, shape_b, contracting, dtype):
+    # On any CPU: split where the pieces give the whole product's bits, whole where the BLAS's kernels would not.
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    x, y = rng.standard_normal(shape_a).astype(np_dtype), rng.standard_normal(shape_b).astype(np_dtype)
+    module = split_dot(shape_a, shape_b, dtype, contracting)
+    exe = lowering.compile(module)
+    (got,) = exe(x, y)
+    (whole,) = lowering.compile(module, blas_threads=1)(x, y)
+    np.testing.assert_array_equal(got, whole)
+    (verdict,) = blas._SPLIT_EXACT.values()  # checked once, on the first call
+    seen.clear()
+    (again,) = exe(x, y)
+    np.testing.assert_array_equal(again, whole)
+    assert len(seen) == (2 if verdict else 1)  # two pieces, or the whole product
+    assert all(counts == [1] * len(numpy_blas_threads()) for counts in seen)  # each on one BLAS thread
+
+
+def test_split_that_would_change_bits_stays_whole(rng, two_cpus, monkeypatch):
+    # A BLAS whose pieces sum differently (simulated: the pieces are one ulp off) keeps the product whole.
+    calls = []
+
+    def off_by_one_ulp(a, b, **kwargs):
+        calls.append(a.shape)
+        out = kwargs.pop("out")
+        out[...] = np.nextafter(np.matmul(a, b), np.inf)
+        return out
+
+    monkeypatch.setattr(blas, "_matmul", lambda a, b, **kwargs: off_by_one_ulp(a, b, **kwargs) if kwargs
+                        else np.matmul(a, b))
+    x = rng.standard_normal((512, 512), np.float32)
+    exe = lowering.compile(dot_module(512, 512, 512))
+    (got,) = exe(x, x + 1)
+    assert list(blas._SPLIT_EXACT.values()) == [False]
+    calls.clear()
+    (again,) = exe(x, x + 1)
+    assert calls == []
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        want = np.matmul(x, x + 1)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(again, want)
+
+
+def test_split_pieces_run_on_a_worker_thread(rng, two_cpus, monkeypatch):
+    import threading
+
+    threads = []
+
+    def spy(a, b, **kwargs):
+        threads.append(threading.get_ident())
+        return np.matmul(a, b, **kwargs)
+
+    monkeypatch.setattr(blas, "_matmul", spy)
+    x = rng.standard_normal((512, 512), np.float32)
+    exe = lowering.compile(dot_module(512, 512, 512))
+    exe(x, x + 1)
+    if not all(blas._SPLIT_EXACT.values()):
+        pytest.skip(f"this CPU's BLAS sums a 512x512x512 product differently in pieces: {blas._SPLIT_EXACT}")
+    threads.clear()
+    exe(x, x + 1)
+    assert len(threads) == 2 and threads[0] == threading.get_ident() and threads[1] != threads[0]
+
+
+def test_same_buffer_operands_are_not_split(rng, seen, two_cpus):
+    # x @ x.T: NumPy computes it with syrk, which sums differently from the gemm of pieces; it stays whole.
+    x = rng.standard_normal((512, 512), np.float32)
+    (got,) = lowering.compile(split_dot((512, 512), (512, 512), "f32", (1, 1)))(x, x)
+    assert len(seen) == 1 and not blas._SPLIT_EXACT
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        np.testing.assert_array_equal(got, np.matmul(x, x.T))
+
+
+def test_small_products_are_not_split(seen, two_cpus):
+    lowering.compile(dot_module(128, 128, 128))(np.ones((128, 128), np.float32), np.ones((128, 128), np.float32))
+    assert len(seen) == 1 and not blas._SPLIT_EXACT  # 2**21 multiply-adds: one call
+
+
+@pytest.mark.skipif(not lowering.denormals.flush_supported(), reason="the CPU's flush-to-zero mode cannot be set here")
+@pytest.mark.parametrize("mode", ["flush", "keep"])
+def test_split_pieces_compute_in_the_callers_denormal_mode(rng, two_cpus, mode):
+    # Every product is ~1e-40, below f32's normal range: flushed to 0 under XLA's mode, kept under IEEE. The worker
+    # thread's piece must follow the caller's mode as the calling thread's does.
+    x = (rng.uniform(1, 2, (512, 512)) * 1e-20).astype(np.float32)
+    module = dot_module(512, 512, 512)
+    (got,) = lowering.compile(module, denormals=mode)(x, x)
+    (whole,) = lowering.compile(module, denormals=mode, blas_threads=1)(x, x)
+    np.testing.assert_array_equal(got, whole)
+    assert (got == 0).all() if mode == "flush" else (got != 0).all()

@@ -134,3 +134,56 @@ def test_row_statistics_broadcast_inside_the_fused_loop():
     assert "# fused: broadcast_in_dim, subtract, exponential" in source
     np.testing.assert_allclose(got[0] if isinstance(got, tuple) else got, np.asarray(jax.jit(fn)(x, bias)), rtol=1e-6,
                                atol=1e-7)
+
+
+@pytest.fixture
+def three_cpus(monkeypatch):
+    """Large fused loops cut into three pieces (the calling thread and two workers), whatever this machine has."""
+    import lowering.context
+
+    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 3)
+
+
+def _pieces_of(exe) -> list:
+    """The row ranges of each fused group of an executable (from its generated code's bound runners)."""
+    return [runner.pieces for name, runner in exe._fn.__globals__.items()
+            if name.startswith("fz") and isinstance(runner, fusion.FusedGroup)]
+
+
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+def test_large_loops_run_in_pieces_with_the_same_bits(three_cpus, denormals):
+    # Pieces run on worker threads in the caller's denormal mode: the tiny values flush (or not) as unfused.
+    n = 3 * fusion.PARALLEL_ELEMENTS // 2 + 1001  # three pieces, not a multiple of them
+    x = np.concatenate([_mixed(F32), RNG.standard_normal(n - 210).astype(F32)])
+    y = (np.roll(x, 5) * F32(1e-36)).astype(F32)  # products and sums near and below the normal range
+
+    def fn(x, y):
+        return jnp.tanh(x * F32(1.5) + y) - jnp.exp(x * y), x * y + y
+
+    module = import_jax(fn, x, y)
+    exe = lowering.compile(module, fusion="always", denormals=denormals)
+    got = _check(fn, x, y, denormals=denormals, nan_signs=True)
+    exe(x, y)
+    assert [len(p) for p in _pieces_of(exe)] == [3], exe.source
+    np.testing.assert_array_equal(_bits(exe(x, y)[1]), _bits(got[1]))
+
+
+def test_broadcast_rows_are_cut_between_rows(three_cpus):
+    # With a fused broadcast of leading dimensions the loop runs over rows, and the pieces are whole rows.
+    x = RNG.standard_normal((2053, 257)).astype(F32)
+
+    def fn(x):
+        return jnp.exp(x - lax.broadcast_in_dim(jnp.max(x, axis=-1), x.shape, (0,)))
+
+    _check(fn, x)
+    exe = lowering.compile(import_jax(fn, x), fusion="always")
+    exe(x)
+    (pieces,) = _pieces_of(exe)
+    assert len(pieces) == 3 and pieces[0][0] == 0 and pieces[-1][1] == 2053  # rows, not elements
+
+
+def test_small_loops_run_whole(three_cpus):
+    x = RNG.standard_normal(1000).astype(F32)
+    exe = lowering.compile(import_jax(lambda v: jnp.tanh(v * F32(2)) + v, x), fusion="always")
+    exe(x)
+    assert _pieces_of(exe) == [[(0, 1000)]]

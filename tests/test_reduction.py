@@ -143,6 +143,20 @@ def test_max_min_nan_and_signed_zero(dtype):
         np.testing.assert_array_equal(np.signbit(actual.astype(np.float32)), np.signbit(expected.astype(np.float32)))
 
 
+@pytest.mark.parametrize("dims", [(0,), (1,), (2,), (0, 2), (1, 2), (0, 1, 2)])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_signed_zero_results_along_any_axes(rng, op, dims):
+    # Mostly zeros of both signs, some +-1 and NaN: many zero results, each signed by its own elements only.
+    x = rng.choice(np.array([-0.0, 0.0, -0.0, 0.0, -1.0, 1.0, np.nan], np.float32), (4, 5, 6))
+    for init in (identity(op, np.float32), np.float32(0.0), np.float32(-0.0)):
+        (actual,) = execute(build_reduce(np.float32, x.shape, op, init, dims), x)
+        expected = jax_reduce(x, init, op, dims)
+        assert actual.shape == expected.shape
+        np.testing.assert_array_equal(actual, expected)
+        number = ~np.isnan(expected)  # the sign of a NaN result is not compared (XLA's min gives -NaN)
+        np.testing.assert_array_equal(np.signbit(actual[number]), np.signbit(expected[number]))
+
+
 def test_integer_sum_wraps_like_xla(rng):
     x = np.full((1000,), 2**30, np.int32)
     (r,) = execute(build_reduce(np.int32, x.shape, "add", np.int32(0), (0,)), x)

@@ -998,3 +998,18 @@ def test_zero_stride_with_same_padding_is_a_builder_error():
         b.conv(x, k, (0, 0), "SAME")
     with pytest.raises(BuilderError, match="strides must be positive"):
         b.reduce_window(x, b.constant(np.float32(0)), lambda p, q: p + q, (1, 2, 2, 1), (1, 0, 1, 1), "SAME")
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_pooling_signed_zeros(rng, op, padding):
+    """A max-pool of a ReLU's output (mostly zeros of both signs): each zero result is signed by its own window."""
+    x = rng.choice(np.array([-0.0, 0.0, -0.0, -1.0, 1.0, np.nan], np.float32), (2, 9, 9, 3))
+    init = rw_init(op, np.float32)
+    window = ((1, 2, 2, 1), (1, 2, 2, 1), padding)
+    actual = run_builder(lambda b, p: b.reduce_window(p, b.constant(init), rw_method(op), window[0], window[1],
+                                                      make_padding(padding, x.shape, window[0], window[1])), x)
+    expected = np.asarray(jax.jit(jax_rw(init, lax.max if op == "max" else lax.min, *window))(x))
+    np.testing.assert_array_equal(actual, expected)
+    number = ~np.isnan(expected)  # the sign of a NaN result is not compared (XLA's min gives -NaN)
+    np.testing.assert_array_equal(np.signbit(actual[number]), np.signbit(expected[number]))

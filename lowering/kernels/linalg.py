@@ -118,12 +118,12 @@ def _complex_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int):
+def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int, batch: int = 1):
     """The ``(batch, m, k) x (batch, k, n)`` matmul of ``arith`` operands: XLA's complex order, else BLAS
-    run with the program's BLAS thread count (:mod:`lowering.blas`)."""
+    run with the program's BLAS thread policy (:mod:`lowering.blas`)."""
     if np.dtype(arith).kind == "c":
         return _complex_matmul
-    return ctx.blas_matmul(arith, m, k, n)
+    return ctx.blas_matmul(arith, m, k, n, batch)
 
 
 @register(DotOp, DotGeneralOp)
@@ -168,7 +168,7 @@ def _dot(op, ctx):
     round_compute = arith != compute_dtype
     convert_result = compute_dtype != result_dtype
 
-    matmul = matmul_kernel(ctx, arith, m, k, n)
+    matmul = matmul_kernel(ctx, arith, m, k, n, batch)
 
     def dot(a, b):
         c = matmul(prepare(a, lperm, l3), prepare(b, rperm, r3)).reshape(out_shape)

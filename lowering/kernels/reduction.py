@@ -79,15 +79,28 @@ def _signed_zeros(ufunc, axes):
     init value) is +0; a zero minimum is -0 iff some is -0.
     """
     want_negative = ufunc is np.minimum
+    axes = tuple(axes)
 
     def fix(result, x, init):
-        zero = result == 0
+        result = np.asarray(result)
+        # NumPy's maximum/minimum return one of their operands, so a zero result of the sign XLA prefers (+0 for
+        # max, -0 for min) had such a zero among its elements and is right; only zeros of the other sign are
+        # checked, against their own elements (a max-pool of a ReLU's +0s has none).
+        zero = (result == 0) & (np.signbit(result) != want_negative)
         if not zero.any():
             return result
-        hit = np.logical_or.reduce((x == 0) & (np.signbit(x) == want_negative), axis=axes)
-        hit |= (init == 0) & (np.signbit(init) == want_negative)
-        signed = np.where(hit == want_negative, -np.abs(result), np.abs(result))
-        return np.where(zero, signed, result).astype(result.dtype, copy=False)
+        # The reduced axes moved last, the suspect outputs' rows picked out.
+        kept = [d for d in range(x.ndim) if d not in axes]
+        if kept + list(axes) != list(range(x.ndim)):
+            x = np.transpose(x, kept + list(axes))
+        rows = x[zero]
+        rows = rows.reshape(rows.shape[0], -1)
+        hit = np.logical_or.reduce((rows == 0) & (np.signbit(rows) == want_negative), axis=1)
+        hit |= bool((init == 0) & (np.signbit(init) == want_negative))
+        magnitude = np.abs(result[zero])
+        fixed = result.copy()
+        fixed[zero] = np.where(hit == want_negative, -magnitude, magnitude)
+        return fixed
 
     return fix
 

@@ -171,7 +171,7 @@ def _convolution(op, ctx):
 
     m = batch * math.prod(out_spatial)
     k = kernel_in * math.prod(kernel)
-    matmul = matmul_kernel(ctx, arith, m, k, group_out)
+    matmul = matmul_kernel(ctx, arith, m, k, group_out, groups)
     # With the features minor in the input (NHWC-style), the columns take them innermost (K ordered
     # (*kernel, C)), so that building them copies contiguous runs of C values; otherwise (NCHW-style) K is
     # ordered (C, *kernel), whose innermost kernel axis runs along contiguous rows.
