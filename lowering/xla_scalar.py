@@ -131,12 +131,12 @@ def logistic_f32(x):
 
 @_njit
 def tanh_f32(x):
-    """XLA CPU's f32 tanh: Eigen's ptanh_float of x clamped to +-7.9053111; x for |x| < 4e-4, +-1 from 20."""
+    """XLA CPU's f32 tanh: Eigen's ptanh_float of x clamped to +-7.9053111; x for |x| < 4e-4, +-1 from 20.
+
+    Written without early returns (the polynomial is always computed, the special ranges selected at the
+    end), as Eigen's packet code does: LLVM then vectorizes loops calling it as straight-line selects
+    (a numba loop of 4M tanh on this 2-core VM: 1.70 -> 1.40-1.46 ms, same bits)."""
     ax = abs(x)
-    if ax < f32(4e-4):
-        return x
-    if ax >= f32(20):
-        return f32(np.copysign(f32(1), x))
     xc = x
     if xc < -TANH_CLAMP:
         xc = -TANH_CLAMP
@@ -152,7 +152,12 @@ def tanh_f32(x):
     q = fma(TANH_Q0, x2, TANH_Q1)
     q = fma(q, x2, TANH_Q2)
     q = fma(q, x2, TANH_Q3)
-    return (xc * p) / q
+    r = (xc * p) / q
+    if ax >= f32(20):
+        r = f32(np.copysign(f32(1), x))
+    if ax < f32(4e-4):
+        r = x
+    return r
 
 
 @_njit
