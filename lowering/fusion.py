@@ -208,28 +208,35 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     body = writer.lines[body_start:]
     writer.lines = writer.lines[:body_start]
     outputs = [f"g{j}" for j in range(len(group.outputs))]
-    lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):"]
-    for k in arrays:
-        lines.append(f"    f{k} = a{k}.ravel()")
     splits = {n for _, n in reads.values()}
     if len(splits) > 1:
         raise _Ineligible("broadcasts split the loop in different places")
+    inner = next(iter(splits)) if splits else 1
+    lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):"]
+    # Each array is cut to the piece's rows and the loops count from 0: the indices are then provably
+    # non-negative, so numba's negative-index wraparound folds away and LLVM loads whole vectors (with
+    # `range(start, stop)` it gathered element by element: a 4M-element tanh loop 3.2 -> 1.3 ms).
+    for k in arrays:
+        if k in reads:
+            lines.append(f"    f{k} = a{k}.ravel()[start:stop]")
+        else:
+            lines.append(f"    f{k} = a{k}.ravel()[start * {inner}:stop * {inner}]")
+    for j in range(len(outputs)):
+        lines.append(f"    h{j} = g{j}[start * {inner}:stop * {inner}]")
     if splits:
         # Two loops, outer x inner = the elements: an operand of the leading dimensions is read with the
         # outer index (no division per element, and the inner loop stays vectorizable).
-        (inner,) = splits
-        lines.append("    for o in range(start, stop):")
+        lines.append("    for o in range(stop - start):")
         lines.append(f"      for j in range({inner}):")
         lines.append(f"        i = o * {inner} + j")
     else:
-        inner = 1
-        lines.append("    for i in range(start, stop):")
+        lines.append("    for i in range(stop - start):")
     for k in arrays:
         index = "o" if k in reads else "i"
         lines.append(f"        x{k} = f{k}[{index}]")
     lines.extend(body)
     for j, r in enumerate(group.outputs):
-        lines.append(f"        g{j}[i] = {writer.name(r)}")
+        lines.append(f"        h{j}[i] = {writer.name(r)}")
     return "\n".join(lines) + "\n", writer.constants, inner
 
 

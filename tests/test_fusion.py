@@ -187,3 +187,24 @@ def test_small_loops_run_whole(three_cpus):
     exe = lowering.compile(import_jax(lambda v: jnp.tanh(v * F32(2)) + v, x), fusion="always")
     exe(x)
     assert _pieces_of(exe) == [[(0, 1000)]]
+
+
+@pytest.mark.parametrize("form", ["flat", "rows"])
+def test_fused_loops_read_whole_vectors(form):
+    # The kernels index from 0 within their piece, so numba's negative-index wraparound folds away and
+    # LLVM's vectorizer loads contiguous vectors; with `range(start, stop)` it emitted a masked gather per
+    # vector (2.4x slower on a tanh loop). The IR is target independent: no gather on any CPU.
+    x = RNG.standard_normal((64, 256)).astype(F32)
+    if form == "flat":
+        def fn(x):
+            return jnp.tanh(x * F32(1.5) + F32(0.25)) + x
+    else:
+        def fn(x):
+            return jnp.exp(x - lax.broadcast_in_dim(jnp.max(x, axis=-1), x.shape, (0,)))
+    exe = lowering.compile(import_jax(fn, x), fusion="always")
+    exe(x)
+    (runner,) = [r for name, r in exe._fn.__globals__.items() if name.startswith("fz") and isinstance(r, fusion.FusedGroup)]
+    (signature,) = runner.kernel.signatures
+    ir = runner.kernel.inspect_llvm(signature)
+    assert "x float>" in ir, "the loop was not vectorized"
+    assert "masked.gather" not in ir
