@@ -14,7 +14,8 @@ have one shape (not 0-d) among add, subtract, multiply, divide (floats),
 maximum, minimum, negate, abs, and/or/xor/not, compare, select, convert,
 shifts, sine, cosine, tan, f32 exp, log, tanh and logistic (XLA's own
 approximations, :mod:`lowering.xla_scalar`), the executor's FMA, and
-``broadcast_in_dim`` of a scalar; other ops in between are allowed when they use no group value (e.g.
+``broadcast_in_dim`` of a scalar (or of leading dimensions, read once per row), splat constants (read as
+their scalar); other ops in between are allowed when they use no group value (e.g.
 the scalar constants jax interleaves). Operands from outside are arrays of
 the group's shape or scalars. At least :data:`MIN_GROUP` ops.
 
@@ -97,11 +98,14 @@ def _block_ancestor(op: Operation, block: Block) -> Operation | None:
 
 
 def _fusible(op: Operation, shape) -> bool:
-    if op.name not in FUSIBLE_OPS or op.regions or len(op.results) != 1:
+    is_splat = op.name == "hlo.constant" and op.splat_value() is not None
+    if not (op.name in FUSIBLE_OPS or is_splat) or op.regions or len(op.results) != 1:
         return False
     result_shape = _shape(op.results[0])
     if not result_shape or (shape is not None and result_shape != shape):
         return False
+    if is_splat:  # a broadcast scalar folded into an array (canonicalize-broadcasts): read as the scalar
+        return True
     if op.name == "hlo.broadcast_in_dim":
         return _broadcast_read(op) is not None
     return all(_shape(v) in (result_shape, ()) for v in op.operands)
@@ -150,8 +154,11 @@ def plan(block: Block) -> list[Group]:
             last = index
             continue
         uses_group = any(v in produced for inner in op.walk() for v in inner.operands)
-        if members and not uses_group and not op.regions and op is not block.last_op:
+        if (members and not uses_group and not op.regions and op is not block.last_op
+                and not (len(members) < MIN_GROUP and _fusible(op, None))):
             continue  # independent of the group: stays where it is, before the group's call
+        # (An op that could start a group replaces a current one too small to keep, e.g. a lone maximum
+        # or an unused keepdims broadcast ahead of a softmax's subtract and exp.)
         close()
         shape = None
         if _fusible(op, None):
@@ -175,6 +182,14 @@ class _FusionWriter(_LoopWriter):
 
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         self.emit(indent, f"{out} = {self.name(op.operands[0])}")
+
+    def op_constant(self, op, out, dtype, shape, indent):
+        splat = op.splat_value()
+        if splat is None:
+            raise _Ineligible("a constant that is not a splat")
+        const = self.fresh("k")
+        self.constants[const] = np.dtype(dtype).type(splat.item())
+        self.emit(indent, f"{out} = {const}")
 
 
 def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict, int]:

@@ -125,12 +125,15 @@ def _needs_expansion(op: Operation) -> bool:
 
 
 def needs_canonicalization(module: Operation) -> bool:
-    """Whether some op of ``module`` uses implicit broadcasting or ``hlo.broadcast``."""
+    """Whether some op of ``module`` uses implicit broadcasting or ``hlo.broadcast``, or is a broadcast of a
+    broadcast (jax's keepdims statistics broadcast back: composed, the executor's fusion reads them per row)."""
     for op in module.walk():
         if isinstance(op, (ew.BinaryElementwiseOp, ew.CompareOp, ew.SelectOp, ew.ClampOp)):
             if isinstance(op.results[0].type, TensorType) and _needs_expansion(op):
                 return True
         elif isinstance(op, dm.BroadcastOp):
+            return True
+        elif isinstance(op, dm.BroadcastInDimOp) and isinstance(op.operands[0].owner, dm.BroadcastInDimOp):
             return True
     return False
 

@@ -415,15 +415,8 @@ def constant_array(value: SSAValue) -> np.ndarray | None:
 
 def splat_scalar(value: SSAValue) -> np.ndarray | None:
     """The 0-d array every element of a constant ``value`` equals bit for bit, else None."""
-    array = constant_array(value)
-    if array is None or array.size == 0:
-        return None
-    flat = array.reshape(-1)
-    if array.size > 1:
-        raw = np.ascontiguousarray(flat).view(np.uint8).reshape(array.size, -1)
-        if not (raw == raw[:1]).all():
-            return None
-    return flat[0:1].reshape(())
+    owner = value.owner
+    return owner.splat_value() if isinstance(owner, ConstantOp) else None
 
 
 def constant_properties(array: np.ndarray, result_type: TensorType) -> dict:

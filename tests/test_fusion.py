@@ -190,10 +190,11 @@ def test_small_loops_run_whole(three_cpus):
 
 
 @pytest.mark.parametrize("form", ["flat", "rows"])
-def test_fused_loops_read_whole_vectors(form):
+def test_fused_loops_read_whole_vectors(form, monkeypatch, tmp_path):
     # The kernels index from 0 within their piece, so numba's negative-index wraparound folds away and
     # LLVM's vectorizer loads contiguous vectors; with `range(start, stop)` it emitted a masked gather per
     # vector (2.4x slower on a tanh loop). The IR is target independent: no gather on any CPU.
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))  # compiled here: numba's cache keeps no IR
     x = RNG.standard_normal((64, 256)).astype(F32)
     if form == "flat":
         def fn(x):
@@ -208,3 +209,34 @@ def test_fused_loops_read_whole_vectors(form):
     ir = runner.kernel.inspect_llvm(signature)
     assert "x float>" in ir, "the loop was not vectorized"
     assert "masked.gather" not in ir
+
+
+def test_splat_constants_are_read_as_scalars():
+    # canonicalize-broadcasts folds a broadcast scalar of up to 65,536 elements into a splat constant;
+    # the fused loop reads its scalar (a relu is one fused maximum, not NumPy's three-pass maximum).
+    x = np.concatenate([_mixed(F32, 490), np.zeros(2, F32), -np.zeros(2, F32)]).reshape(4, 3, 42)
+
+    def fn(x):
+        return jax.nn.relu(x), jnp.minimum(x, F32(0.5)) * x
+
+    got = _check(fn, x, groups=1)
+    source = lowering.compile(import_jax(fn, x), fusion="always").source
+    assert "# fused: constant, maximum" in source, source
+    for g, w in zip(got, jax.jit(fn)(x)):
+        np.testing.assert_array_equal(_bits(g), _bits(np.asarray(w)))
+
+
+def test_softmax_exponential_fused_after_an_unused_keepdims_broadcast():
+    # jax's softmax leaves an unused keepdims broadcast of the row max after canonicalize-broadcasts: it
+    # must not stop the subtract and exp from forming a group (a lone op gives way to the next group).
+    x = RNG.standard_normal((4, 8, 64)).astype(F32)
+
+    def fn(x):
+        return jax.nn.softmax(x, axis=-1)
+
+    _check(fn, x)
+    source = lowering.compile(import_jax(fn, x), fusion="always").source
+    assert "# fused: broadcast_in_dim, subtract, exponential" in source, source
+    # (The row sums are NumPy's pairwise order, not XLA's: a few ulps apart, as documented in the reduction
+    # kernels; the fused and unfused results above are the same bits.)
+    np.testing.assert_allclose(lowering.compile(import_jax(fn, x))(x)[0], np.asarray(jax.jit(fn)(x)), rtol=5e-7)

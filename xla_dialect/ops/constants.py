@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from xdsl.dialects.builtin import IntegerAttr, TensorType
 from xdsl.traits import Pure
 from xdsl.irdl import irdl_op_definition, prop_def, result_def, traits_def
@@ -21,6 +23,18 @@ class ConstantOp(HloOp):
     output = result_def()
 
     assembly_format = "attr-dict $value `:` type($output)"
+
+    def splat_value(self):
+        """The 0-d array every element equals bit for bit (a broadcast scalar), or None (also when empty)."""
+        array = self.value.array
+        if array.size == 0:
+            return None
+        flat = array.reshape(-1)
+        if array.size > 1:
+            raw = np.ascontiguousarray(flat).view(np.uint8).reshape(array.size, -1)
+            if not (raw[-1] == raw[0]).all() or not (raw == raw[:1]).all():  # (the last first: a cheap no)
+                return None
+        return flat[0:1].reshape(())
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):
