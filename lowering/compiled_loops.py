@@ -156,40 +156,39 @@ class _LoopWriter:
         raise _Ineligible("a block without a return")
 
     def fused_group(self, group, indent: str) -> None:
-        """One element loop computing ``group``'s ops in scalars (see :meth:`block`)."""
-        from .fusion import _FusionWriter
+        """One element loop computing ``group``'s ops in scalars (see :meth:`block`), read as a fused kernel
+        reads its inputs (:func:`lowering.fusion.element_loop`: broadcast operands per row or per column)."""
+        from .fusion import _FusionWriter, element_loop, input_reads
 
         scalar = _FusionWriter(self.functions, self.dtype_of, self.flush)
         scalar.constants, scalar.counter = self.constants, self.counter
+        reads, inner = input_reads(group, self.info)
         i = self.fresh("i")
         loads = []
-        for v in group.inputs:
+        for k, v in enumerate(group.inputs):
             if self.info(v)[1]:
                 flat = self.fresh("f")
                 self.emit(indent, f"{flat} = {self.name(v)}.ravel()")
                 scalar.names[v] = flat + "_e"
-                loads.append((flat + "_e", f"{flat}[{i}]"))
+                loads.append((flat + "_e", flat, reads.get(k, "element")))
             else:
                 scalar.names[v] = self.name(v)
-        outputs = []
+        stores = []
         for r in group.outputs:
             out, flat = self.fresh(), self.fresh("g")
             self.emit(indent, f"{out} = np.empty({group.shape!r}, {_NUMBA_TYPE_NAMES[self.info(r)[0]]})")
             self.emit(indent, f"{flat} = {out}.ravel()")
             self.names[r] = out
-            outputs.append((r, flat))
-        self.emit(indent, f"for {i} in range({int(np.prod(group.shape))}):")
-        inner = indent + "    "
-        for name, load in loads:
-            self.emit(inner, f"{name} = {load}")
+            stores.append((r, flat))
         scalar.counter = self.counter
         start = len(scalar.lines)
         for op in group.members:
-            scalar.op(op, inner)
-        self.lines.extend(scalar.lines[start:])
+            scalar.op(op, indent + "    ")
+        body = scalar.lines[start:]
         self.counter = scalar.counter
-        for r, flat in outputs:
-            self.emit(inner, f"{flat}[{i}] = {scalar.name(r)}")
+        rows = int(np.prod(group.shape)) // inner
+        self.lines.extend(element_loop(loads, [(flat, scalar.name(r)) for r, flat in stores], body, str(rows),
+                                       inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
         if op.regions and op.name != "hlo.reduce":

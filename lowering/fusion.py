@@ -112,22 +112,64 @@ def _fusible(op: Operation, shape) -> bool:
 
 
 def _broadcast_read(op: Operation) -> tuple[str, int] | None:
-    """How a fused loop reads the operand of ``broadcast_in_dim`` op: ``("scalar", 0)``, or ``("outer", n)`` when
-    the operand is the leading result dimensions (one element per ``n`` consecutive results: a softmax's or a
-    layer norm's row statistics); None for other broadcasts (left to their own kernel)."""
+    """How a fused loop reads the operand of ``broadcast_in_dim`` op, with the loop seen as rows of ``n``
+    elements: ``("scalar", 0)``; ``("outer", n)`` when the operand is the leading result dimensions (one
+    element per row: a softmax's or a layer norm's row statistics); ``("inner", n)`` when it is the trailing
+    ones (the same ``n`` elements for every row: a bias); None for other broadcasts (left to their kernel)."""
     from xla_dialect.ops.base import ints
 
     operand, result = _shape(op.operands[0]), _shape(op.results[0])
     if operand == ():
         return ("scalar", 0)
     dims = tuple(ints(op.properties.get("broadcast_dimensions")))
-    k = len(operand)
+    k, rank = len(operand), len(result)
     if dims == tuple(range(k)) and operand == result[:k]:
         return ("outer", int(np.prod(result[k:], dtype=np.int64)))
-    # (Operands of the trailing dimensions, e.g. a bias, and operands with size-1 dimensions to expand
-    # (keepdims statistics) are left to their kernel: fusing them made the GPT-2 block 1.3-1.6x slower here,
-    # for reasons not yet found.)
+    if dims == tuple(range(rank - k, rank)) and operand == result[rank - k:]:
+        return ("inner", int(np.prod(operand, dtype=np.int64)))
+    # (Operands with size-1 dimensions to expand, e.g. keepdims statistics that canonicalize-broadcasts did
+    # not compose, and transposing broadcasts are left to their kernel.)
     return None
+
+
+def input_reads(group: "Group", info) -> tuple[dict[int, str], int]:
+    """How a fused loop reads each array input of ``group`` that is not of the group's shape (the operand of
+    fused broadcasts: ``"outer"`` or ``"inner"``, by input index), and the row length the loop runs over
+    (1 when every array input has the group's shape). ``info(value)`` gives ``(dtype, shape)``."""
+    reads, splits = {}, set()
+    for k, v in enumerate(group.inputs):
+        shape = info(v)[1]
+        if shape and shape != group.shape:  # every use must read it the same way
+            users = [u.operation for u in v.uses if u.operation in group.members]
+            modes = {_broadcast_read(op) for op in users}
+            if any(op.name != "hlo.broadcast_in_dim" for op in users) or len(modes) != 1:
+                raise _Ineligible("an array input read in two ways")
+            ((reads[k], n),) = modes
+            splits.add(n)
+    if len(splits) > 1:
+        raise _Ineligible("broadcasts split the loop in different places")
+    return reads, next(iter(splits)) if splits else 1
+
+
+def element_loop(loads: list[tuple[str, str, str]], stores: list[tuple[str, str]], body: list[str], rows: str,
+                 inner: int, indent: str, i: str = "i") -> list[str]:
+    """The lines of a fused group's element loop over ``rows`` rows of ``inner`` elements: ``loads`` are
+    ``(scalar, flat array, read)`` with read "outer", "inner" or "element", ``body`` the ops' statements
+    (written at ``indent`` plus 4 spaces), ``stores`` ``(flat output, scalar)``. The indices count from 0,
+    so numba's negative-index wraparound folds away and LLVM loads whole vectors (counting from a start
+    index it gathered element by element: a 4M-element tanh loop 3.2 -> 1.3 ms)."""
+    if inner > 1 or any(read != "element" for _, _, read in loads):
+        # Two loops, outer x inner = the elements: a row operand is read with the outer index, a bias with
+        # the inner one (no division per element, and the inner loop stays vectorizable).
+        lines = [f"{indent}for o in range({rows}):", f"{indent}  for j in range({inner}):",
+                 f"{indent}    {i} = o * {inner} + j"]
+    else:
+        lines = [f"{indent}for {i} in range({rows}):"]
+    index = {"outer": "o", "inner": "j", "element": i}
+    lines += [f"{indent}    {name} = {flat}[{index[read]}]" for name, flat, read in loads]
+    lines += body
+    lines += [f"{indent}    {flat}[{i}] = {value}" for flat, value in stores]
+    return lines
 
 
 def plan(block: Block) -> list[Group]:
@@ -154,11 +196,8 @@ def plan(block: Block) -> list[Group]:
             last = index
             continue
         uses_group = any(v in produced for inner in op.walk() for v in inner.operands)
-        if (members and not uses_group and not op.regions and op is not block.last_op
-                and not (len(members) < MIN_GROUP and _fusible(op, None))):
+        if members and not uses_group and not op.regions and op is not block.last_op:
             continue  # independent of the group: stays where it is, before the group's call
-        # (An op that could start a group replaces a current one too small to keep, e.g. a lone maximum
-        # or an unused keepdims broadcast ahead of a softmax's subtract and exp.)
         close()
         shape = None
         if _fusible(op, None):
@@ -198,60 +237,32 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     The kernel is ``fused(*constants, *inputs, *outputs, start, stop)``: it
     fills the flat, C-ordered ``outputs`` (allocated by the caller) for rows
     ``start`` to ``stop`` of the elements seen as rows of the returned length
-    (1, or the trailing elements a fused broadcast of leading dimensions
-    repeats), so that pieces of rows can run on several CPUs at once
-    (``flush``: the executor's denormal mode is "flush")."""
+    (1, or the trailing elements fused broadcasts repeat), so that pieces of
+    rows can run on several CPUs at once (``flush``: the executor's denormal
+    mode is "flush")."""
     writer = _FusionWriter({}, dtype_of, flush)
-    args = []
-    arrays = []  # indices of the array inputs (read element by element); scalars are read as they are
-    reads = {}  # input index -> ("outer", n): the operand of fused broadcasts
+    reads, inner = input_reads(group, writer.info)
+    args, loads, cuts = [], [], []
     for k, v in enumerate(group.inputs):
-        dtype, shape = writer.info(v)
-        args.append(f"a{k}" if shape else f"x{k}")
-        if shape:
-            arrays.append(k)
-            if shape != group.shape:  # the operand of fused broadcasts: every use must read it the same way
-                users = [u.operation for u in v.uses if u.operation in group.members]
-                modes = {_broadcast_read(op) for op in users}
-                if any(op.name != "hlo.broadcast_in_dim" for op in users) or len(modes) != 1:
-                    raise _Ineligible("an array input read in two ways")
-                (reads[k],) = modes
+        if writer.info(v)[1]:
+            args.append(f"a{k}")
+            read = reads.get(k, "element")
+            # Each array is cut to the piece's rows (a bias is read whole, by every row).
+            cut = {"outer": "[start:stop]", "inner": "", "element": f"[start * {inner}:stop * {inner}]"}[read]
+            cuts.append(f"    f{k} = a{k}.ravel(){cut}")
+            loads.append((f"x{k}", f"f{k}", read))
+        else:
+            args.append(f"x{k}")  # scalars are read as they are
         writer.names[v] = f"x{k}"
     body_start = len(writer.lines)
     for op in group.members:
         writer.op(op, "        ")
     body = writer.lines[body_start:]
-    writer.lines = writer.lines[:body_start]
     outputs = [f"g{j}" for j in range(len(group.outputs))]
-    splits = {n for _, n in reads.values()}
-    if len(splits) > 1:
-        raise _Ineligible("broadcasts split the loop in different places")
-    inner = next(iter(splits)) if splits else 1
-    lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):"]
-    # Each array is cut to the piece's rows and the loops count from 0: the indices are then provably
-    # non-negative, so numba's negative-index wraparound folds away and LLVM loads whole vectors (with
-    # `range(start, stop)` it gathered element by element: a 4M-element tanh loop 3.2 -> 1.3 ms).
-    for k in arrays:
-        if k in reads:
-            lines.append(f"    f{k} = a{k}.ravel()[start:stop]")
-        else:
-            lines.append(f"    f{k} = a{k}.ravel()[start * {inner}:stop * {inner}]")
-    for j in range(len(outputs)):
-        lines.append(f"    h{j} = g{j}[start * {inner}:stop * {inner}]")
-    if splits:
-        # Two loops, outer x inner = the elements: an operand of the leading dimensions is read with the
-        # outer index (no division per element, and the inner loop stays vectorizable).
-        lines.append("    for o in range(stop - start):")
-        lines.append(f"      for j in range({inner}):")
-        lines.append(f"        i = o * {inner} + j")
-    else:
-        lines.append("    for i in range(stop - start):")
-    for k in arrays:
-        index = "o" if k in reads else "i"
-        lines.append(f"        x{k} = f{k}[{index}]")
-    lines.extend(body)
-    for j, r in enumerate(group.outputs):
-        lines.append(f"        h{j}[i] = {writer.name(r)}")
+    lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):", *cuts]
+    lines += [f"    h{j} = g{j}[start * {inner}:stop * {inner}]" for j in range(len(outputs))]
+    stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs)]
+    lines += element_loop(loads, stores, body, "stop - start", inner, "    ")
     return "\n".join(lines) + "\n", writer.constants, inner
 
 

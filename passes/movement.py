@@ -120,6 +120,8 @@ class ComposeBroadcasts(RewritePattern):
         dims = [d2[d] for d in d1]
         rewriter.replace(op, create(dm.BroadcastInDimOp, [inner.operand], {"broadcast_dimensions": i64s(dims)},
                                     [op.result.type]))
+        if inner.results[0].first_use is None:
+            rewriter.erase(inner)  # (jax's keepdims broadcast, now unused: it would split a fusion group)
 
 
 IDENTITY_PATTERNS = (DropIdentityTranspose, DropSameShapeOp)

@@ -182,3 +182,24 @@ def test_generated_module_is_cached(tmp_path, monkeypatch):
 
     _assert_same(fn, F32(0))
     assert list((tmp_path / "loops").glob("loop_*.py"))
+
+
+def test_fused_broadcasts_of_rows_and_columns():
+    # A fused group in a loop body reads a broadcast row operand once per row and a bias once per column
+    # (it once read both element by element, past their end).
+    x = RNG.standard_normal((5, 24)).astype(F32)
+    v = RNG.standard_normal(5).astype(F32)
+    b = RNG.standard_normal(24).astype(F32)
+
+    def fn(x, v, b):
+        def body(i, carry):
+            x, v = carry
+            rows = lax.broadcast_in_dim(v, x.shape, (0,))
+            bias = lax.broadcast_in_dim(b, x.shape, (1,))
+            return jnp.tanh(x * rows + bias) + x * F32(0.5), v * F32(0.99)
+
+        return lax.fori_loop(0, 40, body, (x, v))
+
+    compiled = _assert_same(fn, x, v, b)
+    for c, w in zip(compiled, _leaves(jax.jit(fn)(x, v, b))):
+        np.testing.assert_array_equal(_bits(c), _bits(np.asarray(w)))

@@ -240,3 +240,22 @@ def test_softmax_exponential_fused_after_an_unused_keepdims_broadcast():
     # (The row sums are NumPy's pairwise order, not XLA's: a few ulps apart, as documented in the reduction
     # kernels; the fused and unfused results above are the same bits.)
     np.testing.assert_allclose(lowering.compile(import_jax(fn, x))(x)[0], np.asarray(jax.jit(fn)(x)), rtol=5e-7)
+
+
+def test_bias_broadcast_read_per_column(three_cpus):
+    # A bias (the trailing dimensions) is read with the inner index, the row statistics with the outer one,
+    # in one group; pieces cut whole rows and read the whole bias.
+    x = RNG.standard_normal((2053, 257)).astype(F32)
+    bias = RNG.standard_normal(257).astype(F32)
+
+    def fn(x, b):
+        m = lax.broadcast_in_dim(jnp.max(x, axis=-1), x.shape, (0,))
+        return jnp.tanh(x - m + lax.broadcast_in_dim(b, x.shape, (1,))) * F32(1.5)
+
+    got = _check(fn, x, bias)
+    exe = lowering.compile(import_jax(fn, x, bias), fusion="always")
+    assert "# fused: broadcast_in_dim, subtract, broadcast_in_dim, add, tanh" in exe.source, exe.source
+    exe(x, bias)
+    assert len(_pieces_of(exe)[0]) == 3
+    # (Not bit-compared with jax.jit: XLA's simplifier may reassociate the two adds of broadcasts.)
+    np.testing.assert_allclose(got[0], np.asarray(jax.jit(fn)(x, bias)), rtol=1e-5, atol=1e-6)
