@@ -616,6 +616,27 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime 
                   "@numba.njit(cache={cache}, error_model='numpy', nogil=True)\n")
 
 
+_RUNTIME_DIGEST: list[str] = []
+
+
+def _runtime_digest() -> str:
+    """A digest of the modules generated code calls into (:mod:`lowering.loop_runtime`,
+    :mod:`lowering.xla_scalar`), part of every generated module's text: numba's on-disk cache checks only
+    the cached function's own file, so a changed helper must change the file name (else a cached loop
+    would keep running the old helper's machine code)."""
+    if not _RUNTIME_DIGEST:
+        import hashlib
+        import os
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha256()
+        for name in ("loop_runtime.py", "xla_scalar.py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(f.read())
+        _RUNTIME_DIGEST.append(h.hexdigest()[:16])
+    return _RUNTIME_DIGEST[0]
+
+
 def _load(source: str, function: str = "loop"):
     """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
     numba caches its machine code) or, without one, from memory."""
@@ -627,7 +648,8 @@ def _load(source: str, function: str = "loop"):
     from .loop_runtime import HELPER_NAMES
 
     directory = cache_directory()
-    text = _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None) + source
+    text = (f"# runtime {_runtime_digest()}\n"
+            + _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None) + source)
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     if directory is None:
         namespace: dict = {}

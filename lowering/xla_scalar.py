@@ -5,8 +5,9 @@ in NumPy, emulating each fused multiply-add in f64 with midpoint checks
 (several passes over memory per operation). Here each is written once per
 element, operation by operation in the same order, with LLVM's ``fma``
 intrinsic: the instruction XLA's own LLVM code uses, so the rounding is the
-same by construction (and the NumPy versions are checked to agree on
-millions of inputs in ``tests/test_xla_scalar.py``). Explicit flushes
+same by construction (checked bit for bit against jax.jit on every f32 input
+by the slow ``tests/test_xla_math.py::test_f32_exhaustive``, and on samples,
+thresholds and special values in the default run). Explicit flushes
 (denormal results of exp and logistic, denormal inputs of log) are kept as the
 NumPy versions have them, so the results do not depend on the executor's
 denormal mode beyond what the hardware does in both.
@@ -110,12 +111,18 @@ def _scale(n):
 
 @_njit
 def exp_f32(x):
-    """XLA CPU's f32 exp; results below the normal range flush to 0."""
+    """XLA CPU's f32 exp; results below the normal range flush to 0.
+
+    ``y * 2**n`` in f32 is exact whenever it is normal: ``y`` lies in [0.7, 2.2) and the scale is a power of
+    two, so the only results below the normal range are n = -127 (a scale of +0) and n = -126 with y < 1,
+    selected as +0 (y is positive or NaN). Computed so, branch-free, LLVM vectorizes loops calling it (a
+    4M-element loop: 3.6 -> 1.5 ms on this 2-core VM); the same bits as the product formed in f64 and
+    flushed, for every f32 input (and XLA's: tests/test_xla_math.py::test_f32_exhaustive)."""
     y, n = _exp_parts(x)
-    product = np.float64(y) * np.float64(_scale(n))  # exact
-    if abs(product) < TINY:
-        return f32(np.copysign(0.0, product))
-    return f32(product)
+    result = y * _scale(n)
+    if n == f32(-126) and y < f32(1):
+        result = f32(0)
+    return result
 
 
 @_njit
@@ -163,13 +170,11 @@ def tanh_f32(x):
 @_njit
 def log_f32(x):
     """XLA CPU's f32 log: Eigen's plog_float. 0 and denormals give -inf, +inf gives +inf, negative numbers,
-    -inf and NaN the all-ones NaN."""
-    if abs(x) < TINY:
-        return f32(-np.inf)
-    if x == f32(np.inf):
-        return x
-    if not (x > f32(0)):
-        return NAN_ALL_ONES
+    -inf and NaN the all-ones NaN.
+
+    Branch-free (the special inputs selected after the polynomial, as Eigen's packet code does), so that
+    LLVM vectorizes loops calling it (a 4M-element loop: 2.55 -> 1.64 ms on this 2-core VM); the same bits
+    as with early returns, and as XLA's, for every f32 input (tests/test_xla_math.py::test_f32_exhaustive)."""
     bits = f32_bits(x)
     e = f32((bits >> np.int32(23)) - np.int32(127)) + f32(1)
     m = f32_from_bits(np.int32((bits & np.int32(-2139095041)) | np.int32(0x3F000000)))
@@ -184,7 +189,14 @@ def log_f32(x):
     y2 = fma(fma(xm, LOG_P6, LOG_P7), xm, LOG_P8)
     y = fma(fma(y, x3, y1), x3, y2)
     y = fma(y, x3, e * EXP_LN2_LO)
-    return fma(e, EXP_LN2_HI, fma(-x2, f32(0.5), xm) + y)
+    result = fma(e, EXP_LN2_HI, fma(-x2, f32(0.5), xm) + y)
+    if not (x > f32(0)):
+        result = NAN_ALL_ONES
+    if x == f32(np.inf):
+        result = x
+    if abs(x) < TINY:
+        result = f32(-np.inf)
+    return result
 
 
 SCALAR_FUNCTIONS = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "logistic": logistic_f32}

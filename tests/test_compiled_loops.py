@@ -184,6 +184,19 @@ def test_generated_module_is_cached(tmp_path, monkeypatch):
     assert list((tmp_path / "loops").glob("loop_*.py"))
 
 
+def test_cached_modules_follow_the_runtime_helpers(tmp_path, monkeypatch):
+    # numba's cache checks only a cached function's own file: a generated module names the digest of the
+    # helpers it calls (loop_runtime, xla_scalar), so changing them gives new files, not stale machine code.
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    source = "def loop(x):\n    return tanh_f32(x)\n"
+    compiled_loops._load(source)
+    (first,) = (tmp_path / "loops").glob("loop_*.py")
+    assert f"# runtime {compiled_loops._runtime_digest()}" in first.read_text()
+    monkeypatch.setattr(compiled_loops, "_RUNTIME_DIGEST", ["0123456789abcdef"])
+    compiled_loops._load(source)
+    assert len(list((tmp_path / "loops").glob("loop_*.py"))) == 2
+
+
 def test_fused_broadcasts_of_rows_and_columns():
     # A fused group in a loop body reads a broadcast row operand once per row and a bias once per column
     # (it once read both element by element, past their end).

@@ -19,6 +19,7 @@ import pytest
 from helpers import execute
 from test_elementwise import xla_ref
 
+import lowering
 from lowering.kernels import xla_math
 from xla_dialect.builder import XlaBuilder
 from xla_dialect.ops import elementwise as E
@@ -109,6 +110,20 @@ def test_f32_bit_exact_beyond_one_block():
     x = np.random.default_rng(7).standard_normal(2 * xla_math.BLOCK + 5).astype(np.float32) * 30
     with np.errstate(all="ignore"):
         _assert_same_bits(_run("exponential", x, "f32"), np.asarray(jax.jit(jnp.exp)(x)), x, "exp f32 blocks")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mnemonic", ["exponential", "log", "tanh", "logistic"])
+def test_f32_exhaustive(mnemonic):
+    # XLA's own f32 exp, log, tanh and logistic (lowering.xla_scalar, also what fused loops call) on every
+    # one of the 2**32 f32 bit patterns, 2**24 at a time (~10-20 s each).
+    chunk = 1 << 24
+    b = XlaBuilder("unary")
+    b._emit1(E.UNARY_OP_CLASSES[mnemonic], [b.parameter(0, f"f32[{chunk}]")])
+    exe = lowering.compile(b.build())
+    for start in range(0, 1 << 32, chunk):
+        x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        _assert_same_bits(exe(x)[0], _xla(mnemonic, x), x, f"{mnemonic} f32 from bit pattern {start:#x}")
 
 
 _SMALL_FLOATS = [name for name, et in ELEMENT_TYPES.items()
