@@ -267,7 +267,27 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
 
 
 PARALLEL_ELEMENTS = 1 << 18
-"""Fused loops over at least this many elements run in pieces on the CPUs at once (:mod:`lowering.workers`)."""
+"""Fused loops over fewer elements run whole, on the calling thread."""
+
+PARALLEL_MIN_NS = 500_000
+"""Fused loops whose estimated time on one CPU (:func:`estimated_ns`) is at least this many nanoseconds run in
+pieces on the CPUs at once (:mod:`lowering.workers`). Handing a piece to a worker costs ~0.1 ms on the 2-core
+VMs this was measured on (an idle vCPU is slow to wake): a 262,144-element bias add took 0.09 ms whole and
+0.17 ms in two pieces, a 4M-element gelu 3.4 ms whole and 1.8 ms in two."""
+
+_OP_NS = {"hlo.exponential": 0.5, "hlo.log": 0.4, "hlo.tanh": 0.3, "hlo.logistic": 1.0, "hlo.divide": 0.1,
+          "hlo.sine": 5.0, "hlo.cosine": 5.0, "hlo.tan": 6.0}
+"""Rough per-element cost (ns) of a fused op in a vectorized loop on one CPU; other ops cost 0.05 (the
+C library's sin, cos and tan are called one element at a time)."""
+
+
+def estimated_ns(group: Group, inner: int) -> float:
+    """A rough single-CPU time of ``group``'s fused loop: 0.3 ns per element for each array read or written
+    element by element (memory), plus :data:`_OP_NS` per op and element."""
+    size = float(np.prod(group.shape, dtype=np.int64))
+    streams = len(group.outputs) + sum(1 for v in group.inputs if _shape(v) == group.shape)
+    ops = sum(_OP_NS.get(op.name, 0.05) for op in group.members)
+    return size * (0.3 * streams + ops)
 
 
 class FusedGroup:
@@ -293,7 +313,8 @@ class FusedGroup:
             self.constants = list(constants.values())
             rows = size // inner
             # Rows for each CPU when the loop is large (each piece writes its own elements: same bits).
-            parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if size >= PARALLEL_ELEMENTS else 1
+            large = size >= PARALLEL_ELEMENTS and estimated_ns(group, inner) >= PARALLEL_MIN_NS
+            parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if large else 1
             self.pieces = even_bounds(rows, parts) if rows else [(0, 0)]
             self.worker_mode = worker_mode
         except _Ineligible:

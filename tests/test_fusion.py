@@ -259,3 +259,14 @@ def test_bias_broadcast_read_per_column(three_cpus):
     assert len(_pieces_of(exe)[0]) == 3
     # (Not bit-compared with jax.jit: XLA's simplifier may reassociate the two adds of broadcasts.)
     np.testing.assert_allclose(got[0], np.asarray(jax.jit(fn)(x, bias)), rtol=1e-5, atol=1e-6)
+
+
+def test_cheap_large_loops_run_whole(three_cpus):
+    # Handing a piece to a worker costs about as much as a few hundred thousand additions: a cheap loop
+    # of that size runs whole, one with transcendental work is cut.
+    x = RNG.standard_normal(2 * fusion.PARALLEL_ELEMENTS).astype(F32)
+    cheap = lowering.compile(import_jax(lambda v: v * F32(2) + v, x), fusion="always")
+    costly = lowering.compile(import_jax(lambda v: jnp.exp(jnp.tanh(v) * F32(2)) + v, x), fusion="always")
+    cheap(x), costly(x)
+    assert [len(p) for p in _pieces_of(cheap)] == [1]
+    assert [len(p) for p in _pieces_of(costly)] == [3]
