@@ -395,4 +395,32 @@ def _numpy_blas_controllers() -> list:
     return own or blas
 
 
+_GEMM_SYMBOLS = {np.dtype(np.float32): "scipy_cblas_sgemm64_", np.dtype(np.float64): "scipy_cblas_dgemm64_"}
+"""The ILP64 CBLAS gemm of the OpenBLAS NumPy's wheels ship (``scipy-openblas64``), by dtype."""
+
+_GEMM_ADDRESSES: dict = {}
+
+
+def numpy_gemm_address(dtype) -> int | None:
+    """The address of the CBLAS gemm NumPy's own matmul calls for ``dtype`` (f32, f64), for compiled loops to
+    make the same call; None when NumPy's BLAS is not the ILP64 OpenBLAS of its wheels (or ``dtype`` is
+    another type). Only that library is used: it is the one the executor's thread limit applies to, and
+    calling NumPy's own function with NumPy's arguments gives the same bits as ``np.matmul``."""
+    dtype = np.dtype(dtype)
+    if dtype not in _GEMM_ADDRESSES:
+        address = None
+        name = _GEMM_SYMBOLS.get(dtype)
+        if name is not None:
+            import ctypes
+
+            for controller in _SCOPE.controllers():
+                try:
+                    address = ctypes.cast(getattr(ctypes.CDLL(controller.filepath), name), ctypes.c_void_p).value
+                    break
+                except (OSError, AttributeError):
+                    continue
+        _GEMM_ADDRESSES[dtype] = address
+    return _GEMM_ADDRESSES[dtype]
+
+
 _SCOPE = _BlasScope()

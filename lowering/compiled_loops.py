@@ -124,6 +124,7 @@ class _LoopWriter:
         self.call_depth = 0
         # dynamic_update_slice ops that write their operand in place (see in_place_updates).
         self.in_place: set[Operation] = set()
+        self.single_thread_blas = False  # the executor's matmuls run on one BLAS thread (op_dot_general)
 
     # -- values ---------------------------------------------------------------
 
@@ -472,6 +473,43 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
         self.emit(indent, f"{out}[{index}] = {self.name(update)}")
 
+    def op_dot_general(self, op, out, dtype, shape, indent):
+        """A float matrix product as the executor's dot kernel computes it: the same CBLAS gemm call NumPy's
+        matmul makes (:func:`lowering.loop_runtime.cblas_gemm`), so the same bits. Only where that kernel
+        is one plain single-threaded call: f32/f64 operands of the result's type, no batch dimensions or
+        transposes, at least 2 rows and columns (NumPy uses gemv for vectors), and a product OpenBLAS runs on
+        one thread (the executor holds a one-thread limit, or the product is small) that is not split over
+        the CPUs (:mod:`lowering.blas`)."""
+        from .blas import SERIAL_MNK, SPLIT_MNK, numpy_gemm_address
+
+        lhs, rhs = op.operands
+        (ldt, lshape), (rdt, rshape) = self.info(lhs), self.info(rhs)
+        if not (ldt == rdt == dtype and dtype in (np.dtype(np.float32), np.dtype(np.float64))):
+            raise _Ineligible("a dot of other than f32 or f64 operands of the result's type")
+        dn = op.dimension_numbers()
+        lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
+        lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
+        if (list(dn.lhs_batch_dimensions) or lfree + lc != list(range(len(lshape)))
+                or rc + rfree != list(range(len(rshape)))):
+            raise _Ineligible("a dot with batch dimensions or transposed operands")
+        m, k, n = (int(np.prod([lshape[d] for d in lfree], dtype=np.int64)),
+                   int(np.prod([lshape[d] for d in lc], dtype=np.int64)),
+                   int(np.prod([rshape[d] for d in rfree], dtype=np.int64)))
+        address = numpy_gemm_address(dtype)
+        if (address is None or m < 2 or n < 2 or k < 1 or m * k * n >= SPLIT_MNK
+                or not (self.single_thread_blas or m * k * n <= SERIAL_MNK)):
+            raise _Ineligible("a dot the executor does not compute with one single-threaded gemm")
+        const = self.fresh("k")
+        self.constants[const] = np.int64(address)
+        a, b, c = self.fresh("a"), self.fresh("b"), self.fresh("m")
+        self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({m}, {k}))")
+        self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({k}, {n}))")
+        self.emit(indent, f"{c} = np.empty(({m}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"cblas_gemm({const}, {a}, {b}, {c})")
+        self.emit(indent, f"{out} = {c}.reshape({shape!r})")
+
+    op_dot = op_dot_general
+
     def op_reduce(self, op, out, dtype, shape, indent):
         from .kernels.reduction import binary_body_ufunc
 
@@ -524,10 +562,12 @@ def in_place_updates(body: Block) -> dict[int, Operation]:
 
 
 def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
-                flush: bool = True) -> tuple[str, dict]:
+                flush: bool = True, single_thread_blas: bool = False) -> tuple[str, dict]:
     """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``_Ineligible``.
-    ``flush``: the executor runs with denormals flushed (see :class:`_LoopWriter`)."""
+    ``flush``: the executor runs with denormals flushed (see :class:`_LoopWriter`); ``single_thread_blas``:
+    the executor runs its matmuls on one BLAS thread (see :meth:`_LoopWriter.op_dot_general`)."""
     writer = _LoopWriter(functions, dtype_of, flush)
+    writer.single_thread_blas = single_thread_blas
     cond_block, body_block = op.regions[0].block, op.regions[1].block
     state = [f"c{i}" for i in range(len(op.operands))]
     for v in op.operands:
@@ -673,10 +713,10 @@ def _load(source: str, function: str = "loop"):
 
 
 def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
-                 flush: bool = True) -> CompiledLoop | None:
+                 flush: bool = True, single_thread_blas: bool = False) -> CompiledLoop | None:
     """The compiled loop of ``op``, or None when it uses something this module does not compile."""
     try:
-        source, constants = loop_source(op, functions, dtype_of, flush)
+        source, constants = loop_source(op, functions, dtype_of, flush, single_thread_blas)
     except _Ineligible:
         return None
     dtypes = [np.dtype(dtype_of(v.type)) for v in op.operands]

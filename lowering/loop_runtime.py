@@ -33,6 +33,40 @@ def fused_multiply_add(typingctx, a, b, c):
     return a(a, a, a), codegen
 
 
+@intrinsic
+def cblas_gemm(typingctx, address, a, b, c):
+    """``c = a @ b`` for C-ordered 2-d f32 or f64 arrays, through the ILP64 CBLAS gemm at ``address``
+    (:func:`lowering.blas.numpy_gemm_address`) with the arguments NumPy's matmul passes for such operands:
+    row-major, no transposes, alpha 1, beta 0, leading dimensions the row lengths."""
+    arrays = (a, b, c)
+    if not (address == types.int64 and all(isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C"
+                                           for x in arrays) and a.dtype == b.dtype == c.dtype
+            and a.dtype in (types.float32, types.float64)):
+        return None
+    real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    ptr = real.as_pointer()
+    gemm_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr,
+                                                i64])
+
+    def codegen(context, builder, signature, args):
+        fn = builder.inttoptr(args[0], gemm_type.as_pointer())
+        views = [context.make_array(t)(context, builder, v) for t, v in zip(signature.args[1:], args[1:])]
+        (m, k), (_, n) = (cgutils_unpack(builder, views[0].shape, 2), cgutils_unpack(builder, views[1].shape, 2))
+        data = [builder.bitcast(v.data, ptr) for v in views]
+        row_major, no_trans = ir.Constant(i32, 101), ir.Constant(i32, 111)
+        builder.call(fn, [row_major, no_trans, no_trans, m, n, k, ir.Constant(real, 1.0), data[0], k, data[1], n,
+                          ir.Constant(real, 0.0), data[2], n])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, a, b, c), codegen
+
+
+def cgutils_unpack(builder, shape, count: int) -> list:
+    """The ``count`` extents of an array's shape tuple in generated code."""
+    return [builder.extract_value(shape, i) for i in range(count)]
+
+
 @_njit
 def fmax(x, y):
     """XLA's float maximum of two scalars."""
@@ -149,6 +183,6 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
+HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

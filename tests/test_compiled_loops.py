@@ -147,10 +147,10 @@ def test_scan_with_dynamic_slices_and_reductions():
 def test_ineligible_loops_fall_back():
     w = RNG.standard_normal((8, 8), dtype=F32)
 
-    def with_dot(x):
-        return lax.fori_loop(0, 3, lambda i, v: jnp.tanh(v @ w), x)
+    def with_sort(x):
+        return lax.fori_loop(0, 3, lambda i, v: jnp.sort(jnp.tanh(v @ w), axis=-1), x)
 
-    _assert_same(with_dot, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
+    _assert_same(with_sort, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
 
 
 def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
@@ -261,3 +261,55 @@ def _loop_sources(fn, *args) -> str:
     functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
     return "\n".join(compiled_loops.loop_source(op, functions, numpy_dtype)[0]
                      for op in module.walk() if op.name == "hlo.while")
+
+
+def _rnn(h0, xs, wx, wh):
+    def step(h, x):
+        h = jnp.sin(x @ wx + h @ wh)  # (f64 tanh is not compiled yet; sin is, in both types)
+        return h, h.sum()
+
+    return lax.scan(step, h0, xs)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_matrix_products_in_loops(dtype):
+    # A dot in a loop body is the CBLAS gemm call NumPy's matmul makes: the same bits as the interpreted loop.
+    xs = RNG.standard_normal((10, 8, 16)).astype(dtype)
+    wx, wh = (RNG.standard_normal(s).astype(dtype) * 0.3 for s in ((16, 32), (32, 32)))
+    h0 = RNG.standard_normal((8, 32)).astype(dtype)
+    compiled = _assert_same(_rnn, h0, xs, wx, wh)
+    for c, w in zip(compiled, _leaves(jax.jit(_rnn)(h0, xs, wx, wh))):
+        # (BLAS and XLA sum the products and the row sums in different orders: close, not the same bits.)
+        np.testing.assert_allclose(c, np.asarray(w), rtol=1e-4 if dtype == F32 else 1e-12,
+                                   atol=1e-4 if dtype == F32 else 1e-12)
+
+
+def test_larger_products_compile_only_under_one_blas_thread():
+    # A product OpenBLAS would thread (m*k*n > 2**18) is compiled only when the executor holds a one-thread
+    # BLAS limit (the automatic policy on small machines), where the gemm call is single-threaded either way.
+    from xdsl.dialects import func
+
+    from xla_dialect.types import numpy_dtype
+
+    xs = RNG.standard_normal((6, 32, 128)).astype(F32)
+    wx, wh = RNG.standard_normal((128, 256)).astype(F32), RNG.standard_normal((256, 256)).astype(F32) * 0.05
+    h0 = np.zeros((32, 256), F32)
+    module = import_jax(_rnn, h0, xs, wx, wh)
+    functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+    (loop,) = [op for op in module.walk() if op.name == "hlo.while"]
+    assert compiled_loops.compile_loop(loop, functions, numpy_dtype, single_thread_blas=False) is None
+    assert compiled_loops.compile_loop(loop, functions, numpy_dtype, single_thread_blas=True) is not None
+    compiled = lowering.compile(module, blas_threads=1, loop_compilation="always")(h0, xs, wx, wh)
+    interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never")(h0, xs, wx, wh)
+    for c, i in zip(_leaves(compiled), _leaves(interpreted)):
+        np.testing.assert_array_equal(_bits(c), _bits(i))
+
+
+def test_batched_products_stay_interpreted():
+    xs = RNG.standard_normal((5, 2, 4, 6)).astype(F32)
+    w = RNG.standard_normal((2, 6, 6)).astype(F32)
+
+    def fn(xs, w):
+        return lax.scan(lambda h, x: (jnp.tanh(jnp.einsum("bij,bjk->bik", x + h, w)), h.sum()), xs[0], xs)
+
+    _assert_same(fn, xs, w, eligible=False)

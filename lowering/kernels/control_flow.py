@@ -155,7 +155,8 @@ def _while(op, ctx):
     def compiled():
         if not done["tried"]:
             done["tried"] = True
-            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype, ctx.denormals == "flush")
+            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype, ctx.denormals == "flush",
+                                        ctx.blas_threads == 1)
         return done["loop"]
 
     def while_kernel(cond, body, *state):
