@@ -18,7 +18,10 @@ floats to the digits the spec prints (relative 1e-3, absolute 1e-4).
 Values given per process (``// num_replicas: 2``, ``%x@(0, 0): ...``) run the
 function on that process grid and compare each device's results. Examples
 this harness cannot run are reported as skipped with the reason: values whose
-type no generic-form signature gives, examples without expected values.
+type no signature gives, examples without expected values. Typing errors of
+examples (a missing ``<``, a name written twice) are corrected first, each
+listed in :data:`CORRECTIONS` and reported with the example; errata of
+substance are listed in :data:`KNOWN`.
 
     python -m interop.spec_examples ../shared/reference/stablehlo-spec.md [--verbose]
 """
@@ -49,6 +52,7 @@ class Example:
     inputs: dict[str, dict[int, str]] = field(default_factory=dict)  # %name -> {device: value text}
     expected: dict[str, dict[int, str]] = field(default_factory=dict)
     skip: str = ""
+    corrected: str = ""  # the typing errors of the example corrected before it ran (CORRECTIONS)
     num_replicas: int = 1
     num_partitions: int = 1
 
@@ -67,8 +71,10 @@ def examples(spec_text: str) -> list[Example]:
         text = spec_text[section.end():end]
         index = 0
         for block in _BLOCK.finditer(text):
-            for example in _split_block(section.group(1), block.group(1)):
+            body, corrected = _corrected(section.group(1), block.group(1))
+            for example in _split_block(section.group(1), body):
                 example.index = index
+                example.corrected = corrected
                 index += 1
                 if example.skip:
                     pass
@@ -78,6 +84,29 @@ def examples(spec_text: str) -> list[Example]:
                     example.skip = "no ops"
                 out.append(example)
     return out
+
+
+CORRECTIONS = {
+    "all_reduce": [('"stablehlo.all_reduce"(%operand0, %operand0)', '"stablehlo.all_reduce"(%operand0, %operand1)',
+                    "its second operand is written %operand0; the expected %result1 sums %operand1")],
+    "collective_broadcast": [("(tensor1x2xi64>)", "(tensor<1x2xi64>)", "the operand type lacks its '<'")],
+    "is_finite": [("(tensor<7xf64)", "(tensor<7xf64>)", "the operand type lacks its '>'")],
+    "sign": [("// operand:", "// %operand:", "the operand line lacks its '%'")],
+    "slice": [("// % result:", "// %result:", "the result line reads '% result'")],
+}
+"""Typing errors of the specification's examples, corrected before they run: op section -> (as written,
+corrected, what was wrong). Each corrected example is reported with the correction (the values and the ops'
+meaning are untouched)."""
+
+
+def _corrected(op: str, block: str) -> tuple[str, str]:
+    """``block`` with the :data:`CORRECTIONS` of ``op`` applied, and what was corrected ("" for nothing)."""
+    applied = []
+    for wrong, right, why in CORRECTIONS.get(op, ()):
+        if wrong in block:
+            block = block.replace(wrong, right)
+            applied.append(why)
+    return block, "; ".join(applied)
 
 
 def _split_block(op: str, text: str) -> list[Example]:
@@ -298,7 +327,17 @@ def _value_types(body: list[str]) -> dict[str, str]:
                 names = [f"{base}#{k}" for k in range(int(count))]
             for name, t in zip(names, result_types):
                 types.setdefault(name, t)
+    # Pretty-form element-wise ops (``%r = stablehlo.add %a, %b : tensor<i64>``): one type for all.
+    for line in body:
+        m = _PRETTY_SAME_TYPE.match(line.strip())
+        if m:
+            for name in [*m.group(1).split(","), *m.group(3).split(",")]:
+                types.setdefault(name.strip(), m.group(4).strip())
     return types
+
+
+_PRETTY_SAME_TYPE = re.compile(r"^(%[\w#]+)\s*=\s*stablehlo\.(\w+)\s+(%[\w#]+(?:\s*,\s*%[\w#]+)*)\s*:\s*"
+                               r"(tensor<[^()]*>)\s*$")
 
 
 KNOWN = {
@@ -310,7 +349,7 @@ KNOWN = {
     "negate[1]": "the complex operand is written as a scalar '(2.5, 0.0)' and the result as two reals",
     "power[0]": "f64 operands, f32-rounded expected values (0.333333343, and inf for 10000**10 = 1e40)",
     "rng[0]": "random values: the example's are illustrative",
-    "sign[0]": "the operand line lacks its '%' ('// operand:')",
+    "while[0]": "the loop runs 9 times (%init_i is 1, the condition i < 10), so %results1 is 9, not the 10 given",
     "tan[0]": "inputs printed to 9 digits next to the pole at pi/2: tan of them differs by orders of magnitude",
 }
 """Examples of the specification that cannot pass as written, and why (errata and harness limits)."""
@@ -373,7 +412,8 @@ def run_example(example: Example) -> Outcome:
                 ok = np.array_equal(g, w)
             if not ok:
                 return Outcome(example, "failed", f"{name}{where}: got {g.tolist()}, expected {w.tolist()}")
-    return Outcome(example, "passed", f"{len(results)} results")
+    corrected = f" (corrected: {example.corrected})" if example.corrected else ""
+    return Outcome(example, "passed", f"{len(results)} results{corrected}")
 
 
 def _on(values: dict[int, str], device: int, name: str) -> str:
