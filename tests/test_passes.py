@@ -403,6 +403,23 @@ def test_canonicalize_broadcasts_hook_for_the_executor():
     assert "broadcast_in_dim" in str(module)
 
 
+def test_canonicalize_broadcasts_composes_chains_and_drops_the_unused_inner_one():
+    # jax's keepdims statistics: (4,) -> (4,1) -> (4,8). The chain alone is reason enough to run the pass
+    # from the executor's hook, and the inner broadcast, no longer used, goes (it would split a fusion group).
+    b = XlaBuilder("f")
+    x = b.parameter(0, "f32[4]")
+    y = b.parameter(1, "f32[4,8]")
+    keep = b.broadcast_in_dim(x, [4, 1], [0])
+    b.sub(y, b.broadcast_in_dim(keep, [4, 8], [0, 1]))
+    module = b.build()
+    canonical = passes.canonicalize_broadcasts(module, clone=True)
+    assert canonical is not module
+    (bcast,) = [op for op in canonical.walk() if op.name == "hlo.broadcast_in_dim"]
+    assert list(bcast.broadcast_dimensions.get_values()) == [0]
+    args = [np.arange(4, dtype=np.float32), np.ones((4, 8), np.float32)]
+    assert_identical(lowering.compile(module)(*args), lowering.compile(canonical)(*args))
+
+
 def test_canonicalize_broadcasts_keeps_tuple_select_scalar():
     b = XlaBuilder("f")
     p = b.parameter(0, "pred[]")
