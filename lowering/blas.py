@@ -389,10 +389,14 @@ def _numpy_blas_controllers() -> list:
     from threadpoolctl import ThreadpoolController
 
     blas = ThreadpoolController().select(user_api="blas").lib_controllers
+    return [c for c in blas if _inside_numpy(c.filepath)] or blas
+
+
+def _inside_numpy(path: str) -> bool:
+    """Whether the library at ``path`` is NumPy's own (vendored in its installation)."""
     root = os.path.dirname(os.path.realpath(np.__file__))
     inside = (root + os.sep, root + ".libs" + os.sep)  # numpy/.dylibs/ (macOS), numpy.libs/ (Linux, Windows)
-    own = [c for c in blas if os.path.realpath(c.filepath).startswith(inside)]
-    return own or blas
+    return os.path.realpath(path).startswith(inside)
 
 
 _GEMM_SYMBOLS = {np.dtype(np.float32): "scipy_cblas_sgemm64_", np.dtype(np.float64): "scipy_cblas_dgemm64_"}
@@ -414,6 +418,8 @@ def numpy_gemm_address(dtype) -> int | None:
             import ctypes
 
             for controller in _SCOPE.controllers():
+                if not _inside_numpy(controller.filepath):
+                    continue  # (another library's gemm could sum differently from NumPy's own)
                 try:
                     address = ctypes.cast(getattr(ctypes.CDLL(controller.filepath), name), ctypes.c_void_p).value
                     break

@@ -313,3 +313,15 @@ def test_batched_products_stay_interpreted():
         return lax.scan(lambda h, x: (jnp.tanh(jnp.einsum("bij,bjk->bik", x + h, w)), h.sum()), xs[0], xs)
 
     _assert_same(fn, xs, w, eligible=False)
+
+
+def test_products_stay_interpreted_without_numpys_own_gemm(monkeypatch):
+    # Only NumPy's own vendored OpenBLAS is called (another library's gemm may sum differently from np.matmul).
+    from lowering import blas
+
+    monkeypatch.setattr(blas, "_GEMM_ADDRESSES", {})
+    monkeypatch.setattr(blas, "_inside_numpy", lambda path: False)
+    assert blas.numpy_gemm_address(F32) is None
+    xs = RNG.standard_normal((4, 8, 16)).astype(F32)
+    wx, wh = RNG.standard_normal((16, 32)).astype(F32), RNG.standard_normal((32, 32)).astype(F32)
+    _assert_same(_rnn, RNG.standard_normal((8, 32)).astype(F32), xs, wx, wh, eligible=False)
