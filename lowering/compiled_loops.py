@@ -125,6 +125,9 @@ class _LoopWriter:
         # dynamic_update_slice ops that write their operand in place (see in_place_updates).
         self.in_place: set[Operation] = set()
         self.single_thread_blas = False  # the executor's matmuls run on one BLAS thread (op_dot_general)
+        self.gemm_pairs: dict[Operation, Operation] = {}  # first dot of a pair -> second (gemm_pairs)
+        self.pending_gemm: dict[Operation, tuple[str, str, str]] = {}  # second dot -> the first's operands
+        self.parallel_gemm = False  # pairs of independent products run on two CPUs (gemm_pairs)
 
     # -- values ---------------------------------------------------------------
 
@@ -165,6 +168,8 @@ class _LoopWriter:
 
         groups = {g.members[-1]: g for g in plan(block)}
         in_group = {op for g in groups.values() for op in g.members}
+        if self.parallel_gemm:
+            self.gemm_pairs.update(gemm_pairs(block, self.gemm_shape, self.info))
         for op in block.ops:
             if op.name in ("hlo.return", "func.return"):
                 return [self.name(v) for v in op.operands]
@@ -473,39 +478,70 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
         self.emit(indent, f"{out}[{index}] = {self.name(update)}")
 
+    def gemm_shape(self, op) -> tuple[int, int, int] | None:
+        """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
+        from .blas import SERIAL_MNK, SPLIT_MNK, numpy_gemm_address
+
+        lhs, rhs = op.operands
+        (ldt, lshape), (rdt, rshape) = self.info(lhs), self.info(rhs)
+        dtype = self.info(op.results[0])[0]
+        if not (ldt == rdt == dtype and dtype in (np.dtype(np.float32), np.dtype(np.float64))):
+            return None
+        dn = op.dimension_numbers()
+        lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
+        lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
+        if (list(dn.lhs_batch_dimensions) or lfree + lc != list(range(len(lshape)))
+                or rc + rfree != list(range(len(rshape)))):
+            return None
+        m, k, n = (int(np.prod([lshape[d] for d in lfree], dtype=np.int64)),
+                   int(np.prod([lshape[d] for d in lc], dtype=np.int64)),
+                   int(np.prod([rshape[d] for d in rfree], dtype=np.int64)))
+        if (numpy_gemm_address(dtype) is None or m < 2 or n < 2 or k < 1 or m * k * n >= SPLIT_MNK
+                or not (self.single_thread_blas or m * k * n <= SERIAL_MNK)):
+            return None
+        return m, k, n
+
     def op_dot_general(self, op, out, dtype, shape, indent):
         """A float matrix product as the executor's dot kernel computes it: the same CBLAS gemm call NumPy's
         matmul makes (:func:`lowering.loop_runtime.cblas_gemm`), so the same bits. Only where that kernel
         is one plain single-threaded call: f32/f64 operands of the result's type, no batch dimensions or
         transposes, at least 2 rows and columns (NumPy uses gemv for vectors), and a product OpenBLAS runs on
         one thread (the executor holds a one-thread limit, or the product is small) that is not split over
-        the CPUs (:mod:`lowering.blas`)."""
-        from .blas import SERIAL_MNK, SPLIT_MNK, numpy_gemm_address
+        the CPUs (:mod:`lowering.blas`).
 
-        lhs, rhs = op.operands
-        (ldt, lshape), (rdt, rshape) = self.info(lhs), self.info(rhs)
-        if not (ldt == rdt == dtype and dtype in (np.dtype(np.float32), np.dtype(np.float64))):
-            raise _Ineligible("a dot of other than f32 or f64 operands of the result's type")
-        dn = op.dimension_numbers()
-        lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
-        lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
-        if (list(dn.lhs_batch_dimensions) or lfree + lc != list(range(len(lshape)))
-                or rc + rfree != list(range(len(rshape)))):
-            raise _Ineligible("a dot with batch dimensions or transposed operands")
-        m, k, n = (int(np.prod([lshape[d] for d in lfree], dtype=np.int64)),
-                   int(np.prod([lshape[d] for d in lc], dtype=np.int64)),
-                   int(np.prod([rshape[d] for d in rfree], dtype=np.int64)))
-        address = numpy_gemm_address(dtype)
-        if (address is None or m < 2 or n < 2 or k < 1 or m * k * n >= SPLIT_MNK
-                or not (self.single_thread_blas or m * k * n <= SERIAL_MNK)):
+        Two such products of one type, the second not using the first (an RNN step's ``x @ wx`` and
+        ``h @ wh``: :func:`gemm_pairs`), are computed at once on two CPUs
+        (:func:`lowering.loop_runtime.gemm_pair`): the first is prepared where it stands, both are computed
+        where the second stands."""
+        from .blas import numpy_gemm_address
+
+        plan = self.gemm_shape(op)
+        if plan is None:
             raise _Ineligible("a dot the executor does not compute with one single-threaded gemm")
-        const = self.fresh("k")
-        self.constants[const] = np.int64(address)
+        m, k, n = plan
+        lhs, rhs = op.operands
         a, b, c = self.fresh("a"), self.fresh("b"), self.fresh("m")
         self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({m}, {k}))")
         self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({k}, {n}))")
         self.emit(indent, f"{c} = np.empty(({m}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
-        self.emit(indent, f"cblas_gemm({const}, {a}, {b}, {c})")
+        if op in self.gemm_pairs:  # the first of a pair: computed with the second
+            self.pending_gemm[self.gemm_pairs[op]] = (a, b, c)
+        else:
+            const = self.fresh("k")
+            self.constants[const] = np.int64(numpy_gemm_address(dtype))
+            if op in self.pending_gemm:
+                from .loop_runtime import PAIRS_ENABLED
+
+                a0, b0, c0 = self.pending_gemm.pop(op)
+                enabled = self.fresh("k")
+                self.constants[enabled] = PAIRS_ENABLED  # (the array itself: cleared in forked children)
+                self.emit(indent, f"if {enabled}[0]:")
+                self.emit(indent + "    ", f"gemm_pair({const}, {a0}, {b0}, {c0}, {a}, {b}, {c}, csr)")
+                self.emit(indent, "else:")
+                self.emit(indent + "    ", f"cblas_gemm({const}, {a0}, {b0}, {c0})")
+                self.emit(indent + "    ", f"cblas_gemm({const}, {a}, {b}, {c})")
+            else:
+                self.emit(indent, f"cblas_gemm({const}, {a}, {b}, {c})")
         self.emit(indent, f"{out} = {c}.reshape({shape!r})")
 
     op_dot = op_dot_general
@@ -542,6 +578,53 @@ class _LoopWriter:
         self.emit(indent, f"{out} = {combine(init, acc)}")
 
 
+def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:
+    """Pairs of dots of ``block`` computed together on two CPUs: consecutive dots (no dot between them) of
+    one type, each one gemm call (``gemm_shape``), where no op from the first up to the second uses the
+    first's result; first -> second."""
+    pairs = {}
+    ops = list(block.ops)
+    dots = [i for i, op in enumerate(ops) if op.name in ("hlo.dot_general", "hlo.dot")]
+    paired = set()
+    for i, j in zip(dots, dots[1:]):
+        first, second = ops[i], ops[j]
+        if i in paired or gemm_shape(first) is None or gemm_shape(second) is None:
+            continue
+        if info(first.results[0])[0] != info(second.results[0])[0]:
+            continue
+        result = first.results[0]
+        if any(result in list(op.operands) or any(result in list(inner.operands) for inner in op.walk())
+               for op in ops[i + 1:j + 1]):
+            continue
+        pairs[first] = second
+        paired.update((i, j))
+    return pairs
+
+
+def parallel_gemm_available() -> bool:
+    """Whether two gemm calls can run at once at little cost: numba's threading layer keeps its workers
+    polling (OpenMP or TBB). Its queue-based fallback wakes them through the OS: a pair then took
+    155-177 us against 55 us one after the other (measured), so pairs are not formed."""
+    from .loop_runtime import PAIRS_ENABLED
+
+    if not PAIRS_ENABLED[0]:
+        return False  # a forked child (see PAIRS_ENABLED)
+    if not _PARALLEL_GEMM:
+        try:
+            import numba
+
+            from .loop_runtime import parallel_probe
+
+            parallel_probe(np.zeros(2))
+            _PARALLEL_GEMM.append(numba.threading_layer() in ("omp", "tbb"))
+        except Exception:  # noqa: BLE001 - no threading layer: one call after the other
+            _PARALLEL_GEMM.append(False)
+    return _PARALLEL_GEMM[0]
+
+
+_PARALLEL_GEMM: list[bool] = []
+
+
 def in_place_updates(body: Block) -> dict[int, Operation]:
     """The dynamic_update_slice ops of a while ``body`` that may write the loop state in place, by state
     index: the op is the only user of state ``i`` and its result is only state ``i`` of the next iteration
@@ -568,6 +651,7 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     the executor runs its matmuls on one BLAS thread (see :meth:`_LoopWriter.op_dot_general`)."""
     writer = _LoopWriter(functions, dtype_of, flush)
     writer.single_thread_blas = single_thread_blas
+    writer.parallel_gemm = single_thread_blas and parallel_gemm_available()
     cond_block, body_block = op.regions[0].block, op.regions[1].block
     state = [f"c{i}" for i in range(len(op.operands))]
     for v in op.operands:
@@ -602,6 +686,8 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     writer.emit("    ", f"return ({', '.join(state)}, done)")
     # Constants are arguments (not globals), so the source depends on the program's structure only and
     # numba's on-disk cache can serve every program with the same loop.
+    if writer.gemm_pairs:  # the caller's denormal mode, for the paired products' second CPU
+        writer.lines.insert(header, "    csr = mxcsr()")
     writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *state, 'budget'])}):")
     return "\n".join(writer.lines) + "\n", writer.constants
 

@@ -10,6 +10,8 @@ over a contiguous float array, and the trigonometric functions are the C library
 
 from __future__ import annotations
 
+import os
+
 import llvmlite.ir as ir
 import numpy as np
 import numba
@@ -60,6 +62,76 @@ def cblas_gemm(typingctx, address, a, b, c):
         return context.get_dummy_value()
 
     return types.none(types.int64, a, b, c), codegen
+
+
+def _csr_access(builder, name: str, pointer):
+    fn = builder.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]), name=name)
+    builder.call(fn, [builder.bitcast(pointer, ir.IntType(8).as_pointer())])
+
+
+@intrinsic
+def mxcsr(typingctx):
+    """The calling thread's x86 MXCSR (its SSE rounding and denormal modes) as an int32."""
+    def codegen(context, builder, signature, args):
+        slot = builder.alloca(ir.IntType(32))
+        _csr_access(builder, "llvm.x86.sse.stmxcsr", slot)
+        return builder.load(slot)
+
+    return types.int32(), codegen
+
+
+@intrinsic
+def set_mxcsr(typingctx, value):
+    """Set the calling thread's x86 MXCSR to ``value`` (an int32 from :func:`mxcsr`)."""
+    if value != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        slot = builder.alloca(ir.IntType(32))
+        builder.store(args[0], slot)
+        _csr_access(builder, "llvm.x86.sse.ldmxcsr", slot)
+        return context.get_dummy_value()
+
+    return types.none(types.int32), codegen
+
+
+PAIRS_ENABLED = np.ones(1, np.int64)
+"""``[1]`` while compiled loops may run paired products on two of numba's threads (:func:`gemm_pair`);
+``[0]`` in a child process forked from this one: GNU OpenMP, numba's usual threading layer, aborts a forked
+child that starts a parallel region once its parent has used it, so there each product is one call after
+the other (the same bits)."""
+
+
+def _no_pairs_after_fork() -> None:
+    PAIRS_ENABLED[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_no_pairs_after_fork)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def gemm_pair(address, a0, b0, c0, a1, b1, c1, csr):
+    """``c0 = a0 @ b0`` and ``c1 = a1 @ b1`` (:func:`cblas_gemm`) at once on two of numba's threads, each
+    inside the caller's MXCSR ``csr`` (its denormal mode: a worker thread's own may differ), so each
+    product has the bits of the same call on the caller's thread."""
+    for task in numba.prange(2):
+        saved = mxcsr()
+        set_mxcsr(csr)
+        if task == 0:
+            cblas_gemm(address, a0, b0, c0)
+        else:
+            cblas_gemm(address, a1, b1, c1)
+        set_mxcsr(saved)
+
+
+@numba.njit(parallel=True, cache=True)
+def parallel_probe(x):
+    """A trivial parallel loop: running it starts numba's threading layer (to learn which one it is)."""
+    for i in numba.prange(x.size):
+        x[i] = i
 
 
 def cgutils_unpack(builder, shape, count: int) -> list:
@@ -183,6 +255,6 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
+HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "gemm_pair", "mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

@@ -1,5 +1,7 @@
 """Compiled while loops (lowering.compiled_loops): the same bits as the interpreted loop, op by op."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -325,3 +327,92 @@ def test_products_stay_interpreted_without_numpys_own_gemm(monkeypatch):
     xs = RNG.standard_normal((4, 8, 16)).astype(F32)
     wx, wh = RNG.standard_normal((16, 32)).astype(F32), RNG.standard_normal((32, 32)).astype(F32)
     _assert_same(_rnn, RNG.standard_normal((8, 32)).astype(F32), xs, wx, wh, eligible=False)
+
+
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
+    # An RNN step's x @ wx and h @ wh (independent) run at once on two CPUs where numba's threading layer
+    # keeps its workers polling; the second CPU computes in the caller's denormal mode. Operands near the
+    # bottom of the normal range make flushing visible in the products.
+    xs = (RNG.standard_normal((6, 32, 128)) * 1e-19).astype(F32)
+    wx = (RNG.standard_normal((128, 256)) * 1e-19).astype(F32)
+    wh = (RNG.standard_normal((256, 256)) * 0.05).astype(F32)
+    h0 = (RNG.standard_normal((32, 256)) * 1e-37).astype(F32)
+
+    def step_fn(h0, xs, wx, wh):
+        return lax.scan(lambda h, x: (x @ wx + h @ wh, jnp.sum(h)), h0, xs)
+
+    module = import_jax(step_fn, h0, xs, wx, wh)
+    if compiled_loops.parallel_gemm_available():
+        from xdsl.dialects import func
+
+        from passes.pipelines import prepare_for_execution
+        from xla_dialect.types import numpy_dtype
+
+        prepared = prepare_for_execution(module)
+        functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
+        (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
+        assert "gemm_pair(" in compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+    compiled = lowering.compile(module, blas_threads=1, loop_compilation="always", denormals=denormals)
+    interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never", denormals=denormals)
+    got, want = _leaves(compiled(h0, xs, wx, wh)), _leaves(interpreted(h0, xs, wx, wh))
+    for c, i in zip(got, want):
+        np.testing.assert_array_equal(_bits(c), _bits(i))
+    tiny = np.abs(want[0]) < np.finfo(F32).tiny
+    assert tiny.any() and (denormals == "keep") == bool((want[0][tiny] != 0).any())
+
+
+def test_dependent_products_are_not_paired():
+    from xdsl.dialects import func
+
+    from xla_dialect.types import numpy_dtype
+
+    x = RNG.standard_normal((3, 8, 16)).astype(F32)
+    w, v = RNG.standard_normal((16, 16)).astype(F32), RNG.standard_normal((16, 16)).astype(F32)
+
+    def fn(x, w, v):
+        return lax.scan(lambda h, r: ((h @ w) @ v + r, jnp.sum(h)), x[0], x)
+
+    module = import_jax(fn, x, w, v)
+    functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+    (loop,) = [op for op in module.walk() if op.name == "hlo.while"]
+    source = compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+    assert "gemm_pair(" not in source and source.count("cblas_gemm(") == 2
+    _assert_same(fn, x, w, v)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # (the child does not use jax)
+def test_a_forked_child_runs_paired_products_one_after_the_other():
+    # GNU OpenMP aborts a forked child that starts a parallel region its parent used: the child computes the
+    # pair's products one after the other (same bits) instead.
+    xs = RNG.standard_normal((4, 32, 128)).astype(F32)
+    wx, wh = RNG.standard_normal((128, 256)).astype(F32), RNG.standard_normal((256, 256)).astype(F32) * 0.05
+    h0 = np.zeros((32, 256), F32)
+    exe = lowering.compile(import_jax(_rnn, h0, xs, wx, wh), blas_threads=1, loop_compilation="always")
+    want = _leaves(exe(h0, xs, wx, wh))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report whether it got the parent's bits, then leave without cleanup
+        try:
+            got = _leaves(exe(h0, xs, wx, wh))
+            ok = all(np.array_equal(_bits(g), _bits(w)) for g, w in zip(got, want))
+            os.write(write, b"same" if ok else b"different")
+        finally:
+            os._exit(0)
+    os.close(write)
+    import signal
+    import time
+
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:  # never hang the suite: a stuck child is a failure
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish in 120 s")
+    status = done[1]
+    message = os.read(read, 64)
+    os.close(read)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert message == b"same"
