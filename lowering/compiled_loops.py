@@ -607,8 +607,10 @@ def parallel_gemm_available() -> bool:
     155-177 us against 55 us one after the other (measured), so pairs are not formed."""
     from .loop_runtime import PAIRS_ENABLED
 
-    if not PAIRS_ENABLED[0]:
-        return False  # a forked child (see PAIRS_ENABLED)
+    import platform
+
+    if not PAIRS_ENABLED[0] or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False  # a forked child (see PAIRS_ENABLED); the mode is handed over as x86's MXCSR
     if not _PARALLEL_GEMM:
         try:
             import numba
