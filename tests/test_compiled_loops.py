@@ -416,3 +416,24 @@ def test_a_forked_child_runs_paired_products_one_after_the_other():
     os.close(read)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert message == b"same"
+
+
+@pytest.mark.parametrize("user", [None, "300000"])
+def test_openmp_spin_is_shortened_unless_the_user_chose(user):
+    # A fresh process: GNU OpenMP reads GOMP_SPINCOUNT once, when it starts.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if user is not None:
+        env["GOMP_SPINCOUNT"] = user
+    code = ("import os; from lowering import compiled_loops as c; c.parallel_gemm_available(); "
+            "print(os.environ.get('GOMP_SPINCOUNT'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr
+    import platform
+
+    expected = user if user is not None else (
+        str(compiled_loops.GOMP_SPINCOUNT) if platform.machine().lower() in ("x86_64", "amd64") else "None")
+    assert out.stdout.strip() == expected
