@@ -458,7 +458,7 @@ class _LoopWriter:
         lead = len(sizes)
         while lead and sizes[lead - 1] == operand_shape[lead - 1]:
             lead -= 1
-        contiguous = all(k == 1 for k in sizes[:max(lead - 1, 0)])
+        contiguous = lead <= 1  # (numba types a view sliced in two dimensions as non-contiguous)
         # (Trailing ":" would make numba type the view as non-contiguous: they are left out.)
         index = ", ".join(f"{s}:{s} + {k}" for s, k in zip(starts[:lead], sizes[:lead])) or ":"
         copy = "" if contiguous and _only_read(op.results[0]) else ".copy()"

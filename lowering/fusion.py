@@ -14,8 +14,8 @@ have one shape (not 0-d) among add, subtract, multiply, divide (floats),
 maximum, minimum, negate, abs, and/or/xor/not, compare, select, convert,
 shifts, sine, cosine, tan, f32 exp, log, tanh and logistic (XLA's own
 approximations, :mod:`lowering.xla_scalar`), the executor's FMA, and
-``broadcast_in_dim`` of a scalar (or of leading dimensions, read once per row), splat constants (read as
-their scalar); other ops in between are allowed when they use no group value (e.g.
+``broadcast_in_dim`` of a scalar, of leading dimensions (read once per row) or of trailing dimensions (a
+bias, read per column), splat constants (read as their scalar); other ops in between are allowed when they use no group value (e.g.
 the scalar constants jax interleaves). Operands from outside are arrays of
 the group's shape or scalars. At least :data:`MIN_GROUP` ops.
 
@@ -281,7 +281,7 @@ _OP_NS = {"hlo.exponential": 0.5, "hlo.log": 0.4, "hlo.tanh": 0.3, "hlo.logistic
 C library's sin, cos and tan are called one element at a time)."""
 
 
-def estimated_ns(group: Group, inner: int) -> float:
+def estimated_ns(group: Group) -> float:
     """A rough single-CPU time of ``group``'s fused loop: 0.3 ns per element for each array read or written
     element by element (memory), plus :data:`_OP_NS` per op and element."""
     size = float(np.prod(group.shape, dtype=np.int64))
@@ -313,7 +313,7 @@ class FusedGroup:
             self.constants = list(constants.values())
             rows = size // inner
             # Rows for each CPU when the loop is large (each piece writes its own elements: same bits).
-            large = size >= PARALLEL_ELEMENTS and estimated_ns(group, inner) >= PARALLEL_MIN_NS
+            large = size >= PARALLEL_ELEMENTS and estimated_ns(group) >= PARALLEL_MIN_NS
             parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if large else 1
             self.pieces = even_bounds(rows, parts) if rows else [(0, 0)]
             self.worker_mode = worker_mode
