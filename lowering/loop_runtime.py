@@ -16,6 +16,7 @@ import llvmlite.ir as ir
 import numpy as np
 import numba
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 _njit = numba.njit(cache=True, error_model="numpy")
@@ -54,7 +55,8 @@ def cblas_gemm(typingctx, address, a, b, c):
     def codegen(context, builder, signature, args):
         fn = builder.inttoptr(args[0], gemm_type.as_pointer())
         views = [context.make_array(t)(context, builder, v) for t, v in zip(signature.args[1:], args[1:])]
-        (m, k), (_, n) = (cgutils_unpack(builder, views[0].shape, 2), cgutils_unpack(builder, views[1].shape, 2))
+        (m, k), (_, n) = (cgutils.unpack_tuple(builder, views[0].shape, 2),
+                          cgutils.unpack_tuple(builder, views[1].shape, 2))
         data = [builder.bitcast(v.data, ptr) for v in views]
         row_major, no_trans = ir.Constant(i32, 101), ir.Constant(i32, 111)
         builder.call(fn, [row_major, no_trans, no_trans, m, n, k, ir.Constant(real, 1.0), data[0], k, data[1], n,
@@ -132,11 +134,6 @@ def parallel_probe(x):
     """A trivial parallel loop: running it starts numba's threading layer (to learn which one it is)."""
     for i in numba.prange(x.size):
         x[i] = i
-
-
-def cgutils_unpack(builder, shape, count: int) -> list:
-    """The ``count`` extents of an array's shape tuple in generated code."""
-    return [builder.extract_value(shape, i) for i in range(count)]
 
 
 @_njit
