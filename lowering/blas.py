@@ -14,9 +14,11 @@ small machines splits large products over the CPUs itself:
   one thread and a large product (``batch * m * n * k >= 2**25``) is cut into
   one piece per CPU -- along the batch, else along the longer of the rows and
   the columns, at multiples of 64 -- whose single-threaded BLAS calls run at
-  the same time, one on the calling thread and the others on a small pool of
-  worker threads (:func:`split_matmul`). On larger machines the BLAS's own
-  setting is used (untouched, no overhead).
+  the same time, one on the calling thread and the others on numba's polling
+  threads (the calls NumPy's matmul makes, through NumPy's own gemm) or,
+  where numba's threading layer does not poll, on a small pool of Python
+  worker threads (:func:`split_matmul`, :mod:`lowering.workers`). On larger
+  machines the BLAS's own setting is used (untouched, no overhead).
 
 Why that automatic policy and not OpenBLAS's own threads or a one-time timing
 calibration (measured on 2-core KVM VMs shared with other jobs, OpenBLAS
@@ -98,7 +100,7 @@ import numpy as np
 
 from xla_dialect.errors import ExecutionError
 
-from .workers import even_bounds, run_pieces, usable_cpus
+from .workers import caller_mxcsr, even_bounds, numba_threads_available, run_pieces, usable_cpus
 
 ENV_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "FLEXIBLAS_NUM_THREADS")
@@ -213,15 +215,17 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
     The product is cut along the batch, else along its longer side at whole
     multiples of :data:`SPLIT_ALIGN` (:func:`_pieces`); the calling thread
     computes the first piece and worker threads the others, each a
-    single-threaded BLAS call writing its part of the result
-    (:func:`lowering.workers.run_pieces`). A product is
+    single-threaded BLAS call writing its part of the result: on numba's
+    polling threads, the calls NumPy's matmul would make, made from compiled
+    code through NumPy's own gemm (:func:`native_gemm_calls`), or else as
+    ``np.matmul`` calls on Python workers (:func:`lowering.workers.run_pieces`,
+    in the context manager ``worker_mode``). A product is
     split only where that gives the whole product's bits on one thread:
     checked once per process for each shape, memory order and dtype on
     operands of random values (:func:`split_is_exact`); where the BLAS's
     kernels would sum an element differently in a piece, the product stays
     whole. ``threads`` (or None) is the BLAS limit the call holds meanwhile;
-    workers run inside ``worker_mode`` (a context manager: the caller's
-    denormal mode). Operands of other ranks or dtypes, products with both
+    every piece computes in the caller's denormal mode. Operands of other ranks or dtypes, products with both
     operands in the same buffer (NumPy computes ``x @ x.T`` with syrk, which
     sums differently) and products too small to split are one plain call.
     """
@@ -233,6 +237,10 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
     def run_split(a, b, plan):
         axis, bounds = plan
         out = np.empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype)
+        calls = native_gemm_calls(a, b, axis, bounds)
+        if calls is not None:
+            _run_native(a, b, out, *calls)
+            return out
         slices = [(slice(None),) * axis + (slice(start, stop),) for start, stop in bounds]
         if axis == 0:
             parts = [(a[s], b[s], out[s]) for s in slices]
@@ -267,6 +275,78 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
 
     matmul.__doc__ = f"np.matmul split over {workers} CPUs" + (f", {threads} BLAS thread(s) each." if threads else ".")
     return matmul
+
+
+def _blas_operand(x: np.ndarray):
+    """``(transpose, leading dimension)`` of the CBLAS call NumPy's matmul makes for the row-major matrices of
+    the 3-d ``x``: rows contiguous -> (111 no transpose, row stride), columns contiguous -> (112 transpose,
+    column stride), in elements; None when NumPy would not hand them to BLAS as they are."""
+    item = x.itemsize
+    _, rows, cols = x.shape
+    if rows < 2 or cols < 2:
+        return None  # (a vector's strides say little; such products are never split anyway)
+    row_stride, col_stride = x.strides[1], x.strides[2]
+    if col_stride == item and row_stride % item == 0 and row_stride // item >= cols:
+        return 111, row_stride // item
+    if row_stride == item and col_stride % item == 0 and col_stride // item >= rows:
+        return 112, col_stride // item
+    return None
+
+
+def native_gemm_calls(a: np.ndarray, b: np.ndarray, axis: int, bounds):
+    """The pieces of a split product of ``a`` and ``b`` into a new C-ordered array as rows of CBLAS gemm calls
+    for :func:`lowering.loop_runtime.gemm_calls`: ``(calls, starts)``, piece ``p`` being rows ``starts[p]`` to
+    ``starts[p + 1]`` (one per matrix of its batch), each the call NumPy's matmul makes for that piece (the
+    whole product's transposes and leading dimensions, the piece's sizes, its matrices as byte offsets into
+    the operands and the result). Computed once per dtype, shapes, strides and pieces. None where numba's
+    threads cannot run them (:func:`lowering.workers.numba_threads_available`), NumPy's gemm cannot be called
+    by address, or an operand is not in a form NumPy hands to BLAS as it is."""
+    if not numba_threads_available() or numpy_gemm_address(a.dtype) is None:
+        return None
+    key = (a.dtype, a.shape, a.strides, b.shape, b.strides, axis, bounds)
+    plan = _NATIVE_PLANS.get(key)
+    if plan is None:
+        plan = _NATIVE_PLANS[key] = _native_plan(a, b, axis, bounds)
+    return plan
+
+
+def _native_plan(a: np.ndarray, b: np.ndarray, axis: int, bounds):
+    """:func:`native_gemm_calls` computed, None when an operand is not in a form NumPy hands to BLAS as it is."""
+    form_a, form_b = _blas_operand(a), _blas_operand(b)
+    if form_a is None or form_b is None:
+        return None
+    (trans_a, lda), (trans_b, ldb) = form_a, form_b
+    batch, m, k = a.shape
+    n = b.shape[2]
+    out_strides = (m * n * a.itemsize, n * a.itemsize, a.itemsize)
+    ldc = n
+    rows, starts = [], [0]
+    for start, stop in bounds:
+        for i in range(start, stop) if axis == 0 else range(batch):
+            a_at, b_at, c_at = i * a.strides[0], i * b.strides[0], i * out_strides[0]
+            size_m, size_n = m, n
+            if axis == 1:
+                size_m = stop - start
+                a_at += start * a.strides[1]
+                c_at += start * out_strides[1]
+            elif axis == 2:
+                size_n = stop - start
+                b_at += start * b.strides[2]
+                c_at += start * out_strides[2]
+            rows.append((101, trans_a, trans_b, size_m, size_n, k, a_at, lda, b_at, ldb, c_at, ldc))
+        starts.append(len(rows))
+    return np.array(rows, np.int64), np.array(starts, np.int64)
+
+
+def _run_native(a: np.ndarray, b: np.ndarray, out: np.ndarray, calls: np.ndarray, starts: np.ndarray) -> None:
+    """Run :func:`native_gemm_calls`' pieces on numba's threads, in the caller's denormal mode."""
+    from .loop_runtime import gemm_calls
+
+    gemm_calls(numpy_gemm_address(a.dtype), int(a.dtype == np.float64), a, b, out, calls, starts, caller_mxcsr())
+
+
+_NATIVE_PLANS: dict = {}
+"""(dtype, shapes, strides, pieces) -> :func:`_native_plan`."""
 
 
 _SPLIT_EXACT: dict = {}

@@ -49,6 +49,7 @@ from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops.base import ints
 
 from .interrupt import CHUNK, check
+from .workers import numba_threads_available
 
 AUTO_THRESHOLD = 2000
 """Iterations (over all calls) after which ``loop_compilation="auto"`` compiles a loop."""
@@ -601,44 +602,6 @@ def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:
     return pairs
 
 
-def parallel_gemm_available() -> bool:
-    """Whether two gemm calls can run at once at little cost: numba's threading layer keeps its workers
-    polling (OpenMP or TBB). Its queue-based fallback wakes them through the OS: a pair then took
-    155-177 us against 55 us one after the other (measured), so pairs are not formed.
-
-    Before numba first starts GNU OpenMP, its spin before sleeping is shortened to :data:`GOMP_SPINCOUNT`
-    iterations unless the user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``: with libgomp's default a
-    worker kept one CPU busy for 4-4.7 ms after the last pair (taken from whatever runs next), with this
-    count 0.4-1.1 ms, and the scan RNN keeps most of the pairs' gain (A/B: 4.44 vs 4.91 ms, default
-    4.31 vs 4.82)."""
-    import os
-    import platform
-
-    from .loop_runtime import PAIRS_ENABLED
-
-    if not PAIRS_ENABLED[0] or platform.machine().lower() not in ("x86_64", "amd64"):
-        return False  # a forked child (see PAIRS_ENABLED); the mode is handed over as x86's MXCSR
-    if not _PARALLEL_GEMM:
-        if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-            os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)  # (read once, when libgomp starts)
-        try:
-            import numba
-
-            from .loop_runtime import parallel_probe
-
-            parallel_probe(np.zeros(2))
-            _PARALLEL_GEMM.append(numba.threading_layer() in ("omp", "tbb"))
-        except Exception:  # noqa: BLE001 - no threading layer: one call after the other
-            _PARALLEL_GEMM.append(False)
-    return _PARALLEL_GEMM[0]
-
-
-_PARALLEL_GEMM: list[bool] = []
-
-GOMP_SPINCOUNT = 20000
-"""The spin count :func:`parallel_gemm_available` gives GNU OpenMP when the user has not chosen one."""
-
-
 def in_place_updates(body: Block) -> dict[int, Operation]:
     """The dynamic_update_slice ops of a while ``body`` that may write the loop state in place, by state
     index: the op is the only user of state ``i`` and its result is only state ``i`` of the next iteration
@@ -665,7 +628,7 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     the executor runs its matmuls on one BLAS thread (see :meth:`_LoopWriter.op_dot_general`)."""
     writer = _LoopWriter(functions, dtype_of, flush)
     writer.single_thread_blas = single_thread_blas
-    writer.parallel_gemm = single_thread_blas and parallel_gemm_available()
+    writer.parallel_gemm = single_thread_blas and numba_threads_available()
     cond_block, body_block = op.regions[0].block, op.regions[1].block
     state = [f"c{i}" for i in range(len(op.operands))]
     for v in op.operands:
@@ -753,7 +716,7 @@ def cache_directory() -> str | None:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.xla_scalar import exp_f32, log_f32, tanh_f32, logistic_f32\n\n\n"
-                  "@numba.njit(cache={cache}, error_model='numpy', nogil=True)\n")
+                  "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
 
 _RUNTIME_DIGEST: list[str] = []

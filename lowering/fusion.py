@@ -37,7 +37,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xla_dialect.errors import UnsupportedError
 
 from .compiled_loops import _Ineligible, _load, _LoopWriter
-from .workers import even_bounds, run_pieces
+from .workers import caller_mxcsr, even_bounds, numba_threads_available, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
 MIN_GROUP = 2
@@ -263,17 +263,32 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     lines += [f"    h{j} = g{j}[start * {inner}:stop * {inner}]" for j in range(len(outputs))]
     stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs)]
     lines += element_loop(loads, stores, body, "stop - start", inner, "    ")
+    params = ", ".join([*writer.constants, *args, *outputs])
+    # The kernel's pieces at once on numba's threads (lowering.workers), each in the caller's MXCSR ``csr``.
+    lines += ["", "", "@numba.njit(cache=CACHE, error_model='numpy', nogil=True, parallel=True)",
+              f"def fused_pieces({params}, bounds, csr):",
+              "    for piece in numba.prange(bounds.shape[0]):",
+              "        saved = mxcsr()",
+              "        set_mxcsr(csr)",
+              f"        fused({params}, bounds[piece, 0], bounds[piece, 1])",
+              "        set_mxcsr(saved)"]
     return "\n".join(lines) + "\n", writer.constants, inner
 
 
 PARALLEL_ELEMENTS = 1 << 18
 """Fused loops over fewer elements run whole, on the calling thread."""
 
-PARALLEL_MIN_NS = 500_000
+PARALLEL_MIN_NS = 100_000
 """Fused loops whose estimated time on one CPU (:func:`estimated_ns`) is at least this many nanoseconds run in
-pieces on the CPUs at once (:mod:`lowering.workers`). Handing a piece to a worker costs ~0.1 ms on the 2-core
-VMs this was measured on (an idle vCPU is slow to wake): a 262,144-element bias add took 0.09 ms whole and
-0.17 ms in two pieces, a 4M-element gelu 3.4 ms whole and 1.8 ms in two."""
+pieces on the CPUs at once, where the pieces run on numba's polling threads (:mod:`lowering.workers`). Measured
+on a 2-core VM (A/B in one process, medians of 21 rounds, ms): MLP 5.01 -> 4.78 and GPT-2 block 4.20 -> 4.04
+with this threshold instead of :data:`PARALLEL_MIN_NS_PYTHON`; attention, ResNet block, convnet and
+element-wise within 1%."""
+
+PARALLEL_MIN_NS_PYTHON = 500_000
+""":data:`PARALLEL_MIN_NS` where the pieces run on Python worker threads: handing one a piece costs ~0.1 ms on
+those VMs (an idle vCPU is slow to wake, then the GIL): a 262,144-element bias add took 0.09 ms whole and 0.17
+ms in two pieces, a 4M-element gelu 3.4 ms whole and 1.8 ms in two."""
 
 _OP_NS = {"hlo.exponential": 0.5, "hlo.log": 0.4, "hlo.tanh": 0.3, "hlo.logistic": 1.0, "hlo.divide": 0.1,
           "hlo.sine": 5.0, "hlo.cosine": 5.0, "hlo.tan": 6.0}
@@ -300,6 +315,7 @@ class FusedGroup:
         self.calls = 0
         self.elements = 0
         self.kernel = None
+        self.bounds = None  # the pieces' rows, when the kernel runs them on numba's threads (fused_pieces)
         self.tried = False
         self.shape = group.shape
         self.input_dtypes = [np.dtype(dtype_of(v.type)) for v in group.inputs]
@@ -311,11 +327,10 @@ class FusedGroup:
         try:
             self.source, constants, inner = group_source(group, dtype_of, flush)
             self.constants = list(constants.values())
-            rows = size // inner
-            # Rows for each CPU when the loop is large (each piece writes its own elements: same bits).
-            large = size >= PARALLEL_ELEMENTS and estimated_ns(group) >= PARALLEL_MIN_NS
-            parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if large else 1
-            self.pieces = even_bounds(rows, parts) if rows else [(0, 0)]
+            self.rows = size // inner
+            self.parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if size >= PARALLEL_ELEMENTS else 1
+            self.estimated_ns = estimated_ns(group)
+            self.pieces = [(0, self.rows)]  # (cut when compiled: _cut)
             self.worker_mode = worker_mode
         except _Ineligible:
             self.source = None
@@ -329,16 +344,38 @@ class FusedGroup:
             try:
                 from numba import from_dtype, typeof, types
 
-                fn = _load(self.source, "fused")
                 signature = [typeof(c) for c in self.constants]
                 signature += [types.Array(from_dtype(dt), rank, "C") if is_array else from_dtype(dt)
                               for dt, is_array, rank in zip(self.input_dtypes, self.input_is_array, self.input_ranks)]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
-                signature += [types.int64, types.int64]
-                fn.compile(tuple(signature))
+                self.pieces = self._cut()
+                self.signature = tuple(signature)
+                if len(self.pieces) > 1 and numba_threads_available():
+                    fn = _load(self.source, "fused_pieces")
+                    fn.compile((*signature, types.Array(types.int64, 2, "C"), types.int32))
+                    self.bounds = np.array(self.pieces, np.int64)
+                else:
+                    fn = self._serial_kernel()
                 self.kernel = fn
             except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
                 self.kernel = None
+
+    def _serial_kernel(self):
+        """The kernel ``fused`` (one piece per call), compiled for this group's arguments."""
+        from numba import types
+
+        fn = _load(self.source, "fused")
+        fn.compile((*self.signature, types.int64, types.int64))
+        return fn
+
+    def _cut(self) -> list[tuple[int, int]]:
+        """The rows of each piece: one per CPU when the loop is large for the threads the pieces run on
+        (:data:`PARALLEL_MIN_NS`); each piece writes its own elements, so the bits do not depend on it."""
+        if self.parts > 1:
+            threshold = PARALLEL_MIN_NS if numba_threads_available() else PARALLEL_MIN_NS_PYTHON
+            if self.estimated_ns >= threshold:
+                return even_bounds(self.rows, self.parts)
+        return [(0, self.rows)]
 
     def __call__(self, *inputs):
         if self.kernel is None and not self.tried:
@@ -355,7 +392,9 @@ class FusedGroup:
         head = (*self.constants, *args, *flat)
         if len(self.pieces) == 1:
             self.kernel(*head, *self.pieces[0])
-        else:
-            run_pieces(self.kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)
+        elif self.bounds is not None and numba_threads_available():
+            self.kernel(*head, self.bounds, caller_mxcsr())
+        else:  # Python workers (also in a child forked after numba's threads ran: they cannot start there)
+            run_pieces(self._serial_kernel(), [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)
         return tuple(outputs)
 

@@ -129,6 +129,75 @@ def gemm_pair(address, a0, b0, c0, a1, b1, c1, csr):
         set_mxcsr(saved)
 
 
+GEMM_CALL_FIELDS = ("order", "trans_a", "trans_b", "m", "n", "k", "a", "lda", "b", "ldb", "c", "ldc")
+"""The columns of a row of :func:`gemm_calls`' ``calls``: a CBLAS gemm's arguments but alpha (1) and beta
+(0), the matrices as addresses."""
+
+
+@intrinsic
+def gemm_call(typingctx, address, is_f64, row, a_base, b_base, c_base):
+    """One CBLAS gemm through the ILP64 function at ``address`` (:func:`lowering.blas.numpy_gemm_address`):
+    f64 when ``is_f64`` is non-zero, else f32, with the arguments in the int64 array ``row``
+    (:data:`GEMM_CALL_FIELDS`; its matrix fields are offsets in bytes from ``a_base``, ``b_base`` and
+    ``c_base``), alpha 1 and beta 0. The caller keeps the matrices alive."""
+    if not (address == types.int64 and is_f64 == types.int64 and isinstance(row, types.Array)
+            and row.dtype == types.int64 and row.ndim == 1
+            and all(base in (types.uint64, types.int64) for base in (a_base, b_base, c_base))):
+        return None
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def codegen(context, builder, signature, args):
+        address, is_f64, row, a_base, b_base, c_base = args
+        view = context.make_array(signature.args[2])(context, builder, row)
+        stride = cgutils.unpack_tuple(builder, view.strides, 1)[0]
+        base = builder.ptrtoint(view.data, i64)
+
+        def field(name):
+            offset = builder.mul(stride, ir.Constant(i64, GEMM_CALL_FIELDS.index(name)))
+            return builder.load(builder.inttoptr(builder.add(base, offset), i64.as_pointer()))
+
+        values = {name: field(name) for name in GEMM_CALL_FIELDS}
+        for name, base in (("a", a_base), ("b", b_base), ("c", c_base)):
+            values[name] = builder.add(values[name], base)
+        with builder.if_else(builder.icmp_signed("!=", is_f64, ir.Constant(i64, 0))) as (f64_branch, f32_branch):
+            for branch, real in ((f64_branch, ir.DoubleType()), (f32_branch, ir.FloatType())):
+                with branch:
+                    ptr = real.as_pointer()
+                    gemm_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr,
+                                                                i64, real, ptr, i64])
+                    fn = builder.inttoptr(address, gemm_type.as_pointer())
+                    builder.call(fn, [builder.trunc(values["order"], i32), builder.trunc(values["trans_a"], i32),
+                                      builder.trunc(values["trans_b"], i32), values["m"], values["n"], values["k"],
+                                      ir.Constant(real, 1.0), builder.inttoptr(values["a"], ptr), values["lda"],
+                                      builder.inttoptr(values["b"], ptr), values["ldb"], ir.Constant(real, 0.0),
+                                      builder.inttoptr(values["c"], ptr), values["ldc"]])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64, row, a_base, b_base, c_base), codegen
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def gemm_calls(address, is_f64, a, b, c, calls, starts, csr):
+    """The gemm calls of ``calls`` (rows of :data:`GEMM_CALL_FIELDS`, matrices as byte offsets into the arrays
+    ``a``, ``b`` and ``c``) on numba's threads: piece ``p`` (rows ``starts[p]`` to ``starts[p + 1]``, one
+    after the other) on one thread, the pieces at once, each inside the caller's MXCSR ``csr`` (its denormal
+    mode), so every call has the bits of the same call made on the caller's thread
+    (:func:`lowering.blas.split_matmul`)."""
+    a_base, b_base, c_base = a.ctypes.data, b.ctypes.data, c.ctypes.data
+    for piece in numba.prange(starts.size - 1):
+        saved = mxcsr()
+        set_mxcsr(csr)
+        for i in range(starts[piece], starts[piece + 1]):
+            gemm_call(address, is_f64, calls[i], a_base, b_base, c_base)
+        set_mxcsr(saved)
+
+
+@numba.njit(nogil=True, cache=True)
+def current_mxcsr():
+    """The calling thread's MXCSR (:func:`mxcsr`), for Python code handing work to numba's threads."""
+    return mxcsr()
+
+
 @numba.njit(parallel=True, cache=True)
 def parallel_probe(x):
     """A trivial parallel loop: running it starts numba's threading layer (to learn which one it is)."""
@@ -252,6 +321,6 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "gemm_pair", "mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
+HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "gemm_pair", "mxcsr", "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

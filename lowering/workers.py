@@ -10,8 +10,20 @@ at the end, so a CPU taken by another process costs at most its own piece
 :mod:`lowering.blas`). Each piece writes its own part of the result, so the
 result does not depend on how the work was cut or on how many CPUs ran it.
 
-Workers compute in the caller's denormal mode: the caller passes the context
-manager that sets it (:func:`lowering.denormals.mode_switch`).
+Where numba's threading layer keeps its workers polling (OpenMP or TBB, on
+x86-64: :func:`numba_threads_available`), the pieces run on numba's threads
+instead, from compiled code that never takes the GIL: split matmuls call
+NumPy's own gemm by address (:func:`lowering.loop_runtime.gemm_calls`), fused
+loops through a parallel wrapper of their kernel (:mod:`lowering.fusion`). One
+pool then serves both; a worker that polls starts its piece at once where a
+sleeping Python thread took ~0.1 ms to wake and take the GIL (a 256x1024x1024
+sgemm split in two: 2.08 vs 2.25 ms, medians of 15 rounds in one process).
+Elsewhere (other threading layers, other CPUs, a forked child) the pieces run
+on a small pool of Python threads (:func:`run_pieces`).
+
+Workers compute in the caller's denormal mode: on numba's threads each piece
+sets the caller's MXCSR; Python workers enter the context manager the caller
+passes (:func:`lowering.denormals.mode_switch`).
 """
 
 from __future__ import annotations
@@ -23,6 +35,78 @@ from concurrent.futures import ThreadPoolExecutor
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
+
+
+def _forget_pools_after_fork() -> None:
+    """A forked child has none of its parent's threads: a pool created before the fork would take pieces and
+    never run them. The child starts its own pools (and a fresh lock: the parent's may have been held)."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
+def numba_threads_available() -> bool:
+    """Whether pieces of work can run on numba's threads at little cost: numba's threading layer keeps its
+    workers polling (OpenMP or TBB) and the CPU is x86-64 (the caller's denormal mode is handed over as its
+    MXCSR). numba's queue-based fallback wakes its workers through the OS: two gemms then took 155-177 us
+    against 55 us one after the other (measured). False in a child forked from this process once numba's
+    threads ran (:data:`lowering.loop_runtime.PAIRS_ENABLED`: GNU OpenMP aborts it).
+
+    Before numba first starts GNU OpenMP, its spin before sleeping is shortened to :data:`GOMP_SPINCOUNT`
+    iterations unless the user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``: with libgomp's default a
+    worker kept one CPU busy for 4-4.7 ms after the last parallel region (taken from whatever runs next),
+    with this count 0.4-1.1 ms, and the scan RNN keeps most of its paired products' gain (A/B: 4.44 vs
+    4.91 ms, default 4.31 vs 4.82)."""
+    if _NUMBA_THREADS:
+        return _NUMBA_THREADS[0] and bool(_NUMBA_THREADS[1][0])  # (checked at each call: a fork clears it)
+    import platform
+
+    from .loop_runtime import PAIRS_ENABLED
+
+    if not PAIRS_ENABLED[0]:
+        return False
+    with _POOLS_LOCK:
+        if not _NUMBA_THREADS:
+            if platform.machine().lower() not in ("x86_64", "amd64"):
+                _NUMBA_THREADS.extend((False, PAIRS_ENABLED))
+            else:
+                if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+                    os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)  # (read once, when libgomp starts)
+                try:
+                    import numba
+                    import numpy as np
+
+                    from .loop_runtime import parallel_probe
+
+                    parallel_probe(np.zeros(2))
+                    _NUMBA_THREADS.extend((numba.threading_layer() in ("omp", "tbb"), PAIRS_ENABLED))
+                except Exception:  # noqa: BLE001 - no threading layer: Python workers
+                    _NUMBA_THREADS.extend((False, PAIRS_ENABLED))
+    return _NUMBA_THREADS[0] and bool(PAIRS_ENABLED[0])
+
+
+_NUMBA_THREADS: list = []
+"""[whether the threading layer polls on this CPU, loop_runtime.PAIRS_ENABLED] once probed."""
+
+GOMP_SPINCOUNT = 20000
+"""The spin count :func:`numba_threads_available` gives GNU OpenMP when the user has not chosen one."""
+
+
+def caller_mxcsr():
+    """The calling thread's MXCSR as the int32 numba's pieces set (only where :func:`numba_threads_available`)."""
+    if not _MXCSR:
+        from .loop_runtime import current_mxcsr
+
+        _MXCSR.append(current_mxcsr)
+    return _INT32(_MXCSR[0]())
+
+
+_MXCSR: list = []
+_INT32 = __import__("numpy").int32
 
 
 def usable_cpus() -> int:

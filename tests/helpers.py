@@ -118,3 +118,35 @@ def run_builder(fn, *args, name: str = "test"):
     root = fn(b, *params)
     outs = execute(b.build(root), *args)
     return outs[0] if len(outs) == 1 else outs
+
+
+def in_forked_child(work, timeout: float = 120.0) -> bytes:
+    """Run ``work()`` (returning up to 64 bytes) in a child forked from this process and return what it
+    returned; fails the test if the child crashed (GNU OpenMP aborts a forked child that starts a parallel
+    region its parent used) or did not finish in ``timeout`` seconds (it is killed: never a hung suite)."""
+    import os
+    import signal
+    import time
+
+    import pytest
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without cleanup
+        try:
+            os.write(write, work())
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"the forked child did not finish in {timeout:.0f} s")
+    status = done[1]
+    message = os.read(read, 64)
+    os.close(read)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    return message

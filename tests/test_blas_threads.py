@@ -15,7 +15,7 @@ import threadpoolctl
 from jax import lax
 
 import lowering
-from lowering import blas
+from lowering import blas, workers
 from lowering.executor import LoweringContext
 from lowering.registry import KERNELS
 from xla_dialect import XlaBuilder
@@ -40,7 +40,14 @@ def seen(monkeypatch):
         calls.append(numpy_blas_threads())
         return np.matmul(a, b, **kwargs)
 
+    real_native = blas._run_native
+
+    def native_spy(a, b, out, gemm_calls, starts):  # split pieces on numba's threads: one entry per piece
+        calls.extend(numpy_blas_threads() for _ in range(len(starts) - 1))
+        real_native(a, b, out, gemm_calls, starts)
+
     monkeypatch.setattr(blas, "_matmul", spy)
+    monkeypatch.setattr(blas, "_run_native", native_spy)
     return calls
 
 
@@ -302,11 +309,18 @@ def split_dot(shape_a, shape_b, dtype="f32", contracting=(1, 0)):
     return b.build()
 
 
-@pytest.fixture
-def two_cpus(monkeypatch, auto_env):
-    """The automatic policy of a two-CPU machine, whatever this machine has, with no split verified yet."""
+@pytest.fixture(params=["numba", "python"])
+def two_cpus(request, monkeypatch, auto_env):
+    """The automatic policy of a two-CPU machine, whatever this machine has, with no split verified yet; the
+    pieces on numba's threads (where it has a polling threading layer) or on Python worker threads. Returns
+    which."""
     monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
     monkeypatch.setattr(blas, "_SPLIT_EXACT", {})
+    if request.param == "python":
+        monkeypatch.setattr(blas, "numba_threads_available", lambda: False)
+    elif not workers.numba_threads_available():
+        pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64): Python workers only")
+    return request.param
 
 
 @pytest.mark.parametrize("shape_a,shape_b,contracting", [
@@ -344,8 +358,16 @@ def test_split_that_would_change_bits_stays_whole(rng, two_cpus, monkeypatch):
         out[...] = np.nextafter(np.matmul(a, b), np.inf)
         return out
 
+    real_native = blas._run_native
+
+    def native_off_by_one_ulp(a, b, out, gemm_calls, starts):
+        calls.append(a.shape)
+        real_native(a, b, out, gemm_calls, starts)
+        out[...] = np.nextafter(out, np.inf)
+
     monkeypatch.setattr(blas, "_matmul", lambda a, b, **kwargs: off_by_one_ulp(a, b, **kwargs) if kwargs
                         else np.matmul(a, b))
+    monkeypatch.setattr(blas, "_run_native", native_off_by_one_ulp)
     x = rng.standard_normal((512, 512), np.float32)
     exe = lowering.compile(dot_module(512, 512, 512))
     (got,) = exe(x, x + 1)
@@ -368,15 +390,27 @@ def test_split_pieces_run_on_a_worker_thread(rng, two_cpus, monkeypatch):
         threads.append(threading.get_ident())
         return np.matmul(a, b, **kwargs)
 
+    real_native = blas._run_native
+    native = []
+
+    def native_spy(a, b, out, gemm_calls, starts):
+        native.append(len(starts) - 1)
+        real_native(a, b, out, gemm_calls, starts)
+
     monkeypatch.setattr(blas, "_matmul", spy)
+    monkeypatch.setattr(blas, "_run_native", native_spy)
     x = rng.standard_normal((512, 512), np.float32)
     exe = lowering.compile(dot_module(512, 512, 512))
     exe(x, x + 1)
     if not all(blas._SPLIT_EXACT.values()):
         pytest.skip(f"this CPU's BLAS sums a 512x512x512 product differently in pieces: {blas._SPLIT_EXACT}")
     threads.clear()
+    native.clear()
     exe(x, x + 1)
-    assert len(threads) == 2 and threads[0] == threading.get_ident() and threads[1] != threads[0]
+    if two_cpus == "numba":  # both pieces in one call of the compiled runner, which numba's threads share
+        assert native == [2] and threads == []
+    else:
+        assert len(threads) == 2 and threads[0] == threading.get_ident() and threads[1] != threads[0]
 
 
 def test_same_buffer_operands_are_not_split(rng, seen, two_cpus):
@@ -404,3 +438,54 @@ def test_split_pieces_compute_in_the_callers_denormal_mode(rng, two_cpus, mode):
     (whole,) = lowering.compile(module, denormals=mode, blas_threads=1)(x, x)
     np.testing.assert_array_equal(got, whole)
     assert (got == 0).all() if mode == "flush" else (got != 0).all()
+
+
+@pytest.mark.parametrize("layout_a,layout_b", [("C", "C"), ("F", "C"), ("C", "F"), ("F", "F"), ("lead", "lead")])
+@pytest.mark.parametrize("axis_shape", [
+    (0, (3, 70, 40, 90)),    # batch pieces
+    (1, (1, 200, 50, 70)),   # row pieces
+    (2, (2, 70, 50, 200)),   # column pieces
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_gemm_calls_are_numpys_calls(rng, layout_a, layout_b, axis_shape, dtype):
+    # Each piece is the gemm call NumPy's matmul makes for it, so it has that call's bits.
+    if not workers.numba_threads_available() or blas.numpy_gemm_address(dtype) is None:
+        pytest.skip("numba's threads or NumPy's gemm by address are not available here")
+    axis, (batch, m, k, n) = axis_shape
+
+    def stored(x, layout):
+        if layout == "C":
+            return np.ascontiguousarray(x)
+        if layout == "F":
+            return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 1, 2)), 1, 2)
+        wide = np.zeros(x.shape[:2] + (x.shape[2] + 13,), x.dtype)  # rows further apart than their length
+        wide[:, :, : x.shape[2]] = x
+        return wide[:, :, : x.shape[2]]
+
+    a = stored(rng.standard_normal((batch, m, k)).astype(dtype), layout_a)
+    b = stored(rng.standard_normal((batch, k, n)).astype(dtype), layout_b)
+    size = (batch, m, n)[axis]
+    bounds = ((0, size // 3), (size // 3, 2 * size // 3), (2 * size // 3, size))
+    calls = blas.native_gemm_calls(a, b, axis, bounds)
+    assert calls is not None
+    out = np.full((batch, m, n), np.nan, dtype)
+    blas._run_native(a, b, out, *calls)
+    want = np.empty_like(out)
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        for start, stop in bounds:  # (the whole product may sum differently: pieces cut off the BLAS's blocks)
+            piece = (slice(None),) * axis + (slice(start, stop),)
+            if axis == 0:
+                np.matmul(a[piece], b[piece], out=want[piece])
+            elif axis == 1:
+                np.matmul(a[piece], b, out=want[piece])
+            else:
+                np.matmul(a, b[piece], out=want[piece])
+    np.testing.assert_array_equal(out, want)
+
+
+def test_native_gemm_calls_leave_unblasable_operands_to_numpy(rng):
+    if not workers.numba_threads_available() or blas.numpy_gemm_address(np.float32) is None:
+        pytest.skip("numba's threads or NumPy's gemm by address are not available here")
+    a = rng.standard_normal((1, 64, 128)).astype(np.float32)[:, :, ::2]  # no unit stride: NumPy copies it
+    b = rng.standard_normal((1, 64, 64)).astype(np.float32)
+    assert blas.native_gemm_calls(a, b, 1, ((0, 32), (32, 64))) is None

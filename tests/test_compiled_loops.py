@@ -10,7 +10,8 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops
+from lowering import compiled_loops, workers
+from helpers import in_forked_child
 from xla_dialect.errors import XlaError
 
 F32, F64 = np.float32, np.float64
@@ -343,7 +344,7 @@ def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
         return lax.scan(lambda h, x: (x @ wx + h @ wh, jnp.sum(h)), h0, xs)
 
     module = import_jax(step_fn, h0, xs, wx, wh)
-    if compiled_loops.parallel_gemm_available():
+    if workers.numba_threads_available():
         from xdsl.dialects import func
 
         from passes.pipelines import prepare_for_execution
@@ -391,31 +392,12 @@ def test_a_forked_child_runs_paired_products_one_after_the_other():
     h0 = np.zeros((32, 256), F32)
     exe = lowering.compile(import_jax(_rnn, h0, xs, wx, wh), blas_threads=1, loop_compilation="always")
     want = _leaves(exe(h0, xs, wx, wh))
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report whether it got the parent's bits, then leave without cleanup
-        try:
-            got = _leaves(exe(h0, xs, wx, wh))
-            ok = all(np.array_equal(_bits(g), _bits(w)) for g, w in zip(got, want))
-            os.write(write, b"same" if ok else b"different")
-        finally:
-            os._exit(0)
-    os.close(write)
-    import signal
-    import time
 
-    deadline = time.monotonic() + 120
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if done[0] == 0:  # never hang the suite: a stuck child is a failure
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child did not finish in 120 s")
-    status = done[1]
-    message = os.read(read, 64)
-    os.close(read)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    assert message == b"same"
+    def child():
+        got = _leaves(exe(h0, xs, wx, wh))
+        return b"same" if all(np.array_equal(_bits(g), _bits(w)) for g, w in zip(got, want)) else b"different"
+
+    assert in_forked_child(child) == b"same"
 
 
 @pytest.mark.parametrize("user", [None, "300000"])
@@ -427,7 +409,7 @@ def test_openmp_spin_is_shortened_unless_the_user_chose(user):
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     if user is not None:
         env["GOMP_SPINCOUNT"] = user
-    code = ("import os; from lowering import compiled_loops as c; c.parallel_gemm_available(); "
+    code = ("import os; from lowering import workers as c; c.numba_threads_available(); "
             "print(os.environ.get('GOMP_SPINCOUNT'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -435,5 +417,5 @@ def test_openmp_spin_is_shortened_unless_the_user_chose(user):
     import platform
 
     expected = user if user is not None else (
-        str(compiled_loops.GOMP_SPINCOUNT) if platform.machine().lower() in ("x86_64", "amd64") else "None")
+        str(workers.GOMP_SPINCOUNT) if platform.machine().lower() in ("x86_64", "amd64") else "None")
     assert out.stdout.strip() == expected

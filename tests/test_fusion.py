@@ -136,12 +136,19 @@ def test_row_statistics_broadcast_inside_the_fused_loop():
                                atol=1e-7)
 
 
-@pytest.fixture
-def three_cpus(monkeypatch):
-    """Large fused loops cut into three pieces (the calling thread and two workers), whatever this machine has."""
+@pytest.fixture(params=["numba", "python"])
+def three_cpus(request, monkeypatch):
+    """Large fused loops cut into three pieces (the calling thread and two workers), whatever this machine has;
+    the pieces on numba's threads (where its threading layer polls) or on Python worker threads. Returns which."""
     import lowering.context
+    from lowering import workers
 
     monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 3)
+    if request.param == "python":
+        monkeypatch.setattr(fusion, "numba_threads_available", lambda: False)
+    elif not workers.numba_threads_available():
+        pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64): Python workers only")
+    return request.param
 
 
 def _pieces_of(exe) -> list:
@@ -262,11 +269,18 @@ def test_bias_broadcast_read_per_column(three_cpus):
 
 
 def test_cheap_large_loops_run_whole(three_cpus):
-    # Handing a piece to a worker costs about as much as a few hundred thousand additions: a cheap loop
-    # of that size runs whole, one with transcendental work is cut.
+    # Handing a piece to a Python worker costs about as much as a few hundred thousand additions: a cheap loop
+    # of that size runs whole there, one with transcendental work is cut. numba's polling threads take a piece
+    # at little cost: there the threshold is lower.
     x = RNG.standard_normal(2 * fusion.PARALLEL_ELEMENTS).astype(F32)
     cheap = lowering.compile(import_jax(lambda v: v * F32(2) + v, x), fusion="always")
     costly = lowering.compile(import_jax(lambda v: jnp.exp(jnp.tanh(v) * F32(2)) + v, x), fusion="always")
     cheap(x), costly(x)
-    assert [len(p) for p in _pieces_of(cheap)] == [1]
+    threshold = fusion.PARALLEL_MIN_NS if three_cpus == "numba" else fusion.PARALLEL_MIN_NS_PYTHON
+    for exe in (cheap, costly):
+        (runner,) = [r for name, r in exe._fn.__globals__.items() if name.startswith("fz")]
+        assert len(runner.pieces) == (3 if runner.estimated_ns >= threshold else 1)
+        assert (runner.bounds is not None) == (len(runner.pieces) > 1 and three_cpus == "numba")
     assert [len(p) for p in _pieces_of(costly)] == [3]
+    if three_cpus == "python":
+        assert [len(p) for p in _pieces_of(cheap)] == [1]
