@@ -16,9 +16,13 @@ the importer's fallback), runs it and compares: integers and booleans exactly,
 floats to the digits the spec prints (relative 1e-3, absolute 1e-4).
 
 Values given per process (``// num_replicas: 2``, ``%x@(0, 0): ...``) run the
-function on that process grid and compare each device's results. Examples
-this harness cannot run are reported as skipped with the reason: values whose
-type no signature gives, examples without expected values. Typing errors of
+function on that process grid and compare each device's results. Values of
+tuple type are read as tuples (``([1.0, 2.0], (3))``). An example of an op
+that gives no values (``after_all``, ``send``, ``infeed``, ...) is imported,
+verified and compiled, on the smallest process grid its replica groups or
+source-target pairs fit in: reported as "compiled". Examples this harness
+cannot run are reported as skipped with the reason: values whose type no
+signature gives, examples of other sections without expected values. Typing errors of
 examples (a missing ``<``, a name written twice) are corrected first, each
 listed in :data:`CORRECTIONS` and reported with the example; errata of
 substance are listed in :data:`KNOWN`.
@@ -78,10 +82,10 @@ def examples(spec_text: str) -> list[Example]:
                 index += 1
                 if example.skip:
                     pass
-                elif not example.expected:
-                    example.skip = "no expected values"
                 elif not example.body:
                     example.skip = "no ops"
+                elif not example.expected and not _uses_own_op(example):
+                    example.skip = "no expected values"
                 out.append(example)
     return out
 
@@ -183,9 +187,15 @@ def _result_names(body: list[str]) -> set[str]:
 _TOKEN = re.compile(r"\s*(\[|\]|\(|\)|,|true|false|[-+]?inf|[-+]?nan|[-+]?0x[0-9A-Fa-f]+|[-+]?[0-9.]+(?:[eE][-+]?\d+)?)")
 
 
+class Parenthesized(list):
+    """A parenthesized group of the spec's value notation: a complex number ``(re, im)`` or a tuple's elements
+    (``([1.0, 2.0], (3))``), told apart by the value's type (:func:`to_array`)."""
+
+
 def parse_value(text: str):
     """A nested list of Python numbers for the spec's value notation (``[[1, 2], [3, 4]]``, ``true``, ``nan``,
-    ``0x7F800000`` bit patterns as ``("bits", int)``, ``(1.0, 2.0)`` complex numbers)."""
+    ``0x7F800000`` bit patterns as ``("bits", int)``, parenthesized groups as :class:`Parenthesized`: complex
+    numbers ``(1.0, 2.0)`` and tuples ``([1.0, 2.0], (3))``)."""
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -204,13 +214,11 @@ def parse_value(text: str):
                 if t != ",":
                     items.append(value(t))
             raise ValueError("unclosed [")
-        if tok == "(":  # a complex number (re, im)
-            parts = []
+        if tok == "(":  # a complex number (re, im) or a tuple
+            parts = Parenthesized()
             for t in it:
                 if t == ")":
-                    if len(parts) != 2 or not all(isinstance(p, (int, float)) for p in parts):
-                        raise ValueError(f"{text!r}: only (re, im) pairs are read in parentheses")
-                    return complex(parts[0], parts[1])
+                    return parts
                 if t != ",":
                     parts.append(value(t))
             raise ValueError("unclosed (")
@@ -223,9 +231,18 @@ def parse_value(text: str):
     return value(next(it))
 
 
-def to_array(value, type_text: str) -> np.ndarray:
-    """``value`` (from :func:`parse_value`) as an array of the tensor type ``type_text``."""
+def to_array(value, type_text: str):
+    """``value`` (from :func:`parse_value`) as an array of the tensor type ``type_text``, or as a tuple of them
+    (nested as the type) for a ``tuple<...>`` type."""
     from .stablehlo_import import import_stablehlo
+
+    type_text = type_text.strip()
+    if type_text.startswith("tuple<"):
+        element_types = _split_types(type_text[len("tuple<"):-1]) if type_text != "tuple<>" else []
+        if not isinstance(value, Parenthesized) or len(value) != len(element_types):
+            raise ValueError(f"{value!r} is not a value of {type_text}: expected {len(element_types)} elements "
+                             "in parentheses")
+        return tuple(to_array(v, t) for v, t in zip(value, element_types))
 
     module = import_stablehlo(f"func.func @main(%x: {type_text}) -> {type_text} {{\n  return %x : {type_text}\n}}")
     arg_type = next(iter(module.ops)).function_type.inputs.data[0]
@@ -235,6 +252,10 @@ def to_array(value, type_text: str) -> np.ndarray:
     shape = tuple(arg_type.get_shape())
 
     def plain(v):
+        if isinstance(v, Parenthesized):
+            if dtype.kind != "c" or len(v) != 2 or not all(isinstance(p, (int, float)) for p in v):
+                raise ValueError(f"{list(v)!r}: a parenthesized value of {type_text} must be a complex (re, im)")
+            return complex(v[0], v[1])
         if isinstance(v, list):
             return [plain(x) for x in v]
         if isinstance(v, tuple):  # bit pattern
@@ -298,7 +319,13 @@ def _signature_after(text: str, i: int) -> tuple[list[str], list[str]] | None:
             if not after.startswith("->"):
                 return None
             after = after[2:].lstrip()
-            end = _balanced(after, 0) if after.startswith("(") else _balanced(after, after.index("<"))
+            word = re.match(r"[^\s<]*", after).group(0)  # a type without parameters: !stablehlo.token
+            if after.startswith("("):
+                end = _balanced(after, 0)
+            elif after[len(word):len(word) + 1] == "<":
+                end = _balanced(after, len(word))
+            else:
+                end = len(word)
             return _split_types(operands), _split_types(after[:end])
         if c == '"' and i + 1 < len(text) and _OP_START.match(text, i):  # the next op: no signature here
             return None
@@ -344,8 +371,10 @@ KNOWN = {
     "cholesky[0]": "the example's result type is f64 for an f32 operand (jaxlib's verifier rejects it)",
     "divide[0]": "the expected values are 17/3, the operands 17.1 and 3",
     "dynamic_conv[0]": "its dimension numbers name input dimension 0 twice (jaxlib's verifier rejects them)",
-    "get_tuple_element[0]": "a tuple-typed value: the harness reads arrays only",
-    "tuple[0]": "a tuple-typed value: the harness reads arrays only",
+    "tuple[0]": "its values are typed memref<2xf32>, not a StableHLO type (tensors, tokens and tuples of them)",
+    "composite[0]": "its decomposition is a function @my_op that the example does not define",
+    "custom_call[0]": "its attribute dictionaries end with a comma, and its values are typed memref<4xf64>, not a "
+                      "StableHLO type",
     "negate[1]": "the complex operand is written as a scalar '(2.5, 0.0)' and the result as two reals",
     "power[0]": "f64 operands, f32-rounded expected values (0.333333343, and inf for 10000**10 = 1e40)",
     "rng[0]": "random values: the example's are illustrative",
@@ -364,11 +393,51 @@ class Outcome:
     message: str = ""
 
 
+def _uses_own_op(example: Example) -> bool:
+    """Whether the example's ops include the op of its section (``"stablehlo.after_all"`` under ``after_all``)."""
+    return any(f"stablehlo.{example.op}" in line for line in example.body)
+
+
+def _compile_only(example: Example, types: dict[str, str]) -> Outcome:
+    """An example of an op that gives no values: its ops imported, verified and compiled on its process grid, as
+    the body of a function whose arguments are the values the ops use without defining."""
+    import lowering
+
+    from .stablehlo_import import import_stablehlo
+
+    defined = _result_names(example.body)
+    text = " ".join(example.body)
+    # (region arguments are defined by their block headers: ``^bb0(%arg0: tensor<i32>, ...)``)
+    block_args = set(re.findall(r"(%[\w]+)\s*:", " ".join(line for line in example.body if "^bb" in line)))
+    used = [n for n in dict.fromkeys(re.findall(r"%[\w#]+", text))
+            if n not in defined and n not in block_args and "#" not in n]
+    missing = [n for n in used if n not in types]
+    if missing:
+        return Outcome(example, "skipped", f"no expected values, and no signature gives the type of {', '.join(missing)}")
+    args = ", ".join(f"{n}: {types[n]}" for n in used)
+    source = f"func.func @main({args}) {{\n" + "\n".join(example.body) + "\n  return\n}\n"
+    replicas = example.num_replicas
+    if replicas == example.num_partitions == 1:  # no grid given: the smallest one its process ids fit in
+        ids = [int(i) for groups in re.findall(r"(?:replica_groups|source_target_pairs)\s*=\s*dense<([^>]*)>", text)
+               for i in re.findall(r"-?\d+", groups)]
+        replicas = max([0, *ids]) + 1
+    try:
+        module = import_stablehlo(source)
+        lowering.compile(module, num_replicas=replicas, num_partitions=example.num_partitions)
+    except (XlaError, ValueError) as e:
+        return Outcome(example, "error", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+    except Exception as e:  # noqa: BLE001 - a harness limitation or a bug: reported, not fatal
+        return Outcome(example, "error", f"harness: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+    return Outcome(example, "compiled", "no expected values: imported, verified and compiled")
+
+
 def run_example(example: Example) -> Outcome:
     """Run one example (see the module docstring)."""
     if example.skip:
         return Outcome(example, "skipped", example.skip)
     types = _value_types(example.body)
+    if not example.expected:
+        return _compile_only(example, types)
     missing = [n for n in (*example.inputs, *example.expected) if n not in types and n not in _result_names(example.body)]
     if missing:
         return Outcome(example, "skipped", f"no signature gives the type of {', '.join(missing)}")
@@ -400,7 +469,11 @@ def run_example(example: Example) -> Outcome:
         return Outcome(example, "error", f"harness: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
     for d, (got, want) in enumerate(zip(per_device, wanted)):
         where = f" on device {d}" if devices > 1 else ""
-        for name, g, w in zip(results, got, want):
+        names = [f"{name}{path}" for name, w in zip(results, want) for path in _leaf_paths(w)]
+        want = [leaf for w in want for leaf in _leaves(w)]  # (tuple results come back flattened, in order)
+        if len(got) != len(want):
+            return Outcome(example, "failed", f"{len(got)} results{where}, expected {len(want)}")
+        for name, g, w in zip(names, got, want):
             g = np.asarray(g)
             if g.shape != w.shape:
                 return Outcome(example, "failed", f"{name}{where}: shape {g.shape}, expected {w.shape}")
@@ -414,6 +487,18 @@ def run_example(example: Example) -> Outcome:
                 return Outcome(example, "failed", f"{name}{where}: got {g.tolist()}, expected {w.tolist()}")
     corrected = f" (corrected: {example.corrected})" if example.corrected else ""
     return Outcome(example, "passed", f"{len(results)} results{corrected}")
+
+
+def _leaves(value) -> list:
+    """The arrays of a value (a tuple's, depth first)."""
+    return [leaf for v in value for leaf in _leaves(v)] if isinstance(value, tuple) else [value]
+
+
+def _leaf_paths(value, path: str = "") -> list[str]:
+    """Where each of :func:`_leaves` is in ``value``: ``""`` for an array, ``"[0][1]"`` inside tuples."""
+    if isinstance(value, tuple):
+        return [p for k, v in enumerate(value) for p in _leaf_paths(v, f"{path}[{k}]")]
+    return [path]
 
 
 def _on(values: dict[int, str], device: int, name: str) -> str:
