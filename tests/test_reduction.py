@@ -490,3 +490,51 @@ def test_long_non_minor_sums_are_as_accurate_as_xla(shape, axis):
     row_by_row_error = np.abs(np.add.reduce(x, axis=axis) / np.float32(count) - exact).max()
     assert ours_error <= 2 * xla_error
     assert row_by_row_error > 4 * xla_error  # the test can tell the orders apart
+
+
+@pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 31, 33, 128, 200, 256])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum])
+def test_compiled_row_extrema_equal_numpys(rng, n, dtype, ufunc):
+    # lowering.rowwise: every value NumPy's reduce gives, NaN rows with NumPy's own NaN (payloads and signs
+    # differ between the NaNs planted), zero signs left to the caller's fix (either zero may come back).
+    from lowering.rowwise import row_extrema_of
+
+    x = rng.standard_normal((64, n)).astype(dtype)
+    x[rng.random(x.shape) < 0.2] = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf], dtype), size=1)
+    nans = np.array([np.nan, -np.nan], dtype)
+    bits = nans.view(np.uint32 if dtype == np.float32 else np.uint64)
+    bits[0] |= 1  # a payload
+    nans = bits.view(dtype)
+    x[3, n // 2] = nans[0]
+    x[5, 0] = nans[1]
+    x[5, n - 1] = nans[0]
+    x[7] = -0.0
+    got, want = row_extrema_of(x, ufunc), ufunc.reduce(x, axis=-1)
+    nan = np.isnan(want)
+    assert list(np.flatnonzero(nan)) == [3, 5]
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    np.testing.assert_array_equal(got[nan].view(unsigned), want[nan].view(unsigned))
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_short_row_extrema_use_the_compiled_kernel_and_match_jax(rng, op, monkeypatch):
+    import lowering.rowwise
+
+    calls = []
+    real = lowering.rowwise.row_extrema_of
+    monkeypatch.setattr(lowering.rowwise, "row_extrema_of", lambda x, u: calls.append(x.shape) or real(x, u))
+    # (No NaN, no signed-zero init: XLA CPU's row reductions of this size -- 512 rows of 128 and more, not 16
+    # rows -- drop a NaN and take max(-0 init, +0 row) as -0, where the executor propagates the NaN and orders
+    # -0 < +0 at every size, as XLA's semantics say; tests/test_reduction.py checks those on small shapes.)
+    x = rng.choice(np.array([-0.0, 0.0, -1.5, 2.5, np.inf, -np.inf], np.float32), (2, 8, 32, 128))
+    x[0, 0, 0, :] = -0.0
+    x[0, 0, 1, :] = 0.0
+    for init in (identity(op, np.float32), np.float32(1.0)):
+        calls.clear()
+        (actual,) = execute(build_reduce(np.float32, x.shape, op, init, (3,)), x)
+        assert calls == [x.shape]
+        expected = jax_reduce(x, init, op, (3,))
+        np.testing.assert_array_equal(actual, expected)
+        np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected))

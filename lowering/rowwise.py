@@ -1,0 +1,85 @@
+"""Compiled row-wise reductions for the NumPy kernels where NumPy's own are slow: the maximum and minimum of
+each row of a C-ordered f32/f64 matrix with short rows (a softmax's row maximum over attention scores).
+
+NumPy's ``np.maximum.reduce(x, axis=-1)`` pays a fixed cost per row on top of its vectorized loop: over
+rows of 128 f32 it took 0.78 ns per element, 3x its row sums (measured: (2048, 128) 204 us, (1024, 256)
+112 us, (256, 1024) 40 us). :func:`row_extrema` keeps 16 running maxima (minima) per row, one per lane of
+a vector, combined element-wise: LLVM vectorizes that loop with compares and blends (no fast-math flags),
+so every result is one of the row's elements, exactly as NumPy's. Rows holding a NaN are flagged by a
+second pass (:func:`nan_rows`; one pass doing both did not vectorize: 2x slower) and recomputed with
+NumPy, whose NaN (payload and sign) they then keep. Measured with the NaN pass: (2048, 128) 75 us, (1024, 256) 79 us, (512, 512) 77 us, (256, 1024)
+74 us, (8192, 256) 900 vs NumPy's 990 us -- faster than NumPy up to rows of 256 elements
+(:data:`lowering.kernels.reduction.ROW_EXTREMA_MAX`).
+The sign of a zero result is left to the caller's fix, as for NumPy's result (either zero may come back).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_LANES = 16
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def row_extrema(x, out, minimum):
+    """``out[r]`` = the maximum (``minimum`` False) or the minimum of row ``r`` of the 2-d C-ordered ``x`` (rows
+    of at least one element), comparing with ``>`` (``<``): NaNs are skipped, not propagated (see the
+    module doc)."""
+    rows, n = x.shape
+    lanes = np.empty(_LANES, x.dtype)
+    for r in range(rows):
+        row = x[r]
+        if n >= _LANES:
+            for k in range(_LANES):
+                lanes[k] = row[k]
+            full = n // _LANES * _LANES
+            for j in range(_LANES, full, _LANES):
+                if minimum:
+                    for k in range(_LANES):
+                        v = row[j + k]
+                        lanes[k] = v if v < lanes[k] else lanes[k]
+                else:
+                    for k in range(_LANES):
+                        v = row[j + k]
+                        lanes[k] = v if v > lanes[k] else lanes[k]
+            m = lanes[0]
+            for k in range(1, _LANES):
+                v = lanes[k]
+                m = (v if v < m else m) if minimum else (v if v > m else m)
+            start = full
+        else:
+            m = row[0]
+            start = 1
+        for j in range(start, n):
+            v = row[j]
+            m = (v if v < m else m) if minimum else (v if v > m else m)
+        out[r] = m
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def nan_rows(x, flags):
+    """``flags[r]`` = whether row ``r`` of the 2-d ``x`` holds a NaN; returns whether any does."""
+    rows, n = x.shape
+    found = False
+    for r in range(rows):
+        row = x[r]
+        bad = False
+        for j in range(n):
+            bad |= row[j] != row[j]
+        flags[r] = bad
+        found |= bad
+    return found
+
+
+def row_extrema_of(x: np.ndarray, ufunc) -> np.ndarray:
+    """``ufunc.reduce(x, axis=-1)`` for ``np.maximum`` or ``np.minimum`` and a C-ordered f32/f64 ``x`` whose
+    rows have at least one element: the same values (NaN rows computed by NumPy itself, zero signs as NumPy
+    may return them)."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty(rows.shape[0], x.dtype)
+    row_extrema(rows, out, ufunc is np.minimum)
+    flags = np.empty(rows.shape[0], np.bool_)
+    if nan_rows(rows, flags):
+        out[flags] = ufunc.reduce(rows[flags], axis=-1)
+    return out.reshape(x.shape[:-1])
