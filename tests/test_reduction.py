@@ -525,9 +525,10 @@ def test_short_row_extrema_use_the_compiled_kernel_and_match_jax(rng, op, monkey
     calls = []
     real = lowering.rowwise.row_extrema_of
     monkeypatch.setattr(lowering.rowwise, "row_extrema_of", lambda x, u: calls.append(x.shape) or real(x, u))
-    # (No NaN, no signed-zero init: XLA CPU's row reductions of this size -- 512 rows of 128 and more, not 16
-    # rows -- drop a NaN and take max(-0 init, +0 row) as -0, where the executor propagates the NaN and orders
-    # -0 < +0 at every size, as XLA's semantics say; tests/test_reduction.py checks those on small shapes.)
+    # (No NaN, no signed-zero init: XLA CPU's max/min reductions of 4,096 elements or more (jax 0.10.2: 32 rows
+    # of 128, or one row of 4,096) drop a NaN -- jnp.max too; openxla/xla#21461, open -- and take max(-0 init,
+    # +0 row) as -0, where the executor propagates the NaN and orders -0 < +0 at every size, as XLA's semantics
+    # say; the tests above check both against jax.jit on small shapes, where XLA CPU follows them.)
     x = rng.choice(np.array([-0.0, 0.0, -1.5, 2.5, np.inf, -np.inf], np.float32), (2, 8, 32, 128))
     x[0, 0, 0, :] = -0.0
     x[0, 0, 1, :] = 0.0
