@@ -526,18 +526,24 @@ class _LoopWriter:
         self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({k}, {n}))")
         self.emit(indent, f"{c} = np.empty(({m}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
         if op in self.gemm_pairs:  # the first of a pair: computed with the second
-            self.pending_gemm[self.gemm_pairs[op]] = (a, b, c)
+            self.pending_gemm[self.gemm_pairs[op]] = (a, b, c, plan)
         else:
             const = self.fresh("k")
             self.constants[const] = np.int64(numpy_gemm_address(dtype))
             if op in self.pending_gemm:
                 from .loop_runtime import PAIRS_ENABLED
 
-                a0, b0, c0 = self.pending_gemm.pop(op)
+                a0, b0, c0, plan0 = self.pending_gemm.pop(op)
                 enabled = self.fresh("k")
                 self.constants[enabled] = PAIRS_ENABLED  # (the array itself: cleared in forked children)
                 self.emit(indent, f"if {enabled}[0]:")
-                self.emit(indent + "    ", f"gemm_pair({const}, {a0}, {b0}, {c0}, {a}, {b}, {c}, csr)")
+                small, large = ((a0, b0, c0), (a, b, c)) if _cost(plan0) <= _cost(plan) else ((a, b, c), (a0, b0, c0))
+                cut = balanced_cut(dtype, min(plan0, plan, key=_cost), max(plan, plan0, key=_cost))
+                if cut is not None:  # part of the larger product's columns with the smaller product
+                    self.emit(indent + "    ", f"gemm_pair_balanced({const}, {', '.join(small)}, {', '.join(large)}, "
+                                               f"{cut}, csr)")
+                else:
+                    self.emit(indent + "    ", f"gemm_pair({const}, {a0}, {b0}, {c0}, {a}, {b}, {c}, csr)")
                 self.emit(indent, "else:")
                 self.emit(indent + "    ", f"cblas_gemm({const}, {a0}, {b0}, {c0})")
                 self.emit(indent + "    ", f"cblas_gemm({const}, {a}, {b}, {c})")
@@ -577,6 +583,51 @@ class _LoopWriter:
         self.emit(indent, f"for {i} in range(1, {n}):")
         self.emit(indent + "    ", f"{acc} = {combine(acc, f'{flat}[{i}]')}")
         self.emit(indent, f"{out} = {combine(init, acc)}")
+
+
+def _cost(plan: tuple[int, int, int]) -> int:
+    m, k, n = plan
+    return m * k * n
+
+
+BALANCE_MIN_RATIO = 1.25
+"""A pair's larger product gives columns to the smaller's thread when it costs at least this many times more."""
+
+
+def balanced_cut(dtype, small: tuple[int, int, int], large: tuple[int, int, int]) -> int | None:
+    """The column at which the ``(m, k, n)`` product ``large`` of a pair is cut so that both threads get about
+    the same number of multiply-adds (``small`` plus the columns before the cut on one, the rest on the
+    other), at a multiple of 16 -- or None when the products are about equal, or when the pieces would not
+    give the whole product's bits: checked once per process for each shape on random operands (NumPy's own
+    calls for the column views, under a one-thread BLAS limit). An RNN step (32x128x256 with 32x256x256):
+    cut 64, each thread 1.5M multiply-adds instead of 1M and 2M."""
+    small_cost, large_cost = _cost(small), _cost(large)
+    if large_cost < BALANCE_MIN_RATIO * small_cost:
+        return None
+    m, k, n = large
+    cut = int(n * (large_cost - small_cost) / (2 * large_cost)) // 16 * 16
+    if cut < 16 or cut > n - 16:
+        return None
+    key = (np.dtype(dtype), m, k, n, cut)
+    if key not in _BALANCED_EXACT:
+        from .blas import _SCOPE
+
+        rng = np.random.default_rng(0)
+        a = rng.uniform(-1.0, 1.0, (m, k)).astype(dtype)
+        b = rng.uniform(-1.0, 1.0, (k, n)).astype(dtype)
+        pieces = np.empty((m, n), dtype)
+        _SCOPE.enter(1)
+        try:
+            for columns in (slice(0, cut), slice(cut, n)):  # the calls cblas_gemm_columns makes
+                np.matmul(a, b[:, columns], out=pieces[:, columns])
+            whole = np.matmul(a, b)
+        finally:
+            _SCOPE.leave()
+        _BALANCED_EXACT[key] = bool(np.array_equal(pieces, whole))
+    return cut if _BALANCED_EXACT[key] else None
+
+
+_BALANCED_EXACT: dict = {}
 
 
 def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:

@@ -36,11 +36,10 @@ def fused_multiply_add(typingctx, a, b, c):
     return a(a, a, a), codegen
 
 
-@intrinsic
-def cblas_gemm(typingctx, address, a, b, c):
-    """``c = a @ b`` for C-ordered 2-d f32 or f64 arrays, through the ILP64 CBLAS gemm at ``address``
-    (:func:`lowering.blas.numpy_gemm_address`) with the arguments NumPy's matmul passes for such operands:
-    row-major, no transposes, alpha 1, beta 0, leading dimensions the row lengths."""
+def _matrix_gemm(address, a, b, c, columns: bool):
+    """Typing and code of :func:`cblas_gemm` (``columns`` False) and :func:`cblas_gemm_columns` (True, two more
+    int64 arguments: the first and the stop column): None when the arguments are not C-ordered 2-d f32 or f64
+    arrays of one type."""
     arrays = (a, b, c)
     if not (address == types.int64 and all(isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C"
                                            for x in arrays) and a.dtype == b.dtype == c.dtype
@@ -54,16 +53,29 @@ def cblas_gemm(typingctx, address, a, b, c):
 
     def codegen(context, builder, signature, args):
         fn = builder.inttoptr(args[0], gemm_type.as_pointer())
-        views = [context.make_array(t)(context, builder, v) for t, v in zip(signature.args[1:], args[1:])]
+        views = [context.make_array(t)(context, builder, v) for t, v in zip(signature.args[1:4], args[1:4])]
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, views[0].shape, 2),
                           cgutils.unpack_tuple(builder, views[1].shape, 2))
         data = [builder.bitcast(v.data, ptr) for v in views]
+        b_data, c_data, width = data[1], data[2], n
+        if columns:  # the column views b[:, first:stop], c[:, first:stop], whose rows stay n apart
+            first, stop = args[4], args[5]
+            b_data, c_data, width = builder.gep(b_data, [first]), builder.gep(c_data, [first]), builder.sub(stop, first)
         row_major, no_trans = ir.Constant(i32, 101), ir.Constant(i32, 111)
-        builder.call(fn, [row_major, no_trans, no_trans, m, n, k, ir.Constant(real, 1.0), data[0], k, data[1], n,
-                          ir.Constant(real, 0.0), data[2], n])
+        builder.call(fn, [row_major, no_trans, no_trans, m, width, k, ir.Constant(real, 1.0), data[0], k, b_data, n,
+                          ir.Constant(real, 0.0), c_data, n])
         return context.get_dummy_value()
 
-    return types.none(types.int64, a, b, c), codegen
+    extra = (types.int64, types.int64) if columns else ()
+    return types.none(types.int64, a, b, c, *extra), codegen
+
+
+@intrinsic
+def cblas_gemm(typingctx, address, a, b, c):
+    """``c = a @ b`` for C-ordered 2-d f32 or f64 arrays, through the ILP64 CBLAS gemm at ``address``
+    (:func:`lowering.blas.numpy_gemm_address`) with the arguments NumPy's matmul passes for such operands:
+    row-major, no transposes, alpha 1, beta 0, leading dimensions the row lengths."""
+    return _matrix_gemm(address, a, b, c, columns=False)
 
 
 def _csr_access(builder, name: str, pointer):
@@ -198,6 +210,34 @@ def current_mxcsr():
     return mxcsr()
 
 
+@intrinsic
+def cblas_gemm_columns(typingctx, address, a, b, c, start, stop):
+    """``c[:, start:stop] = a @ b[:, start:stop]`` for C-ordered 2-d f32 or f64 arrays: the CBLAS gemm call
+    NumPy's matmul makes for ``np.matmul(a, b[:, start:stop], out=c[:, start:stop])`` (row-major, no
+    transposes, the column views' leading dimensions the full row lengths), through the function at
+    ``address`` (:func:`cblas_gemm`)."""
+    if not (start == types.int64 and stop == types.int64):
+        return None
+    return _matrix_gemm(address, a, b, c, columns=True)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def gemm_pair_balanced(address, a0, b0, c0, a1, b1, c1, cut, csr):
+    """``c0 = a0 @ b0`` and ``c1 = a1 @ b1`` at once on two of numba's threads, the larger second product's
+    columns from ``cut`` on one thread, the first product and its columns up to ``cut`` on the other (where
+    those column pieces give the whole product's bits: :func:`lowering.compiled_loops.balanced_cut`); each
+    inside the caller's MXCSR ``csr``."""
+    for task in numba.prange(2):
+        saved = mxcsr()
+        set_mxcsr(csr)
+        if task == 0:
+            cblas_gemm(address, a0, b0, c0)
+            cblas_gemm_columns(address, a1, b1, c1, 0, cut)
+        else:
+            cblas_gemm_columns(address, a1, b1, c1, cut, b1.shape[1])
+        set_mxcsr(saved)
+
+
 @numba.njit(parallel=True, cache=True)
 def parallel_probe(x):
     """A trivial parallel loop: running it starts numba's threading layer (to learn which one it is)."""
@@ -321,6 +361,7 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "gemm_pair", "mxcsr", "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
+HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
+                "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

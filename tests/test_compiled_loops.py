@@ -353,7 +353,8 @@ def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
         prepared = prepare_for_execution(module)
         functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
         (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
-        assert "gemm_pair(" in compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+        source = compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+        assert "gemm_pair(" in source or "gemm_pair_balanced(" in source  # (unequal products: balanced)
     compiled = lowering.compile(module, blas_threads=1, loop_compilation="always", denormals=denormals)
     interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never", denormals=denormals)
     got, want = _leaves(compiled(h0, xs, wx, wh)), _leaves(interpreted(h0, xs, wx, wh))
@@ -361,6 +362,42 @@ def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
         np.testing.assert_array_equal(_bits(c), _bits(i))
     tiny = np.abs(want[0]) < np.finfo(F32).tiny
     assert tiny.any() and (denormals == "keep") == bool((want[0][tiny] != 0).any())
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_unequal_paired_products_share_the_larger_ones_columns(dtype):
+    # x @ wx (32x128x256) and h @ wh (32x256x256): the larger product's first columns go with the smaller one,
+    # where those column pieces give the whole product's bits (checked once per shape); the same bits as the
+    # interpreted loop either way.
+    xs = RNG.standard_normal((5, 32, 128)).astype(dtype)
+    wx = (RNG.standard_normal((128, 256)) * 0.05).astype(dtype)
+    wh = (RNG.standard_normal((256, 256)) * 0.05).astype(dtype)
+    h0 = RNG.standard_normal((32, 256)).astype(dtype)
+    module = import_jax(_rnn, h0, xs, wx, wh)
+    cut = compiled_loops.balanced_cut(dtype, (32, 128, 256), (32, 256, 256))
+    assert cut in (64, None)  # 1M + 0.5M multiply-adds on one thread, 1.5M on the other
+    if workers.numba_threads_available():
+        from xdsl.dialects import func
+
+        from passes.pipelines import prepare_for_execution
+        from xla_dialect.types import numpy_dtype
+
+        prepared = prepare_for_execution(module)
+        functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
+        (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
+        source = compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+        assert ("gemm_pair_balanced(" in source) == (cut is not None), source
+    compiled = lowering.compile(module, blas_threads=1, loop_compilation="always")
+    interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never")
+    for c, i in zip(_leaves(compiled(h0, xs, wx, wh)), _leaves(interpreted(h0, xs, wx, wh))):
+        np.testing.assert_array_equal(_bits(c), _bits(i))
+
+
+def test_balanced_cut():
+    assert compiled_loops.balanced_cut(F32, (32, 256, 256), (32, 256, 256)) is None  # equal: a plain pair
+    assert compiled_loops.balanced_cut(F32, (8, 8, 8), (8, 8, 16)) is None  # no whole 16-column piece
+    cut = compiled_loops.balanced_cut(F32, (64, 64, 64), (64, 64, 512))
+    assert cut is None or (cut % 16 == 0 and 16 <= cut <= 512 - 16)
 
 
 def test_dependent_products_are_not_paired():
