@@ -524,7 +524,8 @@ def test_short_row_extrema_use_the_compiled_kernel_and_match_jax(rng, op, monkey
 
     calls = []
     real = lowering.rowwise.row_extrema_of
-    monkeypatch.setattr(lowering.rowwise, "row_extrema_of", lambda x, u: calls.append(x.shape) or real(x, u))
+    monkeypatch.setattr(lowering.rowwise, "row_extrema_of",
+                        lambda x, u, w=1: calls.append(x.shape) or real(x, u, w))
     # (No NaN, no signed-zero init: XLA CPU's max/min reductions of 4,096 elements or more (jax 0.10.2: 32 rows
     # of 128, or one row of 4,096) drop a NaN -- jnp.max too; openxla/xla#21461, open -- and take max(-0 init,
     # +0 row) as -0, where the executor propagates the NaN and orders -0 < +0 at every size, as XLA's semantics
@@ -539,3 +540,40 @@ def test_short_row_extrema_use_the_compiled_kernel_and_match_jax(rng, op, monkey
         expected = jax_reduce(x, init, op, (3,))
         np.testing.assert_array_equal(actual, expected)
         np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected))
+
+
+@pytest.mark.parametrize("mode", ["flush", "keep"])
+@pytest.mark.parametrize("n", [7, 256, 1024])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_row_extrema_in_pieces_give_numpys_bits_in_the_callers_mode(rng, mode, n, op, monkeypatch):
+    # Large inputs run in pieces of rows on numba's threads, each in the caller's denormal mode. The reduction's
+    # results, zero signs included, are those of NumPy's reduce in either mode (denormal rows, zeros of both
+    # signs, a NaN). (Which denormal a piece picks under DAZ does not show: init op total flushes it.)
+    import lowering
+    from lowering import denormals, rowwise, workers
+    from lowering.kernels import reduction
+
+    if not workers.numba_threads_available():
+        pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64)")
+    if mode == "flush" and not denormals.flush_supported():
+        pytest.skip("the CPU's flush-to-zero mode cannot be set here")
+    import lowering.context
+
+    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 2)  # two pieces, whatever this machine has
+    rows = rowwise.PARALLEL_ELEMENTS // n + 3
+    x = (rng.standard_normal((rows, n)) * 1e-39).astype(np.float32)  # denormals (zeros in flush mode)
+    x[::3] = np.where(rng.random((len(x[::3]), n)) < 0.5, np.float32(0.0), x[::3])
+    x[1::7] = -np.abs(x[1::7])
+    x[5, 3] = np.nan
+    module = build_reduce(np.float32, x.shape, op, identity(op, np.float32), (1,))
+    calls = []
+    real = rowwise.row_extrema_of
+    monkeypatch.setattr(rowwise, "row_extrema_of", lambda x, u, w=1: calls.append(w) or real(x, u, w))
+    (got,) = lowering.compile(module, denormals=mode)(x)
+    assert calls == [2]
+    monkeypatch.setattr(reduction, "ROW_EXTREMA_MAX", 0)
+    monkeypatch.setattr(rowwise, "parallel_rows", lambda *args: False)
+    calls.clear()
+    (want,) = lowering.compile(module, denormals=mode)(x)  # NumPy's reduce
+    assert calls == []
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

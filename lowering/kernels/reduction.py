@@ -133,7 +133,7 @@ TREE_SUM_MIN = 64
 ones keep NumPy's row-by-row order, which is XLA's loop order for them (and accurate enough)."""
 
 
-def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None):
+def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: int = 1):
     if empty:
         return lambda body, x, init: np.full(out_shape, init, dtype)
     acc = _accumulator(ufunc, dtype)
@@ -153,22 +153,26 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None):
         return result if fix is None else fix(result, x, init)
 
     if (fix is not None and dtype in _ROW_EXTREMA_DTYPES and in_shape is not None and len(in_shape) >= 1
-            and tuple(axes) == (len(in_shape) - 1,) and 1 <= in_shape[-1] <= ROW_EXTREMA_MAX):
-        from ..rowwise import row_extrema_of
+            and tuple(axes) == (len(in_shape) - 1,) and in_shape[-1] >= 1):
+        from .. import rowwise
 
-        def row_extrema_kernel(body, x, init):
-            if not x.flags.c_contiguous or x.dtype != dtype:
-                return reduce_kernel(body, x, init)
-            total = row_extrema_of(x, ufunc)
-            return fix(np.asarray(ufunc(np.asarray(init, acc), total), acc), x, init)
+        size = int(np.prod(in_shape, dtype=np.int64))
+        if in_shape[-1] <= ROW_EXTREMA_MAX or rowwise.parallel_rows(size, size // in_shape[-1], workers):
 
-        return row_extrema_kernel
+            def row_extrema_kernel(body, x, init):
+                if not x.flags.c_contiguous or x.dtype != dtype:
+                    return reduce_kernel(body, x, init)
+                total = rowwise.row_extrema_of(x, ufunc, workers)
+                return fix(np.asarray(ufunc(np.asarray(init, acc), total), acc), x, init)
+
+            return row_extrema_kernel
     return reduce_kernel
 
 
 ROW_EXTREMA_MAX = 256
 """f32/f64 maximum and minimum reductions over the last axis of rows of at most this many elements use the
-compiled row kernel of :mod:`lowering.rowwise` (same values; faster than NumPy's for short rows)."""
+compiled row kernel of :mod:`lowering.rowwise` (same values; faster than NumPy's for short rows); so do larger
+ones that run in pieces on several CPUs (:func:`lowering.rowwise.parallel_rows`)."""
 
 _ROW_EXTREMA_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
@@ -214,7 +218,7 @@ def _reduce(op, ctx):
     empty = any(shape[d] == 0 for d in axes)
     ufunc = binary_body_ufunc(op.body) if len(dtypes) == 1 else None
     if ufunc is not None:
-        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape))
+        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape), ctx.loop_workers)
     return _tree_reduce(op, axes, dtypes, out_shape, empty)
 
 
