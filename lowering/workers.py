@@ -1,8 +1,8 @@
 """Running the pieces of one large kernel on several CPUs at once.
 
-Large float matmuls (:func:`lowering.blas.split_matmul`) and large fused
-element-wise loops (:mod:`lowering.fusion`) cut their work into one piece per
-CPU: the calling thread computes the first piece and a small process-wide pool
+Large float matmuls (:func:`lowering.blas.split_matmul`), large fused
+element-wise loops (:mod:`lowering.fusion`) and large max/min row reductions
+(:mod:`lowering.rowwise`) cut their work into one piece per CPU: the calling thread computes the first piece and a small process-wide pool
 of worker threads the others (NumPy's BLAS calls and the numba kernels release
 the GIL), and the call returns when every piece is done. The pieces meet once,
 at the end, so a CPU taken by another process costs at most its own piece
@@ -14,12 +14,15 @@ Where numba's threading layer keeps its workers polling (OpenMP or TBB, on
 x86-64: :func:`numba_threads_available`), the pieces run on numba's threads
 instead, from compiled code that never takes the GIL: split matmuls call
 NumPy's own gemm by address (:func:`lowering.loop_runtime.gemm_calls`), fused
-loops through a parallel wrapper of their kernel (:mod:`lowering.fusion`). One
-pool then serves both; a worker that polls starts its piece at once where a
+loops through a parallel wrapper of their kernel (:mod:`lowering.fusion`), row
+reductions through :func:`lowering.rowwise.row_extrema_pieces`, and compiled
+loops pair their products there (:func:`lowering.loop_runtime.gemm_pair`). One
+pool then serves all of them; a worker that polls starts its piece at once where a
 sleeping Python thread took ~0.1 ms to wake and take the GIL (a 256x1024x1024
 sgemm split in two: 2.08 vs 2.25 ms, medians of 15 rounds in one process).
 Elsewhere (other threading layers, other CPUs, a forked child) the pieces run
-on a small pool of Python threads (:func:`run_pieces`).
+on a small pool of Python threads (:func:`run_pieces`; row reductions stay
+whole there).
 
 Workers compute in the caller's denormal mode: on numba's threads each piece
 sets the caller's MXCSR; Python workers enter the context manager the caller
