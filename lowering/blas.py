@@ -225,8 +225,8 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
     operands of random values (:func:`split_is_exact`); where the BLAS's
     kernels would sum an element differently in a piece, the product stays
     whole. ``threads`` (or None) is the BLAS limit the call holds meanwhile;
-    every piece computes in the caller's denormal mode. Operands of other ranks or dtypes, products with both
-    operands in the same buffer (NumPy computes ``x @ x.T`` with syrk, which
+    every piece computes in the caller's denormal mode. Operands of other
+    ranks or dtypes, products with both operands in the same buffer (NumPy computes ``x @ x.T`` with syrk, which
     sums differently) and products too small to split are one plain call.
     """
     enter, leave = _SCOPE.enter, _SCOPE.leave
