@@ -318,6 +318,7 @@ class FusedGroup:
         self.elements = 0
         self.kernel = None
         self.bounds = None  # the pieces' rows, when the kernel runs them on numba's threads (fused_pieces)
+        self._serial = None  # the one-piece kernel, once compiled (_serial_kernel)
         self.tried = False
         self.shape = group.shape
         self.input_dtypes = [np.dtype(dtype_of(v.type)) for v in group.inputs]
@@ -363,12 +364,14 @@ class FusedGroup:
                 self.kernel = None
 
     def _serial_kernel(self):
-        """The kernel ``fused`` (one piece per call), compiled for this group's arguments."""
-        from numba import types
+        """The kernel ``fused`` (one piece per call), compiled for this group's arguments (once)."""
+        if self._serial is None:
+            from numba import types
 
-        fn = _load(self.source, "fused")
-        fn.compile((*self.signature, types.int64, types.int64))
-        return fn
+            fn = _load(self.source, "fused")
+            fn.compile((*self.signature, types.int64, types.int64))
+            self._serial = fn
+        return self._serial
 
     def _cut(self) -> list[tuple[int, int]]:
         """The rows of each piece: one per CPU when the loop is large for the threads the pieces run on
@@ -397,6 +400,7 @@ class FusedGroup:
         elif self.bounds is not None and numba_threads_available():
             self.kernel(*head, self.bounds, caller_mxcsr())
         else:  # Python workers (also in a child forked after numba's threads ran: they cannot start there)
-            run_pieces(self._serial_kernel(), [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)
+            kernel = self.kernel if self.bounds is None else self._serial_kernel()
+            run_pieces(kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)
         return tuple(outputs)
 
