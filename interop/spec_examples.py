@@ -22,8 +22,8 @@ that gives no values (``after_all``, ``send``, ``infeed``, ...) is imported,
 verified and compiled, on the smallest process grid its replica groups or
 source-target pairs fit in: reported as "compiled". Examples this harness
 cannot run are reported as skipped with the reason: values whose type no
-signature gives, examples of other sections without expected values. Typing errors of
-examples (a missing ``<``, a name written twice) are corrected first, each
+signature gives, examples of other sections without expected values. Typing
+errors of examples (a missing ``<``, a name written twice) are corrected first, each
 listed in :data:`CORRECTIONS` and reported with the example; errata of
 substance are listed in :data:`KNOWN`.
 
@@ -413,7 +413,8 @@ def _compile_only(example: Example, types: dict[str, str]) -> Outcome:
             if n not in defined and n not in block_args and "#" not in n]
     missing = [n for n in used if n not in types]
     if missing:
-        return Outcome(example, "skipped", f"no expected values, and no signature gives the type of {', '.join(missing)}")
+        return Outcome(example, "skipped",
+                       f"no expected values, and no signature gives the type of {', '.join(missing)}")
     args = ", ".join(f"{n}: {types[n]}" for n in used)
     source = f"func.func @main({args}) {{\n" + "\n".join(example.body) + "\n  return\n}\n"
     replicas = example.num_replicas

@@ -226,8 +226,9 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
     kernels would sum an element differently in a piece, the product stays
     whole. ``threads`` (or None) is the BLAS limit the call holds meanwhile;
     every piece computes in the caller's denormal mode. Operands of other
-    ranks or dtypes, products with both operands in the same buffer (NumPy computes ``x @ x.T`` with syrk, which
-    sums differently) and products too small to split are one plain call.
+    ranks or dtypes, products with both operands in the same buffer (NumPy
+    computes ``x @ x.T`` with syrk, which sums differently) and products too
+    small to split are one plain call.
     """
     enter, leave = _SCOPE.enter, _SCOPE.leave
 
@@ -304,10 +305,9 @@ def native_gemm_calls(a: np.ndarray, b: np.ndarray, axis: int, bounds):
     if not numba_threads_available() or numpy_gemm_address(a.dtype) is None:
         return None
     key = (a.dtype, a.shape, a.strides, b.shape, b.strides, axis, bounds)
-    plan = _NATIVE_PLANS.get(key)
-    if plan is None:
-        plan = _NATIVE_PLANS[key] = _native_plan(a, b, axis, bounds)
-    return plan
+    if key not in _NATIVE_PLANS:  # (None is kept too: an operand NumPy does not hand to BLAS as it is)
+        _NATIVE_PLANS[key] = _native_plan(a, b, axis, bounds)
+    return _NATIVE_PLANS[key]
 
 
 def _native_plan(a: np.ndarray, b: np.ndarray, axis: int, bounds):

@@ -127,7 +127,7 @@ class _LoopWriter:
         self.in_place: set[Operation] = set()
         self.single_thread_blas = False  # the executor's matmuls run on one BLAS thread (op_dot_general)
         self.gemm_pairs: dict[Operation, Operation] = {}  # first dot of a pair -> second (gemm_pairs)
-        self.pending_gemm: dict[Operation, tuple[str, str, str]] = {}  # second dot -> the first's operands
+        self.pending_gemm: dict[Operation, tuple] = {}  # second dot -> the first's operands, result and (m, k, n)
         self.parallel_gemm = False  # pairs of independent products run on two CPUs (gemm_pairs)
 
     # -- values ---------------------------------------------------------------
@@ -537,8 +537,9 @@ class _LoopWriter:
                 enabled = self.fresh("k")
                 self.constants[enabled] = PAIRS_ENABLED  # (the array itself: cleared in forked children)
                 self.emit(indent, f"if {enabled}[0]:")
-                small, large = ((a0, b0, c0), (a, b, c)) if _cost(plan0) <= _cost(plan) else ((a, b, c), (a0, b0, c0))
-                cut = balanced_cut(dtype, min(plan0, plan, key=_cost), max(plan, plan0, key=_cost))
+                (small_plan, small), (large_plan, large) = sorted([(plan0, (a0, b0, c0)), (plan, (a, b, c))],
+                                                                  key=lambda item: _cost(item[0]))
+                cut = balanced_cut(dtype, small_plan, large_plan)
                 if cut is not None:  # part of the larger product's columns with the smaller product
                     self.emit(indent + "    ", f"gemm_pair_balanced({const}, {', '.join(small)}, {', '.join(large)}, "
                                                f"{cut}, csr)")

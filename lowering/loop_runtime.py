@@ -36,6 +36,16 @@ def fused_multiply_add(typingctx, a, b, c):
     return a(a, a, a), codegen
 
 
+def _gemm_function(builder, address, real):
+    """The ILP64 CBLAS ``?gemm`` at the int64 ``address`` as a callable LLVM value, and the pointer type of its
+    matrices, for element type ``real`` (LLVM float or double)."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    ptr = real.as_pointer()
+    gemm_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr,
+                                                i64])
+    return builder.inttoptr(address, gemm_type.as_pointer()), ptr
+
+
 def _matrix_gemm(address, a, b, c, columns: bool):
     """Typing and code of :func:`cblas_gemm` (``columns`` False) and :func:`cblas_gemm_columns` (True, two more
     int64 arguments: the first and the stop column): None when the arguments are not C-ordered 2-d f32 or f64
@@ -46,13 +56,10 @@ def _matrix_gemm(address, a, b, c, columns: bool):
             and a.dtype in (types.float32, types.float64)):
         return None
     real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-    ptr = real.as_pointer()
-    gemm_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr, i64, real, ptr,
-                                                i64])
+    i32 = ir.IntType(32)
 
     def codegen(context, builder, signature, args):
-        fn = builder.inttoptr(args[0], gemm_type.as_pointer())
+        fn, ptr = _gemm_function(builder, args[0], real)
         views = [context.make_array(t)(context, builder, v) for t, v in zip(signature.args[1:4], args[1:4])]
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, views[0].shape, 2),
                           cgutils.unpack_tuple(builder, views[1].shape, 2))
@@ -174,10 +181,7 @@ def gemm_call(typingctx, address, is_f64, row, a_base, b_base, c_base):
         with builder.if_else(builder.icmp_signed("!=", is_f64, ir.Constant(i64, 0))) as (f64_branch, f32_branch):
             for branch, real in ((f64_branch, ir.DoubleType()), (f32_branch, ir.FloatType())):
                 with branch:
-                    ptr = real.as_pointer()
-                    gemm_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, real, ptr, i64, ptr,
-                                                                i64, real, ptr, i64])
-                    fn = builder.inttoptr(address, gemm_type.as_pointer())
+                    fn, ptr = _gemm_function(builder, address, real)
                     builder.call(fn, [builder.trunc(values["order"], i32), builder.trunc(values["trans_a"], i32),
                                       builder.trunc(values["trans_b"], i32), values["m"], values["n"], values["k"],
                                       ir.Constant(real, 1.0), builder.inttoptr(values["a"], ptr), values["lda"],

@@ -7,8 +7,8 @@ rows of 128 f32 it took 0.78 ns per element, 3x its row sums (measured: (2048, 1
 a vector, combined element-wise: LLVM vectorizes that loop with compares and blends (no fast-math flags),
 so every result is one of the row's elements, exactly as NumPy's. Rows holding a NaN are flagged by a
 second pass (:func:`nan_rows`; one pass doing both did not vectorize: 2x slower) and recomputed with
-NumPy, whose NaN (payload and sign) they then keep. Measured with the NaN pass: (2048, 128) 75 us, (1024, 256) 79 us, (512, 512) 77 us, (256, 1024)
-74 us, (8192, 256) 900 vs NumPy's 990 us -- faster than NumPy up to rows of 256 elements
+NumPy, whose NaN (payload and sign) they then keep. Measured with the NaN pass: (2048, 128) 75 us,
+(1024, 256) 79 us, (512, 512) 77 us, (256, 1024) 74 us, (8192, 256) 900 vs NumPy's 990 us -- faster than NumPy up to rows of 256 elements
 (:data:`lowering.kernels.reduction.ROW_EXTREMA_MAX`). Inputs of at least :data:`PARALLEL_ELEMENTS` elements
 run in one piece of rows per CPU on numba's threads, at any row length (attention's (8192, 256) row maximum:
 attention 5.59-5.69 -> 4.88-5.08 ms, MLP's (256, 1024): MLP vs NumPy by hand 1.01-1.02x -> 0.97-0.99x, in two

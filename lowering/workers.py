@@ -2,8 +2,9 @@
 
 Large float matmuls (:func:`lowering.blas.split_matmul`), large fused
 element-wise loops (:mod:`lowering.fusion`) and large max/min row reductions
-(:mod:`lowering.rowwise`) cut their work into one piece per CPU: the calling thread computes the first piece and a small process-wide pool
-of worker threads the others (NumPy's BLAS calls and the numba kernels release
+(:mod:`lowering.rowwise`) cut their work into one piece per CPU: the calling
+thread computes the first piece and a small process-wide pool of worker
+threads the others (NumPy's BLAS calls and the numba kernels release
 the GIL), and the call returns when every piece is done. The pieces meet once,
 at the end, so a CPU taken by another process costs at most its own piece
 (unlike OpenBLAS's threads, which synchronize many times per call; see
