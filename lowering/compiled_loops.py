@@ -767,6 +767,7 @@ def cache_directory() -> str | None:
 
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
+                  "from lowering.rowwise import pairwise_sum\n"
                   "from lowering.xla_scalar import exp_f32, log_f32, tanh_f32, logistic_f32\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
@@ -776,16 +777,16 @@ _RUNTIME_DIGEST: list[str] = []
 
 def _runtime_digest() -> str:
     """A digest of the modules generated code calls into (:mod:`lowering.loop_runtime`,
-    :mod:`lowering.xla_scalar`), part of every generated module's text: numba's on-disk cache checks only
-    the cached function's own file, so a changed helper must change the file name (else a cached loop
-    would keep running the old helper's machine code)."""
+    :mod:`lowering.rowwise`, :mod:`lowering.xla_scalar`), part of every generated module's text: numba's
+    on-disk cache checks only the cached function's own file, so a changed helper must change the file name
+    (else a cached loop would keep running the old helper's machine code)."""
     if not _RUNTIME_DIGEST:
         import hashlib
         import os
 
         here = os.path.dirname(os.path.abspath(__file__))
         h = hashlib.sha256()
-        for name in ("loop_runtime.py", "xla_scalar.py"):
+        for name in ("loop_runtime.py", "rowwise.py", "xla_scalar.py"):
             with open(os.path.join(here, name), "rb") as f:
                 h.update(f.read())
         _RUNTIME_DIGEST.append(h.hexdigest()[:16])

@@ -4,8 +4,8 @@ cached on disk by numba).
 Each reproduces, for one scalar, what an interpreted kernel computes for every element:
 :func:`fmax` / :func:`fmin` are ``lowering.kernels.elementwise.fmax`` / ``fmin`` (XLA's NaN-propagating
 maximum and minimum with ``-0 < +0``), :func:`fused_multiply_add` is the hardware FMA the executor's
-``hlo_internal.fma`` computes, :func:`pairwise_sum` is NumPy's summation order of ``np.add.reduce``
-over a contiguous float array, and the trigonometric functions are the C library's, which XLA CPU calls.
+``hlo_internal.fma`` computes, and the trigonometric functions are the C library's, which XLA CPU calls.
+(NumPy's summation order, which generated code also calls, is :func:`lowering.rowwise.pairwise_sum`.)
 """
 
 from __future__ import annotations
@@ -293,71 +293,6 @@ def fmin_flush(x, y):
     return r
 
 
-@_njit
-def _block_sum(a, start, n):
-    """NumPy's pairwise sum of at most 128 elements: sequential from +0 below 8, else eight accumulators."""
-    if n < 8:
-        res = a.dtype.type(0)
-        for i in range(n):
-            res = res + a[start + i]
-        return res
-    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
-    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[start + i]
-        r1 += a[start + i + 1]
-        r2 += a[start + i + 2]
-        r3 += a[start + i + 3]
-        r4 += a[start + i + 4]
-        r5 += a[start + i + 5]
-        r6 += a[start + i + 6]
-        r7 += a[start + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[start + i]
-        i += 1
-    return res
-
-
-@_njit
-def pairwise_sum(a, start, n):
-    """NumPy's pairwise summation of ``a[start:start + n]`` (``np.add.reduce`` on a contiguous float
-    array): blocks of at most 128 elements (:func:`_block_sum`), halves split at multiples of 8 above,
-    summed as ``left + right``. Iterative (numba's on-disk cache cannot hold recursive functions)."""
-    if n <= 128:
-        return _block_sum(a, start, n)
-    # Post-order walk of the halving tree: (start, length, combine?) entries; results on a value stack.
-    starts = np.empty(192, np.int64)
-    lengths = np.empty(192, np.int64)
-    combine = np.empty(192, np.bool_)
-    values = np.empty(192, a.dtype)
-    top, depth = 0, 0
-    starts[0], lengths[0], combine[0] = start, n, False
-    top = 1
-    while top > 0:
-        top -= 1
-        s, m, join = starts[top], lengths[top], combine[top]
-        if join:
-            right = values[depth - 1]
-            left = values[depth - 2]
-            depth -= 2
-            values[depth] = left + right
-            depth += 1
-        elif m <= 128:
-            values[depth] = _block_sum(a, s, m)
-            depth += 1
-        else:
-            half = m // 2
-            half -= half % 8
-            starts[top], lengths[top], combine[top] = s, m, True
-            starts[top + 1], lengths[top + 1], combine[top + 1] = s + half, m - half, False
-            starts[top + 2], lengths[top + 2], combine[top + 2] = s, half, False
-            top += 3
-    return values[0]
-
-
 sin_f32 = types.ExternalFunction("sinf", types.float32(types.float32))
 cos_f32 = types.ExternalFunction("cosf", types.float32(types.float32))
 tan_f32 = types.ExternalFunction("tanf", types.float32(types.float32))
@@ -366,6 +301,6 @@ cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
 HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
-                "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "pairwise_sum", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
+                "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

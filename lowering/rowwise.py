@@ -1,102 +1,282 @@
 """Compiled row-wise reductions for the NumPy kernels where NumPy's own are slow: the maximum and minimum of
-each row of a C-ordered f32/f64 matrix with short rows (a softmax's row maximum over attention scores).
+each row of a C-ordered f32/f64 matrix, and the sum of each row in NumPy's own order.
 
 NumPy's ``np.maximum.reduce(x, axis=-1)`` pays a fixed cost per row on top of its vectorized loop: over
 rows of 128 f32 it took 0.78 ns per element, 3x its row sums (measured: (2048, 128) 204 us, (1024, 256)
-112 us, (256, 1024) 40 us). :func:`row_extrema` keeps 16 running maxima (minima) per row, one per lane of
-a vector, combined element-wise: LLVM vectorizes that loop with compares and blends (no fast-math flags),
-so every result is one of the row's elements, exactly as NumPy's. Rows holding a NaN are flagged by a
-second pass (:func:`nan_rows`; one pass doing both did not vectorize: 2x slower) and recomputed with
-NumPy, whose NaN (payload and sign) they then keep. Measured with the NaN pass: (2048, 128) 75 us,
-(1024, 256) 79 us, (512, 512) 77 us, (256, 1024) 74 us, (8192, 256) 900 vs NumPy's 990 us -- faster than NumPy up to rows of 256 elements
-(:data:`lowering.kernels.reduction.ROW_EXTREMA_MAX`). Inputs of at least :data:`PARALLEL_ELEMENTS` elements
-run in one piece of rows per CPU on numba's threads, at any row length (attention's (8192, 256) row maximum:
-attention 5.59-5.69 -> 4.88-5.08 ms, MLP's (256, 1024): MLP vs NumPy by hand 1.01-1.02x -> 0.97-0.99x, in two
-alternating benchmark runs each).
-The sign of a zero result is left to the caller's fix, as for NumPy's result (either zero may come back).
+112 us, (256, 1024) 40 us). Each kernel here is a loop over whole vectors written directly in LLVM IR
+(:func:`row_lanes_extremum`, :func:`row_block_sum`), so that it is vectorized whatever LLVM's loop
+vectorizer makes of the scalar form (it did not vectorize a compare-and-select reduction, nor one keeping
+16 running maxima in a small array well: 0.24 ns per element).
+
+* Maximum (minimum): 16 running maxima per row, one per lane of a vector, each replaced by an element that
+  compares greater (less) -- compares and blends, no fast-math, so every result is one of the row's
+  elements, as NumPy's -- then the lanes halved in a tree. NaNs are flagged in the same pass and rows
+  holding one are recomputed with NumPy, whose NaN (payload and sign) they then keep; the sign of a zero
+  result is left to the caller's fix, as for NumPy's result (either zero may come back). Measured, one
+  CPU, f32 (previous scalar-lane kernel + NaN pass / this / NumPy, us): (256, 1024) 89 / 14 / 48,
+  (2048, 128) 81 / 15 / 217, (8192, 256) 918 / 318 / 1034.
+* Sum: NumPy's pairwise summation of a contiguous row (blocks of at most 128 elements summed with eight
+  accumulators, halves split at multiples of 8 above: :func:`pairwise_sum`, which the compiled loops of
+  :mod:`lowering.compiled_loops` call too), with the eight accumulators one vector, so the bits are
+  ``np.add.reduce``'s. Measured as above: (256, 1024) 35 / 53, (2048, 128) 20 / 72, (8192, 256) 473 / 496
+  (a chain of dependent vector adds per block, as NumPy's).
+
+numba's on-disk cache of these functions checks this file only: they inline the MXCSR intrinsics of
+:mod:`lowering.loop_runtime`, which must keep their meaning (a changed one needs this file changed too).
+
+Inputs of at least :data:`PARALLEL_ELEMENTS` elements run in one piece of rows per CPU on numba's threads,
+each in the caller's MXCSR.
 """
 
 from __future__ import annotations
 
+import llvmlite.ir as ir
 import numba
 import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .loop_runtime import mxcsr, set_mxcsr
 from .workers import caller_mxcsr, even_bounds, numba_threads_available
 
 _LANES = 16
+"""Running maxima (minima) per row: one AVX-512 vector of f32 (two of f64)."""
+
+_BLOCK = 128
+"""NumPy's pairwise summation block (``PW_BLOCKSIZE``)."""
+
+_i32, _i64 = ir.IntType(32), ir.IntType(64)
+
+
+def _float_matrix(x) -> bool:
+    return isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and x.dtype in (types.float32,
+                                                                                        types.float64)
+
+
+def _vector_loader(builder, base, vector, align):
+    """``load(index)``: the vector of ``base[index:index + lanes]`` (unaligned)."""
+    def load(index):
+        value = builder.load(builder.bitcast(builder.gep(base, [index]), vector.as_pointer()))
+        value.align = align
+        return value
+    return load
+
+
+@intrinsic
+def row_lanes_extremum(typingctx, x, row, minimum):
+    """``(extremum, any NaN)`` of the first ``n // 16 * 16`` elements (``n >= 16``) of row ``row`` of the
+    C-ordered 2-d f32/f64 ``x``: 16 lanes, each keeping the first of its elements (``k mod 16``) that
+    nothing later compares greater than (``minimum`` False) or less than, then halved in a tree (the lower
+    lane kept unless the upper one compares greater/less). NaNs are skipped, and flagged."""
+    if not (_float_matrix(x) and row == types.int64 and minimum == types.boolean):
+        return None
+    real = ir.FloatType() if x.dtype == types.float32 else ir.DoubleType()
+    vector = ir.VectorType(real, _LANES)
+
+    def codegen(context, builder, signature, args):
+        array, row, minimum = args
+        view = context.make_array(signature.args[0])(context, builder, array)
+        _, n = cgutils.unpack_tuple(builder, view.shape, 2)
+        load = _vector_loader(builder, builder.gep(view.data, [builder.mul(row, n)]), vector, x.dtype.bitwidth // 8)
+
+        def replaces(new, old):
+            return builder.select(minimum, builder.fcmp_ordered("<", new, old), builder.fcmp_ordered(">", new, old))
+
+        best = cgutils.alloca_once(builder, vector)
+        nan = cgutils.alloca_once(builder, ir.VectorType(ir.IntType(1), _LANES))
+        first = load(ir.Constant(_i64, 0))
+        builder.store(first, best)
+        builder.store(builder.fcmp_unordered("uno", first, first), nan)
+        chunks = builder.sdiv(n, ir.Constant(_i64, _LANES))
+        with cgutils.for_range_slice(builder, ir.Constant(_i64, 1), chunks, ir.Constant(_i64, 1)) as (chunk, _):
+            value = load(builder.mul(chunk, ir.Constant(_i64, _LANES)))
+            old = builder.load(best)
+            builder.store(builder.select(replaces(value, old), value, old), best)
+            builder.store(builder.or_(builder.load(nan), builder.fcmp_unordered("uno", value, value)), nan)
+        lanes, width = builder.load(best), _LANES
+        while width > 1:  # lane k against lane k + width / 2
+            half = width // 2
+            low = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_i32, half), list(range(half))))
+            high = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_i32, half),
+                                                                    list(range(half, width))))
+            lanes, width = builder.select(replaces(high, low), high, low), half
+        extremum = builder.extract_element(lanes, ir.Constant(_i32, 0))
+        flags = builder.bitcast(builder.load(nan), ir.IntType(_LANES))
+        any_nan = builder.icmp_unsigned("!=", flags, ir.Constant(ir.IntType(_LANES), 0))
+        return context.make_tuple(builder, signature.return_type, [extremum, any_nan])
+
+    return types.Tuple((x.dtype, types.boolean))(x, types.int64, types.boolean), codegen
+
+
+@intrinsic
+def eight_lane_sum(typingctx, a, start, count):
+    """The eight accumulators of NumPy's pairwise block sum as one vector, for the 1-d C-ordered f32/f64 ``a``:
+    lane ``k`` = ``a[start + k] + a[start + 8 + k] + ...`` (added in that order) over the first ``count``
+    elements (a multiple of 8, at least 8), then ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))``.
+    Written as vector IR so that it is one vector add per 8 elements whatever LLVM makes of the scalar form."""
+    if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype in (types.float32,
+                                                                                          types.float64)
+            and start == types.int64 and count == types.int64):
+        return None
+    real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
+    vector = ir.VectorType(real, 8)
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def codegen(context, builder, signature, args):
+        array, start, count = args
+        view = context.make_array(signature.args[0])(context, builder, array)
+        base = builder.gep(view.data, [start])
+
+        def load(index):
+            value = builder.load(builder.bitcast(builder.gep(base, [index]), vector.as_pointer()))
+            value.align = a.dtype.bitwidth // 8
+            return value
+
+        total = cgutils.alloca_once(builder, vector)
+        builder.store(load(ir.Constant(i64, 0)), total)
+        chunks = builder.sdiv(count, ir.Constant(i64, 8))
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 1), chunks, ir.Constant(i64, 1)) as (chunk, _):
+            builder.store(builder.fadd(builder.load(total), load(builder.mul(chunk, ir.Constant(i64, 8)))), total)
+        lanes = builder.load(total)
+        r = [builder.extract_element(lanes, ir.Constant(i32, k)) for k in range(8)]
+        return builder.fadd(builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3])),
+                            builder.fadd(builder.fadd(r[4], r[5]), builder.fadd(r[6], r[7])))
+
+    return a.dtype(a, types.int64, types.int64), codegen
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def row_extrema(x, out, minimum):
-    """``out[r]`` = the maximum (``minimum`` False) or the minimum of row ``r`` of the 2-d C-ordered ``x`` (rows
-    of at least one element), comparing with ``>`` (``<``): NaNs are skipped, not propagated (see the
-    module doc)."""
-    rows, n = x.shape
-    lanes = np.empty(_LANES, x.dtype)
-    for r in range(rows):
-        row = x[r]
-        if n >= _LANES:
-            for k in range(_LANES):
-                lanes[k] = row[k]
-            full = n // _LANES * _LANES
-            for j in range(_LANES, full, _LANES):
-                if minimum:
-                    for k in range(_LANES):
-                        v = row[j + k]
-                        lanes[k] = v if v < lanes[k] else lanes[k]
-                else:
-                    for k in range(_LANES):
-                        v = row[j + k]
-                        lanes[k] = v if v > lanes[k] else lanes[k]
-            m = lanes[0]
-            for k in range(1, _LANES):
-                v = lanes[k]
-                m = (v if v < m else m) if minimum else (v if v > m else m)
-            start = full
+def _block_sum(a, start, n):
+    """NumPy's pairwise sum of at most 128 elements: sequential from +0 below 8, else eight accumulators
+    (:func:`eight_lane_sum`) and the remaining ``n % 8`` elements added in order."""
+    if n < 8:
+        res = a.dtype.type(0)
+        for i in range(n):
+            res = res + a[start + i]
+        return res
+    full = n - n % 8
+    res = eight_lane_sum(a, start, full)
+    for i in range(full, n):
+        res += a[start + i]
+    return res
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def pairwise_sum(a, start, n):
+    """NumPy's pairwise summation of ``a[start:start + n]`` (``np.add.reduce`` on a contiguous float
+    array, but for its first addition: NumPy adds the result to +0, so a sum of -0s is +0 there):
+    blocks of at most 128 elements (:func:`_block_sum`), halves split at multiples of 8 above, summed as
+    ``left + right``."""
+    if n <= 128:
+        return _block_sum(a, start, n)
+    return pairwise_walk(a, start, n, np.empty((4, 192), np.int64), np.empty(192, a.dtype))
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def pairwise_walk(a, start, n, stack, values):
+    """:func:`pairwise_sum` with its work space given (``stack`` int64 (4, 192), ``values`` of ``a``'s dtype,
+    192): the post-order walk of the halving tree, iterative (numba's on-disk cache cannot hold recursive
+    functions)."""
+    top, depth = 0, 0
+    stack[0, 0], stack[1, 0], stack[2, 0] = start, n, 0
+    top = 1
+    while top > 0:
+        top -= 1
+        s, m, join = stack[0, top], stack[1, top], stack[2, top]
+        if join:
+            right = values[depth - 1]
+            left = values[depth - 2]
+            depth -= 2
+            values[depth] = left + right
+            depth += 1
+        elif m <= 128:
+            values[depth] = _block_sum(a, s, m)
+            depth += 1
         else:
-            m = row[0]
-            start = 1
-        for j in range(start, n):
-            v = row[j]
-            m = (v if v < m else m) if minimum else (v if v > m else m)
-        out[r] = m
+            half = m // 2
+            half -= half % 8
+            stack[0, top], stack[1, top], stack[2, top] = s, m, 1
+            stack[0, top + 1], stack[1, top + 1], stack[2, top + 1] = s + half, m - half, 0
+            stack[0, top + 2], stack[1, top + 2], stack[2, top + 2] = s, half, 0
+            top += 3
+    return values[0]
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def nan_rows(x, flags):
-    """``flags[r]`` = whether row ``r`` of the 2-d ``x`` holds a NaN; returns whether any does."""
+def row_extrema(x, out, flags, minimum):
+    """``out[r]`` = the maximum (``minimum`` False) or the minimum of row ``r`` of the 2-d C-ordered ``x`` (rows
+    of at least one element) and ``flags[r]`` = whether the row holds a NaN (NaNs are skipped, not
+    propagated: see the module doc); returns whether any row does."""
     rows, n = x.shape
+    full = n // _LANES * _LANES
     found = False
     for r in range(rows):
-        row = x[r]
-        bad = False
-        for j in range(n):
-            bad |= row[j] != row[j]
+        if full:
+            m, bad = row_lanes_extremum(x, r, minimum)
+        else:
+            m = x[r, 0]
+            bad = m != m
+        for j in range(max(full, 1), n):
+            v = x[r, j]
+            bad |= v != v
+            m = (v if v < m else m) if minimum else (v if v > m else m)
+        out[r] = m
         flags[r] = bad
         found |= bad
     return found
 
 
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def row_sums(x, out):
+    """``out[r]`` = ``np.add.reduce`` of row ``r`` of the 2-d C-ordered f32/f64 ``x``: +0 plus NumPy's pairwise
+    sum of the row (:func:`lowering.loop_runtime.pairwise_sum`, its eight accumulators one vector)."""
+    rows, n = x.shape
+    flat = x.ravel()
+    zero = x.dtype.type(0)
+    if n <= _BLOCK:
+        for r in range(rows):
+            out[r] = zero + _block_sum(flat, r * n, n)
+    else:
+        stack, values = np.empty((4, 192), np.int64), np.empty(192, x.dtype)
+        for r in range(rows):
+            out[r] = zero + pairwise_walk(flat, r * n, n, stack, values)
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
 def row_extrema_pieces(x, out, flags, minimum, bounds, csr):
-    """:func:`row_extrema` and :func:`nan_rows` for the rows ``bounds[p]`` of every piece ``p`` at once on
-    numba's threads, each inside the caller's MXCSR ``csr`` (under DAZ a comparison reads a denormal as zero,
-    as NumPy's on the caller's thread does). Returns whether any row holds a NaN."""
+    """:func:`row_extrema` for the rows ``bounds[p]`` of every piece ``p`` at once on numba's threads, each
+    inside the caller's MXCSR ``csr`` (under DAZ a comparison reads a denormal as zero, as NumPy's on the
+    caller's thread does). Returns whether any row holds a NaN."""
     found = np.zeros(bounds.shape[0], np.bool_)
     for piece in numba.prange(bounds.shape[0]):
         saved = mxcsr()
         set_mxcsr(csr)
         first, stop = bounds[piece, 0], bounds[piece, 1]
-        row_extrema(x[first:stop], out[first:stop], minimum)
-        found[piece] = nan_rows(x[first:stop], flags[first:stop])
+        found[piece] = row_extrema(x[first:stop], out[first:stop], flags[first:stop], minimum)
         set_mxcsr(saved)
     return found.any()
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def row_sums_pieces(x, out, bounds, csr):
+    """:func:`row_sums` for the rows ``bounds[p]`` of every piece ``p`` at once on numba's threads, each inside
+    the caller's MXCSR ``csr`` (its denormal mode)."""
+    for piece in numba.prange(bounds.shape[0]):
+        saved = mxcsr()
+        set_mxcsr(csr)
+        first, stop = bounds[piece, 0], bounds[piece, 1]
+        row_sums(x[first:stop], out[first:stop])
+        set_mxcsr(saved)
+
+
 PARALLEL_ELEMENTS = 1 << 17
 """Row reductions over at least this many elements run in one piece of rows per CPU where numba's threads poll
-(:func:`lowering.workers.numba_threads_available`)."""
+(:func:`lowering.workers.numba_threads_available`). On its own a (256, 1024) f32 row maximum is faster in one
+piece (13-19 us against 19-22; its sum is not: 35-41 against 23-25), but in a program its input usually comes
+from pieces of rows that the same CPUs computed and hold in their caches: in the MLP, the row maximum and the
+exponentials after it took 93 and 92-102 us in pieces, against 91-92 and 158-173 us with the maximum in one
+piece (the next loop's pieces fetch their rows from the other CPU's cache)."""
 
 
 def row_extrema_of(x: np.ndarray, ufunc, workers: int = 1) -> np.ndarray:
@@ -110,10 +290,21 @@ def row_extrema_of(x: np.ndarray, ufunc, workers: int = 1) -> np.ndarray:
         bounds = np.array(even_bounds(rows.shape[0], workers), np.int64)
         found = row_extrema_pieces(rows, out, flags, ufunc is np.minimum, bounds, caller_mxcsr())
     else:
-        row_extrema(rows, out, ufunc is np.minimum)
-        found = nan_rows(rows, flags)
+        found = row_extrema(rows, out, flags, ufunc is np.minimum)
     if found:
         out[flags] = ufunc.reduce(rows[flags], axis=-1)
+    return out.reshape(x.shape[:-1])
+
+
+def row_sums_of(x: np.ndarray, workers: int = 1) -> np.ndarray:
+    """``np.add.reduce(x, axis=-1)`` for a C-ordered f32/f64 ``x`` whose rows have at least one element: the
+    same bits (:func:`row_sums`). Large inputs run in ``workers`` pieces of rows at once."""
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty(rows.shape[0], x.dtype)
+    if parallel_rows(x.size, rows.shape[0], workers):
+        row_sums_pieces(rows, out, np.array(even_bounds(rows.shape[0], workers), np.int64), caller_mxcsr())
+    else:
+        row_sums(rows, out)
     return out.reshape(x.shape[:-1])
 
 

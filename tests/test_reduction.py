@@ -549,31 +549,83 @@ def test_row_extrema_in_pieces_give_numpys_bits_in_the_callers_mode(rng, mode, n
     # Large inputs run in pieces of rows on numba's threads, each in the caller's denormal mode. The reduction's
     # results, zero signs included, are those of NumPy's reduce in either mode (denormal rows, zeros of both
     # signs, a NaN). (Which denormal a piece picks under DAZ does not show: init op total flushes it.)
-    import lowering
-    from lowering import denormals, rowwise, workers
-    from lowering.kernels import reduction
+    from lowering import rowwise
 
-    if not workers.numba_threads_available():
-        pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64)")
-    if mode == "flush" and not denormals.flush_supported():
-        pytest.skip("the CPU's flush-to-zero mode cannot be set here")
-    import lowering.context
-
-    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 2)  # two pieces, whatever this machine has
+    _skip_unless_pieces(mode, monkeypatch)
     rows = rowwise.PARALLEL_ELEMENTS // n + 3
     x = (rng.standard_normal((rows, n)) * 1e-39).astype(np.float32)  # denormals (zeros in flush mode)
     x[::3] = np.where(rng.random((len(x[::3]), n)) < 0.5, np.float32(0.0), x[::3])
     x[1::7] = -np.abs(x[1::7])
     x[5, 3] = np.nan
+    _pieces_and_numpy_agree(x, op, "row_extrema_of", mode, monkeypatch)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 120, 127, 128, 129, 136, 255, 256, 300, 1000, 1024, 4099])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_row_sums_give_numpys_bits(rng, n, dtype):
+    # lowering.rowwise.row_sums: NumPy's pairwise order (blocks of 128, eight accumulators, halves at multiples
+    # of 8), +0 first (a row of -0s sums to +0, as np.add.reduce gives), infinities and a NaN passed through.
+    # Magnitudes spread over 12 decades so that any other order shows in the last bits.
+    from lowering.rowwise import row_sums_of
+
+    x = (rng.standard_normal((40, n)) * 10.0 ** rng.uniform(-6, 6, (40, n))).astype(dtype)
+    x[3] = -0.0
+    x[4, n // 2] = np.inf
+    x[5, 0] = np.nan
+    x[6, n - 1] = -np.inf
+    got, want = row_sums_of(x), np.add.reduce(x, axis=-1)
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    np.testing.assert_array_equal(got.view(unsigned), want.view(unsigned))
+    in_order = np.cumsum(x, axis=-1)[:, -1]  # the test can tell summation orders apart
+    assert n < 8 or np.any(in_order[7:] != want[7:])
+
+
+@pytest.mark.parametrize("mode", ["flush", "keep"])
+@pytest.mark.parametrize("n", [7, 256, 1024])
+def test_row_sums_in_pieces_give_numpys_bits_in_the_callers_mode(rng, mode, n, monkeypatch):
+    # The executor's f32 sums over the last axis: the compiled row kernel, in pieces of rows on numba's threads
+    # when large, in the caller's denormal mode (denormal elements, whose sums flush in "flush" mode, as
+    # NumPy's do on the calling thread); the same bits as NumPy's reduce.
+    from lowering import rowwise
+
+    _skip_unless_pieces(mode, monkeypatch)
+    rows = rowwise.PARALLEL_ELEMENTS // n + 3
+    x = (rng.standard_normal((rows, n)) * 1e-39).astype(np.float32)
+    x[::2] *= np.float32(1e30)  # every other row normal
+    x[5, 3] = np.nan
+    got = _pieces_and_numpy_agree(x, "add", "row_sums_of", mode, monkeypatch)
+    if mode == "keep":
+        assert np.any(got[1::2] != 0)  # denormal sums survive
+
+
+def _skip_unless_pieces(mode, monkeypatch):
+    """Skip where numba's threads or the flush mode are not available; else make the executor see two CPUs."""
+    import lowering.context
+    from lowering import denormals, workers
+
+    if not workers.numba_threads_available():
+        pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64)")
+    if mode == "flush" and not denormals.flush_supported():
+        pytest.skip("the CPU's flush-to-zero mode cannot be set here")
+    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 2)  # two pieces, whatever this machine has
+
+
+def _pieces_and_numpy_agree(x, op, kernel, mode, monkeypatch):
+    """The f32 reduction ``op`` of ``x`` over its last axis, run by the executor in ``mode`` through the
+    ``lowering.rowwise`` function ``kernel`` in two pieces: its bits must be NumPy's reduce's. Returns them."""
+    import lowering
+    from lowering import rowwise
+    from lowering.kernels import reduction
+
     module = build_reduce(np.float32, x.shape, op, identity(op, np.float32), (1,))
     calls = []
-    real = rowwise.row_extrema_of
-    monkeypatch.setattr(rowwise, "row_extrema_of", lambda x, u, w=1: calls.append(w) or real(x, u, w))
+    real = getattr(rowwise, kernel)
+    monkeypatch.setattr(rowwise, kernel, lambda x, *args: calls.append(args[-1]) or real(x, *args))
     (got,) = lowering.compile(module, denormals=mode)(x)
     assert calls == [2]
-    monkeypatch.setattr(reduction, "ROW_EXTREMA_MAX", 0)
-    monkeypatch.setattr(rowwise, "parallel_rows", lambda *args: False)
+    monkeypatch.setattr(reduction, "_ROW_DTYPES", frozenset())
     calls.clear()
     (want,) = lowering.compile(module, denormals=mode)(x)  # NumPy's reduce
     assert calls == []
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    return got
