@@ -100,7 +100,7 @@ import numpy as np
 
 from xla_dialect.errors import ExecutionError
 
-from .workers import caller_mxcsr, even_bounds, numba_threads_available, run_pieces, usable_cpus
+from .workers import even_bounds, numba_threads_available, run_pieces, usable_cpus
 
 ENV_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "FLEXIBLAS_NUM_THREADS")
@@ -342,7 +342,7 @@ def _run_native(a: np.ndarray, b: np.ndarray, out: np.ndarray, calls: np.ndarray
     """Run :func:`native_gemm_calls`' pieces on numba's threads, in the caller's denormal mode."""
     from .loop_runtime import gemm_calls
 
-    gemm_calls(numpy_gemm_address(a.dtype), int(a.dtype == np.float64), a, b, out, calls, starts, caller_mxcsr())
+    gemm_calls(numpy_gemm_address(a.dtype), int(a.dtype == np.float64), a, b, out, calls, starts)
 
 
 _NATIVE_PLANS: dict = {}

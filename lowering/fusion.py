@@ -39,7 +39,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xla_dialect.errors import UnsupportedError
 
 from .compiled_loops import _Ineligible, _load, _LoopWriter
-from .workers import caller_mxcsr, even_bounds, numba_threads_available, run_pieces
+from .workers import even_bounds, numba_threads_available, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
 MIN_GROUP = 2
@@ -266,9 +266,10 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs)]
     lines += element_loop(loads, stores, body, "stop - start", inner, "    ")
     params = ", ".join([*writer.constants, *args, *outputs])
-    # The kernel's pieces at once on numba's threads (lowering.workers), each in the caller's MXCSR ``csr``.
+    # The kernel's pieces at once on numba's threads (lowering.workers), each in the caller's MXCSR.
     lines += ["", "", "@numba.njit(cache=CACHE, error_model='numpy', nogil=True, parallel=True)",
-              f"def fused_pieces({params}, bounds, csr):",
+              f"def fused_pieces({params}, bounds):",
+              "    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)",
               "    for piece in numba.prange(bounds.shape[0]):",
               "        saved = mxcsr()",
               "        set_mxcsr(csr)",
@@ -355,7 +356,7 @@ class FusedGroup:
                 self.signature = tuple(signature)
                 if len(self.pieces) > 1 and numba_threads_available():
                     fn = _load(self.source, "fused_pieces")
-                    fn.compile((*signature, types.Array(types.int64, 2, "C"), types.int32))
+                    fn.compile((*signature, types.Array(types.int64, 2, "C")))
                     self.bounds = np.array(self.pieces, np.int64)
                 else:
                     fn = self._serial_kernel()
@@ -398,7 +399,7 @@ class FusedGroup:
         if len(self.pieces) == 1:
             self.kernel(*head, *self.pieces[0])
         elif self.bounds is not None and numba_threads_available():
-            self.kernel(*head, self.bounds, caller_mxcsr())
+            self.kernel(*head, self.bounds)
         else:  # Python workers (also in a child forked after numba's threads ran: they cannot start there)
             kernel = self.kernel if self.bounds is None else self._serial_kernel()
             run_pieces(kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)

@@ -193,13 +193,14 @@ def gemm_call(typingctx, address, is_f64, row, a_base, b_base, c_base):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def gemm_calls(address, is_f64, a, b, c, calls, starts, csr):
+def gemm_calls(address, is_f64, a, b, c, calls, starts):
     """The gemm calls of ``calls`` (rows of :data:`GEMM_CALL_FIELDS`, matrices as byte offsets into the arrays
     ``a``, ``b`` and ``c``) on numba's threads: piece ``p`` (rows ``starts[p]`` to ``starts[p + 1]``, one
-    after the other) on one thread, the pieces at once, each inside the caller's MXCSR ``csr`` (its denormal
+    after the other) on one thread, the pieces at once, each inside the caller's MXCSR (its denormal
     mode), so every call has the bits of the same call made on the caller's thread
     (:func:`lowering.blas.split_matmul`)."""
     a_base, b_base, c_base = a.ctypes.data, b.ctypes.data, c.ctypes.data
+    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
     for piece in numba.prange(starts.size - 1):
         saved = mxcsr()
         set_mxcsr(csr)
@@ -210,7 +211,7 @@ def gemm_calls(address, is_f64, a, b, c, calls, starts, csr):
 
 @numba.njit(nogil=True, cache=True)
 def current_mxcsr():
-    """The calling thread's MXCSR (:func:`mxcsr`), for Python code handing work to numba's threads."""
+    """The calling thread's MXCSR (:func:`mxcsr`), read from Python."""
     return mxcsr()
 
 

@@ -30,6 +30,9 @@ each in the caller's MXCSR.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import llvmlite.ir as ir
 import numba
 import numpy as np
@@ -38,7 +41,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .loop_runtime import mxcsr, set_mxcsr
-from .workers import caller_mxcsr, even_bounds, numba_threads_available
+from .workers import even_bounds, numba_threads_available
 
 _LANES = 16
 """Running maxima (minima) per row: one AVX-512 vector of f32 (two of f64)."""
@@ -207,7 +210,9 @@ def pairwise_walk(a, start, n, stack, values):
 def row_extrema(x, out, flags, minimum):
     """``out[r]`` = the maximum (``minimum`` False) or the minimum of row ``r`` of the 2-d C-ordered ``x`` (rows
     of at least one element) and ``flags[r]`` = whether the row holds a NaN (NaNs are skipped, not
-    propagated: see the module doc); returns whether any row does."""
+    propagated: see the module doc); returns whether any row does. A zero result has XLA's sign, which
+    orders -0 < +0: a maximum is +0 if the row holds a +0, a minimum -0 if it holds a -0 (its magnitude is
+    kept: under DAZ a denormal compares as a zero)."""
     rows, n = x.shape
     full = n // _LANES * _LANES
     found = False
@@ -221,6 +226,14 @@ def row_extrema(x, out, flags, minimum):
             v = x[r, j]
             bad |= v != v
             m = (v if v < m else m) if minimum else (v if v > m else m)
+        if m == 0 and (math.copysign(1.0, m) < 0) != minimum:  # a zero of the sign XLA does not prefer
+            hit = False
+            for j in range(n):
+                v = x[r, j]
+                if v == 0 and (math.copysign(1.0, v) < 0) == minimum:
+                    hit = True
+                    break
+            m = -abs(m) if hit == minimum else abs(m)
         out[r] = m
         flags[r] = bad
         found |= bad
@@ -244,11 +257,12 @@ def row_sums(x, out):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def row_extrema_pieces(x, out, flags, minimum, bounds, csr):
+def row_extrema_pieces(x, out, flags, minimum, bounds):
     """:func:`row_extrema` for the rows ``bounds[p]`` of every piece ``p`` at once on numba's threads, each
-    inside the caller's MXCSR ``csr`` (under DAZ a comparison reads a denormal as zero, as NumPy's on the
+    inside the caller's MXCSR (under DAZ a comparison reads a denormal as zero, as NumPy's on the
     caller's thread does). Returns whether any row holds a NaN."""
     found = np.zeros(bounds.shape[0], np.bool_)
+    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
     for piece in numba.prange(bounds.shape[0]):
         saved = mxcsr()
         set_mxcsr(csr)
@@ -259,9 +273,10 @@ def row_extrema_pieces(x, out, flags, minimum, bounds, csr):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def row_sums_pieces(x, out, bounds, csr):
+def row_sums_pieces(x, out, bounds):
     """:func:`row_sums` for the rows ``bounds[p]`` of every piece ``p`` at once on numba's threads, each inside
-    the caller's MXCSR ``csr`` (its denormal mode)."""
+    the caller's MXCSR (its denormal mode)."""
+    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
     for piece in numba.prange(bounds.shape[0]):
         saved = mxcsr()
         set_mxcsr(csr)
@@ -281,14 +296,13 @@ piece (the next loop's pieces fetch their rows from the other CPU's cache)."""
 
 def row_extrema_of(x: np.ndarray, ufunc, workers: int = 1) -> np.ndarray:
     """``ufunc.reduce(x, axis=-1)`` for ``np.maximum`` or ``np.minimum`` and a C-ordered f32/f64 ``x`` whose
-    rows have at least one element: the same values (NaN rows computed by NumPy itself, zero signs as NumPy
-    may return them). Large inputs run in ``workers`` pieces of rows at once (:func:`row_extrema_pieces`)."""
+    rows have at least one element: the same values (NaN rows computed by NumPy itself), zeros with XLA's sign
+    (:func:`row_extrema`). Large inputs run in ``workers`` pieces of rows at once (:func:`row_extrema_pieces`)."""
     rows = x.reshape(-1, x.shape[-1])
     out = np.empty(rows.shape[0], x.dtype)
     flags = np.empty(rows.shape[0], np.bool_)
     if parallel_rows(x.size, rows.shape[0], workers):
-        bounds = np.array(even_bounds(rows.shape[0], workers), np.int64)
-        found = row_extrema_pieces(rows, out, flags, ufunc is np.minimum, bounds, caller_mxcsr())
+        found = row_extrema_pieces(rows, out, flags, ufunc is np.minimum, _bounds(rows.shape[0], workers))
     else:
         found = row_extrema(rows, out, flags, ufunc is np.minimum)
     if found:
@@ -302,10 +316,19 @@ def row_sums_of(x: np.ndarray, workers: int = 1) -> np.ndarray:
     rows = x.reshape(-1, x.shape[-1])
     out = np.empty(rows.shape[0], x.dtype)
     if parallel_rows(x.size, rows.shape[0], workers):
-        row_sums_pieces(rows, out, np.array(even_bounds(rows.shape[0], workers), np.int64), caller_mxcsr())
+        row_sums_pieces(rows, out, _bounds(rows.shape[0], workers))
     else:
         row_sums(rows, out)
     return out.reshape(x.shape[:-1])
+
+
+@functools.lru_cache(maxsize=256)
+def _bounds(rows: int, workers: int) -> np.ndarray:
+    """The pieces' rows, (start, stop) per piece (kept per shape: in a program, every small NumPy call after
+    a large product costs microseconds)."""
+    bounds = np.array(even_bounds(rows, workers), np.int64)
+    bounds.flags.writeable = False
+    return bounds
 
 
 def parallel_rows(size: int, rows: int, workers: int) -> bool:

@@ -16,7 +16,8 @@ x86-64: :func:`numba_threads_available`), the pieces run on numba's threads
 instead, from compiled code that never takes the GIL: split matmuls call
 NumPy's own gemm by address (:func:`lowering.loop_runtime.gemm_calls`), fused
 loops through a parallel wrapper of their kernel (:mod:`lowering.fusion`), row
-reductions through :func:`lowering.rowwise.row_extrema_pieces`, and compiled
+reductions through :func:`lowering.rowwise.row_extrema_pieces` and
+:func:`lowering.rowwise.row_sums_pieces`, and compiled
 loops pair their products there (:func:`lowering.loop_runtime.gemm_pair`). One
 pool then serves all of them; a worker that polls starts its piece at once where a
 sleeping Python thread took ~0.1 ms to wake and take the GIL (a 256x1024x1024
@@ -26,7 +27,8 @@ on a small pool of Python threads (:func:`run_pieces`; row reductions stay
 whole there).
 
 Workers compute in the caller's denormal mode: on numba's threads each piece
-sets the caller's MXCSR; Python workers enter the context manager the caller
+sets the caller's MXCSR (which the parallel function reads on the calling
+thread, before its parallel loop); Python workers enter the context manager the caller
 passes (:func:`lowering.denormals.mode_switch`).
 """
 
@@ -98,19 +100,6 @@ _NUMBA_THREADS: list = []
 
 GOMP_SPINCOUNT = 20000
 """The spin count :func:`numba_threads_available` gives GNU OpenMP when the user has not chosen one."""
-
-
-def caller_mxcsr():
-    """The calling thread's MXCSR as the int32 numba's pieces set (only where :func:`numba_threads_available`)."""
-    if not _MXCSR:
-        from .loop_runtime import current_mxcsr
-
-        _MXCSR.append(current_mxcsr)
-    return _INT32(_MXCSR[0]())
-
-
-_MXCSR: list = []
-_INT32 = __import__("numpy").int32
 
 
 def usable_cpus() -> int:

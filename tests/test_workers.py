@@ -27,15 +27,17 @@ def test_even_bounds_cover_the_range_in_aligned_pieces():
     assert workers.even_bounds(0, 2) == []
 
 
-def test_caller_mxcsr_follows_the_executors_denormal_mode():
+def test_the_mxcsr_pieces_take_follows_the_executors_denormal_mode():
+    # (The parallel functions read it with loop_runtime.mxcsr on the calling thread, as current_mxcsr does.)
     if not workers.numba_threads_available():
         pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64)")
     from lowering.denormals import mode_switch
+    from lowering.loop_runtime import current_mxcsr
 
     seen = {}
     for mode in ("flush", "keep"):
         with mode_switch(mode):
-            seen[mode] = int(workers.caller_mxcsr())
+            seen[mode] = int(current_mxcsr())
     ftz_daz = (1 << 15) | (1 << 6)
     assert seen["flush"] & ftz_daz == ftz_daz
     assert seen["keep"] & ftz_daz == 0

@@ -163,15 +163,19 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
             def row_sums_kernel(body, x, init):
                 if not x.flags.c_contiguous or x.dtype != dtype:
                     return reduce_kernel(body, x, init)
-                return np.asarray(np.add(np.asarray(init, acc), rowwise.row_sums_of(x, workers)), acc)
+                total = rowwise.row_sums_of(x, workers)
+                if init == 0:  # +-0 + total is total: the rows' sums start from +0, so none is -0
+                    return total
+                return np.asarray(np.add(np.asarray(init, acc), total), acc)
 
             return row_sums_kernel
 
         def row_extrema_kernel(body, x, init):
             if not x.flags.c_contiguous or x.dtype != dtype:
                 return reduce_kernel(body, x, init)
-            total = rowwise.row_extrema_of(x, ufunc, workers)
-            return fix(np.asarray(ufunc(np.asarray(init, acc), total), acc), x, init)
+            total = rowwise.row_extrema_of(x, ufunc, workers)  # (zeros with XLA's sign over the row already)
+            result = np.asarray(ufunc(np.asarray(init, acc), total), acc)
+            return fix(result, x, init) if init == 0 else result  # (a zero init takes part in the sign)
 
         return row_extrema_kernel
     return reduce_kernel
