@@ -4,7 +4,7 @@ each row of a C-ordered f32/f64 matrix, and the sum of each row in NumPy's own o
 NumPy's ``np.maximum.reduce(x, axis=-1)`` pays a fixed cost per row on top of its vectorized loop: over
 rows of 128 f32 it took 0.78 ns per element, 3x its row sums (measured: (2048, 128) 204 us, (1024, 256)
 112 us, (256, 1024) 40 us). Each kernel here is a loop over whole vectors written directly in LLVM IR
-(:func:`row_lanes_extremum`, :func:`row_block_sum`), so that it is vectorized whatever LLVM's loop
+(:func:`lanes_extremum`, :func:`eight_lane_sum`), so that it is vectorized whatever LLVM's loop
 vectorizer makes of the scalar form (it did not vectorize a compare-and-select reduction, nor one keeping
 16 running maxima in a small array well: 0.24 ns per element).
 
@@ -67,21 +67,22 @@ def _vector_loader(builder, base, vector, align):
 
 
 @intrinsic
-def row_lanes_extremum(typingctx, x, row, minimum):
-    """``(extremum, any NaN)`` of the first ``n // 16 * 16`` elements (``n >= 16``) of row ``row`` of the
-    C-ordered 2-d f32/f64 ``x``: 16 lanes, each keeping the first of its elements (``k mod 16``) that
-    nothing later compares greater than (``minimum`` False) or less than, then halved in a tree (the lower
-    lane kept unless the upper one compares greater/less). NaNs are skipped, and flagged."""
-    if not (_float_matrix(x) and row == types.int64 and minimum == types.boolean):
+def lanes_extremum(typingctx, a, start, count, minimum):
+    """``(extremum, any NaN)`` of ``a[start:start + count]`` (1-d C-ordered f32/f64; ``count`` a multiple of 16,
+    at least 16): 16 lanes, each keeping the first of its elements (``k mod 16``) that nothing later compares
+    greater than (``minimum`` False) or less than, then halved in a tree (the lower lane kept unless the
+    upper one compares greater/less). NaNs are skipped, and flagged."""
+    if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
+            and a.dtype in (types.float32, types.float64) and start == types.int64 and count == types.int64
+            and minimum == types.boolean):
         return None
-    real = ir.FloatType() if x.dtype == types.float32 else ir.DoubleType()
+    real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
     vector = ir.VectorType(real, _LANES)
 
     def codegen(context, builder, signature, args):
-        array, row, minimum = args
+        array, start, count, minimum = args
         view = context.make_array(signature.args[0])(context, builder, array)
-        _, n = cgutils.unpack_tuple(builder, view.shape, 2)
-        load = _vector_loader(builder, builder.gep(view.data, [builder.mul(row, n)]), vector, x.dtype.bitwidth // 8)
+        load = _vector_loader(builder, builder.gep(view.data, [start]), vector, a.dtype.bitwidth // 8)
 
         def replaces(new, old):
             return builder.select(minimum, builder.fcmp_ordered("<", new, old), builder.fcmp_ordered(">", new, old))
@@ -91,7 +92,7 @@ def row_lanes_extremum(typingctx, x, row, minimum):
         first = load(ir.Constant(_i64, 0))
         builder.store(first, best)
         builder.store(builder.fcmp_unordered("uno", first, first), nan)
-        chunks = builder.sdiv(n, ir.Constant(_i64, _LANES))
+        chunks = builder.sdiv(count, ir.Constant(_i64, _LANES))
         with cgutils.for_range_slice(builder, ir.Constant(_i64, 1), chunks, ir.Constant(_i64, 1)) as (chunk, _):
             value = load(builder.mul(chunk, ir.Constant(_i64, _LANES)))
             old = builder.load(best)
@@ -109,7 +110,7 @@ def row_lanes_extremum(typingctx, x, row, minimum):
         any_nan = builder.icmp_unsigned("!=", flags, ir.Constant(ir.IntType(_LANES), 0))
         return context.make_tuple(builder, signature.return_type, [extremum, any_nan])
 
-    return types.Tuple((x.dtype, types.boolean))(x, types.int64, types.boolean), codegen
+    return types.Tuple((a.dtype, types.boolean))(a, types.int64, types.int64, types.boolean), codegen
 
 
 @intrinsic
@@ -149,7 +150,7 @@ def eight_lane_sum(typingctx, a, start, count):
     return a.dtype(a, types.int64, types.int64), codegen
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
 def _block_sum(a, start, n):
     """NumPy's pairwise sum of at most 128 elements: sequential from +0 below 8, else eight accumulators
     (:func:`eight_lane_sum`) and the remaining ``n % 8`` elements added in order."""
@@ -206,54 +207,74 @@ def pairwise_walk(a, start, n, stack, values):
     return values[0]
 
 
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
+def row_extremum(a, start, n, minimum):
+    """``(extremum, any NaN)`` of the row ``a[start:start + n]`` (1-d C-ordered f32/f64, ``n >= 1``): its
+    maximum (``minimum`` False) or minimum, NaNs skipped (see the module doc), and whether it holds a NaN. A
+    zero result may have either sign (:func:`zero_sign` gives XLA's)."""
+    full = n // _LANES * _LANES
+    if full:
+        m, bad = lanes_extremum(a, start, full, minimum)
+    else:
+        m = a[start]
+        bad = m != m
+    for j in range(start + max(full, 1), start + n):
+        v = a[j]
+        bad |= v != v
+        m = (v if v < m else m) if minimum else (v if v > m else m)
+    return m, bad
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def zero_sign(a, start, n, m, minimum):
+    """The zero ``m``, extremum of the row ``a[start:start + n]`` (:func:`row_extremum`), with XLA's sign, which
+    orders -0 < +0: a maximum is +0 if the row holds a +0, a minimum -0 if it holds a -0 (the magnitude is
+    kept: under DAZ a denormal compares as a zero)."""
+    if (math.copysign(1.0, m) < 0) == minimum:
+        return m  # the sign XLA prefers: the row holds such a zero
+    for j in range(start, start + n):
+        v = a[j]
+        if v == 0 and (math.copysign(1.0, v) < 0) == minimum:
+            return -abs(m) if minimum else abs(m)
+    return abs(m) if minimum else -abs(m)
+
+
 @numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 def row_extrema(x, out, flags, minimum):
-    """``out[r]`` = the maximum (``minimum`` False) or the minimum of row ``r`` of the 2-d C-ordered ``x`` (rows
-    of at least one element) and ``flags[r]`` = whether the row holds a NaN (NaNs are skipped, not
-    propagated: see the module doc); returns whether any row does. A zero result has XLA's sign, which
-    orders -0 < +0: a maximum is +0 if the row holds a +0, a minimum -0 if it holds a -0 (its magnitude is
-    kept: under DAZ a denormal compares as a zero)."""
+    """``out[r], flags[r]`` = :func:`row_extremum` of row ``r`` of the 2-d C-ordered ``x`` (rows of at least one
+    element), zeros with XLA's sign (:func:`zero_sign`); returns whether any row holds a NaN."""
     rows, n = x.shape
-    full = n // _LANES * _LANES
+    flat = x.ravel()
     found = False
     for r in range(rows):
-        if full:
-            m, bad = row_lanes_extremum(x, r, minimum)
-        else:
-            m = x[r, 0]
-            bad = m != m
-        for j in range(max(full, 1), n):
-            v = x[r, j]
-            bad |= v != v
-            m = (v if v < m else m) if minimum else (v if v > m else m)
-        if m == 0 and (math.copysign(1.0, m) < 0) != minimum:  # a zero of the sign XLA does not prefer
-            hit = False
-            for j in range(n):
-                v = x[r, j]
-                if v == 0 and (math.copysign(1.0, v) < 0) == minimum:
-                    hit = True
-                    break
-            m = -abs(m) if hit == minimum else abs(m)
+        m, bad = row_extremum(flat, r * n, n, minimum)
         out[r] = m
         flags[r] = bad
         found |= bad
+    for r in range(rows):  # (a pass of its own: in the loop above, the check slowed rows of 128 down 2x)
+        if out[r] == 0:
+            out[r] = zero_sign(flat, r * n, n, out[r], minimum)
     return found
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
+def row_sum(a, start, n, stack, values):
+    """``np.add.reduce(a[start:start + n])`` for the 1-d C-ordered f32/f64 ``a``: +0 plus NumPy's pairwise sum
+    (:func:`pairwise_sum`, with the work space of :func:`pairwise_walk` given)."""
+    zero = a.dtype.type(0)
+    if n <= _BLOCK:
+        return zero + _block_sum(a, start, n)
+    return zero + pairwise_walk(a, start, n, stack, values)
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 def row_sums(x, out):
-    """``out[r]`` = ``np.add.reduce`` of row ``r`` of the 2-d C-ordered f32/f64 ``x``: +0 plus NumPy's pairwise
-    sum of the row (:func:`lowering.loop_runtime.pairwise_sum`, its eight accumulators one vector)."""
+    """``out[r]`` = ``np.add.reduce`` of row ``r`` of the 2-d C-ordered f32/f64 ``x`` (:func:`row_sum`)."""
     rows, n = x.shape
     flat = x.ravel()
-    zero = x.dtype.type(0)
-    if n <= _BLOCK:
-        for r in range(rows):
-            out[r] = zero + _block_sum(flat, r * n, n)
-    else:
-        stack, values = np.empty((4, 192), np.int64), np.empty(192, x.dtype)
-        for r in range(rows):
-            out[r] = zero + pairwise_walk(flat, r * n, n, stack, values)
+    stack, values = np.empty((4, 192), np.int64), np.empty(192, x.dtype)
+    for r in range(rows):
+        out[r] = row_sum(flat, r * n, n, stack, values)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
