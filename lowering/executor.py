@@ -110,7 +110,7 @@ class LoweringContext(KernelContext):
         if self.fusion != "never":
             from .fusion import plan
 
-            groups = plan(block)
+            groups = plan(block, row_reductions=True)
             group_of = {op: g for g in groups for op in g.members}
             spans = [(g.first, g.last) for g in groups]
         pending: list[str] = []  # values to free after the call of the group whose span we are in

@@ -19,6 +19,16 @@ bias, read per column), splat constants (read as their scalar); other ops in bet
 the scalar constants jax interleaves). Operands from outside are arrays of
 the group's shape or scalars. At least :data:`MIN_GROUP` ops.
 
+Row reductions (the executor's groups, ``plan(..., row_reductions=True)``): a
+reduce of a group value over its last dimension -- a sum, maximum or minimum of
+f32/f64 with the body's identity as init, as jax's ``sum``/``max``/``min`` and
+softmax emit them -- joins the group at its end, as XLA's reduction fusion
+does: the loop keeps each row's values in a buffer and reduces the row while
+it is in the cache, with the reduction kernel's own row functions
+(:mod:`lowering.rowwise`), so the bits are the kernel's. A row maximum or
+minimum that meets a NaN makes the whole group run on the ops' own kernels
+for that call (NumPy's NaN payload). A softmax is then two loops and a divide.
+
 When to compile (``lowering.compile(..., fusion=...)``): numba takes 0.1-1 s
 per new group (milliseconds once numba's on-disk cache has it; a group that
 runs in pieces on numba's threads takes ~0.2 s more for its parallel wrapper:
@@ -74,7 +84,9 @@ def _shape(value: SSAValue):
 
 class Group:
     """A run of fusible ops of one block: ``members`` (in order), the span of block indices they cover,
-    ``inputs`` (values from outside, in first-use order) and ``outputs`` (member results used outside)."""
+    ``inputs`` (values from outside, in first-use order) and ``outputs`` (member results used outside).
+    ``shape`` is the element-wise ops' shape; ``reductions`` the reduces over its last dimension computed at
+    the end of each row (:func:`row_reduction`), the last members."""
 
     def __init__(self, members: list[Operation], first: int, last: int, block: Block):
         self.members = members
@@ -89,7 +101,8 @@ class Group:
         self.inputs = list(inputs)
         self.outputs = [r for op in members for r in op.results
                         if any(_block_ancestor(use.operation, block) not in member_set for use in r.uses)]
-        self.shape = _shape(members[-1].results[0])
+        self.reductions = [op for op in members if op.name == "hlo.reduce"]
+        self.shape = _shape(next(op for op in members if op.name != "hlo.reduce").results[0])
 
 
 def _block_ancestor(op: Operation, block: Block) -> Operation | None:
@@ -154,13 +167,16 @@ def input_reads(group: "Group", info) -> tuple[dict[int, str], int]:
 
 
 def element_loop(loads: list[tuple[str, str, str]], stores: list[tuple[str, str]], body: list[str], rows: str,
-                 inner: int, indent: str, i: str = "i") -> list[str]:
+                 inner: int, indent: str, i: str = "i", row_stores: list[tuple[str, str]] = (),
+                 row_end: list[str] = ()) -> list[str]:
     """The lines of a fused group's element loop over ``rows`` rows of ``inner`` elements: ``loads`` are
     ``(scalar, flat array, read)`` with read "outer", "inner" or "element", ``body`` the ops' statements
-    (written at ``indent`` plus 4 spaces), ``stores`` ``(flat output, scalar)``. The indices count from 0,
+    (written at ``indent`` plus 4 spaces), ``stores`` ``(flat output, scalar)``; ``row_stores``
+    ``(row buffer, scalar)`` keep a row's values (at the inner index) for the ``row_end`` lines, run after
+    each row (at ``indent`` plus 2 spaces, row index ``o``). The indices count from 0,
     so numba's negative-index wraparound folds away and LLVM loads whole vectors (counting from a start
     index it gathered element by element: a 4M-element tanh loop 3.2 -> 1.3 ms)."""
-    if inner > 1 or any(read != "element" for _, _, read in loads):
+    if inner > 1 or row_end or any(read != "element" for _, _, read in loads):
         # Two loops, outer x inner = the elements: a row operand is read with the outer index, a bias with
         # the inner one (no division per element, and the inner loop stays vectorizable).
         lines = [f"{indent}for o in range({rows}):", f"{indent}  for j in range({inner}):",
@@ -171,16 +187,59 @@ def element_loop(loads: list[tuple[str, str, str]], stores: list[tuple[str, str]
     lines += [f"{indent}    {name} = {flat}[{index[read]}]" for name, flat, read in loads]
     lines += body
     lines += [f"{indent}    {flat}[{i}] = {value}" for flat, value in stores]
+    lines += [f"{indent}    {buffer}[j] = {value}" for buffer, value in row_stores]
+    lines += list(row_end)
     return lines
 
 
-def plan(block: Block) -> list[Group]:
-    """The fusion groups of ``block`` (see the module doc), in block order."""
+ROW_REDUCTIONS = {"add": "sum", "maximum": "max", "minimum": "min"}
+"""Reduce bodies a group computes at the end of each row (:func:`row_reduction`), by ufunc name."""
+
+_IDENTITIES = {"sum": (0.0,), "max": (-np.inf,), "min": (np.inf,)}
+
+
+def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> str | None:
+    """``"sum"``, ``"max"`` or ``"min"`` when ``op`` is a reduce a group of element-wise ``members`` of
+    ``shape`` can compute at the end of each of its rows, else None: one f32/f64 operand the group computes
+    (in ``produced``), reduced over its last dimension (the rows the group's loop runs over, as its
+    broadcasts read them), a body ``add``/``maximum``/``minimum`` of its two arguments and an init constant
+    that is the body's identity (``0``, ``-inf``, ``+inf``: what jax emits), so that the row's reduction is
+    the reduction kernel's result as it is (:mod:`lowering.rowwise`)."""
+    from xdsl.dialects.builtin import Float32Type, Float64Type
+
+    from xla_dialect.ops.base import ints
+
+    from .kernels.reduction import binary_body_ufunc
+
+    if op.name != "hlo.reduce" or len(op.operands) != 2 or len(op.results) != 1 or not shape:
+        return None
+    x, init = op.operands
+    if x not in produced or _shape(x) != shape or tuple(ints(op.dimensions)) != (len(shape) - 1,):
+        return None
+    if not isinstance(x.type.element_type, (Float32Type, Float64Type)):
+        return None
+    ufunc = binary_body_ufunc(op.body)
+    kind = ROW_REDUCTIONS.get(getattr(ufunc, "__name__", None))
+    owner = init.owner
+    if kind is None or not isinstance(owner, Operation) or owner.name != "hlo.constant":
+        return None
+    splat = owner.splat_value()
+    if splat is None or float(splat) not in _IDENTITIES[kind]:
+        return None
+    splits = {_broadcast_read(m)[1] for m in members
+              if m.name == "hlo.broadcast_in_dim" and _broadcast_read(m)[0] != "scalar"}
+    return kind if splits <= {shape[-1]} else None
+
+
+def plan(block: Block, row_reductions: bool = False) -> list[Group]:
+    """The fusion groups of ``block`` (see the module doc), in block order. With ``row_reductions``, reduces
+    over the last dimension of a group's values join the group at its end (:func:`row_reduction`)."""
     groups: list[Group] = []
     ops = list(block.ops)
     members: list[Operation] = []
     first = last = -1
     shape = None
+    reducing = False  # (a reduce has joined: only more reduces may follow)
     produced: set[SSAValue] = set()
 
     def close():
@@ -192,16 +251,24 @@ def plan(block: Block) -> list[Group]:
         produced.clear()
 
     for index, op in enumerate(ops):
-        if members and _fusible(op, shape):
+        if members and not reducing and _fusible(op, shape):
             members.append(op)
             produced.update(op.results)
             last = index
             continue
+        if members and row_reductions and row_reduction(op, produced, shape, members):
+            members.append(op)
+            produced.update(op.results)
+            last = index
+            reducing = True
+            continue
         uses_group = any(v in produced for inner in op.walk() for v in inner.operands)
-        if members and not uses_group and not op.regions and op is not block.last_op:
+        if (members and not uses_group and not op.regions and op is not block.last_op
+                # (after a reduce, or after a lone op, a fusible op starts a group of its own)
+                and not ((reducing or len(members) == 1) and _fusible(op, None))):
             continue  # independent of the group: stays where it is, before the group's call
         close()
-        shape = None
+        shape, reducing = None, False
         if _fusible(op, None):
             members.append(op)
             produced.update(op.results)
@@ -239,11 +306,17 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     The kernel is ``fused(*constants, *inputs, *outputs, start, stop)``: it
     fills the flat, C-ordered ``outputs`` (allocated by the caller) for rows
     ``start`` to ``stop`` of the elements seen as rows of the returned length
-    (1, or the trailing elements fused broadcasts repeat), so that pieces of
-    rows can run on several CPUs at once (``flush``: the executor's denormal
-    mode is "flush")."""
+    (1, or the trailing elements fused broadcasts repeat, or the last dimension
+    the group's reductions reduce), so that pieces of rows can run on several
+    CPUs at once (``flush``: the executor's denormal mode is "flush"). It
+    returns whether a maximum or minimum reduction met a NaN: the caller then
+    computes the group with the ops' own kernels (NaN's payload is NumPy's)."""
     writer = _FusionWriter({}, dtype_of, flush)
     reads, inner = input_reads(group, writer.info)
+    if group.reductions:
+        if inner not in (1, group.shape[-1]):
+            raise _Ineligible("broadcasts that split the rows a reduction reduces")
+        inner = group.shape[-1]
     args, loads, cuts = [], [], []
     for k, v in enumerate(group.inputs):
         if writer.info(v)[1]:
@@ -258,24 +331,68 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
         writer.names[v] = f"x{k}"
     body_start = len(writer.lines)
     for op in group.members:
-        writer.op(op, "        ")
+        if op.name != "hlo.reduce":
+            writer.op(op, "        ")
     body = writer.lines[body_start:]
     outputs = [f"g{j}" for j in range(len(group.outputs))]
     lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):", *cuts]
-    lines += [f"    h{j} = g{j}[start * {inner}:stop * {inner}]" for j in range(len(outputs))]
-    stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs)]
-    lines += element_loop(loads, stores, body, "stop - start", inner, "    ")
+    reduced = {r: op for op in group.reductions for r in op.results}
+    lines += [f"    h{j} = g{j}[start:stop]" if r in reduced else f"    h{j} = g{j}[start * {inner}:stop * {inner}]"
+              for j, r in enumerate(group.outputs)]
+    stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs) if r not in reduced]
+    row_stores, row_end = _row_reductions(group, writer, inner, lines)
+    lines.append("    found = False")
+    lines += element_loop(loads, stores, body, "stop - start", inner, "    ", row_stores=row_stores,
+                          row_end=row_end)
+    lines.append("    return found")
     params = ", ".join([*writer.constants, *args, *outputs])
     # The kernel's pieces at once on numba's threads (lowering.workers), each in the caller's MXCSR.
     lines += ["", "", "@numba.njit(cache=CACHE, error_model='numpy', nogil=True, parallel=True)",
               f"def fused_pieces({params}, bounds):",
               "    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)",
+              "    found = np.zeros(bounds.shape[0], np.bool_)",
               "    for piece in numba.prange(bounds.shape[0]):",
               "        saved = mxcsr()",
               "        set_mxcsr(csr)",
-              f"        fused({params}, bounds[piece, 0], bounds[piece, 1])",
-              "        set_mxcsr(saved)"]
+              f"        found[piece] = fused({params}, bounds[piece, 0], bounds[piece, 1])",
+              "        set_mxcsr(saved)",
+              "    return found.any()"]
     return "\n".join(lines) + "\n", writer.constants, inner
+
+
+def _row_reductions(group: Group, writer, inner: int, lines: list[str]):
+    """The code of ``group``'s row reductions (:func:`row_reduction`): each keeps its operand's row in a
+    buffer of its own (``row_stores``), and at the end of the row (``row_end``) stores the row's reduction
+    in its output, computed as the reduction kernel computes it (:mod:`lowering.rowwise`): a sum as
+    ``np.add.reduce`` (its init, +-0, adds nothing); a maximum or minimum with XLA's zero sign (its init,
+    -+inf, changes nothing), a row holding a NaN setting ``found``. Appends the buffers' allocations to
+    ``lines``."""
+    row_stores, row_end = [], []
+    outputs = {r: j for j, r in enumerate(group.outputs)}
+    for q, op in enumerate(group.reductions):
+        if op.results[0] not in outputs:
+            continue
+        x = op.operands[0]
+        dtype = np.dtype(writer.info(x)[0])
+        t = dtype.name
+        kind = row_reduction(op, {x}, group.shape, group.members)
+        out = f"h{outputs[op.results[0]]}"
+        lines.append(f"    w{q} = np.empty({inner}, np.{t})")
+        row_stores.append((f"w{q}", writer.name(x)))
+        if kind == "sum":
+            lines.append(f"    stack{q}, values{q} = np.empty((4, 192), np.int64), np.empty(192, np.{t})")
+            row_end.append(f"      {out}[o] = row_sum(w{q}, 0, {inner}, stack{q}, values{q})")
+            continue
+        minimum = kind == "min"
+        row_end += [f"      m{q}, bad{q} = row_extremum(w{q}, 0, {inner}, {minimum})",
+                    f"      found |= bad{q}",
+                    f"      if m{q} == 0:",
+                    f"        m{q} = zero_sign(w{q}, 0, {inner}, m{q}, {minimum})"]
+        # (No flush of a denormal maximum, as the kernel's ``-inf op total`` does under DAZ: in "flush" mode
+        # no denormal reaches the row -- arguments are flushed, a constant is converted to the kernel's
+        # type under the caller's MXCSR, results of arithmetic are flushed.)
+        row_end.append(f"      {out}[o] = m{q}")
+    return row_stores, row_end
 
 
 PARALLEL_ELEMENTS = 1 << 18
@@ -294,16 +411,17 @@ those VMs (an idle vCPU is slow to wake, then the GIL): a 262,144-element bias a
 ms in two pieces, a 4M-element gelu 3.4 ms whole and 1.8 ms in two."""
 
 _OP_NS = {"hlo.exponential": 0.5, "hlo.log": 0.4, "hlo.tanh": 0.3, "hlo.logistic": 1.0, "hlo.divide": 0.1,
-          "hlo.sine": 5.0, "hlo.cosine": 5.0, "hlo.tan": 6.0}
+          "hlo.sine": 5.0, "hlo.cosine": 5.0, "hlo.tan": 6.0, "hlo.reduce": 0.1}
 """Rough per-element cost (ns) of a fused op in a vectorized loop on one CPU; other ops cost 0.05 (the
 C library's sin, cos and tan are called one element at a time)."""
 
 
 def estimated_ns(group: Group) -> float:
     """A rough single-CPU time of ``group``'s fused loop: 0.3 ns per element for each array read or written
-    element by element (memory), plus :data:`_OP_NS` per op and element."""
+    element by element (memory), plus :data:`_OP_NS` per op and element (a row reduction 0.1)."""
     size = float(np.prod(group.shape, dtype=np.int64))
-    streams = len(group.outputs) + sum(1 for v in group.inputs if _shape(v) == group.shape)
+    streams = (sum(1 for r in group.outputs if _shape(r) == group.shape)
+               + sum(1 for v in group.inputs if _shape(v) == group.shape))
     ops = sum(_OP_NS.get(op.name, 0.05) for op in group.members)
     return size * (0.3 * streams + ops)
 
@@ -326,6 +444,7 @@ class FusedGroup:
         self.input_is_array = [bool(_shape(v)) for v in group.inputs]
         self.input_ranks = [len(_shape(v) or ()) for v in group.inputs]
         self.output_dtypes = [np.dtype(dtype_of(r.type)) for r in group.outputs]
+        self.output_shapes = [_shape(r) for r in group.outputs]
         self._lock = threading.Lock()
         size = int(np.prod(self.shape, dtype=np.int64))
         try:
@@ -393,15 +512,17 @@ class FusedGroup:
             return self.interpreted(*inputs)
         args = [np.ascontiguousarray(x, dt) if is_array else dt.type(x)
                 for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)]
-        outputs = [np.empty(self.shape, dt) for dt in self.output_dtypes]
+        outputs = [np.empty(shape, dt) for shape, dt in zip(self.output_shapes, self.output_dtypes)]
         flat = [o.reshape(-1) for o in outputs]
         head = (*self.constants, *args, *flat)
         if len(self.pieces) == 1:
-            self.kernel(*head, *self.pieces[0])
+            found = self.kernel(*head, *self.pieces[0])
         elif self.bounds is not None and numba_threads_available():
-            self.kernel(*head, self.bounds)
+            found = self.kernel(*head, self.bounds)
         else:  # Python workers (also in a child forked after numba's threads ran: they cannot start there)
             kernel = self.kernel if self.bounds is None else self._serial_kernel()
-            run_pieces(kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode)
+            found = any(run_pieces(kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode))
+        if found:  # a row maximum or minimum met a NaN: the ops' own kernels give NumPy's NaN
+            return self.interpreted(*inputs)
         return tuple(outputs)
 

@@ -119,35 +119,37 @@ def worker_pool(threads: int) -> ThreadPoolExecutor:
         return pool
 
 
-def run_pieces(function, pieces: list[tuple], mode=None) -> None:
+def run_pieces(function, pieces: list[tuple], mode=None) -> list:
     """Call ``function(*args)`` for every ``args`` of ``pieces`` at once: the first on this thread, the others on
     worker threads inside the context manager ``mode`` (the caller's denormal mode; None: as they are).
 
-    Returns when every piece is done, also when one raised (the first error is then raised): the pieces write
-    into the caller's arrays, which must not be freed or read while a worker still writes.
+    Returns the calls' results, in order, when every piece is done, also when one raised (the first error is
+    then raised): the pieces write into the caller's arrays, which must not be freed or read while a worker
+    still writes.
     """
     if len(pieces) == 1:
-        function(*pieces[0])
-        return
+        return [function(*pieces[0])]
     mode = mode if mode is not None else contextlib.nullcontext()
 
     def in_mode(*args):
         with mode:
-            function(*args)
+            return function(*args)
 
     pool = worker_pool(len(pieces) - 1)
     futures = [pool.submit(in_mode, *args) for args in pieces[1:]]
+    results = []
     try:
-        function(*pieces[0])
+        results.append(function(*pieces[0]))
     finally:
         errors = []
         for future in futures:
             try:
-                future.result()
+                results.append(future.result())
             except BaseException as error:  # noqa: BLE001 - collected, the first re-raised below
                 errors.append(error)
     if errors:
         raise errors[0]
+    return results
 
 
 def even_bounds(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:

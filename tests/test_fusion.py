@@ -284,3 +284,124 @@ def test_cheap_large_loops_run_whole(three_cpus):
     assert [len(p) for p in _pieces_of(costly)] == [3]
     if three_cpus == "python":
         assert [len(p) for p in _pieces_of(cheap)] == [1]
+
+
+def _rows(dtype, rows, n):
+    """Rows of mixed values: spread magnitudes, infinities, denormals, and rows of zeros of both signs."""
+    x = (RNG.standard_normal((rows, n)) * np.exp(RNG.uniform(-6, 6, (rows, n)))).astype(dtype)
+    tiny = np.finfo(dtype).tiny
+    x[0] = -0.0
+    x[1] = np.where(np.arange(n) % 3 == 0, dtype(0.0), dtype(-0.0))
+    x[2] = -np.abs(x[2])
+    x[2, n // 2] = tiny / 3  # the row's maximum is a denormal
+    x[3, 0], x[3, n - 1] = np.inf, -np.inf
+    x[4, :] = np.abs(x[4]) + dtype(1)
+    x[4, n // 3] = -tiny / 5  # the row's minimum is a denormal
+    return x
+
+
+def _reduce_groups(exe) -> list:
+    return [line for line in exe.source.splitlines() if "# fused:" in line and "reduce" in line]
+
+
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+@pytest.mark.parametrize("n", [7, 128, 300])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_row_reductions_join_the_group_with_the_kernels_bits(dtype, n, denormals):
+    # A softmax: the bias add and the row maximum in one loop, the exponentials and the row sum in another;
+    # and a maximum and a minimum of one group's rows. Each row's reduction is the reduction kernel's, bit for
+    # bit: the sum in NumPy's order, zeros with XLA's sign (-0 < +0), a denormal maximum flushed in "flush" mode.
+    x = _rows(dtype, 37, n)
+    bias = RNG.standard_normal(n).astype(dtype)
+
+    def softmax(x, b):
+        z = x + b
+        e = jnp.exp(z - jnp.max(z, axis=-1, keepdims=True))
+        s = jnp.sum(e, axis=-1)
+        return e / s[:, None], s
+
+    def extrema(x):
+        z = -x  # (negation passes denormals through in "flush" mode too: the reductions see them)
+        return jnp.max(z, axis=-1), jnp.min(z, axis=-1), z
+
+    _check(softmax, x, bias, denormals=denormals)
+    got = _check(extrema, -x, denormals=denormals)
+    assert list(np.signbit(got[0][:2])) == [True, False] and list(np.signbit(got[1][:2])) == [True, True]
+    flushed = denormals == "flush"
+    assert (got[0][2] == 0) == flushed and (got[1][4] == 0) == flushed
+    for fn, args, count in ((softmax, (x, bias), 2), (extrema, (-x,), 1)):
+        exe = lowering.compile(import_jax(fn, *args), fusion="always", denormals=denormals)
+        assert len(_reduce_groups(exe)) == count, exe.source
+    np.testing.assert_allclose(got[0][5:], np.asarray(jax.jit(extrema)(-x)[0])[5:])
+
+
+def test_a_nan_row_recomputes_the_group_with_the_ops_kernels(monkeypatch):
+    # A row maximum meeting a NaN: NumPy's reduce gives the NaN it propagates (payload and sign); the fused
+    # kernel says so and the group is computed by the ops' own kernels, the same bits as unfused.
+    x = _rows(F32, 20, 50)
+    bits = np.array([np.nan], F32).view(np.uint32)
+    bits |= 0x80000005  # a negative NaN with a payload
+    x[7, 11] = bits.view(F32)[0]
+
+    def fn(x):
+        return jnp.max(x * F32(3), axis=-1)
+
+    exe = lowering.compile(import_jax(fn, x), fusion="always")
+    (runner,) = [r for name, r in exe._fn.__globals__.items() if name.startswith("fz")]
+    calls = []
+    real = runner.interpreted
+    monkeypatch.setattr(runner, "interpreted", lambda *a: calls.append(1) or real(*a))
+    clean = np.where(np.isnan(x), F32(1), x)
+    exe(clean)
+    assert calls == []
+    _check(fn, x)
+    (got,) = exe(x)
+    assert calls == [1]
+    np.testing.assert_array_equal(_bits(got), _bits(lowering.compile(import_jax(fn, x), fusion="never")(x)[0]))
+
+
+def test_row_reductions_in_pieces(three_cpus):
+    # A large softmax runs in pieces of whole rows, each computing its rows' reductions (a NaN in a later
+    # piece's row is reported from that piece).
+    x = _rows(F32, 2053, 257)
+
+    def fn(x):
+        z = jnp.tanh(x * F32(1.5))
+        m = jnp.max(z, axis=-1, keepdims=True)
+        e = jnp.exp(z - m)
+        return e / jnp.sum(e, axis=-1, keepdims=True), m
+
+    _check(fn, x)
+    exe = lowering.compile(import_jax(fn, x), fusion="always")
+    exe(x)
+    runners = [exe._fn.__globals__[line.split("= ")[1].split("(")[0]] for line in _reduce_groups(exe)]
+    assert [len(r.pieces) for r in runners] == [3, 3], exe.source
+    x[2000, 5] = np.nan
+    _check(fn, x)
+
+
+def test_reductions_that_stay_with_their_kernel():
+    # Only reductions over the rows the loop runs over, with the body's identity as init, join a group.
+    x = RNG.standard_normal((16, 40)).astype(F32)
+    for fn in (lambda v: lax.reduce(v * F32(2), F32(1), lax.max, (1,)),  # init 1: not the identity
+               lambda v: jnp.sum(v * F32(2), axis=0),  # not the last dimension
+               lambda v: jnp.prod(v * F32(2), axis=-1),  # not a sum, maximum or minimum
+               lambda v: jnp.sum((v * F32(2)).astype(jnp.int32), axis=-1)):  # not a float
+        _check(fn, x)
+        assert _reduce_groups(lowering.compile(import_jax(fn, x), fusion="always")) == []
+
+
+def test_a_denormal_row_maximum_flushes_as_the_kernel_does():
+    # A denormal constant as a row's maximum: in "flush" mode the kernel's init -inf op total reads it as a
+    # zero (DAZ); the fused loop has it as a zero already (converted to f32 under the caller's MXCSR).
+    tiny = np.finfo(F32).tiny
+    x = -np.abs(RNG.standard_normal((8, 40)).astype(F32)) - F32(1)
+    x[::2, 3] = 1
+
+    def fn(x):
+        return jnp.max(jnp.where(x > 0, F32(tiny / 3), x * F32(2)), axis=-1)
+
+    for denormals in ("flush", "keep"):
+        (got,) = _check(fn, x, denormals=denormals)
+        assert (got[0] == 0) == (denormals == "flush") and got[1] < -1
+        assert _reduce_groups(lowering.compile(import_jax(fn, x), fusion="always")), "not fused"
