@@ -55,6 +55,8 @@ def test_corrected_examples_run_and_say_so(outcomes):
         corrected = [o for o in by_op[op] if o.example.corrected]
         assert corrected, f"no example of {op} needed its correction: remove it from CORRECTIONS"
         for o in corrected:
+            if o.example.name in spec_examples.KNOWN:
+                continue  # (corrected, and still an erratum for another, listed reason)
             assert o.status == "passed" and "(corrected: " in o.message, (o.example.name, o.status, o.message)
 
 
