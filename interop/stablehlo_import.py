@@ -766,6 +766,10 @@ def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
         return opaque_converter(imp, op)
     if name.startswith("stablehlo."):
         raise UnsupportedError(f"{imp._where()}: {name} has no hlo counterpart yet")
+    if name.startswith(NEWER_DIALECT + "."):  # (read past jaxlib's parser: interop.stablehlo_parse)
+        raise UnsupportedError(f"{imp._where()}: stablehlo.{name[len(NEWER_DIALECT) + 1:]} is neither an op of "
+                               f"jaxlib's StableHLO (its parser is older than the current spec) nor one this "
+                               f"importer converts")
     raise UnsupportedError(f"{imp._where()}: {name} is not supported")
 
 

@@ -60,6 +60,17 @@ def test_text_that_is_wrong_anyway_keeps_jaxlibs_error():
         parse_stablehlo(REDUCE.replace("tensor<1x2xi64>,", "tensor<1x2xi64>"))
 
 
+def test_an_op_jaxlib_does_not_know_is_named_as_such():
+    # Any generic-form stablehlo op jaxlib's StableHLO has not registered is read past its parser: one the
+    # importer converts runs, any other is reported by name as newer than jaxlib and unconverted.
+    from xla_dialect.errors import UnsupportedError
+
+    text = REDUCE.replace('"stablehlo.collective_reduce"(%x) ({', '"stablehlo.frobnicate"(%x) ({')
+    assert PARSED_NEWER_OPS in parse_stablehlo(text).operation.attributes
+    with pytest.raises(UnsupportedError, match=r"stablehlo\.frobnicate is neither an op of jaxlib's StableHLO"):
+        import_stablehlo(text)
+
+
 def test_bitcast_between_per_axis_quantized_and_storage_integers():
     text = """
 func.func @main(%x: tensor<2xf32>) -> (tensor<2xi8>, tensor<2xf32>) {
