@@ -626,3 +626,16 @@ def test_comments_after_checks_are_not_part_of_them():
     lines = conf.normalize_checks(text).split("\n")
     assert lines[0].endswith('"check.expect_eq"(%r#0, %__conformance_expected0) : (tensor<2xi64>, tensor<2xi64>) -> ()')
     assert lines[1].strip() == '"check.expect_almost_eq"(%a, %b) : (tensor<f32>, tensor<f32>) -> ()'
+
+
+def test_the_summary_separates_what_jaxlibs_parser_reads():
+    # Issue 14: conformance of the programs jaxlib's own parser reads, and of those read past it (the importer's
+    # fallback for ops newer than jaxlib), counted apart.
+    note = conf.NEWER_OPS_NOTE
+    results = [conf.Result("a", "a", "passed"), conf.Result("b", "b", "failed", "x"),
+               conf.Result("c", "c", "passed", "3 checks" + note), conf.Result("d", "d", "failed", "y" + note),
+               conf.Result("e", "e", "disabled")]
+    summary = conf.summarize(results)
+    assert (summary["enabled"], summary["passed"]) == (4, 2)
+    assert (summary["parsed_by_jaxlib"], summary["passed_parsed_by_jaxlib"]) == (2, 1)
+    assert (summary["newer_ops"], summary["newer_ops_passed"]) == (2, 1)
