@@ -204,8 +204,8 @@ _IDENTITIES = {"sum": (0.0,), "max": (-np.inf,), "min": (np.inf,)}
 def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> str | None:
     """``"sum"``, ``"max"`` or ``"min"`` when ``op`` is a reduce a group of element-wise ``members`` of
     ``shape`` can compute at the end of each of its rows, else None: one f32/f64 operand the group computes
-    (in ``produced``), reduced over its last dimension (the rows the group's loop runs over, as its
-    broadcasts read them), a body ``add``/``maximum``/``minimum`` of its two arguments and an init constant
+    (in ``produced``), reduced over its last dimension (whole rows of the group's loop, as its broadcasts
+    cut it, hold whole rows of the reduction), a body ``add``/``maximum``/``minimum`` of its two arguments and an init constant
     that is the body's identity (``0``, ``-inf``, ``+inf``: what jax emits), so that the row's reduction is
     the reduction kernel's result as it is (:mod:`lowering.rowwise`)."""
     from xdsl.dialects.builtin import Float32Type, Float64Type
@@ -231,7 +231,7 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
         return None
     splits = {_broadcast_read(m)[1] for m in members
               if m.name == "hlo.broadcast_in_dim" and _broadcast_read(m)[0] != "scalar"}
-    return kind if splits <= {shape[-1]} else None
+    return kind if all(n % shape[-1] == 0 for n in splits) else None
 
 
 def plan(block: Block, row_reductions: bool = False) -> list[Group]:
@@ -316,10 +316,13 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     computes the group with the ops' own kernels (NaN's payload is NumPy's)."""
     writer = _FusionWriter({}, dtype_of, flush)
     reads, inner = input_reads(group, writer.info)
+    sub = 1  # (reduction rows per loop row: a mask broadcast over the last two dimensions makes rows of n * n)
     if group.reductions:
-        if inner not in (1, group.shape[-1]):
+        width = group.shape[-1]
+        inner = width if inner == 1 else inner
+        if inner % width:
             raise _Ineligible("broadcasts that split the rows a reduction reduces")
-        inner = group.shape[-1]
+        sub = inner // width
     args, loads, cuts = [], [], []
     for k, v in enumerate(group.inputs):
         if writer.info(v)[1]:
@@ -340,10 +343,10 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     outputs = [f"g{j}" for j in range(len(group.outputs))]
     lines = [f"def fused({', '.join([*writer.constants, *args, *outputs, 'start', 'stop'])}):", *cuts]
     reduced = {r: op for op in group.reductions for r in op.results}
-    lines += [f"    h{j} = g{j}[start:stop]" if r in reduced else f"    h{j} = g{j}[start * {inner}:stop * {inner}]"
-              for j, r in enumerate(group.outputs)]
+    lines += [f"    h{j} = g{j}[start * {sub}:stop * {sub}]" if r in reduced
+              else f"    h{j} = g{j}[start * {inner}:stop * {inner}]" for j, r in enumerate(group.outputs)]
     stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs) if r not in reduced]
-    row_stores, row_end = _row_reductions(group, writer, inner, lines)
+    row_stores, row_end = _row_reductions(group, writer, inner, sub, lines)
     lines.append("    found = False")
     lines += element_loop(loads, stores, body, "stop - start", inner, "    ", row_stores=row_stores,
                           row_end=row_end)
@@ -363,10 +366,10 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     return "\n".join(lines) + "\n", writer.constants, inner
 
 
-def _row_reductions(group: Group, writer, inner: int, lines: list[str]):
-    """The code of ``group``'s row reductions (:func:`row_reduction`): each keeps its operand's row in a
-    buffer of its own (``row_stores``), and at the end of the row (``row_end``) stores the row's reduction
-    in its output, computed as the reduction kernel computes it (:mod:`lowering.rowwise`): a sum as
+def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]):
+    """The code of ``group``'s row reductions (:func:`row_reduction`): each keeps its operand's loop row
+    (``inner`` elements, ``sub`` reduction rows) in a buffer of its own (``row_stores``), and at the end of
+    the loop row (``row_end``) stores each reduction row's reduction in its output, computed as the reduction kernel computes it (:mod:`lowering.rowwise`): a sum as
     ``np.add.reduce`` (its init, +-0, adds nothing); a maximum or minimum with XLA's zero sign (its init,
     -+inf, changes nothing), a row holding a NaN setting ``found``. Appends the buffers' allocations to
     ``lines``."""
@@ -380,21 +383,23 @@ def _row_reductions(group: Group, writer, inner: int, lines: list[str]):
         t = dtype.name
         kind = row_reduction(op, {x}, group.shape, group.members)
         out = f"h{outputs[op.results[0]]}"
+        width = inner // sub
         lines.append(f"    w{q} = np.empty({inner}, np.{t})")
         row_stores.append((f"w{q}", writer.name(x)))
+        row_end.append(f"      for s in range({sub}):")
         if kind == "sum":
             lines.append(f"    stack{q}, values{q} = np.empty((4, 192), np.int64), np.empty(192, np.{t})")
-            row_end.append(f"      {out}[o] = row_sum(w{q}, 0, {inner}, stack{q}, values{q})")
+            row_end.append(f"        {out}[o * {sub} + s] = row_sum(w{q}, s * {width}, {width}, stack{q}, values{q})")
             continue
         minimum = kind == "min"
-        row_end += [f"      m{q}, bad{q} = row_extremum(w{q}, 0, {inner}, {minimum})",
-                    f"      found |= bad{q}",
-                    f"      if m{q} == 0:",
-                    f"        m{q} = zero_sign(w{q}, 0, {inner}, m{q}, {minimum})"]
+        row_end += [f"        m{q}, bad{q} = row_extremum(w{q}, s * {width}, {width}, {minimum})",
+                    f"        found |= bad{q}",
+                    f"        if m{q} == 0:",
+                    f"          m{q} = zero_sign(w{q}, s * {width}, {width}, m{q}, {minimum})"]
         # (No flush of a denormal maximum, as the kernel's ``-inf op total`` does under DAZ: in "flush" mode
         # no denormal reaches the row -- arguments are flushed, a constant is converted to the kernel's
         # type under the caller's MXCSR, results of arithmetic are flushed.)
-        row_end.append(f"      {out}[o] = m{q}")
+        row_end.append(f"        {out}[o * {sub} + s] = m{q}")
     return row_stores, row_end
 
 

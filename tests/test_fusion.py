@@ -405,3 +405,21 @@ def test_a_denormal_row_maximum_flushes_as_the_kernel_does():
         (got,) = _check(fn, x, denormals=denormals)
         assert (got[0] == 0) == (denormals == "flush") and got[1] < -1
         assert _reduce_groups(lowering.compile(import_jax(fn, x), fusion="always")), "not fused"
+
+
+@pytest.mark.parametrize("n", [8, 40])
+def test_row_reductions_under_a_mask_broadcast_over_two_dimensions(n):
+    # Attention's causal mask, broadcast over the last two dimensions, makes the loop's rows n * n long: each
+    # holds n reduction rows, reduced at the end of the loop row. A NaN in one of them recomputes the group.
+    x = _rows(F32, 2 * 3 * n, n).reshape(2, 3, n, n)
+    mask = np.tril(np.ones((n, n), bool))
+
+    def fn(x, mask):
+        s = jnp.where(mask, x * F32(0.125), F32(-1e9))
+        return jnp.max(s, axis=-1), jnp.sum(s, axis=-1), jnp.min(s, axis=-1)
+
+    _check(fn, x, mask)
+    exe = lowering.compile(import_jax(fn, x, mask), fusion="always")
+    assert len(_reduce_groups(exe)) == 1 and "reduce, reduce, reduce" in _reduce_groups(exe)[0], exe.source
+    x[1, 2, n - 1, 3] = np.nan
+    _check(fn, x, mask)
