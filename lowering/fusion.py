@@ -28,9 +28,11 @@ it is in the cache, with the reduction kernel's own row functions
 (:mod:`lowering.rowwise`), so the bits are the kernel's. A row maximum or
 minimum that meets a NaN makes the whole group run on the ops' own kernels
 for that call (NumPy's NaN payload). A softmax is then two loops and a divide.
-Measured in one process, the same program compiled with and without them, medians of 41 alternating
-rounds (ms): GPT-2 block 3.98 -> 3.90 and 4.03 -> 3.93, MLP 4.98 -> 4.97 and 4.71 -> 4.64, attention
-within 1%: most of a softmax's time is moving its rows between the caches, which this does not change.
+Where the group's broadcasts cut longer loop rows (attention's causal mask, broadcast over the last two
+dimensions), each loop row holds whole reduction rows, reduced at its end. Measured in one process, the
+same program compiled with and without them, medians of 41 alternating rounds (ms): GPT-2 block 3.93 ->
+3.76 and 4.01 -> 3.88, attention 5.15 -> 5.04 and 4.93 -> 4.90, MLP 4.98 -> 4.97 and 4.71 -> 4.64: most of
+a softmax's time is moving its rows between the CPUs' caches, which this does not change.
 
 When to compile (``lowering.compile(..., fusion=...)``): numba takes 0.1-1 s
 per new group (milliseconds once numba's on-disk cache has it; a group that
