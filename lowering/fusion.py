@@ -28,11 +28,13 @@ it is in the cache, with the reduction kernel's own row functions
 (:mod:`lowering.rowwise`), so the bits are the kernel's. A row maximum or
 minimum that meets a NaN makes the whole group run on the ops' own kernels
 for that call (NumPy's NaN payload). A softmax is then two loops and a divide.
-Where the group's broadcasts cut longer loop rows (attention's causal mask, broadcast over the last two
-dimensions), each loop row holds whole reduction rows, reduced at its end. Measured in one process, the
-same program compiled with and without them, medians of 41 alternating rounds (ms): GPT-2 block 3.93 ->
-3.76 and 4.01 -> 3.88, attention 5.15 -> 5.04 and 4.93 -> 4.90, MLP 4.98 -> 4.97 and 4.71 -> 4.64: most of
-a softmax's time is moving its rows between the CPUs' caches, which this does not change.
+Where the group's broadcasts cut longer loop rows (attention's causal mask,
+broadcast over the last two dimensions), each loop row holds whole reduction
+rows, reduced at its end. Measured in one process, the same program compiled
+with and without them, medians of 41 alternating rounds (ms): GPT-2 block
+3.93 -> 3.76 and 4.01 -> 3.88, attention 5.15 -> 5.04 and 4.93 -> 4.90, MLP
+4.98 -> 4.97 and 4.71 -> 4.64: most of a softmax's time is moving its rows
+between the CPUs' caches, which this does not change.
 
 When to compile (``lowering.compile(..., fusion=...)``): numba takes 0.1-1 s
 per new group (milliseconds once numba's on-disk cache has it; a group that
@@ -207,9 +209,9 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
     """``"sum"``, ``"max"`` or ``"min"`` when ``op`` is a reduce a group of element-wise ``members`` of
     ``shape`` can compute at the end of each of its rows, else None: one f32/f64 operand the group computes
     (in ``produced``), reduced over its last dimension (whole rows of the group's loop, as its broadcasts
-    cut it, hold whole rows of the reduction), a body ``add``/``maximum``/``minimum`` of its two arguments and an init constant
-    that is the body's identity (``0``, ``-inf``, ``+inf``: what jax emits), so that the row's reduction is
-    the reduction kernel's result as it is (:mod:`lowering.rowwise`)."""
+    cut it, hold whole rows of the reduction), a body ``add``/``maximum``/``minimum`` of its two
+    arguments and an init constant that is the body's identity (``0``, ``-inf``, ``+inf``: what jax
+    emits), so that the row's reduction is the reduction kernel's result as it is (:mod:`lowering.rowwise`)."""
     from xdsl.dialects.builtin import Float32Type, Float64Type
 
     from xla_dialect.ops.base import ints
@@ -371,10 +373,10 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
 def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]):
     """The code of ``group``'s row reductions (:func:`row_reduction`): each keeps its operand's loop row
     (``inner`` elements, ``sub`` reduction rows) in a buffer of its own (``row_stores``), and at the end of
-    the loop row (``row_end``) stores each reduction row's reduction in its output, computed as the reduction kernel computes it (:mod:`lowering.rowwise`): a sum as
-    ``np.add.reduce`` (its init, +-0, adds nothing); a maximum or minimum with XLA's zero sign (its init,
-    -+inf, changes nothing), a row holding a NaN setting ``found``. Appends the buffers' allocations to
-    ``lines``."""
+    the loop row (``row_end``) stores each reduction row's reduction in its output, computed as the
+    reduction kernel computes it (:mod:`lowering.rowwise`): a sum as ``np.add.reduce`` (its init, +-0,
+    adds nothing); a maximum or minimum with XLA's zero sign (its init, -+inf, changes nothing), a row
+    holding a NaN setting ``found``. Appends the buffers' allocations to ``lines``."""
     row_stores, row_end = [], []
     outputs = {r: j for j, r in enumerate(group.outputs)}
     for q, op in enumerate(group.reductions):
@@ -391,7 +393,8 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
         row_end.append(f"      for s in range({sub}):")
         if kind == "sum":
             lines.append(f"    stack{q}, values{q} = np.empty((4, 192), np.int64), np.empty(192, np.{t})")
-            row_end.append(f"        {out}[o * {sub} + s] = row_sum(w{q}, s * {width}, {width}, stack{q}, values{q})")
+            row_end.append(f"        {out}[o * {sub} + s] = row_sum(w{q}, s * {width}, {width}, stack{q}, "
+                           f"values{q})")
             continue
         minimum = kind == "min"
         row_end += [f"        m{q}, bad{q} = row_extremum(w{q}, s * {width}, {width}, {minimum})",
@@ -531,7 +534,8 @@ class FusedGroup:
             found = self.kernel(*head, self.bounds)
         else:  # Python workers (also in a child forked after numba's threads ran: they cannot start there)
             kernel = self.kernel if self.bounds is None else self._serial_kernel()
-            found = any(run_pieces(kernel, [(*head, start, stop) for start, stop in self.pieces], self.worker_mode))
+            pieces = [(*head, start, stop) for start, stop in self.pieces]
+            found = any(run_pieces(kernel, pieces, self.worker_mode))
         if found:  # a row maximum or minimum met a NaN: the ops' own kernels give NumPy's NaN
             return self.interpreted(*inputs)
         return tuple(outputs)
