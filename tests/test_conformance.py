@@ -639,3 +639,63 @@ def test_the_summary_separates_what_jaxlibs_parser_reads():
     assert (summary["enabled"], summary["passed"]) == (4, 2)
     assert (summary["parsed_by_jaxlib"], summary["passed_parsed_by_jaxlib"]) == (2, 1)
     assert (summary["newer_ops"], summary["newer_ops_passed"]) == (2, 1)
+
+
+def test_printed_results_of_split_files(tmp_path):
+    # A `--split-input-file | FileCheck` file: each chunk's printed results (indented CHECK lines, {LITERAL},
+    # one-line scalars, complex elements printed as pairs, empty tensors) are checked against its results; a
+    # wrong printed value fails; a chunk whose CHECK lines show interpreter.print output is skipped, saying so.
+    (tmp_path / "printing.mlir").write_text(textwrap.dedent("""\
+        // RUN: stablehlo-translate --interpret --split-input-file %s | FileCheck %s
+        func.func @values() -> (tensor<2x2xi8>, tensor<ui8>, tensor<2xcomplex<f32>>, tensor<2x0xi8>) {
+          // CHECK:      tensor<2x2xi8> {
+          // CHECK-NEXT:   [
+          // CHECK-NEXT:     [1, 2],
+          // CHECK-NEXT:     [3, 4]
+          // CHECK-NEXT:   ]
+          // CHECK-NEXT: }
+          %m = stablehlo.constant dense<[[1, 2], [3, 4]]> : tensor<2x2xi8>
+          // CHECK:      tensor<ui8> {7}
+          %s = stablehlo.constant dense<7> : tensor<ui8>
+          // CHECK:      tensor<2xcomplex<f32>> {
+          // CHECK-NEXT{LITERAL}:   [[1.500000e+00, -2.000000e+00], [0.000000e+00, 1.000000e+00]]
+          // CHECK-NEXT: }
+          %c = stablehlo.constant dense<[(1.5, -2.0), (0.0, 1.0)]> : tensor<2xcomplex<f32>>
+          // CHECK:      tensor<2x0xi8> {
+          // CHECK-NEXT:   [
+          // CHECK-NEXT:     [],
+          // CHECK-NEXT:     []
+          // CHECK-NEXT:   ]
+          // CHECK-NEXT: }
+          %e = stablehlo.constant dense<> : tensor<2x0xi8>
+          func.return %m, %s, %c, %e : tensor<2x2xi8>, tensor<ui8>, tensor<2xcomplex<f32>>, tensor<2x0xi8>
+        }
+
+        // -----
+
+        func.func @wrong() -> tensor<2xi32> {
+          // CHECK:      tensor<2xi32> {
+          // CHECK-NEXT:   [5, 6]
+          // CHECK-NEXT: }
+          %x = stablehlo.constant dense<[5, 7]> : tensor<2xi32>
+          func.return %x : tensor<2xi32>
+        }
+
+        // -----
+
+        func.func @main() -> tensor<2xi32> {
+          // CHECK:      %0 = tensor<2xi32> {
+          // CHECK-NEXT:   [0, 1]
+          // CHECK-NEXT: }
+          %0 = stablehlo.iota dim = 0 : tensor<2xi32>
+          interpreter.print %0 : tensor<2xi32>
+          func.return %0 : tensor<2xi32>
+        }
+        """))
+    values, wrong, prints = conf.discover([str(tmp_path)])
+    assert values.expected[1:3] == ["dense<7> : tensor<ui8>",
+                                    "dense<[(1.500000e+00, -2.000000e+00), (0.000000e+00, 1.000000e+00)]> : "
+                                    "tensor<2xcomplex<f32>>"]
+    assert conf.run_program(values).status == "passed"
+    assert conf.run_program(wrong).status == "failed"
+    assert prints.mode == "skip" and "other than the results" in prints.message
