@@ -766,7 +766,7 @@ def cache_directory() -> str | None:
     return path if os.access(path, os.W_OK) else None
 
 
-_MODULE_HEADER = ("import math\n\nimport numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
+_MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
                   "from lowering.xla_scalar import exp_f32, log_f32, tanh_f32, logistic_f32\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")

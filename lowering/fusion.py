@@ -205,6 +205,13 @@ ROW_REDUCTIONS = {"add": "sum", "maximum": "max", "minimum": "min"}
 _IDENTITIES = {"sum": (0.0,), "max": (-np.inf,), "min": (np.inf,)}
 
 
+def _reduction_kind(op: Operation) -> str | None:
+    """``"sum"``, ``"max"`` or ``"min"`` for a reduce whose body is that one op of its two arguments, else None."""
+    from .kernels.reduction import binary_body_ufunc
+
+    return ROW_REDUCTIONS.get(getattr(binary_body_ufunc(op.body), "__name__", None))
+
+
 def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> str | None:
     """``"sum"``, ``"max"`` or ``"min"`` when ``op`` is a reduce a group of element-wise ``members`` of
     ``shape`` can compute at the end of each of its rows, else None: one f32/f64 operand the group computes
@@ -216,8 +223,6 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
 
     from xla_dialect.ops.base import ints
 
-    from .kernels.reduction import binary_body_ufunc
-
     if op.name != "hlo.reduce" or len(op.operands) != 2 or len(op.results) != 1 or not shape:
         return None
     x, init = op.operands
@@ -225,8 +230,7 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
         return None
     if not isinstance(x.type.element_type, (Float32Type, Float64Type)):
         return None
-    ufunc = binary_body_ufunc(op.body)
-    kind = ROW_REDUCTIONS.get(getattr(ufunc, "__name__", None))
+    kind = _reduction_kind(op)
     owner = init.owner
     if kind is None or not isinstance(owner, Operation) or owner.name != "hlo.constant":
         return None
@@ -385,7 +389,7 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
         x = op.operands[0]
         dtype = np.dtype(writer.info(x)[0])
         t = dtype.name
-        kind = row_reduction(op, {x}, group.shape, group.members)
+        kind = _reduction_kind(op)  # (plan checked the rest: row_reduction)
         out = f"h{outputs[op.results[0]]}"
         width = inner // sub
         lines.append(f"    w{q} = np.empty({inner}, np.{t})")

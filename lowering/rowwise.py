@@ -11,8 +11,8 @@ vectorizer makes of the scalar form (it did not vectorize a compare-and-select r
 * Maximum (minimum): 16 running maxima per row, one per lane of a vector, each replaced by an element that
   compares greater (less) -- compares and blends, no fast-math, so every result is one of the row's
   elements, as NumPy's -- then the lanes halved in a tree. NaNs are flagged in the same pass and rows
-  holding one are recomputed with NumPy, whose NaN (payload and sign) they then keep; the sign of a zero
-  result is left to the caller's fix, as for NumPy's result (either zero may come back). Measured, one
+  holding one are recomputed with NumPy, whose NaN (payload and sign) they then keep; a zero result gets
+  XLA's sign (-0 < +0) in a pass of its own (:func:`zero_sign`). Measured, one
   CPU, f32 (previous scalar-lane kernel + NaN pass / this / NumPy, us): (256, 1024) 89 / 14 / 48,
   (2048, 128) 81 / 15 / 217, (8192, 256) 918 / 318 / 1034.
 * Sum: NumPy's pairwise summation of a contiguous row (blocks of at most 128 elements summed with eight
@@ -52,8 +52,9 @@ _BLOCK = 128
 _i32, _i64 = ir.IntType(32), ir.IntType(64)
 
 
-def _float_matrix(x) -> bool:
-    return isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" and x.dtype in (types.float32,
+def _float_vector(a) -> bool:
+    """Whether the numba type ``a`` is a 1-d C-ordered f32/f64 array (what the intrinsics read)."""
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype in (types.float32,
                                                                                         types.float64)
 
 
@@ -72,9 +73,7 @@ def lanes_extremum(typingctx, a, start, count, minimum):
     at least 16): 16 lanes, each keeping the first of its elements (``k mod 16``) that nothing later compares
     greater than (``minimum`` False) or less than, then halved in a tree (the lower lane kept unless the
     upper one compares greater/less). NaNs are skipped, and flagged."""
-    if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
-            and a.dtype in (types.float32, types.float64) and start == types.int64 and count == types.int64
-            and minimum == types.boolean):
+    if not (_float_vector(a) and start == count == types.int64 and minimum == types.boolean):
         return None
     real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
     vector = ir.VectorType(real, _LANES)
@@ -119,31 +118,22 @@ def eight_lane_sum(typingctx, a, start, count):
     lane ``k`` = ``a[start + k] + a[start + 8 + k] + ...`` (added in that order) over the first ``count``
     elements (a multiple of 8, at least 8), then ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))``.
     Written as vector IR so that it is one vector add per 8 elements whatever LLVM makes of the scalar form."""
-    if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype in (types.float32,
-                                                                                          types.float64)
-            and start == types.int64 and count == types.int64):
+    if not (_float_vector(a) and start == count == types.int64):
         return None
     real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
     vector = ir.VectorType(real, 8)
-    i32, i64 = ir.IntType(32), ir.IntType(64)
 
     def codegen(context, builder, signature, args):
         array, start, count = args
         view = context.make_array(signature.args[0])(context, builder, array)
-        base = builder.gep(view.data, [start])
-
-        def load(index):
-            value = builder.load(builder.bitcast(builder.gep(base, [index]), vector.as_pointer()))
-            value.align = a.dtype.bitwidth // 8
-            return value
-
+        load = _vector_loader(builder, builder.gep(view.data, [start]), vector, a.dtype.bitwidth // 8)
         total = cgutils.alloca_once(builder, vector)
-        builder.store(load(ir.Constant(i64, 0)), total)
-        chunks = builder.sdiv(count, ir.Constant(i64, 8))
-        with cgutils.for_range_slice(builder, ir.Constant(i64, 1), chunks, ir.Constant(i64, 1)) as (chunk, _):
-            builder.store(builder.fadd(builder.load(total), load(builder.mul(chunk, ir.Constant(i64, 8)))), total)
+        builder.store(load(ir.Constant(_i64, 0)), total)
+        chunks = builder.sdiv(count, ir.Constant(_i64, 8))
+        with cgutils.for_range_slice(builder, ir.Constant(_i64, 1), chunks, ir.Constant(_i64, 1)) as (chunk, _):
+            builder.store(builder.fadd(builder.load(total), load(builder.mul(chunk, ir.Constant(_i64, 8)))), total)
         lanes = builder.load(total)
-        r = [builder.extract_element(lanes, ir.Constant(i32, k)) for k in range(8)]
+        r = [builder.extract_element(lanes, ir.Constant(_i32, k)) for k in range(8)]
         return builder.fadd(builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3])),
                             builder.fadd(builder.fadd(r[4], r[5]), builder.fadd(r[6], r[7])))
 
@@ -172,7 +162,7 @@ def pairwise_sum(a, start, n):
     array, but for its first addition: NumPy adds the result to +0, so a sum of -0s is +0 there):
     blocks of at most 128 elements (:func:`_block_sum`), halves split at multiples of 8 above, summed as
     ``left + right``."""
-    if n <= 128:
+    if n <= _BLOCK:
         return _block_sum(a, start, n)
     return pairwise_walk(a, start, n, np.empty((4, 192), np.int64), np.empty(192, a.dtype))
 
@@ -194,7 +184,7 @@ def pairwise_walk(a, start, n, stack, values):
             depth -= 2
             values[depth] = left + right
             depth += 1
-        elif m <= 128:
+        elif m <= _BLOCK:
             values[depth] = _block_sum(a, s, m)
             depth += 1
         else:

@@ -155,7 +155,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
         return result if fix is None else fix(result, x, init)
 
     rows = in_shape is not None and len(in_shape) >= 1 and tuple(axes) == (len(in_shape) - 1,) and in_shape[-1] >= 1
-    if rows and dtype in _ROW_DTYPES and acc == dtype and (fix is not None or ufunc is np.add):
+    if rows and dtype in _ROW_DTYPES and (fix is not None or ufunc is np.add):
         # Rows of a C-ordered f32/f64 array: the compiled row kernels of lowering.rowwise (NumPy's values, faster).
         from .. import rowwise
 
