@@ -68,6 +68,7 @@ from xdsl.ir import Attribute, Operation, Region, SSAValue
 from xla_dialect.errors import UnsupportedError, op_context
 from xla_dialect.layout import LayoutAttr
 from xla_dialect.literal import DenseLiteralAttr
+from xla_dialect.ops.effects import TYPED_FFI
 from xla_dialect.ops.elementwise import implicit_broadcast_dims
 from xla_dialect.shape import format_shape
 from xla_dialect.types import FutureType, TokenType
@@ -490,6 +491,20 @@ def _constant(p: _Printer, op, indent):
 def _call(p: _Printer, op, indent):
     props = {"callee": op.properties["callee"]}
     p.generic(op, indent, "func.call", props=props)
+
+
+@_exporter("hlo.custom_call")
+def _custom_call(p: _Printer, op, indent):
+    # XLA reads a typed-FFI call's attributes from backend_config when api_version = 4 (and from
+    # mhlo.backend_config, where JAX puts them, only without it): an imported HLO-text call keeps
+    # api_version = 4 with its attributes in mhlo.backend_config, so they move to backend_config.
+    props = dict(op.properties)
+    version = props.get("api_version")
+    ffi = props.get("mhlo.backend_config")
+    if (isinstance(ffi, DictionaryAttr) and isinstance(version, IntegerAttr) and version.value.data == TYPED_FFI
+            and not isinstance(props.get("backend_config"), DictionaryAttr)):
+        props["backend_config"] = props.pop("mhlo.backend_config")
+    p.generic(op, indent, "stablehlo.custom_call", props=props)
 
 
 @_exporter("hlo.fusion")

@@ -17,6 +17,9 @@ The routines are SciPy's LAPACK bindings (``scipy.linalg.lapack``), the very
 library jaxlib loads its LAPACK kernels from, called with the workspace sizes
 jaxlib uses, so results agree with JAX's bit for bit. Typed-FFI attributes
 are the ``mhlo.backend_config`` characters (``uplo = 76 : ui8`` is ``'L'``).
+Like jaxlib's kernels, the targets require every attribute they read: a call
+without one (or with a value that is not one of the routine's letters) is an
+:class:`~xla_dialect.errors.ExecutionError`, never a default.
 """
 
 from __future__ import annotations
@@ -35,15 +38,38 @@ PREFIXES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex
 """LAPACK type prefix -> element type of the matrices."""
 
 
-def _config(attrs: Mapping) -> dict:
+def _attribute(attrs: Mapping, target: str, key: str):
+    """Typed-FFI attribute ``key`` of the call: jaxlib's kernels require every attribute they declare,
+    so a missing one is an error (never a default, which could silently run another computation)."""
     cfg = attrs.get("backend_config")
-    return cfg if isinstance(cfg, dict) else {}
+    if not isinstance(cfg, Mapping):
+        raise ExecutionError(f"custom-call target {target!r} needs its typed-FFI attribute {key!r}, but the call "
+                             f"has no attribute dictionary (backend_config is {cfg!r}; typed-FFI attributes are a "
+                             f"dictionary in backend_config or mhlo.backend_config)")
+    if key not in cfg:
+        raise ExecutionError(f"custom-call target {target!r} needs the typed-FFI attribute {key!r}, which the "
+                             f"call does not have (it has {sorted(cfg) or 'none'})")
+    return cfg[key]
 
 
-def _char(attrs: Mapping, key: str, default: str) -> str:
-    """A typed-FFI character attribute (``76 : ui8`` or ``'L'``) as a one-letter string."""
-    value = _config(attrs).get(key, default)
-    return chr(value) if isinstance(value, int) else str(value)[:1]
+def _char(attrs: Mapping, target: str, key: str, allowed: str) -> str:
+    """A typed-FFI character attribute (``76 : ui8`` or ``'L'``) as a one-letter string, one of ``allowed``."""
+    value = _attribute(attrs, target, key)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 256:
+        value = chr(value)
+    if not isinstance(value, str) or value not in allowed or len(value) != 1:
+        raise ExecutionError(f"custom-call target {target!r}: attribute {key!r} = {value!r} is not one of the "
+                             f"characters {', '.join(allowed)} (as ui8 codes: "
+                             f"{', '.join(str(ord(c)) for c in allowed)})")
+    return value
+
+
+def _integer(attrs: Mapping, target: str, key: str) -> int:
+    """A typed-FFI integer attribute (``1 : i32``)."""
+    value = _attribute(attrs, target, key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ExecutionError(f"custom-call target {target!r}: attribute {key!r} = {value!r} is not an integer")
+    return value
 
 
 def _optimal(work) -> int:
@@ -104,7 +130,7 @@ def _potrf(p: str, target: str):
     def run(operands, attrs, specs):
         (a,) = operands
         out, info = _buffers(specs, a)
-        lower = _char(attrs, "uplo", "L") == "L"
+        lower = _char(attrs, target, "uplo", "LU") == "L"
         if not _empty(a):
             _per_matrix(target, [a], [2], [out, info], [2, 0], lambda x: potrf(x, lower=lower, clean=0))
         return out, info
@@ -182,8 +208,8 @@ def _syevd(p: str, target: str):
     def run(operands, attrs, specs):
         (a,) = operands
         out, w, info = _buffers(specs, a)
-        vectors = _char(attrs, "mode", "V") == "V"
-        lower = _char(attrs, "uplo", "L") == "L"
+        vectors = _char(attrs, target, "mode", "VN") == "V"
+        lower = _char(attrs, target, "uplo", "LU") == "L"
         if not _empty(a):
             # SciPy's default workspaces are LAPACK's documented minimum sizes, the ones jaxlib allocates.
             def one(x):
@@ -205,10 +231,10 @@ def _svd(routine: str):
         def run(operands, attrs, specs):
             (a,) = operands
             out, s, u, vt, info = _buffers(specs, a)
-            mode = _char(attrs, "mode", "A")
-            if mode not in "ASN":
-                raise UnsupportedError(f"custom-call target {target!r}: SVD mode {mode!r} is not supported "
-                                       f"(jaxlib supports A, S and N)")
+            mode = _char(attrs, target, "mode", "ASNO")  # jaxlib's modes
+            if mode == "O":
+                raise UnsupportedError(f"custom-call target {target!r}: SVD mode 'O' is not supported (only A, S "
+                                       f"and N, the modes JAX uses)")
             compute_uv, full = int(mode != "N"), int(mode == "A")
             if not _empty(a):
                 lwork = _optimal(query(*a.shape[-2:], compute_uv=compute_uv, full_matrices=full)[0])
@@ -238,11 +264,7 @@ def _trsm(p: str, target: str):
         x, y = operands[:2]
         alpha = operands[2].item() if len(operands) > 2 else 1  # older jaxlib passes alpha as an operand
         (out,) = _buffers(specs, y)
-        try:
-            flags = {key: codes[_char(attrs, key, default)] for (key, codes), default
-                     in zip(_TRSM_CODES.items(), "LLNN")}
-        except KeyError as e:
-            raise ExecutionError(f"custom-call target {target!r}: bad attribute value {e}") from None
+        flags = {key: codes[_char(attrs, target, key, "".join(codes))] for key, codes in _TRSM_CODES.items()}
         if not _empty(y):
             _per_matrix(target, [x, y], [2, 2], [out], [2],
                         lambda a, b: (trsm(alpha, a, b, side=flags["side"], lower=flags["uplo"],
@@ -269,7 +291,7 @@ def _geev(p: str, target: str):
     def run(operands, attrs, specs):
         (a,) = operands
         buffers = _buffers(specs)
-        left, right = (int(_char(attrs, key, "N") == "V") for key in ("compute_left", "compute_right"))
+        left, right = (int(_char(attrs, target, key, "NV") == "V") for key in ("compute_left", "compute_right"))
         if not _empty(a):
             n = a.shape[-1]
             lwork = _optimal(query(n, compute_vl=left, compute_vr=right)[0])
@@ -298,8 +320,8 @@ def _gees(p: str, target: str):
     def run(operands, attrs, specs):
         (a,) = operands
         buffers = _buffers(specs, a)
-        vectors = int(_char(attrs, "mode", "V") == "V")
-        if _char(attrs, "sort", "N") != "N":
+        vectors = int(_char(attrs, target, "mode", "VN") == "V")
+        if _char(attrs, target, "sort", "NS") != "N":
             raise UnsupportedError(f"custom-call target {target!r}: ordering eigenvalues (sort = 'S') is not "
                                    f"implemented (jaxlib does not implement it either)")
         if not _empty(a):
@@ -323,8 +345,7 @@ def _gehrd(p: str, target: str):
         (a,) = operands
         out, tau, info = _buffers(specs, a)
         n = a.shape[-1]
-        cfg = _config(attrs)
-        low, high = int(cfg.get("low", 1)), int(cfg.get("high", n))  # LAPACK's 1-based ilo, ihi
+        low, high = (_integer(attrs, target, key) for key in ("low", "high"))  # LAPACK's 1-based ilo, ihi
         if not _empty(a):
             lwork = _optimal(query(n, lo=low - 1, hi=high - 1)[0])
             _per_matrix(target, [a], [2], [out, tau, info], [2, 1, 0],
@@ -340,7 +361,7 @@ def _sytrd(p: str, target: str):
     def run(operands, attrs, specs):
         (a,) = operands
         out, d, e, tau, info = _buffers(specs, a)
-        lower = int(_char(attrs, "uplo", "L") == "L")
+        lower = int(_char(attrs, target, "uplo", "LU") == "L")
         if not _empty(a):
             lwork = _optimal(query(a.shape[-1], lower=1)[0])  # jaxlib queries with uplo = 'L'
             _per_matrix(target, [a], [2], [out, d, e, tau, info], [2, 1, 1, 1, 0],

@@ -84,6 +84,44 @@ def quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
+def ffi_dictionary(text: str):
+    """A typed-FFI ``backend_config`` (``{diag = 85 : ui8, uplo = 76 : ui8}``, MLIR dictionary syntax,
+    bare or quoted; empty: no attributes) as the xDSL ``DictionaryAttr`` the StableHLO importer gives
+    JAX's ``mhlo.backend_config`` (integer and float types kept)."""
+    from xdsl.dialects.builtin import DictionaryAttr
+    from xdsl.parser import Parser
+    from xdsl.utils.exceptions import ParseError
+
+    from xla_dialect.dialect import check_string_literals, make_context
+
+    body = string(text).strip()
+    if not body:
+        return DictionaryAttr({})
+    try:
+        check_string_literals(body)
+        parser = Parser(make_context(), body)
+        attr = parser.parse_attribute()
+        trailing = parser.pos < len(body) and body[parser.pos:].strip()
+    except (ParseError, XlaError) as e:
+        raise AttributeTextError(f"typed-FFI attributes {text!r} are not an MLIR dictionary: {e}") from None
+    if not isinstance(attr, DictionaryAttr) or trailing:
+        raise AttributeTextError(f"typed-FFI attributes must be one MLIR dictionary {{name = value : type, ...}}, "
+                                 f"got {text!r}")
+    return attr
+
+
+def format_ffi_dictionary(attr) -> str:
+    """A typed-FFI attribute dictionary as XLA prints it in ``backend_config=``: MLIR syntax, names sorted."""
+    import io
+
+    from xdsl.dialects.builtin import DictionaryAttr
+    from xdsl.printer import Printer
+
+    out = io.StringIO()
+    Printer(stream=out).print_attribute(DictionaryAttr(dict(sorted(attr.data.items()))))
+    return out.getvalue()
+
+
 def computation(text: str) -> str:
     """``%region_0.1`` -> ``region_0.1``."""
     t = text.strip()

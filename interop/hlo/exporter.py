@@ -33,7 +33,7 @@ from xla_dialect.ops import constants, control_flow, data_movement
 from xla_dialect.shape import format_shape
 
 from . import attributes as A
-from .opcodes import NO_HLO_FORM, WRITERS, write_constant_literal
+from .opcodes import NO_HLO_FORM, WRITERS, custom_call_result_types, write_constant_literal
 
 
 def _shape(t) -> str:
@@ -280,7 +280,8 @@ class HloExporter:
                 raise UnsupportedError(f"export_hlo: cannot print {op.name}: {type(e).__name__}: {e}") from None
             literal = None
         results = list(op.results)
-        shape = _shape(results[0].type) if len(results) == 1 else _shape(TupleType([r.type for r in results]))
+        types = custom_call_result_types(op) if op.name == "hlo.custom_call" else [r.type for r in results]
+        shape = _shape(types[0]) if len(types) == 1 else _shape(TupleType(types))
         packer = self.packer.get(op)
         name_attr = op.attributes.get("hlo.name")
         if name_attr is None and packer is not None:

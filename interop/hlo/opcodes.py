@@ -25,6 +25,7 @@ import numpy as np
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseIntOrFPElementsAttr,
+    DictionaryAttr,
     FloatAttr,
     IntegerAttr,
     StringAttr,
@@ -936,19 +937,28 @@ def _write_outfeed(exp, op):
     return "outfeed", operands, [("outfeed_config", A.quote(config))] if config else []
 
 
+API_VERSION_NAMES = [effects.API_VERSIONS[v] for v in sorted(effects.API_VERSIONS)]
+"""XLA's custom-call API version names, indexed by number."""
+
+
 def _read_custom_call(imp, ins, args):
     target = imp.attr(ins, "custom_call_target", A.string)
     props = {"call_target_name": StringAttr(target)}
-    config = imp.attr(ins, "backend_config", lambda t: t, None)
-    if config is not None:
-        props["backend_config"] = StringAttr(A.string(config) if config.startswith('"') else config)
     version = imp.attr(ins, "api_version", A.string, None)
     if version is not None:
-        versions = {"API_VERSION_UNSPECIFIED": 0, "API_VERSION_ORIGINAL": 1, "API_VERSION_STATUS_RETURNING": 2,
-                    "API_VERSION_STATUS_RETURNING_UNIFIED": 3, "API_VERSION_TYPED_FFI": 4}
-        if version not in versions:
-            raise UnsupportedError(f"api_version={version} is not one of {', '.join(versions)}")
-        props["api_version"] = IntegerAttr(versions[version], 32)
+        if version not in API_VERSION_NAMES:
+            raise UnsupportedError(f"api_version={version} is not one of {', '.join(API_VERSION_NAMES)}")
+        props["api_version"] = IntegerAttr(API_VERSION_NAMES.index(version), 32)
+    if version == API_VERSION_NAMES[effects.TYPED_FFI]:
+        # Typed FFI: the attributes the target decodes, an MLIR dictionary; kept as the StableHLO
+        # importer keeps JAX's (``mhlo.backend_config``), so targets read them the same way.
+        config = imp.attr(ins, "backend_config", A.ffi_dictionary, None)
+        if config is not None:
+            props["mhlo.backend_config"] = config
+    else:
+        config = imp.attr(ins, "backend_config", lambda t: t, None)
+        if config is not None:
+            props["backend_config"] = StringAttr(A.string(config) if config.startswith('"') else config)
     if imp.attr(ins, "custom_call_has_side_effect", A.boolean, False):
         props["has_side_effect"] = _flag(True)
     layouts = imp.attr(ins, "operand_layout_constraints", lambda t: t, None)
@@ -979,7 +989,10 @@ def _write_custom_call(exp, op):
     if _bool_prop(op, "has_side_effect"):
         attrs.append(("custom_call_has_side_effect", "true"))
     config = op.properties.get("backend_config")
-    if isinstance(config, StringAttr) and config.data:
+    ffi = op.properties.get("mhlo.backend_config", config)
+    if isinstance(ffi, DictionaryAttr):  # typed-FFI attributes, wherever the call keeps them
+        attrs.append(("backend_config", A.format_ffi_dictionary(ffi)))
+    elif isinstance(config, StringAttr) and config.data:
         text = config.data
         attrs.append(("backend_config", text if text.startswith("{") and text.endswith("}") else A.quote(text)))
     called = op.properties.get("called_computations")
@@ -997,11 +1010,26 @@ def _write_custom_call(exp, op):
             shapes.append(format_shape(TensorType(t.element_type, t.get_shape(), _layout_attr(Layout(ints(lay))))))
         attrs.append(("operand_layout_constraints", "{" + ", ".join(shapes) + "}"))
     version = _int_prop(op, "api_version")
+    if isinstance(ffi, DictionaryAttr):
+        version = effects.TYPED_FFI  # as XLA converts JAX's mhlo.backend_config calls
     if version is not None:
-        names = ["API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
-                 "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"]
-        attrs.append(("api_version", names[version]))
+        attrs.append(("api_version", API_VERSION_NAMES[version]))
     return "custom-call", list(op.operands), attrs
+
+
+def custom_call_result_types(op) -> list:
+    """A custom call's result types, as its result shapes are printed: a result type without a
+    layout of its own takes the call's ``result_layouts`` entry (a StableHLO import keeps layouts
+    only there). XLA holds the target to the layouts of its result shapes (jaxlib's LAPACK
+    kernels write column-major matrices), so the default layout would misread them."""
+    from xla_dialect.layout import Layout, layout_of, with_layout
+
+    types = [r.type for r in op.results]
+    layouts = op.properties.get("result_layouts")
+    if layouts is None:
+        return types
+    return [with_layout(t, Layout(ints(lay))) if isinstance(t, TensorType) and layout_of(t) is None else t
+            for t, lay in zip(types, layouts.data)]
 
 
 def _layout_attr(layout):
