@@ -101,7 +101,7 @@ def explicit_binary_operands(op: Operation, new_ops: list[Operation]) -> tuple[S
             add_broadcast_sequence(rhs, out_shape, like, new_ops))
 
 
-def _update_in_place(op: Operation, operands, new_ops: list[Operation], rewriter: PatternRewriter) -> None:
+def update_in_place(op: Operation, operands, new_ops: list[Operation], rewriter: PatternRewriter) -> None:
     """Insert the broadcasts before ``op`` and make it use them (no implicit broadcasting left).
 
     The op is modified rather than recreated: same result value, fewer IR objects.
@@ -147,7 +147,7 @@ class ExplicitBinaryBroadcast(RewritePattern):
             return
         new_ops: list[Operation] = []
         operands = explicit_binary_operands(op, new_ops)
-        _update_in_place(op, operands, new_ops, rewriter)
+        update_in_place(op, operands, new_ops, rewriter)
 
 
 def needs_explicit_binary_broadcasts(module: Operation) -> bool:
@@ -167,7 +167,7 @@ class ExplicitScalarOperands(RewritePattern):
             return  # selecting between tuples keeps its scalar predicate
         new_ops: list[Operation] = []
         operands = [add_broadcast_sequence(v, result.get_shape(), result, new_ops) for v in op.operands]
-        _update_in_place(op, operands, new_ops, rewriter)
+        update_in_place(op, operands, new_ops, rewriter)
 
 
 class BroadcastToBroadcastInDim(RewritePattern):

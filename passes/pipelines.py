@@ -12,8 +12,10 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xla_dialect.errors import PassError
 
-EXECUTOR_PIPELINE = "inline-calls,canonicalize-broadcasts,xla-float-rewrites,contract-fma,lower-quantized"
-"""What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), implicit
+EXECUTOR_PIPELINE = "inline-calls,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,contract-fma,lower-quantized"
+"""What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), XLA CPU's
+divisions by broadcasts made multiplications by reciprocals (``xla-divide-by-broadcast``, on the program as
+written: XLA counts the divisor's uses before broadcasts merge), implicit
 broadcasts made explicit (kernels see same-shape operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), XLA CPU's multiply-add
 contraction (``contract-fma``), and computations on quantized values as float ones (``lower-quantized``)."""
 
@@ -35,7 +37,7 @@ def named_pipeline(name: str) -> str:
 
 
 def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contraction: bool = True) -> ModuleOp:
-    """``module`` after the :data:`EXECUTOR_PIPELINE` (``xla-float-rewrites`` only with ``xla_rewrites``,
+    """``module`` after the :data:`EXECUTOR_PIPELINE` (``xla-divide-by-broadcast`` and ``xla-float-rewrites`` only with ``xla_rewrites``,
     ``contract-fma`` only with ``fma_contraction``).
 
     The caller's module is never changed: each step works on a copy, made only when the step has
@@ -45,12 +47,14 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     from .fma_contraction import contract_fma
     from .inlining import inline_calls
     from .quantized import lower_quantized
-    from .xla_numerics import xla_float_rewrites
+    from .xla_numerics import xla_divide_by_broadcast, xla_float_rewrites
 
     for what, flag in (("xla_rewrites", xla_rewrites), ("fma_contraction", fma_contraction)):
         if not isinstance(flag, bool):
             raise PassError(f"prepare_for_execution: {what} must be True or False, got {flag!r}")
     prepared = inline_calls(module, clone=True)
+    if xla_rewrites:
+        prepared = xla_divide_by_broadcast(prepared, clone=prepared is module)
     prepared = canonicalize_broadcasts(prepared, clone=prepared is module)
     if xla_rewrites:
         prepared = xla_float_rewrites(prepared, clone=prepared is module)

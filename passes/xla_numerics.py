@@ -16,6 +16,9 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   (XLA's float normalization), so there the multiply is by the f32 inverse of
   the f32 value of ``C``: ``convert(convert(A, f32) * (1 / C), bf16)``.
   Integer division is never changed.
+* ``A / broadcast(B)`` (``B`` not a constant, one use) -> ``A * broadcast(1 / B)`` (f16, f32, f64;
+  bf16 via f32; not complex): the pass ``xla-divide-by-broadcast``, which the executor runs before
+  ``canonicalize-broadcasts`` because XLA counts ``B``'s uses on the program as written.
 * ``exp(A) / exp(B)`` -> ``exp(A - B)``; ``A / exp(B)`` -> ``A * exp(-B)``;
   ``A / pow(B, C)`` -> ``A * pow(B, -C)``; ``A / sqrt(B)`` -> ``A * rsqrt(B)``
   and ``A / rsqrt(B)`` -> ``A * sqrt(B)`` when the root has no other use.
@@ -58,9 +61,11 @@ from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
-from xla_dialect.types import element_type_named, element_type_of
+from xla_dialect.ops.base import ints
+from xla_dialect.types import element_type_named, element_type_of, numpy_dtype
 
 from .base import PatternPass
+from .broadcasts import explicit_binary_operands, update_in_place
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, i64s, make_constant, splat_scalar, tensor_type
@@ -220,6 +225,102 @@ class DivideByConstant(RewritePattern):
         product = _emit(rewriter, MulOp, [wide_a, inverse], wide_type)
         narrowed = _emit(rewriter, cv.ConvertOp, [product], result_type)
         narrowed.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # XLA's float normalization made it
+        _replace(rewriter, op, narrowed)
+
+
+def _implicit_divisor_is_fresh(divisor: SSAValue, op: Operation) -> bool:
+    """Whether XLA's builder makes the implicit broadcast of ``divisor`` (an operand of ``op`` whose shape
+    differs from the result's) from a new value of its own: a reshape dropping the size-1 dimensions that
+    grow (``AddBroadcastSequence``), which has one use. A scalar, or a lower-rank operand mapped by
+    ``broadcast_dimensions`` onto the result's sizes, is broadcast directly."""
+    shape = tuple(divisor.type.get_shape())
+    out_shape = tuple(op.results[0].type.get_shape())
+    if not shape:
+        return False
+    if len(shape) < len(out_shape):
+        dims = ew.implicit_broadcast_dims(shape, len(out_shape), ints(op.properties.get("broadcast_dimensions")))
+        return any(size != out_shape[d] for size, d in zip(shape, dims))
+    return True
+
+
+class DivideByBroadcast(RewritePattern):
+    """XLA CPU's ``A / broadcast(B)`` -> ``A * broadcast(1 / B)`` (``B`` not a constant, with one use; the
+    broadcast adds elements; f16/f32/f64, bf16 via f32; never complex or integers).
+
+    ``AlgebraicSimplifier::HandleDivide`` makes this rewrite on the CPU (``enable_sink_broadcast``), so
+    ``x / y[None, :]``, ``x / jnp.max(x, -1, keepdims=True)`` or ``x / s`` multiply by a reciprocal
+    computed once per element of ``B``: about a quarter of the quotients differ from the true ones in
+    the last bit, and ``3e38 / 3e38`` is 0 (the reciprocal is subnormal and flushes). ``B``'s uses are
+    counted as XLA counts them, on the program as written: this pattern runs before
+    ``canonicalize-broadcasts`` merges chains of broadcasts (``y[None, :]`` is a reshape of one use
+    under the divide's broadcast; a scalar ``s`` broadcast directly and also used elsewhere is not
+    rewritten). Implicit broadcasts follow XLA's builder (:func:`_implicit_divisor_is_fresh`)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: DivOp, rewriter: PatternRewriter) -> None:
+        name = element_name(op.results[0])
+        if name not in _REAL and name != "bf16" or computes_on_quantized(op):
+            return
+        a, divisor = op.operands
+        result_type = op.results[0].type
+        if tuple(divisor.type.get_shape()) != tuple(result_type.get_shape()):
+            if _constant(divisor) is not None or not (_implicit_divisor_is_fresh(divisor, op)
+                                                    or divisor.has_one_use()):
+                return
+            new_ops: list[Operation] = []
+            operands = explicit_binary_operands(op, new_ops)
+            update_in_place(op, operands, new_ops, rewriter)
+            a, divisor = operands
+        broadcast = divisor.owner
+        if isinstance(broadcast, dm.BroadcastOp):
+            dims = tuple(range(len(broadcast.results[0].type.get_shape()) - broadcast.operands[0].type.get_num_dims(),
+                               len(broadcast.results[0].type.get_shape())))
+        elif isinstance(broadcast, dm.BroadcastInDimOp):
+            dims = ints(broadcast.properties.get("broadcast_dimensions"))
+        else:
+            return
+        b = broadcast.operands[0]
+        if (_constant(divisor) is not None or not b.has_one_use()
+                or b.type.element_count() >= divisor.type.element_count()):
+            return  # a constant B is DivideByConstant's (folded); an equal count is a reshape in XLA
+        # XLA's reshape mover takes the reciprocal beneath a reshape that only adds size-1 dimensions
+        # (jax's keepdims and [:, None]), where the rules for 1/sqrt(B) and 1/exp(B) then apply.
+        looked_through = []
+        while isinstance(b.owner, dm.BroadcastInDimOp) and b.owner.operands[0].type.element_count() == \
+                b.type.element_count():
+            looked_through.append(b.owner)
+            inner = ints(b.owner.properties.get("broadcast_dimensions"))
+            dims = tuple(dims[d] for d in inner)
+            b = b.owner.operands[0]
+        bcast_props = {"broadcast_dimensions": i64s(dims)}
+        if name != "bf16":
+            one = _emit_constant(rewriter, np.ones((), numpy_dtype(b.type)), b.type)
+            inverse = _emit(rewriter, DivOp, [one, b], b.type)
+            spread = _emit(rewriter, dm.BroadcastInDimOp, [inverse], divisor.type, bcast_props)
+            _replace(rewriter, op, _emit(rewriter, MulOp, [a, spread], result_type))
+        else:
+            self._rewrite_bf16(rewriter, op, a, b, bcast_props)
+        for reshape in looked_through:  # outer first: each is unused once the one above is gone
+            if reshape.parent is not None and reshape.results[0].first_use is None:
+                rewriter.erase(reshape)
+
+    @staticmethod
+    def _rewrite_bf16(rewriter: PatternRewriter, op: Operation, a: SSAValue, b: SSAValue, bcast_props: dict) -> None:
+        # bf16: XLA's float normalization has widened the divide to f32 before the simplifier sees it.
+        result_type = op.results[0].type
+        f32 = element_type_named("f32").mlir
+        wide_b_type = TensorType(f32, b.type.get_shape(), b.type.encoding)
+        wide_type = TensorType(f32, result_type.get_shape(), result_type.encoding)
+        wide_b = _emit(rewriter, cv.ConvertOp, [b], wide_b_type)
+        wide_b.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()
+        one = _emit_constant(rewriter, np.ones((), np.float32), wide_b_type)
+        inverse = _emit(rewriter, DivOp, [one, wide_b], wide_b_type)
+        spread = _emit(rewriter, dm.BroadcastInDimOp, [inverse], wide_type, bcast_props)
+        wide_a = _emit(rewriter, cv.ConvertOp, [a], wide_type)
+        wide_a.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()
+        product = _emit(rewriter, MulOp, [wide_a, spread], wide_type)
+        narrowed = _emit(rewriter, cv.ConvertOp, [product], result_type)
+        narrowed.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()
         _replace(rewriter, op, narrowed)
 
 
@@ -453,6 +554,47 @@ class XlaFloatRewritesPass(PatternPass):
                 SubtractConstant, SimplifyPower, ExcessPrecisionConvert)
 
 
+@register_pass
+@dataclass(frozen=True)
+class XlaDivideByBroadcastPass(PatternPass):
+    """``xla-divide-by-broadcast``: XLA CPU's ``A / broadcast(B)`` -> ``A * broadcast(1 / B)``
+    (:class:`DivideByBroadcast`); run on the program as written, before ``canonicalize-broadcasts``,
+    since XLA decides on the uses of ``B`` before broadcasts are merged."""
+
+    name = "xla-divide-by-broadcast"
+    PATTERNS = (DivideByBroadcast,)
+
+
+def divides_by_broadcasts(module: Operation) -> bool:
+    """Whether ``module`` has a float division by a broadcast value (explicit or implicit), which
+    ``xla-divide-by-broadcast`` may rewrite (a cheap over-approximation)."""
+    for op in module.walk():
+        if isinstance(op, DivOp) and element_name(op.results[0]) in (*_REAL, "bf16"):
+            divisor = op.operands[1]
+            if (isinstance(divisor.owner, (dm.BroadcastInDimOp, dm.BroadcastOp))
+                    or tuple(divisor.type.get_shape()) != tuple(op.results[0].type.get_shape())):
+                return True
+    return False
+
+
+def _run_if(needed, pass_: PatternPass, module: ModuleOp, clone: bool) -> ModuleOp:
+    """Run ``pass_`` on ``module`` (a copy with ``clone``) when ``needed(module)``; else return ``module``."""
+    from . import run
+
+    if not needed(module):
+        return module
+    if clone:
+        module = module.clone()
+    run(module, pass_, verify=False)
+    return module
+
+
+def xla_divide_by_broadcast(module: ModuleOp, clone: bool = False) -> ModuleOp:
+    """Run ``xla-divide-by-broadcast`` on ``module`` and return the result (a rewritten copy with
+    ``clone``, or ``module`` itself when no division can be rewritten)."""
+    return _run_if(divides_by_broadcasts, XlaDivideByBroadcastPass(), module, clone)
+
+
 _ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp)
 
 
@@ -466,11 +608,4 @@ def needs_rewrites(module: Operation) -> bool:
 def xla_float_rewrites(module: ModuleOp, clone: bool = False) -> ModuleOp:
     """Run ``xla-float-rewrites`` on ``module`` and return the result (a rewritten copy with
     ``clone``, or ``module`` itself when no op can be rewritten)."""
-    from . import run
-
-    if not needs_rewrites(module):
-        return module
-    if clone:
-        module = module.clone()
-    run(module, XlaFloatRewritesPass(), verify=False)
-    return module
+    return _run_if(needs_rewrites, XlaFloatRewritesPass(), module, clone)

@@ -33,12 +33,12 @@ FULL_PIPELINE = "canonicalize-broadcasts,assign-layouts{target=tpu},tile-layouts
 BIN = pathlib.Path(sys.executable).parent
 
 
-def run_both(module: ModuleOp, pipeline: str, args):
+def run_both(module: ModuleOp, pipeline: str, args, **options):
     """Results before and after ``pipeline`` (on a clone), and the rewritten clone."""
-    before = lowering.compile(module)(*args)
+    before = lowering.compile(module, **options)(*args)
     after_module = module.clone()
     passes.run(after_module, pipeline)
-    after = lowering.compile(after_module)(*args)
+    after = lowering.compile(after_module, **options)(*args)
     return before, after, after_module
 
 
@@ -656,7 +656,11 @@ def _mlp_like():
 ])
 def test_passes_preserve_semantics_on_an_mlp(pipeline):
     module, args = _mlp_like()
-    before, after, _ = run_both(module, pipeline, args)
+    # XLA's float rewrites (a division by a broadcast made a multiplication by a reciprocal) are decided
+    # on the program as written, before layout assignment; tiling reshapes the program into its tiled
+    # physical form, where XLA would not see the same divisions: tiled pipelines are compared op by op.
+    options = {"xla_rewrites": False} if "tile-layouts" in pipeline else {}
+    before, after, _ = run_both(module, pipeline, args, **options)
     assert_identical(before, after)
 
 

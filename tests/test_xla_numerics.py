@@ -110,6 +110,71 @@ def test_division_by_constant_inside_while_loop():
     assert_matches_jax(lambda v: jax.lax.while_loop(lambda c: c[0] < 5, body, (0, v))[1], _data(F32))
 
 
+# -- A / broadcast(B) --------------------------------------------------------------
+
+
+_ROWS = np.random.default_rng(3).normal(0, 3, (48, 40)).astype(F32)
+_COLUMN = np.random.default_rng(4).normal(0, 3, 40).astype(F32)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_divide_by_broadcast_is_a_multiplication_by_the_reciprocal(dtype):
+    # XLA CPU: A / broadcast(B) -> A * broadcast(1 / B) (about a quarter of the quotients differ).
+    x, y = _ROWS.astype(dtype), _COLUMN.astype(dtype)
+    assert_matches_jax(lambda a, b: a / b[None, :], x, y)
+    assert_matches_jax(lambda a, b: a / b[:, None], x.T, y)
+    assert_matches_jax(lambda a: a / jnp.max(a, axis=-1, keepdims=True), x)
+    assert_matches_jax(lambda a, s: a / s, x, dtype(0.37))
+    # Integer-valued rows: the sum is exact in any order, so only the division decides the bits.
+    counts = np.random.default_rng(5).integers(1, 50, (48, 40)).astype(dtype)
+    assert_matches_jax(lambda a: a / jnp.sum(a, axis=-1, keepdims=True), counts)
+    if dtype in (F32, F64):
+        literal = _run(lambda a, b: a / b[None, :], x, y, xla_rewrites=False)[0]
+        assert _same_bits(literal, x / y[None, :])
+
+
+def test_divide_by_broadcast_flushes_a_subnormal_reciprocal():
+    big = np.full((2, 4), 3e38, F32)
+    assert_matches_jax(lambda a, b: a / b[None], big, big[0])  # 1/3e38 is subnormal: XLA gives 0
+
+
+def test_divide_by_broadcast_counts_uses_as_xla_does():
+    # B used elsewhere: XLA divides as written ...
+    assert_matches_jax(lambda a, s: (a / s, s * 2), _ROWS, F32(0.37))
+    assert_matches_jax(lambda a, s: a / s + s, _ROWS, F32(0.37))
+    assert_matches_jax(lambda a, b: (a / jax.lax.broadcast_in_dim(b, (48, 40), (1,)), b + 1), _ROWS, _COLUMN)
+    # ... but b[None, :] is a value of its own with one use, each time it is written.
+    assert_matches_jax(lambda a, b: (a / b[None, :], (a + 1) / b[None, :]), _ROWS, _COLUMN)
+    assert_matches_jax(lambda a: (a / jnp.max(a, -1)[:, None], jnp.max(a, -1)), _ROWS)
+
+
+def test_divide_by_broadcast_root_and_exp_become_rsqrt_and_exp():
+    # 1 / sqrt(B) -> rsqrt(B) and 1 / exp(B) -> exp(-B) beneath the keepdims reshape, as XLA's reshape
+    # mover and simplifier do.
+    v = np.abs(_COLUMN) + F32(0.1)
+    assert_matches_jax(lambda a, b: a / jnp.sqrt(b)[None, :], _ROWS, v)
+    assert_matches_jax(lambda a, b: a / jnp.exp(b)[None, :], _ROWS, _COLUMN)
+
+
+def test_divide_by_broadcast_not_for_complex_or_in_loops_too():
+    z = (_ROWS + 1j * _ROWS[::-1]).astype(np.complex64)
+    assert_matches_jax(lambda a, b: a / b[None, :], z, (_COLUMN + 0.5j).astype(np.complex64))
+    assert_matches_jax(lambda a, b: jax.lax.fori_loop(0, 3, lambda i, c: c / b[None, :], a), _ROWS, _COLUMN)
+
+
+def test_divide_by_implicit_broadcast_from_the_builder():
+    from xla_dialect import XlaBuilder
+
+    x, y = _ROWS, _COLUMN
+    for fresh in (False, True):
+        b = XlaBuilder("div")
+        p = b.parameter(0, "f32[48,40]")
+        q = b.parameter(1, "f32[40]" if not fresh else "f32[1,40]")
+        b.div(p, q, broadcast_dimensions=(1,)) if not fresh else b.div(p, q)
+        out = lowering.compile(b.build())(x, y if not fresh else y.reshape(1, 40))[0]
+        assert _same_bits(out, x * (F32(1) / y))
+
+
 # -- A / f(B) and divisions of divisions -------------------------------------------
 
 
