@@ -307,8 +307,10 @@ class _FusionWriter(_LoopWriter):
         if splat is None:
             raise _Ineligible("a constant that is not a splat")
         const = self.fresh("k")
-        self.constants[const] = np.dtype(dtype).type(splat.item())
-        self.emit(indent, f"{out} = {const}")
+        # A one-element array, read in the kernel: a float32 scalar argument would cross numba's boundary
+        # through a double, which the caller's flush-to-zero mode flushes when it is subnormal.
+        self.constants[const] = np.full(1, splat, np.dtype(dtype))
+        self.emit(indent, f"{out} = {const}[0]")
 
 
 def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict, int]:
@@ -340,8 +342,9 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
             cut = {"outer": "[start:stop]", "inner": "", "element": f"[start * {inner}:stop * {inner}]"}[read]
             cuts.append(f"    f{k} = a{k}.ravel(){cut}")
             loads.append((f"x{k}", f"f{k}", read))
-        else:
-            args.append(f"x{k}")  # scalars are read as they are
+        else:  # a scalar comes as a one-element array (see _FusionWriter.op_constant)
+            args.append(f"s{k}")
+            cuts.append(f"    x{k} = s{k}[0]")
         writer.names[v] = f"x{k}"
     body_start = len(writer.lines)
     for op in group.members:
@@ -485,8 +488,8 @@ class FusedGroup:
                 from numba import from_dtype, typeof, types
 
                 signature = [typeof(c) for c in self.constants]
-                signature += [types.Array(from_dtype(dt), rank, "C") if is_array else from_dtype(dt)
-                              for dt, is_array, rank in zip(self.input_dtypes, self.input_is_array, self.input_ranks)]
+                signature += [types.Array(from_dtype(dt), max(rank, 1), "C")
+                              for dt, rank in zip(self.input_dtypes, self.input_ranks)]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
                 self.pieces = self._cut()
                 self.signature = tuple(signature)
@@ -527,7 +530,7 @@ class FusedGroup:
                 self._compile()
         if self.kernel is None:
             return self.interpreted(*inputs)
-        args = [np.ascontiguousarray(x, dt) if is_array else dt.type(x)
+        args = [np.ascontiguousarray(x, dt) if is_array else np.full(1, x, dt)
                 for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)]
         outputs = [np.empty(shape, dt) for shape, dt in zip(self.output_shapes, self.output_dtypes)]
         flat = [o.reshape(-1) for o in outputs]

@@ -113,6 +113,25 @@ def test_auto_mode_compiles_after_enough_calls(monkeypatch):
         assert (runner.kernel is not None) == (call >= 2)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_subnormal_constants_and_scalars_keep_their_bits_on_every_call(dtype, monkeypatch):
+    # A select passes a subnormal constant or scalar argument through untouched in XLA, also under
+    # flush-to-zero; the fused kernel once flushed it (its float32 scalars crossed numba's boundary as
+    # doubles), so one executable returned 1e-40 on its first 20 calls and 0.0 from the 21st.
+    monkeypatch.setattr(fusion, "AUTO_CALLS", 2)
+    monkeypatch.delenv("XLA_DIALECT_FUSION", raising=False)
+    tiny = dtype(np.finfo(dtype).tiny / 1000)
+    x = _mixed(dtype)
+    for fn, args in ((lambda v: jnp.where(v > 0, v, tiny), (x,)),
+                     (lambda v, s: jnp.where(v > 0, v, s), (x, tiny))):
+        expected = np.asarray(jax.jit(fn)(*args))
+        assert np.any(_bits(expected) == _bits(np.atleast_1d(tiny))[0])
+        exe = lowering.compile(import_jax(fn, *args))
+        for _ in range(5):
+            np.testing.assert_array_equal(_bits(exe(*args)[0]), _bits(expected))
+        _check(fn, *args)
+
+
 def test_bad_option():
     module = import_jax(lambda x: x + 1, F32(1))
     with pytest.raises(XlaError, match="fusion"):
