@@ -315,6 +315,16 @@ def test_bf16_op_widened_by_convert_is_computed_in_f32(name):
     assert report.ok, str(report)
 
 
+@pytest.mark.parametrize("name", ["sqrt", "exp", "sin", "multiply", "add", "divide_by_constant", "convolution"])
+def test_bf16_op_converted_to_f64_is_rounded_to_bf16_first(name):
+    """convert(op(bf16) -> bf16) -> f64 reads the bf16 value: XLA drops the bf16 rounding only before f32."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(2048) * 2).astype(jnp.bfloat16)
+    y = (rng.standard_normal(2048) + 3).astype(jnp.bfloat16)
+    f = _EXCESS_CASES[name]
+    assert_matches_jax(lambda x, y: f(x, y).astype(jnp.float64), x, y)
+
+
 def test_bf16_matmul_widened_by_convert():
     """A bf16 matmul converted to f32: XLA's f32 dot (no bf16 rounding: 32,000 ULPs before this rewrite);
     the remaining difference is the f32 summation order, within the magnitude bound."""
