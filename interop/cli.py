@@ -122,9 +122,13 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
-def _check_against_xla(module, args, results, max_ulp, entry: str) -> bool:
-    """Run ``module`` on XLA's CPU backend and compare; prints one line per result; True when all agree."""
-    from .difftest import compare_arrays, is_float_dtype, ulp_budget
+def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_magnitude=None):
+    """Run ``module`` on XLA's CPU backend and compare each result with :func:`interop.difftest.compare_output`
+    (the comparison and budgets of ``interop.difftest``); prints one line per result.
+
+    Returns ``(ok, outputs, error)``: the :class:`~interop.difftest.OutputDiff` of every result, and a
+    message when the result counts differ."""
+    from .difftest import compare_output
     from .xla_run import run_xla
 
     if entry != "main":
@@ -136,19 +140,20 @@ def _check_against_xla(module, args, results, max_ulp, entry: str) -> bool:
     else:
         expected = run_xla(module, *args)
     if len(expected) != len(results):
-        print(f"XLA: returned {len(expected)} results, the executor {len(results)}")
-        return False
-    ok = True
-    for i, (ours, theirs) in enumerate(zip(results, expected)):
-        theirs = np.asarray(theirs)
-        exact = not (theirs.dtype.kind == "c" or is_float_dtype(theirs.dtype))
-        budget = 0 if exact else ulp_budget(theirs.dtype, max_ulp)
-        c = compare_arrays(ours, theirs, budget)
-        ok &= c.ok
-        detail = "exact" if exact else f"max ULP {c.max_ulp}, budget {budget}"
-        print(f"XLA result #{i}: {'agrees' if c.ok else 'DIFFERS'} ({detail}, max abs {c.max_abs:.3g})"
+        error = f"XLA returned {len(expected)} results, the executor {len(results)}"
+        print(f"XLA: {error}")
+        return False, [], error
+    outputs = [compare_output(ours, theirs, max_ulp, rtol_magnitude=rtol_magnitude, index=i)
+               for i, (ours, theirs) in enumerate(zip(results, expected))]
+    for o in outputs:
+        c = o.comparison
+        detail = "exact" if c.max_ulp is None else f"max ULP {o.max_ulp_text}, budget {o.budget_text}"
+        detail += f", max abs {c.max_abs:.3g}"
+        if c.ok and c.by_magnitude:
+            detail += f"; {c.by_magnitude} elements within the magnitude bound only"
+        print(f"XLA result #{o.index}: {'agrees' if c.ok else 'DIFFERS'} ({detail})"
               + ("" if c.ok else f": {c.message}"))
-    return ok
+    return all(o.ok for o in outputs), outputs, None
 
 
 DEMO_TOLERANCE = 1e-5
@@ -169,8 +174,13 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", default="main", help="entry function (default: main)")
     parser.add_argument("--check-xla", action="store_true",
                         help="also run the program on XLA's CPU backend and compare the results")
-    parser.add_argument("--max-ulp", type=int, default=None,
-                        help="ULP budget of --check-xla for floats (default: per dtype, see interop.difftest)")
+    parser.add_argument("--max-ulp", type=int, default=None, metavar="N",
+                        help="--check-xla: a float element agrees within N ULPs (default: per dtype, 4 for f32 and "
+                             "f64, 2 for f16 and bf16; interop.difftest's budgets)")
+    parser.add_argument("--rtol-magnitude", type=float, default=None, metavar="R",
+                        help="--check-xla: ... or within R times the result's magnitude, its largest |value| "
+                             "(sums and matmuls in another order; default: per dtype, 64 units of roundoff, "
+                             "3.8e-06 for f32; 0 turns this bound off)")
     parser.add_argument("--demo", action="store_true", help="build axpy and an MLP, run them, compare with jax.jit")
     parser.add_argument("--show-source", action="store_true", help="print the generated Python code")
     parser.add_argument("--output", metavar="FILE.npz",
@@ -204,7 +214,8 @@ def xla_run_main(argv: list[str] | None = None) -> int:
             if isinstance(r, np.ndarray):
                 print(np.array2string(r, threshold=200))
         if args.check_xla:
-            return 0 if _check_against_xla(module, arrays, results, args.max_ulp, args.entry) else 1
+            ok, _, _ = _check_against_xla(module, arrays, results, args.entry, args.max_ulp, args.rtol_magnitude)
+            return 0 if ok else 1
         return 0
     except XlaError as e:
         print(f"xla-run: error: {e}", file=sys.stderr)

@@ -11,8 +11,9 @@ output is compared with a tolerance that follows its dtype: integers and bools
 exactly, floats (and both parts of complex numbers) within a budget of ULPs
 (units in the last place; NaN must meet NaN, infinities must be equal).
 
-The comparison primitives (:func:`ulp_distance`, :func:`compare_arrays`) are
-also used by the conformance runner (:mod:`interop.conformance`).
+The comparison (:func:`compare_output`) is also ``xla-run --check-xla``'s; its
+primitives (:func:`ulp_distance`, :func:`compare_arrays`) are also used by the
+conformance runner (:mod:`interop.conformance`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "DiffReport",
     "OutputDiff",
     "compare_arrays",
+    "compare_output",
     "difftest",
     "float_bits",
     "magnitude_rtol",
@@ -256,6 +258,45 @@ class OutputDiff:
         """True when the output is within tolerance."""
         return self.comparison.ok
 
+    @property
+    def status(self) -> str:
+        """``exact``, ``ok``, ``ok (magnitude)`` (accepted by the magnitude bound) or ``MISMATCH``."""
+        c = self.comparison
+        if not c.ok:
+            return "MISMATCH"
+        return "exact" if c.exact else ("ok (magnitude)" if c.by_magnitude else "ok")
+
+    @property
+    def max_ulp_text(self) -> str:
+        """The largest ULP distance seen: ``-`` for exact dtypes, ``inf`` for non-finite mismatches."""
+        u = self.comparison.max_ulp
+        return "-" if u is None else ("inf" if u == ULP_INFINITE else str(u))
+
+    @property
+    def budget_text(self) -> str:
+        """The tolerance applied: ``exact``, ``4`` or ``4 ULP or 3.8e-06*|out|``."""
+        if self.comparison.max_ulp is None:
+            return "exact"
+        return str(self.budget) + (f" ULP or {self.rtol_magnitude:.2g}*|out|" if self.rtol_magnitude else "")
+
+
+def compare_output(actual, expected, max_ulp: int | Mapping[str, int] | None = None, atol: float = 0.0,
+                   rtol_magnitude: float | Mapping[str, float] | None = None, exact: bool = False,
+                   index: int = 0, name: str = "") -> OutputDiff:
+    """Compare one output with the reference, with the budgets of its dtype: the one comparison of
+    :func:`difftest` and ``xla-run --check-xla``.
+
+    Floats and complex numbers agree within ``max_ulp`` ULPs (:func:`ulp_budget`) **or**
+    ``rtol_magnitude`` times the output's magnitude (:func:`magnitude_rtol`; 0 turns it off) or, when
+    ``atol > 0``, ``atol``; other dtypes, and every dtype with ``exact=True``, bitwise.
+    """
+    e = np.asarray(expected)
+    inexact = (e.dtype.kind == "c" or is_float_dtype(e.dtype)) and not exact
+    budget = ulp_budget(e.dtype, max_ulp) if inexact else 0
+    rtol = magnitude_rtol(e.dtype, rtol_magnitude) if inexact else 0.0
+    return OutputDiff(index, name, tuple(e.shape), str(e.dtype), budget,
+                      compare_arrays(actual, e, budget, atol if inexact else 0.0, rtol), rtol)
+
 
 @dataclass
 class DiffReport:
@@ -286,14 +327,8 @@ class DiffReport:
         rows = [("output", "shape", "status", "max abs", "max rel", "max ULP", "budget")]
         for o in self.outputs:
             c = o.comparison
-            ulp = "-" if c.max_ulp is None else ("inf" if c.max_ulp == ULP_INFINITE else str(c.max_ulp))
-            status = "MISMATCH" if not o.ok else ("exact" if c.exact else
-                                                  ("ok (magnitude)" if c.by_magnitude else "ok"))
-            budget = "exact" if c.max_ulp is None else str(o.budget)
-            if c.max_ulp is not None and o.rtol_magnitude:
-                budget += f" ULP or {o.rtol_magnitude:.2g}*|out|"
-            rows.append((f"#{o.index} {o.name}".rstrip(), f"{o.dtype}{list(o.shape)}", status,
-                         f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", ulp, budget))
+            rows.append((f"#{o.index} {o.name}".rstrip(), f"{o.dtype}{list(o.shape)}", o.status,
+                         f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", o.max_ulp_text, o.budget_text))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
@@ -394,9 +429,5 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     if len(actual) != len(expected):
         report.error = f"the executor returned {len(actual)} outputs, jax.jit {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
-        inexact = e.dtype.kind == "c" or is_float_dtype(e.dtype)
-        budget = ulp_budget(e.dtype, max_ulp) if inexact and not exact else 0
-        rtol = magnitude_rtol(e.dtype, rtol_magnitude) if inexact and not exact else 0.0
-        report.outputs.append(OutputDiff(i, names[i], tuple(e.shape), str(e.dtype), budget,
-                                         compare_arrays(a, e, budget, 0.0 if exact else atol, rtol), rtol))
+        report.outputs.append(compare_output(a, e, max_ulp, atol, rtol_magnitude, exact, i, names[i]))
     return report

@@ -195,6 +195,32 @@ def test_xla_run_check_xla_reports_differences(program_files, monkeypatch, capsy
     assert "XLA result #0: DIFFERS" in out and "XLA result #1: DIFFERS (exact" in out
 
 
+def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monkeypatch, capsys):
+    """A sum in another order: many ULPs near zero, tiny against the result's magnitude. difftest calls it
+    ok; --check-xla (the same comparison) agrees, and its two budgets are flags."""
+    import interop.xla_run
+    from interop.cli import xla_run_main
+    from interop.difftest import compare_output
+
+    program = tmp_path / "prog.mlir"
+    x = np.float32([1.0, 1e-6, -2.0])
+    program.write_text(str(interop.import_jax(lambda a: a * 1, x)))
+    np.savez(tmp_path / "in.npz", arg0=x)
+    xla = np.float32([1.0, 1e-6 + 2e-7, -2.0])  # ~1.8M ULPs at 1e-6, 1e-7 of the magnitude 2
+    monkeypatch.setattr(interop.xla_run, "run_xla", lambda module, *args: (xla,))
+    assert compare_output(x, xla).ok and not compare_output(x, xla, rtol_magnitude=0).ok
+    run = [str(program), "--inputs", str(tmp_path / "in.npz"), "--check-xla"]
+    assert xla_run_main(run) == 0
+    out = capsys.readouterr().out
+    assert "XLA result #0: agrees (max ULP" in out and "budget 4 ULP or 3.8e-06*|out|" in out
+    assert "1 elements within the magnitude bound only" in out
+    assert xla_run_main(run + ["--rtol-magnitude", "0"]) == 1
+    assert "XLA result #0: DIFFERS (max ULP" in capsys.readouterr().out
+    assert xla_run_main(run + ["--rtol-magnitude", "0", "--max-ulp", "2000000"]) == 0
+    assert xla_run_main(run + ["--rtol-magnitude", "1e-9"]) == 1
+    capsys.readouterr()
+
+
 def test_xla_run_shape_polymorphic_program(tmp_path, capsys):
     from interop.cli import xla_run_main
 
