@@ -92,14 +92,35 @@ def _defining(value: SSAValue, cls) -> Operation | None:
     return owner if isinstance(owner, cls) else None
 
 
-def _constant(value: SSAValue):
-    """``(array, broadcast_op)`` when ``value`` is ``constant`` (broadcast_op None) or
-    ``broadcast_in_dim(constant)``, else None."""
+def _constant_array(value: SSAValue) -> np.ndarray | None:
+    """The array of a ``constant``, or of a ``convert`` of one that changes no value (XLA folds the
+    conversion before its simplifier sees it: ``lax.pow(x, jnp.int32(3))`` is ``pow(x, 3.0)``)."""
     owner = value.owner
     if isinstance(owner, ConstantOp):
-        return owner.value.array, None
-    if isinstance(owner, dm.BroadcastInDimOp) and isinstance(owner.operands[0].owner, ConstantOp):
-        return owner.operands[0].owner.value.array, owner
+        return owner.value.array
+    if isinstance(owner, cv.ConvertOp) and isinstance(owner.operands[0].owner, ConstantOp) \
+            and element_name(value) in _NATIVE and not computes_on_quantized(owner):
+        source = owner.operands[0].owner.value.array
+        if source.dtype.kind not in "biuf":
+            return None
+        with np.errstate(all="ignore"):
+            converted = source.astype(numpy_dtype(value.type))
+            exact = np.array_equal(converted.astype(source.dtype), source) and np.all(np.isfinite(converted))
+        return converted if exact else None
+    return None
+
+
+def _constant(value: SSAValue):
+    """``(array, broadcast_op)`` when ``value`` is ``constant`` (broadcast_op None) or
+    ``broadcast_in_dim(constant)`` (a value-preserving ``convert`` of a constant counts as one), else None."""
+    owner = value.owner
+    array = _constant_array(value)
+    if array is not None:
+        return array, None
+    if isinstance(owner, dm.BroadcastInDimOp):
+        array = _constant_array(owner.operands[0])
+        if array is not None:
+            return array, owner
     return None
 
 

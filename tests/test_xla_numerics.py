@@ -240,6 +240,13 @@ def test_power_by_constant(dtype, e):
     assert_matches_jax(lambda a: jax.lax.pow(a, dtype(e)), _data(dtype, positive=True))
 
 
+@pytest.mark.parametrize("dtype", (F32, F64))
+@pytest.mark.parametrize("e", [np.int32(3), np.int32(2), np.int32(-1), np.int8(3)])
+def test_power_by_converted_integer_constant(dtype, e):
+    # XLA folds convert(3: s32) -> f32 before its pow(A, 3) -> A * (A * A) rewrite.
+    assert_matches_jax(lambda v: jax.lax.pow(v, e), _data(dtype, n=4096))
+
+
 def test_power_of_exp():
     assert_matches_jax(lambda a, b: jax.lax.pow(jnp.exp(a), b), _data(F32, scale=1), _data(F32, scale=1, seed=1))
 
