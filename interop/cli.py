@@ -156,6 +156,36 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
     return all(o.ok for o in outputs), outputs, None
 
 
+def _result_summary(index: int, value) -> dict:
+    """One result of the run as JSON: dtype and shape, and for real numbers the range of the finite values
+    and the count of NaNs."""
+    from .difftest import json_number
+
+    if not isinstance(value, (np.ndarray, np.generic)):
+        return {"index": index, "kind": type(value).__name__}
+    a = np.asarray(value)
+    summary = {"index": index, "kind": "array", "dtype": str(a.dtype), "shape": list(a.shape)}
+    if a.dtype.kind in "biuf" or a.dtype.kind == "V" and a.dtype.itemsize <= 2:
+        try:
+            wide = a.astype(np.float64)
+        except (TypeError, ValueError):
+            return summary
+        finite = wide[np.isfinite(wide)]
+        summary.update(nan=int(np.isnan(wide).sum()),
+                       min=json_number(float(finite.min())) if finite.size else None,
+                       max=json_number(float(finite.max())) if finite.size else None)
+    return summary
+
+
+def write_json(path: str, payload) -> None:
+    """Write ``payload`` as an indented JSON file (the ``--json`` reports of the commands)."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1)
+        f.write("\n")
+
+
 DEMO_TOLERANCE = 1e-5
 """``xla-run --demo`` passes when every result is within this of jax.jit's (f32 programs)."""
 
@@ -185,8 +215,25 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show-source", action="store_true", help="print the generated Python code")
     parser.add_argument("--output", metavar="FILE.npz",
                         help="also save the results to an .npz file (arrays result0, result1, ...; tokens are skipped)")
+    parser.add_argument("--json", metavar="REPORT",
+                        help="write a JSON report to this file: status (ok, mismatch, error), error message, each "
+                             "result's dtype, shape, finite range and NaN count, and with --check-xla each result's "
+                             "verdict (status, max ULP / abs / rel error, budgets, mismatching elements)")
     args = parser.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this command's process: XLA's CPU backend, no GPU probing
+    report = {"program": args.file, "entry": args.entry, "status": "error", "error": None, "results": []}
+    code = _run(parser, args, report)
+    if args.json:
+        try:
+            write_json(args.json, report)
+        except OSError as e:
+            print(f"xla-run: error: --json {args.json}: {e}", file=sys.stderr)
+            return 2
+    return code
+
+
+def _run(parser, args, report: dict) -> int:
+    """The body of ``xla-run``; fills the ``--json`` ``report`` as it goes, returns the exit status."""
     try:
         if args.demo:
             from .demo import run_demo
@@ -194,6 +241,8 @@ def xla_run_main(argv: list[str] | None = None) -> int:
             worst = run_demo()
             verdict = "PASS" if worst < DEMO_TOLERANCE else "FAIL"
             print(f"demo {verdict}: max difference against jax.jit {worst:.3g} (passes below {DEMO_TOLERANCE:g})")
+            report.update(program="--demo", status="ok" if worst < DEMO_TOLERANCE else "mismatch",
+                          demo_max_difference=worst)
             return 0 if worst < DEMO_TOLERANCE else 1
         if not args.file:
             parser.error("give a program FILE or --demo")
@@ -209,15 +258,21 @@ def xla_run_main(argv: list[str] | None = None) -> int:
         if args.output:
             np.savez(args.output, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)
                                      if isinstance(r, (np.ndarray, np.generic))})
+        report["results"] = [_result_summary(i, r) for i, r in enumerate(results)]
+        report["status"] = "ok"
         for i, r in enumerate(results):
             print(f"result #{i}: {_describe(r)}")
             if isinstance(r, np.ndarray):
                 print(np.array2string(r, threshold=200))
         if args.check_xla:
-            ok, _, _ = _check_against_xla(module, arrays, results, args.entry, args.max_ulp, args.rtol_magnitude)
+            ok, outputs, error = _check_against_xla(module, arrays, results, args.entry, args.max_ulp,
+                                                    args.rtol_magnitude)
+            report["check_xla"] = {"ok": ok, "error": error, "outputs": [o.as_dict() for o in outputs]}
+            report["status"] = "ok" if ok else "mismatch"
             return 0 if ok else 1
         return 0
     except XlaError as e:
+        report.update(status="error", error=str(e))
         print(f"xla-run: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `xla-run ... | head`: the reader went away
@@ -225,6 +280,7 @@ def xla_run_main(argv: list[str] | None = None) -> int:
 
         return _quiet_broken_pipe()
     except OSError as e:
+        report.update(status="error", error=str(e))
         print(f"xla-run: error: {e}", file=sys.stderr)
         return 2
 

@@ -1598,10 +1598,9 @@ def causes_table(results: Sequence[Result]) -> str:
 
 def write_json(path: str, results: Sequence[Result], summary: dict) -> None:
     """Write the JSON report ``{"summary": ..., "results": [...]}``."""
-    payload = {"summary": summary, "results": [asdict(r) for r in results]}
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=1)
-        f.write("\n")
+    from .cli import write_json as write
+
+    write(path, {"summary": summary, "results": [asdict(r) for r in results]})
 
 
 def _threshold(path: str) -> int:

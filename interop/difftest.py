@@ -272,12 +272,30 @@ class OutputDiff:
         u = self.comparison.max_ulp
         return "-" if u is None else ("inf" if u == ULP_INFINITE else str(u))
 
+    def as_dict(self) -> dict:
+        """The comparison as JSON-ready values (``max_ulp``: null for exact dtypes, ``"inf"`` for a
+        non-finite mismatch; non-finite errors as the strings ``"inf"``/``"nan"``)."""
+        c = self.comparison
+        return {"index": self.index, "name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                "status": self.status, "ok": c.ok, "exact": c.exact,
+                "max_ulp": None if c.max_ulp is None else (self.max_ulp_text if c.max_ulp == ULP_INFINITE
+                                                           else c.max_ulp),
+                "max_abs": json_number(c.max_abs), "max_rel": json_number(c.max_rel),
+                "budget_ulp": None if c.max_ulp is None else self.budget,
+                "rtol_magnitude": self.rtol_magnitude, "mismatches": c.mismatches, "size": c.size,
+                "by_magnitude": c.by_magnitude, "message": c.message}
+
     @property
     def budget_text(self) -> str:
         """The tolerance applied: ``exact``, ``4`` or ``4 ULP or 3.8e-06*|out|``."""
         if self.comparison.max_ulp is None:
             return "exact"
         return str(self.budget) + (f" ULP or {self.rtol_magnitude:.2g}*|out|" if self.rtol_magnitude else "")
+
+
+def json_number(x: float) -> float | str:
+    """``x``, or ``"inf"``, ``"-inf"``, ``"nan"`` for what JSON cannot hold."""
+    return x if np.isfinite(x) else str(x)
 
 
 def compare_output(actual, expected, max_ulp: int | Mapping[str, int] | None = None, atol: float = 0.0,

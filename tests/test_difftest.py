@@ -221,6 +221,38 @@ def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monke
     capsys.readouterr()
 
 
+def test_xla_run_json_report(program_files, tmp_path, monkeypatch, capsys):
+    import json
+
+    import interop.xla_run
+    from interop.cli import xla_run_main
+
+    files, inputs = program_files
+    report = tmp_path / "report.json"
+    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["status"] == "ok" and data["error"] is None and data["program"] == str(files["text"])
+    assert [(r["dtype"], r["shape"]) for r in data["results"]] == [("float32", [3, 2]), ("int64", [4])]
+    assert data["results"][1]["min"] >= 0 and data["results"][0]["nan"] == 0
+    first, second = data["check_xla"]["outputs"]
+    assert data["check_xla"]["ok"] and first["ok"] and first["budget_ulp"] == 4 and first["rtol_magnitude"] > 0
+    assert second["status"] == "exact" and second["max_ulp"] is None and second["budget_ulp"] is None
+
+    real = interop.xla_run.run_xla
+    monkeypatch.setattr(interop.xla_run, "run_xla", lambda m, *a: (real(m, *a)[0] + 1, np.full(4, np.nan)))
+    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla", "--json", str(report)]) == 1
+    data = json.loads(report.read_text())
+    assert data["status"] == "mismatch" and not data["check_xla"]["ok"]
+    first, second = data["check_xla"]["outputs"]
+    assert first["status"] == "MISMATCH" and first["mismatches"] == 6 and "6 of 6 elements differ" in first["message"]
+    assert second["status"] == "MISMATCH" and "dtype" in second["message"]
+
+    assert xla_run_main([str(tmp_path / "missing.mlir"), "--json", str(report)]) == 2
+    data = json.loads(report.read_text())
+    assert data["status"] == "error" and "missing.mlir" in data["error"] and data["results"] == []
+    capsys.readouterr()
+
+
 def test_xla_run_shape_polymorphic_program(tmp_path, capsys):
     from interop.cli import xla_run_main
 
