@@ -28,6 +28,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   ``A + (C1 + C2)`` for constants (or broadcast scalar constants) ``C1, C2``;
   ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
 * ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``).
+* ``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln|A| * B``; ``ln(sqrt(A))`` -> ``ln(A) * 0.5``;
+  ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``.
 * ``pow(exp(A), B)`` -> ``exp(A * B)``; ``pow(A, 2)`` -> ``A * A``;
   ``pow(A, 3)`` -> ``A * (A * A)``; ``pow(A, -1)`` -> ``1 / A``; and LLVM's
   ``pow(A, 0.5)`` -> ``A == -inf ? inf : |sqrt(A)|`` (f16/f32/f64).
@@ -74,7 +76,7 @@ _B = ew.BINARY_OP_CLASSES
 _U = ew.UNARY_OP_CLASSES
 DivOp, MulOp, AddOp, SubOp, PowOp = _B["divide"], _B["multiply"], _B["add"], _B["subtract"], _B["power"]
 ExpOp, NegOp, SqrtOp, RsqrtOp = _U["exponential"], _U["negate"], _U["sqrt"], _U["rsqrt"]
-AbsOp = _U["abs"]
+AbsOp, LogOp = _U["abs"], _U["log"]
 
 _NATIVE = frozenset({"f16", "f32", "f64", "c64", "c128"})
 _REAL = frozenset({"f16", "f32", "f64"})
@@ -563,6 +565,30 @@ class SimplifyPower(RewritePattern):
             _replace(rewriter, op, _emit(rewriter, ew.SelectOp, [is_minus_inf, plus_inf, root], t))
 
 
+class SimplifyLog(RewritePattern):
+    """``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln(|A|) * B`` (a negative base gives a finite
+    value where pow gives NaN); ``ln(sqrt(A))`` -> ``ln(A) * 0.5``; ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``
+    (XLA's ``HandleLog``, whatever the inner op's other uses). Real types only: jax.jit computes complex
+    ``ln(pow(A, B))``, ``ln(exp(A))`` and ``ln(sqrt(A))`` as written (measured, c64)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LogOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op, _REAL):
+            return
+        t = op.results[0].type
+        inner = op.operands[0].owner
+        if isinstance(inner, ExpOp) and inner.operands[0].type == t:
+            _replace(rewriter, op, inner.operands[0])
+        elif isinstance(inner, PowOp):
+            base, exponent = inner.operands
+            base = _emit(rewriter, AbsOp, [base], t)
+            _replace(rewriter, op, _emit(rewriter, MulOp, [_emit(rewriter, LogOp, [base], t), exponent], t))
+        elif isinstance(inner, (SqrtOp, RsqrtOp)):
+            factor = np.array(0.5 if isinstance(inner, SqrtOp) else -0.5, numpy_dtype(t))
+            log = _emit(rewriter, LogOp, [inner.operands[0]], t)
+            _replace(rewriter, op, _emit(rewriter, MulOp, [log, _emit_constant(rewriter, factor, t)], t))
+
+
 @register_pass
 @dataclass(frozen=True)
 class XlaFloatRewritesPass(PatternPass):
@@ -570,7 +596,7 @@ class XlaFloatRewritesPass(PatternPass):
 
     name = "xla-float-rewrites"
     PATTERNS = (DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants, FoldAddConstants,
-                SubtractConstant, SimplifyPower, ExcessPrecisionConvert)
+                SubtractConstant, SimplifyPower, SimplifyLog, ExcessPrecisionConvert)
 
 
 @register_pass
@@ -614,7 +640,7 @@ def xla_divide_by_broadcast(module: ModuleOp, clone: bool = False) -> ModuleOp:
     return _run_if(divides_by_broadcasts, XlaDivideByBroadcastPass(), module, clone)
 
 
-_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp)
+_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp, LogOp)
 
 
 def needs_rewrites(module: Operation) -> bool:

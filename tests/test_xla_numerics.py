@@ -247,6 +247,27 @@ def test_power_by_converted_integer_constant(dtype, e):
     assert_matches_jax(lambda v: jax.lax.pow(v, e), _data(dtype, n=4096))
 
 
+@pytest.mark.parametrize("dtype", (F32, F64, F16))
+def test_log_of_exp_pow_sqrt_rsqrt(dtype):
+    # XLA's HandleLog: ln(exp(A)) -> A, ln(pow(A, B)) -> ln|A| * B (finite for A < 0, where pow is NaN),
+    # ln(sqrt(A)) -> ln(A) * 0.5, ln(rsqrt(A)) -> ln(A) * -0.5.
+    a, b, p = _data(dtype), _data(dtype, scale=1.0, seed=1), _data(dtype, positive=True, seed=2)
+    a[:5] = [-2.0, -0.0, np.inf, np.nan, -np.inf]
+    assert_matches_jax(lambda x, y: jnp.log(jax.lax.pow(x, y)), a, b)
+    assert_matches_jax(lambda x, y: (jnp.log(jax.lax.pow(x, y)), jax.lax.pow(x, y)), a, b)
+    assert_matches_jax(lambda x: jnp.log(jnp.exp(x)), b)
+    assert_matches_jax(lambda x: jnp.log(jnp.sqrt(x)), p)
+    assert_matches_jax(lambda x: jnp.log(jax.lax.rsqrt(x)), p)
+
+
+def test_complex_logs_are_not_rewritten():
+    z = (_data(F32) + 1j * _data(F32, seed=1)).astype(np.complex64)
+    w = (_data(F32, scale=0.5, seed=2) + 0.25j).astype(np.complex64)
+    assert_matches_jax(lambda x, y: jnp.log(jax.lax.pow(x, y)), z, w)
+    assert_matches_jax(lambda x: jnp.log(jnp.exp(x)), w)
+    assert_matches_jax(lambda x: jnp.log(jnp.sqrt(x)), z)
+
+
 def test_power_of_exp():
     assert_matches_jax(lambda a, b: jax.lax.pow(jnp.exp(a), b), _data(F32, scale=1), _data(F32, scale=1, seed=1))
 
