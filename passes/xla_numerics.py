@@ -27,7 +27,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
 * ``(A * C1) * C2`` -> ``A * (C1 * C2)`` and ``(A + C1) + C2`` ->
   ``A + (C1 + C2)`` for constants (or broadcast scalar constants) ``C1, C2``;
   ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
-* ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``).
+* ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``); ``A * 1``, ``A / 1``, ``A - 0``,
+  ``max(A, A)``, ``min(A, A)`` -> ``A`` and ``A * -1`` -> ``-A`` (subnormals kept, NaN signs flipped).
 * ``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln|A| * B``; ``ln(sqrt(A))`` -> ``ln(A) * 0.5``;
   ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``.
 * ``pow(exp(A), B)`` -> ``exp(A * B)``; ``pow(A, 2)`` -> ``A * A``;
@@ -513,6 +514,37 @@ class FoldAddConstants(RewritePattern):
         _reassociate(op, rewriter, AddOp, np.add)
 
 
+MaxOp, MinOp = _B["maximum"], _B["minimum"]
+
+
+class Identities(RewritePattern):
+    """``A * 1``, ``1 * A``, ``A / 1``, ``A - 0``, ``max(A, A)``, ``min(A, A)`` -> ``A``, and ``A * -1``,
+    ``-1 * A`` -> ``-A``: XLA removes these ops when it compiles (its simplifier, and LLVM's ``fmul X, -1``
+    -> ``fneg X``), so a subnormal ``A`` is not flushed, a signalling NaN is not quieted, and ``A * -1``
+    flips a NaN's sign."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, (MulOp, DivOp, SubOp, MaxOp, MinOp)) or not _eligible(op, _REAL | {"bf16"}):
+            return
+        a, b = op.operands
+        t = op.results[0].type
+        if isinstance(op, (MaxOp, MinOp)):
+            if a is b:
+                rewriter.replace(op, [], [a])
+            return
+        pairs = ((a, b), (b, a)) if isinstance(op, MulOp) else ((a, b),)
+        for keep, constant in pairs:
+            if keep.type != t:
+                continue
+            if _is_all(constant, 0 if isinstance(op, SubOp) else 1):
+                _replace(rewriter, op, keep)
+                return
+            if isinstance(op, MulOp) and _is_all(constant, -1):
+                _replace(rewriter, op, _emit(rewriter, NegOp, [keep], t))
+                return
+
+
 class SubtractConstant(RewritePattern):
     """``A - C`` -> ``A + (-C)`` (exact; lets ``(A - C1) - C2`` fold like additions)."""
 
@@ -595,8 +627,8 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants, FoldAddConstants,
-                SubtractConstant, SimplifyPower, SimplifyLog, ExcessPrecisionConvert)
+    PATTERNS = (Identities, DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants,
+                FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ExcessPrecisionConvert)
 
 
 @register_pass
@@ -640,7 +672,7 @@ def xla_divide_by_broadcast(module: ModuleOp, clone: bool = False) -> ModuleOp:
     return _run_if(divides_by_broadcasts, XlaDivideByBroadcastPass(), module, clone)
 
 
-_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp, LogOp)
+_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp, LogOp, MaxOp, MinOp)
 
 
 def needs_rewrites(module: Operation) -> bool:

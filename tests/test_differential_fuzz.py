@@ -205,7 +205,6 @@ def programs(draw, loops: bool | None = None):
 
 def _documented_deviation(program: Program) -> str | None:
     """The README deviation ``program`` meets, if any (such programs are not generated)."""
-    source = program.source()
     statements = [expression for _, expression in program.statements]
     for k, expression in enumerate(statements):
         # README: exp(x) - x at +inf (XLA contracts exp's final multiply with the subtraction).
@@ -213,10 +212,6 @@ def _documented_deviation(program: Program) -> str | None:
             users = [e for e in statements[k + 1:] if f"v{k} " in f"{e} " or f"v{k})" in e or f"v{k}," in e]
             if any((" - " in e or " + " in e) for e in users):
                 return "exp feeding an add or subtract (README: exp(x) - x at +inf)"
-    # README: XLA's compile-time identities (x*1, x+0, x/1 keep subnormals in XLA).
-    for constant in ("(1.0)", "(0.0)", "(-0.0)"):
-        if constant in source:
-            return "a compile-time identity"
     return None
 
 

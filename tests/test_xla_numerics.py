@@ -268,6 +268,20 @@ def test_complex_logs_are_not_rewritten():
     assert_matches_jax(lambda x: jnp.log(jnp.sqrt(x)), z)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_identities_keep_subnormals_and_nan_bits(dtype):
+    # XLA removes x * 1, x / 1, x - 0, max(x, x), min(x, x) and makes x * -1 a negation when it compiles.
+    x = _data(dtype)
+    tiny = float(jnp.finfo(dtype).tiny)
+    x[:6] = [tiny / 4, -tiny / 8, np.nan, -np.nan, -0.0, np.inf]
+    bits = x.view(f"u{x.dtype.itemsize}")
+    bits[6] = bits[2] | 1  # a NaN payload
+    for fn in (lambda v: v * dtype(1), lambda v: dtype(1) * v, lambda v: v / dtype(1), lambda v: v - dtype(0),
+               lambda v: jnp.maximum(v, v), lambda v: jnp.minimum(v, v), lambda v: v * dtype(-1),
+               lambda v: dtype(-1) * v):
+        assert_matches_jax(fn, x)
+
+
 def test_power_of_exp():
     assert_matches_jax(lambda a, b: jax.lax.pow(jnp.exp(a), b), _data(F32, scale=1), _data(F32, scale=1, seed=1))
 
