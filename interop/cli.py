@@ -78,42 +78,67 @@ def load_program(path: str, inputs: list[np.ndarray] | None = None):
     """Read a program file: XLA HLO module text, hlo MLIR text, StableHLO text, MLIR bytecode /
     StableHLO portable artifact, or the bytes of a serialized ``jax.export.Exported``.
 
-    A shape-polymorphic StableHLO program is refined to the shapes of ``inputs``.
+    A shape-polymorphic StableHLO program is refined to the shapes of ``inputs``. Errors are
+    :class:`XlaError` naming the file (and the line and column where there is one).
     """
-    with open(path, "rb") as f:
-        data = f.read()
+    return program_from_bytes(read_program_file(path), path, inputs)
+
+
+def read_program_file(path: str) -> bytes:
+    """The bytes of the file ``path``; an :class:`XlaError` naming it when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise XlaError(f"{path}: cannot read it: {e.strerror or e}") from None
+
+
+def program_from_bytes(data: bytes, path: str, inputs: list[np.ndarray] | None = None):
+    """:func:`load_program` on the bytes of the file ``path`` (the name shown in messages)."""
+    from xla_dialect.errors import MlirParseError, empty_input
+
     from .hlo.syntax import is_hlo_text
 
+    if not data.strip():
+        raise MlirParseError(empty_input(path, data))
     if is_hlo_text(data):
         from .hlo import import_hlo
 
-        return import_hlo(data.decode("utf-8", errors="replace") if not _utf8(data) else data.decode("utf-8"),
-                          source=path)
-    if not data.startswith(_BYTECODE_MAGIC) and not _STABLEHLO_OP.search(data):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is not None and re.search(r"\bhlo\.[a-z_]+", text):
-            from xla_dialect import parse_module
+        return import_hlo(data.decode("utf-8", errors="replace"), source=path)
+    bytecode = data.startswith(_BYTECODE_MAGIC)
+    text = None if bytecode else _utf8(data)
+    if text is not None and not _STABLEHLO_OP.search(data) and re.search(r"\bhlo\.[a-z_]+", text):
+        from xla_dialect import parse_module
 
-            return parse_module(text)
+        return parse_module(text, path)
+    if bytecode or text is not None:
+        from .stablehlo_import import import_stablehlo
+
+        try:
+            return import_stablehlo(data, filename=path)
+        except XlaError as e:
+            if inputs and "dynamic shape" in str(e):
+                return import_stablehlo(data, *inputs, filename=path)
+            raise
     from .jax_import import import_jax
 
-    try:
-        return import_jax(data)
+    try:  # a serialized jax.export.Exported
+        try:
+            return import_jax(data)
+        except XlaError as e:
+            if inputs and "dynamic shape" in str(e):
+                return import_jax(data, *inputs)
+            raise
     except XlaError as e:
-        if inputs and "dynamic shape" in str(e):
-            return import_jax(data, *inputs)
-        raise
+        raise type(e)(f"{path}: {str(e).removeprefix('import_jax: ')}") from None
 
 
-def _utf8(data: bytes) -> bool:
+def _utf8(data: bytes) -> str | None:
+    """``data`` decoded as UTF-8, or None."""
     try:
-        data.decode("utf-8")
-        return True
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return False
+        return None
 
 
 def _describe(value) -> str:

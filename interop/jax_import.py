@@ -161,6 +161,10 @@ def _example_aval(arg):
 
 
 def _from_bytes(data: bytes, flat_examples=()) -> ModuleOp:
+    if not data.strip():
+        from xla_dialect.errors import empty_input
+
+        raise XlaError("import_jax: " + empty_input("<bytes>", data))
     if data.startswith(_BYTECODE_MAGIC):
         return import_stablehlo(data, *flat_examples)
     try:
@@ -177,7 +181,8 @@ def _from_bytes(data: bytes, flat_examples=()) -> ModuleOp:
         raise UnsupportedError(f"reading serialized jax.export bytes needs the 'flatbuffers' package: {e}") from None
     except Exception as e:
         raise XlaError(
-            f"import_jax: bytes are neither a serialized jax.export.Exported, a StableHLO artifact nor MLIR text: {e}"
+            "import_jax: the bytes are not a program: neither MLIR text, MLIR bytecode / a StableHLO portable "
+            f"artifact (magic 'ML\\xefR') nor a serialized jax.export.Exported (jax.export.deserialize: {e})"
         ) from None
     return _from_exported(exported, flat_examples)
 

@@ -148,6 +148,7 @@ class Importer:
         self.attrs: dict = {}  # ir.Attribute -> converted
         self.locs: dict = {}  # location attribute -> "file:line" | None
         self.op_defs: dict = {}  # hlo op class -> property names
+        self.filename: str | None = None  # the file parsed, named with the line and column in messages
         self.dense_props: dict = {}  # hlo op class -> properties kept as 2-D dense elements
         self.branch_operands: dict = {}  # marker tuple ir.Value -> hlo.conditional branch operands
         # Restoring the exporter's flattened tuple-state while loops:
@@ -549,10 +550,16 @@ class Importer:
     def _where_op(self, op) -> str:
         op = getattr(op, "operation", op)
         try:
-            loc = location_text(op.location)
+            loc = location_text(op.location) or self._text_position(op.location)
         except Exception:
             loc = None
         return f"{op.name} at {loc}" if loc else op.name
+
+    def _text_position(self, loc) -> str | None:
+        """``file:line:col`` of an op placed by the parser in :attr:`filename`'s text (location ``"-":l:c``)."""
+        if self.filename is None or not isinstance(loc, self._ir.FileLineColLoc) or loc.filename != "-":
+            return None
+        return f"{self.filename}:{loc.start_line}:{loc.start_col}"
 
 
 # ----------------------------------------------------------------------------
@@ -949,7 +956,7 @@ def refine_shapes(module, example_args):
 
 
 def import_mlir_module(module, *example_args, verify: bool = False, allow_unknown: bool = False,
-                       quant_lines: dict | None = None) -> ModuleOp:
+                       quant_lines: dict | None = None, filename: str | None = None) -> ModuleOp:
     """Convert a jaxlib ``ir.Module`` holding StableHLO to an hlo ``ModuleOp``.
 
     ``example_args`` (arrays or anything with ``shape``/``dtype``, one per
@@ -964,7 +971,8 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
     A module that :func:`parse_stablehlo` read from quantized text carries
     its quantizations on its ops. ``quant_lines`` is the older form: the
     per-line table of :func:`interop.stablehlo_quant.expand_quantized_text`
-    for a module parsed from text rewritten by it.
+    for a module parsed from text rewritten by it. ``filename``: the file the module was parsed from,
+    named (with the line and column) in the messages about its ops.
     """
     if example_args:
         module = refine_shapes(module, example_args)
@@ -972,14 +980,16 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
         raise UnsupportedError(
             "@main takes arrays of dynamic shape (a shape-polymorphic program): give example arguments "
             "(arrays or jax.ShapeDtypeStruct) to refine it to static shapes")
-    result = Importer(allow_unknown, quant_lines).import_module(module)
+    importer = Importer(allow_unknown, quant_lines)
+    importer.filename = filename
+    result = importer.import_module(module)
     if verify:
         result.verify()
     return result
 
 
 def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown: bool = False,
-                     trusted: bool = False) -> ModuleOp:
+                     trusted: bool = False, filename: str = "<string>") -> ModuleOp:
     """Import StableHLO into the hlo dialect.
 
     ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``;
@@ -992,12 +1002,16 @@ def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown:
     ``verify=True`` the hlo verifier runs on the result (otherwise
     ``lowering.compile`` runs it); ``allow_unknown=True`` keeps ops without
     hlo form and dynamic shapes for a round trip instead of raising. Bytecode is first read in a child
-    process unless ``trusted`` (see :func:`parse_stablehlo`).
+    process unless ``trusted`` (see :func:`parse_stablehlo`). ``filename`` names the input in messages
+    (``prog.mlir:3:8: ...``).
     """
-    module = parse_stablehlo(source, trusted=trusted)
+    module = parse_stablehlo(source, trusted=trusted, filename=filename)
     try:
-        return import_mlir_module(module, *example_args, verify=verify, allow_unknown=allow_unknown)
-    except XlaError:
-        raise
+        return import_mlir_module(module, *example_args, verify=verify, allow_unknown=allow_unknown,
+                                  filename=filename)
+    except XlaError as e:
+        if filename.startswith("<") or str(e).startswith(filename) or f" at {filename}:" in str(e):
+            raise
+        raise type(e)(f"{filename}: {e}") from None
     except Exception as e:  # jaxlib's bindings on a malformed module (e.g. strings that are not UTF-8)
-        raise MlirParseError(f"cannot import the StableHLO module: {type(e).__name__}: {e}") from None
+        raise MlirParseError(f"{filename}: cannot import the StableHLO module: {type(e).__name__}: {e}") from None

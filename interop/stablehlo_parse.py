@@ -89,7 +89,29 @@ PARSED_NEWER_OPS = "xla_dialect.parsed_newer_ops"
 """Module attribute marking text that jaxlib's parser rejected and :func:`_parse_newer_ops` read."""
 
 
-def parse_stablehlo(source, trusted: bool = False):
+_JAXLIB_POSITION = re.compile(r'"-":(\d+):(\d+)')
+_JAXLIB_ERROR = re.compile(r'error: "-":(\d+):(\d+): ?(.*)')
+
+
+def _jaxlib_error(error: Exception, text: str, filename: str) -> str:
+    """jaxlib's parse diagnostic (``Unable to parse module assembly: error: "-":3:8: ...``) as
+    ``filename:3:8: cannot parse the StableHLO text: ...`` with the line, a caret, and MLIR's notes."""
+    from xla_dialect.dialect import positioned
+
+    message = str(error)
+    first = _JAXLIB_ERROR.search(message)
+    if first is None:
+        return f"{filename}: cannot parse the StableHLO text: {message}"
+    line, col = int(first.group(1)), int(first.group(2))
+    lines = text.split("\n")
+    offset = sum(len(t) + 1 for t in lines[:line - 1]) + col - 1 if line <= len(lines) else len(text)
+    head = positioned(text, filename, min(offset, len(text)), f"cannot parse the StableHLO text: {first.group(3)}")
+    notes = [_JAXLIB_POSITION.sub(lambda m: f"{filename}:{m.group(1)}:{m.group(2)}", n.strip())
+             for n in message[first.end():].split("\n") if n.strip()]
+    return "\n".join([head] + [f"  {n}" for n in notes])
+
+
+def parse_stablehlo(source, trusted: bool = False, filename: str = "<string>"):
     """Parse StableHLO into a jaxlib ``ir.Module``.
 
     MLIR bytecode is untrusted input for jaxlib's C++ reader, which aborts the process or loops on some
@@ -106,7 +128,11 @@ def parse_stablehlo(source, trusted: bool = False):
     (:func:`interop.stablehlo_quant.expand_quantized_text`), and each op with
     quantized results carries them in a ``hlo.quantization`` attribute, so
     that the module can be edited and then imported like any other.
+
+    ``filename`` names the input in messages (``prog.mlir:3:8: ...``).
     """
+    from xla_dialect.errors import empty_input
+
     ir = _ir()
     ctx = mlir_context()
     if isinstance(source, ir.Module):
@@ -118,9 +144,12 @@ def parse_stablehlo(source, trusted: bool = False):
 
             from .bytecode_check import check_bytecode, check_in_subprocess
 
-            check_bytecode(data)  # jaxlib's C++ reader aborts the process on some malformed input
-            if not trusted:
-                check_in_subprocess(data)
+            try:
+                check_bytecode(data)  # jaxlib's C++ reader aborts the process on some malformed input
+                if not trusted:
+                    check_in_subprocess(data)
+            except MlirParseError as e:
+                raise MlirParseError(f"{filename}: {e}") from None
 
             try:
                 with ctx:
@@ -131,14 +160,17 @@ def parse_stablehlo(source, trusted: bool = False):
                 with ctx, ir.Location.unknown():
                     return ir.Module.parse(data)
             except Exception as e:
-                raise MlirParseError(f"cannot read the MLIR bytecode / StableHLO portable artifact: {e}") from None
+                raise MlirParseError(f"{filename}: cannot read the MLIR bytecode / StableHLO portable artifact: "
+                                     f"{e}") from None
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise MlirParseError("bytes are neither MLIR bytecode (magic 'ML\\xefR') nor UTF-8 MLIR text") from None
+            raise MlirParseError(f"{filename}: neither MLIR bytecode (magic 'ML\\xefR') nor UTF-8 MLIR text") from None
     if not isinstance(source, str):
         raise MlirParseError(f"expected StableHLO text or bytes, got {type(source).__name__}")
-    table = None
+    if not source.strip():
+        raise MlirParseError(empty_input(filename, source))
+    original, table = source, None
     if "!quant." in source:
         from .stablehlo_quant import expand_quantized_text
 
@@ -149,7 +181,7 @@ def parse_stablehlo(source, trusted: bool = False):
     except Exception as e:
         module = _parse_newer_ops(source)
         if module is None:
-            raise MlirParseError(f"cannot parse the StableHLO text: {e}") from None
+            raise MlirParseError(_jaxlib_error(e, original, filename)) from None
     if table is not None:
         _annotate_quantization(module, table)
     return module

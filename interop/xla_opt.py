@@ -35,12 +35,14 @@ EMITTERS = {
 def read_program(data: bytes, source: str = "<input>"):
     """Parse program bytes: hlo MLIR text, or StableHLO text/bytecode via the importer."""
     from xla_dialect import parse_module
-    from xla_dialect.errors import MlirParseError
+    from xla_dialect.errors import MlirParseError, empty_input
 
+    if not data.strip():
+        raise MlirParseError(empty_input(source, data))
     if data.startswith(MLIR_BYTECODE_MAGIC):
         from .stablehlo_import import import_stablehlo
 
-        return import_stablehlo(data)
+        return import_stablehlo(data, filename=source)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -51,13 +53,13 @@ def read_program(data: bytes, source: str = "<input>"):
     if is_hlo_text(text):
         return import_hlo(text, source=source)
     try:
-        return parse_module(text)
+        return parse_module(text, source)
     except MlirParseError:
         if "stablehlo." not in text and "mhlo." not in text:
             raise
     from .stablehlo_import import import_stablehlo
 
-    return import_stablehlo(text)
+    return import_stablehlo(text, filename=source)
 
 
 def emit(module, kind: str) -> str:
@@ -159,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.file == "-":
             data, source = sys.stdin.buffer.read(), "<stdin>"
         else:
-            with open(args.file, "rb") as f:
-                data, source = f.read(), args.file
+            from .cli import read_program_file
+
+            data, source = read_program_file(args.file), args.file
         module = read_program(data, source)
         result = run(module, args.passes, verify=not args.no_verify) if args.passes.strip() else None
         text = emit(module, args.emit)

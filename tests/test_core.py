@@ -301,6 +301,6 @@ def test_memory_limit(monkeypatch):
                      f"  func.return %0 : {huge}\n}}")
     from interop import import_jax
 
-    with pytest.raises(XlaError, match="stablehlo.constant: .*needs 4,000,000,000,000 bytes"):
+    with pytest.raises(XlaError, match="stablehlo.constant at <string>:2:8: .*needs 4,000,000,000,000 bytes"):
         import_jax(f"func.func @main() -> {huge} {{\n  %0 = stablehlo.constant dense<0.0> : {huge}\n"
                    f"  return %0 : {huge}\n}}")

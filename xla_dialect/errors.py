@@ -54,6 +54,12 @@ class PassError(XlaError, RuntimeError):
     """A pass or pipeline failed; the message names the pass and the op."""
 
 
+def empty_input(source: str, content="") -> str:
+    """The message for a program file (or text, ``source`` in angle brackets) with nothing in it."""
+    what = "the input" if source.startswith("<") else "the file"
+    return f"{source}: {what} is empty" + (" (only whitespace)" if content else "")
+
+
 def op_context(op) -> str:
     """Return ``'hlo.add'`` or ``'hlo.add at file.py:12'`` for error messages."""
     name = getattr(op, "name", None) or type(op).__name__
