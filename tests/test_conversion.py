@@ -127,3 +127,30 @@ def test_convert_errors_and_round_trip():
     text = str(module)
     assert str(xla_dialect.parse_module(text)) == text
     assert execute(module, np.ones(4, np.float32))[0].shape == (4, 2)
+
+
+_NAN_BITS = {
+    np.float32: [0x7F800001, 0x7FC00001, 0xFFC12345, 0x7FA00000, 0x7FBFFFFF, 0x7FC02000],
+    np.float64: [0x7FF0000000000001, 0x7FF8000000000001, 0xFFF8123456789ABC, 0x7FF4000000000000],
+    np.float16: [0x7C01, 0x7E01, 0xFE12, 0x7D00, 0x7DFF],
+    ml_dtypes.bfloat16: [0x7F81, 0x7FC1, 0xFFD2, 0x7FA0],
+}
+
+
+@pytest.mark.parametrize("src", list(_NAN_BITS), ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("dst", list(_NAN_BITS), ids=lambda t: np.dtype(t).name)
+def test_convert_nan_payloads_and_signalling_nans_as_xla(src, dst):
+    """NaN payloads and signs through float conversions are XLA's (jax.jit) bit for bit: to f16 through the
+    hardware conversion (quieted, top payload bits; f64 drops the payload), f16 -> f32 quieted."""
+    import jax
+
+    import lowering
+    from interop import import_jax
+
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(src).itemsize]
+    x = np.array(_NAN_BITS[src], unsigned).view(src)
+    fn = lambda v: v.astype(dst)  # noqa: E731
+    expected = np.asarray(jax.jit(fn)(x))
+    got = lowering.compile(import_jax(fn, x))(x)[0]
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dst).itemsize]
+    assert [hex(v) for v in got.view(width)] == [hex(v) for v in expected.view(width)]

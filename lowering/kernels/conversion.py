@@ -32,7 +32,51 @@ def _flush_f32(x):
     return np.where(np.abs(x) < _F32_TINY, np.copysign(x.dtype.type(0), x), x)
 
 
+_F16 = np.dtype(np.float16)
+
+
+def _with_xla_nans(convert, src: Elem, dst: Elem):
+    """``convert`` with the NaNs XLA CPU's conversions give (measured against jax.jit), where NumPy's differ:
+
+    * to f16 from f32 or bf16 (bf16 widened to f32 first): the hardware ``vcvtps2ph`` -- sign, the top 10
+      payload bits, and the quiet bit set (a signalling NaN is quieted; NumPy keeps it signalling);
+    * to f16 from f64: the quiet NaN of the same sign, payload dropped;
+    * f16 to f32: the hardware ``vcvtph2ps`` -- payload kept, quiet bit set.
+    """
+    if src.dtype == dst.dtype:
+        return convert
+    if dst.dtype == _F16 and src.compute == _F32:
+        def fix(x, out):
+            wide = np.asarray(x).astype(_F32).view(np.uint32)
+            return ((wide >> 16) & 0x8000 | 0x7E00 | (wide >> 13) & 0x3FF).astype(np.uint16)
+    elif dst.dtype == _F16 and src.dtype == _F64:
+        def fix(x, out):
+            return ((np.asarray(x).view(np.uint64) >> 48) & 0x8000 | 0x7E00).astype(np.uint16)
+    elif src.dtype == _F16 and dst.dtype == _F32:
+        def fix(x, out):
+            return out.view(np.uint32) | np.uint32(0x00400000)
+    else:
+        return convert
+
+    def converted(x):
+        x = np.asarray(x)
+        out = np.asarray(convert(x))
+        nan = np.isnan(out)
+        if not nan.any():
+            return out
+        out = np.array(out, ndmin=1)  # a copy, also of a 0-d result
+        nan = nan.reshape(out.shape)
+        out.view(f"u{out.dtype.itemsize}")[nan] = fix(x.reshape(out.shape)[nan], out[nan])
+        return out.reshape(x.shape)
+
+    return converted
+
+
 def _float_to_float(src: Elem, dst: Elem):
+    return _with_xla_nans(_float_to_float_values(src, dst), src, dst)
+
+
+def _float_to_float_values(src: Elem, dst: Elem):
     if dst.name == "f4e2m1fn":  # no NaN in f4e2m1fn: XLA gives -0 for every NaN
         def to_f4(x):
             # (fnuz formats have no -0: go through the compute type)
