@@ -5,13 +5,15 @@
 # modules to StableHLO text that XLA compiles; run_xla: run an hlo module on
 # XLA's CPU backend (the reference for builder-made programs); difftest:
 # jax.jit against the NumPy executor, output by output (DiffReport); import_hlo / export_hlo:
-# XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text.
+# XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text;
+# load_program: a program file in any format the commands read (programs.FORMATS).
 from .difftest import DiffReport, difftest
 from .export import export_stablehlo
 from .hlo import export_hlo, import_hlo, run_hlo_on_xla
 from .jax_import import import_jax
+from .programs import load_program
 from .stablehlo_import import import_stablehlo
 from .xla_run import run_xla
 
 __all__ = ["DiffReport", "difftest", "export_hlo", "export_stablehlo", "import_hlo", "import_jax", "import_stablehlo",
-           "run_hlo_on_xla", "run_xla"]
+           "load_program", "run_hlo_on_xla", "run_xla"]

@@ -11,9 +11,7 @@ import numpy as np
 
 from xla_dialect.errors import XlaError
 
-_BYTECODE_MAGIC = b"ML\xefR"
-# An op of StableHLO (or of the dialects JAX writes next to it) anywhere in the text.
-_STABLEHLO_OP = re.compile(rb"\b(?:stablehlo|chlo|mhlo|sdy)\.[a-z_]+")
+from .programs import FORMATS_HELP, load_program, program_from_bytes, read_program_file  # noqa: F401
 
 
 def _read_npz(path: str | None) -> list[np.ndarray] | None:
@@ -72,73 +70,6 @@ def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.nd
             )
         return []
     return inputs
-
-
-def load_program(path: str, inputs: list[np.ndarray] | None = None):
-    """Read a program file: XLA HLO module text, hlo MLIR text, StableHLO text, MLIR bytecode /
-    StableHLO portable artifact, or the bytes of a serialized ``jax.export.Exported``.
-
-    A shape-polymorphic StableHLO program is refined to the shapes of ``inputs``. Errors are
-    :class:`XlaError` naming the file (and the line and column where there is one).
-    """
-    return program_from_bytes(read_program_file(path), path, inputs)
-
-
-def read_program_file(path: str) -> bytes:
-    """The bytes of the file ``path``; an :class:`XlaError` naming it when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise XlaError(f"{path}: cannot read it: {e.strerror or e}") from None
-
-
-def program_from_bytes(data: bytes, path: str, inputs: list[np.ndarray] | None = None):
-    """:func:`load_program` on the bytes of the file ``path`` (the name shown in messages)."""
-    from xla_dialect.errors import MlirParseError, empty_input
-
-    from .hlo.syntax import is_hlo_text
-
-    if not data.strip():
-        raise MlirParseError(empty_input(path, data))
-    if is_hlo_text(data):
-        from .hlo import import_hlo
-
-        return import_hlo(data.decode("utf-8", errors="replace"), source=path)
-    bytecode = data.startswith(_BYTECODE_MAGIC)
-    text = None if bytecode else _utf8(data)
-    if text is not None and not _STABLEHLO_OP.search(data) and re.search(r"\bhlo\.[a-z_]+", text):
-        from xla_dialect import parse_module
-
-        return parse_module(text, path)
-    if bytecode or text is not None:
-        from .stablehlo_import import import_stablehlo
-
-        try:
-            return import_stablehlo(data, filename=path)
-        except XlaError as e:
-            if inputs and "dynamic shape" in str(e):
-                return import_stablehlo(data, *inputs, filename=path)
-            raise
-    from .jax_import import import_jax
-
-    try:  # a serialized jax.export.Exported
-        try:
-            return import_jax(data)
-        except XlaError as e:
-            if inputs and "dynamic shape" in str(e):
-                return import_jax(data, *inputs)
-            raise
-    except XlaError as e:
-        raise type(e)(f"{path}: {str(e).removeprefix('import_jax: ')}") from None
-
-
-def _utf8(data: bytes) -> str | None:
-    """``data`` decoded as UTF-8, or None."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def _describe(value) -> str:
@@ -222,9 +153,8 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="xla-run",
-        description="Run a program on the NumPy executor: XLA HLO text, hlo MLIR, StableHLO text or bytecode, "
-                    "a StableHLO portable artifact or a serialized jax.export.")
-    parser.add_argument("file", nargs="?", help="program file")
+        description="Run a program on the NumPy executor.", epilog=FORMATS_HELP)
+    parser.add_argument("file", nargs="?", help="program file (any format below)")
     parser.add_argument("--inputs", help=".npz file with the arguments (arg0, arg1, ...)")
     parser.add_argument("--entry", default="main", help="entry function (default: main)")
     parser.add_argument("--check-xla", action="store_true",

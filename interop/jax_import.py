@@ -17,11 +17,10 @@ from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.types import element_type_from_dtype
 
 from .stablehlo_import import import_mlir_module, import_stablehlo
+from .stablehlo_parse import _BYTECODE_MAGIC
 
 
 __all__ = ["import_jax"]
-
-_BYTECODE_MAGIC = b"ML\xefR"
 
 
 def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:

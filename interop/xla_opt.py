@@ -4,8 +4,9 @@
     xla-opt --list-passes
     xla-opt program.mlir -p my-pass --load-pass-plugin my_pass.py -o out.mlir
 
-Input is hlo MLIR text (custom or generic form), XLA HLO module text
-(``interop.import_hlo``), StableHLO text or MLIR bytecode (``interop.import_stablehlo``).
+Input is any program file :func:`interop.load_program` reads (``xla-run`` reads the same;
+:data:`interop.programs.FORMATS`): XLA HLO text, hlo MLIR, StableHLO text or bytecode, a
+portable artifact or a serialized jax export.
 ``--emit`` picks the output: ``mlir`` (default), ``generic``, ``stablehlo`` or ``hlo``
 (see :data:`EMITTERS`). The command lives with the other commands in ``interop``, the top
 layer: the passes package does not import what is above it.
@@ -21,8 +22,6 @@ import textwrap
 
 from xla_dialect.errors import UnsupportedError, XlaError
 
-MLIR_BYTECODE_MAGIC = b"ML\xefR"
-
 EMITTERS = {
     "mlir": "hlo MLIR, custom syntax",
     "generic": "hlo MLIR, generic op syntax",
@@ -30,36 +29,6 @@ EMITTERS = {
     "hlo": "XLA HLO module text with the module's layouts",
 }
 """``--emit`` choices."""
-
-
-def read_program(data: bytes, source: str = "<input>"):
-    """Parse program bytes: hlo MLIR text, or StableHLO text/bytecode via the importer."""
-    from xla_dialect import parse_module
-    from xla_dialect.errors import MlirParseError, empty_input
-
-    if not data.strip():
-        raise MlirParseError(empty_input(source, data))
-    if data.startswith(MLIR_BYTECODE_MAGIC):
-        from .stablehlo_import import import_stablehlo
-
-        return import_stablehlo(data, filename=source)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise XlaError(f"{source}: neither UTF-8 MLIR text nor MLIR bytecode") from None
-    from .hlo import import_hlo
-    from .hlo.syntax import is_hlo_text
-
-    if is_hlo_text(text):
-        return import_hlo(text, source=source)
-    try:
-        return parse_module(text, source)
-    except MlirParseError:
-        if "stablehlo." not in text and "mhlo." not in text:
-            raise
-    from .stablehlo_import import import_stablehlo
-
-    return import_stablehlo(text, filename=source)
 
 
 def emit(module, kind: str) -> str:
@@ -136,8 +105,11 @@ def describe_passes() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``xla-opt`` console script."""
-    parser = argparse.ArgumentParser(prog="xla-opt", description="Run hlo pass pipelines.")
-    parser.add_argument("file", nargs="?", default="-", help="program file (hlo MLIR, StableHLO); '-' = stdin")
+    from .programs import FORMATS_HELP
+
+    parser = argparse.ArgumentParser(prog="xla-opt", description="Run hlo pass pipelines over a program and print "
+                                     "the result.", epilog=FORMATS_HELP)
+    parser.add_argument("file", nargs="?", default="-", help="program file (any format below); '-' = stdin")
     parser.add_argument("-p", "--passes", default="", help='pipeline, e.g. "canonicalize-broadcasts,cse,dce"')
     parser.add_argument("--emit", default="mlir", choices=list(EMITTERS),
                         help="output format: " + "; ".join(f"{k}: {v}" for k, v in EMITTERS.items()))
@@ -158,13 +130,12 @@ def main(argv: list[str] | None = None) -> int:
             print("available passes:")
             print(describe_passes())
             return 0
-        if args.file == "-":
-            data, source = sys.stdin.buffer.read(), "<stdin>"
-        else:
-            from .cli import read_program_file
+        from .programs import load_program, program_from_bytes
 
-            data, source = read_program_file(args.file), args.file
-        module = read_program(data, source)
+        if args.file == "-":
+            module = program_from_bytes(sys.stdin.buffer.read(), "<stdin>")
+        else:
+            module = load_program(args.file)
         result = run(module, args.passes, verify=not args.no_verify) if args.passes.strip() else None
         text = emit(module, args.emit)
         if args.output:

@@ -65,7 +65,7 @@ def test_commands_name_the_file_line_and_column(bad_files, command, capsys):
 
 def test_python_loaders_name_the_source(tmp_path):
     from interop import import_jax, import_stablehlo
-    from interop.cli import load_program
+    from interop import load_program
     from xla_dialect import parse_module
 
     cases = [
@@ -88,10 +88,40 @@ def test_python_loaders_name_the_source(tmp_path):
 
 
 def test_a_good_file_still_loads(tmp_path):
-    from interop.cli import load_program
+    from interop import load_program
 
     (tmp_path / "ok.mlir").write_text(HLO_VERIFY.replace("tensor<3xf32>", "tensor<2xf32>"))
     import lowering
 
     (out,) = lowering.compile(load_program(str(tmp_path / "ok.mlir")))(np.ones(2, np.float32))
     assert out.tolist() == [1.0, 1.0]
+
+
+def test_one_loader_and_one_list_of_formats(tmp_path, capsys):
+    """xla-opt reads what xla-run runs (a serialized jax export included), through the same function, and
+    both --help texts list the same formats."""
+    import jax
+    import jax.numpy as jnp
+
+    import interop
+    import interop.cli
+    import interop.xla_opt
+    from interop.programs import FORMATS, load_program
+
+    x = np.linspace(0, 1, 3, dtype=np.float32)
+    exported = jax.export.export(jax.jit(lambda a: jnp.sin(a) * 2))(x)
+    (tmp_path / "prog.bin").write_bytes(exported.serialize())
+    np.savez(tmp_path / "in.npz", arg0=x)
+    assert interop.xla_opt.main([str(tmp_path / "prog.bin")]) == 0
+    assert "hlo.sine" in capsys.readouterr().out
+    assert interop.cli.xla_run_main([str(tmp_path / "prog.bin"), "--inputs", str(tmp_path / "in.npz")]) == 0
+    capsys.readouterr()
+    assert interop.load_program is load_program is interop.cli.load_program
+    assert not hasattr(interop.xla_opt, "read_program")
+    for main in (interop.cli.xla_run_main, interop.xla_opt.main):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for fmt in FORMATS:
+            assert " ".join(fmt.split()) in text, (main, fmt)
+        assert "HLO module text" in text and "serialized jax.export" in text
