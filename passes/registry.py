@@ -35,6 +35,7 @@ BUILTIN_MODULES = (
     "passes.xla_numerics",
     "passes.fma_contraction",
     "passes.inlining",
+    "passes.small_loops",
 )
 """Modules whose import registers the built-in passes."""
 

@@ -1,0 +1,376 @@
+"""``xla-small-loops``: the numerics XLA CPU gives ops inside the small while loops it compiles whole.
+
+XLA CPU (jax 0.10.2) outlines a while loop into one kernel (``SmallWhileLoopHoistingPass``: a ``call``
+tagged ``xla_cpu_small_call``, emitted by the legacy ``IrEmitter``) when nothing in it needs the runtime
+(no convolution, custom call, infeed, outfeed, scatter or collective, at any depth; a dot is allowed in
+jax 0.10.2: a loop of ``tan(v @ v)`` on f32[4, 4] is hoisted) and its
+``HloCostAnalysis`` bytes (one iteration of condition and body: each fusion's operands and results,
+8 bytes per tuple element) are below ``xla_cpu_small_while_loop_byte_threshold`` (1,024 by default;
+``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N`` is read here too).
+Measured: a ``fori_loop`` of ``tan`` on f32[123] is hoisted, on f32[124] it is not (8n + 37 bytes:
+the counter's add 12, the compare 9, the 2-element tuple 16); with a second carried array 16n + 45,
+with a loop-invariant operand 12n + 45 -- the estimate below gives exactly these.
+
+The legacy emitter computes some ops differently from the fusion emitters used everywhere else
+(read from the LLVM IR and object code, ``XLA_FLAGS=--xla_dump_to=DIR``):
+
+* ``tan(x)`` is ``sin(x) / cos(x)`` (one ``sincosf``/``sincos`` call), not libm's ``tanf``/``tan``:
+  f32 and f64 in their type, f16 rounding each of the three ops to f16, bf16 in f32 rounded once.
+* ``cbrt(x)`` is ``copysign(pow(|x|, 1/3), x)`` with 1/3 rounded to the type (f16: 0.33325), not
+  libm's ``cbrt``; bf16 in f32.
+* f16 ``log1p`` is XLA's ``EmitLog1p`` in f16 arithmetic (rounded after each op; only the log of
+  ``x + 1`` is XLA's f32 log), not the f32 formula rounded once.
+* f16 ``rsqrt`` is ``1 / sqrt(x)`` in f16, not XLA's f32 estimate-and-Newton rounded once.
+
+Others measured the same in both (f32/f64 rsqrt, log1p, exp, log, sin, cos, tanh, logistic, erf,
+expm1, pow, atan2 of every float type). This pass rewrites those four ops, inside the while loops
+XLA would hoist, into the ops that compute them there, so every path of the executor (kernels, fused
+groups, compiled loops) uses the existing definitions of those ops. XLA removes loops that run at
+most once (``WhileLoopSimplifier``): a loop whose counter visibly runs once is left alone.
+
+Not reproduced: the estimate reads the program as imported, not after XLA's fusion, so a loop body
+XLA splits into several fusions (which read an operand twice) or whose state XLA simplifies beyond
+dropping dead elements can be classified differently near the threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.ir import Operation, SSAValue
+
+from xla_dialect.ops import conversion as cv
+from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops.base import make_tensor, pred_type
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.control_flow import WhileOp
+from xla_dialect.types import element_type_named, numpy_dtype
+
+from .base import PatternPass
+from .quantized import computes_on_quantized
+from .registry import register_pass
+from .util import create, element_name, make_constant, tensor_type
+
+DEFAULT_THRESHOLD = 1024
+"""XLA CPU's ``xla_cpu_small_while_loop_byte_threshold`` default (jax 0.10.2, measured above)."""
+
+_UNAVAILABLE = frozenset({
+    "hlo.convolution", "hlo.dynamic_conv", "hlo.custom_call", "hlo.infeed",
+    "hlo.outfeed", "hlo.scatter", "hlo.all_reduce", "hlo.all_gather", "hlo.all_to_all", "hlo.reduce_scatter",
+    "hlo.collective_permute", "hlo.collective_broadcast", "hlo.collective_reduce", "hlo.send", "hlo.recv",
+})
+"""Ops that keep XLA from hoisting a loop (``InstructionIsUnavailable``: they need the runtime)."""
+
+_UNFUSED = frozenset({"hlo.dot", "hlo.dot_general"})
+"""Ops XLA keeps out of loop fusions: their operands and results are counted whole (measured: a loop of
+``tan(v @ v)`` on f32[8, 8] is not hoisted, 768 + 512 + 37 bytes)."""
+
+_TUPLE_ELEMENT_BYTES = 8  # CpuExecutable::ShapeSizeBytes of a tuple: one pointer per element
+_FLAG = re.compile(r"xla_cpu_small_while_loop_byte_threshold=(\d+)")
+
+_U, _B = ew.UNARY_OP_CLASSES, ew.BINARY_OP_CLASSES
+
+
+def byte_threshold() -> int:
+    """XLA's small-loop byte threshold in this process (``XLA_FLAGS`` can set it; 0 disables)."""
+    found = _FLAG.findall(os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else DEFAULT_THRESHOLD
+
+
+def _size(value: SSAValue) -> int:
+    t = value.type
+    if not isinstance(t, TensorType):
+        return 0
+    try:
+        itemsize = np.dtype(numpy_dtype(t)).itemsize
+    except Exception:  # noqa: BLE001 - quantized or unknown element types: counted as one byte
+        itemsize = 1
+    return int(np.prod(t.get_shape(), dtype=np.int64)) * itemsize
+
+
+def _is_scalar_constant(value: SSAValue) -> bool:
+    return isinstance(value.owner, ConstantOp) and not value.type.get_shape()
+
+
+def _cone(block, roots: list[SSAValue]) -> list[Operation]:
+    """The ops of ``block`` that ``roots`` depend on, in program order (XLA removes the others)."""
+    needed: set[Operation] = set()
+    stack = [v.owner for v in roots if isinstance(v.owner, Operation)]
+    while stack:
+        op = stack.pop()
+        if op in needed or op.parent is not block:
+            continue
+        needed.add(op)
+        stack.extend(v.owner for v in op.operands if isinstance(v.owner, Operation))
+    return [op for op in block.ops if op in needed]
+
+
+def _computation_bytes(block, outputs: list[SSAValue]) -> int:
+    """The bytes one run of ``block`` accesses as XLA counts them after fusing it, for the values
+    ``outputs``: each block argument read once (only the slice a ``dynamic_slice`` reads, or the part a
+    ``dynamic_update_slice`` updates in place), each output written once (an in-place update: its
+    update), scalar constants used by scalar ops (XLA passes them to its scalar fusions) and, for nested
+    loops, their own bytes."""
+    total = 0
+    full: set[SSAValue] = set()
+    partial: dict[SSAValue, int] = {}
+    for op in _cone(block, outputs):
+        if isinstance(op, WhileOp):
+            total += while_bytes(op)
+            continue
+        if op.name in _UNFUSED:  # an instruction of its own: reads its operands, writes its result
+            total += sum(_size(v) for v in op.operands) + sum(_size(r) for r in op.results)
+            continue
+        scalar_op = all(isinstance(r.type, TensorType) and not r.type.get_shape() for r in op.results)
+        for index, v in enumerate(op.operands):
+            if v.owner is block or (isinstance(v.owner, Operation) and v.owner.name in _UNFUSED):
+                # a block argument or an unfused instruction's result, read from memory
+                if index == 0 and op.name == "hlo.dynamic_slice":
+                    partial[v] = partial.get(v, 0) + _size(op.results[0])
+                elif index == 0 and op.name == "hlo.dynamic_update_slice":
+                    partial[v] = partial.get(v, 0) + _size(op.operands[1])
+                else:
+                    full.add(v)
+            elif scalar_op and _is_scalar_constant(v):
+                total += _size(v)
+    total += sum(_size(v) for v in full) + sum(n for v, n in partial.items() if v not in full)
+    for v in outputs:
+        if v.owner is block:
+            continue
+        if v.owner.name in _UNFUSED:
+            continue  # counted with its instruction
+        total += _size(v.owner.operands[1]) if v.owner.name == "hlo.dynamic_update_slice" else _size(v)
+    return total
+
+
+def _live_state(op: WhileOp) -> list[int]:
+    """The state indices XLA keeps (its dead tuple element removal): results used after the loop, state
+    the condition reads, and what the body needs to compute those."""
+    body = op.body.block
+    cond = op.cond.block
+    n = len(op.operands)
+    returned = list(body.last_op.operands)
+
+    def deps(value: SSAValue, seen: set) -> set[int]:
+        out: set[int] = set()
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v.owner is body:
+                out.add(v.index)
+            elif isinstance(v.owner, Operation):
+                stack.extend(v.owner.operands)
+        return out
+
+    live = {i for i in range(n) if op.results[i].first_use is not None or cond.args[i].first_use is not None}
+    todo = list(live)
+    while todo:
+        for j in deps(returned[todo.pop()], set()):
+            if j not in live:
+                live.add(j)
+                todo.append(j)
+    return sorted(live)
+
+
+def while_bytes(op: WhileOp) -> int:
+    """XLA's ``HloCostAnalysis`` bytes of the while loop ``op`` (one iteration), estimated (module doc)."""
+    live = _live_state(op)
+    body = op.body.block
+    returned = list(body.last_op.operands)
+    outputs = [returned[i] for i in live if returned[i] is not body.args[i]]
+    return (_computation_bytes(body, outputs) + _computation_bytes(op.cond.block, list(op.cond.block.last_op.operands))
+            + _TUPLE_ELEMENT_BYTES * len(live))
+
+
+def _runs_at_most_once(op: WhileOp) -> bool:
+    """Whether the loop is visibly a counted loop of at most one iteration (``i < c`` from a constant
+    start, ``i + 1`` in the body), which XLA's while-loop simplifier removes."""
+    cond = op.cond.block
+    compare = cond.last_op.operands[0].owner
+    if not isinstance(compare, ew.CompareOp) or compare.comparison_direction.data != "LT":
+        return False
+    counter, limit = compare.operands
+    if counter.owner is not cond or not isinstance(limit.owner, ConstantOp):
+        return False
+    start = op.operands[counter.index].owner
+    step = op.body.block.last_op.operands[counter.index].owner
+    if not isinstance(start, ConstantOp) or not isinstance(step, _B["add"]):
+        return False
+    if op.body.block.args[counter.index] not in step.operands:
+        return False
+    other = step.operands[1] if step.operands[0] is op.body.block.args[counter.index] else step.operands[0]
+    if not isinstance(other.owner, ConstantOp):
+        return False
+    try:
+        first, end, increment = (np.asarray(c.value.array).reshape(()).item()
+                                 for c in (start, limit.owner, other.owner))
+    except (ValueError, AttributeError):  # not a scalar constant
+        return False
+    return increment == 1 and end - first <= 1
+
+
+def is_small_loop(op: WhileOp, threshold: int | None = None) -> bool:
+    """Whether XLA CPU compiles the while loop ``op`` whole (``xla_cpu_small_call``), by its rule."""
+    threshold = byte_threshold() if threshold is None else threshold
+    if threshold <= 0 or _runs_at_most_once(op):
+        return False
+    if any(inner.name in _UNAVAILABLE for region in op.regions for inner in region.walk()):
+        return False
+    return while_bytes(op) < threshold
+
+
+# ----------------------------------------------------------------------------
+# The legacy emitter's forms of the ops it computes differently
+# ----------------------------------------------------------------------------
+
+
+class _Builder:
+    """Creates ops before ``anchor``."""
+
+    def __init__(self, anchor: Operation):
+        self.anchor = anchor
+
+    def op(self, cls, operands, result_type, props=None) -> SSAValue:
+        new = create(cls, list(operands), props or {}, [result_type])
+        self.anchor.parent.insert_op_before(new, self.anchor)
+        return new.results[0]
+
+    def splat(self, number, like: TensorType) -> SSAValue:
+        dtype = numpy_dtype(like)
+        new = make_constant(np.full(tuple(like.get_shape()), number, dtype=dtype), like)
+        self.anchor.parent.insert_op_before(new, self.anchor)
+        return new.results[0]
+
+
+def _retyped(t: TensorType, name: str) -> TensorType:
+    return tensor_type(element_type_named(name).mlir, t.get_shape())
+
+
+def _tan(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
+    return b.op(_B["divide"], [b.op(_U["sine"], [x], t), b.op(_U["cosine"], [x], t)], t)
+
+
+def _cbrt(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
+    third = b.splat(np.asarray(1.0 / 3.0).astype(numpy_dtype(t)), t)
+    root = b.op(_B["power"], [b.op(_U["abs"], [x], t), third], t)
+    bits_name = {"f16": "s16", "f32": "s32", "f64": "s64"}[element_name(x)]
+    bits_type = _retyped(t, bits_name)
+    bits = b.op(cv.BitcastConvertOp, [x], bits_type)
+    negative = b.op(ew.CompareOp, [bits, b.splat(0, bits_type)], make_tensor(pred_type(), t.get_shape()),
+                    {"comparison_direction": StringAttr("LT"), "compare_type": StringAttr("SIGNED")})
+    return b.op(ew.SelectOp, [negative, b.op(_U["negate"], [root], t), root], t)  # copysign(root, x)
+
+
+def _log1p_f16(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
+    """XLA's EmitLog1p, each op in f16: x - x²/2 + x³ P(x)/Q(x) for |x| < sqrt(2) - 1, else log(x + 1)."""
+    from lowering.kernels.xla_math import _LOG1P_P, _LOG1P_Q  # the f64 coefficients XLA rounds to the type
+
+    mul, add = _B["multiply"], _B["add"]
+
+    def horner(coeffs):
+        p = b.splat(coeffs[0], t)
+        for c in coeffs[1:]:
+            p = b.op(add, [b.op(mul, [p, x], t), b.splat(c, t)], t)
+        return p
+
+    ratio = b.op(_B["divide"], [horner(_LOG1P_P), horner(_LOG1P_Q)], t)
+    x2 = b.op(mul, [x, x], t)
+    cubic = b.op(mul, [b.op(mul, [x, x2], t), ratio], t)
+    small = b.op(add, [x, b.op(add, [b.op(mul, [x2, b.splat(-0.5, t)], t), cubic], t)], t)
+    large = b.op(_U["log"], [b.op(add, [x, b.splat(1.0, t)], t)], t)
+    near = b.op(ew.CompareOp, [b.op(_U["abs"], [x], t), b.splat(np.sqrt(2.0) - 1.0, t)],
+                make_tensor(pred_type(), t.get_shape()),
+                {"comparison_direction": StringAttr("LT"), "compare_type": StringAttr("FLOAT")})
+    return b.op(ew.SelectOp, [near, small, large], t)
+
+
+def _rsqrt_f16(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
+    return b.op(_B["divide"], [b.splat(1.0, t), b.op(_U["sqrt"], [x], t)], t)
+
+
+_FORMS = {
+    ("hlo.tan", "f16"): _tan, ("hlo.tan", "f32"): _tan, ("hlo.tan", "f64"): _tan,
+    ("hlo.cbrt", "f16"): _cbrt, ("hlo.cbrt", "f32"): _cbrt, ("hlo.cbrt", "f64"): _cbrt,
+    ("hlo.log_plus_one", "f16"): _log1p_f16,
+    ("hlo.rsqrt", "f16"): _rsqrt_f16,
+}
+"""(op name, element type) -> the legacy emitter's form. bf16 tan and cbrt: the f32 form between
+conversions (XLA computes bf16 in f32 there)."""
+_IN_F32 = {("hlo.tan", "bf16"): _tan, ("hlo.cbrt", "bf16"): _cbrt}
+
+
+def _rewrite(op: Operation) -> bool:
+    key = (op.name, element_name(op.results[0]))
+    form, wide = _FORMS.get(key), False
+    if form is None:
+        form, wide = _IN_F32.get(key), True
+    if form is None or computes_on_quantized(op):
+        return False
+    b = _Builder(op)
+    t = op.results[0].type
+    x = op.operands[0]
+    if wide:
+        wide_type = _retyped(t, "f32")
+        value = b.op(cv.ConvertOp, [form(b, b.op(cv.ConvertOp, [x], wide_type), wide_type)], t)
+    else:
+        value = form(b, x, t)
+    op.results[0].replace_all_uses_with(value)
+    op.detach()
+    op.erase()
+    return True
+
+
+_MNEMONICS = frozenset(name for name, _ in (*_FORMS, *_IN_F32))
+
+
+def _candidates(module: Operation, threshold: int) -> list[Operation]:
+    found: list[Operation] = []
+    seen: set[int] = set()
+    for op in module.walk():
+        if isinstance(op, WhileOp) and is_small_loop(op, threshold):
+            for region in op.regions:
+                for inner in region.walk():
+                    if inner.name in _MNEMONICS and id(inner) not in seen:
+                        seen.add(id(inner))
+                        found.append(inner)
+    return found
+
+
+def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | None = None) -> ModuleOp:
+    """``module`` with the ops inside XLA's small while loops in the form XLA computes them there (a copy
+    with ``clone``; ``module`` itself when nothing changes)."""
+    threshold = byte_threshold() if threshold is None else threshold
+    if threshold <= 0 or not any(op.name in _MNEMONICS for op in module.walk()):
+        return module
+    if not any(_rewrite_key(op) for op in _candidates(module, threshold)):
+        return module
+    if clone:
+        module = module.clone()
+    for op in _candidates(module, threshold):
+        _rewrite(op)
+    return module
+
+
+def _rewrite_key(op: Operation) -> bool:
+    key = (op.name, element_name(op.results[0]))
+    return (key in _FORMS or key in _IN_F32) and not computes_on_quantized(op)
+
+
+@register_pass
+@dataclass(frozen=True)
+class SmallLoopNumericsPass(PatternPass):
+    """``xla-small-loops``: ops inside the while loops XLA CPU compiles whole computed as it computes them
+    there (see the module doc)."""
+
+    name = "xla-small-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        small_loop_numerics(op)
