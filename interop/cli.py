@@ -104,7 +104,7 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
     for o in outputs:
         c = o.comparison
         detail = "exact" if c.max_ulp is None else f"max ULP {o.max_ulp_text}, budget {o.budget_text}"
-        detail += f", max abs {c.max_abs:.3g}"
+        detail += f", max abs {c.errors_text[0]}"
         if c.ok and c.by_magnitude:
             detail += f"; {c.by_magnitude} elements within the magnitude bound only"
         print(f"XLA result #{o.index}: {'agrees' if c.ok else 'DIFFERS'} ({detail})"

@@ -159,12 +159,21 @@ class Comparison:
     exact: bool = False  # every element bitwise equal (NaNs with NaNs)
     magnitude: float = 0.0  # max |expected| over the finite elements (the scale of rtol_magnitude)
     by_magnitude: int = 0  # elements beyond the ULP budget accepted by the magnitude bound
+    nan_mismatches: int = 0  # elements where one side is NaN and the other a number
+    finite_pairs: int = 0  # elements where both are finite (those max_abs / max_rel are taken over)
+
+    @property
+    def errors_text(self) -> tuple[str, str]:
+        """``max_abs``, ``max_rel`` as shown: ``-`` when no element has two finite values."""
+        if not self.finite_pairs:
+            return "-", "-"
+        return f"{self.max_abs:.3g}", f"{self.max_rel:.3g}"
 
 
-def _errors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Max absolute and relative error over the elements where both are finite."""
+def _errors(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
+    """Max absolute and relative error over the elements where both are finite, and their count."""
     if a.size == 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
     wide = np.complex128 if a.dtype.kind == "c" else np.float64
     try:
         fa, fb = a.astype(wide), b.astype(wide)
@@ -176,7 +185,7 @@ def _errors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
         scale = np.abs(fb)
         rel = np.where(finite & (diff > 0), diff / np.where(scale > 0, scale, np.inf), 0.0)
         rel = np.where(finite & (diff > 0) & (scale == 0), np.inf, rel)
-    return float(diff.max()), float(rel.max())
+    return float(diff.max()), float(rel.max()), int(np.count_nonzero(finite))
 
 
 def _show(a: np.ndarray, index) -> str:
@@ -201,9 +210,12 @@ def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0,
         return Comparison(False, size=b.size, message=f"shape {list(a.shape)} != expected {list(b.shape)}")
     if a.dtype != b.dtype:
         return Comparison(False, size=b.size, message=f"dtype {a.dtype} != expected {b.dtype}")
-    max_abs, max_rel = _errors(a, b)
-    magnitude, by_magnitude = 0.0, 0
+    max_abs, max_rel, finite_pairs = _errors(a, b)
+    magnitude, by_magnitude, nans = 0.0, 0, 0
     if a.dtype.kind == "c" or is_float_dtype(a.dtype):
+        with np.errstate(invalid="ignore"):
+            nan_a, nan_b = (np.isnan(_as_f64(x) if x.dtype.kind != "c" else x) for x in (a, b))
+        nans = int(np.count_nonzero(nan_a != nan_b))
         d = ulp_distance(a, b)
         exact = not bool(np.any(d))
         bad = d > np.uint64(max_ulp)
@@ -227,13 +239,14 @@ def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0,
     count = int(np.count_nonzero(bad))
     if not count:
         return Comparison(True, 0, b.size, max_abs, max_rel, max_ulp_seen, exact=exact, magnitude=magnitude,
-                          by_magnitude=by_magnitude)
+                          by_magnitude=by_magnitude, finite_pairs=finite_pairs)
     first = tuple(int(i) for i in np.argwhere(bad)[0]) if a.ndim else ()
     where = f" at {list(first)}" if a.ndim else ""
-    message = (f"{count} of {b.size} elements differ; first{where}: actual {_show(a, first)}, "
+    nan_note = f" ({nans} NaN where the other has a number)" if nans else ""
+    message = (f"{count} of {b.size} elements differ{nan_note}; first{where}: actual {_show(a, first)}, "
                f"expected {_show(b, first)}")
     return Comparison(False, count, b.size, max_abs, max_rel, max_ulp_seen, first, message, False, magnitude,
-                      by_magnitude)
+                      by_magnitude, nans, finite_pairs)
 
 
 # ----------------------------------------------------------------------------
@@ -259,11 +272,16 @@ class OutputDiff:
         return self.comparison.ok
 
     @property
+    def label(self) -> str:
+        """``#0`` or ``#0 ['logits']``."""
+        return f"#{self.index} {self.name}".rstrip()
+
+    @property
     def status(self) -> str:
         """``exact``, ``ok``, ``ok (magnitude)`` (accepted by the magnitude bound) or ``MISMATCH``."""
         c = self.comparison
         if not c.ok:
-            return "MISMATCH"
+            return f"MISMATCH ({c.nan_mismatches} NaN)" if c.nan_mismatches else "MISMATCH"
         return "exact" if c.exact else ("ok (magnitude)" if c.by_magnitude else "ok")
 
     @property
@@ -280,7 +298,8 @@ class OutputDiff:
                 "status": self.status, "ok": c.ok, "exact": c.exact,
                 "max_ulp": None if c.max_ulp is None else (self.max_ulp_text if c.max_ulp == ULP_INFINITE
                                                            else c.max_ulp),
-                "max_abs": json_number(c.max_abs), "max_rel": json_number(c.max_rel),
+                "max_abs": json_number(c.max_abs) if c.finite_pairs else None,
+                "max_rel": json_number(c.max_rel) if c.finite_pairs else None, "nan_mismatches": c.nan_mismatches,
                 "budget_ulp": None if c.max_ulp is None else self.budget,
                 "rtol_magnitude": self.rtol_magnitude, "mismatches": c.mismatches, "size": c.size,
                 "by_magnitude": c.by_magnitude, "message": c.message}
@@ -338,25 +357,32 @@ class DiffReport:
         return self.ok
 
     def __str__(self) -> str:
+        bad = [o for o in self.outputs if not o.ok]
         head = f"difftest {self.function}: {'OK' if self.ok else 'MISMATCH'} ({len(self.outputs)} outputs)"
+        if bad:  # the first line is what pytest's short summary shows: the verdict in brief
+            head += ": " + "; ".join(f"{o.label}: {o.comparison.message}" for o in bad[:2]) + (
+                f"; and {len(bad) - 2} more outputs" if len(bad) > 2 else "")
+        elif self.error:
+            head += f": {self.error}"
         lines = [head]
         if self.error:
             lines.append(f"  {self.error}")
         rows = [("output", "shape", "status", "max abs", "max rel", "max ULP", "budget")]
         for o in self.outputs:
             c = o.comparison
-            rows.append((f"#{o.index} {o.name}".rstrip(), f"{o.dtype}{list(o.shape)}", o.status,
-                         f"{c.max_abs:.3g}", f"{c.max_rel:.3g}", o.max_ulp_text, o.budget_text))
+            rows.append((o.label, f"{o.dtype}{list(o.shape)}", o.status,
+                         *c.errors_text, o.max_ulp_text, o.budget_text))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
         for o in self.outputs:
             if not o.ok:
-                lines.append(f"  #{o.index} {o.name}: {o.comparison.message}")
+                lines.append(f"  {o.label}: {o.comparison.message}")
         return "\n".join(lines)
 
     def raise_if_mismatch(self) -> DiffReport:
         """Raise :class:`DiffMismatchError` (with this report as message) unless :attr:`ok`; return self."""
+        __tracebackhide__ = True  # pytest: the failure points at the caller, not here
         if not self.ok:
             raise DiffMismatchError(str(self))
         return self

@@ -1,4 +1,4 @@
-"""pytest plugin (entry point ``pytest11``): the ``difftest`` fixture and the ``--corpus`` option.
+"""pytest plugin (entry point ``pytest11``): the ``difftest`` fixture and its ``--difftest-max-ulp`` option.
 
 With the package installed, every test session has it::
 
@@ -11,10 +11,9 @@ With the package installed, every test session has it::
 
 The fixture calls :func:`interop.difftest.difftest` and raises
 :class:`~interop.difftest.DiffMismatchError` (a test failure that prints the
-per-output table) unless every output agrees. ``--difftest-max-ulp N`` sets
-the default ULP budget for the session.
-
-``--corpus PATH`` points the conformance tests at a StableHLO corpus folder.
+per-output table; its first line, which pytest's short summary shows, names
+the outputs that differ) unless every output agrees. ``--difftest-max-ulp N``
+sets the default ULP budget for the session.
 """
 
 from __future__ import annotations
@@ -23,12 +22,10 @@ import pytest
 
 
 def pytest_addoption(parser):
-    """Register ``--difftest-max-ulp`` and ``--corpus``."""
+    """Register ``--difftest-max-ulp``."""
     group = parser.getgroup("xla-dialect", "xla_dialect differential testing")
     group.addoption("--difftest-max-ulp", type=int, default=None, metavar="N",
                     help="default ULP budget of the difftest fixture (default: per dtype, see interop.difftest)")
-    group.addoption("--corpus", default=None, metavar="PATH",
-                    help="StableHLO conformance corpus folder (default: ../shared/corpus next to the repository)")
 
 
 @pytest.fixture

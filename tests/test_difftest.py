@@ -138,6 +138,41 @@ def test_pytest_fixture(pytester):
     result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])
 
 
+def test_pytest_plugin_failure_shows_the_test_and_the_verdict_and_adds_no_project_options(pytester, monkeypatch):
+    """The failure's traceback ends in the test (not in raise_if_mismatch), the short summary line says which
+    elements differ, and a user's pytest gets no --corpus (this project's own tests/conftest.py has it)."""
+    import importlib.metadata
+
+    installed = any(ep.value == "interop.pytest_plugin"
+                    for ep in importlib.metadata.entry_points(group="pytest11"))
+    pytester.makepyfile(test_t=PLUGIN_TEST)
+    monkeypatch.setenv("COLUMNS", "160")  # pytest cuts each summary line at the terminal's width
+    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.pytest_plugin"])
+    result = pytester.runpytest_subprocess(*args, "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "raise_if_mismatch" not in out and "interop/difftest.py" not in out, out
+    result.stdout.fnmatch_lines(["FAILED test_t.py::test_mismatch - *DiffMismatchError: difftest <lambda>: MISMATCH "
+                                 "(1 outputs): #0: 3 of 3 elements differ*"])
+    help_text = pytester.runpytest_subprocess(*args, "--help").stdout.str()
+    assert "--difftest-max-ulp" in help_text and "--corpus" not in help_text
+
+
+def test_nan_against_a_number_is_reported_plainly():
+    from interop.difftest import DiffReport, compare_output
+
+    c = compare_arrays(np.float32([np.nan, 2.5, 3.0]), np.float32([1.0, 2.0, 3.0]), 4)
+    assert not c.ok and c.nan_mismatches == 1 and c.finite_pairs == 2 and c.max_abs == 0.5
+    assert "(1 NaN where the other has a number)" in c.message
+    only_nan = compare_output(np.float32([np.nan]), np.float32([1.0]))
+    assert only_nan.comparison.errors_text == ("-", "-") and only_nan.status == "MISMATCH (1 NaN)"
+    assert only_nan.as_dict()["max_abs"] is None and only_nan.as_dict()["nan_mismatches"] == 1
+    text = str(DiffReport("f", [only_nan]))
+    row = next(line for line in text.splitlines() if line.strip().startswith("#0  "))
+    assert row.split()[2:6] == ["MISMATCH", "(1", "NaN)", "-"] and " 0 " not in row, text
+    assert compare_arrays(np.float32([np.nan, 1.0]), np.float32([np.nan, 1.0])).ok  # NaN meets NaN
+
+
 # ----------------------------------------------------------------------------
 # xla-run on StableHLO files, --check-xla
 # ----------------------------------------------------------------------------
