@@ -15,7 +15,6 @@ layer: the passes package does not import what is above it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import sys
 import textwrap
@@ -80,18 +79,14 @@ def hlo_text_through_xla(module) -> str:
 
 
 def describe_passes() -> str:
-    """One line per registered pass: name, options with defaults, summary."""
+    """One line per registered pass: name, options (dashed, as pipelines spell them) with their defaults
+    (``<required>`` / ``<optional>`` where there is none), summary."""
     from passes import available_passes
+    from passes.registry import pass_signature
 
     lines = []
     for name, cls in available_passes().items():
-        options = []
-        for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
-            if f.name == "name" or not f.init:
-                continue
-            default = f.default if f.default is not dataclasses.MISSING else None
-            options.append(f"{f.name.replace('_', '-')}={default}")
-        head = name + ("{" + " ".join(options) + "}" if options else "")
+        head = pass_signature(name, cls)
         # The docstring's whole first paragraph (a first line alone would cut its sentence).
         paragraph = (cls.__doc__ or "").strip().split("\n\n")[0]
         summary = " ".join(line.strip() for line in paragraph.splitlines())

@@ -60,6 +60,7 @@ class ApplyPDLPass(PatternPass):
     """``apply-pdl{file="patterns.mlir"}``: apply the PDL patterns of a file."""
 
     name = "apply-pdl"
+    required_options = ("file",)  # (passes.registry.pass_options shows it as required)
     file: str | None = None
 
     def patterns(self) -> list[RewritePattern]:

@@ -203,6 +203,68 @@ def get_pass(name: str) -> type[ModulePass]:
     return passes[name]
 
 
+REQUIRED = "<required>"
+OPTIONAL = "<optional>"
+"""How :func:`pass_options` shows an option without a default: one the pass cannot run without (a
+dataclass field without default, or named in the pass's ``required_options``), or one it may go without."""
+
+
+def pass_options(cls: type[ModulePass]) -> list[tuple[str, str]]:
+    """The options of pass ``cls`` as pipelines spell them: ``(dashed name, default)``, the default shown
+    as text, :data:`REQUIRED` or :data:`OPTIONAL` where there is none."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(cls):
+        return []
+    required = {n.replace("_", "-") for n in getattr(cls, "required_options", ())}
+    options = []
+    for f in dataclasses.fields(cls):
+        if f.name == "name" or not f.init:
+            continue
+        dashed = f.name.replace("_", "-")
+        no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if dashed in required or no_default:
+            shown = REQUIRED
+        elif f.default is None:
+            shown = OPTIONAL
+        else:
+            shown = str(f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        options.append((dashed, shown))
+    return options
+
+
+def pass_signature(name: str, cls: type[ModulePass]) -> str:
+    """``assign-layouts{target=cpu arg-layouts=<optional> result-layouts=<optional>}``."""
+    options = pass_options(cls)
+    return name + ("{" + " ".join(f"{o}={d}" for o, d in options) + "}" if options else "")
+
+
+def _check_options(spec: str, passes: dict[str, type[ModulePass]]) -> None:
+    """A PassError naming the pass and the option, with the pass's options as pipelines spell them (dashed),
+    for an option the pass does not have (xDSL's own message lists the Python field names)."""
+    import difflib
+
+    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
+    from xdsl.utils.exceptions import ArgSpecParseError
+
+    try:
+        specs = list(parse_specs(spec))
+    except (Exception, ArgSpecParseError):  # (a BaseException)
+        return  # a syntax error: xDSL's parser reports it with its column
+    for s in specs:
+        cls = passes.get(s.name)
+        if cls is None:
+            continue
+        known = [o for o, _ in pass_options(cls)]
+        for given in s.parameters:
+            if given.replace("_", "-") in known:
+                continue
+            close = difflib.get_close_matches(given.replace("_", "-"), known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            takes = f"its options: {pass_signature(s.name, cls)}" if known else "it takes no options"
+            raise PassError(f"pass {s.name}: unknown option {given!r}{hint}; {takes}")
+
+
 def parse_pipeline(spec: str) -> PassPipeline:
     """Parse pipeline text such as ``canonicalize-broadcasts,assign-layouts{target=tpu},cse``.
 
@@ -218,6 +280,7 @@ def parse_pipeline(spec: str) -> PassPipeline:
     spec = PIPELINES.get(spec.strip(), spec)
     passes = available_passes()
     try:
+        _check_options(spec, passes)
         return PassPipeline.parse_spec({n: (lambda c=c: c) for n, c in passes.items()}, spec)
     except PassError:
         raise

@@ -966,3 +966,30 @@ def test_demo_says_pass_or_fail():
     run = subprocess.run([sys.executable, "-m", "interop.cli", "--demo"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "demo PASS: max difference against jax.jit" in run.stdout
+
+
+def test_pass_options_are_spelt_one_way_in_errors_and_listings():
+    """Issue 29: a misspelt option listed the Python names (arg_layouts), --list-passes showed arg-layouts and
+    file=None. Both use the dashed names; options without a default say whether they are required."""
+    from interop.xla_opt import describe_passes
+    from passes.registry import pass_options, pass_signature
+
+    def module():
+        b = XlaBuilder("x")
+        b.add(b.parameter(0, "f32[2]"), b.parameter(1, "f32[2]"))
+        return b.build()
+
+    with pytest.raises(PassError) as info:
+        passes.run(module(), "cse,assign-layouts{targt=tpu}")
+    message = str(info.value)
+    assert "unknown option 'targt' (did you mean target?)" in message and "arg-layouts=<optional>" in message
+    assert "arg_layouts" not in message and "None" not in message
+    with pytest.raises(PassError, match="pass cse: unknown option 'x'; it takes no options"):
+        passes.run(module(), "cse{x=1}")
+    listing = describe_passes()
+    assert "=None" not in listing and "_" not in listing.split("{", 1)[1].split("}", 1)[0]
+    assert "apply-pdl{file=<required>}" in listing
+    assert "assign-layouts{target=cpu arg-layouts=<optional> result-layouts=<optional>}" in listing
+    assert pass_signature("fold-constants", passes.available_passes()["fold-constants"]) in listing
+    assert ("max-elements", "4096") in pass_options(passes.available_passes()["fold-constants"])
+    assert passes.run(module(), "fold-constants{max_elements=10}")  # the Python spelling still runs
