@@ -97,8 +97,9 @@ def _is_scalar_constant(value: SSAValue) -> bool:
     return isinstance(value.owner, ConstantOp) and not value.type.get_shape()
 
 
-def _cone(block, roots: list[SSAValue]) -> list[Operation]:
-    """The ops of ``block`` that ``roots`` depend on, in program order (XLA removes the others)."""
+def _cone(block, roots: list[SSAValue], stop: frozenset = frozenset()) -> list[Operation]:
+    """The ops of ``block`` that ``roots`` depend on, in program order (XLA removes the others); with
+    ``stop``, not through ops of those names or loops (their results are read from memory)."""
     needed: set[Operation] = set()
     stack = [v.owner for v in roots if isinstance(v.owner, Operation)]
     while stack:
@@ -106,45 +107,45 @@ def _cone(block, roots: list[SSAValue]) -> list[Operation]:
         if op in needed or op.parent is not block:
             continue
         needed.add(op)
-        stack.extend(v.owner for v in op.operands if isinstance(v.owner, Operation))
+        stack.extend(v.owner for v in op.operands if isinstance(v.owner, Operation)
+                     and not (stop and (v.owner.name in stop or isinstance(v.owner, WhileOp))))
     return [op for op in block.ops if op in needed]
 
 
 def _computation_bytes(block, outputs: list[SSAValue]) -> int:
     """The bytes one run of ``block`` accesses as XLA counts them after fusing it, for the values
-    ``outputs``: each block argument read once (only the slice a ``dynamic_slice`` reads, or the part a
-    ``dynamic_update_slice`` updates in place), each output written once (an in-place update: its
-    update), scalar constants used by scalar ops (XLA passes them to its scalar fusions) and, for nested
-    loops, their own bytes."""
+    ``outputs``: each output is one loop fusion (XLA CPU does not merge the fusions of a loop body's
+    outputs: a body returning ``(f(a, b), b - a)`` reads ``a`` and ``b`` twice), which reads the block
+    arguments it depends on (only the slice a ``dynamic_slice`` reads, or the part a
+    ``dynamic_update_slice`` updates in place) and the scalar constants of its scalar ops, and writes the
+    output (an in-place update: its update); dots are instructions of their own (operands and result),
+    nested loops count their own bytes."""
     total = 0
-    full: set[SSAValue] = set()
-    partial: dict[SSAValue, int] = {}
     for op in _cone(block, outputs):
         if isinstance(op, WhileOp):
             total += while_bytes(op)
-            continue
-        if op.name in _UNFUSED:  # an instruction of its own: reads its operands, writes its result
+        elif op.name in _UNFUSED:
             total += sum(_size(v) for v in op.operands) + sum(_size(r) for r in op.results)
+    for output in outputs:
+        if output.owner is block or output.owner.name in _UNFUSED or isinstance(output.owner, WhileOp):
             continue
-        scalar_op = all(isinstance(r.type, TensorType) and not r.type.get_shape() for r in op.results)
-        for index, v in enumerate(op.operands):
-            if v.owner is block or (isinstance(v.owner, Operation) and v.owner.name in _UNFUSED):
-                # a block argument or an unfused instruction's result, read from memory
-                if index == 0 and op.name == "hlo.dynamic_slice":
+        full: set[SSAValue] = set()
+        partial: dict[SSAValue, int] = {}
+        for op in _cone(block, [output], stop=_UNFUSED):
+            scalar_op = all(isinstance(r.type, TensorType) and not r.type.get_shape() for r in op.results)
+            for index, v in enumerate(op.operands):
+                if v.owner is block and index == 0 and op.name == "hlo.dynamic_slice":
                     partial[v] = partial.get(v, 0) + _size(op.results[0])
-                elif index == 0 and op.name == "hlo.dynamic_update_slice":
+                elif v.owner is block and index == 0 and op.name == "hlo.dynamic_update_slice":
                     partial[v] = partial.get(v, 0) + _size(op.operands[1])
-                else:
-                    full.add(v)
-            elif scalar_op and _is_scalar_constant(v):
-                total += _size(v)
-    total += sum(_size(v) for v in full) + sum(n for v, n in partial.items() if v not in full)
-    for v in outputs:
-        if v.owner is block:
-            continue
-        if v.owner.name in _UNFUSED:
-            continue  # counted with its instruction
-        total += _size(v.owner.operands[1]) if v.owner.name == "hlo.dynamic_update_slice" else _size(v)
+                elif v.owner is block or (isinstance(v.owner, Operation) and (v.owner.name in _UNFUSED
+                                                                              or isinstance(v.owner, WhileOp))):
+                    full.add(v)  # read from memory: a block argument or another instruction's result
+                elif scalar_op and _is_scalar_constant(v):
+                    total += _size(v)
+        total += sum(_size(v) for v in full) + sum(n for v, n in partial.items() if v not in full)
+        total += _size(output.owner.operands[1]) if output.owner.name == "hlo.dynamic_update_slice" \
+            else _size(output)
     return total
 
 

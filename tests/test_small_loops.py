@@ -77,9 +77,11 @@ LOOPS = {
                             (np.ones(n, F32), np.ones(n, F32))),
     "scan": lambda n: (lambda a: jax.lax.scan(lambda c, x: (jnp.tan(c) + x, c), a[0], a)[0], (np.ones((4, n), F32),)),
     "dot": lambda n: (lambda a: jax.lax.fori_loop(0, 3, lambda i, v: jnp.tan(v @ v), a), (np.ones((n, n), F32),)),
+    "shared operands": lambda n: (lambda a, b: jax.lax.fori_loop(0, 3, lambda i, v: (jnp.tan(v[0]) * v[1], v[1] - v[0]),
+                                                                (a, b)), (np.ones(n, F32), np.ones(n, F32))),
     "once": lambda n: (lambda a: jax.lax.fori_loop(0, n, lambda i, v: jnp.tan(v), a), (np.ones(8, F32),)),
 }
-SIZES = {"fori": (123, 124), "two carries": (61, 62), "invariant": (81, 82), "scan": (40, 80), "dot": (4, 8),
+SIZES = {"fori": (123, 124), "two carries": (61, 62), "invariant": (81, 82), "scan": (40, 80), "dot": (4, 8), "shared operands": (40, 44),
          "once": (1, 2)}
 
 
