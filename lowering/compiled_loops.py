@@ -273,6 +273,12 @@ class _LoopWriter:
     def op_constant(self, op, out, dtype, shape, indent):
         value = np.asarray(op.value.array)
         const = self.fresh("k")
+        if not shape and dtype in _FLOATS:
+            # A one-element array, read in the loop: a float scalar argument would cross numba's boundary
+            # through a conversion that the caller's flush-to-zero mode flushes when it is subnormal.
+            self.constants[const] = np.full(1, value.reshape(()), dtype)
+            self.emit(indent, f"{out} = {const}[0]")
+            return
         self.constants[const] = value.reshape(()).item() if not shape else np.ascontiguousarray(value)
         if not shape:
             self.constants[const] = np.dtype(dtype).type(self.constants[const])
@@ -673,6 +679,12 @@ def in_place_updates(body: Block) -> dict[int, Operation]:
     return found
 
 
+def _boxed(dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    """Whether a loop state value of this type crosses numba's boundary as a one-element array (a float
+    scalar: see :meth:`CompiledLoop.__call__`)."""
+    return not shape and dtype in _FLOATS
+
+
 def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
                 flush: bool = True, single_thread_blas: bool = False) -> tuple[str, dict]:
     """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``_Ineligible``.
@@ -683,9 +695,10 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     writer.parallel_gemm = single_thread_blas and numba_threads_available()
     cond_block, body_block = op.regions[0].block, op.regions[1].block
     state = [f"c{i}" for i in range(len(op.operands))]
-    for v in op.operands:
-        writer.info(v)
+    boxed = [i for i, v in enumerate(op.operands) if _boxed(*writer.info(v))]
     header = len(writer.lines)
+    for i in boxed:  # float scalars come and go as one-element arrays (see CompiledLoop)
+        writer.emit("    ", f"{state[i]} = b{i}[0]")
     # At most `budget` iterations per call: the caller re-enters until `done`, checking for Ctrl-C and
     # its deadline in between (lowering.interrupt).
     in_place = in_place_updates(body_block)
@@ -712,12 +725,16 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     results = writer.block(body_block, "        ")
     writer.emit("        ", f"{', '.join(state)}{',' if len(state) == 1 else ''} = "
                            f"{', '.join(results)}{',' if len(results) == 1 else ''}")
-    writer.emit("    ", f"return ({', '.join(state)}, done)")
+    for i in boxed:
+        writer.emit("    ", f"b{i}[0] = {state[i]}")
+    returned = [f"b{i}" if i in boxed else name for i, name in enumerate(state)]
+    writer.emit("    ", f"return ({', '.join(returned)}, done)")
     # Constants are arguments (not globals), so the source depends on the program's structure only and
     # numba's on-disk cache can serve every program with the same loop.
     if writer.gemm_pairs:  # the caller's denormal mode, for the paired products' second CPU
         writer.lines.insert(header, "    csr = mxcsr()")
-    writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *state, 'budget'])}):")
+    parameters = [f"b{i}" if i in boxed else name for i, name in enumerate(state)]
+    writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *parameters, 'budget'])}):")
     return "\n".join(writer.lines) + "\n", writer.constants
 
 
@@ -735,20 +752,25 @@ class CompiledLoop:
         from numba import from_dtype, typeof, types
 
         def numba_type(dtype: np.dtype, rank: int):
-            return types.Array(from_dtype(dtype), rank, "C") if rank else from_dtype(dtype)
+            return types.Array(from_dtype(dtype), max(rank, 1), "C") if rank or _boxed(dtype, ()) \
+                else from_dtype(dtype)
 
         signature = [typeof(c) for c in self.constants] + [numba_type(dt, r) for dt, r in zip(self.dtypes, ranks)]
         self._fn.compile(tuple([*signature, types.int64]))
         self._is_array = [bool(r) for r in ranks]
+        self._is_boxed = [not r and _boxed(dt, ()) for dt, r in zip(self.dtypes, ranks)]
 
     def __call__(self, state):
         # (Per-call work kept small: a scan of 64 small steps spends ~20 us in the loop itself.)
-        args = [np.ascontiguousarray(v, dt) if is_array else dt.type(v)
-                for v, dt, is_array in zip(state, self.dtypes, self._is_array)]
+        # Float scalars go in and out as one-element arrays: numba converts a float32 scalar argument or
+        # result through a double, which flushes a subnormal under the caller's flush-to-zero mode.
+        args = [np.ascontiguousarray(v, dt) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
+                for v, dt, is_array, boxed in zip(state, self.dtypes, self._is_array, self._is_boxed)]
         while True:
             *args, done = self._fn(*self.constants, *args, CHUNK)
             if done:
-                return [v if is_array else dt.type(v) for v, dt, is_array in zip(args, self.dtypes, self._is_array)]
+                return [v if is_array else v[0] if boxed else dt.type(v)
+                        for v, dt, is_array, boxed in zip(args, self.dtypes, self._is_array, self._is_boxed)]
             check("a compiled hlo.while loop")  # (and Python raises KeyboardInterrupt here on Ctrl-C)
 
 

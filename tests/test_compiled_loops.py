@@ -456,3 +456,28 @@ def test_openmp_spin_is_shortened_unless_the_user_chose(user):
     expected = user if user is not None else (
         str(workers.GOMP_SPINCOUNT) if platform.machine().lower() in ("x86_64", "amd64") else "None")
     assert out.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_subnormal_scalars_cross_into_compiled_loops(dtype):
+    """A subnormal 0-d float (loop state or constant) keeps its value in a compiled loop, as in XLA: numba
+    passed f32 scalars through a double, which the flush-to-zero mode made 0, so pow(NaN, 1e-45) after the
+    loop gave 1.0 compiled and NaN interpreted and in jax.jit."""
+    tiny = dtype(np.finfo(dtype).smallest_subnormal)
+    x = np.array([np.nan, 1.0, 2.0, -np.nan, 0.0, np.inf, -1.0, 3.0], dtype)
+
+    def state(a, t):
+        return jnp.power(a, lax.fori_loop(0, 2, lambda i, v: jnp.where(v > 5, v, t), a))
+
+    def constant(a):
+        body = lambda i, v: (jnp.where(v[0] > 5, v[0], v[1]), jnp.asarray(tiny))  # noqa: E731
+        return jnp.power(a, lax.fori_loop(0, 3, body, (a, jnp.asarray(dtype(2))))[0])
+
+    def scalar_result(a, t):
+        return lax.fori_loop(0, 3, lambda i, s: jnp.where(s > 1, s * 2, t), t) + a * 0
+
+    for fn, args in ((state, (x, tiny)), (constant, (x,)), (scalar_result, (x, tiny))):
+        expected = _bits(np.asarray(jax.jit(fn)(*args)))
+        for loops in ("never", "always"):
+            got = lowering.compile(import_jax(fn, *args), loop_compilation=loops)(*args)
+            assert np.array_equal(_bits(np.asarray(got[0])), expected), (fn.__name__, loops)
