@@ -1319,7 +1319,12 @@ def _limit_memory(megabytes: int | None) -> None:
 
 
 def _worker_main(conn, memory_mb: int | None, runner: Callable[[Program], Result] | None = None) -> None:
-    """A worker process: run the programs it is sent until told to stop (``None``) or the pipe closes."""
+    """A worker process: run the programs it is sent until told to stop (``None``) or the pipe closes.
+
+    Ctrl-C reaches the whole process group: the worker ignores it, and the parent stops its workers."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory(memory_mb)
     run = runner or run_program
     while True:
@@ -1409,9 +1414,28 @@ def run_programs(programs: Sequence[Program], jobs: int = 1, timeout: float | No
     process (no isolation; for debugging). ``runner`` replaces
     :func:`run_program` (it must be a picklable module-level function).
     ``progress`` is called with each result as it arrives.
+
+    Ctrl-C (``KeyboardInterrupt``) stops the workers and raises :class:`Interrupted` holding the results
+    of the programs that finished.
     """
-    run = runner or run_program
     results: list[Result | None] = [None] * len(programs)
+    try:
+        return _run_programs(programs, results, jobs, timeout, memory_mb, progress, runner)
+    except KeyboardInterrupt:
+        raise Interrupted([r for r in results if r is not None]) from None
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_programs`; ``results`` are those of the programs that finished, in order."""
+
+    def __init__(self, results: list[Result]):
+        super().__init__(f"interrupted after {len(results)} programs")
+        self.results = results
+
+
+def _run_programs(programs, results, jobs, timeout, memory_mb, progress, runner) -> list[Result]:
+    """The body of :func:`run_programs`, filling ``results`` as programs finish."""
+    run = runner or run_program
     pending: list[int] = []
     for i, p in enumerate(programs):
         if p.mode in ("run", "roundtrip"):
@@ -1487,25 +1511,31 @@ def run_programs(programs: Sequence[Program], jobs: int = 1, timeout: float | No
 
 
 class Progress:
-    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
+    """A one-line progress bar on stderr, redrawn in place on a terminal. Elsewhere (a pipe, a file, a CI
+    log: ``$CI`` set, or ``TERM=dumb``) one line per tenth of the programs or per ``interval`` seconds,
+    whichever comes first, and the last."""
 
-    def __init__(self, total: int, stream=None, width: int = 30):
+    def __init__(self, total: int, stream=None, width: int = 30, interval: float = 10.0):
         self.total = max(total, 1)
         self.stream = stream or sys.stderr
         self.width = width
         self.counts: Counter = Counter()
         self.done = 0
         self.start = time.monotonic()
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._last_decile = -1
+        self.tty = (hasattr(self.stream, "isatty") and self.stream.isatty() and not os.environ.get("CI")
+                    and os.environ.get("TERM") != "dumb")
+        self.every = max(1, -(-self.total // 10))
+        self.interval = interval
+        self._printed = (0, self.start)  # (programs done, time) at the last line
 
     def __call__(self, result: Result) -> None:
         self.done += 1
         self.counts[result.status] += 1
-        decile = self.done * 10 // self.total
-        if not self.tty and decile == self._last_decile and self.done != self.total:
+        now = time.monotonic()
+        if not self.tty and self.done != self.total and self.done - self._printed[0] < self.every \
+                and now - self._printed[1] < self.interval:
             return
-        self._last_decile = decile
+        self._printed = (self.done, now)
         filled = self.width * self.done // self.total
         bar = "#" * filled + "." * (self.width - filled)
         counts = " ".join(f"{s} {self.counts[s]}" for s in STATUSES if self.counts[s])
@@ -1617,7 +1647,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit status: 0 when every non-disabled program passed (or, with
     ``--min-passed``/``--threshold``, when at least that many passed), 1
-    otherwise, 2 on usage errors.
+    otherwise, 2 on usage errors (a ``--filter`` matching no program
+    included), 130 when interrupted with Ctrl-C (after printing the summary
+    of the programs that finished and writing their ``--json`` report).
     """
     parser = argparse.ArgumentParser(
         prog="xla-conformance",
@@ -1649,13 +1681,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"xla-conformance: error: {e}", file=sys.stderr)
         return 2
     if args.filter:
-        pattern = re.compile(args.filter)
+        try:
+            pattern = re.compile(args.filter)
+        except re.error as e:
+            print(f"xla-conformance: error: --filter {args.filter!r} is not a regular expression: {e}",
+                  file=sys.stderr)
+            return 2
+        found = len(programs)
         programs = [p for p in programs if pattern.search(p.path) or pattern.search(p.name)]
+        if not programs:
+            print(f"xla-conformance: error: --filter {args.filter!r} matches none of the {found} programs found "
+                  f"in {', '.join(args.paths)} (it is searched in each program's path and name)", file=sys.stderr)
+            return 2
     start = time.monotonic()
     progress = None if args.quiet else Progress(len(programs))
     runner = run_program_through_hlo if args.via == "hlo" else None
-    results = run_programs(programs, args.jobs, args.timeout or None, args.memory or None, progress, runner)
+    interrupted = False
+    try:
+        results = run_programs(programs, args.jobs, args.timeout or None, args.memory or None, progress, runner)
+    except Interrupted as e:
+        results, interrupted = e.results, True
+        print(f"\nxla-conformance: interrupted (Ctrl-C): {len(results)} of {len(programs)} programs finished; "
+              "the summary and report below cover those", file=sys.stderr)
     summary = summarize(results, time.monotonic() - start)
+    if interrupted:
+        summary.update(interrupted=True, programs=len(programs))
     if not args.quiet:
         print(family_table(results))
     failing = [r for r in results if r.status in ("failed", "error")]
@@ -1676,6 +1726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{100 * summary['pass_rate_parsed']:.2f}% pass")
     if args.json:
         write_json(args.json, results, summary)
+    if interrupted:
+        return 130  # (the shell's status of a command stopped by SIGINT)
     if minimum is not None:
         if summary["passed"] < minimum:
             print(f"xla-conformance: {summary['passed']} programs passed, fewer than the required {minimum}",

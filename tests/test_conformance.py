@@ -381,6 +381,108 @@ def test_cli_json_report_and_exit_status(tmp_path, capsys):
     assert conf.main([str(tmp_path / "missing")]) == 2
 
 
+def _corpus_of_fine_programs(folder, names):
+    folder.mkdir()
+    for name in names:
+        (folder / f"{name}.mlir").write_text("// RUN: stablehlo-translate --interpret %s\n" + FINE)
+    return folder
+
+
+def test_ctrl_c_prints_the_partial_summary_and_writes_the_report(tmp_path, monkeypatch, capsys):
+    folder = _corpus_of_fine_programs(tmp_path / "corpus", ["a", "b", "c", "d"])
+    real = conf.run_program
+
+    def interrupted_at_c(program):
+        if program.path.endswith("c.mlir"):
+            raise KeyboardInterrupt
+        return real(program)
+
+    monkeypatch.setattr(conf, "run_program", interrupted_at_c)
+    report = tmp_path / "report.json"
+    assert conf.main([str(folder), "--jobs", "0", "--json", str(report), "--quiet"]) == 130
+    out, err = capsys.readouterr()
+    assert "interrupted (Ctrl-C): 2 of 4 programs finished" in err and "Traceback" not in err
+    assert "2 of 2 enabled programs passed" in out
+    data = json.loads(report.read_text())
+    assert data["summary"]["interrupted"] and data["summary"]["programs"] == 4
+    assert [r["name"] for r in data["results"]] == ["a", "b"] and data["summary"]["passed"] == 2
+
+
+def test_ctrl_c_with_worker_processes(tmp_path):
+    """A real SIGINT to the command (and its workers: the process group) while a worker runs a hanging
+    program: the finished program is reported, no traceback."""
+    import signal
+    import subprocess
+    import sys
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.mlir").write_text("// RUN: stablehlo-translate --interpret %s\n" + FINE)
+    (folder / "b.mlir").write_text("// RUN: stablehlo-translate --interpret %s\n" + HANG)
+    report = tmp_path / "report.json"
+    process = subprocess.Popen([sys.executable, "-c", "import sys; from interop.conformance import main; "
+                                "sys.exit(main(sys.argv[1:]))", str(folder), "--jobs", "1", "--timeout", "120",
+                                "--json", str(report)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = process.stderr.readline()  # the progress line after the first program
+        assert "1/2" in first, first
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, (out, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "1 of 2 programs finished" in err and "1 of 1 enabled programs passed" in out
+    assert json.loads(report.read_text())["summary"]["interrupted"]
+
+
+def test_filter_matching_nothing_is_an_error(tmp_path, capsys):
+    folder = _corpus_of_fine_programs(tmp_path / "corpus", ["a", "b"])
+    assert conf.main([str(folder), "--jobs", "0", "--filter", "no_such_op"]) == 2
+    captured = capsys.readouterr()
+    assert "--filter 'no_such_op' matches none of the 2 programs" in captured.err and "100" not in captured.out
+    assert conf.main([str(folder), "--jobs", "0", "--filter", "("]) == 2
+    assert "not a regular expression" in capsys.readouterr().err
+    assert conf.main([str(folder), "--jobs", "0", "--filter", "a\\.mlir", "--quiet"]) == 0
+    assert "1 of 1 enabled programs passed" in capsys.readouterr().out
+
+
+def test_progress_without_a_terminal_prints_a_line_per_tenth_or_per_interval(monkeypatch):
+    import io
+    import types
+
+    monkeypatch.delenv("CI", raising=False)
+    result = conf.Result("p.mlir", "t", "passed", "", 0.0, "t")
+    stream = io.StringIO()
+    progress = conf.Progress(1751, stream)
+    for _ in range(1751):
+        progress(result)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("[###") and "1751/1751 passed 1751" in lines[-1]
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(conf, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    stream = io.StringIO()
+    progress = conf.Progress(1000, stream, interval=10.0)
+    for i in range(50):  # slow programs: 3 s each, fewer than a tenth
+        clock.now += 3.0
+        progress(result)
+    assert len(stream.getvalue().splitlines()) == 50 * 3 // 12  # one line per 12 s (10 s, rounded to 3 s steps)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("CI", "true")  # a CI log with a pseudo-terminal: lines, not carriage returns
+    stream = Terminal()
+    progress = conf.Progress(100, stream)
+    for _ in range(100):
+        progress(result)
+    assert "\r" not in stream.getvalue() and len(stream.getvalue().splitlines()) == 10
+
+
 # ----------------------------------------------------------------------------
 # The corpus
 # ----------------------------------------------------------------------------
