@@ -252,11 +252,12 @@ def parallel_probe(x):
 
 @_njit
 def fmax(x, y):
-    """XLA's float maximum of two scalars."""
+    """XLA's float maximum of two scalars (:func:`lowering.kernels.elementwise.fmax`: a NaN ``y`` takes the
+    sign bits of both and-ed)."""
     if x != x:
         return x
     if y != y:
-        return y
+        return y if np.copysign(1.0, x) < 0 else abs(y)
     if x == 0 and y == 0:
         return x + y  # -0 + +0 = +0, -0 + -0 = -0
     return x if x >= y else y
@@ -264,11 +265,11 @@ def fmax(x, y):
 
 @_njit
 def fmin(x, y):
-    """XLA's float minimum of two scalars."""
+    """XLA's float minimum of two scalars (a NaN ``y`` takes the sign bits of both or-ed)."""
     if x != x:
         return x
     if y != y:
-        return y
+        return -abs(y) if np.copysign(1.0, x) < 0 else y
     if x == 0 and y == 0:
         return -((-x) + (-y))
     return x if x <= y else y

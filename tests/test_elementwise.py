@@ -581,3 +581,28 @@ def test_print_parse_round_trip():
     assert str(again) == text
     args = (np.arange(6, dtype=np.float32).reshape(2, 3) / 7, np.array([0.1, -0.2, 0.3], np.float32))
     assert_close(execute(again, *args)[0], execute(module, *args)[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("kind", ["max", "min"])
+@pytest.mark.parametrize("fusion", ["never", "always"])
+def test_max_min_nan_payloads_and_signs_as_xla(dtype, kind, fusion):
+    """Every pair of signed zeros, ones, infinities and signed payload NaNs: XLA's bits (a NaN second operand
+    takes the and-ed (max) or or-ed (min) sign bits; f16 gives the positive quiet NaN)."""
+    import jax
+    import jax.numpy as jnp
+
+    import lowering
+    from interop import import_jax
+
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+    values = np.array([1.0, -1.0, 0.0, -0.0, np.inf, -np.inf, 0.0, 0.0], dtype)
+    quiet = int(np.array(np.nan, dtype).view(unsigned))
+    values.view(unsigned)[6] = quiet | 5 | (1 << (8 * np.dtype(dtype).itemsize - 1))
+    values.view(unsigned)[7] = quiet | 6
+    a = np.repeat(values, values.size)
+    b = np.tile(values, values.size)
+    fn = jnp.maximum if kind == "max" else jnp.minimum
+    expected = np.asarray(jax.jit(fn)(a, b)).view(unsigned)
+    got = lowering.compile(import_jax(fn, a, b), fusion=fusion)(a, b)[0].view(unsigned)
+    assert [hex(v) for v in got] == [hex(v) for v in expected]

@@ -629,3 +629,26 @@ def _pieces_and_numpy_agree(x, op, kernel, mode, monkeypatch):
     assert calls == []
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     return got
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axes", [((4, 7), (1,)), ((3, 300), (1,)), ((9, 5), (0,)), ((2, 3, 8), (0, 2))])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_max_min_carry_the_first_nan_with_its_payload(dtype, shape, axes, kind):
+    """XLA's max/min reductions return the first NaN they meet (payload and sign kept), not NumPy's NaN."""
+    import jax.numpy as jnp
+
+    import lowering
+    from interop import import_jax
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+    bits = x.view(unsigned).reshape(-1)
+    quiet = int(np.array(np.nan, dtype).view(unsigned))
+    for k, position in enumerate(rng.choice(bits.size, size=min(bits.size, 12), replace=False)):
+        bits[position] = quiet | (k + 1) | (0 if k % 2 else 1 << (8 * np.dtype(dtype).itemsize - 1))
+    fn = (lambda v: jnp.max(v, axis=axes)) if kind == "max" else (lambda v: jnp.min(v, axis=axes))
+    expected = np.asarray(jax.jit(fn)(x)).view(unsigned)
+    got = lowering.compile(import_jax(fn, x))(x)[0].view(unsigned)
+    assert [hex(v) for v in got.ravel()] == [hex(v) for v in expected.ravel()]

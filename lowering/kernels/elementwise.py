@@ -269,15 +269,33 @@ def _int_power(e: Elem):
 
 
 def fmax(a, b):
-    """IEEE 754-2019 maximum: NaN-propagating, ``-0 < +0`` (XLA's ``maximum``)."""
+    """IEEE 754-2019 maximum: NaN-propagating, ``-0 < +0`` (XLA's ``maximum``). A NaN ``a`` is the result;
+    a NaN ``b`` (``a`` not NaN) is, with the sign bit ``sign(a) & sign(b)``, as XLA CPU gives it (measured:
+    ``max(1, -NaN)`` is ``+NaN``, ``max(-1, -NaN)`` is ``-NaN``)."""
     both_zero = (a == 0) & (b == 0)
-    return np.where(both_zero, np.add(a, b), np.maximum(a, b))  # -0 + +0 = +0, -0 + -0 = -0
+    result = np.where(both_zero, np.add(a, b), np.maximum(a, b))  # -0 + +0 = +0, -0 + -0 = -0
+    return _nan_sign(result, a, b, negative_wins=False)
 
 
 def fmin(a, b):
-    """IEEE 754-2019 minimum: NaN-propagating, ``-0 < +0`` (XLA's ``minimum``)."""
+    """IEEE 754-2019 minimum: NaN-propagating, ``-0 < +0`` (XLA's ``minimum``); a NaN ``b`` (``a`` not NaN)
+    has the sign bit ``sign(a) | sign(b)`` (see :func:`fmax`)."""
     both_zero = (a == 0) & (b == 0)
-    return np.where(both_zero, np.negative(np.add(np.negative(a), np.negative(b))), np.minimum(a, b))
+    result = np.where(both_zero, np.negative(np.add(np.negative(a), np.negative(b))), np.minimum(a, b))
+    return _nan_sign(result, a, b, negative_wins=True)
+
+
+def _nan_sign(result, a, b, negative_wins: bool):
+    """``result`` of max (``negative_wins`` False) or min where only ``b`` is NaN: ``b`` with the sign XLA gives
+    (the sign bits of ``a`` and ``b`` and-ed for max, or-ed for min). One pass when no NaN is there."""
+    nan = np.isnan(result)
+    if not nan.any():
+        return result
+    a, b = np.broadcast_arrays(a, b)
+    fix = nan & ~np.isnan(a) & (np.signbit(a) == negative_wins)
+    if not fix.any():
+        return result
+    return np.where(fix, -np.abs(b) if negative_wins else np.abs(b), result)
 
 
 def _round_afz(x):
@@ -852,6 +870,22 @@ def _same(fn, kinds=("pred", "sint", "uint", "float", "complex")):
     return {k: fn for k in kinds}
 
 
+def _f16_nans(fn: Callable):
+    """``fn`` (max or min) for one element type: on f16, XLA CPU's element-wise max/min give every NaN as the
+    positive quiet NaN (measured: ``max(1, -NaN(5))`` is ``0x7e00``; its f16 reductions keep payloads)."""
+    def make(e: Elem) -> Callable:
+        if e.dtype != np.float16:
+            return fn
+
+        def canonical(a, b):
+            result = fn(a, b)
+            return np.where(np.isnan(result), result.dtype.type(np.nan), result)
+
+        return canonical
+
+    return make
+
+
 BINARY_KERNELS: dict[str, dict[str, object]] = {
     "add": _same(np.add),
     "subtract": _same(np.subtract, ("sint", "uint", "float", "complex")),
@@ -862,9 +896,9 @@ BINARY_KERNELS: dict[str, dict[str, object]] = {
     "atan2": {"float": libm.atan2, "complex": _catan2},
     "complex": {"float": None},  # built per result type below
     "divide": {"sint": _PerType(_int_divide), "uint": _PerType(_int_divide), "float": np.divide, "complex": _cdiv},
-    "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": fmax,
+    "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": _PerType(_f16_nans(fmax)),
                 "complex": _cmax_min(True)},
-    "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": fmin,
+    "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": _PerType(_f16_nans(fmin)),
                 "complex": _cmax_min(False)},
     "power": {"sint": _PerType(_int_power), "uint": _PerType(_int_power), "float": libm.pow, "complex": _cpow},
     "remainder": {"sint": _PerType(_int_remainder), "uint": _PerType(_int_remainder), "float": np.fmod},

@@ -23,6 +23,7 @@ An empty reduced dimension gives the init value everywhere.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from xla_dialect.ops.base import ints
@@ -107,6 +108,43 @@ def _signed_zeros(ufunc, axes):
     return fix
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _first_nans(result, x, init, axes, ufunc):
+    """``result`` of a max/min reduction with each NaN made the one XLA gives: the reduction folds
+    ``acc = max(acc, x)`` over ``init, x...`` (the reduced elements in row-major order), so the first NaN it
+    meets is carried through, with the sign :func:`lowering.kernels.elementwise.fmax` gives a NaN second
+    operand: for max, set only if every value before it has its sign bit set; for min, if it or any value
+    before it has. NumPy's reduce returns its own NaN (measured against jax.jit, rows of 2 to 1,000)."""
+    result = np.asarray(result)
+    nan = np.isnan(result)
+    if not nan.any():
+        return result
+    fixed = np.array(result, ndmin=1)
+    nan = nan.reshape(fixed.shape)
+    if np.isnan(init):
+        fixed[nan] = init
+        return fixed.reshape(result.shape)
+    kept = [d for d in range(x.ndim) if d not in axes]
+    rows = np.transpose(x, kept + list(axes)).reshape(-1, int(np.prod([x.shape[d] for d in axes], dtype=np.int64)))
+    rows = rows[nan.reshape(-1)]
+    first = np.argmax(np.isnan(rows), axis=1)
+    values = rows[np.arange(rows.shape[0]), first]
+    before = np.arange(rows.shape[1]) < first[:, None]
+    signs = np.signbit(rows)
+    if ufunc is np.maximum:  # the accumulator is negative-signed iff init and every value before are
+        negative = np.all(signs | ~before, axis=1) & bool(np.signbit(init))
+        values = np.where(negative, values, np.abs(values))
+    else:  # min: negative-signed iff init or any value before is
+        negative = np.any(signs & before, axis=1) | bool(np.signbit(init))
+        values = np.where(negative, -np.abs(values), values)
+    if fixed.dtype == _BF16:  # computed in f32, rounded by XLA's f32 -> bf16 conversion: the quiet NaN
+        values = np.copysign(np.full(values.shape, np.nan, _BF16), values)
+    fixed[nan] = values
+    return fixed.reshape(result.shape)
+
+
 def _tree_sum(x, axes, acc):
     """Sum of ``x`` over ``axes`` (none of them the last axis) by halving: the reduced elements of each output
     are added in a balanced tree (``log2 n`` levels), one vectorized add per level over all outputs at once.
@@ -152,7 +190,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
     def reduce_kernel(body, x, init):
         total = ufunc.reduce(x, axis=axes, dtype=acc)
         result = np.asarray(ufunc(np.asarray(init, acc), total), acc).astype(dtype, copy=False)
-        return result if fix is None else fix(result, x, init)
+        return result if fix is None else _first_nans(fix(result, x, init), x, init, axes, ufunc)
 
     rows = in_shape is not None and len(in_shape) >= 1 and tuple(axes) == (len(in_shape) - 1,) and in_shape[-1] >= 1
     if rows and dtype in _ROW_DTYPES and (fix is not None or ufunc is np.add):
@@ -175,7 +213,8 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
                 return reduce_kernel(body, x, init)
             total = rowwise.row_extrema_of(x, ufunc, workers)  # (zeros with XLA's sign over the row already)
             result = np.asarray(ufunc(np.asarray(init, acc), total), acc)
-            return fix(result, x, init) if init == 0 else result  # (a zero init takes part in the sign)
+            result = fix(result, x, init) if init == 0 else result  # (a zero init takes part in the sign)
+            return _first_nans(result, x, init, axes, ufunc)
 
         return row_extrema_kernel
     return reduce_kernel
