@@ -23,7 +23,7 @@ from .stablehlo_parse import _BYTECODE_MAGIC
 __all__ = ["import_jax"]
 
 
-def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
+def import_jax(obj, *example_args, trusted: bool | None = None, **example_kwargs) -> ModuleOp:
     """Import a JAX program into the hlo dialect.
 
     ``obj`` is one of:
@@ -41,8 +41,19 @@ def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
     ``?`` dimensions) the example arguments give the concrete shapes the
     program is refined to; for a ``Lowered`` (already static) they are not
     accepted.
+
+    Bytes (a serialized export, bytecode, an artifact) are untrusted input for jaxlib's C++ reader,
+    which aborts the process on some corrupted bytes: they are first read in a child process (about
+    0.5 s; :mod:`interop.bytecode_check`). ``trusted=True`` skips that for bytes you produced yourself
+    (as ``import_stablehlo(data, trusted=True)``). Tracing a function reads no bytes: there a
+    ``trusted=`` keyword is the function's own example argument.
     """
     import jax
+
+    if trusted is not None and callable(obj) and not isinstance(
+            obj, (jax.export.Exported, jax.stages.Lowered, jax.stages.Traced)):
+        example_kwargs["trusted"] = trusted  # the traced function's keyword of that name
+    trusted = bool(trusted)
 
     flat_examples = jax.tree.leaves((example_args, example_kwargs)) if (example_args or example_kwargs) else []
     if flat_examples and isinstance(obj, (jax.stages.Lowered, jax.stages.Traced)):
@@ -51,7 +62,7 @@ def import_jax(obj, *example_args, **example_kwargs) -> ModuleOp:
     if isinstance(obj, str):
         return import_stablehlo(obj, *flat_examples)
     if isinstance(obj, (bytes, bytearray, memoryview)):
-        return _from_bytes(bytes(obj), flat_examples)
+        return _from_bytes(bytes(obj), flat_examples, trusted)
     if isinstance(obj, jax.export.Exported):
         return _from_exported(obj, flat_examples, trusted=True)
     if isinstance(obj, jax.stages.Lowered):
@@ -159,13 +170,13 @@ def _example_aval(arg):
     return jax.ShapeDtypeStruct(arr.shape, arr.dtype)
 
 
-def _from_bytes(data: bytes, flat_examples=()) -> ModuleOp:
+def _from_bytes(data: bytes, flat_examples=(), trusted: bool = False) -> ModuleOp:
     if not data.strip():
         from xla_dialect.errors import empty_input
 
         raise XlaError("import_jax: " + empty_input("<bytes>", data))
     if data.startswith(_BYTECODE_MAGIC):
-        return import_stablehlo(data, *flat_examples)
+        return import_stablehlo(data, *flat_examples, trusted=trusted)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -183,7 +194,7 @@ def _from_bytes(data: bytes, flat_examples=()) -> ModuleOp:
             "import_jax: the bytes are not a program: neither MLIR text, MLIR bytecode / a StableHLO portable "
             f"artifact (magic 'ML\\xefR') nor a serialized jax.export.Exported (jax.export.deserialize: {e})"
         ) from None
-    return _from_exported(exported, flat_examples)
+    return _from_exported(exported, flat_examples, trusted)
 
 
 def _aval_type(aval):

@@ -32,13 +32,15 @@ FORMATS_HELP = ("program files: " + "; ".join(FORMATS)
 _STABLEHLO_OP = re.compile(rb"\b(?:stablehlo|chlo|mhlo|sdy)\.[a-z_]+")
 
 
-def load_program(path: str, inputs=None):
+def load_program(path: str, inputs=None, trusted: bool = False):
     """Read a program file in any of :data:`FORMATS` (told apart by content, not by the file name).
 
     A shape-polymorphic StableHLO program is refined to the shapes of ``inputs``. Errors are
-    :class:`XlaError` naming the file (and the line and column where there is one).
+    :class:`XlaError` naming the file (and the line and column where there is one). Bytecode,
+    artifacts and serialized exports are read in a child process first unless ``trusted``
+    (files you produced yourself; see :func:`interop.import_jax`).
     """
-    return program_from_bytes(read_program_file(path), path, inputs)
+    return program_from_bytes(read_program_file(path), path, inputs, trusted)
 
 
 def read_program_file(path: str) -> bytes:
@@ -50,7 +52,7 @@ def read_program_file(path: str) -> bytes:
         raise XlaError(f"{path}: cannot read it: {e.strerror or e}") from None
 
 
-def program_from_bytes(data: bytes, path: str, inputs=None):
+def program_from_bytes(data: bytes, path: str, inputs=None, trusted: bool = False):
     """:func:`load_program` on the bytes of the file ``path`` (the name shown in messages)."""
     from xla_dialect.errors import MlirParseError, empty_input
 
@@ -72,19 +74,19 @@ def program_from_bytes(data: bytes, path: str, inputs=None):
         from .stablehlo_import import import_stablehlo
 
         try:
-            return import_stablehlo(data, filename=path)
+            return import_stablehlo(data, filename=path, trusted=trusted)
         except XlaError as e:
             if inputs and "dynamic shape" in str(e):
-                return import_stablehlo(data, *inputs, filename=path)
+                return import_stablehlo(data, *inputs, filename=path, trusted=trusted)
             raise
     from .jax_import import import_jax
 
     try:  # a serialized jax.export.Exported
         try:
-            return import_jax(data)
+            return import_jax(data, trusted=trusted)
         except XlaError as e:
             if inputs and "dynamic shape" in str(e):
-                return import_jax(data, *inputs)
+                return import_jax(data, *inputs, trusted=trusted)
             raise
     except XlaError as e:
         raise type(e)(f"{path}: {str(e).removeprefix('import_jax: ')}") from None

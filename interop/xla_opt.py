@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                              "module name (repeatable)")
     parser.add_argument("--report", action="store_true", help="print pass reports and timings to stderr")
     parser.add_argument("--no-verify", action="store_true", help="do not verify after every pass")
+    parser.add_argument("--trusted", action="store_true",
+                        help="the file is one you produced yourself: skip the check of bytecode, artifacts and "
+                             "serialized exports in a child process (as xla-run --trusted)")
     args = parser.parse_args(argv)
     try:
         from passes import load_plugin, run
@@ -128,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         from .programs import load_program, program_from_bytes
 
         if args.file == "-":
-            module = program_from_bytes(sys.stdin.buffer.read(), "<stdin>")
+            module = program_from_bytes(sys.stdin.buffer.read(), "<stdin>", trusted=args.trusted)
         else:
-            module = load_program(args.file)
+            module = load_program(args.file, trusted=args.trusted)
         result = run(module, args.passes, verify=not args.no_verify) if args.passes.strip() else None
         text = emit(module, args.emit)
         if args.output:

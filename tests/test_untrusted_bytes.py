@@ -64,3 +64,39 @@ def test_random_corruptions_few():
 def test_random_corruptions_many():
     for data in _mutations(200, seed=2):
         _import_or_project_error(data)
+
+
+def test_trusted_switch_of_import_jax_xla_run_and_xla_opt(tmp_path, monkeypatch, capsys):
+    """import_jax(bytes, trusted=True), xla-run --trusted and xla-opt --trusted skip the child-process check
+    of bytes you produced yourself (as import_stablehlo(data, trusted=True)); by default it runs."""
+    import jax
+    import jax.numpy as jnp
+
+    import interop.bytecode_check
+    from interop.cli import xla_run_main
+    from interop.xla_opt import main as xla_opt_main
+
+    checked = []
+    real = interop.bytecode_check.check_in_subprocess
+    monkeypatch.setattr(interop.bytecode_check, "check_in_subprocess", lambda data: checked.append(len(data)) or
+                        real(data))
+    x = np.ones(3, np.float32)
+    exported = jax.export.export(jax.jit(lambda v: jnp.sin(v) * 2))(x)
+    for data in (exported.serialize(), exported.mlir_module_serialized):  # serialized export, artifact
+        checked.clear()
+        trusted = import_jax(data, trusted=True)
+        assert checked == []
+        assert str(import_jax(data)) == str(trusted) and len(checked) == 1
+    path = tmp_path / "prog.bin"
+    path.write_bytes(exported.serialize())
+    np.savez(tmp_path / "in.npz", arg0=x)
+    checked.clear()
+    assert xla_run_main([str(path), "--inputs", str(tmp_path / "in.npz"), "--trusted"]) == 0
+    assert xla_opt_main([str(path), "--trusted"]) == 0 and checked == []
+    assert xla_run_main([str(path), "--inputs", str(tmp_path / "in.npz")]) == 0 and len(checked) == 1
+    capsys.readouterr()
+
+    def f(v, trusted):  # tracing reads no bytes: a keyword of that name is the function's own
+        return v * trusted
+
+    assert "hlo.multiply" in str(import_jax(f, x, trusted=2.0))
