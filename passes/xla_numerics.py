@@ -29,6 +29,7 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
 * ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``); ``A * 1``, ``A / 1``, ``A - 0``,
   ``max(A, A)``, ``min(A, A)`` -> ``A`` and ``A * -1`` -> ``-A`` (subnormals kept, NaN signs flipped).
+* ``convert(convert(x: A) -> B) -> A`` -> ``x`` where ``B`` holds every value of ``A``.
 * ``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln|A| * B``; ``ln(sqrt(A))`` -> ``ln(A) * 0.5``;
   ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``.
 * ``pow(exp(A), B)`` -> ``exp(A * B)``; ``pow(A, 2)`` -> ``A * A``;
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Operation, SSAValue
@@ -597,6 +599,48 @@ class SimplifyPower(RewritePattern):
             _replace(rewriter, op, _emit(rewriter, ew.SelectOp, [is_minus_inf, plus_inf, root], t))
 
 
+def _preserves_values(source: np.dtype, intermediate: np.dtype) -> bool:
+    """XLA's ``CastPreservesValues`` for float and integer types: every ``source`` value survives a conversion
+    to ``intermediate`` (a float of at least the exponent range and mantissa, an integer of the range)."""
+    if source.kind == "f" or source.kind == "V" or intermediate.kind in "fV":
+        if not (_is_float(source) and _is_float(intermediate)):
+            return False
+        s, i = ml_dtypes.finfo(source), ml_dtypes.finfo(intermediate)
+        return i.nmant >= s.nmant and i.maxexp >= s.maxexp and i.minexp <= s.minexp
+    if source.kind in "iu" and intermediate.kind in "iu":
+        s, i = np.iinfo(source), np.iinfo(intermediate)
+        return i.min <= s.min and i.max >= s.max
+    return False
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    try:
+        ml_dtypes.finfo(dtype)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+class ConvertPair(RewritePattern):
+    """``convert(convert(x: A) -> B) -> A`` -> ``x`` where ``B`` holds every value of ``A`` (XLA's
+    ``IsConvertPairNoOp``): a bf16 subnormal kept through f64, a signalling NaN not quieted."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: cv.ConvertOp, rewriter: PatternRewriter) -> None:
+        inner = op.operands[0].owner
+        if not isinstance(inner, cv.ConvertOp) or computes_on_quantized(op) or computes_on_quantized(inner):
+            return
+        source = inner.operands[0]
+        if source.type != op.results[0].type:
+            return
+        try:
+            a, b = numpy_dtype(source.type), numpy_dtype(inner.results[0].type)
+        except Exception:  # noqa: BLE001 - element types without a NumPy dtype are left alone
+            return
+        if _preserves_values(np.dtype(a), np.dtype(b)):
+            rewriter.replace(op, [], [source])
+
+
 class SimplifyLog(RewritePattern):
     """``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln(|A|) * B`` (a negative base gives a finite
     value where pow gives NaN); ``ln(sqrt(A))`` -> ``ln(A) * 0.5``; ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``
@@ -628,7 +672,8 @@ class XlaFloatRewritesPass(PatternPass):
 
     name = "xla-float-rewrites"
     PATTERNS = (Identities, DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants,
-                FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ExcessPrecisionConvert)
+                FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ConvertPair,
+                ExcessPrecisionConvert)
 
 
 @register_pass
@@ -678,7 +723,8 @@ _ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp, LogOp, MaxOp, MinOp)
 def needs_rewrites(module: Operation) -> bool:
     """Whether ``module`` has an op some pattern may rewrite (a cheap over-approximation)."""
     return any((isinstance(op, _ROOTS) and element_name(op.results[0]) in (*_NATIVE, "bf16"))
-               or (isinstance(op, cv.ConvertOp) and element_name(op.operands[0]) == "bf16")
+               or (isinstance(op, cv.ConvertOp) and (element_name(op.operands[0]) == "bf16"
+                                                     or isinstance(op.operands[0].owner, cv.ConvertOp)))
                for op in module.walk())
 
 

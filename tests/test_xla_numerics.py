@@ -282,6 +282,19 @@ def test_identities_keep_subnormals_and_nan_bits(dtype):
         assert_matches_jax(fn, x)
 
 
+def test_value_preserving_convert_pairs_are_removed():
+    # XLA's IsConvertPairNoOp: a bf16/f16/f32 subnormal survives a round trip through a wider type under
+    # flush-to-zero (found by the differential fuzzer: bf16 -> f64 -> bf16 flushed here).
+    x = np.array([0x8012, 0x0001, 0x7F81, 0x3F80, 0xFFC3], np.uint16).view(BF16)
+    h = np.array([0x8012, 0x0001, 0x7C01, 0x3C00], np.uint16).view(F16)
+    f = np.array([1e-40, -1e-42, 1.0, 3e38], F32)
+    for v, mids in ((x, (F64, F32)), (h, (F64, F32)), (f, (F64,))):
+        for mid in mids:
+            assert_matches_jax(lambda a: a.astype(mid).astype(v.dtype), v)
+    assert_matches_jax(lambda a: a.astype(F16).astype(F32), f)  # not value-preserving: converted twice
+    assert_matches_jax(lambda a: a.astype(np.int32).astype(np.int8), np.array([-5, 127, -128], np.int8))
+
+
 def test_power_of_exp():
     assert_matches_jax(lambda a, b: jax.lax.pow(jnp.exp(a), b), _data(F32, scale=1), _data(F32, scale=1, seed=1))
 
