@@ -150,6 +150,10 @@ class _LoopWriter:
             raise _Ineligible("a dynamic shape")
         return dtype, shape
 
+    def has_name(self, value: SSAValue) -> bool:
+        """Whether ``value`` is known to the code being written (an input, or computed by it)."""
+        return value in self.names
+
     def name(self, value: SSAValue) -> str:
         if value not in self.names:
             raise _Ineligible("a value captured from outside the loop")
@@ -404,7 +408,15 @@ class _LoopWriter:
     def op_fma(self, op, out, dtype, shape, indent):
         if dtype not in _FLOATS:
             raise _Ineligible("fma on integers")
-        self.elementwise(out, dtype, shape, op.operands, lambda a, b, c: f"fused_multiply_add({a}, {b}, {c})", indent)
+        # The NaN of the instruction (fma_nan) is taken from the operands as they were before a negation that
+        # LLVM folds into it (vfnmadd, vfmsub), as XLA's fused loops compute it.
+        raw = [v.owner.operands[0] if isinstance(v.owner, Operation) and v.owner.name == "hlo.negate" else v
+               for v in op.operands]
+        if not all(self.has_name(v) for v in raw):
+            raw = list(op.operands)
+        zero = self.typed(dtype, "0")
+        self.elementwise(out, dtype, shape, [*op.operands, *raw], lambda a, b, c, ra, rb, rc: (
+            f"fma_nan(fused_multiply_add({a}, {b}, {c}), {ra}, {rb}, {rc}, {zero})"), indent)
 
     def op_sine(self, op, out, dtype, shape, indent):
         if dtype not in _FLOATS:

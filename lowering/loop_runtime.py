@@ -36,6 +36,22 @@ def fused_multiply_add(typingctx, a, b, c):
     return a(a, a, a), codegen
 
 
+@_njit
+def fma_nan(r, a, b, c, zero):
+    """``r = fma(a, b, c)`` with the NaN the FMA instruction gives (:func:`lowering.kernels.elementwise.fma_nans`:
+    the first NaN of ``a, b, c`` as they were before a folded negation, quieted by adding ``zero``, a +0 of
+    their type); the check costs a compare when ``r`` is a number."""
+    if r == r:
+        return r
+    if a != a:
+        return a + zero
+    if b != b:
+        return b + zero
+    if c != c:
+        return c + zero
+    return r
+
+
 def _gemm_function(builder, address, real):
     """The ILP64 CBLAS ``?gemm`` at the int64 ``address`` as a callable LLVM value, and the pointer type of its
     matrices, for element type ``real`` (LLVM float or double)."""
@@ -302,7 +318,7 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
+HELPER_NAMES = ("fused_multiply_add", "fma_nan", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
                 "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

@@ -236,3 +236,23 @@ def test_contraction_across_a_call_boundary():
     a, b, c = (_data(F32, (10000,), seed=s) for s in range(3))
     assert_matches_jax(lambda x, y, z: product(x, y) + z, a, b, c)
     assert_matches_jax(lambda x, y, z: z - product(x, y), a, b, c)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("fusion", ["never", "always"])
+def test_contracted_nan_operands_give_the_instructions_nan(dtype, fusion):
+    """A NaN operand of a contracted multiply-add is returned as the FMA instruction returns it: the first NaN
+    of a, b, c, with its own sign (a folded negation does not apply), also for inf * 0 + NaN; fused and
+    unfused alike, bit for bit with jax.jit."""
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    quiet = int(np.array(np.nan, dtype).view(unsigned))
+    sign = 1 << (8 * np.dtype(dtype).itemsize - 1)
+    nan_a, nan_b, nan_c = (np.array(quiet | p | s, unsigned).view(dtype) for p, s in ((1, 0), (2, sign), (3, 0)))
+    cases = [(nan_a, 2.0, 3.0), (2.0, nan_b, 3.0), (2.0, 3.0, nan_c), (nan_a, nan_b, 3.0), (nan_a, 2.0, nan_c),
+             (2.0, nan_b, nan_c), (nan_a, nan_b, nan_c), (np.inf, 0.0, nan_c), (np.inf, 0.0, 3.0)]
+    a, b, c = (np.repeat(np.array([case[k] for case in cases], dtype), 64) for k in range(3))
+    for fn in (lambda a, b, c: a * b + c, lambda a, b, c: c + a * b, lambda a, b, c: a * b - c,
+               lambda a, b, c: c - a * b):
+        expected = np.asarray(jax.jit(fn)(a, b, c)).view(unsigned)
+        got = lowering.compile(import_jax(fn, a, b, c), fusion=fusion)(a, b, c)[0].view(unsigned)
+        assert [hex(v) for v in got[::64]] == [hex(v) for v in expected[::64]]
