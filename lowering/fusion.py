@@ -322,8 +322,9 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     (1, or the trailing elements fused broadcasts repeat, or the last dimension
     the group's reductions reduce), so that pieces of rows can run on several
     CPUs at once (``flush``: the executor's denormal mode is "flush"). It
-    returns whether a maximum or minimum reduction met a NaN: the caller then
-    computes the group with the ops' own kernels (NaN's payload is NumPy's)."""
+    returns whether a maximum or minimum reduction met a NaN or a float output
+    is NaN: the caller then computes the group with the ops' own kernels (so a
+    NaN's payload and sign are theirs, whatever order LLVM gave the operands)."""
     writer = _FusionWriter({}, dtype_of, flush)
     reads, inner = input_reads(group, writer.info)
     sub = 1  # (reduction rows per loop row: a mask broadcast over the last two dimensions makes rows of n * n)
@@ -357,6 +358,10 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
     lines += [f"    h{j} = g{j}[start * {sub}:stop * {sub}]" if r in reduced
               else f"    h{j} = g{j}[start * {inner}:stop * {inner}]" for j, r in enumerate(group.outputs)]
     stores = [(f"h{j}", writer.name(r)) for j, r in enumerate(group.outputs) if r not in reduced]
+    # A NaN output: which NaN a loop of scalar ops gives depends on how LLVM orders commutative operands
+    # (a * b of two NaNs); the ops' own kernels decide it instead, so fused and unfused agree bit for bit.
+    body += [f"        found |= {writer.name(r)} != {writer.name(r)}" for r in group.outputs
+             if r not in reduced and writer.info(r)[0].kind == "f"]
     row_stores, row_end = _row_reductions(group, writer, inner, sub, lines)
     lines.append("    found = False")
     lines += element_loop(loads, stores, body, "stop - start", inner, "    ", row_stores=row_stores,
@@ -543,7 +548,7 @@ class FusedGroup:
             kernel = self.kernel if self.bounds is None else self._serial_kernel()
             pieces = [(*head, start, stop) for start, stop in self.pieces]
             found = any(run_pieces(kernel, pieces, self.worker_mode))
-        if found:  # a row maximum or minimum met a NaN: the ops' own kernels give NumPy's NaN
+        if found:  # a NaN output or a row maximum or minimum met a NaN: the ops' own kernels give its bits
             return self.interpreted(*inputs)
         return tuple(outputs)
 

@@ -227,6 +227,12 @@ def _is_nan(a: np.ndarray) -> np.ndarray:
     return np.isnan(a.astype(np.float64))
 
 
+def _shown(a: np.ndarray, where: np.ndarray) -> str:
+    """The first few elements of ``a`` at flat indices ``where``, as values and bits (NaNs differ in bits)."""
+    picked = a.ravel()[where[:4]]
+    return f"{picked.tolist()} (bits {[hex(int(b)) for b in _bits(picked)]})"
+
+
 def _compare(program: Program) -> None:
     fn = program.function()
     args = [np.asarray(x) for x in program.inputs]
@@ -242,13 +248,13 @@ def _compare(program: Program) -> None:
             differ = np.flatnonzero(_bits(got).ravel() != _bits(reference).ravel())
             pytest.fail(program.reproducer(
                 f"the executor's {name!r} and 'interpreter' configurations differ at {differ[:8].tolist()}: "
-                f"{got.ravel()[differ[:4]]} vs {reference.ravel()[differ[:4]]}"))
+                f"{_shown(got, differ)} vs {_shown(reference, differ)}"))
     same = (_bits(reference) == _bits(expected)) | (_is_nan(reference) & _is_nan(expected))
     if not same.all():
         differ = np.flatnonzero(~same.ravel())
         pytest.fail(program.reproducer(
             f"the executor and jax.jit differ at {differ[:8].tolist()} of {same.size}: "
-            f"{reference.ravel()[differ[:4]]} vs {expected.ravel()[differ[:4]]}"))
+            f"{_shown(reference, differ)} vs {_shown(expected, differ)}"))
 
 
 def _check(program: Program) -> None:
