@@ -164,17 +164,17 @@ def bench_mlp(batch: int = 256, width: int = 1024) -> dict:
     return {"jax_jit_ms": t_jax * 1e3, "jax_jit_median_ms": median_jax * 1e3, "policies": rows}
 
 
-def bench_workloads(repeat: int = 7, only: str | None = None) -> list[dict]:
-    """Each workload of ``benchmarks/workloads.py`` (those whose name contains ``only``, if given): executor,
-    jax.jit and NumPy times (median and best of ``repeat`` interleaved rounds) and the largest difference
-    between the executor's and jax.jit's outputs."""
+def bench_workloads(repeat: int = 7, only: str | None = None, workloads=None) -> list[dict]:
+    """Each workload of ``benchmarks/workloads.py`` (or of ``workloads``; those whose name contains ``only``, if
+    given): executor, jax.jit and NumPy times (median and best of ``repeat`` interleaved rounds) and the largest
+    difference between the executor's and jax.jit's outputs."""
     import jax
 
     from interop import import_jax
     from workloads import WORKLOADS
 
     rows = []
-    for make in WORKLOADS:
+    for make in WORKLOADS if workloads is None else workloads:
         w = make()
         if only is not None and only not in w.name:
             continue
