@@ -25,10 +25,10 @@ NOTES = {
     "hlo.rsqrt": "bit-exact on every x86-64 CPU: the CPU's own estimate instruction plus XLA's Newton steps, as XLA "
                  "runs them (f32 RSQRTPS with AVX; f64 VRSQRT14PD with AVX-512F, else 1/sqrt)",
     "hlo.logistic": "bit-exact for real types and c128",
-    "hlo.sine": "bit-exact for real types (f32: glibc's sinf, which XLA calls, reproduced with its FMAs); complex: "
-                "see the general notes",
-    "hlo.cosine": "bit-exact for real types (f32: glibc's cosf, which XLA calls, reproduced with its FMAs); complex: "
-                  "see the general notes",
+    "hlo.sine": "bit-exact for real types (f32: the C library's sinf, which XLA calls, called from the kernel, fused "
+                "loops and compiled loops alike); complex: see the general notes",
+    "hlo.cosine": "bit-exact for real types (f32: the C library's cosf, which XLA calls, called from the kernel, fused "
+                  "loops and compiled loops alike); complex: see the general notes",
     "hlo.tan": "bit-exact (libm's tanf/tan, as XLA; 8-bit floats via f16)",
     "hlo.dot_general": "complex dots follow XLA's Eigen summation order (bit-exact on tested shapes; ~10x slower than BLAS)",
     "hlo.bitcast_convert": "pred counts as 1 bit, as in StableHLO (XLA counts 8)",

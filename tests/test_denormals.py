@@ -212,14 +212,17 @@ def test_data_movement_keeps_denormals():
 
 def test_xla_simplifier_identities():
     # XLA's algebraic simplifier drops x * 1 and x - 0 before code generation, so their denormals survive in
-    # XLA; the executor computes them (and flushes) unless the simplify pass drops them first, as XLA does.
+    # XLA; so does the executor (xla-float-rewrites), and the simplify pass drops them too. With
+    # xla_rewrites=False each op is computed, and flushes.
     import passes
 
     x = tiny_mix(F32)
     fn = lambda a: (a * jnp.ones_like(a), a - jnp.zeros_like(a))  # noqa: E731
     want = jax.jit(fn)(x)
     module = import_jax(fn, x)
-    assert not is_denormal(lowering.compile(module)(x)[0]).any()
+    for g, w in zip(lowering.compile(module)(x), want):
+        assert_bits(g, np.asarray(w))
+    assert not is_denormal(lowering.compile(module, xla_rewrites=False)(x)[0]).any()
     for g, w in zip(lowering.compile(passes.run(module, "canonicalize-broadcasts,simplify").module)(x), want):
         assert_bits(g, np.asarray(w))
 
@@ -260,12 +263,12 @@ def test_keep_gives_ieee_results():
 
 def test_default_is_flush_and_executable_reports_mode():
     x = np.array([1e-39], F32)
-    module = import_jax(lambda a: a * 1, x)
+    module = import_jax(lambda a: a * 2, x)  # (not a * 1: XLA drops it, and so does the executor)
     assert dn.resolve_denormals(None) == "flush"
     assert lowering.compile(module).denormals == "flush"
     assert lowering.compile(module, denormals="keep").denormals == "keep"
     assert lowering.compile(module)(x)[0][0] == 0
-    assert_bits(lowering.compile(module, denormals="keep")(x)[0], x)
+    assert_bits(lowering.compile(module, denormals="keep")(x)[0], x * F32(2))
 
 
 # ----------------------------------------------------------------------------
@@ -280,8 +283,8 @@ def _ieee_now() -> bool:
 
 def test_mode_restored_after_call_error_and_nesting():
     x = np.array([1e-39], F32)
-    flush = lowering.compile(import_jax(lambda a: a * 1, x))
-    keep = lowering.compile(import_jax(lambda a: a * 1, x), denormals="keep")
+    flush = lowering.compile(import_jax(lambda a: a * 2, x))
+    keep = lowering.compile(import_jax(lambda a: a * 2, x), denormals="keep")
     seen = {}
 
     def host(operands, attributes, result_types):
@@ -304,7 +307,8 @@ def test_mode_restored_after_call_error_and_nesting():
                     exe(x)
             else:
                 exe(x)
-            assert seen == {"mode_in_callback_is_ieee": False, "nested_keep": x[0], "after_nested_is_ieee": False}
+            assert seen == {"mode_in_callback_is_ieee": False, "nested_keep": x[0] * F32(2),
+                            "after_nested_is_ieee": False}
             assert _ieee_now()  # restored, also after the error
     finally:
         from lowering.runtime import unregister_custom_call

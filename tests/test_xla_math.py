@@ -278,16 +278,6 @@ def test_c128_unary_bit_exact(mnemonic):
     _assert_same_parts(_run(mnemonic, x, "c128"), ref, x, f"{mnemonic} c128")
 
 
-def test_sincos_f32_rounding_fallback(monkeypatch):
-    # f32 sin/cos evaluate glibc's polynomial unfused and redo results near an f32 rounding midpoint with
-    # emulated FMAs; with every result redone, they must still be XLA's.
-    monkeypatch.setattr(xla_math, "_ROUNDING_GUARD", 1 << 29)
-    x = _f32_inputs(5, 20000)
-    for mnemonic, fn in (("sine", xla_math.sin_f32), ("cosine", xla_math.cos_f32)):
-        with np.errstate(all="ignore"):
-            _assert_same_bits(fn(x), _xla(mnemonic, x), x, f"{mnemonic} f32 all fused")
-
-
 def _near_unit_circle_and_minus_one(dtype, n: int = 20000):
     """Where XLA's complex log and log1p switch formulas: |z| near 1, z near -1, huge and tiny parts."""
     rng = np.random.default_rng(zlib.crc32(f"circle-{np.dtype(dtype).name}".encode()))
