@@ -103,12 +103,80 @@ def _from_lowered(lowered) -> ModuleOp:
 
     module = import_mlir_module(lowered.compiler_ir("stablehlo"))
     kept = None
+    callbacks = ()
+    ordered = ()
     try:
-        kept = lowered._lowering.compile_args.get("kept_var_idx")  # jit drops unused arguments
+        compile_args = lowered._lowering.compile_args
+        kept = compile_args.get("kept_var_idx")  # jit drops unused arguments
+        callbacks = compile_args.get("host_callbacks") or ()
+        ordered = compile_args.get("ordered_effects") or ()
     except AttributeError:
         pass
+    _capture_host_callbacks(module, callbacks)
+    _drop_effect_tokens(module, len(ordered))
     in_avals = jax.tree.leaves(lowered.in_avals)
     return _restore_unused_arguments(module, kept, in_avals)
+
+
+def _capture_host_callbacks(module: ModuleOp, callbacks) -> None:
+    """Put the Python callable behind each host-callback custom call (``jax.debug.print``,
+    ``jax.pure_callback``, ``io_callback``, ``eqx.error_if``) on its op (:mod:`xla_dialect.callbacks`).
+
+    The program holds only an ``index`` into the lowering's ``host_callbacks``: the module keeps the
+    callables from here on, so the executable does not depend on jax's lowering staying alive."""
+    from xla_dialect.callbacks import (
+        HOST_CALLBACK_ATTR,
+        HOST_CALLBACK_TARGETS,
+        HostCallback,
+        HostCallbackAttr,
+        callback_index,
+        describe_callback,
+    )
+
+    callbacks = list(callbacks)
+    if not callbacks:
+        return
+    for op in module.walk():
+        if op.name != "hlo.custom_call" or op.properties["call_target_name"].data not in HOST_CALLBACK_TARGETS:
+            continue
+        index = callback_index(op)
+        if index is None or not 0 <= index < len(callbacks) or not callable(callbacks[index]):
+            continue  # left uncaptured: the executor says so if the call runs
+        fn = callbacks[index]
+        op.attributes[HOST_CALLBACK_ATTR] = HostCallbackAttr(HostCallback(describe_callback(fn), index, fn))
+
+
+def _drop_effect_tokens(module: ModuleOp, count: int) -> None:
+    """Make ``@main`` take and return what the jitted function does: jax threads one runtime token per
+    ordered effect (``io_callback(..., ordered=True)``) through ``@main``'s leading arguments and results;
+    here each token argument becomes an ``hlo.create_token`` and the token results are dropped (calls of an
+    executable run one after the other, so effects stay in order across calls too)."""
+    from xla_dialect.ops.effects import CreateTokenOp
+    from xla_dialect.types import TokenType
+
+    if count <= 0:
+        return
+    main = next((op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main"), None)
+    if main is None:
+        return
+    block = main.body.block
+    outputs = list(main.function_type.outputs)
+    ret = block.last_op
+    if (len(block.args) < count or not all(isinstance(a.type, TokenType) for a in block.args[:count])
+            or len(outputs) < count or not all(isinstance(t, TokenType) for t in outputs[:count])
+            or not isinstance(ret, func.ReturnOp)):
+        return  # not jax's calling convention: leave the signature alone
+    for arg in list(block.args[:count]):
+        token = CreateTokenOp.create(result_types=[arg.type])
+        block.insert_op_before(token, block.first_op)
+        arg.replace_all_uses_with(token.results[0])
+        block.erase_arg(arg)
+    ret.operands = list(ret.operands)[count:]
+    main.function_type = FunctionType.from_lists([a.type for a in block.args], outputs[count:])
+    if main.arg_attrs is not None:
+        main.arg_attrs = ArrayAttr(list(main.arg_attrs.data)[count:])
+    if main.res_attrs is not None:
+        main.res_attrs = ArrayAttr(list(main.res_attrs.data)[count:])
 
 
 def _from_exported(exported, flat_examples=(), trusted: bool = False) -> ModuleOp:

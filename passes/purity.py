@@ -14,6 +14,7 @@ from xdsl.dialects.builtin import BoolAttr, IntegerAttr, TupleType
 from xdsl.ir import Attribute, Operation
 from xdsl.traits import IsTerminator, is_side_effect_free
 
+from xla_dialect.callbacks import HOST_CALLBACK_TARGETS
 from xla_dialect.ops.base import HloOp
 from xla_dialect.types import TokenType
 
@@ -90,6 +91,8 @@ def is_pure(op: Operation) -> bool:
             return False
         if _flag(op, "has_side_effect"):
             return False  # as in XLA: a custom call has effects only when it says so
+        if op.properties["call_target_name"].data in HOST_CALLBACK_TARGETS:
+            return False  # a Python callback (jax.pure_callback, eqx.error_if): run at every call, never folded
     kinds = _TOKEN_KIND
     for v in op._operands:  # noqa: SLF001 - the tuple behind op.operands (hot loop; xDSL pinned)
         t = v.type

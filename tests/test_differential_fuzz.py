@@ -178,7 +178,9 @@ def programs(draw, loops: bool | None = None):
             expression = BINARY[name].format(draw(pick), draw(pick))
         elif kind == "constant":
             name = draw(st.sampled_from(sorted(BINARY)))
-            constant = f"{_dtype_expression(dtype)}({draw(st.sampled_from(CONSTANTS))!r})"
+            value = draw(st.sampled_from(CONSTANTS))
+            literal = repr(value) if np.isfinite(value) else f"float('{value}')"
+            constant = f"{_dtype_expression(dtype)}({literal})"
             operands = [draw(pick), constant]
             if draw(st.booleans()):
                 operands.reverse()

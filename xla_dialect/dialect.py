@@ -6,13 +6,14 @@ import re
 
 from xdsl.ir import Dialect
 
+from .callbacks import HostCallbackAttr
 from .layout import LayoutAttr
 from .literal import DenseLiteralAttr
 from .ops import ALL_OPS
 from .quant import QUANT
 from .types import FutureType, TokenType
 
-HLO = Dialect("hlo", ALL_OPS, [LayoutAttr, DenseLiteralAttr, TokenType, FutureType])
+HLO = Dialect("hlo", ALL_OPS, [LayoutAttr, DenseLiteralAttr, TokenType, FutureType, HostCallbackAttr])
 """The hlo dialect (ops named like StableHLO: ``hlo.add``, ``hlo.dot_general``, ...)."""
 
 

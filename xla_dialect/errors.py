@@ -50,6 +50,13 @@ class ExecutionError(XlaError, RuntimeError):
     """Executing a compiled program failed (bad arguments, runtime check)."""
 
 
+class HostCallbackError(ExecutionError):
+    """A Python host callback (``jax.debug.print``, ``jax.pure_callback``, ``io_callback``, ``eqx.error_if``)
+    raised. The exception raised is also a ``jax.errors.JaxRuntimeError``, as from ``jax.jit``, with jax's
+    message (``INTERNAL: CpuCallback error calling callback: <traceback>``); ``__cause__`` is the callback's
+    own exception."""
+
+
 class PassError(XlaError, RuntimeError):
     """A pass or pipeline failed; the message names the pass and the op."""
 

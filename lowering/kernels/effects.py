@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects.builtin import TensorType
 
+from xla_dialect.callbacks import HOST_CALLBACK_TARGETS
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError, op_context
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.effects import (
@@ -37,6 +38,7 @@ from xla_dialect.types import TokenType, numpy_dtype
 
 from .. import lapack  # noqa: F401  (registers the built-in LAPACK custom-call targets)
 from ..devices import current_device
+from ..host_callbacks import host_callback_kernel
 from ..registry import Constant, register
 from ..runtime import TOKEN, ResultSpec, custom_call_target
 
@@ -286,6 +288,8 @@ def _custom_call(op, ctx):
     what = f"{op_context(op)} @{name}"
     if name in SHARDING_TARGETS:
         return _placement_identity(op, what)
+    if name in HOST_CALLBACK_TARGETS:  # jax.debug.print, pure_callback, io_callback, eqx.error_if
+        return host_callback_kernel(op, what)
     target = custom_call_target(name, op_context(op))
     attrs = custom_call_attributes(op)
     # Targets may run the computations the call names (compiled like any function).
