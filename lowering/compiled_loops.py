@@ -113,6 +113,10 @@ def _only_read(value: SSAValue) -> bool:
 class _LoopWriter:
     """Writes the numba source of one while loop."""
 
+    NAN_FIRST_OPERAND = True
+    """Adds and multiplies of floats keep the first operand's NaN (:func:`loop_runtime.nan_first`), as the
+    kernels do; fused groups check their outputs for NaNs instead (:mod:`lowering.fusion`)."""
+
     def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool = True):
         self.functions = functions
         # The executor's denormal mode: float max/min results are flushed as the CPU's instruction does.
@@ -191,6 +195,7 @@ class _LoopWriter:
 
         scalar = _FusionWriter(self.functions, self.dtype_of, self.flush)
         scalar.constants, scalar.counter = self.constants, self.counter
+        scalar.NAN_FIRST_OPERAND = True  # (no NaN check of the outputs here, as a fused kernel has)
         reads, inner = input_reads(group, self.info)
         i = self.fresh("i")
         loads = []
@@ -299,6 +304,11 @@ class _LoopWriter:
         symbol = _ARITHMETIC[op.name]
         if op.properties.get("broadcast_dimensions") is not None:
             raise _Ineligible("an implicit broadcast")
+        if self.NAN_FIRST_OPERAND and dtype in _FLOATS and symbol in "+*":
+            zero = self.typed(dtype, "0")
+            self.elementwise(out, dtype, shape, op.operands,
+                             lambda a, b: f"nan_first({self.typed(dtype, f'{a} {symbol} {b}')}, {a}, {zero})", indent)
+            return
         self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} {symbol} {b}"), indent)
 
     def op_divide(self, op, out, dtype, shape, indent):

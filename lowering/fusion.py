@@ -292,6 +292,8 @@ def plan(block: Block, row_reductions: bool = False) -> list[Group]:
 class _FusionWriter(_LoopWriter):
     """Writes a group's ops as scalar statements of one element loop."""
 
+    NAN_FIRST_OPERAND = False  # (a NaN output sends the group to the ops' kernels: group_source)
+
     def elementwise(self, out, dtype, shape, operands, expression, indent):
         self.emit(indent, f"{out} = {expression(*(self.name(v) for v in operands))}")
 

@@ -52,6 +52,15 @@ def fma_nan(r, a, b, c, zero):
     return r
 
 
+@_njit
+def nan_first(r, a, zero):
+    """``r = a + b`` or ``a * b`` with ``a``'s NaN when ``a`` is one, as the kernels' (NumPy's) instruction
+    gives it: LLVM may swap a commutative op's operands, and then two NaN operands would give ``b``'s."""
+    if r == r or a == a:
+        return r
+    return a + zero
+
+
 def _gemm_function(builder, address, real):
     """The ILP64 CBLAS ``?gemm`` at the int64 ``address`` as a callable LLVM value, and the pointer type of its
     matrices, for element type ``real`` (LLVM float or double)."""
@@ -318,7 +327,7 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "fma_nan", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
+HELPER_NAMES = ("fused_multiply_add", "fma_nan", "nan_first", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
                 "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""

@@ -481,3 +481,24 @@ def test_subnormal_scalars_cross_into_compiled_loops(dtype):
         for loops in ("never", "always"):
             got = lowering.compile(import_jax(fn, *args), loop_compilation=loops)(*args)
             assert np.array_equal(_bits(np.asarray(got[0])), expected), (fn.__name__, loops)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_two_nan_operands_give_the_first_operands_nan_as_interpreted(dtype):
+    """a + b and a * b of two NaNs keep a's payload and sign in the compiled loop as in the kernels (LLVM may
+    swap a commutative op's operands)."""
+    unsigned = np.uint32 if dtype == F32 else np.uint64
+    quiet = int(np.array(np.nan, dtype).view(unsigned))
+    sign = 1 << (8 * np.dtype(dtype).itemsize - 1)
+    a = np.array([quiet | 1, quiet | 2 | sign, 0, quiet | 3], unsigned).view(dtype)
+    b = np.array([quiet | 4 | sign, quiet | 5, quiet | 6, 0], unsigned).view(dtype)
+    a[2], b[3] = dtype(1.5), dtype(2.5)
+
+    def fn(x, y):
+        def body(i, state):
+            u, v = state
+            return (u * v) + (v * u), (v + u) * (u + v)
+
+        return lax.fori_loop(0, 3, body, (x, y))
+
+    _assert_same(fn, a, b)
