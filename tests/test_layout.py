@@ -552,6 +552,19 @@ def test_empty_arrays_with_huge_dimensions_allocate_nothing():
     assert time.perf_counter() - start < 1
 
 
+def test_empty_arrays_numpy_cannot_hold_raise_layout_error():
+    # f32[0,9223372036854775807] has no elements, but NumPy refuses its dimensions: a raw ValueError escaped.
+    import numpy as np
+
+    from xla_dialect.layout import from_physical, linear_indices
+
+    for text in ("f32[0,9223372036854775807]", "f32[0,4611686018427387904]{0,1}"):
+        with pytest.raises(LayoutError, match=r"f32\[0,\d+\].*index table.*cannot be a NumPy array"):
+            linear_indices(text)
+        with pytest.raises(LayoutError, match=r"f32\[0,\d+\].*cannot be a NumPy array"):
+            from_physical(np.zeros(0, np.float32), text)
+
+
 def test_layout_tables_respect_the_memory_limit(monkeypatch):
     import numpy as np
 

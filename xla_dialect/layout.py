@@ -511,7 +511,12 @@ def linear_indices(shape) -> np.ndarray:
     _checked_physical_dims(dims, layout, where)
     count = int(np.prod(dims, dtype=object))
     if count == 0:  # (the per-dimension index vectors of f32[0,300000000] alone would take gigabytes)
-        table = np.empty(dims, np.int64)
+        try:
+            table = np.empty(dims, np.int64)
+        except ValueError as exc:  # NumPy refuses a dimension times the item size past its index range
+            raise LayoutError(
+                f"{where}: its index table (int64, of the logical dimensions {list(dims)}) cannot be a NumPy array: {exc}"
+            ) from None
         table.flags.writeable = False
         return table
     from .limits import check_bytes
