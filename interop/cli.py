@@ -78,7 +78,8 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
-def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_magnitude=None):
+def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_magnitude=None, source="<program>",
+                       trusted=False):
     """Run ``module`` on XLA's CPU backend and compare each result with :func:`interop.difftest.compare_output`
     (the comparison and budgets of ``interop.difftest``); prints one line per result.
 
@@ -92,7 +93,7 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
     if "hlo.module_name" in module.attributes:  # read from HLO text: XLA compiles it as HLO text
         from .hlo import run_hlo_on_xla
 
-        expected = run_hlo_on_xla(module, *args)
+        expected = run_hlo_on_xla(module, *args, trusted=trusted, source=source)
     else:
         expected = run_xla(module, *args)
     if len(expected) != len(results):
@@ -225,7 +226,7 @@ def _run(parser, args, report: dict) -> int:
                 print(np.array2string(r, threshold=200))
         if args.check_xla:
             ok, outputs, error = _check_against_xla(module, arrays, results, args.entry, args.max_ulp,
-                                                    args.rtol_magnitude)
+                                                    args.rtol_magnitude, source=args.file, trusted=args.trusted)
             report["check_xla"] = {"ok": ok, "error": error, "outputs": [o.as_dict() for o in outputs]}
             report["status"] = "ok" if ok else "mismatch"
             return 0 if ok else 1
