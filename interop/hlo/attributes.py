@@ -301,7 +301,14 @@ def int_lists(text: str) -> list[list[int]]:
     groups = re.findall(r"\{([^{}]*)\}", body)
     if re.sub(r"\{[^{}]*\}", "", body).strip(" ,\n"):
         raise AttributeTextError(f"malformed list of lists {text!r}")
-    return [[int(x) for x in g.split(",") if x.strip()] for g in groups]
+    out = []
+    for g in groups:
+        items = [x.strip() for x in g.split(",") if x.strip()]
+        bad = next((x for x in items if not _INT.fullmatch(x)), None)
+        if bad is not None:
+            raise AttributeTextError(f"expected integers in {text!r}, got {bad!r}")
+        out.append([int(x) for x in items])
+    return out
 
 
 _IOTA_GROUPS = re.compile(r"\[([\d,\s]+)\]\s*<=\s*\[([\d,\s]+)\](?:\s*T\(([\d,\s]+)\))?")
@@ -317,7 +324,11 @@ def replica_groups(text: str) -> list[list[int]]:
     reshape = [int(x) for x in m.group(2).split(",")]
     ids = np.arange(int(np.prod(reshape))).reshape(reshape)
     if m.group(3):
-        ids = ids.transpose([int(x) for x in m.group(3).split(",")])
+        order = [int(x) for x in m.group(3).split(",")]
+        if sorted(order) != list(range(len(reshape))):
+            raise AttributeTextError(f"replica_groups {text!r}: T({m.group(3)}) is not a permutation of the "
+                                     f"{len(reshape)} dimensions of [{m.group(2)}]")
+        ids = ids.transpose(order)
     if int(np.prod(shape)) != ids.size or len(shape) != 2:
         raise AttributeTextError(f"replica_groups {text!r}: the group shape must be 2-D and hold every id")
     return ids.reshape(shape).tolist()
@@ -366,8 +377,9 @@ _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _NUMBER = re.compile(r"[-+]?(?:nan(?:\(0x[0-9a-fA-F]+\))?|inf|\d[\w.+\-]*|\.\d[\w.+\-]*)|true|false", re.ASCII)
 
 
-def literal_values(text: str, dtype: np.dtype, kind: str, count: int) -> np.ndarray:
-    """The ``count`` values of an array literal (``{ {1, 2}, {3, 4} }``, ``-inf``, ``(1, 2)`` for complex)."""
+def literal_values(text: str, dtype: np.dtype, kind: str, count: int, type_name: str | None = None) -> np.ndarray:
+    """The ``count`` values of an array literal (``{ {1, 2}, {3, 4} }``, ``-inf``, ``(1, 2)`` for complex);
+    ``type_name`` (XLA's, such as ``u64``) names the element type in messages."""
     body = _COMMENT.sub(" ", text)
     if "..." in body:
         raise AttributeTextError("the literal is elided ('{...}'): the text was printed without large constants")
@@ -387,9 +399,10 @@ def literal_values(text: str, dtype: np.dtype, kind: str, count: int) -> np.ndar
             values = [int(t) for t in tokens]
         except ValueError:
             raise AttributeTextError(f"expected integers in the literal, got {tokens[:3]}") from None
-        info = np.iinfo(dtype) if dtype.itemsize >= 1 and dtype.kind in "iu" else None
-        if info is not None and any(v < info.min or v > info.max for v in values):
-            raise AttributeTextError(f"a literal value is out of range for {dtype}")
+        lo, hi = _int_range(dtype)
+        bad = next((v for v in values if v < lo or v > hi), None)
+        if bad is not None:
+            raise AttributeTextError(f"constant {bad} is out of range for {type_name or dtype} ({lo} to {hi})")
         return np.array(values, dtype=np.int64 if kind == "sint" else np.uint64).astype(dtype)
     floats = np.array([_float(t) for t in tokens], dtype=np.float64)
     if kind == "complex":
@@ -400,6 +413,17 @@ def literal_values(text: str, dtype: np.dtype, kind: str, count: int) -> np.ndar
     for i in nan_payload:  # a NaN with a given payload: set the mantissa bits exactly
         out[i:i + 1] = _nan_with_payload(tokens[i], dtype)
     return out
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype, sub-byte ml_dtypes (int4, uint2, ...) included."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+    else:
+        import ml_dtypes
+
+        info = ml_dtypes.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def _float(token: str) -> float:

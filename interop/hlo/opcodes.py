@@ -750,7 +750,7 @@ def _read_constant(imp, ins, args):
     element = element_type_of(shape.element_type)
     dtype = numpy_dtype(shape.element_type)
     count = int(np.prod(shape.get_shape(), dtype=np.int64))
-    values = A.literal_values(ins.literal or "", np.dtype(dtype), element.kind, count)
+    values = A.literal_values(ins.literal or "", np.dtype(dtype), element.kind, count, element.xla_name)
     array = values.reshape(shape.get_shape())
     plain = make_tensor(shape.element_type, shape.get_shape())
     return imp.emit(constants.ConstantOp, [], {"value": DenseLiteralAttr.from_array(array, plain)}, [shape])[0]
