@@ -807,8 +807,21 @@ def opaque_op_class(name: str) -> type:
     cls = _OPAQUE_CLASSES.get(name)
     if cls is None:
         # Named like the op so that messages (op_context) and the exporter see its real name.
-        cls = _OPAQUE_CLASSES[name] = type("OpaqueOp", (UnregisteredOp.with_name(name),), {"name": name})
+        cls = _OPAQUE_CLASSES[name] = type("OpaqueOp", (UnregisteredOp.with_name(name),),
+                                           {"name": name, "has_trait": classmethod(_opaque_has_trait)})
     return cls
+
+
+def _opaque_has_trait(cls, trait, *, value_if_unregistered: bool = True) -> bool:
+    """xDSL assumes an unregistered op may have any trait, SymbolTable included: a symbol lookup from
+    inside one (an ``hlo.call`` in a kept ``sdy.manual_computation`` body, i.e. a shard_map with a loop)
+    then stops at it and misses the module's functions. None of the kept ops (shard_map bodies, unknown
+    custom ops) defines symbols: for SymbolTable the answer is no, for other traits xDSL's default."""
+    from xdsl.traits import SymbolTable
+
+    if trait is SymbolTable or isinstance(trait, SymbolTable):
+        return False
+    return value_if_unregistered
 
 
 def opaque_converter(imp: Importer, op) -> list[SSAValue]:
