@@ -85,14 +85,21 @@ def check_bytecode(data: bytes) -> None:
         _fail(len(data), f"sections {sorted(missing)} are missing")
 
 
+def _child_main(data: bytes) -> str:
+    """What the checking child does: import ``data`` as the caller is about to; a clean error's text."""
+    from interop.stablehlo_import import import_stablehlo
+
+    try:
+        import_stablehlo(data, trusted=True, allow_unknown=True)
+    except Exception as e:  # a clean error: the caller will raise it too, with its example arguments
+        return type(e).__name__ + ": " + str(e)[-2000:]
+    return ""
+
+
 _CHILD = """
 import sys
-data = sys.stdin.buffer.read()
-from interop.stablehlo_import import import_stablehlo
-try:
-    import_stablehlo(data, trusted=True, allow_unknown=True)
-except Exception as e:  # a clean error: this process will raise it too, with its example arguments
-    sys.stdout.write(type(e).__name__ + ": " + str(e)[-2000:])
+from interop.bytecode_check import _child_main
+sys.stdout.write(_child_main(sys.stdin.buffer.read()))
 sys.exit(0)
 """
 
@@ -102,7 +109,35 @@ def check_in_subprocess(data: bytes, timeout: float = 60.0) -> None:
     same bytes): if jaxlib crashes there (it aborts on some malformed bytecode, also while the importer
     reads the module's strings) or it runs longer than ``timeout`` seconds, raise :class:`MlirParseError`
     here, so that this process never reads such input. A clean error in the child lets this process go on
-    (it will meet the same error, or none with its example arguments)."""
+    (it will meet the same error, or none with its example arguments).
+
+    On Linux the child is a fork of this process, which has (or is about to import) the importer and jax:
+    it starts in milliseconds with every module loaded, where a fresh interpreter spent 2-5 s importing jax
+    and the importer. Elsewhere (no ``fork``, or it fails) the child is a new interpreter."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            status = _forked_check(data, timeout)
+        except OSError:  # no fork (e.g. out of memory for the page tables): a new interpreter instead
+            status = None
+        if status is not None:
+            return _verdict(status, timeout)
+    return _verdict(_spawned_check(data, timeout), timeout)
+
+
+def _verdict(status: int | None, timeout: float) -> None:
+    """``status``: the child's exit status (negative: the signal that ended it), ``None`` past the timeout."""
+    if status is None:
+        raise MlirParseError(f"MLIR bytecode: reading it did not finish in {timeout:g} s (corrupted input?)")
+    if status == 0:
+        return
+    reason = f"signal {-status}" if status < 0 else f"exit status {status}"
+    raise MlirParseError(f"MLIR bytecode: jaxlib crashed reading this input ({reason}); it is corrupted or not a "
+                         "StableHLO artifact jaxlib can read")
+
+
+def _spawned_check(data: bytes, timeout: float) -> int | None:
     import os
     import subprocess
     import sys
@@ -112,9 +147,45 @@ def check_in_subprocess(data: bytes, timeout: float = 60.0) -> None:
         done = subprocess.run([sys.executable, "-c", _CHILD], input=data, capture_output=True, timeout=timeout,
                               env=env)
     except subprocess.TimeoutExpired:
-        raise MlirParseError(f"MLIR bytecode: reading it did not finish in {timeout:g} s (corrupted input?)") from None
-    if done.returncode == 0:
-        return
-    reason = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
-    raise MlirParseError(f"MLIR bytecode: jaxlib crashed reading this input ({reason}); it is corrupted or not a "
-                         "StableHLO artifact jaxlib can read")
+        return None
+    return done.returncode
+
+
+def _forked_check(data: bytes, timeout: float) -> int | None:
+    """Run :func:`_child_main` in a fork of this process; its exit status, or ``None`` past ``timeout``."""
+    import os
+    import time
+    import warnings
+
+    from .stablehlo_parse import mlir_context
+
+    context = mlir_context()  # created here, before the fork: the caller needs it next anyway
+    from . import stablehlo_converters, stablehlo_import  # noqa: F401  (loaded once, here, for the caller too)
+    with warnings.catch_warnings():  # jax warns on every fork once its backends run: this child runs none
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 0
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            # The context's thread pool is the parent's: its threads do not exist here.
+            context.enable_multithreading(False)
+            _child_main(data)
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)

@@ -43,8 +43,8 @@ def import_jax(obj, *example_args, trusted: bool | None = None, **example_kwargs
     accepted.
 
     Bytes (a serialized export, bytecode, an artifact) are untrusted input for jaxlib's C++ reader,
-    which aborts the process on some corrupted bytes: they are first read in a child process (about
-    0.5 s; :mod:`interop.bytecode_check`). ``trusted=True`` skips that for bytes you produced yourself
+    which aborts the process on some corrupted bytes: they are first read in a child process (a fork: about
+    0.1 s; :mod:`interop.bytecode_check`). ``trusted=True`` skips that for bytes you produced yourself
     (as ``import_stablehlo(data, trusted=True)``). Tracing a function reads no bytes: there a
     ``trusted=`` keyword is the function's own example argument.
     """

@@ -116,7 +116,7 @@ def parse_stablehlo(source, trusted: bool = False, filename: str = "<string>"):
 
     MLIR bytecode is untrusted input for jaxlib's C++ reader, which aborts the process or loops on some
     corrupted bytes: unless ``trusted``, it is checked structurally and then read once in a child process
-    (about 0.5 s) before this process reads it (:mod:`interop.bytecode_check`).
+    (a fork of this one, about 0.1 s) before this process reads it (:mod:`interop.bytecode_check`).
 
     ``source`` is MLIR text (pretty or generic form, ``str`` or UTF-8 ``bytes``),
     MLIR bytecode, or a StableHLO portable artifact (versioned VHLO bytecode,
