@@ -28,7 +28,12 @@ It runs the programs of the StableHLO test corpus (``stablehlo/testdata`` and
    (``forkserver``, or ``spawn``) with an address-space limit
    (``resource.setrlimit``); a program that crashes its worker, exceeds the
    memory limit or the per-program timeout is reported as an ``error`` and the
-   worker is replaced.
+   worker is replaced. The executor's array-size limit follows the address-space
+   limit (:mod:`xla_dialect.limits`), so a program asking for more memory fails
+   when it is lowered, before anything is compiled, whatever the state of the
+   numba cache. The timeout counts from the moment the worker takes the program
+   (it acknowledges it), so the start-up of a fresh worker, importing JAX on a
+   busy machine, is not charged to the program.
 
 Check semantics follow the StableHLO test harness (see the corpus README and
 :func:`check_close`, :func:`check_almost_eq`): the ``custom_call`` forms of
@@ -1335,6 +1340,7 @@ def _worker_main(conn, memory_mb: int | None, runner: Callable[[Program], Result
         if task is None:
             return
         index, program = task
+        conn.send(index)  # taken: the program's timeout starts now, not while the worker was starting up
         conn.send((index, run(program)))
 
 
@@ -1349,10 +1355,19 @@ def _context():
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         # Importing, not initializing: JAX starts no threads until a backend is used.
+        # The executor and the parser's helpers too: each fresh worker (one per crash or timeout) would
+        # otherwise import them with its first program, charged to that program's timeout.
         ctx.set_forkserver_preload(["interop.conformance", "jax", "xdsl", "xla_dialect", "lowering",
-                                    "lowering.kernels", "interop.stablehlo_import", "interop.export"])
+                                    "lowering.kernels", "lowering.executor", "passes.pipelines",
+                                    "interop.stablehlo_parse", "interop.stablehlo_converters",
+                                    "interop.stablehlo_import", "interop.export"])
         return ctx
     return mp.get_context("spawn")
+
+
+_STARTUP_SECONDS = 300.0
+"""How long a worker may take to acknowledge a program (a fresh worker imports JAX first, slowly on a busy
+machine); the program's own timeout starts with the acknowledgement."""
 
 
 class _Worker:
@@ -1368,12 +1383,29 @@ class _Worker:
         self.task: int | None = None
         self.deadline = 0.0
         self.started = 0.0
+        self.acknowledged = False
+        self.timeout: float | None = None
 
     def send(self, index: int, program: Program, timeout: float | None) -> None:
         self.task = index
         self.started = time.monotonic()
-        self.deadline = self.started + timeout if timeout else float("inf")
+        self.acknowledged = False
+        self.timeout = timeout
+        self.deadline = self.started + _STARTUP_SECONDS
         self.conn.send((index, program))
+
+    def receive(self):
+        """The task's result if the worker sent it, else ``None``; an acknowledgement starts the timeout.
+        ``EOFError`` / ``OSError`` when the worker died."""
+        while self.conn.poll():
+            message = self.conn.recv()
+            if isinstance(message, int):
+                self.acknowledged = True
+                self.started = time.monotonic()
+                self.deadline = self.started + self.timeout if self.timeout else float("inf")
+                continue
+            return message[1]
+        return None
 
     def stop(self, kill: bool = False) -> None:
         if kill:
@@ -1473,22 +1505,23 @@ def _run_programs(programs, results, jobs, timeout, memory_mb, progress, runner)
                 outcome: Result | None = None
                 replace = False
                 program = programs[w.task]
+                died = False
                 if w.conn in ready:
                     try:
-                        _, outcome = w.conn.recv()
+                        outcome = w.receive()
                     except (EOFError, OSError):
-                        w.process.join(1)
-                        outcome = Result(program.path, program.name, "error", _death_message(w.process),
-                                         round(now - w.started, 4), program.family)
-                        replace = True
-                elif w.process.sentinel in ready:
+                        died = True
+                    now = time.monotonic()
+                if outcome is None and (died or w.process.sentinel in ready):
                     w.process.join(1)
                     outcome = Result(program.path, program.name, "error", _death_message(w.process),
                                      round(now - w.started, 4), program.family)
                     replace = True
-                elif now >= w.deadline:
-                    outcome = Result(program.path, program.name, "error", f"timeout after {timeout:g} s",
-                                     round(now - w.started, 4), program.family)
+                elif outcome is None and now >= w.deadline:
+                    message = (f"timeout after {timeout:g} s" if w.acknowledged
+                               else f"the worker did not start within {_STARTUP_SECONDS:g} s")
+                    outcome = Result(program.path, program.name, "error", message, round(now - w.started, 4),
+                                     program.family)
                     replace = True
                 if outcome is None:
                     continue

@@ -789,7 +789,15 @@ class CompiledLoop:
         args = [np.ascontiguousarray(v, dt) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
                 for v, dt, is_array, boxed in zip(state, self.dtypes, self._is_array, self._is_boxed)]
         while True:
-            *args, done = self._fn(*self.constants, *args, CHUNK)
+            try:
+                *args, done = self._fn(*self.constants, *args, CHUNK)
+            except SystemError as e:
+                # Ctrl-C while the compiled code runs Python to box its results (numba's _numba_unpickle):
+                # the KeyboardInterrupt raised there reaches the caller as a SystemError "returned a result
+                # with an exception set", caused by it. It is the Ctrl-C.
+                if isinstance(e.__cause__, KeyboardInterrupt):
+                    raise KeyboardInterrupt from None
+                raise
             if done:
                 return [v if is_array else v[0] if boxed else dt.type(v)
                         for v, dt, is_array, boxed in zip(args, self.dtypes, self._is_array, self._is_boxed)]

@@ -273,6 +273,27 @@ def test_argument_conversion_options():
         lowering.compile(_s32_f32_program(), argument_conversion="maybe")
 
 
+def test_memory_limit_follows_the_process_rlimit():
+    """Under an address-space limit (a sandbox, the conformance workers) no array larger than it could be
+    allocated: the default limit, and $XLA_DIALECT_MAX_BYTES, are capped by it (in a child process, whose
+    limit this test may set)."""
+    code = ("import resource\n"
+            "from xla_dialect.limits import default_max_bytes, process_memory_limit\n"
+            "soft, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+            "limit = 3 << 30 if hard == resource.RLIM_INFINITY else min(3 << 30, hard)\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (limit, hard))\n"
+            "print(limit, process_memory_limit(), default_max_bytes())\n")
+    import os
+
+    env = dict(os.environ, XLA_DIALECT_MAX_BYTES="1T")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    limit, seen, default = map(int, out.split())
+    assert seen <= limit and default == seen
+    env["XLA_DIALECT_MAX_BYTES"] = "1M"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert int(out.split()[2]) == 1 << 20
+
+
 def test_memory_limit(monkeypatch):
     import numpy as np
 

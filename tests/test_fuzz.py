@@ -185,7 +185,7 @@ def _executable():
         x = b.parameter(0, "f32[2,3]")
         i = b.parameter(1, "s32[]")
         b.add(x, b.convert(i, "f32"), broadcast_dimensions=())
-        _EXE = lowering.compile(b.build())
+        _EXE = lowering.compile(b.build(), fusion="never", loop_compilation="never")  # no numba compile in the bound
     return _EXE
 
 

@@ -7,7 +7,10 @@ large program fails with a :class:`ResourceLimitError` naming the op and the siz
 MemoryError (or the machine swapping) later.
 
 The limit is ``lowering.compile(..., max_bytes=N)`` for one executable, else ``$XLA_DIALECT_MAX_BYTES``
-(bytes, with an optional K/M/G/T suffix), else half of the machine's physical memory.
+(bytes, with an optional K/M/G/T suffix), else half of the machine's physical memory. The last two never
+exceed the process's own memory limit (the soft ``RLIMIT_AS`` / ``RLIMIT_DATA``, as a sandbox such as the
+conformance runner's workers sets them): no larger array could be allocated, so such a program fails when it
+is lowered, before any of it is compiled or run, not with a MemoryError after seconds of (cold-cache) compiling.
 """
 
 from __future__ import annotations
@@ -16,18 +19,46 @@ import os
 
 from .errors import ResourceLimitError, XlaError
 
-__all__ = ["ResourceLimitError", "check_bytes", "default_max_bytes", "parse_bytes"]
+__all__ = ["ResourceLimitError", "check_bytes", "default_max_bytes", "parse_bytes", "process_memory_limit"]
 
 
 def default_max_bytes() -> int:
-    """``$XLA_DIALECT_MAX_BYTES`` if set, else half of the physical memory (8 GiB where it cannot be read)."""
+    """``$XLA_DIALECT_MAX_BYTES`` if set, else half of the physical memory (8 GiB where it cannot be read);
+    at most the process's memory limit (:func:`process_memory_limit`)."""
     text = os.environ.get("XLA_DIALECT_MAX_BYTES")
     if text:
-        return parse_bytes(text, "XLA_DIALECT_MAX_BYTES")
+        limit = parse_bytes(text, "XLA_DIALECT_MAX_BYTES")
+    else:
+        try:
+            limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        except (ValueError, OSError, AttributeError):
+            limit = 8 << 30
+    ceiling = process_memory_limit()
+    return limit if ceiling is None else min(limit, ceiling)
+
+
+def process_memory_limit() -> int | None:
+    """The smaller soft limit of ``RLIMIT_AS`` (address space) and ``RLIMIT_DATA`` (heap and private
+    mappings, which large arrays are), in bytes; ``None`` when neither is set or they cannot be read.
+
+    Read at each call (``lowering.compile`` calls it once), so a limit set after import counts.
+    """
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    limits = []
+    for name in ("RLIMIT_AS", "RLIMIT_DATA"):
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            soft, _ = resource.getrlimit(which)
+        except (ValueError, OSError):
+            continue
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            limits.append(int(soft))
+    return min(limits) if limits else None
 
 
 def parse_bytes(text, what: str) -> int:
@@ -51,4 +82,5 @@ def check_bytes(nbytes: int, what: str, limit: int | None = None) -> None:
     limit = default_max_bytes() if limit is None else limit
     if nbytes > limit:
         raise ResourceLimitError(f"{what} needs {nbytes:,} bytes, more than the limit of {limit:,} "
-                                 "(lowering.compile(max_bytes=...) or $XLA_DIALECT_MAX_BYTES)")
+                                 "(lowering.compile(max_bytes=...), $XLA_DIALECT_MAX_BYTES or the process's "
+                                 "RLIMIT_AS/RLIMIT_DATA)")
