@@ -117,13 +117,13 @@ def check_in_subprocess(data: bytes, timeout: float = 60.0) -> None:
     import sys
 
     if sys.platform.startswith("linux"):
-        try:
-            status = _forked_check(data, timeout)
-        except OSError:  # no fork (e.g. out of memory for the page tables): a new interpreter instead
-            status = None
-        if status is not None:
+        status = _forked_check(data, timeout)
+        if status is not _NO_FORK:
             return _verdict(status, timeout)
     return _verdict(_spawned_check(data, timeout), timeout)
+
+
+_NO_FORK = "no fork"
 
 
 def _verdict(status: int | None, timeout: float) -> None:
@@ -143,17 +143,48 @@ def _spawned_check(data: bytes, timeout: float) -> int | None:
     import sys
 
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD], input=data, capture_output=True, timeout=timeout,
-                              env=env)
+        child.communicate(data, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
-    return done.returncode
+    finally:
+        _end(child.pid, child.poll() is None)
+        child.wait()
+    return child.returncode
 
 
-def _forked_check(data: bytes, timeout: float) -> int | None:
-    """Run :func:`_child_main` in a fork of this process; its exit status, or ``None`` past ``timeout``."""
+def _end(pid: int, running: bool) -> None:
+    """Kill the checking child unless it has ended (Ctrl-C, a timeout: it must not outlive the check)."""
     import os
+    import signal
+
+    if running:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child: be killed when the thread that forked it (waiting for it) dies, e.g. of a SIGTERM or SIGKILL
+    that leaves it no time to clean up (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+    import os
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _forked_check(data: bytes, timeout: float) -> int | str | None:
+    """Run :func:`_child_main` in a fork of this process; its exit status, ``None`` past ``timeout``,
+    :data:`_NO_FORK` if this process cannot fork."""
+    import os
+    import signal
     import time
     import warnings
 
@@ -161,12 +192,19 @@ def _forked_check(data: bytes, timeout: float) -> int | None:
 
     context = mlir_context()  # created here, before the fork: the caller needs it next anyway
     from . import stablehlo_converters, stablehlo_import  # noqa: F401  (loaded once, here, for the caller too)
+    parent = os.getpid()
     with warnings.catch_warnings():  # jax warns on every fork once its backends run: this child runs none
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # (e.g. no memory for the page tables): a new interpreter instead
+            return _NO_FORK
     if pid == 0:  # the child: never returns into the caller's code
         code = 0
         try:
+            _die_with_parent(parent)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C in a terminal ends it with the caller
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
@@ -179,13 +217,18 @@ def _forked_check(data: bytes, timeout: float) -> int | None:
             os._exit(code)
     deadline = time.monotonic() + timeout
     delay = 0.001
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() >= deadline:
-            os.kill(pid, 9)
+    running = True
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                running = False
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    finally:  # past the timeout, or on Ctrl-C / an exception in this thread: the child goes too
+        if running:
+            _end(pid, True)
             os.waitpid(pid, 0)
-            return None
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)

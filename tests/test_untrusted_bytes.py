@@ -117,3 +117,76 @@ def test_the_child_process_check_is_cheap():
         check_in_subprocess(data)
         times.append(time.perf_counter() - start)
     assert min(times) < 1.0, times
+
+
+_SPINNING_XLA_RUN = """
+import sys
+import interop.bytecode_check
+
+def spin(data):  # a child stuck in jaxlib's reader at 100% CPU
+    while True:
+        pass
+
+interop.bytecode_check._child_main = spin
+from interop.cli import xla_run_main
+sys.exit(xla_run_main([sys.argv[1]]))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    import glob
+
+    found = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(path) as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # (a zombie has ended)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="/proc and fork")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_the_checking_child_ends_with_xla_run(tmp_path, how):
+    """Killing xla-run (a caller's timeout, Ctrl-C) while it checks untrusted bytes left the checking child
+    running (one spun at 100% CPU for over an hour)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "prog.mlirbc"
+    path.write_bytes(_artifact())
+    run = subprocess.Popen([sys.executable, "-c", _SPINNING_XLA_RUN, str(path)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    children = []
+    try:
+        deadline = time.monotonic() + 60
+        while not children and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+            children = _children(run.pid)
+        assert children, "xla-run started no checking child"
+        time.sleep(0.3)
+        run.send_signal(getattr(signal, how))
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(c) for c in children), f"the checking child outlived xla-run ({how})"
+    finally:
+        run.kill()
+        for c in children:
+            try:
+                os.kill(c, signal.SIGKILL)
+            except OSError:
+                pass
