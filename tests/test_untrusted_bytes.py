@@ -123,7 +123,7 @@ _SPINNING_XLA_RUN = """
 import sys
 import interop.bytecode_check
 
-def spin(data):  # a child stuck in jaxlib's reader at 100% CPU
+def spin(data, *rest):  # a child stuck in jaxlib's reader at 100% CPU
     while True:
         pass
 
@@ -190,3 +190,49 @@ def test_the_checking_child_ends_with_xla_run(tmp_path, how):
                 os.kill(c, signal.SIGKILL)
             except OSError:
                 pass
+
+
+# A 741-byte artifact (the 4x4 sin/matmul export, three bytes changed) on which jaxlib's reader spins at 100% CPU
+# (another such one grew to 2.7 GB in 8 s), zlib-compressed.
+_SPINNING_ARTIFACT = (
+    "eNpVkWtr2zAUhqWennmeMEaYEIIRJoTQmZBk2QilLMswpdmlLd1WxhhjGCdRFxff5ku2fdinfu4P2a/bX5icXtZato70vK+k1/bx"
+    "0d8PxmkZzCP5+ujEX48Go/HgCaECKRoUGDDTatoOXMoG9ZipMbPDTMbUo5ppM3tTrjvobrhaohysyU6G1pAiM4E3NUvdmrX1FpCL"
+    "7o6DFgcEzTC5bunY4JRgE1toixaiEMJBp9EGoXX6VDMWP7BdV/tS9PrYaQyVMKrB7wsx3sVuY0+B5xvnhXgJuNPhjkWbFOCNQTsM"
+    "4MSA41Phip7oi6FLKf2yQx2zTcn9y9H5DQI8OFDTG4XqdGvLRc4N4QJqdXTUXdC1fReotv0d6XtkauADRXin3mv7EHQLWJPgzFZe"
+    "ZZq5Wl312TMdUCG2/QK0B8pPySMcqc/WFuOR1cVW192zeMOxOTcZn1dhVIYJWa+ilMTpsookOauShfpRpAgT6a+fkjIPkiJLC1nD"
+    "ZVr632Qi8yCqtVyWVZ7UwqQol2EyJZMoiOfLYErOg5+DqpCFX6yCTPpZGv2K0zxbhUVMYnXcIKliPwvyMizDNCn+s1xmUbgICnIe"
+    "lr5/tR1Z17PH6fXm7lCFI5OrwNONNLmVbvMq/ucOvxP9/opN1FwWVVT6YXKWkqsxiQN1SFbNVRrycJdhj7JXh8cfP8Fn+NryvH3P"
+    "97xg31t4/wAhHZfl"
+)
+
+
+def test_a_reader_that_spins_is_stopped_by_the_input_size():
+    """A 1 KB file that jaxlib's reader never finishes was declared corrupt only after a 60 s watchdog; the
+    reader's CPU time is now bounded by the input's size (2 s for 1 KB)."""
+    import base64
+    import time
+    import zlib
+
+    data = zlib.decompress(base64.b64decode("".join(_SPINNING_ARTIFACT)))
+    check_bytecode(data)  # well-framed: only reading it shows the problem
+    start = time.perf_counter()
+    with pytest.raises(MlirParseError, match=r"jaxlib's reader spun for 2\.\d s of CPU time on these 741 bytes"):
+        import_jax(data)
+    assert time.perf_counter() - start < 30
+
+
+def test_large_real_programs_pass_the_check():
+    """The size-bound limits leave real programs room: 6k ops (~100 KB of op-dense bytecode)."""
+    import jax
+    import jax.numpy as jnp
+
+    from interop.bytecode_check import check_in_subprocess
+
+    def f(x):
+        for i in range(1500):
+            x = jnp.sin(x) * (i + 1.5) + x[::-1]
+        return x
+
+    data = bytes(jax.export.export(jax.jit(f))(np.ones(7, np.float32)).mlir_module_serialized)
+    assert len(data) > 50_000
+    check_in_subprocess(data)
