@@ -212,6 +212,7 @@ def _die_with_parent(parent: int) -> None:
 def _forked_check(data: bytes, timeout: float) -> int | str | object:
     """Run :func:`_child_main` in a fork of this process; its exit status, why it was stopped (past a CPU
     budget or ``timeout``, see :func:`check_in_subprocess`), or :data:`_NO_FORK` if this process cannot fork."""
+    import faulthandler
     import os
     import signal
     import time
@@ -241,6 +242,7 @@ def _forked_check(data: bytes, timeout: float) -> int | str | object:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
+            faulthandler.disable()  # (its file is the caller's stderr, under another descriptor)
             # The context's thread pool is the parent's: its threads do not exist here.
             context.enable_multithreading(False)
             _child_main(data, lambda: os.write(write_end, b"r"))

@@ -236,3 +236,24 @@ def test_large_real_programs_pass_the_check():
     data = bytes(jax.export.export(jax.jit(f))(np.ones(7, np.float32)).mlir_module_serialized)
     assert len(data) > 50_000
     check_in_subprocess(data)
+
+
+def test_a_crashing_child_prints_nothing_with_faulthandler_on(tmp_path):
+    """The forked child inherited faulthandler's own copy of the caller's stderr descriptor (pytest enables it
+    so): each input jaxlib aborts on printed 'Fatal Python error: Aborted' and the caller's stack."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "prog.mlirbc"
+    path.write_bytes(_artifact())
+    script = ("import faulthandler, os, sys, interop.bytecode_check as b\n"
+              "faulthandler.enable(os.fdopen(os.dup(2), 'w'))  # as pytest does\n"
+              "b._child_main = lambda *args: os.abort()\n"
+              "from interop import import_jax\n"
+              "from xla_dialect.errors import MlirParseError\n"
+              "try:\n    import_jax(open(sys.argv[1], 'rb').read())\n"
+              "except MlirParseError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert "jaxlib crashed reading this input (signal 6)" in done.stdout
+    assert "Fatal Python error" not in done.stderr, done.stderr
