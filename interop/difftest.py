@@ -461,9 +461,9 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     expected = [plain_array(leaf) for _, leaf in leaves_with_paths]
     names = [jax.tree_util.keystr(path) for path, _ in leaves_with_paths]
 
-    # The program jax.jit(fn) runs, whose outputs are the ones compared: a function jitted by another
-    # library (nnx.jit) lowers to its own inner program (state updates first), not to what the call returns.
-    module = import_jax(jax.jit(fn, keep_unused=True), *args, **kwargs)
+    # The program of the call, whose outputs are the ones compared: import_jax traces a function jitted by
+    # another library (nnx.jit, whose own program returns state updates first) as jax.jit of the call.
+    module = import_jax(fn, *args, **kwargs)
     flat_args = [plain_array(a) for a in jax.tree.leaves((args, kwargs))]
     # The arguments as jax.jit takes them: converted to the program's parameter types (e.g. int64 to s32
     # without jax_enable_x64), as jax does.

@@ -29,7 +29,9 @@ def import_jax(obj, *example_args, trusted: bool | None = None, **example_kwargs
     ``obj`` is one of:
 
     * a Python function, jitted or not: traced with ``example_args`` /
-      ``example_kwargs`` (arrays, scalars or ``jax.ShapeDtypeStruct``);
+      ``example_kwargs`` (arrays, scalars or ``jax.ShapeDtypeStruct``); the program
+      computes what the call returns, also for another library's jit wrapper such as
+      ``flax.nnx.jit`` (:func:`jit_of_call`: the model's state leaves are parameters);
     * a ``jax.stages.Lowered`` (``jax.jit(f).lower(...)``) or ``jax.stages.Traced``;
     * a ``jax.export.Exported``, or the bytes of ``Exported.serialize()``;
     * a StableHLO portable artifact (``Exported.mlir_module_serialized``), MLIR
@@ -81,12 +83,33 @@ def import_jax(obj, *example_args, trusted: bool | None = None, **example_kwargs
     )
 
 
-def _from_function(fn, args, kwargs) -> ModuleOp:
+def jit_of_call(fn):
+    """The ``jax.jit`` function whose program computes what calling ``fn`` returns: ``fn`` itself when jax
+    jitted it (its options kept), else ``jax.jit(fn, keep_unused=True)``.
+
+    Another library's jit wrapper (``flax.nnx.jit``) has ``lower``/``trace`` too, but lowers its own inner
+    program: nnx's returns the updated state of the modules it was given first (a ``Linear``'s kernel and
+    bias, then the result). Wrapped in ``jax.jit``, the nnx call is traced as a whole, as ``jax.jit`` of the
+    call runs it: the program's parameters are the leaves of the arguments (a module's state, in
+    ``jax.tree.leaves`` order, as any pytree), its results what the call returns; state updates the call
+    makes (BatchNorm statistics, an RNG count) are not results, and tracing changes no module. Static
+    arguments given to the wrapper as ``static_argnums`` stay static.
+    """
     import jax
 
+    if type(fn).__module__.split(".")[0] in ("jax", "jaxlib"):  # jax.jit, jax.pmap...: their own program
+        return fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn, keep_unused=True)
+    static = getattr(fn, "static_argnums", None) if hasattr(fn, "lower") else None
+    if not (isinstance(static, int) or (isinstance(static, (tuple, list))
+                                        and all(isinstance(i, int) for i in static))):
+        static = None
+    return jax.jit(fn, keep_unused=True, static_argnums=static)
+
+
+def _from_function(fn, args, kwargs) -> ModuleOp:
     # Lowered for XLA's CPU backend whatever jax's default platform is (the executor reproduces XLA CPU):
     # jax.jit lowers some ops differently per platform.
-    jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn, keep_unused=True)
+    jitted = jit_of_call(fn)
     try:
         traced = jitted.trace(*args, **kwargs)  # already jitted: keeps its options
     except TypeError as e:

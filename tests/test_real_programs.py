@@ -65,6 +65,49 @@ def test_nnx_jit_compares_what_the_call_returns():
     assert len(report.outputs) == 1 and report.outputs[0].shape == (6, 3)
 
 
+@pytest.mark.parametrize("kind", ["linear", "mlp", "static"])
+def test_import_jax_of_nnx_jit_is_what_the_call_computes(kind):
+    """import_jax(nnx.jit(f), model, x): the module's results are exactly what the call returns (nnx's inner
+    program returns the model's state first: 3 results for a Linear, 5 for the MLP), its parameters the leaves
+    of (model, x), the model's state in jax.tree.leaves order (a static argument stays static); run on them it
+    gives the call's bits, and tracing changes no state."""
+    from flax import nnx
+
+    import lowering
+
+    if kind == "linear":
+        model = nnx.Linear(4, 3, rngs=nnx.Rngs(0))
+    else:
+        model = nnx.Sequential(nnx.Linear(4, 8, rngs=nnx.Rngs(0)), nnx.relu, nnx.Linear(8, 3, rngs=nnx.Rngs(1)))
+    # Weights and inputs of a few bits (quarters of small integers): every product and partial sum is exact,
+    # so any order of the matmul's sums gives the same bits and the comparison can be bitwise.
+    rng = np.random.default_rng(0)
+    layers = [model] if kind == "linear" else [model.layers[0], model.layers[2]]
+    for layer in layers:
+        layer.kernel[...] = rng.integers(-8, 9, layer.kernel[...].shape).astype(np.float32) / 4
+        layer.bias[...] = rng.integers(-8, 9, layer.bias[...].shape).astype(np.float32) / 4
+    x = rng.integers(-8, 9, (5, 4)).astype(np.float32) / 4
+    if kind == "static":
+        f = nnx.jit(lambda model, x, scale: (model(x) * scale, jnp.sum(x)), static_argnums=2)
+        args = (model, x, 2)
+    else:
+        f = nnx.jit(lambda model, x: model(x))
+        args = (model, x)
+    before = [np.asarray(v) for v in jax.tree.leaves(model)]
+    module = interop.import_jax(f, *args)
+    after = jax.tree.leaves(model)
+    assert len(after) == len(before) and all(np.array_equal(np.asarray(a), b) for a, b in zip(after, before))
+    main = module.body.block.ops.first
+    expected = jax.tree.leaves(f(*args))
+    leaves = [np.asarray(v) for v in jax.tree.leaves((model, x))]
+    assert len(main.function_type.outputs) == len(expected) == (2 if kind == "static" else 1)
+    assert len(main.function_type.inputs) == len(leaves) == {"linear": 3, "mlp": 5, "static": 5}[kind]
+    actual = lowering.compile(module)(*leaves)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        assert np.asarray(a).tobytes() == np.asarray(e).tobytes()
+
+
 def test_nnx_split_state_with_rng_keys_and_optimizer_step():
     from flax import nnx
 
