@@ -113,9 +113,10 @@ def _only_read(value: SSAValue) -> bool:
 class _LoopWriter:
     """Writes the numba source of one while loop."""
 
-    NAN_FIRST_OPERAND = True
-    """Adds and multiplies of floats keep the first operand's NaN (:func:`loop_runtime.nan_first`), as the
-    kernels do; fused groups check their outputs for NaNs instead (:mod:`lowering.fusion`)."""
+    NAN_RULES_PER_OP = True
+    """Each op gives the NaN the kernels give: adds and multiplies of floats keep the first operand's NaN
+    (:func:`loop_runtime.nan_first`), a multiply-add the instruction's (:func:`loop_runtime.fma_nan`). Fused
+    kernels check their outputs for NaNs instead (:mod:`lowering.fusion`), so their ops stay plain."""
 
     def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool = True):
         self.functions = functions
@@ -195,7 +196,7 @@ class _LoopWriter:
 
         scalar = _FusionWriter(self.functions, self.dtype_of, self.flush)
         scalar.constants, scalar.counter = self.constants, self.counter
-        scalar.NAN_FIRST_OPERAND = True  # (no NaN check of the outputs here, as a fused kernel has)
+        scalar.NAN_RULES_PER_OP = True  # (no NaN check of the outputs here, as a fused kernel has)
         reads, inner = input_reads(group, self.info)
         i = self.fresh("i")
         loads = []
@@ -304,7 +305,7 @@ class _LoopWriter:
         symbol = _ARITHMETIC[op.name]
         if op.properties.get("broadcast_dimensions") is not None:
             raise _Ineligible("an implicit broadcast")
-        if self.NAN_FIRST_OPERAND and dtype in _FLOATS and symbol in "+*":
+        if self.NAN_RULES_PER_OP and dtype in _FLOATS and symbol in "+*":
             zero = self.typed(dtype, "0")
             self.elementwise(out, dtype, shape, op.operands,
                              lambda a, b: f"nan_first({self.typed(dtype, f'{a} {symbol} {b}')}, {a}, {zero})", indent)
@@ -418,6 +419,10 @@ class _LoopWriter:
     def op_fma(self, op, out, dtype, shape, indent):
         if dtype not in _FLOATS:
             raise _Ineligible("fma on integers")
+        if not self.NAN_RULES_PER_OP:
+            self.elementwise(out, dtype, shape, op.operands, lambda a, b, c: f"fused_multiply_add({a}, {b}, {c})",
+                             indent)
+            return
         # The NaN of the instruction (fma_nan) is taken from the operands as they were before a negation that
         # LLVM folds into it (vfnmadd, vfmsub), as XLA's fused loops compute it.
         raw = [v.owner.operands[0] if isinstance(v.owner, Operation) and v.owner.name == "hlo.negate" else v

@@ -292,7 +292,7 @@ def plan(block: Block, row_reductions: bool = False) -> list[Group]:
 class _FusionWriter(_LoopWriter):
     """Writes a group's ops as scalar statements of one element loop."""
 
-    NAN_FIRST_OPERAND = False  # (a NaN output sends the group to the ops' kernels: group_source)
+    NAN_RULES_PER_OP = False  # (a NaN output sends the group to the ops' kernels: group_source)
 
     def elementwise(self, out, dtype, shape, operands, expression, indent):
         self.emit(indent, f"{out} = {expression(*(self.name(v) for v in operands))}")
@@ -309,10 +309,27 @@ class _FusionWriter(_LoopWriter):
         if splat is None:
             raise _Ineligible("a constant that is not a splat")
         const = self.fresh("k")
-        # A one-element array, read in the kernel: a float32 scalar argument would cross numba's boundary
-        # through a double, which the caller's flush-to-zero mode flushes when it is subnormal.
-        self.constants[const] = np.full(1, splat, np.dtype(dtype))
-        self.emit(indent, f"{out} = {const}[0]")
+        dtype = np.dtype(dtype)
+        if dtype.kind == "f" and dtype.itemsize in (4, 8):
+            # Its bit pattern, cast back in the kernel: a float32 scalar argument would cross numba's boundary
+            # through a double, which the caller's flush-to-zero mode flushes when it is subnormal (and a
+            # one-element array read in the loop is reloaded per element, unvectorized).
+            self.constants[const] = np.asarray(splat, dtype).reshape(()).view(f"i{dtype.itemsize}")[()]
+            self.emit(indent, f"{out} = float_from_bits({const})")
+            return
+        self.constants[const] = dtype.type(splat.item())
+        self.emit(indent, f"{out} = {const}")
+
+
+def scalar_packs(dtypes: list[np.dtype], is_array: list[bool]) -> list[tuple[np.dtype, list[int]]]:
+    """The scalar inputs of a fused kernel grouped by element type, in order of first appearance: a kernel
+    takes each group as one array (one argument and one allocation per call for hundreds of scalars, and a
+    float32 scalar does not cross numba's boundary through a double, which flush-to-zero would flush)."""
+    packs: dict[np.dtype, list[int]] = {}
+    for k, (dtype, array) in enumerate(zip(dtypes, is_array)):
+        if not array:
+            packs.setdefault(np.dtype(dtype), []).append(k)
+    return list(packs.items())
 
 
 def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict, int]:
@@ -345,10 +362,12 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
             cut = {"outer": "[start:stop]", "inner": "", "element": f"[start * {inner}:stop * {inner}]"}[read]
             cuts.append(f"    f{k} = a{k}.ravel(){cut}")
             loads.append((f"x{k}", f"f{k}", read))
-        else:  # a scalar comes as a one-element array (see _FusionWriter.op_constant)
-            args.append(f"s{k}")
-            cuts.append(f"    x{k} = s{k}[0]")
         writer.names[v] = f"x{k}"
+    # Scalars come packed, one array per element type (see scalar_packs and _FusionWriter.op_constant).
+    packs = scalar_packs([writer.info(v)[0] for v in group.inputs], [bool(writer.info(v)[1]) for v in group.inputs])
+    for n, (_, members) in enumerate(packs):
+        args.append(f"p{n}")
+        cuts += [f"    x{k} = p{n}[{j}]" for j, k in enumerate(members)]
     body_start = len(writer.lines)
     for op in group.members:
         if op.name != "hlo.reduce":
@@ -469,6 +488,7 @@ class FusedGroup:
         self.shape = group.shape
         self.input_dtypes = [np.dtype(dtype_of(v.type)) for v in group.inputs]
         self.input_is_array = [bool(_shape(v)) for v in group.inputs]
+        self.packs = scalar_packs(self.input_dtypes, self.input_is_array)
         self.input_ranks = [len(_shape(v) or ()) for v in group.inputs]
         self.output_dtypes = [np.dtype(dtype_of(r.type)) for r in group.outputs]
         self.output_shapes = [_shape(r) for r in group.outputs]
@@ -495,8 +515,10 @@ class FusedGroup:
                 from numba import from_dtype, typeof, types
 
                 signature = [typeof(c) for c in self.constants]
-                signature += [types.Array(from_dtype(dt), max(rank, 1), "C")
-                              for dt, rank in zip(self.input_dtypes, self.input_ranks)]
+                signature += [types.Array(from_dtype(dt), rank, "C")
+                              for dt, rank, array in zip(self.input_dtypes, self.input_ranks, self.input_is_array)
+                              if array]
+                signature += [types.Array(from_dtype(dt), 1, "C") for dt, _ in self.packs]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
                 self.pieces = self._cut()
                 self.signature = tuple(signature)
@@ -537,8 +559,9 @@ class FusedGroup:
                 self._compile()
         if self.kernel is None:
             return self.interpreted(*inputs)
-        args = [np.ascontiguousarray(x, dt) if is_array else np.full(1, x, dt)
-                for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)]
+        args = [np.ascontiguousarray(x, dt) for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)
+                if is_array]
+        args += [np.array([inputs[k] for k in members], dt) for dt, members in self.packs]
         outputs = [np.empty(shape, dt) for shape, dt in zip(self.output_shapes, self.output_dtypes)]
         flat = [o.reshape(-1) for o in outputs]
         head = (*self.constants, *args, *flat)

@@ -36,6 +36,24 @@ def fused_multiply_add(typingctx, a, b, c):
     return a(a, a, a), codegen
 
 
+@intrinsic
+def float_from_bits(typingctx, bits):
+    """The float with IEEE bit pattern ``bits``: an int32 gives an f32, an int64 an f64 (a bit cast; a
+    subnormal constant passed this way is not flushed by the caller's MXCSR on its way in, as a float
+    argument converted through a double would be, and it stays a register, hoisted out of loops)."""
+    if bits == types.int32:
+        result, ir_type = types.float32, ir.FloatType()
+    elif bits == types.int64:
+        result, ir_type = types.float64, ir.DoubleType()
+    else:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir_type)
+
+    return result(bits), codegen
+
+
 @_njit
 def fma_nan(r, a, b, c, zero):
     """``r = fma(a, b, c)`` with the NaN the FMA instruction gives (:func:`lowering.kernels.elementwise.fma_nans`:
@@ -327,7 +345,7 @@ sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
 cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
 tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
 
-HELPER_NAMES = ("fused_multiply_add", "fma_nan", "nan_first", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
+HELPER_NAMES = ("fused_multiply_add", "fma_nan", "nan_first", "float_from_bits", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
                 "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
                 "cos_f64", "tan_f64")
 """What a generated loop module imports from here."""
