@@ -246,12 +246,19 @@ class DivideByConstant(RewritePattern):
             inverse = _emit(rewriter, dm.BroadcastInDimOp, [inverse], wide_type, dict(broadcast.properties))
         else:
             inverse = _emit_constant(rewriter, inv, wide_type)
-        wide_a = _emit(rewriter, cv.ConvertOp, [a], wide_type)
-        wide_a.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # reads A's bf16 value
-        product = _emit(rewriter, MulOp, [wide_a, inverse], wide_type)
-        narrowed = _emit(rewriter, cv.ConvertOp, [product], result_type)
-        narrowed.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # XLA's float normalization made it
-        _replace(rewriter, op, narrowed)
+        _replace_by_bf16_product(rewriter, op, a, inverse)
+
+
+def _replace_by_bf16_product(rewriter: PatternRewriter, op: Operation, a: SSAValue, inverse: SSAValue) -> None:
+    """Replace bf16 ``op`` by ``convert(convert(a, f32) * inverse, bf16)`` (``inverse`` an f32 value of the
+    result's shape): a division XLA's float normalization computes in f32 and rounds once."""
+    result_type = op.results[0].type
+    wide_a = _emit(rewriter, cv.ConvertOp, [a], inverse.type)
+    wide_a.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # reads A's bf16 value
+    product = _emit(rewriter, MulOp, [wide_a, inverse], inverse.type)
+    narrowed = _emit(rewriter, cv.ConvertOp, [product], result_type)
+    narrowed.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()  # XLA's float normalization made it
+    _replace(rewriter, op, narrowed)
 
 
 def _implicit_divisor_is_fresh(divisor: SSAValue, op: Operation) -> bool:
@@ -342,12 +349,7 @@ class DivideByBroadcast(RewritePattern):
         one = _emit_constant(rewriter, np.ones((), np.float32), wide_b_type)
         inverse = _emit(rewriter, DivOp, [one, wide_b], wide_b_type)
         spread = _emit(rewriter, dm.BroadcastInDimOp, [inverse], wide_type, bcast_props)
-        wide_a = _emit(rewriter, cv.ConvertOp, [a], wide_type)
-        wide_a.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()
-        product = _emit(rewriter, MulOp, [wide_a, spread], wide_type)
-        narrowed = _emit(rewriter, cv.ConvertOp, [product], result_type)
-        narrowed.owner.attributes[NORMALIZATION_CONVERT] = UnitAttr()
-        _replace(rewriter, op, narrowed)
+        _replace_by_bf16_product(rewriter, op, a, spread)
 
 
 NORMALIZATION_CONVERT = "hlo.float_normalization"
