@@ -33,7 +33,15 @@ from xla_dialect.ops import constants, control_flow, data_movement
 from xla_dialect.shape import format_shape
 
 from . import attributes as A
-from .opcodes import NO_HLO_FORM, WRITERS, custom_call_result_types, write_constant_literal
+from .opcodes import (
+    NO_HLO_FORM,
+    OPAQUE_PREFIX,
+    UPCAST,
+    WRITERS,
+    custom_call_result_types,
+    write_constant_literal,
+    write_opaque,
+)
 
 
 def _shape(t) -> str:
@@ -221,6 +229,9 @@ class HloExporter:
         for op in ops:
             if op in skipped:
                 continue
+            if UPCAST in op.attributes:  # the importer's convert of a mixed-type dot operand: printed as written
+                comp.names[op.results[0]] = self._operand(op.operands[0], op)
+                continue
             self._instruction(op, skipped)
         results = list(results)
         if len(results) == 1:
@@ -267,7 +278,7 @@ class HloExporter:
             opcode, operands, attrs = "constant", [], []
             literal = write_constant_literal(op)
         else:
-            writer = WRITERS.get(op.name)
+            writer = WRITERS.get(op.name) or (write_opaque if op.name.startswith(OPAQUE_PREFIX) else None)
             if writer is None:
                 raise UnsupportedError(f"export_hlo: {op.name} has no HLO text form")
             if self.for_xla and isinstance(op, control_flow.FusionOp):

@@ -58,7 +58,7 @@ from xla_dialect.errors import HloParseError, LayoutError, UnsupportedError, Xla
 from xla_dialect.ops import control_flow, data_movement, elementwise
 
 from . import attributes as A
-from .opcodes import READERS
+from .opcodes import READERS, reader_for
 from .syntax import Computation, HloModuleText, Instruction, parse_hlo_text
 
 KEPT_ATTRIBUTES = frozenset({
@@ -92,7 +92,8 @@ class _Pending:
 class _Scope:
     """The computation being converted: its values by name and the ops of its block."""
 
-    __slots__ = ("computation", "values", "ops", "current", "named", "consumed", "region_names")
+    __slots__ = ("computation", "values", "ops", "current", "named", "consumed", "region_names", "verbatim",
+                 "by_name")
 
     def __init__(self, computation: Computation):
         self.computation = computation
@@ -102,6 +103,8 @@ class _Scope:
         self.named = False
         self.consumed: set[str] = set()
         self.region_names: list = []  # [computation name, parameter names...] per region read for the op
+        self.verbatim: set[str] = set()  # attributes of the current instruction kept as written (keep_verbatim)
+        self.by_name: dict[str, Instruction] | None = None  # the computation's instructions by name, on demand
 
 
 class HloImporter:
@@ -200,12 +203,28 @@ class HloImporter:
     def _parameter_attributes(self, ins: Instruction) -> dict[str, Attribute]:
         """Argument attributes of a parameter: its name, and its kept attributes (sharding, metadata...)."""
         out: dict[str, Attribute] = {"hlo.name": StringAttr(ins.name)}
-        unknown = [k for k in ins.attrs if k not in KEPT_ATTRIBUTES]
+        if "parameter_replication" in ins.attrs:
+            self._check_parameter_replication(ins)
+        unknown = [k for k in ins.attrs if k not in KEPT_ATTRIBUTES and k != "parameter_replication"]
         if unknown:
             self.fail(f"attribute {unknown[0]}={ins.attrs[unknown[0]][:60]} is not supported for parameter", ins)
         if ins.attrs:
             out["hlo.attributes"] = DictionaryAttr({k: StringAttr(self._kept_text(k, v)) for k, v in ins.attrs.items()})
         return out
+
+    def _check_parameter_replication(self, ins: Instruction) -> None:
+        """``parameter_replication={true,false}``: one flag per leaf buffer of the parameter (as XLA checks);
+        kept as written (one device here: every parameter is replicated)."""
+        text = ins.attrs["parameter_replication"].strip()
+        body = text[1:-1] if text.startswith("{") and text.endswith("}") else None
+        flags = [f.strip() for f in body.split(",")] if body and body.strip() else []
+        if body is None or any(f not in ("true", "false") for f in flags):
+            self.fail(f"parameter_replication must be a list of true/false such as {{true,false}}, "
+                      f"got {text[:60]!r}", ins)
+        leaves = _leaf_count(ins.shape)
+        if len(flags) != leaves:
+            self.fail(f"the parameter has {leaves} leaf buffers, but parameter_replication has {len(flags)} "
+                      f"elements", ins)
 
     def _entry_layouts(self, text: str, types: list[Attribute], comp: Computation):
         """Parameter and result types from ``entry_computation_layout={(...)->...}``."""
@@ -270,10 +289,11 @@ class HloImporter:
         scope.named = False
         scope.consumed = set()
         scope.region_names = []
-        reader = READERS.get(ins.opcode)
+        scope.verbatim = set()
+        reader = READERS.get(ins.opcode) or reader_for(ins.opcode)
         if reader is None:
-            self.fail(f"opcode {ins.opcode!r} is not supported")
-        if ins.opcode in _DONE:
+            self.fail(f"opcode {ins.opcode!r} is not supported: XLA has no such opcode")
+        if ins.opcode in _DONE or (ins.opcode not in READERS and ins.opcode.endswith(("-done", "-update"))):
             args = []
         else:
             args = [self.value(n, ins) for n in ins.operands]
@@ -293,11 +313,12 @@ class HloImporter:
             self.fail(str(e), ins)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
             self.fail(f"malformed instruction ({type(e).__name__}: {e})", ins)
-        extra = [k for k in ins.attrs if k not in scope.consumed and k not in KEPT_ATTRIBUTES]
+        extra = [k for k in ins.attrs if k not in scope.consumed and k not in KEPT_ATTRIBUTES
+                 and k not in scope.verbatim]
         if extra:
             self.fail(f"attribute {extra[0]}={ins.attrs[extra[0]][:60]} is not supported for {ins.opcode}", ins)
         kept = {k: StringAttr(self._kept_text(k, v)) for k, v in ins.attrs.items()
-                if k not in scope.consumed and k in KEPT_ATTRIBUTES}
+                if k not in scope.consumed and (k in KEPT_ATTRIBUTES or k in scope.verbatim)}
         new_ops = scope.ops[first:]
         if new_ops:
             loc = self._location(ins)
@@ -317,6 +338,12 @@ class HloImporter:
 
         if ins.opcode == "tuple":
             return TupleType([a.type for a in args])
+        if ins.opcode == "get-dimension-size":  # XLA's shape inference: always s32[]
+            from xla_dialect.shape import parse_shape
+
+            from .syntax import with_default_layouts
+
+            return with_default_layouts(parse_shape("s32[]"))
         if args and isinstance(args[0].type, TensorType) and ins.opcode in _SAME_SHAPE_OPCODES:
             t = args[-1].type if ins.opcode == "select" else args[0].type
             if ins.opcode == "compare":
@@ -424,6 +451,31 @@ class HloImporter:
     def keep(self, ins: Instruction, key: str) -> None:
         """Keep attribute ``key`` of ``ins`` verbatim (in ``hlo.attributes``) although a read rule looked at it."""
         self.scope.consumed.discard(key)
+
+    def keep_verbatim(self, ins: Instruction, key: str) -> None:
+        """Keep attribute ``key`` of ``ins`` as written (printed back by the exporter), whatever it is: for
+        attributes a read rule checked and the executor needs no more of (``algorithm=``, ``is_stable=``)."""
+        self.scope.consumed.discard(key)
+        self.scope.verbatim.add(key)
+
+    def start_instruction(self, ins: Instruction) -> Instruction | None:
+        """The instruction a done (or update) names as its operand, if it is one of the computation's."""
+        scope = self.scope
+        if scope.by_name is None:
+            scope.by_name = {i.name: i for i in scope.computation.instructions}
+        start = scope.by_name.get(ins.operands[0]) if len(ins.operands) == 1 else None
+        while start is not None and start.opcode.endswith("-update") and len(start.operands) == 1:
+            start = scope.by_name.get(start.operands[0])
+        return start
+
+    def emit_opaque(self, cls, operands, result_type: Attribute, attributes: dict) -> SSAValue:
+        """Append an opaque op (an XLA instruction the dialect has no op for) for the current instruction."""
+        scope = self.scope
+        attributes = {"hlo.name": StringAttr(scope.current.name), **attributes}
+        scope.named = True
+        op = cls.create(operands=list(operands), result_types=[result_type], attributes=attributes)
+        scope.ops.append(op)
+        return op.results[0]
 
     def shape_of_text(self, text: str, ins: Instruction) -> Attribute:
         from .syntax import _Reader
@@ -586,6 +638,12 @@ def _ordered(comp: Computation, imp: HloImporter) -> list[Instruction]:
                 state[ins.name] = 2
                 order.append(ins)
     return order
+
+
+def _leaf_count(shape: Attribute) -> int:
+    if isinstance(shape, TupleType):
+        return sum(_leaf_count(t) for t in shape.types)
+    return 1
 
 
 def _fresh(name: str, taken: set[str]) -> str:

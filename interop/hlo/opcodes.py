@@ -420,9 +420,37 @@ def _read_dot(imp, ins, args):
     if precision is not None:
         props["precision_config"] = precision
     algorithm = imp.attr(ins, "algorithm", A.string, None)
-    if algorithm is not None and algorithm not in ("dot_any_f32_f32_f32", "dot_f32_f32_f32", "dot_f64_f64_f64"):
-        raise UnsupportedError(f"dot algorithm={algorithm} is not supported (only the default numerics)")
+    if algorithm is not None:
+        reason = _algorithm_not_honoured(algorithm, args, ins.shape)
+        if reason is not None:
+            return read_opaque(imp, ins, args, reason)
+        imp.keep_verbatim(ins, "algorithm")
+    args = _upcast_operands(imp, ins, args)
     return imp.emit(linalg.DotGeneralOp, args, props, [ins.shape])[0]
+
+
+DOT_ALGORITHMS = frozenset({
+    "dot_any_f8_any_f8_f32", "dot_any_f8_any_f8_f32_fast_accum", "dot_f16_f16_f16", "dot_f16_f16_f32",
+    "dot_bf16_bf16_bf16", "dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_bf16_bf16_f32_x6",
+    "dot_bf16_bf16_f32_x9", "dot_tf32_tf32_f32", "dot_tf32_tf32_f32_x3", "dot_f32_f32_f32", "dot_f64_f64_f64",
+    "dot_any_f32_f32_f32",
+})
+"""XLA's dot algorithms (``PrecisionConfig.Algorithm``, as its printer spells them)."""
+
+
+def _algorithm_not_honoured(algorithm: str, args, shape) -> str | None:
+    """None when computing the dot as usual is ``algorithm`` (operands of its input type, accumulated in
+    f32/f64); else why not, for the UnsupportedError raised when the module is compiled."""
+    if algorithm not in DOT_ALGORITHMS:
+        raise UnsupportedError(f"unknown dot algorithm={algorithm} (XLA's are {', '.join(sorted(DOT_ALGORITHMS))})")
+    if algorithm in ("dot_f32_f32_f32", "dot_f64_f64_f64", "dot_any_f32_f32_f32"):
+        return None
+    kinds = {str(a.type.element_type) for a in args}
+    inputs = {"dot_bf16_bf16_f32": "bf16", "dot_f16_f16_f32": "f16"}.get(algorithm)
+    if inputs is not None and kinds == {inputs} and str(shape.element_type) == "f32":
+        return None
+    return (f"with algorithm={algorithm} (operands {' and '.join(sorted(kinds))}) rounds or accumulates "
+            f"otherwise than the executor's dot, which computes only the default numerics")
 
 
 @writes(linalg.DotGeneralOp)
@@ -480,7 +508,53 @@ def _read_convolution(imp, ins, args):
     precision = _read_precision(imp, ins)
     if precision is not None:
         props["precision_config"] = precision
+    args = _upcast_operands(imp, ins, args)
     return imp.emit(windowed.ConvolutionOp, args, props, [ins.shape])[0]
+
+
+UPCAST = "hlo.operand_upcast"
+"""Marks the ``hlo.convert`` the importer puts before a dot/convolution whose operands XLA lets differ in
+element type; the exporter prints the dot with the operand as it was written."""
+
+
+def _upcast_operands(imp, ins, args):
+    """Operands of different element types (``bf16`` and ``f32``, ``s8`` and ``f32``...), which XLA's dot and
+    convolution take: the narrower converted to the other's type when that is exact, as XLA computes
+    them; an error when neither converts exactly."""
+    lhs, rhs = args[0].type.element_type, args[1].type.element_type
+    if lhs == rhs:
+        return args
+    if _exact_conversion(lhs, rhs):
+        wide, narrow = 1, 0
+    elif _exact_conversion(rhs, lhs):
+        wide, narrow = 0, 1
+    else:
+        raise UnsupportedError(f"{ins.opcode} operands {lhs} and {rhs}: neither converts exactly to the other")
+    value = args[narrow]
+    target = TensorType(args[wide].type.element_type, value.type.get_shape(), value.type.encoding)
+    (converted,) = imp.emit(conversion.ConvertOp, [value], None, [target], name=False)
+    converted.op.attributes[UPCAST] = UnitAttr()
+    out = list(args)
+    out[narrow] = converted
+    return out
+
+
+def _exact_conversion(source, target) -> bool:
+    """Whether every value of element type ``source`` is a value of ``target``."""
+    import ml_dtypes
+
+    a, b = element_type_of(source), element_type_of(target)
+    sa, sb = np.dtype(numpy_dtype(source)), np.dtype(numpy_dtype(target))
+    if a.kind in ("sint", "uint") and b.kind in ("sint", "uint"):
+        ia, ib = ml_dtypes.iinfo(sa), ml_dtypes.iinfo(sb)
+        return ib.min <= ia.min and ia.max <= ib.max
+    if a.kind in ("sint", "uint") and b.kind == "float":
+        ia = ml_dtypes.iinfo(sa)
+        return max(abs(int(ia.min)), int(ia.max)) <= 2 ** (ml_dtypes.finfo(sb).nmant + 1)
+    if a.kind == "float" and b.kind == "float":
+        fa, fb = ml_dtypes.finfo(sa), ml_dtypes.finfo(sb)
+        return fb.nmant >= fa.nmant and fb.maxexp >= fa.maxexp and fb.minexp <= fa.minexp
+    return False
 
 
 def DenseArrayBase_bool(values):
@@ -1230,12 +1304,39 @@ def _write_ids(exp, op):
 @reads("all-reduce-done", "all-gather-done", "collective-permute-done", "copy-done", "async-done",
        "send-done", "recv-done")
 def _read_done(imp, ins, args):
+    _check_pair_attributes(imp, ins)
     return imp.async_result(ins)
 
 
 @reads("async-update")
 def _read_async_update(imp, ins, args):
+    _check_pair_attributes(imp, ins)
     return imp.async_forward(ins)
+
+
+_PAIR_ATTRIBUTES = {"channel_id": A.integer, "is_host_transfer": A.boolean, "calls": A.computation}
+"""Attributes XLA prints on a done (or update) again: they must say what its start says."""
+
+
+def _check_pair_attributes(imp, ins) -> None:
+    """``send-done(s), channel_id=1``, ``async-done(a), calls=f``: XLA repeats the start's channel or
+    computation on the done; read, and checked against the start."""
+    start = imp.start_instruction(ins)
+    for key, reader in _PAIR_ATTRIBUTES.items():
+        if key not in ins.attrs:
+            continue
+        value = imp.attr(ins, key, reader)
+        if key == "calls" and ins.opcode in ("send-done", "recv-done"):
+            raise UnsupportedError(f"{ins.opcode} takes no calls=")
+        if start is None:
+            continue
+        given = start.attrs.get(key)
+        theirs = reader(given) if given is not None else ({"channel_id": 0, "is_host_transfer": False}.get(key))
+        if key == "calls" and given is None and start.opcode != "async-start":
+            continue  # X-start wraps X: its computation is implicit
+        if theirs != value:
+            raise UnsupportedError(f"{key}={ins.attrs[key]} differs from the {start.opcode} %{start.name} it "
+                                   f"completes ({key}={given if given is not None else theirs})")
 
 
 @reads("copy-start")
@@ -1399,6 +1500,7 @@ def _read_topk(imp, ins, args):
 
     k = imp.attr(ins, "k", A.integer)
     largest = imp.attr(ins, "largest", A.boolean, True)
+    imp.attr(ins, "is_stable", A.boolean, None)  # either way: the expansion's sort is stable (ties: lower index)
     if not largest:
         raise UnsupportedError("topk with largest=false is not supported (XLA's TopK takes the largest)")
     values = _top_k(_Expansion(imp, ins, args), None)
@@ -1469,3 +1571,115 @@ def _read_ragged_dot(imp, ins, args):
         ("lhs_ragged_dimensions", "lhs_ragged_dims"), ("rhs_group_dimensions", "rhs_group_dims"))) + ">")
     values = _ragged_dot(_Expansion(imp, ins, args), _Op({"ragged_dot_dimension_numbers": text}))
     return _pack_expansion(imp, ins, values)
+
+
+# ----------------------------------------------------------------------------
+# XLA opcodes (and forms) the executor has no kernel for: read and kept as written
+# ----------------------------------------------------------------------------
+
+XLA_OPCODES_WITHOUT_OP = frozenset({
+    "collective-reduce", "dynamic-reshape", "ragged-all-to-all", "rng-get-and-update-state", "scaled-dot",
+    "shuffle", "stochastic-convert",
+})
+"""Opcodes of XLA's ``HLO_OPCODE_LIST`` (xla/hlo/ir/hlo_opcode.h) without an hlo op here: the importer
+keeps them as opaque ops (:func:`read_opaque`)."""
+
+OPAQUE_PREFIX = "hlo_text."
+"""Name prefix of the opaque ops standing for such instructions (``hlo_text.scaled-dot``)."""
+
+_ASYNC_SUFFIXES = ("-start", "-update", "-done")
+
+
+def is_xla_opcode(opcode: str) -> bool:
+    """Whether XLA's parser takes ``opcode``: one of its opcodes, or ``X-start``/``X-update``/``X-done``
+    of one (an asynchronous wrapper of X, as ``HloParserImpl::ParseOpcode`` reads it)."""
+    if opcode in READERS or opcode in XLA_OPCODES_WITHOUT_OP:
+        return True
+    base = async_base(opcode)
+    return base is not None and (base in READERS or base in XLA_OPCODES_WITHOUT_OP)
+
+
+def async_base(opcode: str) -> str | None:
+    """``reduce-scatter`` for ``reduce-scatter-start`` (any ``-start``/``-update``/``-done``), else None."""
+    for suffix in _ASYNC_SUFFIXES:
+        if opcode.endswith(suffix):
+            return opcode[: -len(suffix)]
+    return None
+
+
+def _no_kernel(op, ctx):
+    where = op.attributes.get("hlo.position")
+    reason = op.attributes.get("hlo.unsupported")
+    opcode = op.name[len(OPAQUE_PREFIX):]
+    raise UnsupportedError(
+        f"{where.data if where is not None else op.name}: {opcode} "
+        f"{reason.data if reason is not None else 'has no kernel in the NumPy executor'} "
+        f"(import_hlo read it and keeps it as written; export_hlo prints it back)")
+
+
+def opaque_class(opcode: str) -> type:
+    """The opaque op class of ``opcode`` (one per opcode), whose kernel raises :class:`UnsupportedError`."""
+    from lowering.registry import KERNELS, register_kernel
+
+    from ..stablehlo_import import opaque_op_class
+
+    cls = opaque_op_class(OPAQUE_PREFIX + opcode)
+    if cls not in KERNELS:
+        register_kernel(cls, _no_kernel)
+    return cls
+
+
+_COMPUTATION_KEYS = ("to_apply", "calls", "condition", "body", "branch_computations", "called_computations")
+
+
+def read_opaque(imp, ins, args, reason: str | None = None):
+    """An instruction the executor cannot compute, kept as an opaque op: its operands, its shape, its
+    attributes verbatim (printed back by :func:`write_opaque`); computations it names are converted so
+    that the module still has them. ``reason`` (e.g. 'dot algorithm=... changes the numerics') is what
+    the UnsupportedError raised when the module is compiled says."""
+    if ins.shape is None:
+        raise UnsupportedError(f"{ins.opcode} needs its shape written")
+    for key in _COMPUTATION_KEYS:
+        text = ins.attrs.get(key)
+        if text is not None:
+            for name in A.computations(text):
+                imp.callee_named(ins, name)
+    for key in ins.attrs:
+        imp.keep_verbatim(ins, key)
+    attributes = {"hlo.position": StringAttr(imp.parsed.where(ins.pos))}
+    if reason is not None:
+        attributes["hlo.unsupported"] = StringAttr(reason)
+    return imp.emit_opaque(opaque_class(ins.opcode), args, ins.shape, attributes)
+
+
+def write_opaque(exp, op):
+    return op.name[len(OPAQUE_PREFIX):], list(op.operands), []
+
+
+def reader_for(opcode: str):
+    """The read rule of an XLA opcode without an entry in :data:`READERS` (None: not an XLA opcode):
+    opaque ops, and the asynchronous wrappers ``X-start``/``X-update``/``X-done`` of an opcode X."""
+    if opcode in XLA_OPCODES_WITHOUT_OP:
+        return read_opaque
+    base = async_base(opcode)
+    if base is None or not is_xla_opcode(base):
+        return None
+    if opcode.endswith("-done"):
+        return _read_done
+    if opcode.endswith("-update"):
+        return _read_async_update
+    return _read_wrapped_start
+
+
+def _read_wrapped_start(imp, ins, args):
+    """``X-start`` (XLA's asynchronous wrapper of X): shape ``((operands), result, context...)``; X computed
+    here, its done hands the result over."""
+    base = async_base(ins.opcode)
+    shapes = _tuple_types(ins)
+    if len(shapes) < 2:
+        raise UnsupportedError(f"{ins.opcode} needs the shape ((operands...), result, ...)")
+    inner = type(ins)(ins.name, shapes[1], base, ins.operands, ins.operand_shapes, ins.literal, ins.attrs,
+                      ins.is_root, ins.pos)
+    reader = READERS.get(base)
+    value = reader(imp, inner, args) if reader is not None else read_opaque(imp, inner, args)
+    return imp.async_start(ins, value)

@@ -242,7 +242,7 @@ class _Reader:
         hit = self.shapes.get(spelling)
         if hit is None:
             try:
-                hit = with_default_layouts(parse_shape(spelling))
+                hit = with_default_layouts(parse_shape(_plain_shape(spelling)))
             except (ShapeParseError, LayoutError) as e:
                 self.fail(pos, str(e))
             self.shapes[spelling] = hit
@@ -449,6 +449,21 @@ class _Reader:
                 operand_shapes.append(self.shape_text(prefix, s) if prefix else None)
         end, attrs = self.attributes(close)
         return Instruction(name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos), end
+
+
+_SHAPE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_SPLIT_CONFIGS = re.compile(r"SC(?:\(\s*\d+\s*:[\d,\s]*\))+")
+
+
+def _plain_shape(spelling: str) -> str:
+    """The shape text without what XLA's parser skips or drops for values: comments (a tuple shape written
+    over several lines, ``(f32[4], // x``), and a layout's split configs ``SC(0:2)`` (how a buffer is split
+    in memory; the layout's other fields are kept)."""
+    if "/" in spelling:
+        spelling = _SHAPE_COMMENT.sub(" ", spelling)
+    if "SC(" in spelling:
+        spelling = re.sub(r":\s*\}", "}", _SPLIT_CONFIGS.sub("", spelling))
+    return spelling
 
 
 def with_default_layouts(type_: Attribute) -> Attribute:

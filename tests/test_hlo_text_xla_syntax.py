@@ -1,0 +1,172 @@
+"""HLO text import (issue 29, "XLA's own HLO"): syntax XLA's parser accepts is read (and run, or a clear
+UnsupportedError when the executor cannot), and what XLA's parser rejects is rejected with the reason.
+
+Each test is a small hand-written module; where XLA's CPU backend runs it, the executor's results are compared
+with XLA's (jaxlib, ``run_hlo_text_on_xla``)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import lowering  # noqa: E402
+from interop.hlo import export_hlo, import_hlo, run_hlo_text_on_xla  # noqa: E402
+from xla_dialect.errors import HloParseError, UnsupportedError, XlaError  # noqa: E402
+
+
+def _module(body: str, params: str = "  p = f32[4] parameter(0)\n", extra: str = "") -> str:
+    return f"HloModule m\n{extra}\nENTRY e {{\n{params}{body}\n}}\n"
+
+
+def _run(text: str, *args):
+    return lowering.compile(import_hlo(text, source="m.hlo"))(*args)
+
+
+def _same_as_xla(text: str, *args, xla_text: str | None = None) -> None:
+    """The executor's results on ``text`` are XLA's (on ``xla_text``, an equivalent form XLA's CPU backend
+    compiles, when given)."""
+    ours = _run(text, *args)
+    theirs = run_hlo_text_on_xla(xla_text or text, *args, trusted=True)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _round_trip(text: str) -> str:
+    printed = export_hlo(import_hlo(text))
+    assert export_hlo(import_hlo(printed)) == printed
+    return printed
+
+
+def _error(text: str, cls=HloParseError) -> str:
+    with pytest.raises(cls) as info:
+        import_hlo(text, source="m.hlo")
+    message = str(info.value)
+    assert "ValueError" not in message and "malformed instruction" not in message, message
+    return message
+
+
+# ----------------------------------------------------------------------------
+# XLA opcodes without an op here: read, printed back, UnsupportedError naming them when compiled
+# ----------------------------------------------------------------------------
+
+SCALED_DOT = _module(
+    "  ROOT c = f32[2,4] scaled-dot(a, b, sa, sb), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+    params="  a = f32[2,3] parameter(0)\n  b = f32[3,4] parameter(1)\n  sa = f32[2,1] parameter(2)\n"
+           "  sb = f32[1,4] parameter(3)\n")
+
+
+def test_xla_opcode_without_kernel_is_read_and_fails_at_compile_naming_it():
+    module = import_hlo(SCALED_DOT, source="m.hlo")
+    printed = _round_trip(SCALED_DOT)
+    assert "scaled-dot(%a, %b, %sa, %sb), lhs_contracting_dims={1}, rhs_contracting_dims={0}" in printed
+    with pytest.raises(UnsupportedError) as info:
+        lowering.compile(module)
+    assert "m.hlo:8:3" in str(info.value) and "scaled-dot" in str(info.value)
+    # a name XLA does not know stays an import error
+    assert "XLA has no such opcode" in _error(_module("  ROOT q = f32[4] frobnicate(p)"))
+
+
+def test_asynchronous_wrapper_of_any_opcode():
+    """``X-start``/``X-done`` (XLA's ParseOpcode reads any opcode so) run as X."""
+    text = _module("  s = ((f32[4]), f32[4], u32[]) negate-start(p)\n  ROOT d = f32[4] negate-done(s)")
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(_run(text, x)[0], -x)
+
+
+# ----------------------------------------------------------------------------
+# Attributes XLA repeats on done instructions, and others it accepts
+# ----------------------------------------------------------------------------
+
+CALLS = """comp {
+  q = f32[4] parameter(0)
+  ROOT n = f32[4] exponential(q)
+}
+"""
+
+
+def test_async_done_calls_and_send_recv_done_channel_id():
+    text = _module("  s = ((f32[4]), f32[4], s32[]) async-start(p), calls=comp\n"
+                   "  ROOT d = f32[4] async-done(s), calls=comp", extra=CALLS)
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    # (XLA compiles HLO text through StableHLO, which does not take async pairs: it runs the call)
+    _same_as_xla(text, x, xla_text=_module("  ROOT d = f32[4] call(p), to_apply=comp", extra=CALLS))
+    wrong = text.replace("async-done(s), calls=comp", "async-done(s), calls=other")
+    assert "calls=other differs from the async-start %s" in _error(wrong)
+    sendrecv = _module(
+        "  tok = token[] after-all()\n"
+        "  s = (f32[4], u32[], token[]) send(p, tok), channel_id=1\n"
+        "  sd = token[] send-done(s), channel_id=1\n"
+        "  r = (f32[4], u32[], token[]) recv(tok), channel_id=2\n"
+        "  rd = (f32[4], token[]) recv-done(r), channel_id=2\n"
+        "  ROOT g = f32[4] get-tuple-element(rd), index=0")
+    import_hlo(sendrecv)
+    message = _error(sendrecv.replace("send-done(s), channel_id=1", "send-done(s), channel_id=3"))
+    assert "m.hlo:7:3" in message and "channel_id=3 differs from the send %s it completes (channel_id=1)" in message
+
+
+def test_get_dimension_size_without_a_shape_is_s32():
+    text = _module("  ROOT c = get-dimension-size(p), dimensions={0}")
+    (size,) = _run(text, np.zeros(4, np.float32))
+    assert size.dtype == np.int32 and int(size) == 4
+    _same_as_xla(text, np.zeros(4, np.float32))
+
+
+def test_parameter_replication_topk_is_stable_split_configs_and_comments_in_tuple_shapes():
+    text = _module("  ROOT t = (f32[4], // the values\n            s32[4]) tuple(p, i)",
+                   params="  p = f32[4]{0:SC(0:2)} parameter(0), parameter_replication={true}\n"
+                          "  i = s32[4] iota(), iota_dimension=0\n")
+    x = np.arange(4, dtype=np.float32)
+    out = _run(text, x)
+    np.testing.assert_array_equal(out[0], x)
+    assert "parameter_replication={true}" in _round_trip(text)
+    wrong = text.replace("parameter_replication={true}", "parameter_replication={true,false}")
+    assert "the parameter has 1 leaf buffers, but parameter_replication has 2 elements" in _error(wrong)
+    topk = _module("  ROOT t = (f32[2], s32[2]) topk(p), k=2, largest=true, is_stable=true")
+    values, indices = _run(topk, np.array([1, 3, 3, 0], np.float32))
+    np.testing.assert_array_equal(values, [3, 3])
+    np.testing.assert_array_equal(indices, [1, 2])  # ties: the lower index first
+
+
+# ----------------------------------------------------------------------------
+# dot: algorithms, operands of different element types
+# ----------------------------------------------------------------------------
+
+def _dot(lhs: str, rhs: str, out: str = "f32", attrs: str = "") -> str:
+    return _module(f"  ROOT c = {out}[2,4] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}{attrs}",
+                   params=f"  a = {lhs}[2,3] parameter(0)\n  b = {rhs}[3,4] parameter(1)\n")
+
+
+def test_dot_algorithm_is_kept_and_unsupported_numerics_fail_at_compile():
+    a = (np.arange(6).reshape(2, 3) / 7).astype(ml_dtypes.bfloat16)
+    b = (np.arange(12).reshape(3, 4) / 3).astype(ml_dtypes.bfloat16)
+    honoured = _dot("bf16", "bf16", attrs=", algorithm=dot_bf16_bf16_f32")
+    _same_as_xla(honoured, a, b)
+    assert "algorithm=dot_bf16_bf16_f32" in _round_trip(honoured)
+    # f32 operands rounded to bf16 (and the x3/x6/x9 splits): not what the executor computes
+    for algorithm in ("dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_tf32_tf32_f32"):
+        text = _dot("f32", "f32", attrs=f", algorithm={algorithm}")
+        module = import_hlo(text, source="m.hlo")
+        assert f"algorithm={algorithm}" in _round_trip(text)
+        with pytest.raises(UnsupportedError) as info:
+            lowering.compile(module)
+        assert "m.hlo:6:3: dot with" in str(info.value) and f"algorithm={algorithm}" in str(info.value)
+    assert "unknown dot algorithm=dot_f7" in _error(_dot("f32", "f32", attrs=", algorithm=dot_f7"))
+
+
+def test_dot_and_convolution_operands_of_different_element_types():
+    a = (np.arange(6).reshape(2, 3) / 7).astype(ml_dtypes.bfloat16)
+    b = (np.arange(12).reshape(3, 4) / 3).astype(np.float32)
+    s8 = np.arange(-3, 3, dtype=np.int8).reshape(2, 3)
+    for lhs, rhs, x, y in (("bf16", "f32", a, b), ("f32", "bf16", a.astype(np.float32) * 3, b.astype(a.dtype)),
+                           ("s8", "f32", s8, b)):
+        text = _dot(lhs, rhs)
+        _same_as_xla(text, x, y)
+        assert "dot(%a, %b)" in _round_trip(text)
+    conv = _module("  ROOT c = f32[1,2,1] convolution(a, b), window={size=2}, dim_labels=b0f_0io->b0f",
+                   params="  a = bf16[1,3,1] parameter(0)\n  b = f32[2,1,1] parameter(1)\n")
+    _same_as_xla(conv, np.array([[[1], [2], [3]]], ml_dtypes.bfloat16), np.array([[[0.5]], [[0.25]]], np.float32))
+    assert "neither converts exactly" in str(_error(_dot("s32", "bf16"), XlaError))
