@@ -170,3 +170,21 @@ def test_dot_and_convolution_operands_of_different_element_types():
                    params="  a = bf16[1,3,1] parameter(0)\n  b = f32[2,1,1] parameter(1)\n")
     _same_as_xla(conv, np.array([[[1], [2], [3]]], ml_dtypes.bfloat16), np.array([[[0.5]], [[0.25]]], np.float32))
     assert "neither converts exactly" in str(_error(_dot("s32", "bf16"), XlaError))
+
+
+# ----------------------------------------------------------------------------
+# A single instruction: its operands, written with their shapes, are the parameters
+# ----------------------------------------------------------------------------
+
+def test_single_instruction_text_reads_its_operands_as_parameters():
+    x, y = np.arange(3, dtype=np.float32), np.full(3, 0.5, np.float32)
+    text = "%r = f32[3]{0} subtract(f32[3]{0} %a, f32[3]{0} %b)"
+    np.testing.assert_array_equal(_run(text, x, y)[0], x - y)
+    assert "%a = f32[3]{0} parameter(0)" in _round_trip(text)
+    _same_as_xla(text, x, y)
+    unnamed = "f32[3] multiply(f32[3], f32[3])"  # no left-hand side, unnamed operands: _0, _1
+    np.testing.assert_array_equal(_run(unnamed, x, y)[0], x * y)
+    assert "ROOT %_ = f32[3]{0} multiply(%_0, %_1)" in _round_trip(unnamed)
+    _same_as_xla(unnamed, x, y)
+    assert "operand %a has no shape" in _error("%r = f32[3] add(%a, f32[3] %b)")
+    assert "m.hlo:1:36: expected the end of the text" in _error("r = f32[3] add(f32[3] a, f32[3] b) junk")

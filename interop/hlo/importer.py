@@ -696,10 +696,15 @@ def import_hlo(text_or_path, verify: bool = True, source: str | None = None):
     return module
 
 
+_ONE_INSTRUCTION = re.compile(r"\s*(?:(?:ROOT\s+)?%?[A-Za-z_][\w.\-]*\s*=|[a-z][a-z0-9]*\[|\()")
+
+
 def _read_source(source) -> tuple[str, str | None]:
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
                                            and not source.lstrip().startswith("HloModule")
-                                           and len(source) < 4096):
+                                           and len(source) < 4096
+                                           and not (_ONE_INSTRUCTION.match(source) and "(" in source
+                                                    and not os.path.exists(source))):
         path = os.fspath(source)
         try:
             with open(path, encoding="utf-8") as f:

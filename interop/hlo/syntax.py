@@ -130,6 +130,7 @@ class _Reader:
         self.text = text
         self.source = source
         self.shapes: dict[str, Attribute] = {}
+        self.single = False  # reading a single instruction (operands may be shapes without names)
 
     # -- errors -----------------------------------------------------------
 
@@ -263,6 +264,8 @@ class _Reader:
             name = m.group(1)
             pos, attrs = self.attributes(m.end())
         elif not _COMPUTATION_START.match(text, pos):
+            if _INSTR_HEAD.match(text, pos) or _ARRAY_SHAPE.match(text, pos) or text.startswith("(", pos):
+                return self.single_instruction(pos)
             self.fail(pos, "expected 'HloModule name' (or a computation) at the start of HLO module text")
         sections: dict[str, dict[int, str]] = {}
         computations: list[Computation] = []
@@ -291,6 +294,30 @@ class _Reader:
             entry = next((c for c in computations if c.is_entry), computations[-1])
             name = f"module_{entry.name}"
         return HloModuleText(text, name, attrs, computations, sections, self.source)
+
+    def single_instruction(self, pos: int) -> HloModuleText:
+        """Text that is one instruction (``%r = f32[4] add(f32[4] %a, f32[4] %b)``, or without ``%r =``):
+        XLA's parser reads it as a module whose entry computation is that instruction, each operand a
+        parameter of the shape written with it (unnamed operands are ``_0``, ``_1``...)."""
+        self.single = True
+        instr, end = self.instruction(pos, head_optional=True)
+        end = self.skip(end)
+        if end < len(self.text):
+            self.fail(end, "expected the end of the text after a single instruction (a module of several "
+                           "starts with 'HloModule name')")
+        params: dict[str, Instruction] = {}
+        for k, (name, shape) in enumerate(zip(instr.operands, instr.operand_shapes)):
+            if not name:
+                name = instr.operands[k] = f"_{len(params)}"
+            if name in params:
+                continue
+            if shape is None:
+                self.fail(instr.pos, f"operand %{name} has no shape: the operands of a single instruction are "
+                                     f"its parameters, written with their shapes (f32[4] %{name})")
+            params[name] = Instruction(name, shape, "parameter", [], [], str(len(params)), {}, False, instr.pos)
+        instr.is_root = True
+        comp = Computation("_", True, [*params.values(), instr], {}, pos)
+        return HloModuleText(self.text, "_", {}, [comp], {}, self.source)
 
     def section(self, pos: int, table: dict[int, str]) -> int:
         """Debug-info lines ``<id> <text>`` after a section keyword."""
@@ -409,17 +436,18 @@ class _Reader:
         return Instruction(m.group(2), shape, opcode, operands, [None] * len(operands), literal, attrs,
                            m.group(1) is not None, start), end
 
-    def instruction(self, pos: int) -> tuple[Instruction, int]:
+    def instruction(self, pos: int, head_optional: bool = False) -> tuple[Instruction, int]:
         text = self.text
         m = _INSTR_HEAD.match(text, pos)
-        if m is None:
+        if m is None and not head_optional:
             self.fail(pos, "expected an instruction '[ROOT] name = shape opcode(operands)' or '}'")
-        is_root = m.group(1) is not None
-        name = m.group(2)
-        if _SHAPELESS.match(text, m.end()):  # 'tuple(a, b)': XLA infers the shape of some instructions
-            shape, p = None, m.end()
+        is_root = m is not None and m.group(1) is not None
+        name = m.group(2) if m is not None else "_"
+        after = m.end() if m is not None else pos
+        if _SHAPELESS.match(text, after):  # 'tuple(a, b)': XLA infers the shape of some instructions
+            shape, p = None, after
         else:
-            shape, p = self.shape_at(m.end())
+            shape, p = self.shape_at(after)
         p = self.skip(p)
         om = _OPCODE.match(text, p)
         if om is None:
@@ -442,7 +470,9 @@ class _Reader:
                 while k > 0 and (item[k - 1].isalnum() or item[k - 1] in "_.-%"):
                     k -= 1
                 operand = item[k:].lstrip("%")
-                if not operand or not (operand[0].isalpha() or operand[0] == "_"):
+                if not operand and self.single and item[-1] in "]})":  # 'add(f32[4], f32[4])': unnamed
+                    k = len(item)
+                elif not operand or not (operand[0].isalpha() or operand[0] == "_"):
                     self.fail(s, f"expected an operand name in {opcode}, found {item[:40]!r}")
                 operands.append(operand)
                 prefix = item[:k].strip()
