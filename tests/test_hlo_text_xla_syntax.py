@@ -188,3 +188,59 @@ def test_single_instruction_text_reads_its_operands_as_parameters():
     _same_as_xla(unnamed, x, y)
     assert "operand %a has no shape" in _error("%r = f32[3] add(%a, f32[3] %b)")
     assert "m.hlo:1:36: expected the end of the text" in _error("r = f32[3] add(f32[3] a, f32[3] b) junk")
+
+
+# ----------------------------------------------------------------------------
+# What XLA's parser rejects is rejected, with the reason and line:column
+# ----------------------------------------------------------------------------
+
+_ROOT = "ENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n"
+_SECTIONS = ("HloModule m\n\nFileNames\n1 \"a.py\"\n\nFunctionNames\n1 \"f\"\n\nFileLocations\n"
+             "1 {file_name_id=1 function_name_id=1 line=LINE end_line=3}\n\nStackFrames\n"
+             "1 {file_location_id=1 parent_frame_id=FRAME}\n\n" + _ROOT)
+
+REJECTED = [
+    # the computation's signature: its shapes are read, its result must be the root's
+    ("HloModule m\nENTRY e (p: f33[2]) -> f32[2] {\n  ROOT p = f32[2] parameter(0)\n}\n",
+     "m.hlo:2:13", "unknown element type 'f33'"),
+    ("HloModule m\nENTRY e (p: f32[2]) -> s32[2] {\n  ROOT p = f32[2] parameter(0)\n}\n",
+     "m.hlo:2:24", "computation 'e' returns s32[2]{0}, but its root %p is f32[2]{0}"),
+    ("HloModule m\nENTRY e (p f32[2]) -> f32[2] {\n  ROOT p = f32[2] parameter(0)\n}\n",
+     "m.hlo:2:10", "expected a parameter 'name: shape'"),
+    # integers beyond int64 in shapes (dimensions, tiles)
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[9223372036854775808] parameter(0)\n}\n",
+     "m.hlo:3:12", "9223372036854775808 in shape 'f32[9223372036854775808]' is beyond int64"),
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[2]{0:T(18446744073709551616)} parameter(0)\n}\n",
+     "m.hlo:3:12", "18446744073709551616 in shape"),
+    # module attributes XLA does not have, or of the wrong kind
+    ("HloModule m, colour=blue\n" + _ROOT, "m.hlo:1:12", "unknown module attribute colour="),
+    ("HloModule m, replica_count=x\n" + _ROOT, "m.hlo:1:12", "module attribute replica_count=x must be a 64-bit"),
+    ("HloModule m, is_scheduled=yes\n" + _ROOT, "m.hlo:1:12", "is_scheduled=yes must be true or false"),
+    # metadata and debug-info sections: int32 fields
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), metadata={op_name=\"a\" source_line=nan}\n}\n",
+     "m.hlo:3:3", "metadata source_line=nan must be a 32-bit integer"),
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), metadata={stack_frame_id=4294967296}\n}\n",
+     "m.hlo:3:3", "metadata stack_frame_id=4294967296 must be a 32-bit integer"),
+    (_SECTIONS.replace("LINE", "nan").replace("FRAME", "0"), "m.hlo:10:", "line=nan must be a 32-bit integer"),
+    (_SECTIONS.replace("LINE", "3").replace("FRAME", "2147483648"), "m.hlo:13:",
+     "parent_frame_id=2147483648 must be a 32-bit integer"),
+    # an add-dependency of one operand; an integer literal beyond 64 bits (XLA's lexer reads it as an integer)
+    ("HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT c = f32[2] add-dependency(p)\n}\n",
+     "m.hlo:4:3", "add-dependency takes 2 operands"),
+    ("HloModule m\nENTRY e {\n  ROOT c = f32[] constant(18446744073709551616)\n}\n",
+     "m.hlo:3:3", "the integer 18446744073709551616 in the literal is beyond 64 bits"),
+    # a computation attribute other than execution_thread
+    ("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}, colour=blue\n", "m.hlo:2:1",
+     "unknown attribute colour="),
+]
+
+
+@pytest.mark.parametrize("text, where, what", REJECTED, ids=[r[2][:40] for r in REJECTED])
+def test_what_xla_rejects_is_rejected_with_the_reason(text, where, what):
+    message = _error(text)
+    assert where in message and what in message, message
+
+
+def test_valid_debug_info_sections_still_import():
+    module = import_hlo(_SECTIONS.replace("LINE", "3").replace("FRAME", "0"))
+    assert module is not None

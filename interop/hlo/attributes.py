@@ -404,6 +404,10 @@ def literal_values(text: str, dtype: np.dtype, kind: str, count: int, type_name:
         if bad is not None:
             raise AttributeTextError(f"constant {bad} is out of range for {type_name or dtype} ({lo} to {hi})")
         return np.array(values, dtype=np.int64 if kind == "sint" else np.uint64).astype(dtype)
+    big = next((t for t in tokens if t.lstrip("+-").isdigit() and not -2**63 <= int(t) < 2**64), None)
+    if big is not None:  # XLA's lexer reads an integer token as a 64-bit integer
+        raise AttributeTextError(f"the integer {big} in the literal is beyond 64 bits (write it as a float: "
+                                 f"{float(big):.17g})")
     floats = np.array([_float(t) for t in tokens], dtype=np.float64)
     if kind == "complex":
         wide = floats[0::2] + 1j * floats[1::2]

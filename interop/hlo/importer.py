@@ -205,6 +205,8 @@ class HloImporter:
         out: dict[str, Attribute] = {"hlo.name": StringAttr(ins.name)}
         if "parameter_replication" in ins.attrs:
             self._check_parameter_replication(ins)
+        if "metadata" in ins.attrs:
+            self._check_metadata(ins)
         unknown = [k for k in ins.attrs if k not in KEPT_ATTRIBUTES and k != "parameter_replication"]
         if unknown:
             self.fail(f"attribute {unknown[0]}={ins.attrs[unknown[0]][:60]} is not supported for parameter", ins)
@@ -271,6 +273,9 @@ class HloImporter:
                     return values
                 self.instruction(ins)
             self._append(block, scope.ops)
+            if comp.result is not None and root.shape is not None and not _same_shape(comp.result[0], root.shape):
+                raise HloParseError(f"{self.parsed.where(comp.result[1])}: computation {comp.name!r} returns "
+                                    f"{_fmt(comp.result[0])}, but its root %{root.name} is {_fmt(root.shape)}")
             value = scope.values[root.name]
             if isinstance(value, _Pending):
                 self.fail("the root is an asynchronous start; the computation must return its done", root)
@@ -302,6 +307,8 @@ class HloImporter:
         for declared, name, arg in zip(ins.operand_shapes, ins.operands, args):
             if declared is not None and not _same_shape(declared, arg.type):
                 self.fail(f"operand %{name} is written as {_fmt(declared)} but is {_fmt(arg.type)}", ins)
+        if "metadata" in ins.attrs:
+            self._check_metadata(ins)
         first = len(scope.ops)
         try:
             value = reader(self, ins, args)
@@ -350,6 +357,20 @@ class HloImporter:
                 return TensorType(IntegerType(1), t.get_shape(), t.encoding)
             return t
         self.fail("the instruction has no shape; write it (only tuples and element-wise ops infer theirs)", ins)
+
+    def _check_metadata(self, ins: Instruction) -> None:
+        """``metadata={...}``: a {key=value} list whose line, column and frame fields are 32-bit integers
+        (``OpMetadata``'s int32 fields, as XLA's parser reads them)."""
+        text = ins.attrs["metadata"]
+        if text in self.locations:
+            return
+        try:
+            items = A.key_values(text)
+        except A.AttributeTextError as e:
+            self.fail(f"attribute metadata: {e}", ins)
+        for key, value in items.items():
+            if key in _INT32_METADATA and (not re.fullmatch(r"-?\d+", value) or not -2**31 <= int(value) < 2**31):
+                self.fail(f"metadata {key}={value} must be a 32-bit integer", ins)
 
     def _kept_text(self, key: str, text: str) -> str:
         if key != "metadata":
@@ -638,6 +659,11 @@ def _ordered(comp: Computation, imp: HloImporter) -> list[Instruction]:
                 state[ins.name] = 2
                 order.append(ins)
     return order
+
+
+_INT32_METADATA = frozenset({"source_line", "source_end_line", "source_column", "source_end_column",
+                             "stack_frame_id"})
+"""``metadata`` fields XLA reads as 32-bit integers."""
 
 
 def _leaf_count(shape: Attribute) -> int:

@@ -958,6 +958,8 @@ def _write_after_all(exp, op):
 @reads("add-dependency")
 def _read_add_dependency(imp, ins, args):
     # An ordering edge for XLA's scheduler: the value is the first operand's (execution here is in order).
+    if len(args) != 2:
+        raise UnsupportedError(f"add-dependency takes 2 operands (a value and a token), got {len(args)}")
     return args[0]
 
 

@@ -77,9 +77,10 @@ class Instruction:
 class Computation:
     """One computation: its instructions in text order and its root."""
 
-    __slots__ = ("name", "is_entry", "instructions", "root", "attrs", "pos")
+    __slots__ = ("name", "is_entry", "instructions", "root", "attrs", "pos", "result")
 
-    def __init__(self, name: str, is_entry: bool, instructions: list[Instruction], attrs: dict[str, str], pos: int):
+    def __init__(self, name: str, is_entry: bool, instructions: list[Instruction], attrs: dict[str, str], pos: int,
+                 result: tuple[Attribute, int] | None = None):
         self.name = name
         self.is_entry = is_entry
         self.instructions = instructions
@@ -87,6 +88,7 @@ class Computation:
         self.root = roots[-1] if roots else (instructions[-1] if instructions else None)
         self.attrs = attrs
         self.pos = pos
+        self.result = result  # the signature's result shape and its offset ('-> f32[2]'), if written
 
 
 class HloModuleText:
@@ -242,6 +244,10 @@ class _Reader:
     def shape_text(self, spelling: str, pos: int) -> Attribute:
         hit = self.shapes.get(spelling)
         if hit is None:
+            big = next((n for n in _DIGITS.findall(spelling) if len(n) > 18 and int(n) > _INT64_MAX), None)
+            if big is not None:
+                self.fail(pos, f"{big} in shape {spelling!r} is beyond int64: XLA reads dimensions, tiles and "
+                               f"layout fields as 64-bit integers")
             try:
                 hit = with_default_layouts(parse_shape(_plain_shape(spelling)))
             except (ShapeParseError, LayoutError) as e:
@@ -263,6 +269,7 @@ class _Reader:
                 self.fail(pos, "expected the module name after 'HloModule'")
             name = m.group(1)
             pos, attrs = self.attributes(m.end())
+            self.check_module_attributes(attrs, m.end())
         elif not _COMPUTATION_START.match(text, pos):
             if _INSTR_HEAD.match(text, pos) or _ARRAY_SHAPE.match(text, pos) or text.startswith("(", pos):
                 return self.single_instruction(pos)
@@ -319,15 +326,36 @@ class _Reader:
         comp = Computation("_", True, [*params.values(), instr], {}, pos)
         return HloModuleText(self.text, "_", {}, [comp], {}, self.source)
 
+    def check_module_attributes(self, attrs: dict[str, str], pos: int) -> None:
+        """The header attributes XLA's parser takes (``ParseHloModule``), with values of their kinds."""
+        for key, value in attrs.items():
+            kind = _MODULE_ATTRIBUTES.get(key)
+            if kind is None:
+                self.fail(pos, f"unknown module attribute {key}= (XLA's are {', '.join(sorted(_MODULE_ATTRIBUTES))})")
+            ok = {"bool": lambda v: v in ("true", "false"),
+                  "int": lambda v: re.fullmatch(r"-?\d+", v) is not None and -2**63 <= int(v) <= _INT64_MAX,
+                  "bools": lambda v: re.fullmatch(r"true|false|\{\s*((true|false)\s*(,\s*(true|false)\s*)*)?\}", v)
+                  is not None,
+                  "braced": lambda v: v.startswith("{") and v.endswith("}")}[kind](value.strip())
+            if not ok:
+                what = {"bool": "true or false", "int": "a 64-bit integer", "bools": "true, false or a list of them",
+                        "braced": "a {...} value"}[kind]
+                self.fail(pos, f"module attribute {key}={value[:40]} must be {what}")
+
     def section(self, pos: int, table: dict[int, str]) -> int:
-        """Debug-info lines ``<id> <text>`` after a section keyword."""
+        """Debug-info lines ``<id> <text>`` after a section keyword (ids and integer fields: int32, as XLA's
+        protos keep them)."""
         text = self.text
         line_re = re.compile(r"[ \t]*\n[ \t]*(\d+)[ \t]+([^\n]*)")
         while True:
             m = line_re.match(text, pos)
             if m is None:
                 return pos
-            table[int(m.group(1))] = m.group(2).strip()
+            _check_int32(self, m.group(1), m.start(1), "a debug-info id")
+            body = m.group(2).strip()
+            for f in re.finditer(r"(\w*(?:_id|line|column))\s*=\s*([^\s,}]*)", body):
+                _check_int32(self, f.group(2), m.start(2) + f.start(2), f.group(1))
+            table[int(m.group(1))] = body
             pos = m.end()
 
     def attributes(self, pos: int) -> tuple[int, dict[str, str]]:
@@ -364,11 +392,21 @@ class _Reader:
             self.fail(pos, "a second module starts here: the text holds several HLO modules; import them one by "
                            "one (interop.hlo.survey.split_modules splits such a file)")
         pos = self.skip(m.end())
-        if text.startswith("(", pos):  # the signature: the parameters say it all again
-            pos = self.skip(self.close(pos))
+        result = None
+        if text.startswith("(", pos):  # the signature: checked as XLA does (its result against the root's)
+            close = self.close(pos)
+            for s, e in self.split(pos + 1, close - 1):
+                s = self.skip(s)
+                pm = re.compile(r"%?[A-Za-z_][\w.\-]*\s*:\s*").match(text, s)
+                if pm is None:
+                    self.fail(s, "expected a parameter 'name: shape' in the computation's signature")
+                self.shape_text(text[pm.end():e].strip(), pm.end())
+            pos = self.skip(close)
             if not text.startswith("->", pos):
                 self.fail(pos, "expected '->' and the result shape after the computation's parameters")
-            _, pos = self.shape_at(self.skip(pos + 2))
+            result_pos = self.skip(pos + 2)
+            shape, pos = self.shape_at(result_pos)
+            result = (shape, result_pos)
         pos, attrs = self.attributes(pos)
         pos = self.skip(pos)
         if not text.startswith("{", pos):
@@ -380,8 +418,12 @@ class _Reader:
             pos = self.skip(pos)
             if pos >= len(text):
                 self.fail(start, f"computation {name!r} is not closed with '}}'")
-            if text.startswith("}", pos):
-                self._after_computation = pos + 1
+            if text.startswith("}", pos):  # XLA prints ', execution_thread="..."' after the '}'
+                self._after_computation, after = self.attributes(pos + 1)
+                for key, value in after.items():
+                    if key in attrs:
+                        self.fail(pos + 1, f"attribute {key!r} is given twice")
+                    attrs[key] = value
                 break
             instr, pos = self.fast_instruction(pos) or self.instruction(pos)
             if instr.name in names:
@@ -390,7 +432,11 @@ class _Reader:
             instructions.append(instr)
         if not instructions:
             self.fail(start, f"computation {name!r} has no instructions")
-        return Computation(name, is_entry, instructions, attrs, start)
+        unknown = next((k for k in attrs if k != "execution_thread"), None)
+        if unknown is not None:
+            self.fail(start, f"computation {name!r}: unknown attribute {unknown}= (XLA's computations take "
+                             f"execution_thread= only)")
+        return Computation(name, is_entry, instructions, attrs, start, result)
 
     def fast_instruction(self, pos: int):
         """The one-line common case, or None (then :meth:`instruction` reads it)."""
@@ -481,6 +527,8 @@ class _Reader:
         return Instruction(name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos), end
 
 
+_DIGITS = re.compile(r"\d+")
+_INT64_MAX = 2**63 - 1
 _SHAPE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _SPLIT_CONFIGS = re.compile(r"SC(?:\(\s*\d+\s*:[\d,\s]*\))+")
 
@@ -494,6 +542,20 @@ def _plain_shape(spelling: str) -> str:
     if "SC(" in spelling:
         spelling = re.sub(r":\s*\}", "}", _SPLIT_CONFIGS.sub("", spelling))
     return spelling
+
+
+_MODULE_ATTRIBUTES = {
+    "is_scheduled": "bool", "replica_count": "int", "num_partitions": "int", "input_output_alias": "braced",
+    "buffer_donor": "braced", "alias_passthrough_params": "bool", "entry_computation_layout": "braced",
+    "frontend_attributes": "braced", "allow_spmd_sharding_propagation_to_parameters": "bools",
+    "allow_spmd_sharding_propagation_to_output": "bools",
+}
+"""The module header attributes of XLA's parser (``HloParserImpl::ParseHloModule``) and their kinds."""
+
+
+def _check_int32(reader, value: str, pos: int, what: str) -> None:
+    if re.fullmatch(r"-?\d+", value) is None or not -2**31 <= int(value) < 2**31:
+        reader.fail(pos, f"{what}={value} must be a 32-bit integer")
 
 
 def with_default_layouts(type_: Attribute) -> Attribute:
