@@ -205,6 +205,9 @@ REJECTED = [
      "m.hlo:2:13", "unknown element type 'f33'"),
     ("HloModule m\nENTRY e (p: f32[2]) -> s32[2] {\n  ROOT p = f32[2] parameter(0)\n}\n",
      "m.hlo:2:24", "computation 'e' returns s32[2]{0}, but its root %p is f32[2]{0}"),
+    # (jaxlib's parser aborts the process on this one: tests/test_hlo_xla_reference.py)
+    ("HloModule m\nENTRY main (p: token[2]) -> f32[] {\n  p = token[] parameter(0)\n  ROOT c = f32[] constant(1)\n}\n",
+     "m.hlo:2:16", "token[] takes no dimensions"),
     ("HloModule m\nENTRY e (p f32[2]) -> f32[2] {\n  ROOT p = f32[2] parameter(0)\n}\n",
      "m.hlo:2:10", "expected a parameter 'name: shape'"),
     # integers beyond int64 in shapes (dimensions, tiles)
