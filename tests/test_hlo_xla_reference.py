@@ -46,7 +46,10 @@ def test_jaxlib_parser_abort_is_an_hlo_parse_error(tmp_path):
         from interop.hlo import import_hlo, run_hlo_text_on_xla
         from xla_dialect.errors import HloParseError
         text = open("tok.hlo").read()
-        import_hlo(text)  # accepted by our importer
+        try:
+            import_hlo(text)  # (the importer reads the signature: token[] takes no dimensions)
+        except HloParseError as e:
+            print("IMPORT:", e)
         try:
             run_hlo_text_on_xla(text, source="tok.hlo")
         except HloParseError as e:
@@ -55,6 +58,7 @@ def test_jaxlib_parser_abort_is_an_hlo_parse_error(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ERROR: tok.hlo: jaxlib's HLO parser crashed reading this text (signal 6)" in done.stdout
     assert "Check failed" in done.stdout
+    assert "IMPORT:" in done.stdout and "token[] takes no dimensions" in done.stdout
 
 
 def test_check_xla_with_text_jaxlib_aborts_on_exits_2(tmp_path):
