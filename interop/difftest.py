@@ -14,10 +14,26 @@ exactly, floats (and both parts of complex numbers) within a budget of ULPs
 The comparison (:func:`compare_output`) is also ``xla-run --check-xla``'s; its
 primitives (:func:`ulp_distance`, :func:`compare_arrays`) are also used by the
 conformance runner (:mod:`interop.conformance`).
+
+A float output out of tolerance may be rounding noise: a quantity that is 0 in
+exact arithmetic (the gradient of a bias that BatchNorm or a softmax cancels) is,
+in float32, the rounding error of its sums, which depends on their order, and a
+later step (Adam's first update, ``g / (|g| + eps)``) scales it up to visible
+values. :func:`difftest` then measures XLA's own error: ``jax.jit``'s float32
+results on the inputs and on copies nudged by an ULP (:func:`nudge_ulp`), each
+against a float64 evaluation of the same program on the same inputs
+(:func:`float64_program`: the traced jaxpr with every float widened, so random
+bits stay those of the program). An output whose every differing element is one
+where XLA's own error is beyond the ULP budget and ours differs from XLA by at
+most :data:`NOISE_FACTOR` (4) times that error is ``noise-dominated``
+(:class:`NoiseEvidence` has the float64 value, XLA's error and values, ours); it
+is not ``ok`` unless ``accept_noise=True``, and the report's :attr:`DiffReport.verdict`
+says ``noise-dominated`` rather than ``mismatch``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -31,13 +47,22 @@ __all__ = [
     "DEFAULT_MAGNITUDE_RTOL",
     "DEFAULT_MAX_ULP",
     "DiffMismatchError",
+    "DEFAULT_NOISE_SAMPLES",
     "DiffReport",
+    "NOISE_FACTOR",
+    "NoiseDominatedError",
+    "NoiseEvidence",
     "OutputDiff",
+    "analyse_noise",
+    "beyond_tolerance",
     "compare_arrays",
     "compare_output",
     "difftest",
     "float_bits",
     "magnitude_rtol",
+    "float64_program",
+    "nudge_ulp",
+    "output_magnitude",
     "plain_array",
     "is_float_dtype",
     "ulp_budget",
@@ -193,6 +218,37 @@ def _show(a: np.ndarray, index) -> str:
     return str(a[index] if a.ndim else a[()])
 
 
+def output_magnitude(expected) -> float:
+    """The scale of ``rtol_magnitude``: the largest finite ``|expected|`` (0 when there is none)."""
+    b = np.asarray(expected)
+    with np.errstate(invalid="ignore", over="ignore"):
+        wb = np.abs(b.astype(np.complex128 if b.dtype.kind == "c" else np.float64))
+    finite = np.isfinite(wb)
+    return float(np.max(wb[finite])) if finite.any() else 0.0
+
+
+def beyond_tolerance(actual, expected, max_ulp: int = 0, atol: float = 0.0, rtol_magnitude: float = 0.0,
+                     magnitude: float | None = None, ulps: np.ndarray | None = None) -> tuple[np.ndarray, float, int]:
+    """Which elements of two float (or complex) arrays of one dtype are out of tolerance (the rule of
+    :func:`compare_arrays`): a bool mask, the magnitude used (``magnitude`` or :func:`output_magnitude`
+    of ``expected``, computed only when some element is beyond the ULP and ``atol`` bounds) and how many
+    elements the magnitude bound accepted."""
+    a, b = np.asarray(actual), np.asarray(expected)
+    bad = (ulp_distance(a, b) if ulps is None else ulps) > np.uint64(max_ulp)
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    if atol > 0:
+        with np.errstate(invalid="ignore"):
+            bad &= ~(np.abs(a.astype(wide) - b.astype(wide)) <= atol)
+    by_magnitude = 0
+    if rtol_magnitude > 0 and bad.any():
+        magnitude = output_magnitude(b) if magnitude is None else magnitude
+        with np.errstate(invalid="ignore", over="ignore"):
+            close = np.abs(a.astype(wide) - b.astype(wide)) <= rtol_magnitude * magnitude
+        by_magnitude = int(np.count_nonzero(bad & close))
+        bad &= ~close
+    return bad, (magnitude or 0.0), by_magnitude
+
+
 def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0,
                    rtol_magnitude: float = 0.0) -> Comparison:
     """Compare two arrays with a dtype-aware tolerance.
@@ -218,19 +274,7 @@ def compare_arrays(actual, expected, max_ulp: int = 0, atol: float = 0.0,
         nans = int(np.count_nonzero(nan_a != nan_b))
         d = ulp_distance(a, b)
         exact = not bool(np.any(d))
-        bad = d > np.uint64(max_ulp)
-        wide = np.complex128 if a.dtype.kind == "c" else np.float64
-        if atol > 0:
-            with np.errstate(invalid="ignore"):
-                bad &= ~(np.abs(a.astype(wide) - b.astype(wide)) <= atol)
-        if rtol_magnitude > 0 and bad.any():
-            with np.errstate(invalid="ignore", over="ignore"):
-                wb = b.astype(wide)
-                finite = np.isfinite(wb)
-                magnitude = float(np.max(np.abs(wb[finite]))) if finite.any() else 0.0
-                close = np.abs(a.astype(wide) - wb) <= rtol_magnitude * magnitude
-            by_magnitude = int(np.count_nonzero(bad & close))
-            bad &= ~close
+        bad, magnitude, by_magnitude = beyond_tolerance(a, b, max_ulp, atol, rtol_magnitude, ulps=d)
         max_ulp_seen = int(d.max()) if d.size else 0
     else:
         bad = a != b
@@ -265,11 +309,17 @@ class OutputDiff:
     budget: int  # ULP budget applied (0 for exact dtypes)
     comparison: Comparison
     rtol_magnitude: float = 0.0  # error bound relative to the output's magnitude (0: not applied)
+    noise: NoiseEvidence | None = None  # set by difftest on float outputs out of tolerance
 
     @property
     def ok(self) -> bool:
-        """True when the output is within tolerance."""
+        """True when the output is within tolerance (a noise-dominated output is not)."""
         return self.comparison.ok
+
+    @property
+    def noise_dominated(self) -> bool:
+        """Out of tolerance, and every element that is out of it is rounding noise (:class:`NoiseEvidence`)."""
+        return not self.comparison.ok and self.noise is not None and self.noise.dominated
 
     @property
     def label(self) -> str:
@@ -278,8 +328,11 @@ class OutputDiff:
 
     @property
     def status(self) -> str:
-        """``exact``, ``ok``, ``ok (magnitude)`` (accepted by the magnitude bound) or ``MISMATCH``."""
+        """``exact``, ``ok``, ``ok (magnitude)`` (accepted by the magnitude bound), ``noise-dominated`` or
+        ``MISMATCH``."""
         c = self.comparison
+        if self.noise_dominated:
+            return "noise-dominated"
         if not c.ok:
             return f"MISMATCH ({c.nan_mismatches} NaN)" if c.nan_mismatches else "MISMATCH"
         return "exact" if c.exact else ("ok (magnitude)" if c.by_magnitude else "ok")
@@ -302,7 +355,8 @@ class OutputDiff:
                 "max_rel": json_number(c.max_rel) if c.finite_pairs else None, "nan_mismatches": c.nan_mismatches,
                 "budget_ulp": None if c.max_ulp is None else self.budget,
                 "rtol_magnitude": self.rtol_magnitude, "mismatches": c.mismatches, "size": c.size,
-                "by_magnitude": c.by_magnitude, "message": c.message}
+                "by_magnitude": c.by_magnitude, "message": c.message,
+                "noise": None if self.noise is None else self.noise.as_dict()}
 
     @property
     def budget_text(self) -> str:
@@ -337,16 +391,35 @@ def compare_output(actual, expected, max_ulp: int | Mapping[str, int] | None = N
 
 @dataclass
 class DiffReport:
-    """The outcome of :func:`difftest`: one :class:`OutputDiff` per flattened output."""
+    """The outcome of :func:`difftest`: one :class:`OutputDiff` per flattened output.
+
+    :attr:`verdict` is ``"ok"``, ``"noise-dominated"`` (every output out of tolerance is rounding noise,
+    :class:`NoiseEvidence`) or ``"mismatch"``; :attr:`ok` is True for ``"ok"``, and for
+    ``"noise-dominated"`` only when ``accept_noise`` is set.
+    """
 
     function: str
     outputs: list[OutputDiff] = field(default_factory=list)
     error: str | None = None  # outputs of different count / structure
+    accept_noise: bool = False  # noise-dominated outputs count as agreeing
+
+    @property
+    def verdict(self) -> str:
+        """``ok``, ``noise-dominated`` or ``mismatch`` (whatever ``accept_noise`` says)."""
+        if self.error is not None or any(not o.ok and not o.noise_dominated for o in self.outputs):
+            return "mismatch"
+        return "noise-dominated" if self.noise_dominated else "ok"
+
+    @property
+    def noise_dominated(self) -> list[OutputDiff]:
+        """The outputs out of tolerance whose every differing element is rounding noise."""
+        return [o for o in self.outputs if o.noise_dominated]
 
     @property
     def ok(self) -> bool:
-        """True when every output agrees with ``jax.jit`` within tolerance."""
-        return self.error is None and all(o.ok for o in self.outputs)
+        """True when every output agrees with ``jax.jit`` within tolerance, or is noise-dominated and
+        the report accepts noise."""
+        return self.verdict == "ok" or (self.verdict == "noise-dominated" and self.accept_noise)
 
     @property
     def exact(self) -> list[bool]:
@@ -357,10 +430,15 @@ class DiffReport:
         return self.ok
 
     def __str__(self) -> str:
-        bad = [o for o in self.outputs if not o.ok]
-        head = f"difftest {self.function}: {'OK' if self.ok else 'MISMATCH'} ({len(self.outputs)} outputs)"
+        noisy = self.noise_dominated
+        bad = [o for o in self.outputs if not o.ok and not o.noise_dominated] + ([] if self.accept_noise else noisy)
+        word = {"ok": "OK", "mismatch": "MISMATCH", "noise-dominated": "NOISE-DOMINATED"}[self.verdict]
+        if self.ok and noisy:
+            word = "OK (noise-dominated accepted: " + ", ".join(o.label for o in noisy) + ")"
+        head = f"difftest {self.function}: {word} ({len(self.outputs)} outputs)"
         if bad:  # the first line is what pytest's short summary shows: the verdict in brief
-            head += ": " + "; ".join(f"{o.label}: {o.comparison.message}" for o in bad[:2]) + (
+            head += ": " + "; ".join(f"{o.label}: {'noise-dominated, ' if o.noise_dominated else ''}"
+                                     f"{o.comparison.message}" for o in bad[:2]) + (
                 f"; and {len(bad) - 2} more outputs" if len(bad) > 2 else "")
         elif self.error:
             head += f": {self.error}"
@@ -378,13 +456,16 @@ class DiffReport:
         for o in self.outputs:
             if not o.ok:
                 lines.append(f"  {o.label}: {o.comparison.message}")
+                if o.noise is not None:
+                    lines.append(f"    {o.noise.text}")
         return "\n".join(lines)
 
     def raise_if_mismatch(self) -> DiffReport:
-        """Raise :class:`DiffMismatchError` (with this report as message) unless :attr:`ok`; return self."""
+        """Raise :class:`DiffMismatchError` (with this report as message) unless :attr:`ok`: a
+        :class:`NoiseDominatedError` when the verdict is ``noise-dominated``; return self."""
         __tracebackhide__ = True  # pytest: the failure points at the caller, not here
         if not self.ok:
-            raise DiffMismatchError(str(self))
+            raise (NoiseDominatedError if self.verdict == "noise-dominated" else DiffMismatchError)(str(self))
         return self
 
 
@@ -426,9 +507,371 @@ def magnitude_rtol(dtype, rtol=None) -> float:
     return float(_per_dtype(dtype, rtol, DEFAULT_MAGNITUDE_RTOL, lambda real: 4 * float(ml_dtypes.finfo(real).eps)))
 
 
+# ----------------------------------------------------------------------------
+# Noise-dominated outputs: XLA's own rounding error, measured against float64
+# ----------------------------------------------------------------------------
+
+NOISE_FACTOR = 4.0
+"""An element out of tolerance is rounding noise when the difference is at most this many times XLA's
+own error (its float32 results against a float64 evaluation of the same program on the same inputs)."""
+
+DEFAULT_NOISE_SAMPLES = 16
+"""How many times difftest nudges the float inputs (each element by -1, 0 or +1 ULP) to measure XLA's
+own rounding error, besides the inputs as given."""
+
+
+class NoiseDominatedError(DiffMismatchError):
+    """Raised by ``raise_if_mismatch`` when every output that differs is noise-dominated (and the report
+    does not accept them): a :class:`DiffMismatchError`, so callers that catch that one catch it too."""
+
+
+@dataclass
+class NoiseEvidence:
+    """Why an output's out-of-tolerance elements are (or are not) rounding noise.
+
+    XLA's float32 program is run on the inputs and on ``samples - 1`` copies whose float elements are
+    nudged by an ULP (:func:`nudge_ulp`), and each result is compared with a float64 evaluation of the
+    same program on the same inputs (:func:`float64_program`): XLA's own error, per element. An element
+    that differs is rounding noise when XLA's own error there is beyond the ULP budget in some sample
+    (not the rounding of an element-wise result but accumulated error: sums, cancellation) and our
+    difference from XLA is at most ``factor`` times XLA's largest own error there (we are about as close
+    to XLA as XLA is to the value it computes). The element shown (``at``) is the largest difference
+    among the elements that are not noise, or among all when every one is.
+    """
+
+    elements: int = 0  # elements out of tolerance
+    explained: int = 0  # of those, rounding noise
+    accurate: int = 0  # of those, where XLA's own error stays within the ULP budget in every sample
+    samples: int = 0  # XLA evaluations compared with float64 (the inputs as given and the nudged copies)
+    factor: float = NOISE_FACTOR
+    at: tuple[int, ...] = ()
+    actual: complex = 0.0  # ours, XLA's and the float64 value at ``at`` (inputs as given)
+    expected: complex = 0.0
+    reference: complex = 0.0
+    own_error: float = 0.0  # XLA's largest error against float64 at ``at``, over the samples
+    low: float | None = None  # XLA's smallest and largest value at ``at`` over the samples (real dtypes)
+    high: float | None = None
+    note: str = ""  # why the output was not analysed (then ``samples`` is 0)
+
+    @property
+    def dominated(self) -> bool:
+        """True when every element out of tolerance is rounding noise."""
+        return self.samples > 0 and self.elements > 0 and self.explained == self.elements
+
+    @property
+    def text(self) -> str:
+        """The verdict and its evidence, one sentence."""
+        if not self.samples:
+            return f"not analysed for rounding noise: {self.note}"
+        where = f" at {list(self.at)}" if self.at else ""
+        values = (f"ours {self.actual:.4g}, XLA {self.expected:.4g}, float64 {self.reference:.4g}; XLA's own "
+                  f"error there up to {self.own_error:.3g}")
+        if self.own_error > abs(self.reference):
+            values += ", more than the value itself"
+        if self.low is not None:
+            values += f" (its float32 values {self.low:.4g} .. {self.high:.4g})"
+        how = (f"XLA's float32 results against a float64 evaluation of the program, on the inputs and "
+               f"{self.samples - 1} copies nudged by an ULP")
+        if self.dominated:
+            return (f"noise-dominated: all {self.elements} elements that differ are within {self.factor:g}x "
+                    f"XLA's own rounding error, itself beyond the ULP budget ({how}); largest{where}: {values}")
+        far = self.elements - self.explained - self.accurate
+        reasons = [f"{self.accurate} where XLA's own error is within the ULP budget"] if self.accurate else []
+        reasons += [f"{far} that differ by more than {self.factor:g}x XLA's own error"] if far else []
+        return (f"not rounding noise: of {self.elements} elements that differ, " + " and ".join(reasons)
+                + f" ({how}); largest{where}: {values}")
+
+    def as_dict(self) -> dict:
+        """JSON-ready fields (complex values as ``[re, im]``)."""
+        def number(x):
+            if x is None:
+                return None
+            return [json_number(x.real), json_number(x.imag)] if isinstance(x, complex) else json_number(x)
+
+        return {"dominated": self.dominated, "elements": self.elements, "explained": self.explained,
+                "accurate": self.accurate, "samples": self.samples, "factor": self.factor, "at": list(self.at),
+                "actual": number(self.actual), "expected": number(self.expected),
+                "reference": number(self.reference), "own_error": number(self.own_error),
+                "low": number(self.low), "high": number(self.high), "note": self.note}
+
+
+def nudge_ulp(x, rng: np.random.Generator) -> np.ndarray:
+    """A copy of a float array with each finite nonzero element moved by -1, 0 or +1 ULP at random (zeros,
+    infinities, NaNs and the smallest subnormals stay): an input as valid as the given one at the
+    rounding level of its type."""
+    a = np.array(x)
+    bits = float_bits(a.dtype)
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    raw = a.view(unsigned).astype(np.uint64) & np.uint64((1 << bits) - 1 if bits < 64 else ULP_INFINITE)
+    sign = np.uint64(1 << (bits - 1))
+    magnitude = raw & (sign - np.uint64(1))
+    step = rng.integers(-1, 2, size=a.shape)
+    moved = np.where(step < 0, magnitude - np.uint64(1), np.where(step > 0, magnitude + np.uint64(1), magnitude))
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(_as_f64(a))
+    keep = ~finite | (magnitude <= np.uint64(1)) | (moved >= sign)
+    out = np.where(keep, raw, (raw & sign) | moved).astype(unsigned).view(a.dtype).reshape(a.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(_as_f64(out)), out, a)
+
+
+class _NoReference(Exception):
+    """The program cannot be evaluated in float64 (the reason is the message)."""
+
+
+_CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call",
+                    "custom_vjp_call", "custom_vjp_call_jaxpr"})
+
+# Scatters carry their combiner as a jaxpr of the operand type: made again by lax for float64.
+_SCATTERS = {"scatter-add": "scatter_add", "scatter-sub": "scatter_sub", "scatter-mul": "scatter_mul",
+             "scatter-min": "scatter_min", "scatter-max": "scatter_max"}
+
+
+def _widen(x):
+    """``x`` in the evaluation type of its type: float64 for every real float, complex128 for complex."""
+    import jax
+    from jax import lax
+
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return x
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c" and dtype != np.complex128:
+        return lax.convert_element_type(x, np.complex128)
+    return lax.convert_element_type(x, np.float64) if is_float_dtype(dtype) and dtype != np.float64 else x
+
+
+def _wide_param(value):
+    if isinstance(value, np.dtype) and (value.kind == "c" or is_float_dtype(value)):
+        return np.dtype(np.complex128 if value.kind == "c" else np.float64)
+    return value
+
+
+def _eval_wide(jaxpr, consts, args):
+    """Evaluate a jaxpr with every float value in float64 (complex in complex128), to be traced by jax.jit
+    under x64: conversions to a float type convert to float64, ``reduce_precision`` is left out, bitcasts
+    see their operands in their own type; calls, ``scan``, ``while`` and ``cond`` evaluate their bodies
+    the same way. Other operations with a body (``shard_map``, ...) raise :class:`_NoReference`."""
+    from jax.extend.core import ClosedJaxpr, DropVar, Literal
+
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    def run(sub, values):
+        if isinstance(sub, ClosedJaxpr):
+            return _eval_wide(sub.jaxpr, sub.consts, values)
+        return _eval_wide(sub, [], values)
+
+    for var, value in (*zip(jaxpr.constvars, consts), *zip(jaxpr.invars, args)):
+        env[var] = _widen(value)
+    for eqn in jaxpr.eqns:
+        outs = _eval_eqn(eqn, [_widen(read(v)) for v in eqn.invars], run)
+        for var, value in zip(eqn.outvars, outs):
+            if not isinstance(var, DropVar):
+                env[var] = _widen(value)
+    return [_widen(read(v)) for v in jaxpr.outvars]
+
+
+def _eval_eqn(eqn, ins, run):
+    from jax import lax
+    from jax.extend.core import jaxprs_in_params
+
+    name, params = eqn.primitive.name, dict(eqn.params)
+    if name in _CALLS:
+        sub = next(params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in params)
+        return run(sub, ins)
+    if name == "scan":
+        nc, nk = params["num_consts"], params["num_carry"]
+        consts, init, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
+
+        def body(carry, x):
+            out = run(params["jaxpr"], [*consts, *carry, *x])
+            return out[:nk], out[nk:]
+
+        carry, ys = lax.scan(body, init, xs, length=params["length"], reverse=params["reverse"])
+        return [*carry, *ys]
+    if name == "while":
+        nc, nb = params["cond_nconsts"], params["body_nconsts"]
+        cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+        return lax.while_loop(lambda c: run(params["cond_jaxpr"], [*cond_consts, *c])[0],
+                              lambda c: run(params["body_jaxpr"], [*body_consts, *c]), list(init))
+    if name == "cond":
+        branches = [lambda *a, br=br: run(br, list(a)) for br in params["branches"]]
+        return lax.switch(ins[0], branches, *ins[1:])
+    if name in _SCATTERS or (name == "scatter" and params.get("update_jaxpr") is None):
+        scatter = getattr(lax, _SCATTERS.get(name, "scatter"))
+        return [scatter(*ins, params["dimension_numbers"], indices_are_sorted=params["indices_are_sorted"],
+                        unique_indices=params["unique_indices"], mode=params["mode"])]
+    if any(True for _ in jaxprs_in_params(params)):
+        raise _NoReference(f"the program has a {name} operation, which is not evaluated in float64")
+    if name == "reduce_precision":
+        return ins
+    if name == "bitcast_convert_type":  # of the bits of the value in its own type, to its own type
+        ins = [lax.convert_element_type(x, v.aval.dtype) for x, v in zip(ins, eqn.invars)]
+    else:
+        params = {k: _wide_param(v) for k, v in params.items()}
+    out = eqn.primitive.bind(*ins, **params)
+    return out if eqn.primitive.multiple_results else [out]
+
+
+def _run_wide(closed, *leaves):
+    """:func:`_eval_wide` of a closed jaxpr on its arguments: integers as the program takes them (int64 to
+    int32 without x64), floats and keys as they are."""
+    import jax
+    from jax import lax
+
+    def as_given(dtype) -> bool:
+        return (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or is_float_dtype(dtype)
+                or np.dtype(dtype).kind == "c")
+
+    leaves = [x if as_given(v.aval.dtype) else lax.convert_element_type(x, v.aval.dtype)
+              for x, v in zip(leaves, closed.jaxpr.invars)]
+    return _eval_wide(closed.jaxpr, closed.consts, leaves)
+
+
+@functools.cache
+def _wide_jit():
+    import jax
+
+    return jax.jit(_run_wide, static_argnums=0)  # jax caches the jaxpr of a call: compiled once per program
+
+
+def float64_program(fn, args, kwargs):
+    """A function of the leaves of ``(args, kwargs)`` returning the float64 value of each output of
+    ``jax.jit(fn)`` (NumPy arrays): the jaxpr of the call evaluated with every float in float64
+    (:func:`_eval_wide`), compiled by jax.jit under x64. Raises :class:`_NoReference` when it cannot be."""
+    import jax
+
+    from .jax_import import jit_of_call
+
+    closed = jit_of_call(fn).trace(*args, **kwargs).jaxpr
+    count = len(closed.jaxpr.invars)
+
+    def evaluate(leaves):
+        if len(leaves) != count:
+            raise _NoReference(f"the program takes {count} arguments, the call has {len(leaves)} leaves")
+        with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
+            return [plain_array(x) for x in _wide_jit()(closed, *leaves)]
+
+    return evaluate
+
+
+def _float_leaf(x) -> bool:
+    """An array (NumPy or jax) of a float type; Python numbers are not nudged."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    try:
+        return is_float_dtype(np.dtype(dtype))
+    except TypeError:  # typed PRNG keys
+        return False
+
+
+def analyse_noise(fn, args, kwargs, outputs: list[OutputDiff], actual: list, expected: list,
+                  samples: int = DEFAULT_NOISE_SAMPLES, atol: float = 0.0) -> None:
+    """Set :attr:`OutputDiff.noise` on each float output that is out of tolerance (see :class:`NoiseEvidence`):
+    XLA's float32 program on the inputs and on ``samples`` nudged copies (:func:`nudge_ulp`, seeded), each
+    against :func:`float64_program` on the same inputs."""
+    import jax
+
+    todo = [o for o in outputs if not o.comparison.ok and o.comparison.max_ulp is not None]
+    if not todo:
+        return
+    wide_types = [o for o in todo if np.dtype(o.dtype) in (np.float64, np.complex128)]
+    for o in wide_types:
+        o.noise = NoiseEvidence(note="no reference more precise than float64")
+    todo = [o for o in todo if o not in wide_types]
+    if not todo:
+        return
+    try:
+        reference = float64_program(fn, args, kwargs)
+        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+        rng = np.random.default_rng(0)
+        jitted = jax.jit(fn)
+        acc = {o.index: _NoiseAccumulator(o, actual[o.index], expected[o.index], atol) for o in todo}
+        for k in range(samples + 1):
+            if k == 0:
+                moved, xla = leaves, expected
+            else:
+                moved = [nudge_ulp(x, rng) if _float_leaf(x) else x for x in leaves]
+                margs, mkwargs = jax.tree_util.tree_unflatten(tree, moved)
+                with jax.default_device(jax.devices("cpu")[0]):
+                    xla = [plain_array(x) for x in jax.tree.leaves(jitted(*margs, **mkwargs))]
+            ref = reference(moved)
+            if len(ref) != len(expected):
+                raise _NoReference(f"the float64 evaluation has {len(ref)} outputs, jax.jit {len(expected)}")
+            for i, a in acc.items():
+                a.add(xla[i], ref[i])
+    except Exception as e:  # the analysis explains a mismatch; it never turns one into an error
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        for o in todo:
+            o.noise = NoiseEvidence(note=reason)
+        return
+    for o in todo:
+        o.noise = acc[o.index].evidence()
+
+
+class _NoiseAccumulator:
+    """XLA's largest error against float64 per element, whether it was ever beyond tolerance, and the range
+    of its values, over the samples of one output."""
+
+    def __init__(self, o: OutputDiff, actual, expected, atol: float):
+        self.o, self.atol = o, atol
+        self.actual, self.expected = np.asarray(actual), np.asarray(expected)
+        self.wide = np.complex128 if self.expected.dtype.kind == "c" else np.float64
+        self.bad, _, _ = beyond_tolerance(self.actual, self.expected, o.budget, atol, o.rtol_magnitude)
+        self.own = np.zeros(self.expected.shape)
+        self.noisy = np.zeros(self.expected.shape, bool)
+        self.low = self.high = self.first_ref = None
+        self.count = 0
+
+    def add(self, xla, ref) -> None:
+        xla, ref = np.asarray(xla), np.asarray(ref)
+        if xla.shape != self.expected.shape or ref.shape != self.expected.shape:
+            raise _NoReference(f"output {self.o.label}: shapes differ between the evaluations")
+        with np.errstate(invalid="ignore", over="ignore"):
+            wx, wr = xla.astype(self.wide), ref.astype(self.wide)
+            finite = np.isfinite(wx) & np.isfinite(wr)
+            self.own = np.fmax(self.own, np.where(finite, np.abs(wx - wr), 0.0))
+            rounded = ref.astype(self.expected.dtype)
+        # Beyond what rounding each operation once gives (the ULP budget, atol): accumulated rounding
+        # error, which the magnitude bound may accept or not depending on the size of the partial sums.
+        beyond, _, _ = beyond_tolerance(xla, rounded, self.o.budget, self.atol)
+        self.noisy |= beyond & finite
+        if self.wide is np.float64:
+            self.low = wx if self.low is None else np.fmin(self.low, wx)
+            self.high = wx if self.high is None else np.fmax(self.high, wx)
+        if self.first_ref is None:
+            self.first_ref = ref
+        self.count += 1
+
+    def evidence(self) -> NoiseEvidence:
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(self.actual.astype(self.wide) - self.expected.astype(self.wide))
+            diff = np.where(np.isnan(diff), np.inf, diff)
+            explained = self.bad & self.noisy & (diff <= NOISE_FACTOR * self.own)
+        unexplained = self.bad & ~explained
+        pick = unexplained if unexplained.any() else self.bad
+        at = np.unravel_index(int(np.argmax(np.where(pick, diff, -1.0))), self.bad.shape) if self.bad.ndim else ()
+        at = tuple(int(i) for i in at)
+
+        def value(a):
+            x = np.asarray(a)[at].item()
+            return complex(x) if isinstance(x, complex) else float(x)
+
+        return NoiseEvidence(int(self.bad.sum()), int(explained.sum()), int((self.bad & ~self.noisy).sum()),
+                             self.count, NOISE_FACTOR, at,
+                             value(self.actual), value(self.expected), value(self.first_ref),
+                             float(self.own[at]), None if self.low is None else float(self.low[at]),
+                             None if self.high is None else float(self.high[at]))
+
+
 def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: float = 0.0,
              rtol_magnitude: float | Mapping[str, float] | None = None, exact: bool = False,
-             kwargs: Mapping | None = None, name: str | None = None) -> DiffReport:
+             kwargs: Mapping | None = None, name: str | None = None, accept_noise: bool = False,
+             noise_samples: int = DEFAULT_NOISE_SAMPLES) -> DiffReport:
     """Run ``jax.jit(fn)`` and the imported program on the NumPy executor on ``args``; compare every output.
 
     ``args`` (and ``kwargs``, the function's keyword arguments) may be pytrees
@@ -446,6 +889,16 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     The report says per output whether it is bitwise exact, within the ULP budget, or
     only within the magnitude bound. Returns a :class:`DiffReport`; import and
     execution errors propagate as :class:`~xla_dialect.errors.XlaError`.
+
+    A float output out of tolerance (not with ``exact=True``) is checked for rounding noise
+    (:func:`analyse_noise`): XLA's float32 results on the inputs and on ``noise_samples`` copies
+    nudged by an ULP are compared with a float64 evaluation of the same program on the same inputs.
+    When every element that differs is one where XLA's own error is beyond the tolerance and our
+    difference is at most :data:`NOISE_FACTOR` times that error (a quantity that is 0 in exact
+    arithmetic, rounding noise that a later step such as Adam's first update scales up), the output
+    is ``noise-dominated``, with the evidence (:class:`NoiseEvidence`). It does not count as agreeing
+    (``report.ok`` is False, the verdict ``noise-dominated``) unless ``accept_noise=True``.
+    ``noise_samples=0`` turns the check off.
     """
     import jax
 
@@ -474,4 +927,7 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
         report.error = f"the executor returned {len(actual)} outputs, jax.jit {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
         report.outputs.append(compare_output(a, e, max_ulp, atol, rtol_magnitude, exact, i, names[i]))
+    report.accept_noise = accept_noise
+    if noise_samples > 0 and not exact and report.error is None:
+        analyse_noise(fn, args, kwargs, report.outputs, actual, expected, noise_samples, atol)
     return report

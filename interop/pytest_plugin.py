@@ -13,7 +13,9 @@ The fixture calls :func:`interop.difftest.difftest` and raises
 :class:`~interop.difftest.DiffMismatchError` (a test failure that prints the
 per-output table; its first line, which pytest's short summary shows, names
 the outputs that differ) unless every output agrees. ``--difftest-max-ulp N``
-sets the default ULP budget for the session.
+sets the default ULP budget for the session. An output that is only rounding noise
+fails as :class:`~interop.difftest.NoiseDominatedError` (a ``DiffMismatchError``)
+showing the evidence; ``difftest(fn, x, accept_noise=True)`` lets it pass.
 """
 
 from __future__ import annotations
