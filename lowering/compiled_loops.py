@@ -11,13 +11,11 @@ same bits as the interpreted loop's, op by op:
 * scalars (0-d values) are numba scalars of the element type, arrays are
   C-contiguous NumPy arrays; element-wise ops on arrays are explicit loops over
   the elements, so every element goes through the same scalar formula;
-* ``add``, ``subtract``, ``multiply``, ``negate``, ``abs`` (wrapping integers,
-  IEEE floats), float ``divide``, ``maximum``/``minimum`` (NaN-propagating,
-  ``-0 < +0``), ``compare`` (FLOAT/SIGNED/UNSIGNED), ``select``, ``and``/``or``/
-  ``xor``/``not``, ``convert`` between integers, floats and pred (float to
-  integer as XLA: truncation, saturation, NaN -> 0), the executor's fused
-  multiply-add (the hardware FMA, correctly rounded as XLA's), sine, cosine and
-  tan (the C library's ``sinf``/``sin``... that XLA CPU calls);
+* element-wise ops are calls to their one scalar definition
+  (:mod:`lowering.kernels.scalar`: arithmetic, max/min, compare, select,
+  bitwise ops and shifts, convert, the FMA, sine/cosine/tan, XLA's f32
+  exp/log/tanh/logistic), which the interpreter's kernels use too; this module
+  writes only the loops, loads, stores and casts around them;
 * ``constant``, ``broadcast_in_dim`` of a scalar, ``reshape``,
   ``dynamic_slice``, ``dynamic_update_slice`` (XLA's clamped start indices),
   ``reduce`` of a whole array with an add (NumPy's pairwise order, as the
@@ -49,6 +47,8 @@ from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops.base import ints
 
 from .interrupt import CHUNK, check
+from .kernels.scalar import EXPORTS as SCALAR_EXPORTS
+from .kernels.scalar import scalar_of
 from .workers import numba_threads_available
 
 AUTO_THRESHOLD = 2000
@@ -87,12 +87,6 @@ _NUMBA_TYPE_NAMES = {np.dtype(t): f"np.{np.dtype(t).name}" for t in
                      (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                       np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
 
-_ARITHMETIC = {"hlo.add": "+", "hlo.subtract": "-", "hlo.multiply": "*"}
-_BITWISE = {"hlo.and": "&", "hlo.or": "|", "hlo.xor": "^"}
-_LOGICAL = {"hlo.and": "and", "hlo.or": "or", "hlo.xor": "!="}
-_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-_TRIG = {"hlo.sine": "sin", "hlo.cosine": "cos", "hlo.tan": "tan"}
-_XLA_SCALAR = {"hlo.exponential": "exp_f32", "hlo.log": "log_f32", "hlo.tanh": "tanh_f32", "hlo.logistic": "logistic_f32"}
 _REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum"}
 
 
@@ -112,11 +106,6 @@ def _only_read(value: SSAValue) -> bool:
 
 class _LoopWriter:
     """Writes the numba source of one while loop."""
-
-    NAN_RULES_PER_OP = True
-    """Each op gives the NaN the kernels give: adds and multiplies of floats keep the first operand's NaN
-    (:func:`loop_runtime.nan_first`), a multiply-add the instruction's (:func:`loop_runtime.fma_nan`). Fused
-    kernels check their outputs for NaNs instead (:mod:`lowering.fusion`), so their ops stay plain."""
 
     def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool = True):
         self.functions = functions
@@ -196,7 +185,6 @@ class _LoopWriter:
 
         scalar = _FusionWriter(self.functions, self.dtype_of, self.flush)
         scalar.constants, scalar.counter = self.constants, self.counter
-        scalar.NAN_RULES_PER_OP = True  # (no NaN check of the outputs here, as a fused kernel has)
         reads, inner = input_reads(group, self.info)
         i = self.fresh("i")
         loads = []
@@ -238,6 +226,9 @@ class _LoopWriter:
             self.info(v)
         out = self.fresh()
         self.names[result] = out
+        definition = scalar_of(op, [self.info(v)[0] for v in op.operands], dtype, self.flush)
+        if definition is not None and not (op.name == "hlo.select" and shape and not self.info(op.operands[0])[1]):
+            return self.scalar_op(op, definition, out, dtype, shape, indent)
         method = getattr(self, "op_" + op.name.removeprefix("hlo.").removeprefix("hlo_internal."), None)
         if method is None:
             raise _Ineligible(op.name)
@@ -294,161 +285,31 @@ class _LoopWriter:
             self.constants[const] = np.dtype(dtype).type(self.constants[const])
         self.emit(indent, f"{out} = {const}")
 
-    def op_add(self, op, out, dtype, shape, indent):
-        self.binary(op, out, dtype, shape, indent)
-
-    op_subtract = op_multiply = op_add
-
-    def binary(self, op, out, dtype, shape, indent):
-        if dtype == np.bool_:
-            raise _Ineligible(f"{op.name} on pred")
-        symbol = _ARITHMETIC[op.name]
-        if op.properties.get("broadcast_dimensions") is not None:
-            raise _Ineligible("an implicit broadcast")
-        if self.NAN_RULES_PER_OP and dtype in _FLOATS and symbol in "+*":
-            zero = self.typed(dtype, "0")
-            self.elementwise(out, dtype, shape, op.operands,
-                             lambda a, b: f"nan_first({self.typed(dtype, f'{a} {symbol} {b}')}, {a}, {zero})", indent)
-            return
-        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} {symbol} {b}"), indent)
-
-    def op_divide(self, op, out, dtype, shape, indent):
-        if dtype not in _FLOATS:
-            raise _Ineligible("integer divide")
-        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} / {b}"), indent)
-
-    def op_maximum(self, op, out, dtype, shape, indent):
-        fn = ("fmax_flush" if self.flush else "fmax") if dtype in _FLOATS else "max"
-        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{fn}({a}, {b})"), indent)
-
-    def op_minimum(self, op, out, dtype, shape, indent):
-        fn = ("fmin_flush" if self.flush else "fmin") if dtype in _FLOATS else "min"
-        self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{fn}({a}, {b})"), indent)
-
-    def op_negate(self, op, out, dtype, shape, indent):
-        if dtype == np.bool_:
-            raise _Ineligible("negate on pred")
-        self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, f"-{a}"), indent)
-
-    def op_abs(self, op, out, dtype, shape, indent):
-        if dtype == np.bool_ or dtype.kind == "u":
-            raise _Ineligible("abs of an unsigned or pred value")
-        self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, f"abs({a})"), indent)
-
-    def op_and(self, op, out, dtype, shape, indent):
-        if dtype == np.bool_:
-            word = _LOGICAL[op.name]
-            self.elementwise(out, dtype, shape, op.operands, lambda a, b: f"bool({a}) {word} bool({b})", indent)
-        else:
-            symbol = _BITWISE[op.name]
-            self.elementwise(out, dtype, shape, op.operands, lambda a, b: self.typed(dtype, f"{a} {symbol} {b}"),
-                             indent)
-
-    op_or = op_xor = op_and
-
-    def op_not(self, op, out, dtype, shape, indent):
-        if dtype == np.bool_:
-            self.elementwise(out, dtype, shape, op.operands, lambda a: f"not {a}", indent)
-        else:
-            self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, f"~{a}"), indent)
-
-    def op_compare(self, op, out, dtype, shape, indent):
-        ctype = op.properties.get("compare_type")
-        ctype = ctype.data if ctype is not None else None
-        if ctype == "TOTALORDER" or op.properties.get("broadcast_dimensions") is not None:
-            raise _Ineligible(f"compare {ctype}")
-        symbol = _COMPARISONS[op.properties["comparison_direction"].data]
-        self.elementwise(out, dtype, shape, op.operands, lambda a, b: f"{a} {symbol} {b}", indent)
+    def scalar_op(self, op, definition, out, dtype, shape, indent):
+        """``op`` element by element through its one scalar definition (:mod:`lowering.kernels.scalar`): the
+        generated code calls the definition and casts to the result's type; it computes nothing itself."""
+        operands = list(op.operands)
+        if op.name == "hlo_internal.fma":
+            # The NaN of the instruction is taken from the operands as they were before a negation that
+            # LLVM folds into it (vfnmadd, vfmsub), as XLA's fused loops compute it.
+            raw = [v.owner.operands[0] if isinstance(v.owner, Operation) and v.owner.name == "hlo.negate" else v
+                   for v in operands]
+            operands += raw if all(self.has_name(v) for v in raw) else list(op.operands)
+        arguments = []
+        for value in definition.arguments:
+            if isinstance(value, type):
+                arguments.append(_NUMBA_TYPE_NAMES[np.dtype(value)])
+            else:
+                const = self.fresh("k")
+                self.constants[const] = value
+                arguments.append(const)
+        self.elementwise(out, dtype, shape, operands, lambda *xs: self.typed(
+            dtype, f"{definition.name}({', '.join([*xs, *arguments])})"), indent)
 
     def op_select(self, op, out, dtype, shape, indent):
-        pred, on_true, on_false = op.operands
-        if not self.info(pred)[1]:
-            p, t, f = self.name(pred), self.name(on_true), self.name(on_false)
-            self.emit(indent, f"{out} = {t} if {p} else {f}")
-            return
-        self.elementwise(out, dtype, shape, op.operands, lambda p, t, f: f"{t} if {p} else {f}", indent)
-
-    def op_convert(self, op, out, dtype, shape, indent):
-        # The interpreted kernels' semantics (lowering/kernels/conversion.py), element by element.
-        source = self.info(op.operands[0])[0]
-        if dtype == np.bool_ and source in _FLOATS:
-            tiny = self.fresh("k")
-            self.constants[tiny] = source.type(np.finfo(source).tiny)
-            self.elementwise(out, dtype, shape, op.operands, lambda a: f"not (abs({a}) < {tiny})", indent)  # DAZ
-        elif dtype == np.bool_:
-            self.elementwise(out, dtype, shape, op.operands, lambda a: f"{a} != 0", indent)
-        elif source == np.bool_:
-            self.elementwise(out, dtype, shape, op.operands,
-                             lambda a: f"{self.typed(dtype, 1)} if {a} else {self.typed(dtype, 0)}", indent)
-        elif source in _FLOATS and dtype in _INTS:
-            # XLA: NaN -> 0, values at or beyond the range's power-of-two bounds saturate, the rest truncate.
-            info, signed = np.iinfo(dtype), dtype.kind == "i"
-            upper, lower = self.fresh("k"), self.fresh("k")
-            self.constants[upper] = source.type(2.0 ** (info.bits - 1 if signed else info.bits))
-            self.constants[lower] = -self.constants[upper] if signed else source.type(0)
-            self.elementwise(out, dtype, shape, op.operands, lambda a: (
-                f"{self.typed(dtype, info.max)} if {a} >= {upper} else ({self.typed(dtype, info.min)} if {a} < {lower} "
-                f"else ({self.typed(dtype, 0)} if {a} != {a} else {self.typed(dtype, a)}))"), indent)
-        else:
-            self.elementwise(out, dtype, shape, op.operands, lambda a: self.typed(dtype, a), indent)
-
-    def _shift(self, op, out, dtype, shape, indent, template):
-        if dtype not in _INTS:
-            raise _Ineligible(f"{op.name} on {dtype}")
-        bits = dtype.itemsize * 8
-        unsigned = _NUMBA_TYPE_NAMES[np.dtype(f"u{dtype.itemsize}")]
-        signed = _NUMBA_TYPE_NAMES[np.dtype(f"i{dtype.itemsize}")]
-        t = _NUMBA_TYPE_NAMES[dtype]
-        # The interpreted kernels' rule (lowering/kernels/elementwise.py): an amount outside [0, bits)
-        # shifts everything out (the sign fill for arithmetic right shifts).
-        self.elementwise(out, dtype, shape, op.operands,
-                         lambda a, b: template(a, f"np.int64({b})", bits, t, unsigned, signed), indent)
-
-    def op_shift_left(self, op, out, dtype, shape, indent):
-        self._shift(op, out, dtype, shape, indent, lambda a, b, bits, t, u, s: (
-            f"{t}(0) if ({b} < 0 or {b} >= {bits}) else {t}({u}({u}({a}) << {u}({b})))"))
-
-    def op_shift_right_logical(self, op, out, dtype, shape, indent):
-        self._shift(op, out, dtype, shape, indent, lambda a, b, bits, t, u, s: (
-            f"{t}(0) if ({b} < 0 or {b} >= {bits}) else {t}({u}({a}) >> {u}({b}))"))
-
-    def op_shift_right_arithmetic(self, op, out, dtype, shape, indent):
-        self._shift(op, out, dtype, shape, indent, lambda a, b, bits, t, u, s: (
-            f"{t}({s}({a}) >> {s}({bits - 1} if ({b} < 0 or {b} >= {bits}) else {b}))"))
-
-    def op_fma(self, op, out, dtype, shape, indent):
-        if dtype not in _FLOATS:
-            raise _Ineligible("fma on integers")
-        if not self.NAN_RULES_PER_OP:
-            self.elementwise(out, dtype, shape, op.operands, lambda a, b, c: f"fused_multiply_add({a}, {b}, {c})",
-                             indent)
-            return
-        # The NaN of the instruction (fma_nan) is taken from the operands as they were before a negation that
-        # LLVM folds into it (vfnmadd, vfmsub), as XLA's fused loops compute it.
-        raw = [v.owner.operands[0] if isinstance(v.owner, Operation) and v.owner.name == "hlo.negate" else v
-               for v in op.operands]
-        if not all(self.has_name(v) for v in raw):
-            raw = list(op.operands)
-        zero = self.typed(dtype, "0")
-        self.elementwise(out, dtype, shape, [*op.operands, *raw], lambda a, b, c, ra, rb, rc: (
-            f"fma_nan(fused_multiply_add({a}, {b}, {c}), {ra}, {rb}, {rc}, {zero})"), indent)
-
-    def op_sine(self, op, out, dtype, shape, indent):
-        if dtype not in _FLOATS:
-            raise _Ineligible(f"{op.name} on {dtype}")
-        fn = f"{_TRIG[op.name]}_{'f32' if dtype == np.float32 else 'f64'}"
-        self.elementwise(out, dtype, shape, op.operands, lambda a: f"{fn}({a})", indent)
-
-    op_cosine = op_tan = op_sine
-
-    def op_exponential(self, op, out, dtype, shape, indent):
-        # XLA's own f32 approximations (lowering.xla_scalar); f64 ones are not compiled yet.
-        if dtype != np.float32:
-            raise _Ineligible(f"{op.name} on {dtype}")
-        fn = _XLA_SCALAR[op.name]
-        self.elementwise(out, dtype, shape, op.operands, lambda a: f"{fn}({a})", indent)
-
-    op_log = op_tanh = op_logistic = op_exponential
+        """A select by a scalar predicate of whole arrays (element-wise selects have a scalar definition)."""
+        p, t, f = (self.name(v) for v in op.operands)
+        self.emit(indent, f"{out} = {t} if {p} else {f}")
 
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         source_shape = self.info(op.operands[0])[1]
@@ -608,9 +469,12 @@ class _LoopWriter:
             # ufunc(init, np.add.reduce(x)), as the interpreted kernel computes it.
             self.emit(indent, f"{out} = {t}({init} + pairwise_sum({flat}, 0, {n}))")
             return
-        combine = {"hlo.add": lambda a, b: f"{t}({a} + {b})", "hlo.multiply": lambda a, b: f"{t}({a} * {b})",
-                   "hlo.maximum": lambda a, b: f"{t}({'fmax' if dtype in _FLOATS else 'max'}({a}, {b}))",
-                   "hlo.minimum": lambda a, b: f"{t}({'fmin' if dtype in _FLOATS else 'min'}({a}, {b}))"}[body_op]
+        body = next(iter(op.body.block.ops))
+        definition = scalar_of(body, [dtype, dtype], dtype, False)  # (an integer body: float max/min are not compiled)
+
+        def combine(a, b):
+            return f"{t}({definition.name}({a}, {b}))"
+
         if body_op in ("hlo.maximum", "hlo.minimum") and dtype in _FLOATS:
             raise _Ineligible("a float max/min reduce (signed-zero fix-up not reproduced)")
         self.emit(indent, f"{acc} = {flat}[0]")
@@ -825,7 +689,7 @@ def cache_directory() -> str | None:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
-                  "from lowering.xla_scalar import exp_f32, log_f32, tanh_f32, logistic_f32\n\n\n"
+                  "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
 
@@ -843,7 +707,7 @@ def _runtime_digest() -> str:
 
         here = os.path.dirname(os.path.abspath(__file__))
         h = hashlib.sha256()
-        for name in ("loop_runtime.py", "rowwise.py", "xla_scalar.py"):
+        for name in ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py")):
             with open(os.path.join(here, name), "rb") as f:
                 h.update(f.read())
         _RUNTIME_DIGEST.append(h.hexdigest()[:16])

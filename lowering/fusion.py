@@ -292,14 +292,8 @@ def plan(block: Block, row_reductions: bool = False) -> list[Group]:
 class _FusionWriter(_LoopWriter):
     """Writes a group's ops as scalar statements of one element loop."""
 
-    NAN_RULES_PER_OP = False  # (a NaN output sends the group to the ops' kernels: group_source)
-
     def elementwise(self, out, dtype, shape, operands, expression, indent):
         self.emit(indent, f"{out} = {expression(*(self.name(v) for v in operands))}")
-
-    def op_select(self, op, out, dtype, shape, indent):
-        p, t, f = (self.name(v) for v in op.operands)
-        self.emit(indent, f"{out} = {t} if {p} else {f}")
 
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         self.emit(indent, f"{out} = {self.name(op.operands[0])}")

@@ -1,11 +1,10 @@
 """numba functions the compiled loops of :mod:`lowering.compiled_loops` call (compiled on first use,
 cached on disk by numba).
 
-Each reproduces, for one scalar, what an interpreted kernel computes for every element:
-:func:`fmax` / :func:`fmin` are ``lowering.kernels.elementwise.fmax`` / ``fmin`` (XLA's NaN-propagating
-maximum and minimum with ``-0 < +0``), :func:`fused_multiply_add` is the hardware FMA the executor's
-``hlo_internal.fma`` computes, and the trigonometric functions are the C library's, which XLA CPU calls.
-(NumPy's summation order, which generated code also calls, is :func:`lowering.rowwise.pairwise_sum`.)
+The machinery generated code needs beside the ops' scalar definitions (which are
+:mod:`lowering.kernels.scalar`): the hardware FMA intrinsic those definitions use, float constants from
+their bits, the CPU's MXCSR, and the CBLAS gemm calls a compiled dot makes. (NumPy's summation order,
+which generated code also calls, is :func:`lowering.rowwise.pairwise_sum`.)
 """
 
 from __future__ import annotations
@@ -52,31 +51,6 @@ def float_from_bits(typingctx, bits):
         return builder.bitcast(args[0], ir_type)
 
     return result(bits), codegen
-
-
-@_njit
-def fma_nan(r, a, b, c, zero):
-    """``r = fma(a, b, c)`` with the NaN the FMA instruction gives (:func:`lowering.kernels.elementwise.fma_nans`:
-    the first NaN of ``a, b, c`` as they were before a folded negation, quieted by adding ``zero``, a +0 of
-    their type); the check costs a compare when ``r`` is a number."""
-    if r == r:
-        return r
-    if a != a:
-        return a + zero
-    if b != b:
-        return b + zero
-    if c != c:
-        return c + zero
-    return r
-
-
-@_njit
-def nan_first(r, a, zero):
-    """``r = a + b`` or ``a * b`` with ``a``'s NaN when ``a`` is one, as the kernels' (NumPy's) instruction
-    gives it: LLVM may swap a commutative op's operands, and then two NaN operands would give ``b``'s."""
-    if r == r or a == a:
-        return r
-    return a + zero
 
 
 def _gemm_function(builder, address, real):
@@ -293,59 +267,6 @@ def parallel_probe(x):
         x[i] = i
 
 
-@_njit
-def fmax(x, y):
-    """XLA's float maximum of two scalars (:func:`lowering.kernels.elementwise.fmax`: a NaN ``y`` takes the
-    sign bits of both and-ed)."""
-    if x != x:
-        return x
-    if y != y:
-        return y if np.copysign(1.0, x) < 0 else abs(y)
-    if x == 0 and y == 0:
-        return x + y  # -0 + +0 = +0, -0 + -0 = -0
-    return x if x >= y else y
-
-
-@_njit
-def fmin(x, y):
-    """XLA's float minimum of two scalars (a NaN ``y`` takes the sign bits of both or-ed)."""
-    if x != x:
-        return x
-    if y != y:
-        return -abs(y) if np.copysign(1.0, x) < 0 else y
-    if x == 0 and y == 0:
-        return -((-x) + (-y))
-    return x if x <= y else y
-
-
-@_njit
-def fmax_flush(x, y):
-    """:func:`fmax` as the CPU computes it with denormals-are-zero (the executor's "flush" mode): a
-    denormal result reads as a zero of its sign, as the max instruction returns it (LLVM may compile
-    :func:`fmax` to a compare and select, which would pass the denormal's bits through)."""
-    r = fmax(x, y)
-    if abs(r) < np.finfo(r).tiny:  # (a denormal compares as 0 under DAZ; NaN is not below)
-        return np.copysign(r - r, r)
-    return r
-
-
-@_njit
-def fmin_flush(x, y):
-    """:func:`fmin` with a denormal result read as a zero of its sign (see :func:`fmax_flush`)."""
-    r = fmin(x, y)
-    if abs(r) < np.finfo(r).tiny:
-        return np.copysign(r - r, r)
-    return r
-
-
-sin_f32 = types.ExternalFunction("sinf", types.float32(types.float32))
-cos_f32 = types.ExternalFunction("cosf", types.float32(types.float32))
-tan_f32 = types.ExternalFunction("tanf", types.float32(types.float32))
-sin_f64 = types.ExternalFunction("sin", types.float64(types.float64))
-cos_f64 = types.ExternalFunction("cos", types.float64(types.float64))
-tan_f64 = types.ExternalFunction("tan", types.float64(types.float64))
-
-HELPER_NAMES = ("fused_multiply_add", "fma_nan", "nan_first", "float_from_bits", "cblas_gemm", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
-                "set_mxcsr", "fmax", "fmin", "fmax_flush", "fmin_flush", "sin_f32", "cos_f32", "tan_f32", "sin_f64",
-                "cos_f64", "tan_f64")
+HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "cblas_gemm", "cblas_gemm_columns", "gemm_pair",
+                "gemm_pair_balanced", "mxcsr", "set_mxcsr")
 """What a generated loop module imports from here."""

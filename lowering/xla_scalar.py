@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 
 from .loop_runtime import fused_multiply_add as fma
 
-_njit = numba.njit(cache=True, error_model="numpy")
+_njit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 f32 = np.float32
 
 

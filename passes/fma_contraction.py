@@ -52,6 +52,7 @@ from xdsl.ir import Operation, SSAValue
 
 from lowering.kernels.elementwise import fused_multiply_add_kernel
 from lowering.kernels.host import host_properties
+from lowering.kernels.scalar import fused_multiply_add_definition, scalar_definition
 from lowering.registry import register
 from xla_dialect.errors import PassError
 from xla_dialect.ops import elementwise as ew
@@ -86,6 +87,7 @@ class FusedMultiplyAddOp(IRDLOperation):
 
 
 register(FusedMultiplyAddOp)(fused_multiply_add_kernel)
+scalar_definition(FusedMultiplyAddOp)(fused_multiply_add_definition)
 
 
 _CSE_CLASSES = (*_B.values(), *_U.values())

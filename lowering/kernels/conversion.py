@@ -72,22 +72,23 @@ def _with_xla_nans(convert, src: Elem, dst: Elem):
     return converted
 
 
-def _float_to_float(src: Elem, dst: Elem):
-    return _with_xla_nans(_float_to_float_values(src, dst), src, dst)
+def _float_to_float(src: Elem, dst: Elem, flush: bool = True):
+    return _with_xla_nans(_float_to_float_values(src, dst, flush), src, dst)
 
 
-def _float_to_float_values(src: Elem, dst: Elem):
+def _float_to_float_values(src: Elem, dst: Elem, flush: bool):
     if dst.name == "f4e2m1fn":  # no NaN in f4e2m1fn: XLA gives -0 for every NaN
         def to_f4(x):
             # (fnuz formats have no -0: go through the compute type)
             return store(np.asarray(x).astype(src.compute), dst.dtype)
 
         return to_f4
-    if src.dtype == _F64 and dst.compute == _F32:  # hardware cvtsd2ss: FTZ on the f32 result
+    # (With denormals kept, the executor is IEEE: the hardware conversions below flush nothing.)
+    if src.dtype == _F64 and dst.compute == _F32 and flush:  # hardware cvtsd2ss: FTZ on the f32 result
         if dst.dtype == _F32:
             return lambda x: _flush_f32(x.astype(_F32))
         return lambda x: _flush_f32(x.astype(_F32)).astype(dst.dtype)
-    if src.compute == _F32 and dst.dtype == _F64:  # hardware cvtss2sd: DAZ on the f32 input
+    if src.compute == _F32 and dst.dtype == _F64 and flush:  # hardware cvtss2sd: DAZ on the f32 input
         return lambda x: _flush_f32(np.asarray(x).astype(_F32)).astype(_F64)
     if src.dtype == dst.dtype:
         return lambda x: x
@@ -95,6 +96,17 @@ def _float_to_float_values(src: Elem, dst: Elem):
 
 
 def _float_to_int(src: Elem, dst: Elem):
+    if src.dtype in (_F32, _F64) and dst.bits == 8 * dst.dtype.itemsize:
+        # The conversion's scalar definition (lowering.kernels.scalar.float_to_int), as the compiled paths.
+        from . import scalar
+
+        fn = scalar.ufunc(scalar.conversion(src.dtype, dst.dtype, True), [src.dtype], dst.dtype)
+
+        def convert_by_definition(x):
+            with np.errstate(all="ignore"):
+                return fn(x)
+
+        return convert_by_definition
     signed = dst.kind == "sint"
     lo = -(1 << (dst.bits - 1)) if signed else 0
     hi = (1 << (dst.bits - 1)) - 1 if signed else (1 << dst.bits) - 1
@@ -116,8 +128,8 @@ def _float_to_int(src: Elem, dst: Elem):
     return convert
 
 
-def _to_pred(src: Elem):
-    if src.dtype in (_F32, _F64):  # DAZ: a denormal input reads as zero
+def _to_pred(src: Elem, flush: bool):
+    if src.dtype in (_F32, _F64) and flush:  # DAZ: a denormal input reads as zero
         tiny = np.finfo(src.dtype).tiny
         return lambda x: ~(np.abs(x) < tiny)  # NaN -> True
     return lambda x: np.asarray(x) != 0
@@ -129,11 +141,12 @@ def _plain(src: Elem, dst: Elem):
     return lambda x: np.asarray(x).astype(src.compute).astype(dst.dtype)
 
 
-def convert_kernel(src: Elem, dst: Elem):
-    """A function converting arrays of ``src`` elements to ``dst`` elements as XLA CPU does."""
+def convert_kernel(src: Elem, dst: Elem, flush: bool = True):
+    """A function converting arrays of ``src`` elements to ``dst`` elements as XLA CPU does (``flush``: the
+    executor's denormal mode is XLA's "flush"; else conversions are IEEE's)."""
     if src.kind == "complex":
         if dst.kind == "complex":
-            component = _float_to_float(elem_of(_component(src)), elem_of(_component(dst)))
+            component = _float_to_float(elem_of(_component(src)), elem_of(_component(dst)), flush)
 
             def complex_to_complex(x):
                 out = np.empty(np.shape(x), dst.dtype)
@@ -142,16 +155,16 @@ def convert_kernel(src: Elem, dst: Elem):
                 return out
 
             return complex_to_complex
-        real = convert_kernel(elem_of(_component(src)), dst)
+        real = convert_kernel(elem_of(_component(src)), dst, flush)
         return lambda x: real(np.real(x))
     if dst.kind == "pred":
-        return _to_pred(src)
+        return _to_pred(src, flush)
     if src.kind == "float" and dst.kind == "float":
-        return _float_to_float(src, dst)
+        return _float_to_float(src, dst, flush)
     if src.kind == "float" and dst.kind in ("sint", "uint"):
         return _float_to_int(src, dst)
     if dst.kind == "complex" and src.kind == "float":
-        component = _float_to_float(src, elem_of(_component(dst)))
+        component = _float_to_float(src, elem_of(_component(dst)), flush)
         return lambda x: component(np.asarray(x).astype(src.compute)).astype(dst.dtype)
     return _plain(src, dst)  # pred/int -> anything, int -> int (wraps), int -> float (nearest even)
 
@@ -164,7 +177,7 @@ def _component(e: Elem):
 
 @register(cv.ConvertOp)
 def _convert(op, ctx):
-    return convert_kernel(elem_of(op.operands[0].type), elem_of(op.results[0].type))
+    return convert_kernel(elem_of(op.operands[0].type), elem_of(op.results[0].type), ctx.denormals == "flush")
 
 
 def _raw_bits(x, e: Elem):

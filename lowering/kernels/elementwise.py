@@ -58,7 +58,7 @@ from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
 
 from ..registry import register
-from . import libm, xla_math
+from . import libm, scalar, xla_math
 
 # ----------------------------------------------------------------------------
 # Element types: storage dtype, the dtype kernels compute in, XLA bit width
@@ -268,34 +268,12 @@ def _int_power(e: Elem):
 # ----------------------------------------------------------------------------
 
 
-def fmax(a, b):
-    """IEEE 754-2019 maximum: NaN-propagating, ``-0 < +0`` (XLA's ``maximum``). A NaN ``a`` is the result;
-    a NaN ``b`` (``a`` not NaN) is, with the sign bit ``sign(a) & sign(b)``, as XLA CPU gives it (measured:
-    ``max(1, -NaN)`` is ``+NaN``, ``max(-1, -NaN)`` is ``-NaN``)."""
-    both_zero = (a == 0) & (b == 0)
-    result = np.where(both_zero, np.add(a, b), np.maximum(a, b))  # -0 + +0 = +0, -0 + -0 = -0
-    return _nan_sign(result, a, b, negative_wins=False)
-
-
-def fmin(a, b):
-    """IEEE 754-2019 minimum: NaN-propagating, ``-0 < +0`` (XLA's ``minimum``); a NaN ``b`` (``a`` not NaN)
-    has the sign bit ``sign(a) | sign(b)`` (see :func:`fmax`)."""
-    both_zero = (a == 0) & (b == 0)
-    result = np.where(both_zero, np.negative(np.add(np.negative(a), np.negative(b))), np.minimum(a, b))
-    return _nan_sign(result, a, b, negative_wins=True)
-
-
-def _nan_sign(result, a, b, negative_wins: bool):
-    """``result`` of max (``negative_wins`` False) or min where only ``b`` is NaN: ``b`` with the sign XLA gives
-    (the sign bits of ``a`` and ``b`` and-ed for max, or-ed for min). One pass when no NaN is there."""
-    nan = np.isnan(result)
-    if not nan.any():
-        return result
-    a, b = np.broadcast_arrays(a, b)
-    fix = nan & ~np.isnan(a) & (np.signbit(a) == negative_wins)
-    if not fix.any():
-        return result
-    return np.where(fix, -np.abs(b) if negative_wins else np.abs(b), result)
+def float_extrema(compute: np.dtype, flush: bool) -> tuple[Callable, Callable]:
+    """XLA's float maximum and minimum on arrays of ``compute`` (f32 or f64) elements: their scalar
+    definitions (:func:`lowering.kernels.scalar.maximum_float` and its NaN, signed-zero and denormal rules),
+    as the ufuncs the compiled paths' code is made of (``flush``: the executor's denormal mode)."""
+    return tuple(_quiet(scalar.ufunc(scalar.float_extremum(which, flush), [compute, compute], compute))
+                 for which in ("maximum", "minimum"))
 
 
 def _round_afz(x):
@@ -870,20 +848,17 @@ def _same(fn, kinds=("pred", "sint", "uint", "float", "complex")):
     return {k: fn for k in kinds}
 
 
-def _f16_nans(fn: Callable):
-    """``fn`` (max or min) for one element type: on f16, XLA CPU's element-wise max/min give every NaN as the
+def _f16_nans(fn: Callable, e: Elem) -> Callable:
+    """``fn`` (max or min) for elements ``e``: on f16, XLA CPU's element-wise max/min give every NaN as the
     positive quiet NaN (measured: ``max(1, -NaN(5))`` is ``0x7e00``; its f16 reductions keep payloads)."""
-    def make(e: Elem) -> Callable:
-        if e.dtype != np.float16:
-            return fn
+    if e.dtype != np.float16:
+        return fn
 
-        def canonical(a, b):
-            result = fn(a, b)
-            return np.where(np.isnan(result), result.dtype.type(np.nan), result)
+    def canonical(a, b):
+        result = np.asarray(fn(a, b))
+        return np.where(np.isnan(result), result.dtype.type(np.nan), result)
 
-        return canonical
-
-    return make
+    return canonical
 
 
 BINARY_KERNELS: dict[str, dict[str, object]] = {
@@ -896,9 +871,9 @@ BINARY_KERNELS: dict[str, dict[str, object]] = {
     "atan2": {"float": libm.atan2, "complex": _catan2},
     "complex": {"float": None},  # built per result type below
     "divide": {"sint": _PerType(_int_divide), "uint": _PerType(_int_divide), "float": np.divide, "complex": _cdiv},
-    "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": _PerType(_f16_nans(fmax)),
+    "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": None,  # (float_extrema)
                 "complex": _cmax_min(True)},
-    "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": _PerType(_f16_nans(fmin)),
+    "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": None,
                 "complex": _cmax_min(False)},
     "power": {"sint": _PerType(_int_power), "uint": _PerType(_int_power), "float": libm.pow, "complex": _cpow},
     "remainder": {"sint": _PerType(_int_remainder), "uint": _PerType(_int_remainder), "float": np.fmod},
@@ -1003,7 +978,12 @@ def _binary_factory(op, ctx):
     if op.SPEC.mnemonic == "complex":
         return _complex_factory(op, ctx)
     e = elem_of(op.operands[0].type)
-    return binary_kernel(_typed(_lookup(BINARY_KERNELS, op, e), e, ctx.dtype(op.results[0].type)), op)
+    if e.kind == "float" and isinstance(op, (ew.MaxOp, ew.MinOp)):
+        fn = float_extrema(e.compute, ctx.denormals == "flush")[isinstance(op, ew.MinOp)]
+        fn = _f16_nans(fn, e)
+    else:
+        fn = _lookup(BINARY_KERNELS, op, e)
+    return binary_kernel(_typed(fn, e, ctx.dtype(op.results[0].type)), op)
 
 
 for _mnemonic in UNARY_KERNELS:
@@ -1063,7 +1043,8 @@ def _select(op, ctx):
 @register(ew.ClampOp)
 def _clamp(op, ctx):
     e = elem_of(op.operands[1].type)
-    lo_max, hi_min = (fmax, fmin) if e.kind == "float" else (np.maximum, np.minimum)
+    lo_max, hi_min = (float_extrema(e.compute, ctx.denormals == "flush") if e.kind == "float"
+                      else (np.maximum, np.minimum))
 
     def clamp(lo, x, hi):
         # XLA: min(max(x, lo), hi), with maximum/minimum's NaN and signed-zero rules.
@@ -1083,23 +1064,26 @@ def _clamp(op, ctx):
 def fused_multiply_add_kernel(op, ctx):
     """Kernel of ``a * b + c`` rounded once (f16, f32, f64): the FMA instruction's result.
 
+    f32 and f64 compute with the op's scalar definition (:func:`lowering.kernels.scalar.multiply_add`, the
+    hardware FMA, in the executor's denormal mode), as the compiled paths do; f16 with its emulation.
     An FMA whose first factor is a ``negate`` (``c - a*b`` contracted as ``fma(-a, b, c)``) keeps the
     sign of a NaN ``a``: LLVM folds the negation into the instruction (``vfnmadd``), which returns a
     NaN operand as it is (measured against jax.jit: ``c - x*b`` with ``x`` NaN)."""
     dtype = ctx.dtype(op.results[0].type)
-    if dtype == np.float32:
-        kernel = xla_math.fma32
-    elif dtype == np.float16:
-        kernel = xla_math.fma16
-    elif dtype == np.float64:
-        flush = ctx.denormals == "flush"
-        kernel = lambda a, b, c: xla_math.fma64_full_range(a, b, c, flush)  # noqa: E731
-    else:
-        raise UnsupportedError(f"{op.name}: no fused multiply-add for {dtype} (f16, f32 and f64 only)")
     negated = tuple(isinstance(v.owner, ew.UNARY_OP_CLASSES["negate"]) for v in op.operands)
+    if dtype in (np.float32, np.float64):
+        definition = _quiet(scalar.ufunc(scalar.Scalar("multiply_add"), [dtype] * 6, dtype))
+
+        def hardware_fma(a, b, c):
+            raw = [np.negative(v) if flip else v for v, flip in zip((a, b, c), negated)]
+            return definition(a, b, c, *raw)
+
+        return hardware_fma
+    if dtype != np.float16:
+        raise UnsupportedError(f"{op.name}: no fused multiply-add for {dtype} (f16, f32 and f64 only)")
 
     def fused_multiply_add(a, b, c):
-        return fma_nans(kernel(a, b, c), a, b, c, negated)
+        return fma_nans(xla_math.fma16(a, b, c), a, b, c, negated)
 
     return fused_multiply_add
 

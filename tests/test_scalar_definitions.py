@@ -1,0 +1,121 @@
+"""One definition per element-wise op (lowering/kernels/scalar.py): the compiled paths have no other, and
+each definition computes what the interpreter's kernel computes, bit for bit, on special values."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import lowering
+from interop import import_jax
+from lowering import compiled_loops
+from lowering.kernels import scalar
+from xla_dialect.ops import elementwise as ew
+
+jax.config.update("jax_enable_x64", True)
+
+# Ops whose writer method is glue, not numerics, with the reason.
+GLUE_METHODS = {"op_select": "a scalar predicate choosing between whole arrays (element-wise selects use "
+                             "the definition)"}
+
+
+def test_every_op_the_compiled_paths_accept_has_exactly_one_definition():
+    """The loop writer (and the fused-kernel writer, its subclass) has no method of its own for an op that has
+    a scalar definition: the definition is the only place its numerics are written."""
+    from lowering.fusion import _FusionWriter
+
+    for cls in scalar.DEFINITIONS:
+        method = "op_" + cls.name.removeprefix("hlo.").removeprefix("hlo_internal.")
+        for writer in (compiled_loops._LoopWriter, _FusionWriter):
+            if hasattr(writer, method):
+                assert method in GLUE_METHODS, f"{writer.__name__}.{method} re-defines {cls.name}"
+    for name in scalar.EXPORTS:
+        assert callable(getattr(scalar, name)) or hasattr(getattr(scalar, name), "sig"), name
+
+
+def test_a_second_registration_is_refused():
+    with pytest.raises(ValueError, match="already has a scalar definition"):
+        scalar.scalar_definition(ew.AddOp)(lambda *a: None)
+
+
+def _specials(dtype: np.dtype, rng) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, 64).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        base = np.array([0, 1, 2, 7, info.max, info.min, info.max - 1, 3 if dtype.kind == "u" else -1], dtype)
+        return np.concatenate([base, rng.integers(info.min, info.max, 56, dtype=dtype, endpoint=True)])
+    finfo = np.finfo(dtype)
+    bits = np.dtype(f"u{dtype.itemsize}")
+    nan_payload = (np.array([np.nan], dtype).view(bits) | bits.type(5)).view(dtype)
+    base = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, -np.nan, finfo.max, -finfo.max, finfo.tiny,
+                     finfo.tiny / 4, -finfo.tiny / 8, 0.5, 2.5, -2.5, 3e9, -3e9, 1e20, 255.5], dtype)
+    base = np.concatenate([base, nan_payload, -nan_payload])
+    return np.concatenate([base, (rng.standard_normal(64 - base.size) * 100).astype(dtype)])
+
+
+UNARY = {"negate": lax.neg, "abs": lax.abs, "not": lax.bitwise_not, "sine": lax.sin, "cosine": lax.cos,
+         "tan": lax.tan, "exponential": lax.exp, "log": lax.log, "tanh": lax.tanh, "logistic": lax.logistic}
+BINARY = {"add": lax.add, "subtract": lax.sub, "multiply": lax.mul, "divide": lax.div, "maximum": lax.max,
+          "minimum": lax.min, "and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor,
+          "shift_left": lax.shift_left, "shift_right_logical": lax.shift_right_logical,
+          "shift_right_arithmetic": lax.shift_right_arithmetic, "compare_lt": lax.lt, "compare_eq": lax.eq,
+          "compare_ge": lax.ge}
+FLOATS = [np.float32, np.float64]
+INTEGERS = [np.int8, np.int32, np.uint16, np.uint64]
+KINDS = {"float": FLOATS, "number": FLOATS + INTEGERS, "bits": INTEGERS + [np.bool_], "integer": INTEGERS,
+         "any": FLOATS + INTEGERS + [np.bool_]}
+OP_KINDS = {"negate": "number", "abs": "number", "not": "bits", "sine": "float", "cosine": "float", "tan": "float",
+            "exponential": "float", "log": "float", "tanh": "float", "logistic": "float", "add": "number",
+            "subtract": "number", "multiply": "number", "divide": "float", "maximum": "any", "minimum": "any",
+            "and": "bits", "or": "bits", "xor": "bits", "shift_left": "integer", "shift_right_logical": "integer",
+            "shift_right_arithmetic": "integer", "compare_lt": "any", "compare_eq": "any", "compare_ge": "any"}
+
+
+def _cases():
+    for table, arity in ((UNARY, 1), (BINARY, 2)):
+        for name, fn in table.items():
+            for dtype in KINDS[OP_KINDS[name]]:
+                yield pytest.param(name, fn, arity, dtype, None, id=f"{name}-{np.dtype(dtype).name}")
+    for source in (np.float32, np.float64, np.int32, np.bool_):
+        for target in (np.float32, np.float64, np.int8, np.uint32, np.int64, np.bool_):
+            yield pytest.param("convert", lambda x, t=target: lax.convert_element_type(x, t), 1, source, target,
+                               id=f"convert-{np.dtype(source).name}-{np.dtype(target).name}")
+
+
+@pytest.mark.parametrize("name, fn, arity, dtype, target", list(_cases()))
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+def test_definition_equals_the_interpreters_kernel(name, fn, arity, dtype, target, denormals):
+    rng = np.random.default_rng(0)
+    inputs = [_specials(dtype, rng) for _ in range(arity)]
+    if arity == 2:
+        inputs[1] = rng.permutation(inputs[1])
+    try:
+        module = import_jax(fn, *inputs)
+    except Exception:  # noqa: BLE001 - JAX rejects the op for this element type
+        pytest.skip(f"{name} does not take {np.dtype(dtype).name}")
+    op_name = "hlo.compare" if name.startswith("compare") else f"hlo.{name}"
+    op = next((o for o in module.walk() if o.name == op_name), None)
+    if op is None:
+        pytest.skip(f"JAX writes {name} on {np.dtype(dtype).name} with other ops")
+    result_dtype = np.dtype(target or (np.bool_ if name.startswith("compare") else dtype))
+    definition = scalar.scalar_of(op, [dtype] * arity, result_dtype, denormals == "flush")
+    if definition is None:
+        pytest.skip(f"no scalar definition of {op.name} for {np.dtype(dtype).name}")
+    exe = lowering.compile(module, fusion="never", loop_compilation="never", denormals=denormals)
+    (expected,) = exe(*inputs)
+    ufunc = scalar.ufunc(definition, [dtype] * arity, result_dtype)
+    from lowering.denormals import mode_switch
+
+    with np.errstate(all="ignore"), mode_switch(denormals):
+        got = ufunc(*inputs)
+    expected = np.asarray(expected)
+    assert got.dtype == expected.dtype
+    different = np.nonzero(got.view(f"u{got.itemsize}") != expected.view(f"u{expected.itemsize}"))[0]
+    assert not different.size, (f"{op.name} on {np.dtype(dtype).name}: definition and kernel differ at inputs "
+                                f"{[tuple(x[i] for x in inputs) for i in different[:4]]}: "
+                                f"{got[different[:4]]} vs {expected[different[:4]]}")
