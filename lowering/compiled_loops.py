@@ -87,7 +87,7 @@ _NUMBA_TYPE_NAMES = {np.dtype(t): f"np.{np.dtype(t).name}" for t in
                      (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                       np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
 
-_REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum"}
+_REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum", "hlo.and", "hlo.or", "hlo.xor"}
 
 
 def _only_read(value: SSAValue) -> bool:
@@ -214,10 +214,12 @@ class _LoopWriter:
                                        inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
-        if op.regions and op.name != "hlo.reduce":
+        if op.regions and op.name not in ("hlo.reduce", "hlo.while"):
             raise _Ineligible(f"{op.name} (an op with regions)")
         if op.name == "hlo.call":
             return self.call(op, indent)
+        if op.name == "hlo.while":
+            return self.nested_while(op, indent)
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
@@ -233,6 +235,29 @@ class _LoopWriter:
         if method is None:
             raise _Ineligible(op.name)
         method(op, out, dtype, shape, indent)
+
+    def nested_while(self, op: Operation, indent: str) -> None:
+        """A while loop inside the compiled loop, as a loop of its own in the same function. (It runs to
+        its end before the outer loop's iteration budget is checked: Ctrl-C is seen after it.)"""
+        for v in [*op.operands, *op.results]:
+            self.info(v)
+        state = [self.fresh("w") for _ in op.operands]
+        for name, value in zip(state, op.operands):
+            self.emit(indent, f"{name} = {self.name(value)}")
+        cond_block, body_block = op.regions[0].block, op.regions[1].block
+        self.emit(indent, "while True:")
+        for arg, name in zip(cond_block.args, state):
+            self.names[arg] = name
+        (pred,) = self.block(cond_block, indent + "    ")
+        self.emit(indent + "    ", f"if not {pred}:")
+        self.emit(indent + "        ", "break")
+        for arg, name in zip(body_block.args, state):
+            self.names[arg] = name
+        results = self.block(body_block, indent + "    ")
+        self.emit(indent + "    ", f"{', '.join(state)}{',' if len(state) == 1 else ''} = "
+                                   f"{', '.join(results)}{',' if len(results) == 1 else ''}")
+        for r, name in zip(op.results, state):
+            self.names[r] = name
 
     def call(self, op: Operation, indent: str) -> None:
         name = op.callee.string_value()
@@ -314,12 +339,57 @@ class _LoopWriter:
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         source_shape = self.info(op.operands[0])[1]
         src = self.name(op.operands[0])
+        dims = list(ints(op.broadcast_dimensions))
         if not source_shape:
             self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
-        elif source_shape == shape and list(ints(op.broadcast_dimensions)) == list(range(len(shape))):
+        elif source_shape == shape and dims == list(range(len(shape))):
             self.emit(indent, f"{out} = {src}")
         else:
-            raise _Ineligible("a broadcast_in_dim of an array")
+            # The operand's dimensions in the result's order, size-1 dimensions between them, then an
+            # assignment that repeats them (NumPy's broadcasting is XLA's here).
+            order = sorted(range(len(dims)), key=lambda k: dims[k])
+            view = self.fresh("t")
+            if order != list(range(len(dims))):
+                self.emit(indent, f"{view} = np.ascontiguousarray(np.transpose({src}, {tuple(order)!r}))")
+            else:
+                self.emit(indent, f"{view} = np.ascontiguousarray({src})")
+            expanded = [1] * len(shape)
+            for k in order:
+                expanded[dims[k]] = source_shape[k]
+            self.emit(indent, f"{out} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+            self.emit(indent, f"{out}[...] = {view}.reshape({tuple(expanded)!r})")
+
+    def op_bitcast_convert(self, op, out, dtype, shape, indent):
+        """The same bits as another element type of the same width."""
+        source = self.info(op.operands[0])[0]
+        if source.itemsize != dtype.itemsize or np.bool_ in (source, dtype):
+            raise _Ineligible("a bitcast_convert between widths")
+        src = self.name(op.operands[0])
+        t = _NUMBA_TYPE_NAMES[dtype]
+        if shape:
+            self.emit(indent, f"{out} = np.ascontiguousarray({src}).view({t})")
+        else:
+            self.emit(indent, f"{out} = np.full(1, {src}, {_NUMBA_TYPE_NAMES[source]}).view({t})[0]")
+
+    def op_transpose(self, op, out, dtype, shape, indent):
+        """Dimensions permuted, copied to a C-ordered array."""
+        perm = tuple(ints(op.permutation))
+        src = self.name(op.operands[0])
+        if len(perm) <= 1 or perm == tuple(range(len(perm))):
+            self.emit(indent, f"{out} = {src}")
+        else:
+            self.emit(indent, f"{out} = np.ascontiguousarray(np.transpose({src}, {perm!r}))")
+
+    def op_iota(self, op, out, dtype, shape, indent):
+        """Each element's index along ``iota_dimension``, converted to the element type."""
+        if dtype == np.bool_ or not shape:
+            raise _Ineligible("an iota of pred or a scalar")
+        dim = int(op.iota_dimension.value.data)
+        expanded = [1] * len(shape)
+        expanded[dim] = shape[dim]
+        t = _NUMBA_TYPE_NAMES[dtype]
+        self.emit(indent, f"{out} = np.empty({shape!r}, {t})")
+        self.emit(indent, f"{out}[...] = np.arange({shape[dim]}).astype({t}).reshape({tuple(expanded)!r})")
 
     def op_reshape(self, op, out, dtype, shape, indent):
         source_shape = self.info(op.operands[0])[1]
@@ -330,6 +400,22 @@ class _LoopWriter:
             self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
         else:
             self.emit(indent, f"{out} = {src}.reshape({shape!r})")
+
+    def op_slice(self, op, out, dtype, shape, indent):
+        """A static (strided) slice, copied to a C-ordered array."""
+        starts, limits, strides = (list(ints(op.properties[k])) for k in ("start_indices", "limit_indices", "strides"))
+        if not shape:
+            self.emit(indent, f"{out} = {self.name(op.operands[0])}.ravel()[0]")
+            return
+        index = ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(starts, limits, strides))
+        self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
+
+    def op_concatenate(self, op, out, dtype, shape, indent):
+        """Arrays joined along ``dimension``."""
+        parts = [self.name(v) for v in op.operands]
+        if any(not self.info(v)[1] for v in op.operands):
+            raise _Ineligible("a concatenate of scalars")
+        self.emit(indent, f"{out} = np.concatenate(({', '.join(parts)},), axis={int(op.dimension.value.data)})")
 
     def _clamped_starts(self, starts, operand_shape, sizes, indent) -> list[str]:
         names = []
@@ -470,13 +556,22 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {t}({init} + pairwise_sum({flat}, 0, {n}))")
             return
         body = next(iter(op.body.block.ops))
-        definition = scalar_of(body, [dtype, dtype], dtype, False)  # (an integer body: float max/min are not compiled)
+        definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
+        if definition is None:
+            raise _Ineligible(f"a reduce with a {body_op} body on {dtype}")
 
         def combine(a, b):
             return f"{t}({definition.name}({a}, {b}))"
 
         if body_op in ("hlo.maximum", "hlo.minimum") and dtype in _FLOATS:
-            raise _Ineligible("a float max/min reduce (signed-zero fix-up not reproduced)")
+            # XLA's fold acc = max(acc, x) over init, x... in row-major order, as the interpreted kernel
+            # gives it (lowering.kernels.reduction._first_nans: the first NaN met, its sign from the values
+            # before it; zeros by their signs).
+            self.emit(indent, f"{acc} = {init}")
+            self.emit(indent, f"for {i} in range({n}):")
+            self.emit(indent + "    ", f"{acc} = {combine(acc, f'{flat}[{i}]')}")
+            self.emit(indent, f"{out} = {acc}")
+            return
         self.emit(indent, f"{acc} = {flat}[0]")
         self.emit(indent, f"for {i} in range(1, {n}):")
         self.emit(indent + "    ", f"{acc} = {combine(acc, f'{flat}[{i}]')}")

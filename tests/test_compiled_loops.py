@@ -137,9 +137,11 @@ def test_scan_with_dynamic_slices_and_reductions():
         return lax.scan(lambda c, row: (c * F32(0.9) + jnp.sin(row), (c.max(), c.prod(), c.sum())),
                         jnp.zeros(16, jnp.float32), xs)
 
-    compiled, interpreted, eligible = _both(fn, xs)
-    # max over floats (signed-zero fix-up) is not compiled: the loop stays interpreted.
-    assert not eligible
+    _assert_same(fn, xs)  # (the float max as the interpreted kernel's fold: signed zeros and NaNs)
+    specials = xs.copy()
+    specials[3, :4] = [np.nan, -0.0, 0.0, -np.nan]
+    specials[7, 5:8] = [-np.inf, 1e-40, -1e-41]
+    _assert_same(fn, specials)
 
     def fn2(xs):
         return lax.scan(lambda c, row: (c * F32(0.9) + jnp.sin(row), c.sum()), jnp.zeros(16, jnp.float32), xs)
@@ -502,3 +504,66 @@ def test_two_nan_operands_give_the_first_operands_nan_as_interpreted(dtype):
         return lax.fori_loop(0, 3, body, (x, y))
 
     _assert_same(fn, a, b)
+
+
+# -- structured ops and nested loops (issue 28: real programs' loop bodies) ---------------------------------
+
+
+def test_nested_while_loops_compile_with_the_interpreted_bits():
+    """An adaptive inner loop (a while inside a fori_loop), as ODE solvers and samplers have."""
+    x = _floats(F32, 24)
+
+    def fn(x):
+        def outer(i, carry):
+            def cond(state):
+                y, k = state
+                return (k < 5) & (jnp.max(jnp.abs(y)) > 1e-3)
+
+            def body(state):
+                y, k = state
+                return y * 0.5 + jnp.float32(1e-4) * k, k + 1
+
+            y, _ = lax.while_loop(cond, body, (carry, 0))
+            return y + jnp.sin(y)
+
+        return lax.fori_loop(0, 7, outer, x)
+
+    _assert_same(fn, np.nan_to_num(x, posinf=3.0, neginf=-3.0))
+
+
+def test_slices_concatenates_broadcasts_iota_and_bitcasts_in_loops():
+    x = _floats(F32, 16)[:16].reshape(4, 4)
+
+    def fn(x):
+        def body(i, c):
+            top = lax.slice(c, (0, 0), (2, 4))
+            strided = lax.slice(c, (1, 0), (4, 4), (2, 1))
+            joined = jnp.concatenate([strided, top], axis=0)[:4]
+            column = jnp.broadcast_to(c[:, :1].T, (4, 4))  # a broadcast_in_dim of an array (transposed)
+            index = lax.broadcasted_iota(jnp.float32, (4, 4), 1)
+            bits = lax.bitcast_convert_type(joined, jnp.int32)
+            flipped = lax.bitcast_convert_type(bits ^ jnp.int32(1), jnp.float32)
+            return flipped * 0.5 + column * index
+
+        return lax.fori_loop(0, 3, body, x)
+
+    _assert_same(fn, x)
+
+
+def test_pred_and_integer_reductions_in_loops():
+    a = np.abs(_floats(F32, 64)) + 1.0
+    a = np.nan_to_num(a, nan=2.0, posinf=50.0)
+
+    def fn(a):
+        def cond(state):
+            x, i = state
+            return (i < 50) & jnp.any(jnp.abs(x * x - a) > 1e-6 * a)
+
+        def body(state):
+            x, i = state
+            return 0.5 * (x + a / x), i + 1
+
+        x, i = lax.while_loop(cond, body, (a, 0))
+        return x, i, jnp.all(x > 0), jnp.sum(jnp.arange(64) * i)
+
+    _assert_same(fn, a)
