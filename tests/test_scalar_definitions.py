@@ -10,7 +10,7 @@ import pytest
 from jax import lax
 
 import lowering
-from interop import import_jax
+from interop import import_jax, import_stablehlo
 from lowering import compiled_loops
 from lowering.kernels import scalar
 from xla_dialect.ops import elementwise as ew
@@ -59,25 +59,44 @@ def _specials(dtype: np.dtype, rng) -> np.ndarray:
 
 
 UNARY = {"negate": lax.neg, "abs": lax.abs, "not": lax.bitwise_not, "sine": lax.sin, "cosine": lax.cos,
-         "tan": lax.tan, "exponential": lax.exp, "log": lax.log, "tanh": lax.tanh, "logistic": lax.logistic}
+         "tan": lax.tan, "exponential": lax.exp, "log": lax.log, "tanh": lax.tanh, "logistic": lax.logistic,
+         "sqrt": lax.sqrt, "rsqrt": lax.rsqrt, "floor": lax.floor, "ceil": lax.ceil,
+         "round_nearest_afz": lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+         "round_nearest_even": lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN), "sign": lax.sign,
+         "is_finite": lax.is_finite, "cbrt": lax.cbrt, "popcnt": lax.population_count,
+         "count_leading_zeros": lax.clz}
 BINARY = {"add": lax.add, "subtract": lax.sub, "multiply": lax.mul, "divide": lax.div, "maximum": lax.max,
           "minimum": lax.min, "and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor,
           "shift_left": lax.shift_left, "shift_right_logical": lax.shift_right_logical,
           "shift_right_arithmetic": lax.shift_right_arithmetic, "compare_lt": lax.lt, "compare_eq": lax.eq,
-          "compare_ge": lax.ge}
+          "compare_ge": lax.ge, "remainder": lax.rem, "power": lax.pow, "atan2": lax.atan2}
+TERNARY = {"clamp": lax.clamp}
+WRITTEN_AS_TEXT = {"power", "logistic"}
+"""Ops JAX does not write as themselves for some element types (integer power, logistic: JAX expands them),
+written in StableHLO text for those."""
+KNOWN_DIFFERENCES = {
+    "add": "of two NaNs, NumPy's AVX-512 add loop (arrays of more than a few elements) returns the second "
+           "operand's; jax.jit and the definition the first: the interpreter's np.add kernel is wrong there",
+    "multiply": "of two NaNs, NumPy's AVX-512 multiply loop returns the second operand's (see add)"}
+"""Float ops whose interpreter kernel differs from the definition (and from jax.jit) on pairs of NaNs."""
+PRED_RESULTS = {"is_finite"}
 FLOATS = [np.float32, np.float64]
 INTEGERS = [np.int8, np.int32, np.uint16, np.uint64]
 KINDS = {"float": FLOATS, "number": FLOATS + INTEGERS, "bits": INTEGERS + [np.bool_], "integer": INTEGERS,
          "any": FLOATS + INTEGERS + [np.bool_]}
 OP_KINDS = {"negate": "number", "abs": "number", "not": "bits", "sine": "float", "cosine": "float", "tan": "float",
             "exponential": "float", "log": "float", "tanh": "float", "logistic": "float", "add": "number",
-            "subtract": "number", "multiply": "number", "divide": "float", "maximum": "any", "minimum": "any",
+            "subtract": "number", "multiply": "number", "divide": "number", "maximum": "any", "minimum": "any",
             "and": "bits", "or": "bits", "xor": "bits", "shift_left": "integer", "shift_right_logical": "integer",
-            "shift_right_arithmetic": "integer", "compare_lt": "any", "compare_eq": "any", "compare_ge": "any"}
+            "shift_right_arithmetic": "integer", "compare_lt": "any", "compare_eq": "any", "compare_ge": "any",
+            "sqrt": "float", "rsqrt": "float", "floor": "float", "ceil": "float", "round_nearest_afz": "float",
+            "round_nearest_even": "float", "sign": "number", "is_finite": "float", "cbrt": "float",
+            "popcnt": "integer", "count_leading_zeros": "integer", "remainder": "number", "power": "number",
+            "atan2": "float", "clamp": "any"}
 
 
 def _cases():
-    for table, arity in ((UNARY, 1), (BINARY, 2)):
+    for table, arity in ((UNARY, 1), (BINARY, 2), (TERNARY, 3)):
         for name, fn in table.items():
             for dtype in KINDS[OP_KINDS[name]]:
                 yield pytest.param(name, fn, arity, dtype, None, id=f"{name}-{np.dtype(dtype).name}")
@@ -87,22 +106,40 @@ def _cases():
                                id=f"convert-{np.dtype(source).name}-{np.dtype(target).name}")
 
 
+def _stablehlo_module(name, arity, dtype, size):
+    kind = {"i": "i", "u": "ui", "f": "f"}[dtype.kind]
+    t = f"tensor<{size}x{kind}{8 * dtype.itemsize}>"
+    args = ", ".join(f"%a{k}: {t}" for k in range(arity))
+    return import_stablehlo(f"""func.func @main({args}) -> {t} {{
+  %0 = stablehlo.{name} {", ".join(f"%a{k}" for k in range(arity))} : {t}
+  return %0 : {t}
+}}""")
+
+
 @pytest.mark.parametrize("name, fn, arity, dtype, target", list(_cases()))
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 def test_definition_equals_the_interpreters_kernel(name, fn, arity, dtype, target, denormals):
     rng = np.random.default_rng(0)
     inputs = [_specials(dtype, rng) for _ in range(arity)]
-    if arity == 2:
-        inputs[1] = rng.permutation(inputs[1])
+    for k in range(1, arity):
+        inputs[k] = rng.permutation(inputs[k])
+    if arity == 2:  # and every pair of the special values (INT_MIN / -1, x % 0, NaN ** 0, ...)
+        base = inputs[0][:8 if np.dtype(dtype).kind in "iub" else 22]
+        inputs = [np.concatenate([inputs[0], np.repeat(base, base.size)]),
+                  np.concatenate([inputs[1], np.tile(base, base.size)])]
+    op_name = "hlo.compare" if name.startswith("compare") else f"hlo.{name}"
     try:
         module = import_jax(fn, *inputs)
     except Exception:  # noqa: BLE001 - JAX rejects the op for this element type
-        pytest.skip(f"{name} does not take {np.dtype(dtype).name}")
-    op_name = "hlo.compare" if name.startswith("compare") else f"hlo.{name}"
+        if name not in WRITTEN_AS_TEXT:
+            pytest.skip(f"{name} does not take {np.dtype(dtype).name}")
+        module = None
+    if name in WRITTEN_AS_TEXT and (module is None or not any(o.name == op_name for o in module.walk())):
+        module = _stablehlo_module(name, arity, inputs[0].dtype, inputs[0].size)
     op = next((o for o in module.walk() if o.name == op_name), None)
     if op is None:
         pytest.skip(f"JAX writes {name} on {np.dtype(dtype).name} with other ops")
-    result_dtype = np.dtype(target or (np.bool_ if name.startswith("compare") else dtype))
+    result_dtype = np.dtype(target or (np.bool_ if name.startswith("compare") or name in PRED_RESULTS else dtype))
     definition = scalar.scalar_of(op, [dtype] * arity, result_dtype, denormals == "flush")
     if definition is None:
         pytest.skip(f"no scalar definition of {op.name} for {np.dtype(dtype).name}")
@@ -116,6 +153,9 @@ def test_definition_equals_the_interpreters_kernel(name, fn, arity, dtype, targe
     expected = np.asarray(expected)
     assert got.dtype == expected.dtype
     different = np.nonzero(got.view(f"u{got.itemsize}") != expected.view(f"u{expected.itemsize}"))[0]
+    if different.size and name in KNOWN_DIFFERENCES and np.dtype(dtype).kind == "f" and all(
+            np.isnan(x[different]).all() for x in inputs):
+        pytest.xfail(KNOWN_DIFFERENCES[name])
     assert not different.size, (f"{op.name} on {np.dtype(dtype).name}: definition and kernel differ at inputs "
                                 f"{[tuple(x[i] for x in inputs) for i in different[:4]]}: "
                                 f"{got[different[:4]]} vs {expected[different[:4]]}")

@@ -25,14 +25,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import llvmlite.ir as ir
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import elementwise as ew
 
 from .. import loop_runtime as rt
 from .. import xla_scalar
+from .host import host_properties
 
 # forceinline (LLVM's alwaysinline): a definition is inlined into the loop calling it, however large that
 # loop is -- LLVM's inliner stops inlining into a large fused loop (about 100 calls), and a loop with calls
@@ -317,6 +321,235 @@ def multiply_add(a, b, c, raw_a, raw_b, raw_c):
     return first + first if (r != r) & (first != first) else r
 
 
+@_njit
+def clamp_float(lo, x, hi):
+    """XLA's float clamp: ``min(max(x, lo), hi)`` with :func:`maximum_float`'s and :func:`minimum_float`'s NaN
+    and signed-zero rules."""
+    return minimum_float(maximum_float(x, lo), hi)
+
+
+@_njit
+def clamp_float_flush(lo, x, hi):
+    """:func:`clamp_float` as the CPU computes it with denormals-are-zero."""
+    return minimum_float_flush(maximum_float_flush(x, lo), hi)
+
+
+@_njit
+def clamp_int(lo, x, hi):
+    """Integer (and pred) clamp: ``min(max(x, lo), hi)``."""
+    return minimum_int(maximum_int(x, lo), hi)
+
+
+def _integer_division(remainder: bool):
+    """The intrinsic of XLA's integer division (``remainder``: its remainder), C's truncating ``/`` and ``%``
+    on the operands' type with XLA's answers where C's are undefined: ``x / 0`` is all bits set, ``x % 0`` is
+    ``x``; signed ``INT_MIN / -1`` is ``INT_MIN`` (the wrapped ``-x``) and ``INT_MIN % -1`` is 0. Written as
+    selects around one ``sdiv``/``udiv`` (``srem``/``urem``) by a divisor that is never 0 or -1."""
+
+    @intrinsic
+    def division(typingctx, a, b):
+        if not (isinstance(a, types.Integer) and a == b):
+            return None
+        signed = a.signed
+
+        def codegen(context, builder, signature, args):
+            x, y = args
+            one, all_ones = ir.Constant(x.type, 1), ir.Constant(x.type, -1)
+            by_zero = builder.icmp_unsigned("==", y, ir.Constant(x.type, 0))
+            by_minus_one = builder.icmp_unsigned("==", y, all_ones) if signed else None
+            unsafe = builder.or_(by_zero, by_minus_one) if signed else by_zero
+            divisor = builder.select(unsafe, one, y)  # x / 1 = x, x % 1 = 0
+            if remainder:
+                r = (builder.srem if signed else builder.urem)(x, divisor)
+                return builder.select(by_zero, x, r)
+            q = (builder.sdiv if signed else builder.udiv)(x, divisor)
+            if signed:
+                q = builder.select(by_minus_one, builder.neg(x), q)  # (-INT_MIN wraps to INT_MIN)
+            return builder.select(by_zero, all_ones, q)
+
+        return a(a, b), codegen
+
+    return division
+
+
+_integer_quotient = _integer_division(remainder=False)
+_integer_remainder = _integer_division(remainder=True)
+
+
+@_njit
+def divide_int(a, b):
+    """XLA's integer ``a / b``: truncating; ``a / 0`` is all bits set, ``INT_MIN / -1`` is ``INT_MIN``."""
+    return _integer_quotient(a, b)
+
+
+@_njit
+def remainder_int(a, b):
+    """XLA's integer ``a % b``: C's (the sign of ``a``); ``a % 0`` is ``a``, ``INT_MIN % -1`` is 0."""
+    return _integer_remainder(a, b)
+
+
+@_njit
+def remainder_float(a, b):
+    """Float ``a % b`` as XLA CPU computes it (measured against jax.jit): C's ``fmod`` (exact; the default NaN
+    for ``inf % b`` and ``a % 0``), a denormal divisor read as 0 with denormals-are-zero, and of NaN operands
+    the first, quieted (the C library's fmod returns the second of two NaNs)."""
+    divisor = b if b != 0 else b - b  # (b - b: a zero that stays a runtime value)
+    r = np.fmod(a, divisor)
+    first = a if a != a else b
+    return first + first if (a != a) | (b != b) else r
+
+
+def _bit_count(name: str, *flags):
+    """The intrinsic of LLVM's ``llvm.<name>`` on an integer (``ctpop``, ``ctlz``), in the operand's type."""
+
+    @intrinsic
+    def count(typingctx, a):
+        if not isinstance(a, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            (x,) = args
+            extra = [ir.Constant(ir.IntType(1), f) for f in flags]
+            fnty = ir.FunctionType(x.type, [x.type, *(c.type for c in extra)])
+            fn = builder.module.declare_intrinsic(f"llvm.{name}", [x.type], fnty)
+            return builder.call(fn, [x, *extra])
+
+        return a(a), codegen
+
+    return count
+
+
+_ctpop, _ctlz = _bit_count("ctpop"), _bit_count("ctlz", 0)
+
+
+@_njit
+def popcnt(a):
+    """The number of set bits of an integer."""
+    return _ctpop(a)
+
+
+@_njit
+def count_leading_zeros(a):
+    """The number of leading zero bits of an integer (its width for 0)."""
+    return _ctlz(a)
+
+
+@_njit
+def sqrt(a):
+    """Float ``sqrt(a)`` (the IEEE instruction: a NaN operand quieted, a negative one the default NaN)."""
+    return np.sqrt(a)
+
+
+@_njit
+def floor(a):
+    """Float ``floor(a)`` (the rounding instruction; a NaN quieted)."""
+    return np.floor(a)
+
+
+@_njit
+def ceil(a):
+    """Float ``ceil(a)`` (the rounding instruction; a NaN quieted)."""
+    return np.ceil(a)
+
+
+@_njit
+def round_nearest_even(a):
+    """Float ``a`` rounded to the nearest integer, ties to even (the rounding instruction)."""
+    return np.rint(a)
+
+
+@_njit
+def round_nearest_afz(a, target):
+    """Float ``a`` rounded to the nearest integer, ties away from zero: ``trunc(a) +- 1`` where the dropped
+    fraction ``a - trunc(a)`` (exact) is at least 0.5 (``floor(a + 0.5)`` would round 0.49999997 up)."""
+    t = np.trunc(a)
+    return t + np.copysign(target(1), a) if abs(a - t) >= 0.5 else t
+
+
+@_njit
+def sign_float(a, target):
+    """XLA's float sign: ``copysign(a != 0 ? 1 : 0, a)``, a NaN itself; ``+-0`` for ``+-0`` (and, read with
+    denormals-are-zero, for a denormal)."""
+    return a if a != a else np.copysign(target(1) if a != 0 else target(0), a)
+
+
+@_njit
+def sign_int(a):
+    """Signed integer sign: -1, 0 or 1."""
+    return (a > 0) - (a < 0)
+
+
+@_njit
+def is_finite(a):
+    """A float is neither infinite nor NaN."""
+    return np.isfinite(a)
+
+
+@_njit
+def power_int(a, b, signed, unsigned, target):
+    """XLA's integer ``a ** b``, wrapping: square-and-multiply over the exponent's low 6 bits (larger
+    exponents overflow anyway but for bases 0 and +-1); the exponent is read as signed (also for unsigned
+    types: u8 200 is -56), and a negative one gives 1 for ``a == 1``, ``+-1`` for ``a == -1`` (all bits
+    set) by its parity, else 0."""
+    e = unsigned(b) & unsigned(63)
+    result = target(1)
+    base = target(a)
+    for _ in range(6):  # (unrolled: selects, no branches)
+        result = target(result * base) if e & unsigned(1) else result
+        e = e >> unsigned(1)
+        base = target(base * base)
+    odd = (unsigned(b) & unsigned(1)) != unsigned(0)
+    minus_one = target(-1)
+    special = target(1) if a == target(1) else ((minus_one if odd else target(1)) if a == minus_one else target(0))
+    return special if signed(b) < signed(0) else result
+
+
+@_njit
+def rsqrt_exact(x, tiny, one):
+    """``1 / sqrt(x)`` correctly rounded, a denormal ``x`` read as a zero of its sign (XLA's rsqrt on a host
+    without the estimate instruction it uses; ``one`` is 1 in ``x``'s type)."""
+    x = np.copysign(x - x, x) if abs(x) < tiny else x
+    return one / np.sqrt(x)
+
+
+@intrinsic
+def _rsqrt_estimate(typingctx, x):
+    """The CPU's reciprocal-square-root estimate of ``x``: f32 ``RSQRTPS`` (XLA vectorizes f32 8 wide, so
+    not the AVX-512 ``VRSQRT14PS``), f64 ``VRSQRT14PD``, on lane 0 of a vector holding ``x``."""
+    if x == types.float32:
+        ir_scalar, lanes, name, masked = ir.FloatType(), 4, "llvm.x86.sse.rsqrt.ps", False
+    elif x == types.float64:
+        ir_scalar, lanes, name, masked = ir.DoubleType(), 2, "llvm.x86.avx512.rsqrt14.pd.128", True
+    else:
+        return None
+
+    def codegen(context, builder, signature, args):
+        vector = ir.VectorType(ir_scalar, lanes)
+        arg_types = [vector, vector, ir.IntType(8)] if masked else [vector]
+        fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(vector, arg_types))
+        packed = builder.insert_element(ir.Constant(vector, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
+        call_args = [packed, ir.Constant(vector, [0.0] * lanes), ir.Constant(ir.IntType(8), -1)] if masked \
+            else [packed]
+        return builder.extract_element(builder.call(fn, call_args), ir.Constant(ir.IntType(32), 0))
+
+    return x(x), codegen
+
+
+@_njit
+def rsqrt_refined(x, tiny, steps, minus_half, minus_one, inf):
+    """XLA CPU's rsqrt on a host with the estimate instruction (see :mod:`lowering.kernels.cpu_rsqrt`): the
+    CPU's estimate (:func:`_rsqrt_estimate`) refined by ``steps`` (1 or 2) Newton steps
+    ``y <- y + (-y/2) (x y y - 1)``, both multiply-adds fused; the estimate itself for inputs below the
+    smallest normal number ``tiny`` (a denormal read as a zero of its sign) and +inf. ``minus_half``,
+    ``minus_one`` and ``inf`` are those constants in ``x``'s type."""
+    x = np.copysign(x - x, x) if abs(x) < tiny else x
+    y0 = _rsqrt_estimate(x)
+    y1 = rt.fused_multiply_add(y0 * minus_half, rt.fused_multiply_add(x * y0, y0, minus_one), y0)
+    y2 = rt.fused_multiply_add(y1 * minus_half, rt.fused_multiply_add(x * y1, y1, minus_one), y1)
+    y = y2 if steps == 2 else y1  # (both computed: selects, no branches)
+    return y0 if (x < tiny) | (x == inf) else y
+
+
 # The C library's trigonometric functions, which XLA CPU calls.
 sine_f32 = numba.types.ExternalFunction("sinf", numba.types.float32(numba.types.float32))
 cosine_f32 = numba.types.ExternalFunction("cosf", numba.types.float32(numba.types.float32))
@@ -324,6 +557,13 @@ tan_f32 = numba.types.ExternalFunction("tanf", numba.types.float32(numba.types.f
 sine_f64 = numba.types.ExternalFunction("sin", numba.types.float64(numba.types.float64))
 cosine_f64 = numba.types.ExternalFunction("cos", numba.types.float64(numba.types.float64))
 tan_f64 = numba.types.ExternalFunction("tan", numba.types.float64(numba.types.float64))
+atan2_f32 = numba.types.ExternalFunction("atan2f", numba.types.float32(numba.types.float32, numba.types.float32))
+atan2_f64 = numba.types.ExternalFunction("atan2", numba.types.float64(numba.types.float64, numba.types.float64))
+power_f32 = numba.types.ExternalFunction("powf", numba.types.float32(numba.types.float32, numba.types.float32))
+power_f64 = numba.types.ExternalFunction("pow", numba.types.float64(numba.types.float64, numba.types.float64))
+cbrt_f32 = numba.types.ExternalFunction("cbrtf", numba.types.float32(numba.types.float32))
+cbrt_f64 = numba.types.ExternalFunction("cbrt", numba.types.float64(numba.types.float64))
+_c_log_f64 = numba.types.ExternalFunction("log", numba.types.float64(numba.types.float64))
 exp_f32, log_f32, tanh_f32, logistic_f32 = (xla_scalar.exp_f32, xla_scalar.log_f32, xla_scalar.tanh_f32,
                                             xla_scalar.logistic_f32)
 
@@ -398,7 +638,9 @@ def _subtract(op, dtypes, result, flush):
 
 @scalar_definition(ew.DivOp)
 def _divide(op, dtypes, result, flush):
-    return Scalar("divide") if result in FLOATS and not _implicit_broadcast(op) else None
+    if _implicit_broadcast(op) or result == PRED:
+        return None
+    return Scalar("divide" if result in FLOATS else "divide_int")
 
 
 def float_extremum(which: str, flush: bool) -> Scalar:
@@ -514,6 +756,96 @@ def _xla_f32_approximations(op, dtypes, result, flush):
         return None
     name = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic"}[type(op)]
     return Scalar(f"{name}_f32")
+
+
+@scalar_definition(ew.ClampOp)
+def _clamp(op, dtypes, result, flush):
+    """``min(max(x, lo), hi)`` (operands ``lo, x, hi``; a scalar bound is an implicit broadcast the compiled
+    paths do not write)."""
+    if result in FLOATS:
+        return Scalar("clamp_float_flush" if flush else "clamp_float")
+    return Scalar("clamp_int")
+
+
+@scalar_definition(ew.RemOp)
+def _remainder(op, dtypes, result, flush):
+    if _implicit_broadcast(op) or result == PRED:
+        return None
+    return Scalar("remainder_float" if result in FLOATS else "remainder_int")
+
+
+@scalar_definition(ew.PopcntOp, ew.ClzOp)
+def _bit_counts(op, dtypes, result, flush):
+    if result not in INTEGERS:
+        return None
+    return Scalar("popcnt" if isinstance(op, ew.PopcntOp) else "count_leading_zeros")
+
+
+_ROUNDING = {ew.SqrtOp: "sqrt", ew.FloorOp: "floor", ew.CeilOp: "ceil", ew.RoundEvenOp: "round_nearest_even"}
+
+
+@scalar_definition(*_ROUNDING)
+def _one_instruction(op, dtypes, result, flush):
+    """Float ops that are one IEEE instruction (NumPy's ufunc is the same instruction)."""
+    return Scalar(_ROUNDING[type(op)]) if result in FLOATS else None
+
+
+@scalar_definition(ew.RoundOp)
+def _round_afz(op, dtypes, result, flush):
+    return Scalar("round_nearest_afz", (result.type,)) if result in FLOATS else None
+
+
+@scalar_definition(ew.SignOp)
+def _sign(op, dtypes, result, flush):
+    if result in FLOATS:
+        return Scalar("sign_float", (result.type,))
+    return Scalar("sign_int") if result in INTEGERS and result.kind == "i" else None
+
+
+@scalar_definition(ew.IsFiniteOp)
+def _is_finite(op, dtypes, result, flush):
+    return Scalar("is_finite") if dtypes[0] in FLOATS else None
+
+
+@scalar_definition(ew.PowOp)
+def _power(op, dtypes, result, flush):
+    """Floats: the C library's ``powf``/``pow``, which XLA CPU calls; integers: :func:`power_int`."""
+    if _implicit_broadcast(op) or result == PRED:
+        return None
+    if result in FLOATS:
+        return Scalar(f"power_{'f32' if result == F32 else 'f64'}")
+    width = result.itemsize
+    return Scalar("power_int", (np.dtype(f"i{width}").type, np.dtype(f"u{width}").type, result.type))
+
+
+@scalar_definition(ew.Atan2Op)
+def _atan2(op, dtypes, result, flush):
+    """The C library's ``atan2f``/``atan2``, which XLA CPU calls."""
+    if _implicit_broadcast(op) or result not in FLOATS:
+        return None
+    return Scalar(f"atan2_{'f32' if result == F32 else 'f64'}")
+
+
+@scalar_definition(ew.CbrtOp)
+def _cbrt(op, dtypes, result, flush):
+    """The C library's ``cbrtf``/``cbrt``, which XLA CPU calls."""
+    return Scalar(f"cbrt_{'f32' if result == F32 else 'f64'}") if result in FLOATS else None
+
+
+@scalar_definition(ew.RsqrtOp)
+def _rsqrt(op, dtypes, result, flush):
+    """XLA CPU's rsqrt on this host, as :mod:`lowering.kernels.cpu_rsqrt` decides: the estimate instruction
+    and Newton steps (f32 with AVX: one step on AMD CPUs, two elsewhere; f64 with AVX-512F: two), else
+    ``1 / sqrt``."""
+    if result not in FLOATS:
+        return None
+    t = result.type
+    tiny = t(np.finfo(result).tiny)
+    host = host_properties()
+    if not (host["avx"] if result == F32 else host["avx512f"]):
+        return Scalar("rsqrt_exact", (tiny, t(1)))
+    steps = 1 if result == F32 and host["vendor"] == "AuthenticAMD" else 2
+    return Scalar("rsqrt_refined", (tiny, steps, t(-0.5), t(-1), t(np.inf)))
 
 
 def fused_multiply_add_definition(op, dtypes, result, flush):
