@@ -276,17 +276,23 @@ def float_extrema(compute: np.dtype, flush: bool) -> tuple[Callable, Callable]:
                  for which in ("maximum", "minimum"))
 
 
-def _round_afz(x):
-    # trunc(x) +- 1 when the dropped fraction is >= 0.5; x - trunc(x) is exact,
-    # unlike floor(x + 0.5) which rounds 0.49999997 up.
-    t = np.trunc(x)
-    return np.where(np.abs(np.subtract(x, t)) >= 0.5, t + np.copysign(x.dtype.type(1), x), t)
+def _defined(definition: Callable[[np.dtype], scalar.Scalar], arity: int = 1,
+             emulation: Callable | None = None) -> _PerType:
+    """Table entry: the op's scalar definition (:mod:`lowering.kernels.scalar`; ``definition(compute
+    dtype)``) as a ufunc on the compute dtype, so the interpreter computes what the compiled paths compute;
+    ``emulation(e)`` for sub-byte integers (XLA's rules hold at their own width, e.g. s4's ``INT_MIN / -1``),
+    which have no definition."""
+
+    def make(e: Elem):
+        if e.widened and e.kind != "float":
+            return emulation(e)
+        return scalar.ufunc(definition(e.compute), [e.compute] * arity, e.compute)
+
+    return _PerType(make)
 
 
-def _float_sign(x):
-    # XLA's formula: copysign(x != 0 ? 1 : 0, x), NaN passed through. sign(±0) = ±0, and under the
-    # CPU's DAZ mode (lowering.denormals) a denormal compares equal to 0 and gives ±0 as in XLA.
-    return np.where(np.isnan(x), x, np.copysign((x != 0).astype(x.dtype), x))
+def _typed_definition(name: str) -> Callable[[np.dtype], scalar.Scalar]:
+    return lambda dtype: scalar.Scalar(name, (dtype.type,))
 
 
 def _rsqrt(x):
@@ -830,10 +836,10 @@ UNARY_KERNELS: dict[str, dict[str, object]] = {
     "not": {"pred": np.logical_not, "sint": np.invert, "uint": np.invert},
     "popcnt": {"sint": _PerType(_popcnt), "uint": _PerType(_popcnt)},
     "real": {"float": _real_of_float, "complex": np.real},
-    "round_nearest_afz": {"float": _round_afz},
+    "round_nearest_afz": {"float": _defined(_typed_definition("round_nearest_afz"))},
     "round_nearest_even": {"float": np.rint},
     "rsqrt": {"float": _by_width(xla_math.rsqrt_f32, xla_math.rsqrt_f64), "complex": _crsqrt},
-    "sign": {"sint": np.sign, "float": _float_sign, "complex": _csign},
+    "sign": {"sint": np.sign, "float": _defined(_typed_definition("sign_float")), "complex": _csign},
     "sine": {"float": _by_width(xla_math.sin_f32, libm.sin), "complex": functools.partial(_csin_cos, is_sin=True)},
     "sqrt": {"float": np.sqrt, "complex": _csqrt},
     "tan": {"float": _by_width(libm.tan, libm.tan), "complex": _ctan},
@@ -870,13 +876,15 @@ BINARY_KERNELS: dict[str, dict[str, object]] = {
     "xor": _same(np.bitwise_xor, _BITWISE),
     "atan2": {"float": libm.atan2, "complex": _catan2},
     "complex": {"float": None},  # built per result type below
-    "divide": {"sint": _PerType(_int_divide), "uint": _PerType(_int_divide), "float": np.divide, "complex": _cdiv},
+    "divide": _same(_defined(lambda d: scalar.Scalar("divide_int"), 2, _int_divide), ("sint", "uint")) | {"float": np.divide,
+                                                                                          "complex": _cdiv},
     "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": None,  # (float_extrema)
                 "complex": _cmax_min(True)},
     "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": None,
                 "complex": _cmax_min(False)},
-    "power": {"sint": _PerType(_int_power), "uint": _PerType(_int_power), "float": libm.pow, "complex": _cpow},
-    "remainder": {"sint": _PerType(_int_remainder), "uint": _PerType(_int_remainder), "float": np.fmod},
+    "power": _same(_defined(scalar.integer_power, 2, _int_power), ("sint", "uint")) | {"float": libm.pow,
+                                                                                       "complex": _cpow},
+    "remainder": _same(_defined(lambda d: scalar.Scalar("remainder_int"), 2, _int_remainder), ("sint", "uint")) | {"float": np.fmod},
     "shift_left": _same(_PerType(_shift_left), ("sint", "uint")),
     "shift_right_arithmetic": _same(_PerType(_shift_right_arithmetic), ("sint", "uint")),
     "shift_right_logical": _same(_PerType(_shift_right_logical), ("sint", "uint")),

@@ -814,8 +814,13 @@ def _power(op, dtypes, result, flush):
         return None
     if result in FLOATS:
         return Scalar(f"power_{'f32' if result == F32 else 'f64'}")
-    width = result.itemsize
-    return Scalar("power_int", (np.dtype(f"i{width}").type, np.dtype(f"u{width}").type, result.type))
+    return integer_power(result)
+
+
+def integer_power(dtype: np.dtype) -> Scalar:
+    """:func:`power_int` for ``dtype`` integers (the interpreter's kernel too)."""
+    width = dtype.itemsize
+    return Scalar("power_int", (np.dtype(f"i{width}").type, np.dtype(f"u{width}").type, dtype.type))
 
 
 @scalar_definition(ew.Atan2Op)
