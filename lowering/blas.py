@@ -481,6 +481,8 @@ def _inside_numpy(path: str) -> bool:
 
 _GEMM_SYMBOLS = {np.dtype(np.float32): "scipy_cblas_sgemm64_", np.dtype(np.float64): "scipy_cblas_dgemm64_"}
 """The ILP64 CBLAS gemm of the OpenBLAS NumPy's wheels ship (``scipy-openblas64``), by dtype."""
+_GEMV_SYMBOLS = {np.dtype(np.float32): "scipy_cblas_sgemv64_", np.dtype(np.float64): "scipy_cblas_dgemv64_"}
+"""Its gemv (NumPy's matmul of a vector and a matrix)."""
 
 _GEMM_ADDRESSES: dict = {}
 
@@ -490,23 +492,31 @@ def numpy_gemm_address(dtype) -> int | None:
     make the same call; None when NumPy's BLAS is not the ILP64 OpenBLAS of its wheels (or ``dtype`` is
     another type). Only that library is used: it is the one the executor's thread limit applies to, and
     calling NumPy's own function with NumPy's arguments gives the same bits as ``np.matmul``."""
-    dtype = np.dtype(dtype)
-    if dtype not in _GEMM_ADDRESSES:
+    return _numpy_cblas_address(_GEMM_SYMBOLS.get(np.dtype(dtype)))
+
+
+def numpy_gemv_address(dtype) -> int | None:
+    """The address of the CBLAS gemv NumPy's matmul calls for a vector times a matrix of ``dtype`` (see
+    :func:`numpy_gemm_address`)."""
+    return _numpy_cblas_address(_GEMV_SYMBOLS.get(np.dtype(dtype)))
+
+
+def _numpy_cblas_address(name: str | None) -> int | None:
+    if name not in _GEMM_ADDRESSES:
         address = None
-        name = _GEMM_SYMBOLS.get(dtype)
         if name is not None:
             import ctypes
 
             for controller in _SCOPE.controllers():
                 if not _inside_numpy(controller.filepath):
-                    continue  # (another library's gemm could sum differently from NumPy's own)
+                    continue  # (another library's routine could sum differently from NumPy's own)
                 try:
                     address = ctypes.cast(getattr(ctypes.CDLL(controller.filepath), name), ctypes.c_void_p).value
                     break
                 except (OSError, AttributeError):
                     continue
-        _GEMM_ADDRESSES[dtype] = address
-    return _GEMM_ADDRESSES[dtype]
+        _GEMM_ADDRESSES[name] = address
+    return _GEMM_ADDRESSES[name]
 
 
 _SCOPE = _BlasScope()

@@ -214,7 +214,7 @@ class _LoopWriter:
                                        inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
-        if op.regions and op.name not in ("hlo.reduce", "hlo.while"):
+        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter"):
             raise _Ineligible(f"{op.name} (an op with regions)")
         if op.name == "hlo.call":
             return self.call(op, indent)
@@ -401,6 +401,63 @@ class _LoopWriter:
         else:
             self.emit(indent, f"{out} = {src}.reshape({shape!r})")
 
+    def op_scatter(self, op, out, dtype, shape, indent):
+        """A scatter of one update window (``x.at[i].set(row)``, ``.at[i].add(...)``: the indices select one
+        window), replacing the window or combining it element by element through the update computation's
+        scalar definition. XLA skips the whole window when a start index is out of ``[0, dim - size]`` (as the
+        interpreted kernel, :mod:`lowering.kernels.indexing`)."""
+        if len(op.operands) != 3 or op.properties.get("input_batching_dims") is not None and ints(
+                op.properties["input_batching_dims"]):
+            raise _Ineligible("a scatter of several operands or with batching dimensions")
+        operand, indices, update = op.operands
+        (_, ishape), (_, ushape) = self.info(indices), self.info(update)
+        ivd = int(op.index_vector_dim.value.data)
+        index_count = ishape[ivd] if ivd < len(ishape) else 1
+        if int(np.prod(ishape, dtype=np.int64)) != index_count:
+            raise _Ineligible("a scatter of several windows")
+        inserted = set(ints(op.properties.get("inserted_window_dims")) if op.properties.get("inserted_window_dims")
+                       is not None else [])
+        window_dims = list(ints(op.update_window_dims))
+        window = [1 if d in inserted else 0 for d in range(len(shape))]
+        sizes = iter(ushape[d] for d in window_dims)
+        window = [w or next(sizes) for w in window]
+        block = op.regions[0].block
+        body = [o for o in block.ops if o.name != "hlo.return"]
+        returned = block.last_op.operands[0]
+        if not body and returned is block.args[1]:
+            combine = None
+        elif (len(body) == 1 and len(body[0].operands) == 2 and body[0].results[0] is returned
+              and list(body[0].operands) == list(block.args)):
+            combine = scalar_of(body[0], [dtype, dtype], dtype, self.flush)
+            if combine is None or combine.arguments:
+                raise _Ineligible("a scatter whose update computation has no scalar definition")
+        else:
+            raise _Ineligible("a scatter with a general update computation")
+        flat = self.fresh("x")
+        self.emit(indent, f"{flat} = np.ascontiguousarray({self.name(indices)}).ravel()" if ishape
+                  else f"{flat} = np.full(1, {self.name(indices)})")
+        starts = ["0"] * len(shape)
+        checks = []
+        for j, d in enumerate(ints(op.scatter_dims_to_operand_dims)):
+            start = self.fresh("s")
+            self.emit(indent, f"{start} = np.int64({flat}[{j}])")
+            starts[d] = start
+            checks.append(f"0 <= {start} <= {shape[d] - window[d]}")
+        self.emit(indent, f"{out} = {self.name(operand)}.copy()")
+        self.emit(indent, f"if {' and '.join(checks) or 'True'}:")
+        target = self.fresh("t")
+        index = ", ".join(f"{s}:{s} + {w}" for s, w in zip(starts, window))
+        values = self.fresh("u")
+        self.emit(indent + "    ", f"{target} = {out}[{index}]")
+        self.emit(indent + "    ", f"{values} = np.ascontiguousarray({self.name(update)}).reshape({tuple(window)!r})")
+        if combine is None:
+            self.emit(indent + "    ", f"{target}[...] = {values}")
+        else:
+            at = self.fresh("e")
+            t = _NUMBA_TYPE_NAMES[dtype]
+            self.emit(indent + "    ", f"for {at} in np.ndindex({tuple(window)!r}):")
+            self.emit(indent + "        ", f"{target}[{at}] = {t}({combine.name}({target}[{at}], {values}[{at}]))")
+
     def op_slice(self, op, out, dtype, shape, indent):
         """A static (strided) slice, copied to a C-ordered array."""
         starts, limits, strides = (list(ints(op.properties[k])) for k in ("start_indices", "limit_indices", "strides"))
@@ -459,9 +516,11 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
         self.emit(indent, f"{out}[{index}] = {self.name(update)}")
 
-    def gemm_shape(self, op) -> tuple[int, int, int] | None:
-        """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
-        from .blas import SERIAL_MNK, SPLIT_MNK, numpy_gemm_address
+    def product_shape(self, op) -> tuple[int, int, int] | None:
+        """``(m, k, n)`` of a dot of f32/f64 operands of the result's type, without batch dimensions or
+        transposes, that OpenBLAS computes on one thread and the executor does not split (:mod:`lowering.blas`),
+        else None."""
+        from .blas import SERIAL_MNK, SPLIT_MNK
 
         lhs, rhs = op.operands
         (ldt, lshape), (rdt, rshape) = self.info(lhs), self.info(rhs)
@@ -477,10 +536,38 @@ class _LoopWriter:
         m, k, n = (int(np.prod([lshape[d] for d in lfree], dtype=np.int64)),
                    int(np.prod([lshape[d] for d in lc], dtype=np.int64)),
                    int(np.prod([rshape[d] for d in rfree], dtype=np.int64)))
-        if (numpy_gemm_address(dtype) is None or m < 2 or n < 2 or k < 1 or m * k * n >= SPLIT_MNK
-                or not (self.single_thread_blas or m * k * n <= SERIAL_MNK)):
+        if k < 1 or m * k * n >= SPLIT_MNK or not (self.single_thread_blas or m * k * n <= SERIAL_MNK):
             return None
         return m, k, n
+
+    def gemm_shape(self, op) -> tuple[int, int, int] | None:
+        """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
+        from .blas import numpy_gemm_address
+
+        plan = self.product_shape(op)
+        if plan is None or plan[0] < 2 or plan[2] < 2 or numpy_gemm_address(self.info(op.results[0])[0]) is None:
+            return None
+        return plan
+
+    def vector_matrix(self, op, out, dtype, shape, indent) -> bool:
+        """A vector times a matrix (``m`` = 1, ``n`` >= 2) as NumPy's matmul computes it, with one CBLAS gemv
+        call (:func:`lowering.loop_runtime.cblas_gemv`, the same call: the same bits); False when ``op`` is not
+        one."""
+        from .blas import numpy_gemv_address
+
+        plan = self.product_shape(op)
+        if plan is None or plan[0] != 1 or plan[2] < 2 or numpy_gemv_address(dtype) is None:
+            return False
+        _, k, n = plan
+        lhs, rhs = op.operands
+        a, b, c, const = self.fresh("a"), self.fresh("b"), self.fresh("m"), self.fresh("k")
+        self.constants[const] = np.int64(numpy_gemv_address(dtype))
+        self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({k},))")
+        self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({k}, {n}))")
+        self.emit(indent, f"{c} = np.empty(({n},), {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"cblas_gemv({const}, {a}, {b}, {c})")
+        self.emit(indent, f"{out} = {c}.reshape({shape!r})")
+        return True
 
     def op_dot_general(self, op, out, dtype, shape, indent):
         """A float matrix product as the executor's dot kernel computes it: the same CBLAS gemm call NumPy's
@@ -496,9 +583,11 @@ class _LoopWriter:
         where the second stands."""
         from .blas import numpy_gemm_address
 
+        if self.vector_matrix(op, out, dtype, shape, indent):
+            return
         plan = self.gemm_shape(op)
         if plan is None:
-            raise _Ineligible("a dot the executor does not compute with one single-threaded gemm")
+            raise _Ineligible("a dot the executor does not compute with one single-threaded gemm or gemv")
         m, k, n = plan
         lhs, rhs = op.operands
         a, b, c = self.fresh("a"), self.fresh("b"), self.fresh("m")

@@ -102,6 +102,34 @@ def cblas_gemm(typingctx, address, a, b, c):
     return _matrix_gemm(address, a, b, c, columns=False)
 
 
+@intrinsic
+def cblas_gemv(typingctx, address, a, b, c):
+    """``c = a @ b`` for a 1-d ``a`` (k) and a C-ordered 2-d ``b`` (k, n) of f32 or f64, through the ILP64 CBLAS
+    gemv at ``address`` (:func:`lowering.blas.numpy_gemv_address`) with the arguments NumPy's matmul passes for
+    a vector times a matrix: ``b`` read row-major and transposed, alpha 1, beta 0, unit strides."""
+    if not (address == types.int64 and isinstance(a, types.Array) and isinstance(b, types.Array)
+            and isinstance(c, types.Array) and (a.ndim, b.ndim, c.ndim) == (1, 2, 1)
+            and all(x.layout == "C" for x in (a, b, c)) and a.dtype == b.dtype == c.dtype
+            and a.dtype in (types.float32, types.float64)):
+        return None
+    real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
+
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        ptr = real.as_pointer()
+        gemv_type = ir.FunctionType(ir.VoidType(), [i32, i32, i64, i64, real, ptr, i64, ptr, i64, real, ptr, i64])
+        fn = builder.inttoptr(args[0], gemv_type.as_pointer())
+        views = [context.make_array(t)(context, builder, v) for t, v in zip(signature.args[1:4], args[1:4])]
+        k, n = cgutils.unpack_tuple(builder, views[1].shape, 2)
+        data = [builder.bitcast(v.data, ptr) for v in views]
+        one = ir.Constant(i64, 1)
+        builder.call(fn, [ir.Constant(i32, 101), ir.Constant(i32, 112), k, n, ir.Constant(real, 1.0), data[1], n,
+                          data[0], one, ir.Constant(real, 0.0), data[2], one])
+        return context.get_dummy_value()
+
+    return types.none(types.int64, a, b, c), codegen
+
+
 def _csr_access(builder, name: str, pointer):
     fn = builder.module.globals.get(name)
     if fn is None:
@@ -267,6 +295,6 @@ def parallel_probe(x):
         x[i] = i
 
 
-HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "cblas_gemm", "cblas_gemm_columns", "gemm_pair",
+HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "cblas_gemm", "cblas_gemv", "cblas_gemm_columns", "gemm_pair",
                 "gemm_pair_balanced", "mxcsr", "set_mxcsr")
 """What a generated loop module imports from here."""

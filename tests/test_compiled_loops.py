@@ -567,3 +567,66 @@ def test_pred_and_integer_reductions_in_loops():
         return x, i, jnp.all(x > 0), jnp.sum(jnp.arange(64) * i)
 
     _assert_same(fn, a)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_vector_matrix_products_in_loops_make_numpys_gemv_call(dtype):
+    """``c @ k`` of a Runge-Kutta tableau row and the stages (an ODE solver's step): NumPy's gemv, same bits."""
+    w = RNG.standard_normal((7, 3)).astype(dtype)
+    back = RNG.standard_normal((3, 7)).astype(dtype)
+    c = RNG.standard_normal(7).astype(dtype)
+
+    def fn(c, w, back):
+        def body(i, v):
+            return jnp.sin(jnp.dot(v, w) @ back * 0.1 + v[:1])
+
+        return lax.fori_loop(0, 9, body, c)
+
+    _assert_same(fn, c, w, back)
+    # A longer contraction (OpenBLAS's kernel blocks it) and a row vector of rank 2.
+    w2 = RNG.standard_normal((37, 37)).astype(dtype)
+    _assert_same(lambda v, w: lax.fori_loop(0, 4, lambda i, v: jnp.sin(v[None, :] @ w)[0], v),
+                 RNG.standard_normal(37).astype(dtype), w2)
+
+
+@pytest.mark.parametrize("mode", ["set", "add", "max"])
+def test_one_window_scatters_in_loops(mode):
+    """``ys.at[i].set(y)`` (an ODE solver's output rows) and combining updates, including indices out of bounds,
+    which XLA skips."""
+    ys = RNG.standard_normal((6, 3)).astype(F32)
+    ys[2, 1] = np.nan
+
+    def fn(ys):
+        def body(i, acc):
+            row = jnp.cos(acc[i % 6]) * 2.0
+            at = acc.at[i - 2]  # (negative at first: out of bounds, skipped)
+            return getattr(at, mode)(row, mode="drop")
+
+        return lax.fori_loop(0, 11, body, ys)
+
+    _assert_same(fn, ys)
+
+
+def test_real_program_loops_compile_with_the_interpreted_bits():
+    """The loop-heavy programs of benchmarks/real_programs.py (an adaptive ODE solve with nested loops,
+    scatters and gemv products; a continued fraction; a rejection sampler; an LSTM scan; a Newton while loop)
+    compile, and give the interpreter's bits."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import real_programs
+
+    for make in (real_programs.odeint_pendulum, real_programs.lstm_scan, real_programs.newton_while):
+        w = make()
+        module = import_jax(w.fn, *w.args)
+        whiles = [op for op in module.walk() if op.name == "hlo.while"]
+        from xdsl.dialects import func
+
+        from xla_dialect.types import numpy_dtype
+
+        functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+        assert any(compiled_loops.compile_loop(op, functions, numpy_dtype) is not None for op in whiles), w.name
+        compiled = _leaves(lowering.compile(module, loop_compilation="always")(*w.args))
+        interpreted = _leaves(lowering.compile(module, loop_compilation="never")(*w.args))
+        for a, b in zip(compiled, interpreted):
+            np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=w.name)
