@@ -564,6 +564,15 @@ power_f64 = numba.types.ExternalFunction("pow", numba.types.float64(numba.types.
 cbrt_f32 = numba.types.ExternalFunction("cbrtf", numba.types.float32(numba.types.float32))
 cbrt_f64 = numba.types.ExternalFunction("cbrt", numba.types.float64(numba.types.float64))
 _c_log_f64 = numba.types.ExternalFunction("log", numba.types.float64(numba.types.float64))
+_TINY64 = np.finfo(np.float64).tiny
+
+
+@_njit
+def log_f64(x):
+    """XLA CPU's f64 log: the C library's ``log``, a denormal ``x`` read as a zero of its sign (DAZ)."""
+    return _c_log_f64(np.copysign(x - x, x) if abs(x) < _TINY64 else x)
+
+
 exp_f32, log_f32, tanh_f32, logistic_f32 = (xla_scalar.exp_f32, xla_scalar.log_f32, xla_scalar.tanh_f32,
                                             xla_scalar.logistic_f32)
 
@@ -751,7 +760,10 @@ def _trigonometric(op, dtypes, result, flush):
 
 @scalar_definition(ew.ExpOp, ew.LogOp, ew.TanhOp, ew.LogisticOp)
 def _xla_f32_approximations(op, dtypes, result, flush):
-    """XLA's own f32 approximations (:mod:`lowering.xla_scalar`); f64 ones have no scalar definition yet."""
+    """XLA's own f32 approximations (:mod:`lowering.xla_scalar`) and its f64 log (the C library's); f64 exp,
+    tanh and logistic (emulated in NumPy by :mod:`lowering.kernels.xla_math`) have no scalar definition yet."""
+    if result == F64 and isinstance(op, ew.LogOp):
+        return Scalar("log_f64")
     if result != F32:
         return None
     name = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic"}[type(op)]
