@@ -26,11 +26,16 @@ op, with values captured from outside the loop, or with tuple values keep the
 interpreted path. Denormals: the compiled code runs in the caller's CPU flush
 modes, as the interpreted kernels do.
 
-When to compile: numba takes 0.2-1 s per loop, which only pays for loops that
-run long. ``lowering.compile(..., loop_compilation=...)``: ``"auto"`` (the
-default) compiles a loop once it has run :data:`AUTO_THRESHOLD` iterations in
-total (over all calls of the executable), switching in the middle of a call
-if needed; ``"always"`` compiles every eligible loop on its first run;
+When to compile: numba takes 0.2 s to tens of seconds per loop (a cold cache,
+a large body: an adaptive ODE solve's nested loops take about 25 s on a 2-core
+VM, a warm cache about 2 s), which only pays for loops that run long.
+``lowering.compile(..., loop_compilation=...)``: ``"auto"`` (the default)
+starts compiling a loop on a background thread once it has run
+:data:`AUTO_THRESHOLD` iterations in total (over all calls of the executable)
+and keeps interpreting it until the compiled code is ready, then switches, in
+the middle of a call if needed (both give the same bits, so where it switches
+does not show; :func:`wait_for_background_compiles` waits for them);
+``"always"`` compiles every eligible loop on its first run, before running it;
 ``"never"`` keeps every loop interpreted.
 """
 
@@ -811,6 +816,32 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     parameters = [f"b{i}" if i in boxed else name for i, name in enumerate(state)]
     writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *parameters, 'budget'])}):")
     return "\n".join(writer.lines) + "\n", writer.constants
+
+
+_BACKGROUND: list[threading.Thread] = []
+
+
+def compile_in_background(job: Callable[[], None]) -> None:
+    """Run ``job`` (a loop's compilation) on a daemon thread: numba's LLVM work releases the GIL, so the
+    interpreted loop keeps running meanwhile."""
+    thread = threading.Thread(target=job, name="xla-dialect loop compiler", daemon=True)
+    with _LOCK:
+        _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
+        _BACKGROUND.append(thread)
+    thread.start()
+
+
+def wait_for_background_compiles(timeout: float | None = None) -> bool:
+    """Wait for the loop compilations started in the background (``loop_compilation="auto"``); True when none
+    is still running."""
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _LOCK:
+        threads = list(_BACKGROUND)
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in threads)
 
 
 class CompiledLoop:

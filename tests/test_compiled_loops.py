@@ -161,6 +161,11 @@ def test_ineligible_loops_fall_back():
 def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
     monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 100)
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
+    # The background compilation made synchronous, so the switch happens at iteration 100 of the first call.
+    monkeypatch.setattr(compiled_loops, "compile_in_background", lambda job: job())
+    calls = []
+    original = compiled_loops.CompiledLoop.__call__
+    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
 
     def fn(x):
         return lax.fori_loop(0, 250, lambda i, v: v * F32(1.001) + jnp.sin(v), x)
@@ -169,8 +174,31 @@ def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
     module = import_jax(fn, x)
     auto = lowering.compile(module)
     never = lowering.compile(module, loop_compilation="never")
-    for _ in range(2):  # the first call switches after 100 iterations, the second runs compiled
+    for k in range(2):  # the first call switches after 100 iterations, the second runs compiled
         np.testing.assert_array_equal(_bits(auto(x)[0]), _bits(never(x)[0]))
+        assert len(calls) == k + 1
+
+
+def test_auto_mode_compiles_in_the_background(monkeypatch):
+    """The interpreted loop keeps running while numba compiles; once done, calls run the compiled loop."""
+    monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 10)
+    monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
+
+    def fn(x):
+        return lax.fori_loop(0, 40, lambda i, v: v * F32(0.999) + jnp.cos(v), x)
+
+    x = _floats(F32, 12)
+    module = import_jax(fn, x)
+    auto = lowering.compile(module)
+    never = lowering.compile(module, loop_compilation="never")
+    expected = _bits(never(x)[0])
+    np.testing.assert_array_equal(_bits(auto(x)[0]), expected)  # (compiled or not by the end: the same bits)
+    assert compiled_loops.wait_for_background_compiles(timeout=600)
+    calls = []
+    original = compiled_loops.CompiledLoop.__call__
+    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
+    np.testing.assert_array_equal(_bits(auto(x)[0]), expected)
+    assert calls == [1]
 
 
 def test_bad_option():

@@ -146,32 +146,43 @@ def _while(op, ctx):
         return while_kernel
 
     # The loop runs interpreted until it has run ``threshold`` iterations (over all calls), then as one
-    # numba-compiled function when it is eligible (lowering.compiled_loops), from wherever it stands.
-    from ..compiled_loops import AUTO_THRESHOLD, compile_loop
+    # numba-compiled function when it is eligible (lowering.compiled_loops), from wherever it stands. In
+    # "auto" mode the compilation runs on a background thread and the loop stays interpreted until it is done.
+    from .. import compiled_loops
 
-    threshold = 0 if mode == "always" else AUTO_THRESHOLD
-    done = {"iterations": 0, "tried": False, "loop": None}
+    threshold = 0 if mode == "always" else compiled_loops.AUTO_THRESHOLD
+    done = {"iterations": 0, "started": False, "loop": None}
 
-    def compiled():
-        if not done["tried"]:
-            done["tried"] = True
-            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype, ctx.denormals == "flush",
-                                        ctx.blas_threads == 1)
-        return done["loop"]
+    def compile_now():
+        try:
+            done["loop"] = compiled_loops.compile_loop(op, ctx.functions, ctx.dtype, ctx.denormals == "flush",
+                                                       ctx.blas_threads == 1)
+        except Exception:  # noqa: BLE001 - (compile_loop keeps ineligible loops interpreted; anything else too)
+            done["loop"] = None
+
+    def start():
+        done["started"] = True
+        if mode == "always":
+            compile_now()
+        else:
+            compiled_loops.compile_in_background(compile_now)
+
+    def run_compiled(state):
+        out = done["loop"](state)
+        return out[0] if single else tuple(out)
 
     def while_kernel(cond, body, *state):
-        budget = threshold - done["iterations"] if not done["tried"] else -1
-        if budget <= 0 and compiled() is not None:
-            out = done["loop"](state)
-            return out[0] if single else tuple(out)
+        if not done["started"] and done["iterations"] >= threshold:
+            start()
+        if done["loop"] is not None:
+            return run_compiled(state)
         n = 0
         while cond(*state)[0]:
-            if n == budget:
+            if not done["started"] and done["iterations"] + n >= threshold:
+                start()
+            if done["loop"] is not None:  # (compiled meanwhile: switch here, the same bits)
                 done["iterations"] += n
-                if compiled() is not None:
-                    out = done["loop"](state)
-                    return out[0] if single else tuple(out)
-                n = budget = 0
+                return run_compiled(state)
             state = body(*state)
             n += 1
             if bounded:
