@@ -74,11 +74,6 @@ TERNARY = {"clamp": lax.clamp}
 WRITTEN_AS_TEXT = {"power", "logistic"}
 """Ops JAX does not write as themselves for some element types (integer power, logistic: JAX expands them),
 written in StableHLO text for those."""
-KNOWN_DIFFERENCES = {
-    "add": "of two NaNs, NumPy's AVX-512 add loop (arrays of more than a few elements) returns the second "
-           "operand's; jax.jit and the definition the first: the interpreter's np.add kernel is wrong there",
-    "multiply": "of two NaNs, NumPy's AVX-512 multiply loop returns the second operand's (see add)"}
-"""Float ops whose interpreter kernel differs from the definition (and from jax.jit) on pairs of NaNs."""
 PRED_RESULTS = {"is_finite"}
 FLOATS = [np.float32, np.float64]
 INTEGERS = [np.int8, np.int32, np.uint16, np.uint64]
@@ -153,9 +148,6 @@ def test_definition_equals_the_interpreters_kernel(name, fn, arity, dtype, targe
     expected = np.asarray(expected)
     assert got.dtype == expected.dtype
     different = np.nonzero(got.view(f"u{got.itemsize}") != expected.view(f"u{expected.itemsize}"))[0]
-    if different.size and name in KNOWN_DIFFERENCES and np.dtype(dtype).kind == "f" and all(
-            np.isnan(x[different]).all() for x in inputs):
-        pytest.xfail(KNOWN_DIFFERENCES[name])
     assert not different.size, (f"{op.name} on {np.dtype(dtype).name}: definition and kernel differ at inputs "
                                 f"{[tuple(x[i] for x in inputs) for i in different[:4]]}: "
                                 f"{got[different[:4]]} vs {expected[different[:4]]}")

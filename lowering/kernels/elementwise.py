@@ -903,7 +903,7 @@ def _typed(fn: Callable, operand: Elem, result_dtype: np.dtype) -> Callable:
     Low-precision floats and sub-byte integers are converted to their compute
     dtype before the op and the result is rounded/wrapped back once after it.
     """
-    if fn not in _EXACT_UFUNCS:
+    if fn not in _EXACT_UFUNCS and not getattr(fn, "quiet", False):
         fn = _quiet(fn)
     if not operand.widened:
         return fn
@@ -982,10 +982,38 @@ def _complex_factory(op, ctx):
     return binary_kernel(make_complex, op)
 
 
+def _first_nan_of_two(fast: np.ufunc, op, compute: np.dtype) -> Callable:
+    """``fast`` (NumPy's add or multiply: the IEEE instruction) where the result has no NaN, else the op's scalar
+    definition over the whole array: of two NaN operands NumPy's AVX-512 loops return the second, XLA (and the
+    definition, :func:`lowering.kernels.scalar.add`) the first. (One read of the result to look for a NaN.)"""
+    name = "add" if isinstance(op, ew.AddOp) else "multiply"
+    definition = scalar.ufunc(scalar.Scalar(name), [compute, compute], compute)
+    maximum = np.maximum.reduce  # (propagates a NaN: one vectorized read of the result)
+
+    def nan_first(a, b):
+        r = fast(a, b)
+        if np.ndim(r) == 0:
+            return r if r == r else _nan_redone(definition, a, b, r)
+        if r.size and np.isnan(maximum(r, axis=None)):
+            return _nan_redone(definition, a, b, r)
+        return r
+
+    nan_first.quiet = True  # (NumPy's add and multiply do not warn here; the definition runs quietly)
+    return nan_first
+
+
+def _nan_redone(definition, a, b, r):
+    with np.errstate(all="ignore"):
+        return np.asarray(definition(a, b), r.dtype) if np.ndim(r) else r.dtype.type(definition(a, b))
+
+
 def _binary_factory(op, ctx):
     if op.SPEC.mnemonic == "complex":
         return _complex_factory(op, ctx)
     e = elem_of(op.operands[0].type)
+    if e.kind == "float" and isinstance(op, (ew.AddOp, ew.MulOp)) and e.compute in (np.float32, np.float64):
+        return binary_kernel(_typed(_first_nan_of_two(np.add if isinstance(op, ew.AddOp) else np.multiply, op,
+                                                      e.compute), e, ctx.dtype(op.results[0].type)), op)
     if e.kind == "float" and isinstance(op, (ew.MaxOp, ew.MinOp)):
         fn = float_extrema(e.compute, ctx.denormals == "flush")[isinstance(op, ew.MinOp)]
         fn = _f16_nans(fn, e)
