@@ -1,25 +1,25 @@
-"""XLA CPU's own f32 exp, log, tanh and logistic as numba scalar functions, with the hardware FMA.
+"""XLA CPU's own approximations as numba scalar functions, with the hardware FMA.
 
-:mod:`lowering.kernels.xla_math` reproduces these approximations bit for bit
-in NumPy, emulating each fused multiply-add in f64 with midpoint checks
-(several passes over memory per operation). Here each is written once per
-element, operation by operation in the same order, with LLVM's ``fma``
-intrinsic: the instruction XLA's own LLVM code uses, so the rounding is the
-same by construction (checked bit for bit against jax.jit on every f32 input
-by the slow ``tests/test_xla_math.py::test_f32_exhaustive``, and on samples,
-thresholds and special values in the default run). Explicit flushes
-(denormal results of exp and logistic, denormal inputs of log) are kept as the
-NumPy versions have them, so the results do not depend on the executor's
-denormal mode beyond what the hardware does in both.
+f32: Eigen's exp, log, tanh and logistic, XLA's ``EmitExpm1``/``EmitLog1p``
+formulas over them and its rational erf; f64: Eigen's exp and tanh, XLA's
+expm1, log1p and logistic over them, and the C library's erf (which XLA CPU
+calls). Each is written once per element, operation by operation in XLA's
+order, with LLVM's ``fma`` intrinsic where XLA's code has a fused multiply-add:
+the instruction XLA's own LLVM code uses, so the rounding is the same by
+construction (checked bit for bit against jax.jit on every f32 input for exp,
+log, tanh and logistic by the slow ``tests/test_xla_math.py::test_f32_exhaustive``,
+and on samples, thresholds and special values in the default run). Explicit
+flushes (denormal results of exp and logistic, denormal inputs of log, log1p,
+erf and f64 tanh) are written out, so the results do not depend on the
+executor's denormal mode beyond what the hardware does in both.
 
-The functions are numba ``@njit`` scalar functions (called from fused groups
-and compiled loops) and NumPy ufuncs built from them (:func:`ufunc`), used
-as the executor's f32 kernels.
+They are registered as the ops' scalar definitions in
+:mod:`lowering.kernels.scalar`: the fused groups and compiled loops call them,
+and the interpreter's kernels are their ufuncs
+(:class:`lowering.kernels.xla_math.Definition`).
 """
 
 from __future__ import annotations
-
-import threading
 
 import llvmlite.ir as ir
 import numba
@@ -27,6 +27,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from .loop_runtime import float_from_bits
 from .loop_runtime import fused_multiply_add as fma
 
 _njit = numba.njit(cache=True, error_model="numpy", forceinline=True)
@@ -78,13 +79,19 @@ TANH_Q0, TANH_Q1, TANH_Q2, TANH_Q3 = (_c(b) for b in (0x35A0D3D8, 0x38F895D6, 0x
 
 
 @_njit
+def _clamp(x, lo, hi):
+    """``x`` clamped to ``[lo, hi]``; a NaN passes (with its payload)."""
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+
+
+@_njit
 def _exp_parts(x):
     """(y, n) with exp(x) = y 2**n: Eigen's pexp_float (see xla_math._exp32_parts_exact)."""
-    xc = x
-    if xc < f32(-87.8):
-        xc = f32(-87.8)
-    elif xc > f32(88.8):
-        xc = f32(88.8)
+    xc = _clamp(x, f32(-87.8), f32(88.8))
     n = np.floor(fma(xc, EXP_LOG2E, f32(0.5)))
     if n < f32(-127):
         n = f32(-127)
@@ -144,11 +151,7 @@ def tanh_f32(x):
     end), as Eigen's packet code does: LLVM then vectorizes loops calling it as straight-line selects
     (a numba loop of 4M tanh on this 2-core VM: 1.70 -> 1.40-1.46 ms, same bits)."""
     ax = abs(x)
-    xc = x
-    if xc < -TANH_CLAMP:
-        xc = -TANH_CLAMP
-    elif xc > TANH_CLAMP:
-        xc = TANH_CLAMP
+    xc = _clamp(x, -TANH_CLAMP, TANH_CLAMP)
     x2 = xc * xc
     p = fma(TANH_P0, x2, TANH_P1)
     p = fma(p, x2, TANH_P2)
@@ -199,21 +202,176 @@ def log_f32(x):
     return result
 
 
-SCALAR_FUNCTIONS = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "logistic": logistic_f32}
-"""Name -> numba scalar function (f32 -> f32)."""
+# ----------------------------------------------------------------------------
+# f32 expm1, log1p and erf (XLA's EmitExpm1/EmitLog1p formulas over the functions above, its rational erf)
+# ----------------------------------------------------------------------------
 
-_UFUNCS: dict[str, np.ufunc] = {}
-_LOCK = threading.Lock()
+TWO_M125 = f32(2.0**-125)
+LOG1P_THRESHOLD = _c(0x3ED413CD)  # sqrt(2) - 1
+LOG1P_P = (f32(4.527e-05),) + tuple(_c(b) for b in (0x3EFF40C5, 0x40D284FA, 0x41EF4B9C, 0x4273CC76, 0x426473AD,
+                                                     0x41A05101))
+LOG1P_Q = (f32(1),) + tuple(_c(b) for b in (0x417101AD, 0x42A6185B, 0x435DC32D, 0x439A8CA3, 0x43586D8A, 0x42707982))
+ERF_CLAMP = _c(0x407547CB)
+ERF_P = tuple(_c(b) for b in (0x39702D51, 0x3B5F5DA2, 0x3D50B6EB, 0x3E3DA740, 0x3F906EBA))
+ERF_Q = tuple(_c(b) for b in (0xB3FD3906, 0x37C588DF, 0x3A856D28, 0x3C6687D4, 0x3DE34C21, 0x3EFEB44A)) + (f32(1),)
 
 
-def ufunc(name: str) -> np.ufunc:
-    """The f32 NumPy ufunc of :data:`SCALAR_FUNCTIONS` ``[name]`` (compiled on first use, cached on disk)."""
-    fn = _UFUNCS.get(name)
-    if fn is None:
-        with _LOCK:
-            fn = _UFUNCS.get(name)
-            if fn is None:
-                scalar = SCALAR_FUNCTIONS[name]
-                fn = _UFUNCS[name] = numba.vectorize([types.float32(types.float32)], nopython=True)(
-                    lambda x: scalar(x))
-    return fn
+@_njit
+def _horner(x, coefficients):
+    """``((c0 x + c1) x + c2) ...`` with fused multiply-adds (LLVM's contraction in XLA's code); the
+    coefficients a tuple of constants of ``x``'s type."""
+    p = coefficients[0]
+    for c in coefficients[1:]:
+        p = fma(p, x, c)
+    return p
+
+
+@_njit
+def _daz32(x):
+    """``x`` with a denormal read as a zero of its sign (the DAZ mode), in both executor modes."""
+    return np.copysign(x - x, x) if abs(x) < TINY else x
+
+
+@_njit
+def expm1_f32(x):
+    """XLA's ``EmitExpm1`` in f32: ``exp(x) - 1`` for |x| > 0.5, else ``tanh(x/2) (exp(x) + 1)``, with XLA's
+    own f32 exp (its product ``y 2**n`` not flushed: only its sums with +-1 are used) and tanh; ``x`` itself
+    where ``x/2`` flushes to 0 (|x| < 2**-125: tiny before rounding)."""
+    y, n = _exp_parts(x)
+    e = y * _scale(n)
+    large = e - f32(1)
+    small = tanh_f32(x * f32(0.5)) * (e + f32(1))  # (both computed: selects, no branches)
+    r = large if abs(x) > f32(0.5) else small
+    return x if abs(x) < TWO_M125 else r
+
+
+@_njit
+def log1p_f32(x):
+    """XLA's ``EmitLog1p`` in f32: Cephes' ``x - x^2/2 + x^3 P(x)/Q(x)`` for |x| < sqrt(2) - 1, else XLA's f32
+    log of ``x + 1``; a denormal ``x`` read as 0."""
+    x = _daz32(x)
+    x2 = x * x
+    small = x + fma(-x2, f32(0.5), (x * x2) * (_horner(x, LOG1P_P) / _horner(x, LOG1P_Q)))
+    large = log_f32(x + f32(1))
+    return small if abs(x) < LOG1P_THRESHOLD else large
+
+
+@_njit
+def erf_f32(x):
+    """XLA CPU's f32 erf: ``x P(x^2) / Q(x^2)`` (degrees 9 and 12), +-1 for |x| >= 3.8325066; a denormal
+    ``x`` read as 0."""
+    x = _daz32(x)
+    x2 = x * x
+    r = (x * _horner(x2, ERF_P)) / _horner(x2, ERF_Q)
+    return np.copysign(f32(1), x) if abs(x) >= ERF_CLAMP else r
+
+
+# ----------------------------------------------------------------------------
+# f64: Eigen's exp and tanh (Cephes' rational functions), XLA's expm1, log1p and logistic over them, the C
+# library's erf (which XLA CPU calls for f64)
+# ----------------------------------------------------------------------------
+
+TINY64 = np.finfo(np.float64).tiny
+EXP64_LO, EXP64_HI = -708.3964185322641, 709.782712893384
+EXP64_LOG2E = 1.4426950408889634073599
+EXP64_LN2_HI, EXP64_LN2_LO = 0.693145751953125, 1.42860682030941723212e-6
+EXP64_P = (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1)
+EXP64_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1, 2.00000000000000000009e0)
+TANH64_CLAMP = 17.714196154005176
+TANH64_P = (2.6158007860482230e-23, 7.6534862268749319e-19, 3.1309488231386680e-15, 4.2303918148209176e-12,
+            2.4618379131293676e-09, 6.8644367682497074e-07, 9.3839087674268880e-05, 5.9809711724441161e-03,
+            1.5184719640284322e-01, 1.0)
+TANH64_Q = (6.463747022670968018e-21, 5.782506856739003571e-17, 1.293019623712687916e-13, 1.123643448069621992e-10,
+            4.492975677839633985e-08, 8.785185266237658698e-06, 8.295161192716231542e-04, 3.437448108450402717e-02,
+            4.851805297361760360e-01, 1.0)
+TWO_M1021 = 2.0**-1021
+LOG1P64_THRESHOLD = 0.41421356237309504880
+LOG1P64_P = (4.5270000862445199635215E-5, 4.9854102823193375972212E-1, 6.5787325942061044846969E0,
+             2.9911919328553073277375E1, 6.0949667980987787057556E1, 5.7112963590585538103336E1,
+             2.0039553499201281259648E1)
+LOG1P64_Q = (1., 1.5062909083469192043167E1, 8.3047565967967209469434E1, 2.2176239823732856465394E2,
+             3.0909872225312059774938E2, 2.1642788614495947685003E2, 6.0118660497603843919306E1)
+_c_log = numba.types.ExternalFunction("log", types.float64(types.float64))
+_c_erf = numba.types.ExternalFunction("erf", types.float64(types.float64))
+
+
+@_njit
+def _daz64(x):
+    """``x`` with a denormal read as a zero of its sign (the DAZ mode), in both executor modes."""
+    return np.copysign(x - x, x) if abs(x) < TINY64 else x
+
+
+@_njit
+def _power_of_two(k):
+    """``2**k`` for an integer ``k`` in [-1022, 1023], from the exponent bits."""
+    return float_from_bits((k + np.int64(1023)) << np.int64(52))
+
+
+@_njit
+def exp_f64(x):
+    """XLA CPU's f64 exp: Eigen's ``pexp`` (Cephes' P/Q on [-ln2/2, ln2/2], scaled by ``2**n``); 0 below
+    -708.396... (no denormal results but from the final scaling's rounding), +inf above 709.78...
+
+    The scaling ``e 2**n`` (n in [-1022, 1024], 0.7 < e < 1.5) is two multiplies by powers of two, the
+    first exact: one rounding of the exact product, as ``ldexp`` gives it, in both denormal modes."""
+    xc = _clamp(x, EXP64_LO, EXP64_HI)
+    n = np.floor(fma(xc, EXP64_LOG2E, 0.5))
+    g = fma(n, -EXP64_LN2_LO, xc - n * EXP64_LN2_HI)
+    g2 = g * g
+    p = _horner(g2, EXP64_P) * g
+    q = _horner(g2, EXP64_Q)
+    e = (p / (q - p)) * 2.0 + 1.0
+    k = np.int64(n) if n == n else np.int64(0)
+    half = k >> np.int64(1)
+    out = (e * _power_of_two(half)) * _power_of_two(k - half)
+    if x > EXP64_HI:
+        out = np.inf
+    if x < EXP64_LO:
+        out = 0.0
+    return out
+
+
+@_njit
+def tanh_f64(x):
+    """XLA CPU's f64 tanh: Eigen's ``ptanh_double`` rational function of x clamped to +-17.714196154005176,
+    +-1 for |x| >= 20; a denormal ``x`` read as 0."""
+    x = _daz64(x)
+    xc = _clamp(x, -TANH64_CLAMP, TANH64_CLAMP)
+    x2 = xc * xc
+    r = (xc * _horner(x2, TANH64_P)) / _horner(x2, TANH64_Q)
+    return np.copysign(1.0, x) if abs(x) >= 20.0 else r
+
+
+@_njit
+def expm1_f64(x):
+    """XLA's ``EmitExpm1`` in f64: ``exp(x) - 1`` for |x| > 0.5, else ``tanh(x/2) (exp(x) + 1)``, with XLA's
+    own exp and tanh; ``x`` itself where ``x/2`` flushes to 0 (|x| < 2**-1021)."""
+    e = exp_f64(x)
+    large = e - 1.0
+    small = tanh_f64(x * 0.5) * (e + 1.0)  # (both computed: selects, no branches)
+    r = large if abs(x) > 0.5 else small
+    return x if abs(x) < TWO_M1021 else r
+
+
+@_njit
+def log1p_f64(x):
+    """XLA's ``EmitLog1p`` in f64: Cephes' ``x - x^2/2 + x^3 P(x)/Q(x)`` for |x| < sqrt(2) - 1, else the C
+    library's ``log(x + 1)``; a denormal ``x`` read as 0."""
+    x = _daz64(x)
+    if abs(x) >= LOG1P64_THRESHOLD:  # (a branch: the C library's log is a call, not vectorized anyway)
+        return _c_log(x + 1.0)
+    x2 = x * x
+    return fma(-0.5, x2, (x * x2) * (_horner(x, LOG1P64_P) / _horner(x, LOG1P64_Q))) + x
+
+
+@_njit
+def logistic_f64(x):
+    """XLA CPU's f64 logistic ``1 / (1 + exp(-x))`` with its own exp; a denormal quotient flushes to 0."""
+    q = 1.0 / (1.0 + exp_f64(-x))
+    return 0.0 if abs(q) < TINY64 else q
+
+
+@_njit
+def erf_f64(x):
+    """XLA CPU's f64 erf: the C library's ``erf``, which it calls; a denormal ``x`` read as 0."""
+    return _c_erf(_daz64(x))

@@ -317,7 +317,7 @@ def _by_width(f32_fn, f64_fn, f16_fn=None):
     is 0.75, not the nearer 0.625).
     """
     f16_fn = f16_fn or f32_fn
-    kernels = {name: fn if isinstance(fn, np.ufunc) else xla_math.blockwise(fn)
+    kernels = {name: fn if isinstance(fn, (np.ufunc, xla_math.Definition)) else xla_math.blockwise(fn)
                for name, fn in (("f32", f32_fn), ("f64", f64_fn), ("f16", f16_fn),
                                 ("via_f16", lambda x: xla_math.round_f16(f16_fn(x))))}
 

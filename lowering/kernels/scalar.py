@@ -573,8 +573,11 @@ def log_f64(x):
     return _c_log_f64(np.copysign(x - x, x) if abs(x) < _TINY64 else x)
 
 
+# XLA's own approximations (lowering.xla_scalar).
 exp_f32, log_f32, tanh_f32, logistic_f32 = (xla_scalar.exp_f32, xla_scalar.log_f32, xla_scalar.tanh_f32,
                                             xla_scalar.logistic_f32)
+expm1_f32, expm1_f64 = xla_scalar.expm1_f32, xla_scalar.expm1_f64
+log1p_f32, log1p_f64 = xla_scalar.log1p_f32, xla_scalar.log1p_f64
 
 
 # ----------------------------------------------------------------------------
@@ -758,16 +761,20 @@ def _trigonometric(op, dtypes, result, flush):
     return Scalar(f"{name}_{'f32' if result == F32 else 'f64'}")
 
 
-@scalar_definition(ew.ExpOp, ew.LogOp, ew.TanhOp, ew.LogisticOp)
-def _xla_f32_approximations(op, dtypes, result, flush):
-    """XLA's own f32 approximations (:mod:`lowering.xla_scalar`) and its f64 log (the C library's); f64 exp,
-    tanh and logistic (emulated in NumPy by :mod:`lowering.kernels.xla_math`) have no scalar definition yet."""
-    if result == F64 and isinstance(op, ew.LogOp):
-        return Scalar("log_f64")
-    if result != F32:
+_APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic",
+                   ew.Expm1Op: "expm1", ew.Log1pOp: "log1p"}
+
+
+@scalar_definition(*_APPROXIMATIONS)
+def _xla_approximations(op, dtypes, result, flush):
+    """XLA's own approximations (:mod:`lowering.xla_scalar`: Eigen's f32 exp, log, tanh, XLA's expm1 and
+    log1p formulas over them...) and its f64 log (the C library's); f64 exp, tanh and logistic (emulated in
+    NumPy by :mod:`lowering.kernels.xla_math`) have no scalar definition yet."""
+    if result not in FLOATS:
         return None
-    name = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic"}[type(op)]
-    return Scalar(f"{name}_f32")
+    if result == F64 and isinstance(op, (ew.ExpOp, ew.TanhOp, ew.LogisticOp)):
+        return None
+    return Scalar(f"{_APPROXIMATIONS[type(op)]}_{'f32' if result == F32 else 'f64'}")
 
 
 @scalar_definition(ew.ClampOp)

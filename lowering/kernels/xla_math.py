@@ -33,11 +33,11 @@ Three machine details matter:
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 
 import numpy as np
 
+from .. import xla_scalar
 from . import cpu_rsqrt, libm
 
 f32, f64 = np.float32, np.float64
@@ -65,21 +65,31 @@ def blockwise(fn: Callable) -> Callable:
     return run
 
 
-_SCRATCH = threading.local()
-
-
-def _f64_scratch(size: int, count: int) -> list[np.ndarray]:
-    """``count`` f64 work arrays of ``size`` elements, reused between calls of the same thread: fresh
-    block-sized temporaries cost more in page faults (each is mapped and zeroed anew) than in arithmetic."""
-    pool = getattr(_SCRATCH, "f64", None)
-    if pool is None or pool.shape[0] < count or pool.shape[1] < size:
-        pool = _SCRATCH.f64 = np.empty((max(count, 4), max(size, BLOCK)), f64)
-    return [pool[i, :size] for i in range(count)]
-
-
 def _f32(bits: int) -> np.float32:
     """The f32 constant with IEEE bit pattern ``bits`` (as XLA's IR spells its constants)."""
     return np.uint32(bits).view(f32)
+
+
+class Definition:
+    """An element-wise function that is an op's scalar definition (:mod:`lowering.kernels.scalar`, numba,
+    with the hardware FMA), applied to arrays of ``dtype`` as its ufunc (compiled on first call, cached on
+    disk): the interpreter computes with the code the fused and compiled loops call. One pass over memory,
+    so kernel tables need not run it :func:`blockwise`."""
+
+    def __init__(self, name: str, dtype):
+        self.name, self.dtype, self._ufunc = name, np.dtype(dtype), None
+        self.__doc__ = f"XLA CPU's ``{name}``: :func:`lowering.kernels.scalar.{name}` as a ufunc."
+
+    def __call__(self, x):
+        fn = self._ufunc
+        if fn is None:
+            from . import scalar
+
+            fn = self._ufunc = scalar.ufunc(scalar.Scalar(self.name), [self.dtype], self.dtype)
+        return fn(x)
+
+    def __repr__(self) -> str:
+        return f"xla_math.Definition({self.name!r})"
 
 
 # ----------------------------------------------------------------------------
@@ -87,7 +97,6 @@ def _f32(bits: int) -> np.float32:
 # ----------------------------------------------------------------------------
 
 _TINY32 = _f32(0x00800000)  # smallest normal f32
-_MIDPOINT_MASK, _MIDPOINT = np.int64((1 << 29) - 1), np.int64(1 << 28)
 
 
 def fma32(a, b, c):
@@ -138,29 +147,6 @@ def horner32(x, coeffs):
     return p
 
 
-def _fused_step32(p, c, p32, tmp, flagged):
-    """One f32 multiply-add of a fast chain: ``p + c`` (p the exact f64 product, in place) rounded to
-    f32 into ``p32`` and back into ``p``. An f32 midpoint (a possible double rounding) is not corrected
-    but its flat indices are appended to ``flagged``, for the caller to redo those elements exactly."""
-    np.add(p, c, out=p)
-    shifted = np.left_shift(p.view(np.int64), _MIDPOINT_SHIFT, out=tmp.view(np.int64))
-    if shifted.size and shifted.min() == _SHIFTED_MIDPOINT:
-        flagged.append(np.flatnonzero(shifted == _SHIFTED_MIDPOINT))
-    np.copyto(p32, p, casting="unsafe")
-    np.copyto(p, p32)
-
-
-def _horner32_fast(xd, coeffs, p, tmp, p32, flagged):
-    """:func:`horner32` of the f64 copy ``xd`` of an f32 array as a fast chain (see :func:`_fused_step32`):
-    the result is left in ``p32`` (and as f64 in ``p``)."""
-    np.multiply(f64(coeffs[0]), xd, out=p)
-    _fused_step32(p, f64(coeffs[1]), p32, tmp, flagged)
-    for c in coeffs[2:]:
-        np.multiply(p, xd, out=p)
-        _fused_step32(p, f64(c), p32, tmp, flagged)
-    return p32
-
-
 def daz32(x):
     """Flush f32 denormals to (signed) zero, as the DAZ CPU mode reads operands."""
     return np.where(np.abs(x) < _TINY32, np.copysign(f32(0), x), x)
@@ -177,107 +163,14 @@ def multiply_ftz32(a, b):
 # f32 exp, log, tanh and the functions built on them
 # ----------------------------------------------------------------------------
 
-_EXP32_LOG2E = _f32(0x3FB8AA3B)
-_EXP32_LN2 = (_f32(0x3F318000), _f32(0xB95E8083))  # ln 2 = 0.693359375 - 2.12194440e-4 (Cody-Waite)
-_EXP32_P = tuple(_f32(b) for b in (0x39506967, 0x3AB743CE, 0x3C088908, 0x3D2AA9C1, 0x3E2AAAAA)) + (f32(0.5),)
-
-
-def _exp32_parts_exact(x):
-    """:func:`_exp32_parts` step by step with :func:`fma32` (the reference the fast path falls back on)."""
-    xc = np.where(x < f32(-87.8), f32(-87.8), np.where(x > f32(88.8), f32(88.8), x))  # NaN passes
-    n = np.floor(fma32(xc, _EXP32_LOG2E, f32(0.5)))
-    n = np.minimum(np.maximum(n, f32(-127)), f32(127))
-    r = fma32(n, -_EXP32_LN2[0], xc)  # (not -n: negating a NaN would flip its sign bit)
-    r = fma32(n, -_EXP32_LN2[1], r)
-    y = fma32(horner32(r, _EXP32_P), r * r, r) + f32(1)
-    return y, n
-
-
-def _exp32_parts(x):
-    """(p, n) with ``exp(x) = p * 2**n``, Eigen's ``pexp_float``: x clamped to [-87.8, 88.8],
-    ``n = floor(x log2(e) + 0.5)`` clamped to [-127, 127], Cody-Waite reduction, degree-7 polynomial.
-
-    Same results as :func:`_exp32_parts_exact`, faster: the first three multiply-adds need no midpoint
-    test, and the others' tests only flag elements, which are redone exactly at the end.
-
-    * ``x log2(e) + 0.5``: the f64 sum is inexact only if ``|x log2(e)| < |sum| / 16`` (the exact
-      product has 48 bits), i.e. the sum is within 0.034 of 0.5, where a one-ULP change of the
-      f32 rounding cannot change its floor.
-    * ``x - n c1``, ``- n c2`` (Cody-Waite, n an integer of 7 bits, c1 of 9 bits): for n != 0,
-      |x| > 0.34 so x is a multiple of 2**-25 (2**-17 above 64, where n may be clamped) and the
-      first sum, below 1, is an exact f32; the second is a multiple of 2**-36 below 0.5: exact in f64
-      (both are exact for n = 0).
-    """
-    x = np.asarray(x)
-    shape = x.shape
-    x = x.ravel()
-    xc = np.clip(x, f32(-87.8), f32(88.8))  # NaN passes, keeps its payload
-    d, t, p, rd = _f64_scratch(x.size, 4)
-    np.copyto(d, xc)
-    np.multiply(d, f64(_EXP32_LOG2E), out=t)
-    t += f64(0.5)
-    n = t.astype(f32)
-    np.floor(n, out=n)
-    np.clip(n, f32(-127), f32(127), out=n)
-    nd = n.astype(f64)
-    np.multiply(nd, f64(-_EXP32_LN2[0]), out=t)
-    t += d
-    np.multiply(nd, f64(-_EXP32_LN2[1]), out=d)
-    t += d  # both sums exact (see above)
-    r = t.astype(f32)
-    np.copyto(rd, r)
-    flagged = []
-    p32 = _horner32_fast(rd, _EXP32_P, p, t, np.empty_like(r), flagged)
-    r2 = r * r
-    np.multiply(p, r2, out=p, casting="unsafe")
-    _fused_step32(p, rd, p32, t, flagged)
-    y = p32
-    y += f32(1)
-    if flagged:
-        idx = np.unique(np.concatenate(flagged))
-        y[idx], n[idx] = _exp32_parts_exact(x[idx])
-    return y.reshape(shape), n.reshape(shape)
-
-
-def _exp32_scale(n):
-    """``2**n`` built from the exponent bits; n = -127 gives +0 (the bit pattern of a denormal exponent)."""
-    return np.left_shift(n.astype(np.int32) + 127, 23).view(f32)
-
-
-def exp_f32(x):
-    """XLA CPU's f32 exp (``xla.exp.f32``); results below the normal range flush to 0. Computed by
-    :func:`lowering.xla_scalar.exp_f32` (the hardware FMA, one pass)."""
-    return _compiled("exp")(x)
-
-
-def _compiled(name: str):
-    from ..xla_scalar import ufunc
-
-    return ufunc(name)
-
-
-def log_f32(x):
-    """XLA CPU's f32 log: Eigen's ``plog_float`` (mantissa in [sqrt(1/2), sqrt(2)), Cephes' degree-9
-    polynomial in three interleaved parts). 0 and denormals (DAZ) give -inf, +inf gives +inf, and
-    negative numbers, -inf and NaN give the all-ones NaN. Computed by :func:`lowering.xla_scalar.log_f32`."""
-    return _compiled("log")(x)
-
-
-def tanh_f32(x):
-    """XLA CPU's f32 tanh: Eigen's rational ``ptanh_float`` (degree 13/6) of x clamped to
-    ±7.9053111, x itself for |x| < 0.0004 (denormals kept), ±1 for |x| >= 20. Computed by
-    :func:`lowering.xla_scalar.tanh_f32`."""
-    return _compiled("tanh")(x)
-
-
-def expm1_f32(x):
-    """XLA's ``EmitExpm1`` in f32: ``exp(x) - 1`` for |x| > 0.5, else ``tanh(x/2) (exp(x) + 1)``
-    (x itself where x/2 flushes to 0), with XLA's own f32 exp and tanh."""
-    y, n = _exp32_parts(x)
-    e = y * _exp32_scale(n)  # not flushed: only its sums with ±1 are used
-    half = x * f32(0.5)
-    r = np.where(np.abs(x) > f32(0.5), e - f32(1), tanh_f32(half) * (e + f32(1)))
-    return np.where(np.abs(x) < f32(2.0**-125), x, r)  # x/2 flushes to 0 (tiny before rounding)
+# XLA CPU's f32 exp (Eigen's pexp_float; results below the normal range flush to 0), log (plog_float: 0 and
+# denormals give -inf, negative numbers, -inf and NaN the all-ones NaN), tanh (ptanh_float of x clamped to
+# ±7.9053111, x itself for |x| < 0.0004, ±1 from 20) and XLA's EmitExpm1 over them: written once, in
+# lowering.xla_scalar, registered in lowering.kernels.scalar.
+exp_f32 = Definition("exp_f32", f32)
+log_f32 = Definition("log_f32", f32)
+tanh_f32 = Definition("tanh_f32", f32)
+expm1_f32 = Definition("expm1_f32", f32)
 
 
 def round_f16(x):
@@ -298,11 +191,8 @@ def expm1_f16(x):
     return np.where(half == 0, x, r)
 
 
-def logistic_f32(x):
-    """XLA CPU's f32 logistic, expanded to ``1 / (1 + exp(-x))`` with its own exp, whose final scaling
-    fuses with the ``+ 1``; quotients below the normal range flush to 0. Computed by
-    :func:`lowering.xla_scalar.logistic_f32`."""
-    return _compiled("logistic")(x)
+logistic_f32 = Definition("logistic_f32", f32)
+"""XLA CPU's f32 logistic ``1 / (1 + exp(-x))`` with its own exp (:func:`lowering.xla_scalar.logistic_f32`)."""
 
 
 def logistic_f16(x):
@@ -310,19 +200,8 @@ def logistic_f16(x):
     return round_f16(f32(1) / round_f16(round_f16(exp_f32(-x)) + f32(1)))
 
 
-_LOG1P32_P = tuple(_f32(b) for b in (0x3EFF40C5, 0x40D284FA, 0x41EF4B9C, 0x4273CC76, 0x426473AD, 0x41A05101))
-_LOG1P32_Q = tuple(_f32(b) for b in (0x417101AD, 0x42A6185B, 0x435DC32D, 0x439A8CA3, 0x43586D8A, 0x42707982))
-
-
-def log1p_f32(x):
-    """XLA's ``EmitLog1p`` in f32: Cephes' ``x - x²/2 + x³ P(x)/Q(x)`` for |x| < sqrt(2) - 1,
-    else XLA's f32 log of ``x + 1``."""
-    x = daz32(x)  # DAZ
-    x2 = x * x
-    ratio = horner32(x, (f32(4.527e-05),) + _LOG1P32_P) / horner32(x, (f32(1),) + _LOG1P32_Q)
-    small = x + fma32(-x2, f32(0.5), (x * x2) * ratio)
-    return np.where(np.abs(x) < _f32(0x3ED413CD), small, log_f32(x + f32(1)))
-
+log1p_f32 = Definition("log1p_f32", f32)
+"""XLA's ``EmitLog1p`` in f32 (:func:`lowering.xla_scalar.log1p_f32`)."""
 
 _ERF32_P = tuple(_f32(b) for b in (0x39702D51, 0x3B5F5DA2, 0x3D50B6EB, 0x3E3DA740, 0x3F906EBA))
 _ERF32_Q = tuple(_f32(b) for b in (0xB3FD3906, 0x37C588DF, 0x3A856D28, 0x3C6687D4, 0x3DE34C21, 0x3EFEB44A)) + (f32(1),)
@@ -512,31 +391,11 @@ def tanh_f64(x):
     return np.where(np.abs(x) >= 20, np.copysign(1.0, x), r)
 
 
-def expm1_f64(x):
-    """XLA's ``EmitExpm1``: ``exp(x) - 1`` for |x| > 0.5, else ``tanh(x/2) * (exp(x) + 1)``
-    (x itself when x/2 flushes to 0), with XLA's own exp and tanh."""
-    e = exp_f64(x)
-    half = x * 0.5
-    r = np.where(np.abs(x) > 0.5, e - 1, tanh_f64(half) * (e + 1))
-    return np.where(np.abs(x) < 2.0**-1021, x, r)  # x/2 is tiny (FTZ decides before rounding)
-
-
-_LOG1P_P = (4.5270000862445199635215E-5, 4.9854102823193375972212E-1, 6.5787325942061044846969E0,
-            2.9911919328553073277375E1, 6.0949667980987787057556E1, 5.7112963590585538103336E1,
-            2.0039553499201281259648E1)
-_LOG1P_Q = (1., 1.5062909083469192043167E1, 8.3047565967967209469434E1, 2.2176239823732856465394E2,
-            3.0909872225312059774938E2, 2.1642788614495947685003E2, 6.0118660497603843919306E1)
-
-
-def log1p_f64(x):
-    """XLA's ``EmitLog1p``: Cephes ``x - x²/2 + x³ P(x)/Q(x)`` for |x| < sqrt(2) - 1, else ``log(x + 1)``
-    (which cancels just past the threshold: up to ~128 ULP there, where libm's log1p is within 1).
-    Denormals read as 0 (DAZ)."""
-    x = daz64(x)
-    x2 = x * x  # (the small branch's values are unused where x is not finite)
-    ratio = horner64(x, _LOG1P_P, finite=True) / horner64(x, _LOG1P_Q, finite=True)
-    small = fma64(-0.5, x2, (x * x2) * ratio, finite=True) + x
-    return np.where(np.abs(x) < 0.41421356237309504880, small, libm.log(x + 1))
+expm1_f64 = Definition("expm1_f64", f64)
+"""XLA's ``EmitExpm1`` in f64 over its own exp and tanh (:func:`lowering.xla_scalar.expm1_f64`)."""
+log1p_f64 = Definition("log1p_f64", f64)
+"""XLA's ``EmitLog1p`` in f64 (:func:`lowering.xla_scalar.log1p_f64`)."""
+_LOG1P_P, _LOG1P_Q = xla_scalar.LOG1P64_P, xla_scalar.LOG1P64_Q  # (passes.small_loops reads them)
 
 
 # fdlibm's erf coefficients (glibc's s_erf.c), by interval.
