@@ -64,7 +64,8 @@ UNARY = {"negate": lax.neg, "abs": lax.abs, "not": lax.bitwise_not, "sine": lax.
          "round_nearest_afz": lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
          "round_nearest_even": lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN), "sign": lax.sign,
          "is_finite": lax.is_finite, "cbrt": lax.cbrt, "popcnt": lax.population_count,
-         "count_leading_zeros": lax.clz, "exponential_minus_one": lax.expm1, "log_plus_one": lax.log1p}
+         "count_leading_zeros": lax.clz, "exponential_minus_one": lax.expm1, "log_plus_one": lax.log1p,
+         "erf": lax.erf}
 BINARY = {"add": lax.add, "subtract": lax.sub, "multiply": lax.mul, "divide": lax.div, "maximum": lax.max,
           "minimum": lax.min, "and": lax.bitwise_and, "or": lax.bitwise_or, "xor": lax.bitwise_xor,
           "shift_left": lax.shift_left, "shift_right_logical": lax.shift_right_logical,
@@ -87,7 +88,8 @@ OP_KINDS = {"negate": "number", "abs": "number", "not": "bits", "sine": "float",
             "sqrt": "float", "rsqrt": "float", "floor": "float", "ceil": "float", "round_nearest_afz": "float",
             "round_nearest_even": "float", "sign": "number", "is_finite": "float", "cbrt": "float",
             "popcnt": "integer", "count_leading_zeros": "integer", "remainder": "number", "power": "number",
-            "atan2": "float", "clamp": "any", "exponential_minus_one": "float", "log_plus_one": "float"}
+            "atan2": "float", "clamp": "any", "exponential_minus_one": "float", "log_plus_one": "float",
+            "erf": "float"}
 
 
 def _cases():

@@ -574,10 +574,13 @@ def log_f64(x):
 
 
 # XLA's own approximations (lowering.xla_scalar).
-exp_f32, log_f32, tanh_f32, logistic_f32 = (xla_scalar.exp_f32, xla_scalar.log_f32, xla_scalar.tanh_f32,
-                                            xla_scalar.logistic_f32)
+exp_f32, exp_f64 = xla_scalar.exp_f32, xla_scalar.exp_f64
+log_f32 = xla_scalar.log_f32
+tanh_f32, tanh_f64 = xla_scalar.tanh_f32, xla_scalar.tanh_f64
+logistic_f32, logistic_f64 = xla_scalar.logistic_f32, xla_scalar.logistic_f64
 expm1_f32, expm1_f64 = xla_scalar.expm1_f32, xla_scalar.expm1_f64
 log1p_f32, log1p_f64 = xla_scalar.log1p_f32, xla_scalar.log1p_f64
+erf_f32, erf_f64 = xla_scalar.erf_f32, xla_scalar.erf_f64
 
 
 # ----------------------------------------------------------------------------
@@ -762,17 +765,14 @@ def _trigonometric(op, dtypes, result, flush):
 
 
 _APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic",
-                   ew.Expm1Op: "expm1", ew.Log1pOp: "log1p"}
+                   ew.Expm1Op: "expm1", ew.Log1pOp: "log1p", ew.ErfOp: "erf"}
 
 
 @scalar_definition(*_APPROXIMATIONS)
 def _xla_approximations(op, dtypes, result, flush):
-    """XLA's own approximations (:mod:`lowering.xla_scalar`: Eigen's f32 exp, log, tanh, XLA's expm1 and
-    log1p formulas over them...) and its f64 log (the C library's); f64 exp, tanh and logistic (emulated in
-    NumPy by :mod:`lowering.kernels.xla_math`) have no scalar definition yet."""
+    """XLA's own approximations (:mod:`lowering.xla_scalar`: Eigen's exp, log and tanh, XLA's expm1, log1p
+    and logistic formulas over them, its f32 erf) and the C library's f64 log and erf, which it calls."""
     if result not in FLOATS:
-        return None
-    if result == F64 and isinstance(op, (ew.ExpOp, ew.TanhOp, ew.LogisticOp)):
         return None
     return Scalar(f"{_APPROXIMATIONS[type(op)]}_{'f32' if result == F32 else 'f64'}")
 

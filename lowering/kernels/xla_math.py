@@ -1,33 +1,23 @@
-"""XLA CPU's own approximations of exp, log, tanh, expm1, log1p, erf and rsqrt, bit for bit.
+"""XLA CPU's own approximations of exp, log, tanh, expm1, log1p, erf, logistic and rsqrt, bit for bit.
 
 XLA CPU does not call libm for most transcendental functions: it emits its own
 polynomial or rational approximations (Eigen's ``pexp``/``plog``/``ptanh``
 algorithms with Cephes' coefficients, XLA's ``EmitExpm1``/``EmitLog1p``
-formulas over them, a rational f32 erf, and for f32 rsqrt the CPU's own
-estimate instruction refined by a Newton step), vectorized by LLVM. Each function
-here reproduces one of them operation by operation, as read from the code XLA
-CPU generates (``XLA_FLAGS=--xla_dump_to=DIR`` dumps the LLVM IR and the object
-file; ``objdump -d`` shows which multiply-adds LLVM fused), and is bit-exact
-against ``jax.jit`` on large random samples (see ``tests/test_xla_math.py``).
+formulas over them, a rational f32 erf, and for rsqrt the CPU's own estimate
+instruction refined by Newton steps), vectorized by LLVM, with LLVM's fused
+multiply-adds and the CPU's FTZ/DAZ flushing. Each is written once, as a numba
+scalar function with the hardware FMA (:mod:`lowering.xla_scalar`,
+:mod:`lowering.kernels.scalar`): the op's scalar definition, which fused
+kernels and compiled loops call; the interpreter's f32 and f64 kernels here
+are those definitions as ufuncs (:class:`Definition`), bit-exact against
+``jax.jit`` (``tests/test_xla_math.py``).
 
-Three machine details matter:
-
-* **Fused multiply-adds.** LLVM contracts ``a * b + c`` into one FMA (every
-  x86-64 CPU since Haswell has them) where the product has no other use. An
-  f32 FMA is emulated in f64: the product of two f32 values is exact in f64,
-  and the f64 sum rounded to f32 is the FMA's result unless the f64 rounding
-  landed exactly on an f32 rounding midpoint (a double rounding), which is
-  detected and corrected (:func:`fma32`). f64 FMAs use error-free
-  transformations (:func:`fma64`).
-* **Denormals.** XLA's CPU runtime runs with FTZ/DAZ: denormal inputs of an
-  arithmetic instruction read as zero and results whose exact value is below
-  the normal range become zero (tininess is detected before rounding, so
-  ``(2**-125 - 2**-148) * 0.5`` flushes although it rounds to ``2**-126``).
-  Each function applies that where it can change the result (a select that
-  passes its input through, such as ``tanh(x) = x`` for tiny x, keeps a
-  denormal).
-* **Vector width.** Kernels work on blocks of :data:`BLOCK` elements so that
-  their many temporaries stay in cache (about 3x faster on 10^6 elements).
+What remains in NumPy: the f16 arithmetic around f32 parts (XLA computes f16
+expm1 and logistic rounding to f16 after each step), and the fused
+multiply-add emulations the complex kernels and the ``fma`` op use (an f32 FMA
+emulated in f64 with a midpoint correction, :func:`fma32`; f64 FMAs with
+error-free transformations, :func:`fma64`), run :func:`blockwise` on blocks
+of :data:`BLOCK` elements so that their temporaries stay in cache.
 """
 
 from __future__ import annotations
@@ -96,7 +86,6 @@ class Definition:
 # f32 building blocks
 # ----------------------------------------------------------------------------
 
-_TINY32 = _f32(0x00800000)  # smallest normal f32
 
 
 def fma32(a, b, c):
@@ -147,18 +136,6 @@ def horner32(x, coeffs):
     return p
 
 
-def daz32(x):
-    """Flush f32 denormals to (signed) zero, as the DAZ CPU mode reads operands."""
-    return np.where(np.abs(x) < _TINY32, np.copysign(f32(0), x), x)
-
-
-def multiply_ftz32(a, b):
-    """f32 ``a * b`` under FTZ: zero where the exact product is below the normal range. The CPU
-    detects that before rounding, so a product that rounds up to the smallest normal flushes too."""
-    p = np.multiply(a, b, dtype=f64)  # exact
-    return np.where(np.abs(p) < _TINY32, np.copysign(0.0, p), p).astype(f32)
-
-
 # ----------------------------------------------------------------------------
 # f32 exp, log, tanh and the functions built on them
 # ----------------------------------------------------------------------------
@@ -203,16 +180,8 @@ def logistic_f16(x):
 log1p_f32 = Definition("log1p_f32", f32)
 """XLA's ``EmitLog1p`` in f32 (:func:`lowering.xla_scalar.log1p_f32`)."""
 
-_ERF32_P = tuple(_f32(b) for b in (0x39702D51, 0x3B5F5DA2, 0x3D50B6EB, 0x3E3DA740, 0x3F906EBA))
-_ERF32_Q = tuple(_f32(b) for b in (0xB3FD3906, 0x37C588DF, 0x3A856D28, 0x3C6687D4, 0x3DE34C21, 0x3EFEB44A)) + (f32(1),)
-
-
-def erf_f32(x):
-    """XLA CPU's f32 erf: ``x P(x²) / Q(x²)`` (degrees 9 and 12), ±1 for |x| >= 3.8325066."""
-    x = daz32(x)  # DAZ
-    x2 = x * x
-    r = (x * horner32(x2, _ERF32_P)) / horner32(x2, _ERF32_Q)
-    return np.where(np.abs(x) >= _f32(0x407547CB), np.copysign(f32(1), x), r)
+erf_f32 = Definition("erf_f32", f32)
+"""XLA CPU's f32 erf: ``x P(x²) / Q(x²)``, ±1 for |x| >= 3.8325066 (:func:`lowering.xla_scalar.erf_f32`)."""
 
 
 def rsqrt_f32(x):
@@ -237,14 +206,6 @@ def _two_sum(a, b):
     s = a + b
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
-
-
-_TINY64 = np.finfo(np.float64).tiny
-
-
-def daz64(x):
-    """Read f64 denormals as (signed) zero, as the DAZ CPU mode does."""
-    return np.where(np.abs(x) < _TINY64, np.copysign(0.0, x), x)
 
 
 def _split(a):
@@ -352,45 +313,11 @@ def horner64(x, coeffs, finite: bool = False):
     return p
 
 
-_EXP_P = (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1)
-_EXP_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1, 2.00000000000000000009e0)
-
-
-def exp_f64(x):
-    """XLA CPU's ``xla.exp.f64``: Eigen's ``pexp`` (Cephes P/Q on [-ln2/2, ln2/2], scaled by 2**n);
-    below -708.396... it is 0 (no denormal results), above 709.78... +inf."""
-    lo, hi = -708.3964185322641, 709.782712893384
-    xc = np.maximum(np.minimum(x, hi), lo)  # NaN-propagating, like llvm.minimum/maximum
-    n = np.floor(fma64(xc, 1.4426950408889634073599, 0.5, finite=True))
-    # x - n ln2 with ln2 in two parts; n times the first part is exact (no fused rounding to emulate).
-    g = fma64(n, -1.42860682030941723212e-6, xc - n * 0.693145751953125, finite=True)
-    g2 = g * g
-    p = horner64(g2, _EXP_P, finite=True) * g
-    q = horner64(g2, _EXP_Q, finite=True)
-    e = (p / (q - p)) * 2.0 + 1.0  # the product by 2 is exact: fusing changes nothing
-    out = np.ldexp(e, np.nan_to_num(n).astype(np.int64))
-    return np.where(x > hi, np.inf, np.where(x < lo, 0.0, out))
-
-
-_TANH_P = (2.6158007860482230e-23, 7.6534862268749319e-19, 3.1309488231386680e-15, 4.2303918148209176e-12,
-           2.4618379131293676e-09, 6.8644367682497074e-07, 9.3839087674268880e-05, 5.9809711724441161e-03,
-           1.5184719640284322e-01, 1.0)
-_TANH_Q = (6.463747022670968018e-21, 5.782506856739003571e-17, 1.293019623712687916e-13, 1.123643448069621992e-10,
-           4.492975677839633985e-08, 8.785185266237658698e-06, 8.295161192716231542e-04, 3.437448108450402717e-02,
-           4.851805297361760360e-01, 1.0)
-
-
-def tanh_f64(x):
-    """XLA CPU's ``xla.tanh.f64``: Eigen's ``ptanh_double`` rational function of x clamped to
-    ±17.714196154005176, and ±1 for |x| >= 20 (up to 7 ULP from the true value; libm's is within 1).
-    Denormals read as 0 (DAZ)."""
-    x = daz64(x)
-    xc = np.clip(x, -17.714196154005176, 17.714196154005176)
-    x2 = xc * xc
-    r = (xc * horner64(x2, _TANH_P, finite=True)) / horner64(x2, _TANH_Q, finite=True)
-    return np.where(np.abs(x) >= 20, np.copysign(1.0, x), r)
-
-
+# XLA CPU's f64 exp (Eigen's pexp: 0 below -708.396..., +inf above 709.78...), tanh (ptanh_double: ±1 for
+# |x| >= 20, denormals read as 0) and logistic (1 / (1 + exp(-x)), denormal results flushed).
+exp_f64 = Definition("exp_f64", f64)
+tanh_f64 = Definition("tanh_f64", f64)
+logistic_f64 = Definition("logistic_f64", f64)
 expm1_f64 = Definition("expm1_f64", f64)
 """XLA's ``EmitExpm1`` in f64 over its own exp and tanh (:func:`lowering.xla_scalar.expm1_f64`)."""
 log1p_f64 = Definition("log1p_f64", f64)
@@ -398,76 +325,10 @@ log1p_f64 = Definition("log1p_f64", f64)
 _LOG1P_P, _LOG1P_Q = xla_scalar.LOG1P64_P, xla_scalar.LOG1P64_Q  # (passes.small_loops reads them)
 
 
-# fdlibm's erf coefficients (glibc's s_erf.c), by interval.
-_ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
-           -5.77027029648944159157e-03, -2.37630166566501626084e-05)
-_ERF_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
-           1.32494738004321644526e-04, -3.96022827877536812320e-06)
-_ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
-           3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-           -2.16637559486879084300e-03)
-_ERF_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
-           1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
-_ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
-           -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
-           -8.12874355063065934246e+01, -9.81432934416914548592e+00)
-_ERF_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
-           6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
-           6.57024977031928170135e+00, -6.04244152148580987438e-02)
-_ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
-           -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
-           -4.83519191608651397019e+02)
-_ERF_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
-           3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
-           -2.24409524465858183362e+01)
-
-
-def _pairs_poly(s, c):
-    """glibc's split evaluation ``(c0 + s c1) + s2 (c2 + s c3) + s4 (c4 + s c5) + ...`` (no FMA),
-    summed left to right, with its powers ``s2 = s s, s4 = s2 s2, s6 = s4 s2, s8 = s4 s4``;
-    an odd last coefficient is added as ``s^(2k) c_2k``."""
-    s2 = s * s
-    s4 = s2 * s2
-    powers = (s2, s4, s4 * s2, s4 * s4)
-    total = c[0] + s * c[1]
-    for i in range(2, len(c), 2):
-        term = c[i] + s * c[i + 1] if i + 1 < len(c) else c[i]
-        total = total + powers[i // 2 - 1] * term
-    return total
-
-
-def erf_f64(x):
-    """glibc's (fdlibm's) erf, which XLA CPU calls for f64, with glibc's polynomial splitting
-    (Shimizu): piecewise on |x| < 0.84375, < 1.25, < 6 (erfc-based, ``exp`` twice), else ±1.
-    Bit-exact (libm's exp, see :mod:`.libm`). Denormals read
-    as 0 (DAZ); NaN comes back quieted (``x + x``)."""
-    x = daz64(x)
-    ix = (x.view(np.int64) >> 32) & 0x7FFFFFFF  # fdlibm's high word, sign cleared
-    neg = np.signbit(x)
-    ax = np.abs(x)
-    z = x * x
-    small = x + x * (_pairs_poly(z, _ERF_PP) / _pairs_poly(z, _ERF_QQ))
-    small = np.where(ix < 0x3E300000, np.where(ix < 0x00800000, 0.125 * (8.0 * x + 1.02703333676410069053 * x),
-                                               x + 1.28379167095512586316e-01 * x), small)
-    s = ax - 1.0
-    ratio = _pairs_poly(s, _ERF_PA) / _pairs_poly(s, _ERF_QA)
-    erx = 8.45062911510467529297e-01
-    mid = np.where(neg, -erx - ratio, erx + ratio)
-    s = 1.0 / (ax * ax)
-    near = ix < 0x4006DB6E  # |x| < 1/0.35
-    rs = np.where(near, _pairs_poly(s, _ERF_RA) / _pairs_poly(s, _ERF_SA),
-                  _pairs_poly(s, _ERF_RB) / _pairs_poly(s, _ERF_SB))
-    hi = (ax.view(np.int64) & np.int64(-(1 << 32))).view(np.float64)  # |x| with its low word cleared
-    r = libm.exp(-hi * hi - 0.5625) * libm.exp((hi - ax) * (hi + ax) + rs)
-    big = np.where(neg, r / ax - 1.0, 1.0 - r / ax)
-    out = np.select([ix < 0x3FEB0000, ix < 0x3FF40000, ix < 0x40180000], [small, mid, big], np.where(neg, -1.0, 1.0))
-    return np.where(np.isnan(x), x + x, out)
-
-
-def log_f64(x):
-    """XLA CPU's f64 log: libm's of x (not NumPy's, which is not libm's on AVX-512 CPUs) with denormals
-    read as 0 (DAZ)."""
-    return libm.log(daz64(x))
+erf_f64 = Definition("erf_f64", f64)
+"""XLA CPU's f64 erf: the C library's ``erf``, which it calls, denormals read as 0."""
+log_f64 = Definition("log_f64", f64)
+"""XLA CPU's f64 log: the C library's, denormals read as 0 (:func:`lowering.kernels.scalar.log_f64`)."""
 
 
 def rsqrt_f64(x):
@@ -489,12 +350,6 @@ def exp(x):
 def log(x):
     """XLA CPU's log in the precision of ``x`` (f32 or f64)."""
     return log_f32(x) if x.dtype == np.float32 else log_f64(x)
-
-
-def logistic_f64(x):
-    """XLA CPU's f64 logistic: ``1 / (1 + exp(-x))`` with its own exp; denormal results flush to 0."""
-    q = 1.0 / (1.0 + exp_f64(-x))
-    return np.where(np.abs(q) < _TINY64, 0.0, q)
 
 
 # ----------------------------------------------------------------------------
