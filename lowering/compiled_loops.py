@@ -345,7 +345,9 @@ class _LoopWriter:
         source_shape = self.info(op.operands[0])[1]
         src = self.name(op.operands[0])
         dims = list(ints(op.broadcast_dimensions))
-        if not source_shape:
+        if not shape:
+            self.emit(indent, f"{out} = {src}")  # (a scalar stays a scalar, not a 0-d array)
+        elif not source_shape:
             self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
         elif source_shape == shape and dims == list(range(len(shape))):
             self.emit(indent, f"{out} = {src}")

@@ -522,13 +522,18 @@ MaxOp, MinOp = _B["maximum"], _B["minimum"]
 
 
 class Identities(RewritePattern):
-    """``A * 1``, ``1 * A``, ``A / 1``, ``A - 0``, ``max(A, A)``, ``min(A, A)`` -> ``A``, and ``A * -1``,
+    """``A * 1``, ``1 * A``, ``A / 1``, ``A - 0``, ``max(A, A)``, ``min(A, A)``, ``select(P, A, A)`` -> ``A``,
+    and ``A * -1``,
     ``-1 * A`` -> ``-A``: XLA removes these ops when it compiles (its simplifier, and LLVM's ``fmul X, -1``
     -> ``fneg X``), so a subnormal ``A`` is not flushed, a signalling NaN is not quieted, and ``A * -1``
     flips a NaN's sign."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if (isinstance(op, ew.SelectOp) and op.operands[1] is op.operands[2]
+                and op.operands[1].type == op.results[0].type):
+            rewriter.replace(op, [], [op.operands[1]])  # (then max(A, A) of a select of A and A is A too)
+            return
         if not isinstance(op, (MulOp, DivOp, SubOp, MaxOp, MinOp)) or not _eligible(op, _REAL | {"bf16"}):
             return
         a, b = op.operands

@@ -280,6 +280,9 @@ def test_identities_keep_subnormals_and_nan_bits(dtype):
                lambda v: jnp.maximum(v, v), lambda v: jnp.minimum(v, v), lambda v: v * dtype(-1),
                lambda v: dtype(-1) * v):
         assert_matches_jax(fn, x)
+    # select(p, x, x) is x, so min(x, select(p, x, x)) is min(x, x) is x (found by the differential fuzzer:
+    # a subnormal x was flushed here).
+    assert_matches_jax(lambda v, w: jnp.minimum(v, jnp.where(w > v, v, v)), x, _data(dtype, seed=3))
 
 
 def test_value_preserving_convert_pairs_are_removed():
