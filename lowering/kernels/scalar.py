@@ -861,11 +861,15 @@ def _rsqrt(op, dtypes, result, flush):
     """XLA CPU's rsqrt on this host, as :mod:`lowering.kernels.cpu_rsqrt` decides: the estimate instruction
     and Newton steps (f32 with AVX: one step on AMD CPUs, two elsewhere; f64 with AVX-512F: two), else
     ``1 / sqrt``."""
-    if result not in FLOATS:
-        return None
+    return rsqrt_definition(result, host_properties()) if result in FLOATS else None
+
+
+def rsqrt_definition(dtype: np.dtype, host: dict) -> Scalar:
+    """XLA CPU's f32 or f64 (``dtype``) rsqrt on a host with these :func:`host_properties` (see
+    :func:`_rsqrt`; the interpreter's kernel, :func:`lowering.kernels.cpu_rsqrt.rsqrt`, too)."""
+    result = np.dtype(dtype)
     t = result.type
     tiny = t(np.finfo(result).tiny)
-    host = host_properties()
     if not (host["avx"] if result == F32 else host["avx512f"]):
         return Scalar("rsqrt_exact", (tiny, t(1)))
     steps = 1 if result == F32 and host["vendor"] == "AuthenticAMD" else 2
