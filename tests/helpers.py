@@ -150,3 +150,49 @@ def in_forked_child(work, timeout: float = 120.0) -> bytes:
     os.close(read)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     return message
+
+
+class JaxReferences:
+    """jax.jit references of independent programs computed together: ``add(key, fn, *args)`` registers
+    ``fn(*args)`` (NumPy arrays in, arrays or a tuple/list of arrays out); ``self[key]`` returns its result
+    (NumPy arrays), computing every registered reference in one jax.jit on first use. One XLA compilation of
+    the batch costs about half of one per reference (each is compiled at all on a slow tracing and lowering
+    path). Only for references whose programs XLA cannot combine: each takes its own arguments, so every
+    instruction of the batch reads only its own parameters and computes what it computes in a program of its
+    own (no shared operand for a rewrite or a sibling fusion to see). Should the batch fail (an op XLA rejects),
+    each reference is computed alone, so each test reports its own error."""
+
+    def __init__(self):
+        self.calls = {}
+        self.results = None
+
+    def add(self, key, fn, *args):
+        assert key not in self.calls, key
+        self.calls[key] = (fn, tuple(np.asarray(a) for a in args))
+
+    def args(self, key):
+        return self.calls[key][1]
+
+    def __getitem__(self, key):
+        import jax
+
+        if self.results is None:
+            keys = list(self.calls)
+
+            def run(*flat):
+                outs, i = [], 0
+                for k in keys:
+                    fn, args = self.calls[k]
+                    outs.append(fn(*flat[i:i + len(args)]))
+                    i += len(args)
+                return outs
+
+            try:
+                outs = jax.jit(run)(*[a for k in keys for a in self.calls[k][1]])
+                self.results = {k: jax.tree.map(np.asarray, o) for k, o in zip(keys, outs, strict=True)}
+            except Exception:  # each alone below: the failing one raises in its own test
+                self.results = {}
+        if key not in self.results:
+            fn, args = self.calls[key]
+            self.results[key] = jax.tree.map(np.asarray, jax.jit(fn)(*args))
+        return self.results[key]

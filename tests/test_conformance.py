@@ -541,6 +541,18 @@ def test_whole_corpus(corpus):
     assert passed >= threshold["passed"], f"{passed} programs passed\n{_failures(results)}"
 
 
+def test_corpus_sample_through_hlo_text(corpus):
+    """The sample of test_corpus_sample translated to XLA HLO text (jaxlib), imported with import_hlo,
+    printed back, run (the whole corpus this way is test_whole_corpus_through_hlo_text, marked slow)."""
+    threshold = _threshold()["via_hlo_sample"]
+    programs = conf.discover([str(corpus)])[::threshold["every"]]
+    results = conf.run_programs(programs, jobs=2, timeout=60, runner=conf.run_program_through_hlo)
+    passed = sum(r.status == "passed" for r in results)
+    assert passed >= threshold["passed"], (f"{passed} of {len(results)} sample programs passed through HLO text\n"
+                                           f"{_failures(results)}")
+
+
+@pytest.mark.slow
 def test_whole_corpus_through_hlo_text(corpus):
     """Every program translated to XLA HLO text (jaxlib), imported with import_hlo, printed back, run."""
     threshold = _threshold()["via_hlo"]

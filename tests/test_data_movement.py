@@ -37,9 +37,18 @@ def check(build, jax_fn, *arrays):
     assert_same(run_builder(build, *arrays), jax.jit(jax_fn)(*arrays))
 
 
-@pytest.fixture(params=DTYPES, ids=DTYPE_IDS)
-def dtype(request):
-    return request.param
+def with_dtypes(cases):
+    """``dtype`` and each case's values, for every case with every dtype of DTYPES. The kernels of these ops
+    move elements whatever their type (NumPy views, indexing, np.full), so the default run has the first case
+    with every dtype and each other case (the kernels' branches: views, empty arrays, negative padding, ...)
+    with one dtype, every dtype in turn; the other pairs are marked slow."""
+    params = []
+    for i, case in enumerate(cases):
+        for j, (dtype, dtype_id) in enumerate(zip(DTYPES, DTYPE_IDS)):
+            default = i == 0 or j == i % len(DTYPES)
+            params.append(pytest.param(dtype, *case, id=f"{dtype_id}-case{i}",
+                                       marks=() if default else pytest.mark.slow))
+    return params
 
 
 # ----------------------------------------------------------------------------
@@ -47,7 +56,8 @@ def dtype(request):
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,sizes", [((), (2, 3)), ((3,), ()), ((2, 0), (4,)), ((2, 3), (0, 2)), ((1, 2), (3,))])
+@pytest.mark.parametrize("dtype,shape,sizes", with_dtypes([((), (2, 3)), ((3,), ()), ((2, 0), (4,)), ((2, 3), (0, 2)),
+                                                          ((1, 2), (3,))]))
 def test_broadcast_matches_jax(rng, dtype, shape, sizes):
     x = random_array(rng, shape, dtype, special=True)
     check(lambda b, p: b.broadcast(p, sizes), lambda a: lax.broadcast(a, sizes), x)
@@ -65,7 +75,7 @@ BROADCAST_IN_DIM_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape,out,bdims", BROADCAST_IN_DIM_CASES)
+@pytest.mark.parametrize("dtype,shape,out,bdims", with_dtypes(BROADCAST_IN_DIM_CASES))
 def test_broadcast_in_dim_matches_jax(rng, dtype, shape, out, bdims):
     x = random_array(rng, shape, dtype, special=True)
     check(lambda b, p: b.broadcast_in_dim(p, out, bdims), lambda a: lax.broadcast_in_dim(a, out, bdims), x)
@@ -95,8 +105,9 @@ def test_results_are_writable_and_do_not_alias_the_arguments():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,new", [((2, 3, 4), (24,)), ((2, 3, 4), (6, 4)), ((24,), (2, 3, 4)), ((), (1, 1)),
-                                       ((1, 1), ()), ((0, 3), (3, 0, 5)), ((4, 1), (1, 4))])
+@pytest.mark.parametrize("dtype,shape,new", with_dtypes([((2, 3, 4), (24,)), ((2, 3, 4), (6, 4)), ((24,), (2, 3, 4)),
+                                                        ((), (1, 1)), ((1, 1), ()), ((0, 3), (3, 0, 5)),
+                                                        ((4, 1), (1, 4))]))
 def test_reshape_matches_jax(rng, dtype, shape, new):
     x = random_array(rng, shape, dtype, special=True)
     check(lambda b, p: b.reshape(p, new), lambda a: lax.reshape(a, new), x)
@@ -172,8 +183,9 @@ def test_collapse_of_one_dimension_is_the_operand():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,perm", [((2, 3), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 0, 4), (1, 2, 0)),
-                                        ((), ()), ((3,), (0,)), ((2, 3, 4, 5), (3, 1, 0, 2))])
+@pytest.mark.parametrize("dtype,shape,perm", with_dtypes([((2, 3), (1, 0)), ((2, 3, 4), (2, 0, 1)),
+                                                         ((2, 0, 4), (1, 2, 0)), ((), ()), ((3,), (0,)),
+                                                         ((2, 3, 4, 5), (3, 1, 0, 2))]))
 def test_transpose_matches_jax(rng, dtype, shape, perm):
     x = random_array(rng, shape, dtype, special=True)
     check(lambda b, p: b.transpose(p, perm), lambda a: lax.transpose(a, perm), x)
@@ -187,8 +199,8 @@ def test_seed_transpose_is_a_reshape_with_dimensions(rng):
                 run_builder(lambda b, p: b.reshape(p, perm, [x.shape[d] for d in perm]), x))
 
 
-@pytest.mark.parametrize("shape,dims", [((5,), (0,)), ((2, 3), (1,)), ((2, 3, 4), (0, 2)), ((2, 3), ()),
-                                        ((0, 3), (0, 1)), ((), ())])
+@pytest.mark.parametrize("dtype,shape,dims", with_dtypes([((5,), (0,)), ((2, 3), (1,)), ((2, 3, 4), (0, 2)),
+                                                         ((2, 3), ()), ((0, 3), (0, 1)), ((), ())]))
 def test_rev_matches_jax(rng, dtype, shape, dims):
     x = random_array(rng, shape, dtype, special=True)
     check(lambda b, p: b.rev(p, dims), lambda a: lax.rev(a, dims), x)
@@ -204,7 +216,7 @@ def test_reverse_is_an_alias_of_rev():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape,start,limit,strides", [
+@pytest.mark.parametrize("dtype,shape,start,limit,strides", with_dtypes([
     ((5,), (2,), (4,), None),
     ((4, 3), (2, 1), (4, 3), (1, 1)),
     ((7, 9), (1, 0), (7, 9), (2, 3)),
@@ -212,7 +224,7 @@ def test_reverse_is_an_alias_of_rev():
     ((6, 0), (0, 0), (6, 0), (5, 1)),
     ((), (), (), ()),
     ((2, 3, 4), (0, 1, 1), (2, 3, 4), (1, 1, 2)),
-])
+]))
 def test_slice_matches_jax(rng, dtype, shape, start, limit, strides):
     x = random_array(rng, shape, dtype, special=True)
     check(lambda b, p: b.slice(p, start, limit, strides), lambda a: lax.slice(a, start, limit, strides), x)
@@ -238,8 +250,9 @@ def test_seed_slice_examples():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shapes,dim", [([(2,), (3,), (0,)], 0), ([(2, 3), (1, 3)], 0), ([(2, 3), (2, 1), (2, 4)], 1),
-                                        ([(2, 0, 3), (2, 2, 3)], 1), ([(4,)], 0), ([(0, 2), (0, 2)], 0)])
+@pytest.mark.parametrize("dtype,shapes,dim", with_dtypes([([(2,), (3,), (0,)], 0), ([(2, 3), (1, 3)], 0),
+                                                         ([(2, 3), (2, 1), (2, 4)], 1), ([(2, 0, 3), (2, 2, 3)], 1),
+                                                         ([(4,)], 0), ([(0, 2), (0, 2)], 0)]))
 def test_concatenate_matches_jax(rng, dtype, shapes, dim):
     xs = [random_array(rng, s, dtype, special=True) for s in shapes]
     check(lambda b, *ps: b.concat_in_dim(ps, dim), lambda *a: lax.concatenate(a, dim), *xs)
@@ -276,7 +289,7 @@ PAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape,config", PAD_CASES)
+@pytest.mark.parametrize("dtype,shape,config", with_dtypes(PAD_CASES))
 def test_pad_matches_jax(rng, dtype, shape, config):
     x = random_array(rng, shape, dtype, special=True)
     v = random_array(rng, (), dtype)

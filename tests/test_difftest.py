@@ -127,21 +127,11 @@ def test_mismatch(difftest, monkeypatch):
 """
 
 
-def test_pytest_fixture(pytester):
-    import importlib.metadata
-
-    installed = any(ep.value == "interop.pytest_plugin"
-                    for ep in importlib.metadata.entry_points(group="pytest11"))
-    pytester.makepyfile(PLUGIN_TEST)
-    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.pytest_plugin"])
-    result = pytester.runpytest_subprocess(*args)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])
-
-
-def test_pytest_plugin_failure_shows_the_test_and_the_verdict_and_adds_no_project_options(pytester, monkeypatch):
-    """The failure's traceback ends in the test (not in raise_if_mismatch), the short summary line says which
-    elements differ, and a user's pytest gets no --corpus (this project's own tests/conftest.py has it)."""
+def test_pytest_fixture_and_its_failure_report(pytester, monkeypatch):
+    """The plugin's ``difftest`` fixture passes a program that agrees and fails one that does not (one inner
+    pytest run for all of it: a subprocess that imports jax takes seconds). The failure's traceback ends in
+    the test (not in raise_if_mismatch), the short summary line says which elements differ, and a user's
+    pytest gets no --corpus (this project's own tests/conftest.py has it)."""
     import importlib.metadata
 
     installed = any(ep.value == "interop.pytest_plugin"
@@ -151,6 +141,7 @@ def test_pytest_plugin_failure_shows_the_test_and_the_verdict_and_adds_no_projec
     args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.pytest_plugin"])
     result = pytester.runpytest_subprocess(*args, "-rf")
     result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])
     out = result.stdout.str()
     assert "raise_if_mismatch" not in out and "interop/difftest.py" not in out, out
     result.stdout.fnmatch_lines(["FAILED test_t.py::test_mismatch - *DiffMismatchError: difftest <lambda>: MISMATCH "

@@ -55,8 +55,20 @@ def test_timeout_between_ops_and_unbounded_calls():
             lowering.compile(import_jax(fn, x), timeout=bad)
 
 
+@pytest.fixture
+def sigint_raises_keyboard_interrupt():
+    """Python's own SIGINT handler for the test: a process started with SIGINT ignored (pytest run in the
+    background by a non-interactive shell) has none, and _thread.interrupt_main then does nothing (the
+    endless loop would never stop)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("loops", ["never", "always"])
-def test_ctrl_c_interrupts_an_endless_loop(loops):
+def test_ctrl_c_interrupts_an_endless_loop(loops, sigint_raises_keyboard_interrupt):
     import _thread
 
     x = np.float32(1)
