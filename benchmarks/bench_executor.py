@@ -60,6 +60,19 @@ sgemm; jax's threads use none), taking a core from whatever runs next; and on a 
 wake (a pause before each block made the split matmuls of lowering.blas slower than one thread)."""
 
 
+def settle(fns: dict, calls: int = 40) -> None:
+    """Run each function until the executor's automatic fast paths are in place -- fused groups compile after
+    20 calls, while loops after 2,000 iterations, on a background thread -- and wait for those compilations,
+    so that timed calls measure the steady state, not the interpreted loop still waiting for its machine code."""
+    from lowering import compiled_loops
+
+    for fn in fns.values():
+        for _ in range(calls):
+            fn()
+        if hasattr(compiled_loops, "wait_for_background_compiles"):  # (A/B runs against older trees)
+            compiled_loops.wait_for_background_compiles()
+
+
 def best_of_each(fns: dict, repeat: int = 7, number: int = 5, warm_up: float = WARM_UP_S) -> dict:
     """(best, median) over rounds of the mean time per call of each function, in seconds.
 
@@ -75,6 +88,7 @@ def best_of_each(fns: dict, repeat: int = 7, number: int = 5, warm_up: float = W
     """
     for fn in fns.values():
         fn()
+    settle(fns)
     keys = list(fns)
     rounds: dict = {key: [] for key in keys}
     shuffle = random.Random(0).shuffle
