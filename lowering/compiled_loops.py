@@ -31,8 +31,8 @@ a large body: an adaptive ODE solve's nested loops take about 25 s on a 2-core
 VM, a warm cache about 2 s), which only pays for loops that run long.
 ``lowering.compile(..., loop_compilation=...)``: ``"auto"`` (the default)
 starts compiling a loop on a background thread once it has run
-:data:`AUTO_THRESHOLD` iterations in total (over all calls of the executable)
-and keeps interpreting it until the compiled code is ready, then switches, in
+:data:`AUTO_THRESHOLD` iterations or :data:`AUTO_SECONDS` seconds in total
+(over all calls of the executable) and keeps interpreting it until the compiled code is ready, then switches, in
 the middle of a call if needed (both give the same bits, so where it switches
 does not show; :func:`wait_for_background_compiles` waits for them);
 ``"always"`` compiles every eligible loop on its first run, before running it;
@@ -58,6 +58,10 @@ from .workers import numba_threads_available
 
 AUTO_THRESHOLD = 2000
 """Iterations (over all calls) after which ``loop_compilation="auto"`` compiles a loop."""
+
+AUTO_SECONDS = 0.25
+"""Seconds spent running a loop interpreted (over all calls) after which ``loop_compilation="auto"`` compiles
+it, however few its iterations (a sampler's loop of a few heavy iterations per call)."""
 
 LOOP_COMPILATION_MODES = ("auto", "always", "never")
 

@@ -658,3 +658,26 @@ def test_real_program_loops_compile_with_the_interpreted_bits():
         interpreted = _leaves(lowering.compile(module, loop_compilation="never")(*w.args))
         for a, b in zip(compiled, interpreted):
             np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=w.name)
+
+
+def test_auto_mode_compiles_a_loop_of_few_heavy_iterations(monkeypatch):
+    """A loop that runs few iterations per call (a sampler's rejection loop) is compiled once it has run
+    AUTO_SECONDS interpreted, however few its iterations."""
+    monkeypatch.setattr(compiled_loops, "AUTO_SECONDS", 1e-9)
+    monkeypatch.setattr(compiled_loops, "compile_in_background", lambda job: job())
+    monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
+    calls = []
+    original = compiled_loops.CompiledLoop.__call__
+    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
+
+    def fn(x):
+        return lax.fori_loop(0, 3, lambda i, v: v * F32(0.5) + jnp.sin(v), x)
+
+    x = _floats(F32, 10)
+    module = import_jax(fn, x)
+    auto = lowering.compile(module)
+    expected = _bits(lowering.compile(module, loop_compilation="never")(x)[0])
+    np.testing.assert_array_equal(_bits(auto(x)[0]), expected)  # 3 iterations, interpreted: time spent
+    assert calls == []
+    np.testing.assert_array_equal(_bits(auto(x)[0]), expected)  # compiled before it starts
+    assert calls == [1]

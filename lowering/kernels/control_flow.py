@@ -13,6 +13,7 @@ the region once per element.
 from __future__ import annotations
 
 import operator
+from time import perf_counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -171,12 +172,16 @@ def _while(op, ctx):
         out = done["loop"](state)
         return out[0] if single else tuple(out)
 
+    seconds = compiled_loops.AUTO_SECONDS
+    done["seconds"] = 0.0
+
     def while_kernel(cond, body, *state):
-        if not done["started"] and done["iterations"] >= threshold:
+        if not done["started"] and (done["iterations"] >= threshold or done["seconds"] >= seconds):
             start()
         if done["loop"] is not None:
             return run_compiled(state)
         n = 0
+        began = perf_counter()
         while cond(*state)[0]:
             if not done["started"] and done["iterations"] + n >= threshold:
                 start()
@@ -188,6 +193,7 @@ def _while(op, ctx):
             if bounded:
                 check(where)
         done["iterations"] += n
+        done["seconds"] += perf_counter() - began
         return state[0] if single else tuple(state)
 
     return while_kernel
