@@ -63,13 +63,13 @@ MIN_GROUP = 2
 AUTO_CALLS = 20
 AUTO_ELEMENTS = 1 << 22
 
-FUSIBLE_OPS = frozenset({
-    "hlo.add", "hlo.subtract", "hlo.multiply", "hlo.divide", "hlo.maximum", "hlo.minimum", "hlo.negate", "hlo.abs",
-    "hlo.and", "hlo.or", "hlo.xor", "hlo.not", "hlo.compare", "hlo.select", "hlo.convert", "hlo.shift_left",
-    "hlo.shift_right_logical", "hlo.shift_right_arithmetic", "hlo.sine", "hlo.cosine", "hlo.tan", "hlo_internal.fma",
-    "hlo.broadcast_in_dim", "hlo.exponential", "hlo.log", "hlo.tanh", "hlo.logistic",
-})
-"""Ops a group may hold (each also needs supported element types, checked when the group's code is written)."""
+def fusible_op(op: Operation) -> bool:
+    """Whether a group may hold ``op``: an op with a scalar definition (:mod:`lowering.kernels.scalar`, the one
+    list of what compiled code computes), or a broadcast. (Each also needs element types its definition
+    covers, checked when the group's code is written.)"""
+    from .kernels.scalar import DEFINITIONS
+
+    return type(op) in DEFINITIONS or op.name == "hlo.broadcast_in_dim"
 
 
 def resolve_fusion(mode: str | None) -> str:
@@ -121,7 +121,7 @@ def _block_ancestor(op: Operation, block: Block) -> Operation | None:
 
 def _fusible(op: Operation, shape) -> bool:
     is_splat = op.name == "hlo.constant" and op.splat_value() is not None
-    if not (op.name in FUSIBLE_OPS or is_splat) or op.regions or len(op.results) != 1:
+    if not (is_splat or fusible_op(op)) or op.regions or len(op.results) != 1:
         return False
     result_shape = _shape(op.results[0])
     if not result_shape or (shape is not None and result_shape != shape):

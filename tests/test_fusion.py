@@ -65,6 +65,28 @@ def test_float_ops(dtype, denormals):
             np.testing.assert_array_equal(_bits(g), _bits(want))
 
 
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_every_op_with_a_scalar_definition_fuses_with_the_same_bits(dtype, denormals):
+    """What a group may hold is what has a scalar definition (lowering.fusion.fusible_op): roots, rounding,
+    powers, remainders, XLA's approximations and integer ops fuse and give the unfused bits."""
+    x = _mixed(dtype)
+    y = np.roll(x, 3)[::-1].copy()
+    k = (np.arange(x.size) % 7 - 3).astype(np.int32)
+
+    def fn(x, y, k):
+        a = jnp.sqrt(jnp.abs(x)) + jax.lax.rsqrt(jnp.abs(y)) * jnp.floor(x) - jnp.ceil(y) + jnp.round(x)
+        b = jnp.fmod(x, y) * jnp.sign(y) + jnp.power(jnp.abs(x), y * dtype(0.25)) + jnp.arctan2(x, y)
+        c = jnp.expm1(x * dtype(1e-3)) + jnp.log1p(jnp.abs(y)) + jnp.exp(-jnp.abs(x)) * jnp.tanh(y) + jnp.cbrt(x)
+        d = jnp.where(jnp.isfinite(x), jax.lax.erf(y * dtype(0.1)), jax.nn.sigmoid(x))
+        m = (k * 3) % (k + 4) + (k // jnp.int32(2)) ** 2 + jax.lax.population_count(k) + jax.lax.clz(k)
+        return a, b, c, d, m, jnp.clip(x, dtype(-1), y)
+
+    exe = lowering.compile(import_jax(fn, x, y, k), fusion="always", denormals=denormals)
+    assert "# fused:" in exe.source
+    _check(fn, x, y, k, denormals=denormals)
+
+
 def test_matches_xla():
     x = _mixed(F32)
     y = np.roll(x, 3)
