@@ -183,6 +183,25 @@ class DCEPass(PatternPass):
     WALK_REVERSE = True
 
 
+def _dead(op: Operation) -> bool:
+    return bool(op.results) and all(r.first_use is None for r in op.results) and is_pure(op)
+
+
+def remove_dead_ops(module: ModuleOp, clone: bool = False) -> ModuleOp:
+    """``module`` after ``dce`` (a copy with ``clone``), or ``module`` itself when no pure op is dead (checked
+    first). The executor runs it before contracting multiply-adds, as XLA removes dead code before it fuses:
+    a dead user of a multiply must not keep it from contracting (found by the differential fuzzer: a
+    ``fori_loop`` body's unused ``v0 * c`` kept ``v0 + x`` from being XLA's FMA)."""
+    from . import run
+
+    if not any(_dead(op) for op in module.walk()):
+        return module
+    if clone:
+        module = module.clone()
+    run(module, DCEPass(), verify=False)
+    return module
+
+
 # ----------------------------------------------------------------------------
 # simplify: identity operands
 # ----------------------------------------------------------------------------

@@ -46,6 +46,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     something to rewrite (checked first, cheaply), so a program none of them touches is returned as is.
     """
     from . import canonicalize_broadcasts
+    from .cleanup import remove_dead_ops
     from .fma_contraction import contract_fma
     from .inlining import inline_calls
     from .quantized import lower_quantized
@@ -63,5 +64,6 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
         prepared = xla_float_rewrites(prepared, clone=prepared is module)
     prepared = small_loop_numerics(prepared, clone=prepared is module)
     if fma_contraction:
+        prepared = remove_dead_ops(prepared, clone=prepared is module)  # (XLA removes dead code before fusing)
         prepared = contract_fma(prepared, clone=prepared is module)
     return lower_quantized(prepared, clone=prepared is module)

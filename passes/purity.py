@@ -10,7 +10,7 @@ traits.
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, TupleType
+from xdsl.dialects.builtin import IntegerAttr, TupleType
 from xdsl.ir import Attribute, Operation
 from xdsl.traits import IsTerminator, is_side_effect_free
 
@@ -56,9 +56,7 @@ def _flag(op: Operation, name: str) -> bool | None:
     attr = op.properties.get(name) or op.attributes.get(name)
     if attr is None:
         return None
-    if isinstance(attr, BoolAttr):
-        return bool(attr.value.data)
-    if isinstance(attr, IntegerAttr):
+    if isinstance(attr, IntegerAttr):  # (BoolAttr is IntegerAttr[i1]; a subscripted generic cannot be isinstance'd)
         return bool(attr.value.data)
     return True
 
