@@ -158,14 +158,20 @@ def test_ineligible_loops_fall_back():
     _assert_same(with_sort, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
 
 
+def _compiled_calls(monkeypatch) -> list:
+    """A list that gets an entry for every call of a compiled loop."""
+    calls = []
+    original = compiled_loops.CompiledLoop.__call__
+    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
+    return calls
+
+
 def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
     monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 100)
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
     # The background compilation made synchronous, so the switch happens at iteration 100 of the first call.
     monkeypatch.setattr(compiled_loops, "compile_in_background", lambda job: job())
-    calls = []
-    original = compiled_loops.CompiledLoop.__call__
-    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
+    calls = _compiled_calls(monkeypatch)
 
     def fn(x):
         return lax.fori_loop(0, 250, lambda i, v: v * F32(1.001) + jnp.sin(v), x)
@@ -194,9 +200,7 @@ def test_auto_mode_compiles_in_the_background(monkeypatch):
     expected = _bits(never(x)[0])
     np.testing.assert_array_equal(_bits(auto(x)[0]), expected)  # (compiled or not by the end: the same bits)
     assert compiled_loops.wait_for_background_compiles(timeout=600)
-    calls = []
-    original = compiled_loops.CompiledLoop.__call__
-    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
+    calls = _compiled_calls(monkeypatch)
     np.testing.assert_array_equal(_bits(auto(x)[0]), expected)
     assert calls == [1]
 
@@ -666,9 +670,7 @@ def test_auto_mode_compiles_a_loop_of_few_heavy_iterations(monkeypatch):
     monkeypatch.setattr(compiled_loops, "AUTO_SECONDS", 1e-9)
     monkeypatch.setattr(compiled_loops, "compile_in_background", lambda job: job())
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
-    calls = []
-    original = compiled_loops.CompiledLoop.__call__
-    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__", lambda self, state: calls.append(1) or original(self, state))
+    calls = _compiled_calls(monkeypatch)
 
     def fn(x):
         return lax.fori_loop(0, 3, lambda i, v: v * F32(0.5) + jnp.sin(v), x)

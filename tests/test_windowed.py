@@ -27,7 +27,7 @@ import pytest
 from jax import lax
 from jax._src.lax.windowed_reductions import _select_and_scatter
 
-from helpers import assert_close, execute, random_array, run_builder
+from helpers import JaxReferences, assert_close, execute, random_array, run_builder
 from xla_dialect import XlaBuilder, parse_module
 from xla_dialect.errors import BuilderError, HloVerifyError
 from xla_dialect.ops.windowed import ConvDimensionNumbers, make_padding
@@ -41,44 +41,7 @@ def shape_text(dtype, shape) -> str:
     return f"{element_type_from_dtype(np.dtype(dtype)).xla_name}[{','.join(map(str, shape))}]"
 
 
-def to_numpy(out):
-    return tuple(np.asarray(o) for o in out) if isinstance(out, (tuple, list)) else np.asarray(out)
-
-
-class References:
-    """jax references computed together in one jax.jit: one XLA compilation for the whole
-    batch is several times faster than one per reference.
-
-    ``add(key, fn, *args)`` registers ``fn(*args)`` (args are NumPy arrays); ``args(key)``
-    returns the inputs and ``[key]`` the result, computing the whole batch on first use.
-    """
-
-    def __init__(self):
-        self.calls = {}
-        self.results = None
-
-    def add(self, key, fn, *args):
-        assert key not in self.calls, key
-        self.calls[key] = (fn, args)
-
-    def args(self, key):
-        return self.calls[key][1]
-
-    def __getitem__(self, key):
-        if self.results is None:
-            keys = list(self.calls)
-
-            def run(*flat):
-                outs, i = [], 0
-                for k in keys:
-                    fn, args = self.calls[k]
-                    outs.append(fn(*flat[i:i + len(args)]))
-                    i += len(args)
-                return outs
-
-            flat = [a for k in keys for a in self.calls[k][1]]
-            self.results = dict(zip(keys, (to_numpy(o) for o in jax.jit(run)(*flat))))
-        return self.results[key]
+References = JaxReferences  # (tests/helpers.py: one jax.jit for a batch of independent references)
 
 
 # ============================================================================
