@@ -554,6 +554,22 @@ class Identities(RewritePattern):
                 return
 
 
+class ConstantOnTheRight(RewritePattern):
+    """``max(C, A)`` -> ``max(A, C)``, ``min(C, A)`` -> ``min(A, C)`` for a constant ``C`` (or a broadcast of
+    one): XLA's simplifier puts the constant operand of a commutative op on the right. Values are the same;
+    the sign of a NaN result is not (a NaN ``A`` keeps its sign on the left, takes ``C``'s on the right:
+    measured, ``jnp.maximum(0.0, -nan)`` is ``-nan`` in XLA CPU)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, (MaxOp, MinOp)) or not _eligible(op, _REAL | {"bf16"}):
+            return
+        a, b = op.operands
+        if _constant(a) is None or _constant(b) is not None:
+            return
+        _replace(rewriter, op, _emit(rewriter, type(op), [b, a], op.results[0].type, dict(op.properties)))
+
+
 class SubtractConstant(RewritePattern):
     """``A - C`` -> ``A + (-C)`` (exact; lets ``(A - C1) - C2`` fold like additions)."""
 
@@ -678,7 +694,7 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (Identities, DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants,
+    PATTERNS = (Identities, ConstantOnTheRight, DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants,
                 FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ConvertPair,
                 ExcessPrecisionConvert)
 

@@ -1015,7 +1015,11 @@ def _binary_factory(op, ctx):
         return binary_kernel(_typed(_first_nan_of_two(np.add if isinstance(op, ew.AddOp) else np.multiply, op,
                                                       e.compute), e, ctx.dtype(op.results[0].type)), op)
     if e.kind == "float" and isinstance(op, (ew.MaxOp, ew.MinOp)):
-        fn = float_extrema(e.compute, ctx.denormals == "flush")[isinstance(op, ew.MinOp)]
+        flush = ctx.denormals == "flush"
+        # The op's own definition (it may depend on its operands: a denormal splat constant), else the type's.
+        definition = scalar.scalar_of(op, [e.compute, e.compute], e.compute, flush)
+        fn = (_quiet(scalar.ufunc(definition, [e.compute, e.compute], e.compute)) if definition is not None
+              else float_extrema(e.compute, flush)[isinstance(op, ew.MinOp)])
         fn = _f16_nans(fn, e)
     else:
         fn = _lookup(BINARY_KERNELS, op, e)
