@@ -6,14 +6,16 @@
 # XLA's CPU backend (the reference for builder-made programs); difftest:
 # jax.jit against the NumPy executor, output by output (DiffReport); import_hlo / export_hlo:
 # XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text;
-# load_program: a program file in any format the commands read (programs.FORMATS).
+# load_program: a program file in any format the commands read (programs.FORMATS); compile_sharded: a sharded
+# JAX program as XLA partitions it, run one program per device, called like jax.jit (sharded.py).
 from .difftest import DiffReport, difftest
 from .export import export_stablehlo
 from .hlo import export_hlo, import_hlo, run_hlo_on_xla
 from .jax_import import import_jax
 from .programs import load_program
+from .sharded import ShardedExecutable, compile_sharded
 from .stablehlo_import import import_stablehlo
 from .xla_run import run_xla
 
-__all__ = ["DiffReport", "difftest", "export_hlo", "export_stablehlo", "import_hlo", "import_jax", "import_stablehlo",
-           "load_program", "run_hlo_on_xla", "run_xla"]
+__all__ = ["DiffReport", "ShardedExecutable", "compile_sharded", "difftest", "export_hlo", "export_stablehlo",
+           "import_hlo", "import_jax", "import_stablehlo", "load_program", "run_hlo_on_xla", "run_xla"]

@@ -196,3 +196,20 @@ class JaxReferences:
             fn, args = self.calls[key]
             self.results[key] = jax.tree.map(np.asarray, jax.jit(fn)(*args))
         return self.results[key]
+
+
+def json_from_jax_subprocess(script: str, timeout: float = 600) -> dict:
+    """Run ``script`` in a fresh Python (the project on its path, jax on the CPU) and return the JSON it prints
+    on a line starting ``RESULT ``: for programs that must set ``XLA_FLAGS`` (a host device count) before jax
+    starts, which conftest.py has already imported here."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line is not None, done.stderr[-3000:]
+    return json.loads(line[len("RESULT "):])

@@ -8,16 +8,11 @@ the program runs in a subprocess (conftest.py has imported jax already)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-pytest.importorskip("jax")
+from helpers import json_from_jax_subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytest.importorskip("jax")
 
 SCRIPT = r'''
 import json, os
@@ -64,11 +59,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert line is not None, done.stderr[-3000:]
-    return json.loads(line[len("RESULT "):])
+    return json_from_jax_subprocess(SCRIPT)
 
 
 @pytest.mark.parametrize("name", ["fori_loop", "scan", "loop_with_psum"])

@@ -315,8 +315,11 @@ _IOTA_GROUPS = re.compile(r"\[([\d,\s]+)\]\s*<=\s*\[([\d,\s]+)\](?:\s*T\(([\d,\s
 
 
 def replica_groups(text: str) -> list[list[int]]:
-    """``{{0,1},{2,3}}`` or XLA's iota form ``[2,2]<=[4]`` / ``[2,2]<=[2,2]T(1,0)`` -> groups."""
+    """``{{0,1},{2,3}}``, XLA's iota form ``[2,2]<=[4]`` / ``[2,2]<=[2,2]T(1,0)`` or its mesh-axes form
+    ``mesh['x'=2,'y'=2] {'x'}`` (:func:`mesh_replica_groups`) -> groups."""
     t = text.strip()
+    if t.startswith("mesh[") or t.startswith("maximal_mesh["):
+        return mesh_replica_groups(t)
     m = _IOTA_GROUPS.fullmatch(t)
     if m is None:
         return int_lists(t)
@@ -332,6 +335,111 @@ def replica_groups(text: str) -> list[list[int]]:
     if int(np.prod(shape)) != ids.size or len(shape) != 2:
         raise AttributeTextError(f"replica_groups {text!r}: the group shape must be 2-D and hold every id")
     return ids.reshape(shape).tolist()
+
+
+_MESH_AXIS = re.compile(r"\s*'?([^'=,\s]+)'?\s*=\s*(\d+)\s*")
+_AXIS_REF = re.compile(r"\s*'?([^':,\s]+)'?(?:\s*:\s*\((\d+)\)\s*(\d+))?\s*")
+
+
+def mesh_replica_groups(text: str) -> list[list[int]]:
+    """XLA's mesh-axes replica groups -> groups of device ids.
+
+    ``mesh['x'=2,'y'=2] {'x'}``: the devices of a mesh (``0..N-1`` in row-major order over the axes, or
+    ``device_ids=(...)`` after the mesh: an iota ``[2,2]<=[2,2]T(1,0)`` or the ids listed), grouped over the
+    axes in braces: one group for each position on the other axes, its members in the order of the listed
+    axes. A sub-axis ``'x':(p)s`` is the ``s`` devices at stride ``p`` within axis ``x``
+    (XLA's ``MeshAxesReplicaGroupList``)."""
+    t = text.strip()
+    if t.startswith("maximal_mesh["):
+        raise AttributeTextError(f"replica_groups {text!r}: a maximal mesh (one device) is not a replica group list")
+    close = t.find("]")
+    brace = t.rfind("{")
+    if not t.startswith("mesh[") or close < 0 or brace < close or not t.endswith("}"):
+        raise AttributeTextError(f"replica_groups {text!r}: expected mesh[<axis>=<size>,...] {{<axis>,...}}")
+    names, sizes = [], []
+    for part in t[len("mesh["):close].split(","):
+        m = _MESH_AXIS.fullmatch(part)
+        if m is None:
+            raise AttributeTextError(f"replica_groups {text!r}: mesh axis {part.strip()!r} is not <name>=<size>")
+        names.append(m.group(1))
+        sizes.append(int(m.group(2)))
+    count = int(np.prod(sizes))
+    between = t[close + 1:brace].strip()
+    if between:
+        m = re.fullmatch(r",\s*device_ids\s*=\s*\((.*)\)", between)
+        if m is None:
+            raise AttributeTextError(f"replica_groups {text!r}: expected ', device_ids=(...)' after the mesh, "
+                                     f"got {between!r}")
+        ids_text = m.group(1).strip()
+        if "<=" in ids_text:
+            iota = _IOTA_GROUPS.fullmatch(ids_text)
+            if iota is None:
+                raise AttributeTextError(f"replica_groups {text!r}: device_ids {ids_text!r} is not an iota")
+            devices = np.arange(count).reshape([int(x) for x in iota.group(2).split(",")])
+            if iota.group(3):
+                devices = devices.transpose([int(x) for x in iota.group(3).split(",")])
+        else:
+            items = [x for x in re.split(r"[\s,\[\]]+", re.sub(r"^\s*\[[\d,\s]*\]", "", ids_text)) if x]
+            if not all(_INT.fullmatch(x) for x in items):
+                raise AttributeTextError(f"replica_groups {text!r}: device_ids {ids_text!r} are not integers")
+            devices = np.array([int(x) for x in items], np.int64)
+        devices = devices.reshape(-1)
+        if devices.size != count or sorted(devices.tolist()) != list(range(count)):
+            raise AttributeTextError(f"replica_groups {text!r}: device_ids must list each of the {count} devices "
+                                     f"of the mesh once")
+    else:
+        devices = np.arange(count)
+    refs = []  # (mesh axis, pre-size or None, size)
+    body = t[brace + 1:-1]
+    for part in (body.split(",") if body.strip() else []):
+        m = _AXIS_REF.fullmatch(part)
+        if m is None or m.group(1) not in names:
+            raise AttributeTextError(f"replica_groups {text!r}: {part.strip()!r} is not an axis of the mesh "
+                                     f"{names}")
+        axis = names.index(m.group(1))
+        if m.group(2) is None:
+            refs.append((axis, None, sizes[axis]))
+            continue
+        pre, size = int(m.group(2)), int(m.group(3))
+        if pre < 1 or size < 1 or sizes[axis] % (pre * size):
+            raise AttributeTextError(f"replica_groups {text!r}: sub-axis {part.strip()!r} does not divide the "
+                                     f"axis size {sizes[axis]}")
+        refs.append((axis, pre, size))
+    # Each grouped mesh axis is split into dimensions (sub-axes and the gaps between them); the groups are the
+    # device array over those dimensions, the grouped ones moved last in the order the axes are listed.
+    dims, grouped_of_ref = [], [None] * len(refs)
+    for axis, full in enumerate(sizes):
+        mine = [i for i, r in enumerate(refs) if r[0] == axis]
+        if not mine:
+            dims.append(full)
+            continue
+        if len(mine) == 1 and refs[mine[0]][1] is None:
+            grouped_of_ref[mine[0]] = len(dims)
+            dims.append(full)
+            continue
+        if any(refs[i][1] is None for i in mine):
+            raise AttributeTextError(f"replica_groups {text!r}: axis {names[axis]!r} is listed whole and in parts")
+        product = 1
+        for i in sorted(mine, key=lambda i: refs[i][1]):
+            pre, size = refs[i][1], refs[i][2]
+            if pre % product:
+                raise AttributeTextError(f"replica_groups {text!r}: sub-axes of {names[axis]!r} overlap")
+            if pre != product:
+                dims.append(pre // product)
+                product = pre
+            grouped_of_ref[i] = len(dims)
+            dims.append(size)
+            product *= size
+        if full % product:
+            raise AttributeTextError(f"replica_groups {text!r}: sub-axes of {names[axis]!r} do not divide it")
+        if product != full:
+            dims.append(full // product)
+    grouped = list(grouped_of_ref)
+    if len(set(grouped)) != len(grouped):
+        raise AttributeTextError(f"replica_groups {text!r}: an axis is listed twice")
+    order = [d for d in range(len(dims)) if d not in grouped] + grouped
+    size = int(np.prod([dims[d] for d in grouped])) if grouped else 1
+    return devices.reshape(dims).transpose(order).reshape(-1, size).tolist()
 
 
 def format_int_lists(groups: Sequence[Sequence[int]]) -> str:

@@ -1235,12 +1235,48 @@ def _read_all_to_all(imp, ins, args):
     props = _collective_props(imp, ins)
     dims = imp.attr(ins, "dimensions", A.ints, None)
     if dims is None:
-        raise UnsupportedError("tuple all-to-all (without dimensions=) is not supported")
+        return _read_tuple_all_to_all(imp, ins, _leaves_of(imp, args), props)
     (dim,) = dims
     groups = _groups_of_props(props)
     count = len(groups[0]) if groups else imp.replica_count()
     props.update(split_dimension=_i(dim), concat_dimension=_i(dim), split_count=_i(count))
     return _results(imp, ins, collectives.AllToAllOp, args, props)
+
+
+def _read_tuple_all_to_all(imp, ins, args, props):
+    """XLA's tuple all-to-all (no ``dimensions=``; what the SPMD partitioner emits): member ``i`` of a group
+    sends its operand ``j`` to member ``j``, whose result ``i`` it becomes. Read as the array all-to-all of the
+    operands stacked on a new leading dimension (split and concatenated there), then taken apart: the same
+    values, so the operands must have one shape and element type, as the partitioner's have."""
+    types = _tuple_types(ins) if isinstance(ins.shape, TupleType) else [ins.shape]
+    first = args[0].type if args else None
+    if (not args or len(types) != len(args) or any(
+            a.type.element_type != first.element_type or list(a.type.get_shape()) != list(first.get_shape())
+            for a in args)):
+        shown = ", ".join(str(list(a.type.get_shape())) for a in args)
+        raise UnsupportedError(f"tuple all-to-all: expected one operand per group member, all of one shape and "
+                               f"element type, and as many results; got operands [{shown}] and {len(types)} results")
+    count, shape, element = len(args), list(first.get_shape()), first.element_type
+    groups = _groups_of_props(props)
+    if groups and len(groups[0]) != count:
+        raise UnsupportedError(f"tuple all-to-all: {count} operands for groups of {len(groups[0])} devices "
+                               f"{groups}; expected one operand per group member")
+    one = make_tensor(element, [1, *shape])
+    stacked_type = make_tensor(element, [count, *shape])
+    parts = [imp.emit(data_movement.ReshapeOp, [a], None, [one], name=False)[0] for a in args]
+    stacked = imp.emit(data_movement.ConcatenateOp, parts, {"dimension": _i(0)}, [stacked_type], name=False)[0]
+    props.update(split_dimension=_i(0), concat_dimension=_i(0), split_count=_i(count))
+    (exchanged,) = imp.emit(collectives.AllToAllOp, [stacked], props, [stacked_type])
+    results = []
+    for i, t in enumerate(types):
+        limits = [i + 1, *shape]
+        piece = imp.emit(data_movement.SliceOp, [exchanged], {
+            "start_indices": i64_array([i] + [0] * len(shape)), "limit_indices": i64_array(limits),
+            "strides": i64_array([1] * (len(shape) + 1))}, [one], name=False)[0]
+        results.append(imp.emit(data_movement.ReshapeOp, [piece], None, [t], name=False)[0])
+    if not isinstance(ins.shape, TupleType):
+        return results[0]
+    return imp.pack(results, ins.shape, name=False)
 
 
 def _groups_of_props(props) -> list[list[int]]:

@@ -1,0 +1,262 @@
+"""Sharded JAX programs, partitioned as XLA partitions them, run one program per device.
+
+:func:`compile_sharded` takes a sharded JAX program (``jax.jit`` with ``in_shardings`` /
+``out_shardings`` over a mesh, ``with_sharding_constraint`` inside, ``jax.shard_map``), has jaxlib
+compile it for the host devices and reads XLA's partitioned per-device HLO (``compile().as_text()``:
+the SPMD partitioner's program, with its collectives) through :func:`interop.import_hlo`. No
+partitioning is done here: every device runs XLA's own per-device program on the multi-device
+executor (:class:`lowering.devices.MultiDeviceExecutable`, one thread per device), and the
+:class:`ShardedExecutable` is called like the jitted function: global arrays in (split into each
+device's shard by the input shardings), global arrays out (assembled from the shards by the output
+shardings; a replicated output is checked to be the same bits on every device holding it).
+
+Device ``d`` of the executor is XLA's logical device ``d`` (replica ``d // num_partitions``,
+partition ``d % num_partitions``), the jax device ``compiled.runtime_executable().local_devices()[d]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
+
+__all__ = ["ShardedExecutable", "compile_sharded"]
+
+
+def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, **example_kwargs) -> ShardedExecutable:
+    """Compile a sharded JAX program for the NumPy executor, partitioned as XLA partitions it.
+
+    ``fn`` is a ``jax.jit`` function (its shardings kept; ``jax.jit(jax.shard_map(...))`` too), a plain
+    function (jitted here with ``in_shardings`` / ``out_shardings`` when given), a ``jax.stages.Traced``,
+    ``Lowered`` or ``Compiled``. Functions are traced with the example arguments (arrays or
+    ``jax.ShapeDtypeStruct``); jaxlib compiles the program for as many host devices as its shardings use
+    (``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before jax starts gives the CPU N devices).
+
+    Returns a :class:`ShardedExecutable`: ``exe(*args)`` gives what ``fn(*args)`` gives (NumPy arrays, the
+    same pytree), ``exe.per_device(*args)`` each device's shards.
+    """
+    compiled = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
+    return ShardedExecutable(compiled)
+
+
+def _compiled(fn, args, kwargs, in_shardings, out_shardings):
+    import jax
+
+    if in_shardings is not None or out_shardings is not None:
+        if not callable(fn) or isinstance(fn, (jax.stages.Lowered, jax.stages.Compiled, jax.stages.Traced)):
+            raise XlaError("compile_sharded: in_shardings / out_shardings are for a function to jit; this "
+                           f"{type(fn).__name__} has its shardings already")
+        if hasattr(fn, "lower") and type(fn).__module__.split(".")[0] in ("jax", "jaxlib"):
+            raise XlaError("compile_sharded: the function is jitted already: give the shardings to jax.jit "
+                           "(jax.jit(f, in_shardings=..., out_shardings=...)), or pass the plain function")
+        options = {}
+        if in_shardings is not None:
+            options["in_shardings"] = in_shardings
+        if out_shardings is not None:
+            options["out_shardings"] = out_shardings
+        fn = jax.jit(fn, **options)
+    if isinstance(fn, jax.stages.Compiled):
+        if args or kwargs:
+            raise XlaError("compile_sharded: a jax.stages.Compiled has its shapes already; no example arguments")
+        return fn
+    if isinstance(fn, (jax.stages.Lowered, jax.stages.Traced)):
+        if args or kwargs:
+            raise XlaError(f"compile_sharded: a {type(fn).__name__} has its shapes already; no example arguments")
+        lowered = fn if isinstance(fn, jax.stages.Lowered) else fn.lower()
+        return lowered.compile()
+    if not callable(fn):
+        raise XlaError(f"compile_sharded: cannot compile a {type(fn).__name__}; expected a jax.jit function, a "
+                       "function with in_shardings/out_shardings, or a jax.stages.Traced, Lowered or Compiled")
+    from .jax_import import jit_of_call
+
+    jitted = jit_of_call(fn)
+    try:
+        return jitted.lower(*args, **kwargs).compile()
+    except TypeError as e:
+        raise XlaError(f"compile_sharded: tracing {getattr(fn, '__name__', fn)!r} failed: {e}") from None
+
+
+_HEADER_INT = r"\b{}=(\d+)"
+
+
+def _header_count(text: str, key: str) -> int:
+    header = text.split("\n", 1)[0]
+    m = re.search(_HEADER_INT.format(key), header) if header.startswith("HloModule") else None
+    return int(m.group(1)) if m else 1
+
+
+class ShardedExecutable:
+    """XLA's partitioned program of a sharded JAX function, run on the NumPy executor, one thread per device.
+
+    ``exe(*args, **kwargs)``: global arrays in and out, as the jitted function. ``exe.per_device(...)``:
+    each device's output shards, in device order (``exe.devices``). ``exe.shard_inputs(...)``: each
+    device's argument shards. ``exe.hlo_text`` is XLA's per-device program, ``exe.module`` its import,
+    ``exe.executable`` the multi-device executable (``num_replicas`` x ``num_partitions`` devices).
+    """
+
+    def __init__(self, compiled, **compile_options):
+        import jax
+
+        import lowering
+
+        from .hlo import import_hlo
+
+        self.compiled = compiled
+        self.hlo_text = compiled.as_text()
+        self.num_replicas = _header_count(self.hlo_text, "replica_count")
+        self.num_partitions = _header_count(self.hlo_text, "num_partitions")
+        try:
+            self.devices = list(compiled.runtime_executable().local_devices())
+        except AttributeError:  # older jax
+            self.devices = list(compiled._executable.xla_executable.local_devices())
+        if len(self.devices) != self.num_devices:
+            raise UnsupportedError(f"compile_sharded: XLA's program runs on {self.num_replicas} replicas x "
+                                   f"{self.num_partitions} partitions, but on {len(self.devices)} addressable devices "
+                                   "(a multi-process program); expected every device in this process")
+        platforms = {d.platform for d in self.devices}
+        if platforms != {"cpu"}:
+            raise UnsupportedError(f"compile_sharded: the program was compiled for {sorted(platforms)} devices; the "
+                                   "executor reproduces XLA CPU's partitioned program: run jax on the CPU "
+                                   "(JAX_PLATFORMS=cpu, XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+        self.in_tree = compiled.in_tree
+        self.out_tree = compiled.out_tree
+        self.in_avals = jax.tree.leaves(compiled.in_avals)
+        self.in_shardings = jax.tree.leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
+        self.out_avals = jax.tree.leaves(compiled.out_info)
+        self.out_shardings = [o.sharding for o in self.out_avals]
+        kept = getattr(getattr(compiled, "_executable", None), "_kept_var_idx", None)
+        self.kept = sorted(kept) if kept is not None else list(range(len(self.in_avals)))
+        if len(self.in_shardings) != len(self.in_avals):
+            raise UnsupportedError(f"compile_sharded: {len(self.in_shardings)} input shardings for "
+                                   f"{len(self.in_avals)} arguments")
+        self.module = import_hlo(self.hlo_text)
+        self.executable = lowering.compile(self.module, num_replicas=self.num_replicas,
+                                           num_partitions=self.num_partitions, **compile_options)
+        main = next(op for op in self.module.ops if getattr(op, "sym_name", None) is not None
+                    and op.sym_name.data == "main")
+        n_params = len(main.function_type.inputs.data)
+        if n_params != len(self.kept):
+            raise UnsupportedError(f"compile_sharded: XLA's per-device program takes {n_params} parameters, the "
+                                   f"function {len(self.kept)} used arguments; expected one parameter per used "
+                                   "argument (tupled or token parameters are not supported)")
+        self._in_index = [self._index_maps(s, a.shape, f"argument {i}")
+                          for i, (s, a) in enumerate(zip(self.in_shardings, self.in_avals)) if i in set(self.kept)]
+        self._out_index = [self._index_maps(s, a.shape, f"output {i}")
+                           for i, (s, a) in enumerate(zip(self.out_shardings, self.out_avals))]
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_replicas * self.num_partitions
+
+    def _index_maps(self, sharding, shape, what: str) -> list[tuple]:
+        """Each device's index (a tuple of slices) into the global value of ``shape``."""
+        if sharding is None:
+            return [tuple(slice(None) for _ in shape)] * self.num_devices
+        try:
+            by_device = sharding.devices_indices_map(tuple(shape))
+        except Exception as e:  # noqa: BLE001 - jax's own message
+            raise UnsupportedError(f"compile_sharded: {what}: cannot place sharding {sharding} on the devices: "
+                                   f"{e}") from None
+        missing = [d for d in self.devices if d not in by_device]
+        if missing:
+            raise UnsupportedError(f"compile_sharded: {what}: sharding {sharding} does not place a shard on "
+                                   f"devices {missing}; expected every device of the program")
+        return [tuple(by_device[d]) for d in self.devices]
+
+    # -- inputs -----------------------------------------------------------------
+
+    def _flat_args(self, args, kwargs) -> list[np.ndarray]:
+        import jax
+
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        if tree != self.in_tree:
+            raise ExecutionError(f"the sharded program takes arguments of structure {self.in_tree}, got {tree}")
+        out = []
+        for i, (x, aval) in enumerate(zip(leaves, self.in_avals)):
+            dtype = np.dtype(aval.dtype)
+            arr = np.asarray(x)
+            if tuple(arr.shape) != tuple(aval.shape):
+                raise ExecutionError(f"argument {i}: expected shape {tuple(aval.shape)}, got {tuple(arr.shape)}")
+            if arr.dtype != dtype:
+                if jax.dtypes.canonicalize_dtype(arr.dtype) != dtype:
+                    raise ExecutionError(f"argument {i}: expected {dtype}, got {arr.dtype}")
+                arr = arr.astype(dtype)  # as jax.jit does with float64 when x64 is off
+            out.append(arr)
+        return out
+
+    def shard_inputs(self, *args, **kwargs) -> list[list[np.ndarray]]:
+        """Each device's arguments (the used ones, in parameter order): its shard of every global argument."""
+        flat = self._flat_args(args, kwargs)
+        used = [flat[i] for i in self.kept]
+        return [[np.ascontiguousarray(x[index[d]]) for x, index in zip(used, self._in_index)]
+                for d in range(self.num_devices)]
+
+    # -- running ----------------------------------------------------------------
+
+    def per_device(self, *args, **kwargs) -> tuple[tuple[np.ndarray, ...], ...]:
+        """Run the program; each device's flat outputs (its shards), in device order."""
+        shards = self.shard_inputs(*args, **kwargs)
+        if self.num_devices == 1:
+            results = (tuple(self.executable(*shards[0])),)
+        else:
+            results = tuple(tuple(r) for r in self.executable(*shards))
+        for d, r in enumerate(results):
+            if len(r) != len(self.out_avals):
+                raise ExecutionError(f"device {d} returned {len(r)} values; the function returns "
+                                     f"{len(self.out_avals)}")
+        return results
+
+    def assemble(self, per_device: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+        """The global outputs (flat) from each device's shards; devices holding the same shard must agree."""
+        outputs = []
+        for i, (aval, index) in enumerate(zip(self.out_avals, self._out_index)):
+            dtype = np.dtype(aval.dtype)
+            value = np.empty(tuple(aval.shape), dtype)
+            seen: dict = {}
+            for d, where in enumerate(index):
+                shard = np.asarray(per_device[d][i])
+                key = tuple((s.start, s.stop, s.step) for s in where)
+                target = value[where]
+                if shard.shape != target.shape:
+                    raise ExecutionError(f"output {i}: device {d} returned a shard of shape {shard.shape}, its "
+                                         f"sharding {self.out_shardings[i]} places {target.shape} there")
+                if key in seen:
+                    first = seen[key]
+                    if not _same_bits(shard, value[where]):
+                        raise ExecutionError(f"output {i}: devices {first} and {d} hold the same shard (index "
+                                             f"{_index_text(where)}) with different values")
+                    continue
+                seen[key] = d
+                value[where] = shard
+            outputs.append(value)
+        return outputs
+
+    def __call__(self, *args, **kwargs):
+        import jax
+
+        return jax.tree.unflatten(self.out_tree, self.assemble(self.per_device(*args, **kwargs)))
+
+    def __repr__(self) -> str:
+        return (f"ShardedExecutable({self.module_name!r}: {self.num_replicas} replicas x {self.num_partitions} "
+                f"partitions)")
+
+    @property
+    def module_name(self) -> str:
+        header = self.hlo_text.split("\n", 1)[0]
+        m = re.match(r"HloModule\s+([^\s,]+)", header)
+        return m.group(1) if m else "?"
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.itemsize == 0 or a.size == 0:
+        return True
+    return bytes(np.ascontiguousarray(a).tobytes()) == bytes(np.ascontiguousarray(b).tobytes())
+
+
+def _index_text(where) -> str:
+    return "[" + ", ".join(f"{s.start or 0}:{'' if s.stop is None else s.stop}" for s in where) + "]"
