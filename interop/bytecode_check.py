@@ -171,9 +171,11 @@ def _spawned_check(data: bytes, timeout: float) -> int | None:
     import subprocess
     import sys
 
+    from .processes import CHILD_GUARD
+
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen([sys.executable, "-c", CHILD_GUARD + _CHILD, str(os.getpid())], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         child.communicate(data, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -196,19 +198,6 @@ def _end(pid: int, running: bool) -> None:
             pass
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the child: be killed when the thread that forked it (waiting for it) dies, e.g. of a SIGTERM or SIGKILL
-    that leaves it no time to clean up (Linux's PR_SET_PDEATHSIG)."""
-    import ctypes
-    import os
-    import signal
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _forked_check(data: bytes, timeout: float) -> int | str | object:
     """Run :func:`_child_main` in a fork of this process; its exit status, why it was stopped (past a CPU
     budget or ``timeout``, see :func:`check_in_subprocess`), or :data:`_NO_FORK` if this process cannot fork."""
@@ -218,6 +207,7 @@ def _forked_check(data: bytes, timeout: float) -> int | str | object:
     import time
     import warnings
 
+    from .processes import die_with_parent
     from .stablehlo_parse import mlir_context
 
     context = mlir_context()  # created here, before the fork: the caller needs it next anyway
@@ -235,7 +225,7 @@ def _forked_check(data: bytes, timeout: float) -> int | str | object:
     if pid == 0:  # the child: never returns into the caller's code
         code = 0
         try:
-            _die_with_parent(parent)
+            die_with_parent(parent)  # killed when the thread that forked it (waiting for it) dies, e.g. of SIGKILL
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C in a terminal ends it with the caller
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(read_end)

@@ -33,7 +33,9 @@ It runs the programs of the StableHLO test corpus (``stablehlo/testdata`` and
    when it is lowered, before anything is compiled, whatever the state of the
    numba cache. The timeout counts from the moment the worker takes the program
    (it acknowledges it), so the start-up of a fresh worker, importing JAX on a
-   busy machine, is not charged to the program.
+   busy machine, is not charged to the program. A runner killed before it can
+   stop its workers (SIGKILL, a closed terminal) takes them and the forkserver
+   with it, even a worker inside a hanging program (:mod:`interop.processes`).
 
 Check semantics follow the StableHLO test harness (see the corpus README and
 :func:`check_close`, :func:`check_almost_eq`): the ``custom_call`` forms of
@@ -1323,12 +1325,23 @@ def _limit_memory(megabytes: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _worker_main(conn, memory_mb: int | None, runner: Callable[[Program], Result] | None = None) -> None:
+def _worker_main(conn, memory_mb: int | None, runner: Callable[[Program], Result] | None = None,
+                 lifeline=None) -> None:
     """A worker process: run the programs it is sent until told to stop (``None``) or the pipe closes.
 
-    Ctrl-C reaches the whole process group: the worker ignores it, and the parent stops its workers."""
+    Ctrl-C reaches the whole process group: the worker ignores it, and the parent stops its workers. A parent
+    killed without stopping them (SIGKILL, a closed terminal) ends them too, even inside a hanging program
+    (:mod:`interop.processes`): Linux kills the worker when the forkserver (or, with ``spawn``, the parent)
+    exits, which the forkserver does once the parent is gone and the worker has closed its copy of the
+    server's "alive" pipe; and ``lifeline`` (the parent keeps its other end) reaching end of file ends it."""
     import signal
 
+    from .processes import die_with_parent, exit_when_closed, release_forkserver
+
+    die_with_parent()
+    release_forkserver()
+    if lifeline is not None:
+        exit_when_closed(lifeline)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_memory(memory_mb)
     run = runner or run_program
@@ -1373,11 +1386,11 @@ machine); the program's own timeout starts with the acknowledgement."""
 class _Worker:
     """One worker process and the task it is running."""
 
-    def __init__(self, ctx, memory_mb: int | None, runner):
+    def __init__(self, ctx, memory_mb: int | None, runner, lifeline=None):
         import multiprocessing as mp
 
         self.conn, child = mp.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, memory_mb, runner), daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, memory_mb, runner, lifeline), daemon=True)
         self.process.start()
         child.close()
         self.task: int | None = None
@@ -1487,10 +1500,11 @@ def _run_programs(programs, results, jobs, timeout, memory_mb, progress, runner)
     ctx = _context()
     pending.reverse()  # pop() from the end: program order
     workers: list[_Worker] = []
+    lifeline, held = ctx.Pipe(duplex=False)  # the workers' end reaches end of file when this process is gone
     try:
         while pending or any(w.task is not None for w in workers):
             while len(workers) < min(jobs, len(pending) + sum(w.task is not None for w in workers)):
-                workers.append(_Worker(ctx, memory_mb, runner))
+                workers.append(_Worker(ctx, memory_mb, runner, lifeline))
             for w in workers:
                 if w.task is None and pending:
                     i = pending.pop()
@@ -1535,6 +1549,8 @@ def _run_programs(programs, results, jobs, timeout, memory_mb, progress, runner)
     finally:
         for w in workers:
             w.stop(kill=w.task is not None)
+        lifeline.close()
+        held.close()
     return results  # type: ignore[return-value]
 
 

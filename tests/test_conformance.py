@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -449,6 +452,89 @@ def test_ctrl_c_with_worker_processes(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "1 of 2 programs finished" in err and "1 of 1 enabled programs passed" in out
     assert json.loads(report.read_text())["summary"]["interrupted"]
+
+
+def busy_until_killed(program: conf.Program) -> conf.Result:
+    """A runner that says it has started (a file next to ``program.path``), then never ends: in the executor
+    (``HANG``), or for a program named 'gil' in C code that never lets another thread of its process run."""
+    Path(program.path).with_suffix(".started").touch()
+    if program.name == "gil":
+        sum(range(1 << 62))
+    return conf.run_program(program)
+
+
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """Every process: pid -> (parent pid, state, start time), from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            table[int(entry)] = (int(fields[1]), fields[0], fields[19])
+    return table
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """The processes below ``root``: pid -> start time (which tells a pid used again apart)."""
+    table = _process_table()
+    found: dict[int, str] = {}
+    parents = [root]
+    while parents:
+        parent = parents.pop()
+        for pid, (ppid, _, start) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = start
+                parents.append(pid)
+    return found
+
+
+def _running(processes: dict[int, str]) -> list[int]:
+    table = _process_table()
+    return [pid for pid, start in processes.items()
+            if pid in table and table[pid][2] == start and table[pid][1] not in "ZX"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from Linux's /proc")
+def test_no_worker_outlives_a_killed_runner(tmp_path):
+    """The runner is SIGKILLed (no cleanup: the workers are not stopped) while both its workers are busy, one
+    in a hanging program, one in C code holding the GIL (as in a numba compilation or a big kernel): the
+    forkserver, the workers and multiprocessing's resource tracker all end within seconds. Before, they ran
+    on as orphans (a hanging program's worker was seen spinning for hours)."""
+    import signal
+    import subprocess
+
+    programs = [conf.Program(str(tmp_path / f"{name}.mlir"), name, "run", textwrap.dedent(HANG), family="t")
+                for name in ("hang", "gil")]
+    code = ("import pickle, sys; from interop import conformance as conf; from test_conformance import "
+            "busy_until_killed; conf.run_programs(pickle.loads(sys.stdin.buffer.read()), jobs=2, timeout=None, "
+            "runner=busy_until_killed)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+    runner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, env=env, cwd=REPO,
+                              start_new_session=True)
+    runner.stdin.write(pickle.dumps(programs))
+    runner.stdin.close()
+    processes: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 120  # (starting the workers is slow on a loaded machine)
+        while not all(Path(p.path).with_suffix(".started").exists() for p in programs):
+            assert runner.poll() is None and time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        processes = _descendants(runner.pid)
+        assert len(processes) >= 3  # the forkserver and the two workers (and the resource tracker)
+        runner.kill()
+        runner.wait()
+        deadline = time.monotonic() + 20
+        while _running(processes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(processes), {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:100]
+                                         for pid in _running(processes)}
+    finally:
+        runner.kill()
+        for pid in _running(processes):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_filter_matching_nothing_is_an_error(tmp_path, capsys):

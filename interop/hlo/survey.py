@@ -183,7 +183,10 @@ def _layouts(module) -> list[str]:
             for op in module.walk() if "hlo.name" in op.attributes and op.results]
 
 
-def _worker(path: str, max_elements: int, queue, part=None) -> None:
+def _worker(path: str, max_elements: int, queue, part=None, parent: int | None = None) -> None:
+    from ..processes import die_with_parent
+
+    die_with_parent(parent)  # (a killed survey must not leave a hanging import running)
     try:
         queue.put(survey_file(path, max_elements, part))
     except BaseException as e:  # noqa: BLE001
@@ -211,7 +214,7 @@ def main(argv=None) -> int:
     for path, part in tasks:
         queue = ctx.Queue()
         start = time.monotonic()
-        proc = ctx.Process(target=_worker, args=(str(path), args.max_elements, queue, part))
+        proc = ctx.Process(target=_worker, args=(str(path), args.max_elements, queue, part, os.getpid()))
         proc.start()
         proc.join(args.timeout)
         if proc.is_alive():

@@ -50,10 +50,12 @@ def _to_stablehlo_in_subprocess(text: str, source: str, timeout: float = 120.0) 
     import subprocess
     import sys
 
+    from ..processes import CHILD_GUARD
+
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD], input=text.encode("utf-8"), capture_output=True,
-                              timeout=timeout, env=env)
+        done = subprocess.run([sys.executable, "-c", CHILD_GUARD + _CHILD, str(os.getpid())],
+                              input=text.encode("utf-8"), capture_output=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise HloParseError(f"{source}: XLA's HLO parser did not finish in {timeout:g} s") from None
     out = done.stdout
