@@ -26,20 +26,88 @@ from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 __all__ = ["ShardedExecutable", "compile_sharded"]
 
 
-def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, **example_kwargs) -> ShardedExecutable:
+def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, mesh=None, trusted: bool = False,
+                    **example_kwargs) -> ShardedExecutable:
     """Compile a sharded JAX program for the NumPy executor, partitioned as XLA partitions it.
 
     ``fn`` is a ``jax.jit`` function (its shardings kept; ``jax.jit(jax.shard_map(...))`` too), a plain
     function (jitted here with ``in_shardings`` / ``out_shardings`` when given), a ``jax.stages.Traced``,
-    ``Lowered`` or ``Compiled``. Functions are traced with the example arguments (arrays or
-    ``jax.ShapeDtypeStruct``); jaxlib compiles the program for as many host devices as its shardings use
+    ``Lowered`` or ``Compiled``, or a sharded ``jax.export.Exported`` (or its ``serialize()`` bytes).
+    Functions and exports are traced with the example arguments (arrays or ``jax.ShapeDtypeStruct``);
+    jaxlib compiles the program for as many host devices as its shardings use
     (``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before jax starts gives the CPU N devices).
+
+    An export runs on its first ``nr_devices`` host devices, over ``mesh`` if given, else a mesh of the
+    export's own axis names and sizes (``Exported.in_shardings_jax``). Serialized bytes are read by jaxlib
+    only after a check in a child process, unless ``trusted=True`` (as :func:`interop.import_jax`).
 
     Returns a :class:`ShardedExecutable`: ``exe(*args)`` gives what ``fn(*args)`` gives (NumPy arrays, the
     same pytree), ``exe.per_device(*args)`` each device's shards.
     """
+    import jax
+
+    if isinstance(fn, (bytes, bytearray, memoryview)):
+        fn = _deserialize(bytes(fn), trusted)
+    if isinstance(fn, jax.export.Exported):
+        if in_shardings is not None or out_shardings is not None:
+            raise XlaError("compile_sharded: an export has its shardings already; in_shardings / out_shardings "
+                           "are for a function to jit")
+        fn = _jit_of_exported(fn, mesh)
+    elif mesh is not None:
+        raise XlaError("compile_sharded: mesh= is for an export; a function's shardings name their mesh")
     compiled = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
     return ShardedExecutable(compiled)
+
+
+def _deserialize(data: bytes, trusted: bool):
+    import jax
+
+    try:
+        exported = jax.export.deserialize(bytearray(data))
+    except ImportError as e:
+        raise UnsupportedError(f"reading serialized jax.export bytes needs the 'flatbuffers' package: {e}") from None
+    except Exception as e:  # noqa: BLE001 - jax's reader's own message
+        raise XlaError(f"compile_sharded: the bytes are not a serialized jax.export.Exported: {e}") from None
+    if not trusted:
+        from .bytecode_check import check_in_subprocess
+
+        check_in_subprocess(bytes(exported.mlir_module_serialized))
+    return exported
+
+
+def _jit_of_exported(exported, mesh):
+    """``jax.jit`` of the export's call, with its shardings placed on the first ``nr_devices`` host devices."""
+    import jax
+    from jax.sharding import Mesh
+
+    count = exported.nr_devices
+    devices = jax.devices()
+    if len(devices) < count:
+        raise UnsupportedError(f"compile_sharded: the export runs on {count} devices, this process has "
+                               f"{len(devices)}: set XLA_FLAGS=--xla_force_host_platform_device_count={count} "
+                               "before jax starts")
+    if mesh is None:
+        named = [s for s in (*getattr(exported, "_in_named_shardings", ()),
+                             *getattr(exported, "_out_named_shardings", ())) if s is not None]
+        if getattr(exported, "_has_named_shardings", False) and named:
+            abstract = named[0].mesh
+            mesh = Mesh(np.array(devices[:count]).reshape(abstract.axis_sizes), abstract.axis_names,
+                        axis_types=abstract.axis_types)
+        else:
+            mesh = Mesh(np.array(devices[:count]), ("_exported",))
+    try:
+        ins, outs = exported.in_shardings_jax(mesh), exported.out_shardings_jax(mesh)
+    except ValueError as e:
+        raise XlaError(f"compile_sharded: the export's shardings do not fit mesh {mesh}: {e}") from None
+    # An argument the export leaves unspecified (all of a shard_map's) is given whole to every device: the
+    # program then runs on the mesh's devices (jax refuses a 1-device context for an export of N).
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    ins = [replicated if s is None else s for s in ins]
+    arg_shardings, kwarg_shardings = jax.tree.unflatten(exported.in_tree, ins)
+    if kwarg_shardings:
+        raise UnsupportedError("compile_sharded: an export with keyword arguments; expected positional ones only")
+    return jax.jit(exported.call, in_shardings=tuple(arg_shardings),
+                   out_shardings=jax.tree.unflatten(exported.out_tree, list(outs)))
 
 
 def _compiled(fn, args, kwargs, in_shardings, out_shardings):
@@ -191,7 +259,7 @@ class ShardedExecutable:
         """Each device's arguments (the used ones, in parameter order): its shard of every global argument."""
         flat = self._flat_args(args, kwargs)
         used = [flat[i] for i in self.kept]
-        return [[np.ascontiguousarray(x[index[d]]) for x, index in zip(used, self._in_index)]
+        return [[np.array(x[index[d]], copy=True, order="C") for x, index in zip(used, self._in_index)]
                 for d in range(self.num_devices)]
 
     # -- running ----------------------------------------------------------------

@@ -94,12 +94,28 @@ def programs():
                                                 in_shardings=({"a": S(mesh1, "b"), "b": S(mesh1, None, "b")}, None)), \
         ({"a": v, "b": v}, np.ones(3, np.float32))
 
+def exports():
+    """Serialized sharded exports: compile_sharded jits Exported.call with the export's shardings."""
+    a, b = rng.integers(-4, 5, (32, 64)).astype(np.float32), rng.integers(-4, 5, (64, 16)).astype(np.float32)
+    f = jax.jit(lambda a, b: (a @ b).max(axis=1), in_shardings=(S(mesh2, "x", "y"), S(mesh2, "y", None)),
+                out_shardings=S(mesh2, "x"))
+    yield "export_of_jit_on_2x2_mesh", f, (a, b)
+    v = rng.standard_normal((16, 8), np.float32)
+    yield "export_of_shard_map", sm(lambda a: jax.lax.psum(jax.lax.ppermute(a, "b", [(i, (i + 1) % 4) for i in range(4)]),
+                                                         "b"), o=P()), (v,)
+
+def sources():
+    for name, f, args in programs():
+        yield name, f, args, f
+    for name, f, args in exports():
+        yield name, f, args, jax.export.export(f)(*args).serialize()
+
 out = {}
 start = time.time()
-for name, f, args in programs():
+for name, f, args, source in sources():
     r = {}
     try:
-        exe = interop.compile_sharded(f, *args)
+        exe = interop.compile_sharded(source, *args)
         ours = exe(*args)
         per_device = exe.per_device(*args)
     except Exception as e:
@@ -146,6 +162,11 @@ for what, call in {
     "wrong_structure": lambda: exe(np.ones((8, 2), np.float32), np.ones(2)),
     "shardings_on_jitted": lambda: interop.compile_sharded(f, np.ones((8, 2), np.float32), in_shardings=S(mesh1)),
     "not_a_program": lambda: interop.compile_sharded(42),
+    "export_on_other_mesh": lambda: interop.compile_sharded(
+        jax.export.export(jax.jit(lambda a: a * 2, in_shardings=S(mesh2, "x", "y")))(np.ones((4, 4), np.float32)),
+        np.ones((4, 4), np.float32), mesh=mesh1),
+    "mesh_for_function": lambda: interop.compile_sharded(f, np.ones((8, 2), np.float32), mesh=mesh1),
+    "not_an_export": lambda: interop.compile_sharded(b"not an export"),
     "replicas_disagree": lambda: interop.compile_sharded(
         jax.jit(lambda a: a + 1, out_shardings=S(mesh1)), np.ones(4, np.float32)).assemble(
         [(np.full(4, d, np.float32),) for d in range(4)]),
@@ -175,7 +196,7 @@ def results():
 BITWISE = ["mlp_data_parallel_exact", "matmul_2x2_all_reduce", "matmul_2x2_reduce_scatter", "matmul_2x2_all_gather",
            "matmul_permuted_devices", "psum", "pmax_pmin", "all_gather", "all_gather_stacked", "ppermute",
            "psum_scatter", "all_to_all", "psum_over_x_of_2x2", "psum_over_both_axes", "ppermute_over_y", "axis_index",
-           "with_sharding_constraint", "pytree_and_unused_argument"]
+           "with_sharding_constraint", "pytree_and_unused_argument", "export_of_jit_on_2x2_mesh", "export_of_shard_map"]
 
 
 @pytest.mark.parametrize("name", BITWISE)
@@ -202,6 +223,8 @@ COLLECTIVES = {
     "psum_over_x_of_2x2": ["all-reduce"],
     "ppermute_over_y": ["collective-permute"],
     "with_sharding_constraint": ["all-reduce"],
+    "export_of_jit_on_2x2_mesh": ["all-reduce"],
+    "export_of_shard_map": ["all-reduce", "collective-permute"],
 }
 
 
@@ -250,6 +273,9 @@ def test_errors_name_what_was_expected(results):
     assert e["wrong_structure"].startswith("ExecutionError: the sharded program takes arguments of structure"), e
     assert "give the shardings to jax.jit" in e["shardings_on_jitted"], e["shardings_on_jitted"]
     assert e["not_a_program"].startswith("XlaError: compile_sharded: cannot compile a int"), e["not_a_program"]
+    assert e["export_on_other_mesh"].startswith("XlaError: compile_sharded: the export's shardings do not fit mesh"), e
+    assert "mesh= is for an export" in e["mesh_for_function"], e["mesh_for_function"]
+    assert e["not_an_export"].startswith("XlaError: compile_sharded: the bytes are not a serialized"), e
     assert e["replicas_disagree"].startswith("ExecutionError: output 0: devices 0 and 1 hold the same shard"), e
     assert e["plain_function_result"] == [28.0, 29.0, 30.0, 31.0]
 
