@@ -183,6 +183,14 @@ g = interop.compile_sharded(lambda a: a.max(axis=0), np.arange(32, dtype=np.floa
                             in_shardings=S(mesh1, "b"))
 errors["plain_function_result"] = np.asarray(g(np.arange(32, dtype=np.float32).reshape(8, 4))).tolist()
 out["_errors"] = errors
+
+# The README's sharded snippet, on 4 devices (test_readme.py runs it on the test process's one device).
+readme = open(os.path.join(os.path.dirname(interop.__file__), "..", "README.md")).read()
+(snippet,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "compile_sharded" in b]
+ns = {"__name__": "__readme__"}
+exec(snippet, ns)
+out["_readme"] = {"num_partitions": ns["exe"].num_partitions, "collectives": "all-reduce" in ns["exe"].hlo_text,
+                  "per_device_grad_shapes": [list(np.shape(d[1])) for d in ns["per_device"]]}
 out["_seconds"] = time.time() - start
 print("RESULT " + json.dumps(out))
 '''
@@ -310,3 +318,8 @@ def test_bad_mesh_replica_groups_are_errors(text, message):
 
     with pytest.raises(A.AttributeTextError, match=message):
         A.replica_groups(text)
+
+
+def test_readme_snippet_runs_on_4_devices(results):
+    r = results["_readme"]  # it asserts its result equals step(w, x, y)
+    assert r == {"num_partitions": 4, "collectives": True, "per_device_grad_shapes": [[8, 4]] * 4}
