@@ -90,6 +90,33 @@ def programs():
         return h.max(axis=0), jnp.cumsum(h, axis=1)
 
     yield "with_sharding_constraint", jax.jit(constrained), (v,)
+    x, w1, w2 = ints(8, 16), ints(16, 32), ints(32, 16)  # tensor-parallel MLP block, batch over x, hidden over y
+    yield "tensor_parallel_mlp_block", jax.jit(lambda x, w1, w2: jax.nn.relu(x @ w1) @ w2, in_shardings=(
+        S(mesh2, "x", None), S(mesh2, None, "y"), S(mesh2, "y", None)), out_shardings=S(mesh2, "x", None)), (x, w1, w2)
+    by_rows = lambda fn, *more: jax.jit(fn, in_shardings=(S(mesh1, "b"), *more))
+    yield "softmax_over_sharded_axis", by_rows(lambda a: jax.nn.softmax(a, axis=0)), (v,)
+    yield "argmax_over_sharded_axis", by_rows(lambda a: jnp.argmax(a, axis=0)), (v,)
+    yield "sort_over_sharded_axis", by_rows(lambda a: jnp.sort(a, axis=0)), (v,)
+    yield "cumsum_over_sharded_axis", by_rows(lambda a: jnp.cumsum(a, axis=0)), (ints(16, 8),)
+    yield "transpose_resharded", jax.jit(lambda a: a.T * 2, in_shardings=S(mesh1, "b"), out_shardings=S(mesh1, "b")), (v,)
+    yield "fori_loop", by_rows(lambda a: jax.lax.fori_loop(0, 5, lambda i, c: c * 0.5 + 1, a)), (v,)
+    yield "scan_with_psum", sm(lambda a: jax.lax.scan(lambda c, x: (c + jax.lax.psum(x, "b"), c),
+                                                      jnp.zeros(a.shape[1:], a.dtype), a)[0], o=P()), (ints(16, 8),)
+    conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    yield "conv_sharded_spatially", jax.jit(conv, in_shardings=(S(mesh1, None, "b"), S(mesh1)),
+                                            out_shardings=S(mesh1, None, "b")), (ints(4, 16, 16, 3), ints(3, 3, 3, 8))
+    idx = rng.integers(0, 16, (8,)).astype(np.int32)
+    yield "gather_from_sharded", by_rows(lambda a, i: a[i], S(mesh1)), (v, idx)
+    yield "scatter_add_into_sharded", by_rows(lambda a, i, u: a.at[i].add(u), S(mesh1), S(mesh1)), (ints(16, 8), idx,
+                                                                                                   ints(8, 8))
+    yield "dynamic_slice_scalar_index", by_rows(lambda a, i: jax.lax.dynamic_slice_in_dim(a, i, 4, 0), S(mesh1)), \
+        (v, np.int32(5))
+    yield "random_normal_sharded", jax.jit(lambda k: jax.random.normal(k, (16, 8)), out_shardings=S(mesh1, "b")), \
+        (jax.random.key_data(jax.random.key(0)),)
+    yield "bf16_psum", sm(lambda a: jax.lax.psum(a, "b"), o=P()), (v.astype(jnp.bfloat16),)
+    yield "pmean", sm(lambda a: jax.lax.pmean(a, "b"), o=P()), (v,)
+    yield "all_to_all_over_y", sm(lambda a: jax.lax.all_to_all(a, "y", 1, 0, tiled=True), i=P("x", "y"),
+                                  o=P(("x", "y")), mesh=mesh2, vma=False), (ints(16, 8),)
     yield "pytree_and_unused_argument", jax.jit(lambda d, unused: {"s": d["a"] * 2, "t": (d["b"].max(axis=1),)},
                                                 in_shardings=({"a": S(mesh1, "b"), "b": S(mesh1, None, "b")}, None)), \
         ({"a": v, "b": v}, np.ones(3, np.float32))
@@ -204,7 +231,11 @@ def results():
 BITWISE = ["mlp_data_parallel_exact", "matmul_2x2_all_reduce", "matmul_2x2_reduce_scatter", "matmul_2x2_all_gather",
            "matmul_permuted_devices", "psum", "pmax_pmin", "all_gather", "all_gather_stacked", "ppermute",
            "psum_scatter", "all_to_all", "psum_over_x_of_2x2", "psum_over_both_axes", "ppermute_over_y", "axis_index",
-           "with_sharding_constraint", "pytree_and_unused_argument", "export_of_jit_on_2x2_mesh", "export_of_shard_map"]
+           "with_sharding_constraint", "pytree_and_unused_argument", "export_of_jit_on_2x2_mesh", "export_of_shard_map",
+           "tensor_parallel_mlp_block", "softmax_over_sharded_axis", "argmax_over_sharded_axis", "sort_over_sharded_axis",
+           "cumsum_over_sharded_axis", "transpose_resharded", "fori_loop", "scan_with_psum", "conv_sharded_spatially",
+           "gather_from_sharded", "scatter_add_into_sharded", "dynamic_slice_scalar_index", "random_normal_sharded",
+           "bf16_psum", "pmean", "all_to_all_over_y"]
 
 
 @pytest.mark.parametrize("name", BITWISE)
@@ -233,6 +264,11 @@ COLLECTIVES = {
     "with_sharding_constraint": ["all-reduce"],
     "export_of_jit_on_2x2_mesh": ["all-reduce"],
     "export_of_shard_map": ["all-reduce", "collective-permute"],
+    "tensor_parallel_mlp_block": ["all-reduce"],
+    "softmax_over_sharded_axis": ["all-reduce"],
+    "conv_sharded_spatially": ["collective-permute"],
+    "scan_with_psum": ["all-reduce"],
+    "all_to_all_over_y": ["all-to-all"],
 }
 
 
