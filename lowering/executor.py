@@ -165,7 +165,11 @@ class LoweringContext(KernelContext):
         self._check_result_sizes(op)
         factory = KERNELS.get(type(op))
         if factory is None:
-            raise UnsupportedError(f"{op_context(op)}: the NumPy executor has no kernel for this op")
+            hint = ""
+            if op.name == "sdy.manual_computation":  # a shard_map over several devices, kept by the importer
+                hint = ("; a shard_map over several devices runs partitioned through interop.compile_sharded "
+                        "(XLA's per-device program on N devices)")
+            raise UnsupportedError(f"{op_context(op)}: the NumPy executor has no kernel for this op{hint}")
         try:
             kernel = factory(op, self)
         except XlaError:

@@ -194,6 +194,8 @@ for what, call in {
         np.ones((4, 4), np.float32), mesh=mesh1),
     "mesh_for_function": lambda: interop.compile_sharded(f, np.ones((8, 2), np.float32), mesh=mesh1),
     "not_an_export": lambda: interop.compile_sharded(b"not an export"),
+    "shard_map_imported_as_one_device": lambda: __import__("lowering").compile(interop.import_jax(
+        sm(lambda a: jax.lax.psum(a, "b"), o=P()), np.ones((8, 2), np.float32)))(np.ones((8, 2), np.float32)),
     "replicas_disagree": lambda: interop.compile_sharded(
         jax.jit(lambda a: a + 1, out_shardings=S(mesh1)), np.ones(4, np.float32)).assemble(
         [(np.full(4, d, np.float32),) for d in range(4)]),
@@ -320,6 +322,8 @@ def test_errors_name_what_was_expected(results):
     assert e["export_on_other_mesh"].startswith("XlaError: compile_sharded: the export's shardings do not fit mesh"), e
     assert "mesh= is for an export" in e["mesh_for_function"], e["mesh_for_function"]
     assert e["not_an_export"].startswith("XlaError: compile_sharded: the bytes are not a serialized"), e
+    assert e["shard_map_imported_as_one_device"].startswith("UnsupportedError: sdy.manual_computation"), e
+    assert "runs partitioned through interop.compile_sharded" in e["shard_map_imported_as_one_device"]
     assert e["replicas_disagree"].startswith("ExecutionError: output 0: devices 0 and 1 hold the same shard"), e
     assert e["plain_function_result"] == [28.0, 29.0, 30.0, 31.0]
 
