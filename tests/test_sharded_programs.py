@@ -363,3 +363,59 @@ def test_bad_mesh_replica_groups_are_errors(text, message):
 def test_readme_snippet_runs_on_4_devices(results):
     r = results["_readme"]  # it asserts its result equals step(w, x, y)
     assert r == {"num_partitions": 4, "collectives": True, "per_device_grad_shapes": [[8, 4]] * 4}
+
+
+ASYNC_TEXT = """HloModule async_collectives, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[4,8]) -> (f32[4,8], f32[16,8], f32[4,8], f32[2,8], f32[4,8]) {
+  %p = f32[4,8]{1,0} parameter(0)
+  %ars = f32[4,8]{1,0} all-reduce-start(%p), channel_id=1, replica_groups=[1,4]<=[4], use_global_device_ids=true, to_apply=%add
+  %ard = f32[4,8]{1,0} all-reduce-done(%ars)
+  %ags = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(%p), channel_id=2, replica_groups=mesh['a'=2,'b'=2] {'a','b'}, dimensions={0}, use_global_device_ids=true
+  %agd = f32[16,8]{1,0} all-gather-done(%ags)
+  %cps = (f32[4,8]{1,0}, f32[4,8]{1,0}) collective-permute-start(%p), channel_id=3, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  %cpd = f32[4,8]{1,0} collective-permute-done(%cps)
+  %rs = f32[2,8]{1,0} reduce-scatter(%p), channel_id=4, replica_groups=mesh['a'=2,'b'=2] {'b'}, use_global_device_ids=true, dimensions={0}, to_apply=%add
+  %s0 = f32[1,8]{1,0} slice(%p), slice={[0:1], [0:8]}
+  %s1 = f32[1,8]{1,0} slice(%p), slice={[1:2], [0:8]}
+  %s2 = f32[1,8]{1,0} slice(%p), slice={[2:3], [0:8]}
+  %s3 = f32[1,8]{1,0} slice(%p), slice={[3:4], [0:8]}
+  %a2a = (f32[1,8]{1,0}, f32[1,8]{1,0}, f32[1,8]{1,0}, f32[1,8]{1,0}) all-to-all(%s0, %s1, %s2, %s3), channel_id=5, replica_groups={{0,1,2,3}}
+  %g0 = f32[1,8]{1,0} get-tuple-element(%a2a), index=0
+  %g1 = f32[1,8]{1,0} get-tuple-element(%a2a), index=1
+  %g2 = f32[1,8]{1,0} get-tuple-element(%a2a), index=2
+  %g3 = f32[1,8]{1,0} get-tuple-element(%a2a), index=3
+  %cat = f32[4,8]{1,0} concatenate(%g0, %g1, %g2, %g3), dimensions={0}
+  ROOT %t = (f32[4,8]{1,0}, f32[16,8]{1,0}, f32[4,8]{1,0}, f32[2,8]{1,0}, f32[4,8]{1,0}) tuple(%ard, %agd, %cpd, %rs, %cat)
+}
+"""
+
+
+def test_async_pairs_mesh_and_iota_groups_and_tuple_all_to_all_run_on_4_partitions():
+    # XLA's collective forms, in HLO text run directly on 4 partitions (no jax): start/done pairs run as the op,
+    # replica groups written as an iota or mesh axes, a tuple all-to-all (member i's operand j goes to member j).
+    import numpy as np
+
+    import interop
+    import lowering
+
+    exe = lowering.compile(interop.import_hlo(ASYNC_TEXT), num_partitions=4)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(4)]
+    out = exe(*[[x] for x in xs])
+    total = ((np.zeros_like(xs[0]) + xs[0]) + xs[1] + xs[2]) + xs[3]
+    pairs = {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}  # mesh axis 'b' of a 2x2 mesh
+    for d in range(4):
+        assert np.array_equal(out[d][0], total)
+        assert np.array_equal(out[d][1], np.concatenate(xs))
+        assert np.array_equal(out[(d + 1) % 4][2], xs[d])
+        g = pairs[d]
+        block = g.index(d)
+        assert np.array_equal(out[d][3], (np.zeros_like(xs[0]) + xs[g[0]] + xs[g[1]])[2 * block:2 * block + 2])
+        assert np.array_equal(out[d][4], np.stack([xs[src][d] for src in range(4)]))
