@@ -247,3 +247,19 @@ def test_what_xla_rejects_is_rejected_with_the_reason(text, where, what):
 def test_valid_debug_info_sections_still_import():
     module = import_hlo(_SECTIONS.replace("LINE", "3").replace("FRAME", "0"))
     assert module is not None
+
+
+@pytest.mark.parametrize("shape", [(16,), (8, 16), (2, 3, 9)])
+def test_xla_cpu_topk_custom_call_is_read_as_topk(shape):
+    # XLA CPU compiles top_k into custom-call "TopK" (its runtime: descending total order, ties at the lower index);
+    # it reads as the topk opcode's expansion: bitwise jax.jit's values and indices, NaNs, signed zeros and ties too.
+    import jax
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[:7] = [np.nan, -np.nan, 0.0, -0.0, np.inf, 1.0, 1.0]
+    f = jax.jit(lambda x: jax.lax.top_k(x, 4))
+    text = f.lower(x).compile().as_text()
+    assert 'custom_call_target="TopK"' in text
+    for ours, ref in zip(_run(text, x), f(x)):
+        assert np.array_equal(np.asarray(ours).view(np.uint8), np.asarray(ref).view(np.uint8))

@@ -117,6 +117,22 @@ def programs():
     yield "pmean", sm(lambda a: jax.lax.pmean(a, "b"), o=P()), (v,)
     yield "all_to_all_over_y", sm(lambda a: jax.lax.all_to_all(a, "y", 1, 0, tiled=True), i=P("x", "y"),
                                   o=P(("x", "y")), mesh=mesh2, vma=False), (ints(16, 8),)
+    yield "top_k_over_sharded_axis", jax.jit(lambda x: jax.lax.top_k(x, 3), in_shardings=S(mesh1, None, "b")), (v,)
+    a3 = rng.standard_normal((4, 8, 8), np.float32)
+    spd = a3 @ a3.transpose(0, 2, 1) + 8 * np.eye(8, dtype=np.float32)
+    yield "cholesky_of_sharded_batch", by_rows(jnp.linalg.cholesky), (spd,)
+    yield "int8_matmul_2x2", jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.int32),
+                                     in_shardings=(S(mesh2, "x", "y"), S(mesh2, "y", None))), \
+        (rng.integers(-100, 100, (8, 16)).astype(np.int8), rng.integers(-100, 100, (16, 8)).astype(np.int8))
+    yield "while_loop_with_sharded_max", by_rows(lambda x: jax.lax.while_loop(
+        lambda c: c[1] < 10.0, lambda c: (c[0] * 1.5, c[1] + c[0].max()), (x, 0.0))[0]), (np.abs(v) + 0.1,)
+    yield "argsort_over_sharded_axis", jax.jit(lambda x: jnp.argsort(x, axis=0), in_shardings=S(mesh1, None, "b")), (v,)
+    yield "complex_psum", sm(lambda a: jax.lax.psum(a * 1j + a, "b"), o=P()), (v,)
+    yield "shard_map_nested_collectives", sm(lambda a: jax.lax.psum(jax.lax.all_gather(a, "x", tiled=True), "y"),
+                                             i=P("x", "y"), o=P(), mesh=mesh2, vma=False), (ints(8, 8),)
+    yield "shard_map_over_one_axis_of_2x2", jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh2,
+                                                                  in_specs=P("x"), out_specs=P(), axis_names={"x"}),
+                                                    in_shardings=S(mesh2, "x", "y")), (ints(8, 8),)
     yield "pytree_and_unused_argument", jax.jit(lambda d, unused: {"s": d["a"] * 2, "t": (d["b"].max(axis=1),)},
                                                 in_shardings=({"a": S(mesh1, "b"), "b": S(mesh1, None, "b")}, None)), \
         ({"a": v, "b": v}, np.ones(3, np.float32))
@@ -237,7 +253,9 @@ BITWISE = ["mlp_data_parallel_exact", "matmul_2x2_all_reduce", "matmul_2x2_reduc
            "tensor_parallel_mlp_block", "softmax_over_sharded_axis", "argmax_over_sharded_axis", "sort_over_sharded_axis",
            "cumsum_over_sharded_axis", "transpose_resharded", "fori_loop", "scan_with_psum", "conv_sharded_spatially",
            "gather_from_sharded", "scatter_add_into_sharded", "dynamic_slice_scalar_index", "random_normal_sharded",
-           "bf16_psum", "pmean", "all_to_all_over_y"]
+           "bf16_psum", "pmean", "all_to_all_over_y", "top_k_over_sharded_axis", "cholesky_of_sharded_batch",
+           "int8_matmul_2x2", "while_loop_with_sharded_max", "argsort_over_sharded_axis", "complex_psum",
+           "shard_map_nested_collectives", "shard_map_over_one_axis_of_2x2"]
 
 
 @pytest.mark.parametrize("name", BITWISE)

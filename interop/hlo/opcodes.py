@@ -1019,6 +1019,8 @@ API_VERSION_NAMES = [effects.API_VERSIONS[v] for v in sorted(effects.API_VERSION
 
 def _read_custom_call(imp, ins, args):
     target = imp.attr(ins, "custom_call_target", A.string)
+    if target == "TopK":
+        return _read_topk_custom_call(imp, ins, args)
     props = {"call_target_name": StringAttr(target)}
     version = imp.attr(ins, "api_version", A.string, None)
     if version is not None:
@@ -1545,6 +1547,20 @@ def _read_topk(imp, ins, args):
     if values[0].type.get_shape()[-1] != k:
         raise UnsupportedError(f"topk k={k} does not match the result shape {ins.shape}")
     return _pack_expansion(imp, ins, values)
+
+
+def _read_topk_custom_call(imp, ins, args):
+    """XLA CPU's ``custom-call(x), custom_call_target="TopK"`` (what its compiler makes of ``topk``): the k largest
+    along the last dimension in descending total order, ties at the lower index, with s32 indices -- read as the
+    ``topk`` opcode is. The called comparator is XLA's total-order greater-than, which the expansion's sort uses."""
+    from ..stablehlo_converters import _top_k
+
+    imp.attr(ins, "called_computations", A.computations, None)
+    types = _tuple_types(ins)
+    if len(args) != 1 or len(types) != 2 or args[0].type.get_num_dims() < 1:
+        raise UnsupportedError(f"custom-call TopK: expected one operand of rank >= 1 and a (values, indices) tuple "
+                               f"result, got {len(args)} operands and shape {ins.shape}")
+    return _pack_expansion(imp, ins, _top_k(_Expansion(imp, ins, args), None))
 
 
 @reads("mulhi")
