@@ -133,18 +133,27 @@ def _compiled(fn, args, kwargs, in_shardings, out_shardings):
     if isinstance(fn, (jax.stages.Lowered, jax.stages.Traced)):
         if args or kwargs:
             raise XlaError(f"compile_sharded: a {type(fn).__name__} has its shapes already; no example arguments")
-        lowered = fn if isinstance(fn, jax.stages.Lowered) else fn.lower()
-        return lowered.compile()
+        return _jax_compiles(lambda: (fn if isinstance(fn, jax.stages.Lowered) else fn.lower()).compile(), fn)
     if not callable(fn):
         raise XlaError(f"compile_sharded: cannot compile a {type(fn).__name__}; expected a jax.jit function, a "
                        "function with in_shardings/out_shardings, or a jax.stages.Traced, Lowered or Compiled")
     from .jax_import import jit_of_call
 
     jitted = jit_of_call(fn)
+    return _jax_compiles(lambda: jitted.lower(*args, **kwargs).compile(), fn)
+
+
+def _jax_compiles(compile_it, fn):
+    """``compile_it()``; jax's refusal (a sharding that does not divide a dimension, a tracing error, ...) as an
+    XlaError with jax's message (its exception is the cause)."""
     try:
-        return jitted.lower(*args, **kwargs).compile()
-    except TypeError as e:
-        raise XlaError(f"compile_sharded: tracing {getattr(fn, '__name__', fn)!r} failed: {e}") from None
+        return compile_it()
+    except XlaError:
+        raise
+    except Exception as e:  # noqa: BLE001 - jax's own message, kept whole
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise XlaError(f"compile_sharded: jax could not compile {name!r} for the host devices: "
+                       f"{type(e).__name__}: {e}") from e
 
 
 _HEADER_INT = r"\b{}=(\d+)"

@@ -209,6 +209,7 @@ for what, call in {
         jax.export.export(jax.jit(lambda a: a * 2, in_shardings=S(mesh2, "x", "y")))(np.ones((4, 4), np.float32)),
         np.ones((4, 4), np.float32), mesh=mesh1),
     "mesh_for_function": lambda: interop.compile_sharded(f, np.ones((8, 2), np.float32), mesh=mesh1),
+    "indivisible_sharding": lambda: interop.compile_sharded(f, np.ones((10, 2), np.float32)),
     "not_an_export": lambda: interop.compile_sharded(b"not an export"),
     "shard_map_imported_as_one_device": lambda: __import__("lowering").compile(interop.import_jax(
         sm(lambda a: jax.lax.psum(a, "b"), o=P()), np.ones((8, 2), np.float32)))(np.ones((8, 2), np.float32)),
@@ -339,6 +340,8 @@ def test_errors_name_what_was_expected(results):
     assert e["not_a_program"].startswith("XlaError: compile_sharded: cannot compile a int"), e["not_a_program"]
     assert e["export_on_other_mesh"].startswith("XlaError: compile_sharded: the export's shardings do not fit mesh"), e
     assert "mesh= is for an export" in e["mesh_for_function"], e["mesh_for_function"]
+    assert e["indivisible_sharding"].startswith("XlaError: compile_sharded: jax could not compile"), e
+    assert "IndivisibleError" in e["indivisible_sharding"] and "evenly divide" in e["indivisible_sharding"], e
     assert e["not_an_export"].startswith("XlaError: compile_sharded: the bytes are not a serialized"), e
     assert e["shard_map_imported_as_one_device"].startswith("UnsupportedError: sdy.manual_computation"), e
     assert "runs partitioned through interop.compile_sharded" in e["shard_map_imported_as_one_device"]
