@@ -850,6 +850,10 @@ def wait_for_background_compiles(timeout: float | None = None) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
+def _writable(array: np.ndarray) -> np.ndarray:
+    return array if array.flags.writeable else array.copy()
+
+
 class CompiledLoop:
     """The numba-compiled loop of one ``hlo.while``: call it with the loop's state (a list of arrays)."""
 
@@ -876,7 +880,9 @@ class CompiledLoop:
         # (Per-call work kept small: a scan of 64 small steps spends ~20 us in the loop itself.)
         # Float scalars go in and out as one-element arrays: numba converts a float32 scalar argument or
         # result through a double, which flushes a subnormal under the caller's flush-to-zero mode.
-        args = [np.ascontiguousarray(v, dt) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
+        # A read-only array (a constant, a view the interpreter made read-only) is copied: the loop is compiled
+        # for writable arrays, and numba would compile it again, at this call, for a read-only one.
+        args = [_writable(np.ascontiguousarray(v, dt)) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
                 for v, dt, is_array, boxed in zip(state, self.dtypes, self._is_array, self._is_boxed)]
         while True:
             try:

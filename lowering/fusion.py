@@ -43,7 +43,10 @@ runs in pieces on numba's threads takes ~0.2 s more for its parallel wrapper:
 only for programs that run often or on large arrays. ``"auto"`` (the
 default) runs a group interpreted until it has been called
 :data:`AUTO_CALLS` times or has processed :data:`AUTO_ELEMENTS` elements,
-then compiles it; ``"always"`` compiles at the first call; ``"never"``.
+then compiles it on a background thread (numba's LLVM work releases the GIL) and keeps interpreting it
+until the kernel is ready -- both give the same bits, so a first call never waits for numba
+(:func:`lowering.compiled_loops.wait_for_background_compiles` waits); ``"always"`` compiles at the first
+call, before running; ``"never"``.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import UnsupportedError
 
-from .compiled_loops import _Ineligible, _load, _LoopWriter
+from .compiled_loops import _Ineligible, _load, _LoopWriter, compile_in_background
 from .workers import even_bounds, numba_threads_available, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
@@ -466,6 +469,18 @@ def estimated_ns(group: Group) -> float:
     return size * (0.3 * streams + ops)
 
 
+def _as_compiled(array: np.ndarray, readonly: bool) -> np.ndarray:
+    """``array`` with the read-only flag a kernel was compiled for: a read-only view of a writable array
+    (free), a copy of a read-only one (numba would otherwise compile the kernel again, at this call)."""
+    if array.flags.writeable == readonly:
+        if readonly:
+            array = array.view()
+            array.flags.writeable = False
+        else:
+            array = array.copy()
+    return array
+
+
 class FusedGroup:
     """Runs a group: interpreted (the ops' own kernels) until the mode says compile, then its numba kernel."""
 
@@ -478,7 +493,9 @@ class FusedGroup:
         self.kernel = None
         self.bounds = None  # the pieces' rows, when the kernel runs them on numba's threads (fused_pieces)
         self._serial = None  # the one-piece kernel, once compiled (_serial_kernel)
-        self.tried = False
+        self.tried = False  # compiled, or found not compilable
+        self.started = False  # compilation asked for (it may run on a background thread)
+        self.readonly: list[bool] = []
         self.shape = group.shape
         self.input_dtypes = [np.dtype(dtype_of(v.type)) for v in group.inputs]
         self.input_is_array = [bool(_shape(v)) for v in group.inputs]
@@ -498,24 +515,28 @@ class FusedGroup:
             self.worker_mode = worker_mode
         except _Ineligible:
             self.source = None
-            self.tried = True
+            self.tried = self.started = True
 
-    def _compile(self):
+    def _compile(self, readonly: list[bool]):
+        """Compile the group's kernel for arrays with these read-only flags (those of the call that asked:
+        they are stable per input -- constants are read-only, computed values not -- and a numba function
+        compiled for a writable array is compiled again, at a call, for a read-only one)."""
         with self._lock:
             if self.tried:
                 return
-            self.tried = True
             try:
                 from numba import from_dtype, typeof, types
 
                 signature = [typeof(c) for c in self.constants]
-                signature += [types.Array(from_dtype(dt), rank, "C")
-                              for dt, rank, array in zip(self.input_dtypes, self.input_ranks, self.input_is_array)
+                signature += [types.Array(from_dtype(dt), rank, "C", readonly=ro)
+                              for dt, rank, array, ro in zip(self.input_dtypes, self.input_ranks,
+                                                             self.input_is_array, readonly)
                               if array]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt, _ in self.packs]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
                 self.pieces = self._cut()
                 self.signature = tuple(signature)
+                self.readonly = readonly
                 if len(self.pieces) > 1 and numba_threads_available():
                     fn = _load(self.source, "fused_pieces")
                     fn.compile((*signature, types.Array(types.int64, 2, "C")))
@@ -525,6 +546,8 @@ class FusedGroup:
                 self.kernel = fn
             except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
                 self.kernel = None
+            finally:
+                self.tried = True
 
     def _serial_kernel(self):
         """The kernel ``fused`` (one piece per call), compiled for this group's arguments (once)."""
@@ -546,14 +569,21 @@ class FusedGroup:
         return [(0, self.rows)]
 
     def __call__(self, *inputs):
-        if self.kernel is None and not self.tried:
+        if self.kernel is None and not self.started:
             self.calls += 1
             self.elements += int(np.prod(self.shape))
             if self.mode == "always" or self.calls > AUTO_CALLS or self.elements > AUTO_ELEMENTS:
-                self._compile()
+                self.started = True
+                readonly = [is_array and not np.asarray(x).flags.writeable
+                            for x, is_array in zip(inputs, self.input_is_array)]
+                if self.mode == "always":
+                    self._compile(readonly)
+                else:  # interpreted until the kernel is ready (the same bits): a first call does not wait
+                    compile_in_background(lambda: self._compile(readonly))
         if self.kernel is None:
             return self.interpreted(*inputs)
-        args = [np.ascontiguousarray(x, dt) for x, dt, is_array in zip(inputs, self.input_dtypes, self.input_is_array)
+        args = [_as_compiled(np.ascontiguousarray(x, dt), ro)
+                for x, dt, is_array, ro in zip(inputs, self.input_dtypes, self.input_is_array, self.readonly)
                 if is_array]
         args += [np.array([inputs[k] for k in members], dt) for dt, members in self.packs]
         outputs = [np.empty(shape, dt) for shape, dt in zip(self.output_shapes, self.output_dtypes)]

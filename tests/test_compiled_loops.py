@@ -683,3 +683,25 @@ def test_auto_mode_compiles_a_loop_of_few_heavy_iterations(monkeypatch):
     assert calls == []
     np.testing.assert_array_equal(_bits(auto(x)[0]), expected)  # compiled before it starts
     assert calls == [1]
+
+
+def test_a_read_only_state_does_not_compile_the_loop_again(monkeypatch):
+    # numba compiles a function again, at the call, for a read-only array where it was compiled for a
+    # writable one: an ODE solve's loop took 3 s more at its first compiled call with a cold cache. The loop
+    # is compiled for writable state, and read-only state (a constant, a read-only argument) is copied.
+    loops = []
+    original = compiled_loops.CompiledLoop.__call__
+    monkeypatch.setattr(compiled_loops.CompiledLoop, "__call__",
+                        lambda self, state: loops.append(self) or original(self, state))
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    def fn(x):
+        return lax.fori_loop(0, 50, lambda i, v: v * F32(0.5) + jnp.asarray(table), x)
+
+    exe = lowering.compile(import_jax(fn, table), loop_compilation="always")
+    plain = lowering.compile(import_jax(fn, table), loop_compilation="never")
+    frozen = table.copy()
+    frozen.flags.writeable = False
+    for arg in (table, frozen):
+        np.testing.assert_array_equal(exe(arg)[0], plain(arg)[0])
+    assert loops and all(len(loop._fn.signatures) == 1 for loop in loops)

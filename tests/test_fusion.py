@@ -1,5 +1,7 @@
 """Element-wise fusion (lowering.fusion): fused groups give the same bits as the ops' own kernels."""
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +10,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import fusion
+from lowering import compiled_loops, fusion
 from xla_dialect.errors import XlaError
 
 F32, F64 = np.float32, np.float64
@@ -132,7 +134,51 @@ def test_auto_mode_compiles_after_enough_calls(monkeypatch):
     runner = next(v for v in exe._fn.__globals__.values() if isinstance(v, fusion.FusedGroup))
     for call in range(4):
         np.testing.assert_array_equal(_bits(exe(x)[0]), _bits(plain(x)[0]))
-        assert (runner.kernel is not None) == (call >= 2)
+        assert runner.started == (call >= 2)
+        if call == 2:  # the kernel is compiled on a background thread; the calls meanwhile run interpreted
+            assert compiled_loops.wait_for_background_compiles(timeout=300)
+            assert runner.kernel is not None
+    # Read-only inputs (constants) get the kernel compiled for them: calls never compile it again.
+    assert len(runner.kernel.signatures) == 1
+
+
+def test_a_first_call_does_not_wait_for_numba(monkeypatch):
+    # In "auto" mode a group is compiled on a background thread: the call that asks for it runs interpreted.
+    monkeypatch.setattr(fusion, "AUTO_CALLS", 0)
+    x = _mixed(F32)
+    exe = lowering.compile(import_jax(lambda v: jnp.cos(v) * F32(3) - v, x))
+    runner = next(v for v in exe._fn.__globals__.values() if isinstance(v, fusion.FusedGroup))
+    started = threading.Event()
+    release = threading.Event()
+    compile_kernel = runner._compile
+
+    def slow_compile(readonly):
+        started.set()
+        release.wait(60)
+        compile_kernel(readonly)
+
+    monkeypatch.setattr(runner, "_compile", slow_compile)
+    plain = lowering.compile(import_jax(lambda v: jnp.cos(v) * F32(3) - v, x), fusion="never")
+    np.testing.assert_array_equal(_bits(exe(x)[0]), _bits(plain(x)[0]))  # returns while numba has not run
+    assert started.wait(60) and runner.kernel is None
+    release.set()
+    assert compiled_loops.wait_for_background_compiles(timeout=300)
+    assert runner.kernel is not None
+    np.testing.assert_array_equal(_bits(exe(x)[0]), _bits(plain(x)[0]))
+
+
+def test_a_read_only_input_does_not_compile_a_kernel_again():
+    # numba compiles a function again, at the call, for a read-only array where it was compiled for a
+    # writable one (an ODE solve's first call took 18 s with a cold cache, 14 of them such compiles).
+    x = _mixed(F32)
+    exe = lowering.compile(import_jax(lambda v, w: jnp.sin(v) * w + v, x, x), fusion="always")
+    runner = next(v for v in exe._fn.__globals__.values() if isinstance(v, fusion.FusedGroup))
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    first = exe(x, frozen)
+    for args in ((x, x), (frozen, frozen), (frozen, x)):
+        np.testing.assert_array_equal(_bits(exe(*args)[0]), _bits(first[0]))
+    assert len(runner.kernel.signatures) == 1
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
