@@ -133,6 +133,13 @@ def programs():
     yield "shard_map_over_one_axis_of_2x2", jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh2,
                                                                   in_specs=P("x"), out_specs=P(), axis_names={"x"}),
                                                     in_shardings=S(mesh2, "x", "y")), (ints(8, 8),)
+    sp = rng.standard_normal((16, 8)).astype(np.float32)  # specials on different devices (4 rows each)
+    sp[0, 0], sp[4, 1], sp[8, 2], sp[12, 2], sp[0, 3], sp[4, 3] = np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0
+    sp[1, 4], sp[5, 4], sp[2, 5], sp[6, 5], sp[10, 5] = 1e-40, -1e-40, -1e-40, 1e-40, -0.0
+    for op in ("psum", "pmax", "pmin"):
+        yield f"{op}_of_specials", sm(lambda a, op=op: getattr(jax.lax, op)(a, "b"), o=P()), (sp,)
+        yield f"{op}_of_specials_bf16", sm(lambda a, op=op: getattr(jax.lax, op)(a, "b"), o=P()), (sp.astype(jnp.bfloat16),)
+    yield "psum_f16", sm(lambda a: jax.lax.psum(a, "b"), o=P()), (sp.astype(np.float16),)
     yield "pytree_and_unused_argument", jax.jit(lambda d, unused: {"s": d["a"] * 2, "t": (d["b"].max(axis=1),)},
                                                 in_shardings=({"a": S(mesh1, "b"), "b": S(mesh1, None, "b")}, None)), \
         ({"a": v, "b": v}, np.ones(3, np.float32))
@@ -256,7 +263,8 @@ BITWISE = ["mlp_data_parallel_exact", "matmul_2x2_all_reduce", "matmul_2x2_reduc
            "gather_from_sharded", "scatter_add_into_sharded", "dynamic_slice_scalar_index", "random_normal_sharded",
            "bf16_psum", "pmean", "all_to_all_over_y", "top_k_over_sharded_axis", "cholesky_of_sharded_batch",
            "int8_matmul_2x2", "while_loop_with_sharded_max", "argsort_over_sharded_axis", "complex_psum",
-           "shard_map_nested_collectives", "shard_map_over_one_axis_of_2x2"]
+           "shard_map_nested_collectives", "shard_map_over_one_axis_of_2x2", "psum_of_specials", "pmax_of_specials",
+           "pmin_of_specials", "psum_of_specials_bf16", "pmax_of_specials_bf16", "pmin_of_specials_bf16", "psum_f16"]
 
 
 @pytest.mark.parametrize("name", BITWISE)

@@ -44,6 +44,7 @@ from xla_dialect.ops.collectives import (
     source_target_pairs_of,
 )
 
+from ..denormals import flush_bits
 from ..devices import ProcessGrid, current_device, exchange, new_collective_key
 from xla_dialect.types import element_type_from_dtype
 
@@ -138,7 +139,8 @@ It starts from the identity and folds the members in group order (sums and
 products of bf16/f8 in f32, rounded once; f16 step by step in f16); max/min
 keep the accumulator unless the next value is strictly greater/smaller, so
 NaN operands are ignored (unlike ``hlo.maximum``) and of equal zeros the first
-member's sign wins; a sum of -0.0s is +0.0.
+member's sign wins; a sum of -0.0s is +0.0. In a "flush" program max/min read f32/f64/bf16 denormals as
+zeros of their sign (:func:`_denormals_read_as_zero`), as the runtime does under DAZ.
 """
 
 
@@ -146,6 +148,20 @@ def _accumulator(ufunc, dtype: np.dtype) -> np.dtype:
     """XLA CPU's collectives add and multiply bf16 and f8 in f32 (rounded once); f16 and the rest in their type."""
     narrow = element_type_from_dtype(dtype).kind == "float" and dtype.itemsize < 4 and dtype != np.float16
     return np.dtype(np.float32) if ufunc in (np.add, np.multiply) and narrow else dtype
+
+
+def _denormals_read_as_zero(ufunc, dtype: np.dtype, ctx):
+    """How max/min collectives read their operands: in a "flush" program, f32/f64/bf16 denormals as the zero of
+    their sign, as XLA CPU's runtime computes them under DAZ (max(1e-40, -1e-40, -0.6, ...) is +0.0; bf16 through
+    f32). The select of :data:`XLA_CPU_REDUCTIONS` copies bits, so they are flushed here; sums and products flush
+    in the arithmetic itself, f16 and f8 never flush."""
+    if ufunc not in (np.maximum, np.minimum) or ctx.denormals != "flush":
+        return lambda x: x
+    if dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        return flush_bits
+    if dtype == np.dtype(ml_dtypes.bfloat16):
+        return lambda x: flush_bits(x.astype(np.float32)).astype(dtype)
+    return lambda x: x
 
 
 def _folder(op, ctx):
@@ -162,11 +178,12 @@ def _folder(op, ctx):
         identity_of, step = XLA_CPU_REDUCTIONS[ufunc]
         acc_dtype = _accumulator(ufunc, dtype)
         identity = np.asarray(identity_of(dtype), dtype).astype(acc_dtype)
+        read = _denormals_read_as_zero(ufunc, dtype, ctx)
 
         def runtime_fold(fns, arrays):
             acc = identity
             for x in arrays:
-                acc = step(acc, x if x.dtype == acc_dtype else x.astype(acc_dtype))
+                acc = step(acc, read(x if x.dtype == acc_dtype else x.astype(acc_dtype)))
             return np.asarray(acc).astype(dtype, copy=False)
 
         return runtime_fold
