@@ -156,6 +156,19 @@ def _jax_compiles(compile_it, fn):
                        f"{type(e).__name__}: {e}") from e
 
 
+def _partitioned_text(compiled) -> str:
+    """XLA's per-device program as HLO text, its large constants printed (``compile().as_text()`` elides them)."""
+    try:
+        from jax._src.lib import xla_client
+
+        (module,) = compiled.runtime_executable().hlo_modules()
+        options = xla_client.hlo.HloPrintOptions()
+        options.print_large_constants = True
+        return module.to_string(options)
+    except (AttributeError, ImportError, ValueError):  # another jaxlib: its own text, checked when imported
+        return compiled.as_text()
+
+
 _HEADER_INT = r"\b{}=(\d+)"
 
 
@@ -182,7 +195,7 @@ class ShardedExecutable:
         from .hlo import import_hlo
 
         self.compiled = compiled
-        self.hlo_text = compiled.as_text()
+        self.hlo_text = _partitioned_text(compiled)
         self.num_replicas = _header_count(self.hlo_text, "replica_count")
         self.num_partitions = _header_count(self.hlo_text, "num_partitions")
         try:

@@ -140,6 +140,25 @@ def programs():
         yield f"{op}_of_specials", sm(lambda a, op=op: getattr(jax.lax, op)(a, "b"), o=P()), (sp,)
         yield f"{op}_of_specials_bf16", sm(lambda a, op=op: getattr(jax.lax, op)(a, "b"), o=P()), (sp.astype(jnp.bfloat16),)
     yield "psum_f16", sm(lambda a: jax.lax.psum(a, "b"), o=P()), (sp.astype(np.float16),)
+    x16 = np.arange(16, dtype=np.float32) + 1
+    ring = [(j, (j + 1) % 4) for j in range(4)]
+    yield "shard_map_fori_loop", sm(lambda a: jax.lax.fori_loop(0, 3, lambda i, c: c * 2 + 1, a)), (x16,)
+    yield "shard_map_scan", sm(lambda a: jax.lax.scan(lambda c, x: (c + x, c * x), a[0], a)[1]), (x16,)
+    yield "shard_map_loop_with_psum", sm(lambda a: jax.lax.fori_loop(0, 3, lambda i, c: c + jax.lax.psum(c, "b"), a)), \
+        (x16,)
+    yield "shard_map_cond_on_axis_index", sm(lambda a: jax.lax.cond(jax.lax.axis_index("b") % 2 == 0,
+                                                                    lambda c: c * 2, lambda c: c - 1, a)), (x16,)
+    yield "shard_map_named_call", sm(lambda a: jax.named_call(lambda c: jnp.sin(c) + jax.lax.psum(c, "b"),
+                                                              name="inner")(a)), (x16,)
+    yield "shard_map_remat", sm(lambda a: jax.checkpoint(lambda c: jnp.cos(c) * jax.lax.pmax(c, "b"))(a)), (x16,)
+    yield "shard_map_while_on_psum", sm(lambda a: jax.lax.while_loop(lambda c: jax.lax.psum(c.sum(), "b") < 1000.0,
+                                                                     lambda c: c * 1.5, a)), (x16,)
+    yield "shard_map_ppermute_in_loop", sm(lambda a: jax.lax.fori_loop(0, 4, lambda i, c: jax.lax.ppermute(c, "b", ring)
+                                                                       + 1, a)), (x16,)
+    yield "grad_through_shard_map", jax.jit(jax.grad(lambda w: jax.shard_map(
+        lambda c: jax.lax.psum(jnp.sum(jnp.sin(c * w)), "b"), mesh=mesh1, in_specs=P("b"), out_specs=P())(x16))), \
+        (np.float32(0.5),)
+    yield "large_constant", by_rows(lambda a: a * np.arange(128, dtype=np.float32).reshape(16, 8)), (v,)
     yield "pytree_and_unused_argument", jax.jit(lambda d, unused: {"s": d["a"] * 2, "t": (d["b"].max(axis=1),)},
                                                 in_shardings=({"a": S(mesh1, "b"), "b": S(mesh1, None, "b")}, None)), \
         ({"a": v, "b": v}, np.ones(3, np.float32))
@@ -264,7 +283,10 @@ BITWISE = ["mlp_data_parallel_exact", "matmul_2x2_all_reduce", "matmul_2x2_reduc
            "bf16_psum", "pmean", "all_to_all_over_y", "top_k_over_sharded_axis", "cholesky_of_sharded_batch",
            "int8_matmul_2x2", "while_loop_with_sharded_max", "argsort_over_sharded_axis", "complex_psum",
            "shard_map_nested_collectives", "shard_map_over_one_axis_of_2x2", "psum_of_specials", "pmax_of_specials",
-           "pmin_of_specials", "psum_of_specials_bf16", "pmax_of_specials_bf16", "pmin_of_specials_bf16", "psum_f16"]
+           "pmin_of_specials", "psum_of_specials_bf16", "pmax_of_specials_bf16", "pmin_of_specials_bf16", "psum_f16",
+           "shard_map_fori_loop", "shard_map_scan", "shard_map_loop_with_psum", "shard_map_cond_on_axis_index",
+           "shard_map_named_call", "shard_map_remat", "shard_map_while_on_psum", "shard_map_ppermute_in_loop",
+           "grad_through_shard_map", "large_constant"]
 
 
 @pytest.mark.parametrize("name", BITWISE)
