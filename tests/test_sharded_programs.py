@@ -159,6 +159,18 @@ def programs():
         lambda c: jax.lax.psum(jnp.sum(jnp.sin(c * w)), "b"), mesh=mesh1, in_specs=P("b"), out_specs=P())(x16))), \
         (np.float32(0.5),)
     yield "large_constant", by_rows(lambda a: a * np.arange(128, dtype=np.float32).reshape(16, 8)), (v,)
+    two = Mesh(np.array(devs[:2]), ("b",))
+    yield "two_of_four_devices", jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, "b"), mesh=two, in_specs=P("b"),
+                                                       out_specs=P())), (v,)
+    three_one = Mesh(np.array([devs[3], devs[1]]), ("b",))
+    yield "devices_3_and_1", jax.jit(jax.shard_map(lambda a: jax.lax.ppermute(a, "b", [(0, 1), (1, 0)])
+                                                   + jax.lax.axis_index("b"), mesh=three_one, in_specs=P("b"),
+                                                   out_specs=P("b"))), (v,)
+    mesh_3d = Mesh(np.array(devs).reshape(2, 1, 2), ("a", "b", "c"))
+    yield "mesh_3d", jax.jit(lambda x: x.sum(axis=1), in_shardings=S(mesh_3d, ("a", "b"), "c")), (ints(8, 8),)
+    yield "pmap", jax.pmap(lambda a: jax.lax.psum(a, "i") * a + jax.lax.axis_index("i"), axis_name="i"), (v[:4],)
+    yield "partially_replicated_output", jax.jit(lambda a: a * 2, in_shardings=S(mesh2, "x"),
+                                                 out_shardings=S(mesh2, None, "y")), (v,)
     yield "pytree_and_unused_argument", jax.jit(lambda d, unused: {"s": d["a"] * 2, "t": (d["b"].max(axis=1),)},
                                                 in_shardings=({"a": S(mesh1, "b"), "b": S(mesh1, None, "b")}, None)), \
         ({"a": v, "b": v}, np.ones(3, np.float32))
@@ -286,14 +298,15 @@ BITWISE = ["mlp_data_parallel_exact", "matmul_2x2_all_reduce", "matmul_2x2_reduc
            "pmin_of_specials", "psum_of_specials_bf16", "pmax_of_specials_bf16", "pmin_of_specials_bf16", "psum_f16",
            "shard_map_fori_loop", "shard_map_scan", "shard_map_loop_with_psum", "shard_map_cond_on_axis_index",
            "shard_map_named_call", "shard_map_remat", "shard_map_while_on_psum", "shard_map_ppermute_in_loop",
-           "grad_through_shard_map", "large_constant"]
+           "grad_through_shard_map", "large_constant", "two_of_four_devices", "devices_3_and_1", "mesh_3d", "pmap",
+           "partially_replicated_output"]
 
 
 @pytest.mark.parametrize("name", BITWISE)
 def test_sharded_program_is_bitwise_jax_jit_on_4_devices(results, name):
     r = results[name]
     assert "error" not in r, r.get("error")
-    assert r["num_partitions"] == 4
+    assert r["num_partitions"] == (2 if name in ("two_of_four_devices", "devices_3_and_1") else 4)
     assert r["structure_same"]
     assert all(r["bitwise"]), r
     assert all(r["shards_bitwise"]), r  # every device holds jax.jit's bits for its shard
