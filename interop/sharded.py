@@ -23,7 +23,7 @@ import numpy as np
 
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 
-__all__ = ["ShardedExecutable", "compile_sharded"]
+__all__ = ["ShardedExecutable", "StaticArguments", "compile_sharded"]
 
 
 def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, mesh=None, trusted: bool = False,
@@ -55,8 +55,8 @@ def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, me
         fn = _jit_of_exported(fn, mesh)
     elif mesh is not None:
         raise XlaError("compile_sharded: mesh= is for an export; a function's shardings name their mesh")
-    compiled = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
-    return ShardedExecutable(compiled)
+    compiled, statics = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
+    return ShardedExecutable(compiled, statics=statics)
 
 
 def _deserialize(data: bytes, trusted: bool):
@@ -129,18 +129,62 @@ def _compiled(fn, args, kwargs, in_shardings, out_shardings):
     if isinstance(fn, jax.stages.Compiled):
         if args or kwargs:
             raise XlaError("compile_sharded: a jax.stages.Compiled has its shapes already; no example arguments")
-        return fn
+        return fn, None
     if isinstance(fn, (jax.stages.Lowered, jax.stages.Traced)):
         if args or kwargs:
             raise XlaError(f"compile_sharded: a {type(fn).__name__} has its shapes already; no example arguments")
-        return _jax_compiles(lambda: (fn if isinstance(fn, jax.stages.Lowered) else fn.lower()).compile(), fn)
+        return _jax_compiles(lambda: (fn if isinstance(fn, jax.stages.Lowered) else fn.lower()).compile(), fn), None
     if not callable(fn):
         raise XlaError(f"compile_sharded: cannot compile a {type(fn).__name__}; expected a jax.jit function, a "
                        "function with in_shardings/out_shardings, or a jax.stages.Traced, Lowered or Compiled")
     from .jax_import import jit_of_call
 
     jitted = jit_of_call(fn)
-    return _jax_compiles(lambda: jitted.lower(*args, **kwargs).compile(), fn)
+    statics = StaticArguments(jitted, args, kwargs)
+    return _jax_compiles(lambda: jitted.lower(*args, **kwargs).compile(), fn), statics
+
+
+class StaticArguments:
+    """The static arguments of a jitted function (``static_argnums`` / ``static_argnames``) and the values it was
+    compiled for: a call gives them again, as to the jitted function, and they must be the same."""
+
+    def __init__(self, jitted, args, kwargs):
+        import inspect
+
+        info = getattr(jitted, "_jit_info", None)
+        self.nums = {i + len(args) if i < 0 else i for i in (getattr(info, "static_argnums", ()) or ())}
+        self.names = set(getattr(info, "static_argnames", ()) or ())
+        self.name_of: dict[int, str] = {}  # static positions that may be given by name: one key either way
+        signature = getattr(info, "fun_signature", None)
+        if signature is not None:  # a static position may be given by its name, and a static name by position
+            params = list(signature.parameters.values())
+            positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            self.names |= {params[i].name for i in self.nums if i < len(params)
+                           and params[i].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD}
+            self.nums |= {i for i, p in enumerate(params) if p.name in self.names and p.kind in positional}
+            self.name_of = {i: params[i].name for i in self.nums
+                            if i < len(params) and params[i].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD}
+        self.values = self.split(args, kwargs)[2]
+
+    def split(self, args, kwargs):
+        """``(dynamic args, dynamic kwargs, {position or name: static value})``."""
+        statics = {self.name_of.get(i, i): a for i, a in enumerate(args) if i in self.nums}
+        statics.update({k: v for k, v in kwargs.items() if k in self.names})
+        return ([a for i, a in enumerate(args) if i not in self.nums],
+                {k: v for k, v in kwargs.items() if k not in self.names}, statics)
+
+    def dynamic(self, args, kwargs):
+        """The dynamic arguments of a call, after checking its static ones are those compiled for."""
+        args, kwargs, statics = self.split(args, kwargs)
+        if statics != self.values:
+            raise ExecutionError(f"static arguments {_statics_text(statics)} given; the program was compiled for "
+                                 f"{_statics_text(self.values)} (compile again for other static values)")
+        return tuple(args), kwargs
+
+
+def _statics_text(statics: dict) -> str:
+    return "{" + ", ".join(f"{'argument ' + str(k) if isinstance(k, int) else k}={v!r}"
+                           for k, v in statics.items()) + "}"
 
 
 def _jax_compiles(compile_it, fn):
@@ -187,7 +231,7 @@ class ShardedExecutable:
     ``exe.executable`` the multi-device executable (``num_replicas`` x ``num_partitions`` devices).
     """
 
-    def __init__(self, compiled, **compile_options):
+    def __init__(self, compiled, statics: StaticArguments | None = None, **compile_options):
         import jax
 
         import lowering
@@ -195,6 +239,7 @@ class ShardedExecutable:
         from .hlo import import_hlo
 
         self.compiled = compiled
+        self.statics = statics
         self.hlo_text = _partitioned_text(compiled)
         self.num_replicas = _header_count(self.hlo_text, "replica_count")
         self.num_partitions = _header_count(self.hlo_text, "num_partitions")
@@ -261,6 +306,8 @@ class ShardedExecutable:
     def _flat_args(self, args, kwargs) -> list[np.ndarray]:
         import jax
 
+        if self.statics is not None:
+            args, kwargs = self.statics.dynamic(args, kwargs)
         leaves, tree = jax.tree.flatten((args, kwargs))
         if tree != self.in_tree:
             raise ExecutionError(f"the sharded program takes arguments of structure {self.in_tree}, got {tree}")

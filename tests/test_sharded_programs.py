@@ -266,6 +266,18 @@ for what, call in {
 g = interop.compile_sharded(lambda a: a.max(axis=0), np.arange(32, dtype=np.float32).reshape(8, 4),
                             in_shardings=S(mesh1, "b"))
 errors["plain_function_result"] = np.asarray(g(np.arange(32, dtype=np.float32).reshape(8, 4))).tolist()
+# Static arguments: given again at the call, as to jax.jit (by position or by name), and checked.
+st = jax.jit(lambda a, n, *, k=1: jax.lax.with_sharding_constraint(a * n + k, S(mesh1, "b")), static_argnums=1,
+             static_argnames="k")  # (jax takes no keyword arguments with in_shardings)
+x8 = np.arange(16, dtype=np.float32).reshape(8, 2)
+exe = interop.compile_sharded(st, x8, 3, k=2)
+errors["static_by_position"] = same(exe(x8, 3, k=2), np.asarray(st(x8, 3, k=2)))
+errors["static_by_name"] = same(exe(x8, n=3, k=2), np.asarray(st(x8, 3, k=2)))
+try:
+    exe(x8, 4, k=2)
+    errors["static_changed"] = "no error"
+except XlaError as e:
+    errors["static_changed"] = f"{type(e).__name__}: {e}"
 out["_errors"] = errors
 
 # The README's sharded snippet, on 4 devices (test_readme.py runs it on the test process's one device).
@@ -389,6 +401,9 @@ def test_errors_name_what_was_expected(results):
     assert e["shard_map_imported_as_one_device"].startswith("UnsupportedError: sdy.manual_computation"), e
     assert "runs partitioned through interop.compile_sharded" in e["shard_map_imported_as_one_device"]
     assert e["replicas_disagree"].startswith("ExecutionError: output 0: devices 0 and 1 hold the same shard"), e
+    assert e["static_by_position"] and e["static_by_name"]
+    assert e["static_changed"] == ("ExecutionError: static arguments {n=4, k=2} given; the program was compiled for "
+                                   "{n=3, k=2} (compile again for other static values)"), e["static_changed"]
     assert e["plain_function_result"] == [28.0, 29.0, 30.0, 31.0]
 
 
