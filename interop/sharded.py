@@ -55,8 +55,8 @@ def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, me
         fn = _jit_of_exported(fn, mesh)
     elif mesh is not None:
         raise XlaError("compile_sharded: mesh= is for an export; a function's shardings name their mesh")
-    compiled, statics = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
-    return ShardedExecutable(compiled, statics=statics)
+    compiled, statics, callbacks = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
+    return ShardedExecutable(compiled, statics=statics, host_callbacks=callbacks)
 
 
 def _deserialize(data: bytes, trusted: bool):
@@ -129,11 +129,12 @@ def _compiled(fn, args, kwargs, in_shardings, out_shardings):
     if isinstance(fn, jax.stages.Compiled):
         if args or kwargs:
             raise XlaError("compile_sharded: a jax.stages.Compiled has its shapes already; no example arguments")
-        return fn, None
+        return fn, None, ()
     if isinstance(fn, (jax.stages.Lowered, jax.stages.Traced)):
         if args or kwargs:
             raise XlaError(f"compile_sharded: a {type(fn).__name__} has its shapes already; no example arguments")
-        return _jax_compiles(lambda: (fn if isinstance(fn, jax.stages.Lowered) else fn.lower()).compile(), fn), None
+        lowered = _jax_compiles(lambda: fn if isinstance(fn, jax.stages.Lowered) else fn.lower(), fn)
+        return _jax_compiles(lowered.compile, fn), None, _host_callbacks(lowered)
     if not callable(fn):
         raise XlaError(f"compile_sharded: cannot compile a {type(fn).__name__}; expected a jax.jit function, a "
                        "function with in_shardings/out_shardings, or a jax.stages.Traced, Lowered or Compiled")
@@ -141,7 +142,16 @@ def _compiled(fn, args, kwargs, in_shardings, out_shardings):
 
     jitted = jit_of_call(fn)
     statics = StaticArguments(jitted, args, kwargs)
-    return _jax_compiles(lambda: jitted.lower(*args, **kwargs).compile(), fn), statics
+    lowered = _jax_compiles(lambda: jitted.lower(*args, **kwargs), fn)
+    return _jax_compiles(lowered.compile, fn), statics, _host_callbacks(lowered)
+
+
+def _host_callbacks(lowered) -> tuple:
+    """The Python functions of the program's host callbacks (``jax.debug.print``, ...), by index."""
+    try:
+        return tuple(lowered._lowering.compile_args.get("host_callbacks") or ())
+    except AttributeError:
+        return ()
 
 
 class StaticArguments:
@@ -231,12 +241,13 @@ class ShardedExecutable:
     ``exe.executable`` the multi-device executable (``num_replicas`` x ``num_partitions`` devices).
     """
 
-    def __init__(self, compiled, statics: StaticArguments | None = None, **compile_options):
+    def __init__(self, compiled, statics: StaticArguments | None = None, host_callbacks=(), **compile_options):
         import jax
 
         import lowering
 
         from .hlo import import_hlo
+        from .jax_import import _capture_host_callbacks
 
         self.compiled = compiled
         self.statics = statics
@@ -268,6 +279,7 @@ class ShardedExecutable:
             raise UnsupportedError(f"compile_sharded: {len(self.in_shardings)} input shardings for "
                                    f"{len(self.in_avals)} arguments")
         self.module = import_hlo(self.hlo_text)
+        _capture_host_callbacks(self.module, host_callbacks)  # each device calls them, as jax.jit's devices do
         self.executable = lowering.compile(self.module, num_replicas=self.num_replicas,
                                            num_partitions=self.num_partitions, **compile_options)
         main = next(op for op in self.module.ops if getattr(op, "sym_name", None) is not None

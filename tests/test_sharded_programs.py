@@ -280,6 +280,19 @@ except XlaError as e:
     errors["static_changed"] = f"{type(e).__name__}: {e}"
 out["_errors"] = errors
 
+# Host callbacks: each device calls the Python function, as each of jax.jit's devices does.
+seen = []
+def body(a):
+    jax.debug.callback(lambda i, t: seen.append((int(i), float(t))), jax.lax.axis_index("b"), a.sum())
+    return a * 2
+cb = sm(body)
+x8 = np.arange(8, dtype=np.float32)
+cb(x8)
+jax.effects_barrier()
+theirs, seen[:] = sorted(seen), []
+cb_exe = interop.compile_sharded(cb, x8)
+out["_callbacks"] = {"ours": sorted(seen) if same(cb_exe(x8), 2 * x8) else "wrong result", "jax": theirs}
+
 # The README's sharded snippet, on 4 devices (test_readme.py runs it on the test process's one device).
 readme = open(os.path.join(os.path.dirname(interop.__file__), "..", "README.md")).read()
 (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "compile_sharded" in b]
@@ -498,3 +511,9 @@ def test_async_pairs_mesh_and_iota_groups_and_tuple_all_to_all_run_on_4_partitio
         block = g.index(d)
         assert np.array_equal(out[d][3], (np.zeros_like(xs[0]) + xs[g[0]] + xs[g[1]])[2 * block:2 * block + 2])
         assert np.array_equal(out[d][4], np.stack([xs[src][d] for src in range(4)]))
+
+
+def test_host_callbacks_run_on_every_device(results):
+    r = results["_callbacks"]
+    assert r["jax"] == [[0, 1.0], [1, 5.0], [2, 9.0], [3, 13.0]]
+    assert r["ours"] == r["jax"]
