@@ -280,6 +280,22 @@ except XlaError as e:
     errors["static_changed"] = f"{type(e).__name__}: {e}"
 out["_errors"] = errors
 
+# The order of a group is its rank order, not device order: psum over ("y", "x") of a 2x2 mesh is the group
+# {0,2,1,3}; values of different magnitudes so that the order shows.
+wide = (rng.standard_normal((16, 8)) * 1e3 ** rng.integers(0, 3, (16, 8))).astype(np.float32)
+yx = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a, ("y", "x")), mesh=mesh2, in_specs=P(("x", "y")), out_specs=P(),
+                           check_vma=False))
+yx_exe = interop.compile_sharded(yx, wide)
+parts = [s[0] for s in yx_exe.shard_inputs(wide)]
+folds = {}
+for order in ([0, 2, 1, 3], [0, 1, 2, 3]):
+    acc = np.zeros_like(parts[0])
+    for d in order:
+        acc = acc + parts[d]
+    folds["".join(map(str, order))] = same(acc, np.asarray(yx(wide)))
+out["_group_order"] = {"groups": re.findall(r"replica_groups=(\{\{[^}]*\}\})", yx_exe.hlo_text), "folds": folds,
+                       "ours": same(yx_exe(wide), np.asarray(yx(wide)))}
+
 # Host callbacks: each device calls the Python function, as each of jax.jit's devices does.
 seen = []
 def body(a):
@@ -517,3 +533,10 @@ def test_host_callbacks_run_on_every_device(results):
     r = results["_callbacks"]
     assert r["jax"] == [[0, 1.0], [1, 5.0], [2, 9.0], [3, 13.0]]
     assert r["ours"] == r["jax"]
+
+
+def test_all_reduce_adds_in_the_order_of_the_group_not_of_device_ids(results):
+    r = results["_group_order"]
+    assert r["groups"] == ["{{0,2,1,3}}"]
+    assert r["folds"] == {"0213": True, "0123": False}  # measured on jax.jit
+    assert r["ours"]
