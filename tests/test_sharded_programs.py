@@ -278,6 +278,11 @@ try:
     errors["static_changed"] = "no error"
 except XlaError as e:
     errors["static_changed"] = f"{type(e).__name__}: {e}"
+# Every form jax hands a program out in: a Traced, a Lowered, a Compiled.
+mm = jax.jit(lambda a, b: a @ b, in_shardings=(S(mesh2, "x", "y"), S(mesh2, "y", None)))
+a, b = rng.integers(-4, 5, (8, 16)).astype(np.float32), rng.integers(-4, 5, (16, 4)).astype(np.float32)
+forms = {"traced": mm.trace(a, b), "lowered": mm.lower(a, b), "compiled": mm.lower(a, b).compile()}
+errors["stages"] = {k: same(interop.compile_sharded(v)(a, b), np.asarray(mm(a, b))) for k, v in forms.items()}
 out["_errors"] = errors
 
 # The order of a group is its rank order, not device order: psum over ("y", "x") of a 2x2 mesh is the group
@@ -433,6 +438,7 @@ def test_errors_name_what_was_expected(results):
     assert e["static_by_position"] and e["static_by_name"]
     assert e["static_changed"] == ("ExecutionError: static arguments {n=4, k=2} given; the program was compiled for "
                                    "{n=3, k=2} (compile again for other static values)"), e["static_changed"]
+    assert e["stages"] == {"traced": True, "lowered": True, "compiled": True}
     assert e["plain_function_result"] == [28.0, 29.0, 30.0, 31.0]
 
 
