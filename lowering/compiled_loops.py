@@ -850,8 +850,17 @@ def wait_for_background_compiles(timeout: float | None = None) -> bool:
     return not any(t.is_alive() for t in threads)
 
 
-def _writable(array: np.ndarray) -> np.ndarray:
-    return array if array.flags.writeable else array.copy()
+def as_compiled(array: np.ndarray, readonly: bool = False) -> np.ndarray:
+    """``array`` with the read-only flag a numba function was compiled for (numba compiles a function again,
+    at the call, for a read-only array where it was compiled for a writable one): a read-only view of a
+    writable array (free), a copy of a read-only one."""
+    if array.flags.writeable == readonly:
+        if readonly:
+            array = array.view()
+            array.flags.writeable = False
+        else:
+            array = array.copy()
+    return array
 
 
 class CompiledLoop:
@@ -881,8 +890,8 @@ class CompiledLoop:
         # Float scalars go in and out as one-element arrays: numba converts a float32 scalar argument or
         # result through a double, which flushes a subnormal under the caller's flush-to-zero mode.
         # A read-only array (a constant, a view the interpreter made read-only) is copied: the loop is compiled
-        # for writable arrays, and numba would compile it again, at this call, for a read-only one.
-        args = [_writable(np.ascontiguousarray(v, dt)) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
+        # for writable arrays.
+        args = [as_compiled(np.ascontiguousarray(v, dt)) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
                 for v, dt, is_array, boxed in zip(state, self.dtypes, self._is_array, self._is_boxed)]
         while True:
             try:

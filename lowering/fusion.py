@@ -58,7 +58,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import UnsupportedError
 
-from .compiled_loops import _Ineligible, _load, _LoopWriter, compile_in_background
+from .compiled_loops import _Ineligible, _load, _LoopWriter, as_compiled, compile_in_background
 from .workers import even_bounds, numba_threads_available, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
@@ -469,18 +469,6 @@ def estimated_ns(group: Group) -> float:
     return size * (0.3 * streams + ops)
 
 
-def _as_compiled(array: np.ndarray, readonly: bool) -> np.ndarray:
-    """``array`` with the read-only flag a kernel was compiled for: a read-only view of a writable array
-    (free), a copy of a read-only one (numba would otherwise compile the kernel again, at this call)."""
-    if array.flags.writeable == readonly:
-        if readonly:
-            array = array.view()
-            array.flags.writeable = False
-        else:
-            array = array.copy()
-    return array
-
-
 class FusedGroup:
     """Runs a group: interpreted (the ops' own kernels) until the mode says compile, then its numba kernel."""
 
@@ -582,7 +570,7 @@ class FusedGroup:
                     compile_in_background(lambda: self._compile(readonly))
         if self.kernel is None:
             return self.interpreted(*inputs)
-        args = [_as_compiled(np.ascontiguousarray(x, dt), ro)
+        args = [as_compiled(np.ascontiguousarray(x, dt), ro)
                 for x, dt, is_array, ro in zip(inputs, self.input_dtypes, self.input_is_array, self.readonly)
                 if is_array]
         args += [np.array([inputs[k] for k in members], dt) for dt, members in self.packs]

@@ -694,8 +694,8 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (Identities, ConstantOnTheRight, DivideByFunction, DivideByConstant, DivideOfDivide, FoldMultiplyConstants,
-                FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ConvertPair,
+    PATTERNS = (Identities, ConstantOnTheRight, DivideByFunction, DivideByConstant, DivideOfDivide,
+                FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ConvertPair,
                 ExcessPrecisionConvert)
 
 

@@ -112,22 +112,23 @@ def minimum_float(a, b):
 
 
 @_njit
+def _denormal_as_zero(x):
+    """A float ``x`` as the CPU reads it under denormals-are-zero: a denormal is a zero of its sign (NaN is not
+    below the smallest normal, so it stays)."""
+    return np.copysign(x - x, x) if abs(x) < np.finfo(x).tiny else x
+
+
+@_njit
 def maximum_float_flush(a, b):
     """:func:`maximum_float` as the CPU computes it with denormals-are-zero (the executor's "flush" mode): a
     denormal result reads as a zero of its sign, as the max instruction returns it."""
-    r = maximum_float(a, b)
-    if abs(r) < np.finfo(r).tiny:  # (a denormal compares as 0 under DAZ; NaN is not below)
-        return np.copysign(r - r, r)
-    return r
+    return _denormal_as_zero(maximum_float(a, b))
 
 
 @_njit
 def minimum_float_flush(a, b):
     """:func:`minimum_float` with a denormal result read as a zero of its sign."""
-    r = minimum_float(a, b)
-    if abs(r) < np.finfo(r).tiny:
-        return np.copysign(r - r, r)
-    return r
+    return _denormal_as_zero(minimum_float(a, b))
 
 
 @_njit
@@ -139,7 +140,7 @@ def maximum_float_flush_denormal_constant(x, c):
     is ``-0``, a NaN ``x`` is the result."""
     if x != x:
         return x
-    flushed = np.copysign(x - x, x) if abs(x) < np.finfo(x).tiny else x
+    flushed = _denormal_as_zero(x)
     zero = np.copysign(c - c, c)
     return zero if flushed < zero else flushed
 
@@ -150,7 +151,7 @@ def minimum_float_flush_denormal_constant(x, c):
     ``min(1, -1e-45)`` is ``-0``."""
     if x != x:
         return x
-    flushed = np.copysign(x - x, x) if abs(x) < np.finfo(x).tiny else x
+    flushed = _denormal_as_zero(x)
     zero = np.copysign(c - c, c)
     return zero if zero < flushed else flushed
 
@@ -591,13 +592,12 @@ power_f64 = numba.types.ExternalFunction("pow", numba.types.float64(numba.types.
 cbrt_f32 = numba.types.ExternalFunction("cbrtf", numba.types.float32(numba.types.float32))
 cbrt_f64 = numba.types.ExternalFunction("cbrt", numba.types.float64(numba.types.float64))
 _c_log_f64 = numba.types.ExternalFunction("log", numba.types.float64(numba.types.float64))
-_TINY64 = np.finfo(np.float64).tiny
 
 
 @_njit
 def log_f64(x):
     """XLA CPU's f64 log: the C library's ``log``, a denormal ``x`` read as a zero of its sign (DAZ)."""
-    return _c_log_f64(np.copysign(x - x, x) if abs(x) < _TINY64 else x)
+    return _c_log_f64(_denormal_as_zero(x))
 
 
 # XLA's own approximations (lowering.xla_scalar).
