@@ -11,7 +11,7 @@
    imported from JAX and compiled with the default options, timed against jax.jit and against the same math
    written by hand in NumPy, in interleaved rounds (medians of 7). Goals (issue 9): geomean <= 1.5x jax.jit
    on the five "model" workloads, loops <= 3x, nothing slower than hand-written NumPy.
-   ``--markdown`` prints the table as the README shows it; ``--only TEXT`` keeps the workloads whose
+   ``--markdown`` prints the table as docs/performance.md shows it; ``--only TEXT`` keeps the workloads whose
    name contains TEXT.
 3. A 256x1024 MLP (two 1024-wide layers, ReLU, softmax) vs jax.jit on CPU.
    Goal: within 1.5x of jax.jit. Timed under the default (automatic) BLAS
@@ -20,7 +20,7 @@
    lowering/blas.py), all in the same run; also says whether the f32
    outputs of the three are bit-identical (OpenBLAS's threaded sgemm is not;
    the split is checked to be).
-Not run in CI (timings depend on the machine); the README quotes the figures.
+Not run in CI (timings depend on the machine); README.md and docs/performance.md quote the figures.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Times each program of ``benchmarks/real_programs.py`` (an ODE solve, a continued
 scan, a Newton while loop, a fori_loop of dynamic slices) with the executor's default options and with
 jax.jit, after the same warm-up, in interleaved rounds (medians of 7; ``bench_executor.bench_workloads``), and
 prints a Markdown table with the geomean and the largest ratio. Issue 28's goals: every program within 3x
-jax.jit, geomean <= 1.5x. Not run in CI (timings depend on the machine); the README quotes the figures.
+jax.jit, geomean <= 1.5x. Not run in CI (timings depend on the machine); README.md and docs/performance.md quote the figures.
 """
 
 from __future__ import annotations

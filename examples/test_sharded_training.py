@@ -22,4 +22,4 @@ def test_sharded_training_example():
     assert "1 replicas x 4 partitions" in lines[0] and "all-reduce" in lines[0], lines[0]
     assert lines[1:5] == [f"  cpu:{d}: loss (), w1 shard (16, 16), w2 shard (16, 4)" for d in range(4)], lines
     worst = float(lines[-1].split()[-1])
-    assert worst < 1e-5  # f32 dots: the executor's are not XLA CPU's bit for bit (README)
+    assert worst < 1e-5  # f32 dots: the executor's are not XLA CPU's bit for bit (docs/sharded-programs.md)

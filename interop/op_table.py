@@ -1,8 +1,8 @@
-"""The per-op status table of the README, generated from the code.
+"""The per-op status table of docs/operations.md, generated from the code.
 
 ``python -m interop.op_table`` prints one Markdown table per op family: every
 hlo op with whether it has a NumPy kernel, plus the family's builder methods.
-A test checks that the README lists every op, so the table cannot go stale.
+A test checks that docs/operations.md lists every op, so the table cannot go stale.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ NOTES = {
     "hlo.uniform_quantize": "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
     "hlo.uniform_dequantize": "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
 }
-"""Op name -> known deviation, shown in the README's status column."""
+"""Op name -> known deviation, shown in the status column of docs/operations.md."""
 
 GENERAL_NOTES = [
     "XLA CPU flushes denormals (FTZ/DAZ); `lowering.compile(..., denormals=None|'flush'|'keep')`. By default the "
@@ -126,7 +126,7 @@ def family_rows():
 
 
 def markdown() -> str:
-    """The README's op table: one row per op, grouped by family."""
+    """The op table of docs/operations.md: one row per op, grouped by family."""
     out = ["| family | op | status |", "|---|---|---|"]
     builders = []
     for family, ops, methods in family_rows():

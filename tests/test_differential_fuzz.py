@@ -8,9 +8,9 @@ the largest finite values). It is run by jax.jit and by the executor in four con
 interpreter (``fusion="never"``, ``loop_compilation="never"``), fused loops, compiled while loops, and
 both. The executor's four results must be the same bits (NaN payloads included: one executable gives
 the same bits whatever its fast paths do), and equal jax.jit's bits, NaN payloads aside (a NaN must be a
-NaN; which NaN XLA returns is not claimed, see the README's deviations).
+NaN; which NaN XLA returns is not claimed, see the deviations in docs/operations.md).
 
-Programs that meet a deviation the README documents are not generated (:func:`_documented_deviation`
+Programs that meet a deviation docs/operations.md documents are not generated (:func:`_documented_deviation`
 names each). A failure prints a self-contained reproducer: Python source that builds the inputs from
 their bits, defines the program and compares the runs.
 
@@ -206,14 +206,14 @@ def programs(draw, loops: bool | None = None):
 
 
 def _documented_deviation(program: Program) -> str | None:
-    """The README deviation ``program`` meets, if any (such programs are not generated)."""
+    """The documented deviation (docs/operations.md) ``program`` meets, if any (such programs are not generated)."""
     statements = [expression for _, expression in program.statements]
     for k, expression in enumerate(statements):
-        # README: exp(x) - x at +inf (XLA contracts exp's final multiply with the subtraction).
+        # docs/operations.md: exp(x) - x at +inf (XLA contracts exp's final multiply with the subtraction).
         if expression.startswith(("jnp.exp(", "jnp.expm1(")):
             users = [e for e in statements[k + 1:] if f"v{k} " in f"{e} " or f"v{k})" in e or f"v{k}," in e]
             if any((" - " in e or " + " in e) for e in users):
-                return "exp feeding an add or subtract (README: exp(x) - x at +inf)"
+                return "exp feeding an add or subtract (docs/operations.md: exp(x) - x at +inf)"
     return None
 
 

@@ -314,8 +314,8 @@ theirs, seen[:] = sorted(seen), []
 cb_exe = interop.compile_sharded(cb, x8)
 out["_callbacks"] = {"ours": sorted(seen) if same(cb_exe(x8), 2 * x8) else "wrong result", "jax": theirs}
 
-# The README's sharded snippet, on 4 devices (test_readme.py runs it on the test process's one device).
-readme = open(os.path.join(os.path.dirname(interop.__file__), "..", "README.md")).read()
+# The sharded guide's snippet, on 4 devices (test_docs.py runs it on the test process's one device).
+readme = open(os.path.join(os.path.dirname(interop.__file__), "..", "docs", "sharded-programs.md")).read()
 (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "compile_sharded" in b]
 ns = {"__name__": "__readme__"}
 exec(snippet, ns)
