@@ -7,7 +7,9 @@
 # jax.jit against the NumPy executor, output by output (DiffReport); import_hlo / export_hlo:
 # XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text;
 # load_program: a program file in any format the commands read (programs.FORMATS); compile_sharded: a sharded
-# JAX program as XLA partitions it, run one program per device, called like jax.jit (sharded.py).
+# JAX program as XLA partitions it, run one program per device, called like jax.jit (sharded.py);
+# random_inputs / trace: generated arguments and every intermediate value of a run (debugging/).
+from .debugging import random_inputs, trace
 from .difftest import DiffReport, difftest
 from .export import export_stablehlo
 from .hlo import export_hlo, import_hlo, run_hlo_on_xla
@@ -18,4 +20,5 @@ from .stablehlo_import import import_stablehlo
 from .xla_run import run_xla
 
 __all__ = ["DiffReport", "ShardedExecutable", "compile_sharded", "difftest", "export_hlo", "export_stablehlo",
-           "import_hlo", "import_jax", "import_stablehlo", "load_program", "run_hlo_on_xla", "run_xla"]
+           "import_hlo", "import_jax", "import_stablehlo", "load_program", "random_inputs", "run_hlo_on_xla", "run_xla",
+           "trace"]

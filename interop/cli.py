@@ -66,7 +66,7 @@ def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.nd
         if input_types:
             raise XlaError(
                 f"the program takes {len(input_types)} arguments; give them with --inputs FILE.npz "
-                "(arrays named arg0, arg1, ... or in file order)"
+                "(arrays named arg0, arg1, ... or in file order), or run on generated ones with --random-inputs"
             )
         return []
     return inputs
@@ -206,7 +206,8 @@ DEMO_TOLERANCE = 1e-5
 
 
 def xla_run_main(argv: list[str] | None = None) -> int:
-    """``xla-run FILE [--inputs inputs.npz] [--check-xla]`` or ``xla-run --demo``.
+    """``xla-run FILE [--inputs inputs.npz | --random-inputs [--seed N]] [--dump-intermediates DIR] [--check-xla]``
+    or ``xla-run --demo``.
 
     Exit status: 0 on success, 1 when ``--check-xla`` finds a difference, 2 on errors. A program with
     layout-changing bitcasts that XLA differs on (or cannot be given) gets the verdict "reference-untrusted"
@@ -217,6 +218,19 @@ def xla_run_main(argv: list[str] | None = None) -> int:
         description="Run a program on the NumPy executor.", epilog=FORMATS_HELP)
     parser.add_argument("file", nargs="?", help="program file (any format below)")
     parser.add_argument("--inputs", help=".npz file with the arguments (arg0, arg1, ...)")
+    parser.add_argument("--random-inputs", action="store_true",
+                        help="run on generated arguments of the parameter types instead of --inputs "
+                             "(interop.debugging.random_inputs; reproducible with --seed)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="--random-inputs: the seed (default 0)")
+    parser.add_argument("--special-values", action="store_true",
+                        help="--random-inputs: mix in NaN, -NaN, +-inf, +-0, denormals, largest values and "
+                             "integer extremes (about a quarter of each array)")
+    parser.add_argument("--dump-intermediates", metavar="DIR",
+                        help="write every intermediate value to DIR: FUNCTION.npz (arrays named by op, e.g. "
+                             "op12.hlo.subtract, .it3 for loop iterations) and index.json (op, source location, "
+                             "iteration, shape, dtype of each); see interop.debugging.trace")
+    parser.add_argument("--max-iterations", type=int, default=16, metavar="N",
+                        help="--dump-intermediates: values recorded per op inside loops (default 16)")
     parser.add_argument("--entry", default="main", help="entry function (default: main)")
     parser.add_argument("--check-xla", action="store_true",
                         help="also run the program on XLA's CPU backend and compare the results")
@@ -268,12 +282,27 @@ def _run(parser, args, report: dict) -> int:
             parser.error("give a program FILE or --demo")
         import lowering
 
+        if args.random_inputs and args.inputs:
+            parser.error("give --inputs or --random-inputs, not both")
         inputs = _read_npz(args.inputs)
         module = load_program(args.file, inputs, trusted=args.trusted)
         exe = lowering.compile(module, entry=args.entry)
         if args.show_source:
             print(exe.source)
+        if args.random_inputs:
+            from .debugging.random_inputs import random_inputs
+
+            inputs = random_inputs(exe, seed=args.seed, special_values=args.special_values)
+            print(f"random inputs (seed {args.seed}{', special values' if args.special_values else ''}): "
+                  + ", ".join(_describe(a) for a in inputs))
         arrays = _arguments(inputs, exe.input_types)
+        if args.dump_intermediates:
+            from .debugging.probes import trace
+
+            traced = trace(module, *arrays, max_iterations=args.max_iterations, entry=args.entry)
+            written = traced.dump(args.dump_intermediates)
+            print(f"{len(traced)} intermediate values written to {', '.join(written)}"
+                  + (f" ({traced.skipped} more inside loops past --max-iterations)" if traced.skipped else ""))
         results = exe(*arrays)
         if args.output:
             np.savez(args.output, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)

@@ -189,6 +189,7 @@ class LoweringContext(KernelContext):
                 body.append(f"{indent}{results[0]} = {cname}  # {op.name}")
             elif results:
                 body.append(f"{indent}{', '.join(results)} = {cname}  # {op.name}")
+            self._emit_probe(op, results, body, indent)
             return
         region_names = []
         for region in op.regions:
@@ -202,6 +203,27 @@ class LoweringContext(KernelContext):
             body.append(f"{indent}{results[0]} = {call}  # {op.name}")
         else:
             body.append(f"{indent}{', '.join(results)}, = {call}  # {op.name}")
+        self._emit_probe(op, results, body, indent)
+
+    probe = None
+    """A recorder of intermediate values (``compile(probe=...)``; :mod:`interop.debugging.probes`) or None."""
+
+    _PROBED_REGIONS = frozenset({"hlo.while", "hlo.conditional", "hlo.async_start"})
+    """Ops whose regions run as program code, once per iteration or branch taken: their ops are probed. The
+    regions of other ops (reduce, sort, scatter, map bodies) are applied per element or not called at all."""
+
+    def _emit_probe(self, op: Operation, results: list[str], body: list[str], indent: str) -> None:
+        """With a probe: after ``op``, hand its results to ``probe.record(op_id, *values)``, the values the
+        kernel computed (no code at all without a probe: the normal path is unchanged)."""
+        if self.probe is None or not results:
+            return
+        parent = op.parent_op()
+        while parent is not None and not isinstance(parent, func.FuncOp):
+            if parent.name not in self._PROBED_REGIONS:
+                return
+            parent = parent.parent_op()
+        pname = self._bind("probe", self.probe.record)
+        body.append(f"{indent}{pname}({self.probe.register(op)}, {', '.join(results)})")
 
     _FOLD_LIMIT = 1 << 16
     """Most elements of a result computed at lowering time (a broadcast view counts as its operand)."""
@@ -466,7 +488,7 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
             num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
             xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
             fusion: str | None = None, argument_conversion: str = "exact", max_bytes: int | str | None = None,
-            timeout: float | None = None):
+            timeout: float | None = None, probe=None):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
     With ``num_replicas * num_partitions > 1`` the result is a
@@ -521,6 +543,12 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
     ``fusion`` says when runs of element-wise ops are computed as one numba-compiled loop (same results,
     one pass over memory; see :mod:`lowering.fusion`): ``"auto"`` (None, the default) once a group has
     been called 20 times or has processed 4M elements, ``"always"`` at its first call, ``"never"``.
+
+    ``probe`` (None by default) records intermediate values: an object with ``register(op) -> int`` (called
+    once per op when lowering) and ``record(op_id, *results)`` (called after each op of a function body and
+    of while/conditional regions, every time it runs, with the values its kernel computed). With a probe,
+    fusion and loop compilation are off, so that every op runs as its own kernel. See
+    :func:`interop.debugging.trace`.
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
     from .compiled_loops import resolve_loop_compilation
@@ -566,6 +594,8 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
     ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
     ctx.loop_compilation = loop_compilation
     ctx.fusion = fusion
+    if probe is not None:  # every op as its own kernel, each loop iteration in Python: the probe sees them all
+        ctx.probe, ctx.loop_compilation, ctx.fusion = probe, "never", "never"
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
         raise ExecutionError(f"lowering.compile: timeout must be a positive number of seconds, got {timeout!r}")
     ctx.timeout = timeout

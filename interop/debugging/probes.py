@@ -1,0 +1,295 @@
+"""Probes: every intermediate value of a run, by op, with the op's mnemonic and source location.
+
+:func:`trace` compiles the program with a probe (``lowering.compile(probe=...)``): the executor then calls
+the probe after each op of the function bodies and of while/conditional regions (every iteration), with the
+values the op's own kernel computed; fusion and loop compilation are off so that every op runs on its own.
+Nothing here computes a value: a probe only copies what the kernels returned.
+
+Ops are identified by their position in the walk of the program given (:attr:`TracedValue.index`), kept
+through the executor's pipeline as an attribute, so that two runs of one program (another dtype, other
+compile options) can be matched op by op (:mod:`interop.debugging.divergence`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.ir import Operation
+
+from xla_dialect.errors import XlaError
+
+__all__ = ["OP_INDEX", "Probe", "Trace", "TracedValue", "load_program_like", "tag_ops", "trace"]
+
+OP_INDEX = "debug.op"
+"""The attribute holding an op's position in the walk of the program given to :func:`trace`."""
+
+DEFAULT_MAX_ITERATIONS = 16
+"""Values recorded per op inside loops: the first this many iterations (``max_iterations``)."""
+
+
+def location_of(op: Operation) -> str | None:
+    """``file:line`` of ``op`` as the importers keep it (JAX's ``loc``, HLO metadata), or None."""
+    loc = op.attributes.get("loc")
+    return None if loc is None else getattr(loc, "data", str(loc))
+
+
+def tag_ops(module: ModuleOp) -> tuple[ModuleOp, list[Operation]]:
+    """A copy of ``module`` whose ops carry :data:`OP_INDEX` (their position in the walk), and the ops of the
+    copy by index. ``func.func`` ops are not numbered (they compute nothing)."""
+    tagged = module.clone()
+    ops = []
+    for op in tagged.walk():
+        if isinstance(op, (ModuleOp, func.FuncOp)):
+            continue
+        op.attributes[OP_INDEX] = IntegerAttr(len(ops), i64)
+        ops.append(op)
+    return tagged, ops
+
+
+def op_index(op: Operation) -> int | None:
+    """The :data:`OP_INDEX` of ``op``, or None for an op the executor's pipeline made."""
+    attr = op.attributes.get(OP_INDEX)
+    return None if attr is None else int(attr.value.data)
+
+
+@dataclass
+class TracedValue:
+    """One value of a run: result ``result`` of op ``op`` (its mnemonic) at iteration ``iteration``."""
+
+    key: str
+    """``op12.hlo.subtract`` (``.r1`` for the second result, ``.it3`` for the fourth run inside a loop): unique
+    in a trace, the array's name in ``--dump-intermediates`` files and the key of ``against=`` mappings."""
+    index: int | None
+    """Position of the op in the walk of the program given (None: an op the executor's pipeline added)."""
+    op: str
+    """The op's mnemonic as given (``hlo.subtract``)."""
+    location: str | None
+    """``file:line`` where known."""
+    iteration: int
+    """How many times this op had run before in this call (0 outside loops)."""
+    result: int
+    value: np.ndarray
+    function: str = "main"
+    executed_op: str = ""
+    """The mnemonic of the op that computed it, when the executor's pipeline rewrote the op given
+    (``hlo_internal.fma`` for an add that XLA contracts)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The value's shape."""
+        return tuple(np.shape(self.value))
+
+    @property
+    def dtype(self) -> str:
+        """The value's dtype name."""
+        return str(np.asarray(self.value).dtype)
+
+    def as_dict(self) -> dict:
+        """Everything but the value, as JSON (the index file of ``--dump-intermediates``)."""
+        return {"key": self.key, "index": self.index, "op": self.op, "executed_op": self.executed_op or self.op,
+                "location": self.location, "iteration": self.iteration, "result": self.result,
+                "function": self.function, "shape": list(self.shape), "dtype": self.dtype}
+
+
+class Probe:
+    """The recorder handed to ``lowering.compile(probe=...)``: :meth:`register` numbers the ops when the
+    program is lowered, :meth:`record` copies their values at run time (the first ``max_iterations`` values
+    of each op inside loops; None: all)."""
+
+    def __init__(self, originals: list[Operation] | None = None, max_iterations: int | None = DEFAULT_MAX_ITERATIONS):
+        if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(max_iterations, int)
+                                           or max_iterations < 1):
+            raise XlaError(f"trace: max_iterations must be a positive int or None, got {max_iterations!r}")
+        self.max_iterations = max_iterations
+        self.originals = originals or []
+        self.sites: list[tuple] = []  # index, op, loc, function, executed op, number of its first result
+        self.values: list[TracedValue] = []
+        self.counts: dict[int, int] = {}
+        self.skipped = 0
+
+    def _index(self, op: Operation) -> tuple[int | None, int]:
+        """The index of the op given that ``op`` computes, and the number of its first result there."""
+        index = op_index(op)
+        if index is not None or not op.results or not self.originals:
+            return index, 0
+        # An op the pipeline made in place of one given (an FMA for an add): its result replaced that op's
+        # result, so a user that kept its index reads it at the operand position where the original one did.
+        r = op.results[0]
+        for use in r.uses:
+            user = op_index(use.operation)
+            if user is None or user >= len(self.originals):
+                continue
+            original = self.originals[user].operands[use.index] if use.index < len(
+                self.originals[user].operands) else None
+            owner = getattr(original, "owner", None)
+            if isinstance(owner, Operation) and original.type == r.type and op_index(owner) is not None:
+                return op_index(owner), original.index
+        return None, 0
+
+    def register(self, op: Operation) -> int:
+        """Number ``op`` (an op of the program being lowered); the number is ``record``'s first argument."""
+        index, offset = self._index(op)
+        given = self.originals[index].name if index is not None and index < len(self.originals) else op.name
+        fn = op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        self.sites.append((index, given, location_of(op) or (location_of(self.originals[index]) if index is not None
+                                                                and index < len(self.originals) else None),
+                           fn.sym_name.data if fn is not None else "main", op.name, offset))
+        return len(self.sites) - 1
+
+    def reset(self) -> None:
+        """Forget the values recorded (before a call)."""
+        self.values, self.counts, self.skipped = [], {}, 0
+
+    def record(self, site: int, *results) -> None:
+        """Copy the values of op ``site`` (called by the generated code after the op ran)."""
+        iteration = self.counts.get(site, 0)
+        self.counts[site] = iteration + 1
+        if self.max_iterations is not None and iteration >= self.max_iterations:
+            self.skipped += 1
+            return
+        index, name, loc, fn, executed, offset = self.sites[site]
+        base = f"op{index}" if index is not None else f"new{site}"
+        for r, value in enumerate(results, offset):
+            if not isinstance(value, (np.ndarray, np.generic)):
+                continue  # tokens
+            key = base + "." + name + (f".r{r}" if len(results) > 1 or offset else "") + (
+                f".it{iteration}" if iteration else "")
+            self.values.append(TracedValue(key, index, name, loc, iteration, r, np.array(value, copy=True), fn,
+                                           executed if executed != name else ""))
+
+
+@dataclass
+class Trace:
+    """The values of one run (:func:`trace`), in the order they were computed."""
+
+    values: list[TracedValue]
+    outputs: tuple
+    inputs: list
+    skipped: int = 0
+    """Values not recorded past ``max_iterations`` (inside loops)."""
+    module: ModuleOp | None = field(default=None, repr=False)
+    """The program as traced (its ops carry :data:`OP_INDEX`)."""
+
+    def __iter__(self) -> Iterator[TracedValue]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, key) -> TracedValue:
+        """By position, or by :attr:`TracedValue.key`."""
+        if isinstance(key, str):
+            for v in self.values:
+                if v.key == key:
+                    return v
+            raise KeyError(key)
+        return self.values[key]
+
+    def of(self, op: str) -> list[TracedValue]:
+        """The values of the ops with mnemonic ``op`` (``"hlo.subtract"`` or ``"subtract"``)."""
+        name = op if "." in op else "hlo." + op
+        return [v for v in self.values if v.op == name]
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """Key -> value (the arrays of ``--dump-intermediates``)."""
+        return {v.key: v.value for v in self.values}
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.values)} values" + (f" ({self.skipped} more inside loops not recorded)"
+                                                if self.skipped else "")]
+        for v in self.values:
+            a = np.asarray(v.value)
+            summary = ""
+            if a.size and (a.dtype.kind in "biuf" or a.dtype.kind == "V"):
+                try:
+                    w = a.astype(np.float64)
+                    summary = f" min {np.nanmin(w):.6g} max {np.nanmax(w):.6g}" if not np.all(np.isnan(w)) else ""
+                    nans = int(np.isnan(w).sum())
+                    summary += f" nan {nans}" if nans else ""
+                except (TypeError, ValueError):
+                    pass
+            lines.append(f"  {v.key:32s} {v.dtype}{list(a.shape)}  {v.location or '-'}{summary}")
+        return "\n".join(lines)
+
+    def dump(self, directory: str) -> list[str]:
+        """Write one ``FUNCTION.npz`` per function (arrays named by key) and ``index.json`` (every value's
+        op, location, iteration, shape and dtype, in the order computed, and the file it is in) to
+        ``directory`` (created if needed); returns the paths written."""
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise XlaError(f"--dump-intermediates {directory}: {e.strerror or e}") from None
+        by_function: dict[str, dict[str, np.ndarray]] = {}
+        index = []
+        for v in self.values:
+            by_function.setdefault(v.function, {})[v.key] = _savable(v.value)
+            index.append({**v.as_dict(), "file": f"{v.function}.npz"})
+        written = []
+        for fn, arrays in by_function.items():
+            path = os.path.join(directory, f"{fn}.npz")
+            np.savez(path, **arrays)
+            written.append(path)
+        path = os.path.join(directory, "index.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"values": index, "skipped": self.skipped}, f, indent=1)
+            f.write("\n")
+        written.append(path)
+        return written
+
+
+def _savable(a) -> np.ndarray:
+    """``a`` as np.savez keeps it: ml_dtypes arrays (bf16, f8) are written as their raw bits' dtype."""
+    a = np.asarray(a)
+    return a
+
+
+def load_program_like(program, args, what: str = "trace") -> ModuleOp:
+    """``program`` as an xDSL module: a module as is, a program file path (:func:`interop.load_program`),
+    or a JAX function / jitted function imported with ``args`` as examples (:func:`interop.import_jax`)."""
+    if isinstance(program, ModuleOp):
+        return program
+    if isinstance(program, (str, os.PathLike)):
+        from ..programs import load_program
+
+        return load_program(os.fspath(program), list(args) or None)
+    if callable(program) or hasattr(program, "lower"):
+        from ..jax_import import import_jax
+
+        return import_jax(program, *args)
+    raise XlaError(f"{what} expects an xDSL module, a program file or a JAX function, got {type(program).__name__}")
+
+
+def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, entry: str = "main",
+          **compile_options) -> Trace:
+    """Run ``program`` on ``args`` and return every intermediate value, by op, in the order computed.
+
+    ``program`` is an xDSL module, a program file or a JAX function (imported with ``args``). Each
+    :class:`TracedValue` has the op's mnemonic (``.op``), source location (``.location``, ``file:line`` from
+    JAX's locations or HLO metadata), position in the program (``.index``), iteration and value. Ops inside
+    ``while`` bodies and conditionals are recorded each time they run, the first ``max_iterations`` times
+    (None: all). ``compile_options`` go to :func:`lowering.compile` (``xla_rewrites=False``,
+    ``denormals="keep"``, ...); fusion and loop compilation are off while tracing, which does not change any
+    value. The values are those the executor's kernels computed; :attr:`Trace.outputs` are the results.
+    """
+    import lowering
+
+    module = load_program_like(program, args)
+    tagged, originals = tag_ops(module)
+    probe = Probe(originals, max_iterations)
+    for name in ("probe", "fusion", "loop_compilation"):
+        if name in compile_options:
+            raise XlaError(f"trace: {name} is set by trace itself")
+    exe = lowering.compile(tagged, entry=entry, probe=probe, **compile_options)
+    if hasattr(exe, "per_device") or not hasattr(exe, "input_types"):
+        raise XlaError("trace: programs of several devices are not traced (trace one device's program)")
+    probe.reset()
+    outputs = exe(*args)
+    return Trace(probe.values, outputs, list(args), probe.skipped, tagged)

@@ -1,0 +1,146 @@
+"""Numerics debugging (interop.debugging): generated inputs, probes, first divergence, pass bisection, reducer."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import interop
+import lowering
+from interop.cli import xla_run_main
+from interop.debugging import random_inputs, special_values_of, trace
+from xla_dialect import parse_module
+from xla_dialect.errors import XlaError
+
+MIXED = """
+builtin.module {
+  func.func @main(%0: tensor<3x4xf32>, %1: tensor<5xi8>, %2: tensor<2xbf16>, %3: tensor<i1>) -> tensor<3x4xf32> {
+    %4 = hlo.add %0, %0 : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+    func.return %4 : tensor<3x4xf32>
+  }
+}
+"""
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+# -- random inputs ----------------------------------------------------------------------------------------
+
+
+def test_random_inputs_have_the_parameter_types_and_are_reproducible():
+    module = parse_module(MIXED)
+    a = random_inputs(module, seed=7)
+    assert [(x.shape, x.dtype) for x in a] == [((3, 4), np.float32), ((5,), np.int8),
+                                               ((2,), ml_dtypes.bfloat16), ((), np.bool_)]
+    b = random_inputs(module, seed=7)
+    assert all(np.array_equal(_bits(x), _bits(y)) for x, y in zip(a, b))
+    c = random_inputs(module, seed=8)
+    assert not np.array_equal(a[0], c[0])
+    assert all(np.isfinite(a[0]).ravel()) and np.all(np.abs(a[1].astype(int)) <= 100)
+    (out,) = lowering.compile(module)(*a)  # the executor takes them as they are (argument_conversion="exact")
+    np.testing.assert_array_equal(out, a[0] + a[0])
+
+
+def test_special_values_are_mixed_in():
+    f = special_values_of(np.float32)
+    bits = set(_bits(f).tolist())
+    assert {0x7FC00000, 0xFFC00000, 0x7F800000, 0xFF800000, 0, 0x80000000, 1} <= bits  # NaN, -NaN, inf, zeros, denormal
+    assert {-128, 127, 0, -1} <= set(special_values_of(np.int8).tolist())
+    assert not np.isinf(special_values_of(ml_dtypes.float8_e4m3fn).astype(np.float64)).any()  # no infinities there
+    (x,) = random_inputs([parse_module(MIXED).body.block.first_op.function_type.inputs.data[0]], seed=1,
+                         special_values=True)
+    assert np.isnan(x).any() and np.isinf(x).any()
+    assert 2 <= np.count_nonzero(~np.isfinite(x) | (x == 0) | (np.abs(x) < 1.2e-38) | (np.abs(x) > 1e38)) <= 12
+    with pytest.raises(XlaError, match="seed must be an int"):
+        random_inputs(parse_module(MIXED), seed="x")
+    with pytest.raises(XlaError, match="no function @nope"):
+        random_inputs(parse_module(MIXED), entry="nope")
+
+
+def test_xla_run_random_inputs(tmp_path, capsys):
+    path = tmp_path / "p.mlir"
+    path.write_text(MIXED)
+    assert xla_run_main([str(path), "--random-inputs", "--seed", "3", "--output", str(tmp_path / "a.npz")]) == 0
+    assert "random inputs (seed 3)" in capsys.readouterr().out
+    expected = random_inputs(parse_module(MIXED), seed=3)[0]
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npz")["result0"], expected + expected)
+    assert xla_run_main([str(path), "--random-inputs", "--special-values", "--output", str(tmp_path / "b.npz")]) == 0
+    assert np.isnan(np.load(tmp_path / "b.npz")["result0"]).any()
+    assert xla_run_main([str(path)]) == 2
+    assert "--random-inputs" in capsys.readouterr().err
+
+
+# -- probes -------------------------------------------------------------------------------------------------
+
+
+def _loop_program(x, y):
+    a = x * 3.0
+    b = jnp.sin(a) - y  # line of the subtract
+    c = jax.lax.fori_loop(0, 5, lambda i, c: c * 1.5 + 1.0, b)
+    return jnp.sum(c)
+
+
+SUBTRACT_LINE = _loop_program.__code__.co_firstlineno + 2
+
+
+def test_trace_records_every_op_with_its_location_and_the_kernels_values():
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    y = np.full(4, 0.25, np.float32)
+    t = interop.trace(_loop_program, x, y, max_iterations=3)
+    (sub,) = t.of("subtract")
+    assert sub.op == "hlo.subtract" and sub.location.endswith(f"test_numerics_debugging.py:{SUBTRACT_LINE}")
+    (mul,) = t.of("multiply")[:1]
+    (sine,) = t.of("sine")
+    # the values the kernels computed: sine's value is the executor's sine of the multiply's value
+    sine_alone = lowering.compile(parse_module("""
+builtin.module {
+  func.func @main(%0: tensor<4xf32>) -> tensor<4xf32> {
+    %1 = hlo.sine %0 : (tensor<4xf32>) -> tensor<4xf32>
+    func.return %1 : tensor<4xf32>
+  }
+}"""))(mul.value)[0]
+    np.testing.assert_array_equal(sine.value, sine_alone)
+    np.testing.assert_array_equal(sub.value, sine.value - y)
+    # the outputs are those of a normal run, bit for bit
+    normal = lowering.compile(interop.import_jax(_loop_program, x, y))(x, y)
+    assert _bits(t.outputs[0]).tolist() == _bits(normal[0]).tolist()
+    # inside the loop: one value per iteration, the first max_iterations of them, then counted as skipped
+    body = [v for v in t if v.iteration == 2]
+    assert body and all(v.key.endswith(".it2") for v in body)
+    assert not [v for v in t if v.iteration >= 3] and t.skipped > 0
+    loop_values = [v.value for v in t if v.value.shape == (4,) and v.executed_op == "hlo_internal.fma"]
+    # (XLA contracts c * 1.5 + 1.0 to one FMA: one rounding, which float64 arithmetic gives exactly here)
+    np.testing.assert_array_equal(loop_values[1], (loop_values[0].astype(np.float64) * 1.5 + 1.0).astype(np.float32))
+    assert "hlo.subtract" in str(t) and len(t) == len(t.as_dict())
+
+
+def test_probes_cost_nothing_without_a_probe():
+    module = interop.import_jax(_loop_program, np.ones(4, np.float32), np.ones(4, np.float32))
+    assert "probe" not in lowering.compile(module).source
+    assert "probe" in lowering.compile(module, probe=interop.debugging.probes.Probe()).source
+
+
+def test_xla_run_dump_intermediates(tmp_path, capsys):
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    y = np.full(4, 0.25, np.float32)
+    exported = jax.export.export(jax.jit(_loop_program))(x, y)
+    (tmp_path / "prog.bin").write_bytes(exported.serialize())
+    np.savez(tmp_path / "in.npz", arg0=x, arg1=y)
+    out = tmp_path / "dump"
+    assert xla_run_main([str(tmp_path / "prog.bin"), "--trusted", "--inputs", str(tmp_path / "in.npz"),
+                         "--dump-intermediates", str(out), "--max-iterations", "2"]) == 0
+    assert "intermediate values written" in capsys.readouterr().out
+    index = json.loads((out / "index.json").read_text())
+    arrays = np.load(out / "main.npz")
+    (sub,) = [e for e in index["values"] if e["op"] == "hlo.subtract"]
+    assert sub["location"].endswith(f":{SUBTRACT_LINE}") and sub["shape"] == [4] and sub["file"] == "main.npz"
+    np.testing.assert_array_equal(arrays[sub["key"]], interop.trace(_loop_program, x, y).of("subtract")[0].value)
+    assert set(arrays.files) == {e["key"] for e in index["values"]} and index["skipped"] > 0
