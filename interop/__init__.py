@@ -8,8 +8,9 @@
 # XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text;
 # load_program: a program file in any format the commands read (programs.FORMATS); compile_sharded: a sharded
 # JAX program as XLA partitions it, run one program per device, called like jax.jit (sharded.py);
-# random_inputs / trace: generated arguments and every intermediate value of a run (debugging/).
-from .debugging import random_inputs, trace
+# random_inputs / trace / find_divergence: generated arguments, every intermediate value of a run, the first
+# op where two runs differ (debugging/).
+from .debugging import find_divergence, random_inputs, trace
 from .difftest import DiffReport, difftest
 from .export import export_stablehlo
 from .hlo import export_hlo, import_hlo, run_hlo_on_xla
@@ -18,7 +19,9 @@ from .programs import load_program
 from .sharded import ShardedExecutable, compile_sharded
 from .stablehlo_import import import_stablehlo
 from .xla_run import run_xla
+from passes.cost_analysis import cost_analysis  # noqa: E402  (XLA's cost analysis of a module; xla-show cost)
 
-__all__ = ["DiffReport", "ShardedExecutable", "compile_sharded", "difftest", "export_hlo", "export_stablehlo",
+__all__ = ["DiffReport", "ShardedExecutable", "compile_sharded", "cost_analysis", "difftest", "export_hlo",
+           "export_stablehlo",
            "import_hlo", "import_jax", "import_stablehlo", "load_program", "random_inputs", "run_hlo_on_xla", "run_xla",
            "trace"]
