@@ -144,3 +144,115 @@ def test_xla_run_dump_intermediates(tmp_path, capsys):
     assert sub["location"].endswith(f":{SUBTRACT_LINE}") and sub["shape"] == [4] and sub["file"] == "main.npz"
     np.testing.assert_array_equal(arrays[sub["key"]], interop.trace(_loop_program, x, y).of("subtract")[0].value)
     assert set(arrays.files) == {e["key"] for e in index["values"]} and index["skipped"] > 0
+
+
+# -- first divergence ---------------------------------------------------------------------------------------
+
+
+def _cancellation(x):
+    y = x * x
+    z = y + 1.0
+    w = z - y  # catastrophic cancellation: (x*x + 1) - x*x is 0 in f32 for large x, 1 in f64
+    return jnp.sqrt(w) * 2.0
+
+
+CANCELLATION_LINE = _cancellation.__code__.co_firstlineno + 3
+CANCELLATION_INPUT = np.array([1e4, 2.0, 3e3, 0.5, -7e3], np.float32)
+
+
+def test_find_divergence_against_f64_names_the_cancelling_subtract_and_its_line():
+    report = interop.find_divergence(_cancellation, CANCELLATION_INPUT, against="f64")
+    first = report.first
+    assert first.op == "hlo.subtract"
+    assert first.location.endswith(f"test_numerics_debugging.py:{CANCELLATION_LINE}")
+    assert first.shape == (5,) and first.mismatches == 2 and first.max_abs == 1.0
+    assert [w[0] for w in first.worst] == [(0,), (4,)] and first.worst[0][1:3] == ("0.0", "1.0")
+    text = str(report)
+    assert f"hlo.subtract at {first.location}" in text and "[0]" in text and "outputs differ" in text
+    assert sorted(k.split(".", 1)[1] for k in first.operands) == ["hlo.add", "hlo.multiply"]  # within budget
+    assert [d.op for d in report.divergences][1:] == ["hlo.sqrt", "hlo.multiply"]
+    # small inputs: no cancellation, nothing reported
+    assert not interop.find_divergence(_cancellation, np.array([0.5, 1.5], np.float32))
+
+
+def test_find_divergence_against_compile_options_names_the_rewritten_op():
+    def f(x):
+        return jnp.sin(x / 10.0)  # XLA rewrites x / 10 to x * 0.1: not the correctly rounded quotient
+
+    x = np.arange(1, 65, dtype=np.float32) * np.float32(1.37)
+    report = interop.find_divergence(f, x, against={"xla_rewrites": False}, max_ulp=0, rtol_magnitude=0)
+    assert report.first.op == "hlo.divide" and report.first.location.endswith(f":{f.__code__.co_firstlineno + 1}")
+    assert report.first.executed_op == "hlo.multiply" and report.first.max_ulp == 1
+    assert "computed as hlo.multiply" in str(report)
+
+    def g(x):
+        return (x / 10.0) * 7.0  # folded into one multiply by 0.7: the divide has no value at all
+
+    report = interop.find_divergence(g, x, against={"xla_rewrites": False}, max_ulp=0, rtol_magnitude=0)
+    assert report.first.op == "hlo.multiply" and report.absent == [f"hlo.divide at {report.first.location}"]
+    assert "(rewritten away): hlo.divide" in str(report)
+    assert not interop.find_divergence(f, x, against={"fma_contraction": False}, max_ulp=0, rtol_magnitude=0)
+    with pytest.raises(XlaError, match="unexpected keyword argument 'bogus'"):
+        interop.find_divergence(f, x, against={"bogus": 1})
+
+
+def test_find_divergence_against_xla_and_against_dumped_values(tmp_path):
+    x = np.linspace(-3, 3, 16).astype(np.float32)
+    y = np.full(16, 0.25, np.float32)
+    report = interop.find_divergence(_loop_program, x, y, against="xla", max_ulp=0, rtol_magnitude=0)
+    assert not report and report.compared >= 5 and "every value is within" in str(report)
+    # values from elsewhere: a dump of this run with one value changed stands for a device's run
+    t = interop.trace(_loop_program, x, y)
+    t.dump(tmp_path / "device")
+    values = dict(np.load(tmp_path / "device" / "main.npz"))
+    key = t.of("sine")[0].key
+    values[key] = values[key].copy()
+    values[key][3] = np.nextafter(values[key][3], np.float32(9), dtype=np.float32)
+    report = interop.find_divergence(_loop_program, x, y, against=values, max_ulp=0, rtol_magnitude=0)
+    assert report.first.key == key and report.first.op == "hlo.sine" and report.first.worst[0][0] == (3,)
+    assert not interop.find_divergence(_loop_program, x, y, against=str(tmp_path / "device"), max_ulp=0)
+    with pytest.raises(XlaError, match="no such file"):
+        interop.find_divergence(_loop_program, x, y, against=str(tmp_path / "nothing.npz"))
+
+
+def test_widened_shadow_keeps_bitcasts_and_bf16_converts_verifying():
+    def f(x):
+        bits = jax.lax.bitcast_convert_type(x, jnp.int32)
+        back = jax.lax.bitcast_convert_type(bits + 1, jnp.float32)
+        return (back.astype(jnp.bfloat16) * 3).astype(jnp.float32) + x
+
+    x = np.linspace(0.1, 2, 8).astype(np.float32)
+    report = interop.find_divergence(f, x)
+    # the bf16 rounding is where precision goes; it shows in the first f32 value computed from it (XLA computes
+    # the bf16 product in f32 and contracts it with the add), not at the bitcasts (compared as floats there)
+    assert report.first.op == "hlo.add" and report.first.executed_op == "hlo_internal.fma"
+    assert report.first.dtype == "float32" and report.first.max_rel < 0.004
+    assert any(a.startswith("hlo.multiply") for a in report.absent)
+    assert not any(d.op.startswith("hlo.bitcast") for d in report.divergences)
+
+
+def test_xla_diverge_command(tmp_path, capsys):
+    from interop.debugging.cli import diverge_main
+
+    (tmp_path / "p.mlir").write_text("""
+builtin.module {
+  func.func @main(%0: tensor<4xf32>) -> tensor<4xf32> {
+    %1 = hlo.multiply %0, %0 {loc = "model.py:3"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %c = hlo.constant <[1.0, 1.0, 1.0, 1.0] : tensor<4xf32>> : tensor<4xf32>
+    %2 = hlo.add %1, %c {loc = "model.py:4"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %3 = hlo.subtract %2, %1 {loc = "model.py:5"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    func.return %3 : tensor<4xf32>
+  }
+}""")
+    np.savez(tmp_path / "in.npz", arg0=np.array([1e4, 2.0, 3e3, 0.5], np.float32))
+    prog, inputs = str(tmp_path / "p.mlir"), str(tmp_path / "in.npz")
+    assert diverge_main([prog, "--inputs", inputs]) == 1
+    assert "hlo.subtract at model.py:5" in capsys.readouterr().out
+    assert diverge_main([prog, "--inputs", inputs, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["first"]["op"] == "hlo.subtract" and data["first"]["location"] == "model.py:5"
+    assert data["first"]["worst"][0]["element"] == [0]
+    assert diverge_main([prog, "--inputs", inputs, "--against", "fma_contraction=false"]) == 0
+    assert diverge_main([prog, "--random-inputs", "--against", "xla"]) == 0
+    assert diverge_main([prog, "--against", "nonsense"]) == 2
+    assert "--against nonsense" in capsys.readouterr().err

@@ -4,9 +4,13 @@
   request (``xla-run --random-inputs``).
 - :func:`trace`: every intermediate value of a run, by op, with its source location
   (``xla-run --dump-intermediates``).
+- :func:`find_divergence`: the first op whose value differs beyond its budget between two runs (a float64
+  shadow, other compile options, XLA CPU, values dumped elsewhere); ``xla-diverge``.
 """
 
+from .divergence import Divergence, DivergenceReport, find_divergence, widen_to_f64
 from .probes import Trace, TracedValue, trace
 from .random_inputs import random_inputs, special_values_of
 
-__all__ = ["Trace", "TracedValue", "random_inputs", "special_values_of", "trace"]
+__all__ = ["Divergence", "DivergenceReport", "Trace", "TracedValue", "find_divergence", "random_inputs",
+           "special_values_of", "trace", "widen_to_f64"]

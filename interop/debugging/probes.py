@@ -43,13 +43,20 @@ def tag_ops(module: ModuleOp) -> tuple[ModuleOp, list[Operation]]:
     """A copy of ``module`` whose ops carry :data:`OP_INDEX` (their position in the walk), and the ops of the
     copy by index. ``func.func`` ops are not numbered (they compute nothing)."""
     tagged = module.clone()
-    ops = []
-    for op in tagged.walk():
-        if isinstance(op, (ModuleOp, func.FuncOp)):
-            continue
-        op.attributes[OP_INDEX] = IntegerAttr(len(ops), i64)
-        ops.append(op)
-    return tagged, ops
+    body = [op for op in tagged.walk() if not isinstance(op, (ModuleOp, func.FuncOp))]
+    if any(OP_INDEX in op.attributes for op in body):
+        # numbered already (a copy made from a numbered program, such as the float64 shadow, whose added
+        # converts have no number): the numbers stay, so that the two runs match
+        ops: list = []
+        for op in body:
+            index = op_index(op)
+            if index is not None:
+                ops.extend([None] * (index + 1 - len(ops)))
+                ops[index] = ops[index] or op
+        return tagged, ops
+    for index, op in enumerate(body):
+        op.attributes[OP_INDEX] = IntegerAttr(index, i64)
+    return tagged, body
 
 
 def op_index(op: Operation) -> int | None:
@@ -123,7 +130,7 @@ class Probe:
         r = op.results[0]
         for use in r.uses:
             user = op_index(use.operation)
-            if user is None or user >= len(self.originals):
+            if user is None or user >= len(self.originals) or self.originals[user] is None:
                 continue
             original = self.originals[user].operands[use.index] if use.index < len(
                 self.originals[user].operands) else None
@@ -135,12 +142,12 @@ class Probe:
     def register(self, op: Operation) -> int:
         """Number ``op`` (an op of the program being lowered); the number is ``record``'s first argument."""
         index, offset = self._index(op)
-        given = self.originals[index].name if index is not None and index < len(self.originals) else op.name
+        original = self.originals[index] if index is not None and index < len(self.originals) else None
+        given = original.name if original is not None else op.name
         fn = op.parent_op()
         while fn is not None and not isinstance(fn, func.FuncOp):
             fn = fn.parent_op()
-        self.sites.append((index, given, location_of(op) or (location_of(self.originals[index]) if index is not None
-                                                                and index < len(self.originals) else None),
+        self.sites.append((index, given, location_of(op) or (location_of(original) if original is not None else None),
                            fn.sym_name.data if fn is not None else "main", op.name, offset))
         return len(self.sites) - 1
 

@@ -1,0 +1,132 @@
+"""The commands of numerics debugging: ``xla-diverge`` (and ``xla-reduce``, :mod:`.reducer`).
+
+``xla-run --random-inputs`` / ``--dump-intermediates`` and ``xla-opt --check-semantics`` are options of the
+existing commands (:mod:`interop.cli`, :mod:`interop.xla_opt`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from xla_dialect.errors import XlaError
+
+__all__ = ["add_input_arguments", "diverge_main", "parse_compile_options", "program_and_inputs"]
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """``FILE``, ``--inputs``, ``--random-inputs``, ``--seed``, ``--special-values``, ``--entry``, ``--trusted``."""
+    from ..programs import FORMATS_HELP
+
+    parser.epilog = FORMATS_HELP
+    parser.add_argument("file", help="program file (any format xla-run reads)")
+    parser.add_argument("--inputs", help=".npz file with the arguments (arg0, arg1, ...)")
+    parser.add_argument("--random-inputs", action="store_true",
+                        help="generated arguments of the parameter types (the default without --inputs)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the generated arguments")
+    parser.add_argument("--special-values", action="store_true",
+                        help="mix NaN, +-inf, +-0, denormals and integer extremes into the generated arguments")
+    parser.add_argument("--entry", default="main", help="entry function (default: main)")
+    parser.add_argument("--trusted", action="store_true",
+                        help="skip the child-process check of bytecode, artifacts and serialized exports")
+
+
+def program_and_inputs(args) -> tuple:
+    """The module and its arguments for the options of :func:`add_input_arguments`."""
+    from ..cli import _read_npz
+    from ..programs import load_program
+    from .random_inputs import random_inputs
+
+    if args.inputs and args.random_inputs:
+        raise XlaError("give --inputs or --random-inputs, not both")
+    inputs = _read_npz(args.inputs)
+    module = load_program(args.file, inputs, trusted=args.trusted)
+    if inputs is None:
+        inputs = random_inputs(module, seed=args.seed, special_values=args.special_values, entry=args.entry)
+    return module, inputs
+
+
+def parse_compile_options(text: str) -> dict:
+    """``xla_rewrites=false,denormals=keep`` as ``{"xla_rewrites": False, "denormals": "keep"}``."""
+    options = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise XlaError(f"compile option {item.strip()!r}: write NAME=VALUE (e.g. xla_rewrites=false)")
+        name, value = (x.strip() for x in item.split("=", 1))
+        lowered = value.lower()
+        if lowered in ("true", "false"):
+            options[name] = lowered == "true"
+        elif lowered == "none":
+            options[name] = None
+        else:
+            try:
+                options[name] = int(value)
+            except ValueError:
+                options[name] = value
+    return options
+
+
+def _against(text: str):
+    if text in ("f64", "xla"):
+        return text
+    if os.path.exists(text):
+        return text
+    if "=" in text:
+        return parse_compile_options(text)
+    raise XlaError(f"--against {text}: give f64, xla, compile options (xla_rewrites=false,...), an .npz file "
+                   "or a --dump-intermediates directory")
+
+
+def diverge_main(argv: list[str] | None = None) -> int:
+    """``xla-diverge PROGRAM [--inputs a.npz | --random-inputs] [--against f64|xla|OPTIONS|PATH] [--json]``:
+    the first op whose value differs beyond its budget between a run of the program and a reference run
+    (:func:`interop.debugging.find_divergence`). Exit status 0 when every value agrees, 1 when one
+    diverges, 2 on errors."""
+    parser = argparse.ArgumentParser(
+        prog="xla-diverge", description="Run a program and a reference run; name the first op whose value "
+        "leaves its error budget (ULPs or relative to the array's magnitude), with its source location.")
+    add_input_arguments(parser)
+    parser.add_argument("--against", default="f64", metavar="REFERENCE",
+                        help="f64 (a float64 shadow run; default), xla (XLA CPU's values of the entry function's "
+                             "ops), compile options of the reference run (xla_rewrites=false,fma_contraction=false), "
+                             "an .npz of intermediate values or a --dump-intermediates directory")
+    parser.add_argument("--options", default="", metavar="NAME=VALUE,...",
+                        help="compile options of the run under test (and of the reference unless --against gives "
+                             "options)")
+    parser.add_argument("--max-ulp", type=int, default=None, metavar="N", help="ULP budget (default per dtype)")
+    parser.add_argument("--rtol-magnitude", type=float, default=None, metavar="R",
+                        help="budget relative to the array's largest magnitude (default per dtype; 0: off)")
+    parser.add_argument("--max-iterations", type=int, default=16, metavar="N",
+                        help="values compared per op inside loops (default 16)")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="write the report as JSON to FILE (stdout when no FILE is given)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        from .divergence import find_divergence, report_json
+
+        module, inputs = program_and_inputs(args)
+        report = find_divergence(module, *inputs, against=_against(args.against), max_ulp=args.max_ulp,
+                                 rtol_magnitude=args.rtol_magnitude, entry=args.entry,
+                                 max_iterations=args.max_iterations, **parse_compile_options(args.options))
+        if args.json == "-":
+            print(report_json(report))
+        else:
+            print(report)
+            if args.json:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    f.write(report_json(report) + "\n")
+        return 1 if report else 0
+    except TypeError as e:  # an unknown compile option
+        print(f"xla-diverge: error: {e}", file=sys.stderr)
+        return 2
+    except (XlaError, OSError) as e:
+        print(f"xla-diverge: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(diverge_main())
