@@ -11,7 +11,7 @@ analysis behind jax's ``cost_analysis()``, rule for rule: the rules are a table 
 ``HloCostAnalysis`` on the program as written (the HLO jax's StableHLO converts to, before any
 optimization); ``.compile().cost_analysis()`` on the program XLA's CPU compiler made of it (fused, with
 constants folded, dots rewritten, loops simplified), which is not the program this IR holds. The IR is the
-program as written, so the totals here are the lowered ones. Measured (``tests/test_show.py``, 58 programs:
+program as written, so the totals here are the lowered ones. Measured (``tests/test_show.py``, 35 programs:
 elementwise and transcendental ops, CHLO functions, dots, convolutions with strides, dilations and groups,
 reductions, windows, loops, conditionals, sort, gather/scatter, dynamic slices, FFT, linear algebra, random
 numbers, gradients, remat):

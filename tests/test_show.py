@@ -177,3 +177,92 @@ def test_xla_show_cost_cli(tmp_path):
     assert data["totals"]["flops"] == 544.0 and data["ops"]
     bad = _xla_show("cost", str(tmp_path / "missing.hlo"))
     assert bad.returncode == 1 and bad.stderr.startswith("xla-show: error:") and "Traceback" not in bad.stderr
+
+
+# ----------------------------------------------------------------------------
+# Layout pictures
+# ----------------------------------------------------------------------------
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _cells(svg: str):
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(svg)  # well-formed XML
+    assert root.tag == SVG + "svg"
+    rects = list(root.iter(SVG + "rect"))
+    return root, [r for r in rects if r.get("class") == "cell"], [r for r in rects if r.get("class") == "cell pad"]
+
+
+LAYOUTS = [
+    # shape, cells drawn, padding cells drawn
+    ("f32[3,5]{1,0:T(2,2)}", 15, 9),          # the seed's 2x2 tiling of a 3x5 array
+    ("f32[4,8]{1,0:T(2,4)(2,1)}", 32, 0),     # the seed's repeated tiling
+    ("f32[3,5]{0,1:T(2,2)}", 15, 9),          # column-major tiles
+    ("f32[2,3,4]{0,2,1:T(2,2)}", 24, 0),      # panels over the leading dimension
+    ("bf16[4,6]{1,0:T(8,128)(2,1)}", 24, 1000),
+    ("f32[5]{0:T(4)}", 5, 3),
+    ("f32[]", 1, 0),
+    ("f32[6,7]", 42, 0),
+    ("s8[2,7,8,11,10]{4,3,2,1,0:T(*,*,2,*,3)}", 990, 0),  # combined dimensions (summarised)
+]
+
+
+@pytest.mark.parametrize("shape,cells,pads", LAYOUTS)
+def test_layout_picture_offsets_are_the_tiling_math(shape, cells, pads):
+    from xla_dialect.layout import draw, linear_index
+
+    svg = draw(shape)
+    _, drawn, padding = _cells(svg)
+    assert (len(drawn), len(padding)) == (cells, pads)
+    for rect in drawn:
+        index = tuple(int(v) for v in rect.get("data-index").split(",")) if rect.get("data-index") else ()
+        assert int(rect.get("data-offset")) == linear_index(shape, index)
+    offsets = [int(r.get("data-offset")) for r in drawn + padding]
+    assert len(set(offsets)) == len(offsets)  # every slot of memory at most once
+
+
+def test_layout_picture_outlines_tiles_and_shows_order():
+    from xla_dialect.layout import draw
+
+    root, drawn, _ = _cells(draw("f32[4,8]{1,0:T(2,4)(2,1)}"))
+    paths = {p.get("class"): p for p in root.iter(SVG + "path") if p.get("class")}
+    assert {"tile level1", "tile level2"} <= set(paths)
+    # level 1: one vertical and one horizontal inner edge per row/column of cells crossing a tile border
+    assert paths["tile level1"].get("d").count("v") == 4 + 1 and paths["tile level1"].get("d").count("h") == 8 + 2
+    assert [p.get("class") for p in root.iter(SVG + "polyline")] == ["order"]
+    # every first-level tile has one colour
+    fills = {}
+    for r in drawn:
+        i, j = map(int, r.get("data-index").split(","))
+        fills.setdefault((i // 2, j // 4), set()).add(r.get("fill"))
+    assert all(len(f) == 1 for f in fills.values()) and len({f.pop() for f in fills.values()}) == 4
+
+
+def test_large_shape_is_summarised():
+    from xla_dialect.layout import draw
+
+    svg = draw("bf16[8,1,1280,16384]{3,2,0,1:T(8,128)(2,1)}", max_elements=256)
+    _, drawn, _ = _cells(svg)
+    assert len(drawn) == 256 and "summarised: 8 of 1280 rows, 32 of 16384 columns, 1 of 8 panels" in svg
+    assert "167,772,160 elements" in svg
+
+
+def test_layout_picture_cli_and_errors(tmp_path):
+    out = tmp_path / "t.svg"
+    run = _xla_show("layout", "f32[3,5]{1,0:T(2,2)}", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    _, drawn, pads = _cells(out.read_text())
+    assert (len(drawn), len(pads)) == (15, 9)
+    for bad, message in (("f32[3,5]{1,0:T(2,2}", "malformed layout"), ("f33[3]", "unknown element type"),
+                         ("f32[3,5]{0}", "has rank 2")):
+        run = _xla_show("layout", bad, "-o", str(out))
+        assert run.returncode == 1 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
+    run = _xla_show("layout", "f32[3]", "-o", str(tmp_path / "t.gif"))
+    assert run.returncode == 1 and ".svg or .png" in run.stderr
+    try:
+        import cairosvg  # noqa: F401
+    except ImportError:
+        run = _xla_show("layout", "f32[3]", "-o", str(tmp_path / "t.png"))
+        assert run.returncode == 1 and "cairosvg" in run.stderr and "Traceback" not in run.stderr

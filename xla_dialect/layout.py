@@ -571,3 +571,24 @@ def from_physical(buffer, shape) -> np.ndarray:
             f"got shape {buffer.shape}"
         )
     return buffer[linear_indices(tensor).reshape(-1)].reshape(dims)
+
+
+def draw(shape, path: str | None = None, max_elements: int = 1024) -> str:
+    """A picture of ``shape``'s physical order (SVG text; see :mod:`xla_dialect.layout_drawing`): elements in
+    their logical grid labelled with their :func:`linear_index`, tiles outlined level by level, padding shaded,
+    memory order drawn; more than ``max_elements`` cells are summarised.
+
+    With ``path`` the picture is also written there: ``.svg``, or ``.png`` when the optional package
+    ``cairosvg`` is installed (an :class:`~xla_dialect.errors.UnsupportedError` says so otherwise).
+
+    >>> svg = draw("f32[3,5]{1,0:T(2,2)}")
+    >>> svg.count('class="cell"'), svg.count('class="cell pad"')
+    (15, 9)
+    """
+    from .layout_drawing import layout_svg, write_picture
+
+    svg = layout_svg(shape, max_elements=max_elements)
+    if path is not None:
+        write_picture(svg, path)
+    return svg
+
