@@ -115,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
                              "module name (repeatable)")
     parser.add_argument("--report", action="store_true", help="print pass reports and timings to stderr")
     parser.add_argument("--no-verify", action="store_true", help="do not verify after every pass")
+    parser.add_argument("--check-semantics", action="store_true",
+                        help="also run the program before and after each pass on generated inputs (special values "
+                             "included) and name the first pass that changes its results, and the op; exit status "
+                             "1 then (interop.debugging.check_semantics)")
+    parser.add_argument("--seeds", type=int, default=3, metavar="N",
+                        help="--check-semantics: input sets (seeds 0..N-1; all but the first with special values)")
     parser.add_argument("--trusted", action="store_true",
                         help="the file is one you produced yourself: skip the check of bytecode, artifacts and "
                              "serialized exports in a child process (as xla-run --trusted)")
@@ -134,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
             module = program_from_bytes(sys.stdin.buffer.read(), "<stdin>", trusted=args.trusted)
         else:
             module = load_program(args.file, trusted=args.trusted)
+        semantics = None
+        if args.check_semantics:
+            from .debugging.bisection import check_semantics
+
+            if args.seeds < 1:
+                raise XlaError(f"--seeds must be at least 1, got {args.seeds}")
+            semantics = check_semantics(module, args.passes, seeds=range(args.seeds))
+            print(f"xla-opt: --check-semantics: {semantics}".replace("\n", "\nxla-opt: "), file=sys.stderr)
         result = run(module, args.passes, verify=not args.no_verify) if args.passes.strip() else None
         text = emit(module, args.emit)
         if args.output:
@@ -146,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"xla-opt: {spec}: {seconds * 1e3:.2f} ms", file=sys.stderr)
             for spec, report in result.reports:
                 print(f"xla-opt: report of {spec}:\n{report}", file=sys.stderr)
-        return 0
+        return 1 if semantics is not None and not semantics.ok else 0
     except BrokenPipeError:  # the reader went away (`xla-opt ... | head`): not an error
         return _quiet_broken_pipe()
     except (XlaError, OSError) as e:

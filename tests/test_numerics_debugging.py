@@ -256,3 +256,108 @@ builtin.module {
     assert diverge_main([prog, "--random-inputs", "--against", "xla"]) == 0
     assert diverge_main([prog, "--against", "nonsense"]) == 2
     assert "--against nonsense" in capsys.readouterr().err
+
+
+# -- pass bisection -----------------------------------------------------------------------------------------
+
+BROKEN_PASS = '''
+from dataclasses import dataclass
+
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+
+from passes import PatternPass, register_pass
+from xla_dialect.ops.elementwise import AddOp, SubOp
+
+
+class CancelAddSubtract(RewritePattern):
+    """(a + b) - b -> a: true of real numbers, not of floats (rounding, infinities)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: SubOp, rewriter: PatternRewriter) -> None:
+        inner = op.lhs.owner
+        if isinstance(inner, AddOp) and inner.rhs == op.rhs:
+            rewriter.replace(op, [], [inner.lhs])
+
+
+@register_pass(replace=True)
+@dataclass(frozen=True)
+class CancelAddSubtractPass(PatternPass):
+    """``cancel-add-subtract``: (a + b) - b -> a (wrong for floats)."""
+
+    name = "cancel-add-subtract"
+    PATTERNS = (CancelAddSubtract,)
+'''
+
+ADD_SUBTRACT = """
+builtin.module {
+  func.func @main(%0: tensor<8xf32>, %1: tensor<8xf32>) -> tensor<8xf32> {
+    %2 = hlo.add %0, %1 {loc = "model.py:2"} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %3 = hlo.subtract %2, %1 {loc = "model.py:3"} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %4 = hlo.multiply %3, %3 {loc = "model.py:4"} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    func.return %4 : tensor<8xf32>
+  }
+}
+"""
+
+BUILTIN_PIPELINE = ("canonicalize-broadcasts,explicit-binary-broadcasts,simplify,fold-constants,cse,dce,inline-calls,"
+                    "xla-divide-by-broadcast,xla-float-rewrites,contract-fma,xla-small-loops,assign-layouts,"
+                    "lower-quantized,expand-quantized,assign-layouts{target=tpu},tile-layouts")
+
+
+@pytest.fixture
+def broken_pass(tmp_path):
+    import passes
+
+    path = tmp_path / "broken_pass.py"
+    path.write_text(BROKEN_PASS)
+    passes.load_plugin(str(path))
+    return str(path)
+
+
+def test_check_semantics_names_a_broken_users_pass_and_the_op(broken_pass):
+    import passes
+
+    report = passes.check_semantics(parse_module(ADD_SUBTRACT), "simplify,cse,cancel-add-subtract,dce")
+    assert not report.ok and report.first == "cancel-add-subtract"
+    assert (report.op, report.location) == ("hlo.subtract", "model.py:3")
+    assert [c.status for c in report.checks] == ["same", "same", "changed"]
+    assert "the first pass that changes the results: cancel-add-subtract, starting at hlo.subtract" in str(report)
+    # the rewritten value feeding the results directly is found too
+    direct = ADD_SUBTRACT.replace("func.return %4", "func.return %3")
+    report = passes.check_semantics(parse_module(direct), "cancel-add-subtract")
+    assert report.op == "hlo.subtract" and "the function's results" in report.details
+
+
+def test_no_false_alarm_on_the_builtin_passes():
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from hlo_programs import programs
+
+    chosen = ["elementwise_binary", "integers", "compare_select_clamp", "reductions", "while", "sort", "mlp"]
+    table = programs()
+    for name in chosen:
+        fn, args = table[name]
+        report = interop.debugging.check_semantics(interop.import_jax(fn, *args), BUILTIN_PIPELINE, seeds=(0, 1))
+        assert report.ok, f"{name}: {report}"
+    # NaN sign and payload do not count, a NaN against a number does
+    from interop.debugging.bisection import same_values
+
+    a = np.array([np.nan, -np.nan, 0.0, 1.0], np.float32)
+    b = np.array([-np.nan, np.float32(np.nan), -0.0, np.nan], np.float32)
+    assert same_values(a, b).tolist() == [True, True, True, False]
+    assert same_values(a, b, signed_zeros=True).tolist() == [True, True, False, False]
+
+
+def test_xla_opt_check_semantics(tmp_path, broken_pass, capsys):
+    from interop.xla_opt import main
+
+    path = tmp_path / "p.mlir"
+    path.write_text(ADD_SUBTRACT)
+    assert main([str(path), "-p", "simplify,cse,dce", "--check-semantics"]) == 0
+    assert "every pass preserves the results" in capsys.readouterr().err
+    assert main([str(path), "-p", "cse,cancel-add-subtract,dce", "--load-pass-plugin", broken_pass,
+                 "--check-semantics"]) == 1
+    out = capsys.readouterr()
+    assert "first pass that changes the results: cancel-add-subtract, starting at hlo.subtract at model.py:3" in out.err
+    assert "hlo.multiply" in out.out  # the pipeline's output is still printed

@@ -6,11 +6,14 @@
   (``xla-run --dump-intermediates``).
 - :func:`find_divergence`: the first op whose value differs beyond its budget between two runs (a float64
   shadow, other compile options, XLA CPU, values dumped elsewhere); ``xla-diverge``.
+- :func:`check_semantics`: the first pass of a pipeline that changes a program's results, and the op
+  (``xla-opt --check-semantics``, ``passes.check_semantics``).
 """
 
+from .bisection import SemanticsReport, check_semantics
 from .divergence import Divergence, DivergenceReport, find_divergence, widen_to_f64
 from .probes import Trace, TracedValue, trace
 from .random_inputs import random_inputs, special_values_of
 
-__all__ = ["Divergence", "DivergenceReport", "Trace", "TracedValue", "find_divergence", "random_inputs",
-           "special_values_of", "trace", "widen_to_f64"]
+__all__ = ["Divergence", "DivergenceReport", "SemanticsReport", "Trace", "TracedValue", "check_semantics",
+           "find_divergence", "random_inputs", "special_values_of", "trace", "widen_to_f64"]
