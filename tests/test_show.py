@@ -266,3 +266,78 @@ def test_layout_picture_cli_and_errors(tmp_path):
     except ImportError:
         run = _xla_show("layout", "f32[3]", "-o", str(tmp_path / "t.png"))
         assert run.returncode == 1 and "cairosvg" in run.stderr and "Traceback" not in run.stderr
+
+
+# ----------------------------------------------------------------------------
+# Memory reports
+# ----------------------------------------------------------------------------
+
+COPY_HLO = """HloModule m, entry_computation_layout={(f32[3,5]{0,1})->f32[3,5]{1,0}}
+
+ENTRY e {
+  p = f32[3,5]{0,1} parameter(0)
+  ROOT a = f32[3,5]{1,0} add(p, p)
+}
+"""
+
+
+def test_memory_report_sizes_copies_and_peak():
+    from interop.show.memory import memory_report
+    from xla_dialect.layout import byte_size
+    from xla_dialect.shape import parse_shape
+
+    f, args = PROGRAMS["mix"]
+    module = interop.import_jax(f, *args)
+    before = str(module)
+    cpu = memory_report(module, "cpu")
+    tpu = memory_report(module, "tpu")
+    assert str(module) == before  # the caller's module is not laid out
+    assert cpu.physical_bytes == cpu.logical_bytes and tpu.physical_bytes > tpu.logical_bytes
+    for v in tpu.values:  # physical bytes are the tiling math's
+        assert v.physical_bytes == byte_size(parse_shape(v.shape))
+    big = tpu.largest()
+    assert big[0].physical_bytes == max(v.physical_bytes for v in tpu.values)
+    assert [v.name for v in big if v.shape.startswith("f32[8,8]")] == ["%1"]
+    # peak at the dot: both arguments and its result (f32[4,8], f32[8,8], f32[4,8])
+    assert cpu.peak_bytes == 128 + 256 + 128 and "hlo.dot_general" in cpu.peak_at
+    assert tpu.peak_bytes == 2048 + 4096 + 2048
+    assert "4,096          256      16  @main %1 (argument) f32[8,8]{1,0:T(8,128)}" in tpu.text()
+
+
+def test_memory_report_copies_from_layout_assignment():
+    from interop.show.memory import memory_report
+
+    module = interop.import_hlo(COPY_HLO)
+    cpu = memory_report(module, "cpu")
+    assert len(cpu.copies) == 1 and cpu.copies[0].bytes == 60
+    assert [v.op for v in cpu.values] == ["argument", "hlo.copy", "hlo.add"]
+    tpu = memory_report(module, "tpu")
+    assert len(tpu.copies) == 1 and tpu.copies[0].to_shape == "f32[3,5]{1,0:T(4,128)}"
+    assert tpu.as_dict()["values"][0]["expansion"] == pytest.approx(4096 / 60)
+
+
+def test_memory_peak_counts_loop_bodies_and_calls():
+    from interop.show.memory import memory_report
+
+    f, args = PROGRAMS["while"]
+    report = memory_report(interop.import_jax(f, *args), "cpu")
+    # the loop's state (i, j, f32[4,8]) is live with the body's temporaries (sin, broadcast, multiply)
+    assert report.peak_bytes >= 128 * 3 and "@" in report.peak_at
+
+
+def test_xla_show_memory_cli(tmp_path):
+    path = tmp_path / "copy.hlo"
+    path.write_text(COPY_HLO)
+    run = _xla_show("memory", str(path), "--target", "tpu", "--json", str(tmp_path / "m.json"))
+    assert run.returncode == 0, run.stderr
+    assert "copies inserted by layout assignment: 1" in run.stdout
+    assert "4,096           60    68.3  @main %0 (argument) f32[3,5]{0,1:T(8,128)}" in run.stdout
+    import json
+
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["target"] == "tpu" and data["values"][0]["physical_bytes"] == 4096
+    run = _xla_show("memory", str(path), "--target", "gpu")
+    assert run.returncode == 2  # argparse: invalid choice
+    (tmp_path / "bad.hlo").write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[3 parameter(0)\n}\n")
+    run = _xla_show("memory", str(tmp_path / "bad.hlo"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr and "bad.hlo" in run.stderr
