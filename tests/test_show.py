@@ -341,3 +341,129 @@ def test_xla_show_memory_cli(tmp_path):
     (tmp_path / "bad.hlo").write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[3 parameter(0)\n}\n")
     run = _xla_show("memory", str(tmp_path / "bad.hlo"))
     assert run.returncode == 1 and "Traceback" not in run.stderr and "bad.hlo" in run.stderr
+
+
+# ----------------------------------------------------------------------------
+# The program graph page
+# ----------------------------------------------------------------------------
+
+VOID = {"meta", "input", "br", "img", "link", "hr", "col", "wbr"}
+SVG_LEAVES = {"path", "rect", "polyline", "line", "circle"}
+
+
+def _parse_html(page: str) -> dict:
+    """Tag counts of a page, checking every non-void element is closed in order (well-formed)."""
+    from html.parser import HTMLParser
+
+    class Checker(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.stack, self.counts, self.classes = [], {}, {}
+
+        def handle_starttag(self, tag, attrs):
+            self.counts[tag] = self.counts.get(tag, 0) + 1
+            for name, value in attrs:
+                if name == "class":
+                    for c in value.split():
+                        self.classes[c] = self.classes.get(c, 0) + 1
+            if tag not in VOID:
+                self.stack.append(tag)
+
+        def handle_startendtag(self, tag, attrs):
+            self.counts[tag] = self.counts.get(tag, 0) + 1
+
+        def handle_endtag(self, tag):
+            assert self.stack and self.stack[-1] == tag, (tag, self.stack[-5:])
+            self.stack.pop()
+
+    checker = Checker()
+    checker.feed(page)
+    checker.close()
+    assert not checker.stack, checker.stack
+    return {"tags": checker.counts, "classes": checker.classes}
+
+
+FUSIBLE = """
+func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %a = hlo.tanh %x : (tensor<64xf32>) -> tensor<64xf32>
+  %b = hlo.maximum %a, %x : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+  %c = hlo.negate %b : (tensor<64xf32>) -> tensor<64xf32>
+  %d = hlo.sort %c {dimension = 0 : i64} : (tensor<64xf32>) -> tensor<64xf32> {
+  ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+    %lt = hlo.compare %p, %q {comparison_direction = "LT"} : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    hlo.return %lt : tensor<i1>
+  }
+  func.return %d : tensor<64xf32>
+}
+"""
+
+
+def test_graph_page_is_self_contained_and_marks_fusion_groups():
+    from interop.show.graph import executor_view, graph_html
+    from xla_dialect import parse_module
+
+    module = parse_module(FUSIBLE)
+    view = executor_view(module)
+    assert view["same_program"] and [[op.name for op in g["ops"]] for g in view["groups"]] == [
+        ["hlo.tanh", "hlo.maximum", "hlo.negate"]]
+    page = graph_html(module, title="fusible")
+    parsed = _parse_html(page)
+    ops = sum(1 for op in module.walk() if op.name not in ("builtin.module", "func.func"))
+    assert parsed["classes"]["op"] == ops  # one row per op, nested region ops included
+    assert parsed["classes"]["region"] == 1 and parsed["tags"]["svg"] == 1
+    assert page.count(">fusion 0</span>") == 3
+    assert "src=" not in page and "<link" not in page and "http" not in page.replace(
+        "http://www.w3.org/2000/svg", "")  # nothing loaded from the network
+    assert "id='q'" in page and "addEventListener('input'" in page  # the search box and its filter
+    # maximum and negate: 64 flops each; sort: 64 * ceil(log2 64) = 384; tanh: 64 transcendentals
+    assert "flops 512, transcendentals 64" in page
+
+
+def test_graph_page_of_a_jax_program_with_loops_and_calls():
+    from interop.show.graph import graph_html
+
+    f, args = PROGRAMS["while"]
+    module = interop.import_jax(f, *args)
+    page = graph_html(module)
+    parsed = _parse_html(page)
+    assert "func @closed_call" in page and "href='#fn-closed_call'" in page  # calls link to the function
+    assert "compiled loop" in page  # the executor compiles this loop (seen in the executor's program)
+    assert parsed["classes"]["region"] >= 2  # the loop's condition and body
+    assert "test_show.py" in page  # source locations
+
+
+def test_graph_page_of_ten_thousand_ops():
+    import time
+
+    from interop.show.graph import graph_html
+    from xla_dialect import parse_module
+
+    lines = ["func.func @main(%x: tensor<16xf32>) -> tensor<16xf32> {"]
+    previous = "%x"
+    for i in range(10_000):
+        if i % 2 == 0:
+            lines.append(f"  %v{i} = hlo.tanh {previous} : (tensor<16xf32>) -> tensor<16xf32>")
+        else:
+            lines.append(f"  %v{i} = hlo.maximum {previous}, %x : (tensor<16xf32>, tensor<16xf32>) -> tensor<16xf32>")
+        previous = f"%v{i}"
+    lines.append(f"  func.return {previous} : tensor<16xf32>\n}}")
+    module = parse_module("\n".join(lines))
+    start = time.perf_counter()
+    page = graph_html(module)
+    seconds = time.perf_counter() - start
+    parsed = _parse_html(page)
+    assert parsed["classes"]["op"] == 10_001 and "svg" not in parsed["tags"]  # a table, no picture
+    assert seconds < 20, seconds
+
+
+def test_xla_show_graph_cli(tmp_path):
+    path = tmp_path / "p.mlir"
+    path.write_text(FUSIBLE)
+    out = tmp_path / "g.html"
+    run = _xla_show("graph", str(path), "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    _parse_html(out.read_text())
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @main( {")
+    run = _xla_show("graph", str(bad), "-o", str(out))
+    assert run.returncode == 1 and "Traceback" not in run.stderr and "bad.mlir" in run.stderr
