@@ -361,3 +361,83 @@ def test_xla_opt_check_semantics(tmp_path, broken_pass, capsys):
     out = capsys.readouterr()
     assert "first pass that changes the results: cancel-add-subtract, starting at hlo.subtract at model.py:3" in out.err
     assert "hlo.multiply" in out.out  # the pipeline's output is still printed
+
+
+# -- reducer ------------------------------------------------------------------------------------------------
+
+
+def chain_program(n: int, culprit: str, at: int, seed: int = 0) -> str:
+    """A chain of ``n`` element-wise ops over two f32[16] parameters with ``culprit`` at position ``at``: a custom
+    call nobody implements ("custom_call") or ``(x + b) - b`` ("add_subtract")."""
+    rng = np.random.default_rng(seed)
+    t = "tensor<16xf32>"
+    lines = ["builtin.module {", f"  func.func @main(%a: {t}, %b: {t}) -> ({t}, {t}) {{"]
+    values, k = ["%a", "%b"], 0
+    for i in range(n):
+        x = values[-1]
+        if i == at and culprit == "custom_call":
+            lines.append(f'    %v{k} = hlo.custom_call "no_such_target"({x}) {{loc = "model.py:{i}"}} : ({t}) -> {t}')
+        elif i == at:
+            lines.append(f'    %v{k} = hlo.add {x}, %b {{loc = "model.py:{i}"}} : ({t}, {t}) -> {t}')
+            k += 1
+            lines.append(f'    %v{k} = hlo.subtract %v{k - 1}, %b {{loc = "model.py:{i}"}} : ({t}, {t}) -> {t}')
+        else:
+            op = rng.choice(["add", "multiply", "maximum", "sine", "tanh", "negate", "subtract"])
+            y = ["%a", "%b"][int(rng.integers(0, 2))]
+            operands = x if op in ("sine", "tanh", "negate") else f"{x}, {y}"
+            types = t if op in ("sine", "tanh", "negate") else f"{t}, {t}"
+            lines.append(f'    %v{k} = hlo.{op} {operands} {{loc = "model.py:{i}"}} : ({types}) -> {t}')
+        values.append(f"%v{k}")
+        k += 1
+    lines += [f"    func.return {values[-1]}, {values[-3]} : {t}, {t}", "  }", "}"]
+    return "\n".join(lines)
+
+
+def _run_pytest_file(path):
+    """The reproducing test of a pytest file written by xla-reduce, run here: the exception it fails with."""
+    namespace = {}
+    exec(compile(open(path).read(), str(path), "exec"), namespace)
+    try:
+        namespace["test_reduced_program"]()
+    except Exception as e:  # noqa: BLE001
+        return e
+    return None
+
+
+def test_xla_reduce_shrinks_a_100_op_crash_to_the_op(tmp_path, capsys):
+    from interop.debugging.cli import reduce_main
+    from interop.debugging.reducer import count_ops
+
+    source = tmp_path / "big.mlir"
+    source.write_text(chain_program(100, "custom_call", at=50))
+    assert count_ops(parse_module(source.read_text())) == 100
+    assert reduce_main([str(source), "--crash", "-o", str(tmp_path / "small.mlir")]) == 0
+    assert "reduced 100 ops to 1" in capsys.readouterr().out
+    small = parse_module((tmp_path / "small.mlir").read_text())
+    assert [op.name for op in small.walk()][2:] == ["hlo.custom_call", "func.return"]
+    error = _run_pytest_file(tmp_path / "test_small.py")
+    assert "no_such_target" in str(error) or "custom_call" in str(error)
+
+
+def test_xla_reduce_pass_changes_and_command(tmp_path, broken_pass, capsys):
+    import sys
+
+    from interop.debugging.cli import reduce_main
+
+    source = tmp_path / "big.mlir"
+    source.write_text(chain_program(100, "add_subtract", at=99))
+    assert reduce_main([str(source), "--pass-changes", "simplify,cancel-add-subtract,dce", "--load-pass-plugin",
+                        broken_pass, "-o", str(tmp_path / "as.mlir")]) == 0
+    small = parse_module((tmp_path / "as.mlir").read_text())
+    assert [op.name for op in small.walk()][2:] == ["hlo.add", "hlo.subtract", "func.return"]
+    assert "cancel-add-subtract" in str(_run_pytest_file(tmp_path / "test_as.py"))
+    # any command: interesting while the program has a tanh followed somewhere by a sine
+    check = (f"{sys.executable} -S -c \"import sys, re; t = open(sys.argv[1]).read(); "
+             "sys.exit(0 if re.search('tanh(.|\\\\n)*sine', t) else 1)\"")
+    assert reduce_main([str(source), "--test", check, "-o", str(tmp_path / "cmd.mlir")]) == 0
+    small = parse_module((tmp_path / "cmd.mlir").read_text())
+    assert [op.name for op in small.walk()][2:] == ["hlo.tanh", "hlo.sine", "func.return"]
+    capsys.readouterr()
+    # a program without the problem: an error, not a reduction
+    assert reduce_main([str(tmp_path / "cmd.mlir"), "--crash", "-o", str(tmp_path / "x.mlir")]) == 2
+    assert "not interesting to begin with" in capsys.readouterr().err

@@ -8,12 +8,16 @@
   shadow, other compile options, XLA CPU, values dumped elsewhere); ``xla-diverge``.
 - :func:`check_semantics`: the first pass of a pipeline that changes a program's results, and the op
   (``xla-opt --check-semantics``, ``passes.check_semantics``).
+- :func:`reduce_program`: the smallest program a test still finds interesting (a crash, a mismatch with XLA,
+  a pass that changes results, any command); ``xla-reduce``.
 """
 
 from .bisection import SemanticsReport, check_semantics
 from .divergence import Divergence, DivergenceReport, find_divergence, widen_to_f64
 from .probes import Trace, TracedValue, trace
 from .random_inputs import random_inputs, special_values_of
+from .reducer import ReduceResult, reduce_program
 
-__all__ = ["Divergence", "DivergenceReport", "SemanticsReport", "Trace", "TracedValue", "check_semantics",
-           "find_divergence", "random_inputs", "special_values_of", "trace", "widen_to_f64"]
+__all__ = ["Divergence", "DivergenceReport", "ReduceResult", "SemanticsReport", "Trace", "TracedValue",
+           "check_semantics", "find_divergence", "random_inputs", "reduce_program", "special_values_of", "trace",
+           "widen_to_f64"]

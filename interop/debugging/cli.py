@@ -1,4 +1,4 @@
-"""The commands of numerics debugging: ``xla-diverge`` (and ``xla-reduce``, :mod:`.reducer`).
+"""The commands of numerics debugging: ``xla-diverge`` and ``xla-reduce``.
 
 ``xla-run --random-inputs`` / ``--dump-intermediates`` and ``xla-opt --check-semantics`` are options of the
 existing commands (:mod:`interop.cli`, :mod:`interop.xla_opt`).
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from xla_dialect.errors import XlaError
 
-__all__ = ["add_input_arguments", "diverge_main", "parse_compile_options", "program_and_inputs"]
+__all__ = ["add_input_arguments", "diverge_main", "parse_compile_options", "program_and_inputs", "reduce_main"]
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +126,76 @@ def diverge_main(argv: list[str] | None = None) -> int:
         return 2
     except (XlaError, OSError) as e:
         print(f"xla-diverge: error: {e}", file=sys.stderr)
+        return 2
+
+
+def reduce_main(argv: list[str] | None = None) -> int:
+    """``xla-reduce PROGRAM (--test CMD | --crash | --mismatch-vs-jax | --pass-changes PIPELINE) -o OUT``: shrink
+    the program while it stays interesting (:func:`interop.debugging.reducer.reduce_program`); write the
+    smallest as hlo MLIR to OUT and a pytest file reproducing it. Exit status 0 when written, 2 on errors
+    (the program not interesting to begin with included)."""
+    parser = argparse.ArgumentParser(
+        prog="xla-reduce", description="Shrink a program (delta debugging over results, ops, operands, regions and "
+        "constants; every candidate verifies) while a test says it is interesting; write the smallest and a pytest "
+        "file reproducing it.")
+    from ..programs import FORMATS_HELP
+
+    parser.epilog = FORMATS_HELP
+    parser.add_argument("file", help="program file (any format xla-run reads)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--test", metavar="CMD", help="interesting when `CMD candidate.mlir` exits 0")
+    what.add_argument("--crash", action="store_true",
+                      help="interesting when compiling or running on generated inputs raises the original's error "
+                           "(same class, same op named)")
+    what.add_argument("--mismatch-vs-jax", action="store_true",
+                      help="interesting when the executor's results differ from XLA CPU's (difftest budgets)")
+    what.add_argument("--pass-changes", metavar="PIPELINE",
+                      help="interesting when the same pass of PIPELINE changes the results (check_semantics)")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.mlir", help="where to write the smallest program")
+    parser.add_argument("--pytest", metavar="FILE.py",
+                        help="where to write the reproducing test (default: test_<OUT stem>.py next to OUT)")
+    parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="FILE.py|MODULE",
+                        help="load passes (for --pass-changes)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the generated inputs")
+    parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                        help="stop after S seconds with the smallest program so far")
+    parser.add_argument("--entry", default="main", help="entry function (default: main)")
+    parser.add_argument("--trusted", action="store_true",
+                        help="skip the child-process check of bytecode, artifacts and serialized exports")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print the op count at each step")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        import passes
+
+        from ..programs import load_program
+        from . import reducer
+
+        for plugin in args.load_pass_plugin:
+            passes.load_plugin(plugin)
+        module = load_program(args.file, trusted=args.trusted)
+        if args.test:
+            test = reducer.command_test(args.test)
+        elif args.crash:
+            test = reducer.crash_test(args.entry, args.seed)
+        elif args.mismatch_vs_jax:
+            test = reducer.mismatch_vs_jax_test(args.entry, args.seed)
+        else:
+            passes.parse_pipeline(args.pass_changes)  # (a bad pipeline is an error, not an uninteresting program)
+            test = reducer.pass_changes_test(args.pass_changes, args.entry)
+        result = reducer.reduce_program(module, test, entry=args.entry, max_seconds=args.max_seconds,
+                                        verbose=args.verbose)
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(str(result.module) + "\n")
+        stem = os.path.splitext(os.path.basename(args.output))[0]
+        test_path = args.pytest or os.path.join(os.path.dirname(os.path.abspath(args.output)),
+                                                f"test_{re.sub(r'[^0-9A-Za-z_]', '_', stem)}.py")
+        reducer.write_pytest(test_path, result.module, test, args.file, args.entry, args.seed,
+                             plugins=args.load_pass_plugin)
+        print(f"{result}; wrote {args.output} and {test_path}")
+        return 0
+    except (XlaError, OSError) as e:
+        print(f"xla-reduce: error: {e}", file=sys.stderr)
         return 2
 
 
