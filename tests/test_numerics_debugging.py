@@ -116,7 +116,10 @@ builtin.module {
     body = [v for v in t if v.iteration == 2]
     assert body and all(v.key.endswith(".it2") for v in body)
     assert not [v for v in t if v.iteration >= 3] and t.skipped > 0
-    loop_values = [v.value for v in t if v.value.shape == (4,) and v.executed_op == "hlo_internal.fma"]
+    fmas = [v for v in t if v.executed_op == "hlo_internal.fma"]
+    # the FMA stands for the add of the loop body (a call jax makes, inlined by the executor), line and all
+    assert fmas and all(v.op == "hlo.add" and v.location.endswith(f":{SUBTRACT_LINE + 1}") for v in fmas)
+    loop_values = [v.value for v in fmas]
     # (XLA contracts c * 1.5 + 1.0 to one FMA: one rounding, which float64 arithmetic gives exactly here)
     np.testing.assert_array_equal(loop_values[1], (loop_values[0].astype(np.float64) * 1.5 + 1.0).astype(np.float32))
     assert "hlo.subtract" in str(t) and len(t) == len(t.as_dict())

@@ -65,6 +65,27 @@ def op_index(op: Operation) -> int | None:
     return None if attr is None else int(attr.value.data)
 
 
+def _through_calls(op: Operation, result: int) -> tuple[int | None, int]:
+    """``(index, result)`` of the op computing result ``result`` of ``op``: for an ``hlo.call`` (inlined by the
+    executor), the op of the callee that computes the value it returns there."""
+    for _ in range(64):  # (calls nest; recursion is not allowed in XLA programs)
+        if op.name != "hlo.call":
+            break
+        module = op
+        while module.parent_op() is not None:
+            module = module.parent_op()
+        name = op.callee.string_value()
+        callee = next((f for f in module.walk() if isinstance(f, func.FuncOp) and f.sym_name.data == name), None)
+        if callee is None:
+            break
+        value = callee.body.block.last_op.operands[result]
+        owner = value.owner
+        if not isinstance(owner, Operation) or op_index(owner) is None:
+            break
+        op, result = owner, value.index
+    return op_index(op), result
+
+
 @dataclass
 class TracedValue:
     """One value of a run: result ``result`` of op ``op`` (its mnemonic) at iteration ``iteration``."""
@@ -136,7 +157,7 @@ class Probe:
                 self.originals[user].operands) else None
             owner = getattr(original, "owner", None)
             if isinstance(owner, Operation) and original.type == r.type and op_index(owner) is not None:
-                return op_index(owner), original.index
+                return _through_calls(owner, original.index)
         return None, 0
 
     def register(self, op: Operation) -> int:
