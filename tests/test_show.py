@@ -62,6 +62,33 @@ PROGRAMS = {
     "pad_concat": (lambda a: jnp.concatenate([jnp.pad(a, 1), jnp.zeros((6, 10), F32)]), (X,)),
     "integers": (lambda a: (a.astype(jnp.int32) << 2) % 3, (X,)),
     "remat_grad": (jax.grad(jax.checkpoint(lambda a: jnp.sin(jnp.sin(a)).sum())), (X,)),
+    "complex": (lambda a: (a * a + jnp.exp(a)).real + jnp.abs(a), ((X + 1j * X).astype(np.complex64),)),
+    "popcount_clz": (lambda a: jax.lax.population_count(a) + jax.lax.clz(a), (np.arange(32, dtype=np.int32),)),
+    "isfinite_bitcast": (lambda a: jnp.isfinite(a) & (jax.lax.bitcast_convert_type(a, jnp.int32) > 0), (X,)),
+    "reverse_clamp": (lambda a: jax.lax.clamp(F32(0.2), a[::-1, ::-1], F32(0.8)), (X,)),
+    "reduce_precision": (lambda a: jax.lax.reduce_precision(a, 5, 10), (X,)),
+    "argsort": (lambda a: jnp.argsort(a, axis=1), (X,)),
+    "top_k": (lambda a: jax.lax.top_k(a, 3), (X,)),
+    "conv3d": (lambda a, k: jax.lax.conv(a, k, (1, 1, 1), "SAME"),
+               (np.ones((1, 2, 5, 5, 5), F32), np.ones((3, 2, 3, 3, 3), F32))),
+    "conv_transpose": (lambda a, k: jax.lax.conv_transpose(a, k, (2, 2), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW")),
+                       (np.ones((1, 2, 5, 5), F32), np.ones((3, 2, 3, 3), F32))),
+    "conv_kernel_grad": (jax.grad(lambda k, a: jax.lax.conv_general_dilated(a, k, (1, 1), "SAME", feature_group_count=2).sum()),
+                         (np.ones((4, 1, 3, 3), F32), np.ones((2, 2, 6, 6), F32))),
+    "solve": (lambda a, b: jnp.linalg.solve(a, b), (np.eye(4, dtype=F32) * 2, np.ones((4, 2), F32))),
+    "qr": (lambda a: jnp.linalg.qr(a)[1], (np.eye(4, dtype=F32) * 2 + 0.1,)),
+    "eigh": (lambda a: jnp.linalg.eigh(a)[0], (np.eye(4, dtype=F32) * 2,)),
+    "loop_of_cond": (lambda a: jax.lax.fori_loop(0, 3, lambda i, c: jax.lax.cond(i % 2 == 0, lambda: jnp.exp(c),
+                                                                                 lambda: c * 2), a), (X,)),
+    "scan_three_carries": (lambda a: jax.lax.scan(lambda c, r: ((c[0] + r, c[1] * 2, jnp.tanh(c[2])), r.sum()),
+                                                  (a[0], a[1], a[2]), a), (X,)),
+    "layernorm": (lambda a: (a - a.mean(-1, keepdims=True)) / jnp.sqrt(a.var(-1, keepdims=True) + 1e-5), (X,)),
+    "attention": (lambda q, k, v: jax.nn.softmax(q @ k.T / 8.0) @ v, (X, X, X)),
+    "logsumexp_gelu": (lambda a: jax.nn.logsumexp(a, 1) + jax.nn.gelu(a).sum(1), (X,)),
+    "max_pool_same": (lambda a: jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 2), (1, 2), "SAME"), (X,)),
+    "pad_interior": (lambda a: jax.lax.pad(a, F32(0.0), ((1, 1, 1), (0, 0, 0))), (X,)),
+    "select_n": (lambda i, a: jax.lax.select_n(i, a, a * 2, a * 3), (np.zeros((4, 8), np.int32), X)),
+    "random_uniform": (lambda a: jax.random.uniform(jax.random.key(1), (4, 8)) * a, (X,)),
 }
 """Programs whose cost XLA's analysis and ours must agree on."""
 
@@ -74,13 +101,26 @@ def lowered():
     return {name: jax.jit(f).lower(*args) for name, (f, args) in PROGRAMS.items()}
 
 
+HLO_DIFFERS = {
+    # XLA's analysis counts nothing for its topk opcode (HandleTopK is a TODO); the HLO importer reads topk as
+    # its expansion (a stable sort and slices), which is counted as a sort: n * ceil(log2 n) flops.
+    "top_k": {"flops": (0.0, 160.0), "bytes accessed": (240.0, 864.0)},
+}
+"""Where the IR of jax's own HLO text holds a different computation than XLA's instruction: (XLA, ours)."""
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_cost_equals_xla_on_the_same_program(name, lowered):
     """jax's lowered HLO read into the IR: flops, transcendentals and bytes accessed equal jax's own analysis."""
     low = lowered[name]
     xla = low.cost_analysis()
     ours = cost_analysis(interop.import_hlo(low.as_text(dialect="hlo"))).as_dict()
-    assert {k: ours.get(k, 0.0) for k in KEYS} == {k: float(xla.get(k, 0.0)) for k in KEYS}
+    for key in KEYS:
+        expected = HLO_DIFFERS.get(name, {}).get(key)
+        if expected is None:
+            assert ours.get(key, 0.0) == xla.get(key, 0.0), key
+        else:
+            assert (xla.get(key, 0.0), ours.get(key, 0.0)) == expected, key
 
 
 IMPORT_JAX_DIFFERS = {
@@ -93,6 +133,14 @@ IMPORT_JAX_DIFFERS = {
     "random_normal": {"flops": (4622.0, 4656.0)},
     # jit folds 1/32 into a constant; the exported program divides (one flop).
     "mlp_grad": {"flops": (1216.0, 1217.0)},
+    # jit's lowering expands complex exp and multiply into real ops; the exported program keeps them (one op per
+    # element each).
+    "complex": {"flops": (640.0, 160.0), "transcendentals": (128.0, 32.0)},
+    "random_uniform": {"flops": (1390.0, 1424.0)},  # threefry again
+    # LAPACK custom calls in jit's program (XLA: -1 flops each) and different expansions around them.
+    "qr": {"flops": (47.0, 46.0)},
+    "eigh": {"flops": (36.0, 52.0)},
+    "top_k": {"flops": (0.0, 160.0)},  # as in HLO_DIFFERS
 }
 """Where :func:`interop.import_jax` gives a different program than ``jax.jit(f).lower``: (XLA, ours)."""
 
