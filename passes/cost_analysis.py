@@ -20,6 +20,9 @@ gather/scatter, dynamic slices, FFT, linear algebra, random numbers, gradients, 
   ``transcendentals`` and ``bytes accessed`` all equal jax's lowered ``cost_analysis()`` on 55 of them; the
   other is ``top_k``: XLA counts nothing for its ``topk`` instruction (a TODO in XLA), the HLO importer reads it
   as a sort and slices, counted as a sort;
+* on XLA's compiled program (``compile().as_text()``: fusions, folded constants) read the same way, the three
+  keys equal ``compile().cost_analysis()`` on 55 of 56 (``top_k`` again: XLA CPU's ``TopK`` custom call counts
+  -1) -- the same rules, XLA's fusion byte rules included, on the program XLA optimized;
 * on the program :func:`interop.import_jax` makes of the same function, ``flops`` and ``transcendentals`` are
   equal where that program is the same computation; it is not always: jax's jit drops unused loop state and
   folds some constants that the exported program keeps (a ``fori_loop`` counts one more add per iteration), and
@@ -32,7 +35,7 @@ XLA's own conventions kept: dead ops cost nothing (XLA's converted module has no
 values is a tuple-shaped instruction counting its arrays; a ``tuple`` op only its pointer table (8 bytes an
 element); ``get-tuple-element``, bitcasts and constants touch no memory; ``hlo.custom_call`` counts ``-1``
 flops and bytes ("unknown"); ``hlo.fusion`` (from compiled HLO text) counts its fused computation's flops and
-its operands' and results' bytes (XLA refines the bytes by how each fused parameter is used).
+XLA's fusion bytes (outputs once, large constants, each parameter as its users read it).
 
 A loop counts one iteration of its body and condition (XLA cannot know the trip count either); a
 conditional the most expensive branch, key by key. :func:`roofline` turns totals into a time estimate for a
@@ -436,7 +439,8 @@ def _tuple(op, a, p) -> None:
     """``HandleTuple``: only the tuple's pointer table is written. A tuple of exactly the results of one op
     is that op's tuple-shaped result in XLA (the HLO importer spells it so): no instruction of its own."""
     owners = {id(o.owner) for o in op.operands}
-    if (len(owners) == 1 and op.operands and len(op.operands[0].owner.results) == len(op.operands) > 1
+    if (len(owners) == 1 and op.operands and isinstance(op.operands[0].owner, Operation)
+            and len(op.operands[0].owner.results) == len(op.operands) > 1
             and all(o is r for o, r in zip(op.operands, op.operands[0].owner.results))):
         p.clear()
         return
@@ -717,13 +721,66 @@ def _call(op, a, p) -> None:
 
 
 def _fusion(op, a, p) -> None:
-    """``HandleFusion`` (approximately): the fused computation's flops and transcendentals; bytes of the
-    fusion's operands and results (XLA refines them by how each parameter is used)."""
-    callee = op.callee.string_value()
-    sub = a.function(callee)
+    """``HandleFusion``: the fused computation's flops and transcendentals; bytes: each output written once (a
+    dynamic-update-slice root only its update), constants of more than one element read, and each parameter
+    read as its users in the fused computation read it (``FusionParameterReadBytes``: a slice reads its
+    output's size, a dynamic slice its output and its indices once, a dynamic-update-slice does not read the
+    buffer it updates, broadcasts and reshapes read the parameter each, any other users share one read)."""
+    fn = a.functions.get(op.callee.string_value())
+    sub = a.function(op.callee.string_value())
+    p.clear()
     for key, value in sub.items():
-        if _copied(key):
-            p.set(key, value)
+        p.set(key, value)
+    total = _F32(0)
+    block = fn.body.block
+    returned = list(block.last_op.operands) if block.last_op is not None else []
+    for i, result in enumerate(op.results):
+        root = returned[i].owner if i < len(returned) else None  # (a Block when a parameter is returned)
+        if isinstance(root, ix.DynamicUpdateSliceOp):
+            size = a.size(root.operands[1].type)
+        else:
+            size = a.leaf_size(result.type)
+        total = _F32(total + _F32(size))
+    p.set(OUT_BYTES, total)
+    for inner in block.ops:
+        if isinstance(inner, const.ConstantOp) and _elements(inner.results[0].type) > 1:
+            total = _F32(total + _F32(a.size(inner.results[0].type)))
+    for i, param in enumerate(block.args):
+        size = _parameter_read_bytes(param, a)
+        p.set(_operand_bytes_key(i), size)
+        total = _F32(total + _F32(size))
+    p.set(BYTES, total)
+
+
+def _parameter_read_bytes(param, a) -> int:
+    """XLA's ``FusionParameterReadBytes`` of a fused computation's parameter."""
+    size = 0
+    seen_trivial = False
+    users = []
+    for use in param.uses:
+        if use.operation not in users:
+            users.append(use.operation)
+    for user in users:
+        if isinstance(user, dm.SliceOp):
+            size += a.size(user.results[0].type)
+        elif isinstance(user, ix.DynamicSliceOp):
+            if user.operands[0] is param:
+                size += a.size(user.results[0].type)
+            elif not seen_trivial:
+                seen_trivial = True
+                size += a.size(param.type)
+        elif isinstance(user, ix.DynamicUpdateSliceOp):
+            if user.operands[0] is not param and not seen_trivial:
+                seen_trivial = True
+                size += a.size(param.type)
+        elif isinstance(user, (dm.BroadcastInDimOp, dm.BroadcastOp, dm.ReshapeOp)):
+            size += a.size(param.type)
+        elif isinstance(user, (func.ReturnOp, cf.ReturnOp)):
+            continue  # (a parameter returned as is has no user instruction in XLA)
+        elif not seen_trivial:
+            seen_trivial = True
+            size += a.size(param.type)
+    return size
 
 
 def _custom_call(op, a, p) -> None:
