@@ -444,3 +444,52 @@ def test_xla_reduce_pass_changes_and_command(tmp_path, broken_pass, capsys):
     # a program without the problem: an error, not a reduction
     assert reduce_main([str(tmp_path / "cmd.mlir"), "--crash", "-o", str(tmp_path / "x.mlir")]) == 2
     assert "not interesting to begin with" in capsys.readouterr().err
+
+
+# -- device numerics ----------------------------------------------------------------------------------------
+
+
+def test_emulated_devices_round_dot_operands_as_documented():
+    from interop.debugging import emulate_device
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 4)).astype(np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+
+    def rounded(x, dtype):
+        return x.astype(dtype).astype(np.float64)
+
+    def run(precision, device):
+        module = interop.import_jax(lambda a, b: jnp.dot(a, b, precision=precision), a, b)
+        return lowering.compile(emulate_device(module, device))(a, b)[0].astype(np.float64)
+
+    scale = np.abs(exact).max()
+    # TPU DEFAULT: one pass over bf16-rounded operands, f32 accumulation
+    np.testing.assert_allclose(run("default", "tpu"), rounded(a, ml_dtypes.bfloat16) @ rounded(b, ml_dtypes.bfloat16),
+                               atol=4e-7 * scale)
+    assert 1e-3 < np.abs(run("default", "tpu") - exact).max() / scale < 1e-2
+    # TPU HIGH (bf16_3x) and HIGHEST (bf16_6x): about 16 and 24 bits
+    assert 1e-7 < np.abs(run("high", "tpu") - exact).max() / scale < 3e-5
+    assert np.abs(run("highest", "tpu") - exact).max() / scale < 3e-7
+    # GPU DEFAULT and HIGH: TF32 operands (10 mantissa bits: the 13 low bits of f32 are zero); HIGHEST is f32
+    t = interop.trace(lambda a, b: jnp.dot(a, b), a, b, device="gpu")
+    operands = [v.value for v in t if v.op == "hlo.reduce_precision"]
+    assert len(operands) == 2 and all(not (x.view(np.uint32) & 0x1FFF).any() for x in operands)
+    assert 1e-4 < np.abs(run("high", "gpu") - exact).max() / scale < 2e-3
+    assert np.array_equal(run("highest", "gpu"), run("highest", "cpu"))
+
+
+def test_find_divergence_against_a_device_names_the_dot():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 4)).astype(np.float32)
+
+    def f(a, b):
+        return jnp.tanh(jnp.dot(a * 2.0, b)) + 1.0
+
+    report = interop.find_divergence(f, a, b, against={"device": "tpu"})
+    assert report.first.op == "hlo.dot_general" and report.first.location.endswith(f":{f.__code__.co_firstlineno + 1}")
+    assert not interop.find_divergence(f, a, b, against={"device": "tpu"}, device="tpu", max_ulp=0, rtol_magnitude=0)
+    with pytest.raises(XlaError, match="unknown device 'npu'"):
+        interop.trace(f, a, b, device="npu")

@@ -10,14 +10,17 @@
   (``xla-opt --check-semantics``, ``passes.check_semantics``).
 - :func:`reduce_program`: the smallest program a test still finds interesting (a crash, a mismatch with XLA,
   a pass that changes results, any command); ``xla-reduce``.
+- :func:`emulate_device`: f32 dots and convolutions computed as TPUs (bfloat16 passes) or GPUs (TF32) do for
+  their precision; ``trace(..., device=)``, ``find_divergence(..., against={"device": "tpu"})``.
 """
 
 from .bisection import SemanticsReport, check_semantics
+from .device_numerics import emulate_device
 from .divergence import Divergence, DivergenceReport, find_divergence, widen_to_f64
 from .probes import Trace, TracedValue, trace
 from .random_inputs import random_inputs, special_values_of
 from .reducer import ReduceResult, reduce_program
 
 __all__ = ["Divergence", "DivergenceReport", "ReduceResult", "SemanticsReport", "Trace", "TracedValue",
-           "check_semantics", "find_divergence", "random_inputs", "reduce_program", "special_values_of", "trace",
-           "widen_to_f64"]
+           "check_semantics", "emulate_device", "find_divergence", "random_inputs", "reduce_program",
+           "special_values_of", "trace", "widen_to_f64"]

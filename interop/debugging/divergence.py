@@ -180,10 +180,25 @@ _NOT_WIDENED = ("hlo.bitcast_convert", "hlo.bitcast", "hlo.reduce_precision")
 and write the original type in the shadow, between converts."""
 
 
+def _widen_target(op) -> None:
+    """A LAPACK custom call's target for float64: its name says the precision (``lapack_spotrf_ffi`` ->
+    ``lapack_dpotrf_ffi``, complex64 ``c`` -> complex128 ``z``)."""
+    import re
+
+    from xdsl.dialects.builtin import StringAttr
+
+    target = op.properties["call_target_name"].data
+    found = re.fullmatch(r"lapack_([sc])(\w+)", target)
+    if found:
+        wide = {"s": "d", "c": "z"}[found.group(1)]
+        op.properties["call_target_name"] = StringAttr(f"lapack_{wide}{found.group(2)}")
+
+
 def widen_to_f64(module: ModuleOp) -> ModuleOp:
     """A copy of ``module`` computing in float64 where it computes in f16, bf16 or f32 (complex64 in
     complex128): every value, parameter, result and constant widened, converts to narrow floats becoming
-    no-ops; bitcasts and reduce_precision keep their types between converts. The reference of
+    no-ops, LAPACK custom calls calling the float64 routine; bitcasts and reduce_precision keep their types
+    between converts. The reference of
     ``find_divergence(against="f64")``. Raises :class:`UnsupportedError` when the widened copy does not
     verify."""
     from xdsl.rewriter import InsertPoint, Rewriter
@@ -213,6 +228,8 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
                 with np.errstate(all="ignore"):
                     widened = array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
                 op.properties["value"] = DenseLiteralAttr.from_array(widened, t)
+        if op.name == "hlo.custom_call":
+            _widen_target(op)
         if isinstance(op, func.FuncOp):
             ft = op.function_type
             op.properties["function_type"] = FunctionType.from_lists([_wide(t) for t in ft.inputs.data],
@@ -407,7 +424,8 @@ def _bit_dependent(module: ModuleOp) -> set[int]:
 
 def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None = None,
                     rtol_magnitude: float | Mapping | None = None, entry: str = "main",
-                    max_iterations: int | None = DEFAULT_MAX_ITERATIONS, **compile_options) -> DivergenceReport:
+                    max_iterations: int | None = DEFAULT_MAX_ITERATIONS, device: str | None = None,
+                    **compile_options) -> DivergenceReport:
     """Run ``program`` on ``args`` and a reference run (``against``), compare every intermediate value op by
     op in the order computed, and report the first op whose value leaves the budget.
 
@@ -419,19 +437,21 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
     element agrees within ``max_ulp`` ULPs or ``rtol_magnitude`` times its array's largest magnitude
     (defaults per dtype, as :func:`interop.difftest`: 4 ULP or 64 eps for f32); other dtypes exactly.
     ``compile_options`` go to :func:`lowering.compile` for this run (and the reference, unless ``against``
-    is a dict, which is applied on top of them).
+    is a dict, which is applied on top of them). ``device`` (``"tpu"``, ``"gpu"``) makes this run compute its
+    f32 dots and convolutions as that device does (:mod:`interop.debugging.device_numerics`); in an
+    ``against`` dict, ``"device"`` does the same for the reference: ``against={"device": "tpu"}``.
 
     The :class:`DivergenceReport` has ``.first`` (a :class:`Divergence` with ``.op``, ``.location``,
     shapes, errors and the worst elements) and prints readably.
     """
     module = load_program_like(program, args, "find_divergence")
     tagged, _ = tag_ops(module)
-    ours = trace(tagged, *args, max_iterations=max_iterations, entry=entry, **compile_options)
+    ours = trace(tagged, *args, max_iterations=max_iterations, entry=entry, device=device, **compile_options)
     theirs = None
     if isinstance(against, str) and against == "f64":
         description = "a float64 shadow run"
         theirs = trace(widen_to_f64(tagged), *_widen_args(args), max_iterations=max_iterations, entry=entry,
-                       **compile_options)
+                       device=device, **compile_options)
         reference, ref_outputs = {v.key: v.value for v in theirs}, theirs.outputs
     elif isinstance(against, str) and against == "xla":
         description = "XLA CPU"
@@ -439,9 +459,10 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
     elif isinstance(against, dict) and all(isinstance(k, str) and not k.startswith("op") for k in against) \
             and against:
         description = "compile options " + ", ".join(f"{k}={v!r}" for k, v in against.items())
+        options = {**compile_options, **against}
+        options.setdefault("device", device)
         try:
-            theirs = trace(tagged, *args, max_iterations=max_iterations, entry=entry,
-                           **{**compile_options, **against})
+            theirs = trace(tagged, *args, max_iterations=max_iterations, entry=entry, **options)
         except TypeError as e:
             raise XlaError(f"find_divergence: against={against!r}: {e} (lowering.compile's options are "
                            "xla_rewrites, fma_contraction, denormals, blas_threads, argument_conversion, ...)") \

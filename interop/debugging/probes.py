@@ -157,7 +157,10 @@ class Probe:
                 self.originals[user].operands) else None
             owner = getattr(original, "owner", None)
             if isinstance(owner, Operation) and original.type == r.type and op_index(owner) is not None:
-                return _through_calls(owner, original.index)
+                index, result = _through_calls(owner, original.index)
+                # (only for an op that is gone: one still there, registered before its users, keeps its key)
+                if index is not None and all(site[0] != index for site in self.sites):
+                    return index, result
         return None, 0
 
     def register(self, op: Operation) -> int:
@@ -296,7 +299,7 @@ def load_program_like(program, args, what: str = "trace") -> ModuleOp:
 
 
 def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, entry: str = "main",
-          **compile_options) -> Trace:
+          device: str | None = None, **compile_options) -> Trace:
     """Run ``program`` on ``args`` and return every intermediate value, by op, in the order computed.
 
     ``program`` is an xDSL module, a program file or a JAX function (imported with ``args``). Each
@@ -306,11 +309,17 @@ def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, e
     (None: all). ``compile_options`` go to :func:`lowering.compile` (``xla_rewrites=False``,
     ``denormals="keep"``, ...); fusion and loop compilation are off while tracing, which does not change any
     value. The values are those the executor's kernels computed; :attr:`Trace.outputs` are the results.
+    ``device`` (``"tpu"``, ``"gpu"``) computes f32 dots and convolutions as that device does for their
+    precision (:func:`interop.debugging.device_numerics.emulate_device`).
     """
     import lowering
 
     module = load_program_like(program, args)
     tagged, originals = tag_ops(module)
+    if device is not None:
+        from .device_numerics import emulate_device
+
+        tagged = emulate_device(tagged, device)
     probe = Probe(originals, max_iterations)
     for name in ("probe", "fusion", "loop_compilation"):
         if name in compile_options:
