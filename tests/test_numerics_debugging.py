@@ -493,3 +493,20 @@ def test_find_divergence_against_a_device_names_the_dot():
     assert not interop.find_divergence(f, a, b, against={"device": "tpu"}, device="tpu", max_ulp=0, rtol_magnitude=0)
     with pytest.raises(XlaError, match="unknown device 'npu'"):
         interop.trace(f, a, b, device="npu")
+
+
+def test_trace_and_divergence_per_device():
+    from xla_dialect import XlaBuilder
+
+    b = XlaBuilder("c")
+    x = b.parameter(0, "f32[4]")
+    square = b.mul(x, x)
+    total = b.all_reduce(square, lambda p, q: p.builder.add(p, q), [[0, 1]])
+    module = b.build(b.sub(total, square))  # psum(x*x) - x*x: cancels on the device holding the large values
+    args = [[np.arange(4, dtype=np.float32)], [np.full(4, 1e4, np.float32)]]
+    t = interop.trace(module, *args, num_replicas=2)
+    assert [v.device for v in t] == [0, 0, 0, 1, 1, 1] and t.values[3].key == "op0.hlo.multiply.dev1"
+    np.testing.assert_array_equal(t.values[1].value, t.values[4].value)  # the all-reduce: one sum on both
+    assert [out[0].tolist() for out in t.outputs] == [[1e8] * 4, [0.0, 0.0, 0.0, 8.0]]
+    report = interop.find_divergence(module, *args, num_replicas=2)
+    assert (report.first.op, report.first.device) == ("hlo.subtract", 1) and "on device 1" in str(report)

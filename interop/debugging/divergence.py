@@ -66,6 +66,8 @@ class Divergence:
     executed_op: str = ""
     operands: list[str] = field(default_factory=list)
     """The keys of the values the op read (those of the same run), for a look upstream."""
+    device: int | None = None
+    """The device that computed the value, in a multi-device run (None on one device)."""
 
     @property
     def max_ulp_text(self) -> str:
@@ -79,7 +81,8 @@ class Divergence:
         via = f" (computed as {self.executed_op})" if self.executed_op and self.executed_op != self.op else ""
         budget = "exact" if self.max_ulp is None else (f"{self.budget_ulp} ULP or {self.rtol_magnitude:.2g}*|max|"
                                                        if self.rtol_magnitude else f"{self.budget_ulp} ULP")
-        lines = [f"{self.op}{where}{via} [{self.key}{it}{res}]: {self.dtype}{list(self.shape)}, "
+        on = f" on device {self.device}" if self.device is not None else ""
+        lines = [f"{self.op}{where}{on}{via} [{self.key}{it}{res}]: {self.dtype}{list(self.shape)}, "
                  f"{self.mismatches} of {self.size} elements beyond the budget ({budget}); "
                  f"max ULP {self.max_ulp_text}, max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"]
         if self.worst:
@@ -100,6 +103,7 @@ class Divergence:
                                                               else self.max_ulp),
                 "max_abs": json_number(self.max_abs), "max_rel": json_number(self.max_rel),
                 "budget_ulp": self.budget_ulp, "rtol_magnitude": self.rtol_magnitude, "operands": self.operands,
+                "device": self.device,
                 "worst": [{"element": list(w[0]), "value": w[1], "reference": w[2],
                            "ulp": "inf" if w[3] is None or w[3] == ULP_INFINITE else w[3],
                            "abs_error": json_number(w[4])} for w in self.worst]}
@@ -263,6 +267,9 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
 def _widen_args(args) -> list:
     out = []
     for a in args:
+        if isinstance(a, (list, tuple)):  # one argument list per device
+            out.append(_widen_args(a))
+            continue
         arr = np.asarray(a) if a is not None else None
         if arr is not None and (is_float_dtype(arr.dtype) or arr.dtype == np.complex64):
             arr = arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64)
@@ -398,10 +405,18 @@ def _operand_keys(run: Trace, v: TracedValue) -> list[str]:
     position = run.values.index(v)
     for index, result in wanted:
         for u in reversed(run.values[:position]):
-            if u.index == index and u.result == result:
+            if u.index == index and u.result == result and u.device == v.device:
                 keys.append(u.key)
                 break
     return keys
+
+
+def _flat(outputs) -> list:
+    """The results, those of every device in turn for a multi-device run."""
+    out = []
+    for o in outputs:
+        out.extend(_flat(o) if isinstance(o, tuple) else [o])
+    return out
 
 
 def _bit_dependent(module: ModuleOp) -> set[int]:
@@ -485,12 +500,14 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
         compared += 1
         d = _compare(v, ref, max_ulp, rtol_magnitude)
         if d is not None:
+            if v.key.endswith(f".dev{v.device}"):
+                d.device = v.device
             if not divergences:
                 d.operands = _operand_keys(ours, v)
             divergences.append(d)
     outputs_agree = True
     if ref_outputs is not None:
-        for a, b in zip(ours.outputs, ref_outputs):
+        for a, b in zip(_flat(ours.outputs), _flat(ref_outputs)):
             if isinstance(a, np.ndarray) and _compare(TracedValue("", None, "", None, 0, 0, a), b, max_ulp,
                                                       rtol_magnitude) is not None:
                 outputs_agree = False

@@ -107,6 +107,8 @@ class TracedValue:
     executed_op: str = ""
     """The mnemonic of the op that computed it, when the executor's pipeline rewrote the op given
     (``hlo_internal.fma`` for an add that XLA contracts)."""
+    device: int = 0
+    """The device that computed it (``replica * num_partitions + partition``; 0 on one device)."""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -122,7 +124,7 @@ class TracedValue:
         """Everything but the value, as JSON (the index file of ``--dump-intermediates``)."""
         return {"key": self.key, "index": self.index, "op": self.op, "executed_op": self.executed_op or self.op,
                 "location": self.location, "iteration": self.iteration, "result": self.result,
-                "function": self.function, "shape": list(self.shape), "dtype": self.dtype}
+                "function": self.function, "device": self.device, "shape": list(self.shape), "dtype": self.dtype}
 
 
 class Probe:
@@ -138,8 +140,12 @@ class Probe:
         self.originals = originals or []
         self.sites: list[tuple] = []  # index, op, loc, function, executed op, number of its first result
         self.values: list[TracedValue] = []
-        self.counts: dict[int, int] = {}
+        self.counts: dict[tuple[int, int], int] = {}
         self.skipped = 0
+        self.devices = 1  # set by trace: with more, keys say which device computed the value (".dev3")
+        from lowering.devices import current_device
+
+        self._device = current_device
 
     def _index(self, op: Operation) -> tuple[int | None, int]:
         """The index of the op given that ``op`` computes, and the number of its first result there."""
@@ -181,8 +187,10 @@ class Probe:
 
     def record(self, site: int, *results) -> None:
         """Copy the values of op ``site`` (called by the generated code after the op ran)."""
-        iteration = self.counts.get(site, 0)
-        self.counts[site] = iteration + 1
+        state = self._device()  # (each device of a multi-device run calls from a thread of its own)
+        device = 0 if state is None else state.device
+        iteration = self.counts.get((site, device), 0)
+        self.counts[(site, device)] = iteration + 1
         if self.max_iterations is not None and iteration >= self.max_iterations:
             self.skipped += 1
             return
@@ -192,9 +200,9 @@ class Probe:
             if not isinstance(value, (np.ndarray, np.generic)):
                 continue  # tokens
             key = base + "." + name + (f".r{r}" if len(results) > 1 or offset else "") + (
-                f".it{iteration}" if iteration else "")
+                f".it{iteration}" if iteration else "") + (f".dev{device}" if self.devices > 1 else "")
             self.values.append(TracedValue(key, index, name, loc, iteration, r, np.array(value, copy=True), fn,
-                                           executed if executed != name else ""))
+                                           executed if executed != name else "", device))
 
 
 @dataclass
@@ -311,6 +319,11 @@ def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, e
     value. The values are those the executor's kernels computed; :attr:`Trace.outputs` are the results.
     ``device`` (``"tpu"``, ``"gpu"``) computes f32 dots and convolutions as that device does for their
     precision (:func:`interop.debugging.device_numerics.emulate_device`).
+
+    A program of several devices (``num_replicas`` / ``num_partitions`` in ``compile_options``) takes one
+    argument list per device, as :func:`lowering.compile`'s multi-device executables do; each value then
+    has the device that computed it (:attr:`TracedValue.device`, and ``.devN`` at the end of its key), and
+    :attr:`Trace.outputs` has one result tuple per device.
     """
     import lowering
 
@@ -325,8 +338,9 @@ def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, e
         if name in compile_options:
             raise XlaError(f"trace: {name} is set by trace itself")
     exe = lowering.compile(tagged, entry=entry, probe=probe, **compile_options)
-    if hasattr(exe, "per_device") or not hasattr(exe, "input_types"):
-        raise XlaError("trace: programs of several devices are not traced (trace one device's program)")
+    probe.devices = getattr(exe, "num_devices", 1)
     probe.reset()
     outputs = exe(*args)
+    if probe.devices > 1:  # (the devices' threads append in any order: each device's values in its order)
+        probe.values.sort(key=lambda v: v.device)
     return Trace(probe.values, outputs, list(args), probe.skipped, tagged)
