@@ -330,11 +330,35 @@ def test_layout_picture_cli_and_errors(tmp_path):
         assert run.returncode == 1 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
     run = _xla_show("layout", "f32[3]", "-o", str(tmp_path / "t.gif"))
     assert run.returncode == 1 and ".svg or .png" in run.stderr
-    try:
-        import cairosvg  # noqa: F401
-    except ImportError:
-        run = _xla_show("layout", "f32[3]", "-o", str(tmp_path / "t.png"))
+    import importlib.util
+    import shutil
+
+    png = tmp_path / "t.png"
+    run = _xla_show("layout", "f32[3]", "-o", str(png))
+    if importlib.util.find_spec("cairosvg") or shutil.which("rsvg-convert"):
+        assert run.returncode == 0, run.stderr
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
         assert run.returncode == 1 and "cairosvg" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_png_without_a_rasterizer_says_what_is_missing(tmp_path, monkeypatch):
+    import builtins
+
+    from xla_dialect.errors import UnsupportedError
+    from xla_dialect.layout import draw
+
+    real_import = builtins.__import__
+
+    def no_cairosvg(name, *args, **kwargs):
+        if name == "cairosvg":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_cairosvg)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no rsvg-convert either
+    with pytest.raises(UnsupportedError, match="cairosvg .* or the rsvg-convert program"):
+        draw("f32[3]", str(tmp_path / "t.png"))
 
 
 # ----------------------------------------------------------------------------

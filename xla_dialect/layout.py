@@ -579,7 +579,8 @@ def draw(shape, path: str | None = None, max_elements: int = 1024) -> str:
     memory order drawn; more than ``max_elements`` cells are summarised.
 
     With ``path`` the picture is also written there: ``.svg``, or ``.png`` when the optional package
-    ``cairosvg`` is installed (an :class:`~xla_dialect.errors.UnsupportedError` says so otherwise).
+    ``cairosvg`` or the ``rsvg-convert`` program is installed (an
+    :class:`~xla_dialect.errors.UnsupportedError` says so otherwise).
 
     >>> svg = draw("f32[3,5]{1,0:T(2,2)}")
     >>> svg.count('class="cell"'), svg.count('class="cell pad"')

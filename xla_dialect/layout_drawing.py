@@ -146,7 +146,8 @@ def layout_svg(shape, max_elements: int = 1024, cell: int = 34, title: str | Non
         top = margin_top + p * (panel_height + panel_gap)
         out.append(f'<g class="panel" data-panel="{",".join(map(str, lead_index))}">')
         if lead_index:
-            out.append(f'<text x="8" y="{top - 6}" font-size="12">[{", ".join(map(str, lead_index))}, :, :]</text>')
+            out.append(f'<text x="{margin_left}" y="{top - 6}" font-size="12">'
+                       f'[{", ".join(map(str, lead_index))}, :, :]</text>')
         out.extend(_panel(dims, padded, layout, where, lead_index, rows, cols, top, margin_left, cell, label_font,
                           rank))
         out.append("</g>")
@@ -263,18 +264,18 @@ def _caption(where, layout, dims, pdims, logical, physical, nbytes, rows, cols, 
         lines.append(f"physical shape {list(pdims)} (tile grid, then within-tile dimensions), laid out row-major")
     expansion = physical / logical if logical else float("nan")
     lines.append(f"{_si(logical)} elements, {_si(physical)} in memory with padding (x{expansion:.3g}); "
-                 f"{_si(nbytes)} bytes; grey cells are padding")
+                 f"{_si(nbytes)} bytes" + ("; grey cells are padding" if physical > logical else ""))
     if layout.tail_padding_alignment != 1:
         lines.append(f"L({layout.tail_padding_alignment}): the buffer is rounded up to a multiple of "
                      f"{layout.tail_padding_alignment} elements")
     if summarised:
-        lines.append(f"summarised: {rows} of {rows_full} rows, {cols} of {cols_full} columns, "
-                     f"{panels} of {panels_full} panels shown")
+        panel_text = f", {panels} of {panels_full} panels" if panels_full > 1 else ""
+        lines.append(f"summarised: {rows} of {rows_full} rows, {cols} of {cols_full} columns{panel_text} shown")
     return lines
 
 
 def write_picture(svg: str, path: str) -> str:
-    """Write SVG text to ``path``: ``.svg`` as is, ``.png`` through the optional package ``cairosvg``.
+    """Write SVG text to ``path``: ``.svg`` as is, ``.png`` through the optional package ``cairosvg`` or the ``rsvg-convert`` program.
 
     Other extensions, a missing ``cairosvg`` for PNG and unwritable paths raise an
     :class:`~xla_dialect.errors.XlaError` subclass with the reason.
@@ -290,16 +291,35 @@ def write_picture(svg: str, path: str) -> str:
             raise XlaError(f"{path}: cannot write it: {e.strerror or e}") from None
         return str(path)
     if lower.endswith(".png"):
-        try:
-            import cairosvg  # optional: PNG output only
-        except ImportError:
-            raise UnsupportedError(
-                f"{path}: PNG output needs the optional package cairosvg (pip install cairosvg); "
-                "write an .svg instead (any browser shows it)"
-            ) from None
-        try:
-            cairosvg.svg2png(bytestring=svg.encode("utf-8"), write_to=str(path))
-        except OSError as e:
-            raise XlaError(f"{path}: cannot write it: {e.strerror or e}") from None
+        _write_png(svg, str(path))
         return str(path)
     raise UnsupportedError(f"{path}: the picture is written as .svg or .png; got another extension")
+
+
+def _write_png(svg: str, path: str) -> None:
+    """Rasterize with the optional package ``cairosvg``, else the ``rsvg-convert`` program (librsvg)."""
+    import shutil
+    import subprocess
+
+    from .errors import UnsupportedError, XlaError
+
+    try:
+        import cairosvg  # optional: PNG output only
+    except ImportError:
+        cairosvg = None
+    if cairosvg is not None:
+        try:
+            cairosvg.svg2png(bytestring=svg.encode("utf-8"), write_to=path)
+        except OSError as e:
+            raise XlaError(f"{path}: cannot write it: {e.strerror or e}") from None
+        return
+    program = shutil.which("rsvg-convert")
+    if program is None:
+        raise UnsupportedError(
+            f"{path}: PNG output needs the optional package cairosvg (pip install cairosvg) or the rsvg-convert "
+            "program (librsvg); write an .svg instead (any browser shows it)"
+        )
+    run = subprocess.run([program, "-f", "png", "-o", path], input=svg.encode("utf-8"), capture_output=True)
+    if run.returncode != 0:
+        raise XlaError(f"{path}: rsvg-convert could not write it: {run.stderr.decode(errors='replace').strip()}")
+

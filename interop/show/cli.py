@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "each element in its logical grid labelled with its offset in memory, "
                                    "tiles outlined, padding shaded.")
     p.add_argument("shape", metavar="SHAPE")
-    p.add_argument("-o", "--output", required=True, help="out.svg or out.png (PNG needs cairosvg)")
+    p.add_argument("-o", "--output", required=True, help="out.svg or out.png (PNG needs cairosvg or rsvg-convert)")
     p.add_argument("--max-elements", type=int, default=1024,
                    help="shapes with more elements are summarised (first tiles, counts); default 1024")
 

@@ -51,9 +51,11 @@ class _Names:
         self.types: dict[int, str] = {}
 
     def value(self, v) -> str:
+        """``%N`` of a value."""
         return self.table.get(v, "%?").split(" ", 1)[0]
 
     def type(self, t) -> str:
+        """XLA shape text of a type (memoized)."""
         key = id(t)
         text = self.types.get(key)
         if text is None:
@@ -206,6 +208,7 @@ class _Writer:
         self.open = open_
 
     def function(self, fn: func.FuncOp) -> str:
+        """The collapsible section of one function: signature, picture (small functions), op table."""
         name = fn.sym_name.data
         block = fn.body.block
         args = ", ".join(f"<span id='{self.prefix}v-{escape(self.names.value(a))}-{escape(name)}'>{escape(self.names.value(a))}"
@@ -224,6 +227,7 @@ class _Writer:
         return "\n".join(parts)
 
     def table(self, block: Block, fname: str) -> str:
+        """The op table of a block."""
         rows = ["<table><thead><tr><th>results</th><th>op</th><th>operands (edges: value: shape{layout})</th>"
                 "<th>result types</th><th>location</th><th class='n'>flops</th><th class='n'>transc.</th>"
                 "<th class='n'>bytes</th></tr></thead><tbody>"]
@@ -233,6 +237,7 @@ class _Writer:
         return "\n".join(rows)
 
     def row(self, op: Operation, fname: str) -> str:
+        """One op's row, and a nested row holding its regions' tables."""
         names = self.names
         p = self.prefix
         results = ", ".join(f"<span class='def' id='{p}v-{escape(names.value(r))}-{escape(fname)}'>"

@@ -201,6 +201,7 @@ class _Peaks:
         self.stack: list[str] = []
 
     def function(self, name: str, physical: bool, count_args: bool = True) -> tuple[int, str]:
+        """(peak bytes, op where reached) of function ``name`` (its arguments counted when ``count_args``)."""
         key = (name, physical, count_args)
         if key in self.memo:
             return self.memo[key]
@@ -215,6 +216,7 @@ class _Peaks:
         return result
 
     def block(self, block: Block, physical: bool, count_args: bool, fname: str) -> tuple[int, str]:
+        """(peak bytes, op where reached) of one block in program order."""
         size = physical_bytes if physical else logical_bytes
         ops = list(block.ops)
         last_use: dict[int, int] = {}
