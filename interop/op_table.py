@@ -30,7 +30,7 @@ NOTES = {
     "hlo.cosine": "bit-exact for real types (f32: the C library's cosf, which XLA calls, called from the kernel, fused "
                   "loops and compiled loops alike); complex: see the general notes",
     "hlo.tan": "bit-exact (libm's tanf/tan, as XLA; 8-bit floats via f16)",
-    "hlo.dot_general": "complex dots follow XLA's Eigen summation order (bit-exact on tested shapes; ~10x slower than BLAS)",
+    "hlo.dot_general": "small f32/f64 dots in XLA CPU's summation order (bit-exact on measured shapes, see the notes); complex dots follow XLA's Eigen summation order (bit-exact on tested shapes; ~10x slower than BLAS)",
     "hlo.bitcast_convert": "pred counts as 1 bit, as in StableHLO (XLA counts 8)",
     "hlo.cbrt": "complex accepted as in StableHLO (XLA rejects it)",
     "hlo.atan2": "complex: c128 bit-exact; c64 matches XLA's special values but not its last bits (XLA calls glibc's "

@@ -555,10 +555,40 @@ class _LoopWriter:
         """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
         from .blas import numpy_gemm_address
 
+        from .kernels.small_dot import small_dot_order
+
         plan = self.product_shape(op)
-        if plan is None or plan[0] < 2 or plan[2] < 2 or numpy_gemm_address(self.info(op.results[0])[0]) is None:
+        dtype = self.info(op.results[0])[0]
+        if (plan is None or plan[0] < 2 or plan[2] < 2 or numpy_gemm_address(dtype) is None
+                or small_dot_order(1, *plan, dtype) is not None):  # (a small product: :meth:`small_product`)
             return None
         return plan
+
+    def product_operands(self, op, plan, dtype, indent, batch: bool = False) -> tuple[str, str, str]:
+        """Names of a product's C-contiguous ``(m, k)`` and ``(k, n)`` operands and a new ``(m, n)`` result (each
+        with a leading batch dimension of 1 when ``batch``), emitted."""
+        m, k, n = plan
+        lead = "1, " if batch else ""
+        lhs, rhs = op.operands
+        a, b, c = self.fresh("a"), self.fresh("b"), self.fresh("m")
+        self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({lead}{m}, {k}))")
+        self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({lead}{k}, {n}))")
+        self.emit(indent, f"{c} = np.empty(({lead}{m}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
+        return a, b, c
+
+    def small_product(self, op, out, dtype, shape, indent) -> bool:
+        """A small f32/f64 product as the dot kernel computes it: the same :func:`lowering.kernels.small_dot.small_dot`
+        call, summed in XLA CPU's order; False when ``op`` is not one."""
+        from .kernels.small_dot import small_dot_order
+
+        plan = self.product_shape(op)
+        order = None if plan is None else small_dot_order(1, *plan, dtype)
+        if order is None:
+            return False
+        a, b, c = self.product_operands(op, plan, dtype, indent, batch=True)
+        self.emit(indent, f"small_dot({a}, {b}, {c}, {order})")
+        self.emit(indent, f"{out} = {c}.reshape({shape!r})")
+        return True
 
     def vector_matrix(self, op, out, dtype, shape, indent) -> bool:
         """A vector times a matrix (``m`` = 1, ``n`` >= 2) as NumPy's matmul computes it, with one CBLAS gemv
@@ -594,17 +624,12 @@ class _LoopWriter:
         where the second stands."""
         from .blas import numpy_gemm_address
 
-        if self.vector_matrix(op, out, dtype, shape, indent):
+        if self.small_product(op, out, dtype, shape, indent) or self.vector_matrix(op, out, dtype, shape, indent):
             return
         plan = self.gemm_shape(op)
         if plan is None:
             raise _Ineligible("a dot the executor does not compute with one single-threaded gemm or gemv")
-        m, k, n = plan
-        lhs, rhs = op.operands
-        a, b, c = self.fresh("a"), self.fresh("b"), self.fresh("m")
-        self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({m}, {k}))")
-        self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({k}, {n}))")
-        self.emit(indent, f"{c} = np.empty(({m}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
+        a, b, c = self.product_operands(op, plan, dtype, indent)
         if op in self.gemm_pairs:  # the first of a pair: computed with the second
             self.pending_gemm[self.gemm_pairs[op]] = (a, b, c, plan)
         else:
@@ -925,6 +950,7 @@ def cache_directory() -> str | None:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
+                  "from lowering.kernels.small_dot import small_dot\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
@@ -943,7 +969,8 @@ def _runtime_digest() -> str:
 
         here = os.path.dirname(os.path.abspath(__file__))
         h = hashlib.sha256()
-        for name in ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py")):
+        for name in ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py"),
+                     os.path.join("kernels", "small_dot.py")):
             with open(os.path.join(here, name), "rb") as f:
                 h.update(f.read())
         _RUNTIME_DIGEST.append(h.hexdigest()[:16])

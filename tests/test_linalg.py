@@ -11,6 +11,7 @@ and pred results must be exact (integer dots wrap around).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -442,3 +443,62 @@ def test_print_parse_round_trip_of_every_op(rng):
     args = (random_array(rng, (2, 3), np.float32), random_array(rng, (3, 4), bf16), np.float32(0.5))
     for got, want in zip(execute(parsed, *args), execute(module, *args)):
         assert_close(got, want)
+
+
+# Small f32/f64 products: XLA CPU's summation order (lowering/kernels/small_dot.py), measured on AVX-512 hosts.
+_SMALL_DOTS_AS_XLA = [(1, 7, 2), (1, 2, 2), (1, 7, 3), (1, 16, 8), (1, 5, 17), (1, 33, 9), (1, 3, 100), (1, 9, 63), (1, 9, 10), (1, 9, 57), (4, 8, 4), (8, 8, 8), (16, 16, 16), (4, 32, 16),
+                      (3, 100, 5), (7, 7, 7), (32, 32, 32), (64, 64, 64), (4, 64, 128), (2, 12, 3), (16, 256, 17)]
+_SMALL_F64_DOTS_AS_XLA = [(1, 7, 2), (1, 2, 2), (1, 7, 3), (1, 9, 5), (1, 33, 17), (1, 16, 8), (8, 8, 8), (16, 16, 16), (4, 32, 16), (3, 100, 5),
+                          (32, 32, 32), (64, 64, 64), (4, 64, 128), (16, 256, 17)]
+
+
+def _avx512_host() -> bool:
+    from lowering.kernels.host import host_properties
+
+    return bool(host_properties()["avx512f"])
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("dtype, mkn", [(np.float32, s) for s in _SMALL_DOTS_AS_XLA]
+                         + [(np.float64, s) for s in _SMALL_F64_DOTS_AS_XLA])
+def test_small_dots_sum_as_xla_cpu(dtype, mkn):
+    m, k, n = mkn
+    rng = np.random.default_rng(m * 10_000 + k * 100 + n)
+    f = jax.jit(lambda a, b: a @ b)
+    for _ in range(5):
+        a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+        np.testing.assert_array_equal(run_builder(lambda bld, x, y: bld.dot(x, y), a, b), np.asarray(f(a, b)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_dot_zero_signs_as_xla_cpu(dtype):
+    # Which chains start from zero and which from the first product shows in the sign of a zero result:
+    # [-1, ..., -1] @ zeros is -0 in the last N mod (32 bytes / itemsize) columns of a vector-matrix product,
+    # +0 elsewhere; a contraction of length 1 is a plain product (-0).
+    f = jax.jit(lambda a, b: a @ b)
+    for m, k, n in [(1, 8, 2), (1, 8, 5), (1, 8, 9), (1, 8, 12), (1, 8, 17), (1, 8, 64), (1, 2, 1), (2, 7, 1),
+                    (4, 8, 4), (8, 8, 8), (3, 1, 4)]:
+        a, b = -np.ones((m, k), dtype), np.zeros((k, n), dtype)
+        ours = run_builder(lambda bld, x, y: bld.dot(x, y), a, b)
+        np.testing.assert_array_equal(np.signbit(ours), np.signbit(np.asarray(f(a, b))), err_msg=f"{(m, k, n)}")
+
+
+def test_small_dots_are_one_definition_in_compiled_loops():
+    # A small product in a loop body calls the same small_dot as the interpreter's dot kernel: the same bits.
+    import lowering
+    from interop import import_jax
+
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((6, 4, 8)).astype(np.float32)
+    w = (rng.standard_normal((8, 8)) * 0.5).astype(np.float32)
+
+    def fn(h, xs, w):
+        return jax.lax.scan(lambda h, x: (jnp.sin(h @ w + x), h[0, 0]), h, xs)
+
+    module = import_jax(fn, xs[0], xs, w)
+    compiled = lowering.compile(module, loop_compilation="always")(xs[0], xs, w)
+    interpreted = lowering.compile(module, loop_compilation="never")(xs[0], xs, w)
+    for c, i in zip(compiled, interpreted):
+        np.testing.assert_array_equal(np.asarray(c).view(np.uint32), np.asarray(i).view(np.uint32))
+    theirs = jax.jit(fn)(xs[0], xs, w)
+    np.testing.assert_array_equal(np.asarray(compiled[0]), np.asarray(theirs[0]))

@@ -31,6 +31,7 @@ from xla_dialect.ops.linalg import DotGeneralOp, DotOp, higher_precision_type
 from xla_dialect.types import element_type_from_dtype
 
 from ..registry import register
+from .small_dot import small_dot_order, small_matmul
 
 
 def xla_convert(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -120,9 +121,13 @@ def _complex_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int, batch: int = 1):
     """The ``(batch, m, k) x (batch, k, n)`` matmul of ``arith`` operands: XLA's complex order, else BLAS
-    run with the program's BLAS thread policy (:mod:`lowering.blas`)."""
+    run with the program's BLAS thread policy (:mod:`lowering.blas`); small f32/f64 products in XLA CPU's order
+    (:mod:`lowering.kernels.small_dot`)."""
     if np.dtype(arith).kind == "c":
         return _complex_matmul
+    order = small_dot_order(batch, m, k, n, arith)
+    if order is not None:  # XLA CPU's own summation order (lowering/kernels/small_dot.py)
+        return small_matmul(order)
     return ctx.blas_matmul(arith, m, k, n, batch)
 
 

@@ -1,0 +1,130 @@
+"""Small f32/f64 matrix products, summed in the order XLA CPU sums them: one definition.
+
+XLA CPU (jax 0.10.2; its dot runtime for small products) accumulates each output element of a small f32
+product with fused multiply-adds, starting from zero, in one of two orders. Measured against jax.jit on a
+2-core AMD EPYC VM with AVX-512, on random normal operands, every element of every sample equal
+(``tests/test_linalg.py::test_small_dots_sum_as_xla_cpu``, ``test_small_dot_zero_signs_as_xla_cpu``):
+
+* **one chain**: ``acc = fma(a[i, p], b[p, j], acc)`` for ``p = 0 .. K-1`` -- vector-matrix products
+  (``M = 1``, but see below for their last columns), and products with ``N >= 17`` (``K`` up to 257);
+* **four lanes** (f32 only): term ``p`` goes to lane ``p mod 4`` (each lane a chain from zero), and the lanes are
+  added as ``(l0 + l1) + (l2 + l3)`` -- ``M >= 2``, ``2 <= N <= 16`` and ``K`` a multiple of 4, ``K >= 8``.
+
+f64 products (with ``jax_enable_x64``) are one chain in XLA wherever measured except Eigen's edge tiles: equal for
+``(M, K, N)`` = (1, 7, 2), (1, 7, 3), (1, 16, 8), (8, 8, 8), (16, 16, 16), (4, 32, 16), (3, 100, 5), (32, 32, 32),
+(64, 64, 64), (4, 64, 128), (16, 256, 17); not for (4, 8, 4), (7, 7, 7), (2, 12, 3) (no lane model matched).
+
+Vector-matrix products (``M = 1``) are computed in groups of 32 bytes of columns (8 f32, 4 f64), whose chains
+start from zero as above; the last ``r = N mod 8`` (f32; ``N mod 4`` f64) columns are computed apart: each is a
+chain that starts from its first product (``a[0] * b[0, j]``), except a lone last column after whole groups
+(``r = 1``) and column 0 of a two-column product with ``K >= 3``, which add the rounded products of their first 8
+terms in order (no FMA) and go on with fused multiply-adds (measured for r = 1 .. 7 after 1, 2, 4, 7 and 12 groups).
+Where a chain starts shows in the sign of a zero result: ``[-1, -1] @ zeros((2, 2))`` is ``[-0, -0]``. A
+contraction of length 1 is a plain product (XLA rewrites it into a multiply).
+
+Elsewhere in the small range (``M >= 2`` with ``N = 1``; ``2 <= N <= 16`` with ``K`` not a multiple of 4 or below
+8; ``M = N = 1`` with ``K > 32``) XLA's order was not identified; the one chain is used there too, so the result is still one
+definition, the same on every CPU and in every path (the interpreter's dot kernel and compiled loops call
+:func:`small_dot`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger products
+(``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..loop_runtime import fused_multiply_add
+
+SMALL_DOT_MAX_MNK = 1 << 18
+"""Products with at most this many multiply-adds (over all batches) use :func:`small_dot`."""
+
+SMALL_DOT_MAX_K = 256
+"""... and a contraction of at most this length (longer ones were not measured)."""
+
+ONE_CHAIN, FOUR_LANES = 1, 4
+
+
+def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
+    """How :func:`small_dot` sums a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN`` or
+    ``FOUR_LANES`` (see the module docstring), or None when the product is not a small f32/f64 one (BLAS)."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    if k > SMALL_DOT_MAX_K or batch * m * k * n > SMALL_DOT_MAX_MNK:
+        return None
+    if dtype == np.dtype(np.float32) and m >= 2 and 2 <= n <= 16 and k >= 8 and k % 4 == 0:
+        return FOUR_LANES
+    return ONE_CHAIN
+
+
+ROUNDED_TERMS = 8
+"""The column-by-column part of a vector-matrix product adds the rounded products of this many first terms."""
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _single_column(a, b, out, t, i, j, rounded_terms):
+    """Column ``j`` of row ``i`` computed on its own: a chain starting from the first product, whose first
+    ``rounded_terms`` terms are rounded products added in order, the rest fused multiply-adds."""
+    k = a.shape[2]
+    s = a[t, i, 0] * b[t, 0, j]
+    for p in range(1, k):
+        if p < rounded_terms:
+            s = s + a[t, i, p] * b[t, p, j]
+        else:
+            s = fused_multiply_add(a[t, i, p], b[t, p, j], s)
+    out[t, i, j] = s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def small_dot(a, b, out, order):
+    """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
+    of one float type, summed in ``order`` (:data:`ONE_CHAIN` or :data:`FOUR_LANES`) as the module docstring
+    describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    zero = a.dtype.type(0)
+    if order == ONE_CHAIN:
+        # Columns [0, whole) are chains from zero; the others are computed one by one (_single_column).
+        whole = n
+        if k == 1:
+            whole = 0
+        elif m == 1 and n >= 2:
+            whole = n - n % (32 // a.itemsize)
+        for t in range(batch):
+            for i in range(m):
+                for j in range(whole):
+                    out[t, i, j] = zero
+                for p in range(k):
+                    x = a[t, i, p]
+                    for j in range(whole):
+                        out[t, i, j] = fused_multiply_add(x, b[t, p, j], out[t, i, j])
+                for j in range(whole, n):
+                    lone = n - whole == 1 and whole > 0
+                    rounded = ROUNDED_TERMS if lone or (n == 2 and j == 0 and k >= 3) else 0
+                    _single_column(a, b, out, t, i, j, rounded)
+        return
+    lanes = np.empty((4, n), a.dtype)
+    for t in range(batch):
+        for i in range(m):
+            lanes[:] = zero
+            for p in range(k):
+                x = a[t, i, p]
+                q = p & 3
+                for j in range(n):
+                    lanes[q, j] = fused_multiply_add(x, b[t, p, j], lanes[q, j])
+            for j in range(n):
+                out[t, i, j] = (lanes[0, j] + lanes[1, j]) + (lanes[2, j] + lanes[3, j])
+
+
+def small_matmul(order: int):
+    """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``."""
+
+    def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        out = np.empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype)
+        small_dot(a, b, out, order)
+        return out
+
+    matmul.__doc__ = f"small_dot in order {order}: XLA CPU's summation order for small products."
+    return matmul
