@@ -146,7 +146,11 @@ def test_xla_run_dump_intermediates(tmp_path, capsys):
     (sub,) = [e for e in index["values"] if e["op"] == "hlo.subtract"]
     assert sub["location"].endswith(f":{SUBTRACT_LINE}") and sub["shape"] == [4] and sub["file"] == "main.npz"
     np.testing.assert_array_equal(arrays[sub["key"]], interop.trace(_loop_program, x, y).of("subtract")[0].value)
-    assert set(arrays.files) == {e["key"] for e in index["values"]} and index["skipped"] > 0
+    # one .npz per function of the program: the loop body jax wrote as a function has its own
+    files = {e["file"] for e in index["values"]}
+    assert "main.npz" in files and len(files) == 2
+    stored = {k for name in files for k in np.load(out / name).files}
+    assert stored == {e["key"] for e in index["values"]} and index["skipped"] > 0
 
 
 # -- first divergence ---------------------------------------------------------------------------------------
@@ -510,3 +514,43 @@ def test_trace_and_divergence_per_device():
     assert [out[0].tolist() for out in t.outputs] == [[1e8] * 4, [0.0, 0.0, 0.0, 8.0]]
     report = interop.find_divergence(module, *args, num_replicas=2)
     assert (report.first.op, report.first.device) == ("hlo.subtract", 1) and "on device 1" in str(report)
+
+
+@pytest.fixture
+def broken_tanh_kernel(monkeypatch):
+    """The executor's tanh made 1 ULP too large (a kernel bug, as XLA CPU would show it)."""
+    from lowering.registry import KERNELS
+    from xla_dialect.ops.elementwise import TanhOp
+
+    import lowering.kernels  # noqa: F401  (registers the kernels)
+
+    original = KERNELS[TanhOp]
+
+    def broken(op, ctx):
+        kernel = original(op, ctx)
+        return lambda x: np.nextafter(kernel(x), np.float32(np.inf)).astype(np.float32)
+
+    monkeypatch.setitem(KERNELS, TanhOp, broken)
+
+
+def test_a_wrong_kernel_is_named_against_xla_and_reduced_to(broken_tanh_kernel, tmp_path):
+    from interop.debugging.reducer import mismatch_vs_jax_test
+
+    def f(x, y):
+        return jnp.tanh(x * y) * 2.0 + y
+
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    y = np.full(8, 0.5, np.float32)
+    report = interop.find_divergence(f, x, y, against="xla", max_ulp=0, rtol_magnitude=0)
+    assert report.first.op == "hlo.tanh" and report.first.max_ulp == 1
+    assert report.first.location.endswith(f":{f.__code__.co_firstlineno + 1}")
+    source = tmp_path / "big.mlir"
+    source.write_text(chain_program(60, "custom_call", at=-1, seed=3))  # sine, tanh, ... and no culprit
+    from interop.debugging.cli import reduce_main
+
+    assert reduce_main([str(source), "--mismatch-vs-jax", "--max-ulp", "0", "--rtol-magnitude", "0",
+                        "-o", str(tmp_path / "small.mlir")]) == 0
+    small = parse_module((tmp_path / "small.mlir").read_text())
+    assert [op.name for op in small.walk()][2:] == ["hlo.tanh", "func.return"]
+    assert isinstance(_run_pytest_file(tmp_path / "test_small.py"), AssertionError)
+    assert mismatch_vs_jax_test(max_ulp=4)(small) is False  # 1 ULP is within the default budget

@@ -222,7 +222,8 @@ def check_semantics(program, pipeline, inputs: Sequence[Sequence] | None = None,
     import passes
     from passes import _passes_of
 
-    module = load_program_like(program, (), "check_semantics") if not isinstance(program, ModuleOp) else program
+    examples = list(inputs[0]) if inputs else ()  # (a JAX function is imported with the first input set)
+    module = program if isinstance(program, ModuleOp) else load_program_like(program, examples, "check_semantics")
     pass_list = _passes_of(pipeline)
     text = pipeline if isinstance(pipeline, str) else ",".join(str(p) for p in pass_list)
     if inputs is None:

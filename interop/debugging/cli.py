@@ -157,6 +157,10 @@ def reduce_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="FILE.py|MODULE",
                         help="load passes (for --pass-changes)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the generated inputs")
+    parser.add_argument("--max-ulp", type=int, default=None, metavar="N",
+                        help="--mismatch-vs-jax: ULP budget (default per dtype, difftest's)")
+    parser.add_argument("--rtol-magnitude", type=float, default=None, metavar="R",
+                        help="--mismatch-vs-jax: budget relative to the result's magnitude (default per dtype; 0: off)")
     parser.add_argument("--max-seconds", type=float, default=None, metavar="S",
                         help="stop after S seconds with the smallest program so far")
     parser.add_argument("--entry", default="main", help="entry function (default: main)")
@@ -179,7 +183,8 @@ def reduce_main(argv: list[str] | None = None) -> int:
         elif args.crash:
             test = reducer.crash_test(args.entry, args.seed)
         elif args.mismatch_vs_jax:
-            test = reducer.mismatch_vs_jax_test(args.entry, args.seed)
+            test = reducer.mismatch_vs_jax_test(args.entry, args.seed, max_ulp=args.max_ulp,
+                                                rtol_magnitude=args.rtol_magnitude)
         else:
             passes.parse_pipeline(args.pass_changes)  # (a bad pipeline is an error, not an uninteresting program)
             test = reducer.pass_changes_test(args.pass_changes, args.entry)

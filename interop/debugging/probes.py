@@ -174,7 +174,8 @@ class Probe:
         index, offset = self._index(op)
         original = self.originals[index] if index is not None and index < len(self.originals) else None
         given = original.name if original is not None else op.name
-        fn = op.parent_op()
+        # the function the op was written in (the executor inlines calls: a callee's ops run inside @main)
+        fn = (original if original is not None else op).parent_op()
         while fn is not None and not isinstance(fn, func.FuncOp):
             fn = fn.parent_op()
         self.sites.append((index, given, location_of(op) or (location_of(original) if original is not None else None),

@@ -109,9 +109,10 @@ def crash_test(entry: str = "main", seed: int = 0, special_values: bool = True, 
 
 
 def mismatch_vs_jax_test(entry: str = "main", seed: int = 0, special_values: bool = False,
-                         timeout: float = 20.0) -> Callable[[ModuleOp], bool]:
+                         timeout: float = 20.0, max_ulp=None, rtol_magnitude=None) -> Callable[[ModuleOp], bool]:
     """Interesting when the executor's results on generated inputs differ from XLA CPU's (``interop.run_xla``)
-    beyond the budgets of :func:`interop.difftest.compare_output`."""
+    beyond the budgets of :func:`interop.difftest.compare_output` (``max_ulp``, ``rtol_magnitude``: its
+    per-dtype defaults when None; 0 and 0 for bitwise)."""
     def test(module: ModuleOp) -> bool:
         from ..difftest import compare_output
         from ..xla_run import run_xla
@@ -125,9 +126,11 @@ def mismatch_vs_jax_test(entry: str = "main", seed: int = 0, special_values: boo
         except Exception:  # noqa: BLE001 - a candidate that cannot run on both is not this mismatch
             return False
         return len(ours) != len(theirs) or any(
-            isinstance(a, np.ndarray) and not compare_output(a, b).ok for a, b in zip(ours, theirs))
+            isinstance(a, np.ndarray) and not compare_output(a, b, max_ulp, rtol_magnitude=rtol_magnitude).ok
+            for a, b in zip(ours, theirs))
 
     test.kind = "mismatch-vs-jax"
+    test.budgets = (max_ulp, rtol_magnitude)
     return test
 
 
@@ -472,7 +475,7 @@ _BODIES = {
     ours = lowering.compile(module)(*args)
     theirs = run_xla(module, *args)
     for a, b in zip(ours, theirs):
-        assert compare_output(a, b).ok""",
+        assert compare_output(a, b, {max_ulp!r}, rtol_magnitude={rtol!r}).ok""",
     "pass-changes": """    import passes
 {plugins}
     report = passes.check_semantics(module, {pipeline!r}, seeds=(0, 1), entry={entry!r})
@@ -495,6 +498,7 @@ def write_pytest(path: str, module: ModuleOp, test, source: str, entry: str = "m
     state = getattr(test, "state", {})
     body = _BODIES.get(kind, _BODIES["command"]).format(
         entry=entry, signature=state.get("signature"), pipeline=getattr(test, "pipeline", ""),
+        max_ulp=getattr(test, "budgets", (None, None))[0], rtol=getattr(test, "budgets", (None, None))[1],
         command=getattr(test, "command", ""),
         plugins="".join(f"    passes.load_plugin({os.path.abspath(p)!r})\n" for p in plugins))
     text = _PYTEST.format(kind=kind, source=source, ops=count_ops(module), program=str(module).replace('"""', "'''"),
