@@ -13,8 +13,8 @@ Executor view: the fusion groups and compiled loops are found as the executor fo
 own functions (:func:`lowering.fusion.plan` with row reductions, :func:`lowering.compiled_loops.loop_source`)
 on the program the executor runs (:func:`passes.pipelines.prepare_for_execution`). When that program is the
 given one, the ops are marked in the tables (a coloured bar and a ``fusion N`` badge, ``compiled loop`` /
-``interpreted loop``); when the executor's pipeline rewrote the program, its groups and loops are listed
-in their own section, with the ops they hold.
+``interpreted loop``); when the executor's pipeline rewrote the program, the ops it kept (matched in order by
+name and types) are marked in the tables and the executor's whole program follows, collapsed, with the marks.
 """
 
 from __future__ import annotations
@@ -104,10 +104,32 @@ def executor_view(module: ModuleOp) -> dict:
             g["ops"] = [mapping[id(op)] for op in g["ops"]]
         for loop in loops:
             loop["op"] = mapping[id(loop["op"])]
+    # Otherwise the ops the pipeline kept are matched to the given ones (the longest matching runs of op
+    # names and result types, in order), so that the tables can mark them too.
+    matched = {} if same else _match_ops(prepared, module)
     note = ("the executor runs this program as given" if same else
             "the executor's pipeline (broadcasts made explicit, XLA's float rewrites, FMA contraction, calls "
-            "inlined) rewrote the program: see 'as the executor runs it' at the end for its groups and loops")
-    return {"same_program": same, "groups": groups, "loops": loops, "note": note, "prepared": prepared}
+            "inlined) rewrote the program: the tables mark the ops it kept; 'as the executor runs it' at the "
+            "end shows its whole program")
+    return {"same_program": same, "groups": groups, "loops": loops, "note": note, "prepared": prepared,
+            "matched": matched}
+
+
+def _match_ops(prepared: ModuleOp, module: ModuleOp) -> dict[int, Operation]:
+    """id of an op of ``prepared`` -> the op of ``module`` it is a copy of, for the runs of ops (name, operand
+    count, result types) the two modules share in order (difflib's matching blocks)."""
+    import difflib
+
+    def key(op):
+        return (op.name, len(op.operands), tuple(r.type for r in op.results))
+
+    a, b = list(prepared.walk()), list(module.walk())
+    matcher = difflib.SequenceMatcher(a=[key(op) for op in a], b=[key(op) for op in b], autojunk=False)
+    matched = {}
+    for i, j, n in matcher.get_matching_blocks():
+        for k in range(n):
+            matched[id(a[i + k])] = b[j + k]
+    return matched
 
 
 def _same_ops(a: ModuleOp, b: ModuleOp) -> bool:
@@ -142,12 +164,15 @@ def graph_html(module: ModuleOp, fusion: bool = True, title: str = "program") ->
     view = executor_view(module) if fusion else None
     group_of: dict[int, int] = {}
     loop_of: dict[int, dict] = {}
-    if view and view["same_program"]:
+    if view:
+        here = (lambda op: op) if view["same_program"] else (lambda op: view["matched"].get(id(op)))
         for i, g in enumerate(view["groups"]):
             for op in g["ops"]:
-                group_of[id(op)] = i
+                if here(op) is not None:
+                    group_of[id(here(op))] = i
         for loop in view["loops"]:
-            loop_of[id(loop["op"])] = loop
+            if here(loop["op"]) is not None:
+                loop_of[id(here(loop["op"]))] = loop
     writer = _Writer(names, costs, group_of, loop_of)
     functions = [f for f in module.ops if isinstance(f, func.FuncOp)]
     n_ops = sum(1 for f in functions for op in f.walk() if op is not f)
