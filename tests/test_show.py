@@ -522,7 +522,9 @@ def test_graph_page_of_a_jax_program_with_loops_and_calls():
     assert "func @closed_call" in page and "href='#fn-closed_call'" in page  # calls link to the function
     tables = page.split("<details class='fn executor'")[0]
     assert "compiled loop" in tables  # the executor compiles this loop: marked on the given program's while
-    assert "fusion 0</span>" in tables
+    import re
+
+    assert re.search(r">fusion \d+</span>", tables)  # some of the executor's groups, on the given ops
     assert parsed["classes"]["region"] >= 2  # the loop's condition and body
     assert "test_show.py" in page  # source locations
 
