@@ -554,3 +554,18 @@ def test_a_wrong_kernel_is_named_against_xla_and_reduced_to(broken_tanh_kernel, 
     assert [op.name for op in small.walk()][2:] == ["hlo.tanh", "func.return"]
     assert isinstance(_run_pytest_file(tmp_path / "test_small.py"), AssertionError)
     assert mismatch_vs_jax_test(max_ulp=4)(small) is False  # 1 ULP is within the default budget
+
+
+def test_reducer_shrinks_shapes_and_returns_the_op_that_matters():
+    import re
+
+    from interop.debugging.reducer import crash_test, reduce_program
+
+    module = interop.import_jax(lambda x, w: jnp.tanh(x @ w).sum(0) * 2.0, np.ones((32, 64), np.float32),
+                                np.ones((64, 16), np.float32))
+    broken = parse_module(re.sub(r"hlo.tanh (%\d+)", r'hlo.custom_call "bad_target"(\1)', str(module), count=1))
+    result = reduce_program(broken, crash_test())
+    assert result.ops_before == 8 and result.ops_after == 1
+    (call,) = [op for op in result.module.walk() if op.name == "hlo.custom_call"]
+    assert call.results[0].type.get_shape() == (1, 1)  # 32x16 -> 1x1: every dimension shrunk
+    assert "tensor<1x1xf32>) -> tensor<1x1xf32>" in str(result.module)

@@ -7,12 +7,15 @@ budgets) or ``pass-changes`` (a pass of a pipeline changes its results, :func:`c
 
 The reductions, each tried on a copy that must verify before it is tested:
 
-1. results: keep a subset of the entry function's results (ddmin), dead code then goes;
+1. results: keep a subset of the entry function's results (ddmin), or return the results of the earliest op
+   that keeps the program interesting instead; dead code then goes;
 2. ops: cut sets of the entry function's ops (ddmin): an op cut is removed and its results become new
    parameters of the function, so everything computing only its operands dies too;
 3. regions and operands: an op inside a region (or left at the top) is bypassed, its result replaced by an
    operand or block argument of the same type, or by a constant zero;
 4. constants: a constant array becomes a splat of its first element, then of zero;
+5. shapes: every dimension of one size made 1, 2 or half as large, all at once (from the program's text:
+   ops whose attributes do not fit the new shapes fail to verify, and that candidate is dropped);
 
 then unused parameters and functions are dropped. Every step keeps the program interesting.
 """
@@ -271,6 +274,20 @@ def _keep_results(module: ModuleOp, entry: str, keep: list[int]) -> ModuleOp:
     return copy
 
 
+def _return_op(module: ModuleOp, entry: str, position: int) -> ModuleOp | None:
+    """A copy whose entry function returns the results of the op at ``position`` instead (what follows dies)."""
+    copy = module.clone()
+    op = _at(copy, position)
+    if not op.results or not all(isinstance(r.type, TensorType) for r in op.results):
+        return None
+    ret = _entry(copy, entry).body.block.last_op
+    if list(ret.operands) == list(op.results):
+        return None
+    ret.operands = list(op.results)
+    _cleanup(copy, entry)
+    return copy
+
+
 def _replace_result(module: ModuleOp, entry: str, position: int, choice) -> ModuleOp | None:
     """A copy where the op at ``position`` is gone, its (single) result replaced by ``choice``: an operand index
     of the op, ``"zero"`` (a constant zero of the type)."""
@@ -382,7 +399,8 @@ def reduce_program(program, test: Callable[[ModuleOp], bool], entry: str = "main
     """Shrink ``program`` (a module, or a program file) while ``test(candidate)`` is true; return the smallest
     interesting program found (a :class:`ReduceResult`). ``test`` is one of :func:`crash_test`,
     :func:`mismatch_vs_jax_test`, :func:`pass_changes_test`, :func:`command_test` or any function of a
-    module. Calls are inlined first; every candidate verifies before it is tested. ``max_seconds`` bounds the
+    module. Calls are inlined first; every candidate verifies before it is tested (results, op cuts, bypasses,
+    constants, then dimension sizes: see the module's docstring). ``max_seconds`` bounds the
     search (the best program so far is returned)."""
     from .probes import load_program_like
 
@@ -407,10 +425,55 @@ def reduce_program(program, test: Callable[[ModuleOp], bool], entry: str = "main
                                                                                       if i not in drop]))
         positions = lambda m: [_position(m, op) for op in _top_ops(m, entry)]  # noqa: E731
         module = _ddmin(search, module, positions, lambda m, chunk: _cut(m, entry, chunk))
+        for position in positions(module):  # the earliest op whose results alone stay interesting (few left now)
+            candidate = _return_op(module, entry, position)
+            if search.accept(candidate, module):
+                module = candidate
+                search.log(f"  {count_ops(module)} ops")
+                break
         module = _one_by_one(search, module, entry)
+        module = _shrink_shapes(search, module)
         if (count_ops(module), len(str(module))) == size or search.expired():
             break
     return ReduceResult(module, before, count_ops(module), search.candidates, time.perf_counter() - start)
+
+
+_TENSOR = re.compile(r"tensor<((?:\d+x)+)")
+
+
+def _dimension_sizes(text: str) -> list[int]:
+    """The sizes (above 1) of the dimensions of the tensor types in ``text``, largest first."""
+    sizes = {int(d) for m in _TENSOR.finditer(text) for d in m.group(1).rstrip("x").split("x")}
+    return sorted((d for d in sizes if d > 1), reverse=True)
+
+
+def _resized(module: ModuleOp, size: int, new: int) -> ModuleOp | None:
+    """A copy where every dimension of ``size`` elements has ``new`` (read back from text: ops whose
+    attributes or constants do not fit the new shapes do not verify, and the candidate is dropped)."""
+    from xla_dialect import parse_module
+
+    def shrink(m):
+        dims = ["x".join(str(new) if int(d) == size else d for d in m.group(1).rstrip("x").split("x"))]
+        return f"tensor<{dims[0]}x"
+
+    try:
+        return parse_module(_TENSOR.sub(shrink, str(module)))
+    except Exception:  # noqa: BLE001 - text that does not parse (a constant's elements) is no candidate
+        return None
+
+
+def _shrink_shapes(search: _Search, module: ModuleOp) -> ModuleOp:
+    """Each dimension size, largest first, made 1, 2 or half of itself everywhere at once, while interesting."""
+    for size in _dimension_sizes(str(module)):
+        for new in dict.fromkeys((1, 2, size // 2)):
+            if new >= size:
+                continue
+            candidate = _resized(module, size, new)
+            if search.accept(candidate, module):
+                module = candidate
+                search.log(f"  dimensions of {size} -> {new}")
+                break
+    return module
 
 
 def _one_by_one(search: _Search, module: ModuleOp, entry: str) -> ModuleOp:
