@@ -262,7 +262,7 @@ def _caption(where, layout, dims, pdims, logical, physical, nbytes, rows, cols, 
             levels.append(f"level {k + 1} T{text}: {what}")
         lines.append("; ".join(levels))
         lines.append(f"physical shape {list(pdims)} (tile grid, then within-tile dimensions), laid out row-major")
-    expansion = physical / logical if logical else float("nan")
+    expansion = physical / logical if logical else 1.0
     lines.append(f"{_si(logical)} elements, {_si(physical)} in memory with padding (x{expansion:.3g}); "
                  f"{_si(nbytes)} bytes" + ("; grey cells are padding" if physical > logical else ""))
     if layout.tail_padding_alignment != 1:
