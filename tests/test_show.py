@@ -244,6 +244,11 @@ def test_xla_show_cost_cli(tmp_path):
 
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["totals"]["flops"] == 544.0 and data["ops"]
+    tpu = _xla_show("cost", str(path), "--target", "tpu", "--chip", "tpu-v5e")
+    assert tpu.returncode == 0, tpu.stderr
+    assert "bytes with tpu layouts" in tpu.stdout and "'flops': 544" in tpu.stdout
+    padded = float(tpu.stdout.split("'bytes accessed': ")[1].split()[0])
+    assert padded > 1220  # f32[4,8] in a 4x128 tile: 2048 bytes for 128
     bad = _xla_show("cost", str(tmp_path / "missing.hlo"))
     assert bad.returncode == 1 and bad.stderr.startswith("xla-show: error:") and "Traceback" not in bad.stderr
 

@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=20, help="ops listed, most expensive first (0: all)")
     p.add_argument("--entry", default=None, help="entry function (default: main)")
     p.add_argument("--physical", action="store_true", help="count bytes with tile padding (the layouts')")
+    p.add_argument("--target", choices=("cpu", "tpu"), default=None,
+                   help="lay the program out for this target first and count bytes with its tile padding")
     p.add_argument("--json", metavar="FILE", help="also write the totals and per-op costs as JSON")
 
     p = sub.add_parser("memory", help="bytes per value with tile padding, copies, peak live bytes", epilog=EPILOG)
@@ -84,7 +86,7 @@ def _run(args) -> int:
 
         module = _load(args.program)
         report, text = cost_report(module, chips=tuple(args.chip or ["cpu"]), top=args.top or None,
-                                   entry=args.entry, physical=args.physical)
+                                   entry=args.entry, physical=args.physical, target=args.target)
         print(text)
         if args.json:
             payload = {"totals": report.totals, "entry": report.entry,

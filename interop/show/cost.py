@@ -22,11 +22,22 @@ def roofline_text(line: dict) -> str:
 
 
 def cost_report(module, chips=("cpu",), top: int | None = 20, entry: str | None = None,
-                physical: bool = False) -> tuple[CostReport, str]:
+                physical: bool = False, target: str | None = None) -> tuple[CostReport, str]:
     """The cost analysis of ``module`` and its text: XLA's totals (jax's key names), the ``top`` most
-    expensive ops (all when None) and a roofline estimate on each chip of ``chips``."""
+    expensive ops (all when None) and a roofline estimate on each chip of ``chips``.
+
+    ``target="tpu"`` (or ``"cpu"``) first lays out a copy of the program with ``assign-layouts`` for that
+    target and counts bytes with its tile padding (``physical``), as a TPU's shape size function does."""
+    heading = "XLA cost analysis (jax's lower(...).cost_analysis() keys):"
+    if target is not None:
+        import passes
+
+        module = module.clone()
+        passes.assign_layouts(module, target)
+        physical = True
+        heading = f"XLA cost analysis, bytes with {target} layouts and tile padding:"
     report = cost_analysis(module, entry=entry, physical=physical)
-    lines = ["XLA cost analysis (jax's lower(...).cost_analysis() keys):"]
+    lines = [heading]
     for key in ("flops", "transcendentals", "bytes accessed"):
         lines.append(f"  {key!r}: {report.totals.get(key, 0.0):.10g}")
     lines.append("")
