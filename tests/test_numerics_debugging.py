@@ -569,3 +569,16 @@ def test_reducer_shrinks_shapes_and_returns_the_op_that_matters():
     (call,) = [op for op in result.module.walk() if op.name == "hlo.custom_call"]
     assert call.results[0].type.get_shape() == (1, 1)  # 32x16 -> 1x1: every dimension shrunk
     assert "tensor<1x1xf32>) -> tensor<1x1xf32>" in str(result.module)
+
+
+def test_pytree_arguments_of_a_jax_function():
+    def step(params, x):
+        h = jnp.tanh(x @ params["w"] + params["b"])
+        return jnp.mean(h * h)
+
+    params = {"w": np.full((4, 3), 0.5, np.float32), "b": np.zeros(3, np.float32)}
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    t = interop.trace(step, params, x)
+    assert t.of("tanh") and float(t.outputs[0]) == pytest.approx(float(step(params, x)), rel=1e-6)
+    assert not interop.find_divergence(step, params, x, against="xla", max_ulp=0, rtol_magnitude=0)
+    assert interop.debugging.check_semantics(step, "simplify,cse,dce", inputs=[(params, x)]).ok

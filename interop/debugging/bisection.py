@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xla_dialect.errors import PassError, XlaError
 
 from ..difftest import is_float_dtype, ulp_distance
-from .probes import load_program_like, op_index, tag_ops, trace
+from .probes import load_program_like, op_index, program_and_arguments, tag_ops, trace
 from .random_inputs import random_inputs
 
 __all__ = ["PassCheck", "SemanticsReport", "check_semantics", "same_values"]
@@ -222,8 +222,11 @@ def check_semantics(program, pipeline, inputs: Sequence[Sequence] | None = None,
     import passes
     from passes import _passes_of
 
-    examples = list(inputs[0]) if inputs else ()  # (a JAX function is imported with the first input set)
-    module = program if isinstance(program, ModuleOp) else load_program_like(program, examples, "check_semantics")
+    if not isinstance(program, ModuleOp) and inputs:  # a JAX function, imported with the first input set
+        module, _ = program_and_arguments(program, list(inputs[0]), "check_semantics")
+        inputs = [program_and_arguments(program, list(args), "check_semantics")[1] for args in inputs]
+    else:
+        module = program if isinstance(program, ModuleOp) else load_program_like(program, (), "check_semantics")
     pass_list = _passes_of(pipeline)
     text = pipeline if isinstance(pipeline, str) else ",".join(str(p) for p in pass_list)
     if inputs is None:

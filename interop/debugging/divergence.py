@@ -34,7 +34,8 @@ from xdsl.dialects.builtin import (ComplexType, Float16Type, Float32Type, Float6
 from xla_dialect.errors import UnsupportedError, XlaError
 
 from ..difftest import ULP_INFINITE, compare_arrays, is_float_dtype, magnitude_rtol, ulp_budget, ulp_distance
-from .probes import DEFAULT_MAX_ITERATIONS, Trace, TracedValue, load_program_like, op_index, tag_ops, trace
+from .probes import (DEFAULT_MAX_ITERATIONS, Trace, TracedValue, op_index, program_and_arguments, tag_ops,
+                     trace)
 
 __all__ = ["Divergence", "DivergenceReport", "find_divergence", "widen_to_f64"]
 
@@ -459,7 +460,7 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
     The :class:`DivergenceReport` has ``.first`` (a :class:`Divergence` with ``.op``, ``.location``,
     shapes, errors and the worst elements) and prints readably.
     """
-    module = load_program_like(program, args, "find_divergence")
+    module, args = program_and_arguments(program, args, "find_divergence")
     tagged, _ = tag_ops(module)
     ours = trace(tagged, *args, max_iterations=max_iterations, entry=entry, device=device, **compile_options)
     theirs = None

@@ -24,7 +24,8 @@ from xdsl.ir import Operation
 
 from xla_dialect.errors import XlaError
 
-__all__ = ["OP_INDEX", "Probe", "Trace", "TracedValue", "load_program_like", "tag_ops", "trace"]
+__all__ = ["OP_INDEX", "Probe", "Trace", "TracedValue", "load_program_like", "program_and_arguments", "tag_ops",
+           "trace"]
 
 OP_INDEX = "debug.op"
 """The attribute holding an op's position in the walk of the program given to :func:`trace`."""
@@ -307,11 +308,25 @@ def load_program_like(program, args, what: str = "trace") -> ModuleOp:
     raise XlaError(f"{what} expects an xDSL module, a program file or a JAX function, got {type(program).__name__}")
 
 
+def program_and_arguments(program, args, what: str = "trace") -> tuple[ModuleOp, list]:
+    """``program`` as a module (:func:`load_program_like`) and ``args`` as it takes them: for a JAX function
+    the leaves of the argument pytrees (typed PRNG keys as their key data), else ``args`` as given."""
+    module = load_program_like(program, args, what)
+    if module is program or isinstance(program, (str, os.PathLike)):
+        return module, list(args)
+    import jax
+
+    from ..difftest import plain_array
+
+    return module, [plain_array(leaf) for leaf in jax.tree_util.tree_leaves(args)]
+
+
 def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, entry: str = "main",
           device: str | None = None, **compile_options) -> Trace:
     """Run ``program`` on ``args`` and return every intermediate value, by op, in the order computed.
 
-    ``program`` is an xDSL module, a program file or a JAX function (imported with ``args``). Each
+    ``program`` is an xDSL module, a program file or a JAX function (imported with ``args``, which may be
+    pytrees: the program takes their leaves). Each
     :class:`TracedValue` has the op's mnemonic (``.op``), source location (``.location``, ``file:line`` from
     JAX's locations or HLO metadata), position in the program (``.index``), iteration and value. Ops inside
     ``while`` bodies and conditionals are recorded each time they run, the first ``max_iterations`` times
@@ -328,7 +343,7 @@ def trace(program, *args, max_iterations: int | None = DEFAULT_MAX_ITERATIONS, e
     """
     import lowering
 
-    module = load_program_like(program, args)
+    module, args = program_and_arguments(program, args)
     tagged, originals = tag_ops(module)
     if device is not None:
         from .device_numerics import emulate_device
