@@ -569,3 +569,38 @@ def test_xla_show_graph_cli(tmp_path):
     bad.write_text("func.func @main( {")
     run = _xla_show("graph", str(bad), "-o", str(out))
     assert run.returncode == 1 and "Traceback" not in run.stderr and "bad.mlir" in run.stderr
+
+
+_DOM_STUB = r"""
+function el(tag, text, parent) { return {tagName: tag, textContent: text, style: {}, open: false, parentElement: parent,
+  classList: {set: new Set(), toggle(c, on) { on ? this.set.add(c) : this.set.delete(c); }, contains(c) { return this.set.has(c); }},
+  querySelector(sel) { return (this.children || []).find(r => r.classList.contains('hit')) || null; }}; }
+const det = el('DETAILS', '', null), tbody = el('TBODY', '', det);
+const rows = [el('TR', '%1 hlo.tanh f32[4]', tbody), el('TR', '%2 hlo.add f32[4] loc.py:3', tbody), el('TR', '%3 hlo.sort', tbody)];
+const nest = el('TR', '', tbody); nest.children = [rows[2]];
+const handlers = {}, q = {value: '', addEventListener(ev, f) { handlers[ev] = f; }}, count = {textContent: ''};
+global.document = {getElementById(id) { return {q, count, open: {}, close: {}}[id]; },
+  querySelectorAll(sel) { return sel === 'tr.op' ? rows : sel === 'tr.nest' ? [nest] : []; }, addEventListener() {}};
+global.setTimeout = (f) => f(); global.clearTimeout = () => {};
+eval(SCRIPT);
+const out = [count.textContent];
+q.value = 'ADD'; handlers.input(); out.push(count.textContent, rows.map(r => r.style.display).join('|'), det.open, nest.style.display);
+q.value = ''; handlers.input(); out.push(count.textContent, rows.map(r => r.style.display).join('|'));
+console.log(JSON.stringify(out));
+"""
+
+
+def test_graph_page_search_filters_rows():
+    """The page's own script, run by node against a stub of the few DOM calls it makes."""
+    import json
+    import shutil
+
+    from interop.show.graph import _SCRIPT
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    source = "const SCRIPT = " + json.dumps(_SCRIPT) + ";\n" + _DOM_STUB
+    run = subprocess.run([node, "-e", source], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == ["3 ops", "1 of 3 ops match", "none||none", True, "none", "3 ops", "||"]
