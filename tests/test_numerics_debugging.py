@@ -13,7 +13,7 @@ import pytest
 import interop
 import lowering
 from interop.cli import xla_run_main
-from interop.debugging import random_inputs, special_values_of, trace
+from interop.debugging import random_inputs, special_values_of
 from xla_dialect import parse_module
 from xla_dialect.errors import XlaError
 
@@ -582,3 +582,15 @@ def test_pytree_arguments_of_a_jax_function():
     assert t.of("tanh") and float(t.outputs[0]) == pytest.approx(float(step(params, x)), rel=1e-6)
     assert not interop.find_divergence(step, params, x, against="xla", max_ulp=0, rtol_magnitude=0)
     assert interop.debugging.check_semantics(step, "simplify,cse,dce", inputs=[(params, x)]).ok
+
+
+def test_bf16_values_dumped_and_read_back(tmp_path):
+    def f(x):
+        return (x.astype(jnp.bfloat16) * 3).astype(jnp.float32) + x
+
+    x = np.linspace(0.1, 2, 8).astype(np.float32)
+    t = interop.trace(f, x)
+    t.dump(tmp_path / "d")
+    index = json.loads((tmp_path / "d" / "index.json").read_text())
+    assert "bfloat16" in {e["dtype"] for e in index["values"]}
+    assert not interop.find_divergence(f, x, against=str(tmp_path / "d"), max_ulp=0, rtol_magnitude=0)

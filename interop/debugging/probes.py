@@ -263,7 +263,9 @@ class Trace:
     def dump(self, directory: str) -> list[str]:
         """Write one ``FUNCTION.npz`` per function (arrays named by key) and ``index.json`` (every value's
         op, location, iteration, shape and dtype, in the order computed, and the file it is in) to
-        ``directory`` (created if needed); returns the paths written."""
+        ``directory`` (created if needed); returns the paths written. NumPy stores ml_dtypes arrays (bf16, f8)
+        as raw bytes (``np.load`` gives ``|V2``): read them back with ``.view(ml_dtypes.bfloat16)``, the dtype
+        being in the index (``find_divergence`` does so by itself)."""
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
@@ -271,7 +273,7 @@ class Trace:
         by_function: dict[str, dict[str, np.ndarray]] = {}
         index = []
         for v in self.values:
-            by_function.setdefault(v.function, {})[v.key] = _savable(v.value)
+            by_function.setdefault(v.function, {})[v.key] = v.value
             index.append({**v.as_dict(), "file": f"{v.function}.npz"})
         written = []
         for fn, arrays in by_function.items():
@@ -284,12 +286,6 @@ class Trace:
             f.write("\n")
         written.append(path)
         return written
-
-
-def _savable(a) -> np.ndarray:
-    """``a`` as np.savez keeps it: ml_dtypes arrays (bf16, f8) are written as their raw bits' dtype."""
-    a = np.asarray(a)
-    return a
 
 
 def load_program_like(program, args, what: str = "trace") -> ModuleOp:
