@@ -594,3 +594,34 @@ def test_bf16_values_dumped_and_read_back(tmp_path):
     index = json.loads((tmp_path / "d" / "index.json").read_text())
     assert "bfloat16" in {e["dtype"] for e in index["values"]}
     assert not interop.find_divergence(f, x, against=str(tmp_path / "d"), max_ulp=0, rtol_magnitude=0)
+
+
+def test_divergence_inside_a_loop_names_the_iteration():
+    def f(x):
+        def body(i, c):
+            big = jnp.float32(1e8) * (i == 3)  # the 4th iteration adds and removes a large value
+            return (c + big) - big + 0.25
+
+        return jax.lax.fori_loop(0, 6, body, x)
+
+    report = interop.find_divergence(f, np.full(4, 1.0, np.float32))
+    assert (report.first.op, report.first.iteration) == ("hlo.subtract", 3)
+    assert report.first.location.endswith(f":{f.__code__.co_firstlineno + 3}") and "iteration 3" in str(report)
+    # iterations 0-2 only compared: then the loop's result is where the runs part
+    report = interop.find_divergence(f, np.full(4, 1.0, np.float32), max_iterations=3)
+    assert report.first.op == "hlo.while" and report.first.iteration == 0
+
+
+def test_probe_as_a_compile_option():
+    from interop.debugging import Probe
+
+    module = parse_module(MIXED)
+    probe = Probe()
+    exe = lowering.compile(module, probe=probe)
+    args = random_inputs(module, seed=0)
+    (out,) = exe(*args)
+    (value,) = probe.values
+    assert value.key == "op0.hlo.add" and value.op == "hlo.add" and np.array_equal(value.value, out)
+    probe.reset()
+    exe(*args)
+    assert len(probe.values) == 1

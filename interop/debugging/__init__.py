@@ -17,10 +17,10 @@
 from .bisection import SemanticsReport, check_semantics
 from .device_numerics import emulate_device
 from .divergence import Divergence, DivergenceReport, find_divergence, widen_to_f64
-from .probes import Trace, TracedValue, trace
+from .probes import Probe, Trace, TracedValue, trace
 from .random_inputs import random_inputs, special_values_of
 from .reducer import ReduceResult, reduce_program
 
-__all__ = ["Divergence", "DivergenceReport", "ReduceResult", "SemanticsReport", "Trace", "TracedValue",
+__all__ = ["Divergence", "DivergenceReport", "Probe", "ReduceResult", "SemanticsReport", "Trace", "TracedValue",
            "check_semantics", "emulate_device", "find_divergence", "random_inputs", "reduce_program",
            "special_values_of", "trace", "widen_to_f64"]

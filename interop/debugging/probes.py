@@ -131,7 +131,11 @@ class TracedValue:
 class Probe:
     """The recorder handed to ``lowering.compile(probe=...)``: :meth:`register` numbers the ops when the
     program is lowered, :meth:`record` copies their values at run time (the first ``max_iterations`` values
-    of each op inside loops; None: all)."""
+    of each op inside loops; None: all) into :attr:`values`; :meth:`reset` before a call forgets them.
+
+    Used directly (``probe = Probe(); exe = lowering.compile(module, probe=probe); exe(x); probe.values``),
+    values are keyed by the order in which the executor lowered the ops; :func:`trace` numbers the ops of
+    the program given first, so that keys match between runs."""
 
     def __init__(self, originals: list[Operation] | None = None, max_iterations: int | None = DEFAULT_MAX_ITERATIONS):
         if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(max_iterations, int)
@@ -197,7 +201,8 @@ class Probe:
             self.skipped += 1
             return
         index, name, loc, fn, executed, offset = self.sites[site]
-        base = f"op{index}" if index is not None else f"new{site}"
+        # (a program not numbered by tag_ops: its ops are named by their order of lowering)
+        base = f"op{index}" if index is not None else (f"new{site}" if self.originals else f"op{site}")
         for r, value in enumerate(results, offset):
             if not isinstance(value, (np.ndarray, np.generic)):
                 continue  # tokens
