@@ -625,3 +625,16 @@ def test_probe_as_a_compile_option():
     probe.reset()
     exe(*args)
     assert len(probe.values) == 1
+
+
+def test_locations_from_hlo_metadata():
+    module = interop.import_hlo("""HloModule m
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  m = f32[4] multiply(x, x), metadata={op_name="jit(f)/mul" source_file="model.py" source_line=3}
+  ROOT s = f32[4] sine(m), metadata={op_name="jit(f)/sin" source_file="model.py" source_line=4}
+}
+""")
+    t = interop.trace(module, np.arange(4, dtype=np.float32))
+    assert [(v.op, v.location) for v in t] == [("hlo.multiply", "model.py:3"), ("hlo.sine", "model.py:4")]
