@@ -93,6 +93,7 @@ def crash_test(entry: str = "main", seed: int = 0, special_values: bool = True, 
     state = {"signature": signature}
 
     def test(module: ModuleOp) -> bool:
+        """True when the candidate crashes as the original did."""
         from lowering.interrupt import ExecutionTimeout
 
         try:
@@ -117,6 +118,7 @@ def mismatch_vs_jax_test(entry: str = "main", seed: int = 0, special_values: boo
     beyond the budgets of :func:`interop.difftest.compare_output` (``max_ulp``, ``rtol_magnitude``: its
     per-dtype defaults when None; 0 and 0 for bitwise)."""
     def test(module: ModuleOp) -> bool:
+        """True when the candidate's results differ from XLA CPU's."""
         from ..difftest import compare_output
         from ..xla_run import run_xla
 
@@ -143,6 +145,7 @@ def pass_changes_test(pipeline: str, entry: str = "main", seeds=(0, 1)) -> Calla
     state = {"pass": None}
 
     def test(module: ModuleOp) -> bool:
+        """True when the same pass changes the candidate's results."""
         from .bisection import check_semantics
 
         try:
@@ -169,6 +172,7 @@ def command_test(command: str, timeout: float = 120.0) -> Callable[[ModuleOp], b
     folder = tempfile.mkdtemp(prefix="xla-reduce-")
 
     def test(module: ModuleOp) -> bool:
+        """True when the command exits 0 on the candidate."""
         path = os.path.join(folder, "candidate.mlir")
         with open(path, "w", encoding="utf-8") as f:
             f.write(str(module) + "\n")
@@ -347,6 +351,7 @@ class _Search:
         self.candidates = 0
 
     def expired(self) -> bool:
+        """True once the time budget is spent."""
         return self.deadline is not None and time.perf_counter() > self.deadline
 
     def accept(self, candidate: ModuleOp | None, current: ModuleOp) -> bool:
