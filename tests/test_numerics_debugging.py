@@ -638,3 +638,21 @@ ENTRY main {
 """)
     t = interop.trace(module, np.arange(4, dtype=np.float32))
     assert [(v.op, v.location) for v in t] == [("hlo.multiply", "model.py:3"), ("hlo.sine", "model.py:4")]
+
+
+def test_reducer_inlines_loop_bodies_and_branches():
+    import re
+
+    from interop.debugging.reducer import crash_test, reduce_program
+
+    def f(x, p):
+        def body(i, c):
+            return jax.lax.cond(p > 0, lambda v: jnp.sin(v) * 2.0, lambda v: jnp.tanh(v) + 1.0, c)
+
+        return jax.lax.fori_loop(0, 5, body, x).sum()
+
+    module = interop.import_jax(f, np.ones(8, np.float32), np.float32(1))
+    # the false branch, inside the loop, calls a custom call nobody implements
+    broken = parse_module(re.sub(r"hlo.tanh (%\d+)", r'hlo.custom_call "bad_target"(\1)', str(module), count=1))
+    result = reduce_program(broken, crash_test())
+    assert [op.name for op in result.module.walk()][2:] == ["hlo.custom_call", "func.return"]

@@ -11,8 +11,9 @@ The reductions, each tried on a copy that must verify before it is tested:
    that keeps the program interesting instead; dead code then goes;
 2. ops: cut sets of the entry function's ops (ddmin): an op cut is removed and its results become new
    parameters of the function, so everything computing only its operands dies too;
-3. regions and operands: an op inside a region (or left at the top) is bypassed, its result replaced by an
-   operand or block argument of the same type, or by a constant zero;
+3. regions and operands: a conditional is replaced by one of its branches, a while loop by one run of its
+   body, in line; an op inside a region (or left at the top) is bypassed, its result replaced by an operand
+   or block argument of the same type, or by a constant zero;
 4. constants: a constant array becomes a splat of its first element, then of zero;
 5. shapes: every dimension of one size made 1, 2 or half as large, all at once (from the program's text:
    ops whose attributes do not fit the new shapes fail to verify, and that candidate is dropped);
@@ -36,6 +37,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.ir import Block, Operation
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from xla_dialect.errors import XlaError
 
@@ -292,13 +294,42 @@ def _return_op(module: ModuleOp, entry: str, position: int) -> ModuleOp | None:
     return copy
 
 
+def _inline_region(module: ModuleOp, entry: str, position: int, k: int) -> ModuleOp | None:
+    """A copy where the conditional or while at ``position`` is replaced by its region ``k`` run once, in line:
+    branch ``k`` of a conditional on its operand, the body of a while (``k`` = 1) on the initial values."""
+    copy = module.clone()
+    op = _at(copy, position)
+    if op.name == "hlo.conditional" and k < len(op.regions):
+        inputs = [op.operands[1 + k]]
+    elif op.name == "hlo.while" and k == 1:
+        inputs = list(op.operands)
+    else:
+        return None
+    block = op.regions[k].block
+    if len(block.args) != len(inputs) or any(a.type != v.type for a, v in zip(block.args, inputs)):
+        return None
+    mapping = dict(zip(block.args, inputs))
+    for inner in list(block.ops)[:-1]:
+        clone = inner.clone(value_mapper=mapping)
+        Rewriter.insert_op(clone, InsertPoint.before(op))
+        mapping.update(zip(inner.results, clone.results))
+    outs = [mapping.get(v, v) for v in block.last_op.operands]
+    if len(outs) != len(op.results) or any(o.type != r.type for o, r in zip(outs, op.results)):
+        return None
+    for r, o in zip(op.results, outs):
+        r.replace_all_uses_with(o)
+    op.detach()
+    op.erase()
+    _cleanup(copy, entry)
+    return copy
+
+
 def _replace_result(module: ModuleOp, entry: str, position: int, choice) -> ModuleOp | None:
     """A copy where the op at ``position`` is gone, its (single) result replaced by ``choice``: an operand index
     of the op, ``"zero"`` (a constant zero of the type)."""
     from xla_dialect.literal import DenseLiteralAttr
     from xla_dialect.ops.constants import ConstantOp
     from xla_dialect.types import numpy_dtype
-    from xdsl.rewriter import InsertPoint, Rewriter
 
     copy = module.clone()
     op = _at(copy, position)
@@ -482,7 +513,8 @@ def _shrink_shapes(search: _Search, module: ModuleOp) -> ModuleOp:
 
 
 def _one_by_one(search: _Search, module: ModuleOp, entry: str) -> ModuleOp:
-    """Bypass or zero each op (regions included), then splat each constant: greedy, one at a time."""
+    """Inline each conditional's branch or while's body, bypass or zero each op (regions included), splat each
+    constant: greedy, one at a time."""
     index = 0
     while not search.expired():
         ops = list(module.walk())
@@ -498,8 +530,11 @@ def _one_by_one(search: _Search, module: ModuleOp, entry: str) -> ModuleOp:
                 if search.accept(candidate, module):
                     module = candidate
             continue
-        for choice in [*range(len(op.operands)), "zero"]:
-            candidate = _replace_result(module, entry, index - 1, choice)
+        candidates = [lambda k=k: _inline_region(module, entry, index - 1, k) for k in range(len(op.regions))]
+        candidates += [lambda c=c: _replace_result(module, entry, index - 1, c)
+                       for c in [*range(len(op.operands)), "zero"]]
+        for make in candidates:
+            candidate = make()
             if search.accept(candidate, module):
                 module = candidate
                 index -= 1  # (the op there now is the next one)
