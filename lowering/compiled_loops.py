@@ -113,6 +113,45 @@ def _only_read(value: SSAValue) -> bool:
     return True
 
 
+# Ops whose generated code may give a view of operand 0 (or the operand itself) as its result.
+_VIEW_OPS = {"hlo.reshape", "hlo.slice", "hlo.dynamic_slice", "hlo.transpose", "hlo.bitcast_convert",
+             "hlo.broadcast_in_dim"}
+# Ops whose generated code only reads its array operands (copying what it keeps).
+_READING_OPS = {"hlo.dot_general", "hlo.dot", "hlo.reduce", "hlo.concatenate"}
+
+
+def _iteration_local(value: SSAValue) -> bool:
+    """Whether ``value`` (an array computed in a loop body) is dead before the op computing it runs again: every
+    use only reads it -- element-wise ops, products, reductions, concatenates, the update of a
+    dynamic_update_slice -- directly or through views that are themselves such (nothing carries, returns, calls,
+    writes in place or passes it to a nested loop). Its buffer can then be allocated once per call of the
+    compiled loop and reused by every iteration (:meth:`_LoopWriter.array_buffer`)."""
+    from .fusion import fusible_op
+
+    for use in value.uses:
+        op = use.operation
+        if op.name in _VIEW_OPS and use.index == 0 and op.name != "hlo.broadcast_in_dim":
+            if not all(_iteration_local(r) for r in op.results):
+                return False
+        elif op.name == "hlo.dynamic_update_slice":
+            if use.index == 0:
+                return False
+        elif not (op.name in _READING_OPS or fusible_op(op)):
+            return False
+    return True
+
+
+def _flat(array: str, shape) -> str:
+    """Generated code for the flat C-ordered view of ``array`` of static ``shape`` (see
+    :func:`lowering.loop_runtime.c_view`: no runtime reshape)."""
+    return f"c_view({array}, ({int(np.prod(shape))},))"
+
+
+def _view(array: str, shape) -> str:
+    """Generated code for ``array`` (C-contiguous) seen with static ``shape``."""
+    return f"c_view({array}, {tuple(shape)!r})" if shape else f"{array}.reshape(())"
+
+
 class _LoopWriter:
     """Writes the numba source of one while loop."""
 
@@ -132,6 +171,8 @@ class _LoopWriter:
         self.gemm_pairs: dict[Operation, Operation] = {}  # first dot of a pair -> second (gemm_pairs)
         self.pending_gemm: dict[Operation, tuple] = {}  # second dot -> the first's operands, result and (m, k, n)
         self.parallel_gemm = False  # pairs of independent products run on two CPUs (gemm_pairs)
+        # Arrays allocated once per call, before the loop, for iteration-local values (array_buffer).
+        self.prologue: list[str] = []
 
     # -- values ---------------------------------------------------------------
 
@@ -164,6 +205,16 @@ class _LoopWriter:
 
     def emit(self, indent: str, line: str) -> None:
         self.lines.append(indent + line)
+
+    def array_buffer(self, value: SSAValue, shape: tuple[int, ...], dtype: np.dtype) -> str:
+        """An expression for a new ``shape`` array of ``dtype`` to hold ``value``: a buffer allocated once per
+        call when ``value`` is iteration-local (:func:`_iteration_local`: a small loop step then allocates
+        nothing), else ``np.empty``."""
+        if shape and _iteration_local(value):
+            buffer = self.fresh("h")
+            self.prologue.append(f"    {buffer} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+            return buffer
+        return f"np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})"
 
     # -- ops ------------------------------------------------------------------
 
@@ -200,7 +251,7 @@ class _LoopWriter:
         for k, v in enumerate(group.inputs):
             if self.info(v)[1]:
                 flat = self.fresh("f")
-                self.emit(indent, f"{flat} = {self.name(v)}.ravel()")
+                self.emit(indent, f"{flat} = {_flat(self.name(v), self.info(v)[1])}")
                 scalar.names[v] = flat + "_e"
                 loads.append((flat + "_e", flat, reads.get(k, "element")))
             else:
@@ -208,8 +259,8 @@ class _LoopWriter:
         stores = []
         for r in group.outputs:
             out, flat = self.fresh(), self.fresh("g")
-            self.emit(indent, f"{out} = np.empty({group.shape!r}, {_NUMBA_TYPE_NAMES[self.info(r)[0]]})")
-            self.emit(indent, f"{flat} = {out}.ravel()")
+            self.emit(indent, f"{out} = {self.array_buffer(r, tuple(group.shape), self.info(r)[0])}")
+            self.emit(indent, f"{flat} = {_flat(out, group.shape)}")
             self.names[r] = out
             stores.append((r, flat))
         scalar.counter = self.counter
@@ -296,9 +347,9 @@ class _LoopWriter:
         result_flat = self.fresh("f")
         i = self.fresh("i")
         self.emit(indent, f"{out} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
-        self.emit(indent, f"{result_flat} = {out}.ravel()")
+        self.emit(indent, f"{result_flat} = {_flat(out, shape)}")
         for flat, n in zip(flats, names):
-            self.emit(indent, f"{flat} = {n}.ravel()")
+            self.emit(indent, f"{flat} = {_flat(n, shape)}")
         self.emit(indent, f"for {i} in range({int(np.prod(shape))}):")
         self.emit(indent + "    ", f"{result_flat}[{i}] = {expression(*(f'{f}[{i}]' for f in flats))}")
 
@@ -406,11 +457,11 @@ class _LoopWriter:
         source_shape = self.info(op.operands[0])[1]
         src = self.name(op.operands[0])
         if not shape:
-            self.emit(indent, f"{out} = {src}.ravel()[0]" if source_shape else f"{out} = {src}")
+            self.emit(indent, f"{out} = {_flat(src, source_shape)}[0]" if source_shape else f"{out} = {src}")
         elif not source_shape:
             self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
         else:
-            self.emit(indent, f"{out} = {src}.reshape({shape!r})")
+            self.emit(indent, f"{out} = c_view({src}, {shape!r})")
 
     def op_scatter(self, op, out, dtype, shape, indent):
         """A scatter of one update window (``x.at[i].set(row)``, ``.at[i].add(...)``: the indices select one
@@ -445,7 +496,7 @@ class _LoopWriter:
         else:
             raise _Ineligible("a scatter with a general update computation")
         flat = self.fresh("x")
-        self.emit(indent, f"{flat} = np.ascontiguousarray({self.name(indices)}).ravel()" if ishape
+        self.emit(indent, f"{flat} = {_flat(self.name(indices), ishape)}" if ishape
                   else f"{flat} = np.full(1, {self.name(indices)})")
         starts = ["0"] * len(shape)
         checks = []
@@ -460,7 +511,7 @@ class _LoopWriter:
         index = ", ".join(f"{s}:{s} + {w}" for s, w in zip(starts, window))
         values = self.fresh("u")
         self.emit(indent + "    ", f"{target} = {out}[{index}]")
-        self.emit(indent + "    ", f"{values} = np.ascontiguousarray({self.name(update)}).reshape({tuple(window)!r})")
+        self.emit(indent + "    ", f"{values} = c_view({self.name(update)}, {tuple(window)!r})")
         if combine is None:
             self.emit(indent + "    ", f"{target}[...] = {values}")
         else:
@@ -473,7 +524,7 @@ class _LoopWriter:
         """A static (strided) slice, copied to a C-ordered array."""
         starts, limits, strides = (list(ints(op.properties[k])) for k in ("start_indices", "limit_indices", "strides"))
         if not shape:
-            self.emit(indent, f"{out} = {self.name(op.operands[0])}.ravel()[0]")
+            self.emit(indent, f"{out} = {_flat(self.name(op.operands[0]), self.info(op.operands[0])[1])}[0]")
             return
         index = ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(starts, limits, strides))
         self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
@@ -483,7 +534,14 @@ class _LoopWriter:
         parts = [self.name(v) for v in op.operands]
         if any(not self.info(v)[1] for v in op.operands):
             raise _Ineligible("a concatenate of scalars")
-        self.emit(indent, f"{out} = np.concatenate(({', '.join(parts)},), axis={int(op.dimension.value.data)})")
+        axis = int(op.dimension.value.data)
+        self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+        offset = 0
+        for v, part in zip(op.operands, parts):
+            width = self.info(v)[1][axis]
+            index = ", ".join([":"] * axis + [f"{offset}:{offset + width}"])
+            self.emit(indent, f"{out}[{index}] = {part}")
+            offset += width
 
     def _clamped_starts(self, starts, operand_shape, sizes, indent) -> list[str]:
         names = []
@@ -564,16 +622,21 @@ class _LoopWriter:
             return None
         return plan
 
-    def product_operands(self, op, plan, dtype, indent, batch: bool = False) -> tuple[str, str, str]:
+    def product_operands(self, op, plan, dtype, indent, batch: bool = False,
+                         result: SSAValue | None = None) -> tuple[str, str, str]:
         """Names of a product's C-contiguous ``(m, k)`` and ``(k, n)`` operands and a new ``(m, n)`` result (each
-        with a leading batch dimension of 1 when ``batch``), emitted."""
+        with a leading batch dimension of 1 when ``batch``; the result in a reused buffer when ``result``, the
+        product's value, is iteration-local), emitted."""
         m, k, n = plan
+        shape = (1, m, n) if batch else (m, n)
         lead = "1, " if batch else ""
         lhs, rhs = op.operands
         a, b, c = self.fresh("a"), self.fresh("b"), self.fresh("m")
-        self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({lead}{m}, {k}))")
-        self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({lead}{k}, {n}))")
-        self.emit(indent, f"{c} = np.empty(({lead}{m}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"{a} = c_view({self.name(lhs)}, ({lead}{m}, {k}))")
+        self.emit(indent, f"{b} = c_view({self.name(rhs)}, ({lead}{k}, {n}))")
+        new = (self.array_buffer(result, shape, dtype) if result is not None
+               else f"np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"{c} = {new}")
         return a, b, c
 
     def small_product(self, op, out, dtype, shape, indent) -> bool:
@@ -585,9 +648,9 @@ class _LoopWriter:
         order = None if plan is None else small_dot_order(1, *plan, dtype)
         if order is None:
             return False
-        a, b, c = self.product_operands(op, plan, dtype, indent, batch=True)
+        a, b, c = self.product_operands(op, plan, dtype, indent, batch=True, result=op.results[0])
         self.emit(indent, f"small_dot({a}, {b}, {c}, {order})")
-        self.emit(indent, f"{out} = {c}.reshape({shape!r})")
+        self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
     def vector_matrix(self, op, out, dtype, shape, indent) -> bool:
@@ -603,11 +666,11 @@ class _LoopWriter:
         lhs, rhs = op.operands
         a, b, c, const = self.fresh("a"), self.fresh("b"), self.fresh("m"), self.fresh("k")
         self.constants[const] = np.int64(numpy_gemv_address(dtype))
-        self.emit(indent, f"{a} = np.ascontiguousarray({self.name(lhs)}).reshape(({k},))")
-        self.emit(indent, f"{b} = np.ascontiguousarray({self.name(rhs)}).reshape(({k}, {n}))")
+        self.emit(indent, f"{a} = c_view({self.name(lhs)}, ({k},))")
+        self.emit(indent, f"{b} = c_view({self.name(rhs)}, ({k}, {n}))")
         self.emit(indent, f"{c} = np.empty(({n},), {_NUMBA_TYPE_NAMES[dtype]})")
         self.emit(indent, f"cblas_gemv({const}, {a}, {b}, {c})")
-        self.emit(indent, f"{out} = {c}.reshape({shape!r})")
+        self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
     def op_dot_general(self, op, out, dtype, shape, indent):
@@ -655,7 +718,7 @@ class _LoopWriter:
                 self.emit(indent + "    ", f"cblas_gemm({const}, {a}, {b}, {c})")
             else:
                 self.emit(indent, f"cblas_gemm({const}, {a}, {b}, {c})")
-        self.emit(indent, f"{out} = {c}.reshape({shape!r})")
+        self.emit(indent, f"{out} = {_view(c, shape)}")
 
     op_dot = op_dot_general
 
@@ -674,7 +737,7 @@ class _LoopWriter:
         if not source_shape:
             raise _Ineligible("a reduce of a scalar")
         flat, acc, i = self.fresh("f"), self.fresh("a"), self.fresh("i")
-        self.emit(indent, f"{flat} = {x}.ravel()")
+        self.emit(indent, f"{flat} = {_flat(x, source_shape)}")
         t = _NUMBA_TYPE_NAMES[dtype]
         if body_op == "hlo.add" and dtype in _FLOATS:
             # ufunc(init, np.add.reduce(x)), as the interpreted kernel computes it.
@@ -844,6 +907,7 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     # numba's on-disk cache can serve every program with the same loop.
     if writer.gemm_pairs:  # the caller's denormal mode, for the paired products' second CPU
         writer.lines.insert(header, "    csr = mxcsr()")
+    writer.lines[header:header] = writer.prologue
     parameters = [f"b{i}" if i in boxed else name for i, name in enumerate(state)]
     writer.lines.insert(header, f"def loop({', '.join([*writer.constants, *parameters, 'budget'])}):")
     return "\n".join(writer.lines) + "\n", writer.constants
