@@ -249,6 +249,15 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show-source", action="store_true", help="print the generated Python code")
     parser.add_argument("--output", metavar="FILE.npz",
                         help="also save the results to an .npz file (arrays result0, result1, ...; tokens are skipped)")
+    parser.add_argument("--backend", choices=("auto", "threads", "mpi"), default="auto",
+                        help="a sharded program (a serialized export of several devices): run its devices in threads "
+                             "or over MPI ranks (mpiexec -n P xla-run ...); auto (default): MPI when started by "
+                             "mpiexec with more than one process")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="a sharded program: how long a device waits for another at a collective before failing "
+                             "(MPI default 600: a crashed rank; mismatched collectives are detected without it)")
+    parser.add_argument("--memory", action="store_true",
+                        help="a sharded program: print each device's memory (arguments, results, peak of live values)")
     parser.add_argument("--json", metavar="REPORT",
                         help="write a JSON report to this file: status (ok, mismatch, reference-untrusted, error), error message, each "
                              "result's dtype, shape, finite range and NaN count, and with --check-xla each result's "
@@ -264,6 +273,23 @@ def xla_run_main(argv: list[str] | None = None) -> int:
             print(f"xla-run: error: --json {args.json}: {e}", file=sys.stderr)
             return 2
     return code
+
+
+def _mpi_error(e: BaseException) -> None:
+    """Print ``e``; under ``mpiexec`` with the rank, and when only this rank met it (not a collective's error,
+    which every rank raises), end the whole job so that no rank waits for this one."""
+    from lowering.mpi import mpi_world_size
+
+    if mpi_world_size() <= 1:
+        print(f"xla-run: error: {e}", file=sys.stderr)
+        return
+    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
+    print(f"xla-run: rank {rank}: error: {e}", file=sys.stderr, flush=True)
+    if not getattr(e, "all_ranks", False):
+        from lowering.mpi import abort
+
+        print(f"xla-run: rank {rank}: ending every rank of the job (MPI_Abort)", file=sys.stderr, flush=True)
+        abort(2)
 
 
 def _run(parser, args, report: dict) -> int:
@@ -285,7 +311,13 @@ def _run(parser, args, report: dict) -> int:
         if args.random_inputs and args.inputs:
             parser.error("give --inputs or --random-inputs, not both")
         inputs = _read_npz(args.inputs)
-        module = load_program(args.file, inputs, trusted=args.trusted)
+        data = read_program_file(args.file)
+        from .sharded_cli import run_sharded_export, sharded_export
+
+        exported = sharded_export(data, trusted=args.trusted)
+        if exported is not None:  # several devices: partitioned as XLA partitions it, as interop.compile_sharded
+            return run_sharded_export(exported, args, inputs, report)
+        module = program_from_bytes(data, args.file, inputs, trusted=args.trusted)
         exe = lowering.compile(module, entry=args.entry)
         if args.show_source:
             print(exe.source)
@@ -328,7 +360,7 @@ def _run(parser, args, report: dict) -> int:
         return 0
     except XlaError as e:
         report.update(status="error", error=str(e))
-        print(f"xla-run: error: {e}", file=sys.stderr)
+        _mpi_error(e)
         return 2
     except BrokenPipeError:  # `xla-run ... | head`: the reader went away
         from .xla_opt import _quiet_broken_pipe
@@ -336,8 +368,17 @@ def _run(parser, args, report: dict) -> int:
         return _quiet_broken_pipe()
     except OSError as e:
         report.update(status="error", error=str(e))
-        print(f"xla-run: error: {e}", file=sys.stderr)
+        _mpi_error(e)
         return 2
+    except Exception as e:
+        from lowering.mpi import mpi_world_size
+
+        if mpi_world_size() > 1:  # an unexpected error on one rank: its traceback, then no rank left waiting
+            import traceback
+
+            traceback.print_exc()
+            _mpi_error(e)
+        raise
 
 
 if __name__ == "__main__":

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 
-__all__ = ["ShardedExecutable", "StaticArguments", "compile_sharded"]
+__all__ = ["DeviceMemory", "MemoryReport", "ShardedExecutable", "StaticArguments", "compile_sharded"]
 
 
 def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, mesh=None, trusted: bool = False,
-                    **example_kwargs) -> ShardedExecutable:
+                    backend: str = "threads", timeout: float | None = None, **example_kwargs) -> ShardedExecutable:
     """Compile a sharded JAX program for the NumPy executor, partitioned as XLA partitions it.
 
     ``fn`` is a ``jax.jit`` function (its shardings kept; ``jax.jit(jax.shard_map(...))`` too), a plain
@@ -43,6 +44,14 @@ def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, me
 
     Returns a :class:`ShardedExecutable`: ``exe(*args)`` gives what ``fn(*args)`` gives (NumPy arrays, the
     same pytree), ``exe.per_device(*args)`` each device's shards.
+
+    ``backend`` says where the devices run: ``"threads"`` (the default: one thread per device in this
+    process), ``"mpi"`` (over the ranks of the MPI job this process is one of, ``mpiexec -n P python ...``:
+    every rank compiles and calls the executable alike, runs its block of devices and gets the global
+    results; see :mod:`lowering.mpi`), or ``"auto"`` (``"mpi"`` when started by ``mpiexec`` with more than one
+    process, else ``"threads"``). The results are the same bits either way. ``timeout`` (seconds) bounds a
+    device's wait for another at a collective (MPI default 600 s: a crashed rank; the threaded run detects
+    mismatches without it).
     """
     import jax
 
@@ -55,8 +64,24 @@ def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, me
         fn = _jit_of_exported(fn, mesh)
     elif mesh is not None:
         raise XlaError("compile_sharded: mesh= is for an export; a function's shardings name their mesh")
+    backend = resolve_backend(backend)
     compiled, statics, callbacks = _compiled(fn, example_args, example_kwargs, in_shardings, out_shardings)
-    return ShardedExecutable(compiled, statics=statics, host_callbacks=callbacks)
+    return ShardedExecutable(compiled, statics=statics, host_callbacks=callbacks, backend=backend, timeout=timeout)
+
+
+BACKENDS = ("threads", "mpi", "auto")
+
+
+def resolve_backend(backend: str) -> str:
+    """``"threads"`` or ``"mpi"`` for a ``backend`` option (``"auto"``: MPI when this process is one of several
+    started by ``mpiexec``)."""
+    if backend not in BACKENDS:
+        raise XlaError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        from lowering.mpi import mpi_world_size
+
+        return "mpi" if mpi_world_size() > 1 else "threads"
+    return backend
 
 
 def _deserialize(data: bytes, trusted: bool):
@@ -241,7 +266,8 @@ class ShardedExecutable:
     ``exe.executable`` the multi-device executable (``num_replicas`` x ``num_partitions`` devices).
     """
 
-    def __init__(self, compiled, statics: StaticArguments | None = None, host_callbacks=(), **compile_options):
+    def __init__(self, compiled, statics: StaticArguments | None = None, host_callbacks=(), backend: str = "threads",
+                 timeout: float | None = None, **compile_options):
         import jax
 
         import lowering
@@ -282,6 +308,12 @@ class ShardedExecutable:
         _capture_host_callbacks(self.module, host_callbacks)  # each device calls them, as jax.jit's devices do
         self.executable = lowering.compile(self.module, num_replicas=self.num_replicas,
                                            num_partitions=self.num_partitions, **compile_options)
+        self.backend = resolve_backend(backend)
+        if timeout is not None and self.num_devices > 1:
+            self.executable.timeout = timeout
+        self.runner = None  # the MPI runner (lowering.mpi.MpiDeviceExecutable) of backend "mpi"
+        if self.backend == "mpi":
+            self.runner = mpi_runner(self.executable, self.hlo_text, timeout)
         main = next(op for op in self.module.ops if getattr(op, "sym_name", None) is not None
                     and op.sym_name.data == "main")
         n_params = len(main.function_type.inputs.data)
@@ -336,26 +368,36 @@ class ShardedExecutable:
             out.append(arr)
         return out
 
-    def shard_inputs(self, *args, **kwargs) -> list[list[np.ndarray]]:
-        """Each device's arguments (the used ones, in parameter order): its shard of every global argument."""
+    def shard_inputs(self, *args, devices=None, **kwargs) -> list[list[np.ndarray] | None]:
+        """Each device's arguments (the used ones, in parameter order): its shard of every global argument
+        (with ``devices``, only those devices' shards, None for the others)."""
         flat = self._flat_args(args, kwargs)
         used = [flat[i] for i in self.kept]
+        wanted = range(self.num_devices) if devices is None else set(devices)
         return [[np.array(x[index[d]], copy=True, order="C") for x, index in zip(used, self._in_index)]
-                for d in range(self.num_devices)]
+                if d in wanted else None for d in range(self.num_devices)]
 
     # -- running ----------------------------------------------------------------
 
     def per_device(self, *args, **kwargs) -> tuple[tuple[np.ndarray, ...], ...]:
-        """Run the program; each device's flat outputs (its shards), in device order."""
-        shards = self.shard_inputs(*args, **kwargs)
-        if self.num_devices == 1:
-            results = (tuple(self.executable(*shards[0])),)
+        """Run the program; each device's flat outputs (its shards), in device order (under MPI: every
+        device's, gathered on every rank)."""
+        if self.runner is not None:
+            shards = self.shard_inputs(*args, devices=self.runner.local_devices, **kwargs)
+            results = tuple(tuple(r) for r in self.runner(*shards))
         else:
-            results = tuple(tuple(r) for r in self.executable(*shards))
+            results = self._run_threads(self.shard_inputs(*args, **kwargs))
         for d, r in enumerate(results):
             if len(r) != len(self.out_avals):
                 raise ExecutionError(f"device {d} returned {len(r)} values; the function returns "
                                      f"{len(self.out_avals)}")
+        return results
+
+    def _run_threads(self, shards):
+        if self.num_devices == 1:
+            results = (tuple(self.executable(*shards[0])),)
+        else:
+            results = tuple(tuple(r) for r in self.executable(*shards))
         return results
 
     def assemble(self, per_device: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
@@ -388,6 +430,27 @@ class ShardedExecutable:
 
         return jax.tree.unflatten(self.out_tree, self.assemble(self.per_device(*args, **kwargs)))
 
+    def memory_report(self) -> MemoryReport:
+        """Each device's memory: the bytes of its arguments (its shards), its results and the peak of the values
+        its program holds at once on this executor (:func:`lowering.memory.program_memory`: arguments,
+        intermediates and results, in program order), with the rank running it under MPI; and XLA's own
+        figures for its compiled per-device program (``compiled.memory_analysis()``) where jaxlib gives them."""
+        from lowering.memory import program_memory
+
+        memory = program_memory(self.module)
+        xla = None
+        try:
+            analysis = self.compiled.memory_analysis()
+            xla = {"arguments": int(analysis.argument_size_in_bytes), "results": int(analysis.output_size_in_bytes),
+                   "temporaries": int(analysis.temp_size_in_bytes)}
+        except Exception:  # noqa: BLE001 - an older jaxlib or another backend: the executor's figures only
+            pass
+        rank_of = self.runner.rank_of if self.runner is not None else [None] * self.num_devices
+        # SPMD: every device runs the same program on shards of the same shapes.
+        rows = [DeviceMemory(d, rank_of[d], memory.arguments, memory.results, memory.peak)
+                for d in range(self.num_devices)]
+        return MemoryReport(rows, xla)
+
     def __repr__(self) -> str:
         return (f"ShardedExecutable({self.module_name!r}: {self.num_replicas} replicas x {self.num_partitions} "
                 f"partitions)")
@@ -397,6 +460,67 @@ class ShardedExecutable:
         header = self.hlo_text.split("\n", 1)[0]
         m = re.match(r"HloModule\s+([^\s,]+)", header)
         return m.group(1) if m else "?"
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's bytes: ``arguments`` (its shards), ``results``, ``peak`` (of the values held at once, both
+    included); ``rank``: the MPI rank running it (None in a threaded run)."""
+
+    device: int
+    rank: int | None
+    arguments: int
+    results: int
+    peak: int
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """:meth:`ShardedExecutable.memory_report`: a :class:`DeviceMemory` per device, and XLA's per-device figures
+    (``{"arguments", "results", "temporaries"}`` in bytes, or None)."""
+
+    devices: list
+    xla: dict | None
+
+    def text(self) -> str:
+        """One line per device, then XLA's figures."""
+        lines = [f"device {m.device}: arguments {format_bytes(m.arguments)}, results {format_bytes(m.results)}, "
+                 f"peak of live values {format_bytes(m.peak)}" + ("" if m.rank is None else f" (rank {m.rank})")
+                 for m in self.devices]
+        if self.xla is not None:
+            lines.append("XLA's compiled per-device program: arguments "
+                         f"{format_bytes(self.xla['arguments'])}, results {format_bytes(self.xla['results'])}, "
+                         f"temporaries {format_bytes(self.xla['temporaries'])}")
+        return "\n".join(lines)
+
+
+def format_bytes(n: int) -> str:
+    """``1.5 KiB``-style sizes for reports."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def mpi_runner(executable, program_text: str, timeout: float | None):
+    """The MPI runner of a multi-device ``executable`` (:class:`lowering.mpi.MpiDeviceExecutable`), after
+    checking that every rank compiled the same program (``program_text``: XLA's per-device HLO; ranks with
+    other jax versions or flags would otherwise diverge at run time)."""
+    import hashlib
+
+    from lowering.devices import MultiDeviceExecutable
+    from lowering.mpi import DEFAULT_TIMEOUT, MpiDeviceExecutable
+
+    if not isinstance(executable, MultiDeviceExecutable):
+        raise UnsupportedError("backend 'mpi': the program runs on one device; nothing to spread over ranks")
+    runner = MpiDeviceExecutable(executable, timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
+    digests = runner.agree(hashlib.sha256(program_text.encode()).hexdigest(), "comparing the ranks' programs")
+    differ = [r for r, h in enumerate(digests) if h != digests[0]]
+    if differ:
+        raise ExecutionError(f"backend 'mpi': ranks {differ} compiled another per-device program than rank 0 (other "
+                             "jax/jaxlib versions, XLA_FLAGS or inputs?); every rank must run the same program")
+    return runner
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

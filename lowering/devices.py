@@ -24,6 +24,11 @@ are finished or waiting at collectives -- every incomplete rendezvous fails
 with an :class:`ExecutionError` naming the op, the devices that arrived and
 what the missing ones are doing. An optional ``timeout`` (seconds) bounds any
 single wait as a last resort.
+
+The same devices can run in several processes: :mod:`lowering.mpi` replaces the
+in-process rendezvous (:class:`_Run`) with MPI messages and runs each rank's
+devices through :meth:`MultiDeviceExecutable.run_devices`; the collective kernels
+and their ``combine`` functions do not change.
 """
 
 from __future__ import annotations
@@ -202,8 +207,9 @@ class _Run:
                 raise slot.error
             return slot.results[members.index(device)]
 
-    def finish(self, device: int, outcome: str) -> None:
-        """Record that ``device``'s thread returned (``outcome`` says how)."""
+    def finish(self, device: int, outcome: str, error: BaseException | None = None) -> None:
+        """Record that ``device``'s thread returned (``outcome`` says how; ``error`` is its exception, used by
+        other transports only)."""
         with self.cond:
             self.finished[device] = outcome
             self.running -= 1
@@ -346,6 +352,16 @@ class MultiDeviceExecutable:
         return self.runtime.channels
 
     def __call__(self, *per_device_args) -> tuple[tuple, ...]:
+        per_device_args = self.check_arguments(per_device_args)
+        run = _Run(self.grid, self.timeout)
+        results, errors = self.run_devices(run, range(self.num_devices), per_device_args)
+        if errors:
+            raise self._error(errors)
+        return tuple(results[d] for d in range(self.num_devices))
+
+    def check_arguments(self, per_device_args: tuple) -> tuple:
+        """``per_device_args`` checked to be one list or tuple per device (``()`` each for a program without
+        parameters). None stands for a device this process does not run (another MPI rank's)."""
         n = self.num_devices
         name = ", ".join(dict.fromkeys(f"@{e.entry.sym_name.data}" for e in self.executables))
         if not per_device_args and not any(e.input_types for e in self.executables):
@@ -355,34 +371,46 @@ class MultiDeviceExecutable:
                 f"{name} runs on {n} devices ({self.num_replicas} replicas x {self.num_partitions} partitions): "
                 f"give one argument list per device, got {len(per_device_args)}")
         for d, args in enumerate(per_device_args):
-            if not isinstance(args, (list, tuple)):
+            if not isinstance(args, (list, tuple)) and args is not None:
                 raise ExecutionError(f"{name}: the arguments of {self.grid.describe(d)} must be a list or tuple, "
                                      f"got {type(args).__name__}")
-        run = _Run(self.grid, self.timeout)
-        results: list = [None] * n
+        return tuple(per_device_args)
+
+    def run_devices(self, run, devices, per_device_args) -> tuple[dict, dict]:
+        """Run ``devices`` (each in its own thread) against the rendezvous state ``run``; returns
+        ``({device: results}, {device: exception})``.
+
+        ``run`` is the in-process :class:`_Run` of a threaded call, or another transport with the same
+        ``exchange`` and ``finish`` methods (:class:`lowering.mpi.MpiRun`): the collective kernels and their
+        ``combine`` functions are the same either way, only where the operands meet differs.
+        """
+        results: dict = {}
         errors: dict[int, BaseException] = {}
 
         def work(d: int) -> None:
             _local.state = DeviceState(d, d // self.num_partitions, d % self.num_partitions, run)
             outcome = "finished"
             try:
+                if per_device_args[d] is None:
+                    raise ExecutionError(f"no arguments given for {self.grid.describe(d)}")
                 results[d] = self.executables[d](*per_device_args[d])
             except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
                 errors[d] = e
                 outcome = f"failed: {e}"
             finally:
                 _local.state = None
-                run.finish(d, outcome)
+                try:
+                    run.finish(d, outcome, errors.get(d))
+                except BaseException as e:  # noqa: BLE001 - e.g. MPI's last exchange timing out
+                    errors.setdefault(d, e)
 
         threads = [threading.Thread(target=work, args=(d,), name=f"xla-device-{d}", daemon=True)
-                   for d in range(n)]
+                   for d in devices]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        if errors:
-            raise self._error(errors)
-        return tuple(results)
+        return results, errors
 
     def _error(self, errors: dict[int, BaseException]) -> BaseException:
         """The error to raise: the first device's own failure, before the mismatches it caused."""
