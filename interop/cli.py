@@ -318,6 +318,14 @@ def _run(parser, args, report: dict) -> int:
         if exported is not None:  # several devices: partitioned as XLA partitions it, as interop.compile_sharded
             return run_sharded_export(exported, args, inputs, report)
         module = program_from_bytes(data, args.file, inputs, trusted=args.trusted)
+        from .hlo.syntax import is_hlo_text
+
+        if is_hlo_text(data):  # XLA's partitioned per-device program: run on its replicas x partitions
+            from .sharded_cli import partition_grid, run_partitioned_hlo
+
+            text = data.decode("utf-8", errors="replace")
+            if partition_grid(text) != (1, 1):
+                return run_partitioned_hlo(module, text, args, inputs, report)
         exe = lowering.compile(module, entry=args.entry)
         if args.show_source:
             print(exe.source)

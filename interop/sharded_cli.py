@@ -1,4 +1,5 @@
-"""``xla-run`` of sharded programs: a serialized sharded ``jax.export`` runs partitioned over its devices.
+"""``xla-run`` of sharded programs: a serialized sharded ``jax.export`` and XLA's partitioned HLO text run
+partitioned over their devices.
 
 :func:`sharded_export` tells a serialized export of more than one device from the other program files;
 :func:`run_sharded_export` runs it as :func:`interop.compile_sharded` does (XLA's partitioned per-device
@@ -6,17 +7,23 @@ program, one program per device), threaded or over MPI (``mpiexec -n P xla-run .
 same files, runs its block of devices, rank 0 prints and writes ``--output``). Arguments and results are the
 export's flat global arrays (``arg0, arg1, ...`` in ``--inputs``, ``result0, ...`` in ``--output``), as
 jax.jit of ``Exported.call`` takes and gives them.
+
+:func:`run_partitioned_hlo` runs XLA's per-device HLO text (``num_partitions`` / ``replica_count`` in its
+header, as ``jitted.lower(...).compile().as_text()`` prints it): whole input values are split by each entry
+parameter's ``sharding=``; the text names no output shardings, so each device's results are written.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
 
 from xla_dialect.errors import UnsupportedError, XlaError
 
-__all__ = ["sharded_export", "run_sharded_export", "set_host_device_count"]
+__all__ = ["parse_sharding", "partition_grid", "run_partitioned_hlo", "run_sharded_export", "set_host_device_count",
+           "sharded_export", "split_argument"]
 
 
 def sharded_export(data: bytes, trusted: bool = False):
@@ -110,5 +117,145 @@ def run_sharded_export(exported, args, inputs, report: dict) -> int:
     for i, r in enumerate(results):
         print(f"result #{i}: {_describe(r)}")
         print(np.array2string(r, threshold=200))
+    sys.stdout.flush()
+    return 0
+
+
+# ----------------------------------------------------------------------------
+# XLA's partitioned HLO text (num_partitions / replica_count > 1)
+# ----------------------------------------------------------------------------
+
+_TILED = re.compile(r"^\{devices=\[([\d,]+)\](?:<=\[([\d,]+)\](?:T\(([\d,]+)\))?|([\d,]+))"
+                    r"\s*(last_tile_dim_replicate|last_tile_dims=\{([^}]*)\})?\s*(?:metadata=\{[^}]*\})?\s*\}$")
+
+
+def partition_grid(text: str) -> tuple[int, int]:
+    """``(replica_count, num_partitions)`` of an HLO module text's header (1 where it says nothing)."""
+    from .sharded import _header_count
+
+    return _header_count(text, "replica_count"), _header_count(text, "num_partitions")
+
+
+def parse_sharding(text: str):
+    """An HLO sharding of an array (``{replicated}``, ``{maximal device=d}``, ``{devices=[2,2]<=[4]}``,
+    ``{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}``, ``{devices=[2,2]0,2,1,3}``, ...) as
+    ``None`` (replicated) or ``(tile counts per dimension, device ids array of the tile grid)``, whose
+    trailing dimension (if any past the array's rank) replicates."""
+    text = text.strip()
+    if text in ("{replicated}", "{}"):
+        return None
+    if text.startswith("{maximal"):
+        raise UnsupportedError(f"sharding {text}: a value on one device only; expected tiled or replicated")
+    m = _TILED.match(text)
+    if m is None:
+        raise UnsupportedError(f"sharding {text}: not supported for an entry parameter (expected {{replicated}} or "
+                               "{devices=[...]...} tiles)")
+    tiles = [int(t) for t in m.group(1).split(",")]
+    if m.group(2) is not None:
+        dims = [int(t) for t in m.group(2).split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m.group(3) is not None:
+            ids = ids.transpose([int(t) for t in m.group(3).split(",")])
+    else:
+        ids = np.array([int(t) for t in m.group(4).split(",")])
+    if ids.size != int(np.prod(tiles)):
+        raise UnsupportedError(f"sharding {text}: {ids.size} devices for tiles {tiles}")
+    replicated = 0
+    if m.group(5) == "last_tile_dim_replicate":
+        replicated = 1
+    elif m.group(6) is not None:
+        kinds = [k.strip() for k in m.group(6).split(",")]
+        if any(k != "replicated" for k in kinds):
+            raise UnsupportedError(f"sharding {text}: subgroups {kinds}; only replicated ones are supported")
+        replicated = len(kinds)
+    return tiles[:len(tiles) - replicated], ids.reshape(tiles)
+
+
+def split_argument(value: np.ndarray, shard_shape: tuple, sharding, partition: int, what: str) -> np.ndarray:
+    """The shard of the global ``value`` that ``partition`` holds under ``sharding`` (:func:`parse_sharding`);
+    ``value`` of the shard's own shape is given whole."""
+    if tuple(value.shape) == tuple(shard_shape):
+        return value
+    if sharding is None:
+        raise XlaError(f"{what}: shape {list(value.shape)}; the program takes {list(shard_shape)} on every device")
+    tiles, ids = sharding
+    if len(tiles) != len(shard_shape) or tuple(value.shape) != tuple(s * t for s, t in zip(shard_shape, tiles)):
+        raise XlaError(f"{what}: shape {list(value.shape)}; each device takes {list(shard_shape)} of a value tiled "
+                       f"{tiles} (the whole value {[s * t for s, t in zip(shard_shape, tiles)]}), or give that shape")
+    where = np.argwhere(ids == partition)
+    if not len(where):
+        raise XlaError(f"{what}: its sharding places nothing on partition {partition}")
+    index = tuple(slice(i * s, (i + 1) * s) for i, s in zip(where[0][:len(tiles)], shard_shape))
+    return np.ascontiguousarray(value[index])
+
+
+def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
+    """Run XLA's partitioned per-device HLO ``module`` on its replicas x partitions for ``xla-run``. Inputs are
+    whole values split by each parameter's ``sharding=`` (or values of the per-device shape, given to every
+    device); each device's results are written (``result{i}`` when every device holds the same bits, else
+    ``result{i}.device{d}``); under MPI rank 0 prints and writes."""
+    import lowering
+
+    from .cli import _describe, _result_summary
+    from .sharded import mpi_runner, resolve_backend
+
+    replicas, partitions = partition_grid(text)
+    if args.check_xla or args.dump_intermediates or args.random_inputs or args.entry != "main":
+        raise UnsupportedError("--check-xla, --dump-intermediates, --random-inputs and --entry are not supported for "
+                               f"a partitioned program ({replicas} replicas x {partitions} partitions)")
+    exe = lowering.compile(module, num_replicas=replicas, num_partitions=partitions)
+    if args.timeout is not None:
+        exe.timeout = args.timeout
+    main = next(op for op in module.ops if getattr(op, "sym_name", None) is not None and op.sym_name.data == "main")
+    params = list(main.function_type.inputs.data)
+    inputs = [] if inputs is None else inputs
+    if len(inputs) != len(params):
+        raise XlaError(f"--inputs has {len(inputs)} arrays; the program takes {len(params)}")
+    shardings = []
+    for i, attrs in enumerate(main.arg_attrs.data if main.arg_attrs is not None else [None] * len(params)):
+        kept = attrs.data.get("hlo.attributes") if attrs is not None else None
+        text_of = kept.data.get("sharding") if kept is not None else None
+        shardings.append(parse_sharding(text_of.data) if text_of is not None else None)
+    n = replicas * partitions
+    runner = mpi_runner(exe, text, args.timeout) if resolve_backend(args.backend) == "mpi" else None
+    local = runner.local_devices if runner is not None else range(n)
+    per_device = [None] * n
+    for d in local:
+        per_device[d] = [split_argument(np.asarray(x), tuple(t.get_shape()), s, d % partitions, f"--inputs arg{i}")
+                         for i, (x, t, s) in enumerate(zip(inputs, params, shardings))]
+    results = runner(*per_device) if runner is not None else exe(*per_device)
+    if runner is not None and runner.rank != 0:
+        return 0
+    where = f"{n} devices on {runner.size} MPI ranks" if runner is not None else f"{n} devices (threads)"
+    print(f"partitioned program: {replicas} replicas x {partitions} partitions, {where}")
+    if args.memory:
+        from lowering.memory import program_memory
+
+        from .sharded import format_bytes
+
+        m = program_memory(module)
+        print(f"each device: arguments {format_bytes(m.arguments)}, results {format_bytes(m.results)}, "
+              f"peak of live values {format_bytes(m.peak)}")
+    saved = {}
+    report["results"] = []
+    for i in range(len(results[0])):
+        values = [np.asarray(r[i]) for r in results]
+        same = all(v.dtype == values[0].dtype and v.shape == values[0].shape and v.tobytes() == values[0].tobytes()
+                   for v in values)
+        if same:
+            saved[f"result{i}"] = values[0]
+            print(f"result #{i}: {_describe(values[0])} (the same on every device)")
+            print(np.array2string(values[0], threshold=200))
+        else:
+            for d, v in enumerate(values):
+                saved[f"result{i}.device{d}"] = v
+            print(f"result #{i}: {_describe(values[0])} per device (devices differ)")
+            for d, v in enumerate(values):
+                print(f"  device {d}: " + np.array2string(v, threshold=50, prefix="  device 0: "))
+        report["results"].append(_result_summary(i, values[0]) | {"same_on_every_device": same})
+    if args.output:
+        np.savez(args.output, **saved)
+    report["status"] = "ok"
+    report["devices"] = n
     sys.stdout.flush()
     return 0

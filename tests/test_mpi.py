@@ -226,6 +226,14 @@ open(os.path.join(folder, "step.export"), "wb").write(jax.export.export(step)(w,
 np.savez(os.path.join(folder, "in.npz"), arg0=w, arg1=x, arg2=y)
 value, grad = step(w, x, y)
 np.savez(os.path.join(folder, "ref.npz"), result0=np.asarray(value), result1=np.asarray(grad))
+import interop  # XLA's partitioned per-device HLO text, and jax.jit's shard of each output on each device
+exe = interop.compile_sharded(step, w, x, y)
+open(os.path.join(folder, "step.hlo"), "w").write(exe.hlo_text)
+shards = {}
+for i, out in enumerate((value, grad)):
+    held = {s.device: np.asarray(s.data) for s in out.addressable_shards}
+    shards.update({f"result{i}.device{d}": held[dev] for d, dev in enumerate(exe.devices)})
+np.savez(os.path.join(folder, "ref_shards.npz"), **shards)
 '''
 
 
@@ -250,6 +258,49 @@ def test_xla_run_of_a_sharded_export_over_two_ranks(export_files):
     assert sorted(ours.files) == ["result0", "result1"]
     for k in ref.files:
         assert ours[k].tobytes() == ref[k].tobytes(), k
+
+
+def _same_shards(out_path, ref_shards) -> None:
+    """Every device's result in ``out_path`` (``result{i}`` if the same on all, else ``result{i}.device{d}``) is
+    jax.jit's shard on that device, bit for bit."""
+    ours = np.load(out_path)
+    for key in ref_shards.files:
+        name, device = key.split(".")
+        got = ours[name] if name in ours.files else ours[key]
+        assert got.dtype == ref_shards[key].dtype and got.tobytes() == ref_shards[key].tobytes(), key
+
+
+def test_xla_run_of_partitioned_hlo_text_threads_and_mpi(export_files):
+    f = export_files
+    ref = np.load(f / "ref_shards.npz")
+    done = subprocess.run(_xla_run(str(f / "step.hlo"), "--inputs", str(f / "in.npz"), "--output",
+                                   str(f / "hlo_threads.npz")), capture_output=True, text=True, timeout=120,
+                          env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 replicas x 4 partitions, 4 devices (threads)" in done.stdout, done.stdout
+    _same_shards(f / "hlo_threads.npz", ref)
+    done = _mpi_run(4, *_xla_run(str(f / "step.hlo"), "--inputs", str(f / "in.npz"), "--output",
+                                 str(f / "hlo_mpi.npz")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 devices on 4 MPI ranks" in done.stdout, done.stdout
+    _same_shards(f / "hlo_mpi.npz", ref)
+
+
+def test_hlo_shardings_split_whole_values():
+    from interop.sharded_cli import parse_sharding, split_argument
+
+    assert parse_sharding("{replicated}") is None
+    tiles, ids = parse_sharding("{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}")
+    assert tiles == [2, 1] and ids.tolist() == [[[0, 2]], [[1, 3]]]
+    tiles, ids = parse_sharding("{devices=[2,2]0,2,1,3}")
+    assert tiles == [2, 2] and ids.tolist() == [[0, 2], [1, 3]]
+    a = np.arange(32).reshape(4, 8)
+    s = parse_sharding("{devices=[2,2]<=[4]}")
+    assert split_argument(a, (2, 4), s, 1, "arg0").tolist() == a[:2, 4:].tolist()
+    assert split_argument(a, (2, 4), s, 2, "arg0").tolist() == a[2:, :4].tolist()
+    assert split_argument(a[:2, :4], (2, 4), s, 3, "arg0").tolist() == a[:2, :4].tolist()  # a shard: as is
+    with pytest.raises(Exception, match=r"arg0: shape \[4, 6\]; each device takes \[2, 4\]"):
+        split_argument(np.zeros((4, 6)), (2, 4), s, 0, "arg0")
 
 
 def test_rank_failing_on_its_own_ends_the_job(export_files):
