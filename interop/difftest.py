@@ -871,7 +871,7 @@ class _NoiseAccumulator:
 def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: float = 0.0,
              rtol_magnitude: float | Mapping[str, float] | None = None, exact: bool = False,
              kwargs: Mapping | None = None, name: str | None = None, accept_noise: bool = False,
-             noise_samples: int = DEFAULT_NOISE_SAMPLES) -> DiffReport:
+             noise_samples: int = DEFAULT_NOISE_SAMPLES, sharded: bool = False) -> DiffReport:
     """Run ``jax.jit(fn)`` and the imported program on the NumPy executor on ``args``; compare every output.
 
     ``args`` (and ``kwargs``, the function's keyword arguments) may be pytrees
@@ -899,6 +899,13 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     is ``noise-dominated``, with the evidence (:class:`NoiseEvidence`). It does not count as agreeing
     (``report.ok`` is False, the verdict ``noise-dominated``) unless ``accept_noise=True``.
     ``noise_samples=0`` turns the check off.
+
+    ``sharded=True`` compares a sharded function (``jax.jit`` with in/out shardings over a mesh,
+    ``jax.jit(jax.shard_map(...))``) run as :func:`interop.compile_sharded` runs it -- XLA's partitioned
+    per-device program, one program per device, global arrays assembled from the shards -- with the
+    function itself on the host devices (jax.jit on N devices: the process needs them,
+    ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` or the plugin's ``--difftest-devices N``). The
+    rounding-noise check is not made for sharded functions.
     """
     import jax
 
@@ -908,6 +915,8 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
 
     kwargs = dict(kwargs or {})
     label = name or getattr(fn, "__name__", type(fn).__name__)
+    if sharded:
+        return _difftest_sharded(fn, args, kwargs, label, max_ulp, atol, rtol_magnitude, exact)
     with jax.default_device(jax.devices("cpu")[0]):  # the reference is XLA's CPU backend
         expected_tree = jax.jit(fn)(*args, **kwargs)
     leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(expected_tree)
@@ -930,4 +939,26 @@ def difftest(fn, *args, max_ulp: int | Mapping[str, int] | None = None, atol: fl
     report.accept_noise = accept_noise
     if noise_samples > 0 and not exact and report.error is None:
         analyse_noise(fn, args, kwargs, report.outputs, actual, expected, noise_samples, atol)
+    return report
+
+
+def _difftest_sharded(fn, args, kwargs, label, max_ulp, atol, rtol_magnitude, exact) -> DiffReport:
+    """:func:`difftest` of a sharded function: :func:`interop.compile_sharded` against the function on the host
+    devices (a jitted function as it is, with its shardings; another one through ``jax.jit``)."""
+    import jax
+
+    from .sharded import compile_sharded
+
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    expected_tree = jitted(*args, **kwargs)
+    leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(expected_tree)
+    expected = [plain_array(leaf) for _, leaf in leaves_with_paths]
+    names = [jax.tree_util.keystr(path) for path, _ in leaves_with_paths]
+    exe = compile_sharded(fn, *args, **kwargs)
+    actual = [plain_array(leaf) for leaf in jax.tree.leaves(exe(*args, **kwargs))]
+    report = DiffReport(f"{label} (sharded: {exe.num_replicas} replicas x {exe.num_partitions} partitions)")
+    if len(actual) != len(expected):
+        report.error = f"the executor returned {len(actual)} outputs, jax.jit {len(expected)}"
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        report.outputs.append(compare_output(a, e, max_ulp, atol, rtol_magnitude, exact, i, names[i]))
     return report

@@ -16,6 +16,11 @@ the outputs that differ) unless every output agrees. ``--difftest-max-ulp N``
 sets the default ULP budget for the session. An output that is only rounding noise
 fails as :class:`~interop.difftest.NoiseDominatedError` (a ``DiffMismatchError``)
 showing the evidence; ``difftest(fn, x, accept_noise=True)`` lets it pass.
+
+Sharded functions (``jax.jit`` with shardings over a mesh, ``shard_map``) are compared with
+``difftest(fn, x, sharded=True)``: XLA's partitioned program on the executor's devices against the function on
+as many host devices. ``--difftest-devices N`` gives jax's CPU N devices for the session (set before jax
+starts its backend; ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` does the same).
 """
 
 from __future__ import annotations
@@ -28,6 +33,26 @@ def pytest_addoption(parser):
     group = parser.getgroup("xla-dialect", "xla_dialect differential testing")
     group.addoption("--difftest-max-ulp", type=int, default=None, metavar="N",
                     help="default ULP budget of the difftest fixture (default: per dtype, see interop.difftest)")
+    group.addoption("--difftest-devices", type=int, default=None, metavar="N",
+                    help="give jax's CPU N host devices for the session (sharded functions: difftest(fn, x, "
+                         "sharded=True) compares with jax.jit on N devices)")
+
+
+def pytest_configure(config):
+    """``--difftest-devices N``: jax's CPU gets N devices, before its backend starts."""
+    count = config.getoption("--difftest-devices", default=None)
+    if count is None:
+        return
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except Exception:  # noqa: BLE001 - the backend started already: say how many it has
+        pass
+    have = len(jax.devices("cpu"))
+    if have != count:
+        raise pytest.UsageError(f"--difftest-devices {count}: jax's CPU backend started already with {have} "
+                                f"devices; set XLA_FLAGS=--xla_force_host_platform_device_count={count} instead")
 
 
 @pytest.fixture
