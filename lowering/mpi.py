@@ -41,9 +41,6 @@ __all__ = ["MpiDeviceExecutable", "MpiRun", "abort", "devices_of_rank", "gather_
 DEFAULT_TIMEOUT = 600.0
 """Seconds a device waits to hear from another before failing (only a crashed peer is detected this way)."""
 
-_MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE", "SLURM_NTASKS")
-
-
 def mpi_world_size() -> int:
     """The number of processes of the MPI job this process was started in (by ``mpiexec``), read from the
     launcher's environment without initialising MPI; 1 outside ``mpiexec``."""
@@ -169,7 +166,8 @@ class MpiRun:
         if len(pending) > 64:  # drop the delivered ones now and then
             pending[:] = [r for r in pending if not r.Test()]
 
-    def _receive(self, source: int, target: int, poller: _Poller, waiting_for: str):
+    def _receive(self, source: int, target: int, poller: _Poller):
+        """The next message from device ``source`` to device ``target``, or None when ``poller`` expires."""
         tag, rank = self._tag(source, target), self.rank_of[source]
         while True:
             message = self.comm.improbe(source=rank, tag=tag)
@@ -193,7 +191,7 @@ class MpiRun:
             if m == me:
                 deposits.append(operands)
                 continue
-            message = self._receive(m, me, _Poller(self.timeout), what)
+            message = self._receive(m, me, _Poller(self.timeout))
             execution = f"execution {key[2] + 1} of {what} (process group {list(members)})"
             if message is None:
                 raise CollectiveMismatchError(f"{what}: {self._where(me)} heard nothing from {self._where(m)} "
@@ -238,7 +236,7 @@ class MpiRun:
             if s == device or s in heard:
                 continue
             while True:
-                message = self._receive(s, device, poller, "the end of the run")
+                message = self._receive(s, device, poller)
                 if message is None:
                     with self.lock:
                         self.outcomes.setdefault(s, {
@@ -283,9 +281,13 @@ class MpiDeviceExecutable:
             raise UnsupportedError(f"{n} devices need message tags up to {n * n}; this MPI allows {MPI.TAG_UB}")
         self.rank_of = [r for r in range(self.size) for _ in devices_of_rank(r, self.size, n)]
         self.local_devices = devices_of_rank(self.rank, self.size, n)
-        if len(self.local_devices) > 1 and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        # Devices run in threads: one thread calls MPI at a time with one device per rank, several at once
+        # with more.
+        needed = MPI.THREAD_MULTIPLE if len(self.local_devices) > 1 else MPI.THREAD_SERIALIZED
+        if MPI.Query_thread() < needed:
             raise UnsupportedError(f"rank {self.rank} runs devices {self.local_devices} in threads, but this MPI "
-                                   "library was not initialised with MPI_THREAD_MULTIPLE; run one rank per device")
+                                   "library was initialised without thread support (mpi4py.rc.thread_level = "
+                                   "'multiple' is mpi4py's default); run one rank per device or enable it")
         _check_channels(executable)
 
     @property

@@ -311,3 +311,44 @@ def test_rank_failing_on_its_own_ends_the_job(export_files):
     assert done.returncode != 0
     assert f"xla-run: rank 1: error: --inputs {f}/missing.npz: no such file" in done.stderr, done.stderr
     assert "ending every rank of the job (MPI_Abort)" in done.stderr, done.stderr
+
+
+SILENT_RANK = r'''
+import sys, time
+import numpy as np
+import lowering
+from interop import import_hlo
+from lowering.mpi import MpiDeviceExecutable
+
+module = import_hlo("""HloModule m, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(p), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+}
+""")
+exe = MpiDeviceExecutable(lowering.compile(module, num_partitions=2), timeout=2)
+if exe.rank == 1:
+    time.sleep(4)  # a rank that does not come (hung, or busy elsewhere)
+start = time.monotonic()
+try:
+    exe([np.ones(4, np.float32)], [np.ones(4, np.float32)])
+    print(f"rank {exe.rank}: no error", flush=True)
+except Exception as e:
+    print(f"rank {exe.rank}: after {time.monotonic() - start:.1f} s: {type(e).__name__}: {e}", flush=True)
+'''
+
+
+def test_rank_never_heard_from_times_out():
+    done = _mpi_run(2, sys.executable, "-c", SILENT_RANK, timeout=60)
+    lines = sorted(ln for ln in done.stdout.splitlines() if ln.startswith("rank "))
+    assert len(lines) == 2, (done.stdout, done.stderr[-2000:])
+    assert lines[0].startswith("rank 0: after 2."), lines
+    assert "ExecutionError: the start of the run: rank 0 heard nothing from ranks [1] within 2 s" in lines[0], lines
+    assert "no error" not in lines[1], lines  # the late rank fails too (its peer has gone)
