@@ -6,7 +6,7 @@ per-device program and runs it on 4 devices, one thread each; every step is comp
 4 host devices, and the shards each device holds are printed.
 
     python examples/sharded_training.py
-    mpiexec -n 4 python examples/sharded_training.py    # the 4 devices on 4 MPI ranks (pip install '.[mpi]')
+    mpiexec -n 4 python -m mpi4py examples/sharded_training.py   # 4 devices on 4 MPI ranks (pip install '.[mpi]')
 
 Under ``mpiexec`` (``backend="auto"``) every rank runs this script, compiles the same program and runs its own
 device; every rank gets the global results (the same bits as the threaded run), rank 0 prints.

@@ -271,11 +271,11 @@ class MpiDeviceExecutable:
         self.executable = executable
         self.grid = executable.grid
         world = MPI.COMM_WORLD if comm is None else comm
-        # Own communicators: the collectives' messages never meet the caller's, nor the setup's.
-        self.comm = world.Dup()
-        self.control = world.Dup()
-        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.timeout = timeout
+        # Own communicators: the collectives' messages never meet the caller's, nor the setup's.
+        self.comm = _duplicate(world, timeout)
+        self.control = _duplicate(world, timeout)
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         n = self.grid.num_devices
         if n * n > MPI.TAG_UB:
             raise UnsupportedError(f"{n} devices need message tags up to {n * n}; this MPI allows {MPI.TAG_UB}")
@@ -356,6 +356,19 @@ class MpiDeviceExecutable:
             error.__cause__ = errors[first]
         error.all_ranks = True  # every rank raises it (see interop.cli)
         return error
+
+
+def _duplicate(comm, timeout: float | None):
+    """``comm.Dup()``, waited for by polling (a rank that never comes, having failed before, is an error after
+    ``timeout`` seconds rather than a hang spinning a CPU)."""
+    duplicate, request = comm.Idup()
+    poller = _Poller(timeout)
+    while not request.Test():
+        if poller.expired():
+            raise ExecutionError(f"rank {comm.Get_rank()}: not every rank created the MPI executable within {timeout} s "
+                                 "(did one fail before it?)")
+        poller.pause()
+    return duplicate
 
 
 def abort(code: int = 1) -> None:
