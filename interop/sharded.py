@@ -473,6 +473,11 @@ class DeviceMemory:
     results: int
     peak: int
 
+    @property
+    def intermediates(self) -> int:
+        """The peak less the arguments and results: the most the run itself allocates at once."""
+        return max(0, self.peak - self.arguments - self.results)
+
 
 @dataclass(frozen=True)
 class MemoryReport:
@@ -485,7 +490,8 @@ class MemoryReport:
     def text(self) -> str:
         """One line per device, then XLA's figures."""
         lines = [f"device {m.device}: arguments {format_bytes(m.arguments)}, results {format_bytes(m.results)}, "
-                 f"peak of live values {format_bytes(m.peak)}" + ("" if m.rank is None else f" (rank {m.rank})")
+                 f"peak of live values {format_bytes(m.peak)} (intermediates {format_bytes(m.intermediates)})"
+                 + ("" if m.rank is None else f", rank {m.rank}")
                  for m in self.devices]
         if self.xla is not None:
             lines.append("XLA's compiled per-device program: arguments "
