@@ -82,7 +82,7 @@ def describe_passes() -> str:
     """One line per registered pass: name, options (dashed, as pipelines spell them) with their defaults
     (``<required>`` / ``<optional>`` where there is none), summary."""
     from passes import available_passes
-    from passes.registry import pass_signature
+    from passes.registry import pass_signature, xdsl_opt_name
 
     lines = []
     for name, cls in available_passes().items():
@@ -92,6 +92,8 @@ def describe_passes() -> str:
         summary = " ".join(line.strip() for line in paragraph.splitlines())
         if summary.startswith("``") and "``: " in summary:
             summary = summary.split("``: ", 1)[1]  # the head already shows name and options
+        if xdsl_opt_name(name) != name:  # xdsl-opt's own pass has this name (passes.registry.xdsl_opt_name)
+            summary += f" (also {xdsl_opt_name(name)}, its name in xdsl-opt)"
         wrapped = textwrap.wrap(summary, 70) or [""]
         lines.append(f"  {head:48s} {wrapped[0]}")
         lines.extend(f"  {'':48s} {rest}" for rest in wrapped[1:])

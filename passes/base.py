@@ -50,8 +50,11 @@ from xla_dialect.errors import PassError, op_context
 def matched_op_types(pattern: RewritePattern) -> tuple[type, ...] | None:
     """The op classes an ``op_type_rewrite_pattern`` pattern can match (None: any op).
 
-    Read from the closure xDSL's decorator builds around the annotated method.
+    Read from the closure xDSL's decorator builds around the annotated method, or from the pattern's own
+    ``op_types`` attribute (the rules of :mod:`passes.patterns` declare theirs).
     """
+    if "op_types" in getattr(pattern, "__dict__", ()):
+        return pattern.op_types
     method = type(pattern).match_and_rewrite
     for cell in getattr(method, "__closure__", None) or ():
         value = cell.cell_contents
@@ -68,7 +71,7 @@ def _unwrapped(pattern: RewritePattern):
     """``pattern.match_and_rewrite`` without the class test ``op_type_rewrite_pattern`` wraps
     around it (the applier dispatches on the op class already), or as is."""
     method = type(pattern).match_and_rewrite
-    if matched_op_types(pattern) is not None:
+    if matched_op_types(pattern) is not None and getattr(method, "__closure__", None):
         for cell in method.__closure__:
             inner = cell.cell_contents
             if callable(inner) and getattr(inner, "__name__", None) == "match_and_rewrite":
@@ -318,9 +321,10 @@ class PatternPass(ModulePass):
         """Run the pattern table to a fixed point over ``op``."""
         self.rewrite(op)
 
-    def rewrite(self, module: ModuleOp) -> bool:
-        """Apply the patterns; return True when the module changed."""
-        patterns = self.patterns()
+    def rewrite(self, module: ModuleOp, patterns: list[RewritePattern] | None = None) -> bool:
+        """Apply the patterns (``self.patterns()`` unless given); return True when the module changed."""
+        if patterns is None:
+            patterns = self.patterns()
         if not patterns:
             return False
         applier = _GuardedApplier(self.name, patterns)

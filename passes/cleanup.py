@@ -30,7 +30,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
-from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
 import lowering.kernels  # noqa: F401  (registers every kernel family)
 from lowering.context import KernelContext
@@ -41,9 +41,10 @@ from xla_dialect.ops.base import HloOp
 
 from . import movement
 from .base import PatternPass
+from .patterns import Rule, RulePass, m, rule
 from .purity import is_pure
 from .registry import register_pass
-from .util import AttrInterner, constant_array, erase_op, forward, make_constant, splat_scalar
+from .util import AttrInterner, constant_array, erase_op, make_constant
 from .quantized import computes_on_quantized
 
 # ----------------------------------------------------------------------------
@@ -256,33 +257,41 @@ IDENTITY_OPERANDS: list[tuple[str, str, Callable[[np.ndarray], bool]]] = [
 ]
 """Operands that leave a binary op's other operand unchanged, bit for bit."""
 
-_IDENTITY_BY_CLASS = {ew.BINARY_OP_CLASSES[m]: (side, test) for m, side, test in IDENTITY_OPERANDS}
 
 
-class DropIdentityOperand(RewritePattern):
-    """``x op e`` -> ``x`` when ``e`` is a splat constant identity of ``op`` (table above)."""
+def _not_quantized(op) -> bool:
+    # A quantized 0 or 1 is a storage value, and the result is requantized anyway.
+    return not computes_on_quantized(op)
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: ew.BinaryElementwiseOp, rewriter: PatternRewriter) -> None:
-        entry = _IDENTITY_BY_CLASS.get(type(op))
-        if entry is None or computes_on_quantized(op):  # a quantized 0 or 1 is a storage value, and
-            return                                      # the result is requantized anyway
-        side, test = entry
-        lhs, rhs = op.operands
-        candidates = [(rhs, lhs)] if side == "rhs" else [(rhs, lhs), (lhs, rhs)]
-        for identity, other in candidates:
-            s = splat_scalar(identity)
-            if s is not None and test(s) and forward(rewriter, op, other):
-                return
+
+def _identity_rules() -> list[Rule]:
+    """``x op e`` -> ``x`` for each entry of :data:`IDENTITY_OPERANDS`: ``e`` a splat ``hlo.constant`` (not
+    seen through broadcasts or converts) passing the entry's test. The constant on the right is tried
+    first; ``x`` is forwarded only when its type is the result's (no implicit broadcast undone)."""
+    rules = []
+    for mnemonic, side, test in IDENTITY_OPERANDS:
+        cls = ew.BINARY_OP_CLASSES[mnemonic]
+        identity = m.ConstantScalar(test, through=())
+        rules.append(rule(m.Op(cls, "x", identity), "x", when=_not_quantized, name=f"x {mnemonic} e -> x"))
+        if side == "either":
+            rules.append(rule(m.Op(cls, identity, "x"), "x", when=_not_quantized, name=f"e {mnemonic} x -> x"))
+    return rules
+
+
+IDENTITY_RULES = tuple(_identity_rules())
+"""The rules of :data:`IDENTITY_OPERANDS` (:mod:`passes.patterns`)."""
 
 
 @register_pass
 @dataclass(frozen=True)
-class SimplifyPass(PatternPass):
-    """``simplify``: algebraic and data-movement no-ops (x+0, x*1, transpose of transpose, ...)."""
+class SimplifyPass(RulePass):
+    """``simplify``: algebraic and data-movement no-ops (x+0, x*1, transpose of transpose, ...).
+
+    Its report counts the rewrites of its rules (the identity operands, the data-movement no-ops and
+    reshape chains), not those of the hand-written patterns (transpose and broadcast chains)."""
 
     name = "simplify"
-    PATTERNS = (DropIdentityOperand, *movement.SIMPLIFY_PATTERNS)
+    PATTERNS = (*IDENTITY_RULES, *movement.SIMPLIFY_PATTERNS)
 
 
 # ----------------------------------------------------------------------------

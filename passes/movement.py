@@ -3,7 +3,9 @@
 No-ops vanish (identity transpose/reshape/broadcast, slice of the whole, pad
 by nothing, reverse of size-1 dimensions, concatenate of one operand) and
 chains collapse (transpose of transpose, reshape of reshape, broadcast of
-broadcast). A value is only forwarded in place of an op's result when the
+broadcast). The no-ops and the reshape chain are rules of :mod:`passes.patterns`
+(a rule stands in a pattern table like a pattern class); the other chains are
+hand-written patterns. A value is only forwarded in place of an op's result when the
 types agree exactly, layouts included; otherwise the composed op keeps the
 original result type.
 """
@@ -15,64 +17,36 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewri
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops.base import ints
 
+from .patterns import m, rule
 from .util import create, forward, i64s
 
 
-def _shape(value) -> tuple[int, ...]:
-    return tuple(value.type.get_shape())
+def _is_identity(permutation) -> bool:
+    return permutation == tuple(range(len(permutation)))
 
 
-class DropIdentityTranspose(RewritePattern):
-    """``transpose(x, [0, 1, ..., n-1])`` -> ``x``."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.TransposeOp, rewriter: PatternRewriter) -> None:
-        if ints(op.permutation) == tuple(range(len(ints(op.permutation)))):
-            forward(rewriter, op, op.operand)
+def _no_padding(config) -> bool:
+    return not any(config or ())
 
 
-class DropSameShapeOp(RewritePattern):
-    """reshape / broadcast_in_dim / slice whose result shape equals its operand's -> operand.
-
-    For broadcast_in_dim the dimensions are then necessarily the identity, and
-    for slice the start is 0 and stride 1 in every dimension of size > 1.
-    """
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.ReshapeOp | dm.BroadcastInDimOp | dm.SliceOp,
-                          rewriter: PatternRewriter) -> None:
-        operand, result = op.operands[0], op.results[0]  # (op.operand/op.result without IRDL's accessors)
-        if result.type.get_shape() == operand.type.get_shape():
-            forward(rewriter, op, operand)
+def _reverses_nothing(x, op) -> bool:
+    shape = x.type.get_shape()
+    return all(shape[d] <= 1 for d in ints(op.dimensions))
 
 
-class DropEmptyPad(RewritePattern):
-    """``pad`` with zero edge and interior padding -> operand."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.PadOp, rewriter: PatternRewriter) -> None:
-        config = ints(op.edge_padding_low) + ints(op.edge_padding_high) + ints(op.interior_padding)
-        if not any(config):
-            forward(rewriter, op, op.operand)
-
-
-class DropTrivialReverse(RewritePattern):
-    """``reverse`` of dimensions of size <= 1 only -> operand."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.ReverseOp, rewriter: PatternRewriter) -> None:
-        shape = _shape(op.operand)
-        if all(shape[d] <= 1 for d in ints(op.dimensions)):
-            forward(rewriter, op, op.operand)
-
-
-class DropSingleConcatenate(RewritePattern):
-    """``concatenate(x)`` -> ``x``."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.ConcatenateOp, rewriter: PatternRewriter) -> None:
-        if len(op.inputs) == 1:
-            forward(rewriter, op, op.inputs[0])
+# Each rule forwards ``x`` only when its type equals the op's result type exactly (layouts included):
+# a forwarded value never changes a type. A reshape, broadcast or slice whose result has its operand's
+# type is the identity (a broadcast's dimensions are then the identity, a slice starts at 0 with
+# stride 1 in every dimension of size > 1).
+DROP_IDENTITY_TRANSPOSE = rule(m.Transpose("x", permutation=_is_identity), "x",
+                               name="transpose(x, identity permutation) -> x")
+DROP_SAME_SHAPE_OP = rule(m.Op((dm.ReshapeOp, dm.BroadcastInDimOp, dm.SliceOp), "x"), "x",
+                          name="reshape/broadcast_in_dim/slice(x) of x's type -> x")
+DROP_EMPTY_PAD = rule(m.Pad("x", m.Any(), edge_padding_low=_no_padding, edge_padding_high=_no_padding,
+                            interior_padding=_no_padding), "x", name="pad(x) by nothing -> x")
+DROP_TRIVIAL_REVERSE = rule(m.Reverse("x"), "x", when=_reverses_nothing,
+                            name="reverse(x) of dimensions of size <= 1 -> x")
+DROP_SINGLE_CONCATENATE = rule(m.Concatenate("x"), "x", name="concatenate(x) -> x")
 
 
 class ComposeTransposes(RewritePattern):
@@ -91,17 +65,13 @@ class ComposeTransposes(RewritePattern):
                                     [op.result.type]))
 
 
-class ComposeReshapes(RewritePattern):
-    """``reshape(reshape(x))`` -> ``reshape(x)`` (or ``x`` when the shapes agree)."""
+def _reshape(b, x, op):
+    result = op.results[0].type
+    return x if x.type == result else b.create(dm.ReshapeOp, [x], result_type=result)
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.ReshapeOp, rewriter: PatternRewriter) -> None:
-        inner = op.operand.owner
-        if not isinstance(inner, dm.ReshapeOp):
-            return
-        if forward(rewriter, op, inner.operand):
-            return
-        rewriter.replace(op, create(dm.ReshapeOp, [inner.operand], {}, [op.result.type]))
+
+COMPOSE_RESHAPES = rule(m.Reshape(m.Reshape("x")), _reshape, keep_locations=False,
+                        name="reshape(reshape(x)) -> reshape(x), or x")
 
 
 class ComposeBroadcasts(RewritePattern):
@@ -124,9 +94,9 @@ class ComposeBroadcasts(RewritePattern):
             rewriter.erase(inner)  # (jax's keepdims broadcast, now unused: it would split a fusion group)
 
 
-IDENTITY_PATTERNS = (DropIdentityTranspose, DropSameShapeOp)
+IDENTITY_PATTERNS = (DROP_IDENTITY_TRANSPOSE, DROP_SAME_SHAPE_OP)
 """Identity broadcasts, reshapes, transposes and full slices."""
 
-SIMPLIFY_PATTERNS = (*IDENTITY_PATTERNS, DropEmptyPad, DropTrivialReverse, DropSingleConcatenate,
-                     ComposeTransposes, ComposeReshapes, ComposeBroadcasts)
+SIMPLIFY_PATTERNS = (*IDENTITY_PATTERNS, DROP_EMPTY_PAD, DROP_TRIVIAL_REVERSE, DROP_SINGLE_CONCATENATE,
+                     ComposeTransposes, COMPOSE_RESHAPES, ComposeBroadcasts)
 """The data-movement part of ``simplify``."""

@@ -25,6 +25,10 @@ from xla_dialect.errors import PassError
 ENTRY_POINT_GROUP = "xla_dialect.passes"
 """Entry-point group of installed pass plugins."""
 
+PLUGINS_ENV = "XLA_PASS_PLUGINS"
+"""Environment variable naming plugin files (or module names), separated by ``os.pathsep`` (``:``), loaded
+by every tool: ``xla-opt``, ``passes.run`` and ``xdsl-opt``, which has no option for it."""
+
 BUILTIN_MODULES = (
     "passes.cleanup",
     "passes.broadcasts",
@@ -188,19 +192,72 @@ def _load_plugin_module(name: str) -> list[str]:
     return [n for n in _REGISTRY if n not in before or _REGISTRY[n].__module__ == module.__name__]
 
 
+_loaded_env: set[str] = set()
+
+
+def load_env_plugins() -> list[str]:
+    """Load the plugin files and modules named in ``$XLA_PASS_PLUGINS`` (each once); return their pass names."""
+    names: list[str] = []
+    for path in filter(None, (p.strip() for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep))):
+        if path in _loaded_env:
+            continue
+        try:
+            names.extend(load_plugin(path))
+        except PassError as e:
+            raise PassError(f"{PLUGINS_ENV}: {e}") from None
+        _loaded_env.add(path)
+    return names
+
+
 def available_passes() -> dict[str, type[ModulePass]]:
-    """Every registered pass (built-in, installed plugins, loaded plugin files): name -> class."""
+    """Every registered pass (built-in, installed plugins, ``$XLA_PASS_PLUGINS``, loaded plugin files):
+    name -> class. (The ``hlo-`` names of :func:`pass_aliases` are accepted too, not listed.)"""
     _load_builtin()
     load_entry_point_plugins()
+    load_env_plugins()
     return dict(sorted(_REGISTRY.items()))
 
 
 def get_pass(name: str) -> type[ModulePass]:
-    """The pass class registered as ``name``."""
+    """The pass class registered as ``name`` (or an ``hlo-`` alias, see :func:`pass_aliases`)."""
     passes = available_passes()
     if name not in passes:
+        aliases = pass_aliases(passes)
+        if name in aliases:
+            return aliases[name]
         raise PassError(f"unknown pass {name!r}; available: {', '.join(passes)}")
     return passes[name]
+
+
+def xdsl_opt_name(name: str) -> str:
+    """The name pass ``name`` has in ``xdsl-opt``: ``hlo-<name>`` when xDSL has a pass of that name itself
+    (``cse``, ``dce``, ``apply-pdl``), else ``name``.
+
+    xDSL's ``Universe.get_multiverse`` raises on a pass name defined twice (``ValueError: Duplicate definition
+    of cse``), which would break every ``xdsl-opt`` run, and xDSL's own ``cse``/``dce`` know nothing of hlo
+    ops (they rely on effect traits hlo ops do not carry). So those passes are ``hlo-cse``, ``hlo-dce``,
+    ``hlo-apply-pdl`` there, and both names work in ``xla-opt`` and :func:`passes.run`
+    (:func:`pass_aliases`): a pipeline written with the ``hlo-`` names runs the same in both tools.
+    """
+    return f"hlo-{name}" if name in _xdsl_pass_names() else name
+
+
+_ALIASES: dict[tuple[type, str], type[ModulePass]] = {}
+
+
+def pass_aliases(passes: dict[str, type[ModulePass]] | None = None) -> dict[str, type[ModulePass]]:
+    """``hlo-<name>`` -> pass class for the passes whose name xDSL uses itself (see :func:`xdsl_opt_name`)."""
+    if passes is None:
+        passes = available_passes()
+    out: dict[str, type[ModulePass]] = {}
+    for name, cls in passes.items():
+        alias = xdsl_opt_name(name)
+        if alias != name and alias not in passes:
+            key = (cls, alias)
+            if key not in _ALIASES:
+                _ALIASES[key] = aliased(cls, alias)
+            out[alias] = _ALIASES[key]
+    return out
 
 
 REQUIRED = "<required>"
@@ -279,9 +336,10 @@ def parse_pipeline(spec: str) -> PassPipeline:
 
     spec = PIPELINES.get(spec.strip(), spec)
     passes = available_passes()
+    known = {**passes, **pass_aliases(passes)}
     try:
-        _check_options(spec, passes)
-        return PassPipeline.parse_spec({n: (lambda c=c: c) for n, c in passes.items()}, spec)
+        _check_options(spec, known)
+        return PassPipeline.parse_spec({n: (lambda c=c: c) for n, c in known.items()}, spec)
     except PassError:
         raise
     except (Exception, ArgSpecParseError) as e:  # (xDSL's ArgSpecParseError is a BaseException)
@@ -298,13 +356,20 @@ def _one_line(e: Exception) -> str:
     return text.splitlines()[-1] if "\n" in text and "Unrecognized" not in text else text.replace("\n", " ")
 
 
-def _xdsl_pass_names() -> set[str]:
-    try:
-        from xdsl.transforms import get_all_passes
+_XDSL_NAMES: set[str] | None = None
 
-        return set(get_all_passes())
-    except Exception:  # pragma: no cover - xDSL layout changed
-        return set()
+
+def _xdsl_pass_names() -> set[str]:
+    """The names of xDSL's own passes (computed once)."""
+    global _XDSL_NAMES
+    if _XDSL_NAMES is None:
+        try:
+            from xdsl.transforms import get_all_passes
+
+            _XDSL_NAMES = set(get_all_passes())
+        except Exception:  # pragma: no cover - xDSL layout changed
+            _XDSL_NAMES = set()
+    return _XDSL_NAMES
 
 
 def aliased(cls: type[ModulePass], name: str) -> type[ModulePass]:
@@ -316,18 +381,26 @@ def aliased(cls: type[ModulePass], name: str) -> type[ModulePass]:
     return dataclass(frozen=True)(sub)
 
 
-def universe_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Passes for the ``xdsl.universe`` entry point (``xdsl-opt -p canonicalize-broadcasts``).
+def universe_passes(warn: Callable[[str], None] | None = None) -> dict[str, Callable[[], type[ModulePass]]]:
+    """Passes for the ``xdsl.universe`` entry point (``xdsl-opt -p canonicalize-broadcasts``): the built-in
+    ones, installed plugins (entry-point group ``xla_dialect.passes``) and the plugin files of
+    ``$XLA_PASS_PLUGINS``, each under :func:`xdsl_opt_name` (``cse`` is ``hlo-cse`` there, since xDSL
+    refuses duplicate names across universes).
 
-    Built-in passes whose name xDSL itself uses (``cse``, ``dce``) appear as
-    ``hlo-cse``/``hlo-dce``, since xDSL refuses duplicate names across universes.
+    With ``warn``, a plugin that fails to load is reported through it and left out (``xdsl-opt`` then
+    still runs the other passes); without, its :class:`PassError` propagates.
     """
     _load_builtin()
-    taken = _xdsl_pass_names()
+    for load in (load_entry_point_plugins, load_env_plugins):
+        try:
+            load()
+        except PassError as e:
+            if warn is None:
+                raise
+            warn(str(e))
     out: dict[str, Callable[[], type[ModulePass]]] = {}
     for name, cls in sorted(_REGISTRY.items()):
-        if cls.__module__.startswith("passes."):
-            exported = f"hlo-{name}" if name in taken else name
-            target = cls if exported == name else aliased(cls, exported)
-            out[exported] = lambda t=target: t
+        exported = xdsl_opt_name(name)
+        target = cls if exported == name else aliased(cls, exported)
+        out[exported] = lambda t=target: t
     return out

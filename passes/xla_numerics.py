@@ -71,6 +71,7 @@ from xla_dialect.types import element_type_named, element_type_of, numpy_dtype
 
 from .base import PatternPass
 from .broadcasts import explicit_binary_operands, update_in_place
+from .patterns import Pattern, Rule, m, rule
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, i64s, make_constant, splat_scalar, tensor_type
@@ -521,53 +522,94 @@ class FoldAddConstants(RewritePattern):
 MaxOp, MinOp = _B["maximum"], _B["minimum"]
 
 
-class Identities(RewritePattern):
-    """``A * 1``, ``1 * A``, ``A / 1``, ``A - 0``, ``max(A, A)``, ``min(A, A)``, ``select(P, A, A)`` -> ``A``,
-    and ``A * -1``,
-    ``-1 * A`` -> ``-A``: XLA removes these ops when it compiles (its simplifier, and LLVM's ``fmul X, -1``
-    -> ``fneg X``), so a subnormal ``A`` is not flushed, a signalling NaN is not quieted, and ``A * -1``
-    flips a NaN's sign."""
+# -- rules (passes.patterns) ---------------------------------------------------------------------------
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if (isinstance(op, ew.SelectOp) and op.operands[1] is op.operands[2]
-                and op.operands[1].type == op.results[0].type):
-            rewriter.replace(op, [], [op.operands[1]])  # (then max(A, A) of a select of A and A is A too)
-            return
-        if not isinstance(op, (MulOp, DivOp, SubOp, MaxOp, MinOp)) or not _eligible(op, _REAL | {"bf16"}):
-            return
-        a, b = op.operands
-        t = op.results[0].type
-        if isinstance(op, (MaxOp, MinOp)):
-            if a is b:
-                rewriter.replace(op, [], [a])
-            return
-        pairs = ((a, b), (b, a)) if isinstance(op, MulOp) else ((a, b),)
-        for keep, constant in pairs:
-            if keep.type != t:
-                continue
-            if _is_all(constant, 0 if isinstance(op, SubOp) else 1):
-                _replace(rewriter, op, keep)
-                return
-            if isinstance(op, MulOp) and _is_all(constant, -1):
-                _replace(rewriter, op, _emit(rewriter, NegOp, [keep], t))
-                return
+_ERASABLE = (ExpOp, SqrtOp, RsqrtOp, PowOp, DivOp, MulOp, AddOp, NegOp, ConstantOp, dm.BroadcastInDimOp)
+"""The operand definitions :func:`_replace` erases when a rewrite leaves them unused (rules say the same with
+``erase_dead_operands=_ERASABLE``)."""
 
 
-class ConstantOnTheRight(RewritePattern):
-    """``max(C, A)`` -> ``max(A, C)``, ``min(C, A)`` -> ``min(A, C)`` for a constant ``C`` (or a broadcast of
-    one): XLA's simplifier puts the constant operand of a commutative op on the right. Values are the same;
-    the sign of a NaN result is not (a NaN ``A`` keeps its sign on the left, takes ``C``'s on the right:
-    measured, ``jnp.maximum(0.0, -nan)`` is ``-nan`` in XLA CPU)."""
+def _all(number: float) -> Pattern:
+    """XLA's ``IsAll(number)`` as a matcher: a constant, a value-preserving convert of one, or a broadcast of
+    either, whose every element equals ``number`` (:func:`_is_all`)."""
+    return m.Any().where(lambda v: _is_all(v, number))
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, (MaxOp, MinOp)) or not _eligible(op, _REAL | {"bf16"}):
-            return
-        a, b = op.operands
-        if _constant(a) is None or _constant(b) is not None:
-            return
-        _replace(rewriter, op, _emit(rewriter, type(op), [b, a], op.results[0].type, dict(op.properties)))
+
+CONSTANT = m.Any().where(lambda v: _constant(v) is not None)
+"""A constant as XLA's simplifier sees it (:func:`_constant`)."""
+NON_CONSTANT = m.Any().where(lambda v: _constant(v) is None)
+
+
+def _identity_eligible(op) -> bool:
+    return _eligible(op, _REAL | {"bf16"})
+
+
+def _real(op) -> bool:
+    return _eligible(op, _REAL)
+
+
+def _negate(b, a, op):
+    return b.neg(a) if a.type == op.results[0].type else None
+
+
+def _identity_rules() -> tuple[Rule, ...]:
+    """``A * 1``, ``1 * A``, ``A / 1``, ``A - 0``, ``max(A, A)``, ``min(A, A)``, ``select(P, A, A)`` -> ``A``, and
+    ``A * -1``, ``-1 * A`` -> ``-A``: XLA removes these ops when it compiles (its simplifier, and LLVM's ``fmul X,
+    -1`` -> ``fneg X``), so a subnormal ``A`` is not flushed, a signalling NaN is not quieted, and ``A * -1``
+    flips a NaN's sign. f16, bf16, f32 and f64, never on quantized values; ``A`` replaces the op only with its
+    exact type (no implicit broadcast undone); constants left unused go too."""
+    one, minus_one, zero = _all(1), _all(-1), _all(0)
+    erase = dict(erase_dead_operands=_ERASABLE, keep_locations=False)
+    return (
+        rule(m.Select(m.Any(), "a", "a"), "a", name="select(p, A, A) -> A"),
+        rule(m.Op((MaxOp, MinOp), "a", "a"), lambda b, a: a, when=_identity_eligible, name="max/min(A, A) -> A"),
+        rule(m.Multiply("a", one), "a", when=_identity_eligible, name="A * 1 -> A", **erase),
+        rule(m.Multiply("a", minus_one), _negate, when=_identity_eligible, name="A * -1 -> -A", **erase),
+        rule(m.Multiply(one, "a"), "a", when=_identity_eligible, name="1 * A -> A", **erase),
+        rule(m.Multiply(minus_one, "a"), _negate, when=_identity_eligible, name="-1 * A -> -A", **erase),
+        rule(m.Divide("a", one), "a", when=_identity_eligible, name="A / 1 -> A", **erase),
+        rule(m.Subtract("a", zero), "a", when=_identity_eligible, name="A - 0 -> A", **erase),
+    )
+
+
+IDENTITY_RULES = _identity_rules()
+
+
+# ``max(C, A)`` -> ``max(A, C)``, ``min(C, A)`` -> ``min(A, C)`` for a constant ``C`` (or a broadcast of one): XLA's
+# simplifier puts the constant operand of a commutative op on the right. Values are the same; the sign of a NaN
+# result is not (a NaN ``A`` keeps its sign on the left, takes ``C``'s on the right: measured,
+# ``jnp.maximum(0.0, -nan)`` is ``-nan`` in XLA CPU).
+CONSTANT_ON_THE_RIGHT = rule(
+    m.Op((MaxOp, MinOp), CONSTANT.bind("c"), NON_CONSTANT.bind("a")),
+    lambda b, a, c, op: b.create(type(op), [a, c], dict(op.properties), op.results[0].type),
+    when=_identity_eligible, name="max/min(C, A) -> max/min(A, C)", erase_dead_operands=_ERASABLE,
+    keep_locations=False)
+
+
+def _log_of_power(b, base, exponent, op):
+    t = op.results[0].type
+    return b.create(MulOp, [b.create(LogOp, [b.create(AbsOp, [base], result_type=t)], result_type=t), exponent],
+                    result_type=t)
+
+
+def _log_of_root(b, a, op, sign: float):
+    t = op.results[0].type
+    log = b.create(LogOp, [a], result_type=t)
+    return b.create(MulOp, [log, b.splat(0.5 * sign, t)], result_type=t)
+
+
+# XLA's ``HandleLog``, whatever the inner op's other uses; real types only: jax.jit computes complex
+# ``ln(pow(A, B))``, ``ln(exp(A))`` and ``ln(sqrt(A))`` as written (measured, c64).
+_log = dict(when=_real, erase_dead_operands=_ERASABLE, keep_locations=False)
+LOG_RULES = (
+    rule(m.Log(m.Exp("a")), "a", name="ln(exp(A)) -> A", **_log),
+    # (a negative base gives a finite value where pow gives NaN)
+    rule(m.Log(m.Power("base", "exponent")), _log_of_power, name="ln(pow(A, B)) -> ln|A| * B", **_log),
+    rule(m.Log(m.Sqrt("a")), lambda b, a, op: _log_of_root(b, a, op, 1.0), name="ln(sqrt(A)) -> ln(A) * 0.5",
+         **_log),
+    rule(m.Log(m.Rsqrt("a")), lambda b, a, op: _log_of_root(b, a, op, -1.0),
+         name="ln(rsqrt(A)) -> ln(A) * -0.5", **_log),
+)
 
 
 class SubtractConstant(RewritePattern):
@@ -664,38 +706,14 @@ class ConvertPair(RewritePattern):
             rewriter.replace(op, [], [source])
 
 
-class SimplifyLog(RewritePattern):
-    """``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln(|A|) * B`` (a negative base gives a finite
-    value where pow gives NaN); ``ln(sqrt(A))`` -> ``ln(A) * 0.5``; ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``
-    (XLA's ``HandleLog``, whatever the inner op's other uses). Real types only: jax.jit computes complex
-    ``ln(pow(A, B))``, ``ln(exp(A))`` and ``ln(sqrt(A))`` as written (measured, c64)."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: LogOp, rewriter: PatternRewriter) -> None:
-        if not _eligible(op, _REAL):
-            return
-        t = op.results[0].type
-        inner = op.operands[0].owner
-        if isinstance(inner, ExpOp) and inner.operands[0].type == t:
-            _replace(rewriter, op, inner.operands[0])
-        elif isinstance(inner, PowOp):
-            base, exponent = inner.operands
-            base = _emit(rewriter, AbsOp, [base], t)
-            _replace(rewriter, op, _emit(rewriter, MulOp, [_emit(rewriter, LogOp, [base], t), exponent], t))
-        elif isinstance(inner, (SqrtOp, RsqrtOp)):
-            factor = np.array(0.5 if isinstance(inner, SqrtOp) else -0.5, numpy_dtype(t))
-            log = _emit(rewriter, LogOp, [inner.operands[0]], t)
-            _replace(rewriter, op, _emit(rewriter, MulOp, [log, _emit_constant(rewriter, factor, t)], t))
-
-
 @register_pass
 @dataclass(frozen=True)
 class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (Identities, ConstantOnTheRight, DivideByFunction, DivideByConstant, DivideOfDivide,
-                FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, SimplifyLog, ConvertPair,
+    PATTERNS = (*IDENTITY_RULES, CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
+                FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, *LOG_RULES, ConvertPair,
                 ExcessPrecisionConvert)
 
 
