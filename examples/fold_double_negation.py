@@ -1,9 +1,10 @@
 """An example pass plugin: ``fold-double-negation`` rewrites ``-(-x)`` and ``not(not(x))`` to ``x``.
 
 A pass is a table of xDSL rewrite patterns; registering it makes it usable in
-pipelines, ``xla-opt`` and ``xdsl-opt``::
+pipelines, ``xla-opt`` and ``xdsl-opt`` (which loads plugin files named in ``$XLA_PASS_PLUGINS``)::
 
     xla-opt program.mlir --load-pass-plugin examples/fold_double_negation.py -p fold-double-negation,dce
+    XLA_PASS_PLUGINS=examples/fold_double_negation.py xdsl-opt program.mlir -p fold-double-negation,hlo-dce
 
 or from Python::
 
@@ -16,6 +17,11 @@ package's ``pyproject.toml``::
 
     [project.entry-points."xla_dialect.passes"]
     fold-double-negation = "my_package.my_module:FoldDoubleNegationPass"
+
+(the object may also be an iterable of pass classes, a module that registers its passes, or a function
+returning either, as this project's own ``passes.registry:builtin_passes``). The same rewrite as a rule of
+the pattern language (docs/writing-passes.md) is one line:
+``rule_pass("fold-double-negation", rule(m.Negate(m.Negate("x")), "x"), rule(m.Not(m.Not("x")), "x"))``.
 
 Both rewrites are exact for every element type: negation and bitwise not are
 involutions (also for the most negative integer, which negates to itself).

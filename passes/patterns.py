@@ -69,7 +69,7 @@ from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, i64s, make_constant, tensor_type
 
-__all__ = ["m", "Pattern", "OpPattern", "PatternError", "Rule", "RulePass", "RuleReport", "RewriteBuilder",
+__all__ = ["m", "Match", "Pattern", "OpPattern", "PatternError", "Rule", "RulePass", "RuleReport", "RewriteBuilder",
            "rule", "rule_pass", "constant_scalar", "constant_value"]
 
 
@@ -147,6 +147,14 @@ def constant_value(value: SSAValue, through: Sequence[str] = ("convert",)) -> np
 # ----------------------------------------------------------------------------
 
 
+class Match(dict):
+    """The captures of a successful match (name -> value or constant array); true even when empty, so that
+    ``if pattern.matches(v):`` reads as it should."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
 def _bind(caps: dict, name: str, obj) -> bool:
     """Record capture ``name``; a name captured already must be the same value (arrays: the same bits)."""
     old = caps.get(name, _UNSET)
@@ -197,9 +205,10 @@ class Pattern:
         """The names this matcher may capture."""
         return {self._bound} if self._bound else set()
 
-    def matches(self, value: SSAValue | XlaOp) -> dict | None:
-        """The captures when ``value`` matches (a dict, maybe empty), else None: for tests and conditions."""
-        caps: dict = {}
+    def matches(self, value: SSAValue | XlaOp) -> Match | None:
+        """The captures when ``value`` matches (a :class:`Match`, true even without captures), else None: for
+        tests, conditions and trying a pattern out."""
+        caps = Match()
         value = value.value if isinstance(value, XlaOp) else value
         return caps if self.match(value, caps) else None
 
