@@ -70,6 +70,9 @@ def matched_op_types(pattern: RewritePattern) -> tuple[type, ...] | None:
 def _unwrapped(pattern: RewritePattern):
     """``pattern.match_and_rewrite`` without the class test ``op_type_rewrite_pattern`` wraps
     around it (the applier dispatches on the op class already), or as is."""
+    dispatched = getattr(pattern, "match_and_rewrite_dispatched", None)
+    if dispatched is not None:  # (the rules of passes.patterns: their class test is the applier's dispatch)
+        return dispatched
     method = type(pattern).match_and_rewrite
     if matched_op_types(pattern) is not None and getattr(method, "__closure__", None):
         for cell in method.__closure__:

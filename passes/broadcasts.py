@@ -39,8 +39,9 @@ from xla_dialect.ops.base import ints
 
 from . import movement
 from .base import PatternPass
+from .patterns import RulePass, m, rule
 from .registry import register_pass
-from .util import create, i64s, make_constant, splat_scalar, tensor_type
+from .util import create, i64s, tensor_type
 
 
 def _array_type(element_type: Attribute, shape: Sequence[int], like: Attribute) -> TensorType:
@@ -182,21 +183,16 @@ class BroadcastToBroadcastInDim(RewritePattern):
                                     [op.result.type]))
 
 
-class FoldBroadcastOfSplat(RewritePattern):
-    """``broadcast_in_dim(splat constant)`` -> a splat constant of the result shape (bounded size)."""
+def _small_enough(op, options) -> bool:
+    return int(np.prod(op.results[0].type.get_shape(), dtype=np.int64)) <= options.max_splat_elements
 
-    def __init__(self, max_elements: int):
-        self.max_elements = max_elements
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: dm.BroadcastInDimOp, rewriter: PatternRewriter) -> None:
-        scalar = splat_scalar(op.operands[0])  # (op.operand, without IRDL's accessor)
-        if scalar is None:
-            return
-        result_type = op.results[0].type
-        if int(np.prod(result_type.get_shape(), dtype=np.int64)) > self.max_elements:
-            return
-        rewriter.replace(op, make_constant(np.broadcast_to(scalar, result_type.get_shape()), result_type))
+FOLD_BROADCAST_OF_SPLAT = rule(
+    m.BroadcastInDim(m.ConstantScalar(name="scalar", through=())),
+    lambda b, scalar, op: b.constant_of_type(scalar, op.results[0].type),
+    when=_small_enough, keep_locations=False, name="broadcast_in_dim(splat constant) -> splat constant")
+"""``broadcast_in_dim(splat constant)`` -> a splat constant of the result type, up to the pass's
+``max-splat-elements`` (larger constants would bloat the program)."""
 
 
 @register_pass
@@ -212,8 +208,11 @@ class ExplicitBinaryBroadcastsPass(PatternPass):
 
 @register_pass
 @dataclass(frozen=True)
-class CanonicalizeBroadcastsPass(PatternPass):
-    """``canonicalize-broadcasts{max-splat-elements=N}``: every implicit broadcast made explicit."""
+class CanonicalizeBroadcastsPass(RulePass):
+    """``canonicalize-broadcasts{max-splat-elements=N}``: every implicit broadcast made explicit.
+
+    Its report counts the rewrites of its rules (identity broadcasts, reshapes and transposes, folded splats),
+    not the broadcasts it makes explicit."""
 
     name = "canonicalize-broadcasts"
     PATTERNS = (ExplicitBinaryBroadcast, ExplicitScalarOperands, BroadcastToBroadcastInDim,
@@ -223,6 +222,4 @@ class CanonicalizeBroadcastsPass(PatternPass):
     CONFIRM_FIXED_POINT = False
     max_splat_elements: int = 65536
     """Broadcasts of splat constants up to this many elements become constants."""
-
-    def patterns(self) -> list[RewritePattern]:
-        return [*super().patterns(), FoldBroadcastOfSplat(self.max_splat_elements)]
+    RULES = (FOLD_BROADCAST_OF_SPLAT,)

@@ -47,7 +47,7 @@ import inspect
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, BoolAttr, DenseArrayBase, FloatAttr, IntegerAttr, StringAttr, TensorType
@@ -228,7 +228,7 @@ class Pattern:
         new._bound = name
         return new
 
-    def where(self, predicate: Callable[[Any], bool]) -> Pattern:
+    def where(self, predicate: Callable[[object], bool]) -> Pattern:
         """Also require ``predicate(value)`` (op matchers: ``predicate(op)``)."""
         return self._refined(lambda v: bool(predicate(v)), f"where({getattr(predicate, '__name__', '?')})")
 
@@ -351,15 +351,13 @@ class AnyOf(Pattern):
             found.extend(types)
         return tuple(found)
 
-    def match_op(self, op: Operation, caps: dict) -> bool:
-        """Root matching: the first alternative matching ``op``."""
+    def match_root(self, op: Operation, caps: dict, class_checked: bool = False) -> bool:
+        """Root matching: the first alternative matching ``op`` (then this matcher's refinements, on the op's
+        first result)."""
         snapshot = dict(caps)
         for alternative in self.alternatives:
-            if isinstance(alternative, (OpPattern, AnyOf)) and alternative.match_op(op, caps):
-                for check in self._checks:
-                    if not check(op):
-                        return False
-                return True
+            if isinstance(alternative, (OpPattern, AnyOf)) and alternative.match_root(op, caps):
+                return _root_refinements(self, op, caps)
             _restore(caps, snapshot)
         return False
 
@@ -371,7 +369,7 @@ class ConstantScalar(Pattern):
     """A constant whose every element equals ``value`` (see :func:`constant_scalar`); ``name`` captures the
     0-d array."""
 
-    def __init__(self, value: Any = None, *, name: str | None = None,
+    def __init__(self, value: object = None, *, name: str | None = None,
                  through: Sequence[str] = ("broadcast", "convert")):
         unknown = set(through) - {"broadcast", "convert"}
         if unknown:
@@ -473,9 +471,17 @@ class OpPattern(Pattern):
             return False
         return self.match_op(owner, caps)
 
-    def match_op(self, op: Operation, caps: dict) -> bool:
-        """Whether ``op`` matches (root matching: the result is not checked, nor bound)."""
-        if self.types is not None and not isinstance(op, self.types):
+    def match_root(self, op: Operation, caps: dict, class_checked: bool = False) -> bool:
+        """Whether ``op`` matches as the root of a rule (value refinements and ``bind`` apply to its first
+        result). ``class_checked``: the caller dispatched on the op class already (the pass driver does)."""
+        if not self.match_op(op, caps, class_checked):
+            return False
+        return _root_refinements(self, op, caps) if self._checks or self._bound else True
+
+    def match_op(self, op: Operation, caps: dict, class_checked: bool = False) -> bool:
+        """Whether ``op`` matches (its class, properties, operands and op predicates; not the refinements of
+        the value, which :meth:`Pattern.match` and :meth:`match_root` check)."""
+        if not class_checked and self.types is not None and not isinstance(op, self.types):
             return False
         for name, want in self.properties:
             got = op.properties.get(name)
@@ -500,7 +506,11 @@ class OpPattern(Pattern):
                         return False
             else:
                 for pattern, value in zip(operands, values):
-                    if not pattern.match(value, caps):
+                    if type(pattern) is Any and not pattern._checks:  # a plain capture (the common case)
+                        name = pattern._bound
+                        if name is not None and not _bind(caps, name, value):
+                            return False
+                    elif not pattern.match(value, caps):
                         return False
         for check in self._op_checks:
             if not check(op):
@@ -519,6 +529,17 @@ class OpPattern(Pattern):
         if self.any_order:
             args.append("any_order=True")
         return f"{self.label}({', '.join(args)})"
+
+
+def _root_refinements(pattern: Pattern, op: Operation, caps: dict) -> bool:
+    """The value refinements and the ``bind`` of a root matcher, on the op's first result."""
+    if not op.results:
+        return not pattern._checks and pattern._bound is None
+    value = op.results[0]
+    for check in pattern._checks:
+        if not check(value):
+            return False
+    return pattern._bound is None or _bind(caps, pattern._bound, value)
 
 
 def _camel(mnemonic: str) -> str:
@@ -664,6 +685,11 @@ class RewriteBuilder(XlaBuilder):
         const = self._insert(make_constant(scalar, tensor_type(t.element_type, ())))
         return self._insert(create(dm.BroadcastInDimOp, [const.value], {"broadcast_dimensions": i64s(())}, [t]))
 
+    def constant_of_type(self, array, result_type: TensorType) -> XlaOp:
+        """An ``hlo.constant`` of exactly ``result_type`` (layout included) holding ``array``, broadcast to the
+        type's shape (a scalar fills it)."""
+        return self._insert(make_constant(np.broadcast_to(np.asarray(array), result_type.get_shape()), result_type))
+
     def _insert(self, op: Operation) -> XlaOp:
         if self._loc is not None and "loc" not in op.attributes:
             op.attributes["loc"] = self._loc
@@ -762,7 +788,7 @@ class Rule:
         """The op classes the root may be (None: any op)."""
         return self.pattern.op_types()
 
-    def pattern_for(self, pass_: Any = None, report: RuleReport | None = None) -> RewritePattern:
+    def pattern_for(self, pass_: object = None, report: RuleReport | None = None) -> RewritePattern:
         """This rule as an xDSL ``RewritePattern`` run by ``pass_`` (its ``options``), counting into ``report``."""
         return _RulePattern(self, pass_, report)
 
@@ -808,6 +834,9 @@ def _call(fn, spec, caps: dict, op: Operation, pass_, builder=None):
     names, rest = spec
     if names is None:  # no signature: everything by keyword
         kwargs = {**caps, "op": op, "options": pass_}
+    elif not rest and len(names) == 1:  # the usual case, on the hot path: one capture, or the op
+        n = names[0]
+        kwargs = {n: op if n == "op" else pass_ if n == "options" and n not in caps else caps.get(n)}
     else:
         kwargs = {}
         for n in names:
@@ -840,19 +869,30 @@ class _RulePattern(RewritePattern):
     """A :class:`Rule` run by the pass driver (which dispatches on :attr:`op_types`). A rule that misbehaves
     raises a plain exception, which the driver turns into a :class:`PassError` naming the pass and the op."""
 
-    def __init__(self, rule: Rule, pass_: Any, report: RuleReport | None):
+    def __init__(self, rule: Rule, pass_: object, report: RuleReport | None):
         self.rule = rule
         self.pass_ = pass_
         self.report = report
         self.op_types = rule.op_types()
+        self.class_checked = self.op_types is not None and isinstance(rule.pattern, OpPattern)
         self.builder: RewriteBuilder | None = None
         if report is not None:
             report.counts.setdefault(rule.name, 0)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        """Rewrite ``op`` if the rule applies (any op: the root's class is checked)."""
+        self.rewrite(op, rewriter, False)
+
+    def match_and_rewrite_dispatched(self, op: Operation, rewriter: PatternRewriter) -> None:
+        """:meth:`match_and_rewrite` for a driver that offers ``op`` only when it is an instance of
+        :attr:`op_types` (``passes.base``): the root's class test is then done once per class, not per op."""
+        self.rewrite(op, rewriter, self.class_checked)
+
+    def rewrite(self, op: Operation, rewriter: PatternRewriter, class_checked: bool) -> None:
+        """Match the rule at ``op``, check its condition, replace the op."""
         rule = self.rule
         caps: dict = {}
-        if not rule.pattern.match_op(op, caps):
+        if not rule.pattern.match_root(op, caps, class_checked):
             return
         replace_spec, when_spec = rule._calls
         if rule.when is not None and not _call(rule.when, when_spec, caps, op, self.pass_):
@@ -863,7 +903,8 @@ class _RulePattern(RewritePattern):
             if not isinstance(value, SSAValue):
                 raise TypeError(f"rule {rule.name}: the capture {replacement!r} is a constant's value, not an "
                                    f"SSA value (capture the value with .bind({replacement!r}))")
-            if len(op.results) != 1 or value.type != op.results[0].type:
+            results = op.results
+            if len(results) != 1 or (value.type is not results[0].type and value.type != results[0].type):
                 return  # forwarding would change the result's type (shape, element type or layout)
             new_values = [value]
         else:
@@ -943,7 +984,7 @@ class RulePass(PatternPass):
             emit_report(self, report)
 
 
-def rule_pass(name: str, *rules: Rule, doc: str | None = None, options: dict[str, Any] | None = None,
+def rule_pass(name: str, *rules: Rule, doc: str | None = None, options: dict[str, object] | None = None,
               register: bool = True, **class_settings) -> type[RulePass]:
     """A :class:`RulePass` class named ``name`` running ``rules`` (registered unless ``register`` is False:
     it then works in pipelines, ``xla-opt`` and ``xdsl-opt``). ``options``: option name -> default (a

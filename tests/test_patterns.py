@@ -340,3 +340,20 @@ def test_hlo_names_are_accepted_everywhere():
     assert passes.get_pass("hlo-dce").name == "hlo-dce"
     with pytest.raises(PassError, match="unknown option 'bogus'"):
         passes.parse_pipeline("hlo-cse{bogus=1}")
+
+
+def test_root_refinements_apply_to_the_matched_result():
+    only_f16 = rule_pass("test-f16-double", rule(m.Multiply("x", m.ConstantScalar(2)).with_dtype("f16").bind("y"),
+                                                 lambda b, x, y: b.add(x, x)), register=False)
+    module = interop.import_jax(lambda x, y: (x * 2.0, y * 2.0), jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float16))
+    assert passes.run(module, [only_f16()]).reports[0][1].total == 1
+    assert [op.name for op in module.walk() if op.name in ("hlo.add", "hlo.multiply")] == ["hlo.multiply", "hlo.add"]
+
+
+def test_canonicalize_broadcasts_folds_splats_under_its_option():
+    module = interop.import_jax(lambda x: x * 2.0, jnp.ones((4, 4), jnp.float32))
+    report = passes.run(module, "canonicalize-broadcasts{max-splat-elements=8}").report("canonicalize-broadcasts")
+    assert report.counts["broadcast_in_dim(splat constant) -> splat constant"] == 0
+    report = passes.run(module, "canonicalize-broadcasts").report("canonicalize-broadcasts")
+    assert report.counts["broadcast_in_dim(splat constant) -> splat constant"] == 1
+    assert "hlo.broadcast_in_dim" not in _ops(module)
