@@ -1,4 +1,5 @@
-"""pytest plugin (entry point ``pytest11``): the ``difftest`` fixture and its ``--difftest-max-ulp`` option.
+"""pytest plugin (entry point ``pytest11``): the ``difftest`` fixture and its ``--difftest-max-ulp`` option, and
+the ``check_pass`` fixture (a pass keeps programs' results: :func:`passes.testing.assert_preserves_semantics`).
 
 With the package installed, every test session has it::
 
@@ -70,5 +71,21 @@ def difftest(request):
         if default_ulp is not None:
             options.setdefault("max_ulp", default_ulp)
         return run(fn, *args, **options).raise_if_mismatch()
+
+    return check
+
+
+@pytest.fixture
+def check_pass():
+    """``check_pass(pass_or_pipeline, programs=None, **options)``: fail unless the pass keeps the results of
+    generated programs (or yours) on inputs with special values; :func:`passes.testing.assert_preserves_semantics`.
+
+    Returns its :class:`~passes.testing.PassCheckSummary`.
+    """
+    from passes.testing import assert_preserves_semantics
+
+    def check(pipeline, programs=None, **options):
+        __tracebackhide__ = True  # the failure points at the test, not here
+        return assert_preserves_semantics(pipeline, programs, **options)
 
     return check

@@ -9,10 +9,11 @@ names itself). They are looked up when ``xdsl-opt`` first asks, not when this mo
 
 ``xdsl-opt`` does not catch the errors of a pipeline it cannot parse: an unknown pass name is a
 ``ValueError: Unrecognized passes: [...]`` raised out of ``xDSLOptMain.__init__`` (xDSL's
-``PassPipeline.parse_spec``), a failing pass any exception, both printed as a traceback. That code is xDSL's,
-not ours; when this universe is loaded by a process named ``xdsl-opt``, :func:`install_error_hook` replaces
-the traceback of those two cases by a one-paragraph message (the passes there are, how to load a plugin
-file). The exit status stays 1, Python's for an uncaught exception.
+``PassPipeline.parse_spec``), an unknown option a ``ValueError: Provided arguments [...] not found``, a
+failing pass any exception, all printed as a traceback. That code is xDSL's, not ours; when this universe is
+loaded by a process named ``xdsl-opt``, :func:`install_error_hook` replaces the traceback of these cases (and of
+any :class:`~xla_dialect.errors.XlaError`) by a message (the passes there are, how to load a plugin file, how
+options are spelt). The exit status stays 1, Python's for an uncaught exception.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def _xdsl_opt_message(exc: BaseException) -> str | None:
                 f"  A pass from a Python file: {PLUGINS_ENV}=my_pass.py xdsl-opt ... (files or module names, "
                 f"'{os.pathsep}'-separated); installed plugins (entry-point group xla_dialect.passes) are found "
                 f"without it.")
+    if isinstance(exc, ValueError) and text.startswith("Provided arguments"):  # xDSL's unknown pass option
+        return (f"xdsl-opt: error: a pass option: {text} (pipelines spell options with dashes, "
+                f"canonicalize-broadcasts{{max-splat-elements=8}}; xla-opt --list-passes lists each pass's options)")
     if isinstance(exc, XlaError):
         return f"xdsl-opt: error: {text}"
     return None
