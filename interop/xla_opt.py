@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
     parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="FILE.py|MODULE",
                         help="load passes from a Python file (relative to the current directory) or an importable "
-                             "module name (repeatable)")
+                             "module name (repeatable); the environment variable XLA_PASS_PLUGINS (':'-separated) "
+                             "does the same here and in xdsl-opt. Writing a pass: docs/writing-passes.md")
     parser.add_argument("--report", action="store_true", help="print pass reports and timings to stderr")
     parser.add_argument("--no-verify", action="store_true", help="do not verify after every pass")
     parser.add_argument("--check-semantics", action="store_true",

@@ -339,6 +339,7 @@ class AnyOf(Pattern):
         return False
 
     def captures(self) -> set[str]:
+        """The names this matcher may capture."""
         return set().union(*(a.captures() for a in self.alternatives)) | super().captures()
 
     def op_types(self) -> tuple[type, ...] | None:
@@ -394,6 +395,7 @@ class ConstantScalar(Pattern):
         return self.name is None or _bind(caps, self.name, scalar)
 
     def captures(self) -> set[str]:
+        """The names this matcher may capture."""
         return super().captures() | ({self.name} if self.name else set())
 
     def _repr(self) -> str:
@@ -419,6 +421,7 @@ class Constant(Pattern):
         return self.name is None or _bind(caps, self.name, array)
 
     def captures(self) -> set[str]:
+        """The names this matcher may capture."""
         return super().captures() | ({self.name} if self.name else set())
 
     def _repr(self) -> str:
@@ -518,6 +521,7 @@ class OpPattern(Pattern):
         return True
 
     def captures(self) -> set[str]:
+        """The names this matcher may capture."""
         found = super().captures()
         for o in self.operands or ():
             found |= o.captures()

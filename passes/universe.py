@@ -48,6 +48,7 @@ class _PassesUniverse(Universe):
 
     @all_passes.setter
     def all_passes(self, value) -> None:
+        """Set the passes (an empty dict: compute them on first read)."""
         self._passes = value or None  # (Universe.__init__ sets an empty dict: computed on first read instead)
 
 

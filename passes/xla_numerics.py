@@ -686,24 +686,21 @@ def _is_float(dtype: np.dtype) -> bool:
     return True
 
 
-class ConvertPair(RewritePattern):
-    """``convert(convert(x: A) -> B) -> A`` -> ``x`` where ``B`` holds every value of ``A`` (XLA's
-    ``IsConvertPairNoOp``): a bf16 subnormal kept through f64, a signalling NaN not quieted."""
+def _convert_pair_is_no_op(x, middle, op) -> bool:
+    """XLA's ``IsConvertPairNoOp``: ``middle``'s type holds every value of ``x``'s (neither convert quantized)."""
+    if computes_on_quantized(op) or computes_on_quantized(middle.owner):
+        return False
+    try:
+        a, b = numpy_dtype(x.type), numpy_dtype(middle.type)
+    except Exception:  # noqa: BLE001 - element types without a NumPy dtype are left alone
+        return False
+    return _preserves_values(np.dtype(a), np.dtype(b))
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: cv.ConvertOp, rewriter: PatternRewriter) -> None:
-        inner = op.operands[0].owner
-        if not isinstance(inner, cv.ConvertOp) or computes_on_quantized(op) or computes_on_quantized(inner):
-            return
-        source = inner.operands[0]
-        if source.type != op.results[0].type:
-            return
-        try:
-            a, b = numpy_dtype(source.type), numpy_dtype(inner.results[0].type)
-        except Exception:  # noqa: BLE001 - element types without a NumPy dtype are left alone
-            return
-        if _preserves_values(np.dtype(a), np.dtype(b)):
-            rewriter.replace(op, [], [source])
+
+# ``convert(convert(x: A) -> B) -> A`` -> ``x`` where ``B`` holds every value of ``A``: a bf16 subnormal kept
+# through f64, a signalling NaN not quieted (``x`` replaces the op only with its exact type).
+CONVERT_PAIR = rule(m.Convert(m.Convert("x").bind("middle")), "x", when=_convert_pair_is_no_op,
+                    name="convert(convert(x: A) -> B) -> A -> x where B holds A")
 
 
 @register_pass
@@ -713,7 +710,7 @@ class XlaFloatRewritesPass(PatternPass):
 
     name = "xla-float-rewrites"
     PATTERNS = (*IDENTITY_RULES, CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
-                FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, *LOG_RULES, ConvertPair,
+                FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, *LOG_RULES, CONVERT_PAIR,
                 ExcessPrecisionConvert)
 
 
