@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from xdsl.dialects import func
@@ -106,15 +106,40 @@ class LoweringContext(KernelContext):
         local = set(block.args)
         # Element-wise runs computed as one fused kernel (lowering.fusion): each group is called where
         # its last op stands; values its earlier ops used last are freed after the call.
+        # Runs of small ops computed as one compiled function (lowering.compiled_segments), called where the
+        # run's first op stands; fusion groups touching a run are left to it.
+        segment_at, in_segment = {}, set()
+        if getattr(self, "loop_compilation", "never") != "never" and self.probe is None:
+            from .compiled_segments import plan_segments
+
+            for segment in plan_segments(block, self.functions, self.dtype, self.denormals == "flush",
+                                         self.blas_threads == 1):
+                segment_at[segment.ops[0]] = segment
+                in_segment.update(segment.ops)
         group_of, spans = {}, []
         if self.fusion != "never":
             from .fusion import plan
 
-            groups = plan(block, row_reductions=True)
+            groups = [g for g in plan(block, row_reductions=True) if not in_segment.intersection(g.members)]
             group_of = {op: g for g in groups for op in g.members}
             spans = [(g.first, g.last) for g in groups]
         pending: list[str] = []  # values to free after the call of the group whose span we are in
+        segment_end = -1
         for index, op in enumerate(ops):
+            if index <= segment_end:
+                continue
+            if op in segment_at:
+                segment = segment_at[op]
+                segment_end = index + len(segment.ops) - 1  # (a segment is a run of consecutive ops)
+                self._emit_segment(segment, names, body, inner)
+                local.update(segment.outputs)
+                dead = [names[v] for v, i in last_use.items() if index <= i <= segment_end and v in local
+                        and v in names]
+                if any(first < index < last for first, last in spans):
+                    pending += dead
+                elif dead:
+                    body.append(f"{inner}del {', '.join(dead)}")
+                continue
             if op is block.last_op and (isinstance(op, (func.ReturnOp, ReturnOp))):
                 results = ", ".join(names[v] for v in op.operands)
                 if is_function and len(op.operands) == 1:
@@ -253,30 +278,48 @@ class LoweringContext(KernelContext):
         value.flags.writeable = False  # shared by every call: a result handed out is copied (_owned)
         return Constant(value)
 
-    def _emit_group(self, group, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
-        """Emit the call of a fusion group (:mod:`lowering.fusion`): its ops' own kernels in a function of
-        their own, run through a :class:`~lowering.fusion.FusedGroup` that switches to the compiled kernel."""
-        from .fusion import FusedGroup
-
-        gname = f"g{next(self._names)}"
-        inner_names = {v: f"i{k}" for k, v in enumerate(group.inputs)}
-        lines = [f"def {gname}({', '.join(inner_names.values())}):"]
-        for op in group.members:
+    def _emit_unit(self, kind: str, prefix: str, ops: list[Operation], inputs: list[SSAValue], outputs: list[SSAValue],
+                   make_runner: Callable, comment: str, names: dict[SSAValue, str], body: list[str],
+                   indent: str) -> None:
+        """Emit the call of a unit of several ops run as one (a fusion group, a compiled segment): the ops'
+        own kernels in a function of their own, handed to ``make_runner`` (which returns the object that
+        switches to compiled code), called with ``inputs`` and binding ``outputs``."""
+        fname = f"{kind[0]}{next(self._names)}"
+        inner_names = {v: f"i{k}" for k, v in enumerate(inputs)}
+        lines = [f"def {fname}({', '.join(inner_names.values())}):"]
+        for op in ops:
             self._emit_op(op, inner_names, lines, "    ")
-        outs = [inner_names[r] for r in group.outputs]
-        lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        lines.append(f"    return ({', '.join(inner_names[r] for r in outputs)},)")
         src = "\n".join(lines) + "\n"
         self.sources.append(src)
-        exec(builtins.compile(src, f"<hlo fusion {gname}>", "exec"), self.namespace)
-        runner = self._bind("fz", FusedGroup(self.namespace[gname], group, self.dtype, self.fusion,
-                                                     self.denormals == "flush", self.loop_workers,
-                                                     mode_switch(self.denormals)))
-        results = [f"v{next(self._names)}" for _ in group.outputs]
-        for r, n in zip(group.outputs, results):
+        exec(builtins.compile(src, f"<hlo {kind} {fname}>", "exec"), self.namespace)
+        runner = self._bind(prefix, make_runner(self.namespace[fname]))
+        results = [f"v{next(self._names)}" for _ in outputs]
+        for r, n in zip(outputs, results):
             names[r] = n
+        body.append(f"{indent}{', '.join(results)}, = {runner}({', '.join(names[v] for v in inputs)})  # {comment}")
+
+    def _emit_group(self, group, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
+        """Emit the call of a fusion group (:mod:`lowering.fusion`), run through a
+        :class:`~lowering.fusion.FusedGroup` that switches to the compiled kernel."""
+        from .fusion import FusedGroup
+
         ops = ", ".join(op.name.removeprefix("hlo.") for op in group.members)
-        body.append(f"{indent}{', '.join(results)}, = {runner}({', '.join(names[v] for v in group.inputs)})"
-                    f"  # fused: {ops}")
+        self._emit_unit("fusion", "fz", group.members, group.inputs, group.outputs,
+                        lambda fn: FusedGroup(fn, group, self.dtype, self.fusion, self.denormals == "flush",
+                                              self.loop_workers, mode_switch(self.denormals)),
+                        f"fused: {ops}", names, body, indent)
+
+    def _emit_segment(self, segment, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
+        """Emit the call of a compiled segment (:mod:`lowering.compiled_segments`), run through a
+        :class:`~lowering.compiled_segments.CompiledSegment` that switches to the numba function."""
+        from .compiled_segments import CompiledSegment
+
+        self._emit_unit("segment", "sg", segment.ops, segment.inputs, segment.outputs,
+                        lambda fn: CompiledSegment(segment, fn, self.loop_compilation),
+                        f"compiled segment of {len(segment.ops)} ops", names, body, indent)
+        if self.timeout is not None:
+            body.append(f"{indent}{self._bind('chk', interrupt.check)}('a compiled segment')")
 
     def _emit_region(self, region: Region, names: dict[SSAValue, str], body: list[str], indent: str) -> str:
         """Compile a single-block region to a function; returns its Python name."""

@@ -17,6 +17,13 @@ F32, F64 = np.float32, np.float64
 RNG = np.random.default_rng(0)
 
 
+
+@pytest.fixture(autouse=True)
+def _no_compiled_segments(monkeypatch):
+    # These tests look at the fused groups the executor forms; compiled segments (lowering.compiled_segments),
+    # which take over small straight-line programs whole, are off unless a test asks for loop compilation.
+    monkeypatch.setenv("XLA_DIALECT_LOOP_COMPILATION", "never")
+
 def _bits(a):
     a = np.atleast_1d(np.asarray(a))
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a

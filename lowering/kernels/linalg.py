@@ -121,13 +121,10 @@ def _complex_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int, batch: int = 1):
     """The ``(batch, m, k) x (batch, k, n)`` matmul of ``arith`` operands: XLA's complex order, else BLAS
-    run with the program's BLAS thread policy (:mod:`lowering.blas`); small f32/f64 products in XLA CPU's order
-    (:mod:`lowering.kernels.small_dot`)."""
+    run with the program's BLAS thread policy (:mod:`lowering.blas`). (Convolutions use it too; a dot's small
+    products are summed in XLA's dot order instead, :func:`_dot`.)"""
     if np.dtype(arith).kind == "c":
         return _complex_matmul
-    order = small_dot_order(batch, m, k, n, arith)
-    if order is not None:  # XLA CPU's own summation order (lowering/kernels/small_dot.py)
-        return small_matmul(order)
     return ctx.blas_matmul(arith, m, k, n, batch)
 
 
@@ -173,7 +170,9 @@ def _dot(op, ctx):
     round_compute = arith != compute_dtype
     convert_result = compute_dtype != result_dtype
 
-    matmul = matmul_kernel(ctx, arith, m, k, n, batch)
+    order = small_dot_order(batch, m, k, n, arith)
+    # Small products in XLA CPU's dot order (lowering/kernels/small_dot.py), others as matmul_kernel computes them.
+    matmul = small_matmul(order) if order is not None else matmul_kernel(ctx, arith, m, k, n, batch)
 
     def dot(a, b):
         c = matmul(prepare(a, lperm, l3), prepare(b, rperm, r3)).reshape(out_shape)

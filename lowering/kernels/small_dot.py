@@ -62,7 +62,7 @@ ROUNDED_TERMS = 8
 """The column-by-column part of a vector-matrix product adds the rounded products of this many first terms."""
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True)
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _single_column(a, b, out, t, i, j, rounded_terms):
     """Column ``j`` of row ``i`` computed on its own: a chain starting from the first product, whose first
     ``rounded_terms`` terms are rounded products added in order, the rest fused multiply-adds."""
@@ -76,7 +76,7 @@ def _single_column(a, b, out, t, i, j, rounded_terms):
     out[t, i, j] = s
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True)
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def small_dot(a, b, out, order):
     """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
     of one float type, summed in ``order`` (:data:`ONE_CHAIN` or :data:`FOUR_LANES`) as the module docstring

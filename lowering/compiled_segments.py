@@ -1,0 +1,199 @@
+"""Straight-line code compiled: runs of small ops of a block run as one numba function.
+
+Real programs spend most of their time outside loops on small arrays (an ODE solver's step-size setup, a sampler's
+bookkeeping), where each interpreted op costs a Python call of 1-3 us while XLA's code costs nanoseconds. A
+*segment* is a run of consecutive ops of one block that the compiled-loop writer (:mod:`lowering.compiled_loops`)
+can write -- element-wise ops through their one scalar definition, slices, reshapes, broadcasts, concatenates,
+dynamic slices and updates, small products, reductions, calls -- whose values are small
+(:data:`SEGMENT_MAX_ELEMENTS`). The executor calls the segment as one op: its ops' own kernels until the machine code
+is ready (compiled in the background after :data:`AUTO_CALLS` calls in ``loop_compilation="auto"``, before the
+first call with ``"always"``, never with ``"never"``), then one numba function computing the same bits (it calls
+the same definitions). While loops are never part of a segment: they are compiled as loops of their own, which
+return to Python for Ctrl-C and deadlines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import Block, Operation, SSAValue
+
+from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, _Ineligible, _load, _LoopWriter, as_compiled,
+                             compile_in_background)
+
+SEGMENT_MIN_OPS = 6
+"""Runs of fewer ops stay interpreted (a segment call costs about as much as a few interpreted ops)."""
+
+SEGMENT_MAX_ELEMENTS = 1 << 12
+"""Every result of a segment's ops has at most this many elements (larger arrays: NumPy's kernels and fused
+loops are as fast, and per-op cost does not matter)."""
+
+AUTO_CALLS = 20
+"""``loop_compilation="auto"`` compiles a segment in the background after this many calls."""
+
+
+class _SegmentWriter(_LoopWriter):
+    """The compiled-loop writer for straight-line code: values from before the segment become parameters."""
+
+    def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool,
+                 single_thread_blas: bool):
+        super().__init__(functions, dtype_of, flush)
+        self.single_thread_blas = single_thread_blas
+        self.inputs: list[SSAValue] = []
+
+    def name(self, value: SSAValue) -> str:
+        if value not in self.names:  # defined before the segment: a parameter
+            self.info(value)
+            name = f"p{len(self.inputs)}"
+            if _boxed(*self.info(value)):  # (float scalars cross numba's boundary as one-element arrays)
+                self.prologue.append(f"    {name} = b{len(self.inputs)}[0]")
+            self.names[value] = name
+            self.inputs.append(value)
+        return self.names[value]
+
+    def nested_while(self, op: Operation, indent: str) -> None:
+        raise _Ineligible("a while loop (compiled as a loop of its own)")
+
+    def try_op(self, op: Operation) -> bool:
+        """Write ``op``; False (and nothing written) when it cannot be part of a segment."""
+        state = (len(self.lines), len(self.prologue), len(self.inputs), len(self.names), len(self.constants),
+                 self.counter)
+        try:
+            for r in op.results:
+                if int(np.prod(self.info(r)[1], dtype=np.int64)) > SEGMENT_MAX_ELEMENTS:
+                    raise _Ineligible("a large result")
+            if op.name in ("hlo.while", "hlo.custom_call") or any(inner.name == "hlo.while" for inner in op.walk()):
+                raise _Ineligible(op.name)
+            self.op(op, "    ")
+            return True
+        except _Ineligible:
+            lines, prologue, inputs, names, constants, self.counter = state
+            del self.lines[lines:], self.prologue[prologue:], self.inputs[inputs:]
+            for key in list(self.names)[names:]:
+                del self.names[key]
+            for key in list(self.constants)[constants:]:
+                del self.constants[key]
+            return False
+
+
+class Segment:
+    """A run of ops of one block (:attr:`ops`, in order) with the values it reads from before it
+    (:attr:`inputs`) and the values it defines that later ops use (:attr:`outputs`), and its numba source."""
+
+    def __init__(self, ops: list[Operation], writer: _SegmentWriter, outputs: list[SSAValue]):
+        self.ops = ops
+        self.inputs = list(writer.inputs)
+        self.outputs = outputs
+        boxed_out = []
+        for k, v in enumerate(outputs):
+            if _boxed(*writer.info(v)):
+                name = writer.fresh("o")
+                dtype = writer.info(v)[0]
+                writer.emit("    ", f"{name} = np.empty(1, {_NUMBA_TYPE_NAMES[dtype]})")
+                writer.emit("    ", f"{name}[0] = {writer.names[v]}")
+                boxed_out.append(name)
+            else:
+                boxed_out.append(writer.names[v])
+        params = [f"b{k}" if _boxed(*writer.info(v)) else f"p{k}" for k, v in enumerate(self.inputs)]
+        header = f"def segment({', '.join([*writer.constants, *params])}):"
+        body = writer.prologue + writer.lines
+        self.source = "\n".join([header, *body, f"    return ({', '.join(boxed_out)},)"]) + "\n"
+        self.constants = list(writer.constants.values())
+        self.input_info = [writer.info(v) for v in self.inputs]
+        self.output_info = [writer.info(v) for v in outputs]
+
+
+def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool,
+                  single_thread_blas: bool) -> list[Segment]:
+    """The segments of ``block``: maximal runs of consecutive ops that the writer accepts, of at least
+    :data:`SEGMENT_MIN_OPS` ops, with at least one output."""
+    ops = [op for op in block.ops if op is not block.last_op]
+    position = {op: i for i, op in enumerate(block.ops)}
+    segments: list[Segment] = []
+
+    def top(op: Operation) -> Operation:
+        while op.parent_block() is not block:
+            op = op.parent_op()
+        return op
+
+    def close(run: list[Operation], writer: _SegmentWriter) -> None:
+        if len(run) < SEGMENT_MIN_OPS:
+            return
+        members = set(run)
+        last = position[run[-1]]
+        outputs = [r for op in run for r in op.results
+                   if any(top(use.operation) not in members and position[top(use.operation)] > last
+                          for use in r.uses)]
+        if outputs:
+            segments.append(Segment(run, writer, outputs))
+
+    run: list[Operation] = []
+    writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+    for op in ops:
+        if writer.try_op(op):
+            run.append(op)
+            continue
+        close(run, writer)
+        run, writer = [], _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+    close(run, writer)
+    return segments
+
+
+class CompiledSegment:
+    """Runs a :class:`Segment`: ``interpreted`` (its ops' own kernels) until the numba function is ready."""
+
+    def __init__(self, segment: Segment, interpreted: Callable, mode: str):
+        self.segment = segment
+        self.source = segment.source
+        self.constants = segment.constants
+        self.interpreted = interpreted
+        self.mode = mode
+        self.inputs = [(np.dtype(dt), bool(shape), _boxed(dt, shape)) for dt, shape in segment.input_info]
+        self.outputs = [(np.dtype(dt), bool(shape), _boxed(dt, shape)) for dt, shape in segment.output_info]
+        self._ranks = [len(shape) for _, shape in segment.input_info]
+        self.calls = 0
+        self.started = False
+        self.kernel = None
+        self.readonly: list[bool] = []
+
+    def _compile(self, readonly: list[bool]) -> None:
+        from numba import from_dtype, typeof, types
+
+        try:
+            signature = [typeof(c) for c in self.constants]
+            for (dt, is_array, boxed), ro, rank in zip(self.inputs, readonly, self._ranks):
+                if is_array:
+                    signature.append(types.Array(from_dtype(dt), rank, "C", readonly=ro))
+                elif boxed:
+                    signature.append(types.Array(from_dtype(dt), 1, "C"))
+                else:
+                    signature.append(from_dtype(dt))
+            fn = _load(self.source, "segment")
+            fn.compile(tuple(signature))
+            self.readonly = readonly
+            self.kernel = fn
+        except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
+            self.kernel = None
+
+    def __call__(self, *inputs):
+        if self.kernel is None:
+            if not self.started and self.mode != "never":
+                self.calls += 1
+                if self.mode == "always" or self.calls > AUTO_CALLS:
+                    self.started = True
+                    readonly = [is_array and not np.asarray(x).flags.writeable
+                                for x, (_, is_array, _) in zip(inputs, self.inputs)]
+                    if self.mode == "always":
+                        self._compile(readonly)
+                    else:  # interpreted until the kernel is ready (the same bits): a call never waits
+                        compile_in_background(lambda: self._compile(readonly))
+            if self.kernel is None:
+                return self.interpreted(*inputs)
+        args = [as_compiled(np.ascontiguousarray(x, dt), ro) if is_array else np.full(1, x, dt) if boxed
+                else dt.type(x)
+                for x, (dt, is_array, boxed), ro in zip(inputs, self.inputs, self.readonly)]
+        results = self.kernel(*self.constants, *args)
+        return tuple(v if is_array else v[0] if boxed else dt.type(v)
+                     for v, (dt, is_array, boxed) in zip(results, self.outputs))

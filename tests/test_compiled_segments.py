@@ -1,0 +1,111 @@
+"""Compiled straight-line segments (lowering/compiled_segments.py): the same bits as the ops' own kernels."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import lowering
+from interop import import_jax
+from lowering import compiled_loops, compiled_segments
+
+RNG = np.random.default_rng(3)
+F32 = np.float32
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint8) if x.dtype.kind == "b" else x.view(f"u{x.dtype.itemsize}")
+
+
+def _setup(y, w, t):
+    # An ODE solver's step-size setup: norms, a small product, slices, a concatenate, comparisons and a select.
+    f0 = jnp.concatenate([y[1:], -jnp.sin(y[:1]) * w])
+    d0 = jnp.sqrt(jnp.mean((y / (1e-6 + jnp.abs(y))) ** 2))
+    d1 = jnp.sqrt(jnp.mean((f0 / (1e-6 + jnp.abs(y))) ** 2))
+    h0 = jnp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / d1)
+    m = jnp.outer(y, f0) @ jnp.ones((y.shape[0], 3), y.dtype)
+    return h0 * t, m.sum(axis=0), jnp.maximum(f0, y).astype(jnp.int32)
+
+
+def _specials(dtype, n):
+    x = RNG.standard_normal(n).astype(dtype)
+    x[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40]
+    return x
+
+
+def _segments(exe) -> list:
+    return [r for name, r in exe._fn.__globals__.items()
+            if name.startswith("sg") and isinstance(r, compiled_segments.CompiledSegment)]
+
+
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+@pytest.mark.parametrize("special", [False, True], ids=["normal", "specials"])
+def test_a_segment_gives_the_kernels_bits(denormals, special):
+    y = _specials(F32, 8) if special else RNG.standard_normal(8).astype(F32)
+    w, t = F32(0.3), F32(2.5)
+    module = import_jax(_setup, y, w, t)
+    compiled = lowering.compile(module, loop_compilation="always", denormals=denormals)
+    interpreted = lowering.compile(module, loop_compilation="never", denormals=denormals)
+    assert "compiled segment of" in compiled.source and "compiled segment" not in interpreted.source
+    (segment,) = _segments(compiled)
+    assert segment.kernel is None  # compiled at its first call ("always")
+    got, want = compiled(y, w, t), interpreted(y, w, t)
+    assert segment.kernel is not None
+    for g, i in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(i).dtype and np.shape(g) == np.shape(i)
+        np.testing.assert_array_equal(_bits(g), _bits(i))
+    if not special and denormals == "flush":
+        for g, j in zip(got, jax.jit(_setup)(y, w, t)):
+            np.testing.assert_array_equal(_bits(g), _bits(j))
+
+
+def test_auto_compiles_after_calls_and_keeps_the_bits():
+    # "auto": the ops' own kernels for the first calls, then the segment compiles in the background; one
+    # executable gives the same bits on every call.
+    y, w, t = RNG.standard_normal(8).astype(F32), F32(0.3), F32(2.5)
+    exe = lowering.compile(import_jax(_setup, y, w, t), loop_compilation="auto")
+    (segment,) = _segments(exe)
+    first = exe(y, w, t)
+    for _ in range(compiled_segments.AUTO_CALLS + 1):
+        again = exe(y, w, t)
+    assert segment.started
+    assert compiled_loops.wait_for_background_compiles(timeout=600)
+    assert segment.kernel is not None
+    last = exe(y, w, t)
+    for a, b, c in zip(first, again, last):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+        np.testing.assert_array_equal(_bits(a), _bits(c))
+
+
+def test_loops_large_arrays_and_callbacks_are_not_in_segments():
+    seen = []
+
+    def fn(x, big):
+        a = jnp.sin(x) * 2 + x - jnp.cos(x) * x + 1  # a segment
+        jax.debug.callback(lambda v: seen.append(float(v)), a[0])  # a custom call: never in a segment
+        b = jax.lax.fori_loop(0, 3, lambda i, v: v * 1.5 + i, a)  # a loop of its own
+        c = jnp.tanh(big) * 3 + big * big - 1  # large values: the fused NumPy kernels
+        return jnp.exp(b) * 0.5 + b - jnp.abs(b) * 3 + 2, c
+
+    x, big = RNG.standard_normal(4).astype(F32), RNG.standard_normal(1 << 14).astype(F32)
+    exe = lowering.compile(import_jax(fn, x, big), loop_compilation="always")
+    segments = _segments(exe)
+    assert len(segments) >= 2  # before and after the callback (and the loop's body, for its interpreted runs)
+    for segment in segments:
+        names = {op.name for op in segment.segment.ops}
+        assert not names & {"hlo.while", "hlo.custom_call", "hlo.host_callback"}
+        assert all(np.prod(r.type.get_shape()) <= compiled_segments.SEGMENT_MAX_ELEMENTS
+                   for op in segment.segment.ops for r in op.results)
+    got = exe(x, big)
+    want = lowering.compile(import_jax(fn, x, big), loop_compilation="never")(x, big)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    assert len(seen) == 2  # the callback ran once per call, in order with the segments
+
+
+def test_a_deadline_is_checked_after_a_segment():
+    y, w, t = RNG.standard_normal(8).astype(F32), F32(0.3), F32(2.5)
+    exe = lowering.compile(import_jax(_setup, y, w, t), loop_compilation="always", timeout=60)
+    assert "('a compiled segment')" in exe.source
+    exe(y, w, t)
