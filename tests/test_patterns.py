@@ -88,6 +88,14 @@ def test_constant_scalar_sees_through_broadcasts_and_exact_converts():
     assert _ops(module).count("hlo.multiply") == 1
 
 
+def test_constant_scalar_matches_jax_integer_exponents():
+    # lax.pow(x, jnp.int32(3)): a power by a broadcast of convert(s32 constant 3) to f32
+    module = interop.import_jax(lambda x: jax.lax.pow(x, jnp.int32(3)), jnp.ones(3, jnp.float32))
+    caps = m.Power("x", m.ConstantScalar(3, name="n")).matches(_root(module))
+    assert caps is not None and caps["n"].dtype == np.float32
+    assert m.Power("x", m.ConstantScalar(3, through=("broadcast",))).matches(_root(module)) is None
+
+
 def test_captures_must_agree_and_any_order_tries_both_orders():
     f32 = jnp.ones(3, jnp.float32)
     module = interop.import_jax(lambda p, x, y: (jax.lax.select(p, x, x), jax.lax.select(p, x, y), 2.0 * x),
