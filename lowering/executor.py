@@ -107,9 +107,13 @@ class LoweringContext(KernelContext):
         # Element-wise runs computed as one fused kernel (lowering.fusion): each group is called where
         # its last op stands; values its earlier ops used last are freed after the call.
         # Runs of small ops computed as one compiled function (lowering.compiled_segments), called where the
-        # run's first op stands; fusion groups touching a run are left to it.
+        # run's first op stands; fusion groups touching a run are left to it. Only in program code (functions,
+        # loop and branch bodies): the regions of sort, reduce, scatter or map are applied to whole arrays of
+        # elements at once, not to values of their block's types.
         segment_at, in_segment = {}, set()
-        if getattr(self, "loop_compilation", "never") != "never" and self.probe is None:
+        parent = block.parent_op()
+        program_code = is_function or (parent is not None and parent.name in self._PROBED_REGIONS)
+        if getattr(self, "loop_compilation", "never") != "never" and self.probe is None and program_code:
             from .compiled_segments import plan_segments
 
             for segment in plan_segments(block, self.functions, self.dtype, self.denormals == "flush",

@@ -109,3 +109,18 @@ def test_a_deadline_is_checked_after_a_segment():
     exe = lowering.compile(import_jax(_setup, y, w, t), loop_compilation="always", timeout=60)
     assert "('a compiled segment')" in exe.source
     exe(y, w, t)
+
+
+
+def test_regions_applied_to_arrays_have_no_segments(monkeypatch):
+    # A sort comparator is applied to whole arrays of elements (lowering/kernels/sorting.py), not to scalars of
+    # its block's types: a run of ops there is never a segment (test_sorting's generic sort found it).
+    from test_sorting import build_sort, jax_comparator, not_recognised
+
+    monkeypatch.setenv("XLA_DIALECT_LOOP_COMPILATION", "always")
+    x = RNG.standard_normal((3, 200)).astype(F32)
+    module, recognised = build_sort([np.float32], x.shape, jax_comparator(1, not_recognised), 1)
+    assert not recognised
+    exe = lowering.compile(module)
+    assert not _segments(exe)
+    np.testing.assert_array_equal(exe(x)[0], np.sort(x, axis=1))
