@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowering.memory import ProgramMemory
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 
 __all__ = ["DeviceMemory", "MemoryReport", "ShardedExecutable", "StaticArguments", "compile_sharded"]
@@ -447,7 +448,7 @@ class ShardedExecutable:
             pass
         rank_of = self.runner.rank_of if self.runner is not None else [None] * self.num_devices
         # SPMD: every device runs the same program on shards of the same shapes.
-        rows = [DeviceMemory(d, rank_of[d], memory.arguments, memory.results, memory.peak)
+        rows = [DeviceMemory(memory.arguments, memory.results, memory.peak, device=d, rank=rank_of[d])
                 for d in range(self.num_devices)]
         return MemoryReport(rows, xla)
 
@@ -463,20 +464,12 @@ class ShardedExecutable:
 
 
 @dataclass(frozen=True)
-class DeviceMemory:
-    """One device's bytes: ``arguments`` (its shards), ``results``, ``peak`` (of the values held at once, both
-    included); ``rank``: the MPI rank running it (None in a threaded run)."""
+class DeviceMemory(ProgramMemory):
+    """One device's bytes (:class:`lowering.memory.ProgramMemory`: ``arguments`` are its shards): ``device``, and
+    ``rank``, the MPI rank running it (None in a threaded run)."""
 
-    device: int
-    rank: int | None
-    arguments: int
-    results: int
-    peak: int
-
-    @property
-    def intermediates(self) -> int:
-        """The peak less the arguments and results: the most the run itself allocates at once."""
-        return max(0, self.peak - self.arguments - self.results)
+    device: int = 0
+    rank: int | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,11 @@ from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, _Ineligible, _load, _Loo
 SEGMENT_MIN_OPS = 6
 """Runs of fewer ops stay interpreted (a segment call costs about as much as a few interpreted ops)."""
 
+SEGMENT_MAX_OPS = 128
+"""Longer runs are cut into segments of at most this many ops: numba's and LLVM's compile time and memory grow
+faster than the function (a chain of 1,500 small ops as one function did not compile in 10 minutes and took
+over 10 GB)."""
+
 SEGMENT_MAX_ELEMENTS = 1 << 12
 """Every result of a segment's ops has at most this many elements (larger arrays: NumPy's kernels and fused
 loops are as fast, and per-op cost does not matter)."""
@@ -106,9 +111,10 @@ class Segment:
 
 
 def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool,
-                  single_thread_blas: bool) -> list[Segment]:
-    """The segments of ``block``: maximal runs of consecutive ops that the writer accepts, of at least
-    :data:`SEGMENT_MIN_OPS` ops, with at least one output."""
+                  single_thread_blas: bool, excluded: set[Operation] | frozenset = frozenset()) -> list[Segment]:
+    """The segments of ``block``: maximal runs of consecutive ops that the writer accepts (cut every
+    :data:`SEGMENT_MAX_OPS` ops), of at least :data:`SEGMENT_MIN_OPS` ops, with at least one output; ``excluded``
+    ops (those of long fused element-wise chains) end runs."""
     ops = [op for op in block.ops if op is not block.last_op]
     position = {op: i for i, op in enumerate(block.ops)}
     segments: list[Segment] = []
@@ -132,7 +138,10 @@ def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Cal
     run: list[Operation] = []
     writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
     for op in ops:
-        if writer.try_op(op):
+        if len(run) == SEGMENT_MAX_OPS:
+            close(run, writer)
+            run, writer = [], _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+        if op not in excluded and writer.try_op(op):
             run.append(op)
             continue
         close(run, writer)

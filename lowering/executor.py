@@ -111,20 +111,25 @@ class LoweringContext(KernelContext):
         # loop and branch bodies): the regions of sort, reduce, scatter or map are applied to whole arrays of
         # elements at once, not to values of their block's types.
         segment_at, in_segment = {}, set()
-        parent = block.parent_op()
-        program_code = is_function or (parent is not None and parent.name in self._PROBED_REGIONS)
-        if getattr(self, "loop_compilation", "never") != "never" and self.probe is None and program_code:
-            from .compiled_segments import plan_segments
-
-            for segment in plan_segments(block, self.functions, self.dtype, self.denormals == "flush",
-                                         self.blas_threads == 1):
-                segment_at[segment.ops[0]] = segment
-                in_segment.update(segment.ops)
-        group_of, spans = {}, []
+        groups = []
         if self.fusion != "never":
             from .fusion import plan
 
-            groups = [g for g in plan(block, row_reductions=True) if not in_segment.intersection(g.members)]
+            groups = plan(block, row_reductions=True)
+        parent = block.parent_op()
+        program_code = is_function or (parent is not None and parent.name in self._PROBED_REGIONS)
+        if getattr(self, "loop_compilation", "never") != "never" and self.probe is None and program_code:
+            from .compiled_segments import SEGMENT_MAX_OPS, plan_segments
+
+            # A long element-wise chain is better as one fused loop than as several segments.
+            fused = {op for g in groups if len(g.members) >= SEGMENT_MAX_OPS // 4 for op in g.members}
+            for segment in plan_segments(block, self.functions, self.dtype, self.denormals == "flush",
+                                         self.blas_threads == 1, excluded=fused):
+                segment_at[segment.ops[0]] = segment
+                in_segment.update(segment.ops)
+        group_of, spans = {}, []
+        if groups:
+            groups = [g for g in groups if not in_segment.intersection(g.members)]
             group_of = {op: g for g in groups for op in g.members}
             spans = [(g.first, g.last) for g in groups]
         pending: list[str] = []  # values to free after the call of the group whose span we are in
