@@ -17,6 +17,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from . import numba_cache
+
+numba_cache.install()  # before any kernel module compiles or loads a cached function
+
 from .registry import KERNELS, Constant, register, register_kernel
 from .runtime import register_custom_call
 

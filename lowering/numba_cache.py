@@ -1,0 +1,88 @@
+"""numba's on-disk cache, made safe for several processes compiling the same function at once.
+
+numba keeps the compiled overloads of a ``cache=True`` function in one index file (signature -> data file name)
+and one data file per overload. Saving a new overload reads the index, takes the first free name, writes the
+index, then the data; nothing orders two processes doing that at the same moment. Two processes compiling two
+signatures of one function (the workers of ``xla-conformance --jobs 2``, pytest-xdist, two users' scripts) both
+take the name ``.1.nbc``: the index ends up naming one signature, the data file holds the other's code, and every
+later process that loads the function for that signature calls code compiled for other argument types
+(``TypeError: can't unbox array from PyObject into native value``, seen in CI on f32 x f64 dots).
+
+:func:`install` fixes both halves: a save holds an exclusive lock on a file beside the index while it reads the
+index, picks the name and writes both files; a load checks that the overload it read was compiled for the
+signature asked for and otherwise compiles afresh (which repairs the entry), so caches written before the fix
+heal themselves. Installed when :mod:`lowering` is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: numba's own behaviour
+    fcntl = None
+
+from numba.core import caching
+
+_INSTALLED = False
+
+
+@contextlib.contextmanager
+def _exclusive_lock(index_path: str):
+    """An exclusive ``flock`` on ``index_path + '.lock'`` for the duration of the block (none where unsupported)."""
+    if fcntl is None:
+        yield
+        return
+    try:
+        handle = open(index_path + ".lock", "a+b")
+    except OSError:  # a read-only cache directory: numba will not save there either
+        yield
+        return
+    with handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _signature_matches(sig, data) -> bool:
+    """Whether a loaded overload was compiled for the argument types ``sig`` (True when it cannot be told)."""
+    signature = getattr(data, "signature", None)
+    args = getattr(signature, "args", None)
+    if args is None or sig is None:
+        return True
+    try:
+        return tuple(args) == tuple(sig)
+    except TypeError:
+        return True
+
+
+def install() -> None:
+    """Make numba's cache saves process-safe and its loads check their signature (idempotent)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _INSTALLED = True
+
+    original_save = caching.IndexDataCacheFile.save
+
+    @functools.wraps(original_save)
+    def save(self, key, data):
+        with _exclusive_lock(self._index_path):
+            return original_save(self, key, data)
+
+    caching.IndexDataCacheFile.save = save
+
+    original_load = caching.Cache._load_overload
+
+    @functools.wraps(original_load)
+    def load_overload(self, sig, target_context):
+        data = original_load(self, sig, target_context)
+        if data is not None and not _signature_matches(sig, data):
+            return None  # another signature's code under this key (a cache written by racing processes)
+        return data
+
+    caching.Cache._load_overload = load_overload
