@@ -123,27 +123,32 @@ def _untrusted_reason(bitcasts) -> str:
 
 
 def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_magnitude=None, source="<program>",
-                       trusted=False):
+                       trusted=False, noise_samples=None):
     """Run ``module`` on XLA's CPU backend and compare each result with :func:`interop.difftest.compare_output`
     (the comparison and budgets of ``interop.difftest``); prints one line per result.
 
     Returns ``(ok, outputs, error)``: the :class:`~interop.difftest.OutputDiff` of every result, and a
     message when the result counts differ. ``ok`` is ``"untrusted"`` (a verdict of its own, not a failure)
     when the program has :func:`layout_changing_bitcasts` and XLA differs from the executor or cannot be
-    given the program at all: XLA's route through StableHLO drops layouts, the executor reads the bytes."""
-    from .difftest import compare_output
+    given the program at all: XLA's route through StableHLO drops layouts, the executor reads the bytes.
+    ``ok`` is ``"noise"`` when every result out of tolerance is rounding noise, as ``interop.difftest``
+    decides it (:func:`interop.difftest.analyse_noise_with`, ``noise_samples`` nudged inputs, default
+    :data:`~interop.difftest.DEFAULT_NOISE_SAMPLES`; 0 turns the analysis off): a verdict of its own too."""
+    from .difftest import DEFAULT_NOISE_SAMPLES, analyse_noise_with, compare_output
     from .xla_run import run_xla
 
     if entry != "main":
         raise XlaError("--check-xla runs @main only (XLA compiles the module's entry function)")
     bitcasts = layout_changing_bitcasts(module)
-    try:
+    def on_xla(arrays, trusted=trusted):
         if "hlo.module_name" in module.attributes:  # read from HLO text: XLA compiles it as HLO text
             from .hlo import run_hlo_on_xla
 
-            expected = run_hlo_on_xla(module, *args, trusted=trusted, source=source)
-        else:
-            expected = run_xla(module, *args)
+            return run_hlo_on_xla(module, *arrays, trusted=trusted, source=source)
+        return run_xla(module, *arrays)
+
+    try:
+        expected = on_xla(args)
     except XlaError as e:
         if not bitcasts or "bitcast" not in str(e):
             raise
@@ -156,19 +161,47 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
         return False, [], error
     outputs = [compare_output(ours, theirs, max_ulp, rtol_magnitude=rtol_magnitude, index=i)
                for i, (ours, theirs) in enumerate(zip(results, expected))]
+    samples = DEFAULT_NOISE_SAMPLES if noise_samples is None else noise_samples
+    if samples > 0 and not bitcasts and not all(o.ok for o in outputs):
+        analyse_noise_with(lambda: _noise_setup(module, args, entry, on_xla), outputs, list(results),
+                           list(expected), samples)
     for o in outputs:
         c = o.comparison
         detail = "exact" if c.max_ulp is None else f"max ULP {o.max_ulp_text}, budget {o.budget_text}"
         detail += f", max abs {c.errors_text[0]}"
         if c.ok and c.by_magnitude:
             detail += f"; {c.by_magnitude} elements within the magnitude bound only"
-        print(f"XLA result #{o.index}: {'agrees' if c.ok else 'DIFFERS'} ({detail})"
-              + ("" if c.ok else f": {c.message}"))
+        word = "agrees" if c.ok else "NOISE-DOMINATED" if o.noise_dominated else "DIFFERS"
+        print(f"XLA result #{o.index}: {word} ({detail})" + ("" if c.ok else f": {c.message}"))
+        if o.noise is not None:
+            print(f"  {o.noise.text}")
     if bitcasts and not all(o.ok for o in outputs):
         error = _untrusted_reason(bitcasts)
         print(f"XLA reference cannot be trusted: {error}; the differences above are not counted as a mismatch")
         return "untrusted", outputs, error
+    if not all(o.ok for o in outputs) and all(o.ok or o.noise_dominated for o in outputs):
+        return "noise", outputs, None
     return all(o.ok for o in outputs), outputs, None
+
+
+def _noise_setup(module, args, entry: str, on_xla):
+    """``(leaves, run_xla, reference)`` for :func:`interop.difftest.analyse_noise_with` on a program file: XLA
+    on nudged arguments (the text already checked: trusted), and the program widened to float64
+    (:func:`interop.debugging.divergence.widen_to_f64`) run on the executor as the reference."""
+    import lowering
+
+    from .debugging.divergence import _widen_args, widen_to_f64
+    from .difftest import plain_array
+
+    wide = lowering.compile(widen_to_f64(module), entry=entry)
+
+    def reference(arrays):
+        return [plain_array(r) for r in wide(*_widen_args(arrays))]
+
+    def run_xla(arrays):
+        return [plain_array(r) for r in on_xla(arrays, trusted=True)]
+
+    return [np.asarray(a) for a in args], run_xla, reference
 
 
 def _result_summary(index: int, value) -> dict:
@@ -212,6 +245,8 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     Exit status: 0 on success, 1 when ``--check-xla`` finds a difference, 2 on errors. A program with
     layout-changing bitcasts that XLA differs on (or cannot be given) gets the verdict "reference-untrusted"
     (printed, and the ``--json`` status): exit status 0, as XLA's route through StableHLO drops layouts.
+    Results whose every difference is rounding noise (``interop.difftest``'s analysis) get the verdict
+    "noise-dominated", exit status 0.
     """
     parser = argparse.ArgumentParser(
         prog="xla-run",
@@ -241,6 +276,12 @@ def xla_run_main(argv: list[str] | None = None) -> int:
                         help="--check-xla: ... or within R times the result's magnitude, its largest |value| "
                              "(sums and matmuls in another order; default: per dtype, 64 units of roundoff, "
                              "3.8e-06 for f32; 0 turns this bound off)")
+    parser.add_argument("--noise-samples", type=int, default=None, metavar="N",
+                        help="--check-xla: a float result out of tolerance is checked for rounding noise as "
+                             "interop.difftest checks it: XLA on the inputs and on N copies nudged by an ULP "
+                             "against the program widened to float64; when every differing element is within 4x "
+                             "XLA's own rounding error the verdict is noise-dominated, exit status 0 (default 16; "
+                             "0 turns the check off)")
     parser.add_argument("--trusted", action="store_true",
                         help="the file is one you produced yourself: skip the check of MLIR bytecode, portable "
                              "artifacts and serialized exports in a child process (about 0.5 s), which guards "
@@ -259,7 +300,7 @@ def xla_run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true",
                         help="a sharded program: print each device's memory (arguments, results, peak of live values)")
     parser.add_argument("--json", metavar="REPORT",
-                        help="write a JSON report to this file: status (ok, mismatch, reference-untrusted, error), error message, each "
+                        help="write a JSON report to this file: status (ok, mismatch, noise-dominated, reference-untrusted, error), error message, each "
                              "result's dtype, shape, finite range and NaN count, and with --check-xla each result's "
                              "verdict (status, max ULP / abs / rel error, budgets, mismatching elements)")
     args = parser.parse_args(argv)
@@ -355,7 +396,14 @@ def _run(parser, args, report: dict) -> int:
                 print(np.array2string(r, threshold=200))
         if args.check_xla:
             ok, outputs, error = _check_against_xla(module, arrays, results, args.entry, args.max_ulp,
-                                                    args.rtol_magnitude, source=args.file, trusted=args.trusted)
+                                                    args.rtol_magnitude, source=args.file, trusted=args.trusted,
+                                                    noise_samples=args.noise_samples)
+            if ok == "noise":  # every difference is rounding noise (difftest's verdict): not a mismatch
+                report["check_xla"] = {"ok": None, "verdict": "noise-dominated", "error": None,
+                                       "outputs": [o.as_dict() for o in outputs]}
+                report["status"] = "noise-dominated"
+                print("XLA check: noise-dominated: every result that differs is rounding noise (see above)")
+                return 0
             if ok == "untrusted":  # neither agreement nor a failure: XLA is not a reference for this program
                 report["check_xla"] = {"ok": None, "verdict": "reference-untrusted", "error": error,
                                        "outputs": [o.as_dict() for o in outputs]}

@@ -54,6 +54,7 @@ __all__ = [
     "NoiseEvidence",
     "OutputDiff",
     "analyse_noise",
+    "analyse_noise_with",
     "beyond_tolerance",
     "compare_arrays",
     "compare_output",
@@ -776,6 +777,28 @@ def analyse_noise(fn, args, kwargs, outputs: list[OutputDiff], actual: list, exp
     against :func:`float64_program` on the same inputs."""
     import jax
 
+    def setup():
+        reference = float64_program(fn, args, kwargs)
+        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+        jitted = jax.jit(fn)
+
+        def run_xla(moved):
+            margs, mkwargs = jax.tree_util.tree_unflatten(tree, moved)
+            with jax.default_device(jax.devices("cpu")[0]):
+                return [plain_array(x) for x in jax.tree.leaves(jitted(*margs, **mkwargs))]
+
+        return leaves, run_xla, reference
+
+    analyse_noise_with(setup, outputs, actual, expected, samples, atol)
+
+
+def analyse_noise_with(setup, outputs: list[OutputDiff], actual: list, expected: list,
+                       samples: int = DEFAULT_NOISE_SAMPLES, atol: float = 0.0) -> None:
+    """The rounding-noise analysis of :func:`analyse_noise` for any program XLA runs: ``setup()`` returns
+    ``(leaves, run_xla, reference)``, the program's inputs (a list), XLA's float32 results on a list of
+    inputs and the float64 evaluation of the same program on them (``run_xla(leaves)`` is ``expected``,
+    not run again). Also used by ``xla-run --check-xla`` (:mod:`interop.cli`), whose reference is the
+    program widened to float64. Errors while setting up or running become the outputs' notes."""
     todo = [o for o in outputs if not o.comparison.ok and o.comparison.max_ulp is not None]
     if not todo:
         return
@@ -786,22 +809,18 @@ def analyse_noise(fn, args, kwargs, outputs: list[OutputDiff], actual: list, exp
     if not todo:
         return
     try:
-        reference = float64_program(fn, args, kwargs)
-        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+        leaves, run_xla, reference = setup()
         rng = np.random.default_rng(0)
-        jitted = jax.jit(fn)
         acc = {o.index: _NoiseAccumulator(o, actual[o.index], expected[o.index], atol) for o in todo}
         for k in range(samples + 1):
             if k == 0:
                 moved, xla = leaves, expected
             else:
                 moved = [nudge_ulp(x, rng) if _float_leaf(x) else x for x in leaves]
-                margs, mkwargs = jax.tree_util.tree_unflatten(tree, moved)
-                with jax.default_device(jax.devices("cpu")[0]):
-                    xla = [plain_array(x) for x in jax.tree.leaves(jitted(*margs, **mkwargs))]
+                xla = run_xla(moved)
             ref = reference(moved)
             if len(ref) != len(expected):
-                raise _NoReference(f"the float64 evaluation has {len(ref)} outputs, jax.jit {len(expected)}")
+                raise _NoReference(f"the float64 evaluation has {len(ref)} outputs, XLA {len(expected)}")
             for i, a in acc.items():
                 a.add(xla[i], ref[i])
     except Exception as e:  # the analysis explains a mismatch; it never turns one into an error

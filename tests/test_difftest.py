@@ -217,7 +217,8 @@ def test_xla_run_check_xla_reports_differences(program_files, monkeypatch, capsy
 
     monkeypatch.setattr(lowering, "compile", OffByOne)
     files, inputs = program_files
-    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla"]) == 1
+    # (--noise-samples 0: the float64 reference runs through the patched compile too, 1 off as well)
+    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla", "--noise-samples", "0"]) == 1
     out = capsys.readouterr().out
     assert "XLA result #0: DIFFERS" in out and "XLA result #1: DIFFERS (exact" in out
 
@@ -236,7 +237,8 @@ def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monke
     xla = np.float32([1.0, 1e-6 + 2e-7, -2.0])  # ~1.8M ULPs at 1e-6, 1e-7 of the magnitude 2
     monkeypatch.setattr(interop.xla_run, "run_xla", lambda module, *args: (xla,))
     assert compare_output(x, xla).ok and not compare_output(x, xla, rtol_magnitude=0).ok
-    run = [str(program), "--inputs", str(tmp_path / "in.npz"), "--check-xla"]
+    # (--noise-samples 0: this fake XLA's error against float64 would be read as its own rounding noise)
+    run = [str(program), "--inputs", str(tmp_path / "in.npz"), "--check-xla", "--noise-samples", "0"]
     assert xla_run_main(run) == 0
     out = capsys.readouterr().out
     assert "XLA result #0: agrees (max ULP" in out and "budget 4 ULP or 3.8e-06*|out|" in out
@@ -267,7 +269,8 @@ def test_xla_run_json_report(program_files, tmp_path, monkeypatch, capsys):
 
     real = interop.xla_run.run_xla
     monkeypatch.setattr(interop.xla_run, "run_xla", lambda m, *a: (real(m, *a)[0] + 1, np.full(4, np.nan)))
-    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla", "--json", str(report)]) == 1
+    assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla", "--json", str(report),
+                         "--noise-samples", "0"]) == 1  # (a fake XLA, 1 off the float64 value: not noise)
     data = json.loads(report.read_text())
     assert data["status"] == "mismatch" and not data["check_xla"]["ok"]
     first, second = data["check_xla"]["outputs"]

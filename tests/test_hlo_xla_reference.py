@@ -176,7 +176,8 @@ def test_difference_without_layout_changing_bitcast_is_still_a_mismatch(tmp_path
     import interop.hlo
 
     monkeypatch.setattr(interop.hlo, "run_hlo_on_xla", lambda module, *a, **kw: (a[0].reshape(3, 2) + 1,))
-    code, report = _xla_run(tmp_path, PLAIN_RESHAPE)
+    # (no noise analysis: this fake XLA is 1 off the float64 value everywhere, its 'own rounding error')
+    code, report = _xla_run(tmp_path, PLAIN_RESHAPE, "--noise-samples", "0")
     assert code == 1 and report["status"] == "mismatch" and report["check_xla"]["verdict"] == "differs"
 
 
@@ -191,3 +192,114 @@ def test_tiled_bitcast_xla_cannot_take_is_reference_untrusted(tmp_path, capsys):
 def test_agreement_on_layout_changing_bitcast_stays_agreement(tmp_path):
     code, report = _xla_run(tmp_path, COLUMN_MAJOR)  # XLA through our transposes: the same values
     assert code == 0 and report["status"] == "ok" and report["check_xla"]["verdict"] == "agrees"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Rounding noise (difftest's noise-dominated verdict): a sum that is 0 in exact arithmetic, scaled up as
+# Adam's first step scales a gradient, differs between two valid summation orders by more than any budget.
+# --------------------------------------------------------------------------------------------------------
+
+NOISY = """HloModule noisy
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[256] parameter(0)
+  zero = f32[] constant(0)
+  total = f32[] reduce(x, zero), dimensions={0}, to_apply=add
+  n = f32[] constant(256)
+  mean = f32[] divide(total, n)
+  mb = f32[256] broadcast(mean), dimensions={}
+  d = f32[256] subtract(x, mb)
+  g = f32[] reduce(d, zero), dimensions={0}, to_apply=add
+  ag = f32[] abs(g)
+  eps = f32[] constant(1e-8)
+  den = f32[] add(ag, eps)
+  lr = f32[] constant(0.001)
+  q = f32[] divide(g, den)
+  update = f32[] multiply(q, lr)
+  ROOT t = (f32[], f32[], f32[256]) tuple(g, update, d)
+}
+"""
+
+
+def _reversed_order_executor(monkeypatch, extra=lambda results: results):
+    """The executor on the input reversed: another valid order of both sums (the results do not depend on
+    the order of the elements, except ``d``, reversed back), whatever order the executor itself uses;
+    ``extra`` changes the results after."""
+    import lowering
+
+    real = lowering.compile
+
+    def compile_(module, **options):
+        run = real(module, **options)
+
+        def call(x):
+            if x.dtype != "float32":  # the program widened to float64: the reference, left alone
+                return run(x)
+            g, update, d = run(x[::-1].copy())
+            return tuple(extra([g, update, d[::-1].copy()]))
+
+        call.input_types = run.input_types
+        return call
+
+    monkeypatch.setattr(lowering, "compile", compile_)
+
+
+def _noisy_run(tmp_path, *extra):
+    import json
+
+    import numpy as np
+
+    from interop.cli import xla_run_main
+
+    (tmp_path / "p.hlo").write_text(NOISY)
+    np.savez(tmp_path / "in.npz", arg0=np.random.default_rng(0).standard_normal(256).astype(np.float32))
+    code = xla_run_main([str(tmp_path / "p.hlo"), "--inputs", str(tmp_path / "in.npz"), "--check-xla",
+                         "--json", str(tmp_path / "r.json"), *extra])
+    return code, json.loads((tmp_path / "r.json").read_text())
+
+
+def test_check_xla_reports_rounding_noise_as_noise_dominated(tmp_path, monkeypatch, capsys):
+    """As interop.difftest does: the sum and its Adam-like update differ from XLA's by more than the budgets,
+    but every differing element is within 4x XLA's own rounding error (against the program in float64): the
+    verdict is noise-dominated, with the evidence, exit status 0."""
+    _reversed_order_executor(monkeypatch)
+    code, report = _noisy_run(tmp_path)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert report["status"] == "noise-dominated" and report["check_xla"]["verdict"] == "noise-dominated"
+    g, update, d = report["check_xla"]["outputs"]
+    assert g["status"] == update["status"] == "noise-dominated", out
+    assert d["status"] in ("exact", "ok", "ok (magnitude)")
+    assert g["noise"]["dominated"] and g["noise"]["samples"] == 17
+    assert abs(g["noise"]["reference"]) < 1e-12 < g["noise"]["own_error"]  # 0 in exact arithmetic
+    assert update["max_abs"] > 1e-6  # the visible consequence
+    assert "XLA result #1: NOISE-DOMINATED" in out and "more than the value itself" in out
+    assert "XLA check: noise-dominated" in out
+
+
+def test_check_xla_wrong_results_next_to_noise_stay_mismatches(tmp_path, monkeypatch, capsys):
+    """An error on the well-determined output d is a mismatch ('not rounding noise'); --noise-samples 0
+    turns the analysis off, so the noise is a mismatch too."""
+    def wrong(results):
+        results[2] = results[2] * np.float32(1 + 1e-4)
+        return results
+
+    import numpy as np
+
+    _reversed_order_executor(monkeypatch, wrong)
+    code, report = _noisy_run(tmp_path)
+    out = capsys.readouterr().out
+    assert code == 1 and report["status"] == "mismatch", out
+    g, update, d = report["check_xla"]["outputs"]
+    assert g["status"] == "noise-dominated" and d["status"] != "noise-dominated"
+    assert "not rounding noise" in d["noise"]["note"] + out
+    _reversed_order_executor(monkeypatch)
+    code, report = _noisy_run(tmp_path, "--noise-samples", "0")
+    assert code == 1 and report["status"] == "mismatch"
+    assert report["check_xla"]["outputs"][0]["noise"] is None
