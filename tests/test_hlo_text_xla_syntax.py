@@ -263,3 +263,45 @@ def test_xla_cpu_topk_custom_call_is_read_as_topk(shape):
     assert 'custom_call_target="TopK"' in text
     for ours, ref in zip(_run(text, x), f(x)):
         assert np.array_equal(np.asarray(ours).view(np.uint8), np.asarray(ref).view(np.uint8))
+
+
+# ----------------------------------------------------------------------------
+# collective-permute with slice_sizes (XLA's in-place collective-permute of slices): read, kept, printed
+# back; no kernel (the per-pair layout of its start indices is not specified): UnsupportedError at compile
+# ----------------------------------------------------------------------------
+
+_CP_PARAMS = ("  input = f32[8,4]{0,1} parameter(0)\n  constant = f32[] constant(1)\n"
+              "  output = f32[8,8]{0,1} broadcast(constant), dimensions={}\n  c0 = s32[] constant(0)\n"
+              "  i = (s32[], s32[]) tuple(c0, c0)\n  c4 = s32[] constant(4)\n  o = (s32[], s32[]) tuple(c0, c4)\n")
+CP_SLICES = ("HloModule m, replica_count=4\n\nENTRY e {\n" + _CP_PARAMS
+             + "  ROOT cp = f32[8,8]{0,1} collective-permute(input, output, i, o), "
+               "source_target_pairs={{0,1},{1,2},{2,3}}, slice_sizes={{4,4}}\n}\n")
+CP_SLICES_START = ("HloModule m, replica_count=4\n\nENTRY e {\n" + _CP_PARAMS
+                   + "  s = (f32[8,4]{0,1}, f32[8,8]{0,1}, u32[], u32[]) collective-permute-start(input, output, i, o),"
+                     " channel_id=2, source_target_pairs={{0,1},{1,2},{2,3}}, slice_sizes={{4,4}}\n"
+                     "  ROOT d = f32[8,8]{0,1} collective-permute-done(s)\n}\n")
+
+
+@pytest.mark.parametrize("text, line", [(CP_SLICES, 11), (CP_SLICES_START, 11)], ids=["sync", "start"])
+def test_collective_permute_with_slice_sizes_is_read_printed_back_and_fails_at_compile(text, line):
+    from jax._src.lib import xla_client
+
+    module = import_hlo(text, source="m.hlo")
+    printed = _round_trip(text)
+    assert "collective-permute(%input, %output, %i, %o), " in printed
+    assert "source_target_pairs={{0,1},{1,2},{2,3}}, slice_sizes={{4,4}}" in printed
+    assert xla_client.hlo.hlo_module_from_text(printed) is not None  # XLA's parser reads our print
+    with pytest.raises(UnsupportedError) as info:
+        lowering.compile(module, num_replicas=4)
+    message = str(info.value)
+    assert f"m.hlo:{line}:3" in message and "collective-permute with slice_sizes" in message, message
+
+
+def test_collective_permute_with_slice_sizes_is_checked_as_xla_checks_it():
+    three = CP_SLICES.replace("collective-permute(input, output, i, o)", "collective-permute(input, output, i)")
+    message = _error(three)
+    assert "m.hlo:11:3" in message and "takes exactly four operands" in message and "got 3" in message
+    message = _error(CP_SLICES.replace("{{0,1},{1,2},{2,3}}", "{{0,1,2},{2,3}}"))
+    assert "m.hlo:11:3" in message and "a list of pairs" in message
+    message = _error(CP_SLICES.replace("slice_sizes={{4,4}}", "slice_sizes={{4,x}}"))
+    assert "m.hlo:11:3" in message and "slice_sizes" in message

@@ -1299,6 +1299,8 @@ def _write_all_to_all(exp, op):
 
 @reads("collective-permute", "collective-permute-start")
 def _read_collective_permute(imp, ins, args):
+    if "slice_sizes" in ins.attrs:
+        return _read_collective_permute_of_slices(imp, ins, args)
     pairs = imp.attr(ins, "source_target_pairs", A.int_lists)
     props = {"source_target_pairs": _groups_prop(pairs)}
     channel = imp.attr(ins, "channel_id", A.integer, None)
@@ -1308,6 +1310,31 @@ def _read_collective_permute(imp, ins, args):
     if ins.opcode == "collective-permute-start":
         shape = _tuple_types(ins)[1]
     return imp.emit(collectives.CollectivePermuteOp, args, props, [shape])[0]
+
+
+def _read_collective_permute_of_slices(imp, ins, args):
+    """``collective-permute(input, output, input_start_indices, output_start_indices), slice_sizes={{...}}``:
+    XLA's in-place collective-permute of slices (each pair's slice of the input written into the target's
+    output buffer at its start indices). Read and checked as XLA's parser checks it (exactly four operands,
+    pairs of two), kept as written (an opaque op, attributes verbatim, printed back); the executor has no
+    kernel for it -- the indices' per-pair layout is not specified by XLA (its parser has a TODO there) --
+    so compiling it raises an UnsupportedError naming the instruction's file:line:col."""
+    pairs = imp.attr(ins, "source_target_pairs", A.int_lists)
+    if any(len(p) != 2 for p in pairs):
+        imp.fail("expects 'source_target_pairs=' to be a list of pairs", ins)
+    imp.attr(ins, "slice_sizes", A.int_lists)
+    imp.attr(ins, "channel_id", A.integer, None)
+    if len(args) != 4:
+        imp.fail(f"{ins.opcode} with slice_sizes takes exactly four operands (input, output, input start "
+                 f"indices, output start indices) for its dynamic slices and in-place update; got {len(args)}",
+                 ins)
+    reason = ("with slice_sizes (XLA's in-place collective-permute of slices) has no kernel in the NumPy "
+              "executor")
+    if ins.opcode == "collective-permute-start":  # its done hands over the output buffer: (..., output, ...)
+        # (printed back as the synchronous collective-permute, as the other collective starts are)
+        ins = type(ins)(ins.name, _tuple_types(ins)[1], "collective-permute", ins.operands, ins.operand_shapes,
+                        ins.literal, ins.attrs, ins.is_root, ins.pos)
+    return read_opaque(imp, ins, args, reason)
 
 
 @writes(collectives.CollectivePermuteOp)
