@@ -502,3 +502,98 @@ def test_small_dots_are_one_definition_in_compiled_loops():
         np.testing.assert_array_equal(np.asarray(c).view(np.uint32), np.asarray(i).view(np.uint32))
     theirs = jax.jit(fn)(xs[0], xs, w)
     np.testing.assert_array_equal(np.asarray(compiled[0]), np.asarray(theirs[0]))
+
+
+# Vector dots [1, K] @ [K, 1] with K > 32: XLA CPU computes reduce(multiply) summed in windows of 32 (the tree
+# order of lowering/kernels/small_dot.py; issue 30, item 9).
+_VECTOR_DOT_LENGTHS = [33, 34, 40, 47, 63, 64, 65, 96, 100, 129, 256, 257, 1000, 1025, 3000]
+
+
+def _vector_dot_bits(dtype, a, b, loops="never"):
+    import lowering
+    from interop import import_jax
+
+    module = import_jax(jnp.matmul, a, b)
+    got = np.asarray(lowering.compile(module, loop_compilation=loops)(a, b)[0])
+    want = np.asarray(jax.jit(jnp.matmul)(a, b))
+    return got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}")
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("k", _VECTOR_DOT_LENGTHS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_vector_dots_sum_in_windows_as_xla_cpu(dtype, k):
+    # Operands of mixed magnitudes: another order of the sum changes the last bits of most results.
+    rng = np.random.default_rng(k)
+    for batch in (None, 3):
+        if batch and batch * k >= 4096:
+            continue
+        lead = () if batch is None else (batch,)
+        for _ in range(3):
+            scale = 10.0 ** rng.integers(-3, 4, (*lead, 1, k))
+            a = (rng.standard_normal((*lead, 1, k)) * scale).astype(dtype)
+            b = rng.standard_normal((*lead, k, 1)).astype(dtype)
+            got, want = _vector_dot_bits(dtype, a, b)
+            np.testing.assert_array_equal(got, want, err_msg=f"batch {batch}")
+
+
+@pytest.mark.parametrize("k", [33, 40, 64, 100])
+def test_vector_dots_with_infinite_partial_products_as_xla_cpu(k):
+    # Products that overflow to +inf and -inf: XLA rounds each product (its multiply) before the windowed sum,
+    # so both infinities in the sum give NaN; an FMA chain kept the first one's sign (issue 30, item 9).
+    big = np.float32(3e38)
+    a = np.ones((1, k), np.float32)
+    b = np.ones((k, 1), np.float32)
+    a[0, 3], b[3, 0] = big, np.float32(4)  # +inf
+    a[0, k - 2], b[k - 2, 0] = big, np.float32(-4)  # -inf, in another window
+    cases = {"two windows": (a, b)}
+    one = a.copy(), b.copy()
+    one[0][0, 5], one[1][5, 0] = big, np.float32(-4)  # -inf in the first window too
+    one[0][0, k - 2] = np.float32(1)
+    cases["one window"] = one
+    just_one = a.copy(), b.copy()
+    just_one[0][0, k - 2] = np.float32(1)  # a single overflowing product: +inf
+    cases["one infinity"] = just_one
+    for name, (x, y) in cases.items():
+        for loops in ("never", "always"):
+            got, want = _vector_dot_bits(np.float32, x, y, loops)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}, loop compilation {loops}")
+
+
+def test_vector_dots_of_negative_zero_products_are_positive_zero():
+    # Each window's sum starts from +0 (XLA's reduce_window init): products that are all -0 sum to +0.
+    for k in (33, 100):
+        a, b = -np.ones((1, k), np.float32), np.zeros((k, 1), np.float32)
+        got, want = _vector_dot_bits(np.float32, a, b)
+        np.testing.assert_array_equal(got, want)
+        assert got.ravel()[0] == 0
+
+
+def test_vector_dots_in_compiled_loops_are_the_kernels_tree():
+    # A vector dot inside a loop body calls the same small_dot (tree order) as the interpreter's dot kernel.
+    import lowering
+    from interop import import_jax
+
+    rng = np.random.default_rng(33)
+    v = (rng.standard_normal((1, 40)) * 10.0 ** rng.integers(-3, 4, (1, 40))).astype(np.float32)
+    w = rng.standard_normal((40, 1)).astype(np.float32)
+
+    def fn(v, w):
+        return jax.lax.fori_loop(0, 3, lambda i, x: x * 0.5 + jnp.tanh(x @ w), v)
+
+    from xdsl.dialects import func
+
+    from lowering import compiled_loops
+    from lowering.kernels.small_dot import TREE
+    from passes.pipelines import prepare_for_execution
+    from xla_dialect.types import numpy_dtype
+
+    module = import_jax(fn, v, w)
+    prepared = prepare_for_execution(import_jax(fn, v, w))
+    functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
+    (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
+    assert f", {TREE})" in compiled_loops.loop_source(loop, functions, numpy_dtype)[0]  # small_dot(a, b, c, TREE)
+    compiled = np.asarray(lowering.compile(module, loop_compilation="always")(v, w)[0])
+    interpreted = np.asarray(lowering.compile(module, loop_compilation="never")(v, w)[0])
+    np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))
+    np.testing.assert_array_equal(compiled.view(np.uint32), np.asarray(jax.jit(fn)(v, w)).view(np.uint32))

@@ -22,8 +22,18 @@ terms in order (no FMA) and go on with fused multiply-adds (measured for r = 1 .
 Where a chain starts shows in the sign of a zero result: ``[-1, -1] @ zeros((2, 2))`` is ``[-0, -0]``. A
 contraction of length 1 is a plain product (XLA rewrites it into a multiply).
 
+A vector dot (``M = N = 1``, any batch) with ``K > 32`` is no dot in XLA: its simplifier makes it
+``reduce(multiply(a, b))`` (products rounded, not fused), and its CPU tree-reduction rewriter sums a reduced
+dimension longer than 32 as a ``reduce_window`` of windows of 32 (stride 32, padding split evenly, the smaller
+half before), each window a sum from zero in order, then reduces the window sums again the same way until at
+most 32 are left, added in order from zero (**tree**; measured bitwise for f32, f64 and f16 (computed in f32),
+batch 1 and 3, every ``K`` in 33..79 and 100 to 3,000 in steps; with 4,096 products or more over all batches
+XLA reduces otherwise, not identified). Up to 32 the multiply is fused into the reduce and contracted: the one
+chain. So +inf and -inf partial products give NaN above 32 (rounded products; +-inf in one window, or windows
+of opposite infinities) and the first overflowing product's sign up to 32.
+
 Elsewhere in the small range (``M >= 2`` with ``N = 1``; ``2 <= N <= 16`` with ``K`` not a multiple of 4 or below
-8; ``M = N = 1`` with ``K > 32``) XLA's order was not identified; the one chain is used there too, so the result is still one
+8) XLA's order was not identified; the one chain is used there too, so the result is still one
 definition, the same on every CPU and in every path (the interpreter's dot kernel and compiled loops call
 :func:`small_dot`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger products
 (``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed.
@@ -42,15 +52,28 @@ SMALL_DOT_MAX_MNK = 1 << 18
 SMALL_DOT_MAX_K = 256
 """... and a contraction of at most this length (longer ones were not measured)."""
 
-ONE_CHAIN, FOUR_LANES = 1, 4
+ONE_CHAIN, TREE, FOUR_LANES = 1, 2, 4
+
+TREE_WINDOW = 32
+"""XLA CPU's tree-reduction rewriter sums reduced dimensions longer than this in windows of this many."""
+
+TREE_MAX_K = 3000
+"""Vector dots (tree order) up to this length use :func:`small_dot` (measured up to 3,000)."""
+
+TREE_MAX_PRODUCTS = 4095
+"""... and up to this many products over all batches: XLA CPU reduces 4,096 elements or more otherwise (measured:
+batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not; not identified)."""
 
 
 def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
-    """How :func:`small_dot` sums a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN`` or
-    ``FOUR_LANES`` (see the module docstring), or None when the product is not a small f32/f64 one (BLAS)."""
+    """How :func:`small_dot` sums a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN``,
+    ``TREE`` or ``FOUR_LANES`` (see the module docstring), or None when the product is not a small f32/f64 one
+    (BLAS)."""
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
+    if m == 1 and n == 1 and TREE_WINDOW < k <= TREE_MAX_K and batch * k <= TREE_MAX_PRODUCTS:
+        return TREE
     if k > SMALL_DOT_MAX_K or batch * m * k * n > SMALL_DOT_MAX_MNK:
         return None
     if dtype == np.dtype(np.float32) and m >= 2 and 2 <= n <= 16 and k >= 8 and k % 4 == 0:
@@ -77,10 +100,32 @@ def _single_column(a, b, out, t, i, j, rounded_terms):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _tree_sum(terms, length):
+    """The sum of ``terms[:length]`` as XLA CPU's tree-reduction rewriter has it computed (module docstring):
+    windows of :data:`TREE_WINDOW` summed in order from zero (the padding split evenly, the smaller half before),
+    again until at most one window is left. ``terms`` is overwritten by the window sums."""
+    zero = terms.dtype.type(0)
+    while length > TREE_WINDOW:
+        windows = (length + TREE_WINDOW - 1) // TREE_WINDOW
+        before = (windows * TREE_WINDOW - length) // 2
+        for w in range(windows):
+            s = zero
+            # (window w reads from index w * 32 - before >= w + 17 on for w >= 1: writing terms[w] is safe)
+            for p in range(max(0, w * TREE_WINDOW - before), min(length, (w + 1) * TREE_WINDOW - before)):
+                s = s + terms[p]
+            terms[w] = s
+        length = windows
+    s = zero
+    for p in range(length):
+        s = s + terms[p]
+    return s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def small_dot(a, b, out, order):
     """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
-    of one float type, summed in ``order`` (:data:`ONE_CHAIN` or :data:`FOUR_LANES`) as the module docstring
-    describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
+    of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE` or :data:`FOUR_LANES`) as the module
+    docstring describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
     batch, m, k = a.shape
     n = b.shape[2]
     zero = a.dtype.type(0)
@@ -103,6 +148,16 @@ def small_dot(a, b, out, order):
                     lone = n - whole == 1 and whole > 0
                     rounded = ROUNDED_TERMS if lone or (n == 2 and j == 0 and k >= 3) else 0
                     _single_column(a, b, out, t, i, j, rounded)
+        return
+    if order == TREE:
+        # A vector dot: rounded products (XLA's multiply), then the tree of windows (_tree_sum).
+        terms = np.empty(k, a.dtype)
+        for t in range(batch):
+            for i in range(m):
+                for j in range(n):
+                    for p in range(k):
+                        terms[p] = a[t, i, p] * b[t, p, j]
+                    out[t, i, j] = _tree_sum(terms, k)
         return
     lanes = np.empty((4, n), a.dtype)
     for t in range(batch):
