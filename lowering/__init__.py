@@ -17,9 +17,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from . import numba_cache
+from . import interrupt, numba_cache
 
 numba_cache.install()  # before any kernel module compiles or loads a cached function
+interrupt.guard_compiles()  # Ctrl-C during a numba compilation: a KeyboardInterrupt in the caller, never inside numba
 
 from .registry import KERNELS, Constant, register, register_kernel
 from .runtime import register_custom_call

@@ -195,7 +195,11 @@ class CompiledSegment:
                     readonly = [is_array and not np.asarray(x).flags.writeable
                                 for x, (_, is_array, _) in zip(inputs, self.inputs)]
                     if self.mode == "always":
-                        self._compile(readonly)
+                        try:
+                            self._compile(readonly)
+                        except KeyboardInterrupt:  # Ctrl-C while numba compiled: the next call asks again
+                            self.started = False
+                            raise
                     else:  # interpreted until the kernel is ready (the same bits): a call never waits
                         compile_in_background(lambda: self._compile(readonly))
             if self.kernel is None:

@@ -565,7 +565,11 @@ class FusedGroup:
                 readonly = [is_array and not np.asarray(x).flags.writeable
                             for x, is_array in zip(inputs, self.input_is_array)]
                 if self.mode == "always":
-                    self._compile(readonly)
+                    try:
+                        self._compile(readonly)
+                    except KeyboardInterrupt:  # Ctrl-C while numba compiled: the next call asks again
+                        self.started = self.tried = False
+                        raise
                 else:  # interpreted until the kernel is ready (the same bits): a first call does not wait
                     compile_in_background(lambda: self._compile(readonly))
         if self.kernel is None:

@@ -49,3 +49,94 @@ def check(where: str = "") -> None:
         _current.deadline = None
         raise ExecutionTimeout(f"the call ran longer than its timeout of {_current.timeout} s"
                                + (f" (stopped at {where})" if where else ""))
+
+
+# ----------------------------------------------------------------------------
+# Ctrl-C while numba compiles
+# ----------------------------------------------------------------------------
+
+_GUARDED = False
+
+
+def guard_compiles() -> None:
+    """Make every numba compilation asked for on the main thread run on a thread of its own while the main
+    thread waits for it (idempotent; installed when :mod:`lowering` is imported).
+
+    Python runs signal handlers on the main thread only, so Ctrl-C during a compilation on the main thread
+    raised ``KeyboardInterrupt`` inside numba: in one of llvmlite's ctypes callbacks it was swallowed
+    ("Exception ignored on calling ctypes callback function ... KeyboardInterrupt", the program went on as if
+    nothing had been pressed), and elsewhere it could leave numba's or LLVM's state half-updated (a later call
+    crashed with a segmentation fault). Now the main thread only waits -- an interruptible wait, so Ctrl-C
+    raises ``KeyboardInterrupt`` there at once -- and the compilation, which is never interrupted, finishes on
+    its daemon thread: the function is then compiled (and numba's on-disk cache written whole) for the next
+    call, which waits for it under numba's compiler lock if it is still running. Compilations already on
+    another thread (the background compiles of ``loop_compilation="auto"``, and the functions a compilation
+    compiles in turn) run where they are."""
+    global _GUARDED
+    if _GUARDED:
+        return
+    _GUARDED = True
+    import functools
+
+    from numba.core import sigutils
+    from numba.core.dispatcher import Dispatcher
+
+    original = Dispatcher.compile
+
+    @functools.wraps(original)
+    def compile(self, sig):
+        if not _compiles_here():
+            return original(self, sig)
+        try:  # already compiled for these types: nothing to wait for
+            args, _ = sigutils.normalize_signature(sig)
+            existing = self.overloads.get(tuple(args))
+        except Exception:  # noqa: BLE001 - let numba report a malformed signature itself
+            existing = None
+        if existing is not None:
+            return existing.entry_point
+        return _on_a_thread(original, self, sig)
+
+    Dispatcher.compile = compile
+
+
+def _compiles_here() -> bool:
+    """Whether a numba compilation asked for now must move off this thread: this is the main thread and it
+    holds no numba compiler lock (an outer compilation on this thread -- a ``numba.vectorize`` typing the
+    functions it calls -- holds it, and a thread of ours would wait for it for ever)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    from numba.core.compiler_lock import global_compiler_lock
+
+    return not global_compiler_lock.is_locked()
+
+
+def compile_off_main_thread(function, *args):
+    """``function(*args)``, a numba compilation other than a dispatcher's (``numba.vectorize`` with its
+    signatures compiles at once), run as :func:`guard_compiles` runs those: on a thread of its own when
+    called on the main thread, which waits for it interruptibly."""
+    return _on_a_thread(function, *args) if _compiles_here() else function(*args)
+
+
+def _on_a_thread(function, *args):
+    """``function(*args)`` run on a daemon thread while this thread waits (interruptibly) for its result."""
+    box: dict = {}
+    finished = threading.Event()
+
+    def run():
+        try:
+            box["value"] = function(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+            box["error"] = e
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=run, name="xla-dialect numba compile", daemon=True)
+    thread.start()
+    finished.wait()  # Ctrl-C: KeyboardInterrupt here; the compilation goes on to its end on its thread
+    if "error" in box:
+        error = box.pop("error")
+        try:
+            raise error
+        finally:
+            del error
+    return box["value"]

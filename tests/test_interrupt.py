@@ -85,3 +85,93 @@ def test_ctrl_c_interrupts_an_endless_loop(loops, sigint_raises_keyboard_interru
     finally:
         timer.cancel()
     assert time.monotonic() - start < 5
+
+
+# Ctrl-C while numba compiles (issue 29). The child holds the first numba compilation after the executable is
+# made (a listener of numba's compile event waits on an event) and says so: the SIGINT lands while numba
+# compiles, however long that takes on a cold cache, with no timing margin. Before the fix the compilation ran
+# on the main thread, where Python raises KeyboardInterrupt: inside one of llvmlite's ctypes callbacks it was
+# swallowed ('Exception ignored on calling ctypes callback function', and the program went on), elsewhere it
+# could leave numba half-updated (a later call crashed with SIGSEGV).
+_COMPILE_CHILD = r"""
+import signal, sys, threading
+import numpy as np
+import jax, jax.numpy as jnp
+import lowering
+from interop import import_jax
+from lowering.compiled_loops import wait_for_background_compiles
+from numba.core import event
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+mode = sys.argv[1]
+
+def fn(x):
+    return jax.lax.fori_loop(0, 40, lambda i, c: jnp.tanh(c * 1.01 + jnp.sin(c)) * 0.5 + jnp.cos(c) * 0.25, x)
+
+x = np.linspace(0, 1, 64, dtype=np.float32)
+module = import_jax(fn, x)
+exe = lowering.compile(module, loop_compilation=mode)
+expected = lowering.compile(module, loop_compilation="never")(x)[0]
+if sys.argv[2] == "fresh":  # a new process on the caches the interrupted one left
+    print("FRESH", np.array_equal(exe(x)[0], expected), flush=True)
+    sys.exit(0)
+
+on_main, release = [], threading.Event()
+
+class Hold(event.Listener):
+    def on_start(self, ev):
+        on_main.append(threading.current_thread() is threading.main_thread())
+        if len(on_main) == 1:
+            print("COMPILING", flush=True)
+            release.wait(300)
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", Hold())
+try:
+    for _ in range(100000):  # (auto: interpreted calls until the background compilation starts)
+        exe(x)
+    print("NOT INTERRUPTED", flush=True)
+except KeyboardInterrupt:
+    print("INTERRUPTED", flush=True)
+finally:
+    release.set()
+wait_for_background_compiles()
+print("AGAIN", np.array_equal(exe(x)[0], expected), np.array_equal(exe(x)[0], expected), flush=True)
+print("ON_MAIN", any(on_main), flush=True)
+"""
+
+
+@pytest.mark.parametrize("loops", ["always", "auto"])
+def test_ctrl_c_while_numba_compiles(loops, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               XLA_DIALECT_CACHE=str(tmp_path / "xla"))  # cold caches: numba compiles everything
+    (tmp_path / "child.py").write_text(_COMPILE_CHILD)
+    child = subprocess.Popen([sys.executable, str(tmp_path / "child.py"), loops, "interrupt"], env=env, cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in child.stdout:  # (the child ends, or holds numba's compilation until it is interrupted)
+            lines.append(line)
+            if line.startswith("COMPILING"):
+                child.send_signal(signal.SIGINT)
+                break
+        out, err = child.communicate(timeout=300)
+    finally:
+        child.kill()
+    out = "".join(lines) + out
+    assert child.returncode == 0, (out, err[-3000:])
+    assert "COMPILING" in out and "INTERRUPTED" in out and "NOT INTERRUPTED" not in out, (out, err[-3000:])
+    assert "AGAIN True True" in out  # the later calls work (compiled now), same bits
+    assert "ON_MAIN False" in out  # numba never compiled on the main thread, where Ctrl-C is raised
+    assert "Exception ignored" not in err and "Traceback" not in err, err[-3000:]
+    fresh = subprocess.run([sys.executable, str(tmp_path / "child.py"), loops, "fresh"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert "FRESH True" in fresh.stdout, fresh.stderr[-3000:]  # the caches left behind serve whole functions

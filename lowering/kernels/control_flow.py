@@ -164,7 +164,11 @@ def _while(op, ctx):
     def start():
         done["started"] = True
         if mode == "always":
-            compile_now()
+            try:
+                compile_now()
+            except KeyboardInterrupt:  # Ctrl-C while numba compiled (lowering.interrupt.guard_compiles): the
+                done["started"] = False  # next call asks again (numba finishes the compilation meanwhile)
+                raise
         else:
             compiled_loops.compile_in_background(compile_now)
 

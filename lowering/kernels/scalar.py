@@ -38,6 +38,7 @@ from xla_dialect.ops.data_movement import BroadcastInDimOp
 
 from .. import loop_runtime as rt
 from .. import xla_scalar
+from ..interrupt import compile_off_main_thread
 from .host import host_properties
 
 # forceinline (LLVM's alwaysinline): a definition is inlined into the loop calling it, however large that
@@ -968,11 +969,13 @@ def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
     signature = from_dtype(np.dtype(result_dtype))(*(from_dtype(np.dtype(d)) for d in operand_dtypes))
     if not scalar.arguments and isinstance(scalar.function, numba.core.dispatcher.Dispatcher):
         # Defined in this file: numba caches the ufunc's machine code on disk.
-        return numba.vectorize([signature], nopython=True, cache=True)(scalar.function.py_func)
+        # (compiles now: off the main thread, so that Ctrl-C meanwhile is a KeyboardInterrupt here, not inside numba)
+        return compile_off_main_thread(numba.vectorize([signature], nopython=True, cache=True),
+                                       scalar.function.py_func)
     names = [f"x{k}" for k in range(len(operand_dtypes))]
     constants = {f"k{k}": value for k, value in enumerate(scalar.arguments)}
     call = f"target({scalar.name}({', '.join([*names, *constants])}))"
     source = f"def element({', '.join(names)}):\n    return {call}\n"
     namespace = {scalar.name: scalar.function, "target": np.dtype(result_dtype).type, **constants}
     exec(source, namespace)  # noqa: S102 - a two-line wrapper binding the constants
-    return numba.vectorize([signature], nopython=True)(namespace["element"])
+    return compile_off_main_thread(numba.vectorize([signature], nopython=True), namespace["element"])
