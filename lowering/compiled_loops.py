@@ -642,10 +642,10 @@ class _LoopWriter:
     def small_product(self, op, out, dtype, shape, indent) -> bool:
         """A small f32/f64 product as the dot kernel computes it: the same :func:`lowering.kernels.small_dot.small_dot`
         call, summed in XLA CPU's order; False when ``op`` is not one."""
-        from .kernels.small_dot import small_dot_order
+        from .kernels.small_dot import dot_vector_bytes, small_dot_order
 
         plan = self.product_shape(op)
-        order = None if plan is None else small_dot_order(1, *plan, dtype)
+        order = None if plan is None else small_dot_order(1, *plan, dtype, dot_vector_bytes(op))
         if order is None:
             return False
         a, b, c = self.product_operands(op, plan, dtype, indent, batch=True, result=op.results[0])

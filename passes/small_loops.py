@@ -22,6 +22,12 @@ The legacy emitter computes some ops differently from the fusion emitters used e
   ``x + 1`` is XLA's f32 log), not the f32 formula rounded once.
 * f16 ``rsqrt`` is ``1 / sqrt(x)`` in f16, not XLA's f32 estimate-and-Newton rounded once.
 
+* Vector-matrix, matrix-vector and vector dots are emitted with 64-byte vectors (16 f32, 8 f64 lanes) where
+  XLA's dot emitters elsewhere use 32-byte ones (measured: the orders of ``lowering/kernels/small_dot.py``
+  with the wider vectors give every element and zero sign of jax.jit's loops, f32 and f64, ``[1, K] @ [K, N]``
+  and ``[M, K] @ [K, 1]`` for K up to 64, N up to 33, M up to 12). Dots in these loops are marked with the
+  attribute :data:`SMALL_LOOP_DOT` (the dot kernels and compiled loops read it); they are not rewritten.
+
 Others measured the same in both (f32/f64 rsqrt, log1p, exp, log, sin, cos, tanh, logistic, erf,
 expm1, pow, atan2 of every float type). This pass rewrites those four ops, inside the while loops
 XLA would hoist, into the ops that compute them there, so every path of the executor (kernels, fused
@@ -41,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 
 from xla_dialect.ops import conversion as cv
@@ -56,6 +62,9 @@ from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, make_constant, tensor_type
 
+SMALL_LOOP_DOT = "xla_cpu_small_call"
+"""The attribute (unit) of a dot inside a while loop XLA CPU compiles whole: it is computed with 64-byte vectors."""
+
 DEFAULT_THRESHOLD = 1024
 """XLA CPU's ``xla_cpu_small_while_loop_byte_threshold`` default (jax 0.10.2, measured above)."""
 
@@ -69,6 +78,9 @@ _UNAVAILABLE = frozenset({
 _UNFUSED = frozenset({"hlo.dot", "hlo.dot_general"})
 """Ops XLA keeps out of loop fusions: their operands and results are counted whole (measured: a loop of
 ``tan(v @ v)`` on f32[8, 8] is not hoisted, 768 + 512 + 37 bytes)."""
+
+_FREE = frozenset({"hlo.constant", "hlo.reshape"})
+"""Ops whose result feeding a dot is no fusion of its own (a constant, a bitcast)."""
 
 _TUPLE_ELEMENT_BYTES = 8  # CpuExecutable::ShapeSizeBytes of a tuple: one pointer per element
 _FLAG = re.compile(r"xla_cpu_small_while_loop_byte_threshold=(\d+)")
@@ -118,15 +130,21 @@ def _computation_bytes(block, outputs: list[SSAValue]) -> int:
     outputs: a body returning ``(f(a, b), b - a)`` reads ``a`` and ``b`` twice), which reads the block
     arguments it depends on (only the slice a ``dynamic_slice`` reads, or the part a
     ``dynamic_update_slice`` updates in place) and the scalar constants of its scalar ops, and writes the
-    output (an in-place update: its update); dots are instructions of their own (operands and result),
-    nested loops count their own bytes."""
+    output (an in-place update: its update); dots are instructions of their own (operands and result), and
+    an operand of a dot computed in the block is the output of a fusion too; nested loops count their own
+    bytes."""
     total = 0
+    fused = list(outputs)
     for op in _cone(block, outputs):
         if isinstance(op, WhileOp):
             total += while_bytes(op)
         elif op.name in _UNFUSED:
             total += sum(_size(v) for v in op.operands) + sum(_size(r) for r in op.results)
-    for output in outputs:
+            # An operand the body computes is a loop fusion's output of its own (measured: a loop of
+            # (x * (i + 1)) @ w is not hoisted on f32[2, 40] x f32[40, 1], 593 bytes without that fusion's 644).
+            fused += [v for v in op.operands if isinstance(v.owner, Operation) and v.owner.parent is block
+                      and v.owner.name not in _UNFUSED | _FREE and not isinstance(v.owner, WhileOp) and v not in fused]
+    for output in fused:
         if output.owner is block or output.owner.name in _UNFUSED or isinstance(output.owner, WhileOp):
             continue
         full: set[SSAValue] = set()
@@ -330,6 +348,7 @@ def _rewrite(op: Operation) -> bool:
 
 
 _MNEMONICS = frozenset(name for name, _ in (*_FORMS, *_IN_F32))
+_DOTS = frozenset({"hlo.dot", "hlo.dot_general"})
 
 
 def _candidates(module: Operation, threshold: int) -> list[Operation]:
@@ -339,7 +358,7 @@ def _candidates(module: Operation, threshold: int) -> list[Operation]:
         if isinstance(op, WhileOp) and is_small_loop(op, threshold):
             for region in op.regions:
                 for inner in region.walk():
-                    if inner.name in _MNEMONICS and id(inner) not in seen:
+                    if (inner.name in _MNEMONICS or inner.name in _DOTS) and id(inner) not in seen:
                         seen.add(id(inner))
                         found.append(inner)
     return found
@@ -349,15 +368,22 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     """``module`` with the ops inside XLA's small while loops in the form XLA computes them there (a copy
     with ``clone``; ``module`` itself when nothing changes)."""
     threshold = byte_threshold() if threshold is None else threshold
-    if threshold <= 0 or not any(op.name in _MNEMONICS for op in module.walk()):
+    if threshold <= 0 or not any(op.name in _MNEMONICS or op.name in _DOTS for op in module.walk()):
         return module
-    if not any(_rewrite_key(op) for op in _candidates(module, threshold)):
+    if not any(_rewrite_key(op) or _unmarked_dot(op) for op in _candidates(module, threshold)):
         return module
     if clone:
         module = module.clone()
     for op in _candidates(module, threshold):
-        _rewrite(op)
+        if op.name in _DOTS:
+            op.attributes[SMALL_LOOP_DOT] = UnitAttr()
+        else:
+            _rewrite(op)
     return module
+
+
+def _unmarked_dot(op: Operation) -> bool:
+    return op.name in _DOTS and SMALL_LOOP_DOT not in op.attributes
 
 
 def _rewrite_key(op: Operation) -> bool:

@@ -597,3 +597,80 @@ def test_vector_dots_in_compiled_loops_are_the_kernels_tree():
     interpreted = np.asarray(lowering.compile(module, loop_compilation="never")(v, w)[0])
     np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))
     np.testing.assert_array_equal(compiled.view(np.uint32), np.asarray(jax.jit(fn)(v, w)).view(np.uint32))
+
+
+# Matrix-vector products [M, K] @ [K, 1], M >= 2: XLA CPU's row-major GEMV emitter (the row-tiles order of
+# lowering/kernels/small_dot.py; issue 30).
+_MATRIX_VECTOR_SHAPES = [(2, 2), (3, 7), (2, 8), (8, 8), (9, 17), (12, 33), (16, 100), (20, 13), (100, 256),
+                         (1000, 40)]
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("mk", _MATRIX_VECTOR_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_matrix_vector_products_sum_in_row_tiles_as_xla_cpu(dtype, mk):
+    m, k = mk
+    rng = np.random.default_rng(m * 1000 + k)
+    for batch in (None, 3):
+        lead = () if batch is None else (batch,)
+        for _ in range(2):
+            a = (rng.standard_normal((*lead, m, k)) * 10.0 ** rng.integers(-2, 3, (*lead, m, k))).astype(dtype)
+            b = rng.standard_normal((*lead, k, 1)).astype(dtype)
+            got, want = _vector_dot_bits(dtype, a, b)
+            np.testing.assert_array_equal(got, want, err_msg=f"batch {batch}")
+
+
+def test_matrix_vector_products_in_compiled_loops_are_the_kernels():
+    import lowering
+    from interop import import_jax
+
+    rng = np.random.default_rng(17)
+    w = (rng.standard_normal((12, 12)) * 10.0 ** rng.integers(-2, 3, (12, 12))).astype(np.float32)
+    v = rng.standard_normal((12, 1)).astype(np.float32)
+
+    def fn(w, v):
+        return jax.lax.fori_loop(0, 3, lambda i, x: jnp.tanh(w @ x) + x, v)
+
+    module = import_jax(fn, w, v)
+    compiled = np.asarray(lowering.compile(module, loop_compilation="always")(w, v)[0])
+    interpreted = np.asarray(lowering.compile(module, loop_compilation="never")(w, v)[0])
+    np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))
+    np.testing.assert_array_equal(compiled.view(np.uint32), np.asarray(jax.jit(fn)(w, v)).view(np.uint32))
+
+
+# Inside the while loops XLA CPU compiles whole (passes/small_loops.py) its dot emitters use 64-byte vectors.
+_SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), (1, 12, 31), (4, 9, 1), (3, 17, 1),
+                    (2, 40, 1), (1, 40, 1), (3, 5, 5), (1, 8, 8), (2, 8, 1)]
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("mkn", _SMALL_LOOP_DOTS, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
+    import lowering
+    from interop import import_jax
+    from passes.pipelines import prepare_for_execution
+    from passes.small_loops import SMALL_LOOP_DOT
+
+    m, k, n = mkn
+    rng = np.random.default_rng(m * 10_000 + k * 100 + n)
+
+    def fn(x, w):  # the dot reads the loop state (x * (i + 1)): XLA cannot hoist it out of the loop
+        acc = jnp.zeros((m, n), dtype)
+        return jax.lax.fori_loop(0, 2, lambda i, s: (s[0], (s[0] * (i + 1).astype(dtype)) @ w), (x, acc))[1]
+
+    cases = [(-np.ones((m, k), dtype), np.zeros((k, n), dtype))]  # zero signs: where each chain starts
+    for _ in range(3):
+        cases.append(((rng.standard_normal((m, k)) * 10.0 ** rng.integers(-2, 3, (m, k))).astype(dtype),
+                      rng.standard_normal((k, n)).astype(dtype)))
+    module = import_jax(fn, *cases[0])
+    # The pass finds the loops XLA compiles whole (f32 (2, 40, 1), f64 (1, 10, 10) and larger are not).
+    xla_small = "xla_cpu_small_call" in jax.jit(fn).lower(*cases[0]).compile().as_text()
+    marked = [op for op in prepare_for_execution(module).walk() if SMALL_LOOP_DOT in op.attributes]
+    assert len(marked) == (1 if xla_small else 0)
+    for x, w in cases:
+        want = np.asarray(jax.jit(fn)(x, w))
+        for loop_compilation in ("never", "always"):
+            got = np.asarray(lowering.compile(module, loop_compilation=loop_compilation)(x, w)[0])
+            np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"),
+                                          err_msg=f"loop compilation {loop_compilation}")

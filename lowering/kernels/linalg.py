@@ -31,7 +31,7 @@ from xla_dialect.ops.linalg import DotGeneralOp, DotOp, higher_precision_type
 from xla_dialect.types import element_type_from_dtype
 
 from ..registry import register
-from .small_dot import small_dot_order, small_matmul
+from .small_dot import dot_vector_bytes, small_dot_order, small_matmul
 
 
 def xla_convert(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -170,7 +170,7 @@ def _dot(op, ctx):
     round_compute = arith != compute_dtype
     convert_result = compute_dtype != result_dtype
 
-    order = small_dot_order(batch, m, k, n, arith)
+    order = small_dot_order(batch, m, k, n, arith, dot_vector_bytes(op))
     # Small products in XLA CPU's dot order (lowering/kernels/small_dot.py), others as matmul_kernel computes them.
     matmul = small_matmul(order) if order is not None else matmul_kernel(ctx, arith, m, k, n, batch)
 

@@ -32,8 +32,22 @@ XLA reduces otherwise, not identified). Up to 32 the multiply is fused into the 
 chain. So +inf and -inf partial products give NaN above 32 (rounded products; +-inf in one window, or windows
 of opposite infinities) and the first overflowing product's sign up to 32.
 
-Elsewhere in the small range (``M >= 2`` with ``N = 1``; ``2 <= N <= 16`` with ``K`` not a multiple of 4 or below
-8) XLA's order was not identified; the one chain is used there too, so the result is still one
+Inside the while loops XLA CPU compiles whole (``xla_cpu_small_call``, see ``passes/small_loops.py``) its
+emitters use 64-byte vectors: the groups of columns of a vector-matrix product are 16 f32 / 8 f64 wide, a
+matrix-vector product has 16 / 8 lanes, added by folding halves (:data:`WIDE_VECTORS`; measured for f32 and f64
+with ``K`` up to 64, ``N`` up to 33, ``M`` up to 12, zero signs included).
+
+A matrix-vector product (``M >= 2``, ``N = 1``, ``K >= 2``; any batch) is XLA's row-major GEMV emitter
+(**row tiles**, ``RowMajorMatrixVectorProductEmitter`` with 32-byte vectors): rows in tiles of 8; each row
+accumulates its first ``K - K mod w`` terms in ``w`` lanes (8 f32, 4 f64; term ``p`` in lane ``p mod w``, fused
+multiply-adds from zero) and the last ``K mod w`` terms in a scalar chain from zero; the lanes are added as
+XLA's vector support library adds them -- AVX-style pairwise ``((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`` when the
+tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), else halves folded
+``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))`` (f64 ``(l0+l2)+(l1+l3)``) -- and the scalar chain is added last.
+Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
+
+Elsewhere in the small range (``2 <= N <= 16`` with ``K`` not a multiple of 4 or below 8) XLA's order was not
+identified; the one chain is used there too, so the result is still one
 definition, the same on every CPU and in every path (the interpreter's dot kernel and compiled loops call
 :func:`small_dot`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger products
 (``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed.
@@ -52,7 +66,14 @@ SMALL_DOT_MAX_MNK = 1 << 18
 SMALL_DOT_MAX_K = 256
 """... and a contraction of at most this length (longer ones were not measured)."""
 
-ONE_CHAIN, TREE, FOUR_LANES = 1, 2, 4
+ONE_CHAIN, TREE, ROW_TILES, FOUR_LANES = 1, 2, 3, 4
+
+WIDE_VECTORS = 8
+"""A flag or-ed into an order: XLA's emitters with 64-byte vectors (inside the while loops XLA CPU compiles whole,
+see the module docstring) instead of 32-byte ones."""
+
+GEMV_TILE_ROWS = 8
+"""Rows per tile of XLA CPU's row-major matrix-vector emitter (its GEMV tiling factor)."""
 
 TREE_WINDOW = 32
 """XLA CPU's tree-reduction rewriter sums reduced dimensions longer than this in windows of this many."""
@@ -65,10 +86,26 @@ TREE_MAX_PRODUCTS = 4095
 batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not; not identified)."""
 
 
-def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
+def dot_vector_bytes(op) -> int:
+    """The vector size XLA CPU computes the dot ``op`` with: 64 bytes inside the while loops it compiles whole
+    (marked by the ``xla-small-loops`` pass), else 32."""
+    from passes.small_loops import SMALL_LOOP_DOT
+
+    return 64 if SMALL_LOOP_DOT in op.attributes else 32
+
+
+def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_bytes: int = 32) -> int | None:
     """How :func:`small_dot` sums a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN``,
-    ``TREE`` or ``FOUR_LANES`` (see the module docstring), or None when the product is not a small f32/f64 one
+    ``TREE``, ``ROW_TILES`` or ``FOUR_LANES`` (see the module docstring; with :data:`WIDE_VECTORS` or-ed in for
+    ``vector_bytes`` 64, see :func:`dot_vector_bytes`), or None when the product is not a small f32/f64 one
     (BLAS)."""
+    order = _order(batch, m, k, n, dtype)
+    if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
+        return order | WIDE_VECTORS
+    return order
+
+
+def _order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
@@ -76,6 +113,8 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int 
         return TREE
     if k > SMALL_DOT_MAX_K or batch * m * k * n > SMALL_DOT_MAX_MNK:
         return None
+    if m >= 2 and n == 1 and k >= 2:
+        return ROW_TILES
     if dtype == np.dtype(np.float32) and m >= 2 and 2 <= n <= 16 and k >= 8 and k % 4 == 0:
         return FOUR_LANES
     return ONE_CHAIN
@@ -122,20 +161,42 @@ def _tree_sum(terms, length):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _horizontal_sum(lanes, pairwise):
+    """The sum of a vector accumulator's lanes as XLA's vector support library adds them: ``pairwise``
+    (AVX-style horizontal adds of 8 lanes) ``((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`` (4 lanes: ``(l0+l1)+(l2+l3)``),
+    else the upper half added onto the lower half until one lane is left (``AddReduce``; 8 lanes:
+    ``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))``). ``lanes`` is overwritten."""
+    width = lanes.size
+    if pairwise and width == 8:
+        return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    if pairwise and width == 4:
+        return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+    half = width // 2
+    while half >= 1:
+        for q in range(half):
+            lanes[q] = lanes[q] + lanes[q + half]
+        half //= 2
+    return lanes[0]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def small_dot(a, b, out, order):
     """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
-    of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE` or :data:`FOUR_LANES`) as the module
+    of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES` or
+    :data:`FOUR_LANES`) as the module
     docstring describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
     batch, m, k = a.shape
     n = b.shape[2]
     zero = a.dtype.type(0)
+    vector_bytes = 64 if order & WIDE_VECTORS else 32
+    order = order & ~WIDE_VECTORS
     if order == ONE_CHAIN:
         # Columns [0, whole) are chains from zero; the others are computed one by one (_single_column).
         whole = n
         if k == 1:
             whole = 0
         elif m == 1 and n >= 2:
-            whole = n - n % (32 // a.itemsize)
+            whole = n - n % (vector_bytes // a.itemsize)
         for t in range(batch):
             for i in range(m):
                 for j in range(whole):
@@ -148,6 +209,23 @@ def small_dot(a, b, out, order):
                     lone = n - whole == 1 and whole > 0
                     rounded = ROUNDED_TERMS if lone or (n == 2 and j == 0 and k >= 3) else 0
                     _single_column(a, b, out, t, i, j, rounded)
+        return
+    if order == ROW_TILES:
+        # A matrix-vector product: XLA's row-major GEMV emitter (module docstring).
+        width = vector_bytes // a.itemsize
+        vectorized = k - k % width
+        whole_tiles = m - m % GEMV_TILE_ROWS
+        lanes = np.empty(width, a.dtype)
+        for t in range(batch):
+            for i in range(m):
+                lanes[:] = zero
+                for p in range(vectorized):
+                    lanes[p % width] = fused_multiply_add(a[t, i, p], b[t, p, 0], lanes[p % width])
+                tail = zero
+                for p in range(vectorized, k):
+                    tail = fused_multiply_add(a[t, i, p], b[t, p, 0], tail)
+                tile_rows = GEMV_TILE_ROWS if i < whole_tiles else m % GEMV_TILE_ROWS
+                out[t, i, 0] = _horizontal_sum(lanes, tile_rows == width and vector_bytes == 32) + tail
         return
     if order == TREE:
         # A vector dot: rounded products (XLA's multiply), then the tree of windows (_tree_sum).
