@@ -635,6 +635,9 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
         raise
     except Exception as e:
         raise ExecutionError(f"the module does not verify: {e}") from None
+    from .dynamic_shapes import resolve_dynamic_sizes
+
+    module = resolve_dynamic_sizes(module)  # XLA's bounded dynamic dimensions (HLO text): sizes, or an error
     # The executor pipeline (passes.pipelines): implicit broadcasts made explicit, XLA's float rewrites,
     # XLA CPU's FMA contraction, quantized ops as float ops; on a copy, the caller's module is never changed.
     from passes.pipelines import prepare_for_execution

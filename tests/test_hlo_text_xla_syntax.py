@@ -6,6 +6,8 @@ with XLA's (jaxlib, ``run_hlo_text_on_xla``)."""
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -305,3 +307,102 @@ def test_collective_permute_with_slice_sizes_is_checked_as_xla_checks_it():
     assert "m.hlo:11:3" in message and "a list of pairs" in message
     message = _error(CP_SLICES.replace("slice_sizes={{4,4}}", "slice_sizes={{4,x}}"))
     assert "m.hlo:11:3" in message and "slice_sizes" in message
+
+
+# ----------------------------------------------------------------------------
+# Bounded dynamic shapes (f32[<=8,4]): read as their bound, kept (hlo.dynamic_shape) and printed back with
+# <=; get-dimension-size of a set-dimension-size runs (XLA's result); other uses: UnsupportedError at compile
+# ----------------------------------------------------------------------------
+
+DYNAMIC = """HloModule dyn
+
+ENTRY main {
+  p = f32[8,4] parameter(0)
+  size = s32[] parameter(1)
+  sds = f32[<=8,4] set-dimension-size(p, size), dimensions={0}
+  n = f32[<=8,4] negate(sds)
+  g0 = s32[] get-dimension-size(n), dimensions={0}
+  g1 = s32[] get-dimension-size(sds), dimensions={0}
+  ROOT sum = s32[] add(g0, g1)
+}
+"""
+
+DYNAMIC_PARAMETER = """HloModule dyn
+
+ENTRY main {
+  p = f32[<= 8,4] parameter(0)
+  s = s32[] get-dimension-size(p), dimensions={0}
+  ROOT t = (f32[<=8,4], s32[]) tuple(p, s)
+}
+"""
+
+DYNAMIC_REDUCTION = """HloModule dyn
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[8,4] parameter(0)
+  size = s32[] parameter(1)
+  sds = f32[<=8,4] set-dimension-size(p, size), dimensions={0}
+  zero = f32[] constant(0)
+  ROOT r = f32[4] reduce(sds, zero), dimensions={0}, to_apply=add
+}
+"""
+
+
+def test_bounded_dynamic_shapes_are_read_and_printed_back_with_their_bounds():
+    from jax._src.lib import xla_client
+
+    for text in (DYNAMIC, DYNAMIC_PARAMETER, DYNAMIC_REDUCTION):
+        printed = _round_trip(text)
+        xla = xla_client.hlo.hlo_module_from_text(printed).to_string()  # XLA's parser reads our print
+        dynamic = re.findall(r"^  (?:ROOT )?%([\w.]+) = [^=]*<=", printed, re.M)
+        assert dynamic
+        for name in dynamic:  # ... and gives the same instructions bounded dynamic dimensions
+            (line,) = [line for line in xla.splitlines() if re.match(rf"\s*(ROOT )?%?{re.escape(name)} = ", line)]
+            assert "<=8" in line, (name, xla)
+    printed = _round_trip(DYNAMIC)
+    assert "%sds = f32[<=8,4]{1,0} set-dimension-size(%p, %size), dimensions={0}" in printed
+    assert "%n = f32[<=8,4]{1,0} negate(%sds)" in printed
+    printed = _round_trip(DYNAMIC_PARAMETER)
+    assert "entry_computation_layout={(f32[<=8,4]{1,0})->(f32[<=8,4]{1,0}, s32[])}" in printed
+    assert "%p = f32[<=8,4]{1,0} parameter(0)" in printed
+    assert "ROOT %t = (f32[<=8,4]{1,0}, s32[]) tuple(%p, %s)" in printed
+    module = import_hlo(DYNAMIC, source="m.hlo")  # the bound is the type's static size
+    sds = next(op for op in module.walk() if op.name == "hlo.set_dimension_size")
+    assert sds.results[0].type.get_shape() == (8, 4)
+    assert sds.attributes["hlo.dynamic_shape"].data == "f32[<=8,4]{1,0}"
+
+
+@pytest.mark.parametrize("size", [0, 3, 8])
+def test_get_dimension_size_of_set_dimension_size_runs_as_xla(size):
+    args = (np.ones((8, 4), np.float32), np.int32(size))
+    (ours,) = _run(DYNAMIC, *args)
+    assert int(ours) == 2 * size
+    _same_as_xla(DYNAMIC, *args)
+
+
+@pytest.mark.parametrize("text, where, what", [
+    (DYNAMIC_REDUCTION, "m.hlo:12:3", "hlo.set_dimension_size %sds has the bounded dynamic shape f32[<=8,4]{1,0}"),
+    (DYNAMIC_PARAMETER, "m.hlo:4:3", "parameter 0 %p of @main has the bounded dynamic shape f32[<=8,4]{1,0}"),
+    (DYNAMIC.replace("ROOT sum = s32[] add(g0, g1)", "ROOT sum = s32[] add(g0, g1)\n  x = f32[<=8,4] abs(n)")
+     .replace("  ROOT sum", "  sum").replace("  x = ", "  ROOT x = "),
+     "m.hlo:6:3", "hlo.set_dimension_size %sds has the bounded dynamic shape"),
+], ids=["reduction", "parameter", "result"])
+def test_other_uses_of_dynamic_shapes_fail_at_compile_naming_where(text, where, what):
+    module = import_hlo(text, source="m.hlo")
+    with pytest.raises(UnsupportedError) as info:
+        lowering.compile(module)
+    message = str(info.value)
+    assert message.startswith(where) and what in message and "static shapes only" in message, message
+
+
+def test_unbounded_dynamic_dimensions_are_rejected_with_the_reason():
+    message = _error(_module("  ROOT n = f32[?] negate(p)"))
+    assert "m.hlo:5:12" in message and "unbounded dynamic dimensions ('?') are not supported" in message
+    message = _error(_module("  ROOT n = f32[<=] negate(p)"))
+    assert "m.hlo:5:12" in message and "expected the bound of a dynamic dimension" in message

@@ -46,12 +46,23 @@ _XLA_ONLY_TYPES = {
 }
 """XLA primitive types this toolkit has no xDSL counterpart for (clear error, not 'unknown')."""
 
+DYNAMIC_SHAPE = "hlo.dynamic_shape"
+"""Attribute of an op (or argument attribute of a parameter) whose value XLA's text gives bounded dynamic
+dimensions (``f32[<=8,4]``): the types here are static, with the bound as the size, and this attribute keeps
+the shape as written so that it prints back with ``<=N`` (``interop.hlo``); the executor does not run
+such values (an UnsupportedError naming where the shape is written, ``hlo.position``)."""
+
 _TUPLE_INDEX_EVERY = 5
 """XLA's printer writes ``/*index=N*/`` before tuple elements 5, 10, 15, ..."""
 
 
-def parse_shape(text: str) -> Attribute:
+def parse_shape(text: str, dynamic: list | None = None) -> Attribute:
     """Parse an XLA shape string into an xDSL type.
+
+    Bounded dynamic dimensions (``f32[<=8,4]``, XLA's dynamic shapes) are an error unless a list is given as
+    ``dynamic``: then the type has the bound as a static dimension and, for each array of the shape in
+    order (tuple elements depth first), a tuple of its dynamic dimensions is appended to the list (``(0,)``
+    here); :func:`format_shape` takes the list back to print ``<=8`` again. Unbounded ones (``?``) stay errors.
 
     Raises :class:`ShapeParseError` for malformed shape text and
     :class:`LayoutError` for a malformed layout or one that does not fit.
@@ -61,7 +72,9 @@ def parse_shape(text: str) -> Attribute:
     """
     if not isinstance(text, str):
         raise ShapeParseError(f"parse_shape expects a string, got {type(text).__name__}")
-    shape, end = _Parser(text).shape(0)
+    parser = _Parser(text)
+    parser.dynamic = dynamic
+    shape, end = parser.shape(0)
     end = _skip(text, end)
     if end < len(text):
         raise ShapeParseError(f"malformed shape {text!r}: unexpected {text[end:]!r} at offset {end}")
@@ -79,6 +92,8 @@ class _Parser:
     def __init__(self, text: str):
         self.text = text
         self.depth = 0
+        self.dynamic: list | None = None  # per array, its bounded dynamic dimensions (None: not accepted)
+        self.bounded: list[int] = []  # the dynamic dimensions of the array being read
 
     def fail(self, pos: int, message: str):
         text = self.text if len(self.text) <= 120 else self.text[:100] + f"... ({len(self.text)} characters)"
@@ -97,7 +112,10 @@ class _Parser:
         pos = _skip(text, m.end())
         if not text.startswith("[", pos):
             self.fail(pos, f"expected '[' after the element type {name!r}")
+        self.bounded = []
         dims, pos = self.dims(pos + 1)
+        if self.dynamic is not None and name != "token":
+            self.dynamic.append(tuple(self.bounded))
         if name == "token":
             if dims:
                 self.fail(pos, "token[] takes no dimensions")
@@ -150,7 +168,16 @@ class _Parser:
             m = _DIM.match(text, pos)
             if not m:
                 self.fail(pos, "expected a dimension size (a non-negative integer)")
-            if m.group() in ("?", "<="):
+            if m.group() == "<=" and self.dynamic is not None:  # a bounded dynamic dimension: its bound
+                bound = _skip(text, m.end())
+                m = re.compile(r"\d+", re.ASCII).match(text, bound)
+                if not m:
+                    self.fail(bound, "expected the bound of a dynamic dimension after '<='")
+                self.bounded.append(len(dims))
+            elif m.group() == "?" and self.dynamic is not None:
+                self.fail(pos, "unbounded dynamic dimensions ('?') are not supported, only static shapes and "
+                               "bounded dynamic ones ('<=N')")
+            elif m.group() in ("?", "<="):
                 self.fail(pos, "dynamic dimensions ('?', '<=N') are not supported, only static shapes")
             dims.append(int(m.group()))
             pos = _skip(text, m.end())
@@ -179,7 +206,7 @@ class _Parser:
         return layout, end
 
 
-def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bool = False) -> str:
+def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bool = False, dynamic=None) -> str:
     """Print an xDSL type in XLA shape notation, exactly as XLA's printer does.
 
     ``print_layout=False`` leaves layouts out (XLA's ``ShapeUtil::HumanString``).
@@ -188,11 +215,15 @@ def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bo
     for a parsed module. A scalar's layout ``{}`` is never printed (XLA).
     XLA shapes have no quantized element types: a quantized array prints in
     MLIR syntax (``tensor<4x!quant.uniform<i8:f32, 0.5:-3>>``).
+    ``dynamic``: the bounded dynamic dimensions of each array, as :func:`parse_shape` lists them: those
+    print as ``<=N``.
     """
+    if dynamic is not None and not isinstance(dynamic, _Arrays):
+        dynamic = _Arrays(dynamic)
     if isinstance(type_, TupleType):
         parts = []
         for i, t in enumerate(type_.types):
-            text = format_shape(t, print_layout, default_layout)
+            text = format_shape(t, print_layout, default_layout, dynamic)
             if i and i % _TUPLE_INDEX_EVERY == 0:
                 text = f"/*index={i}*/" + text
             parts.append(text)
@@ -206,7 +237,8 @@ def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bo
         shape = type_.get_shape()
         if any(d < 0 for d in shape):
             raise ShapeParseError(f"format_shape: {type_} has dynamic dimensions, which XLA shape text here does not express")
-        text = f"{name}[{','.join(str(d) for d in shape)}]"
+        bounded = dynamic.next() if dynamic is not None else ()
+        text = f"{name}[{','.join(('<=' if i in bounded else '') + str(d) for i, d in enumerate(shape))}]"
         if not print_layout:
             return text
         layout: Layout | None = None
@@ -220,3 +252,16 @@ def format_shape(type_: Attribute, print_layout: bool = True, default_layout: bo
                 text += layout_text
         return text
     raise ShapeParseError(f"format_shape: {type_} is not an XLA shape (tensor, tuple or token)")
+
+
+class _Arrays:
+    """The per-array dynamic dimensions given to :func:`format_shape`, handed out in order."""
+
+    def __init__(self, dynamic):
+        self.items = [tuple(d) for d in dynamic]
+        self.index = 0
+
+    def next(self) -> tuple:
+        item = self.items[self.index] if self.index < len(self.items) else ()
+        self.index += 1
+        return item

@@ -30,7 +30,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.ops import constants, control_flow, data_movement
-from xla_dialect.shape import format_shape
+from xla_dialect.shape import DYNAMIC_SHAPE, format_shape, parse_shape
 
 from . import attributes as A
 from .opcodes import (
@@ -46,6 +46,21 @@ from .opcodes import (
 
 def _shape(t) -> str:
     return format_shape(t, default_layout=True)
+
+
+def _shape_of(t, attributes) -> str:
+    """``t`` printed with the bounded dynamic dimensions the importer kept (``hlo.dynamic_shape`` in
+    ``attributes``, an op's or a parameter's), when that shape is still ``t`` with its bounds; else ``t``."""
+    written = attributes.get(DYNAMIC_SHAPE) if attributes is not None else None
+    if isinstance(written, StringAttr):
+        dynamic: list = []
+        try:
+            static = parse_shape(written.data, dynamic)
+        except XlaError:
+            return _shape(t)
+        if _shape(static) == _shape(t):
+            return format_shape(t, default_layout=True, dynamic=dynamic)
+    return _shape(t)
 
 
 class _Comp:
@@ -83,8 +98,13 @@ class HloExporter:
         self.used_computations.add(entry_name)
         entry = self._function_text(main, entry_name, is_entry=True)
         ftype = main.function_type
-        layout = "{(" + ", ".join(_shape(t) for t in ftype.inputs) + ")->" + \
-                 (_shape(ftype.outputs.data[0]) if len(ftype.outputs) == 1
+        arg_attrs = [a.data for a in main.arg_attrs.data] if main.arg_attrs is not None else []
+        inputs = [_shape_of(t, arg_attrs[i] if i < len(arg_attrs) else None) for i, t in enumerate(ftype.inputs)]
+        ret = main.body.block.last_op
+        root = ret.operands[0].owner if ret is not None and len(ret.operands) == 1 else None
+        result_attrs = root.attributes if isinstance(root, Operation) and len(root.results) == 1 else None
+        layout = "{(" + ", ".join(inputs) + ")->" + \
+                 (_shape_of(ftype.outputs.data[0], result_attrs) if len(ftype.outputs) == 1
                   else "(" + ", ".join(_shape(t) for t in ftype.outputs) + ")") + "}"
         name_attr = self.module.attributes.get("hlo.module_name")
         header = f"HloModule {name_attr.data if isinstance(name_attr, StringAttr) else 'module'}"
@@ -191,7 +211,8 @@ class HloExporter:
                     kept = d.get("hlo.attributes")
                 arg_names.append(n)
                 arg_kept.append(kept)
-            self._parameters(block, False, arg_names, arg_kept)
+            self._parameters(block, False, arg_names, arg_kept,
+                             [attrs[i].data if i < len(attrs) else None for i in range(len(block.args))])
             ret = block.last_op
             self._body(block, ret.operands if ret is not None else ())
         finally:
@@ -202,7 +223,7 @@ class HloExporter:
         head = ("ENTRY " if is_entry else "") + f"%{name}"
         return head + " {\n" + "\n".join(comp.lines) + "\n}"
 
-    def _parameters(self, block: Block, pack: bool, names=None, kept=None) -> None:
+    def _parameters(self, block: Block, pack: bool, names=None, kept=None, arg_attrs=None) -> None:
         comp = self.comp
         if pack:
             state = TupleType([a.type for a in block.args])
@@ -218,7 +239,8 @@ class HloExporter:
             extra = ""
             if kept and isinstance(kept[i], DictionaryAttr):
                 extra = "".join(f", {k}={v.data}" for k, v in kept[i].data.items())
-            comp.lines.append(f"  %{n} = {_shape(arg.type)} parameter({i}){extra}")
+            shape = _shape_of(arg.type, arg_attrs[i]) if arg_attrs else _shape(arg.type)
+            comp.lines.append(f"  %{n} = {shape} parameter({i}){extra}")
             comp.names[arg] = n
 
     def _body(self, block: Block, results) -> None:
@@ -292,7 +314,7 @@ class HloExporter:
             literal = None
         results = list(op.results)
         types = custom_call_result_types(op) if op.name == "hlo.custom_call" else [r.type for r in results]
-        shape = _shape(types[0]) if len(types) == 1 else _shape(TupleType(types))
+        shape = _shape_of(types[0] if len(types) == 1 else TupleType(types), op.attributes)
         packer = self.packer.get(op)
         name_attr = op.attributes.get("hlo.name")
         if name_attr is None and packer is not None:

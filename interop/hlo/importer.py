@@ -52,10 +52,11 @@ from xdsl.dialects.builtin import (
     TensorType,
     TupleType,
 )
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Attribute, Block, OpResult, Region, SSAValue
 
 from xla_dialect.errors import HloParseError, LayoutError, UnsupportedError, XlaError
 from xla_dialect.ops import control_flow, data_movement, elementwise
+from xla_dialect.shape import DYNAMIC_SHAPE
 
 from . import attributes as A
 from .opcodes import READERS, reader_for
@@ -203,6 +204,8 @@ class HloImporter:
     def _parameter_attributes(self, ins: Instruction) -> dict[str, Attribute]:
         """Argument attributes of a parameter: its name, and its kept attributes (sharding, metadata...)."""
         out: dict[str, Attribute] = {"hlo.name": StringAttr(ins.name)}
+        if ins.dynamic is not None:
+            out.update(self._dynamic_attributes(ins))
         if "parameter_replication" in ins.attrs:
             self._check_parameter_replication(ins)
         if "metadata" in ins.attrs:
@@ -213,6 +216,12 @@ class HloImporter:
         if ins.attrs:
             out["hlo.attributes"] = DictionaryAttr({k: StringAttr(self._kept_text(k, v)) for k, v in ins.attrs.items()})
         return out
+
+    def _dynamic_attributes(self, ins: Instruction) -> dict[str, Attribute]:
+        """``hlo.dynamic_shape``: the shape with its bounded dynamic dimensions (``f32[<=8,4]{1,0}``; the type
+        has the bound), printed back by the exporter; ``hlo.position``: where it is written, for the
+        executor's UnsupportedError (:data:`DYNAMIC_SHAPE`)."""
+        return {DYNAMIC_SHAPE: StringAttr(ins.dynamic), "hlo.position": StringAttr(self.parsed.where(ins.pos))}
 
     def _check_parameter_replication(self, ins: Instruction) -> None:
         """``parameter_replication={true,false}``: one flag per leaf buffer of the parameter (as XLA checks);
@@ -332,6 +341,9 @@ class HloImporter:
             named = next((op for op in new_ops if "hlo.name" in op.attributes), new_ops[-1])
             if kept:
                 named.attributes["hlo.attributes"] = DictionaryAttr(kept)
+            if ins.dynamic is not None:  # bounded dynamic dimensions: the static bound, the text kept for printing
+                owner = value.owner if isinstance(value, OpResult) and value.owner in new_ops else named
+                owner.attributes.update(self._dynamic_attributes(ins))
             for op in new_ops:
                 if loc:
                     op.attributes.update(loc)

@@ -29,7 +29,7 @@ from xdsl.ir import Attribute
 
 from xla_dialect.errors import HloParseError, LayoutError, ShapeParseError
 from xla_dialect.layout import Layout, LayoutAttr
-from xla_dialect.shape import parse_shape
+from xla_dialect.shape import format_shape, parse_shape
 
 _SPACE = re.compile(r"(?:\s|/\*.*?\*/|//[^\n]*)*", re.S)
 _NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
@@ -57,9 +57,10 @@ _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 class Instruction:
     """One HLO instruction as written: name, shape, opcode, operand names, attribute texts."""
 
-    __slots__ = ("name", "shape", "opcode", "operands", "operand_shapes", "literal", "attrs", "is_root", "pos")
+    __slots__ = ("name", "shape", "opcode", "operands", "operand_shapes", "literal", "attrs", "is_root", "pos",
+                 "dynamic")
 
-    def __init__(self, name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos):
+    def __init__(self, name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos, dynamic=None):
         self.name: str = name
         self.shape: Attribute | None = shape  # None: left out (the importer infers it)
         self.opcode: str = opcode
@@ -69,6 +70,7 @@ class Instruction:
         self.attrs: dict[str, str] = attrs
         self.is_root: bool = is_root
         self.pos: int = pos  # offset of the instruction in the text
+        self.dynamic: str | None = dynamic  # the shape as written when it has bounded dynamic dimensions (<=N)
 
     def __repr__(self) -> str:
         return f"Instruction({self.name} = {self.opcode}({', '.join(self.operands)}))"
@@ -132,6 +134,7 @@ class _Reader:
         self.text = text
         self.source = source
         self.shapes: dict[str, Attribute] = {}
+        self.dynamic_shapes: dict[str, str] = {}  # shape spelling -> its text with <=N (bounded dynamic ones)
         self.single = False  # reading a single instruction (operands may be shapes without names)
 
     # -- errors -----------------------------------------------------------
@@ -248,12 +251,20 @@ class _Reader:
             if big is not None:
                 self.fail(pos, f"{big} in shape {spelling!r} is beyond int64: XLA reads dimensions, tiles and "
                                f"layout fields as 64-bit integers")
+            dynamic: list = []
             try:
-                hit = with_default_layouts(parse_shape(_plain_shape(spelling)))
+                hit = with_default_layouts(parse_shape(_plain_shape(spelling), dynamic))
             except (ShapeParseError, LayoutError) as e:
                 self.fail(pos, str(e))
             self.shapes[spelling] = hit
+            if any(dynamic):  # XLA's bounded dynamic dimensions: the bound is the static size here
+                self.dynamic_shapes[spelling] = format_shape(hit, default_layout=True, dynamic=dynamic)
         return hit
+
+    def dynamic_of(self, spelling: str) -> str | None:
+        """The shape ``spelling`` printed with its bounded dynamic dimensions (``f32[<=8,4]{1,0}``), or None
+        when it has none (read by :meth:`shape_text` first)."""
+        return self.dynamic_shapes.get(spelling) if "<=" in spelling else None
 
     # -- module -------------------------------------------------------------
 
@@ -480,7 +491,7 @@ class _Reader:
             shape = self.shape_text(m.group(3), m.start(3))
         start = m.start(1) if m.group(1) is not None else m.start(2) - (text[m.start(2) - 1] == "%")
         return Instruction(m.group(2), shape, opcode, operands, [None] * len(operands), literal, attrs,
-                           m.group(1) is not None, start), end
+                           m.group(1) is not None, start, self.dynamic_of(m.group(3))), end
 
     def instruction(self, pos: int, head_optional: bool = False) -> tuple[Instruction, int]:
         text = self.text
@@ -490,10 +501,12 @@ class _Reader:
         is_root = m is not None and m.group(1) is not None
         name = m.group(2) if m is not None else "_"
         after = m.end() if m is not None else pos
+        dynamic = None
         if _SHAPELESS.match(text, after):  # 'tuple(a, b)': XLA infers the shape of some instructions
             shape, p = None, after
         else:
             shape, p = self.shape_at(after)
+            dynamic = self.dynamic_of(text[after:p])
         p = self.skip(p)
         om = _OPCODE.match(text, p)
         if om is None:
@@ -524,7 +537,8 @@ class _Reader:
                 prefix = item[:k].strip()
                 operand_shapes.append(self.shape_text(prefix, s) if prefix else None)
         end, attrs = self.attributes(close)
-        return Instruction(name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos), end
+        return Instruction(name, shape, opcode, operands, operand_shapes, literal, attrs, is_root, pos,
+                           dynamic), end
 
 
 _DIGITS = re.compile(r"\d+")
