@@ -6,7 +6,7 @@ arrays have static shapes, so it runs only what does not depend on a dynamic siz
 
 * ``get-dimension-size(x), dimensions={d}`` where ``x`` is ``set-dimension-size(y, n), dimensions={d}``,
   directly or through element-wise ops on values of that dynamic dimension, is ``n`` (what XLA computes);
-* the values with dynamic dimensions that are then dead are removed.
+* the set-dimension-size and element-wise ops with dynamic dimensions that are then dead are removed.
 
 Any value with bounded dynamic dimensions still used after that (a reduction over it, a result, a
 parameter) is an :class:`UnsupportedError` naming the op and where the shape is written (``file:line:col``).
@@ -76,9 +76,7 @@ def resolve_dynamic_sizes(module: ModuleOp) -> ModuleOp:
             size = _size_set_for(op.operand, op.dimension.value.data)
             if size is not None and size.type == op.result.type:
                 op.result.replace_all_uses_with(size)
-    from passes.cleanup import remove_dead_ops
-
-    module = remove_dead_ops(module)
+    _remove_dead_dynamic_values(module)
     for op in module.walk():
         if DYNAMIC_SHAPE in op.attributes:
             name = op.attributes.get("hlo.name")
@@ -90,6 +88,24 @@ def resolve_dynamic_sizes(module: ModuleOp) -> ModuleOp:
                     _fail(attrs.data, f"parameter {i}" + (f" %{name.data}" if isinstance(name, StringAttr) else "")
                           + f" of @{op.sym_name.data}")
     return module
+
+
+def _remove_dead_dynamic_values(module: ModuleOp) -> None:
+    """Erase the set-dimension-size and element-wise ops with dynamic dimensions whose results are unused
+    (those ops are pure), until none is left."""
+    from xla_dialect.ops.effects import SetDimensionSizeOp
+    from xla_dialect.ops.elementwise import BinaryElementwiseOp, UnaryElementwiseOp
+
+    removable = (SetDimensionSizeOp, UnaryElementwiseOp, BinaryElementwiseOp)
+    changed = True
+    while changed:
+        changed = False
+        for op in list(module.walk()):
+            if (DYNAMIC_SHAPE in op.attributes and isinstance(op, removable)
+                    and all(r.first_use is None for r in op.results)):
+                op.detach()
+                op.erase()
+                changed = True
 
 
 def _fail(attributes, what: str):
