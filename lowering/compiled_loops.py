@@ -99,13 +99,19 @@ _NUMBA_TYPE_NAMES = {np.dtype(t): f"np.{np.dtype(t).name}" for t in
 _REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum", "hlo.and", "hlo.or", "hlo.xor"}
 
 
+def _rank(value: SSAValue) -> int:
+    """The rank of a tensor value (0 for anything else)."""
+    shape = getattr(value.type, "get_shape", None)
+    return len(shape()) if shape is not None else 0
+
+
 def _only_read(value: SSAValue) -> bool:
     """Whether ``value`` (an array of a loop body) is only read by the ops using it: none returns, carries,
     writes or calls with it, directly or through reshapes (which are views in numba)."""
     for use in value.uses:
         op = use.operation
         if op.name == "hlo.reshape":
-            if not _only_read(op.results[0]):
+            if _rank(op.results[0]) and not _only_read(op.results[0]):  # (a scalar is read out: a copy)
                 return False
         elif op.name in ("hlo.return", "func.return", "hlo.call", "hlo.dynamic_update_slice", "hlo.dynamic_slice",
                          "hlo.broadcast_in_dim") or op.regions:
@@ -133,9 +139,9 @@ def _iteration_local(value: SSAValue) -> bool:
         if op.name in _VIEW_OPS and use.index == 0 and op.name != "hlo.broadcast_in_dim":
             if not all(_iteration_local(r) for r in op.results):
                 return False
-        elif op.name == "hlo.dynamic_update_slice":
+        elif op.name in ("hlo.dynamic_update_slice", "hlo.scatter"):
             if use.index == 0:
-                return False
+                return False  # (its operand: written, or copied into the result)
         elif not (op.name in _READING_OPS or fusible_op(op)):
             return False
     return True
@@ -302,9 +308,12 @@ class _LoopWriter:
         for v in [*op.operands, *op.results]:
             self.info(v)
         state = [self.fresh("w") for _ in op.operands]
-        for name, value in zip(state, op.operands):
-            self.emit(indent, f"{name} = {self.name(value)}")
         cond_block, body_block = op.regions[0].block, op.regions[1].block
+        in_place = {i: update for i, update in in_place_updates(body_block).items() if self.info(op.operands[i])[1]}
+        self.in_place.update(in_place.values())
+        for i, (name, value) in enumerate(zip(state, op.operands)):
+            # (state written in place is copied once on entry: the value it starts from stays unchanged)
+            self.emit(indent, f"{name} = {self.name(value)}{'.copy()' if i in in_place else ''}")
         self.emit(indent, "while True:")
         for arg, name in zip(cond_block.args, state):
             self.names[arg] = name
@@ -403,7 +412,8 @@ class _LoopWriter:
         if not shape:
             self.emit(indent, f"{out} = {src}")  # (a scalar stays a scalar, not a 0-d array)
         elif not source_shape:
-            self.emit(indent, f"{out} = np.full({shape!r}, {src}, {_NUMBA_TYPE_NAMES[dtype]})")
+            self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+            self.emit(indent, f"{out}[...] = {src}")
         elif source_shape == shape and dims == list(range(len(shape))):
             self.emit(indent, f"{out} = {src}")
         else:
@@ -505,7 +515,10 @@ class _LoopWriter:
             self.emit(indent, f"{start} = np.int64({flat}[{j}])")
             starts[d] = start
             checks.append(f"0 <= {start} <= {shape[d] - window[d]}")
-        self.emit(indent, f"{out} = {self.name(operand)}.copy()")
+        if op in self.in_place:
+            self.emit(indent, f"{out} = {self.name(operand)}")
+        else:
+            self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
         self.emit(indent, f"if {' and '.join(checks) or 'True'}:")
         target = self.fresh("t")
         index = ", ".join(f"{s}:{s} + {w}" for s, w in zip(starts, window))
@@ -525,6 +538,17 @@ class _LoopWriter:
         starts, limits, strides = (list(ints(op.properties[k])) for k in ("start_indices", "limit_indices", "strides"))
         if not shape:
             self.emit(indent, f"{out} = {_flat(self.name(op.operands[0]), self.info(op.operands[0])[1])}[0]")
+            return
+        operand_shape = self.info(op.operands[0])[1]
+        sizes = [b - a for a, b in zip(starts, limits)]
+        lead = len(sizes)
+        while lead and sizes[lead - 1] == operand_shape[lead - 1]:
+            lead -= 1
+        if all(c == 1 for c in strides) and lead <= 1 and _only_read(op.results[0]):
+            # A C-contiguous region that is only read: a view, as for dynamic_slice (no step and no trailing
+            # ":", which would make numba type it as non-contiguous).
+            index = ", ".join(f"{a}:{b}" for a, b in zip(starts[:lead], limits[:lead])) or ":"
+            self.emit(indent, f"{out} = {self.name(op.operands[0])}[{index}]")
             return
         index = ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(starts, limits, strides))
         self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
@@ -834,21 +858,70 @@ def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:
     return pairs
 
 
+_WRITING_OPS = ("hlo.dynamic_update_slice", "hlo.scatter")
+"""Ops whose generated code may write their operand 0 in place (see :func:`in_place_updates`)."""
+
+
+def _sharing(value: SSAValue) -> list[tuple[SSAValue, Operation]]:
+    """The uses (value, op) of ``value`` and of every value that may share its buffer in generated code:
+    results of view ops (reshape, slices, transposes, broadcasts that are the identity, ...) of it and of
+    whole-array selects between it and others, transitively."""
+    found, seen, todo = [], set(), [value]
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for use in v.uses:
+            op = use.operation
+            found.append((v, op))
+            if (op.name in _VIEW_OPS and use.index == 0) or (op.name == "hlo.select" and use.index > 0):
+                todo.extend(op.results)
+    return found
+
+
 def in_place_updates(body: Block) -> dict[int, Operation]:
-    """The dynamic_update_slice ops of a while ``body`` that may write the loop state in place, by state
-    index: the op is the only user of state ``i`` and its result is only state ``i`` of the next iteration
-    (a scan's output buffer), so no other value sees the old contents (the loop copies that state once
-    when it is entered: the caller's arrays and the program's constants are never written)."""
+    """The dynamic_update_slice and scatter ops of a while ``body`` that may write the loop state in place, by
+    state index: the op updates state ``i``, its result is only state ``i`` of the next iteration, and every
+    other op that sees the old contents of state ``i`` (directly or through a view) only reads them and runs
+    before the update (a scan's output buffer; an ODE solver's stage array, read by a product then written).
+    The loop copies such state once when it is entered: the caller's arrays, the program's constants and the
+    values of an enclosing loop are never written."""
+    from .fusion import fusible_op, plan
+
+    ops = list(body.ops)
+    position = {op: k for k, op in enumerate(ops)}
+    for group in plan(body):  # a fused group runs where its last member is
+        for member in group.members:
+            position[member] = position[group.members[-1]]
     terminator = body.last_op
     found = {}
     for i, arg in enumerate(body.args):
-        uses = list(arg.uses)
-        if len(uses) != 1 or uses[0].operation.name != "hlo.dynamic_update_slice" or uses[0].index != 0:
+        updates = [use.operation for use in arg.uses
+                   if use.operation.name in _WRITING_OPS and use.index == 0 and use.operation.parent_block() is body]
+        if len(updates) != 1:
             continue
-        update = uses[0].operation
+        update = updates[0]
         result_uses = list(update.results[0].uses)
-        if (len(result_uses) == 1 and result_uses[0].operation is terminator and result_uses[0].index == i
-                and update.parent_block() is body):
+        if not (len(result_uses) == 1 and result_uses[0].operation is terminator and result_uses[0].index == i):
+            continue
+        at = position[update]
+
+        def read_before(value: SSAValue, op: Operation) -> bool:
+            if op is update and value is arg:
+                return True
+            outer = op
+            while outer is not None and outer.parent_block() is not body:
+                outer = outer.parent_op()
+            if outer is None or position.get(outer, len(ops)) >= at:
+                return False  # runs after the update, or is the terminator (the old contents carried on)
+            if op.name in _VIEW_OPS or op.name == "hlo.select":
+                return True  # (its results' uses are checked too)
+            if op.name in _WRITING_OPS:
+                return list(op.operands).index(value) > 0  # (operand 0 would be written: copied first)
+            return op.name in _READING_OPS or fusible_op(op)
+
+        if all(read_before(v, op) for v, op in _sharing(arg)):
             found[i] = update
     return found
 

@@ -710,3 +710,53 @@ def test_a_read_only_state_does_not_compile_the_loop_again(monkeypatch):
     for arg in (table, frozen):
         np.testing.assert_array_equal(exe(arg)[0], plain(arg)[0])
     assert loops and all(len(loop._fn.signatures) == 1 for loop in loops)
+
+
+def _while_bodies(fn, *args) -> list:
+    """The bodies of the program's while loops as the executor sees them, outermost first."""
+    from passes.pipelines import prepare_for_execution
+
+    module = prepare_for_execution(import_jax(fn, *args))
+    return [op.regions[1].block for op in module.walk() if op.name == "hlo.while"]
+
+
+def test_stage_arrays_read_then_updated_are_written_in_place_in_nested_loops():
+    # An explicit Runge-Kutta step: the inner loop reads the whole stage array (a product) and then writes one
+    # row of it. Nothing sees the old contents after the write, so the inner loop updates the array in place
+    # after one copy on entry (it was copied on every iteration: odeint's inner loop, 774 iterations a call).
+    w = RNG.standard_normal((6, 7)).astype(F32) * F32(0.3)
+    y0 = RNG.standard_normal(2).astype(F32)
+
+    def fn(y0, w):
+        def step(i, y):
+            def stage(j, k):
+                slope = jnp.sin(w[j] @ k + y)
+                return k.at[j + 1].set(slope)
+
+            k = lax.fori_loop(0, 6, stage, jnp.zeros((7, 2), F32).at[0].set(y))
+            return y + F32(0.1) * (k[1] + k[6])
+
+        return lax.fori_loop(0, 5, step, y0)
+
+    _assert_same(fn, y0, w)
+    inner = _while_bodies(fn, y0, w)[-1]
+    assert list(compiled_loops.in_place_updates(inner)), "the stage array is not updated in place"
+
+
+def test_state_whose_old_contents_are_read_after_the_update_is_copied():
+    # The old row is read after the update in program order: writing in place would give the new value.
+    x = RNG.standard_normal((8, 3)).astype(F32)
+
+    def fn(x):
+        def body(i, carry):
+            a, s = carry
+            updated = a.at[i].set(a[i] * F32(2) + F32(1))
+            old_row = lax.dynamic_slice(a, (i, 0), (1, 3))  # (after the update in the program)
+            return updated, s + jnp.sum(old_row)
+
+        return lax.fori_loop(0, 8, body, (x, F32(0)))
+
+    compiled = _assert_same(fn, x)
+    np.testing.assert_array_equal(compiled[1], jax.jit(fn)(x)[1])
+    (body,) = _while_bodies(fn, x)
+    assert not compiled_loops.in_place_updates(body)
