@@ -25,8 +25,13 @@ The legacy emitter computes some ops differently from the fusion emitters used e
 * Vector-matrix, matrix-vector and vector dots are emitted with 64-byte vectors (16 f32, 8 f64 lanes) where
   XLA's dot emitters elsewhere use 32-byte ones (measured: the orders of ``lowering/kernels/small_dot.py``
   with the wider vectors give every element and zero sign of jax.jit's loops, f32 and f64, ``[1, K] @ [K, N]``
-  and ``[M, K] @ [K, 1]`` for K up to 64, N up to 33, M up to 12). Dots in these loops are marked with the
-  attribute :data:`SMALL_LOOP_DOT` (the dot kernels and compiled loops read it); they are not rewritten.
+  and ``[M, K] @ [K, 1]`` for K up to 64, N up to 33, M up to 12).
+* An f32/bf16 max/min with a denormal splat constant has no signed-zero fix-up on a single element either
+  (``max(-0, 1e-40)`` is ``-0`` in the loop, ``+0`` in straight-line code and in loops XLA does not compile
+  whole; ``lowering.kernels.scalar``'s denormal-constant definition applies from one element on).
+
+Dots and max/min in these loops are marked with the attribute :data:`SMALL_CALL` (the kernels, fused loops and
+compiled loops read it); they are not rewritten.
 
 Others measured the same in both (f32/f64 rsqrt, log1p, exp, log, sin, cos, tanh, logistic, erf,
 expm1, pow, atan2 of every float type). This pass rewrites those four ops, inside the while loops
@@ -62,8 +67,8 @@ from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, make_constant, tensor_type
 
-SMALL_LOOP_DOT = "xla_cpu_small_call"
-"""The attribute (unit) of a dot inside a while loop XLA CPU compiles whole: it is computed with 64-byte vectors."""
+SMALL_CALL = "xla_cpu_small_call"
+"""The attribute (unit) of a dot, max or min inside a while loop XLA CPU compiles whole (see the module doc)."""
 
 DEFAULT_THRESHOLD = 1024
 """XLA CPU's ``xla_cpu_small_while_loop_byte_threshold`` default (jax 0.10.2, measured above)."""
@@ -348,7 +353,7 @@ def _rewrite(op: Operation) -> bool:
 
 
 _MNEMONICS = frozenset(name for name, _ in (*_FORMS, *_IN_F32))
-_DOTS = frozenset({"hlo.dot", "hlo.dot_general"})
+_MARKED = frozenset({"hlo.dot", "hlo.dot_general", "hlo.maximum", "hlo.minimum"})
 
 
 def _candidates(module: Operation, threshold: int) -> list[Operation]:
@@ -358,7 +363,7 @@ def _candidates(module: Operation, threshold: int) -> list[Operation]:
         if isinstance(op, WhileOp) and is_small_loop(op, threshold):
             for region in op.regions:
                 for inner in region.walk():
-                    if (inner.name in _MNEMONICS or inner.name in _DOTS) and id(inner) not in seen:
+                    if (inner.name in _MNEMONICS or inner.name in _MARKED) and id(inner) not in seen:
                         seen.add(id(inner))
                         found.append(inner)
     return found
@@ -368,22 +373,22 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     """``module`` with the ops inside XLA's small while loops in the form XLA computes them there (a copy
     with ``clone``; ``module`` itself when nothing changes)."""
     threshold = byte_threshold() if threshold is None else threshold
-    if threshold <= 0 or not any(op.name in _MNEMONICS or op.name in _DOTS for op in module.walk()):
+    if threshold <= 0 or not any(op.name in _MNEMONICS or op.name in _MARKED for op in module.walk()):
         return module
-    if not any(_rewrite_key(op) or _unmarked_dot(op) for op in _candidates(module, threshold)):
+    if not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, threshold)):
         return module
     if clone:
         module = module.clone()
     for op in _candidates(module, threshold):
-        if op.name in _DOTS:
-            op.attributes[SMALL_LOOP_DOT] = UnitAttr()
+        if op.name in _MARKED:
+            op.attributes[SMALL_CALL] = UnitAttr()
         else:
             _rewrite(op)
     return module
 
 
-def _unmarked_dot(op: Operation) -> bool:
-    return op.name in _DOTS and SMALL_LOOP_DOT not in op.attributes
+def _unmarked(op: Operation) -> bool:
+    return op.name in _MARKED and SMALL_CALL not in op.attributes
 
 
 def _rewrite_key(op: Operation) -> bool:

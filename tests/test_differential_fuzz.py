@@ -21,6 +21,7 @@ tests/test_differential_fuzz.py`` runs a long campaign with fresh random example
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass, field
 
@@ -187,7 +188,6 @@ def programs(draw, loops: bool | None = None):
             expression = BINARY[name].format(*operands)
         elif kind == "select":
             p, q, a, b = (draw(pick) for _ in range(4))
-            assume({p, q} != {a, b})  # where(a > b, a, b) is max(a, b) to XLA (a documented deviation)
             expression = f"jnp.where({p} > {q}, {a}, {b})"
         elif kind == "row":
             name = draw(st.sampled_from(sorted(ROW_STATISTICS)))
@@ -205,9 +205,29 @@ def programs(draw, loops: bool | None = None):
 # -- documented deviations ------------------------------------------------------------------------------------
 
 
+_ROUND_TRIP = re.compile(r"^(\w+)\.astype\(jnp\.(\w+)\)\.astype\(jnp\.\w+\)$")
+_SELECT = re.compile(r"^jnp\.where\((\w+) > (\w+), (\w+), (\w+)\)$")
+
+
+def _preserves_values(dtype: str, other: str) -> bool:
+    """Whether every ``dtype`` value converts to ``other`` and back unchanged (NaN payloads aside)."""
+    narrow, wide = ml_dtypes.finfo(DTYPES[dtype]), ml_dtypes.finfo(DTYPES[other])
+    return (wide.nmant >= narrow.nmant and wide.maxexp >= narrow.maxexp
+            and wide.minexp - wide.nmant <= narrow.minexp - narrow.nmant)
+
+
 def _documented_deviation(program: Program) -> str | None:
     """The documented deviation (docs/operations.md) ``program`` meets, if any (such programs are not generated)."""
     statements = [expression for _, expression in program.statements]
+    same = {f"x{i}": f"x{i}" for i in range(len(program.inputs))}  # each value's origin through exact round trips
+    for k, expression in enumerate(statements):
+        trip = _ROUND_TRIP.match(expression)
+        same[f"v{k}"] = same[trip[1]] if trip and _preserves_values(program.dtype, trip[2]) else f"v{k}"
+        select = _SELECT.match(expression)
+        # docs/operations.md: XLA computes where(a > b, a, b) as max(a, b) (not reproduced), also when b is a's
+        # round trip through a wider type, which XLA drops (found by the long campaign: a bf16 loop flushed).
+        if select and {same[select[1]], same[select[2]]} == {same[select[3]], same[select[4]]}:
+            return "where(a > b, a, b) (docs/operations.md: select -> max/min)"
     for k, expression in enumerate(statements):
         # docs/operations.md: exp(x) - x at +inf (XLA contracts exp's final multiply with the subtraction).
         if expression.startswith(("jnp.exp(", "jnp.expm1(")):
@@ -310,3 +330,84 @@ def test_the_comparison_fails_on_a_wrong_result(monkeypatch):
     monkeypatch.setattr(lowering, "compile", wrong_when_fused)
     with pytest.raises(pytest.fail.Exception, match="'fused' and 'interpreter' configurations differ"):
         _compare(program)
+
+
+# -- reproducers: findings of the long campaign and of issue 30, as regular tests --------------------------------
+
+
+def _inputs(dtype, *columns):
+    return [np.array(column, dtype) for column in columns]
+
+
+def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():
+    """Long campaign, seed 1: ``where(x0 > v0, x0, x1)`` with ``v0`` the bf16 -> f32 -> bf16 round trip of ``x1``
+    is ``where(x0 > x1, x0, x1)`` to XLA (it drops the round trip), which it computes as ``max`` (a subnormal
+    bf16 came out flushed in its loop): the documented select -> max deviation, which the generator skips."""
+    bf16 = ml_dtypes.bfloat16
+    x0 = np.array([np.nan, 89.0, 0.0, 0.5], bf16)
+    x1 = np.array([0, 0, 0, 0], np.uint16).view(bf16)
+    x1.view(np.uint16)[:] = [0x2B, 0x2B, 0x3F80, 0x8001]
+    program = Program("bfloat16", x0.shape, [x0, x1],
+                      [("convert", "x1.astype(jnp.float32).astype(jnp.bfloat16)"), ("row", "v0 * x0[..., :1]"),
+                       ("binary", "v0 * v0"), ("select", "jnp.where(x0 > v0, x0, x1)")], loop_trips=4)
+    assert "select -> max" in _documented_deviation(program)
+    # A round trip through a narrower type is no alias, and the executor still gives the same bits on every path.
+    narrowing = Program("float32", (2,), _inputs(np.float32, [1.0, 2.0], [3.0, 1e-40]),
+                        [("convert", "x1.astype(jnp.bfloat16).astype(jnp.float32)"),
+                         ("select", "jnp.where(x0 > v0, x0, x1)")])
+    assert _documented_deviation(narrowing) is None
+    with pytest.raises(pytest.fail.Exception, match="jax.jit differ"):
+        _compare(program)  # (the deviation itself: XLA flushes the subnormal, the executor keeps it)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_of_nan_by_a_subnormal_is_nan_on_every_path(dtype):
+    """Issue 30, item 8: ``pow(NaN, 1e-45)`` gave 1.0 fused (the subnormal exponent, a scalar crossing numba's
+    boundary as a double, was flushed to 0) and NaN in XLA. Arrays, a 0-d exponent and a constant, straight-line
+    and in a loop, in every configuration."""
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    literal = f"np.{np.dtype(dtype).name}({tiny!r})"
+    base = np.array([np.nan, -np.nan, 2.0, 0.5, 1.0, np.inf, 0.0, -0.0], dtype)
+    exponents = np.full_like(base, tiny)
+    programs = [
+        Program(np.dtype(dtype).name, base.shape, [base, exponents], [("binary", "jnp.abs(x0) ** x1 * 3")]),
+        Program(np.dtype(dtype).name, base.shape, [base], [("constant", f"jnp.abs(x0) ** {literal} * 3")]),
+        Program(np.dtype(dtype).name, base.shape, [base], [("constant", f"jnp.sin(x0 ** {literal}) + x0")],
+                loop_trips=2),
+        Program(np.dtype(dtype).name, (), [np.asarray(dtype(np.nan)), np.asarray(dtype(tiny))],
+                [("binary", "x0 ** x1"), ("unary", "jnp.cos(v0)"), ("binary", "v1 * x1"), ("unary", "jnp.sin(v2)"),
+                 ("binary", "v3 - x1"), ("unary", "jnp.tanh(v4)"), ("binary", "v5 + v0")]),
+    ]
+    for program in programs:
+        _compare(program)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("expression", ["jnp.maximum(x0, {}(1e-40))", "jnp.minimum(x0, {}(-1e-40))",
+                                        "jnp.maximum({}(1e-40), x0)"])
+def test_max_min_with_a_denormal_constant_as_xla(expression, dtype):
+    """Long campaign, seed 3: ``jnp.maximum(x, bf16(1e-40))`` with ``x = -0`` is ``-0`` in XLA (bf16 is computed
+    in f32, where the bf16 denormal is an f32 denormal that the max instruction reads as a zero and returns ``x``
+    on the tie, as for f32 constants), ``+0`` here. A single element keeps the signed-zero rule (``+0``), except
+    inside the loops XLA compiles whole (``-0``, f32 too): found with this test's loop programs."""
+    values = [-0.0, 0.0, 1e-40, -1e-40, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), -float("nan")]
+    expression = expression.format(_dtype_expression(dtype))
+    for size in (1, len(values), 21):
+        for first in (-0.0, 0.0):
+            x0 = np.resize(np.array([first, *values], DTYPES[dtype]), size)
+            _compare(Program(dtype, x0.shape, [x0], [("constant", expression)]))
+            _compare(Program(dtype, x0.shape, [x0], [("constant", expression)], loop_trips=2))
+
+
+def test_max_with_a_denormal_constant_is_one_definition_in_compiled_loops():
+    """Issue 30, the long campaign's captured finding (an f32 fori_loop whose NaN came out ``0x7fc10000`` in
+    compiled loops and ``0xffc10000`` interpreted): a compiled loop is written at its first call, in the
+    executor's flush mode, where reading the denormal constant of ``max(x, 1e-45)`` as a float gave zero, so the
+    compiled loop took the ordinary max (``max(-0, 1e-45)`` is ``+0``) and the interpreter the denormal-constant
+    rule (``-0``); the next ``max`` with a NaN gives it the and-ed sign bits of both operands."""
+    nan_positive, nan_negative = np.array([0x7FC10000, 0xFFC10000], np.uint32).view(np.float32)
+    x0 = np.array([-0.0, 0.0, -0.0, 1.0, -1e-40, 0.0], np.float32)
+    x1 = np.array([nan_negative, nan_negative, nan_positive, nan_negative, nan_negative, 2.0], np.float32)
+    for trips in (0, 2):
+        _compare(Program("float32", x0.shape, [x0, x1], [("constant", "jnp.maximum(x0, np.float32(1e-45))"),
+                                                        ("binary", "jnp.maximum(v0, x1)")], loop_trips=trips))

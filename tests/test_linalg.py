@@ -650,7 +650,7 @@ def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
     import lowering
     from interop import import_jax
     from passes.pipelines import prepare_for_execution
-    from passes.small_loops import SMALL_LOOP_DOT
+    from passes.small_loops import SMALL_CALL
 
     m, k, n = mkn
     rng = np.random.default_rng(m * 10_000 + k * 100 + n)
@@ -666,7 +666,7 @@ def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
     module = import_jax(fn, *cases[0])
     # The pass finds the loops XLA compiles whole (f32 (2, 40, 1), f64 (1, 10, 10) and larger are not).
     xla_small = "xla_cpu_small_call" in jax.jit(fn).lower(*cases[0]).compile().as_text()
-    marked = [op for op in prepare_for_execution(module).walk() if SMALL_LOOP_DOT in op.attributes]
+    marked = [op for op in prepare_for_execution(module).walk() if SMALL_CALL in op.attributes and "dot" in op.name]
     assert len(marked) == (1 if xla_small else 0)
     for x, w in cases:
         want = np.asarray(jax.jit(fn)(x, w))

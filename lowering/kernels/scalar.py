@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
+import ml_dtypes
 import numba
 import numpy as np
 from numba import types
@@ -692,17 +693,23 @@ def float_extremum(which: str, flush: bool) -> Scalar:
 
 
 def _denormal_splat(value) -> bool:
-    """Whether ``value`` is a splat f32/f64 constant (or a broadcast of one) whose elements are a nonzero
-    denormal: XLA CPU's code holds it as an immediate that LLVM knows is not zero."""
+    """Whether ``value`` is a splat f32/f64/bf16 constant (or a broadcast of one) whose elements are a nonzero
+    denormal: XLA CPU's code holds it as an immediate that LLVM knows is not zero (bf16 is computed in f32,
+    where a bf16 denormal is an f32 denormal: measured, ``jnp.maximum(-0, bf16(1e-40))`` is ``-0`` on arrays)."""
     owner = value.owner
     if isinstance(owner, BroadcastInDimOp):
         owner = owner.operands[0].owner
     if not isinstance(owner, ConstantOp):
         return False
     splat = owner.splat_value()
-    if splat is None or splat.dtype not in (np.float32, np.float64):
+    if splat is None or splat.dtype not in (np.float32, np.float64, ml_dtypes.bfloat16):
         return False
-    return 0 < abs(float(splat)) < np.finfo(splat.dtype).tiny
+    # From the bits: float arithmetic on a denormal reads zero when this runs in the executor's flush mode
+    # (compiled loops are written at their first call; found by test_max_min_with_a_denormal_constant_as_xla).
+    bits = int(np.asarray(splat).view(f"u{splat.dtype.itemsize}"))
+    mantissa = ml_dtypes.finfo(splat.dtype).nmant
+    exponent_mask = (1 << (8 * splat.dtype.itemsize - 1)) - (1 << mantissa)
+    return bits & exponent_mask == 0 and bits & ((1 << mantissa) - 1) != 0
 
 
 @scalar_definition(ew.MaxOp, ew.MinOp)
@@ -712,13 +719,21 @@ def _maximum_minimum(op, dtypes, result, flush):
     which = "maximum" if isinstance(op, ew.MaxOp) else "minimum"
     if result not in FLOATS:
         return Scalar(f"{which}_int")
-    if flush and result in (np.float32, np.float64) and _elements(op.results[0].type) >= 2:
+    if flush and result in (np.float32, np.float64) and (_elements(op.results[0].type) >= 2 or _small_call(op)):
         # A denormal splat operand: XLA's vector code compares without the signed-zero fix-up (a single
-        # element keeps it: measured, f32[1] gives the sign rule). XLA's simplifier has moved a constant to
-        # the right (passes.xla_numerics.ConstantOnTheRight); with xla_rewrites=False the op is as written.
+        # element keeps it: measured, f32[1] gives the sign rule, except inside the loops XLA compiles whole,
+        # passes.small_loops). XLA's simplifier has moved a constant to the right
+        # (passes.xla_numerics.ConstantOnTheRight); with xla_rewrites=False the op is as written.
         if _denormal_splat(op.operands[1]):
             return Scalar(f"{which}_float_flush_denormal_constant")
     return float_extremum(which, flush)
+
+
+def _small_call(op) -> bool:
+    """Whether ``op`` is inside a while loop XLA CPU compiles whole (marked by ``xla-small-loops``)."""
+    from passes.small_loops import SMALL_CALL
+
+    return SMALL_CALL in op.attributes
 
 
 def _elements(tensor_type) -> int:

@@ -89,9 +89,9 @@ batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not
 def dot_vector_bytes(op) -> int:
     """The vector size XLA CPU computes the dot ``op`` with: 64 bytes inside the while loops it compiles whole
     (marked by the ``xla-small-loops`` pass), else 32."""
-    from passes.small_loops import SMALL_LOOP_DOT
+    from passes.small_loops import SMALL_CALL
 
-    return 64 if SMALL_LOOP_DOT in op.attributes else 32
+    return 64 if SMALL_CALL in op.attributes else 32
 
 
 def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_bytes: int = 32) -> int | None:
