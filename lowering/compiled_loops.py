@@ -280,12 +280,18 @@ class _LoopWriter:
                                        inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
-        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter"):
+        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter", "hlo.conditional"):
             raise _Ineligible(f"{op.name} (an op with regions)")
         if op.name == "hlo.call":
             return self.call(op, indent)
         if op.name == "hlo.while":
             return self.nested_while(op, indent)
+        if op.name == "hlo.conditional":
+            return self.conditional(op, indent)
+        if op.name == "hlo.tuple" and not op.operands:
+            # (the empty operand of a conditional's branches, as jax writes lax.cond: see conditional)
+            self.names[op.results[0]] = "None"
+            return
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
@@ -327,6 +333,47 @@ class _LoopWriter:
                                    f"{', '.join(results)}{',' if len(results) == 1 else ''}")
         for r, name in zip(op.results, state):
             self.names[r] = name
+
+    def conditional(self, op: Operation, indent: str) -> None:
+        """An ``hlo.conditional`` as ``if``/``elif``/``else`` over its branches, written in place (as the
+        interpreted kernel runs it: a ``pred`` selector runs region 0 when true, an ``s32`` index runs its
+        branch, the last one when out of range). A branch may read values of the enclosing code; its argument
+        is either a value or an unused empty tuple (``lax.cond``)."""
+        from xdsl.dialects.builtin import TupleType
+
+        for v in op.results:
+            self.info(v)
+        selector, branch_operands = op.operands[0], list(op.operands[1:])
+        dtype, shape = self.info(selector)
+        if shape:
+            raise _Ineligible("a conditional with an array selector")
+        branches = [region.block for region in op.regions]
+        outs = [self.fresh("r") for _ in op.results]
+        sel = self.name(selector)
+        if dtype == np.bool_:
+            tests = [sel, None]
+        else:
+            index = self.fresh("s")
+            self.emit(indent, f"{index} = np.int64({sel})")
+            tests = [f"{index} == {k}" for k in range(len(branches) - 1)] + [None]
+        for k, (block, test) in enumerate(zip(branches, tests)):
+            inner = indent + "    " if len(branches) > 1 else indent
+            if len(branches) > 1:
+                self.emit(indent, "else:" if test is None else f"{'if' if k == 0 else 'elif'} {test}:")
+            for arg in block.args:
+                if isinstance(arg.type, TupleType):
+                    if list(arg.uses):
+                        raise _Ineligible("a conditional branch that reads a tuple")
+                    continue
+                self.names[arg] = self.name(branch_operands[k])
+            results = self.block(block, inner)
+            for out, name, value in zip(outs, results, block.last_op.operands):
+                # (a constant is a read-only array: numba cannot join it with the other branches' arrays)
+                constant = isinstance(value.owner, Operation) and value.owner.name == "hlo.constant"
+                copy = ".copy()" if constant and self.info(value)[1] else ""
+                self.emit(inner, f"{out} = {name}{copy}")
+        for r, out in zip(op.results, outs):
+            self.names[r] = out
 
     def call(self, op: Operation, indent: str) -> None:
         name = op.callee.string_value()

@@ -61,6 +61,13 @@ class _SegmentWriter(_LoopWriter):
     def nested_while(self, op: Operation, indent: str) -> None:
         raise _Ineligible("a while loop (compiled as a loop of its own)")
 
+    @staticmethod
+    def has_tensor_type(value: SSAValue) -> bool:
+        """Whether ``value`` is a tensor (a segment's inputs and outputs are)."""
+        from xdsl.dialects.builtin import TensorType
+
+        return isinstance(value.type, TensorType)
+
     def try_op(self, op: Operation) -> bool:
         """Write ``op``; False (and nothing written) when it cannot be part of a segment."""
         state = (len(self.lines), len(self.prologue), len(self.inputs), len(self.names), len(self.constants),
@@ -71,6 +78,9 @@ class _SegmentWriter(_LoopWriter):
                     raise _Ineligible("a large result")
             if op.name in ("hlo.while", "hlo.custom_call") or any(inner.name == "hlo.while" for inner in op.walk()):
                 raise _Ineligible(op.name)
+            if op.name == "hlo.conditional" and not all(self.has_tensor_type(v) for v in op.operands):
+                # (jax's empty-tuple branch operands are not values a segment can take from the code around it)
+                raise _Ineligible("a conditional with tuple operands")
             self.op(op, "    ")
             return True
         except _Ineligible:

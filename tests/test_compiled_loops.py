@@ -760,3 +760,33 @@ def test_state_whose_old_contents_are_read_after_the_update_is_copied():
     np.testing.assert_array_equal(compiled[1], jax.jit(fn)(x)[1])
     (body,) = _while_bodies(fn, x)
     assert not compiled_loops.in_place_updates(body)
+
+
+def test_conditionals_in_loop_bodies_compile_with_the_interpreted_bits():
+    # lax.cond (a pred or an s32 selector: jax converts the predicate), lax.switch with an index out of range
+    # (clamped by jax; XLA itself runs the last branch), a branch returning a constant, one returning the
+    # state unchanged, a conditional inside a nested while, and one that updates a row of the state.
+    x = _floats(F32, 16)
+    x = np.nan_to_num(x, posinf=2.0, neginf=-2.0)
+
+    def fn(x):
+        def body(i, carry):
+            v, acc, buf = carry
+            v = lax.cond(i % 3 == 0, lambda v: v * F32(0.5) + F32(1), lambda v: v, v)
+            w = lax.switch(i % 5 - 1, [lambda: jnp.sin(v), lambda: jnp.full(v.shape, F32(2)), lambda: v - F32(1)])
+            acc = lax.cond(jnp.sum(w) > 0, lambda: acc + jnp.max(w), lambda: acc - F32(1))
+
+            def inner(state):
+                k, y = state
+                return k + 1, lax.cond(y[0] > 0, lambda y: y * F32(0.25), lambda y: y + F32(0.125), y)
+
+            _, v = lax.while_loop(lambda s: s[0] < 3, inner, (0, v))
+            buf = lax.cond(i % 2 == 0, lambda b: b.at[i].set(acc), lambda b: b, buf)
+            return v, acc, buf
+
+        return lax.fori_loop(0, 12, body, (x, F32(0), jnp.zeros(12, F32)))
+
+    compiled = _assert_same(fn, x)
+    for c, j in zip(compiled, jax.jit(fn)(x)):
+        np.testing.assert_allclose(c, j, rtol=1e-6)
+    assert "if " in _loop_sources(fn, x)
