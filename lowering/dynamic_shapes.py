@@ -76,6 +76,8 @@ def resolve_dynamic_sizes(module: ModuleOp) -> ModuleOp:
             size = _size_set_for(op.operand, op.dimension.value.data)
             if size is not None and size.type == op.result.type:
                 op.result.replace_all_uses_with(size)
+                op.detach()  # (pure, and unused now: it would keep the dynamic value alive)
+                op.erase()
     _remove_dead_dynamic_values(module)
     for op in module.walk():
         if DYNAMIC_SHAPE in op.attributes:
