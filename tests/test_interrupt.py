@@ -175,3 +175,19 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
     fresh = subprocess.run([sys.executable, str(tmp_path / "child.py"), loops, "fresh"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert "FRESH True" in fresh.stdout, fresh.stderr[-3000:]  # the caches left behind serve whole functions
+
+
+def test_compilations_leave_the_main_thread_unless_it_holds_numbas_lock():
+    """lowering.interrupt.compile_off_main_thread (numba.vectorize in the kernels, scalar and libm): on the main
+    thread a compilation runs on a thread of its own; a compilation nested in one the main thread runs itself
+    (it holds numba's compiler lock) stays there -- a thread of ours would wait for that lock for ever."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    from lowering.interrupt import compile_off_main_thread
+
+    assert threading.current_thread() is threading.main_thread()
+    assert compile_off_main_thread(threading.current_thread) is not threading.main_thread()
+    with global_compiler_lock:
+        assert compile_off_main_thread(threading.current_thread) is threading.main_thread()
+    with pytest.raises(ZeroDivisionError):  # errors reach the caller
+        compile_off_main_thread(lambda: 1 / 0)

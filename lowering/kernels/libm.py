@@ -65,6 +65,8 @@ def _compile(name: str) -> tuple[np.ufunc, np.ufunc]:
     import numba
     from numba import types
 
+    from ..interrupt import compile_off_main_thread
+
     if numba.config.USING_SVML:  # pragma: no cover - only with Intel's SVML library installed
         raise UnsupportedError(
             "lowering.kernels.libm: numba is set to use Intel's SVML vector math, which is not the C library "
@@ -76,7 +78,8 @@ def _compile(name: str) -> tuple[np.ufunc, np.ufunc]:
         c_function = types.ExternalFunction(c_name, signature)
         # The kernel body is the C call (a closure over the external function, which numba reads as a constant).
         body = _unary_body(c_function) if arity == 1 else _binary_body(c_function)
-        ufuncs.append(numba.vectorize([signature], nopython=True)(body))
+        # (compiled off the main thread: Ctrl-C meanwhile is a KeyboardInterrupt in the caller, not inside numba)
+        ufuncs.append(compile_off_main_thread(numba.vectorize([signature], nopython=True), body))
     return ufuncs[0], ufuncs[1]
 
 
