@@ -292,6 +292,8 @@ class _LoopWriter:
             # (the empty operand of a conditional's branches, as jax writes lax.cond: see conditional)
             self.names[op.results[0]] = "None"
             return
+        if op.name == "hlo.reduce" and len(op.results) > 1:
+            return self.tree_reduce(op, indent)
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
@@ -794,19 +796,25 @@ class _LoopWriter:
     op_dot = op_dot_general
 
     def op_reduce(self, op, out, dtype, shape, indent):
+        """A reduce in the order of the interpreted kernel (:mod:`lowering.kernels.reduction`): bodies that are
+        one ufunc as it folds them (whole arrays; or per output, see :meth:`partial_reduce`), any other body
+        (argmax's pair of values and indices, ...) by :meth:`tree_reduce`."""
         from .kernels.reduction import binary_body_ufunc
 
-        if len(op.operands) != 2 or shape:
-            raise _Ineligible("a reduce that keeps dimensions or is variadic")
         ufunc = binary_body_ufunc(op.body)
         body_op = next(iter(op.body.block.ops)).name
         if ufunc is None or body_op not in _REDUCE_BODIES:
-            raise _Ineligible("a reduce with a general body")
+            return self.tree_reduce(op, indent, [out])
+        if shape:
+            return self.partial_reduce(op, out, dtype, shape, indent)
         x, init = (self.name(v) for v in op.operands)
         source_shape = self.info(op.operands[0])[1]
         n = int(np.prod(source_shape))
         if not source_shape:
             raise _Ineligible("a reduce of a scalar")
+        if n == 0:
+            self.emit(indent, f"{out} = {init}")
+            return
         flat, acc, i = self.fresh("f"), self.fresh("a"), self.fresh("i")
         self.emit(indent, f"{flat} = {_flat(x, source_shape)}")
         t = _NUMBA_TYPE_NAMES[dtype]
@@ -835,6 +843,153 @@ class _LoopWriter:
         self.emit(indent, f"for {i} in range(1, {n}):")
         self.emit(indent + "    ", f"{acc} = {combine(acc, f'{flat}[{i}]')}")
         self.emit(indent, f"{out} = {combine(init, acc)}")
+
+    def reduced_rows(self, value: SSAValue, axes: list[int], indent: str) -> tuple[str, int, int]:
+        """A C-contiguous ``(outputs, count)`` view of ``value`` with the reduced ``axes`` last (a transposed
+        copy unless they are the trailing axes), its name and both sizes."""
+        source_shape = self.info(value)[1]
+        kept = [d for d in range(len(source_shape)) if d not in axes]
+        outputs = int(np.prod([source_shape[d] for d in kept], dtype=np.int64))
+        count = int(np.prod([source_shape[d] for d in axes], dtype=np.int64))
+        rows, src = self.fresh("t"), self.name(value)
+        if kept + axes != list(range(len(source_shape))):
+            src = f"np.ascontiguousarray(np.transpose({src}, {tuple(kept + axes)!r}))"
+        self.emit(indent, f"{rows} = c_view({src}, ({outputs}, {count}))")
+        return rows, outputs, count
+
+    def partial_reduce(self, op, out, dtype, shape, indent):
+        """A one-ufunc reduce that keeps dimensions, output by output in the interpreted kernel's order: float
+        sums over the last axis pairwise (NumPy's order), over other axes a chain in row-major order (NumPy's
+        reduce), or halving when at least TREE_SUM_MIN elements are summed (the kernel's tree); products a
+        chain; float maxima and minima XLA's fold from the initial value; integers and booleans a fold."""
+        from .kernels.reduction import TREE_SUM_MIN, _accumulator, binary_body_ufunc
+
+        ufunc = binary_body_ufunc(op.body)
+        body = next(iter(op.body.block.ops))
+        source_shape = self.info(op.operands[0])[1]
+        axes = sorted(ints(op.dimensions))
+        last = len(source_shape) - 1
+        is_float = dtype in _FLOATS
+        if _accumulator(ufunc, dtype) != dtype or (is_float and dtype.itemsize < 4):
+            raise _Ineligible(f"a reduce of {dtype} accumulated in another type")
+        if is_float and body.name in ("hlo.add", "hlo.multiply") and last in axes and axes != [last]:
+            raise _Ineligible("a float reduce over the last and other axes")
+        definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
+        if definition is None:
+            raise _Ineligible(f"a reduce with a {body.name} body on {dtype}")
+        t = _NUMBA_TYPE_NAMES[dtype]
+
+        def combine(a, b):
+            return f"{t}({definition.name}({a}, {b}))"
+
+        rows, outputs, count = self.reduced_rows(op.operands[0], axes, indent)
+        init = self.name(op.operands[1])
+        self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+        flat, o, r, acc = self.fresh("g"), self.fresh("o"), self.fresh("i"), self.fresh("a")
+        self.emit(indent, f"{flat} = {_flat(out, shape)}")
+        if count == 0:
+            self.emit(indent, f"{flat}[:] = {init}")
+            return
+        self.emit(indent, f"for {o} in range({outputs}):")
+        inner = indent + "    "
+        if body.name == "hlo.add" and is_float and axes == [last]:
+            self.emit(inner, f"{flat}[{o}] = {t}({init} + pairwise_sum({rows}[{o}], 0, {count}))")
+        elif body.name == "hlo.add" and is_float and count >= TREE_SUM_MIN:
+            scratch, n, half, p = self.fresh("h"), self.fresh("n"), self.fresh("n"), self.fresh("p")
+            self.prologue.append(f"    {scratch} = np.empty({count}, {t})")
+            self.emit(inner, f"{scratch}[:] = {rows}[{o}]")
+            self.emit(inner, f"{n} = {count}")
+            self.emit(inner, f"while {n} > 1:")
+            self.emit(inner + "    ", f"{half} = {n} // 2")
+            self.emit(inner + "    ", f"for {p} in range({half}):")  # first half + second half
+            self.emit(inner + "        ", f"{scratch}[{p}] = {t}({scratch}[{p}] + {scratch}[{half} + {p}])")
+            self.emit(inner + "    ", f"if {n} % 2:")
+            self.emit(inner + "        ", f"{scratch}[{half}] = {scratch}[2 * {half}]")
+            self.emit(inner + "    ", f"{n} = {half} + {n} % 2")
+            self.emit(inner, f"{flat}[{o}] = {t}({init} + {scratch}[0])")
+        elif body.name in ("hlo.maximum", "hlo.minimum") and is_float:
+            self.emit(inner, f"{acc} = {init}")
+            self.emit(inner, f"for {r} in range({count}):")
+            self.emit(inner + "    ", f"{acc} = {combine(acc, f'{rows}[{o}, {r}]')}")
+            self.emit(inner, f"{flat}[{o}] = {acc}")
+        else:
+            self.emit(inner, f"{acc} = {rows}[{o}, 0]")
+            self.emit(inner, f"for {r} in range(1, {count}):")
+            self.emit(inner + "    ", f"{acc} = {combine(acc, f'{rows}[{o}, {r}]')}")
+            self.emit(inner, f"{flat}[{o}] = {combine(init, acc)}")
+
+    def tree_reduce(self, op, indent: str, outs: list[str] | None = None) -> None:
+        """A reduce with any body (several operands: argmax's values and indices; a body of several ops), as
+        the interpreted kernel computes it (:func:`lowering.kernels.reduction._tree_reduce`): per output, the
+        reduced elements in row-major order are combined with their neighbours, (0, 1), (2, 3), ..., an odd
+        last one carried, until one is left, which is combined with the initial values last. The body is
+        written once per combination site as scalar code."""
+        n = len(op.results)
+        inputs, inits = list(op.operands[:n]), list(op.operands[n:])
+        infos = [self.info(r) for r in op.results]
+        shape = infos[0][1]
+        for v in op.operands:
+            self.info(v)
+        if outs is None:
+            outs = [self.fresh() for _ in op.results]
+            for r, name in zip(op.results, outs):
+                self.names[r] = name
+        axes = sorted(ints(op.dimensions))
+        block = op.body.block
+        if any(self.info(a)[1] for a in block.args):
+            raise _Ineligible("a reduce body on arrays")
+        views = []
+        for v in inputs:
+            rows, outputs, count = self.reduced_rows(v, axes, indent)
+            views.append(rows)
+        flats = []
+        for r, out, (dtype, rshape) in zip(op.results, outs, infos):
+            if rshape:
+                self.emit(indent, f"{out} = {self.array_buffer(r, rshape, dtype)}")
+                flat = self.fresh("g")
+                self.emit(indent, f"{flat} = {_flat(out, rshape)}")
+                flats.append(flat)
+        init_names = [self.name(v) for v in inits]
+
+        def apply(lhs: list[str], rhs: list[str], at: str) -> list[str]:
+            for arg, name in zip(block.args, [*lhs, *rhs]):
+                self.names[arg] = name
+            return self.block(block, at)
+
+        o = self.fresh("o")
+        body_indent = indent + "    "
+        self.emit(indent, f"for {o} in range({outputs}):")
+        if count == 0:
+            finals = init_names
+        else:
+            scratch = []
+            for v, rows in zip(inputs, views):
+                buffer = self.fresh("h")
+                self.prologue.append(f"    {buffer} = np.empty({count}, {_NUMBA_TYPE_NAMES[self.info(v)[0]]})")
+                self.emit(body_indent, f"{buffer}[:] = {rows}[{o}]")
+                scratch.append(buffer)
+            k, half, p = self.fresh("n"), self.fresh("n"), self.fresh("p")
+            self.emit(body_indent, f"{k} = {count}")
+            self.emit(body_indent, f"while {k} > 1:")
+            self.emit(body_indent + "    ", f"{half} = {k} // 2")
+            self.emit(body_indent + "    ", f"for {p} in range({half}):")
+            at = body_indent + "        "
+            results = apply([f"{b}[2 * {p}]" for b in scratch], [f"{b}[2 * {p} + 1]" for b in scratch], at)
+            values = [self.fresh("e") for _ in results]
+            for value, name in zip(values, results):  # (all read before any is written back)
+                self.emit(at, f"{value} = {name}")
+            for b, value in zip(scratch, values):
+                self.emit(at, f"{b}[{p}] = {value}")
+            self.emit(body_indent + "    ", f"if {k} % 2:")
+            for b in scratch:
+                self.emit(body_indent + "        ", f"{b}[{half}] = {b}[{k} - 1]")
+            self.emit(body_indent + "    ", f"{k} = {half} + {k} % 2")
+            finals = apply(init_names, [f"{b}[0]" for b in scratch], body_indent)
+        for k_out, (out, (dtype, rshape), final) in enumerate(zip(outs, infos, finals)):
+            if rshape:
+                self.emit(body_indent, f"{flats[k_out]}[{o}] = {final}")
+            else:
+                self.emit(body_indent, f"{out} = {_NUMBA_TYPE_NAMES[dtype]}({final})")
 
 
 def _cost(plan: tuple[int, int, int]) -> int:

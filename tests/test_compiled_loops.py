@@ -790,3 +790,51 @@ def test_conditionals_in_loop_bodies_compile_with_the_interpreted_bits():
     for c, j in zip(compiled, jax.jit(fn)(x)):
         np.testing.assert_allclose(c, j, rtol=1e-6)
     assert "if " in _loop_sources(fn, x)
+
+
+@pytest.mark.parametrize("shape", [(6, 5), (70, 3), (4, 6, 5)])
+def test_reductions_that_keep_dimensions_in_loops(shape):
+    # Sums over the last axis (pairwise), over leading axes (a chain, or halving from 64 elements), maxima and
+    # minima with NaNs and signed zeros, products, integer sums, any/all, argmax/argmin (a reduce of two
+    # operands), a logsumexp row step: compiled per output in the interpreted kernel's order, bitwise.
+    x = _floats(F32, int(np.prod(shape)))[:int(np.prod(shape))]
+    x = RNG.permutation(x).reshape(shape)
+    k = np.arange(x.size, dtype=np.int32).reshape(shape) * np.int32(7919)
+
+    def fn(x, k):
+        def body(i, carry):
+            v, s, m, p, n, a, q, lse = carry
+            s = s + jnp.sum(v, axis=0).sum() + jnp.sum(v, axis=-1).sum()
+            if v.ndim == 3:
+                s = s + jnp.sum(v, axis=(0, 1)).sum() + jnp.max(v, axis=(0, 2)).sum()
+            m = m + jnp.max(v, axis=0) - jnp.min(v, axis=-1).sum()
+            p = p + jnp.prod(v * F32(0.5), axis=0).sum()
+            n = n + (jnp.sum(k, axis=0) + jnp.max(k, axis=-1).sum()).astype(jnp.int32)
+            a = a + (jnp.argmax(v, axis=0).sum() + jnp.argmin(v, axis=-1).sum()
+                     + jnp.any(v > 0, axis=0).sum()).astype(jnp.int32)
+            q = q + jnp.all(v < 1, axis=-1).sum().astype(jnp.int32)
+            lse = lse + jax.nn.logsumexp(jnp.nan_to_num(v), axis=-1).sum()
+            return v * F32(0.75) + F32(0.25), s, m, p, n, a, q, lse
+
+        m0 = jnp.zeros(x.shape[1:], F32)
+        n0 = jnp.zeros(k.shape[1:], jnp.int32)
+        return lax.fori_loop(0, 3, body, (x, F32(0), m0, F32(0), n0, jnp.int32(0), jnp.int32(0), F32(0)))
+
+    _assert_same(fn, x, k)
+
+
+def test_a_reduce_with_a_general_body_in_a_loop():
+    # A body of several ops (not one ufunc): combined pairwise, neighbours first, then with the initial value.
+    x = _floats(F32, 13).reshape(3, 7)
+
+    def combine(a, b):
+        return jnp.maximum(a, b) * F32(0.5) + jnp.minimum(a, b)
+
+    def fn(x):
+        def body(i, v):
+            r = lax.reduce(v, F32(0.125), combine, (1,))
+            return v * F32(0.5) + r[:, None] + lax.reduce(v, F32(1), combine, (0, 1))
+
+        return lax.fori_loop(0, 4, body, x)
+
+    _assert_same(fn, np.nan_to_num(x, posinf=5.0, neginf=-5.0))
