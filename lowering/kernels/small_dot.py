@@ -7,8 +7,11 @@ product with fused multiply-adds, starting from zero, in one of two orders. Meas
 
 * **one chain**: ``acc = fma(a[i, p], b[p, j], acc)`` for ``p = 0 .. K-1`` -- vector-matrix products
   (``M = 1``, but see below for their last columns), and products with ``N >= 17`` (``K`` up to 257);
-* **four lanes** (f32 only): term ``p`` goes to lane ``p mod 4`` (each lane a chain from zero), and the lanes are
-  added as ``(l0 + l1) + (l2 + l3)`` -- ``M >= 2``, ``2 <= N <= 16`` and ``K`` a multiple of 4, ``K >= 8``.
+* **four lanes** (f32 only): term ``p < K - K mod 4`` goes to lane ``p mod 4`` (each lane a chain from zero), and
+  the lanes are added as ``(l0 + l1) + (l2 + l3)``; the last ``K mod 4`` terms are rounded products added in order
+  (from the first), their sum added last -- ``M >= 2``, ``2 <= N <= 8`` and ``K >= 8``; ``9 <= N <= 16`` and
+  ``K >= 4`` except ``K = 5, 6, 9, 10, 13, 17`` (one chain). Measured: 286 random shapes (``M`` 2..39, ``N``
+  2..16, ``K`` 2..256) bitwise, and a table of ``M`` in 2..16, ``N`` in 2..16, ``K`` in 2..19.
 
 f64 products (with ``jax_enable_x64``) are one chain in XLA wherever measured except Eigen's edge tiles: equal for
 ``(M, K, N)`` = (1, 7, 2), (1, 7, 3), (1, 16, 8), (8, 8, 8), (16, 16, 16), (4, 32, 16), (3, 100, 5), (32, 32, 32),
@@ -46,9 +49,10 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 ``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))`` (f64 ``(l0+l2)+(l1+l3)``) -- and the scalar chain is added last.
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
-Elsewhere in the small range (``2 <= N <= 16`` with ``K`` not a multiple of 4 or below 8) XLA's order was not
-identified; the one chain is used there too, so the result is still one
-definition, the same on every CPU and in every path (the interpreter's dot kernel and compiled loops call
+Elsewhere in the small range XLA's order was not identified: f32 ``2 <= N <= 8`` with ``K < 8`` (one chain for
+``M <= 6, N <= 7``; four lanes for ``N = 8`` and for some ``M >= 8``, by tile), f64 ``M >= 2`` edge tiles, and
+vector dots of 4,096 products or more. The one chain is used there too, so the result is still one definition,
+the same on every CPU and in every path (the interpreter's dot kernel and compiled loops call
 :func:`small_dot`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger products
 (``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed.
 """
@@ -115,9 +119,18 @@ def _order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
         return None
     if m >= 2 and n == 1 and k >= 2:
         return ROW_TILES
-    if dtype == np.dtype(np.float32) and m >= 2 and 2 <= n <= 16 and k >= 8 and k % 4 == 0:
+    if dtype == np.dtype(np.float32) and m >= 2 and 2 <= n <= 16 and _four_lanes(k, n):
         return FOUR_LANES
     return ONE_CHAIN
+
+
+def _four_lanes(k: int, n: int) -> bool:
+    """Whether XLA CPU sums an f32 ``(M >= 2, k) x (k, n)`` product with ``2 <= n <= 16`` in four lanes (measured
+    table, module docstring): ``n <= 8`` from ``k = 8`` on; ``n >= 9`` except ``k <= 3``, ``k = 5, 9, 13, 17`` and
+    ``k = 6, 10`` (one chain there)."""
+    if n <= 8:
+        return k >= 8
+    return not (k <= 3 or (k % 4 == 1 and k <= 17) or (k % 4 == 2 and k <= 10))
 
 
 ROUNDED_TERMS = 8
@@ -238,16 +251,23 @@ def small_dot(a, b, out, order):
                     out[t, i, j] = _tree_sum(terms, k)
         return
     lanes = np.empty((4, n), a.dtype)
+    whole = k - k % 4
     for t in range(batch):
         for i in range(m):
             lanes[:] = zero
-            for p in range(k):
+            for p in range(whole):
                 x = a[t, i, p]
                 q = p & 3
                 for j in range(n):
                     lanes[q, j] = fused_multiply_add(x, b[t, p, j], lanes[q, j])
             for j in range(n):
                 out[t, i, j] = (lanes[0, j] + lanes[1, j]) + (lanes[2, j] + lanes[3, j])
+            if whole < k:  # the last k mod 4 terms: rounded products added in order, their sum added last
+                for j in range(n):
+                    rest = a[t, i, whole] * b[t, whole, j]
+                    for p in range(whole + 1, k):
+                        rest = rest + a[t, i, p] * b[t, p, j]
+                    out[t, i, j] = out[t, i, j] + rest
 
 
 def small_matmul(order: int):
