@@ -96,6 +96,9 @@ _NUMBA_TYPE_NAMES = {np.dtype(t): f"np.{np.dtype(t).name}" for t in
                      (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                       np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)}
 
+GATHER_MAX_ELEMENTS = 1 << 16
+"""Gathers with at most this many output elements compile (their per-element offsets are loop constants)."""
+
 _REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum", "hlo.and", "hlo.or", "hlo.xor"}
 
 
@@ -123,7 +126,7 @@ def _only_read(value: SSAValue) -> bool:
 _VIEW_OPS = {"hlo.reshape", "hlo.slice", "hlo.dynamic_slice", "hlo.transpose", "hlo.bitcast_convert",
              "hlo.broadcast_in_dim"}
 # Ops whose generated code only reads its array operands (copying what it keeps).
-_READING_OPS = {"hlo.dot_general", "hlo.dot", "hlo.reduce", "hlo.concatenate"}
+_READING_OPS = {"hlo.dot_general", "hlo.dot", "hlo.reduce", "hlo.concatenate", "hlo.gather"}
 
 
 def _iteration_local(value: SSAValue) -> bool:
@@ -581,6 +584,59 @@ class _LoopWriter:
             t = _NUMBA_TYPE_NAMES[dtype]
             self.emit(indent + "    ", f"for {at} in np.ndindex({tuple(window)!r}):")
             self.emit(indent + "        ", f"{target}[{at}] = {t}({combine.name}({target}[{at}], {values}[{at}]))")
+
+    def op_gather(self, op, out, dtype, shape, indent):
+        """A gather as the kernel defines it (:func:`lowering.kernels.indexing.gather_plan`): each output
+        element reads the operand at its static offset plus its index vector's clamped starts times the
+        operand's strides. The static offsets and each element's index vector are constants of the loop."""
+        from .kernels.indexing import gather_plan
+
+        plan = gather_plan(op)
+        size = int(np.prod(shape, dtype=np.int64))
+        if size > GATHER_MAX_ELEMENTS:
+            raise _Ineligible("a large gather")
+        (_, operand_shape), (index_dtype, index_shape) = self.info(op.operands[0]), self.info(op.operands[1])
+        if plan.zero or size == 0:
+            self.emit(indent, f"{out} = np.zeros({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+            return
+        static, batch_of = self.fresh("k"), self.fresh("k")
+        self.constants[static] = np.ascontiguousarray(np.broadcast_to(plan.static, shape).reshape(-1))
+        batches = int(np.prod(plan.batch_view, dtype=np.int64))
+        self.constants[batch_of] = np.ascontiguousarray(
+            np.broadcast_to(np.arange(batches, dtype=np.int64).reshape(plan.batch_view), shape).reshape(-1))
+        source = _flat(self.name(op.operands[0]), operand_shape) if operand_shape else \
+            f"np.full(1, {self.name(op.operands[0])})"
+        src, flat, e = self.fresh("f"), self.fresh("g"), self.fresh("i")
+        self.emit(indent, f"{src} = {source}")
+        self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+        self.emit(indent, f"{flat} = {_flat(out, shape)}")
+        if not plan.starts:
+            self.emit(indent, f"for {e} in range({size}):")
+            self.emit(indent + "    ", f"{flat}[{e}] = {src}[{static}[{e}]]")
+            return
+        # The index vectors, one row each (the index vector dimension last, as the kernel moves it).
+        ivd = plan.index_vector_dim
+        rank = len(index_shape)
+        width = 1 if ivd == rank else index_shape[ivd]
+        indices = self.name(op.operands[1])
+        if not index_shape:
+            indices = f"np.full(1, {indices})"
+        elif ivd < rank and ivd != rank - 1:
+            perm = tuple([d for d in range(rank) if d != ivd] + [ivd])
+            indices = f"np.ascontiguousarray(np.transpose({indices}, {perm!r}))"
+        vectors, dynamic, b, start = self.fresh("x"), self.fresh("d"), self.fresh("b"), self.fresh("s")
+        self.emit(indent, f"{vectors} = c_view({indices}, ({batches}, {width}))")
+        self.emit(indent, f"{dynamic} = np.empty({batches}, np.int64)")
+        self.emit(indent, f"for {b} in range({batches}):")
+        self.emit(indent + "    ", f"{dynamic}[{b}] = 0")
+        for k, high, stride in plan.starts:
+            value = f"{vectors}[{b}, {k}]"
+            if index_dtype == np.dtype(np.uint64):  # (capped as the kernel reads them: still out of bounds)
+                value = f"min({value}, np.uint64({1 << 62}))"
+            self.emit(indent + "    ", f"{start} = min(max(np.int64({value}), 0), {high})")
+            self.emit(indent + "    ", f"{dynamic}[{b}] += {start} * {stride}")
+        self.emit(indent, f"for {e} in range({size}):")
+        self.emit(indent + "    ", f"{flat}[{e}] = {src}[{static}[{e}] + {dynamic}[{batch_of}[{e}]]]")
 
     def op_slice(self, op, out, dtype, shape, indent):
         """A static (strided) slice, copied to a C-ordered array."""

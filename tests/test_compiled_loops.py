@@ -838,3 +838,33 @@ def test_a_reduce_with_a_general_body_in_a_loop():
         return lax.fori_loop(0, 4, body, x)
 
     _assert_same(fn, np.nan_to_num(x, posinf=5.0, neginf=-5.0))
+
+
+def test_gathers_in_loops():
+    # x[idx] with indices out of range (clamped, as XLA clamps a gather's starts), rows of a matrix, an
+    # embedding lookup, take_along_axis, a vmapped dynamic index (a gather with batching dimensions), unsigned
+    # indices: compiled as the kernel computes the offsets, bitwise.
+    x = _floats(F32, 16)
+    table = RNG.standard_normal((10, 4)).astype(F32)
+    idx = np.array([3, 0, 23, -5, 9, 9, 1], np.int32)
+    tokens = RNG.integers(0, 10, (3, 5)).astype(np.int32)
+    order = np.argsort(RNG.standard_normal((10, 4)), axis=0).astype(np.int32)
+
+    def fn(x, table, idx, tokens, order):
+        def body(i, carry):
+            v, t, acc = carry
+            g = v[jnp.clip(idx + i, -100, 100)]  # (jax clips in range; the gather clamps again)
+            rows = t[idx % 10]
+            emb = t[tokens].sum(axis=(0, 1))
+            along = jnp.take_along_axis(t, order, axis=0)
+            per_row = jax.vmap(lambda row, j: row[j])(t, (idx[:1] + i) % 4 + jnp.zeros(10, jnp.int32))
+            unsigned = v[(idx.astype(jnp.uint32) + i.astype(jnp.uint32)) % 16]
+            acc = acc + g.sum() + rows.sum() + emb.sum() + along[0].sum() + per_row.sum() + unsigned.sum()
+            return v * F32(0.5) + acc * F32(1e-3), t * F32(0.75) + along * F32(0.25), acc
+
+        return lax.fori_loop(0, 5, body, (x, table, F32(0)))
+
+    args = (np.nan_to_num(x, posinf=2.0, neginf=-2.0), table, idx, tokens, order)
+    compiled = _assert_same(fn, *args)
+    for c, j in zip(compiled, jax.jit(fn)(*args)):  # (sums of gathered values: not in XLA's order everywhere)
+        np.testing.assert_allclose(c, j, rtol=1e-5, atol=1e-6)

@@ -54,6 +54,7 @@ are clamped there first (they are out of bounds either way).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from xdsl.ir import OpResult
@@ -111,8 +112,22 @@ def _batch_position(index_dim: int, index_vector_dim: int) -> int:
 # ----------------------------------------------------------------------------
 
 
-@register(GatherOp)
-def _gather(op, ctx):
+class GatherPlan(NamedTuple):
+    """Where each output element of a gather comes from, as XLA defines it: its linear operand offset is
+    ``static`` (window offsets and batching iotas, broadcastable to ``out_shape``) plus, per index vector, the
+    clamped start indices ``starts`` ``(k, largest start, stride)`` dotted with the operand's strides, laid out
+    by ``batch_view``. Used by the kernel and by compiled loops (lowering.compiled_loops)."""
+
+    out_shape: tuple[int, ...]
+    static: np.ndarray
+    batch_view: list[int]
+    starts: list[tuple[int, int, int]]
+    index_vector_dim: int
+    zero: bool  # (an empty slice of a non-empty result: zeros)
+
+
+def gather_plan(op) -> GatherPlan:
+    """The :class:`GatherPlan` of gather ``op``."""
     shape = tuple(op.operand.type.get_shape())
     out_shape = tuple(op.result.type.get_shape())
     rank, out_rank = len(shape), len(out_shape)
@@ -125,12 +140,6 @@ def _gather(op, ctx):
     ivd = op.index_vector_dim.value.data
     strides = _strides(shape)
     batch_out = [d for d in range(out_rank) if d not in offset_dims]  # output batch dims, in index-array order
-    dtype = ctx.dtype(op.result.type)
-
-    if math.prod(out_shape) and 0 in slice_sizes:
-        zeros = np.zeros(out_shape, dtype)
-        return lambda operand, indices: zeros.copy()
-
     # Static part of each output element's linear operand offset: window offsets and batching iotas.
     static = np.zeros((1,) * out_rank, np.int64)
     window_dims = [d for d in range(rank) if d not in collapsed and d not in batching]
@@ -143,6 +152,19 @@ def _gather(op, ctx):
     for d in batch_out:
         batch_view[d] = out_shape[d]
     starts = [(k, shape[d] - slice_sizes[d], strides[d]) for k, d in enumerate(index_map)]
+    return GatherPlan(out_shape, static, batch_view, starts, ivd, bool(math.prod(out_shape) and 0 in slice_sizes))
+
+
+@register(GatherOp)
+def _gather(op, ctx):
+    plan = gather_plan(op)
+    dtype = ctx.dtype(op.result.type)
+    out_shape, static, batch_view, starts, ivd = plan.out_shape, plan.static, plan.batch_view, plan.starts, \
+        plan.index_vector_dim
+
+    if plan.zero:
+        zeros = np.zeros(out_shape, dtype)
+        return lambda operand, indices: zeros.copy()
 
     def gather_kernel(operand, indices):
         lin = static
