@@ -283,7 +283,7 @@ class _LoopWriter:
                                        inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
-        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter", "hlo.conditional"):
+        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter", "hlo.conditional", "hlo.sort"):
             raise _Ineligible(f"{op.name} (an op with regions)")
         if op.name == "hlo.call":
             return self.call(op, indent)
@@ -297,6 +297,8 @@ class _LoopWriter:
             return
         if op.name == "hlo.reduce" and len(op.results) > 1:
             return self.tree_reduce(op, indent)
+        if op.name == "hlo.sort":
+            return self.sort(op, indent)
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
@@ -973,6 +975,106 @@ class _LoopWriter:
             self.emit(inner, f"for {r} in range(1, {count}):")
             self.emit(inner + "    ", f"{acc} = {combine(acc, f'{rows}[{o}, {r}]')}")
             self.emit(inner, f"{flat}[{o}] = {combine(init, acc)}")
+
+    def sort(self, op, indent: str) -> None:
+        """A sort along one dimension by a comparator the kernel recognises (:mod:`lowering.kernels.sorting`:
+        jax's sorts, argsorts and top_k), as a stable bottom-up merge sort per row that calls the comparator's
+        own ops as scalar code. Both the kernel's strategies are stable, and a stable sort by a strict weak
+        order has one result, so the bits are the kernel's. Comparators that are not such an order on floats
+        (an ordering compare of type FLOAT, under which NaN is unordered) stay interpreted."""
+        from .kernels.sorting import recognise_comparator
+
+        block = op.comparator.block
+        if recognise_comparator(op) is None:
+            raise _Ineligible("a sort with a comparator not recognised")
+        for inner in block.ops:
+            if inner.name == "hlo.compare" and self.info(inner.operands[0])[0] in _FLOATS:
+                kind = inner.compare_type.data if inner.compare_type is not None else "FLOAT"
+                direction = inner.comparison_direction.data
+                canonicalising = direction in ("EQ", "NE") and (
+                    inner.operands[0] is inner.operands[1]
+                    or any(isinstance(v.owner, Operation) and v.owner.name == "hlo.constant" for v in inner.operands))
+                if kind != "TOTALORDER" and not canonicalising:
+                    raise _Ineligible("a sort whose comparator leaves NaN unordered")
+        infos = [self.info(v) for v in op.operands]
+        shape = infos[0][1]
+        for r in op.results:
+            self.info(r)
+        if not shape:
+            raise _Ineligible("a sort of scalars")
+        axis = int(op.dimension.value.data) % len(shape)
+        n = shape[axis]
+        rows = int(np.prod(shape, dtype=np.int64)) // max(n, 1)
+        perm = [d for d in range(len(shape)) if d != axis] + [axis]
+        moved_shape = tuple(shape[d] for d in perm)
+        inverse = tuple(int(i) for i in np.argsort(perm))
+        sources, outs = [], []
+        for v, (dtype, _) in zip(op.operands, infos):
+            src = self.name(v)
+            if perm != list(range(len(shape))):
+                src = f"np.ascontiguousarray(np.transpose({src}, {tuple(perm)!r}))"
+            name = self.fresh("t")
+            self.emit(indent, f"{name} = c_view({src}, ({rows}, {n}))")
+            sources.append(name)
+            out = self.fresh("q")
+            self.emit(indent, f"{out} = np.empty(({rows}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
+            outs.append(out)
+        order, spare = self.fresh("h"), self.fresh("h")
+        self.prologue.append(f"    {order} = np.empty({max(n, 1)}, np.int64)")
+        self.prologue.append(f"    {spare} = np.empty({max(n, 1)}, np.int64)")
+        row, j, width, lo, mid, hi, i, k, a, b = (self.fresh(p) for p in "ojwlmhiknn")
+        src_order, dst_order = self.fresh("u"), self.fresh("u")
+        at = indent + "    "
+        self.emit(indent, f"for {row} in range({rows}):")
+        self.emit(at, f"{src_order} = {order}")
+        self.emit(at, f"{dst_order} = {spare}")
+        self.emit(at, f"for {j} in range({n}):")
+        self.emit(at + "    ", f"{src_order}[{j}] = {j}")
+        self.emit(at, f"{width} = 1")
+        self.emit(at, f"while {width} < {n}:")
+        w1 = at + "    "
+        self.emit(w1, f"{lo} = 0")
+        self.emit(w1, f"while {lo} < {n}:")
+        w2 = w1 + "    "
+        self.emit(w2, f"{mid} = min({lo} + {width}, {n})")
+        self.emit(w2, f"{hi} = min({lo} + 2 * {width}, {n})")
+        self.emit(w2, f"{i} = {lo}")
+        self.emit(w2, f"{j} = {mid}")
+        self.emit(w2, f"{k} = {lo}")
+        self.emit(w2, f"while {i} < {mid} and {j} < {hi}:")
+        w3 = w2 + "    "
+        self.emit(w3, f"{a} = {src_order}[{j}]")  # (the right run's element goes first only if strictly less)
+        self.emit(w3, f"{b} = {src_order}[{i}]")
+        for m, src in enumerate(sources):
+            self.names[block.args[2 * m]] = f"{src}[{row}, {a}]"
+            self.names[block.args[2 * m + 1]] = f"{src}[{row}, {b}]"
+        (less,) = self.block(block, w3)
+        self.emit(w3, f"if {less}:")
+        self.emit(w3 + "    ", f"{dst_order}[{k}] = {a}")
+        self.emit(w3 + "    ", f"{j} += 1")
+        self.emit(w3, "else:")
+        self.emit(w3 + "    ", f"{dst_order}[{k}] = {b}")
+        self.emit(w3 + "    ", f"{i} += 1")
+        self.emit(w3, f"{k} += 1")
+        for start, end in ((i, mid), (j, hi)):
+            self.emit(w2, f"while {start} < {end}:")
+            self.emit(w2 + "    ", f"{dst_order}[{k}] = {src_order}[{start}]")
+            self.emit(w2 + "    ", f"{start} += 1")
+            self.emit(w2 + "    ", f"{k} += 1")
+        self.emit(w2, f"{lo} += 2 * {width}")
+        self.emit(w1, f"{src_order}, {dst_order} = {dst_order}, {src_order}")
+        self.emit(w1, f"{width} *= 2")
+        self.emit(at, f"for {j} in range({n}):")
+        for src, out in zip(sources, outs):
+            self.emit(at + "    ", f"{out}[{row}, {j}] = {src}[{row}, {src_order}[{j}]]")
+        for r, out in zip(op.results, outs):
+            name = self.fresh()
+            if perm != list(range(len(shape))):
+                self.emit(indent, f"{name} = np.ascontiguousarray(np.transpose(c_view({out}, {moved_shape!r}), "
+                                  f"{inverse!r}))")
+            else:
+                self.emit(indent, f"{name} = c_view({out}, {shape!r})")
+            self.names[r] = name
 
     def tree_reduce(self, op, indent: str, outs: list[str] | None = None) -> None:
         """A reduce with any body (several operands: argmax's values and indices; a body of several ops), as

@@ -152,10 +152,10 @@ def test_scan_with_dynamic_slices_and_reductions():
 def test_ineligible_loops_fall_back():
     w = RNG.standard_normal((8, 8), dtype=F32)
 
-    def with_sort(x):
-        return lax.fori_loop(0, 3, lambda i, v: jnp.sort(jnp.tanh(v @ w), axis=-1), x)
+    def with_a_window_reduction(x):  # (jnp.cumsum is a reduce_window: not compiled in loops yet)
+        return lax.fori_loop(0, 3, lambda i, v: jnp.cumsum(jnp.tanh(v @ w), axis=-1), x)
 
-    _assert_same(with_sort, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
+    _assert_same(with_a_window_reduction, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
 
 
 def _compiled_calls(monkeypatch) -> list:
@@ -868,3 +868,30 @@ def test_gathers_in_loops():
     compiled = _assert_same(fn, *args)
     for c, j in zip(compiled, jax.jit(fn)(*args)):  # (sums of gathered values: not in XLA's order everywhere)
         np.testing.assert_allclose(c, j, rtol=1e-5, atol=1e-6)
+
+
+def test_sorts_in_loops():
+    # jnp.sort (canonicalised keys: -0 == +0, NaN last), argsort (ties keep their order), top_k (TOTALORDER),
+    # a two-key lexsort, a sort along the first axis: a stable merge sort calling the comparator's own ops,
+    # bitwise equal to the interpreted kernel's (and to jax.jit: sorting does no arithmetic).
+    x = _floats(F32, 24)
+    x[:6] = [0.0, -0.0, 1.5, 1.5, np.nan, -np.nan]
+    x = RNG.permutation(x)
+    m = RNG.integers(-3, 3, (6, 5)).astype(F32)
+
+    def fn(x, m):
+        def body(i, carry):
+            v, acc = carry
+            s = jnp.sort(v)
+            a = jnp.argsort(jnp.round(v * F32(2)))
+            t, ti = lax.top_k(v, 5)
+            lex = jnp.lexsort((v, jnp.round(v)))
+            cols = jnp.sort(m + i.astype(F32), axis=0)
+            acc = acc + a.astype(F32) + lex.astype(F32) + jnp.nansum(t) + ti.sum() + cols[0].sum()
+            return jnp.roll(s, 1) * F32(0.5), acc
+
+        return lax.fori_loop(0, 3, body, (x, jnp.zeros(x.shape, F32)))
+
+    compiled = _assert_same(fn, x, m)
+    for c, j in zip(compiled, jax.jit(fn)(x, m)):
+        np.testing.assert_array_equal(_bits(c), _bits(j))

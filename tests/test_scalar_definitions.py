@@ -153,3 +153,28 @@ def test_definition_equals_the_interpreters_kernel(name, fn, arity, dtype, targe
     assert not different.size, (f"{op.name} on {np.dtype(dtype).name}: definition and kernel differ at inputs "
                                 f"{[tuple(x[i] for x in inputs) for i in different[:4]]}: "
                                 f"{got[different[:4]]} vs {expected[different[:4]]}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
+def test_total_order_comparisons_follow_xla(direction, dtype):
+    # The TOTALORDER compare of jax's sort comparators: one definition (scalar.compare_total_order), the
+    # interpreter's kernel is its ufunc; checked against XLA on every pair of special values (NaNs of both
+    # signs and payloads, signed zeros, infinities, subnormals).
+    rng = np.random.default_rng(1)
+    base = _specials(dtype, rng)[:22]
+    a, b = np.repeat(base, base.size), np.tile(base, base.size)
+    kind = "f32" if np.dtype(dtype) == np.float32 else "f64"
+    t = f"tensor<{a.size}x{kind}>"
+    module = import_stablehlo(f"""func.func @main(%a: {t}, %b: {t}) -> tensor<{a.size}xi1> {{
+  %0 = stablehlo.compare {direction}, %a, %b, TOTALORDER : ({t}, {t}) -> tensor<{a.size}xi1>
+  return %0 : tensor<{a.size}xi1>
+}}""")
+    op = next(o for o in module.walk() if o.name == "hlo.compare")
+    assert scalar.scalar_of(op, [dtype, dtype], np.bool_, True).name == "compare_total_order"
+    (got,) = lowering.compile(module, fusion="never", loop_compilation="never")(a, b)
+    from interop.hlo.xla import run_hlo_on_xla
+
+    (expected,) = run_hlo_on_xla(module, a, b, trusted=True)
+    different = np.nonzero(np.asarray(got) != np.asarray(expected))[0]
+    assert not different.size, [(a[i], b[i]) for i in different[:4]]

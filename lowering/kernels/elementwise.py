@@ -1055,6 +1055,9 @@ def _compare(op, ctx):
     ctype = op.compare_type.data if op.compare_type is not None else ew.default_compare_type(
         op.operands[0].type.element_type)
     ufunc = _COMPARE_UFUNCS[direction]
+    definition = scalar.scalar_of(op, [e.compute, e.compute], np.bool_, ctx.denormals == "flush")
+    if ctype == "TOTALORDER" and definition is not None and not e.widened:  # (f32, f64: the compiled paths')
+        return binary_kernel(scalar.ufunc(definition, [e.compute, e.compute], np.bool_), op)
     if ctype == "TOTALORDER":
         def total(a, b):
             return ufunc(total_order_key(a, e), total_order_key(b, e))
@@ -1077,6 +1080,10 @@ def _select(op, ctx):
 
     if not isinstance(op.operands[1].type, TensorType):  # tuples: a scalar predicate picks one
         return lambda p, t, f: t if bool(p) else f
+    dtype = ctx.dtype(op.results[0].type)
+    definition = scalar.scalar_of(op, [np.bool_, dtype, dtype], dtype, ctx.denormals == "flush")
+    if definition is not None and definition.name == "select_flush":  # a float max/min pattern (its definition)
+        return _quiet(scalar.ufunc(definition, [np.bool_, dtype, dtype], dtype))
     return np.where
 
 
