@@ -283,7 +283,8 @@ class _LoopWriter:
                                        inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
-        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter", "hlo.conditional", "hlo.sort"):
+        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter", "hlo.conditional", "hlo.sort",
+                                          "hlo.reduce_window"):
             raise _Ineligible(f"{op.name} (an op with regions)")
         if op.name == "hlo.call":
             return self.call(op, indent)
@@ -299,6 +300,8 @@ class _LoopWriter:
             return self.tree_reduce(op, indent)
         if op.name == "hlo.sort":
             return self.sort(op, indent)
+        if op.name == "hlo.reduce_window":
+            return self.reduce_window(op, indent)
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
@@ -1075,6 +1078,88 @@ class _LoopWriter:
             else:
                 self.emit(indent, f"{name} = c_view({out}, {shape!r})")
             self.names[r] = name
+
+    def reduce_window(self, op, indent: str) -> None:
+        """A reduce_window (cumulative sums, pooling) as the interpreted kernel folds it
+        (:func:`lowering.kernels.windowed._reduce_window`): per output, from the initial values, the window's
+        elements in row-major order, padding and base-dilation holes skipped (the kernel pads with the body's
+        identity, which leaves the fold unchanged). Float max/min stay interpreted (the kernel fixes their
+        zeros' signs after a NumPy fold: not the scalar definitions' NaN rules)."""
+        from .kernels.reduction import binary_body_ufunc
+
+        n = len(op.results)
+        inputs, inits = list(op.operands[:n]), list(op.operands[n:])
+        infos = [self.info(r) for r in op.results]
+        for v in op.operands:
+            self.info(v)
+        block = op.body.block
+        ufunc = binary_body_ufunc(op.body) if n == 1 else None
+        if ufunc is not None and infos[0][0] in _FLOATS and ufunc in (np.maximum, np.minimum):
+            raise _Ineligible("a float max/min reduce_window")
+        window = op.window()
+        base = self.info(inputs[0])[1]
+        out_shape = infos[0][1]
+        if not base or not out_shape:
+            raise _Ineligible("a reduce_window of scalars")
+        if any(window.reversal or ()):
+            raise _Ineligible("a reversed window")
+        outs = [self.fresh() for _ in op.results]
+        flats = []
+        for r, out, (dtype, shape) in zip(op.results, outs, infos):
+            self.names[r] = out
+            self.emit(indent, f"{out} = {self.array_buffer(r, shape, dtype)}")
+            flat = self.fresh("g")
+            self.emit(indent, f"{flat} = {_flat(out, shape)}")
+            flats.append(flat)
+        sources = []
+        for v in inputs:
+            src = self.fresh("f")
+            self.emit(indent, f"{src} = {_flat(self.name(v), base)}")
+            sources.append(src)
+        strides = [int(np.prod(base[d + 1:], dtype=np.int64)) for d in range(len(base))]
+        o, p, rest, src_index, ok = (self.fresh(x) for x in ("o", "p", "n", "s", "b"))
+        accs = [self.fresh("a") for _ in op.results]
+        coords = [self.fresh("c") for _ in base]
+        offsets = [self.fresh("w") for _ in base]
+        size = int(np.prod(out_shape, dtype=np.int64))
+        window_size = int(np.prod(window.dimensions, dtype=np.int64))
+        self.emit(indent, f"for {o} in range({size}):")
+        at = indent + "    "
+        self.emit(at, f"{rest} = {o}")
+        for d in reversed(range(len(base))):
+            self.emit(at, f"{coords[d]} = {rest} % {out_shape[d]}")
+            self.emit(at, f"{rest} = {rest} // {out_shape[d]}")
+        for acc, init in zip(accs, inits):
+            self.emit(at, f"{acc} = {self.name(init)}")
+        self.emit(at, f"for {p} in range({window_size}):")
+        inner = at + "    "
+        self.emit(inner, f"{rest} = {p}")
+        for d in reversed(range(len(base))):
+            self.emit(inner, f"{offsets[d]} = {rest} % {window.dimensions[d]}")
+            self.emit(inner, f"{rest} = {rest} // {window.dimensions[d]}")
+        self.emit(inner, f"{ok} = True")
+        self.emit(inner, f"{src_index} = 0")
+        for d in range(len(base)):
+            q = self.fresh("q")
+            lo = window.padding[d][0]
+            dilation = window.base_dilations[d]
+            extent = (base[d] - 1) * dilation + 1
+            self.emit(inner, f"{q} = {coords[d]} * {window.strides[d]} + {offsets[d]} * {window.window_dilations[d]}"
+                             f" - {lo}")
+            self.emit(inner, f"if {q} < 0 or {q} >= {extent} or {q} % {dilation} != 0:")
+            self.emit(inner + "    ", f"{ok} = False")
+            self.emit(inner, f"{src_index} += ({q} // {dilation}) * {strides[d]}")
+        self.emit(inner, f"if {ok}:")
+        for arg, name in zip(block.args, [*accs, *(f"{src}[{src_index}]" for src in sources)]):
+            self.names[arg] = name
+        results = self.block(block, inner + "    ")
+        values = [self.fresh("e") for _ in results]
+        for value, name in zip(values, results):
+            self.emit(inner + "    ", f"{value} = {name}")
+        for acc, value, (dtype, _) in zip(accs, values, infos):
+            self.emit(inner + "    ", f"{acc} = {_NUMBA_TYPE_NAMES[dtype]}({value})")
+        for flat, acc in zip(flats, accs):
+            self.emit(at, f"{flat}[{o}] = {acc}")
 
     def tree_reduce(self, op, indent: str, outs: list[str] | None = None) -> None:
         """A reduce with any body (several operands: argmax's values and indices; a body of several ops), as

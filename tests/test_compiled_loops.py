@@ -152,10 +152,10 @@ def test_scan_with_dynamic_slices_and_reductions():
 def test_ineligible_loops_fall_back():
     w = RNG.standard_normal((8, 8), dtype=F32)
 
-    def with_a_window_reduction(x):  # (jnp.cumsum is a reduce_window: not compiled in loops yet)
-        return lax.fori_loop(0, 3, lambda i, v: jnp.cumsum(jnp.tanh(v @ w), axis=-1), x)
+    def with_an_fft(x):  # (complex values and FFTs are not compiled in loops)
+        return lax.fori_loop(0, 3, lambda i, v: jnp.abs(jnp.fft.fft(jnp.tanh(v @ w))).astype(F32), x)
 
-    _assert_same(with_a_window_reduction, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
+    _assert_same(with_an_fft, RNG.standard_normal((4, 8), dtype=F32), eligible=False)
 
 
 def _compiled_calls(monkeypatch) -> list:
@@ -895,3 +895,34 @@ def test_sorts_in_loops():
     compiled = _assert_same(fn, x, m)
     for c, j in zip(compiled, jax.jit(fn)(x, m)):
         np.testing.assert_array_equal(_bits(c), _bits(j))
+
+
+def test_window_reductions_in_loops():
+    # Cumulative sums and products, an integer running max, a strided and padded 2-D window sum with base and
+    # window dilation: the kernel's fold per output (row-major window positions, padding skipped), bitwise.
+    x = np.nan_to_num(_floats(F32, 16), posinf=3.0, neginf=-3.0)
+    img = RNG.standard_normal((5, 6)).astype(F32)
+    k = RNG.integers(-50, 50, 12).astype(np.int32)
+
+    def fn(x, img, k):
+        def body(i, carry):
+            v, acc, m = carry
+            c = jnp.cumsum(v) + jnp.cumprod(jnp.clip(v, -1.5, 1.5))
+            pooled = lax.reduce_window(img * (i + 1).astype(F32), F32(0), lax.add, (2, 3), (1, 2),
+                                       [(1, 0), (2, 1)], base_dilation=(1, 2), window_dilation=(2, 1))
+            m = m + lax.cummax(k + i, axis=0)
+            return v * F32(0.5) + c * F32(0.01), acc + pooled.sum(), m
+
+        return lax.fori_loop(0, 3, body, (x, F32(0), jnp.zeros(12, jnp.int32)))
+
+    _assert_same(fn, x, img, k)
+
+
+def test_float_max_pooling_in_loops_stays_interpreted():
+    # (the kernel fixes the zeros' signs of a NumPy fold: not the scalar definitions' NaN rules)
+    img = RNG.standard_normal((4, 4)).astype(F32)
+
+    def fn(img):
+        return lax.fori_loop(0, 2, lambda i, v: lax.reduce_window(v, -jnp.inf, lax.max, (2, 2), (1, 1), "SAME"), img)
+
+    _assert_same(fn, img, eligible=False)
