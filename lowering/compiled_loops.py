@@ -1079,6 +1079,13 @@ class _LoopWriter:
                 self.emit(indent, f"{name} = c_view({out}, {shape!r})")
             self.names[r] = name
 
+    def unravel(self, flat: str, coords: list[str], shape, scratch: str, indent: str) -> None:
+        """Emit ``coords`` = the row-major coordinates in ``shape`` of the flat index ``flat``."""
+        self.emit(indent, f"{scratch} = {flat}")
+        for d in reversed(range(len(shape))):
+            self.emit(indent, f"{coords[d]} = {scratch} % {shape[d]}")
+            self.emit(indent, f"{scratch} = {scratch} // {shape[d]}")
+
     def reduce_window(self, op, indent: str) -> None:
         """A reduce_window (cumulative sums, pooling) as the interpreted kernel folds it
         (:func:`lowering.kernels.windowed._reduce_window`): per output, from the initial values, the window's
@@ -1125,18 +1132,12 @@ class _LoopWriter:
         window_size = int(np.prod(window.dimensions, dtype=np.int64))
         self.emit(indent, f"for {o} in range({size}):")
         at = indent + "    "
-        self.emit(at, f"{rest} = {o}")
-        for d in reversed(range(len(base))):
-            self.emit(at, f"{coords[d]} = {rest} % {out_shape[d]}")
-            self.emit(at, f"{rest} = {rest} // {out_shape[d]}")
+        self.unravel(o, coords, out_shape, rest, at)
         for acc, init in zip(accs, inits):
             self.emit(at, f"{acc} = {self.name(init)}")
         self.emit(at, f"for {p} in range({window_size}):")
         inner = at + "    "
-        self.emit(inner, f"{rest} = {p}")
-        for d in reversed(range(len(base))):
-            self.emit(inner, f"{offsets[d]} = {rest} % {window.dimensions[d]}")
-            self.emit(inner, f"{rest} = {rest} // {window.dimensions[d]}")
+        self.unravel(p, offsets, window.dimensions, rest, inner)
         self.emit(inner, f"{ok} = True")
         self.emit(inner, f"{src_index} = 0")
         for d in range(len(base)):
