@@ -575,6 +575,33 @@ def _identity_rules() -> tuple[Rule, ...]:
 IDENTITY_RULES = _identity_rules()
 
 
+def _always_false(p) -> bool:
+    """Whether the pred ``p`` is ``A > A`` or ``A < A`` of f32/f64 ``A`` (false everywhere, NaN too)."""
+    compare = p.owner
+    return (isinstance(compare, ew.CompareOp) and compare.operands[0] is compare.operands[1]
+            and compare.properties["comparison_direction"].data in ("GT", "LT")
+            and element_name(compare.operands[0]) in ("f32", "f64"))
+
+
+# Folds LLVM makes in XLA CPU's fused loops (not XLA's simplifier), which then sees the operands of later ops as
+# equal: ``max(x, where(x > x, t, x))`` is ``max(x, x)``, i.e. ``x`` (a subnormal kept; measured, long fuzz campaign
+# seed 8; bf16 does not fold so: measured, XLA flushes there); ``where(x > x, t, f)`` is ``f``.
+FOLDED_BY_LLVM = rule(m.Select("p", "t", "f"), "f", when=_always_false, name="select(A > A, T, F) -> F")
+
+# ``min(A, +inf)``, ``max(A, -inf)`` -> ``A`` (XLA's simplifier; measured: f32/bf16 subnormals kept, NaNs as they
+# are; long fuzz campaign seed 9), a constant on either side.
+INFINITE_BOUND_RULES = (
+    rule(m.Minimum("a", _all(np.inf)), "a", when=_identity_eligible, name="min(A, +inf) -> A",
+         erase_dead_operands=_ERASABLE, keep_locations=False),
+    rule(m.Minimum(_all(np.inf), "a"), "a", when=_identity_eligible, name="min(+inf, A) -> A",
+         erase_dead_operands=_ERASABLE, keep_locations=False),
+    rule(m.Maximum("a", _all(-np.inf)), "a", when=_identity_eligible, name="max(A, -inf) -> A",
+         erase_dead_operands=_ERASABLE, keep_locations=False),
+    rule(m.Maximum(_all(-np.inf), "a"), "a", when=_identity_eligible, name="max(-inf, A) -> A",
+         erase_dead_operands=_ERASABLE, keep_locations=False),
+)
+
+
 # ``max(C, A)`` -> ``max(A, C)``, ``min(C, A)`` -> ``min(A, C)`` for a constant ``C`` (or a broadcast of one): XLA's
 # simplifier puts the constant operand of a commutative op on the right. Values are the same; the sign of a NaN
 # result is not (a NaN ``A`` keeps its sign on the left, takes ``C``'s on the right: measured,
@@ -709,7 +736,7 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (*IDENTITY_RULES, CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
+    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, *INFINITE_BOUND_RULES, CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
                 FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, *LOG_RULES, CONVERT_PAIR,
                 ExcessPrecisionConvert)
 
@@ -755,7 +782,7 @@ def xla_divide_by_broadcast(module: ModuleOp, clone: bool = False) -> ModuleOp:
     return _run_if(divides_by_broadcasts, XlaDivideByBroadcastPass(), module, clone)
 
 
-_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp, LogOp, MaxOp, MinOp)
+_ROOTS = (DivOp, MulOp, AddOp, SubOp, PowOp, LogOp, MaxOp, MinOp, ew.SelectOp)
 
 
 def needs_rewrites(module: Operation) -> bool:

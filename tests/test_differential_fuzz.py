@@ -433,3 +433,25 @@ def test_float_max_min_selects_flush_as_xla(expression, dtype):
         _compare(Program(dtype, x0.shape, [x0, x1], [("select", expression)], loop_trips=trips))
         _compare(Program(dtype, x0.shape, [x0, x1], [("select", expression), ("binary", "v0 * x0")],
                          loop_trips=trips))
+
+
+def test_llvm_folds_and_infinite_bounds_as_xla():
+    """Long campaign, seeds 8 and 9. Seed 8: ``max(x0, where(x0 > x0, x1, x0))`` keeps a subnormal ``x0`` in XLA
+    (LLVM folds ``x0 > x0`` to false, then ``max(x0, x0)`` to ``x0``), here it was flushed. Seed 9:
+    ``jnp.minimum(inf, x2)`` (bf16) is ``x2`` in XLA (its simplifier: ``min(A, +inf)`` is ``A``), a subnormal
+    kept; here it was flushed. Also ``max(A, -inf)``, f32 and bf16, straight-line and in loops."""
+    tiny = float(np.finfo(np.float32).tiny)
+    values = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, float("nan"), -float("nan"), float("inf"), float("-inf"), 2.5]
+    for dtype in ("float32", "bfloat16"):
+        x0 = np.array(values, DTYPES[dtype])
+        x1 = np.zeros_like(x0)
+        literal = _dtype_expression(dtype)
+        statements = [[("select", "jnp.where(x0 > x0, x1, x0)"), ("binary", "jnp.maximum(x0, v0)")],
+                      [("constant", f"jnp.minimum({literal}(float('inf')), x0)")],
+                      [("constant", f"jnp.maximum(x0, {literal}(float('-inf')))")],
+                      [("constant", f"jnp.minimum(x0, {literal}(float('inf')))"), ("binary", "v0 + x1")]]
+        for body in statements:
+            if dtype == "bfloat16" and "x0 > x0" in body[0][1]:
+                continue  # (bf16: XLA flushes there, documented)
+            for trips in (0, 2):
+                _compare(Program(dtype, x0.shape, [x0, x1], body, loop_trips=trips))
