@@ -51,6 +51,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops.base import ints
 
+from .generated_modules import cache_directory, import_generated, runtime_digest
 from .interrupt import CHUNK, check
 from .kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from .kernels.scalar import scalar_of
@@ -1517,20 +1518,6 @@ class CompiledLoop:
             check("a compiled hlo.while loop")  # (and Python raises KeyboardInterrupt here on Ctrl-C)
 
 
-def cache_directory() -> str | None:
-    """Where generated loop modules (and numba's compiled code for them) are kept: ``$XLA_DIALECT_CACHE``,
-    else ``~/.cache/xla_dialect/loops``; None when it cannot be created (then nothing is cached)."""
-    import os
-
-    path = os.environ.get("XLA_DIALECT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "xla_dialect")
-    path = os.path.join(path, "loops")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None
-    return path if os.access(path, os.W_OK) else None
-
-
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
                   "from lowering.kernels.small_dot import small_dot\n"
@@ -1538,60 +1525,21 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime 
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
 
-_RUNTIME_DIGEST: list[str] = []
-
-
-def _runtime_digest() -> str:
-    """A digest of the modules generated code calls into (:mod:`lowering.loop_runtime`,
-    :mod:`lowering.rowwise`, :mod:`lowering.xla_scalar`), part of every generated module's text: numba's
-    on-disk cache checks only the cached function's own file, so a changed helper must change the file name
-    (else a cached loop would keep running the old helper's machine code)."""
-    if not _RUNTIME_DIGEST:
-        import hashlib
-        import os
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        h = hashlib.sha256()
-        for name in ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py"),
-                     os.path.join("kernels", "small_dot.py")):
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(f.read())
-        _RUNTIME_DIGEST.append(h.hexdigest()[:16])
-    return _RUNTIME_DIGEST[0]
-
-
 def _load(source: str, function: str = "loop"):
     """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
-    numba caches its machine code) or, without one, from memory."""
+    numba caches its machine code: :mod:`lowering.generated_modules`) or, without one, from memory."""
     import hashlib
-    import importlib.util
-    import os
-    import sys
 
     from .loop_runtime import HELPER_NAMES
 
     directory = cache_directory()
-    text = (f"# runtime {_runtime_digest()}\n"
+    text = (f"# runtime {runtime_digest()}\n"
             + _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None) + source)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
-    if directory is None:
+    module = import_generated(text, "loop") if directory is not None else None
+    if module is None:
         namespace: dict = {}
-        exec(compile(text, f"<hlo loop {digest}>", "exec"), namespace)
+        exec(compile(text, f"<hlo loop {hashlib.sha256(text.encode()).hexdigest()[:24]}>", "exec"), namespace)
         return namespace[function]
-    path = os.path.join(directory, f"loop_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
-    with _LOCK:
-        name = f"xla_dialect_loop_{digest}"
-        module = sys.modules.get(name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module  # numba's cache finds the function's module by name
-            spec.loader.exec_module(module)
     return getattr(module, function)
 
 

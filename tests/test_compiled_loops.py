@@ -10,7 +10,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops, workers
+from lowering import compiled_loops, generated_modules, workers
 from helpers import in_forked_child
 from xla_dialect.errors import XlaError
 
@@ -228,8 +228,8 @@ def test_cached_modules_follow_the_runtime_helpers(tmp_path, monkeypatch):
     source = "def loop(x):\n    return tanh_f32(x)\n"
     compiled_loops._load(source)
     (first,) = (tmp_path / "loops").glob("loop_*.py")
-    assert f"# runtime {compiled_loops._runtime_digest()}" in first.read_text()
-    monkeypatch.setattr(compiled_loops, "_RUNTIME_DIGEST", ["0123456789abcdef"])
+    assert f"# runtime {generated_modules.runtime_digest()}" in first.read_text()
+    monkeypatch.setattr(generated_modules, "_RUNTIME_DIGEST", ["0123456789abcdef"])
     compiled_loops._load(source)
     assert len(list((tmp_path / "loops").glob("loop_*.py"))) == 2
 

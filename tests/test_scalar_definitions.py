@@ -178,3 +178,19 @@ def test_total_order_comparisons_follow_xla(direction, dtype):
     (expected,) = run_hlo_on_xla(module, a, b, trusted=True)
     different = np.nonzero(np.asarray(got) != np.asarray(expected))[0]
     assert not different.size, [(a[i], b[i]) for i in different[:4]]
+
+
+def test_ufuncs_of_definitions_with_constants_are_module_files_numba_caches(tmp_path, monkeypatch):
+    # A definition with constant arguments (a convert's bounds and target type) is bound by a generated wrapper;
+    # written as a module file in the cache directory, numba caches its ufunc for later processes (compiled in
+    # memory it cost ~0.3 s in every process). The constants are written by their bytes: the same results.
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    definition = scalar.Scalar("float_to_int", (np.float32(2.1474836e9), np.float32(-2.1474836e9),
+                                                np.int32(2147483647), np.int32(-2147483648), np.int32))
+    fn = scalar._vectorize(definition, [np.float32], np.int32)
+    (wrapper,) = (tmp_path / "loops").glob("ufunc_*.py")
+    assert "bytes.fromhex" in wrapper.read_text()
+    x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 1.5, -2.5, -0.0], np.float32)
+    namespace_fn = scalar.ufunc(definition, [np.float32], np.int32)
+    np.testing.assert_array_equal(fn(x), namespace_fn(x))
+    np.testing.assert_array_equal(fn(x), np.array([0, 2147483647, -2147483648, 2147483647, -2147483648, 1, -2, 0]))

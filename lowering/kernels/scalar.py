@@ -1077,6 +1077,30 @@ def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
     constants = {f"k{k}": value for k, value in enumerate(scalar.arguments)}
     call = f"target({scalar.name}({', '.join([*names, *constants])}))"
     source = f"def element({', '.join(names)}):\n    return {call}\n"
+    module = _wrapper_module(scalar, constants, np.dtype(result_dtype), source)
+    if module is not None:  # a module file: numba caches the ufunc for later processes (0.3 s each otherwise)
+        return compile_off_main_thread(numba.vectorize([signature], nopython=True, cache=True), module.element)
     namespace = {scalar.name: scalar.function, "target": np.dtype(result_dtype).type, **constants}
     exec(source, namespace)  # noqa: S102 - a two-line wrapper binding the constants
     return compile_off_main_thread(numba.vectorize([signature], nopython=True), namespace["element"])
+
+
+def _wrapper_module(scalar: Scalar, constants: dict, result_dtype: np.dtype, source: str):
+    """The module file of a ufunc wrapper binding ``constants`` (:mod:`lowering.generated_modules`), or None when
+    a constant cannot be written exactly in its text (then the wrapper is compiled in memory, uncached).
+    Numbers are written by their bytes; NumPy scalar types by name."""
+    from ..generated_modules import import_generated, runtime_digest
+
+    lines = [f"# runtime {runtime_digest()}", "import numpy as np",
+             f"from lowering.kernels.scalar import {scalar.name}", ""]
+    for name, value in [*constants.items(), ("target", result_dtype.type)]:
+        if isinstance(value, type) and issubclass(value, np.generic) and getattr(np, value.__name__, None) is value:
+            lines.append(f"{name} = np.{value.__name__}")
+        elif isinstance(value, (bool, int)) and not isinstance(value, np.generic):
+            lines.append(f"{name} = {int(value)!r}" if not isinstance(value, bool) else f"{name} = {value!r}")
+        elif isinstance(value, np.generic) and getattr(np, type(value).__name__, None) is type(value):
+            dtype = np.dtype(type(value))
+            lines.append(f"{name} = np.frombuffer(bytes.fromhex({value.tobytes().hex()!r}), np.{dtype.type.__name__})[0]")
+        else:
+            return None
+    return import_generated("\n".join(lines) + "\n\n\n" + source, "ufunc")

@@ -1,0 +1,74 @@
+"""Generated numba code kept as module files, so that numba's on-disk cache serves it to later processes.
+
+numba caches a function's machine code beside the file that defines it, keyed on that file alone. Code written at
+run time (compiled loops, fused kernels, segments, ufunc wrappers of scalar definitions with constants) is
+therefore written to a module file in the cache directory and imported from there; the file name is a digest of
+its text, which names the digest of the modules the code calls into (:func:`runtime_digest`), so a changed
+helper gives a new file instead of stale machine code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from types import ModuleType
+
+_LOCK = threading.Lock()
+_RUNTIME_DIGEST: list[str] = []
+
+RUNTIME_MODULES = ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py"),
+                   os.path.join("kernels", "small_dot.py"))
+"""The modules (under ``lowering/``) generated code calls into."""
+
+
+def cache_directory() -> str | None:
+    """Where generated modules (and numba's compiled code for them) are kept: ``$XLA_DIALECT_CACHE/loops``,
+    else ``~/.cache/xla_dialect/loops``; None when it cannot be created (then nothing is cached)."""
+    path = os.environ.get("XLA_DIALECT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "xla_dialect")
+    path = os.path.join(path, "loops")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
+
+
+def runtime_digest() -> str:
+    """A digest of :data:`RUNTIME_MODULES`, part of every generated module's text: numba's on-disk cache checks
+    only the cached function's own file, so a changed helper must change the file name."""
+    if not _RUNTIME_DIGEST:
+        here = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha256()
+        for name in RUNTIME_MODULES:
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(f.read())
+        _RUNTIME_DIGEST.append(h.hexdigest()[:16])
+    return _RUNTIME_DIGEST[0]
+
+
+def import_generated(text: str, prefix: str) -> ModuleType | None:
+    """The module of generated ``text``, written once to ``<cache>/<prefix>_<digest>.py`` (atomically: concurrent
+    processes never see half a file) and imported under a name numba's cache finds it by; None when there is no
+    cache directory (the caller then runs the text in memory, uncached)."""
+    directory = cache_directory()
+    if directory is None:
+        return None
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    path = os.path.join(directory, f"{prefix}_{digest}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    with _LOCK:
+        name = f"xla_dialect_{prefix}_{digest}"
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # numba's cache finds the function's module by name
+            spec.loader.exec_module(module)
+    return module
