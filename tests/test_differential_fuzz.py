@@ -455,3 +455,14 @@ def test_llvm_folds_and_infinite_bounds_as_xla():
                 continue  # (bf16: XLA flushes there, documented)
             for trips in (0, 2):
                 _compare(Program(dtype, x0.shape, [x0, x1], body, loop_trips=trips))
+
+
+@pytest.mark.parametrize("constant", ["0.0", "-1e-45", "-0.0"])
+def test_bf16_plus_zero_is_the_operand_as_xla(constant):
+    """Long campaign, seed 12: ``x1 + bf16(-1e-45)`` (a bf16 -0) is ``x1`` in XLA (its simplifier's ``A + 0``, for
+    bf16 too), a subnormal kept; here it was flushed."""
+    bf16 = ml_dtypes.bfloat16
+    x0 = np.array([3.94893e-39, -3.94893e-39, 0.0, -0.0, 1.0, float("nan"), float("inf"), -2.5], bf16)
+    for expression in (f"x0 + ml_dtypes.bfloat16({constant})", f"ml_dtypes.bfloat16({constant}) + x0"):
+        for trips in (0, 2):
+            _compare(Program("bfloat16", x0.shape, [x0], [("constant", expression)], loop_trips=trips))
