@@ -466,3 +466,14 @@ def test_bf16_plus_zero_is_the_operand_as_xla(constant):
     for expression in (f"x0 + ml_dtypes.bfloat16({constant})", f"ml_dtypes.bfloat16({constant}) + x0"):
         for trips in (0, 2):
             _compare(Program("bfloat16", x0.shape, [x0], [("constant", expression)], loop_trips=trips))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_sqrt_of_a_square_is_the_absolute_value_as_xla(dtype):
+    """Long campaign, seed 13: ``jnp.sqrt(x0 * x0)`` (f16) is ``|x0|`` in XLA (its simplifier), a subnormal ``x0``
+    kept where its square underflows; here it was 0. Also huge values (the square overflows) and NaNs."""
+    info = np.finfo(DTYPES[dtype])
+    x0 = np.array([float(info.tiny) / 4, -float(info.tiny) / 4, float(info.max) / 2, -3.0, -0.0, float("nan"),
+                   -float("nan"), float("-inf")], DTYPES[dtype])
+    for trips in (0, 2):
+        _compare(Program(dtype, x0.shape, [x0], [("binary", "x0 * x0"), ("unary", "jnp.sqrt(v0)")], loop_trips=trips))
