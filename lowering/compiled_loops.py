@@ -644,6 +644,29 @@ class _LoopWriter:
         self.emit(indent, f"for {e} in range({size}):")
         self.emit(indent + "    ", f"{flat}[{e}] = {src}[{static}[{e}] + {dynamic}[{batch_of}[{e}]]]")
 
+    def op_pad(self, op, out, dtype, shape, indent):
+        """Edge and interior padding as the kernel pads (:func:`lowering.kernels.data_movement.pad_indices`: the
+        result filled with the padding value, then the surviving operand elements assigned by strided slices)."""
+        from .kernels.data_movement import pad_indices
+
+        operand, value = op.operands
+        in_shape = self.info(operand)[1]
+        if not shape or not in_shape:
+            raise _Ineligible("a pad of a scalar")
+        lows, highs, interiors = (list(ints(op.properties[k])) for k in
+                                  ("edge_padding_low", "edge_padding_high", "interior_padding"))
+        indices = pad_indices(in_shape, lows, highs, interiors, shape)
+        self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+        self.emit(indent, f"{out}[...] = {self.name(value)}")
+        if indices is None:
+            return
+
+        def text(index):
+            return ", ".join(f"{s.start}:{s.stop}:{s.step or 1}" for s in index)
+
+        result_index, operand_index = indices
+        self.emit(indent, f"{out}[{text(result_index)}] = {self.name(operand)}[{text(operand_index)}]")
+
     def op_slice(self, op, out, dtype, shape, indent):
         """A static (strided) slice, copied to a C-ordered array."""
         starts, limits, strides = (list(ints(op.properties[k])) for k in ("start_indices", "limit_indices", "strides"))
@@ -782,9 +805,39 @@ class _LoopWriter:
         plan = self.product_shape(op)
         order = None if plan is None else small_dot_order(1, *plan, dtype, dot_vector_bytes(op))
         if order is None:
-            return False
+            return self.transposed_small_product(op, out, dtype, shape, indent)
         a, b, c = self.product_operands(op, plan, dtype, indent, batch=True, result=op.results[0])
         self.emit(indent, f"small_dot({a}, {b}, {c}, {order})")
+        self.emit(indent, f"{out} = {_view(c, shape)}")
+        return True
+
+    def transposed_small_product(self, op, out, dtype, shape, indent) -> bool:
+        """A small f32/f64 product with batch dimensions or operands the kernel transposes first (``jax.grad``'s
+        ``x.T @ r`` contracts leading dimensions): the operands laid out as the kernel lays them out
+        (:func:`lowering.kernels.linalg.dot_geometry`), then the same :func:`small_dot` call; False when ``op``
+        is not one (other products: BLAS, see :meth:`op_dot_general`)."""
+        from .kernels.linalg import dot_geometry
+        from .kernels.small_dot import dot_vector_bytes, small_dot_order
+
+        lhs, rhs = op.operands
+        if not (self.info(lhs)[0] == self.info(rhs)[0] == dtype) or dtype not in (np.dtype(np.float32),
+                                                                                   np.dtype(np.float64)):
+            return False
+        lperm, rperm, batch, m, k, n = dot_geometry(op)
+        order = small_dot_order(batch, m, k, n, dtype, dot_vector_bytes(op))
+        if order is None:
+            return False
+        names = []
+        for value, perm, shape3 in ((lhs, lperm, (batch, m, k)), (rhs, rperm, (batch, k, n))):
+            src = self.name(value)
+            if perm is not None:
+                src = f"np.ascontiguousarray(np.transpose({src}, {perm!r}))"
+            name = self.fresh("a")
+            self.emit(indent, f"{name} = c_view({src}, {shape3!r})")
+            names.append(name)
+        c = self.fresh("m")
+        self.emit(indent, f"{c} = {self.array_buffer(op.results[0], (batch, m, n), dtype)}")
+        self.emit(indent, f"small_dot({names[0]}, {names[1]}, {c}, {order})")
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
@@ -872,8 +925,13 @@ class _LoopWriter:
         x, init = (self.name(v) for v in op.operands)
         source_shape = self.info(op.operands[0])[1]
         n = int(np.prod(source_shape))
-        if not source_shape:
-            raise _Ineligible("a reduce of a scalar")
+        if not source_shape:  # (no dimensions: the body applied once, init first, as the kernel does)
+            body = next(iter(op.body.block.ops))
+            definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
+            if definition is None:
+                raise _Ineligible(f"a reduce with a {body_op} body on {dtype}")
+            self.emit(indent, f"{out} = {_NUMBA_TYPE_NAMES[dtype]}({definition.name}({init}, {x}))")
+            return
         if n == 0:
             self.emit(indent, f"{out} = {init}")
             return
@@ -905,6 +963,13 @@ class _LoopWriter:
         self.emit(indent, f"for {i} in range(1, {n}):")
         self.emit(indent + "    ", f"{acc} = {combine(acc, f'{flat}[{i}]')}")
         self.emit(indent, f"{out} = {combine(init, acc)}")
+
+    def block_with(self, block: Block, arguments: list[str], indent: str) -> list[str]:
+        """Emit ``block`` (a region of scalars) with its arguments bound to the expressions ``arguments``; the
+        names of its results."""
+        for arg, name in zip(block.args, arguments):
+            self.names[arg] = name
+        return self.block(block, indent)
 
     def reduced_rows(self, value: SSAValue, axes: list[int], indent: str) -> tuple[str, int, int]:
         """A C-contiguous ``(outputs, count)`` view of ``value`` with the reduced ``axes`` last (a transposed
@@ -1183,6 +1248,12 @@ class _LoopWriter:
         block = op.body.block
         if any(self.info(a)[1] for a in block.args):
             raise _Ineligible("a reduce body on arrays")
+        if not self.info(inputs[0])[1]:  # a reduce of scalars: the body applied once, init first
+            finals = self.block_with(block, [*(self.name(v) for v in inits), *(self.name(v) for v in inputs)],
+                                     indent)
+            for out, (dtype, _), final in zip(outs, infos, finals):
+                self.emit(indent, f"{out} = {_NUMBA_TYPE_NAMES[dtype]}({final})")
+            return
         views = []
         for v in inputs:
             rows, outputs, count = self.reduced_rows(v, axes, indent)
@@ -1197,9 +1268,7 @@ class _LoopWriter:
         init_names = [self.name(v) for v in inits]
 
         def apply(lhs: list[str], rhs: list[str], at: str) -> list[str]:
-            for arg, name in zip(block.args, [*lhs, *rhs]):
-                self.names[arg] = name
-            return self.block(block, at)
+            return self.block_with(block, [*lhs, *rhs], at)
 
         o = self.fresh("o")
         body_indent = indent + "    "

@@ -531,7 +531,11 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
     their inputs (transpose, slice, reshape); inside a program that is free, but
     a result handed out must be writable and must not alias the caller's arguments.
     """
-    if not v.flags.writeable or any(isinstance(a, np.ndarray) and np.may_share_memory(v, a) for a in args):
+    if not v.flags.writeable:
+        return v.copy()
+    if v.flags.owndata:  # (its own buffer: it shares memory with an argument only by being that argument)
+        return v.copy() if any(v is a for a in args) else v
+    if any(isinstance(a, np.ndarray) and np.may_share_memory(v, a) for a in args):
         return v.copy()
     return v
 

@@ -342,14 +342,16 @@ def test_larger_products_compile_only_under_one_blas_thread():
         np.testing.assert_array_equal(_bits(c), _bits(i))
 
 
-def test_batched_products_stay_interpreted():
-    xs = RNG.standard_normal((5, 2, 4, 6)).astype(F32)
-    w = RNG.standard_normal((2, 6, 6)).astype(F32)
-
+def test_small_batched_products_compile_and_large_ones_stay_interpreted():
+    # Small ones are the dot kernel's small_dot call (XLA's order); large batched ones are BLAS calls per batch
+    # that compiled loops do not make.
     def fn(xs, w):
         return lax.scan(lambda h, x: (jnp.tanh(jnp.einsum("bij,bjk->bik", x + h, w)), h.sum()), xs[0], xs)
 
-    _assert_same(fn, xs, w, eligible=False)
+    small = RNG.standard_normal((5, 2, 4, 6)).astype(F32), RNG.standard_normal((2, 6, 6)).astype(F32)
+    _assert_same(fn, *small)
+    large = RNG.standard_normal((2, 2, 64, 300)).astype(F32), RNG.standard_normal((2, 300, 300)).astype(F32)
+    _assert_same(fn, *large, eligible=False)
 
 
 def test_products_stay_interpreted_without_numpys_own_gemm(monkeypatch):
@@ -926,3 +928,30 @@ def test_float_max_pooling_in_loops_stays_interpreted():
         return lax.fori_loop(0, 2, lambda i, v: lax.reduce_window(v, -jnp.inf, lax.max, (2, 2), (1, 1), "SAME"), img)
 
     _assert_same(fn, img, eligible=False)
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_scalar_reductions_transposed_small_products_and_pads_in_loops(dtype):
+    # Found by benchmarks/bench_library_programs.py (loops left interpreted): diffrax's and numpyro's reduces of
+    # a scalar (the body applied to init and the value), jax.grad's dot_general over leading dimensions and
+    # batched einsums (the kernel's transposes, then the same small_dot call), BFGS's jnp.pad (negative and
+    # interior padding too).
+    x = RNG.standard_normal((32, 6)).astype(dtype)
+    r = RNG.standard_normal((32, 1)).astype(dtype)
+    b = RNG.standard_normal((2, 4, 3)).astype(dtype)
+    specials = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1e-40, 2.5, -1.5], dtype)
+
+    def fn(x, r, b, specials):
+        def body(i, carry):
+            v, s, w, p = carry
+            e = specials[i % 8]
+            s = s + jnp.max(e) - jnp.min(e) + jnp.sum(e * 0) + lax.reduce(e, dtype(0), lax.max, ())
+            v = v * dtype(0.5) + lax.dot_general(x, r * s, (((0,), (0,)), ((), ())))[:, 0]
+            w = jnp.einsum("bij,bjk->bik", w, b[:, :3, :]) * dtype(0.25) + jnp.einsum("bij,bkj->bik", w, w)[:, :, :3]
+            p = jnp.pad(p[1:], (0, 1)) + lax.pad(p, dtype(-1), [(-2, 3, 1)])[::2] * dtype(0.5)
+            return v, s, w, p
+
+        return lax.fori_loop(0, 8, body, (jnp.zeros(6, dtype), dtype(0), jnp.ones((2, 4, 3), dtype),
+                                          jnp.arange(6, dtype=dtype)))
+
+    _assert_same(fn, x, r, b, specials)

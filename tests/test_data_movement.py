@@ -92,7 +92,8 @@ def test_results_are_writable_and_do_not_alias_the_arguments():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     for build in (lambda b, p: b.broadcast_in_dim(b.slice(p, [0, 0], [1, 4], [1, 1]), [3, 4], [0, 1]),
                   lambda b, p: b.transpose(p, [1, 0]), lambda b, p: b.slice(p, [1, 0], [3, 4], [1, 2]),
-                  lambda b, p: b.rev(p, [0]), lambda b, p: b.reshape(p, [12])):
+                  lambda b, p: b.rev(p, [0]), lambda b, p: b.reshape(p, [12]),
+                  lambda b, p: p):  # (the argument itself: an array that owns its memory)
         out = run_builder(build, x)
         assert out.flags.writeable
         assert not np.may_share_memory(out, x)

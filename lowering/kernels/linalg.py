@@ -128,11 +128,11 @@ def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int, batch: int = 1):
     return ctx.blas_matmul(arith, m, k, n, batch)
 
 
-@register(DotOp, DotGeneralOp)
-def _dot(op, ctx):
-    lhs_t, rhs_t, out_t = op.lhs.type, op.rhs.type, op.result.type
-    lshape, rshape = lhs_t.get_shape(), rhs_t.get_shape()
-    out_shape = tuple(out_t.get_shape())
+def dot_geometry(op) -> tuple[tuple | None, tuple | None, int, int, int, int]:
+    """How the dot kernel lays out a dot's operands: ``(lperm, rperm, batch, m, k, n)``, the lhs transposed by
+    ``lperm`` to (batch, free, contracting) dimensions and seen as ``(batch, m, k)``, the rhs by ``rperm`` to
+    (batch, contracting, free) as ``(batch, k, n)`` (None: no transpose). Compiled loops lay them out the same."""
+    lshape, rshape = op.lhs.type.get_shape(), op.rhs.type.get_shape()
     dn = op.dimension_numbers()
     lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
     lb, lc = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
@@ -141,9 +141,17 @@ def _dot(op, ctx):
     batch = math.prod(lshape[d] for d in lb)
     m, k, n = (math.prod(lshape[d] for d in lfree), math.prod(lshape[d] for d in lc),
                math.prod(rshape[d] for d in rfree))
-    l3, r3 = (batch, m, k), (batch, k, n)
     lperm = None if lperm == tuple(range(len(lshape))) else lperm
     rperm = None if rperm == tuple(range(len(rshape))) else rperm
+    return lperm, rperm, batch, m, k, n
+
+
+@register(DotOp, DotGeneralOp)
+def _dot(op, ctx):
+    lhs_t, rhs_t, out_t = op.lhs.type, op.rhs.type, op.result.type
+    out_shape = tuple(out_t.get_shape())
+    lperm, rperm, batch, m, k, n = dot_geometry(op)
+    l3, r3 = (batch, m, k), (batch, k, n)
 
     operand_et, result_et = lhs_t.element_type, out_t.element_type
     result_dtype = ctx.dtype(out_t)
