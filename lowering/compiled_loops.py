@@ -811,6 +811,16 @@ class _LoopWriter:
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
+    def laid_out(self, value: SSAValue, perm: tuple | None, shape: tuple, indent: str) -> str:
+        """The name of ``value`` transposed by ``perm`` (None: as it is) into a C-contiguous array seen with
+        ``shape``, emitted."""
+        src = self.name(value)
+        if perm is not None:
+            src = f"np.ascontiguousarray(np.transpose({src}, {tuple(perm)!r}))"
+        name = self.fresh("t")
+        self.emit(indent, f"{name} = c_view({src}, {tuple(shape)!r})")
+        return name
+
     def transposed_small_product(self, op, out, dtype, shape, indent) -> bool:
         """A small f32/f64 product with batch dimensions or operands the kernel transposes first (``jax.grad``'s
         ``x.T @ r`` contracts leading dimensions): the operands laid out as the kernel lays them out
@@ -827,14 +837,7 @@ class _LoopWriter:
         order = small_dot_order(batch, m, k, n, dtype, dot_vector_bytes(op))
         if order is None:
             return False
-        names = []
-        for value, perm, shape3 in ((lhs, lperm, (batch, m, k)), (rhs, rperm, (batch, k, n))):
-            src = self.name(value)
-            if perm is not None:
-                src = f"np.ascontiguousarray(np.transpose({src}, {perm!r}))"
-            name = self.fresh("a")
-            self.emit(indent, f"{name} = c_view({src}, {shape3!r})")
-            names.append(name)
+        names = [self.laid_out(lhs, lperm, (batch, m, k), indent), self.laid_out(rhs, rperm, (batch, k, n), indent)]
         c = self.fresh("m")
         self.emit(indent, f"{c} = {self.array_buffer(op.results[0], (batch, m, n), dtype)}")
         self.emit(indent, f"small_dot({names[0]}, {names[1]}, {c}, {order})")
@@ -1079,12 +1082,8 @@ class _LoopWriter:
         inverse = tuple(int(i) for i in np.argsort(perm))
         sources, outs = [], []
         for v, (dtype, _) in zip(op.operands, infos):
-            src = self.name(v)
-            if perm != list(range(len(shape))):
-                src = f"np.ascontiguousarray(np.transpose({src}, {tuple(perm)!r}))"
-            name = self.fresh("t")
-            self.emit(indent, f"{name} = c_view({src}, ({rows}, {n}))")
-            sources.append(name)
+            moved = None if perm == list(range(len(shape))) else tuple(perm)
+            sources.append(self.laid_out(v, moved, (rows, n), indent))
             out = self.fresh("q")
             self.emit(indent, f"{out} = np.empty(({rows}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
             outs.append(out)
