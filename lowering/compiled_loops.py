@@ -158,8 +158,9 @@ def _flat(array: str, shape) -> str:
 
 
 def _view(array: str, shape) -> str:
-    """Generated code for ``array`` (C-contiguous) seen with static ``shape``."""
-    return f"c_view({array}, {tuple(shape)!r})" if shape else f"{array}.reshape(())"
+    """Generated code for ``array`` (C-contiguous) seen with static ``shape``; for ``()`` its one element (a scalar,
+    as rank-0 values are in generated code: a 0-d array reached the scalar definitions of a BFGS loop)."""
+    return f"c_view({array}, {tuple(shape)!r})" if shape else f"c_view({array}, (1,))[0]"
 
 
 class _LoopWriter:

@@ -955,3 +955,16 @@ def test_scalar_reductions_transposed_small_products_and_pads_in_loops(dtype):
                                           jnp.arange(6, dtype=dtype)))
 
     _assert_same(fn, x, r, b, specials)
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_products_with_a_scalar_result_in_loops(dtype):
+    # x @ y of two vectors inside a loop (BFGS's curvature y.s): the product's one element is a scalar in the
+    # generated code (it was a 0-d array, which numba's typing of the scalar definitions rejected: the whole
+    # loop stayed interpreted, found by benchmarks/bench_library_programs.py).
+    x = RNG.standard_normal(5).astype(dtype)
+
+    def fn(x):
+        return lax.fori_loop(0, 4, lambda i, v: v * (x @ v) * dtype(0.1) + x * jnp.dot(v, v), x)
+
+    _assert_same(fn, x)
