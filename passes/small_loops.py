@@ -67,8 +67,7 @@ from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, make_constant, tensor_type
 
-SMALL_CALL = "xla_cpu_small_call"
-"""The attribute (unit) of a dot, max or min inside a while loop XLA CPU compiles whole (see the module doc)."""
+from lowering.kernels.small_dot import SMALL_CALL  # noqa: E402 - the attribute of marked ops (read by the kernels)
 
 DEFAULT_THRESHOLD = 1024
 """XLA CPU's ``xla_cpu_small_while_loop_byte_threshold`` default (jax 0.10.2, measured above)."""

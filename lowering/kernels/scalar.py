@@ -783,7 +783,7 @@ def _maximum_minimum(op, dtypes, result, flush):
 
 def _small_call(op) -> bool:
     """Whether ``op`` is inside a while loop XLA CPU compiles whole (marked by ``xla-small-loops``)."""
-    from passes.small_loops import SMALL_CALL
+    from .small_dot import SMALL_CALL
 
     return SMALL_CALL in op.attributes
 

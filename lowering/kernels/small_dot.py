@@ -64,6 +64,10 @@ import numpy as np
 
 from ..loop_runtime import fused_multiply_add
 
+SMALL_CALL = "xla_cpu_small_call"
+"""The attribute (unit) the ``xla-small-loops`` pass puts on a dot, max or min inside a while loop XLA CPU compiles
+whole (passes/small_loops.py); the kernels read it (defined here, below the passes that write it)."""
+
 SMALL_DOT_MAX_MNK = 1 << 18
 """Products with at most this many multiply-adds (over all batches) use :func:`small_dot`."""
 
@@ -93,8 +97,6 @@ batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not
 def dot_vector_bytes(op) -> int:
     """The vector size XLA CPU computes the dot ``op`` with: 64 bytes inside the while loops it compiles whole
     (marked by the ``xla-small-loops`` pass), else 32."""
-    from passes.small_loops import SMALL_CALL
-
     return 64 if SMALL_CALL in op.attributes else 32
 
 
