@@ -591,6 +591,30 @@ def _always_false(p) -> bool:
 # seed 8; bf16 does not fold so: measured, XLA flushes there); ``where(x > x, t, f)`` is ``f``.
 FOLDED_BY_LLVM = rule(m.Select("p", "t", "f"), "f", when=_always_false, name="select(A > A, T, F) -> F")
 
+# ``select(P, A, select(P, B, C))`` -> ``select(P, A, C)`` and ``select(P, select(P, A, B), C)`` -> ``select(P, A,
+# C)`` (LLVM's instcombine, before it forms max/min instructions: ``where(x > y, x, where(x > y, y, x))`` is ``x``
+# in XLA, a subnormal kept, not a flushing min; long fuzz campaign seed 13 at HEAD 7463c94).
+def _same_predicate(p, q) -> bool:
+    """Whether preds ``p`` and ``q`` are one value, or the same compare of the same operands (XLA's CSE)."""
+    if p is q:
+        return True
+    a, b = p.owner, q.owner
+    return (isinstance(a, ew.CompareOp) and isinstance(b, ew.CompareOp) and list(a.operands) == list(b.operands)
+            and a.properties == b.properties)
+
+
+def _select(b, p, a, c, op):
+    return b.create(ew.SelectOp, [p, a, c], result_type=op.results[0].type)
+
+
+NESTED_SELECTS = (
+    rule(m.Select("p", "a", m.Select("q", "b", "c")), _select, when=_same_predicate,
+         name="select(P, A, select(P, B, C)) -> select(P, A, C)"),
+    rule(m.Select("p", m.Select("q", "a", "b"), "c"), _select, when=_same_predicate,
+         name="select(P, select(P, A, B), C) -> select(P, A, C)"),
+)
+
+
 # ``sqrt(A * A)`` -> ``|A|`` (XLA's simplifier; measured f16/f32/f64: subnormal and huge ``A`` give ``|A|`` where
 # the square under- or overflows, NaNs their abs; long fuzz campaign seed 13; bf16 is not rewritten: measured).
 SQRT_OF_SQUARE = rule(m.Sqrt(m.Multiply("a", "a")),
@@ -745,7 +769,7 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE,
+    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, *NESTED_SELECTS, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE,
                 CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
                 FoldMultiplyConstants, FoldAddConstants, SubtractConstant, SimplifyPower, *LOG_RULES, CONVERT_PAIR,
                 ExcessPrecisionConvert)

@@ -477,3 +477,16 @@ def test_sqrt_of_a_square_is_the_absolute_value_as_xla(dtype):
                    -float("nan"), float("-inf")], DTYPES[dtype])
     for trips in (0, 2):
         _compare(Program(dtype, x0.shape, [x0], [("binary", "x0 * x0"), ("unary", "jnp.sqrt(v0)")], loop_trips=trips))
+
+
+def test_nested_selects_on_one_predicate_fold_before_max_min_as_xla():
+    """Long campaign, seed 13 (at 7463c94): ``where(x0 > x1, x0, where(x0 > x1, x1, x0))`` is ``x0`` in XLA (LLVM
+    folds the nested select on the same predicate before it forms a min instruction), a subnormal kept; here the
+    inner select flushed it."""
+    tiny = float(np.finfo(np.float32).tiny)
+    x0 = np.array([tiny / 3, -tiny / 5, 0.0, 1.0, float("nan"), 2.0], np.float32)
+    x1 = np.array([0.0, 0.0, -0.0, tiny / 3, 1.0, float("nan")], np.float32)
+    for body in ([("select", "jnp.where(x0 > x1, x1, x0)"), ("select", "jnp.where(x0 > x1, x0, v0)")],
+                 [("select", "jnp.where(x0 > x1, x1, x0)"), ("select", "jnp.where(x0 > x1, v0, x1)")]):
+        for trips in (0, 2):
+            _compare(Program("float32", x0.shape, [x0, x1], body, loop_trips=trips))
