@@ -310,6 +310,7 @@ class _LoopWriter:
         dtype, shape = self.info(result)
         for v in op.operands:
             self.info(v)
+            self.name(v)  # (known to the code, also when unread: a segment takes every operand as an input)
         out = self.fresh()
         self.names[result] = out
         definition = scalar_of(op, [self.info(v)[0] for v in op.operands], dtype, self.flush)

@@ -124,3 +124,21 @@ def test_regions_applied_to_arrays_have_no_segments(monkeypatch):
     exe = lowering.compile(module)
     assert not _segments(exe)
     np.testing.assert_array_equal(exe(x)[0], np.sort(x, axis=1))
+
+
+def test_operands_a_segment_does_not_read_are_still_its_inputs():
+    # A pad of an empty array (and a gather of an empty one) reads nothing from its operand; the segment still
+    # takes it as an input, since its interpreted fallback passes it to the op's kernel (KeyError at lowering,
+    # found by tests/test_passes_properties.py).
+    def fn(x, e):
+        p = jnp.pad(e, ((1, 1), (0, 0))) + F32(1)
+        y = jnp.sin(x) * F32(2) + jnp.cos(x)
+        return (y * y - x).sum() + p.sum(), jnp.tanh(y) + F32(0.5)
+
+    x, e = RNG.standard_normal(8).astype(F32), np.zeros((0, 2), F32)
+    module = import_jax(fn, x, e)
+    compiled = lowering.compile(module, loop_compilation="always")
+    interpreted = lowering.compile(module, loop_compilation="never")
+    assert _segments(compiled)
+    for g, i in zip(compiled(x, e), interpreted(x, e)):
+        np.testing.assert_array_equal(_bits(g), _bits(i))
