@@ -794,7 +794,7 @@ def test_conditionals_in_loop_bodies_compile_with_the_interpreted_bits():
     assert "if " in _loop_sources(fn, x)
 
 
-@pytest.mark.parametrize("shape", [(6, 5), (70, 3), (4, 6, 5)])
+@pytest.mark.parametrize("shape", [pytest.param((6, 5), marks=pytest.mark.slow), (70, 3), (4, 6, 5)])
 def test_reductions_that_keep_dimensions_in_loops(shape):
     # Sums over the last axis (pairwise), over leading axes (a chain, or halving from 64 elements), maxima and
     # minima with NaNs and signed zeros, products, integer sums, any/all, argmax/argmin (a reduce of two
@@ -930,7 +930,7 @@ def test_float_max_pooling_in_loops_stays_interpreted():
     _assert_same(fn, img, eligible=False)
 
 
-@pytest.mark.parametrize("dtype", [F32, np.float64])
+@pytest.mark.parametrize("dtype", [F32, pytest.param(np.float64, marks=pytest.mark.slow)])  # (18 s each, cold)
 def test_scalar_reductions_transposed_small_products_and_pads_in_loops(dtype):
     # Found by benchmarks/bench_library_programs.py (loops left interpreted): diffrax's and numpyro's reduces of
     # a scalar (the body applied to init and the value), jax.grad's dot_general over leading dimensions and
@@ -957,7 +957,7 @@ def test_scalar_reductions_transposed_small_products_and_pads_in_loops(dtype):
     _assert_same(fn, x, r, b, specials)
 
 
-@pytest.mark.parametrize("dtype", [F32, np.float64])
+@pytest.mark.parametrize("dtype", [F32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_products_with_a_scalar_result_in_loops(dtype):
     # x @ y of two vectors inside a loop (BFGS's curvature y.s): the product's one element is a scalar in the
     # generated code (it was a 0-d array, which numba's typing of the scalar definitions rejected: the whole

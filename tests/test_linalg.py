@@ -644,8 +644,12 @@ _SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), 
 
 
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
-@pytest.mark.parametrize("mkn", _SMALL_LOOP_DOTS, ids=str)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+# (each compiles a loop and runs jax.jit: ~3 s cold; f64 beyond three shapes runs with -m slow)
+@pytest.mark.parametrize("dtype, mkn", [
+    *(pytest.param(np.float32, mkn, id=f"f32-{mkn}") for mkn in _SMALL_LOOP_DOTS),
+    *(pytest.param(np.float64, mkn, id=f"f64-{mkn}",
+                   marks=() if mkn in ((1, 7, 7), (4, 9, 1), (2, 40, 1)) else pytest.mark.slow)
+      for mkn in _SMALL_LOOP_DOTS)])
 def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
     import lowering
     from interop import import_jax
