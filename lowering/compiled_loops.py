@@ -1115,10 +1115,8 @@ class _LoopWriter:
         w3 = w2 + "    "
         self.emit(w3, f"{a} = {src_order}[{j}]")  # (the right run's element goes first only if strictly less)
         self.emit(w3, f"{b} = {src_order}[{i}]")
-        for m, src in enumerate(sources):
-            self.names[block.args[2 * m]] = f"{src}[{row}, {a}]"
-            self.names[block.args[2 * m + 1]] = f"{src}[{row}, {b}]"
-        (less,) = self.block(block, w3)
+        pairs = [name for src in sources for name in (f"{src}[{row}, {a}]", f"{src}[{row}, {b}]")]
+        (less,) = self.block_with(block, pairs, w3)
         self.emit(w3, f"if {less}:")
         self.emit(w3 + "    ", f"{dst_order}[{k}] = {a}")
         self.emit(w3 + "    ", f"{j} += 1")
@@ -1218,9 +1216,7 @@ class _LoopWriter:
             self.emit(inner + "    ", f"{ok} = False")
             self.emit(inner, f"{src_index} += ({q} // {dilation}) * {strides[d]}")
         self.emit(inner, f"if {ok}:")
-        for arg, name in zip(block.args, [*accs, *(f"{src}[{src_index}]" for src in sources)]):
-            self.names[arg] = name
-        results = self.block(block, inner + "    ")
+        results = self.block_with(block, [*accs, *(f"{src}[{src_index}]" for src in sources)], inner + "    ")
         values = [self.fresh("e") for _ in results]
         for value, name in zip(values, results):
             self.emit(inner + "    ", f"{value} = {name}")
