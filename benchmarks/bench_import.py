@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from interop.export import export_stablehlo  # noqa: E402
-from interop.stablehlo_import import Importer, parse_stablehlo  # noqa: E402
+from interop.stablehlo import export_stablehlo  # noqa: E402
+from interop.stablehlo import Importer, parse_stablehlo  # noqa: E402
 
 
 def long_program(target_ops: int):
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
 
     t_untrusted, _ = best_time(lambda: import_stablehlo(artifact), 2)
     print(f"{'untrusted artifact':18s}: {t_untrusted:.3f} s wall, including the child process that imports the bytes "
-          "first (interop.bytecode_check: jaxlib aborts on some corrupted bytecode)")
+          "first (interop.stablehlo.bytecode_check: jaxlib aborts on some corrupted bytecode)")
     t_export, _ = best_time(lambda: export_stablehlo(result), args.repeat)
     print(f"{'export':18s}: {count} ops exported to StableHLO text in {t_export:.3f} s")
     return 0

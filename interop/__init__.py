@@ -12,13 +12,13 @@
 # op where two runs differ (debugging/).
 from .debugging import find_divergence, random_inputs, trace
 from .difftest import DiffReport, difftest
-from .export import export_stablehlo
+from .stablehlo import export_stablehlo
 from .hlo import export_hlo, import_hlo, run_hlo_on_xla
 from .jax_import import import_jax
 from .programs import load_program
 from .sharded import ShardedExecutable, compile_sharded
-from .stablehlo_import import import_stablehlo
-from .xla_run import run_xla
+from .stablehlo import import_stablehlo
+from .stablehlo import run_xla
 from passes.cost_analysis import cost_analysis  # noqa: E402  (XLA's cost analysis of a module; xla-show cost)
 
 __all__ = ["DiffReport", "ShardedExecutable", "compile_sharded", "cost_analysis", "difftest", "export_hlo",

@@ -135,7 +135,7 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
     decides it (:func:`interop.difftest.analyse_noise_with`, ``noise_samples`` nudged inputs, default
     :data:`~interop.difftest.DEFAULT_NOISE_SAMPLES`; 0 turns the analysis off): a verdict of its own too."""
     from .difftest import DEFAULT_NOISE_SAMPLES, analyse_noise_with, compare_output
-    from .xla_run import run_xla
+    from .stablehlo.xla import run_xla
 
     if entry != "main":
         raise XlaError("--check-xla runs @main only (XLA compiles the module's entry function)")

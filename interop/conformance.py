@@ -811,7 +811,8 @@ def prepare_module(text: str, line_offset: int = 0, args_text: str | None = None
     :func:`_wrap_entry`). ``line_offset`` is added to line numbers in messages.
     """
     ir = _ir()
-    from .stablehlo_import import mlir_context, parse_stablehlo
+    from .stablehlo import parse_stablehlo
+    from .stablehlo.context import mlir_context
 
     module = parse_stablehlo(text)
     ctx = mlir_context()
@@ -1093,13 +1094,13 @@ def _expand_quantized(text: str) -> tuple[str, dict | None]:
     """
     if "!quant." not in text:
         return text, None
-    from .stablehlo_quant import expand_quantized_text
+    from .stablehlo.quant import expand_quantized_text
 
     return expand_quantized_text(text)
 
 
 def _import(module, quant_lines: dict | None):
-    from .stablehlo_import import import_mlir_module
+    from .stablehlo import import_mlir_module
 
     if quant_lines is None:
         return import_mlir_module(module)
@@ -1141,7 +1142,7 @@ def _run_checked(program: Program) -> tuple[str, str]:
             results = [r for device_results in grid for r in device_results]
             outputs = exe(*results)
     status, message = _apply_checks(prepared, outputs)
-    from .stablehlo_parse import PARSED_NEWER_OPS
+    from .stablehlo.parse import PARSED_NEWER_OPS
 
     if PARSED_NEWER_OPS in prepared.module.operation.attributes:
         message += NEWER_OPS_NOTE
@@ -1257,8 +1258,7 @@ def _first_difference(a: str, b: str) -> str:
 
 
 def _run_roundtrip(program: Program) -> tuple[str, str]:
-    from .export import export_stablehlo
-    from .stablehlo_import import import_stablehlo, parse_stablehlo
+    from .stablehlo import export_stablehlo, import_stablehlo, parse_stablehlo
 
     with _at("import"):
         module = import_stablehlo(program.text, allow_unknown=True)
@@ -1372,8 +1372,7 @@ def _context():
         # otherwise import them with its first program, charged to that program's timeout.
         ctx.set_forkserver_preload(["interop.conformance", "jax", "xdsl", "xla_dialect", "lowering",
                                     "lowering.kernels", "lowering.executor", "passes.pipelines",
-                                    "interop.stablehlo_parse", "interop.stablehlo_converters",
-                                    "interop.stablehlo_import", "interop.export"])
+                                    "interop.stablehlo"])
         return ctx
     return mp.get_context("spawn")
 
@@ -1767,7 +1766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if summary.get("newer_ops"):
         print(f"jaxlib's StableHLO parser reads {summary['parsed_by_jaxlib']} of them: "
               f"{summary['passed_parsed_by_jaxlib']} pass; it rejects {summary['newer_ops']} that use ops newer "
-              f"than it, read through the importer's fallback (interop.stablehlo_parse.NEWER_OPS): "
+              f"than it, read through the importer's fallback (interop.stablehlo.parse.NEWER_OPS): "
               f"{summary['newer_ops_passed']} pass")
     if summary["unparsed"]:
         print(f"jaxlib's StableHLO parser rejects {summary['unparsed']} of them (their syntax may be newer than "

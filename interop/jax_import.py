@@ -4,7 +4,7 @@
 returns an hlo ``ModuleOp`` whose ``@main`` takes the flattened arguments (in
 ``jax.tree`` order, unused ones included) and returns the flattened outputs
 (in ``jax.tree`` order). The StableHLO is read by
-:mod:`interop.stablehlo_import`.
+:mod:`interop.stablehlo`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, Modul
 from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.types import element_type_from_dtype
 
-from .stablehlo_import import import_mlir_module, import_stablehlo
-from .stablehlo_parse import _BYTECODE_MAGIC
+from .stablehlo import import_mlir_module, import_stablehlo
+from .stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
 
 
 __all__ = ["import_jax"]
@@ -46,7 +46,7 @@ def import_jax(obj, *example_args, trusted: bool | None = None, **example_kwargs
 
     Bytes (a serialized export, bytecode, an artifact) are untrusted input for jaxlib's C++ reader,
     which aborts the process on some corrupted bytes: they are first read in a child process (a fork: about
-    0.1 s; :mod:`interop.bytecode_check`). ``trusted=True`` skips that for bytes you produced yourself
+    0.1 s; :mod:`interop.stablehlo.bytecode_check`). ``trusted=True`` skips that for bytes you produced yourself
     (as ``import_stablehlo(data, trusted=True)``). Tracing a function reads no bytes: there a
     ``trusted=`` keyword is the function's own example argument.
     """

@@ -11,7 +11,7 @@ import re
 
 from xla_dialect.errors import XlaError
 
-from .stablehlo_parse import _BYTECODE_MAGIC
+from .stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
 
 __all__ = ["FORMATS", "FORMATS_HELP", "load_program", "program_from_bytes", "read_program_file"]
 
@@ -71,7 +71,7 @@ def program_from_bytes(data: bytes, path: str, inputs=None, trusted: bool = Fals
 
         return parse_module(text, path)
     if bytecode or text is not None:
-        from .stablehlo_import import import_stablehlo
+        from .stablehlo import import_stablehlo
 
         try:
             return import_stablehlo(data, filename=path, trusted=trusted)

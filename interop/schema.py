@@ -1,7 +1,7 @@
 """What the StableHLO importer and exporter share: dimension-number structs, enum attributes, channel
 types, and the discardable attributes the exporter writes for what StableHLO cannot say.
 
-One table per fact, read by both :mod:`interop.stablehlo_import` and :mod:`interop.export`.
+One table per fact, read by both :mod:`interop.stablehlo.importer` and :mod:`interop.stablehlo.exporter`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ STATE_PART = "hlo.tuple_state_part"
 STATE_ARG = "hlo.tuple_state_arg"
 STATE_RESULT = "hlo.tuple_state_result"
 STATE_RETURN = "hlo.tuple_state_return"
-"""Discardable attributes written by :mod:`interop.export` for what StableHLO cannot say."""
+"""Discardable attributes written by :mod:`interop.stablehlo.exporter` for what StableHLO cannot say."""
 
 
 def leaf_types(t: Attribute) -> list[Attribute]:

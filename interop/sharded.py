@@ -95,7 +95,7 @@ def _deserialize(data: bytes, trusted: bool):
     except Exception as e:  # noqa: BLE001 - jax's reader's own message
         raise XlaError(f"compile_sharded: the bytes are not a serialized jax.export.Exported: {e}") from None
     if not trusted:
-        from .bytecode_check import check_in_subprocess
+        from .stablehlo.bytecode_check import check_in_subprocess
 
         check_in_subprocess(bytes(exported.mlir_module_serialized))
     return exported

@@ -30,7 +30,7 @@ def sharded_export(data: bytes, trusted: bool = False):
     """The ``jax.export.Exported`` that ``data`` serializes when it runs on more than one device, else None
     (another program format, or a one-device export: the ordinary loader reads those)."""
     from .hlo.syntax import is_hlo_text
-    from .stablehlo_parse import _BYTECODE_MAGIC
+    from .stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
 
     if is_hlo_text(data) or data.startswith(_BYTECODE_MAGIC):
         return None
@@ -48,7 +48,7 @@ def sharded_export(data: bytes, trusted: bool = False):
     if exported.nr_devices <= 1:
         return None
     if not trusted:
-        from .bytecode_check import check_in_subprocess
+        from .stablehlo.bytecode_check import check_in_subprocess
 
         check_in_subprocess(bytes(exported.mlir_module_serialized))
     return exported

@@ -235,7 +235,7 @@ def parse_value(text: str):
 def to_array(value, type_text: str):
     """``value`` (from :func:`parse_value`) as an array of the tensor type ``type_text``, or as a tuple of them
     (nested as the type) for a ``tuple<...>`` type."""
-    from .stablehlo_import import import_stablehlo
+    from .stablehlo import import_stablehlo
 
     type_text = type_text.strip()
     if type_text.startswith("tuple<"):
@@ -276,7 +276,7 @@ def to_array(value, type_text: str):
 
 
 def _split_types(text: str) -> list[str]:
-    from .stablehlo_attributes import top_level_parts
+    from .stablehlo.attributes import top_level_parts
 
     text = text.strip()
     if text.startswith("(") and text.endswith(")"):
@@ -407,7 +407,7 @@ def _compile_only(example: Example, types: dict[str, str]) -> Outcome:
     the body of a function whose arguments are the values the ops use without defining."""
     import lowering
 
-    from .stablehlo_import import import_stablehlo
+    from .stablehlo import import_stablehlo
 
     defined = _result_names(example.body)
     text = " ".join(example.body)
@@ -448,7 +448,7 @@ def run_example(example: Example) -> Outcome:
         return Outcome(example, "skipped", f"no signature gives the type of {', '.join(missing)}")
     import lowering
 
-    from .stablehlo_import import import_stablehlo
+    from .stablehlo import import_stablehlo
 
     defined = _result_names(example.body)  # inputs the example also defines with ops (constants)
     inputs_used = [n for n in example.inputs if n not in defined]

@@ -41,7 +41,7 @@ def emit(module, kind: str) -> str:
         Printer(stream=out, print_generic_format=True).print_op(module)
         return out.getvalue()
     if kind == "stablehlo":
-        from .export import export_stablehlo
+        from .stablehlo import export_stablehlo
 
         return str(export_stablehlo(module))
     if kind == "hlo":
@@ -58,7 +58,7 @@ def hlo_text(module) -> str:
 
 def hlo_text_through_xla(module) -> str:
     """XLA HLO text of ``module`` as XLA's own MLIR -> HLO translation prints it (default layouts)."""
-    from .export import export_stablehlo
+    from .stablehlo import export_stablehlo
 
     stablehlo = export_stablehlo(module)
     try:

@@ -232,7 +232,7 @@ REPLICA_CASES = [
 
 
 def _tensor_text(t) -> str:
-    from interop.export import stablehlo_type
+    from interop.stablehlo.exporter import stablehlo_type
 
     return stablehlo_type(t)
 

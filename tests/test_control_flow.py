@@ -230,7 +230,7 @@ def test_conditional_out_of_range_index_runs_the_last_branch():
 
 
 def test_conditional_index_rule_matches_xla_cpu():
-    from interop.xla_run import run_xla
+    from interop.stablehlo import run_xla
 
     module = branch_module(3)
     x = np.array([1, 2, 3, 4], np.float32)

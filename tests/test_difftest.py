@@ -226,7 +226,7 @@ def test_xla_run_check_xla_reports_differences(program_files, monkeypatch, capsy
 def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monkeypatch, capsys):
     """A sum in another order: many ULPs near zero, tiny against the result's magnitude. difftest calls it
     ok; --check-xla (the same comparison) agrees, and its two budgets are flags."""
-    import interop.xla_run
+    import interop.stablehlo.xla
     from interop.cli import xla_run_main
     from interop.difftest import compare_output
 
@@ -235,7 +235,7 @@ def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monke
     program.write_text(str(interop.import_jax(lambda a: a * 1, x)))
     np.savez(tmp_path / "in.npz", arg0=x)
     xla = np.float32([1.0, 1e-6 + 2e-7, -2.0])  # ~1.8M ULPs at 1e-6, 1e-7 of the magnitude 2
-    monkeypatch.setattr(interop.xla_run, "run_xla", lambda module, *args: (xla,))
+    monkeypatch.setattr(interop.stablehlo.xla, "run_xla", lambda module, *args: (xla,))
     assert compare_output(x, xla).ok and not compare_output(x, xla, rtol_magnitude=0).ok
     # (--noise-samples 0: this fake XLA's error against float64 would be read as its own rounding noise)
     run = [str(program), "--inputs", str(tmp_path / "in.npz"), "--check-xla", "--noise-samples", "0"]
@@ -253,7 +253,7 @@ def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monke
 def test_xla_run_json_report(program_files, tmp_path, monkeypatch, capsys):
     import json
 
-    import interop.xla_run
+    import interop.stablehlo.xla
     from interop.cli import xla_run_main
 
     files, inputs = program_files
@@ -267,8 +267,8 @@ def test_xla_run_json_report(program_files, tmp_path, monkeypatch, capsys):
     assert data["check_xla"]["ok"] and first["ok"] and first["budget_ulp"] == 4 and first["rtol_magnitude"] > 0
     assert second["status"] == "exact" and second["max_ulp"] is None and second["budget_ulp"] is None
 
-    real = interop.xla_run.run_xla
-    monkeypatch.setattr(interop.xla_run, "run_xla", lambda m, *a: (real(m, *a)[0] + 1, np.full(4, np.nan)))
+    real = interop.stablehlo.xla.run_xla
+    monkeypatch.setattr(interop.stablehlo.xla, "run_xla", lambda m, *a: (real(m, *a)[0] + 1, np.full(4, np.nan)))
     assert xla_run_main([str(files["text"]), "--inputs", str(inputs), "--check-xla", "--json", str(report),
                          "--noise-samples", "0"]) == 1  # (a fake XLA, 1 off the float64 value: not noise)
     data = json.loads(report.read_text())

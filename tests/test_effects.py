@@ -264,7 +264,7 @@ def test_optimization_barrier_vs_jax(rng, dtype):
 
 
 def test_get_dimension_size_vs_xla():
-    from interop.xla_run import run_xla
+    from interop.stablehlo import run_xla
 
     b = XlaBuilder("dims")
     x = b.parameter(0, "f16[2,0,5]")

@@ -12,7 +12,7 @@ from jax import lax
 import lowering
 from helpers import assert_close
 from interop import export_stablehlo, import_jax, import_stablehlo, run_xla
-from interop.stablehlo_import import parse_stablehlo
+from interop.stablehlo import parse_stablehlo
 from xla_dialect import XlaBuilder, parse_module
 from xla_dialect.errors import ExecutionError, XlaError
 

@@ -385,7 +385,7 @@ def _line_of(snippet: str) -> int:
 
 
 def test_unsupported_op_names_op_and_location(monkeypatch):
-    import interop.stablehlo_import as si
+    import interop.stablehlo.importer as si
 
     text = """
       func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {
@@ -578,7 +578,8 @@ def test_quantized_text_parses_to_a_module_that_can_be_edited_then_imported():
     # so the module can be changed (here: its entry renamed, printed and parsed again) and imported.
     from jaxlib.mlir import ir
 
-    from interop.stablehlo_import import QUANTIZATION, parse_stablehlo
+    from interop.schema import QUANTIZATION
+    from interop.stablehlo import parse_stablehlo
 
     x = np.array([-100.0, -1.3, 0.0, 0.75, 70.0], np.float32)
     y = np.array([[0.14, -3.0, 1.26], [12.9, 0.3, -0.75]], np.float32)

@@ -11,7 +11,7 @@ from jax import lax
 
 import lowering
 from interop import import_stablehlo
-from interop import stablehlo_import as si
+from interop.stablehlo import dispatch, parse_stablehlo
 from xla_dialect.errors import MlirParseError, UnsupportedError
 
 RNG = np.random.default_rng(7)
@@ -277,7 +277,7 @@ OUTER = """
 
 
 def test_expansion_functions_join_the_module_under_fresh_names(monkeypatch):
-    monkeypatch.setattr(si, "legalize_chlo_op", lambda op: si.parse_stablehlo(HELPER_EXPANSION))
+    monkeypatch.setattr(dispatch, "legalize_chlo_op", lambda op: parse_stablehlo(HELPER_EXPANSION))
     module = import_stablehlo(OUTER)
     module.verify()
     names = [op.sym_name.data for op in module.ops]
@@ -296,7 +296,7 @@ PARTLY_UNSUPPORTED = """
 
 
 def test_failed_expansion_is_an_error_or_kept_opaque(monkeypatch):
-    monkeypatch.setattr(si, "legalize_chlo_op", lambda op: si.parse_stablehlo(PARTLY_UNSUPPORTED))
+    monkeypatch.setattr(dispatch, "legalize_chlo_op", lambda op: parse_stablehlo(PARTLY_UNSUPPORTED))
     with pytest.raises(UnsupportedError, match=r"chlo\.sinh .*expanded through XLA.*mydialect\.frob"):
         import_stablehlo(OUTER)
     module = import_stablehlo(OUTER, allow_unknown=True)

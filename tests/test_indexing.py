@@ -19,7 +19,7 @@ import pytest
 from jax import lax
 
 import xla_dialect
-from interop.xla_run import run_xla
+from interop.stablehlo import run_xla
 from xla_dialect import XlaBuilder
 from xla_dialect.errors import BuilderError, HloVerifyError
 from xla_dialect.ops.indexing import GatherDimensionNumbers, ScatterDimensionNumbers

@@ -1,5 +1,5 @@
 """StableHLO newer than jaxlib 0.10's parser: ops of the current spec read through the importer's fallback
-(interop.stablehlo_parse.NEWER_OPS), and quantized forms jaxlib's verifier rejects after the rewrite of
+(interop.stablehlo.parse.NEWER_OPS), and quantized forms jaxlib's verifier rejects after the rewrite of
 quantized types (bitcast_convert between a quantized type and its storage integers)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 
 import lowering
 from interop import import_stablehlo
-from interop.stablehlo_parse import PARSED_NEWER_OPS, parse_stablehlo
+from interop.stablehlo import parse_stablehlo
+from interop.stablehlo.parse import PARSED_NEWER_OPS
 from xla_dialect.errors import MlirParseError
 
 REDUCE = """

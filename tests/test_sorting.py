@@ -220,7 +220,7 @@ def test_generic_sort_of_a_larger_array(rng):
 def test_custom_comparators_match_xla_cpu(rng):
     # Comparators jax cannot express, run on XLA's CPU backend as the reference
     # (strict weak orders only: for others XLA's result is implementation-defined).
-    from interop.xla_run import run_xla
+    from interop.stablehlo import run_xla
 
     x = rng.integers(-6, 6, (4, 33)).astype(np.int32)
     y = rng.integers(-3, 3, (4, 33)).astype(np.float32)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from interop import import_jax, import_stablehlo
-from interop.bytecode_check import check_bytecode
+from interop.stablehlo.bytecode import check_bytecode
 from xla_dialect.errors import MlirParseError, XlaError
 
 
@@ -72,13 +72,13 @@ def test_trusted_switch_of_import_jax_xla_run_and_xla_opt(tmp_path, monkeypatch,
     import jax
     import jax.numpy as jnp
 
-    import interop.bytecode_check
+    import interop.stablehlo.bytecode_check
     from interop.cli import xla_run_main
     from interop.xla_opt import main as xla_opt_main
 
     checked = []
-    real = interop.bytecode_check.check_in_subprocess
-    monkeypatch.setattr(interop.bytecode_check, "check_in_subprocess", lambda data: checked.append(len(data)) or
+    real = interop.stablehlo.bytecode_check.check_in_subprocess
+    monkeypatch.setattr(interop.stablehlo.bytecode_check, "check_in_subprocess", lambda data: checked.append(len(data)) or
                         real(data))
     x = np.ones(3, np.float32)
     exported = jax.export.export(jax.jit(lambda v: jnp.sin(v) * 2))(x)
@@ -107,7 +107,7 @@ def test_the_child_process_check_is_cheap():
     the child is now a fork of this process, with everything loaded."""
     import time
 
-    from interop.bytecode_check import check_in_subprocess
+    from interop.stablehlo.bytecode_check import check_in_subprocess
 
     data = _artifact()
     check_in_subprocess(data)  # (this process loads what the importer needs once)
@@ -121,13 +121,13 @@ def test_the_child_process_check_is_cheap():
 
 _SPINNING_XLA_RUN = """
 import sys
-import interop.bytecode_check
+import interop.stablehlo.bytecode_check
 
 def spin(data, *rest):  # a child stuck in jaxlib's reader at 100% CPU
     while True:
         pass
 
-interop.bytecode_check._child_main = spin
+interop.stablehlo.bytecode_check._child_main = spin
 from interop.cli import xla_run_main
 sys.exit(xla_run_main([sys.argv[1]]))
 """
@@ -226,7 +226,7 @@ def test_large_real_programs_pass_the_check():
     import jax
     import jax.numpy as jnp
 
-    from interop.bytecode_check import check_in_subprocess
+    from interop.stablehlo.bytecode_check import check_in_subprocess
 
     def f(x):
         for i in range(1500):
@@ -246,7 +246,7 @@ def test_a_crashing_child_prints_nothing_with_faulthandler_on(tmp_path):
 
     path = tmp_path / "prog.mlirbc"
     path.write_bytes(_artifact())
-    script = ("import faulthandler, os, sys, interop.bytecode_check as b\n"
+    script = ("import faulthandler, os, sys, interop.stablehlo.bytecode_check as b\n"
               "faulthandler.enable(os.fdopen(os.dup(2), 'w'))  # as pytest does\n"
               "b._child_main = lambda *args: os.abort()\n"
               "from interop import import_jax\n"

@@ -233,7 +233,7 @@ def test_conv_preferred_element_type(in_dtype, out_dtype):
 
 def test_conv_preferred_narrower_float_vs_xla(rng):
     """f32 x f32 -> bf16: XLA accepts it (jax does not) and rounds the f32 result once."""
-    from interop.xla_run import run_xla
+    from interop.stablehlo import run_xla
 
     lhs_shape, rhs_shape, kw = CONV_CASES["everything"]
     x, w = rng.standard_normal(lhs_shape).astype(np.float32), rng.standard_normal(rhs_shape).astype(np.float32)
@@ -295,7 +295,7 @@ def test_make_padding_matches_jax():
 
 def test_conv_window_reversal():
     """A reversed window equals the kernel reversed along that dimension; XLA agrees."""
-    from interop.xla_run import run_xla
+    from interop.stablehlo import run_xla
 
     x, w = CONV.args("reversal")
     b = XlaBuilder("reversal")
@@ -940,7 +940,7 @@ def test_verifier_rejects_bad_ir():
 
 def test_windowed_module_runs_on_xla(rng):
     """The whole module exported to StableHLO gives XLA's results."""
-    from interop.xla_run import run_xla
+    from interop.stablehlo import run_xla
 
     module = windowed_module()
     args = [rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((2, 2)).astype(np.float32),

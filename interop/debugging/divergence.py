@@ -281,7 +281,7 @@ def _widen_args(args) -> list:
 def _xla_values(tagged: ModuleOp, args, entry: str) -> dict[str, np.ndarray]:
     """XLA CPU's values of the ops of the entry function's body (not inside regions): XLA runs a copy of the
     program that returns them all after its own results."""
-    from ..xla_run import run_xla
+    from ..stablehlo.xla import run_xla
 
     if entry != "main":
         raise XlaError("find_divergence(against='xla'): XLA runs @main only")

@@ -122,7 +122,7 @@ def mismatch_vs_jax_test(entry: str = "main", seed: int = 0, special_values: boo
     def test(module: ModuleOp) -> bool:
         """True when the candidate's results differ from XLA CPU's."""
         from ..difftest import compare_output
-        from ..xla_run import run_xla
+        from ..stablehlo.xla import run_xla
 
         try:
             args = _inputs(module, entry, seed, special_values)

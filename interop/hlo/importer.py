@@ -112,7 +112,7 @@ class HloImporter:
     """Builds the hlo module for one parsed HLO module (see the module docstring)."""
 
     def __init__(self, parsed: HloModuleText):
-        from ..stablehlo_import import _append_ops, _create
+        from ..stablehlo.building import _append_ops, _create
 
         self.parsed = parsed
         self._create = _create
@@ -564,7 +564,7 @@ class HloImporter:
         StableHLO importer's chlo legalization); one per op and types."""
         from xla_dialect.layout import strip_layout
 
-        from ..stablehlo_import import import_stablehlo
+        from ..stablehlo import import_stablehlo
 
         key = (chlo_name, strip_layout(operand_type), strip_layout(result_type))
         cache = self.chlo_functions

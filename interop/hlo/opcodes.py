@@ -56,7 +56,7 @@ from xla_dialect.ops import (
 from xla_dialect.ops.base import i64_array, ints, make_tensor
 from xla_dialect.types import TokenType, element_type_of, numpy_dtype
 
-from ..stablehlo_attributes import top_level_parts
+from ..stablehlo.attributes import top_level_parts
 from . import attributes as A
 
 READERS: dict[str, Callable] = {}
@@ -1498,7 +1498,7 @@ NO_HLO_FORM = {
 class _Expansion:
     """The interface the StableHLO importer's expansion converters use, over the HLO importer.
 
-    ``interop.stablehlo_import`` expands ``chlo.top_k``, ``chlo.mulhi`` and ``chlo.scan`` into
+    ``interop.stablehlo`` expands ``chlo.top_k``, ``chlo.mulhi`` and ``chlo.scan`` into
     hlo ops; XLA has them as HLO opcodes (``topk``, ``mulhi``, ``scan``). The same converter
     functions build them here: one expansion per op, whichever text it comes from.
     """
@@ -1563,7 +1563,7 @@ def _pack_expansion(imp, ins, values):
 
 @reads("topk")
 def _read_topk(imp, ins, args):
-    from ..stablehlo_converters import _top_k
+    from ..stablehlo.converters import _top_k
 
     k = imp.attr(ins, "k", A.integer)
     largest = imp.attr(ins, "largest", A.boolean, True)
@@ -1580,7 +1580,7 @@ def _read_topk_custom_call(imp, ins, args):
     """XLA CPU's ``custom-call(x), custom_call_target="TopK"`` (what its compiler makes of ``topk``): the k largest
     along the last dimension in descending total order, ties at the lower index, with s32 indices -- read as the
     ``topk`` opcode is. The called comparator is XLA's total-order greater-than, which the expansion's sort uses."""
-    from ..stablehlo_converters import _top_k
+    from ..stablehlo.converters import _top_k
 
     imp.attr(ins, "called_computations", A.computations, None)
     types = _tuple_types(ins)
@@ -1592,14 +1592,14 @@ def _read_topk_custom_call(imp, ins, args):
 
 @reads("mulhi")
 def _read_mulhi(imp, ins, args):
-    from ..stablehlo_converters import _mulhi
+    from ..stablehlo.converters import _mulhi
 
     return _pack_expansion(imp, ins, _mulhi(_Expansion(imp, ins, args), None))
 
 
 @reads("scan")
 def _read_scan(imp, ins, args):
-    from ..stablehlo_converters import _scan
+    from ..stablehlo.converters import _scan
 
     (dim,) = imp.attr(ins, "dimensions", A.ints)
     carries = imp.attr(ins, "num_carries", A.integer, 0)
@@ -1640,7 +1640,7 @@ for _opcode in CHLO_OPCODES:
 
 @reads("ragged-dot")
 def _read_ragged_dot(imp, ins, args):
-    from ..stablehlo_converters import _ragged_dot
+    from ..stablehlo.converters import _ragged_dot
 
     fields = {key: imp.attr(ins, key, A.ints, ()) for key in (
         "lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims", "lhs_ragged_dims",
@@ -1702,7 +1702,7 @@ def opaque_class(opcode: str) -> type:
     """The opaque op class of ``opcode`` (one per opcode), whose kernel raises :class:`UnsupportedError`."""
     from lowering.registry import KERNELS, register_kernel
 
-    from ..stablehlo_import import opaque_op_class
+    from ..stablehlo.dispatch import opaque_op_class
 
     cls = opaque_op_class(OPAQUE_PREFIX + opcode)
     if cls not in KERNELS:

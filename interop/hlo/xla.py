@@ -109,7 +109,7 @@ def run_hlo_text_on_xla(text: str, *arrays, trusted: bool = False, source: str =
     :class:`HloParseError` naming ``source``."""
     import jax
 
-    from ..xla_run import _x64
+    from ..stablehlo.xla import _x64
 
     executable = _compile(text, trusted, source)
     device = jax.devices("cpu")[0]

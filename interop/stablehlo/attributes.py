@@ -1,6 +1,6 @@
 """jaxlib MLIR types, dense literals, attributes and locations -> their xDSL / hlo counterparts.
 
-Part of the StableHLO importer (see :mod:`interop.stablehlo_import`): pure conversions
+Part of the StableHLO importer (see :mod:`interop.stablehlo.importer`): pure conversions
 of values, no knowledge of ops."""
 
 from __future__ import annotations
@@ -33,14 +33,12 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute
 
 from xla_dialect.errors import UnsupportedError
+from xla_dialect.layout import LayoutAttr, parse_layout
 from xla_dialect.ops.base import i64_array
 from xla_dialect.types import ELEMENT_TYPES, ElementType, FutureType, TokenType
 
-from .stablehlo_parse import NEWER_DIALECT
-
-from .schema import CHANNEL_TYPES, STRUCT_FIELDS
-
-from .stablehlo_parse import _ir  # noqa: E402
+from ..schema import CHANNEL_TYPES, STRUCT_FIELDS
+from .context import NEWER_DIALECT, _ir
 
 # ----------------------------------------------------------------------------
 # Types
@@ -100,6 +98,23 @@ def convert_type(t, cache: dict | None = None, allow_dynamic: bool = False) -> A
     if cache is not None:
         cache[t] = result
     return result
+
+
+def _with_layouts(types: list[Attribute], layouts) -> list[Attribute]:
+    """``types`` with the layouts of an ``ir.ArrayAttr`` of layout strings (``""``: none)."""
+    return [_with_layout_text(t, text.value) for t, text in zip(types, layouts)]
+
+
+def _with_layout_text(t: Attribute, text: str) -> Attribute:
+    """``t`` with the layout written ``{1,0}`` (tensor) or ``({1,0}, {})`` (tuple, recursively)."""
+    if not text:
+        return t
+    if isinstance(t, TensorType):
+        return TensorType(t.element_type, t.get_shape(), LayoutAttr(parse_layout(text)))
+    if isinstance(t, TupleType) and text.startswith("("):
+        parts = top_level_parts(text[1:text.rindex(")")], keep_empty=True)
+        return TupleType([_with_layout_text(e, part) for e, part in zip(t.types, parts)])
+    return t
 
 
 def top_level_parts(text: str, keep_empty: bool = False, sep: str = ",") -> list[str]:

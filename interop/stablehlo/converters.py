@@ -1,8 +1,8 @@
 """The StableHLO importer's converters: one function per MLIR op that is not a 1:1 rename.
 
-Each is registered in :data:`interop.stablehlo_import.CONVERTERS` by
-:func:`~interop.stablehlo_import.register_converter` when this module is imported
-(the importer imports it on first use)."""
+Each is registered in :data:`interop.stablehlo.dispatch.CONVERTERS` by
+:func:`~interop.stablehlo.dispatch.register_converter` when this module is imported
+(:mod:`interop.stablehlo.importer` imports it)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.base import i64_array
 from xla_dialect.types import ELEMENT_TYPES, ElementType
 
-from .schema import (
+from ..schema import (
     BRANCH_ARGUMENT,
     BRANCH_OPERANDS,
     IMPLICIT_BROADCAST,
@@ -43,17 +43,10 @@ from .schema import (
     leaf_types as _leaf_types,
 )
 
-from .stablehlo_attributes import _NATIVE_DTYPES, ELEMENT_BY_MLIR, dense_array
-from .stablehlo_import import (  # noqa: E402
-    Importer,
-    _append_ops,
-    _with_layouts,
-    _create,
-    generic_converter,
-    opaque_converter,
-    opaque_op_class,
-    register_converter,
-)
+from .attributes import _NATIVE_DTYPES, ELEMENT_BY_MLIR, _with_layouts, dense_array
+from .building import _append_ops, _create
+from .dispatch import Importer, generic_converter, opaque_converter, opaque_op_class, register_converter
+
 
 @register_converter("stablehlo.constant")
 def _constant(imp: Importer, op):
@@ -184,7 +177,7 @@ def _check_shape_assertion(imp: Importer, op) -> None:
 @register_converter("stablehlo.broadcast_in_dim")
 def _broadcast_in_dim(imp: Importer, op):
     if IMPLICIT_BROADCAST in op.attributes:
-        # Made explicit by interop.export for an op using XLA's implicit
+        # Made explicit by interop.stablehlo.exporter for an op using XLA's implicit
         # broadcasting: that op takes the unbroadcast operand again.
         return imp.operands(op)
     dims = [int(d) for d in imp.attribute(op.attributes["broadcast_dimensions"]).get_values()]
@@ -237,7 +230,7 @@ def _dynamic_with_static_result(imp: Importer, op):
 
 @register_converter("stablehlo.reshape")
 def _reshape(imp: Importer, op):
-    # interop.export writes hlo ops without a StableHLO counterpart as an
+    # interop.stablehlo.exporter writes hlo ops without a StableHLO counterpart as an
     # equivalent op marked with the original name (hlo.copy: identity reshape).
     if ORIGINAL_OP in op.attributes:
         return imp.emit(imp.ops_by_name[op.attributes[ORIGINAL_OP].value], imp.operands(op))
@@ -622,7 +615,7 @@ def _branches(imp: Importer, op) -> tuple[list[SSAValue], list[Region]]:
 
     StableHLO branches take no arguments (they capture values), hlo's take one
     operand each: every branch gets the same unused empty tuple, unless the
-    module came from :mod:`interop.export`, whose branches start with a marked
+    module came from :mod:`interop.stablehlo.exporter`, whose branches start with a marked
     ``get_tuple_element`` of the real branch operands.
     """
     ir_blocks = []

@@ -1,88 +1,17 @@
-"""A structural check of MLIR bytecode / StableHLO portable artifacts before jaxlib reads them.
+"""Untrusted MLIR bytecode is read in a child process first: :func:`check_in_subprocess`.
 
-jaxlib's bytecode reader is C++ that trusts its input: a producer string that is not UTF-8 aborts the
-whole process (SIGABRT), and corrupted sections can make it fail in unhelpful ways. This module walks
-the container format in Python first (magic, version, producer, then every section's id, length and
-alignment padding, which must end exactly at the end of the data), so that such input is an
-:class:`~xla_dialect.errors.MlirParseError` naming the byte offset, and only well-framed bytecode
-reaches jaxlib. It does not decode the sections' contents.
-
-Format (MLIR's BytecodeFormat): ``"ML\\xefR"``, a varint version, a NUL-terminated producer string,
-then sections: a byte ``id | aligned << 7``, a varint length, for aligned sections a varint alignment
-followed by 0xCB padding bytes up to it, then the section's bytes. Varints are "prefix varints": the
-number of trailing zero bits of the first byte plus one is their length in bytes (a 0 byte: 9 bytes).
+jaxlib's C++ bytecode reader aborts the process or loops on some corrupted input that is well framed
+(:mod:`interop.stablehlo.bytecode` checks the framing). :func:`check_in_subprocess` imports the bytes in a
+child process exactly as the caller is about to (jaxlib's reader, then the importer), bounded in CPU and
+wall-clock time, so that this process reads only bytes that a child read safely.
 """
 
 from __future__ import annotations
 
 from xla_dialect.errors import MlirParseError
 
-MAGIC = b"ML\xefR"
-SECTION_COUNT = 9  # String, Dialect, AttrType, AttrTypeOffset, IR, Resource, ResourceOffset, DialectVersions, Properties
-REQUIRED_SECTIONS = frozenset(range(7))
-MAX_PRODUCER = 1024
-MAX_VERSION = 64
-
-
-def _fail(offset: int, message: str):
-    raise MlirParseError(f"MLIR bytecode: {message} at byte {offset}")
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    if pos >= len(data):
-        _fail(pos, "truncated (a number expected)")
-    first = data[pos]
-    if first & 1:
-        return first >> 1, pos + 1
-    if first == 0:
-        if pos + 9 > len(data):
-            _fail(pos, "truncated 9-byte number")
-        return int.from_bytes(data[pos + 1:pos + 9], "little"), pos + 9
-    size = (first & -first).bit_length()
-    if pos + size > len(data):
-        _fail(pos, f"truncated {size}-byte number")
-    return int.from_bytes(data[pos:pos + size], "little") >> size, pos + size
-
-
-def check_bytecode(data: bytes) -> None:
-    """Raise :class:`MlirParseError` unless ``data`` is well-framed MLIR bytecode (see the module doc)."""
-    if not data.startswith(MAGIC):
-        _fail(0, "no magic number 'ML\\xefR'")
-    version, pos = _varint(data, len(MAGIC))
-    if version > MAX_VERSION:
-        _fail(len(MAGIC), f"version {version} is not one jaxlib reads")
-    end = data.find(b"\0", pos, pos + MAX_PRODUCER)
-    if end < 0:
-        _fail(pos, "the producer string has no terminating NUL")
-    try:
-        data[pos:end].decode("utf-8")
-    except UnicodeDecodeError:
-        _fail(pos, "the producer string is not UTF-8")
-    pos = end + 1
-    seen: set[int] = set()
-    while pos < len(data):
-        start = pos
-        section, aligned = data[pos] & 0x7F, data[pos] >> 7
-        if section >= SECTION_COUNT:
-            _fail(start, f"unknown section id {section}")
-        if section in seen:
-            _fail(start, f"section {section} appears twice")
-        seen.add(section)
-        length, pos = _varint(data, pos + 1)
-        if aligned:
-            alignment, pos = _varint(data, pos)
-            if alignment < 1 or alignment & (alignment - 1) or alignment > 4096:
-                _fail(pos, f"section {section} has alignment {alignment} (a power of two up to 4096 expected)")
-            while pos % alignment:
-                if pos >= len(data) or data[pos] != 0xCB:
-                    _fail(pos, f"section {section}'s alignment padding is not 0xCB bytes")
-                pos += 1
-        if length > len(data) - pos:
-            _fail(start, f"section {section} claims {length} bytes, {len(data) - pos} remain")
-        pos += length
-    missing = REQUIRED_SECTIONS - seen
-    if missing:
-        _fail(len(data), f"sections {sorted(missing)} are missing")
+from .importer import import_mlir_module
+from .parse import parse_mlir
 
 
 READ_CPU_SECONDS = 2.0
@@ -104,12 +33,10 @@ WALL_SECONDS_PER_BYTE = 300e-6
 def _child_main(data: bytes, read_done=lambda: None) -> str:
     """What the checking child does: import ``data`` as the caller is about to; a clean error's text.
     ``read_done()`` is called once jaxlib's reader has the module."""
-    from interop.stablehlo_import import import_stablehlo, parse_stablehlo
-
     try:
-        module = parse_stablehlo(data, trusted=True)
+        module = parse_mlir(data)
         read_done()
-        import_stablehlo(module, trusted=True, allow_unknown=True)
+        import_mlir_module(module, allow_unknown=True)
     except Exception as e:  # a clean error: the caller will raise it too, with its example arguments
         return type(e).__name__ + ": " + str(e)[-2000:]
     return ""
@@ -117,7 +44,7 @@ def _child_main(data: bytes, read_done=lambda: None) -> str:
 
 _CHILD = """
 import sys
-from interop.bytecode_check import _child_main
+from interop.stablehlo.bytecode_check import _child_main
 sys.stdout.write(_child_main(sys.stdin.buffer.read()))
 sys.exit(0)
 """
@@ -171,7 +98,7 @@ def _spawned_check(data: bytes, timeout: float) -> int | None:
     import subprocess
     import sys
 
-    from .processes import CHILD_GUARD
+    from ..processes import CHILD_GUARD
 
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     child = subprocess.Popen([sys.executable, "-c", CHILD_GUARD + _CHILD, str(os.getpid())], stdin=subprocess.PIPE,
@@ -207,11 +134,10 @@ def _forked_check(data: bytes, timeout: float) -> int | str | object:
     import time
     import warnings
 
-    from .processes import die_with_parent
-    from .stablehlo_parse import mlir_context
+    from ..processes import die_with_parent
+    from .context import mlir_context
 
     context = mlir_context()  # created here, before the fork: the caller needs it next anyway
-    from . import stablehlo_converters, stablehlo_import  # noqa: F401  (loaded once, here, for the caller too)
     parent = os.getpid()
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():  # jax warns on every fork once its backends run: this child runs none

@@ -3,13 +3,13 @@
 Every op is printed in MLIR's generic form (``"stablehlo.add"(%0, %1) : ...``),
 which needs no knowledge of each op's custom syntax. ``hlo.X`` becomes
 ``stablehlo.X`` with its properties converted back (the inverse of
-:mod:`interop.stablehlo_import`): string enums become
+:mod:`interop.stablehlo.importer`): string enums become
 ``#stablehlo<comparison_direction LT>``, dimension-number properties are
 regrouped into ``#stablehlo.dot<...>`` / ``gather`` / ``scatter`` / ``conv``
 structs, constants are written as exact hex blobs of their storage.
 
 What StableHLO cannot say is kept in discardable attributes that XLA ignores
-and :func:`~interop.stablehlo_import.import_stablehlo` reads back, so that
+and :func:`~interop.stablehlo.import_stablehlo` reads back, so that
 ``import_stablehlo(export_stablehlo(m))`` rebuilds ``m``:
 
 * layouts: on ``@main`` arguments as ``mhlo.layout_mode = "{1,0}"`` (what JAX
@@ -73,7 +73,7 @@ from xla_dialect.ops.elementwise import implicit_broadcast_dims
 from xla_dialect.shape import format_shape
 from xla_dialect.types import FutureType, TokenType
 
-from .schema import (
+from ..schema import (
     BRANCH_ARGUMENT,
     BRANCH_OPERANDS,
     BROADCAST_DIMENSIONS,
@@ -91,7 +91,7 @@ from .schema import (
     STRUCT_FIELDS,
     TUPLE_STATE,
 )
-from .schema import leaf_types as _leaf_types
+from ..schema import leaf_types as _leaf_types
 
 __all__ = ["export_stablehlo", "EXPORTERS", "stablehlo_type"]
 

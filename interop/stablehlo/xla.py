@@ -1,6 +1,6 @@
 """Run hlo modules on XLA's CPU backend: the reference for builder-made programs.
 
-:func:`run_xla` exports the module to StableHLO (:func:`interop.export.export_stablehlo`),
+:func:`run_xla` exports the module to StableHLO (:func:`interop.stablehlo.export_stablehlo`),
 compiles it with the CPU client of ``jax.extend.backend`` and runs it on NumPy
 arrays. Compiled executables are cached by program text.
 """
@@ -17,7 +17,7 @@ from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 from xla_dialect.shape import format_shape
 from xla_dialect.types import numpy_dtype
 
-from .export import export_stablehlo
+from .exporter import export_stablehlo
 
 
 __all__ = ["run_xla", "compile_xla"]

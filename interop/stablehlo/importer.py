@@ -8,7 +8,7 @@ JAX's pretty syntax (``stablehlo.reduce(...) applies stablehlo.add``).
 
 Conversion is table-driven:
 
-* :data:`CONVERTERS` maps an op name (``stablehlo.constant``, ``func.call``, ...)
+* :data:`~interop.stablehlo.dispatch.CONVERTERS` maps an op name (``stablehlo.constant``, ``func.call``, ...)
   to a converter for the ops that are not 1:1; every other ``stablehlo.<name>``
   becomes ``hlo.<name>`` (looked up in :data:`xla_dialect.ops.OPS_BY_NAME` at
   import time, so op families added later are picked up) with its attributes
@@ -19,22 +19,27 @@ Conversion is table-driven:
   field, 2-D dense integer attributes (``padding``) become flat ``array<i64>``.
 * chlo ops: ``chlo.mulhi``, ``chlo.scan``, ``chlo.top_k`` and ``chlo.erf`` have
   converters of their own; every other chlo op is copied alone into a one-op
-  module that XLA expands with its own decompositions (:func:`legalize_chlo_op`,
+  module that XLA expands with its own decompositions (:func:`~interop.stablehlo.chlo.legalize_chlo_op`,
   cached), and the expansion's ops take its place (:meth:`Importer.inline_expansion`),
   so chlo ops work in functions of any name and leave the rest untouched.
 * Quantized text (``!quant.uniform`` element types, which jaxlib cannot parse)
-  is rewritten by :func:`parse_stablehlo`, which records each op's
-  quantization on the op (:data:`QUANTIZATION`); see :mod:`interop.stablehlo_quant`.
+  is rewritten by :func:`~interop.stablehlo.parse.parse_mlir`, which records each op's
+  quantization on the op (:data:`QUANTIZATION`); see :mod:`interop.stablehlo.quant`.
 * Types are converted once per distinct MLIR type (cache keyed by the uniqued
   ``ir.Type``); attributes once per distinct ``ir.Attribute``.
 * Each op gets its source location as a ``loc`` string attribute
   (``file.py:12``), which :func:`xla_dialect.errors.op_context` puts in messages.
 
-The importer is split by concern: :mod:`interop.stablehlo_parse` (jaxlib parsing),
-:mod:`interop.stablehlo_attributes` (types, literals, attributes, locations), this module
-(the :class:`Importer` and the entry points), :mod:`interop.stablehlo_converters` (one
-converter per op that is not a rename), :mod:`interop.chlo` (XLA's chlo expansions) and
-:mod:`interop.schema` (what the exporter shares).
+The importer is split by concern, each module importing only those before it:
+:mod:`~interop.stablehlo.context` (jaxlib's MLIR context), :mod:`~interop.stablehlo.bytecode` (the structural
+check of bytecode), :mod:`~interop.stablehlo.attributes` (types, literals, attributes, locations),
+:mod:`~interop.stablehlo.quant` (quantized text and types), :mod:`~interop.stablehlo.parse` (jaxlib parsing),
+:mod:`~interop.stablehlo.chlo` (XLA's chlo expansions), :mod:`~interop.stablehlo.building` (fast xDSL op
+construction), :mod:`~interop.stablehlo.dispatch` (the converter table and the generic rules),
+:mod:`~interop.stablehlo.converters` (one converter per op that is not a rename), this module (the
+:class:`Importer`), :mod:`~interop.stablehlo.bytecode_check` (untrusted bytecode read in a child first) and
+:mod:`~interop.stablehlo.entry` (:func:`~interop.stablehlo.parse_stablehlo`,
+:func:`~interop.stablehlo.import_stablehlo`); :mod:`interop.schema` holds what the exporter shares.
 
 Anything without a counterpart raises :class:`~xla_dialect.errors.UnsupportedError`
 naming the op and its location. The importer does not run the hlo verifier by
@@ -56,87 +61,41 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     FunctionType,
     IntegerAttr,
-    IntegerType,
     ModuleOp,
     StringAttr,
     TensorType,
-    TupleType,
-    UNKNOWN_LOC,
-    f32,
 )
-from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue, SSAValues, Use
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError
+from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.layout import LayoutAttr, parse_layout
 from xla_dialect.ops import OPS_BY_NAME
 
-from .schema import (
-    BROADCAST_DIMENSIONS,
-    QUANTIZATION,
-    QUANTIZED,
-    REGION_ARG_LAYOUTS,
-    RESULT_LAYOUTS,
-)
-
-from .chlo import legalize_chlo, legalize_chlo_op  # noqa: E402,F401  (legalize_chlo: re-exported)
-from .stablehlo_attributes import (  # noqa: E402,F401  (the value conversions; some re-exported)
+from ..schema import QUANTIZATION, QUANTIZED, REGION_ARG_LAYOUTS, RESULT_LAYOUTS
+from . import converters  # noqa: F401  (registers the converters in dispatch.CONVERTERS)
+from .attributes import (
     _DYNAMIC,
-    ELEMENT_BY_MLIR,
     IGNORED_ATTRIBUTES,
+    _with_layouts,
     convert_attribute,
-    convert_element_type,
     convert_type,
-    dense_array,
     dense_elements,
     location_text,
-    parse_dense_text,
 )
-from .stablehlo_parse import NEWER_DIALECT, _annotate_quantization, _ir, mlir_context, parse_stablehlo  # noqa: E402,F401
+from .building import _append_ops, _create
+from .context import _ir, mlir_context
+from .dispatch import convert_unquantized
 
-__all__ = [
-    "CONVERTERS",
-    "Importer",
-    "QUANTIZATION",
-    "import_mlir_module",
-    "import_stablehlo",
-    "legalize_chlo_op",
-    "mlir_context",
-    "parse_stablehlo",
-    "register_converter",
-]
-
-# ----------------------------------------------------------------------------
-# The importer
-# ----------------------------------------------------------------------------
-
-Converter = Callable[["Importer", Any], "list[SSAValue] | None"]
-
-CONVERTERS: dict[str, Converter] = {}
-"""Op name -> converter ``fn(importer, op)`` for ops that are not a 1:1 rename.
-
-A converter appends hlo ops through :meth:`Importer.emit` and returns the
-values that replace the op's results (or None when it has none)."""
-
-
-def register_converter(name: str):
-    """Decorator registering a converter for the MLIR op ``name`` (replaces any previous one)."""
-
-    def deco(fn: Converter) -> Converter:
-        CONVERTERS[name] = fn
-        return fn
-
-    return deco
+__all__ = ["Importer", "import_mlir_module"]
 
 
 class Importer:
     """Walks a jaxlib ``ir.Module`` and builds the equivalent hlo ``ModuleOp``."""
 
     def __init__(self, allow_unknown: bool = False, quant_lines: dict | None = None):
-        from . import stablehlo_converters  # noqa: F401  (registers the converters on first use)
-
         self.allow_unknown = allow_unknown  # keep unknown ops / dynamic shapes as opaque ops
         self.types: dict = {}  # ir.Type -> xDSL type
-        self.quant_lines: dict = quant_lines or {}  # source line -> (kind, quantized types), see stablehlo_quant
+        self.quant_lines: dict = quant_lines or {}  # source line -> (kind, quantized types), see interop.stablehlo.quant
         self.quantized = bool(self.quant_lines)  # ops may carry quantizations (table or QUANTIZATION attributes)
         self.quant_types: dict = {}  # quantized type spelling -> UniformQuantizedType
         self.result_override = None  # (MLIR op, result types) while an op with quantized results converts
@@ -389,12 +348,16 @@ class Importer:
         if self.quantized:
             entry = self._quant_entry(op)
             if entry is not None:
-                from .stablehlo_quant import convert_quantized_op
+                from .quant import convert_quantized_op
 
                 results = convert_quantized_op(self, op, entry[1], entry[0])
                 self._map_results(op, results)
                 return
         self._map_results(op, convert_unquantized(self, op))
+
+    def convert_unquantized(self, op) -> list[SSAValue] | None:
+        """Convert ``op`` by its converter or the generic rule (quantized ops end here too, with their types)."""
+        return convert_unquantized(self, op)
 
     def _map_results(self, op, results) -> None:
         if results is not None:
@@ -418,7 +381,7 @@ class Importer:
     def _quant_type(self, spelling: str):
         found = self.quant_types.get(spelling)
         if found is None:
-            from .stablehlo_quant import parse_quantized
+            from .quant import parse_quantized
 
             found = self.quant_types[spelling] = parse_quantized(spelling)
         return found
@@ -562,131 +525,6 @@ class Importer:
         return f"{self.filename}:{loc.start_line}:{loc.start_col}"
 
 
-# ----------------------------------------------------------------------------
-# Fast xDSL construction
-# ----------------------------------------------------------------------------
-# Building the xDSL ops is most of the import time. Operation.create and
-# Block.add_ops do general bookkeeping (dataclass defaults, default properties,
-# ancestor checks) that fresh ops appended in order do not need. The fast
-# paths below set the same fields directly; _fast_paths_work() checks once,
-# against xDSL's own constructors, that they produce identical objects, and
-# the importer falls back to the general API if not (another xDSL version).
-
-
-_DEFAULTS: dict[type, tuple[dict, dict]] = {}
-
-
-def _defaults(cls) -> tuple[dict, dict]:
-    """The default property and attribute values IRDLOperation.__post_init__ would fill in."""
-    from xdsl.irdl import OptionalDef
-
-    hit = _DEFAULTS.get(cls)
-    if hit is None:
-        op_def = cls.get_irdl_definition()
-        hit = _DEFAULTS[cls] = tuple(
-            {n: d.default_value for n, d in defs.items()
-             if not isinstance(d, OptionalDef) and d.default_value is not None}
-            for defs in (op_def.properties, op_def.attributes))
-    return hit
-
-
-def _fast_create(cls, operands, result_types, properties, attributes, regions):
-    default_props, default_attrs = _DEFAULTS.get(cls) or _defaults(cls)
-    if default_props:
-        properties = {**default_props, **properties}
-    if default_attrs:
-        attributes = {**default_attrs, **attributes}
-    op = cls.__new__(cls)
-    d = op.__dict__
-    values = SSAValues(operands)
-    uses = tuple([Use(op, i) for i in range(len(values))])
-    for v, u in zip(values, uses):
-        v.add_use(u)
-    d["_operands"] = values
-    d["_operand_uses"] = uses
-    d["results"] = SSAValues([OpResult(t, op, i) for i, t in enumerate(result_types)])
-    d["properties"] = properties
-    d["attributes"] = attributes
-    d["location"] = UNKNOWN_LOC
-    d["_successors"] = ()
-    d["_successor_uses"] = ()
-    d["regions"] = ()
-    for region in regions:
-        op.add_region(region)
-    return op
-
-
-def _slow_create(cls, operands, result_types, properties, attributes, regions):
-    return cls.create(operands=operands, result_types=result_types, properties=properties,
-                      attributes=attributes, regions=list(regions))
-
-
-def _fast_append(block: Block, ops: list[Operation]) -> None:
-    prev = block._last_op
-    for op in ops:
-        op.parent = block
-        op._prev_op = prev
-        if prev is None:
-            block._first_op = op
-        else:
-            prev._next_op = op
-        prev = op
-    block._last_op = prev
-
-
-def _slow_append(block: Block, ops: list[Operation]) -> None:
-    block.add_ops(ops)
-
-
-def _fast_paths_work() -> bool:
-    try:
-        from xla_dialect.ops.elementwise import AddOp
-
-        t = TensorType(f32, [2])
-        results = []
-        for create, append in ((_slow_create, _slow_append), (_fast_create, _fast_append)):
-            block = Block(arg_types=[t])
-            a = create(AddOp, [block.args[0], block.args[0]], [t], {}, {"loc": StringAttr("x")}, ())
-            b = create(AddOp, [a.results[0], block.args[0]], [t], {}, {}, ())
-            append(block, [a, b])
-            results.append((block, a, b))
-        (b0, a0, c0), (b1, a1, c1) = results
-        def fields(x):  # linkage fields left at their class default None may be unset
-            return {k for k, v in x.__dict__.items() if not (k in ("_prev_op", "_next_op") and v is None)}
-
-        same_fields = all(fields(x) == fields(y) for x, y in ((a0, a1), (c0, c1), (b0, b1)))
-        return (same_fields and list(b1.ops) == [a1, c1] and a1.next_op is c1 and c1.prev_op is a1
-                and b1.first_op is a1 and b1.last_op is c1 and a1.parent is b1
-                and [u.operation for u in a1.results[0].uses] == [c1] and b1.is_structurally_equivalent(b0)
-                and not AddOp.get_irdl_definition().properties["broadcast_dimensions"].default_value)
-    except Exception:
-        return False
-
-
-_create, _append_ops = (_fast_create, _fast_append) if _fast_paths_work() else (_slow_create, _slow_append)
-
-
-
-
-def _with_layouts(types: list[Attribute], layouts) -> list[Attribute]:
-    """``types`` with the layouts of an ``ir.ArrayAttr`` of layout strings (``""``: none)."""
-    return [_with_layout_text(t, text.value) for t, text in zip(types, layouts)]
-
-
-def _with_layout_text(t: Attribute, text: str) -> Attribute:
-    """``t`` with the layout written ``{1,0}`` (tensor) or ``({1,0}, {})`` (tuple, recursively)."""
-    if not text:
-        return t
-    if isinstance(t, TensorType):
-        return TensorType(t.element_type, t.get_shape(), LayoutAttr(parse_layout(text)))
-    if isinstance(t, TupleType) and text.startswith("("):
-        from .stablehlo_attributes import top_level_parts
-
-        parts = top_level_parts(text[1:text.rindex(")")], keep_empty=True)
-        return TupleType([_with_layout_text(e, part) for e, part in zip(t.types, parts)])
-    return t
-
-
 OPTIONAL_FIELDS = frozenset({"channel_type"})
 """Struct fields dropped when the hlo op has no property for them (collectives have one channel type)."""
 
@@ -747,137 +585,6 @@ def _layout_of_mode(mode: str, type_: TensorType):
     except XlaError as e:
         raise UnsupportedError(f"mhlo.layout_mode {mode!r}: {e}") from None
     return layout
-
-
-# ----------------------------------------------------------------------------
-# Converters
-# ----------------------------------------------------------------------------
-
-ATTRIBUTE_RENAMES: dict[str, dict[str, str | None]] = {}
-"""StableHLO op -> {attribute name: hlo property name (None: drop)} where they differ."""
-
-
-def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
-    """Convert ``op`` (an ``ir.Operation``) by its converter or the generic rule; return its values."""
-    name = op.name
-    conv = CONVERTERS.get(name)
-    if conv is not None:
-        return conv(imp, op)
-    if name.startswith("stablehlo.") and "hlo." + name[10:] in imp.ops_by_name:
-        return generic_converter(imp, op, imp.ops_by_name["hlo." + name[10:]])
-    if name.startswith(NEWER_DIALECT + ".") and "hlo." + name[len(NEWER_DIALECT) + 1:] in imp.ops_by_name:
-        return generic_converter(imp, op, imp.ops_by_name["hlo." + name[len(NEWER_DIALECT) + 1:]])
-    if name.startswith("chlo."):
-        return chlo_through_xla(imp, op)
-    if imp.allow_unknown:
-        return opaque_converter(imp, op)
-    if name.startswith("stablehlo."):
-        raise UnsupportedError(f"{imp._where()}: {name} has no hlo counterpart yet")
-    if name.startswith(NEWER_DIALECT + "."):  # (read past jaxlib's parser: interop.stablehlo_parse)
-        raise UnsupportedError(f"{imp._where()}: stablehlo.{name[len(NEWER_DIALECT) + 1:]} is neither an op of "
-                               f"jaxlib's StableHLO (its parser is older than the current spec) nor one this "
-                               f"importer converts")
-    raise UnsupportedError(f"{imp._where()}: {name} is not supported")
-
-
-def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:
-    """``stablehlo.X`` -> ``hlo.X``: same operands, results, regions; attributes converted."""
-    attrs = op.attributes
-    if not len(attrs):  # most element-wise ops: nothing to convert, no exporter markers
-        regions = imp.regions(op) if len(op.regions) else ()
-        return imp.emit(cls, imp.operands(op), {}, regions, plain=True)
-    props = imp.properties(op, cls, ATTRIBUTE_RENAMES.get(op.name))
-    if BROADCAST_DIMENSIONS in attrs:  # interop.export's record of XLA implicit broadcasting
-        props["broadcast_dimensions"] = imp.attribute(attrs[BROADCAST_DIMENSIONS])
-    regions = imp.regions(op)
-    segments = OPERAND_SEGMENTS.get(op.name)
-    if segments is not None:
-        props["operandSegmentSizes"] = DenseArrayBase.from_list(
-            IntegerType(32), segments(len(op.operands), len(op.results)))
-    return imp.emit(cls, imp.operands(op), props, regions)
-
-
-_OPAQUE_CLASSES: dict[str, type] = {}
-
-
-def opaque_op_class(name: str) -> type:
-    """An xDSL unregistered-op class named ``name`` (one per name)."""
-    from xdsl.dialects.builtin import UnregisteredOp
-
-    cls = _OPAQUE_CLASSES.get(name)
-    if cls is None:
-        # Named like the op so that messages (op_context) and the exporter see its real name.
-        cls = _OPAQUE_CLASSES[name] = type("OpaqueOp", (UnregisteredOp.with_name(name),),
-                                           {"name": name, "has_trait": classmethod(_opaque_has_trait)})
-    return cls
-
-
-def _opaque_has_trait(cls, trait, *, value_if_unregistered: bool = True) -> bool:
-    """xDSL assumes an unregistered op may have any trait, SymbolTable included: a symbol lookup from
-    inside one (an ``hlo.call`` in a kept ``sdy.manual_computation`` body, i.e. a shard_map with a loop)
-    then stops at it and misses the module's functions. None of the kept ops (shard_map bodies, unknown
-    custom ops) defines symbols: for SymbolTable the answer is no, for other traits xDSL's default."""
-    from xdsl.traits import SymbolTable
-
-    if trait is SymbolTable or isinstance(trait, SymbolTable):
-        return False
-    return value_if_unregistered
-
-
-def opaque_converter(imp: Importer, op) -> list[SSAValue]:
-    """Keep an op without hlo counterpart as an unregistered op (``allow_unknown=True``).
-
-    Its attributes become properties (dimension-number structs one per field,
-    as for hlo ops), so that :mod:`interop.export` writes it back unchanged;
-    the NumPy executor reports it as an op it has no kernel for.
-    """
-    props: dict[str, Attribute] = {}
-    attrs = op.attributes
-    for i in range(len(attrs)):
-        name = attrs[i].name
-        if name.startswith(("hlo.", "mhlo.", "sdy.", "jax.")):
-            continue
-        try:
-            value = imp.attribute(attrs[name])
-        except TypeError:
-            raise UnsupportedError(f"{imp._where()}: attribute {name} is not supported") from None
-        if isinstance(value, dict):
-            props.update(value)
-        else:
-            props[name] = value
-    regions = imp.regions(op)
-    cls = opaque_op_class(op.name)
-    result_types = imp.result_types(op)
-    attributes = dict(imp._loc_attributes(op))
-    new = cls.create(operands=imp.operands(op), result_types=result_types, properties=props,
-                     attributes=attributes, regions=regions)
-    imp._ops.append(new)
-    return new.results
-
-
-OPERAND_SEGMENTS: dict[str, Callable[[int, int], list[int]]] = {}
-"""StableHLO op -> ``fn(num_operands, num_results)`` giving the operand group
-sizes, for hlo ops with several variadic operand groups."""
-
-
-def chlo_through_xla(imp: Importer, op) -> list[SSAValue]:
-    """Convert a chlo op without a converter of its own through XLA's expansion of it.
-
-    With ``allow_unknown`` an op XLA cannot expand (or whose expansion has no
-    hlo form) is kept as an opaque op instead of raising.
-    """
-    where = imp._where()
-    start = len(imp._ops)
-    try:
-        return imp.inline_expansion(legalize_chlo_op(op), imp.operands(op))
-    except (UnsupportedError, MlirParseError) as e:
-        # Take back what the expansion emitted before it failed.
-        for partial in reversed(imp._ops[start:]):
-            partial.drop_all_references()
-        del imp._ops[start:]
-        if imp.allow_unknown:
-            return opaque_converter(imp, op)
-        raise UnsupportedError(f"{where} (expanded through XLA): {e}") from None
 
 
 # ----------------------------------------------------------------------------
@@ -977,13 +684,13 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
     they are required when ``@main`` takes arrays with ``?`` dimensions.
 
     ``allow_unknown=True`` keeps what has no hlo form instead of raising: ops
-    become unregistered ops of the same name (see :func:`opaque_converter`)
+    become unregistered ops of the same name (see :func:`~interop.stablehlo.dispatch.opaque_converter`)
     and ``?`` dimensions stay dynamic. Such a module exports back unchanged
-    (:func:`interop.export.export_stablehlo`) but does not run.
+    (:func:`interop.stablehlo.export_stablehlo`) but does not run.
 
-    A module that :func:`parse_stablehlo` read from quantized text carries
+    A module that :func:`~interop.stablehlo.parse_stablehlo` read from quantized text carries
     its quantizations on its ops. ``quant_lines`` is the older form: the
-    per-line table of :func:`interop.stablehlo_quant.expand_quantized_text`
+    per-line table of :func:`interop.stablehlo.quant.expand_quantized_text`
     for a module parsed from text rewritten by it. ``filename``: the file the module was parsed from,
     named (with the line and column) in the messages about its ops.
     """
@@ -999,32 +706,3 @@ def import_mlir_module(module, *example_args, verify: bool = False, allow_unknow
     if verify:
         result.verify()
     return result
-
-
-def import_stablehlo(source, *example_args, verify: bool = False, allow_unknown: bool = False,
-                     trusted: bool = False, filename: str = "<string>") -> ModuleOp:
-    """Import StableHLO into the hlo dialect.
-
-    ``source``: MLIR text in the pretty or generic form (``str`` or ``bytes``;
-    quantized ``!quant.uniform`` element types included, see
-    :mod:`interop.stablehlo_quant`), MLIR bytecode, a StableHLO portable
-    artifact (``jax.export.Exported.mlir_module_serialized``), or a jaxlib
-    ``ir.Module`` (from :func:`parse_stablehlo` for quantized text, which
-    may be edited in between). ``example_args`` refine dynamic (``?``) shapes
-    of ``@main``'s parameters (see :func:`import_mlir_module`). With
-    ``verify=True`` the hlo verifier runs on the result (otherwise
-    ``lowering.compile`` runs it); ``allow_unknown=True`` keeps ops without
-    hlo form and dynamic shapes for a round trip instead of raising. Bytecode is first read in a child
-    process unless ``trusted`` (see :func:`parse_stablehlo`). ``filename`` names the input in messages
-    (``prog.mlir:3:8: ...``).
-    """
-    module = parse_stablehlo(source, trusted=trusted, filename=filename)
-    try:
-        return import_mlir_module(module, *example_args, verify=verify, allow_unknown=allow_unknown,
-                                  filename=filename)
-    except XlaError as e:
-        if filename.startswith("<") or str(e).startswith(filename) or f" at {filename}:" in str(e):
-            raise
-        raise type(e)(f"{filename}: {e}") from None
-    except Exception as e:  # jaxlib's bindings on a malformed module (e.g. strings that are not UTF-8)
-        raise MlirParseError(f"{filename}: cannot import the StableHLO module: {type(e).__name__}: {e}") from None

@@ -1,54 +1,20 @@
 """StableHLO text, bytecode and portable artifacts -> jaxlib MLIR modules (jaxlib's own parser).
 
-:func:`parse_stablehlo` is the one entry; quantized text goes through
-:mod:`interop.stablehlo_quant` first. Part of the StableHLO importer (see
-:mod:`interop.stablehlo_import`)."""
+:func:`parse_mlir` reads input this process may read (trusted bytecode, any text); quantized text goes through
+:mod:`interop.stablehlo.quant` first. :func:`interop.stablehlo.parse_stablehlo` is the entry for input that
+may be untrusted: it reads bytecode in a child process first (:mod:`interop.stablehlo.bytecode_check`), then
+calls this parser."""
 
 from __future__ import annotations
 
 import re
 
-
-
 from xla_dialect.errors import MlirParseError
 
-from .schema import QUANTIZATION, QUANTIZED
+from ..schema import QUANTIZATION, QUANTIZED
+from .bytecode import MAGIC, check_bytecode
+from .context import NEWER_DIALECT, _ir, mlir_context
 
-
-# ----------------------------------------------------------------------------
-# jaxlib MLIR access
-# ----------------------------------------------------------------------------
-
-_CONTEXT = None
-
-
-def _ir():
-    from jaxlib.mlir import ir
-
-    return ir
-
-
-def mlir_context():
-    """The jaxlib MLIR context used to parse StableHLO (created once).
-
-    It has every dialect JAX emits registered (stablehlo, chlo, func, sdy, ...)
-    and allows unregistered dialects so that test-harness ops such as
-    ``check.expect_eq`` in the generic form parse (converters may handle them).
-    """
-    global _CONTEXT
-    if _CONTEXT is None:
-        from jax._src.interpreters import mlir as jax_mlir
-
-        _CONTEXT = jax_mlir.make_ir_context()
-        _CONTEXT.allow_unregistered_dialects = True
-    return _CONTEXT
-
-
-_BYTECODE_MAGIC = b"ML\xefR"
-
-NEWER_DIALECT = "stablehlo_next"
-"""Where ops of the current StableHLO spec that jaxlib's parser does not know (yet) are read: as opaque ops
-of this unregistered dialect (no verification by jaxlib), converted by the importer like ``stablehlo.*``."""
 
 NEWER_OPS = ("collective_reduce", "collective_broadcast", "async_start", "async_done")
 """Ops (or forms: collective_broadcast with several operands or ``has_dynamic_root``, the spec's async ops)
@@ -111,21 +77,19 @@ def _jaxlib_error(error: Exception, text: str, filename: str) -> str:
     return "\n".join([head] + [f"  {n}" for n in notes])
 
 
-def parse_stablehlo(source, trusted: bool = False, filename: str = "<string>"):
-    """Parse StableHLO into a jaxlib ``ir.Module``.
-
-    MLIR bytecode is untrusted input for jaxlib's C++ reader, which aborts the process or loops on some
-    corrupted bytes: unless ``trusted``, it is checked structurally and then read once in a child process
-    (a fork of this one, about 0.1 s) before this process reads it (:mod:`interop.bytecode_check`).
+def parse_mlir(source, filename: str = "<string>"):
+    """Parse StableHLO into a jaxlib ``ir.Module``, in this process (see :func:`interop.stablehlo.parse_stablehlo`
+    for input that may be untrusted: it checks bytecode in a child process first, then calls this).
 
     ``source`` is MLIR text (pretty or generic form, ``str`` or UTF-8 ``bytes``),
     MLIR bytecode, or a StableHLO portable artifact (versioned VHLO bytecode,
-    as in ``Exported.mlir_module_serialized``). Raises
-    :class:`~xla_dialect.errors.MlirParseError` with MLIR's diagnostic.
+    as in ``Exported.mlir_module_serialized``). Bytecode is checked structurally first
+    (:func:`interop.stablehlo.bytecode.check_bytecode`: jaxlib's C++ reader aborts the process on some
+    malformed input). Raises :class:`~xla_dialect.errors.MlirParseError` with MLIR's diagnostic.
 
     jaxlib has no ``quant`` dialect: text with ``!quant.uniform`` element
     types is rewritten to their expressed types first
-    (:func:`interop.stablehlo_quant.expand_quantized_text`), and each op with
+    (:func:`interop.stablehlo.quant.expand_quantized_text`), and each op with
     quantized results carries them in a ``hlo.quantization`` attribute, so
     that the module can be edited and then imported like any other.
 
@@ -139,15 +103,11 @@ def parse_stablehlo(source, trusted: bool = False, filename: str = "<string>"):
         return source
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
-        if data.startswith(_BYTECODE_MAGIC):
+        if data.startswith(MAGIC):
             from jaxlib.mlir.dialects import stablehlo
-
-            from .bytecode_check import check_bytecode, check_in_subprocess
 
             try:
                 check_bytecode(data)  # jaxlib's C++ reader aborts the process on some malformed input
-                if not trusted:
-                    check_in_subprocess(data)
             except MlirParseError as e:
                 raise MlirParseError(f"{filename}: {e}") from None
 
@@ -172,7 +132,7 @@ def parse_stablehlo(source, trusted: bool = False, filename: str = "<string>"):
         raise MlirParseError(empty_input(filename, source))
     original, table = source, None
     if "!quant." in source:
-        from .stablehlo_quant import expand_quantized_text
+        from .quant import expand_quantized_text
 
         source, table = expand_quantized_text(source)
     try:
@@ -187,10 +147,8 @@ def parse_stablehlo(source, trusted: bool = False, filename: str = "<string>"):
     return module
 
 
-
-
 def _annotate_quantization(module, table: dict) -> None:
-    """Move the per-line table of :func:`~interop.stablehlo_quant.expand_quantized_text` onto the ops."""
+    """Move the per-line table of :func:`~interop.stablehlo.quant.expand_quantized_text` onto the ops."""
     ir = _ir()
     ops = []
 

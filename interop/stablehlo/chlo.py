@@ -2,17 +2,17 @@
 
 :func:`legalize_chlo` runs XLA's chlo legalization on a module (through jaxlib's
 StableHLO -> XLA -> StableHLO round trip); :func:`legalize_chlo_op` does it for one op,
-cached. The importer inlines the expansion (:func:`interop.stablehlo_import.chlo_through_xla`)."""
+cached. The importer inlines the expansion (:func:`interop.stablehlo.dispatch.chlo_through_xla`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-
 from xla_dialect.errors import UnsupportedError
 
+from .context import _ir, mlir_context
+from .parse import parse_mlir
 
-from .stablehlo_parse import _ir, mlir_context, parse_stablehlo  # noqa: E402
 
 def legalize_chlo(module, debug_info: bool = True):
     """``module`` with its chlo ops expanded into StableHLO, the way XLA compiles them.
@@ -31,7 +31,7 @@ def legalize_chlo(module, debug_info: bool = True):
         legal = _jax.mlir.xla_computation_to_mlir_module(computation)
     except Exception as e:
         raise UnsupportedError(f"cannot expand the chlo ops through XLA: {e}") from None
-    return parse_stablehlo(legal)
+    return parse_mlir(legal)
 
 
 _LEGALIZED: dict[str, Any] = {}

@@ -29,7 +29,7 @@ from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.conversion import UniformDequantizeOp, UniformQuantizeOp
 from xla_dialect.quant import UniformQuantizedType, closing_angle_bracket, parse_quantized_type
 
-from .stablehlo_attributes import top_level_parts
+from .attributes import dense_array, top_level_parts
 
 __all__ = ["convert_quantized_op", "expand_quantized_text", "parse_quantized"]
 
@@ -68,21 +68,17 @@ def convert_quantized_op(imp, op, result_quant: list, kind: str) -> list[SSAValu
     types = quantized_types(imp, op, result_quant)
     if kind == "quantize":
         return imp.emit(UniformQuantizeOp, imp.operands(op), result_types=types)
-    from .stablehlo_import import convert_unquantized
-
     if op.name == QUANTIZED_BITCAST:
         from xla_dialect.ops.conversion import BitcastConvertOp
 
         return imp.emit(BitcastConvertOp, imp.operands(op), result_types=types)
     if op.name == QUANTIZED_CONSTANT:  # storage integers (see _quantized_constant)
-        from .stablehlo_import import dense_array
-
         raw = op.attributes["value"]
         storage = TensorType(types[0].element_type.storage.mlir, types[0].get_shape())
         array = dense_array(raw, None, storage)
         literal = DenseLiteralAttr.from_array(array, TensorType(types[0].element_type, types[0].get_shape()))
         return imp.emit(ConstantOp, [], {"value": literal}, result_types=types)
-    results = imp.with_result_types(op, types, lambda: convert_unquantized(imp, op))
+    results = imp.with_result_types(op, types, lambda: imp.convert_unquantized(op))
     if results is None:
         return None
     for i, (value, want) in enumerate(zip(results, types)):
