@@ -7,16 +7,15 @@
 # jax.jit against the NumPy executor, output by output (DiffReport); import_hlo / export_hlo:
 # XLA's HLO module text with its layouts; run_hlo_on_xla: an hlo module on XLA through HLO text;
 # load_program: a program file in any format the commands read (programs.FORMATS); compile_sharded: a sharded
-# JAX program as XLA partitions it, run one program per device, called like jax.jit (sharded.py);
+# JAX program as XLA partitions it, run one program per device, called like jax.jit (jax/sharded.py);
 # random_inputs / trace / find_divergence: generated arguments, every intermediate value of a run, the first
 # op where two runs differ (debugging/).
 from .debugging import find_divergence, random_inputs, trace
-from .difftest import DiffReport, difftest
+from .comparison import DiffReport
 from .stablehlo import export_stablehlo
 from .hlo import export_hlo, import_hlo, run_hlo_on_xla
-from .jax_import import import_jax
+from .jax import ShardedExecutable, compile_sharded, difftest, import_jax
 from .programs import load_program
-from .sharded import ShardedExecutable, compile_sharded
 from .stablehlo import import_stablehlo
 from .stablehlo import run_xla
 from passes.cost_analysis import cost_analysis  # noqa: E402  (XLA's cost analysis of a module; xla-show cost)

@@ -124,17 +124,17 @@ def _untrusted_reason(bitcasts) -> str:
 
 def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_magnitude=None, source="<program>",
                        trusted=False, noise_samples=None):
-    """Run ``module`` on XLA's CPU backend and compare each result with :func:`interop.difftest.compare_output`
-    (the comparison and budgets of ``interop.difftest``); prints one line per result.
+    """Run ``module`` on XLA's CPU backend and compare each result with :func:`interop.comparison.compare_output`
+    (the comparison and budgets of ``interop.difftest``, :mod:`interop.comparison`); prints one line per result.
 
-    Returns ``(ok, outputs, error)``: the :class:`~interop.difftest.OutputDiff` of every result, and a
+    Returns ``(ok, outputs, error)``: the :class:`~interop.comparison.OutputDiff` of every result, and a
     message when the result counts differ. ``ok`` is ``"untrusted"`` (a verdict of its own, not a failure)
     when the program has :func:`layout_changing_bitcasts` and XLA differs from the executor or cannot be
     given the program at all: XLA's route through StableHLO drops layouts, the executor reads the bytes.
     ``ok`` is ``"noise"`` when every result out of tolerance is rounding noise, as ``interop.difftest``
-    decides it (:func:`interop.difftest.analyse_noise_with`, ``noise_samples`` nudged inputs, default
-    :data:`~interop.difftest.DEFAULT_NOISE_SAMPLES`; 0 turns the analysis off): a verdict of its own too."""
-    from .difftest import DEFAULT_NOISE_SAMPLES, analyse_noise_with, compare_output
+    decides it (:func:`interop.comparison.analyse_noise_with`, ``noise_samples`` nudged inputs, default
+    :data:`~interop.comparison.DEFAULT_NOISE_SAMPLES`; 0 turns the analysis off): a verdict of its own too."""
+    from .comparison import DEFAULT_NOISE_SAMPLES, analyse_noise_with, compare_output
     from .stablehlo.xla import run_xla
 
     if entry != "main":
@@ -185,13 +185,13 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
 
 
 def _noise_setup(module, args, entry: str, on_xla):
-    """``(leaves, run_xla, reference)`` for :func:`interop.difftest.analyse_noise_with` on a program file: XLA
+    """``(leaves, run_xla, reference)`` for :func:`interop.comparison.analyse_noise_with` on a program file: XLA
     on nudged arguments (the text already checked: trusted), and the program widened to float64
     (:func:`interop.debugging.divergence.widen_to_f64`) run on the executor as the reference."""
     import lowering
 
     from .debugging.divergence import _widen_args, widen_to_f64
-    from .difftest import plain_array
+    from .comparison import plain_array
 
     wide = lowering.compile(widen_to_f64(module), entry=entry)
 
@@ -207,7 +207,7 @@ def _noise_setup(module, args, entry: str, on_xla):
 def _result_summary(index: int, value) -> dict:
     """One result of the run as JSON: dtype and shape, and for real numbers the range of the finite values
     and the count of NaNs."""
-    from .difftest import json_number
+    from .comparison import json_number
 
     if not isinstance(value, (np.ndarray, np.generic)):
         return {"index": index, "kind": type(value).__name__}

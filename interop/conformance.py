@@ -70,7 +70,7 @@ import numpy as np
 from lowering.runtime import register_custom_call
 from xla_dialect.errors import XlaError
 
-from .difftest import ULP_INFINITE, is_float_dtype, ulp_distance
+from .comparison import ULP_INFINITE, is_float_dtype, ulp_distance
 
 
 __all__ = [
@@ -155,7 +155,7 @@ def check_eq(actual, expected) -> str | None:
 def check_close(actual, expected, max_ulp: int = 1, min_ulp: int = 0) -> str | None:
     """``check.expect_close``: every element's ULP distance lies in ``[min_ulp, max_ulp]``.
 
-    The distance is :func:`interop.difftest.ulp_distance` (bitwise-equal and
+    The distance is :func:`interop.comparison.ulp_distance` (bitwise-equal and
     NaN/NaN pairs are 0 apart, other pairs with a non-finite value are
     infinitely apart; complex: the larger distance of the two parts). The
     testdata ``custom_call @check.expect_close`` form uses ``[0, 3]``.

@@ -79,7 +79,7 @@ def program_from_bytes(data: bytes, path: str, inputs=None, trusted: bool = Fals
             if inputs and "dynamic shape" in str(e):
                 return import_stablehlo(data, *inputs, filename=path, trusted=trusted)
             raise
-    from .jax_import import import_jax
+    from .jax import import_jax
 
     try:  # a serialized jax.export.Exported
         try:

@@ -75,7 +75,7 @@ def run_sharded_export(exported, args, inputs, report: dict) -> int:
     import jax
 
     from .cli import _describe, _result_summary
-    from .sharded import compile_sharded, resolve_backend
+    from .jax.sharded import compile_sharded, resolve_backend
 
     count = exported.nr_devices
     set_host_device_count(count)
@@ -131,7 +131,7 @@ _TILED = re.compile(r"^\{devices=\[([\d,]+)\](?:<=\[([\d,]+)\](?:T\(([\d,]+)\))?
 
 def partition_grid(text: str) -> tuple[int, int]:
     """``(replica_count, num_partitions)`` of an HLO module text's header (1 where it says nothing)."""
-    from .sharded import _header_count
+    from .jax.sharded import _header_count
 
     return _header_count(text, "replica_count"), _header_count(text, "num_partitions")
 
@@ -197,7 +197,7 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
     import lowering
 
     from .cli import _describe, _result_summary
-    from .sharded import mpi_runner, resolve_backend
+    from .jax.sharded import mpi_runner, resolve_backend
 
     replicas, partitions = partition_grid(text)
     if args.check_xla or args.dump_intermediates or args.random_inputs or args.entry != "main":
@@ -231,7 +231,7 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
     if args.memory:
         from lowering.memory import program_memory
 
-        from .sharded import format_bytes
+        from .jax.sharded import format_bytes
 
         m = program_memory(module)
         print(f"each device: arguments {format_bytes(m.arguments)}, results {format_bytes(m.results)}, "

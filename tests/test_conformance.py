@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from interop import conformance as conf
-from interop.difftest import ULP_INFINITE, ulp_distance
+from interop.comparison import ULP_INFINITE, ulp_distance
 
 REPO = Path(__file__).resolve().parents[1]
 THRESHOLD_FILE = REPO / "tests" / "conformance_threshold.json"

@@ -18,7 +18,7 @@ import pytest
 from jax import lax
 
 import lowering
-from interop.jax_import import import_jax
+from interop.jax import import_jax
 from lowering import denormals as dn
 from xla_dialect import XlaBuilder
 from xla_dialect.errors import ExecutionError, XlaError

@@ -1,4 +1,4 @@
-"""interop.difftest: jax.jit against the NumPy executor, the comparison rules, and the pytest fixture."""
+"""interop.difftest (interop.jax.difftest, interop.comparison): jax.jit against the NumPy executor, the comparison rules, and the pytest fixture."""
 
 from __future__ import annotations
 
@@ -10,13 +10,8 @@ import pytest
 
 import interop
 import lowering
-from interop.difftest import (
-    DiffMismatchError,
-    compare_arrays,
-    difftest,
-    float_bits,
-    is_float_dtype,
-)
+from interop.comparison import DiffMismatchError, compare_arrays, float_bits, is_float_dtype
+from interop.jax.difftest import difftest
 from xla_dialect.errors import XlaError
 
 pytest_plugins = ["pytester"]
@@ -134,16 +129,17 @@ def test_pytest_fixture_and_its_failure_report(pytester, monkeypatch):
     pytest gets no --corpus (this project's own tests/conftest.py has it)."""
     import importlib.metadata
 
-    installed = any(ep.value == "interop.pytest_plugin"
+    installed = any(ep.value == "interop.jax.pytest_plugin"
                     for ep in importlib.metadata.entry_points(group="pytest11"))
     pytester.makepyfile(test_t=PLUGIN_TEST)
     monkeypatch.setenv("COLUMNS", "160")  # pytest cuts each summary line at the terminal's width
-    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.pytest_plugin"])
+    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.jax.pytest_plugin"])
     result = pytester.runpytest_subprocess(*args, "-rf")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])
     out = result.stdout.str()
-    assert "raise_if_mismatch" not in out and "interop/difftest.py" not in out, out
+    assert "raise_if_mismatch" not in out, out
+    assert "interop/comparison.py" not in out and "interop/jax/difftest.py" not in out, out
     result.stdout.fnmatch_lines(["FAILED test_t.py::test_mismatch - *DiffMismatchError: difftest <lambda>: MISMATCH "
                                  "(1 outputs): #0: 3 of 3 elements differ*"])
     help_text = pytester.runpytest_subprocess(*args, "--help").stdout.str()
@@ -151,7 +147,7 @@ def test_pytest_fixture_and_its_failure_report(pytester, monkeypatch):
 
 
 def test_nan_against_a_number_is_reported_plainly():
-    from interop.difftest import DiffReport, compare_output
+    from interop.comparison import DiffReport, compare_output
 
     c = compare_arrays(np.float32([np.nan, 2.5, 3.0]), np.float32([1.0, 2.0, 3.0]), 4)
     assert not c.ok and c.nan_mismatches == 1 and c.finite_pairs == 2 and c.max_abs == 0.5
@@ -228,7 +224,7 @@ def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monke
     ok; --check-xla (the same comparison) agrees, and its two budgets are flags."""
     import interop.stablehlo.xla
     from interop.cli import xla_run_main
-    from interop.difftest import compare_output
+    from interop.comparison import compare_output
 
     program = tmp_path / "prog.mlir"
     x = np.float32([1.0, 1e-6, -2.0])

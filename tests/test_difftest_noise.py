@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 import lowering
-from interop.difftest import (
-    DiffMismatchError,
-    NoiseDominatedError,
-    difftest,
-    float64_program,
-    nudge_ulp,
-    ulp_distance,
-)
+from interop.comparison import DiffMismatchError, NoiseDominatedError, nudge_ulp, ulp_distance
+from interop.jax.difftest import difftest, float64_program
 
 LR = 1e-3
 

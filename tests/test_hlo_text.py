@@ -12,7 +12,7 @@ pytest.importorskip("jax")
 
 import interop  # noqa: E402
 import lowering  # noqa: E402
-from interop.difftest import compare_arrays, is_float_dtype, ulp_budget  # noqa: E402
+from interop.comparison import compare_arrays, is_float_dtype, ulp_budget  # noqa: E402
 from interop.hlo import export_hlo, import_hlo, run_hlo_text_on_xla  # noqa: E402
 from xla_dialect.errors import HloParseError, XlaError  # noqa: E402
 from xla_dialect.layout import layout_of  # noqa: E402

@@ -24,7 +24,7 @@ jax.config.update("jax_num_cpu_devices", 4)
 import jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import interop
-from interop.difftest import difftest
+from interop.jax.difftest import difftest
 
 mesh = Mesh(np.array(jax.devices()), ("b",))
 rng = np.random.default_rng(0)

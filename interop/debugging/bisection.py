@@ -4,8 +4,8 @@ its results and the op where the change starts (``xla-opt --check-semantics``, `
 Inputs are generated (:func:`~interop.debugging.random_inputs`): one set of ordinary values and, by default,
 sets with special values mixed in (NaN, infinities, signed zeros, denormals, integer extremes), where
 rewrites that hold for real numbers fail. Results are compared bit for bit except that two NaNs are equal
-whatever their sign and payload (XLA does not define them, and neither does :mod:`interop.difftest`) and,
-unless ``signed_zeros``, +0 equals -0 (the ULP rule of :func:`interop.difftest.ulp_distance`).
+whatever their sign and payload (XLA does not define them, and neither does :mod:`interop.comparison`) and,
+unless ``signed_zeros``, +0 equals -0 (the ULP rule of :func:`interop.comparison.ulp_distance`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xla_dialect.errors import PassError, XlaError
 
-from ..difftest import is_float_dtype, ulp_distance
+from ..comparison import is_float_dtype, ulp_distance
 from .probes import load_program_like, op_index, program_and_arguments, tag_ops, trace
 from .random_inputs import random_inputs
 

@@ -14,7 +14,7 @@ The reference run (``against``) is one of:
   ``--dump-intermediates`` directory: values from elsewhere (a GPU or TPU run dumped by the user).
 
 Both runs are traced (:func:`interop.debugging.trace`); values are matched by op, result and iteration and
-compared in the order the program computed them, with the budgets of :mod:`interop.difftest` (a float
+compared in the order the program computed them, with the budgets of :mod:`interop.comparison` (a float
 agrees within its ULP budget or within a multiple of its array's magnitude; NaN agrees with NaN, +0 with
 -0; integers and booleans exactly).
 """
@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import (ComplexType, Float16Type, Float32Type, Float6
 
 from xla_dialect.errors import UnsupportedError, XlaError
 
-from ..difftest import ULP_INFINITE, compare_arrays, is_float_dtype, magnitude_rtol, ulp_budget, ulp_distance
+from ..comparison import ULP_INFINITE, compare_arrays, is_float_dtype, magnitude_rtol, ulp_budget, ulp_distance
 from .probes import (DEFAULT_MAX_ITERATIONS, Trace, TracedValue, op_index, program_and_arguments, tag_ops,
                      trace)
 
@@ -95,7 +95,7 @@ class Divergence:
 
     def as_dict(self) -> dict:
         """JSON-ready (``xla-diverge --json``)."""
-        from ..difftest import json_number
+        from ..comparison import json_number
 
         return {"key": self.key, "op": self.op, "executed_op": self.executed_op or self.op,
                 "location": self.location, "index": self.index, "iteration": self.iteration, "result": self.result,

@@ -303,7 +303,7 @@ def load_program_like(program, args, what: str = "trace") -> ModuleOp:
 
         return load_program(os.fspath(program), list(args) or None)
     if callable(program) or hasattr(program, "lower"):
-        from ..jax_import import import_jax
+        from ..jax import import_jax
 
         return import_jax(program, *args)
     raise XlaError(f"{what} expects an xDSL module, a program file or a JAX function, got {type(program).__name__}")
@@ -317,7 +317,7 @@ def program_and_arguments(program, args, what: str = "trace") -> tuple[ModuleOp,
         return module, list(args)
     import jax
 
-    from ..difftest import plain_array
+    from ..comparison import plain_array
 
     return module, [plain_array(leaf) for leaf in jax.tree_util.tree_leaves(args)]
 

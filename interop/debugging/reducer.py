@@ -117,11 +117,11 @@ def crash_test(entry: str = "main", seed: int = 0, special_values: bool = True, 
 def mismatch_vs_jax_test(entry: str = "main", seed: int = 0, special_values: bool = False,
                          timeout: float = 20.0, max_ulp=None, rtol_magnitude=None) -> Callable[[ModuleOp], bool]:
     """Interesting when the executor's results on generated inputs differ from XLA CPU's (``interop.run_xla``)
-    beyond the budgets of :func:`interop.difftest.compare_output` (``max_ulp``, ``rtol_magnitude``: its
+    beyond the budgets of :func:`interop.comparison.compare_output` (``max_ulp``, ``rtol_magnitude``: its
     per-dtype defaults when None; 0 and 0 for bitwise)."""
     def test(module: ModuleOp) -> bool:
         """True when the candidate's results differ from XLA CPU's."""
-        from ..difftest import compare_output
+        from ..comparison import compare_output
         from ..stablehlo.xla import run_xla
 
         try:
@@ -572,7 +572,7 @@ def test_reduced_program():
 _BODIES = {
     "crash": "    lowering.compile(module, entry={entry!r})(*_inputs(module))  # raised {signature}",
     "mismatch-vs-jax": """    from interop import run_xla
-    from interop.difftest import compare_output
+    from interop.comparison import compare_output
 
     args = _inputs(module)
     ours = lowering.compile(module)(*args)

@@ -75,7 +75,7 @@ def _random_arguments(types, rng) -> list[np.ndarray] | None:
 
 
 def _agree(ours, theirs) -> str | None:
-    from ..difftest import is_float_dtype
+    from ..comparison import is_float_dtype
 
     if len(ours) != len(theirs):
         return f"{len(ours)} results, XLA {len(theirs)}"

@@ -95,7 +95,7 @@ def _deserialize(data: bytes, trusted: bool):
     except Exception as e:  # noqa: BLE001 - jax's reader's own message
         raise XlaError(f"compile_sharded: the bytes are not a serialized jax.export.Exported: {e}") from None
     if not trusted:
-        from .stablehlo.bytecode_check import check_in_subprocess
+        from ..stablehlo.bytecode_check import check_in_subprocess
 
         check_in_subprocess(bytes(exported.mlir_module_serialized))
     return exported
@@ -164,7 +164,7 @@ def _compiled(fn, args, kwargs, in_shardings, out_shardings):
     if not callable(fn):
         raise XlaError(f"compile_sharded: cannot compile a {type(fn).__name__}; expected a jax.jit function, a "
                        "function with in_shardings/out_shardings, or a jax.stages.Traced, Lowered or Compiled")
-    from .jax_import import jit_of_call
+    from .importer import jit_of_call
 
     jitted = jit_of_call(fn)
     statics = StaticArguments(jitted, args, kwargs)
@@ -273,8 +273,8 @@ class ShardedExecutable:
 
         import lowering
 
-        from .hlo import import_hlo
-        from .jax_import import _capture_host_callbacks
+        from ..hlo import import_hlo
+        from .importer import _capture_host_callbacks
 
         self.compiled = compiled
         self.statics = statics

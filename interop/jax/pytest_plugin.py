@@ -10,12 +10,12 @@ With the package installed, every test session has it::
         report = difftest(fn, x, max_ulp=16, atol=1e-6)
         assert report.outputs[0].comparison.max_ulp <= 16
 
-The fixture calls :func:`interop.difftest.difftest` and raises
-:class:`~interop.difftest.DiffMismatchError` (a test failure that prints the
+The fixture calls :func:`interop.difftest` (:mod:`interop.jax.difftest`) and raises
+:class:`~interop.comparison.DiffMismatchError` (a test failure that prints the
 per-output table; its first line, which pytest's short summary shows, names
 the outputs that differ) unless every output agrees. ``--difftest-max-ulp N``
 sets the default ULP budget for the session. An output that is only rounding noise
-fails as :class:`~interop.difftest.NoiseDominatedError` (a ``DiffMismatchError``)
+fails as :class:`~interop.comparison.NoiseDominatedError` (a ``DiffMismatchError``)
 showing the evidence; ``difftest(fn, x, accept_noise=True)`` lets it pass.
 
 Sharded functions (``jax.jit`` with shardings over a mesh, ``shard_map``) are compared with
@@ -33,7 +33,7 @@ def pytest_addoption(parser):
     """Register ``--difftest-max-ulp``."""
     group = parser.getgroup("xla-dialect", "xla_dialect differential testing")
     group.addoption("--difftest-max-ulp", type=int, default=None, metavar="N",
-                    help="default ULP budget of the difftest fixture (default: per dtype, see interop.difftest)")
+                    help="default ULP budget of the difftest fixture (default: per dtype, see interop.comparison)")
     group.addoption("--difftest-devices", type=int, default=None, metavar="N",
                     help="give jax's CPU N host devices for the session (sharded functions: difftest(fn, x, "
                          "sharded=True) compares with jax.jit on N devices)")
@@ -60,7 +60,7 @@ def pytest_configure(config):
 def difftest(request):
     """``difftest(fn, *args, **options)``: compare ``jax.jit(fn)`` with the NumPy executor; fail on mismatch.
 
-    Returns the :class:`~interop.difftest.DiffReport` when it matches.
+    Returns the :class:`~interop.comparison.DiffReport` when it matches.
     """
     from .difftest import difftest as run
 

@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, Modul
 from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.types import element_type_from_dtype
 
-from .stablehlo import import_mlir_module, import_stablehlo
-from .stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
+from ..stablehlo import import_mlir_module, import_stablehlo
+from ..stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
 
 
 __all__ = ["import_jax"]
