@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import lowering  # noqa: E402
-from interop.demo import build_mlp, jax_mlp  # noqa: E402
+from interop.tools.demo import build_mlp, jax_mlp  # noqa: E402
 from xla_dialect import XlaBuilder  # noqa: E402
 
 

@@ -1676,7 +1676,7 @@ def causes_table(results: Sequence[Result]) -> str:
 
 def write_json(path: str, results: Sequence[Result], summary: dict) -> None:
     """Write the JSON report ``{"summary": ..., "results": [...]}``."""
-    from .cli import write_json as write
+    from .tools.command_io import write_json as write
 
     write(path, {"summary": summary, "results": [asdict(r) for r in results]})
 

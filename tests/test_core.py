@@ -184,7 +184,7 @@ def test_xdsl_opt_knows_the_dialect(tmp_path):
 
 
 def test_xla_run_cli_on_a_file(tmp_path):
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     path = tmp_path / "axpy.mlir"
     path.write_text(str(build_axpy()))

@@ -187,7 +187,7 @@ def program_files(tmp_path, rng):
 
 @pytest.mark.parametrize("kind", ["text", "export", "artifact"])
 def test_xla_run_stablehlo_inputs_and_check_xla(program_files, kind, capsys):
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     files, inputs = program_files
     assert xla_run_main([str(files[kind]), "--inputs", str(inputs), "--check-xla"]) == 0
@@ -197,7 +197,7 @@ def test_xla_run_stablehlo_inputs_and_check_xla(program_files, kind, capsys):
 
 
 def test_xla_run_check_xla_reports_differences(program_files, monkeypatch, capsys):
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     real = lowering.compile
 
@@ -223,7 +223,7 @@ def test_xla_run_check_xla_uses_difftests_comparison_and_budgets(tmp_path, monke
     """A sum in another order: many ULPs near zero, tiny against the result's magnitude. difftest calls it
     ok; --check-xla (the same comparison) agrees, and its two budgets are flags."""
     import interop.stablehlo.xla
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
     from interop.comparison import compare_output
 
     program = tmp_path / "prog.mlir"
@@ -250,7 +250,7 @@ def test_xla_run_json_report(program_files, tmp_path, monkeypatch, capsys):
     import json
 
     import interop.stablehlo.xla
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     files, inputs = program_files
     report = tmp_path / "report.json"
@@ -280,7 +280,7 @@ def test_xla_run_json_report(program_files, tmp_path, monkeypatch, capsys):
 
 
 def test_xla_run_shape_polymorphic_program(tmp_path, capsys):
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     (n,) = jax.export.symbolic_shape("n")
     exported = jax.export.export(jax.jit(lambda a: jnp.sin(a) * 2))(jax.ShapeDtypeStruct((n, 3), np.float32))
@@ -295,7 +295,7 @@ def test_xla_run_shape_polymorphic_program(tmp_path, capsys):
 
 def test_xla_run_rejects_bad_input_files(tmp_path, capsys):
     from interop import import_jax
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     program = tmp_path / "prog.mlir"
     program.write_text(str(import_jax(lambda x, y: x + y, np.ones(2, np.float32), np.ones(2, np.float32))))
@@ -317,7 +317,7 @@ def test_xla_run_rejects_bad_input_files(tmp_path, capsys):
 
 def test_xla_run_saves_results(tmp_path, capsys):
     from interop import import_jax
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     program = tmp_path / "prog.mlir"
     program.write_text(str(import_jax(lambda x: (x * 2, x.sum()), np.arange(3, dtype=np.float32))))
@@ -336,14 +336,14 @@ def test_command_line_tools_are_quiet_on_a_closed_pipe(tmp_path):
     program = tmp_path / "big.mlir"
     adds = "".join(f"  %v{i} = hlo.add %x, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>\n" for i in range(3000))
     program.write_text(f"func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {{\n{adds}  func.return %x : tensor<2xf32>\n}}\n")
-    code = "import sys; from interop.xla_opt import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from interop.tools.xla_opt import main; sys.exit(main(sys.argv[1:]))"
     done = subprocess.run(f"{sys.executable} -c '{code}' {program} | head -1", shell=True, capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.startswith("builtin.module") and "Broken pipe" not in done.stderr and "Error" not in done.stderr
 
 
 def test_list_passes_prints_whole_sentences():
-    from interop.xla_opt import describe_passes
+    from interop.tools.xla_opt import describe_passes
 
     text = describe_passes()
     assert "layouts included)." in text  # cse's summary continues past its docstring's first line

@@ -26,11 +26,11 @@ def test_the_readme_is_a_front_door():
 def test_operations_page_lists_every_op():
     text = (ROOT / "docs" / "operations.md").read_text()
     missing = [op.name for op in ALL_OPS if f"`{op.name}`" not in text]
-    assert not missing, f"docs/operations.md is missing {missing}; regenerate with python -m interop.op_table"
+    assert not missing, f"docs/operations.md is missing {missing}; regenerate with python -m interop.tools.op_table"
 
 
 def test_every_op_has_a_kernel_or_is_structural():
-    from interop.op_table import family_rows
+    from interop.tools.op_table import family_rows
 
     missing = [name for _, ops, _ in family_rows() for name, status in ops if status == "NO KERNEL"]
     assert not missing, f"ops without a NumPy kernel: {missing}"

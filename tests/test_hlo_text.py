@@ -499,18 +499,18 @@ def test_cli_runs_and_checks_hlo_text(tmp_path, jax_texts):
     program.write_text(post)
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, *args)
-    run = subprocess.run([sys.executable, "-m", "interop.cli", str(program), "--inputs", str(inputs), "--check-xla",
+    run = subprocess.run([sys.executable, "-m", "interop.tools.cli", str(program), "--inputs", str(inputs), "--check-xla",
                           "--output", str(tmp_path / "out.npz")], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("agrees") == len(expected), run.stdout
     saved = np.load(tmp_path / "out.npz")
     _agree([saved[f"result{i}"] for i in range(len(expected))], expected, "xla-run --output")
-    opt = subprocess.run([sys.executable, "-m", "interop.xla_opt", str(program), "-p", "assign-layouts{target=tpu}",
+    opt = subprocess.run([sys.executable, "-m", "interop.tools.xla_opt", str(program), "-p", "assign-layouts{target=tpu}",
                           "--emit", "hlo"], capture_output=True, text=True)
     assert opt.returncode == 0, opt.stderr
     assert opt.stdout.startswith("HloModule") and ":T(" in opt.stdout
     _xla_module(opt.stdout)
     bad = tmp_path / "bad.hlo"
     bad.write_text(BAD[0][0])
-    run = subprocess.run([sys.executable, "-m", "interop.cli", str(bad)], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "interop.tools.cli", str(bad)], capture_output=True, text=True)
     assert run.returncode == 2 and f"{bad}:4:3" in run.stderr and "Traceback" not in run.stderr

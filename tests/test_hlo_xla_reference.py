@@ -72,7 +72,7 @@ def test_check_xla_with_text_jaxlib_aborts_on_exits_2(tmp_path):
         import sys
         import interop.hlo.xla as x
         x.export_hlo = lambda module, for_xla=False: {TOKEN_HEADER!r}
-        from interop.cli import xla_run_main
+        from interop.tools.cli import xla_run_main
         sys.exit(xla_run_main(["ok.hlo", "--inputs", "in.npz", "--check-xla"]))
         """, tmp_path)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
@@ -129,7 +129,7 @@ def _xla_run(tmp_path, text, *extra):
 
     import numpy as np
 
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     (tmp_path / "p.hlo").write_text(text)
     np.savez(tmp_path / "in.npz", arg0=np.arange(6, dtype=np.float32).reshape(2, 3))
@@ -150,7 +150,7 @@ def _layouts_dropped(monkeypatch):
 
 
 def test_layout_changing_bitcasts_are_found():
-    from interop.cli import layout_changing_bitcasts
+    from interop.tools.cli import layout_changing_bitcasts
     from interop.hlo import import_hlo
 
     assert [op.name for op in layout_changing_bitcasts(import_hlo(COLUMN_MAJOR))] == ["hlo.bitcast"]
@@ -255,7 +255,7 @@ def _noisy_run(tmp_path, *extra):
 
     import numpy as np
 
-    from interop.cli import xla_run_main
+    from interop.tools.cli import xla_run_main
 
     (tmp_path / "p.hlo").write_text(NOISY)
     np.savez(tmp_path / "in.npz", arg0=np.random.default_rng(0).standard_normal(256).astype(np.float32))

@@ -205,7 +205,7 @@ def test_diverging_rank_names_the_ops_and_ranks(four_ranks):
 
 def _xla_run(*args) -> list[str]:
     exe = os.path.join(BIN, "xla-run")
-    return [exe, *args] if os.path.exists(exe) else [sys.executable, "-m", "interop.cli", *args]
+    return [exe, *args] if os.path.exists(exe) else [sys.executable, "-m", "interop.tools.cli", *args]
 
 
 EXPORT = r'''
@@ -287,7 +287,7 @@ def test_xla_run_of_partitioned_hlo_text_threads_and_mpi(export_files):
 
 
 def test_hlo_shardings_split_whole_values():
-    from interop.sharded_cli import parse_sharding, split_argument
+    from interop.tools.sharded_cli import parse_sharding, split_argument
 
     assert parse_sharding("{replicated}") is None
     tiles, ids = parse_sharding("{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}")

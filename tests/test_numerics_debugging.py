@@ -12,7 +12,7 @@ import pytest
 
 import interop
 import lowering
-from interop.cli import xla_run_main
+from interop.tools.cli import xla_run_main
 from interop.debugging import random_inputs, special_values_of
 from xla_dialect import parse_module
 from xla_dialect.errors import XlaError
@@ -357,7 +357,7 @@ def test_no_false_alarm_on_the_builtin_passes():
 
 
 def test_xla_opt_check_semantics(tmp_path, broken_pass, capsys):
-    from interop.xla_opt import main
+    from interop.tools.xla_opt import main
 
     path = tmp_path / "p.mlir"
     path.write_text(ADD_SUBTRACT)

@@ -568,7 +568,7 @@ def _program_file(tmp_path) -> pathlib.Path:
 
 
 def test_cli_runs_a_pipeline(tmp_path, capsys):
-    from interop.xla_opt import main
+    from interop.tools.xla_opt import main
 
     path = _program_file(tmp_path)
     out = tmp_path / "out.mlir"
@@ -582,7 +582,7 @@ def test_cli_runs_a_pipeline(tmp_path, capsys):
 
 
 def test_cli_plugin_list_emit_and_errors(tmp_path, capsys):
-    from interop.xla_opt import main
+    from interop.tools.xla_opt import main
 
     path = _program_file(tmp_path)
     assert main(["--load-pass-plugin", str(EXAMPLE_PLUGIN), "--list-passes"]) == 0
@@ -606,7 +606,7 @@ def test_cli_plugin_list_emit_and_errors(tmp_path, capsys):
 def test_cli_reads_stablehlo(tmp_path, capsys):
     from interop import export_stablehlo
 
-    from interop.xla_opt import main
+    from interop.tools.xla_opt import main
 
     b = XlaBuilder("f")
     x = b.parameter(0, "f32[2,3]")
@@ -920,7 +920,7 @@ def test_plugin_loads_from_any_directory_by_path_or_module(tmp_path, monkeypatch
     # xla-opt from another directory, with the example's absolute path
     program = tmp_path / "p.mlir"
     program.write_text(EXAMPLE_PROGRAM)
-    run = subprocess.run([sys.executable, "-m", "interop.xla_opt", str(program), "--load-pass-plugin",
+    run = subprocess.run([sys.executable, "-m", "interop.tools.xla_opt", str(program), "--load-pass-plugin",
                           str(REPO / "examples" / "fold_double_negation.py"), "-p", "fold-double-negation,dce"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -931,7 +931,7 @@ def test_emit_help_explains_the_choices():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "interop.xla_opt", "--help"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "interop.tools.xla_opt", "--help"], capture_output=True, text=True)
     text = " ".join(run.stdout.split())
     assert "stablehlo: StableHLO MLIR text" in text and "hlo: XLA HLO module text" in text
 
@@ -947,7 +947,7 @@ def test_readme_xdsl_opt_line_on_the_programs_the_other_lines_use(tmp_path):
 
     text = jax.jit(lambda x, y: x + y).lower(np.ones((2, 3), np.float32), np.ones((3,), np.float32)[None]).as_text()
     (tmp_path / "prog.mlir").write_text(text)
-    conv = subprocess.run([sys.executable, "-m", "interop.xla_opt", "prog.mlir", "-o", "prog.hlo.mlir"],
+    conv = subprocess.run([sys.executable, "-m", "interop.tools.xla_opt", "prog.mlir", "-o", "prog.hlo.mlir"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert conv.returncode == 0, conv.stderr
     xdsl_opt = shutil.which("xdsl-opt")
@@ -963,7 +963,7 @@ def test_demo_says_pass_or_fail():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "interop.cli", "--demo"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "interop.tools.cli", "--demo"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "demo PASS: max difference against jax.jit" in run.stdout
 
@@ -971,7 +971,7 @@ def test_demo_says_pass_or_fail():
 def test_pass_options_are_spelt_one_way_in_errors_and_listings():
     """Issue 29: a misspelt option listed the Python names (arg_layouts), --list-passes showed arg-layouts and
     file=None. Both use the dashed names; options without a default say whether they are required."""
-    from interop.xla_opt import describe_passes
+    from interop.tools.xla_opt import describe_passes
     from passes.registry import pass_options, pass_signature
 
     def module():

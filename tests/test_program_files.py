@@ -52,8 +52,8 @@ def bad_files(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("command", ["xla-run", "xla-opt"])
 def test_commands_name_the_file_line_and_column(bad_files, command, capsys):
-    from interop.cli import xla_run_main
-    from interop.xla_opt import main as xla_opt_main
+    from interop.tools.cli import xla_run_main
+    from interop.tools.xla_opt import main as xla_opt_main
 
     run = xla_run_main if command == "xla-run" else xla_opt_main
     for name, (_, expected) in bad_files.items():
@@ -104,21 +104,21 @@ def test_one_loader_and_one_list_of_formats(tmp_path, capsys):
     import jax.numpy as jnp
 
     import interop
-    import interop.cli
-    import interop.xla_opt
+    import interop.tools.cli
+    import interop.tools.xla_opt
     from interop.programs import FORMATS, load_program
 
     x = np.linspace(0, 1, 3, dtype=np.float32)
     exported = jax.export.export(jax.jit(lambda a: jnp.sin(a) * 2))(x)
     (tmp_path / "prog.bin").write_bytes(exported.serialize())
     np.savez(tmp_path / "in.npz", arg0=x)
-    assert interop.xla_opt.main([str(tmp_path / "prog.bin")]) == 0
+    assert interop.tools.xla_opt.main([str(tmp_path / "prog.bin")]) == 0
     assert "hlo.sine" in capsys.readouterr().out
-    assert interop.cli.xla_run_main([str(tmp_path / "prog.bin"), "--inputs", str(tmp_path / "in.npz")]) == 0
+    assert interop.tools.cli.xla_run_main([str(tmp_path / "prog.bin"), "--inputs", str(tmp_path / "in.npz")]) == 0
     capsys.readouterr()
-    assert interop.load_program is load_program is interop.cli.load_program
-    assert not hasattr(interop.xla_opt, "read_program")
-    for main in (interop.cli.xla_run_main, interop.xla_opt.main):
+    assert interop.load_program is load_program is interop.tools.cli.load_program
+    assert not hasattr(interop.tools.xla_opt, "read_program")
+    for main in (interop.tools.cli.xla_run_main, interop.tools.xla_opt.main):
         with pytest.raises(SystemExit):
             main(["--help"])
         text = " ".join(capsys.readouterr().out.split())

@@ -1,5 +1,5 @@
 """The StableHLO specification's examples (``../shared/reference/stablehlo-spec.md``) run through the importer
-and the executor (interop.spec_examples): every runnable example passes, except the listed errata."""
+and the executor (interop.tools.spec_examples): every runnable example passes, except the listed errata."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interop import spec_examples
+from interop.tools import spec_examples
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ def test_known_errata_still_fail(outcomes):
     # An entry that starts passing (a harness or toolkit fix) must leave the list.
     by_name = {o.example.name: o for o in outcomes}
     passing = [name for name in spec_examples.KNOWN if by_name.get(name) and by_name[name].status == "passed"]
-    assert not passing, f"remove from interop.spec_examples.KNOWN: {passing}"
+    assert not passing, f"remove from interop.tools.spec_examples.KNOWN: {passing}"
     missing = [name for name in spec_examples.KNOWN if name not in by_name]
     assert not missing, missing
 

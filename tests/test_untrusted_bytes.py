@@ -73,8 +73,8 @@ def test_trusted_switch_of_import_jax_xla_run_and_xla_opt(tmp_path, monkeypatch,
     import jax.numpy as jnp
 
     import interop.stablehlo.bytecode_check
-    from interop.cli import xla_run_main
-    from interop.xla_opt import main as xla_opt_main
+    from interop.tools.cli import xla_run_main
+    from interop.tools.xla_opt import main as xla_opt_main
 
     checked = []
     real = interop.stablehlo.bytecode_check.check_in_subprocess
@@ -128,7 +128,7 @@ def spin(data, *rest):  # a child stuck in jaxlib's reader at 100% CPU
         pass
 
 interop.stablehlo.bytecode_check._child_main = spin
-from interop.cli import xla_run_main
+from interop.tools.cli import xla_run_main
 sys.exit(xla_run_main([sys.argv[1]]))
 """
 

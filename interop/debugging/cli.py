@@ -1,7 +1,7 @@
 """The commands of numerics debugging: ``xla-diverge`` and ``xla-reduce``.
 
 ``xla-run --random-inputs`` / ``--dump-intermediates`` and ``xla-opt --check-semantics`` are options of the
-existing commands (:mod:`interop.cli`, :mod:`interop.xla_opt`).
+existing commands (:mod:`interop.tools.cli`, :mod:`interop.tools.xla_opt`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 def program_and_inputs(args) -> tuple:
     """The module and its arguments for the options of :func:`add_input_arguments`."""
-    from ..cli import _read_npz
+    from ..tools.command_io import read_npz
     from ..programs import load_program
     from .random_inputs import random_inputs
 
     if args.inputs and args.random_inputs:
         raise XlaError("give --inputs or --random-inputs, not both")
-    inputs = _read_npz(args.inputs)
+    inputs = read_npz(args.inputs)
     module = load_program(args.file, inputs, trusted=args.trusted)
     if inputs is None:
         inputs = random_inputs(module, seed=args.seed, special_values=args.special_values, entry=args.entry)

@@ -145,7 +145,6 @@ for _cls in elementwise.OPS:
         continue
     READERS[_opcode_of(_cls.name[4:])] = _elementwise_reader(_cls)
 READERS["clz"] = READERS["count-leading-zeros"]
-READERS["round-nearest-even"] = READERS["round-nearest-even"]
 
 
 def _write_plain(exp, op):

@@ -401,7 +401,7 @@ class _Reader:
         name = m.group(1)
         if name == "HloModule":
             self.fail(pos, "a second module starts here: the text holds several HLO modules; import them one by "
-                           "one (interop.hlo.survey.split_modules splits such a file)")
+                           "one (interop.tools.hlo_survey.split_modules splits such a file)")
         pos = self.skip(m.end())
         result = None
         if text.startswith("(", pos):  # the signature: checked as XLA does (its result against the root's)

@@ -19,7 +19,9 @@ import io
 import sys
 import textwrap
 
-from xla_dialect.errors import UnsupportedError, XlaError
+from xla_dialect.errors import XlaError
+
+from .command_io import quiet_broken_pipe
 
 EMITTERS = {
     "mlir": "hlo MLIR, custom syntax",
@@ -41,7 +43,7 @@ def emit(module, kind: str) -> str:
         Printer(stream=out, print_generic_format=True).print_op(module)
         return out.getvalue()
     if kind == "stablehlo":
-        from .stablehlo import export_stablehlo
+        from ..stablehlo import export_stablehlo
 
         return str(export_stablehlo(module))
     if kind == "hlo":
@@ -51,31 +53,9 @@ def emit(module, kind: str) -> str:
 
 def hlo_text(module) -> str:
     """XLA HLO text of ``module`` with its layouts (:func:`interop.export_hlo`)."""
-    from .hlo import export_hlo
+    from ..hlo import export_hlo
 
     return export_hlo(module)
-
-
-def hlo_text_through_xla(module) -> str:
-    """XLA HLO text of ``module`` as XLA's own MLIR -> HLO translation prints it (default layouts)."""
-    from .stablehlo import export_stablehlo
-
-    stablehlo = export_stablehlo(module)
-    try:
-        from jax._src.lib import xla_client
-    except ImportError:
-        raise UnsupportedError("--emit hlo needs jaxlib (XLA's MLIR to HLO translation)") from None
-    try:
-        computation = xla_client._xla.mlir.mlir_module_to_xla_computation(
-            str(stablehlo), use_tuple_args=False, return_tuple=False)
-    except Exception as e:
-        from xla_dialect.quant import is_quantized
-
-        hint = ""
-        if any(is_quantized(v.type) for op in module.walk() for v in op.results):
-            hint = " (XLA has no quantized types: run the expand-quantized pass first, -p expand-quantized)"
-        raise UnsupportedError(f"--emit hlo: XLA could not translate the module{hint}: {e}") from None
-    return computation.as_hlo_text()
 
 
 def describe_passes() -> str:
@@ -102,7 +82,7 @@ def describe_passes() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``xla-opt`` console script."""
-    from .programs import FORMATS_HELP
+    from ..programs import FORMATS_HELP
 
     parser = argparse.ArgumentParser(prog="xla-opt", description="Run hlo pass pipelines over a program and print "
                                      "the result.", epilog=FORMATS_HELP)
@@ -137,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             print("available passes:")
             print(describe_passes())
             return 0
-        from .programs import load_program, program_from_bytes
+        from ..programs import load_program, program_from_bytes
 
         if args.file == "-":
             module = program_from_bytes(sys.stdin.buffer.read(), "<stdin>", trusted=args.trusted)
@@ -145,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             module = load_program(args.file, trusted=args.trusted)
         semantics = None
         if args.check_semantics:
-            from .debugging.bisection import check_semantics
+            from ..debugging.bisection import check_semantics
 
             if args.seeds < 1:
                 raise XlaError(f"--seeds must be at least 1, got {args.seeds}")
@@ -165,22 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"xla-opt: report of {spec}:\n{report}", file=sys.stderr)
         return 1 if semantics is not None and not semantics.ok else 0
     except BrokenPipeError:  # the reader went away (`xla-opt ... | head`): not an error
-        return _quiet_broken_pipe()
+        return quiet_broken_pipe()
     except (XlaError, OSError) as e:
         print(f"xla-opt: error: {e}", file=sys.stderr)
         return 2
-
-
-def _quiet_broken_pipe() -> int:
-    """After a broken pipe on stdout: point stdout at /dev/null so that Python's final flush is silent."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""How well HLO text files import, print, round-trip and run: ``python -m interop.hlo.survey PATH...``.
+"""How well HLO text files import, print, round-trip and run: ``python -m interop.tools.hlo_survey PATH...``.
 
 For every ``.hlo`` / ``.txt`` file under the paths (HLO module text, e.g. XLA dumps or XLA's own test
 files), each in a worker process with a timeout:
@@ -109,7 +109,7 @@ def survey_file(path: str, max_elements: int = 1 << 24, part: int | None = None)
 
     from xla_dialect.errors import ExecutionError
 
-    from . import export_hlo, import_hlo, run_hlo_on_xla, run_hlo_text_on_xla
+    from ..hlo import export_hlo, import_hlo, run_hlo_on_xla, run_hlo_text_on_xla
 
     out: dict = {"path": path if part is None else f"{path}#{part}"}
     text = Path(path).read_text(errors="replace")
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     """Entry point; see the module docstring."""
     import multiprocessing as mp
 
-    parser = argparse.ArgumentParser(prog="python -m interop.hlo.survey", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m interop.tools.hlo_survey", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--max-elements", type=int, default=1 << 24)

@@ -1,6 +1,6 @@
 """The per-op status table of docs/operations.md, generated from the code.
 
-``python -m interop.op_table`` prints one Markdown table per op family: every
+``python -m interop.tools.op_table`` prints one Markdown table per op family: every
 hlo op with whether it has a NumPy kernel, plus the family's builder methods.
 A test checks that docs/operations.md lists every op, so the table cannot go stale.
 """

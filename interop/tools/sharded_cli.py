@@ -22,6 +22,8 @@ import numpy as np
 
 from xla_dialect.errors import UnsupportedError, XlaError
 
+from .command_io import describe, result_summary
+
 __all__ = ["parse_sharding", "partition_grid", "run_partitioned_hlo", "run_sharded_export", "set_host_device_count",
            "sharded_export", "split_argument"]
 
@@ -29,8 +31,8 @@ __all__ = ["parse_sharding", "partition_grid", "run_partitioned_hlo", "run_shard
 def sharded_export(data: bytes, trusted: bool = False):
     """The ``jax.export.Exported`` that ``data`` serializes when it runs on more than one device, else None
     (another program format, or a one-device export: the ordinary loader reads those)."""
-    from .hlo.syntax import is_hlo_text
-    from .stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
+    from ..hlo.syntax import is_hlo_text
+    from ..stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
 
     if is_hlo_text(data) or data.startswith(_BYTECODE_MAGIC):
         return None
@@ -48,7 +50,7 @@ def sharded_export(data: bytes, trusted: bool = False):
     if exported.nr_devices <= 1:
         return None
     if not trusted:
-        from .stablehlo.bytecode_check import check_in_subprocess
+        from ..stablehlo.bytecode_check import check_in_subprocess
 
         check_in_subprocess(bytes(exported.mlir_module_serialized))
     return exported
@@ -74,8 +76,7 @@ def run_sharded_export(exported, args, inputs, report: dict) -> int:
     the exit status. Under MPI only rank 0 prints and writes files."""
     import jax
 
-    from .cli import _describe, _result_summary
-    from .jax.sharded import compile_sharded, resolve_backend
+    from ..jax.sharded import compile_sharded, resolve_backend
 
     count = exported.nr_devices
     set_host_device_count(count)
@@ -110,12 +111,12 @@ def run_sharded_export(exported, args, inputs, report: dict) -> int:
         print(exe.memory_report().text())
     if args.output:
         np.savez(args.output, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)})
-    report["results"] = [_result_summary(i, r) for i, r in enumerate(results)]
+    report["results"] = [result_summary(i, r) for i, r in enumerate(results)]
     report["status"] = "ok"
     report["devices"] = exe.num_devices
     report["backend"] = backend
     for i, r in enumerate(results):
-        print(f"result #{i}: {_describe(r)}")
+        print(f"result #{i}: {describe(r)}")
         print(np.array2string(r, threshold=200))
     sys.stdout.flush()
     return 0
@@ -131,7 +132,7 @@ _TILED = re.compile(r"^\{devices=\[([\d,]+)\](?:<=\[([\d,]+)\](?:T\(([\d,]+)\))?
 
 def partition_grid(text: str) -> tuple[int, int]:
     """``(replica_count, num_partitions)`` of an HLO module text's header (1 where it says nothing)."""
-    from .jax.sharded import _header_count
+    from ..jax.sharded import _header_count
 
     return _header_count(text, "replica_count"), _header_count(text, "num_partitions")
 
@@ -196,8 +197,7 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
     ``result{i}.device{d}``); under MPI rank 0 prints and writes."""
     import lowering
 
-    from .cli import _describe, _result_summary
-    from .jax.sharded import mpi_runner, resolve_backend
+    from ..jax.sharded import mpi_runner, resolve_backend
 
     replicas, partitions = partition_grid(text)
     if args.check_xla or args.dump_intermediates or args.random_inputs or args.entry != "main":
@@ -231,7 +231,7 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
     if args.memory:
         from lowering.memory import program_memory
 
-        from .jax.sharded import format_bytes
+        from ..jax.sharded import format_bytes
 
         m = program_memory(module)
         print(f"each device: arguments {format_bytes(m.arguments)}, results {format_bytes(m.results)}, "
@@ -244,15 +244,15 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
                    for v in values)
         if same:
             saved[f"result{i}"] = values[0]
-            print(f"result #{i}: {_describe(values[0])} (the same on every device)")
+            print(f"result #{i}: {describe(values[0])} (the same on every device)")
             print(np.array2string(values[0], threshold=200))
         else:
             for d, v in enumerate(values):
                 saved[f"result{i}.device{d}"] = v
-            print(f"result #{i}: {_describe(values[0])} per device (devices differ)")
+            print(f"result #{i}: {describe(values[0])} per device (devices differ)")
             for d, v in enumerate(values):
                 print(f"  device {d}: " + np.array2string(v, threshold=50, prefix="  device 0: "))
-        report["results"].append(_result_summary(i, values[0]) | {"same_on_every_device": same})
+        report["results"].append(result_summary(i, values[0]) | {"same_on_every_device": same})
     if args.output:
         np.savez(args.output, **saved)
     report["status"] = "ok"

@@ -1,64 +1,17 @@
-"""Command-line tools: ``xla-run`` (``xla-conformance`` lives in :mod:`interop.conformance`)."""
+"""``xla-run``: run a program file on the NumPy executor, check it against XLA, save or trace its results."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 import numpy as np
 
 from xla_dialect.errors import XlaError
 
-from .programs import FORMATS_HELP, load_program, program_from_bytes, read_program_file  # noqa: F401
-
-
-def _read_npz(path: str | None) -> list[np.ndarray] | None:
-    """The arrays of an ``.npz`` file, named ``arg0, arg1, ...`` (every index from 0 present) or, when no
-    name has that form, in file order. Anything else (a ``.npy`` or another file, object arrays, gaps
-    such as arg0 and arg2, a mix of names) is an :class:`XlaError` naming the file."""
-    if path is None:
-        return None
-    import os
-    import zipfile
-
-    if not os.path.isfile(path):
-        raise XlaError(f"--inputs {path}: no such file")
-    if not zipfile.is_zipfile(path):
-        kind = "a .npy file (one array)" if _is_npy(path) else "not an .npz file"
-        raise XlaError(f"--inputs {path}: {kind}; expected an .npz archive such as np.savez(path, arg0=x, arg1=y)")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise XlaError(f"--inputs {path}: cannot read it as .npz ({e})") from None
-    with data:
-        names = list(data.files)
-        numbered = {n: int(n[3:]) for n in names if re.fullmatch(r"arg[0-9]+", n)}
-        if numbered:
-            if len(numbered) != len(names):
-                others = sorted(set(names) - set(numbered))
-                raise XlaError(f"--inputs {path}: mixes arrays named arg0, arg1, ... with others ({', '.join(others)})")
-            missing = sorted(set(range(len(names))) - set(numbered.values()))
-            if missing:
-                raise XlaError(f"--inputs {path}: arrays {', '.join(sorted(names))} leave arg{missing[0]} out; "
-                               "name them arg0, arg1, ... without gaps")
-            names = sorted(names, key=numbered.get)
-        arrays = []
-        for n in names:
-            try:
-                arrays.append(data[n])
-            except ValueError as e:  # object arrays need pickle, which is refused
-                raise XlaError(f"--inputs {path}: array {n} cannot be loaded ({e})") from None
-        return arrays
-
-
-def _is_npy(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(6) == b"\x93NUMPY"
-    except OSError:
-        return False
+from ..programs import FORMATS_HELP, load_program, program_from_bytes, read_program_file  # noqa: F401
+from .command_io import describe, quiet_broken_pipe, read_npz, result_summary, write_json
 
 
 def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.ndarray]:
@@ -70,12 +23,6 @@ def _arguments(inputs: list[np.ndarray] | None, input_types: list) -> list[np.nd
             )
         return []
     return inputs
-
-
-def _describe(value) -> str:
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype}{list(value.shape)}"
-    return type(value).__name__
 
 
 def layout_changing_bitcasts(module) -> list:
@@ -134,15 +81,15 @@ def _check_against_xla(module, args, results, entry: str, max_ulp=None, rtol_mag
     ``ok`` is ``"noise"`` when every result out of tolerance is rounding noise, as ``interop.difftest``
     decides it (:func:`interop.comparison.analyse_noise_with`, ``noise_samples`` nudged inputs, default
     :data:`~interop.comparison.DEFAULT_NOISE_SAMPLES`; 0 turns the analysis off): a verdict of its own too."""
-    from .comparison import DEFAULT_NOISE_SAMPLES, analyse_noise_with, compare_output
-    from .stablehlo.xla import run_xla
+    from ..comparison import DEFAULT_NOISE_SAMPLES, analyse_noise_with, compare_output
+    from ..stablehlo.xla import run_xla
 
     if entry != "main":
         raise XlaError("--check-xla runs @main only (XLA compiles the module's entry function)")
     bitcasts = layout_changing_bitcasts(module)
     def on_xla(arrays, trusted=trusted):
         if "hlo.module_name" in module.attributes:  # read from HLO text: XLA compiles it as HLO text
-            from .hlo import run_hlo_on_xla
+            from ..hlo import run_hlo_on_xla
 
             return run_hlo_on_xla(module, *arrays, trusted=trusted, source=source)
         return run_xla(module, *arrays)
@@ -190,8 +137,8 @@ def _noise_setup(module, args, entry: str, on_xla):
     (:func:`interop.debugging.divergence.widen_to_f64`) run on the executor as the reference."""
     import lowering
 
-    from .debugging.divergence import _widen_args, widen_to_f64
-    from .comparison import plain_array
+    from ..debugging.divergence import _widen_args, widen_to_f64
+    from ..comparison import plain_array
 
     wide = lowering.compile(widen_to_f64(module), entry=entry)
 
@@ -202,36 +149,6 @@ def _noise_setup(module, args, entry: str, on_xla):
         return [plain_array(r) for r in on_xla(arrays, trusted=True)]
 
     return [np.asarray(a) for a in args], run_xla, reference
-
-
-def _result_summary(index: int, value) -> dict:
-    """One result of the run as JSON: dtype and shape, and for real numbers the range of the finite values
-    and the count of NaNs."""
-    from .comparison import json_number
-
-    if not isinstance(value, (np.ndarray, np.generic)):
-        return {"index": index, "kind": type(value).__name__}
-    a = np.asarray(value)
-    summary = {"index": index, "kind": "array", "dtype": str(a.dtype), "shape": list(a.shape)}
-    if a.dtype.kind in "biuf" or a.dtype.kind == "V" and a.dtype.itemsize <= 2:
-        try:
-            wide = a.astype(np.float64)
-        except (TypeError, ValueError):
-            return summary
-        finite = wide[np.isfinite(wide)]
-        summary.update(nan=int(np.isnan(wide).sum()),
-                       min=json_number(float(finite.min())) if finite.size else None,
-                       max=json_number(float(finite.max())) if finite.size else None)
-    return summary
-
-
-def write_json(path: str, payload) -> None:
-    """Write ``payload`` as an indented JSON file (the ``--json`` reports of the commands)."""
-    import json
-
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=1)
-        f.write("\n")
 
 
 DEMO_TOLERANCE = 1e-5
@@ -351,7 +268,7 @@ def _run(parser, args, report: dict) -> int:
 
         if args.random_inputs and args.inputs:
             parser.error("give --inputs or --random-inputs, not both")
-        inputs = _read_npz(args.inputs)
+        inputs = read_npz(args.inputs)
         data = read_program_file(args.file)
         from .sharded_cli import run_sharded_export, sharded_export
 
@@ -359,7 +276,7 @@ def _run(parser, args, report: dict) -> int:
         if exported is not None:  # several devices: partitioned as XLA partitions it, as interop.compile_sharded
             return run_sharded_export(exported, args, inputs, report)
         module = program_from_bytes(data, args.file, inputs, trusted=args.trusted)
-        from .hlo.syntax import is_hlo_text
+        from ..hlo.syntax import is_hlo_text
 
         if is_hlo_text(data):  # XLA's partitioned per-device program: run on its replicas x partitions
             from .sharded_cli import partition_grid, run_partitioned_hlo
@@ -371,14 +288,14 @@ def _run(parser, args, report: dict) -> int:
         if args.show_source:
             print(exe.source)
         if args.random_inputs:
-            from .debugging.random_inputs import random_inputs
+            from ..debugging.random_inputs import random_inputs
 
             inputs = random_inputs(exe, seed=args.seed, special_values=args.special_values)
             print(f"random inputs (seed {args.seed}{', special values' if args.special_values else ''}): "
-                  + ", ".join(_describe(a) for a in inputs))
+                  + ", ".join(describe(a) for a in inputs))
         arrays = _arguments(inputs, exe.input_types)
         if args.dump_intermediates:
-            from .debugging.probes import trace
+            from ..debugging.probes import trace
 
             traced = trace(module, *arrays, max_iterations=args.max_iterations, entry=args.entry)
             written = traced.dump(args.dump_intermediates)
@@ -388,10 +305,10 @@ def _run(parser, args, report: dict) -> int:
         if args.output:
             np.savez(args.output, **{f"result{i}": np.asarray(r) for i, r in enumerate(results)
                                      if isinstance(r, (np.ndarray, np.generic))})
-        report["results"] = [_result_summary(i, r) for i, r in enumerate(results)]
+        report["results"] = [result_summary(i, r) for i, r in enumerate(results)]
         report["status"] = "ok"
         for i, r in enumerate(results):
-            print(f"result #{i}: {_describe(r)}")
+            print(f"result #{i}: {describe(r)}")
             if isinstance(r, np.ndarray):
                 print(np.array2string(r, threshold=200))
         if args.check_xla:
@@ -419,9 +336,8 @@ def _run(parser, args, report: dict) -> int:
         _mpi_error(e)
         return 2
     except BrokenPipeError:  # `xla-run ... | head`: the reader went away
-        from .xla_opt import _quiet_broken_pipe
 
-        return _quiet_broken_pipe()
+        return quiet_broken_pipe()
     except OSError as e:
         report.update(status="error", error=str(e))
         _mpi_error(e)

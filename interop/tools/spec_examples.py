@@ -27,7 +27,7 @@ errors of examples (a missing ``<``, a name written twice) are corrected first, 
 listed in :data:`CORRECTIONS` and reported with the example; errata of
 substance are listed in :data:`KNOWN`.
 
-    python -m interop.spec_examples ../shared/reference/stablehlo-spec.md [--verbose]
+    python -m interop.tools.spec_examples ../shared/reference/stablehlo-spec.md [--verbose]
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def parse_value(text: str):
 def to_array(value, type_text: str):
     """``value`` (from :func:`parse_value`) as an array of the tensor type ``type_text``, or as a tuple of them
     (nested as the type) for a ``tuple<...>`` type."""
-    from .stablehlo import import_stablehlo
+    from ..stablehlo import import_stablehlo
 
     type_text = type_text.strip()
     if type_text.startswith("tuple<"):
@@ -276,7 +276,7 @@ def to_array(value, type_text: str):
 
 
 def _split_types(text: str) -> list[str]:
-    from .stablehlo.attributes import top_level_parts
+    from ..stablehlo.attributes import top_level_parts
 
     text = text.strip()
     if text.startswith("(") and text.endswith(")"):
@@ -407,7 +407,7 @@ def _compile_only(example: Example, types: dict[str, str]) -> Outcome:
     the body of a function whose arguments are the values the ops use without defining."""
     import lowering
 
-    from .stablehlo import import_stablehlo
+    from ..stablehlo import import_stablehlo
 
     defined = _result_names(example.body)
     text = " ".join(example.body)
@@ -448,7 +448,7 @@ def run_example(example: Example) -> Outcome:
         return Outcome(example, "skipped", f"no signature gives the type of {', '.join(missing)}")
     import lowering
 
-    from .stablehlo import import_stablehlo
+    from ..stablehlo import import_stablehlo
 
     defined = _result_names(example.body)  # inputs the example also defines with ops (constants)
     inputs_used = [n for n in example.inputs if n not in defined]
@@ -532,7 +532,7 @@ def run_spec(path: str) -> list[Outcome]:
 
 
 def main(argv=None) -> int:
-    """``python -m interop.spec_examples SPEC.md [--verbose]``: run the examples, print a summary."""
+    """``python -m interop.tools.spec_examples SPEC.md [--verbose]``: run the examples, print a summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", help="stablehlo-spec.md")
     parser.add_argument("--verbose", "-v", action="store_true", help="one line per example")
