@@ -28,7 +28,7 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   ``A + (C1 + C2)`` for constants (or broadcast scalar constants) ``C1, C2``;
   ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
 * ``A + 0`` and ``0 + A`` -> ``A`` (so ``-0.0 + 0.0`` stays ``-0.0``); ``A * 1``, ``A / 1``, ``A - 0``,
-  ``max(A, A)``, ``min(A, A)`` -> ``A`` and ``A * -1`` -> ``-A`` (subnormals kept, NaN signs flipped).
+  ``max(A, A)``, ``min(A, A)`` -> ``A`` and ``A * -1``, ``-0 - A`` -> ``-A`` (subnormals kept, NaN signs flipped).
 * ``convert(convert(x: A) -> B) -> A`` -> ``x`` where ``B`` holds every value of ``A``.
 * ``ln(exp(A))`` -> ``A``; ``ln(pow(A, B))`` -> ``ln|A| * B``; ``ln(sqrt(A))`` -> ``ln(A) * 0.5``;
   ``ln(rsqrt(A))`` -> ``ln(A) * -0.5``.
@@ -543,6 +543,12 @@ CONSTANT = m.Any().where(lambda v: _constant(v) is not None)
 NON_CONSTANT = m.Any().where(lambda v: _constant(v) is None)
 
 
+def _is_negative_zero(value: SSAValue) -> bool:
+    """A constant (or a broadcast of one) whose every element is ``-0``."""
+    found = _constant(value)
+    return found is not None and found[0].size > 0 and bool(np.all((found[0] == 0) & np.signbit(found[0])))
+
+
 def _identity_eligible(op) -> bool:
     return _eligible(op, _REAL | {"bf16"})
 
@@ -557,10 +563,12 @@ def _negate(b, a, op):
 
 def _identity_rules() -> tuple[Rule, ...]:
     """``A * 1``, ``1 * A``, ``A / 1``, ``A - 0``, ``max(A, A)``, ``min(A, A)``, ``select(P, A, A)`` -> ``A``, and
-    ``A * -1``, ``-1 * A`` -> ``-A``: XLA removes these ops when it compiles (its simplifier, and LLVM's ``fmul X,
-    -1`` -> ``fneg X``), so a subnormal ``A`` is not flushed, a signalling NaN is not quieted, and ``A * -1``
-    flips a NaN's sign. f16, bf16, f32 and f64, never on quantized values; ``A`` replaces the op only with its
-    exact type (no implicit broadcast undone); constants left unused go too."""
+    ``A * -1``, ``-1 * A``, ``-0 - A`` -> ``-A``: XLA removes these ops when it compiles (its simplifier, and LLVM's
+    ``fmul X, -1`` and ``fsub -0.0, X`` -> ``fneg X``; measured: ``-0 - A`` keeps a subnormal ``A``'s value,
+    f32/f64 and bf16 (computed in f32), and flips a NaN's sign, f16 too; long fuzz campaign seed 14), so a
+    subnormal ``A`` is not flushed, a signalling NaN is not quieted, and ``A * -1`` flips a NaN's sign. f16, bf16,
+    f32 and f64, never on quantized values; ``A`` replaces the op only with its exact type (no implicit broadcast
+    undone); constants left unused go too."""
     one, minus_one, zero = _all(1), _all(-1), _all(0)
     erase = dict(erase_dead_operands=_ERASABLE, keep_locations=False)
     return (
@@ -572,6 +580,8 @@ def _identity_rules() -> tuple[Rule, ...]:
         rule(m.Multiply(minus_one, "a"), _negate, when=_identity_eligible, name="-1 * A -> -A", **erase),
         rule(m.Divide("a", one), "a", when=_identity_eligible, name="A / 1 -> A", **erase),
         rule(m.Subtract("a", zero), "a", when=_identity_eligible, name="A - 0 -> A", **erase),
+        rule(m.Subtract(m.Any().where(_is_negative_zero), "a"), _negate, when=_identity_eligible,
+             name="-0 - A -> -A", **erase),
     )
 
 

@@ -490,3 +490,17 @@ def test_nested_selects_on_one_predicate_fold_before_max_min_as_xla():
                  [("select", "jnp.where(x0 > x1, x1, x0)"), ("select", "jnp.where(x0 > x1, v0, x1)")]):
         for trips in (0, 2):
             _compare(Program("float32", x0.shape, [x0, x1], body, loop_trips=trips))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+def test_negative_zero_minus_x_is_the_negation_as_xla(dtype):
+    """Long campaign, seed 14: ``bf16(-1e-45) - x1`` (a bf16 -0 minus ``x1``) is ``-x1`` in XLA (LLVM folds ``fsub
+    -0.0, X`` to ``fneg X``), a subnormal ``x1`` kept (f32/f64 too) and a NaN's sign flipped; here the subtraction
+    flushed it. ``+0 - x`` stays a subtraction (a subnormal flushed, measured)."""
+    tiny = float(ml_dtypes.finfo(DTYPES[dtype]).tiny)
+    x0 = np.array([tiny / 3, -tiny / 3, 0.0, -0.0, 1.0, float("nan"), float("inf"), -2.5, tiny * 2], DTYPES[dtype])
+    literal = _dtype_expression(dtype)
+    for constant in ("-0.0", "0.0"):
+        for expression in (f"{literal}({constant}) - x0", f"({literal}({constant}) - x0) * x0"):
+            for trips in (0, 2):
+                _compare(Program(dtype, x0.shape, [x0], [("constant", expression)], loop_trips=trips))
