@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from interop import conformance as conf
+from interop.tools import conformance as conf
 from interop.comparison import ULP_INFINITE, ulp_distance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -413,7 +413,7 @@ def test_ctrl_c_prints_the_partial_summary_and_writes_the_report(tmp_path, monke
             raise KeyboardInterrupt
         return real(program)
 
-    monkeypatch.setattr(conf, "run_program", interrupted_at_c)
+    monkeypatch.setattr(conf.workers, "run_program", interrupted_at_c)  # where run_programs looks it up
     report = tmp_path / "report.json"
     assert conf.main([str(folder), "--jobs", "0", "--json", str(report), "--quiet"]) == 130
     out, err = capsys.readouterr()
@@ -436,7 +436,7 @@ def test_ctrl_c_with_worker_processes(tmp_path):
     (folder / "a.mlir").write_text("// RUN: stablehlo-translate --interpret %s\n" + FINE)
     (folder / "b.mlir").write_text("// RUN: stablehlo-translate --interpret %s\n" + HANG)
     report = tmp_path / "report.json"
-    process = subprocess.Popen([sys.executable, "-c", "import sys; from interop.conformance import main; "
+    process = subprocess.Popen([sys.executable, "-c", "import sys; from interop.tools.conformance import main; "
                                 "sys.exit(main(sys.argv[1:]))", str(folder), "--jobs", "1", "--timeout", "120",
                                 "--json", str(report)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -508,7 +508,7 @@ def test_no_worker_outlives_a_killed_runner(tmp_path):
 
     programs = [conf.Program(str(tmp_path / f"{name}.mlir"), name, "run", textwrap.dedent(HANG), family="t")
                 for name in ("hang", "gil")]
-    code = ("import pickle, sys; from interop import conformance as conf; from test_conformance import "
+    code = ("import pickle, sys; from interop.tools import conformance as conf; from test_conformance import "
             "busy_until_killed; conf.run_programs(pickle.loads(sys.stdin.buffer.read()), jobs=2, timeout=None, "
             "runner=busy_until_killed)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
@@ -562,7 +562,7 @@ def test_progress_without_a_terminal_prints_a_line_per_tenth_or_per_interval(mon
     assert len(lines) == 10 and lines[-1].startswith("[###") and "1751/1751 passed 1751" in lines[-1]
 
     clock = types.SimpleNamespace(now=0.0)
-    monkeypatch.setattr(conf, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    monkeypatch.setattr(conf.report, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
     stream = io.StringIO()
     progress = conf.Progress(1000, stream, interval=10.0)
     for i in range(50):  # slow programs: 3 s each, fewer than a tenth

@@ -30,7 +30,7 @@ PIPELINES = [
 def _programs():
     if not CORPUS.exists():
         return []
-    from interop import conformance as conf
+    from interop.tools import conformance as conf
 
     return [p for p in conf.discover([str(CORPUS)]) if p.mode == "run"]
 
@@ -38,14 +38,15 @@ def _programs():
 def _run(program):
     """(module, entry, outputs) of a corpus program on the executor, or None when it cannot run."""
     import lowering
-    from interop import conformance as conf
+    from interop.tools import conformance as conf
+    from interop.tools.conformance.running import _expand_quantized, _import
 
     try:
-        text, quant = conf._expand_quantized(conf.normalize_checks(program.text))
+        text, quant = _expand_quantized(conf.normalize_checks(program.text))
         prepared = conf.prepare_module(text, program.line, program.args, program.expected)
         if prepared.parallel is not None:
             return None
-        module = conf._import(prepared.module, quant)
+        module = _import(prepared.module, quant)
         outputs = lowering.compile(module, entry=prepared.entry, **IEEE)()
     except Exception:  # noqa: BLE001 - not runnable by the executor: not the passes' business
         return None

@@ -1,4 +1,5 @@
-"""The layers import one way (ir <- kernels <- passes <- executor <- interop) and modules import without cycles.
+"""The layers import one way (ir <- kernels <- passes <- executor <- interop), interop's packages one way among
+themselves (formats below tools: INTEROP_LAYERS), and modules import without cycles.
 
 The import graph is read from the source (every ``import``, module-level or inside functions, counts
 for the layering: a function-level import only hides a dependency). Module-level imports must form
@@ -86,18 +87,8 @@ def test_layers_import_one_way():
     assert not upward, "imports from a higher layer:\n" + "\n".join(sorted(set(upward)))
 
 
-def test_no_import_cycle_between_files():
-    known = {name for name, _ in _modules()}
-    graph = defaultdict(set)
-    for name, path in _modules():
-        for target, _, top in _imports(name, path):
-            if not top:
-                continue
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                graph[name].add(target)
-    # Tarjan's strongly connected components
+def _cycles(graph: dict[str, set[str]], nodes) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
     counter = [0]
 
@@ -124,9 +115,31 @@ def test_no_import_cycle_between_files():
                 cycles.append(sorted(component))
 
     sys.setrecursionlimit(10000)
-    for v in sorted(known):
+    for v in sorted(nodes):
         if v not in index:
             visit(v)
+    return cycles
+
+
+def _import_graph(module_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the repository's modules it imports (a name inside a module counts as the module)."""
+    known = {name for name, _ in _modules()}
+    graph = defaultdict(set)
+    for name, path in _modules():
+        for target, _, top in _imports(name, path):
+            if module_level_only and not top:
+                continue
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def test_no_import_cycle_between_files():
+    graph = _import_graph(module_level_only=True)
+    cycles = _cycles(graph, {name for name, _ in _modules()})
+
     # A package's __init__ importing its own submodules (which import the package for siblings) is how
     # Python packages are built; a cycle is a problem only between modules that are not such a pair.
     def family(m, c):  # another member is m's package or one of m's submodules
@@ -134,6 +147,41 @@ def test_no_import_cycle_between_files():
 
     real = [c for c in cycles if not all(family(m, c) for m in c)]
     assert not real, f"module-level import cycles: {real}"
+
+
+INTEROP_LAYERS = (
+    ("interop.schema", "interop.comparison", "interop.processes"),
+    ("interop.stablehlo",),
+    ("interop.hlo",),
+    ("interop.jax",),
+    ("interop.programs",),
+    ("interop.tools", "interop.debugging", "interop.show"),
+)
+"""interop's packages from the bottom up: what the formats share (the StableHLO schema table, how two runs
+compare, child processes); StableHLO; HLO text (read through StableHLO's converters, run on XLA through
+it); JAX (its programs are StableHLO, its sharded programs HLO text); the loader of program files in any
+format; the tools. ``interop`` itself, the library's API, stands above them all."""
+
+
+def _interop_layer(module: str) -> int:
+    if module == "interop":
+        return len(INTEROP_LAYERS)
+    for rank, packages in enumerate(INTEROP_LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return rank
+    raise AssertionError(f"{module} is in none of INTEROP_LAYERS: place it in a package of one")
+
+
+def test_interop_packages_import_one_way():
+    """Counting imports inside functions too: no interop package imports one above it (a format never
+    imports a tool, StableHLO never HLO text or JAX), and interop's modules import without a cycle."""
+    graph = _import_graph(module_level_only=False)
+    names = {name for name, _ in _modules() if name.split(".")[0] == "interop"}
+    upward = sorted(f"{a} imports {b}" for a in names for b in graph[a]
+                    if b in names and _interop_layer(b) > _interop_layer(a))
+    assert not upward, "interop imports from a higher package:\n" + "\n".join(upward)
+    interop_graph = defaultdict(set, {a: {b for b in graph[a] if b in names} for a in names})
+    assert not _cycles(interop_graph, names), "import cycles in interop"
 
 
 @pytest.mark.parametrize("package", PACKAGES)
