@@ -20,6 +20,9 @@ same bits as the interpreted loop's, op by op:
   ``dynamic_slice``, ``dynamic_update_slice`` (XLA's clamped start indices),
   ``reduce`` of a whole array with an add (NumPy's pairwise order, as the
   interpreted kernel sums), multiply, maximum or minimum body, and ``call``.
+* and the structured ops the writer's methods name (gathers, scatters, sorts, reductions, window reductions,
+  products, conditionals, nested loops, jaxlib's LAPACK LU and triangular-solve custom calls: see each method),
+  each in the order of its interpreted kernel.
 
 f32 and f64 only among floats (numba has no f16/bf16). Loops with any other
 op, with values captured from outside the loop, or with tuple values keep the
@@ -127,7 +130,8 @@ def _only_read(value: SSAValue) -> bool:
 _VIEW_OPS = {"hlo.reshape", "hlo.slice", "hlo.dynamic_slice", "hlo.transpose", "hlo.bitcast_convert",
              "hlo.broadcast_in_dim"}
 # Ops whose generated code only reads its array operands (copying what it keeps).
-_READING_OPS = {"hlo.dot_general", "hlo.dot", "hlo.reduce", "hlo.concatenate", "hlo.gather"}
+_READING_OPS = {"hlo.dot_general", "hlo.dot", "hlo.reduce", "hlo.concatenate", "hlo.gather",
+                "hlo.custom_call"}  # (the custom calls compiled code makes: LAPACK on copies of its operands)
 
 
 def _iteration_local(value: SSAValue) -> bool:
@@ -304,6 +308,8 @@ class _LoopWriter:
             return self.sort(op, indent)
         if op.name == "hlo.reduce_window":
             return self.reduce_window(op, indent)
+        if op.name == "hlo.custom_call":
+            return self.custom_call(op, indent)
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
@@ -534,25 +540,17 @@ class _LoopWriter:
             self.emit(indent, f"{out} = c_view({src}, {shape!r})")
 
     def op_scatter(self, op, out, dtype, shape, indent):
-        """A scatter of one update window (``x.at[i].set(row)``, ``.at[i].add(...)``: the indices select one
-        window), replacing the window or combining it element by element through the update computation's
-        scalar definition. XLA skips the whole window when a start index is out of ``[0, dim - size]`` (as the
-        interpreted kernel, :mod:`lowering.kernels.indexing`)."""
-        if len(op.operands) != 3 or op.properties.get("input_batching_dims") is not None and ints(
-                op.properties["input_batching_dims"]):
-            raise _Ineligible("a scatter of several operands or with batching dimensions")
+        """A scatter of one operand (``x.at[i].set(row)``, ``.at[idx].add(v)``, vmapped updates with batching
+        dimensions), replacing elements or combining them through the update computation's scalar definition,
+        window by window and element by element in XLA's application order -- the order the interpreted
+        kernel's result has (:func:`lowering.kernels.indexing.scatter_plan`, the one definition of where each
+        update goes). A window whose start index is outside ``[0, dim - size]`` is skipped, as XLA does."""
+        from .kernels.indexing import scatter_plan
+
+        if len(op.operands) != 3 or not shape:
+            raise _Ineligible("a scatter of several operands or into a scalar")
         operand, indices, update = op.operands
         (_, ishape), (_, ushape) = self.info(indices), self.info(update)
-        ivd = int(op.index_vector_dim.value.data)
-        index_count = ishape[ivd] if ivd < len(ishape) else 1
-        if int(np.prod(ishape, dtype=np.int64)) != index_count:
-            raise _Ineligible("a scatter of several windows")
-        inserted = set(ints(op.properties.get("inserted_window_dims")) if op.properties.get("inserted_window_dims")
-                       is not None else [])
-        window_dims = list(ints(op.update_window_dims))
-        window = [1 if d in inserted else 0 for d in range(len(shape))]
-        sizes = iter(ushape[d] for d in window_dims)
-        window = [w or next(sizes) for w in window]
         block = op.regions[0].block
         body = [o for o in block.ops if o.name != "hlo.return"]
         returned = block.last_op.operands[0]
@@ -565,33 +563,48 @@ class _LoopWriter:
                 raise _Ineligible("a scatter whose update computation has no scalar definition")
         else:
             raise _Ineligible("a scatter with a general update computation")
-        flat = self.fresh("x")
-        self.emit(indent, f"{flat} = {_flat(self.name(indices), ishape)}" if ishape
-                  else f"{flat} = np.full(1, {self.name(indices)})")
-        starts = ["0"] * len(shape)
-        checks = []
-        for j, d in enumerate(ints(op.scatter_dims_to_operand_dims)):
-            start = self.fresh("s")
-            self.emit(indent, f"{start} = np.int64({flat}[{j}])")
-            starts[d] = start
-            checks.append(f"0 <= {start} <= {shape[d] - window[d]}")
+        plan = scatter_plan(op)
         if op in self.in_place:
             self.emit(indent, f"{out} = {self.name(operand)}")
         else:
             self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
-        self.emit(indent, f"if {' and '.join(checks) or 'True'}:")
-        target = self.fresh("t")
-        index = ", ".join(f"{s}:{s} + {w}" for s, w in zip(starts, window))
-        values = self.fresh("u")
-        self.emit(indent + "    ", f"{target} = {out}[{index}]")
-        self.emit(indent + "    ", f"{values} = c_view({self.name(update)}, {tuple(window)!r})")
+        if not plan.count or not plan.width:
+            return
+        flat = self.fresh("x")
+        self.emit(indent, f"{flat} = {_flat(out, shape)}")
+        vectors = self.fresh("x")
+        if plan.starts:
+            ivd = plan.index_vector_dim
+            moved = [d for d in range(len(ishape)) if d != ivd] + ([ivd] if ivd < len(ishape) else [])
+            self.emit(indent, f"{vectors} = {self.laid_out(indices, tuple(moved), (plan.count, len(plan.starts)), indent)}"
+                      if ishape else f"{vectors} = np.full((1, 1), {self.name(indices)})")
+        perm = None if plan.perm == list(range(len(ushape))) else tuple(plan.perm)
+        values = self.laid_out(update, perm, (plan.count, plan.width), indent) if ushape else None
+        batch_lin, win_lin = self.fresh("k"), self.fresh("k")
+        self.constants[batch_lin] = np.ascontiguousarray(plan.batch_lin)
+        self.constants[win_lin] = np.ascontiguousarray(plan.win_lin)
+        c, e, at, start, t = (self.fresh(p) for p in ("c", "e", "s", "s", "t"))
+        self.emit(indent, f"for {c} in range({plan.count}):")
+        inner = indent + "    "
+        self.emit(inner, f"{start} = {batch_lin}[{c}]")
+        checks = []
+        for k, high, stride in plan.starts:
+            component = self.fresh("s")
+            self.emit(inner, f"{component} = np.int64({vectors}[{c}, {k}])")
+            checks.append(f"0 <= {component} <= {high}")
+            self.emit(inner, f"{start} += {component} * {stride}")
+        if checks:
+            self.emit(inner, f"if not ({' and '.join(checks)}):")
+            self.emit(inner + "    ", "continue")
+        self.emit(inner, f"for {e} in range({plan.width}):")
+        element = inner + "    "
+        self.emit(element, f"{at} = {start} + {win_lin}[{e}]")
+        value = f"{values}[{c}, {e}]" if values is not None else self.name(update)
         if combine is None:
-            self.emit(indent + "    ", f"{target}[...] = {values}")
+            self.emit(element, f"{flat}[{at}] = {value}")
         else:
-            at = self.fresh("e")
-            t = _NUMBA_TYPE_NAMES[dtype]
-            self.emit(indent + "    ", f"for {at} in np.ndindex({tuple(window)!r}):")
-            self.emit(indent + "        ", f"{target}[{at}] = {t}({combine.name}({target}[{at}], {values}[{at}]))")
+            self.emit(element, f"{t} = {value}")
+            self.emit(element, f"{flat}[{at}] = {_NUMBA_TYPE_NAMES[dtype]}({combine.name}({flat}[{at}], {t}))")
 
     def op_gather(self, op, out, dtype, shape, indent):
         """A gather as the kernel defines it (:func:`lowering.kernels.indexing.gather_plan`): each output
@@ -1144,6 +1157,65 @@ class _LoopWriter:
                 self.emit(indent, f"{name} = c_view({out}, {shape!r})")
             self.names[r] = name
 
+    def custom_call(self, op, indent: str) -> None:
+        """A LAPACK custom call jaxlib emits (``jnp.linalg.solve``'s LU factorization and triangular solves:
+        :data:`lowering.lapack_compiled.COMPILED_ROUTINES`), as a call of the routine the interpreter's target
+        calls, through its address (:mod:`lowering.lapack_compiled`): the same bits. Leading dimensions are a
+        batch, one call per matrix. Other targets stay interpreted."""
+        from .kernels.effects import custom_call_attributes
+        from .lapack import trsm_letters
+        from .lapack_compiled import compiled_target
+
+        target = op.call_target_name.data
+        infos = [self.info(v) for v in op.operands]
+        results = [self.info(r) for r in op.results]
+        found = compiled_target(target, infos[0][0]) if infos and len(infos[0][1]) >= 2 else None
+        if found is None:
+            raise _Ineligible(f"hlo.custom_call @{target}")
+        routine, function, address = found
+        dtype, shape = infos[0]
+        batch, int32 = int(np.prod(shape[:-2], dtype=np.int64)), np.dtype(np.int32)
+        address_name = self.fresh("k")
+        self.constants[address_name] = np.int64(address)
+        outs = []
+        for dt, result_shape in results:
+            buffer = self.fresh("q")
+            self.emit(indent, f"{buffer} = np.empty({max(int(np.prod(result_shape, dtype=np.int64)), 1)}, "
+                              f"{_NUMBA_TYPE_NAMES[dt]})")
+            outs.append(buffer)
+        if routine == "getrf":
+            m, n = shape[-2:]
+            if [r for r in results] != [(dtype, shape), (int32, shape[:-2] + (min(m, n),)), (int32, shape[:-2])]:
+                raise _Ineligible(f"hlo.custom_call @{target} with results of other types")
+            a = self.laid_out(op.operands[0], None, (batch, m, n), indent)
+            self.emit(indent, f"{function}({address_name}, {a}, c_view({outs[0]}, {(batch, m, n)!r}), "
+                              f"c_view({outs[1]}, {(batch, min(m, n))!r}), c_view({outs[2]}, ({batch},)))")
+        else:  # trsm: x (.., k, k), y (.., m, n)[, alpha]
+            letters = trsm_letters(custom_call_attributes(op), target)
+            (_, x_shape), (y_dtype, y_shape) = infos[:2]
+            m, n = y_shape[-2:]
+            k = m if letters["side"] == "L" else n
+            if (len(infos) > 3 or y_dtype != dtype or x_shape != y_shape[:-2] + (k, k) or results != [infos[1]]
+                    or (len(infos) == 3 and infos[2] != (dtype, ()))):
+                raise _Ineligible(f"hlo.custom_call @{target} with operands of other shapes or types")
+            flags = self.fresh("k")
+            self.constants[flags] = np.frombuffer("".join(letters[key] for key in ("side", "uplo", "trans_x", "diag"))
+                                                  .encode(), np.uint8).copy()
+            alpha = self.fresh("k")
+            if len(infos) == 3:  # (older jaxlib passes alpha as an operand)
+                alpha = self.fresh("s")
+                self.emit(indent, f"{alpha} = np.full(1, {self.name(op.operands[2])}, {_NUMBA_TYPE_NAMES[dtype]})")
+            else:
+                self.constants[alpha] = np.ones(1, dtype)
+            x = self.laid_out(op.operands[0], None, (batch, k, k), indent)
+            y = self.laid_out(op.operands[1], None, (batch, m, n), indent)
+            self.emit(indent, f"{function}({address_name}, {flags}, {alpha}, {x}, {y}, "
+                              f"c_view({outs[0]}, {(batch, m, n)!r}))")
+        for r, out, (_, result_shape) in zip(op.results, outs, results):
+            name = self.fresh()
+            self.emit(indent, f"{name} = {_view(out, result_shape)}")
+            self.names[r] = name
+
     def unravel(self, flat: str, coords: list[str], shape, scratch: str, indent: str) -> None:
         """Emit ``coords`` = the row-major coordinates in ``shape`` of the flat index ``flat``."""
         self.emit(indent, f"{scratch} = {flat}")
@@ -1587,6 +1659,7 @@ class CompiledLoop:
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
                   "from lowering.kernels.small_dot import small_dot\n"
+                  "from lowering.lapack_compiled import lapack_getrf, lapack_trsm\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 

@@ -20,7 +20,7 @@ _LOCK = threading.Lock()
 _RUNTIME_DIGEST: list[str] = []
 
 RUNTIME_MODULES = ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py"),
-                   os.path.join("kernels", "small_dot.py"))
+                   os.path.join("kernels", "small_dot.py"), "lapack_compiled.py")
 """The modules (under ``lowering/``) generated code calls into."""
 
 

@@ -257,6 +257,12 @@ _TRSM_CODES = {"side": {"L": 0, "R": 1}, "uplo": {"U": 0, "L": 1}, "trans_x": {"
 """jaxlib's trsm attribute letters -> SciPy's BLAS trsm flags."""
 
 
+def trsm_letters(attrs: Mapping, target: str) -> dict[str, str]:
+    """The letters of a ``lapack_?trsm_ffi`` call (side, uplo, trans_x, diag: BLAS's ``side``, ``uplo``,
+    ``transa``, ``diag``), checked; also read by its compiled form (:mod:`lowering.lapack_compiled`)."""
+    return {key: _char(attrs, target, key, "".join(codes)) for key, codes in _TRSM_CODES.items()}
+
+
 def _trsm(p: str, target: str):
     trsm = getattr(_blas, p + "trsm")
 
@@ -264,7 +270,7 @@ def _trsm(p: str, target: str):
         x, y = operands[:2]
         alpha = operands[2].item() if len(operands) > 2 else 1  # older jaxlib passes alpha as an operand
         (out,) = _buffers(specs, y)
-        flags = {key: codes[_char(attrs, target, key, "".join(codes))] for key, codes in _TRSM_CODES.items()}
+        flags = {key: _TRSM_CODES[key][letter] for key, letter in trsm_letters(attrs, target).items()}
         if not _empty(y):
             _per_matrix(target, [x, y], [2, 2], [out], [2],
                         lambda a, b: (trsm(alpha, a, b, side=flags["side"], lower=flags["uplo"],

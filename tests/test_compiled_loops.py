@@ -646,6 +646,31 @@ def test_one_window_scatters_in_loops(mode):
     _assert_same(fn, ys)
 
 
+@pytest.mark.parametrize("mode", ["set", "add", "max"])
+def test_scatters_of_many_windows_and_vmapped_scatters_in_loops(mode):
+    """Scatters of several windows in XLA's order: repeated indices (applied one after another: the last set
+    wins, adds accumulate in update order), out-of-bounds indices skipped, windows of rows, and a vmapped
+    update (batching dimensions, as jax writes ``vmap`` of ``x.at[i].set``)."""
+    x = RNG.standard_normal((5, 4)).astype(F32)
+    x[1, 2] = np.nan
+    idx = np.array([3, 0, 3, 7, -1, 1, 3], np.int32)
+    rows = np.array([2, 2, 0], np.int32)
+
+    def fn(x, idx, rows):
+        def body(i, acc):
+            flat = acc.reshape(-1)
+            flat = getattr(flat.at[(idx + i) % 9 - 1], mode)(jnp.sin(flat[:7]) * 3.0, mode="drop")
+            acc = flat.reshape(5, 4)
+            acc = getattr(acc.at[rows], mode)(jnp.cos(acc[:3]) + 1.0, mode="drop")
+            per_row = jax.vmap(lambda r, j: getattr(r.at[j % 4], mode)(r[0] * 0.5))(acc, idx[:5] + i)
+            return per_row
+
+        return lax.fori_loop(0, 5, body, x)
+
+    compiled = _assert_same(fn, x, idx, rows)
+    np.testing.assert_array_equal(_bits(compiled[0]), _bits(jax.jit(fn)(x, idx, rows)))
+
+
 def test_real_program_loops_compile_with_the_interpreted_bits():
     """The loop-heavy programs of benchmarks/real_programs.py (an adaptive ODE solve with nested loops,
     scatters and gemv products; a continued fraction; a rejection sampler; an LSTM scan; a Newton while loop)
@@ -968,3 +993,44 @@ def test_products_with_a_scalar_result_in_loops(dtype):
         return lax.fori_loop(0, 4, lambda i, v: v * (x @ v) * dtype(0.1) + x * jnp.dot(v, v), x)
 
     _assert_same(fn, x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_lapack_solves_in_loops_call_the_interpreters_routines(dtype):
+    """``jnp.linalg.solve`` in a loop (an implicit ODE step, a Kalman filter): jaxlib's getrf and trsm custom
+    calls compile as calls of the LAPACK routines the interpreter's targets call -- same bits as interpreted
+    and as jax.jit, for batches, a singular matrix (getrf's info, NaN results) and every trsm flag."""
+    a = RNG.standard_normal((3, 3)).astype(dtype)
+    b = RNG.standard_normal((3, 2)).astype(dtype)
+
+    def solve_steps(a, b):
+        def body(i, x):
+            m = a + i.astype(a.dtype) * jnp.eye(3, dtype=a.dtype)
+            return jnp.linalg.solve(m, x) * 0.5 + x
+
+        return lax.fori_loop(0, 6, body, b)
+
+    for fn, args in [(solve_steps, (a, b)),
+                     (solve_steps, (np.zeros((3, 3), dtype), b)),  # singular: getrf's info > 0
+                     (lambda a, b: lax.fori_loop(0, 3, lambda i, x: jnp.linalg.solve(a, x) + x, b),
+                      (RNG.standard_normal((2, 4, 4)).astype(dtype), RNG.standard_normal((2, 4, 1)).astype(dtype)))]:
+        compiled = _assert_same(fn, *args)
+        np.testing.assert_array_equal(_bits(compiled[0]), _bits(jax.jit(fn)(*args)))
+    for left in (True, False):
+        for lower in (True, False):
+            for transpose in (False, True):
+                for unit in (False, True):
+                    def fn(a, b, left=left, lower=lower, transpose=transpose, unit=unit):
+                        return lax.fori_loop(0, 2, lambda i, x: lax.linalg.triangular_solve(
+                            a, x, left_side=left, lower=lower, transpose_a=transpose, unit_diagonal=unit), b)
+
+                    t = (np.tril(RNG.standard_normal((3, 3))) + 3 * np.eye(3)).astype(dtype)
+                    args = (t if lower else t.T.copy(), RNG.standard_normal((3, 3)).astype(dtype))
+                    compiled = _assert_same(fn, *args)
+                    np.testing.assert_array_equal(_bits(compiled[0]), _bits(jax.jit(fn)(*args)))
+
+
+def test_other_custom_calls_keep_loops_interpreted():
+    """A custom call without a compiled form (an eigendecomposition) leaves its loop interpreted."""
+    a = RNG.standard_normal((3, 3)).astype(F32)
+    _assert_same(lambda a: lax.fori_loop(0, 2, lambda i, x: jnp.linalg.eigh(x)[1] + x, a), a, eligible=False)

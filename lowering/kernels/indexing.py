@@ -251,8 +251,26 @@ def _apply_ufunc(ufunc, flat, targets, values, signed_zero: bool) -> None:
     flat[(flat == 0) & hit] = -0.0 if want_negative else 0.0
 
 
-@register(ScatterOp)
-def _scatter(op, ctx):
+class ScatterPlan(NamedTuple):
+    """Where each update element of a scatter goes, as XLA defines it, in XLA's application order (scatter
+    index by scatter index, each window's elements in row-major order): the updates transposed by ``perm`` and
+    seen as ``(count, width)``; window ``c`` starts at linear operand offset ``batch_lin[c]`` plus, per index
+    vector component ``(k, highest valid start, stride)`` of ``starts``, the component times the stride -- a
+    window whose start is outside ``[0, highest]`` in any component is skipped; element ``e`` of a window is
+    at ``win_lin[e]`` past its start. Used by the kernel and by compiled loops (lowering.compiled_loops)."""
+
+    perm: list[int]
+    count: int
+    width: int
+    batch_lin: np.ndarray
+    win_lin: np.ndarray
+    starts: list[tuple[int, int, int]]
+    index_vector_dim: int
+    aligned: bool  # every indexed dimension's window is one element or the whole dimension
+
+
+def scatter_plan(op) -> ScatterPlan:
+    """The :class:`ScatterPlan` of scatter ``op``."""
     n = len(op.results)
     shape = tuple(op.results[0].type.get_shape())
     upd_shape = tuple(op.operands_[n + 1].type.get_shape())
@@ -263,14 +281,12 @@ def _scatter(op, ctx):
     index_batching = ints(op.scatter_indices_batching_dims)
     index_map = ints(op.scatter_dims_to_operand_dims)
     ivd = op.index_vector_dim.value.data
-    unique = op.unique_indices is not None and bool(op.unique_indices.value.data)
     strides = _strides(shape)
 
     scatter_dims = [d for d in range(len(upd_shape)) if d not in window_dims]
     perm = scatter_dims + list(window_dims)  # XLA applies scatter index by scatter index
     batch_shape = tuple(upd_shape[d] for d in scatter_dims)
     win_shape = tuple(upd_shape[d] for d in window_dims)
-    count, width = math.prod(batch_shape), math.prod(win_shape)
     window_operand_dims = [d for d in range(rank) if d not in inserted and d not in batching]
     window_size = {d: win_shape[k] for k, d in enumerate(window_operand_dims)}
 
@@ -285,11 +301,19 @@ def _scatter(op, ctx):
     batch_lin = np.broadcast_to(batch_lin, batch_shape).reshape(-1)
     # (component, highest valid start, stride): a window fits iff 0 <= start <= dim - window size.
     starts = [(k, shape[d] - window_size.get(d, 1), strides[d]) for k, d in enumerate(index_map)]
+    aligned = all(window_size.get(d, 1) in (1, shape[d]) for d in index_map)
+    return ScatterPlan(perm, math.prod(batch_shape), math.prod(win_shape), batch_lin, win_lin, starts, ivd, aligned)
+
+
+@register(ScatterOp)
+def _scatter(op, ctx):
+    n = len(op.results)
+    unique = op.unique_indices is not None and bool(op.unique_indices.value.data)
+    perm, count, width, batch_lin, win_lin, starts, ivd, aligned = scatter_plan(op)
 
     # Two windows either cover the same elements or disjoint ones when every indexed dimension's
-    # window is a single element or the whole dimension: then duplicates are found per window
+    # window is a single element or the whole dimension (aligned): then duplicates are found per window
     # (one key per scatter index) instead of per element.
-    aligned = all(window_size.get(d, 1) in (1, shape[d]) for d in index_map)
     unit_offsets = win_lin if aligned else np.zeros(1, np.int64)
 
     def units_of(indices, updates):
