@@ -239,7 +239,7 @@ def test_widened_shadow_keeps_bitcasts_and_bf16_converts_verifying():
 
 
 def test_xla_diverge_command(tmp_path, capsys):
-    from interop.debugging.cli import diverge_main
+    from interop.tools.debugging_cli import diverge_main
 
     (tmp_path / "p.mlir").write_text("""
 builtin.module {
@@ -412,7 +412,7 @@ def _run_pytest_file(path):
 
 
 def test_xla_reduce_shrinks_a_100_op_crash_to_the_op(tmp_path, capsys):
-    from interop.debugging.cli import reduce_main
+    from interop.tools.debugging_cli import reduce_main
     from interop.debugging.reducer import count_ops
 
     source = tmp_path / "big.mlir"
@@ -429,7 +429,7 @@ def test_xla_reduce_shrinks_a_100_op_crash_to_the_op(tmp_path, capsys):
 def test_xla_reduce_pass_changes_and_command(tmp_path, broken_pass, capsys):
     import sys
 
-    from interop.debugging.cli import reduce_main
+    from interop.tools.debugging_cli import reduce_main
 
     source = tmp_path / "big.mlir"
     source.write_text(chain_program(100, "add_subtract", at=99))
@@ -546,7 +546,7 @@ def test_a_wrong_kernel_is_named_against_xla_and_reduced_to(broken_tanh_kernel, 
     assert report.first.location.endswith(f":{f.__code__.co_firstlineno + 1}")
     source = tmp_path / "big.mlir"
     source.write_text(chain_program(60, "custom_call", at=-1, seed=3))  # sine, tanh, ... and no culprit
-    from interop.debugging.cli import reduce_main
+    from interop.tools.debugging_cli import reduce_main
 
     assert reduce_main([str(source), "--mismatch-vs-jax", "--max-ulp", "0", "--rtol-magnitude", "0",
                         "-o", str(tmp_path / "small.mlir")]) == 0

@@ -229,7 +229,7 @@ def test_roofline_published_chip_and_measured_cpu():
 
 
 def _xla_show(*argv, cwd=None):
-    return subprocess.run([sys.executable, "-m", "interop.show.cli", *argv], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "interop.tools.show_cli", *argv], capture_output=True, text=True, cwd=cwd)
 
 
 def test_xla_show_cost_cli(tmp_path):

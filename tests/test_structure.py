@@ -155,12 +155,14 @@ INTEROP_LAYERS = (
     ("interop.hlo",),
     ("interop.jax",),
     ("interop.programs",),
-    ("interop.tools", "interop.debugging", "interop.show"),
+    ("interop.debugging", "interop.show"),
+    ("interop.tools",),
 )
 """interop's packages from the bottom up: what the formats share (the StableHLO schema table, how two runs
 compare, child processes); StableHLO; HLO text (read through StableHLO's converters, run on XLA through
 it); JAX (its programs are StableHLO, its sharded programs HLO text); the loader of program files in any
-format; the tools. ``interop`` itself, the library's API, stands above them all."""
+format; the numerics-debugging and picture libraries; the tools and commands. ``interop`` itself, the
+library's API, stands above them all."""
 
 
 def _interop_layer(module: str) -> int:

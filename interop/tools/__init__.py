@@ -1,6 +1,8 @@
 """The tools built on the formats: the commands ``xla-run`` (:mod:`~interop.tools.cli`, sharded programs in
 :mod:`~interop.tools.sharded_cli`), ``xla-opt`` (:mod:`~interop.tools.xla_opt`) and ``xla-conformance``
-(:mod:`~interop.tools.conformance`), the bundled demo (:mod:`~interop.tools.demo`), the StableHLO
+(:mod:`~interop.tools.conformance`), ``xla-diverge`` and ``xla-reduce`` (:mod:`~interop.tools.debugging_cli`, over
+:mod:`interop.debugging`), ``xla-show`` (:mod:`~interop.tools.show_cli`, over :mod:`interop.show`); what they share
+(:mod:`~interop.tools.command_io`); the bundled demo (:mod:`~interop.tools.demo`), the StableHLO
 specification's examples (:mod:`~interop.tools.spec_examples`), the survey of HLO text files
 (:mod:`~interop.tools.hlo_survey`) and the op table of docs/operations.md (:mod:`~interop.tools.op_table`).
 

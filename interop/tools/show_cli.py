@@ -82,7 +82,7 @@ def _load(path: str):
 
 def _run(args) -> int:
     if args.command == "cost":
-        from .cost import cost_report
+        from ..show.cost import cost_report
 
         module = _load(args.program)
         report, text = cost_report(module, chips=tuple(args.chip or ["cpu"]), top=args.top or None,
@@ -97,13 +97,13 @@ def _run(args) -> int:
                 json.dump(payload, f, indent=1)
         return 0
     if args.command == "layout":
-        from .layout import write_layout_picture
+        from ..show.layout import write_layout_picture
 
         path = write_layout_picture(args.shape, args.output, max_elements=args.max_elements)
         print(f"wrote {path}")
         return 0
     if args.command == "memory":
-        from .memory import memory_report
+        from ..show.memory import memory_report
 
         module = _load(args.program)
         report = memory_report(module, target=args.target)
@@ -113,7 +113,7 @@ def _run(args) -> int:
                 json.dump(report.as_dict(), f, indent=1)
         return 0
     if args.command == "graph":
-        from .graph import write_graph
+        from ..show.graph import write_graph
 
         module = _load(args.program)
         path = write_graph(module, args.output, fusion=not args.no_fusion, source=args.program)

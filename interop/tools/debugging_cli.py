@@ -35,9 +35,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 def program_and_inputs(args) -> tuple:
     """The module and its arguments for the options of :func:`add_input_arguments`."""
-    from ..tools.command_io import read_npz
+    from .command_io import read_npz
     from ..programs import load_program
-    from .random_inputs import random_inputs
+    from ..debugging.random_inputs import random_inputs
 
     if args.inputs and args.random_inputs:
         raise XlaError("give --inputs or --random-inputs, not both")
@@ -107,7 +107,7 @@ def diverge_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
-        from .divergence import find_divergence, report_json
+        from ..debugging.divergence import find_divergence, report_json
 
         module, inputs = program_and_inputs(args)
         report = find_divergence(module, *inputs, against=_against(args.against), max_ulp=args.max_ulp,
@@ -173,7 +173,7 @@ def reduce_main(argv: list[str] | None = None) -> int:
         import passes
 
         from ..programs import load_program
-        from . import reducer
+        from ..debugging import reducer
 
         for plugin in args.load_pass_plugin:
             passes.load_plugin(plugin)
