@@ -10,7 +10,10 @@ results depend on the instructions the host has:
 * ``avx512fp16``: whether f16 arithmetic is native, in which case LLVM also
   contracts f16 multiply-adds into one f16 FMA (rounded once), as it does for
   f32 and f64 (:mod:`passes.fma_contraction`); without it f16 is computed in
-  f32 and rounded after each op.
+  f32 and rounded after each op;
+* ``avx2``, ``fma``, ``avx512bw``, ``avx512dq``, ``avx512vl`` (with ``avx512f``):
+  which YNNPACK dot kernels XLA CPU chooses among, so in which order small
+  products are summed (:mod:`lowering.kernels.small_dot`).
 
 Read once per process, from LLVM's own view of the host (llvmlite, the LLVM
 numba is built on) and ``/proc/cpuinfo`` for the vendor string.
@@ -23,7 +26,8 @@ import functools
 
 @functools.cache
 def host_properties() -> dict[str, object]:
-    """``avx``, ``avx512f``, ``avx512fp16`` (bools, as LLVM sees this CPU) and ``vendor`` (CPUID's string)."""
+    """``avx``, ``avx2``, ``fma``, ``avx512f``, ``avx512bw``, ``avx512dq``, ``avx512vl``, ``avx512fp16`` (bools, as
+    LLVM sees this CPU) and ``vendor`` (CPUID's string)."""
     from llvmlite import binding
 
     features = binding.get_host_cpu_features()
@@ -36,8 +40,8 @@ def host_properties() -> dict[str, object]:
                     break
     except OSError:
         pass
-    return {"avx": bool(features.get("avx")), "avx512f": bool(features.get("avx512f")),
-            "avx512fp16": bool(features.get("avx512fp16")), "vendor": vendor}
+    flags = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512fp16")
+    return {**{name: bool(features.get(name)) for name in flags}, "vendor": vendor}
 
 
 def describe_host() -> str:

@@ -1,21 +1,32 @@
 """Small f32/f64 matrix products, summed in the order XLA CPU sums them: one definition.
 
-XLA CPU (jax 0.10.2; its dot runtime for small products) accumulates each output element of a small f32
-product with fused multiply-adds, starting from zero, in one of two orders. Measured against jax.jit on a
-2-core AMD EPYC VM with AVX-512, on random normal operands, every element of every sample equal
-(``tests/test_linalg.py::test_small_dots_sum_as_xla_cpu``, ``test_small_dot_zero_signs_as_xla_cpu``):
+XLA CPU (jax 0.10.2) computes a small product with one of several emitters, each summing every output element in
+its own fixed order. Measured against jax.jit on a 2-core AMD EPYC VM with AVX-512, on operands of mixed
+magnitudes, every element of every sample equal (``tests/test_linalg.py``):
 
-* **one chain**: ``acc = fma(a[i, p], b[p, j], acc)`` for ``p = 0 .. K-1`` -- vector-matrix products
-  (``M = 1``, but see below for their last columns), and products with ``N >= 17`` (``K`` up to 257);
-* **four lanes** (f32 only): term ``p < K - K mod 4`` goes to lane ``p mod 4`` (each lane a chain from zero), and
-  the lanes are added as ``(l0 + l1) + (l2 + l3)``; the last ``K mod 4`` terms are rounded products added in order
-  (from the first), their sum added last -- ``M >= 2``, ``2 <= N <= 8`` and ``K >= 8``; ``9 <= N <= 16`` and
-  ``K >= 4`` except ``K = 5, 6, 9, 10, 13, 17`` (one chain). Measured: 286 random shapes (``M`` 2..39, ``N``
-  2..16, ``K`` 2..256) bitwise, and a table of ``M`` in 2..16, ``N`` in 2..16, ``K`` in 2..19.
+* **products with ``M, N >= 2``** (canonical operands, or ``x @ w.T``) where ``max(M, K, N) >= 8`` are YNNPACK's:
+  XLA hands them to YNNPACK, which picks one of its generated kernels by a cost model
+  (:mod:`lowering.kernels.ynnpack_dots` replays the choice). Its kernel sums each element as **one chain** from zero
+  (``acc = fma(a[i, p], b[p, j], acc)``, or ``acc + a * b`` with the product rounded for its AVX/SSE2 kernels:
+  :data:`ROUNDED`), in **four lanes** or **two lanes** (term ``p < K - K mod L`` in lane ``p mod L``, each lane a
+  chain from zero, added as ``(l0 + l1) + (l2 + l3)`` or ``l0 + l1``; the last ``K mod L`` terms are a second
+  call on zero-padded operands, ``(t0 + t1) + (t2 + t3)`` of rounded products, added to the rest), with ``K`` in
+  chunks when a block of it exceeds YNNPACK's L2 budget (each chunk's sum added to the sum so far). Measured:
+  every shape with ``M`` in 2..16, ``N`` 2..16, ``K`` 2..19 (f32 and f64), 300 random f32 and 200 f64 shapes up
+  to ``(80, 256, 300)``, wide (``M`` 2..8, ``N`` to 1,400) and tall (``M`` to 3,000) ones, batches, ``x @ w.T``.
+* **f32 products below that** (``max(M, K, N) < 8``), and f32 ``x.T @ g`` (the lhs transposed: not YNNPACK's),
+  are XLA's own loops: one chain of fused multiply-adds (measured: every shape in 2..7 cubed; 60 random ``x.T @
+  g``).
+* **f64 products below 8 x 8 x 8** are XLA's naive loop (one chain) when ``(M <= 3 or K <= 3) and (K <= 3 or N <=
+  3)``, else Eigen's, built for AVX without FMA (:data:`EIGEN_COLUMN`): a chain of rounded products, except the
+  last column of an odd ``N`` in the rows of whole 4-row panels, which sums ``K`` in four lanes
+  ``(l0 + l1) + (l2 + l3)`` and adds the last ``K mod 4`` terms in order (measured: every shape in 2..7 cubed).
 
-f64 products (with ``jax_enable_x64``) are one chain in XLA wherever measured except Eigen's edge tiles: equal for
-``(M, K, N)`` = (1, 7, 2), (1, 7, 3), (1, 16, 8), (8, 8, 8), (16, 16, 16), (4, 32, 16), (3, 100, 5), (32, 32, 32),
-(64, 64, 64), (4, 64, 128), (16, 256, 17); not for (4, 8, 4), (7, 7, 7), (2, 12, 3) (no lane model matched).
+These orders hold where XLA chooses the same kernels: on CPUs with AVX-512 (F, BW, DQ, VL), FMA3 and AVX2
+(:func:`_measured_host`). Elsewhere, and for products whose operands are otherwise laid out (f64 ``x.T @ g``,
+other transposes, mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
+for f32 ``M >= 2``, ``2 <= N <= 8``, ``K >= 8`` and ``9 <= N <= 16``, ``K >= 4`` except ``K = 5, 6, 9, 10, 13,
+17``. NaN payloads (which NaN a sum of several returns) are not claimed.
 
 Vector-matrix products (``M = 1``) are computed in groups of 32 bytes of columns (8 f32, 4 f64), whose chains
 start from zero as above; the last ``r = N mod 8`` (f32; ``N mod 4`` f64) columns are computed apart: each is a
@@ -38,7 +49,8 @@ of opposite infinities) and the first overflowing product's sign up to 32.
 Inside the while loops XLA CPU compiles whole (``xla_cpu_small_call``, see ``passes/small_loops.py``) its
 emitters use 64-byte vectors: the groups of columns of a vector-matrix product are 16 f32 / 8 f64 wide, a
 matrix-vector product has 16 / 8 lanes, added by folding halves (:data:`WIDE_VECTORS`; measured for f32 and f64
-with ``K`` up to 64, ``N`` up to 33, ``M`` up to 12, zero signs included).
+with ``K`` up to 64, ``N`` up to 33, ``M`` up to 12, zero signs included). Products with ``M, N >= 2`` there are
+XLA's emitters, not YNNPACK's: they keep the earlier rules (measured for (3, 5, 5) only).
 
 A matrix-vector product (``M >= 2``, ``N = 1``, ``K >= 2``; any batch) is XLA's row-major GEMV emitter
 (**row tiles**, ``RowMajorMatrixVectorProductEmitter`` with 32-byte vectors): rows in tiles of 8; each row
@@ -49,20 +61,23 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 ``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))`` (f64 ``(l0+l2)+(l1+l3)``) -- and the scalar chain is added last.
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
-Elsewhere in the small range XLA's order was not identified: f32 ``2 <= N <= 8`` with ``K < 8`` (one chain for
-``M <= 6, N <= 7``; four lanes for ``N = 8`` and for some ``M >= 8``, by tile), f64 ``M >= 2`` edge tiles, and
-vector dots of 4,096 products or more. The one chain is used there too, so the result is still one definition,
-the same on every CPU and in every path (the interpreter's dot kernel and compiled loops call
-:func:`small_dot`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger products
-(``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed.
+Vector dots of 4,096 products or more are not identified (XLA's YNNPACK reduce; the tree is used). The result is
+one definition, the same in every path (the interpreter's dot kernel and compiled loops call :func:`small_dot`
+with the order of :func:`small_dot_order`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger
+products (``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed (YNNPACK's
+order was also measured to hold for ``K`` up to about 600, but not beyond).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numba
 import numpy as np
 
 from ..loop_runtime import fused_multiply_add
+from .host import host_properties
+from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
 
 SMALL_CALL = "xla_cpu_small_call"
 """The attribute (unit) the ``xla-small-loops`` pass puts on a dot, max or min inside a while loop XLA CPU compiles
@@ -74,11 +89,26 @@ SMALL_DOT_MAX_MNK = 1 << 18
 SMALL_DOT_MAX_K = 256
 """... and a contraction of at most this length (longer ones were not measured)."""
 
-ONE_CHAIN, TREE, ROW_TILES, FOUR_LANES = 1, 2, 3, 4
+ONE_CHAIN, TREE, ROW_TILES, FOUR_LANES, TWO_LANES, EIGEN_COLUMN = 1, 2, 3, 4, 5, 6
+BASE_ORDER = 7
+"""The bits of an order that name it (the others are the flags below and a chunk length)."""
 
 WIDE_VECTORS = 8
 """A flag or-ed into an order: XLA's emitters with 64-byte vectors (inside the while loops XLA CPU compiles whole,
 see the module docstring) instead of 32-byte ones."""
+
+ROUNDED = 16
+"""A flag or-ed into ``ONE_CHAIN`` or ``TWO_LANES`` (``M >= 2``): each product rounded, then added (YNNPACK's AVX,
+AVX2 and SSE2 kernels), instead of fused multiply-adds."""
+
+CHUNK_SHIFT, LAST_CHUNK_SHIFT, COLUMNS_SHIFT = 8, 24, 40
+"""Where an order keeps (16 bits each) the length of the chunks ``K`` is summed in (0: one chunk) in its first
+``columns`` columns, and in the other columns (YNNPACK's ``K`` blocks depend on the width of XLA's thread tiles)."""
+
+RHS_TRANSPOSED, LHS_TRANSPOSED, OTHER_OPERANDS = 1, 2, 4
+"""Bits :func:`dot_vector_bytes` or-s into the vector size: the rhs is ``(n, k)`` (``x @ w.T``), the lhs is
+``(k, m)`` (``x.T @ r``), or the operands are laid out otherwise or are not all f32 or all f64 (no order was
+measured for them). A transpose producing an operand counts as folded into the dot, as XLA folds it."""
 
 GEMV_TILE_ROWS = 8
 """Rows per tile of XLA CPU's row-major matrix-vector emitter (its GEMV tiling factor)."""
@@ -96,19 +126,85 @@ batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not
 
 def dot_vector_bytes(op) -> int:
     """The vector size XLA CPU computes the dot ``op`` with: 64 bytes inside the while loops it compiles whole
-    (marked by the ``xla-small-loops`` pass), else 32."""
-    return 64 if SMALL_CALL in op.attributes else 32
+    (marked by the ``xla-small-loops`` pass), else 32; or-ed with how its operands are laid out
+    (:data:`RHS_TRANSPOSED`, :data:`LHS_TRANSPOSED`, :data:`OTHER_OPERANDS`), which decides which emitter XLA
+    uses. The interpreter's dot kernel and compiled loops pass this to :func:`small_dot_order`."""
+    return (64 if SMALL_CALL in op.attributes else 32) | _operand_layout(op)
+
+
+def _stored(value, dims: list[int]) -> list[int]:
+    """``value``'s dimensions ``dims`` as dimensions of the array XLA's dot reads: the operand of a transpose
+    producing ``value`` (XLA folds an operand's transpose into the dot), else ``value`` itself."""
+    owner = value.owner
+    if getattr(owner, "name", None) == "hlo.transpose":
+        perm = [int(p) for p in owner.properties["permutation"].get_values()]
+        return [perm[d] for d in dims]
+    return dims
+
+
+def _operand_layout(op) -> int:
+    lshape, rshape = op.lhs.type.get_shape(), op.rhs.type.get_shape()
+    dn = op.dimension_numbers()
+    lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
+    lb, lc = _stored(op.lhs, list(dn.lhs_batch_dimensions)), _stored(op.lhs, list(dn.lhs_contracting_dimensions))
+    rb, rc = _stored(op.rhs, list(dn.rhs_batch_dimensions)), _stored(op.rhs, list(dn.rhs_contracting_dimensions))
+    lfree, rfree = _stored(op.lhs, list(lfree)), _stored(op.rhs, list(rfree))
+    types = {op.lhs.type.element_type, op.rhs.type.element_type, op.result.type.element_type}
+    lhs_rows, rhs_rows = lb + lfree + lc == list(range(len(lshape))), rb + rc + rfree == list(range(len(rshape)))
+    if len(types) != 1 or str(types.pop()) not in ("f32", "f64"):
+        return OTHER_OPERANDS  # (f16 and bf16 products run in f32 here, but not with XLA's f32 kernels)
+    if lhs_rows and rhs_rows:
+        return 0
+    if lhs_rows and rb + rfree + rc == list(range(len(rshape))):
+        return RHS_TRANSPOSED
+    if rhs_rows and lb + lc + lfree == list(range(len(lshape))):
+        return LHS_TRANSPOSED
+    return OTHER_OPERANDS
 
 
 def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_bytes: int = 32) -> int | None:
     """How :func:`small_dot` sums a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN``,
-    ``TREE``, ``ROW_TILES`` or ``FOUR_LANES`` (see the module docstring; with :data:`WIDE_VECTORS` or-ed in for
-    ``vector_bytes`` 64, see :func:`dot_vector_bytes`), or None when the product is not a small f32/f64 one
-    (BLAS)."""
+    ``TREE``, ``ROW_TILES``, ``FOUR_LANES``, ``TWO_LANES`` or ``EIGEN_COLUMN`` (see the module docstring; with
+    :data:`WIDE_VECTORS` or-ed in for ``vector_bytes`` 64, :data:`ROUNDED` and ``K`` chunks for YNNPACK's kernels),
+    or None when the product is not a small f32/f64 one (BLAS). ``vector_bytes`` is :func:`dot_vector_bytes`'s
+    value: the vector size and the operands' layout bits."""
+    layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS)
+    vector_bytes -= layout
     order = _order(batch, m, k, n, dtype)
     if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
         return order | WIDE_VECTORS
+    if order in (ONE_CHAIN, FOUR_LANES) and vector_bytes == 32 and m >= 2 and n >= 2 and k >= 2 and _measured_host():
+        return _xla_order(m, k, n, np.dtype(dtype), layout) or order
     return order
+
+
+@functools.cache
+def _measured_host() -> bool:
+    """Whether this CPU has what the host the orders of :func:`_xla_order` were measured on has: XLA CPU's choice of
+    kernels (YNNPACK's AVX-512 ones among them) depends on it."""
+    host = host_properties()
+    return all(host[name] for name in ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"))
+
+
+def _xla_order(m: int, k: int, n: int, dtype: np.dtype, layout: int) -> int | None:
+    """XLA CPU's order for an ``(m, k) x (k, n)`` product, ``m, k, n >= 2``, on an AVX-512 host (module docstring),
+    or None where it was not identified."""
+    f32 = dtype == np.dtype(np.float32)
+    if layout in (0, RHS_TRANSPOSED) and is_ynnpack_dot(m, k, n):
+        found = ynnpack_order(m, k, n, dtype, layout == RHS_TRANSPOSED)
+        if found is None:
+            return None
+        tile_k, fused, columns, chunk, last_chunk = found
+        order = {1: ONE_CHAIN, 2: TWO_LANES, 4: FOUR_LANES}[tile_k] | (0 if fused else ROUNDED)
+        if chunk or last_chunk:
+            order |= chunk << CHUNK_SHIFT | last_chunk << LAST_CHUNK_SHIFT | columns << COLUMNS_SHIFT
+        return order
+    if f32 and layout in (0, RHS_TRANSPOSED, LHS_TRANSPOSED):
+        return ONE_CHAIN  # XLA's own emitters (max(m, k, n) < 8, or the lhs transposed)
+    if not f32 and layout == 0:
+        # XLA's naive loop for products of at most 3 x 3 (either operand), else Eigen's (AVX, no FMA)
+        return ONE_CHAIN if (m <= 3 or k <= 3) and (k <= 3 or n <= 3) else EIGEN_COLUMN | ROUNDED
+    return None
 
 
 def _order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
@@ -197,14 +293,22 @@ def _horizontal_sum(lanes, pairwise):
 @numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def small_dot(a, b, out, order):
     """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
-    of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES` or
-    :data:`FOUR_LANES`) as the module
-    docstring describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
+    of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES`,
+    :data:`FOUR_LANES`, :data:`TWO_LANES` or :data:`EIGEN_COLUMN`, with the flags and chunks of
+    :func:`small_dot_order`) as the module docstring describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
     batch, m, k = a.shape
     n = b.shape[2]
     zero = a.dtype.type(0)
     vector_bytes = 64 if order & WIDE_VECTORS else 32
-    order = order & ~WIDE_VECTORS
+    rounded = (order & ROUNDED) != 0
+    chunks = order >> CHUNK_SHIFT
+    order = order & BASE_ORDER
+    if order == ONE_CHAIN and (rounded or chunks):
+        _chains(a, b, out, rounded, chunks)
+        return
+    if order == EIGEN_COLUMN:
+        _eigen_columns(a, b, out)
+        return
     if order == ONE_CHAIN:
         # Columns [0, whole) are chains from zero; the others are computed one by one (_single_column).
         whole = n
@@ -252,24 +356,117 @@ def small_dot(a, b, out, order):
                         terms[p] = a[t, i, p] * b[t, p, j]
                     out[t, i, j] = _tree_sum(terms, k)
         return
-    lanes = np.empty((4, n), a.dtype)
-    whole = k - k % 4
+    _lanes(a, b, out, 4 if order == FOUR_LANES else 2, rounded, chunks)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _multiply_add(x, y, acc, rounded):
+    """``acc + x * y``: one fused multiply-add, or (``rounded``) the product rounded first."""
+    if rounded:
+        return acc + x * y
+    return fused_multiply_add(x, y, acc)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _column_ranges(chunks, n, k):
+    """The two column ranges of an order's chunks (:data:`CHUNK_SHIFT`) and each one's chunk length (``k`` for one
+    chunk): ``(0, columns, chunk, columns, n, last_chunk)``."""
+    chunk = chunks & 0xFFFF
+    last_chunk = (chunks >> (LAST_CHUNK_SHIFT - CHUNK_SHIFT)) & 0xFFFF
+    columns = chunks >> (COLUMNS_SHIFT - CHUNK_SHIFT)
+    if chunks == 0:
+        columns = n
+    return 0, columns, chunk if chunk > 0 else max(k, 1), columns, n, last_chunk if last_chunk > 0 else max(k, 1)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _chains(a, b, out, rounded, chunks):
+    """One chain from zero per element (fused or ``rounded`` products); ``K`` in chunks (``chunks``, see
+    :data:`CHUNK_SHIFT`), each chunk's chain from zero added to the sum of the chunks before it (YNNPACK's ``K``
+    blocks)."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    ranges = _column_ranges(chunks, n, k)
+    acc = np.empty(n, a.dtype)
     for t in range(batch):
         for i in range(m):
-            lanes[:] = zero
+            for r in range(2):
+                j0, j1, step = ranges[3 * r], ranges[3 * r + 1], ranges[3 * r + 2]
+                for s in range(0, k, step):
+                    acc[j0:j1] = 0
+                    for p in range(s, min(k, s + step)):
+                        x = a[t, i, p]
+                        for j in range(j0, j1):
+                            acc[j] = _multiply_add(x, b[t, p, j], acc[j], rounded)
+                    for j in range(j0, j1):
+                        out[t, i, j] = acc[j] if s == 0 else acc[j] + out[t, i, j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _add_lanes(lanes, width, j):
+    if width == 4:
+        return (lanes[0, j] + lanes[1, j]) + (lanes[2, j] + lanes[3, j])
+    return lanes[0, j] + lanes[1, j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _lanes(a, b, out, width, rounded, chunks):
+    """YNNPACK's ``tile_k`` = ``width`` kernels: term ``p`` of the first ``K - K mod width`` in lane ``p mod width``
+    (chains from zero, fused or ``rounded`` products), lanes added as ``l0 + l1`` or ``(l0 + l1) + (l2 + l3)``
+    (per chunk of terms, see :data:`CHUNK_SHIFT`, each chunk's sum added to the sum before it); the last ``K mod
+    width`` terms as one more call on operands padded with zeros (each lane ``0 + x * y``, added the same way),
+    that sum added to the rest."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    zero = a.dtype.type(0)
+    lanes = np.empty((width, n), a.dtype)
+    whole = k - k % width
+    ranges = _column_ranges(chunks, n, whole)
+    for t in range(batch):
+        for i in range(m):
+            for r in range(2):
+                j0, j1, step = ranges[3 * r], ranges[3 * r + 1], ranges[3 * r + 2]
+                for s in range(0, whole, step):
+                    lanes[:, j0:j1] = zero
+                    for p in range(s, min(whole, s + step)):
+                        x = a[t, i, p]
+                        q = p % width
+                        for j in range(j0, j1):
+                            lanes[q, j] = _multiply_add(x, b[t, p, j], lanes[q, j], rounded)
+                    for j in range(j0, j1):
+                        total = _add_lanes(lanes, width, j)
+                        out[t, i, j] = total if s == 0 else total + out[t, i, j]
+            if whole < k:
+                lanes[:] = zero
+                for p in range(whole, k):
+                    x = a[t, i, p]
+                    for j in range(n):
+                        lanes[p - whole, j] = _multiply_add(x, b[t, p, j], zero, rounded)
+                for j in range(n):
+                    tail = _add_lanes(lanes, width, j)
+                    out[t, i, j] = tail if whole == 0 else tail + out[t, i, j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _eigen_columns(a, b, out):
+    """Eigen's small f64 product in XLA CPU (AVX packets, no FMA): a chain of rounded products from zero per element,
+    except the last column of an odd ``N`` in the rows of whole 4-row panels, which Eigen computes with ``K`` in four
+    lanes (``(l0 + l1) + (l2 + l3)`` over the first ``K - K mod 4`` terms, then the others added in order)."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    panel_rows = m - m % 4 if n % 2 == 1 else 0
+    _chains(a, b, out, True, 0)
+    lanes = np.empty(4, a.dtype)
+    whole = k - k % 4
+    for t in range(batch):
+        for i in range(panel_rows):
+            lanes[:] = 0
             for p in range(whole):
-                x = a[t, i, p]
-                q = p & 3
-                for j in range(n):
-                    lanes[q, j] = fused_multiply_add(x, b[t, p, j], lanes[q, j])
-            for j in range(n):
-                out[t, i, j] = (lanes[0, j] + lanes[1, j]) + (lanes[2, j] + lanes[3, j])
-            if whole < k:  # the last k mod 4 terms: rounded products added in order, their sum added last
-                for j in range(n):
-                    rest = a[t, i, whole] * b[t, whole, j]
-                    for p in range(whole + 1, k):
-                        rest = rest + a[t, i, p] * b[t, p, j]
-                    out[t, i, j] = out[t, i, j] + rest
+                lanes[p % 4] = lanes[p % 4] + a[t, i, p] * b[t, p, n - 1]
+            s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+            for p in range(whole, k):
+                s = s + a[t, i, p] * b[t, p, n - 1]
+            out[t, i, n - 1] = s
 
 
 def small_matmul(order: int):
