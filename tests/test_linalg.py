@@ -641,7 +641,7 @@ def test_matrix_vector_products_in_compiled_loops_are_the_kernels():
 
 # Inside the while loops XLA CPU compiles whole (passes/small_loops.py) its dot emitters use 64-byte vectors.
 _SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), (1, 12, 31), (4, 9, 1), (3, 17, 1),
-                    (2, 40, 1), (1, 40, 1), (3, 5, 5), (1, 8, 8), (2, 8, 1)]
+                    (2, 40, 1), (1, 40, 1), (3, 5, 5), (1, 8, 8), (2, 8, 1), (4, 4, 3)]
 
 
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
@@ -649,7 +649,7 @@ _SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), 
 @pytest.mark.parametrize("dtype, mkn", [
     *(pytest.param(np.float32, mkn, id=f"f32-{mkn}") for mkn in _SMALL_LOOP_DOTS),
     *(pytest.param(np.float64, mkn, id=f"f64-{mkn}",
-                   marks=() if mkn in ((1, 7, 7), (4, 9, 1), (2, 40, 1)) else pytest.mark.slow)
+                   marks=() if mkn in ((1, 7, 7), (4, 9, 1), (2, 40, 1), (4, 4, 3)) else pytest.mark.slow)
       for mkn in _SMALL_LOOP_DOTS)])
 def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
     import lowering
@@ -752,12 +752,14 @@ def _transposed_times(x, g):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_products_with_a_transposed_operand_sum_as_xla_cpu(dtype):
     # x @ w.T: XLA folds the transpose into the dot and YNNPACK always packs such a w (another kernel choice than
-    # for x @ w); x.T @ g (jax.grad's weight gradient), f32: XLA's own emitter, one chain. (f64 x.T @ g: Eigen,
-    # not identified.)
+    # for x @ w); x.T @ g (jax.grad's weight gradient): f32 XLA's own emitter, one chain; f64 Eigen's as x @ w for
+    # K < 8 (K >= 8: not identified). Below 8 x 8 x 8 as x @ w.
     rng = np.random.default_rng(30)
-    cases = [(_times_transposed, (7, 12, 32)), (_times_transposed, (26, 20, 19)), (_times_transposed, (13, 27, 36))]
+    cases = [(_times_transposed, (7, 12, 32)), (_times_transposed, (26, 20, 19)), (_times_transposed, (13, 27, 36)),
+             (_times_transposed, (5, 6, 7)), (_times_transposed, (4, 4, 3)), (_transposed_times, (37, 4, 12)),
+             (_transposed_times, (6, 7, 5))]
     if dtype == np.float32:
-        cases += [(_transposed_times, (10, 31, 6)), (_transposed_times, (37, 4, 12)), (_times_transposed, (5, 6, 7))]
+        cases += [(_transposed_times, (10, 31, 6)), (_transposed_times, (27, 76, 15))]
     for fn, (m, k, n) in cases:
         for _ in range(3):
             if fn is _times_transposed:

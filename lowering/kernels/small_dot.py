@@ -17,14 +17,15 @@ magnitudes, every element of every sample equal (``tests/test_linalg.py``):
 * **f32 products below that** (``max(M, K, N) < 8``), and f32 ``x.T @ g`` (the lhs transposed: not YNNPACK's),
   are XLA's own loops: one chain of fused multiply-adds (measured: every shape in 2..7 cubed; 60 random ``x.T @
   g``).
-* **f64 products below 8 x 8 x 8** are XLA's naive loop (one chain) when ``(M <= 3 or K <= 3) and (K <= 3 or N <=
-  3)``, else Eigen's, built for AVX without FMA (:data:`EIGEN_COLUMN`): a chain of rounded products, except the
-  last column of an odd ``N`` in the rows of whole 4-row panels, which sums ``K`` in four lanes
-  ``(l0 + l1) + (l2 + l3)`` and adds the last ``K mod 4`` terms in order (measured: every shape in 2..7 cubed).
+* **f64 products below 8 x 8 x 8** (also ``x @ w.T``), and f64 ``x.T @ g`` with ``K < 8``, are XLA's naive loop
+  (one chain) when ``(M <= 3 or K <= 3) and (K <= 3 or N <= 3)``, else Eigen's, built for AVX without FMA
+  (:data:`EIGEN_COLUMN`): a chain of rounded products, except the last column of an odd ``N`` in the rows of whole
+  4-row panels, which sums ``K`` in four lanes ``(l0 + l1) + (l2 + l3)`` and adds the last ``K mod 4`` terms in
+  order (measured: every shape in 2..7 cubed, each layout; 60 random ``x.T @ g`` with ``M, N`` to 60).
 
 These orders hold where XLA chooses the same kernels: on CPUs with AVX-512 (F, BW, DQ, VL), FMA3 and AVX2
-(:func:`_measured_host`). Elsewhere, and for products whose operands are otherwise laid out (f64 ``x.T @ g``,
-other transposes, mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
+(:func:`_measured_host`). Elsewhere, and for products whose operands are otherwise laid out (f64 ``x.T @ g``
+with ``K >= 8``: Eigen's packet paths, not identified; other transposes, mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
 for f32 ``M >= 2``, ``2 <= N <= 8``, ``K >= 8`` and ``9 <= N <= 16``, ``K >= 4`` except ``K = 5, 6, 9, 10, 13,
 17``. NaN payloads (which NaN a sum of several returns) are not claimed.
 
@@ -50,7 +51,8 @@ Inside the while loops XLA CPU compiles whole (``xla_cpu_small_call``, see ``pas
 emitters use 64-byte vectors: the groups of columns of a vector-matrix product are 16 f32 / 8 f64 wide, a
 matrix-vector product has 16 / 8 lanes, added by folding halves (:data:`WIDE_VECTORS`; measured for f32 and f64
 with ``K`` up to 64, ``N`` up to 33, ``M`` up to 12, zero signs included). Products with ``M, N >= 2`` there are
-XLA's emitters, not YNNPACK's: they keep the earlier rules (measured for (3, 5, 5) only).
+XLA's own loops, neither YNNPACK's nor Eigen's: one chain of fused multiply-adds (measured: f32 and f64, ``M, N``
+in 2, 3, 5, 7 and ``K`` in 2, 4, 5, 7, each loop XLA compiled whole; f64 ``(4, 4, 3)`` is Eigen's outside loops).
 
 A matrix-vector product (``M >= 2``, ``N = 1``, ``K >= 2``; any batch) is XLA's row-major GEMV emitter
 (**row tiles**, ``RowMajorMatrixVectorProductEmitter`` with 32-byte vectors): rows in tiles of 8; each row
@@ -201,10 +203,10 @@ def _xla_order(m: int, k: int, n: int, dtype: np.dtype, layout: int) -> int | No
         return order
     if f32 and layout in (0, RHS_TRANSPOSED, LHS_TRANSPOSED):
         return ONE_CHAIN  # XLA's own emitters (max(m, k, n) < 8, or the lhs transposed)
-    if not f32 and layout == 0:
+    if not f32 and (layout in (0, RHS_TRANSPOSED) or (layout == LHS_TRANSPOSED and k < 8)):
         # XLA's naive loop for products of at most 3 x 3 (either operand), else Eigen's (AVX, no FMA)
         return ONE_CHAIN if (m <= 3 or k <= 3) and (k <= 3 or n <= 3) else EIGEN_COLUMN | ROUNDED
-    return None
+    return None  # (f64 x.T @ g with K >= 8: Eigen's packet paths, not identified)
 
 
 def _order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
