@@ -21,6 +21,7 @@ from . import interrupt, numba_cache
 
 numba_cache.install()  # before any kernel module compiles or loads a cached function
 interrupt.guard_compiles()  # Ctrl-C during a numba compilation: a KeyboardInterrupt in the caller, never inside numba
+interrupt.quiet_poll_warnings()  # compiled loops poll for Ctrl-C through numba's objmode, on purpose
 
 from .registry import KERNELS, Constant, register, register_kernel
 from .runtime import register_custom_call

@@ -55,7 +55,7 @@ from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops.base import ints
 
 from .generated_modules import cache_directory, import_generated, runtime_digest
-from .interrupt import CHUNK, check
+from .interrupt import CHUNK, POLL_MASK, check
 from .kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from .kernels.scalar import scalar_of
 from .workers import numba_threads_available
@@ -328,11 +328,14 @@ class _LoopWriter:
         method(op, out, dtype, shape, indent)
 
     def nested_while(self, op: Operation, indent: str) -> None:
-        """A while loop inside the compiled loop, as a loop of its own in the same function. (It runs to
-        its end before the outer loop's iteration budget is checked: Ctrl-C is seen after it.)"""
+        """A while loop inside the compiled loop (or segment), as a loop of its own in the same function. Every
+        :data:`lowering.interrupt.POLL_MASK` + 1 iterations it calls :func:`lowering.interrupt.poll` through
+        numba's objmode: Ctrl-C and the call's deadline stop a long inner loop too."""
         for v in [*op.operands, *op.results]:
             self.info(v)
         state = [self.fresh("w") for _ in op.operands]
+        ticks = self.fresh("n")
+        self.emit(indent, f"{ticks} = 0")
         cond_block, body_block = op.regions[0].block, op.regions[1].block
         in_place = {i: update for i, update in in_place_updates(body_block).items() if self.info(op.operands[i])[1]}
         self.in_place.update(in_place.values())
@@ -345,6 +348,10 @@ class _LoopWriter:
         (pred,) = self.block(cond_block, indent + "    ")
         self.emit(indent + "    ", f"if not {pred}:")
         self.emit(indent + "        ", "break")
+        self.emit(indent + "    ", f"{ticks} += 1")
+        self.emit(indent + "    ", f"if {ticks} & {POLL_MASK} == 0:")
+        self.emit(indent + "        ", "with numba.objmode():")
+        self.emit(indent + "            ", "poll_interrupts()")
         for arg, name in zip(body_block.args, state):
             self.names[arg] = name
         results = self.block(body_block, indent + "    ")
@@ -1610,6 +1617,24 @@ def as_compiled(array: np.ndarray, readonly: bool = False) -> np.ndarray:
     return array
 
 
+def call_compiled(function, *args):
+    """``function(*args)`` for a numba function of generated code, with Ctrl-C and deadlines as Python raises
+    them: Ctrl-C while the compiled code runs Python -- to box its results (numba's ``_numba_unpickle``) or
+    around a poll (:func:`lowering.interrupt.poll`, in numba's objmode) -- reaches the caller as a SystemError
+    "returned a result with an exception set", caused by the KeyboardInterrupt (or the deadline's
+    ExecutionTimeout): that cause is what is raised."""
+    try:
+        return function(*args)
+    except SystemError as e:
+        from xla_dialect.errors import XlaError
+
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        if isinstance(e.__cause__, XlaError):
+            raise e.__cause__ from None
+        raise
+
+
 class CompiledLoop:
     """The numba-compiled loop of one ``hlo.while``: call it with the loop's state (a list of arrays)."""
 
@@ -1641,15 +1666,7 @@ class CompiledLoop:
         args = [as_compiled(np.ascontiguousarray(v, dt)) if is_array else np.full(1, v, dt) if boxed else dt.type(v)
                 for v, dt, is_array, boxed in zip(state, self.dtypes, self._is_array, self._is_boxed)]
         while True:
-            try:
-                *args, done = self._fn(*self.constants, *args, CHUNK)
-            except SystemError as e:
-                # Ctrl-C while the compiled code runs Python to box its results (numba's _numba_unpickle):
-                # the KeyboardInterrupt raised there reaches the caller as a SystemError "returned a result
-                # with an exception set", caused by it. It is the Ctrl-C.
-                if isinstance(e.__cause__, KeyboardInterrupt):
-                    raise KeyboardInterrupt from None
-                raise
+            *args, done = call_compiled(self._fn, *self.constants, *args, CHUNK)
             if done:
                 return [v if is_array else v[0] if boxed else dt.type(v)
                         for v, dt, is_array, boxed in zip(args, self.dtypes, self._is_array, self._is_boxed)]
@@ -1660,6 +1677,7 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime 
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
                   "from lowering.kernels.small_dot import small_dot\n"
                   "from lowering.lapack_compiled import lapack_getrf, lapack_trsm\n"
+                  "from lowering.interrupt import poll as poll_interrupts\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 

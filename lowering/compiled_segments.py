@@ -4,12 +4,18 @@ Real programs spend most of their time outside loops on small arrays (an ODE sol
 bookkeeping), where each interpreted op costs a Python call of 1-3 us while XLA's code costs nanoseconds. A
 *segment* is a run of consecutive ops of one block that the compiled-loop writer (:mod:`lowering.compiled_loops`)
 can write -- element-wise ops through their one scalar definition, slices, reshapes, broadcasts, concatenates,
-dynamic slices and updates, small products, reductions, calls -- whose values are small
-(:data:`SEGMENT_MAX_ELEMENTS`). The executor calls the segment as one op: its ops' own kernels until the machine code
-is ready (compiled in the background after :data:`AUTO_CALLS` calls in ``loop_compilation="auto"``, before the
-first call with ``"always"``, never with ``"never"``), then one numba function computing the same bits (it calls
-the same definitions). While loops are never part of a segment: they are compiled as loops of their own, which
-return to Python for Ctrl-C and deadlines.
+dynamic slices and updates, small products, reductions, calls, conditionals, while loops, LAPACK custom calls --
+whose values are small (:data:`SEGMENT_MAX_ELEMENTS`). The executor calls the segment as one op: its ops' own
+kernels until the machine code is ready (compiled in the background after :data:`AUTO_CALLS` calls in
+``loop_compilation="auto"``, before the first call with ``"always"``, never with ``"never"``), then one numba
+function computing the same bits (it calls the same definitions).
+
+A long run is one segment made of *chunks* of at most :data:`SEGMENT_MAX_OPS` ops (counting the ops inside
+loops and branches): each chunk is a numba function of its own, compiled and cached on its own (numba's compile
+time grows faster than a function), and the segment's function calls them one after the other in machine code
+(:class:`SegmentChain`) -- an ODE solver's set-up of 3,500 small ops and its stepping loop are one call from
+Python, not thirty. Loops inside a segment poll for Ctrl-C and the call's deadline
+(:func:`lowering.interrupt.poll`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
 from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, _Ineligible, _load, _LoopWriter, as_compiled,
-                             compile_in_background)
+                             call_compiled, compile_in_background)
 
 SEGMENT_MIN_OPS = 6
 """Runs of fewer ops stay interpreted (a segment call costs about as much as a few interpreted ops)."""
@@ -58,9 +64,6 @@ class _SegmentWriter(_LoopWriter):
             self.inputs.append(value)
         return self.names[value]
 
-    def nested_while(self, op: Operation, indent: str) -> None:
-        raise _Ineligible("a while loop (compiled as a loop of its own)")
-
     @staticmethod
     def has_tensor_type(value: SSAValue) -> bool:
         """Whether ``value`` is a tensor (a segment's inputs and outputs are)."""
@@ -73,11 +76,10 @@ class _SegmentWriter(_LoopWriter):
         state = (len(self.lines), len(self.prologue), len(self.inputs), len(self.names), len(self.constants),
                  self.counter)
         try:
-            for r in op.results:
-                if int(np.prod(self.info(r)[1], dtype=np.int64)) > SEGMENT_MAX_ELEMENTS:
-                    raise _Ineligible("a large result")
-            if op.name in ("hlo.while", "hlo.custom_call") or any(inner.name == "hlo.while" for inner in op.walk()):
-                raise _Ineligible(op.name)
+            for inner in op.walk():  # (the op and the ops of its regions: a loop's body)
+                for r in inner.results:
+                    if int(np.prod(self.info(r)[1], dtype=np.int64)) > SEGMENT_MAX_ELEMENTS:
+                        raise _Ineligible("a large result")
             if op.name == "hlo.conditional" and not all(self.has_tensor_type(v) for v in op.operands):
                 # (jax's empty-tuple branch operands are not values a segment can take from the code around it)
                 raise _Ineligible("a conditional with tuple operands")
@@ -115,48 +117,124 @@ class Segment:
         header = f"def segment({', '.join([*writer.constants, *params])}):"
         body = writer.prologue + writer.lines
         self.source = "\n".join([header, *body, f"    return ({', '.join(boxed_out)},)"]) + "\n"
+        self.constant_names = list(writer.constants)
         self.constants = list(writer.constants.values())
         self.input_info = [writer.info(v) for v in self.inputs]
         self.output_info = [writer.info(v) for v in outputs]
 
 
+_NJIT = "@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n"
+"""The decorator of every function of a generated module after the first (which the module header decorates:
+:func:`lowering.compiled_loops._load`)."""
+
+
+class SegmentChain:
+    """Chunks (:class:`Segment`, consecutive runs of one block) run as one segment: a numba function calling each
+    chunk's function in turn, chunk outputs passed on in machine code. The same attributes as a :class:`Segment`
+    (``ops``, ``inputs``, ``outputs``, ``source``, ``constants``, ``input_info``, ``output_info``): the executor
+    and :class:`CompiledSegment` run either the same way. ``later`` says whether a value is used after the
+    chain (its outputs)."""
+
+    def __init__(self, chunks: list[Segment], later: Callable[[SSAValue], bool]):
+        self.chunks = chunks
+        self.ops = [op for chunk in chunks for op in chunk.ops]
+        self.inputs: list[SSAValue] = []
+        self.input_info: list = []
+        produced: dict[SSAValue, str] = {}
+        info: dict[SSAValue, tuple] = {}
+        params, calls, self.constants, texts = [], [], [], []
+        for j, chunk in enumerate(chunks):
+            args = []
+            for name, value in zip(chunk.constant_names, chunk.constants):
+                params.append(f"c{j}_{name}")
+                args.append(params[-1])
+                self.constants.append(value)
+            for v, v_info in zip(chunk.inputs, chunk.input_info):
+                if v not in produced:
+                    produced[v] = f"p{len(self.inputs)}"  # (a boxed float stays a one-element array throughout)
+                    self.inputs.append(v)
+                    self.input_info.append(v_info)
+                args.append(produced[v])
+            outs = [f"o{j}_{k}" for k in range(len(chunk.outputs))]
+            calls.append(f"    {', '.join(outs)}, = chunk{j}({', '.join(args)})")
+            for v, name, v_info in zip(chunk.outputs, outs, chunk.output_info):
+                produced[v] = name
+                info[v] = v_info
+            texts.append((_NJIT if j else "") + chunk.source.replace("def segment(", f"def chunk{j}(", 1))
+        self.outputs = [v for chunk in chunks for v in chunk.outputs if later(v)]
+        self.output_info = [info[v] for v in self.outputs]
+        driver = [f"def segment({', '.join([*params, *(f'p{k}' for k in range(len(self.inputs)))])}):", *calls,
+                  f"    return ({', '.join(produced[v] for v in self.outputs)},)"]
+        self.source = "\n\n".join([*texts, _NJIT + "\n".join(driver) + "\n"])
+
+
+def _weight(op: Operation) -> int:
+    """How many ops ``op`` stands for in a chunk: itself and the ops of its regions (a loop's body)."""
+    return sum(1 for _ in op.walk())
+
+
 def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool,
-                  single_thread_blas: bool, excluded: set[Operation] | frozenset = frozenset()) -> list[Segment]:
-    """The segments of ``block``: maximal runs of consecutive ops that the writer accepts (cut every
-    :data:`SEGMENT_MAX_OPS` ops), of at least :data:`SEGMENT_MIN_OPS` ops, with at least one output; ``excluded``
-    ops (those of long fused element-wise chains) end runs."""
+                  single_thread_blas: bool, excluded: set[Operation] | frozenset = frozenset()) -> list:
+    """The segments of ``block``: maximal runs of consecutive ops that the writer accepts, of at least
+    :data:`SEGMENT_MIN_OPS` ops, with at least one output, each a :class:`Segment` or, when longer than
+    :data:`SEGMENT_MAX_OPS` ops (counting the ops of their regions), a :class:`SegmentChain` of chunks of at most
+    that many; ``excluded`` ops (those of long fused element-wise chains) end runs."""
     ops = [op for op in block.ops if op is not block.last_op]
     position = {op: i for i, op in enumerate(block.ops)}
-    segments: list[Segment] = []
+    segments: list = []
 
     def top(op: Operation) -> Operation:
         while op.parent_block() is not block:
             op = op.parent_op()
         return op
 
-    def close(run: list[Operation], writer: _SegmentWriter) -> None:
-        if len(run) < SEGMENT_MIN_OPS:
-            return
+    def used_after(value: SSAValue, members: set[Operation], last: int) -> bool:
+        return any(top(use.operation) not in members and position[top(use.operation)] > last for use in value.uses)
+
+    def close(run: list[Operation], writer: _SegmentWriter) -> Segment | None:
+        if sum(_weight(op) for op in run) < SEGMENT_MIN_OPS:
+            return None
         members = set(run)
         last = position[run[-1]]
-        outputs = [r for op in run for r in op.results
-                   if any(top(use.operation) not in members and position[top(use.operation)] > last
-                          for use in r.uses)]
-        if outputs:
-            segments.append(Segment(run, writer, outputs))
+        outputs = [r for op in run for r in op.results if used_after(r, members, last)]
+        return Segment(run, writer, outputs) if outputs else None
 
+    def end(chain: list[Segment]) -> None:
+        if len(chain) == 1:
+            segments.append(chain[0])
+        elif chain:
+            members = {op for chunk in chain for op in chunk.ops}
+            last = position[chain[-1].ops[-1]]
+            segments.append(SegmentChain(chain, lambda v: used_after(v, members, last)))
+
+    chain: list[Segment] = []
     run: list[Operation] = []
+    weight = 0
     writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
     for op in ops:
-        if len(run) == SEGMENT_MAX_OPS:
-            close(run, writer)
-            run, writer = [], _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+        w = _weight(op)
+        if run and weight + w > SEGMENT_MAX_OPS:  # a cut: the next chunk of the same chain
+            chunk = close(run, writer)
+            if chunk is None:
+                end(chain)
+                chain = []
+            else:
+                chain.append(chunk)
+            run, weight, writer = [], 0, _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
         if op not in excluded and writer.try_op(op):
             run.append(op)
+            weight += w
             continue
-        close(run, writer)
-        run, writer = [], _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
-    close(run, writer)
+        chunk = close(run, writer)
+        if chunk is not None:
+            chain.append(chunk)
+        end(chain)
+        chain, run, weight = [], [], 0
+        writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+    chunk = close(run, writer)
+    if chunk is not None:
+        chain.append(chunk)
+    end(chain)
     return segments
 
 
@@ -217,6 +295,6 @@ class CompiledSegment:
         args = [as_compiled(np.ascontiguousarray(x, dt), ro) if is_array else np.full(1, x, dt) if boxed
                 else dt.type(x)
                 for x, (dt, is_array, boxed), ro in zip(inputs, self.inputs, self.readonly)]
-        results = self.kernel(*self.constants, *args)
+        results = call_compiled(self.kernel, *self.constants, *args)
         return tuple(v if is_array else v[0] if boxed else dt.type(v)
                      for v, (dt, is_array, boxed) in zip(results, self.outputs))

@@ -51,6 +51,27 @@ def check(where: str = "") -> None:
                                + (f" (stopped at {where})" if where else ""))
 
 
+POLL_MASK = (1 << 16) - 1
+"""Compiled code calls :func:`poll` once every ``POLL_MASK + 1`` iterations of each loop it runs inside one
+call (nested loops, loops inside compiled segments)."""
+
+
+def quiet_poll_warnings() -> None:
+    """Silence the warning numba gives when it compiles a nogil function that calls :func:`poll` ("Code running
+    in object mode won't allow parallel execution despite nogil=True"): the poll takes the GIL on purpose, once
+    every 65,536 iterations. Installed when :mod:`lowering` is imported."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Code running in object mode won't allow parallel execution")
+
+
+def poll() -> None:
+    """Called from compiled code (numba's ``objmode``, which takes the GIL) while it runs long loops: running
+    this Python function lets Python run pending signal handlers -- Ctrl-C raises ``KeyboardInterrupt`` here,
+    which leaves the compiled function -- and the call's deadline is checked (:func:`check`)."""
+    check("a loop in compiled code")
+
+
 # ----------------------------------------------------------------------------
 # Ctrl-C while numba compiles
 # ----------------------------------------------------------------------------

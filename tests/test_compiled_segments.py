@@ -78,23 +78,24 @@ def test_auto_compiles_after_calls_and_keeps_the_bits():
         np.testing.assert_array_equal(_bits(a), _bits(c))
 
 
-def test_loops_large_arrays_and_callbacks_are_not_in_segments():
+def test_large_arrays_and_callbacks_are_not_in_segments_and_small_loops_are():
     seen = []
 
     def fn(x, big):
         a = jnp.sin(x) * 2 + x - jnp.cos(x) * x + 1  # a segment
         jax.debug.callback(lambda v: seen.append(float(v)), a[0])  # a custom call: never in a segment
-        b = jax.lax.fori_loop(0, 3, lambda i, v: v * 1.5 + i, a)  # a loop of its own
+        b = jax.lax.fori_loop(0, 3, lambda i, v: v * 1.5 + i, a)  # a small loop: in the segment after the callback
         c = jnp.tanh(big) * 3 + big * big - 1  # large values: the fused NumPy kernels
         return jnp.exp(b) * 0.5 + b - jnp.abs(b) * 3 + 2, c
 
     x, big = RNG.standard_normal(4).astype(F32), RNG.standard_normal(1 << 14).astype(F32)
     exe = lowering.compile(import_jax(fn, x, big), loop_compilation="always")
     segments = _segments(exe)
-    assert len(segments) >= 2  # before and after the callback (and the loop's body, for its interpreted runs)
+    assert len(segments) >= 2  # before and after the callback
+    assert any("hlo.while" in {op.name for op in segment.segment.ops} for segment in segments)
     for segment in segments:
         names = {op.name for op in segment.segment.ops}
-        assert not names & {"hlo.while", "hlo.custom_call", "hlo.host_callback"}
+        assert not names & {"hlo.custom_call", "hlo.host_callback"}
         assert all(np.prod(r.type.get_shape()) <= compiled_segments.SEGMENT_MAX_ELEMENTS
                    for op in segment.segment.ops for r in op.results)
     got = exe(x, big)
@@ -141,4 +142,35 @@ def test_operands_a_segment_does_not_read_are_still_its_inputs():
     interpreted = lowering.compile(module, loop_compilation="never")
     assert _segments(compiled)
     for g, i in zip(compiled(x, e), interpreted(x, e)):
+        np.testing.assert_array_equal(_bits(g), _bits(i))
+
+
+def test_a_long_run_is_one_call_of_chunks_with_the_kernels_bits(monkeypatch):
+    """A run longer than SEGMENT_MAX_OPS (an ODE solver's set-up) is one segment of chunks, each its own numba
+    function, called one after the other in machine code (SegmentChain): one call from Python, the kernels' bits,
+    values passed between chunks whatever their kind (arrays, boxed float scalars, integers, a loop's state)."""
+    monkeypatch.setattr(compiled_segments, "SEGMENT_MAX_OPS", 12)
+
+    def fn(y, w, t):
+        h, m, k = _setup(y, w, t)
+        s = jax.lax.fori_loop(0, 4, lambda i, v: v * w + jnp.sin(v) * i, m)  # a loop inside the run
+        for _ in range(3):
+            h = h * 1.5 - jnp.sqrt(jnp.abs(h)) + (k[0] > 0)
+            s = jnp.cos(s) * h + s
+        return h, s, k
+
+    y, w, t = _specials(F32, 8), F32(0.3), F32(2.5)
+    module = import_jax(fn, y, w, t)
+    # (fusion off: with SEGMENT_MAX_OPS this low, element-wise chains of 3 ops would go to fused kernels instead)
+    compiled = lowering.compile(module, loop_compilation="always", fusion="never")
+    main = compiled.source.split("def f_main")[1]
+    assert main.count("compiled segment") == 1, main  # the whole function: one call
+    # (the loop body has a segment of its own, for the loop's interpreted runs)
+    segment = max(_segments(compiled), key=lambda s: len(s.segment.ops))
+    assert isinstance(segment.segment, compiled_segments.SegmentChain) and len(segment.segment.chunks) >= 4
+    assert "hlo.while" in {op.name for op in segment.segment.ops}
+    got, want = compiled(y, w, t), lowering.compile(module, loop_compilation="never", fusion="never")(y, w, t)
+    assert segment.kernel is not None
+    for g, i in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(i).dtype and np.shape(g) == np.shape(i)
         np.testing.assert_array_equal(_bits(g), _bits(i))

@@ -87,6 +87,36 @@ def test_ctrl_c_interrupts_an_endless_loop(loops, sigint_raises_keyboard_interru
     assert time.monotonic() - start < 5
 
 
+def _endless_inside(x):
+    # An outer loop whose body runs an endless inner loop: compiled as one function, the inner loop is not cut
+    # into budgets as a top-level loop is; it polls (lowering.interrupt.poll) every 65,536 iterations.
+    return jax.lax.fori_loop(0, 3, lambda i, y: _endless(y), x)
+
+
+@pytest.mark.parametrize("stop", ["timeout", "ctrl-c"])
+def test_an_endless_inner_loop_of_compiled_code_stops(stop, sigint_raises_keyboard_interrupt):
+    import _thread
+
+    x = np.float32(1)
+    module = import_jax(_endless_inside, x)
+    exe = lowering.compile(module, timeout=0.5, loop_compilation="always")
+    with pytest.raises(ExecutionTimeout, match="stopped at a loop in compiled code"):
+        exe(x)  # (the first call also compiles, for every executable of the program: not timed)
+    if stop == "ctrl-c":
+        exe = lowering.compile(module, loop_compilation="always")
+    start = time.monotonic()
+    timer = threading.Timer(0.5, _thread.interrupt_main) if stop == "ctrl-c" else None
+    if timer is not None:
+        timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt if stop == "ctrl-c" else ExecutionTimeout):
+            exe(x)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    assert time.monotonic() - start < 5
+
+
 # Ctrl-C while numba compiles (issue 29). The child holds the first numba compilation after the executable is
 # made (a listener of numba's compile event waits on an event) and says so: the SIGINT lands while numba
 # compiles, however long that takes on a cold cache, with no timing margin. Before the fix the compilation ran
