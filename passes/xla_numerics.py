@@ -544,9 +544,11 @@ NON_CONSTANT = m.Any().where(lambda v: _constant(v) is None)
 
 
 def _is_negative_zero(value: SSAValue) -> bool:
-    """A constant (or a broadcast of one) whose every element is ``-0``."""
+    """A constant (or a broadcast of one) of a real type whose every element is ``-0`` (a complex constant never
+    is: XLA's fold is of real floats, and NumPy has no sign bit of a complex number)."""
     found = _constant(value)
-    return found is not None and found[0].size > 0 and bool(np.all((found[0] == 0) & np.signbit(found[0])))
+    return (found is not None and found[0].size > 0 and found[0].dtype.kind != "c"
+            and bool(np.all((found[0] == 0) & np.signbit(found[0]))))
 
 
 def _identity_eligible(op) -> bool:

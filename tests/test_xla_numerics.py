@@ -432,3 +432,12 @@ def test_max_min_with_a_denormal_constant_read_as_a_zero(dtype, fusion):
             for fn in (lambda v: jnp.minimum(v, c), lambda v: jnp.maximum(v, c),
                        lambda v: jnp.minimum(c, v), lambda v: jnp.maximum(c, v)):
                 _strict_bits_match(fn, x[:n], fusion=fusion)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_a_complex_zero_minus_x_is_left_as_written(dtype):
+    """The '-0 - x -> -x' rule is of real floats: a complex constant operand (the corpus's subtract_op_test_c64)
+    passes through it (np.signbit raised a TypeError on complex constants in the pass)."""
+    z = (_data(F32, 64) + 1j * _data(F32, 64, seed=1)).astype(dtype)
+    for c in (dtype(0), dtype(complex(-0.0, -0.0)), dtype(complex(-0.0, 1.0))):
+        assert_matches_jax(lambda v, c=c: c - v, z)
