@@ -109,7 +109,7 @@ which the executor (evaluating op by op) does not reproduce:
   it is given in the call's mode; the ``fold-constants`` pass folds in IEEE
   mode (the thread's own).
 
-The StableHLO conformance runner (:mod:`interop.conformance`) compiles with
+The StableHLO conformance runner (:mod:`interop.tools.conformance`) compiles with
 ``denormals="keep"``: the corpus's expected values come from the reference
 interpreter, which is IEEE (under "flush" 3 of its 1742 programs fail:
 ``ceil`` of the smallest denormal is 0, as in XLA, not 1).

@@ -303,7 +303,7 @@ class MpiDeviceExecutable:
             r, e = failed[0]
             cls = type(e) if isinstance(e, XlaError) else ExecutionError
             error = cls(f"rank {r}: {e}" + (f" (and ranks {[f for f, _ in failed[1:]]})" if len(failed) > 1 else ""))
-            error.all_ranks = True  # every rank raises it: no rank is left waiting (see interop.cli)
+            error.all_ranks = True  # every rank raises it: no rank is left waiting (see interop.tools.cli)
             raise error
         return values
 
@@ -354,7 +354,7 @@ class MpiDeviceExecutable:
             error = ExecutionError(text)
         if first in errors:
             error.__cause__ = errors[first]
-        error.all_ranks = True  # every rank raises it (see interop.cli)
+        error.all_ranks = True  # every rank raises it (see interop.tools.cli)
         return error
 
 
