@@ -802,3 +802,40 @@ def test_products_keep_the_previous_orders_on_other_cpus(monkeypatch):
     assert sd.small_dot_order(1, 2, 5, 8, np.float32) == sd.ONE_CHAIN
     assert sd.small_dot_order(1, 12, 8, 8, np.float32) == sd.FOUR_LANES
     assert sd.small_dot_order(1, 7, 7, 7, np.float64) == sd.ONE_CHAIN
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("batch, k", [(None, 4096), (None, 5000), (None, 16384), (2, 2048), (128, 33), (300, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_vector_dots_of_4096_products_or_more_sum_as_xla_cpus_ynnpack_reduce(dtype, batch, k):
+    # 4,096 products or more over all batches: XLA's reduce(multiply) runs in YNNPACK (16 f32 / 8 f64 lanes, a tree
+    # of accumulators with Kahan summation at its top; the YNNPACK_SUM order of lowering/kernels/small_dot.py).
+    rng = np.random.default_rng(k)
+    lead = () if batch is None else (batch,)
+    for trial in range(3):
+        a = (rng.standard_normal((*lead, 1, k)) * 10.0 ** rng.integers(-3, 4, (*lead, 1, k))).astype(dtype)
+        b = rng.standard_normal((*lead, k, 1)).astype(dtype)
+        if trial == 2:  # infinite products of both signs in some dots
+            a[..., 0, 5::97] = np.inf
+            a[..., 0, 11::89] = -np.inf
+        got, want = _vector_dot_bits(dtype, a, b)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_long_vector_dots_in_compiled_loops_are_the_kernels_sum():
+    import lowering
+    from interop import import_jax
+
+    rng = np.random.default_rng(34)
+    v = rng.standard_normal((1, 5000)).astype(np.float32)
+    w = (rng.standard_normal((5000, 1)) * 0.01).astype(np.float32)  # (a dot near 1: tanh keeps its last bits)
+
+    def fn(v, w):
+        return jax.lax.fori_loop(0, 3, lambda i, x: x * 0.5 + jnp.tanh(x @ w), v)
+
+    module = import_jax(fn, v, w)
+    compiled = np.asarray(lowering.compile(module, loop_compilation="always")(v, w)[0])
+    interpreted = np.asarray(lowering.compile(module, loop_compilation="never")(v, w)[0])
+    np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))
+    if _avx512_host():
+        np.testing.assert_array_equal(compiled.view(np.uint32), np.asarray(jax.jit(fn)(v, w)).view(np.uint32))

@@ -42,8 +42,11 @@ A vector dot (``M = N = 1``, any batch) with ``K > 32`` is no dot in XLA: its si
 dimension longer than 32 as a ``reduce_window`` of windows of 32 (stride 32, padding split evenly, the smaller
 half before), each window a sum from zero in order, then reduces the window sums again the same way until at
 most 32 are left, added in order from zero (**tree**; measured bitwise for f32, f64 and f16 (computed in f32),
-batch 1 and 3, every ``K`` in 33..79 and 100 to 3,000 in steps; with 4,096 products or more over all batches
-XLA reduces otherwise, not identified). Up to 32 the multiply is fused into the reduce and contracted: the one
+batch 1 and 3, every ``K`` in 33..79 and 100 to 3,000 in steps). With 4,096 products or more over all batches
+(any ``K``) XLA runs that reduce in YNNPACK (**YNNPACK sum**, :func:`_ynnpack_sums`: 64-byte vectors of rounded
+products, a degree-16 tree of accumulators with Kahan summation at its top, lanes added by halves; measured
+bitwise for f32 and f64, 50 random batch x ``K`` each with ``K`` 2..16,384, infinities included; longer ``K`` is
+split among YNNPACK's threads, not identified). Up to 32 the multiply is fused into the reduce and contracted: the one
 chain. So +inf and -inf partial products give NaN above 32 (rounded products; +-inf in one window, or windows
 of opposite infinities) and the first overflowing product's sign up to 32.
 
@@ -63,8 +66,7 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 ``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))`` (f64 ``(l0+l2)+(l1+l3)``) -- and the scalar chain is added last.
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
-Vector dots of 4,096 products or more are not identified (XLA's YNNPACK reduce; the tree is used). The result is
-one definition, the same in every path (the interpreter's dot kernel and compiled loops call :func:`small_dot`
+The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call :func:`small_dot`
 with the order of :func:`small_dot_order`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger
 products (``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed (YNNPACK's
 order was also measured to hold for ``K`` up to about 600, but not beyond).
@@ -91,7 +93,7 @@ SMALL_DOT_MAX_MNK = 1 << 18
 SMALL_DOT_MAX_K = 256
 """... and a contraction of at most this length (longer ones were not measured)."""
 
-ONE_CHAIN, TREE, ROW_TILES, FOUR_LANES, TWO_LANES, EIGEN_COLUMN = 1, 2, 3, 4, 5, 6
+ONE_CHAIN, TREE, ROW_TILES, FOUR_LANES, TWO_LANES, EIGEN_COLUMN, YNNPACK_SUM = 1, 2, 3, 4, 5, 6, 7
 BASE_ORDER = 7
 """The bits of an order that name it (the others are the flags below and a chunk length)."""
 
@@ -122,8 +124,12 @@ TREE_MAX_K = 3000
 """Vector dots (tree order) up to this length use :func:`small_dot` (measured up to 3,000)."""
 
 TREE_MAX_PRODUCTS = 4095
-"""... and up to this many products over all batches: XLA CPU reduces 4,096 elements or more otherwise (measured:
-batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not; not identified)."""
+"""... and up to this many products over all batches: XLA CPU reduces 4,096 elements or more with YNNPACK
+(:data:`YNNPACK_SUM`; measured: batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not)."""
+
+YNNPACK_SUM_MAX_K = 16384
+"""Vector dots of more products over all batches than :data:`TREE_MAX_PRODUCTS` use :func:`small_dot`
+(:data:`YNNPACK_SUM`) up to this length (measured to 30,000 f32; longer ones are split among YNNPACK's threads)."""
 
 
 def dot_vector_bytes(op) -> int:
@@ -172,12 +178,19 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     value: the vector size and the operands' layout bits."""
     layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS)
     vector_bytes -= layout
+    if (m == n == 1 and TREE_MAX_PRODUCTS < batch * k <= SMALL_DOT_MAX_MNK and k <= YNNPACK_SUM_MAX_K
+            and vector_bytes == 32 and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and _measured_host()):
+        return YNNPACK_SUM
     order = _order(batch, m, k, n, dtype)
     if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
         return order | WIDE_VECTORS
     if order in (ONE_CHAIN, FOUR_LANES) and vector_bytes == 32 and m >= 2 and n >= 2 and k >= 2 and _measured_host():
         return _xla_order(m, k, n, np.dtype(dtype), layout) or order
     return order
+
+
+def _is_f32_or_f64(dtype) -> bool:
+    return np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @functools.cache
@@ -311,6 +324,9 @@ def small_dot(a, b, out, order):
     if order == EIGEN_COLUMN:
         _eigen_columns(a, b, out)
         return
+    if order == YNNPACK_SUM:
+        _ynnpack_sums(a, b, out)
+        return
     if order == ONE_CHAIN:
         # Columns [0, whole) are chains from zero; the others are computed one by one (_single_column).
         whole = n
@@ -432,9 +448,13 @@ def _lanes(a, b, out, width, rounded, chunks):
                     lanes[:, j0:j1] = zero
                     for p in range(s, min(whole, s + step)):
                         x = a[t, i, p]
-                        q = p % width
-                        for j in range(j0, j1):
-                            lanes[q, j] = _multiply_add(x, b[t, p, j], lanes[q, j], rounded)
+                        lane, row = lanes[p % width], b[t, p]
+                        if rounded:
+                            for j in range(j0, j1):
+                                lane[j] = lane[j] + x * row[j]
+                        else:
+                            for j in range(j0, j1):
+                                lane[j] = fused_multiply_add(x, row[j], lane[j])
                     for j in range(j0, j1):
                         total = _add_lanes(lanes, width, j)
                         out[t, i, j] = total if s == 0 else total + out[t, i, j]
@@ -469,6 +489,85 @@ def _eigen_columns(a, b, out):
             for p in range(whole, k):
                 s = s + a[t, i, p] * b[t, p, n - 1]
             out[t, i, n - 1] = s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _ynnpack_partial_sum(a, b, t, start, count, lanes, acc, local):
+    """``acc += local``, ``local`` the lane-wise sum from zero of 4 vectors of rounded products from ``start``
+    (``count`` of them, zeros after)."""
+    local[:] = 0
+    for q in range(4):
+        for lane in range(lanes):
+            offset = q * lanes + lane
+            product = a[t, 0, start + offset] * b[t, start + offset, 0] if offset < count else a.dtype.type(0)
+            local[lane] = local[lane] + product
+    for lane in range(lanes):
+        acc[lane] = acc[lane] + local[lane]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _ynnpack_accumulate(clock, levels, error):
+    """YNNPACK's tree of accumulators (degree 16): at a multiple of 16 of ``clock`` level 0 goes into level 1, at
+    a multiple of 256 level 1 into level 2 by Kahan summation (a non-finite error dropped)."""
+    if clock & 15 == 0:
+        for lane in range(levels.shape[1]):
+            levels[1, lane] = levels[1, lane] + levels[0, lane]
+            levels[0, lane] = 0
+        if clock & 255 == 0:
+            for lane in range(levels.shape[1]):
+                y = levels[1, lane] - error[lane]
+                total = levels[2, lane] + y
+                e = (total - levels[2, lane]) - y
+                error[lane] = e if np.isfinite(e) else 0
+                levels[2, lane] = total
+                levels[1, lane] = 0
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _ynnpack_sums(a, b, out):
+    """Vector dots (``M = N = 1``) as XLA CPU's YNNPACK reduce computes ``reduce(multiply(a, b))`` (``sum_float_k1``
+    of ``ynnpack/kernels/reduce/sum.h``): rounded products in 64-byte vectors (16 f32 / 8 f64 lanes), 4 vectors
+    summed lane-wise from zero into level 0 of a tree of accumulators (:func:`_ynnpack_accumulate`, its clock
+    advancing by the lanes per 4 vectors), the levels flushed at the end, the lanes added by halves (``lo + hi``
+    down to 4 f32 lanes ``(l0 + l2) + (l1 + l3)``, 2 f64 ``l0 + l1``) onto the output's zero."""
+    batch, m, k = a.shape
+    lanes = 64 // a.itemsize
+    block = 4 * lanes
+    levels = np.zeros((3, lanes), a.dtype)
+    error = np.zeros(lanes, a.dtype)
+    local = np.zeros(lanes, a.dtype)
+    for t in range(batch):
+        levels[:] = 0
+        error[:] = 0
+        clock, start, remaining = 0, 0, k
+        while remaining >= 4 * block:
+            for _ in range(4):
+                _ynnpack_partial_sum(a, b, t, start, block, lanes, levels[0], local)
+                start += block
+            remaining -= 4 * block
+            clock += 4 * lanes
+            _ynnpack_accumulate(clock, levels, error)
+        while remaining >= block:
+            _ynnpack_partial_sum(a, b, t, start, block, lanes, levels[0], local)
+            start += block
+            remaining -= block
+            clock += lanes
+            _ynnpack_accumulate(clock, levels, error)
+        if remaining > 0:
+            _ynnpack_partial_sum(a, b, t, start, remaining, lanes, levels[0], local)
+        _ynnpack_accumulate(0, levels, error)
+        for lane in range(lanes):
+            local[lane] = 0 + levels[2, lane]
+        width = lanes
+        while width > (4 if a.itemsize == 4 else 2):
+            width //= 2
+            for lane in range(width):
+                local[lane] = local[lane] + local[lane + width]
+        if a.itemsize == 4:
+            total = (local[0] + local[2]) + (local[1] + local[3])
+        else:
+            total = local[0] + local[1]
+        out[t, 0, 0] = 0 + total
 
 
 def small_matmul(order: int):
