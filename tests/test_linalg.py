@@ -752,14 +752,13 @@ def _transposed_times(x, g):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_products_with_a_transposed_operand_sum_as_xla_cpu(dtype):
     # x @ w.T: XLA folds the transpose into the dot and YNNPACK always packs such a w (another kernel choice than
-    # for x @ w); x.T @ g (jax.grad's weight gradient): f32 XLA's own emitter, one chain; f64 Eigen's as x @ w for
-    # K < 8 (K >= 8: not identified). Below 8 x 8 x 8 as x @ w.
+    # for x @ w); x.T @ g (jax.grad's weight gradient): f32 XLA's own emitter, one chain; f64 Eigen's (its 8-column
+    # blocks, even/odd accumulators after them, the last odd column in four lanes). Below 8 x 8 x 8 as x @ w.
     rng = np.random.default_rng(30)
     cases = [(_times_transposed, (7, 12, 32)), (_times_transposed, (26, 20, 19)), (_times_transposed, (13, 27, 36)),
              (_times_transposed, (5, 6, 7)), (_times_transposed, (4, 4, 3)), (_transposed_times, (37, 4, 12)),
-             (_transposed_times, (6, 7, 5))]
-    if dtype == np.float32:
-        cases += [(_transposed_times, (10, 31, 6)), (_transposed_times, (27, 76, 15))]
+             (_transposed_times, (6, 7, 5)), (_transposed_times, (10, 31, 6)), (_transposed_times, (27, 76, 15)),
+             (_transposed_times, (9, 12, 7)), (_transposed_times, (5, 20, 13))]
     for fn, (m, k, n) in cases:
         for _ in range(3):
             if fn is _times_transposed:

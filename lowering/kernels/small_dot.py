@@ -17,15 +17,16 @@ magnitudes, every element of every sample equal (``tests/test_linalg.py``):
 * **f32 products below that** (``max(M, K, N) < 8``), and f32 ``x.T @ g`` (the lhs transposed: not YNNPACK's),
   are XLA's own loops: one chain of fused multiply-adds (measured: every shape in 2..7 cubed; 60 random ``x.T @
   g``).
-* **f64 products below 8 x 8 x 8** (also ``x @ w.T``), and f64 ``x.T @ g`` with ``K < 8``, are XLA's naive loop
-  (one chain) when ``(M <= 3 or K <= 3) and (K <= 3 or N <= 3)``, else Eigen's, built for AVX without FMA
-  (:data:`EIGEN_COLUMN`): a chain of rounded products, except the last column of an odd ``N`` in the rows of whole
-  4-row panels, which sums ``K`` in four lanes ``(l0 + l1) + (l2 + l3)`` and adds the last ``K mod 4`` terms in
-  order (measured: every shape in 2..7 cubed, each layout; 60 random ``x.T @ g`` with ``M, N`` to 60).
+* **f64 products below 8 x 8 x 8** (also ``x @ w.T``), and f64 ``x.T @ g`` (the lhs transposed: not YNNPACK's),
+  are XLA's naive loop (one chain) when ``(M <= 3 or K <= 3) and (K <= 3 or N <= 3)``, else Eigen's, built for AVX
+  without FMA (:data:`EIGEN_COLUMN`, :func:`_eigen_columns`): chains of rounded products, except in the rows of
+  whole 4-row panels the columns after the last whole 8-column block (even and odd terms of the first ``K - K mod
+  8`` in two accumulators) and the last column of an odd ``N`` (``K`` in four lanes). Measured: every shape in
+  2..7 cubed, each layout; 172 random ``x.T @ g`` with ``K`` to 256 and ``M, N`` to 100.
 
 These orders hold where XLA chooses the same kernels: on CPUs with AVX-512 (F, BW, DQ, VL), FMA3 and AVX2
-(:func:`_measured_host`). Elsewhere, and for products whose operands are otherwise laid out (f64 ``x.T @ g``
-with ``K >= 8``: Eigen's packet paths, not identified; other transposes, mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
+(:func:`_measured_host`). Elsewhere, and for products whose operands are otherwise laid out (other transposes,
+mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
 for f32 ``M >= 2``, ``2 <= N <= 8``, ``K >= 8`` and ``9 <= N <= 16``, ``K >= 4`` except ``K = 5, 6, 9, 10, 13,
 17``. NaN payloads (which NaN a sum of several returns) are not claimed.
 
@@ -216,10 +217,10 @@ def _xla_order(m: int, k: int, n: int, dtype: np.dtype, layout: int) -> int | No
         return order
     if f32 and layout in (0, RHS_TRANSPOSED, LHS_TRANSPOSED):
         return ONE_CHAIN  # XLA's own emitters (max(m, k, n) < 8, or the lhs transposed)
-    if not f32 and (layout in (0, RHS_TRANSPOSED) or (layout == LHS_TRANSPOSED and k < 8)):
+    if not f32 and layout in (0, RHS_TRANSPOSED, LHS_TRANSPOSED):
         # XLA's naive loop for products of at most 3 x 3 (either operand), else Eigen's (AVX, no FMA)
         return ONE_CHAIN if (m <= 3 or k <= 3) and (k <= 3 or n <= 3) else EIGEN_COLUMN | ROUNDED
-    return None  # (f64 x.T @ g with K >= 8: Eigen's packet paths, not identified)
+    return None
 
 
 def _order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:
@@ -471,24 +472,37 @@ def _lanes(a, b, out, width, rounded, chunks):
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def _eigen_columns(a, b, out):
-    """Eigen's small f64 product in XLA CPU (AVX packets, no FMA): a chain of rounded products from zero per element,
-    except the last column of an odd ``N`` in the rows of whole 4-row panels, which Eigen computes with ``K`` in four
-    lanes (``(l0 + l1) + (l2 + l3)`` over the first ``K - K mod 4`` terms, then the others added in order)."""
+    """Eigen's f64 product in XLA CPU (its general block-panel kernel, AVX packets of 4 doubles, no FMA): the output
+    columns are Eigen's lhs rows, taken 8 at a time (two packets), then 4 and 2 (one packet: even and odd terms of
+    the first ``K - K mod 8`` in two accumulators, added, then the others in order), then a last odd one (``K`` in
+    four lanes ``(l0 + l1) + (l2 + l3)`` over the first ``K - K mod 4`` terms, then the others in order); the
+    output rows in panels of 4, the rows after the last whole panel and the 8-column blocks as one chain. Every
+    product rounded, every sum from zero."""
     batch, m, k = a.shape
     n = b.shape[2]
-    panel_rows = m - m % 4 if n % 2 == 1 else 0
+    panel_rows = m - m % 4
+    first_paired, paired, peeled, whole = 8 * (n // 8), n - n % 2, k - k % 8, k - k % 4
     _chains(a, b, out, True, 0)
     lanes = np.empty(4, a.dtype)
-    whole = k - k % 4
     for t in range(batch):
         for i in range(panel_rows):
-            lanes[:] = 0
-            for p in range(whole):
-                lanes[p % 4] = lanes[p % 4] + a[t, i, p] * b[t, p, n - 1]
-            s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
-            for p in range(whole, k):
-                s = s + a[t, i, p] * b[t, p, n - 1]
-            out[t, i, n - 1] = s
+            for j in range(first_paired, paired):
+                even, odd = a.dtype.type(0), a.dtype.type(0)
+                for p in range(0, peeled, 2):
+                    even = even + a[t, i, p] * b[t, p, j]
+                    odd = odd + a[t, i, p + 1] * b[t, p + 1, j]
+                s = even + odd
+                for p in range(peeled, k):
+                    s = s + a[t, i, p] * b[t, p, j]
+                out[t, i, j] = s
+            if n % 2 == 1:
+                lanes[:] = 0
+                for p in range(whole):
+                    lanes[p % 4] = lanes[p % 4] + a[t, i, p] * b[t, p, n - 1]
+                s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+                for p in range(whole, k):
+                    s = s + a[t, i, p] * b[t, p, n - 1]
+                out[t, i, n - 1] = s
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
