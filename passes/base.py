@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from types import UnionType
-from typing import Any, ClassVar, Union, get_args, get_origin
+from typing import Any, ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -45,41 +44,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from xla_dialect.errors import PassError, op_context
-
-
-def matched_op_types(pattern: RewritePattern) -> tuple[type, ...] | None:
-    """The op classes an ``op_type_rewrite_pattern`` pattern can match (None: any op).
-
-    Read from the closure xDSL's decorator builds around the annotated method, or from the pattern's own
-    ``op_types`` attribute (the rules of :mod:`passes.patterns` declare theirs).
-    """
-    if "op_types" in getattr(pattern, "__dict__", ()):
-        return pattern.op_types
-    method = type(pattern).match_and_rewrite
-    for cell in getattr(method, "__closure__", None) or ():
-        value = cell.cell_contents
-        if isinstance(value, type) and issubclass(value, Operation):
-            return (value,)
-        if get_origin(value) in (Union, UnionType):
-            args = get_args(value)
-            if args and all(isinstance(a, type) and issubclass(a, Operation) for a in args):
-                return args
-    return None
-
-
-def _unwrapped(pattern: RewritePattern):
-    """``pattern.match_and_rewrite`` without the class test ``op_type_rewrite_pattern`` wraps
-    around it (the applier dispatches on the op class already), or as is."""
-    dispatched = getattr(pattern, "match_and_rewrite_dispatched", None)
-    if dispatched is not None:  # (the rules of passes.patterns: their class test is the applier's dispatch)
-        return dispatched
-    method = type(pattern).match_and_rewrite
-    if matched_op_types(pattern) is not None and getattr(method, "__closure__", None):
-        for cell in method.__closure__:
-            inner = cell.cell_contents
-            if callable(inner) and getattr(inner, "__name__", None) == "match_and_rewrite":
-                return inner.__get__(pattern)
-    return pattern.match_and_rewrite
+from xla_dialect.xdsl_compat import matched_op_types, unwrapped_match
 
 
 class _GuardedApplier(GreedyRewritePatternApplier):
@@ -92,7 +57,7 @@ class _GuardedApplier(GreedyRewritePatternApplier):
         super().__init__(patterns, dce_enabled=False)
         self.pass_name = pass_name
         self._types = [matched_op_types(p) for p in patterns]
-        self._calls = [_unwrapped(p) for p in patterns]
+        self._calls = [unwrapped_match(p) for p in patterns]
         self._by_class: dict[type, list] = {}
 
     def _patterns_for(self, cls: type) -> list:

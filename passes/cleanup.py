@@ -38,6 +38,7 @@ from lowering.registry import KERNELS, Constant
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
+from xla_dialect.xdsl_compat import operands_of
 
 from . import movement
 from .base import PatternPass
@@ -59,8 +60,7 @@ def _cse_key(op: Operation, intern: AttrInterner) -> tuple | None:
     Attributes enter as their :class:`~passes.util.AttrInterner` numbers: equal
     numbers exactly when the attributes are equal, without rehashing them.
     """
-    # op._operands: the tuple op.operands wraps (read directly on this hot path; xDSL is pinned)
-    return intern.op_signature(op, [type(op), op.name, len(op.regions), *op._operands], operand_types=False)
+    return intern.op_signature(op, [type(op), op.name, len(op.regions), *operands_of(op)], operand_types=False)
 
 
 class _CSE:
@@ -109,7 +109,7 @@ class _CSE:
                     continue
             if not op.results or not is_pure(op):
                 continue
-            prefix = (type(op), *op._operands)  # noqa: SLF001 - the tuple op.operands wraps
+            prefix = (type(op), *operands_of(op))
             existing = self._find(op, prefix, table)
             if existing is None:
                 for scope in outer:

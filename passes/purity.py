@@ -17,6 +17,7 @@ from xdsl.traits import IsTerminator, is_side_effect_free
 from xla_dialect.callbacks import HOST_CALLBACK_TARGETS
 from xla_dialect.ops.base import HloOp
 from xla_dialect.types import TokenType
+from xla_dialect.xdsl_compat import operands_of
 
 IMPURE_OPS: set[str] = {
     "hlo.after_all",
@@ -92,7 +93,7 @@ def is_pure(op: Operation) -> bool:
         if op.properties["call_target_name"].data in HOST_CALLBACK_TARGETS:
             return False  # a Python callback (jax.pure_callback, eqx.error_if): run at every call, never folded
     kinds = _TOKEN_KIND
-    for v in op._operands:  # noqa: SLF001 - the tuple behind op.operands (hot loop; xDSL pinned)
+    for v in operands_of(op):
         t = v.type
         if kinds.get(type(t)) != 0 and _mentions_token(t):
             return False

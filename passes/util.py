@@ -6,10 +6,9 @@ and the pieces that keep the passes fast on large programs.
   identity (by value once per object).
 * :func:`new_op`, :func:`insert_new_ops`, :func:`erase_op`, :func:`retype`:
   what xDSL's ``create``, ``Rewriter.insert_op``, ``Rewriter.erase_op`` and
-  ``replace_value_with_new_type`` do, without their per-op overheads. They
-  touch a few xDSL internals (pinned: ``xdsl<0.75``); the building and linking
-  ones compare themselves with xDSL's own methods on import and fall back to
-  them on any difference (``tests/test_passes_speed.py`` checks all four).
+  ``replace_value_with_new_type`` do, without their per-op overheads, through
+  :mod:`xla_dialect.xdsl_compat` (xDSL's internals, checked against its public
+  API on import; ``tests/test_passes_speed.py`` checks all four).
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import UNKNOWN_LOC, TensorType
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.ir.core import OpResult, SSAValues, Use
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import Rewriter
 
@@ -28,6 +26,7 @@ from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.base import HloOp, i64_array
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.types import element_type_of, numpy_dtype
+from xla_dialect.xdsl_compat import create_op, link_ops, operands_of, retype_in_place, retypes_in_place
 
 
 _TYPES: dict[tuple, TensorType] = {}
@@ -81,7 +80,7 @@ class AttrInterner:
         its operand types (with ``operand_types``) and result types, its property and attribute names
         and the numbers of their values. Two ops get equal keys exactly when these parts are equal
         (None when one cannot be hashed)."""
-        values = [v.type for v in op._operands] if operand_types else []  # noqa: SLF001 - op.operands' tuple
+        values = [v.type for v in operands_of(op)] if operand_types else []
         results = op.results
         values.extend([r.type for r in results])
         props, attrs = op.properties, op.attributes
@@ -142,188 +141,25 @@ class IdMemo:
 _MISSING = object()
 
 
-def _can_retype_in_place() -> bool:
-    """Whether xDSL keeps an SSA value's type in the ``_type`` slot its ``type`` property reads."""
-    from xdsl.dialects.builtin import i32, i64
-    from xdsl.ir import Block
-
-    try:
-        arg = Block(arg_types=[i32]).args[0]
-        arg._type = i64  # noqa: SLF001 - checked right here
-        return arg.type is i64
-    except Exception:  # pragma: no cover - another xDSL version
-        return False
-
-
-_RETYPE_IN_PLACE = _can_retype_in_place()
-
-
 def retype(value: SSAValue, new_type: Attribute) -> SSAValue:
     """Give ``value`` the type ``new_type``; return the value now carrying it.
 
     Same effect as xDSL's ``Rewriter.replace_value_with_new_type`` (which builds
     a new value and moves every use over to it), but the value itself is
-    updated: no new objects and no use-list surgery, which matters when a pass
-    retypes every value of a large program. The value keeps its name hint and,
-    for block arguments, its location.
+    updated where xDSL allows (:func:`xla_dialect.xdsl_compat.retype_in_place`):
+    no new objects and no use-list surgery, which matters when a pass retypes
+    every value of a large program. The value keeps its name hint and, for block
+    arguments, its location.
     """
-    if _RETYPE_IN_PLACE:
-        value._type = new_type  # noqa: SLF001 - see _can_retype_in_place
-        return value
-    return Rewriter.replace_value_with_new_type(value, new_type)  # pragma: no cover
-
-
-_DEFAULTS: dict[type, tuple[tuple, tuple] | None] = {}
-"""Op class -> (default properties, default attributes) its IRDL ``__post_init__`` fills in (None: not IRDL)."""
-
-
-def _defaults(cls: type[Operation]):
-    found = _DEFAULTS.get(cls, _MISSING)
-    if found is _MISSING:
-        from xdsl.irdl.operations import OptionalDef
-
-        try:
-            op_def = cls.get_irdl_definition()
-        except Exception:  # not an IRDL op: let xDSL build it
-            op_def = None
-        if op_def is None:  # (undecorated IRDL base classes answer None)
-            found = None
-        else:
-            found = tuple(
-                tuple((name, d.default_value) for name, d in defs.items()
-                      if not isinstance(d, OptionalDef) and d.default_value is not None)
-                for defs in (op_def.properties, op_def.attributes))
-        _DEFAULTS[cls] = found
-    return found
-
-
-def _build(cls: type[Operation], operands: Sequence[SSAValue], properties: dict,
-           result_types: Sequence[Attribute], attributes: dict) -> Operation | None:
-    """What ``cls.create(operands=..., properties=..., attributes=..., result_types=...)`` builds,
-    assembled directly (None when ``cls`` is not an IRDL op)."""
-    defaults = _defaults(cls)
-    if defaults is None:
-        return None
-    op = cls.__new__(cls)
-    operands = SSAValues(operands)
-    uses = tuple([Use(op, i) for i in range(len(operands))])
-    for value, use in zip(operands, uses):
-        value.add_use(use)
-    op._operands = operands  # noqa: SLF001 - as Operation's operands setter
-    op._operand_uses = uses  # noqa: SLF001
-    op.results = SSAValues([OpResult(t, op, i) for i, t in enumerate(result_types)])
-    op.properties = props = dict(properties)
-    op.attributes = attrs = dict(attributes)
-    op.location = UNKNOWN_LOC
-    op._successors = ()  # noqa: SLF001 - as Operation's successors setter with no successors
-    op._successor_uses = ()  # noqa: SLF001
-    op.regions = ()
-    for name, value in defaults[0]:  # IRDLOperation.__post_init__
-        if name not in props:
-            props[name] = value
-    for name, value in defaults[1]:
-        if name not in attrs:
-            attrs[name] = value
-    return op
-
-
-def _fast_build_matches() -> bool:
-    """Whether :func:`_build` makes exactly the objects xDSL's ``create`` makes (checked on import)."""
-    from xdsl.dialects.builtin import i32
-    from xdsl.ir import Block
-
-    from xla_dialect.ops.elementwise import AddOp
-
-    try:
-        block = Block(arg_types=[i32, i32])
-        ours = _build(AddOp, block.args, {}, [i32], {})
-        theirs = AddOp.create(operands=block.args, result_types=[i32])
-        same = (type(ours) is type(theirs) and vars(ours).keys() == vars(theirs).keys()
-                and [u.operation for u in block.args[0].uses] == [theirs, ours]
-                and all(getattr(ours, k) == getattr(theirs, k)
-                        for k in ("properties", "attributes", "location", "regions", "_successors",
-                                  "_successor_uses", "parent"))
-                and [r.type for r in ours.results] == [r.type for r in theirs.results]
-                and all(r.op is ours for r in ours.results))
-        ours.drop_all_references()
-        theirs.drop_all_references()
-        return same
-    except Exception:  # pragma: no cover - another xDSL version
-        return False
-
-
-_FAST_BUILD = _fast_build_matches()
+    return retype_in_place(value, new_type)
 
 
 def new_op(cls: type[Operation], operands: Sequence[SSAValue], properties: dict,
            result_types: Sequence[Attribute], attributes: dict | None = None) -> Operation:
     """``cls.create(operands=..., properties=..., result_types=..., attributes=...)`` without
     regions, about three times faster for IRDL ops (passes create tens of thousands of ops on
-    large programs).
-
-    The op is assembled as xDSL's ``Operation.__init__`` and ``IRDLOperation.__post_init__`` would
-    (operand uses, results, default properties and attributes, unknown location, no successors or
-    regions); an import-time check falls back to ``cls.create`` should xDSL build ops differently.
-    """
-    attributes = attributes or {}
-    op = _build(cls, operands, properties, result_types, attributes) if _FAST_BUILD else None
-    if op is None:
-        op = cls.create(operands=operands, properties=properties, attributes=attributes, result_types=result_types)
-    return op
-
-
-def _splice(ops: Sequence[Operation], block, before: Operation | None) -> None:
-    prev = before._prev_op if before is not None else block._last_op  # noqa: SLF001 - see insert_new_ops
-    for op in ops:
-        op.parent = block
-        op._prev_op = prev  # noqa: SLF001
-        if prev is None:
-            block._first_op = op  # noqa: SLF001
-        else:
-            prev._next_op = op  # noqa: SLF001
-        prev = op
-    prev._next_op = before  # noqa: SLF001
-    if before is None:
-        block._last_op = prev  # noqa: SLF001
-    else:
-        before._prev_op = prev  # noqa: SLF001
-
-
-def _splice_matches() -> bool:
-    """Whether :func:`_splice` links ops exactly as xDSL's insertion does (checked on import)."""
-    from xdsl.dialects.builtin import i32
-    from xdsl.ir import Block
-
-    from xla_dialect.ops.elementwise import AddOp
-
-    def build(splice: bool) -> list[int] | None:
-        ops = [AddOp.create(operands=[], result_types=[i32]) for _ in range(7)]
-        block = Block()
-        block.add_ops(ops[:2])
-        for new, before in ((ops[2:4], ops[1]), (ops[4:5], ops[0]), (ops[5:7], None)):
-            if splice:
-                _splice(new, block, before)
-            elif before is None:
-                block.add_ops(new)
-            else:
-                block.insert_ops_before(new, before)
-        order = list(block.ops)  # forward links
-        backward, op = [], block.last_op
-        while op is not None:
-            backward.append(op)
-            op = op.prev_op
-        consistent = (backward[::-1] == order and block.first_op is order[0]
-                      and all(op.parent is block for op in order))
-        return [ops.index(op) for op in order] if consistent else None
-
-    try:
-        reference = build(False)
-        return reference is not None and build(True) == reference
-    except Exception:  # pragma: no cover - another xDSL version
-        return False
-
-
-_FAST_INSERT = _splice_matches()
+    large programs): :func:`xla_dialect.xdsl_compat.create_op`."""
+    return create_op(cls, operands, result_types, properties, attributes or {})
 
 
 def insert_new_ops(ops: Sequence[Operation], point) -> None:
@@ -331,18 +167,17 @@ def insert_new_ops(ops: Sequence[Operation], point) -> None:
 
     xDSL checks each op for a parent and for containing the block (walking up
     from the block) before linking it; ops just built without regions pass
-    both checks by construction. Anything else, and other xDSL versions (an
-    import-time check compares the links with xDSL's own insertion), takes
-    ``Rewriter.insert_op``.
+    both checks by construction (:func:`xla_dialect.xdsl_compat.link_ops`).
+    Anything else takes ``Rewriter.insert_op``.
     """
     if not ops:
         return
     before = point.insert_before
-    if (not _FAST_INSERT or (before is not None and before.parent is not point.block)
+    if ((before is not None and before.parent is not point.block)
             or any(op.parent is not None or op.regions for op in ops)):
         Rewriter.insert_op(ops, point)
         return
-    _splice(ops, point.block, before)
+    link_ops(point.block, ops, before)
 
 
 def erase_op(op: Operation) -> None:
@@ -377,7 +212,7 @@ def share_types(values: Sequence[SSAValue]) -> None:
     lookup for each value. One lookup per value here makes every later one an
     identity hit.
     """
-    if not _RETYPE_IN_PLACE:
+    if not retypes_in_place():
         return  # pragma: no cover - retyping would replace the values
     shared: dict[Attribute, Attribute] = {}
     seen: dict[int, tuple[Attribute, Attribute]] = {}  # id(type) -> (type, its shared object)
@@ -391,7 +226,7 @@ def share_types(values: Sequence[SSAValue]) -> None:
                 same = t
             entry = seen[id(t)] = (t, same)
         if entry[1] is not t:
-            value._type = entry[1]  # noqa: SLF001 - see _can_retype_in_place
+            retype_in_place(value, entry[1])
 
 
 def i64s(values: Sequence[int]):

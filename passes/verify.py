@@ -39,23 +39,12 @@ from xdsl.traits import IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from xla_dialect.ops.base import HloOp
+from xla_dialect.xdsl_compat import irdl_custom_verifiers, operands_of, successors_of
 
 from .util import AttrInterner
 
 _SIGNATURE_ONLY: dict[type, bool] = {}
-_HLO_VERIFY = HloOp.__dict__["verify_"]
-
-
-def _calls_only_hlo_verify(fn) -> bool:
-    """Whether ``fn`` is ``HloOp.verify_`` or xDSL's IRDL wrapper ending in it (op_def.verify + custom)."""
-    if fn is _HLO_VERIFY:
-        return True
-    cells = getattr(fn, "__closure__", None) or ()
-    customs = [c.cell_contents for c in cells if callable(c.cell_contents) and not isinstance(c.cell_contents, type)]
-    if getattr(fn, "__qualname__", "").split(".")[-1] != "verify_" or "irdl" not in (fn.__module__ or ""):
-        return False
-    # The IRDL wrapper closes over the op definition and the class's own verify_ (if any).
-    return len(customs) == 1 and _calls_only_hlo_verify(customs[0])
+_HLO_VERIFY = vars(HloOp)["verify_"]
 
 
 def signature_only(cls: type) -> bool:
@@ -63,7 +52,9 @@ def signature_only(cls: type) -> bool:
 
     True for IRDL-defined :class:`HloOp` classes whose ``verify_`` is the IRDL
     check followed by ``HloOp.verify_`` (layouts and ``infer``) and whose only
-    trait, if any, is ``IsTerminator`` (other traits may look anywhere).
+    trait, if any, is ``IsTerminator`` (other traits may look anywhere). False
+    for every class when :func:`xla_dialect.xdsl_compat.irdl_custom_verifiers`
+    cannot tell (then every op is verified in full).
     """
     known = _SIGNATURE_ONLY.get(cls)
     if known is None:
@@ -72,7 +63,7 @@ def signature_only(cls: type) -> bool:
             try:
                 op_def = cls.get_irdl_definition()
                 known = (all(type(t) is IsTerminator for t in op_def.traits)
-                         and _calls_only_hlo_verify(cls.verify_))
+                         and irdl_custom_verifiers(cls) == (_HLO_VERIFY,))
             except Exception:  # not an IRDL-defined class
                 known = False
         _SIGNATURE_ONLY[cls] = known
@@ -116,7 +107,7 @@ class ModuleVerifier:
         eligible = _SIGNATURE_ONLY.get(cls)
         if eligible is None:
             eligible = signature_only(cls)
-        if not eligible or op._successors:  # noqa: SLF001 - the tuple op.successors wraps (hot path)
+        if not eligible or successors_of(op):
             return None
         head = [cls, _place(op)]
         if op.regions:
@@ -213,7 +204,7 @@ class ModuleVerifier:
                 raise ValueError("Parent pointer of operation does not refer to containing region")
             cls = type(operation)
             if (inner and operation is not last and _SIGNATURE_ONLY.get(cls) and not operation.regions
-                    and not operation._successors):  # noqa: SLF001 - op.successors' tuple
+                    and not successors_of(operation)):
                 key = signature(operation, [cls, 3], operand_types=True)
                 if key is not None and key in passed:
                     _check_live_operands(operation)
@@ -232,7 +223,7 @@ class ModuleVerifier:
 
 def _check_live_operands(op: Operation) -> None:
     """``Operation.verify``'s first check: no operand is an erased value."""
-    for operand in op._operands:  # noqa: SLF001 - the tuple op.operands wraps (hot path)
+    for operand in operands_of(op):
         kind = type(operand)
         if kind is not OpResult and kind is not BlockArgument and isinstance(operand, ErasedSSAValue):
             raise ValueError("Erased SSA value is used by the operation")

@@ -34,7 +34,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
 from .errors import LayoutError
-from .text_scanning import resume_after
+from .xdsl_compat import resume_after
 
 COMBINE_DIMENSION = -(2**63)
 """Tile entry written ``*``: combine this dimension with the next more minor one

@@ -20,7 +20,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
 from .errors import XlaError
-from .text_scanning import resume_after
+from .xdsl_compat import resume_after
 from .types import element_type_of
 
 _LIST_LIMIT = 64

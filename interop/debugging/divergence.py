@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (ComplexType, Float16Type, Float32Type, Float6
                                    ModuleOp, TensorType, TupleType)
 
 from xla_dialect.errors import UnsupportedError, XlaError
+from xla_dialect.xdsl_compat import retype_in_place
 
 from ..comparison import ULP_INFINITE, compare_arrays, is_float_dtype, magnitude_rtol, ulp_budget, ulp_distance
 from .probes import (DEFAULT_MAX_ITERATIONS, Trace, TracedValue, op_index, program_and_arguments, tag_ops,
@@ -213,7 +214,9 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
 
     wide = module.clone()
     keep: dict = {}  # value -> its original type, for the ops that keep their types
-    narrow_operands = {id(v): v.type for op in wide.walk() if op.name in _NOT_WIDENED for v in op.operands}
+    # (op, operand number) -> the operand's type (ops are kept; retyping may replace the values)
+    narrow_operands = {(id(op), i): v.type for op in wide.walk() if op.name in _NOT_WIDENED
+                       for i, v in enumerate(op.operands)}
     for op in wide.walk():
         if op.name in _NOT_WIDENED:
             for r in op.results:
@@ -221,11 +224,11 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
     for op in list(wide.walk()):
         for region in op.regions:
             for block in region.blocks:
-                for arg in block.args:
-                    arg._type = _wide(arg.type)  # (xDSL has no public setter: types change in place)
-        for r in op.results:
+                for arg in list(block.args):
+                    retype_in_place(arg, _wide(arg.type))
+        for r in list(op.results):
             if r not in keep:
-                r._type = _wide(r.type)
+                retype_in_place(r, _wide(r.type))
         if op.name == "hlo.constant" and isinstance(op.results[0].type, TensorType):
             t = op.results[0].type
             array = op.value.array
@@ -244,7 +247,7 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
         if op.name not in _NOT_WIDENED:
             continue
         for i, v in enumerate(op.operands):
-            narrow = narrow_operands.get(id(v))
+            narrow = narrow_operands.get((id(op), i))
             if narrow is not None and narrow != v.type:
                 conv = ConvertOp.create(operands=[v], result_types=[narrow])
                 Rewriter.insert_op(conv, InsertPoint.before(op))

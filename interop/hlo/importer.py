@@ -57,6 +57,7 @@ from xdsl.ir import Attribute, Block, OpResult, Region, SSAValue
 from xla_dialect.errors import HloParseError, LayoutError, UnsupportedError, XlaError
 from xla_dialect.ops import control_flow, data_movement, elementwise
 from xla_dialect.shape import DYNAMIC_SHAPE
+from xla_dialect.xdsl_compat import create_op, link_ops
 
 from . import attributes as A
 from .opcodes import READERS, reader_for
@@ -112,11 +113,9 @@ class HloImporter:
     """Builds the hlo module for one parsed HLO module (see the module docstring)."""
 
     def __init__(self, parsed: HloModuleText):
-        from ..stablehlo.building import _append_ops, _create
-
         self.parsed = parsed
-        self._create = _create
-        self._append = _append_ops
+        self._create = create_op
+        self._append = link_ops
         self.functions: dict[str, str] = {}  # computation name -> function symbol
         self.function_ops: list[func.FuncOp] = []
         self.converting: set[str] = set()

@@ -27,6 +27,8 @@ from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.base import i64_array
 from xla_dialect.types import ELEMENT_TYPES, ElementType
+from xla_dialect.xdsl_compat import create_op as _create
+from xla_dialect.xdsl_compat import link_ops as _append_ops
 
 from ..schema import (
     BRANCH_ARGUMENT,
@@ -44,7 +46,6 @@ from ..schema import (
 )
 
 from .attributes import _NATIVE_DTYPES, ELEMENT_BY_MLIR, _with_layouts, dense_array
-from .building import _append_ops, _create
 from .dispatch import Importer, generic_converter, opaque_converter, opaque_op_class, register_converter
 
 

@@ -34,8 +34,7 @@ The importer is split by concern, each module importing only those before it:
 :mod:`~interop.stablehlo.context` (jaxlib's MLIR context), :mod:`~interop.stablehlo.bytecode` (the structural
 check of bytecode), :mod:`~interop.stablehlo.attributes` (types, literals, attributes, locations),
 :mod:`~interop.stablehlo.quant` (quantized text and types), :mod:`~interop.stablehlo.parse` (jaxlib parsing),
-:mod:`~interop.stablehlo.chlo` (XLA's chlo expansions), :mod:`~interop.stablehlo.building` (fast xDSL op
-construction), :mod:`~interop.stablehlo.dispatch` (the converter table and the generic rules),
+:mod:`~interop.stablehlo.chlo` (XLA's chlo expansions), :mod:`~interop.stablehlo.dispatch` (the converter table and the generic rules),
 :mod:`~interop.stablehlo.converters` (one converter per op that is not a rename), this module (the
 :class:`Importer`), :mod:`~interop.stablehlo.bytecode_check` (untrusted bytecode read in a child first) and
 :mod:`~interop.stablehlo.entry` (:func:`~interop.stablehlo.parse_stablehlo`,
@@ -70,6 +69,8 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.layout import LayoutAttr, parse_layout
 from xla_dialect.ops import OPS_BY_NAME
+from xla_dialect.xdsl_compat import create_op as _create
+from xla_dialect.xdsl_compat import link_ops as _append_ops
 
 from ..schema import QUANTIZATION, QUANTIZED, REGION_ARG_LAYOUTS, RESULT_LAYOUTS
 from . import converters  # noqa: F401  (registers the converters in dispatch.CONVERTERS)
@@ -82,7 +83,6 @@ from .attributes import (
     dense_elements,
     location_text,
 )
-from .building import _append_ops, _create
 from .context import _ir, mlir_context
 from .dispatch import convert_unquantized
 
