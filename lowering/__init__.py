@@ -17,11 +17,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from . import interrupt, numba_cache
+from . import process_state
 
-numba_cache.install()  # before any kernel module compiles or loads a cached function
-interrupt.guard_compiles()  # Ctrl-C during a numba compilation: a KeyboardInterrupt in the caller, never inside numba
-interrupt.quiet_poll_warnings()  # compiled loops poll for Ctrl-C through numba's objmode, on purpose
+# numba's cache made safe for concurrent processes (before any kernel module compiles or loads a cached function),
+# Ctrl-C during a numba compilation raised in the caller, never inside numba, and numba's warning about the
+# objmode polls of compiled loops off: lowering.process_state says what and why
+process_state.install()
 
 from .registry import KERNELS, Constant, register, register_kernel
 from .runtime import register_custom_call

@@ -10,30 +10,16 @@ helper gives a new file instead of stale machine code.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
-import sys
-import threading
 from types import ModuleType
 
-_LOCK = threading.Lock()
+from .process_state import cache_directory, import_module_file  # noqa: F401  (cache_directory: its callers' name)
+
 _RUNTIME_DIGEST: list[str] = []
 
 RUNTIME_MODULES = ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py"),
                    os.path.join("kernels", "small_dot.py"), "lapack_compiled.py")
 """The modules (under ``lowering/``) generated code calls into."""
-
-
-def cache_directory() -> str | None:
-    """Where generated modules (and numba's compiled code for them) are kept: ``$XLA_DIALECT_CACHE/loops``,
-    else ``~/.cache/xla_dialect/loops``; None when it cannot be created (then nothing is cached)."""
-    path = os.environ.get("XLA_DIALECT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "xla_dialect")
-    path = os.path.join(path, "loops")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
-        return None
-    return path if os.access(path, os.W_OK) else None
 
 
 def runtime_digest() -> str:
@@ -63,12 +49,4 @@ def import_generated(text: str, prefix: str) -> ModuleType | None:
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
-    with _LOCK:
-        name = f"xla_dialect_{prefix}_{digest}"
-        module = sys.modules.get(name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module  # numba's cache finds the function's module by name
-            spec.loader.exec_module(module)
-    return module
+    return import_module_file(f"xla_dialect_{prefix}_{digest}", path)  # (numba's cache finds it by name)

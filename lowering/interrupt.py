@@ -60,9 +60,9 @@ def quiet_poll_warnings() -> None:
     """Silence the warning numba gives when it compiles a nogil function that calls :func:`poll` ("Code running
     in object mode won't allow parallel execution despite nogil=True"): the poll takes the GIL on purpose, once
     every 65,536 iterations. Installed when :mod:`lowering` is imported."""
-    import warnings
+    from .process_state import quiet_warning
 
-    warnings.filterwarnings("ignore", message="Code running in object mode won't allow parallel execution")
+    quiet_warning("Code running in object mode won't allow parallel execution")
 
 
 def poll() -> None:

@@ -9,14 +9,14 @@ which generated code also calls, is :func:`lowering.rowwise.pairwise_sum`.)
 
 from __future__ import annotations
 
-import os
-
 import llvmlite.ir as ir
 import numpy as np
 import numba
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .process_state import at_fork_in_child
 
 _njit = numba.njit(cache=True, error_model="numpy")
 
@@ -219,8 +219,7 @@ def _no_pairs_after_fork() -> None:
     PAIRS_ENABLED[0] = 0
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_no_pairs_after_fork)
+at_fork_in_child(_no_pairs_after_fork)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

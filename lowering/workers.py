@@ -39,6 +39,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from .process_state import at_fork_in_child, environment_default
+
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -51,8 +53,7 @@ def _forget_pools_after_fork() -> None:
     _POOLS_LOCK = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pools_after_fork)
+at_fork_in_child(_forget_pools_after_fork)
 
 
 def numba_threads_available() -> bool:
@@ -80,8 +81,8 @@ def numba_threads_available() -> bool:
             if platform.machine().lower() not in ("x86_64", "amd64"):
                 _NUMBA_THREADS.extend((False, PAIRS_ENABLED))
             else:
-                if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-                    os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT)  # (read once, when libgomp starts)
+                # (read once, when libgomp starts; see lowering.process_state)
+                environment_default("GOMP_SPINCOUNT", str(GOMP_SPINCOUNT), unless=("OMP_WAIT_POLICY",))
                 try:
                     import numba
                     import numpy as np

@@ -213,3 +213,17 @@ def json_from_jax_subprocess(script: str, timeout: float = 600) -> dict:
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line is not None, done.stderr[-3000:]
     return json.loads(line[len("RESULT "):])
+
+
+def library_lines(pattern):
+    """(path relative to the repository, line number, the file's lines) of every line of the library's packages
+    (xla_dialect, passes, lowering, interop) that ``pattern`` (a compiled regex) matches."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for package in ("xla_dialect", "passes", "lowering", "interop"):
+        for path in sorted((root / package).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            for n, line in enumerate(lines, 1):
+                if pattern.search(line):
+                    yield path.relative_to(root).as_posix(), n, lines

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import library_lines
 
 import passes
 from xla_dialect import xdsl_compat
@@ -81,12 +82,9 @@ def test_only_the_compat_module_touches_xdsl_internals():
     private = re.compile(r"\._(operands|operand_uses|successors|successor_uses|first_op|last_op|prev_op|next_op|type)\b"
                          r"|__closure__|__dict__\[\"verify_\"\]")
     found = []
-    for package in ("xla_dialect", "passes", "lowering", "interop"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if path.name == "xdsl_compat.py":
-                continue
-            exempt = path.name == "callbacks.py"  # the closures of users' Python callbacks, not xDSL's
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if private.search(line) and "self._" not in line and not (exempt and "__closure__" in line):
-                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    for path, n, lines in library_lines(private):
+        line = lines[n - 1]
+        exempt = path == "xla_dialect/callbacks.py" and "__closure__" in line  # users' callbacks, not xDSL's
+        if path != "xla_dialect/xdsl_compat.py" and "self._" not in line and not exempt:
+            found.append(f"{path}:{n}: {line.strip()}")
     assert not found, "\n".join(found)

@@ -1,0 +1,76 @@
+"""lowering.process_state: the one module that changes process-wide state (fork hooks, environment defaults,
+warning filters, numba's patched cache and compiler, generated modules' directory)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+from helpers import library_lines
+
+import lowering
+from lowering import process_state
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_no_other_library_module_changes_process_state():
+    changes = re.compile(r"register_at_fork|os\.environ\[[^]]+\]\s*=|os\.environ\.setdefault|os\.putenv"
+                         r"|warnings\.(filterwarnings|simplefilter)|sys\.modules\[[^]]+\]\s*=")
+    found = []
+    for rel, n, lines in library_lines(changes):
+        if rel == "lowering/process_state.py" or rel.startswith("interop/tools/"):
+            continue  # (the commands: their own processes)
+        if not any("catch_warnings()" in before for before in lines[max(0, n - 4):n - 1]):
+            found.append(f"{rel}:{n}: {lines[n - 1].strip()}")
+    # passes.registry loads plugin files as modules (and removes them when one fails): the user's modules
+    found = [f for f in found if not f.startswith("passes/registry.py")]
+    assert not found, "\n".join(found)
+
+
+def test_importing_lowering_lists_its_changes():
+    import lowering.loop_runtime  # noqa: F401
+    import lowering.workers  # noqa: F401
+
+    assert lowering.process_state is process_state
+    hooks = [c for c in process_state.CHANGES if c.startswith("fork hook:")]
+    assert sorted(hooks) == ["fork hook: lowering.loop_runtime._no_pairs_after_fork",
+                             "fork hook: lowering.workers._forget_pools_after_fork"]
+    assert any(c.startswith("numba's cache") for c in process_state.CHANGES)
+    assert any(c.startswith("warning filter") for c in process_state.CHANGES)
+
+
+def test_environment_default_leaves_the_users_settings(monkeypatch):
+    monkeypatch.delenv("XLA_DIALECT_TEST_DEFAULT", raising=False)
+    monkeypatch.setenv("XLA_DIALECT_TEST_POLICY", "passive")
+    assert not process_state.environment_default("XLA_DIALECT_TEST_DEFAULT", "1", unless=("XLA_DIALECT_TEST_POLICY",))
+    assert "XLA_DIALECT_TEST_DEFAULT" not in os.environ
+    monkeypatch.delenv("XLA_DIALECT_TEST_POLICY")
+    monkeypatch.setenv("XLA_DIALECT_TEST_DEFAULT", "7")
+    assert not process_state.environment_default("XLA_DIALECT_TEST_DEFAULT", "1")
+    assert os.environ["XLA_DIALECT_TEST_DEFAULT"] == "7"
+    monkeypatch.delenv("XLA_DIALECT_TEST_DEFAULT")
+    assert process_state.environment_default("XLA_DIALECT_TEST_DEFAULT", "1")
+    assert os.environ["XLA_DIALECT_TEST_DEFAULT"] == "1"
+
+
+def test_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    assert process_state.cache_directory() == str(tmp_path / "loops")
+    from lowering import generated_modules
+
+    assert generated_modules.cache_directory is process_state.cache_directory
+
+
+def test_a_forked_child_runs_the_hooks():
+    code = ("import os, lowering.workers, lowering.loop_runtime as r\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(0 if r.PAIRS_ENABLED[0] == 0 else 1)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "raise SystemExit(os.waitstatus_to_exitcode(status))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
