@@ -439,18 +439,23 @@ class _LoopWriter:
         return f"{_NUMBA_TYPE_NAMES[dtype]}({expression})"
 
     def op_constant(self, op, out, dtype, shape, indent):
-        value = np.asarray(op.value.array)
+        self.bind_constant(np.asarray(op.value.array), op.results[0], out, self.lines, indent)
+
+    def bind_constant(self, value: np.ndarray, result: SSAValue, out: str, lines: list[str], indent: str) -> None:
+        """Emit (into ``lines``) ``out`` = the array ``value`` of ``result``'s type, passed as a constant argument
+        of the generated function."""
+        dtype, shape = self.info(result)
         const = self.fresh("k")
         if not shape and dtype in _FLOATS:
             # A one-element array, read in the loop: a float scalar argument would cross numba's boundary
             # through a conversion that the caller's flush-to-zero mode flushes when it is subnormal.
             self.constants[const] = np.full(1, value.reshape(()), dtype)
-            self.emit(indent, f"{out} = {const}[0]")
+            lines.append(f"{indent}{out} = {const}[0]")
             return
-        self.constants[const] = value.reshape(()).item() if not shape else np.ascontiguousarray(value)
+        self.constants[const] = value.reshape(()).item() if not shape else np.ascontiguousarray(value, dtype)
         if not shape:
             self.constants[const] = np.dtype(dtype).type(self.constants[const])
-        self.emit(indent, f"{out} = {const}")
+        lines.append(f"{indent}{out} = {const}")
 
     def scalar_op(self, op, definition, out, dtype, shape, indent):
         """``op`` element by element through its one scalar definition (:mod:`lowering.kernels.scalar`): the
@@ -524,6 +529,14 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {src}")
         else:
             self.emit(indent, f"{out} = np.ascontiguousarray(np.transpose({src}, {perm!r}))")
+
+    def op_reverse(self, op, out, dtype, shape, indent):
+        """``hlo.reverse``: a copy of the operand read with negative strides along the reversed dimensions."""
+        dims = set(ints(op.dimensions))
+        if not shape:
+            raise _Ineligible("a reverse of a scalar")
+        index = ", ".join("::-1" if d in dims else ":" for d in range(len(shape)))
+        self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
 
     def op_iota(self, op, out, dtype, shape, indent):
         """Each element's index along ``iota_dimension``, converted to the element type."""

@@ -49,12 +49,17 @@ class _SegmentWriter(_LoopWriter):
     """The compiled-loop writer for straight-line code: values from before the segment become parameters."""
 
     def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool,
-                 single_thread_blas: bool):
+                 single_thread_blas: bool, known: dict | None = None):
         super().__init__(functions, dtype_of, flush)
         self.single_thread_blas = single_thread_blas
         self.inputs: list[SSAValue] = []
+        self.known = known or {}
 
     def name(self, value: SSAValue) -> str:
+        if value not in self.names and value in self.known:  # computed when lowering: a constant of the code
+            self.info(value)
+            self.names[value] = self.fresh()
+            self.bind_constant(np.asarray(self.known[value]), value, self.names[value], self.prologue, "    ")
         if value not in self.names:  # defined before the segment: a parameter
             self.info(value)
             name = f"p{len(self.inputs)}"
@@ -174,11 +179,15 @@ def _weight(op: Operation) -> int:
 
 
 def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool,
-                  single_thread_blas: bool, excluded: set[Operation] | frozenset = frozenset()) -> list:
-    """The segments of ``block``: maximal runs of consecutive ops that the writer accepts, of at least
+                  single_thread_blas: bool, excluded: set[Operation] | frozenset = frozenset(),
+                  known: dict | None = None) -> list:
+    """The segments of ``block``: maximal runs of ops that the writer accepts, of at least
     :data:`SEGMENT_MIN_OPS` ops, with at least one output, each a :class:`Segment` or, when longer than
     :data:`SEGMENT_MAX_OPS` ops (counting the ops of their regions), a :class:`SegmentChain` of chunks of at most
-    that many; ``excluded`` ops (those of long fused element-wise chains) end runs."""
+    that many; ``excluded`` ops (those of long fused element-wise chains) end runs. ``known``: values computed
+    when lowering (value -> array); ops whose result is known are not part of a segment and do not end a run
+    (a segment reads their values as constants)."""
+    known = known if known is not None else {}
     ops = [op for op in block.ops if op is not block.last_op]
     position = {op: i for i, op in enumerate(block.ops)}
     segments: list = []
@@ -210,8 +219,10 @@ def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Cal
     chain: list[Segment] = []
     run: list[Operation] = []
     weight = 0
-    writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+    writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas, known)
     for op in ops:
+        if op.results and all(r in known for r in op.results):
+            continue
         w = _weight(op)
         if run and weight + w > SEGMENT_MAX_OPS:  # a cut: the next chunk of the same chain
             chunk = close(run, writer)
@@ -220,7 +231,7 @@ def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Cal
                 chain = []
             else:
                 chain.append(chunk)
-            run, weight, writer = [], 0, _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+            run, weight, writer = [], 0, _SegmentWriter(functions, dtype_of, flush, single_thread_blas, known)
         if op not in excluded and writer.try_op(op):
             run.append(op)
             weight += w
@@ -230,7 +241,7 @@ def plan_segments(block: Block, functions: dict[str, func.FuncOp], dtype_of: Cal
             chain.append(chunk)
         end(chain)
         chain, run, weight = [], [], 0
-        writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas)
+        writer = _SegmentWriter(functions, dtype_of, flush, single_thread_blas, known)
     chunk = close(run, writer)
     if chunk is not None:
         chain.append(chunk)

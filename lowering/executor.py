@@ -55,6 +55,8 @@ class LoweringContext(KernelContext):
         # Values known when the program is lowered (hlo.constant, iota, and pure ops computed from them
         # here, once): value -> array. Kernels never write their inputs, so these are shared by every call.
         self._known: dict[SSAValue, object] = {}
+        # Ops computed ahead of their block's compiled segments (_fold_ahead): op -> its Constant kernel.
+        self._folded: dict[Operation, Constant] = {}
 
     def function(self, name: str):
         """The compiled Python function of ``func.func @name`` (compiled on first use)."""
@@ -121,10 +123,11 @@ class LoweringContext(KernelContext):
         if getattr(self, "loop_compilation", "never") != "never" and self.probe is None and program_code:
             from .compiled_segments import SEGMENT_MAX_OPS, plan_segments
 
+            self._fold_ahead(block)
             # A long element-wise chain is better as one fused loop than as several segments.
             fused = {op for g in groups if len(g.members) >= SEGMENT_MAX_OPS // 4 for op in g.members}
             for segment in plan_segments(block, self.functions, self.dtype, self.denormals == "flush",
-                                         self.blas_threads == 1, excluded=fused):
+                                         self.blas_threads == 1, excluded=fused, known=self._known):
                 segment_at[segment.ops[0]] = segment
                 in_segment.update(segment.ops)
         group_of, spans = {}, []
@@ -134,16 +137,29 @@ class LoweringContext(KernelContext):
             spans = [(g.first, g.last) for g in groups]
         pending: list[str] = []  # values to free after the call of the group whose span we are in
         segment_end = -1
+        def unread(op: Operation) -> bool:  # computed ahead, and read only as constants of compiled segments
+            for r in op.results:
+                for use in r.uses:
+                    user = use.operation
+                    while user.parent_block() is not block:
+                        user = user.parent_op()
+                    if not (user in in_segment or user in self._folded):
+                        return False
+            return True
+
         for index, op in enumerate(ops):
-            if index <= segment_end:
-                continue
+            if index <= segment_end and op in in_segment:
+                continue  # (ops computed ahead inside a segment's span are not in it: bound below as constants)
+            if op in self._folded and segment_at and op not in group_of and unread(op):
+                continue  # (no Python name needed: nothing in the block's Python code reads it)
             if op in segment_at:
                 segment = segment_at[op]
-                segment_end = index + len(segment.ops) - 1  # (a segment is a run of consecutive ops)
+                segment_end = index + ops[index:].index(segment.ops[-1])  # (its last op: ops computed ahead
+                # may stand between its ops)
                 self._emit_segment(segment, names, body, inner)
                 local.update(segment.outputs)
                 dead = [names[v] for v, i in last_use.items() if index <= i <= segment_end and v in local
-                        and v in names]
+                        and v in names and ops[i] in in_segment]  # (used last by the segment itself)
                 if any(first < index < last for first, last in spans):
                     pending += dead
                 elif dead:
@@ -195,7 +211,38 @@ class LoweringContext(KernelContext):
                     check_bytes(count * self.dtype(t).itemsize, f"{op_context(op)}: the result {format_shape(t)}",
                                 self.max_bytes)
 
+    def _fold_ahead(self, block: Block) -> None:
+        """Compute now, in block order, the ops of ``block`` whose results are known when lowering (constants and
+        pure ops of known operands: :meth:`_evaluate_on_constants`, the same kernels in the program's denormal
+        mode, as :meth:`_emit_op` would when it reached them), before the block's compiled segments are planned:
+        a segment then reads them as constants instead of computing them at every call (a diffrax solve's
+        set-up has about 3,000 such ops, which XLA folds too)."""
+        known = self._known
+        for op in block.ops:
+            if (op in self._folded or op.regions or len(op.results) != 1
+                    or not isinstance(op.results[0].type, TensorType)
+                    or not all(v in known for v in op.operands)):
+                continue
+            factory = KERNELS.get(type(op))
+            if factory is None or (op.operands and not is_pure(op)):
+                continue
+            try:
+                self._check_result_sizes(op)
+                kernel = factory(op, self)
+            except XlaError:
+                continue  # (reported where the op is emitted, as before)
+            except Exception:  # noqa: BLE001 - likewise: _emit_op reports a failing factory
+                continue
+            if not isinstance(kernel, Constant):
+                kernel = self._evaluate_on_constants(op, kernel)
+            if isinstance(kernel, Constant):
+                known[op.results[0]] = kernel.value
+                self._folded[op] = kernel
+
     def _emit_op(self, op: Operation, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
+        if op in self._folded:  # computed ahead (_fold_ahead): bound as the constant it is
+            self._bind_constant(op, self._folded[op], names, body, indent)
+            return
         self._check_result_sizes(op)
         factory = KERNELS.get(type(op))
         if factory is None:
@@ -210,21 +257,16 @@ class LoweringContext(KernelContext):
             raise
         except Exception as e:
             raise ExecutionError(f"{op_context(op)}: lowering failed: {type(e).__name__}: {e}") from e
-        results = [f"v{next(self._names)}" for _ in op.results]
-        for r, n in zip(op.results, results):
-            names[r] = n
         if not isinstance(kernel, Constant):
             kernel = self._evaluate_on_constants(op, kernel) or kernel
         if isinstance(kernel, Constant):
             if len(op.results) == 1:
                 self._known[op.results[0]] = kernel.value
-            cname = self._bind("c", kernel.value)
-            if len(results) == 1:
-                body.append(f"{indent}{results[0]} = {cname}  # {op.name}")
-            elif results:
-                body.append(f"{indent}{', '.join(results)} = {cname}  # {op.name}")
-            self._emit_probe(op, results, body, indent)
+            self._bind_constant(op, kernel, names, body, indent)
             return
+        results = [f"v{next(self._names)}" for _ in op.results]
+        for r, n in zip(op.results, results):
+            names[r] = n
         region_names = []
         for region in op.regions:
             region_names.append(self._emit_region(region, names, body, indent))
@@ -237,6 +279,19 @@ class LoweringContext(KernelContext):
             body.append(f"{indent}{results[0]} = {call}  # {op.name}")
         else:
             body.append(f"{indent}{', '.join(results)}, = {call}  # {op.name}")
+        self._emit_probe(op, results, body, indent)
+
+    def _bind_constant(self, op: Operation, kernel: Constant, names: dict[SSAValue, str], body: list[str],
+                       indent: str) -> None:
+        """Emit ``op``'s results as the value of ``kernel``, computed when lowering."""
+        results = [f"v{next(self._names)}" for _ in op.results]
+        for r, n in zip(op.results, results):
+            names[r] = n
+        cname = self._bind("c", kernel.value)
+        if len(results) == 1:
+            body.append(f"{indent}{results[0]} = {cname}  # {op.name}")
+        elif results:
+            body.append(f"{indent}{', '.join(results)} = {cname}  # {op.name}")
         self._emit_probe(op, results, body, indent)
 
     probe = None
@@ -276,6 +331,8 @@ class LoweringContext(KernelContext):
                 value = kernel(*[known[v] for v in op.operands])
         except Exception:
             return None
+        if isinstance(value, np.generic):  # (a 0-d result, as kernels of scalars return it)
+            value = np.asarray(value)
         if not isinstance(value, np.ndarray):
             return None
         base = value
@@ -296,6 +353,11 @@ class LoweringContext(KernelContext):
         fname = f"{kind[0]}{next(self._names)}"
         inner_names = {v: f"i{k}" for k, v in enumerate(inputs)}
         lines = [f"def {fname}({', '.join(inner_names.values())}):"]
+        for op in ops:  # values known when lowering (_fold_ahead) that the unit reads: constants, not inputs
+            for inner in op.walk():
+                for v in inner.operands:
+                    if v not in inner_names and v in self._known and v.owner in self._folded:
+                        inner_names[v] = self._bind("c", self._known[v])
         for op in ops:
             self._emit_op(op, inner_names, lines, "    ")
         lines.append(f"    return ({', '.join(inner_names[r] for r in outputs)},)")
@@ -306,7 +368,9 @@ class LoweringContext(KernelContext):
         results = [f"v{next(self._names)}" for _ in outputs]
         for r, n in zip(outputs, results):
             names[r] = n
-        body.append(f"{indent}{', '.join(results)}, = {runner}({', '.join(names[v] for v in inputs)})  # {comment}")
+        # (an input computed ahead and left unbound by _emit_block, as only folded ops read it: its constant)
+        arguments = [names[v] if v in names else self._bind("c", self._known[v]) for v in inputs]
+        body.append(f"{indent}{', '.join(results)}, = {runner}({', '.join(arguments)})  # {comment}")
 
     def _emit_group(self, group, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
         """Emit the call of a fusion group (:mod:`lowering.fusion`), run through a

@@ -174,3 +174,30 @@ def test_a_long_run_is_one_call_of_chunks_with_the_kernels_bits(monkeypatch):
     for g, i in zip(got, want):
         assert np.asarray(g).dtype == np.asarray(i).dtype and np.shape(g) == np.shape(i)
         np.testing.assert_array_equal(_bits(g), _bits(i))
+
+
+def test_ops_of_constants_are_computed_when_lowering_not_in_segments():
+    """Ops whose operands are all known when lowering (a solver's set-up from Python floats: bit tricks,
+    compares and selects on constants, as diffrax computes its time bounds) are computed once, ahead of the
+    segments, with the same kernels: the segment reads them as constants and keeps the kernels' bits."""
+    def fn(y):
+        t = jnp.float32(0.25)
+        for _ in range(8):  # constants only: nextafter-like bit arithmetic
+            bits = jax.lax.bitcast_convert_type(t, jnp.int32)
+            t = jnp.where(t > 0, jax.lax.bitcast_convert_type(bits + 1, jnp.float32), t) * 1.5
+        z = y
+        for _ in range(4):
+            z = jnp.sin(z) * t + jnp.cos(z[::-1])
+        return z, t
+
+    y = _specials(F32, 8)
+    module = import_jax(fn, y)
+    compiled = lowering.compile(module, loop_compilation="always", fusion="never")  # (the rest: one segment)
+    (segment,) = _segments(compiled)
+    names = [op.name for op in segment.segment.ops]
+    assert "hlo.bitcast_convert" not in names and "hlo.sine" in names
+    assert compiled.source.split("def f_main")[1].count("# hlo.bitcast_convert") == 0  # not even bound in Python
+    got = compiled(y)
+    want = lowering.compile(module, loop_compilation="never", fusion="never")(y)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
