@@ -219,6 +219,12 @@ class LoweringContext(KernelContext):
         set-up has about 3,000 such ops, which XLA folds too)."""
         known = self._known
         for op in block.ops:
+            if op.name == "hlo.conditional" and op not in self._folded:
+                self._fold_conditional(op)
+                continue
+            if op.name == "hlo.reduce" and op not in self._folded:
+                self._fold_reduce(op)
+                continue
             if (op in self._folded or op.regions or len(op.results) != 1
                     or not isinstance(op.results[0].type, TensorType)
                     or not all(v in known for v in op.operands)):
@@ -238,6 +244,55 @@ class LoweringContext(KernelContext):
             if isinstance(kernel, Constant):
                 known[op.results[0]] = kernel.value
                 self._folded[op] = kernel
+
+    def _fold_reduce(self, op: Operation) -> None:
+        """A reduce of known operands (its body capturing nothing) computed when lowering, with its kernel and
+        its body compiled as at run time, in the program's denormal mode (XLA folds these too)."""
+        known = self._known
+        if (not all(v in known for v in op.operands) or _captured_values(op.regions[0]) or not is_pure(op)
+                or not all(isinstance(r.type, TensorType) for r in op.results)):
+            return
+        try:
+            self._check_result_sizes(op)
+            body = self.namespace[self._emit_region(op.regions[0], {}, [], "")]
+            kernel = KERNELS[type(op)](op, self)
+            with np.errstate(all="ignore"), mode_switch(self.denormals):
+                value = kernel(body, *[known[v] for v in op.operands])
+        except Exception:  # noqa: BLE001 - reported where the op is emitted and runs, as before
+            return
+        values = [np.asarray(v) for v in (value if len(op.results) > 1 else [value])]
+        if any(v.size > self._FOLD_LIMIT for v in values):
+            return
+        for v in values:
+            v.flags.writeable = False  # shared by every call (as _evaluate_on_constants' values)
+        for result, v in zip(op.results, values):
+            known[result] = v
+        self._folded[op] = Constant(values[0] if len(values) == 1 else tuple(values))
+
+    def _fold_conditional(self, op: Operation) -> None:
+        """A conditional whose selector is known when lowering and whose taken branch only returns known values
+        (equinox's ``error_if`` on a condition that is constant: the branch that does not raise returns its
+        operand) is those values, as XLA's conditional simplifier inlines it and folds what follows; the other
+        branches (a host callback raising the error) never run, as at run time."""
+        known = self._known
+        if (not op.results or op.operands[0] not in known
+                or not all(isinstance(r.type, TensorType) for r in op.results)):
+            return
+        selector = np.asarray(known[op.operands[0]])
+        count = len(op.regions)
+        if selector.dtype == np.bool_:
+            branch = 0 if bool(selector) else 1  # (region 0 is the true branch)
+        else:
+            branch = int(selector)
+            branch = branch if 0 <= branch < count else count - 1  # (XLA: an out-of-range index, the last)
+        body = op.regions[branch].block
+        returned = body.last_op
+        if body.first_op is not returned or not all(v in known for v in returned.operands):
+            return
+        values = [known[v] for v in returned.operands]
+        for result, value in zip(op.results, values):
+            known[result] = value
+        self._folded[op] = Constant(values[0] if len(values) == 1 else tuple(values))
 
     def _emit_op(self, op: Operation, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
         if op in self._folded:  # computed ahead (_fold_ahead): bound as the constant it is

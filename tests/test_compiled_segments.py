@@ -201,3 +201,32 @@ def test_ops_of_constants_are_computed_when_lowering_not_in_segments():
     want = lowering.compile(module, loop_compilation="never", fusion="never")(y)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def test_a_conditional_on_a_known_selector_is_its_branchs_values():
+    """equinox's error_if on a condition computed from constants: XLA inlines the taken branch (which returns
+    its operand) and folds what follows; so does the executor when lowering -- the branch with the host callback
+    never runs, and the ops after it are constants, not segment work."""
+    seen = []
+
+    def fn(y):
+        c = jnp.arange(4, dtype=jnp.float32) * 0.5
+        bad = c[1] > 2.0  # false, computed from an iota
+        checked = jax.lax.cond(bad, lambda: (jax.debug.callback(lambda: seen.append(1)), c * 0)[1], lambda: c)
+        scale = jnp.sqrt(checked.sum()) + checked[3]  # (a reduce of constants: folded too)
+        z = y
+        for _ in range(4):
+            z = jnp.sin(z) * scale + jnp.cos(z[::-1])
+        return z
+
+    y = _specials(F32, 8)
+    module = import_jax(fn, y)
+    compiled = lowering.compile(module, loop_compilation="always", fusion="never")
+    main = compiled.source.split("def f_main")[1]
+    assert "hlo.conditional" not in main and "hlo.sqrt" not in main
+    (segment,) = _segments(compiled)
+    assert "hlo.sqrt" not in {op.name for op in segment.segment.ops}
+    got = compiled(y)
+    want = lowering.compile(module, loop_compilation="never", fusion="never")(y)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert not seen
