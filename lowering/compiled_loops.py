@@ -51,7 +51,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
-from xla_dialect.errors import UnsupportedError
+from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.ops.base import ints
 
 from .generated_modules import cache_directory, import_generated, runtime_digest
@@ -1211,7 +1211,10 @@ class _LoopWriter:
             self.emit(indent, f"{function}({address_name}, {a}, c_view({outs[0]}, {(batch, m, n)!r}), "
                               f"c_view({outs[1]}, {(batch, min(m, n))!r}), c_view({outs[2]}, ({batch},)))")
         else:  # trsm: x (.., k, k), y (.., m, n)[, alpha]
-            letters = trsm_letters(custom_call_attributes(op), target)
+            try:
+                letters = trsm_letters(custom_call_attributes(op), target)
+            except XlaError:  # (a missing or bad letter: the interpreted target reports it where the call runs)
+                raise _Ineligible(f"hlo.custom_call @{target} with unreadable attributes") from None
             (_, x_shape), (y_dtype, y_shape) = infos[:2]
             m, n = y_shape[-2:]
             k = m if letters["side"] == "L" else n

@@ -132,7 +132,12 @@ class LoweringContext(KernelContext):
                 in_segment.update(segment.ops)
         group_of, spans = {}, []
         if groups:
-            groups = [g for g in groups if not in_segment.intersection(g.members)]
+            # A group overlapping a segment's span is left to its ops: the segment (called where its first op
+            # stands) may read a member's value before the group's call, and ops computed ahead stand in spans.
+            position = {op: i for i, op in enumerate(ops)}
+            seg_spans = [(position[s.ops[0]], position[s.ops[-1]]) for s in segment_at.values()]
+            groups = [g for g in groups if not in_segment.intersection(g.members)
+                      and not any(g.first <= last and first <= g.last for first, last in seg_spans)]
             group_of = {op: g for g in groups for op in g.members}
             spans = [(g.first, g.last) for g in groups]
         pending: list[str] = []  # values to free after the call of the group whose span we are in
