@@ -24,6 +24,7 @@ from . import process_state
 # objmode polls of compiled loops off: lowering.process_state says what and why
 process_state.install()
 
+from .options import CompileOptions
 from .registry import KERNELS, Constant, register, register_kernel
 from .runtime import register_custom_call
 
@@ -35,7 +36,7 @@ _EXECUTOR_NAMES = {"Executable": "executor", "LoweringContext": "executor", "com
                    "MultiDeviceExecutable": "devices"}
 """Names exported from the executor layer, imported when first asked for."""
 
-__all__ = ["Constant", "Executable", "KERNELS", "LoweringContext", "MultiDeviceExecutable", "compile", "register",
+__all__ = ["CompileOptions", "Constant", "Executable", "KERNELS", "LoweringContext", "MultiDeviceExecutable", "compile", "register",
            "register_custom_call", "register_kernel"]
 
 

@@ -17,8 +17,9 @@ from xdsl.ir import Attribute
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.types import numpy_dtype
 
-from .blas import blas_matmul, resolve_blas_threads, resolve_split_workers
-from .denormals import flush_threaded_matmul, mode_switch, resolve_denormals
+from .blas import blas_matmul
+from .denormals import flush_threaded_matmul, mode_switch
+from .options import CompileOptions
 from .runtime import Runtime
 from .workers import usable_cpus
 
@@ -27,29 +28,37 @@ class KernelContext:
     """The services and settings kernel factories use: dtypes, the BLAS, the process grid, the runtime."""
 
     def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
-                 blas_threads: int | None = None, denormals: str | None = None):
+                 blas_threads: int | None = None, denormals: str | None = None, *,
+                 options: CompileOptions | None = None):
         self.module = module
-        # "flush" (XLA CPU's FTZ/DAZ) or "keep" (IEEE): see lowering.denormals.
-        self.denormals = resolve_denormals(denormals)
+        if options is None:  # (a context of its own, e.g. for fold-constants: loops and fusion "auto")
+            options = CompileOptions(num_replicas=num_replicas, num_partitions=num_partitions,
+                                     blas_threads=blas_threads, denormals=denormals, loop_compilation="auto",
+                                     fusion="auto")
+        # lowering.compile's options, resolved (lowering.options); the fields below are read from it.
+        self.options = options
+        # "flush" (XLA CPU's FTZ/DAZ) or "keep" (IEEE): see lowering.denormals; flush: the same as a bool.
+        self.denormals = options.denormals
+        self.flush = options.flush
         # BLAS threads for the float matmuls (dot, convolution): an int, or None
         # to leave the BLAS as configured (see lowering.blas).
-        self.blas_threads = resolve_blas_threads(blas_threads)
+        self.blas_threads = options.blas_thread_count
         # CPUs a large float matmul is split over (automatic mode on two-CPU machines; lowering.blas).
-        self.split_workers = resolve_split_workers(blas_threads)
+        self.split_workers = options.split_workers
         # CPUs a large fused element-wise loop is split over (lowering.fusion, lowering.workers).
         self.loop_workers = usable_cpus()
         self.limits_blas = False  # set when a kernel's matmul takes the limit
         # The process grid the program runs on (collective kernels read it).
-        self.num_replicas = num_replicas
-        self.num_partitions = num_partitions
+        self.num_replicas = options.num_replicas
+        self.num_partitions = options.num_partitions
         # When hlo.while loops are compiled with numba ("auto", "always", "never"; lowering.compiled_loops).
-        self.loop_compilation = "auto"
+        self.loop_compilation = options.loop_compilation
         # When element-wise runs are fused and compiled ("auto", "always", "never"; lowering.fusion).
-        self.fusion = "auto"
-        # The most bytes one array may take (xla_dialect.limits); None: the default limit.
-        self.max_bytes = None
+        self.fusion = options.fusion
+        # The most bytes one array may take (xla_dialect.limits).
+        self.max_bytes = options.max_bytes
         # Seconds a call may run (lowering.interrupt); None: unbounded, and no checks are generated.
-        self.timeout = None
+        self.timeout = options.timeout
         self.functions: dict[str, func.FuncOp] = {
             op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)
         }
@@ -72,6 +81,6 @@ class KernelContext:
                              mode_switch(self.denormals))
         if matmul is not np.matmul:
             self.limits_blas = True  # the Executable takes the limit once per call
-        if self.denormals == "flush":  # OpenBLAS's worker threads do not flush (lowering.denormals)
+        if self.flush:  # OpenBLAS's worker threads do not flush (lowering.denormals)
             matmul = flush_threaded_matmul(matmul, self.blas_threads, dtype, m, k, n)
         return matmul

@@ -32,10 +32,11 @@ from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
-from .blas import BlasThreadLimit, resolve_blas_threads
+from .blas import BlasThreadLimit
 from . import interrupt
 from .context import KernelContext
-from .denormals import mode_switch, resolve_denormals
+from .denormals import mode_switch
+from .options import CompileOptions
 from .registry import KERNELS, Constant
 from .runtime import Runtime
 
@@ -45,8 +46,10 @@ class LoweringContext(KernelContext):
     Python over the kernels (one ``def`` per function, region and fusion group)."""
 
     def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
-                 blas_threads: int | None = None, denormals: str | None = None):
-        super().__init__(module, num_replicas, num_partitions, blas_threads, denormals)
+                 blas_threads: int | None = None, denormals: str | None = None, *,
+                 options: CompileOptions | None = None):
+        super().__init__(module, num_replicas, num_partitions, blas_threads, denormals, options=options)
+        self.probe = self.options.probe
         self.namespace: dict[str, object] = {"np": np}
         self.sources: list[str] = []
         self._compiled: dict[str, object] = {}
@@ -509,9 +512,6 @@ def _captured_values(region: Region) -> list[SSAValue]:
     return list(seen)
 
 
-ARGUMENT_CONVERSIONS = ("exact", "lossless", "cast")
-
-
 def _argument_array(value, dtype: np.dtype, conversion: str, error) -> np.ndarray:
     """``value`` as an array of ``dtype`` under the executable's ``argument_conversion`` rule (see
     :func:`compile`); ``error(what)`` makes the exception to raise."""
@@ -576,8 +576,10 @@ class Executable:
     """
 
     def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None,
-                 blas_threads: int | None = None, denormals: str = "keep"):
+                 blas_threads: int | None = None, denormals: str = "keep", options: CompileOptions | None = None):
         self._fn = fn
+        if options is not None:
+            denormals = options.denormals
         # The CPU's denormal mode for the call ("flush": XLA's FTZ/DAZ; lowering.denormals).
         self.denormals = denormals
         self._denormal_mode = mode_switch(denormals)
@@ -595,8 +597,8 @@ class Executable:
         self._out_dtypes = [None if isinstance(t, TokenType) else numpy_dtype(t) for t in _flat_types(self.output_types)]
         self._single = len(self.output_types) == 1
         # How arguments of another dtype are treated: "exact", "lossless" or "cast" (see compile()).
-        self.argument_conversion = "exact"
-        self.timeout = None  # seconds per call (lowering.interrupt)
+        self.argument_conversion = options.argument_conversion if options is not None else "exact"
+        self.timeout = options.timeout if options is not None else None  # seconds per call (lowering.interrupt)
 
     @staticmethod
     def _spec(t: Attribute):
@@ -664,12 +666,13 @@ def _owned(v: np.ndarray, args: Sequence) -> np.ndarray:
     return v
 
 
-def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num_replicas: int = 1,  # noqa: A001
-            num_partitions: int = 1, blas_threads: int | None = None, denormals: str | None = None,
-            xla_rewrites: bool = True, fma_contraction: bool = True, loop_compilation: str | None = None,
-            fusion: str | None = None, argument_conversion: str = "exact", max_bytes: int | str | None = None,
-            timeout: float | None = None, probe=None):
+def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # noqa: A001
+            options: CompileOptions | None = None, **shortcuts):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
+
+    The options below are the fields of :class:`lowering.options.CompileOptions`: pass one object as
+    ``options``, or any of them as keywords (``lowering.compile(module, denormals="keep")``), or both (the
+    keywords replace the object's fields). They are resolved and validated once, in the object.
 
     With ``num_replicas * num_partitions > 1`` the result is a
     :class:`lowering.devices.MultiDeviceExecutable`: called with one argument
@@ -731,8 +734,13 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
     :func:`interop.debugging.trace`.
     """
     from . import kernels  # noqa: F401  (registers every kernel family)
-    from .compiled_loops import resolve_loop_compilation
 
+    if isinstance(entry, CompileOptions) and options is None:  # compile(module, options)
+        entry, options = "main", entry
+    if options is not None and not isinstance(options, CompileOptions):
+        CompileOptions.of(options)  # (raises the error naming the option)
+    num_replicas = shortcuts.get("num_replicas", options.num_replicas if options is not None else 1)
+    num_partitions = shortcuts.get("num_partitions", options.num_partitions if options is not None else 1)
     if not isinstance(entry, str):  # one program per device: a grid of function names, replicas x partitions
         grid = [list(row) for row in entry] if isinstance(entry, (list, tuple)) else []
         if (not grid or not all(isinstance(row, list) and row and len(row) == len(grid[0]) for row in grid)
@@ -745,15 +753,9 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
             raise ExecutionError(f"lowering.compile: the entry grid is {len(grid)} x {len(grid[0])}, but "
                                  f"num_replicas x num_partitions is {num_replicas} x {num_partitions}")
         entry = grid
-    for what, count in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ExecutionError(f"lowering.compile: {what} must be a positive int, got {count!r}")
-    resolve_blas_threads(blas_threads)  # reject a bad value before the (possibly long) verification
-    denormals = resolve_denormals(denormals)
-    loop_compilation = resolve_loop_compilation(loop_compilation)
-    from .fusion import resolve_fusion
-
-    fusion = resolve_fusion(fusion)
+        shortcuts = {**shortcuts, "num_replicas": num_replicas, "num_partitions": num_partitions}
+    # every option resolved and validated once, before the (possibly long) verification
+    options = CompileOptions.of(options, **shortcuts)
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
@@ -770,24 +772,8 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
     # XLA CPU's FMA contraction, quantized ops as float ops; on a copy, the caller's module is never changed.
     from passes.pipelines import prepare_for_execution
 
-    for what, flag in (("xla_rewrites", xla_rewrites), ("fma_contraction", fma_contraction)):
-        if not isinstance(flag, bool):
-            raise ExecutionError(f"lowering.compile: {what} must be True or False, got {flag!r}")
-    module = prepare_for_execution(module, xla_rewrites, fma_contraction)
-    ctx = LoweringContext(module, num_replicas, num_partitions, blas_threads, denormals)
-    ctx.loop_compilation = loop_compilation
-    ctx.fusion = fusion
-    if probe is not None:  # every op as its own kernel, each loop iteration in Python: the probe sees them all
-        ctx.probe, ctx.loop_compilation, ctx.fusion = probe, "never", "never"
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
-        raise ExecutionError(f"lowering.compile: timeout must be a positive number of seconds, got {timeout!r}")
-    ctx.timeout = timeout
-    from xla_dialect.limits import default_max_bytes, parse_bytes
-
-    ctx.max_bytes = default_max_bytes() if max_bytes is None else parse_bytes(max_bytes, "lowering.compile: max_bytes")
-    if argument_conversion not in ARGUMENT_CONVERSIONS:
-        raise ExecutionError(f"lowering.compile: argument_conversion must be one of {', '.join(ARGUMENT_CONVERSIONS)}, "
-                             f"got {argument_conversion!r}")
+    module = prepare_for_execution(module, options.xla_rewrites, options.fma_contraction)
+    ctx = LoweringContext(module, options=options)  # (with a probe: every op as its own kernel, loops in Python)
     names = [entry] if isinstance(entry, str) else [name for row in entry for name in row]
     for name in dict.fromkeys(names):
         if name not in ctx.functions:
@@ -797,9 +783,8 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main", num
     for name in dict.fromkeys(names):  # after lowering them all: one source and BLAS policy for the grid
         executable = executables[name] = Executable(ctx.function(name), ctx.functions[name], "\n".join(ctx.sources),
                                                     ctx.runtime, ctx.blas_threads if ctx.limits_blas else None,
-                                                    ctx.denormals)
-        executable.argument_conversion = argument_conversion
-        executable.timeout = timeout
+                                                    options=options)
+    num_replicas, num_partitions = options.num_replicas, options.num_partitions
     if num_replicas * num_partitions == 1:
         return executables[names[0]]
     from .devices import MultiDeviceExecutable

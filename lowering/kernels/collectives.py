@@ -155,7 +155,7 @@ def _denormals_read_as_zero(ufunc, dtype: np.dtype, ctx):
     their sign, as XLA CPU's runtime computes them under DAZ (max(1e-40, -1e-40, -0.6, ...) is +0.0; bf16 through
     f32). The select of :data:`XLA_CPU_REDUCTIONS` copies bits, so they are flushed here; sums and products flush
     in the arithmetic itself, f16 and f8 never flush."""
-    if ufunc not in (np.maximum, np.minimum) or ctx.denormals != "flush":
+    if ufunc not in (np.maximum, np.minimum) or not ctx.flush:
         return lambda x: x
     if dtype in (np.dtype(np.float32), np.dtype(np.float64)):
         return flush_bits

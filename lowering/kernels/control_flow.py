@@ -156,7 +156,7 @@ def _while(op, ctx):
 
     def compile_now():
         try:
-            done["loop"] = compiled_loops.compile_loop(op, ctx.functions, ctx.dtype, ctx.denormals == "flush",
+            done["loop"] = compiled_loops.compile_loop(op, ctx.functions, ctx.dtype, ctx.flush,
                                                        ctx.blas_threads == 1)
         except Exception:  # noqa: BLE001 - (compile_loop keeps ineligible loops interpreted; anything else too)
             done["loop"] = None

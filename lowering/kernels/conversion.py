@@ -177,7 +177,7 @@ def _component(e: Elem):
 
 @register(cv.ConvertOp)
 def _convert(op, ctx):
-    return convert_kernel(elem_of(op.operands[0].type), elem_of(op.results[0].type), ctx.denormals == "flush")
+    return convert_kernel(elem_of(op.operands[0].type), elem_of(op.results[0].type), ctx.flush)
 
 
 def _raw_bits(x, e: Elem):

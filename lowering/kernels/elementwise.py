@@ -1015,7 +1015,7 @@ def _binary_factory(op, ctx):
         return binary_kernel(_typed(_first_nan_of_two(np.add if isinstance(op, ew.AddOp) else np.multiply, op,
                                                       e.compute), e, ctx.dtype(op.results[0].type)), op)
     if e.kind == "float" and isinstance(op, (ew.MaxOp, ew.MinOp)):
-        flush = ctx.denormals == "flush"
+        flush = ctx.flush
         # The op's own definition (it may depend on its operands: a denormal splat constant), else the type's.
         definition = scalar.scalar_of(op, [e.compute, e.compute], e.compute, flush)
         fn = (_quiet(scalar.ufunc(definition, [e.compute, e.compute], e.compute)) if definition is not None
@@ -1055,7 +1055,7 @@ def _compare(op, ctx):
     ctype = op.compare_type.data if op.compare_type is not None else ew.default_compare_type(
         op.operands[0].type.element_type)
     ufunc = _COMPARE_UFUNCS[direction]
-    definition = scalar.scalar_of(op, [e.compute, e.compute], np.bool_, ctx.denormals == "flush")
+    definition = scalar.scalar_of(op, [e.compute, e.compute], np.bool_, ctx.flush)
     if ctype == "TOTALORDER" and definition is not None and not e.widened:  # (f32, f64: the compiled paths')
         return binary_kernel(scalar.ufunc(definition, [e.compute, e.compute], np.bool_), op)
     if ctype == "TOTALORDER":
@@ -1081,7 +1081,7 @@ def _select(op, ctx):
     if not isinstance(op.operands[1].type, TensorType):  # tuples: a scalar predicate picks one
         return lambda p, t, f: t if bool(p) else f
     dtype = ctx.dtype(op.results[0].type)
-    definition = scalar.scalar_of(op, [np.bool_, dtype, dtype], dtype, ctx.denormals == "flush")
+    definition = scalar.scalar_of(op, [np.bool_, dtype, dtype], dtype, ctx.flush)
     if definition is not None and definition.name == "select_flush":  # a float max/min pattern (its definition)
         return _quiet(scalar.ufunc(definition, [np.bool_, dtype, dtype], dtype))
     return np.where
@@ -1090,7 +1090,7 @@ def _select(op, ctx):
 @register(ew.ClampOp)
 def _clamp(op, ctx):
     e = elem_of(op.operands[1].type)
-    lo_max, hi_min = (float_extrema(e.compute, ctx.denormals == "flush") if e.kind == "float"
+    lo_max, hi_min = (float_extrema(e.compute, ctx.flush) if e.kind == "float"
                       else (np.maximum, np.minimum))
 
     def clamp(lo, x, hi):
