@@ -592,12 +592,12 @@ class _LoopWriter:
             return
         flat = self.fresh("x")
         self.emit(indent, f"{flat} = {_flat(out, shape)}")
-        vectors = self.fresh("x")
-        if plan.starts:
+        vectors = None  # (a scalar index is read as it is: no per-call array)
+        if plan.starts and ishape:
             ivd = plan.index_vector_dim
             moved = [d for d in range(len(ishape)) if d != ivd] + ([ivd] if ivd < len(ishape) else [])
-            self.emit(indent, f"{vectors} = {self.laid_out(indices, tuple(moved), (plan.count, len(plan.starts)), indent)}"
-                      if ishape else f"{vectors} = np.full((1, 1), {self.name(indices)})")
+            vectors = self.laid_out(indices, None if moved == list(range(len(ishape))) else tuple(moved),
+                                    (plan.count, len(plan.starts)), indent)
         perm = None if plan.perm == list(range(len(ushape))) else tuple(plan.perm)
         values = self.laid_out(update, perm, (plan.count, plan.width), indent) if ushape else None
         batch_lin, win_lin = self.fresh("k"), self.fresh("k")
@@ -610,7 +610,8 @@ class _LoopWriter:
         checks = []
         for k, high, stride in plan.starts:
             component = self.fresh("s")
-            self.emit(inner, f"{component} = np.int64({vectors}[{c}, {k}])")
+            self.emit(inner, f"{component} = np.int64({vectors}[{c}, {k}])" if vectors is not None
+                      else f"{component} = np.int64({self.name(indices)})")
             checks.append(f"0 <= {component} <= {high}")
             self.emit(inner, f"{start} += {component} * {stride}")
         if checks:
