@@ -1661,18 +1661,26 @@ class CompiledLoop:
         self.constants = list(constants.values())
         self._fn = _load(source)
 
-    def compile_for(self, ranks: list[int]) -> None:
-        """Compile now (not at the first call) for a state of these ranks."""
+    def compile_for(self, ranks: list[int], cached_only: bool = False) -> bool:
+        """Compile now (not at the first call) for a state of these ranks; with ``cached_only``, only when that
+        is a load of machine code compiled before (:func:`lowering.numba_cache.has_machine_code`). Whether
+        the loop is compiled."""
         from numba import from_dtype, typeof, types
+
+        from .numba_cache import has_machine_code
 
         def numba_type(dtype: np.dtype, rank: int):
             return types.Array(from_dtype(dtype), max(rank, 1), "C") if rank or _boxed(dtype, ()) \
                 else from_dtype(dtype)
 
         signature = [typeof(c) for c in self.constants] + [numba_type(dt, r) for dt, r in zip(self.dtypes, ranks)]
-        self._fn.compile(tuple([*signature, types.int64]))
+        signature = tuple([*signature, types.int64])
+        if cached_only and not has_machine_code(self._fn, signature):
+            return False
+        self._fn.compile(signature)
         self._is_array = [bool(r) for r in ranks]
         self._is_boxed = [not r and _boxed(dt, ()) for dt, r in zip(self.dtypes, ranks)]
+        return True
 
     def __call__(self, state):
         # (Per-call work kept small: a scan of 64 small steps spends ~20 us in the loop itself.)
@@ -1718,8 +1726,10 @@ def _load(source: str, function: str = "loop"):
 
 
 def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
-                 flush: bool = True, single_thread_blas: bool = False) -> CompiledLoop | None:
-    """The compiled loop of ``op``, or None when it uses something this module does not compile."""
+                 flush: bool = True, single_thread_blas: bool = False,
+                 cached_only: bool = False) -> CompiledLoop | None:
+    """The compiled loop of ``op``, or None when it uses something this module does not compile (or, with
+    ``cached_only``, when its machine code is not in numba's cache yet)."""
     try:
         source, constants = loop_source(op, functions, dtype_of, flush, single_thread_blas)
     except _Ineligible:
@@ -1728,7 +1738,6 @@ def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Cal
     ranks = [len(v.type.get_shape()) for v in op.operands]
     try:
         loop = CompiledLoop(source, constants, dtypes)
-        loop.compile_for(ranks)
-        return loop
+        return loop if loop.compile_for(ranks, cached_only) else None
     except Exception:  # noqa: BLE001 - numba rejected the generated code: keep the interpreted loop
         return None

@@ -266,20 +266,30 @@ class CompiledSegment:
         self.kernel = None
         self.readonly: list[bool] = []
 
-    def _compile(self, readonly: list[bool]) -> None:
+    def _signature(self, readonly: list[bool]) -> tuple:
         from numba import from_dtype, typeof, types
 
+        signature = [typeof(c) for c in self.constants]
+        for (dt, is_array, boxed), ro, rank in zip(self.inputs, readonly, self._ranks):
+            if is_array:
+                signature.append(types.Array(from_dtype(dt), rank, "C", readonly=ro))
+            elif boxed:
+                signature.append(types.Array(from_dtype(dt), 1, "C"))
+            else:
+                signature.append(from_dtype(dt))
+        return tuple(signature)
+
+    def _compile(self, readonly: list[bool], cached_only: bool = False) -> None:
+        """Compile for arguments with these read-only flags; with ``cached_only``, only when that is a load of
+        machine code an earlier process compiled (:func:`lowering.numba_cache.has_machine_code`)."""
+        from .numba_cache import has_machine_code
+
         try:
-            signature = [typeof(c) for c in self.constants]
-            for (dt, is_array, boxed), ro, rank in zip(self.inputs, readonly, self._ranks):
-                if is_array:
-                    signature.append(types.Array(from_dtype(dt), rank, "C", readonly=ro))
-                elif boxed:
-                    signature.append(types.Array(from_dtype(dt), 1, "C"))
-                else:
-                    signature.append(from_dtype(dt))
+            signature = self._signature(readonly)
             fn = _load(self.source, "segment")
-            fn.compile(tuple(signature))
+            if cached_only and not has_machine_code(fn, signature):
+                return
+            fn.compile(signature)
             self.readonly = readonly
             self.kernel = fn
         except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
@@ -289,10 +299,13 @@ class CompiledSegment:
         if self.kernel is None:
             if not self.started and self.mode != "never":
                 self.calls += 1
-                if self.mode == "always" or self.calls > AUTO_CALLS:
+                readonly = [is_array and not np.asarray(x).flags.writeable
+                            for x, (_, is_array, _) in zip(inputs, self.inputs)]
+                if self.mode == "auto" and self.calls == 1:  # compiled by an earlier process: load it now
+                    self._compile(readonly, cached_only=True)
+                    self.started = self.kernel is not None
+                if self.kernel is None and (self.mode == "always" or self.calls > AUTO_CALLS):
                     self.started = True
-                    readonly = [is_array and not np.asarray(x).flags.writeable
-                                for x, (_, is_array, _) in zip(inputs, self.inputs)]
                     if self.mode == "always":
                         try:
                             self._compile(readonly)

@@ -506,14 +506,22 @@ class FusedGroup:
             self.tried = self.started = True
 
     def _compile(self, readonly: list[bool]):
+        """Compile the group's kernel for arrays with these read-only flags (:meth:`_compile_kernel`)."""
+        self._compile_kernel(readonly)
+
+    def _compile_kernel(self, readonly: list[bool], cached_only: bool = False):
         """Compile the group's kernel for arrays with these read-only flags (those of the call that asked:
         they are stable per input -- constants are read-only, computed values not -- and a numba function
-        compiled for a writable array is compiled again, at a call, for a read-only one)."""
+        compiled for a writable array is compiled again, at a call, for a read-only one). With
+        ``cached_only``, only when that is a load of machine code an earlier process compiled
+        (:func:`lowering.numba_cache.has_machine_code`); otherwise nothing is tried yet."""
         with self._lock:
             if self.tried:
                 return
             try:
                 from numba import from_dtype, typeof, types
+
+                from .numba_cache import has_machine_code
 
                 signature = [typeof(c) for c in self.constants]
                 signature += [types.Array(from_dtype(dt), rank, "C", readonly=ro)
@@ -522,20 +530,25 @@ class FusedGroup:
                               if array]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt, _ in self.packs]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
-                self.pieces = self._cut()
+                pieces = self._cut()
+                if len(pieces) > 1 and numba_threads_available():
+                    fn, full = _load(self.source, "fused_pieces"), (*signature, types.Array(types.int64, 2, "C"))
+                else:
+                    fn, full = _load(self.source, "fused"), (*signature, types.int64, types.int64)
+                if cached_only and not has_machine_code(fn, full):
+                    return
+                self.pieces = pieces
                 self.signature = tuple(signature)
                 self.readonly = readonly
-                if len(self.pieces) > 1 and numba_threads_available():
-                    fn = _load(self.source, "fused_pieces")
-                    fn.compile((*signature, types.Array(types.int64, 2, "C")))
+                fn.compile(full)
+                if len(pieces) > 1 and numba_threads_available():
                     self.bounds = np.array(self.pieces, np.int64)
                 else:
-                    fn = self._serial_kernel()
+                    self._serial = fn
                 self.kernel = fn
             except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
                 self.kernel = None
-            finally:
-                self.tried = True
+            self.tried = True
 
     def _serial_kernel(self):
         """The kernel ``fused`` (one piece per call), compiled for this group's arguments (once)."""
@@ -560,10 +573,14 @@ class FusedGroup:
         if self.kernel is None and not self.started:
             self.calls += 1
             self.elements += int(np.prod(self.shape))
-            if self.mode == "always" or self.calls > AUTO_CALLS or self.elements > AUTO_ELEMENTS:
+            readonly = [is_array and not np.asarray(x).flags.writeable
+                        for x, is_array in zip(inputs, self.input_is_array)]
+            if self.mode == "auto" and self.calls == 1:  # compiled by an earlier process: load it now
+                self._compile_kernel(readonly, cached_only=True)
+                self.started = self.tried
+            if not self.started and (self.mode == "always" or self.calls > AUTO_CALLS
+                                     or self.elements > AUTO_ELEMENTS):
                 self.started = True
-                readonly = [is_array and not np.asarray(x).flags.writeable
-                            for x, is_array in zip(inputs, self.input_is_array)]
                 if self.mode == "always":
                     try:
                         self._compile(readonly)

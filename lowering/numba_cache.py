@@ -86,3 +86,23 @@ def install() -> None:
         return data
 
     caching.Cache._load_overload = load_overload
+
+
+def has_machine_code(dispatcher, signature: tuple) -> bool:
+    """Whether ``dispatcher`` (a ``cache=True`` numba function) has machine code for the argument types
+    ``signature`` already: compiled in this process or saved in numba's on-disk cache by an earlier one, so
+    that ``dispatcher.compile(signature)`` is a load (milliseconds), not a compilation (seconds). False when it
+    cannot be told (no cache, another numba's layout).
+
+    ``loop_compilation="auto"`` asks this at a compiled path's first call: a program run before in another
+    process then runs its machine code from the first call, instead of interpreting until a background
+    compilation that only loads it."""
+    signature = tuple(signature)
+    try:
+        if signature in dispatcher.overloads:
+            return True
+        cache = dispatcher._cache
+        key = cache._index_key(signature, dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001 - numba internals of another release, or no cache: not known
+        return False

@@ -10,7 +10,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops, fusion
+from lowering import compiled_loops, fusion, numba_cache
 from xla_dialect.errors import XlaError
 
 F32, F64 = np.float32, np.float64
@@ -133,6 +133,7 @@ def test_groups_around_other_ops():
 
 def test_auto_mode_compiles_after_enough_calls(monkeypatch):
     monkeypatch.setattr(fusion, "AUTO_CALLS", 2)
+    monkeypatch.setattr(numba_cache, "has_machine_code", lambda fn, signature: False)  # (never compiled before)
     monkeypatch.delenv("XLA_DIALECT_FUSION", raising=False)
     x = _mixed(F32)
     module = import_jax(lambda v: jnp.sin(v) * F32(2) + v, x)
@@ -152,6 +153,7 @@ def test_auto_mode_compiles_after_enough_calls(monkeypatch):
 def test_a_first_call_does_not_wait_for_numba(monkeypatch):
     # In "auto" mode a group is compiled on a background thread: the call that asks for it runs interpreted.
     monkeypatch.setattr(fusion, "AUTO_CALLS", 0)
+    monkeypatch.setattr(numba_cache, "has_machine_code", lambda fn, signature: False)  # (never compiled before)
     x = _mixed(F32)
     exe = lowering.compile(import_jax(lambda v: jnp.cos(v) * F32(3) - v, x))
     runner = next(v for v in exe._fn.__globals__.values() if isinstance(v, fusion.FusedGroup))

@@ -119,3 +119,76 @@ def test_install_is_idempotent_and_patches_numba():
     numba_cache.install()
     assert caching.IndexDataCacheFile.save is save
     assert save.__wrapped__ is not save
+
+
+PROGRAM = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import jax, jax.numpy as jnp
+    from jax import lax
+    import interop, lowering
+
+    def f(x, y):
+        big = jnp.sin(x) * np.float32(2.5) + x                # a fused group (65,536 elements)
+        def body(i, c):                                        # a while loop
+            return c * np.float32(0.5) + jnp.cos(c) * np.float32(0.25)
+        looped = lax.fori_loop(0, 3, body, x)                  # (a large state: a loop of its own)
+        return big, looped, jnp.tanh(y) * np.float32(3.0) + y  # straight-line small ops: a segment
+
+    x = np.linspace(-3, 3, 1 << 16, dtype=np.float32)
+    y = np.linspace(-1, 1, 8, dtype=np.float32)
+    mode = sys.argv[1]
+    exe = lowering.compile(interop.import_jax(f, x, y), loop_compilation=mode, fusion=mode)
+    out = exe(x, y)
+    dispatchers = [v for name, m in list(sys.modules.items()) if name.startswith("xla_dialect_")
+                   for v in vars(m).values() if hasattr(v, "_cache_hits") and v.py_func.__module__ == name]
+    print(json.dumps({"bits": [np.asarray(o).tobytes().hex() for o in out],
+                      "loaded": sum(sum(d._cache_hits.values()) for d in dispatchers),
+                      "compiled": sum(sum(d._cache_misses.values()) for d in dispatchers)}))
+    """
+)
+
+
+def test_a_program_compiled_before_runs_its_machine_code_from_the_first_call(tmp_path):
+    # loop_compilation="auto" interprets a program's loops, segments and fused groups until they are compiled
+    # in the background (after 20 calls or enough iterations). A program an earlier process compiled has its
+    # machine code in numba's cache: a new process loads it at the first call (numba_cache.has_machine_code)
+    # instead of interpreting until a background compilation that only loads it.
+    import json
+
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    env = {**os.environ, "XLA_DIALECT_CACHE": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                          os.environ.get("PYTHONPATH", "")])}
+
+    def run(mode: str) -> dict:
+        done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = run("always")  # compiles and caches everything
+    assert first["compiled"] >= 3 and first["loaded"] == 0, first
+    second = run("auto")   # a new process: loads, compiles nothing, the same bits
+    assert second["compiled"] == 0 and second["loaded"] == first["compiled"], second
+    assert second["bits"] == first["bits"]
+
+
+def test_a_ufunc_of_a_scalar_definition_is_built_at_its_first_call():
+    # numba takes ~0.1 s to build each ufunc even from its cache, and kernels are made for every op of a program,
+    # also those that only run inside compiled code: building at kernel construction cost a new process 0.4 s
+    # of lowering.compile for an ODE solve that never called them.
+    import numpy as np
+
+    from lowering.kernels import scalar
+
+    f64 = np.dtype(np.float64)
+    lazy = scalar.LazyUfunc((scalar.Scalar("subtract"), (f64, f64), f64))
+    assert lazy._ufunc is None and lazy.__name__ == "subtract"
+    x = np.array([1.5, -0.0, np.inf])
+    np.testing.assert_array_equal(lazy(x, x), x - x)
+    assert lazy._ufunc is not None and lazy.nin == 2  # (the ufunc's attributes once built)
+    assert scalar.ufunc(scalar.Scalar("subtract"), [f64, f64], f64) is scalar.ufunc(
+        scalar.Scalar("subtract"), [f64, f64], f64)

@@ -179,7 +179,22 @@ def _while(op, ctx):
     seconds = compiled_loops.AUTO_SECONDS
     done["seconds"] = 0.0
 
+    def load_cached():
+        # (first call, "auto": a loop an earlier process compiled is a load from numba's cache -- run it now)
+        done["probed"] = True
+        try:
+            loop = compiled_loops.compile_loop(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1,
+                                               cached_only=True)
+        except Exception:  # noqa: BLE001 - (as compile_now: anything else keeps the loop interpreted for now)
+            loop = None
+        if loop is not None:
+            done["loop"], done["started"] = loop, True
+
+    done["probed"] = mode == "always"
+
     def while_kernel(cond, body, *state):
+        if not done["probed"]:
+            load_cached()
         if not done["started"] and (done["iterations"] >= threshold or done["seconds"] >= seconds):
             start()
         if done["loop"] is not None:

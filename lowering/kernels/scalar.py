@@ -1046,13 +1046,50 @@ EXPORTS = tuple(name for name, value in list(globals().items())
 # Definitions as NumPy ufuncs (the interpreter's kernels)
 # ----------------------------------------------------------------------------
 
-_UFUNCS: dict[tuple, np.ufunc] = {}
+_UFUNCS: dict[tuple, "LazyUfunc"] = {}
 _LOCK = threading.Lock()
+_BUILD_LOCK = threading.RLock()  # (apart from _LOCK: a build waits for numba on another thread)
 
 
-def ufunc(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
+class LazyUfunc:
+    """A scalar definition as a NumPy ufunc, built by numba on its first call (:func:`_vectorize`: about 0.1 s
+    each even when numba's cache has its machine code). Kernels are made for every op a program holds, also
+    for ops that only ever run inside compiled loops and segments (their interpreted form is the fallback until
+    the machine code is ready, and the reference path); building their ufuncs when the kernel is made cost a
+    new process 0.4 s of ``lowering.compile`` for an ODE solve whose calls never use them."""
+
+    __slots__ = ("_key", "_ufunc", "__name__")
+
+    def __init__(self, key: tuple):
+        self._key = key
+        self._ufunc = None
+        self.__name__ = key[0].name
+
+    def built(self) -> np.ufunc:
+        """The ufunc (built now if this is the first use)."""
+        fn = self._ufunc
+        if fn is None:
+            with _BUILD_LOCK:
+                fn = self._ufunc
+                if fn is None:
+                    fn = self._ufunc = _vectorize(*self._key)
+        return fn
+
+    def __call__(self, *args, **kwargs):
+        return self.built()(*args, **kwargs)
+
+    def __getattr__(self, name: str):  # (ufunc attributes: reduce, types, ...; never the wrapper's dunders)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.built(), name)
+
+    def __repr__(self) -> str:
+        return f"LazyUfunc({self._key[0].name!r}, {[d.name for d in self._key[1]]} -> {self._key[2].name})"
+
+
+def ufunc(scalar: Scalar, operand_dtypes, result_dtype) -> LazyUfunc:
     """``scalar`` as a NumPy ufunc over arrays of ``operand_dtypes`` giving ``result_dtype`` (compiled on
-    first use, cached on disk by numba): the interpreter computes with the definition the compiled paths
+    first call, cached on disk by numba): the interpreter computes with the definition the compiled paths
     call. The constant arguments are bound."""
     key = (scalar, tuple(np.dtype(d) for d in operand_dtypes), np.dtype(result_dtype))
     fn = _UFUNCS.get(key)
@@ -1060,7 +1097,7 @@ def ufunc(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
         with _LOCK:
             fn = _UFUNCS.get(key)
             if fn is None:
-                fn = _UFUNCS[key] = _vectorize(scalar, *key[1:])
+                fn = _UFUNCS[key] = LazyUfunc(key)
     return fn
 
 

@@ -1,0 +1,138 @@
+"""Compile time and cache behaviour, in new processes (issue 28's targets), against jax.jit's.
+
+    python benchmarks/bench_compile_time.py [--only TEXT] [--budget SECONDS]
+
+For each program of ``benchmarks/real_programs.py`` and the diffrax Tsit5 solve of
+``benchmarks/library_programs.py`` (when diffrax is installed; a program of several thousand ops with loops),
+three new processes each import the program (``interop.import_jax``) and time, from ``lowering.compile`` on:
+
+* **cold**: empty caches (a fresh ``XLA_DIALECT_CACHE`` and ``NUMBA_CACHE_DIR``): ``lowering.compile``, the first
+  call, and when the calls reach their steady speed (every background compilation of ``loop_compilation="auto"``
+  done, then the median of 20 calls: ``steady from``);
+* **warm**: the same in another process with the caches the cold one left (a user's second run of a script);
+* **jax.jit**: ``jax.jit(f)``'s first call (trace, compile, run) in a new process without, then with, jax's
+  persistent compilation cache (``jax_compilation_cache_dir``, every compilation cached).
+
+Issue 28's goals: first-call compile of a 500-op program with loops <= 2 s; a new process loads it from the cache
+in <= 50 ms. Not run in CI (timings depend on the machine); README.md and docs/performance.md quote the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _workloads() -> list:
+    from real_programs import REAL_PROGRAMS
+
+    makers = list(REAL_PROGRAMS)
+    try:
+        import diffrax  # noqa: F401
+
+        from library_programs import diffrax_tsit5_lotka_volterra
+        makers.append(diffrax_tsit5_lotka_volterra)
+    except ImportError:  # (the 'bench' extra is not installed: the real programs alone)
+        pass
+    return makers
+
+
+def _child(name: str, mode: str, budget: float) -> dict:
+    """Run in a new process: import program ``name`` and time it as ``mode`` says (cold/warm: the executor;
+    jax/jax-cache: jax.jit)."""
+    import numpy as np
+
+    workload = next(m() for m in _workloads() if m().name == name)
+    import jax
+
+    if mode == "jax-cache":
+        jax.config.update("jax_compilation_cache_dir", os.environ["BENCH_JAX_CACHE"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if mode.startswith("jax"):
+        start = time.perf_counter()
+        jax.block_until_ready(jax.jit(workload.fn)(*workload.args))
+        return {"first_call_s": time.perf_counter() - start}
+
+    import interop
+    import lowering
+    from lowering.compiled_loops import _BACKGROUND
+
+    module = interop.import_jax(jax.jit(workload.fn), *workload.args)
+    ops = sum(1 for op in module.walk() if op.name.startswith("hlo"))
+    start = time.perf_counter()
+    exe = lowering.compile(module)
+    compiled = time.perf_counter()
+    exe(*workload.args)
+    first = time.perf_counter()
+    calls: list[tuple[float, float]] = []
+    quiet = 0
+    while time.perf_counter() - start < budget:
+        t = time.perf_counter()
+        exe(*workload.args)
+        calls.append((t - start, time.perf_counter() - t))
+        quiet = 0 if any(thread.is_alive() for thread in _BACKGROUND) else quiet + 1
+        if quiet >= 20 and len(calls) >= 40:
+            break
+    steady = float(np.median([d for _, d in calls[-20:]]))
+    steady_from = next(t for t, d in calls if d <= 1.5 * steady)
+    return {"ops": ops, "compile_s": compiled - start, "first_call_s": first - compiled,
+            "steady_from_s": steady_from, "steady_ms": steady * 1e3, "budget_hit": quiet < 20}
+
+
+def _run_child(name: str, mode: str, budget: float, env: dict) -> dict:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, mode, str(budget)],
+                         env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{name} ({mode}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
+    """Every program timed cold, warm and under jax.jit, each in its own process, as a Markdown table."""
+    rows = ["| program | HLO ops | cold: compile / first call / steady from (s) | warm: compile / first call / "
+            "steady from (s) | steady call (ms) | jax.jit first call: no cache / its cache (s) |",
+            "|---|---|---|---|---|---|"]
+    for maker in _workloads():
+        name = maker().name
+        if only and only not in name:
+            continue
+        with tempfile.TemporaryDirectory() as caches:
+            env = {"XLA_DIALECT_CACHE": os.path.join(caches, "xla"), "NUMBA_CACHE_DIR": os.path.join(caches, "numba"),
+                   "BENCH_JAX_CACHE": os.path.join(caches, "jax")}
+            cold = _run_child(name, "cold", budget, env)
+            warm = _run_child(name, "warm", budget, env)
+            jax_cold = _run_child(name, "jax", budget, env)
+            _run_child(name, "jax-cache", budget, env)  # (fills jax's cache)
+            jax_warm = _run_child(name, "jax-cache", budget, env)
+        hit = " (budget hit)" if cold["budget_hit"] else ""
+        rows.append(f"| {name} | {cold['ops']} | {cold['compile_s']:.2f} / {cold['first_call_s']:.2f} / "
+                    f"{cold['steady_from_s']:.1f}{hit} | {warm['compile_s']:.3f} / {warm['first_call_s']:.3f} / "
+                    f"{warm['steady_from_s']:.2f} | {warm['steady_ms']:.3f} | {jax_cold['first_call_s']:.2f} / "
+                    f"{jax_warm['first_call_s']:.2f} |")
+        print(rows[-1], file=sys.stderr, flush=True)
+    rows.append("\nTimes from `lowering.compile` in a new process (imports and `interop.import_jax` not counted; "
+                "jax.jit's first call includes its trace). 'steady from': when calls reach their steady speed, "
+                "all background compilations done.")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, HERE)
+    if "--child" in sys.argv:
+        i = sys.argv.index("--child")
+        print(json.dumps(_child(sys.argv[i + 1], sys.argv[i + 2], float(sys.argv[i + 3]))))
+    else:
+        only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+        budget = float(sys.argv[sys.argv.index("--budget") + 1]) if "--budget" in sys.argv else 300.0
+        print(compile_time_table(only, budget))
