@@ -385,6 +385,39 @@ builtin.module {
 """
 
 
+def test_conditional_text_reads_both_region_spellings_and_prints_one():
+    """hlo.conditional's branches side by side (``} {``, xDSL <= 0.74's declarative syntax) or comma-separated
+    (``}, {``, MLIR's and xDSL 0.75's) read as the same op, printed side by side whatever the xDSL release."""
+    text = """
+builtin.module {
+  func.func @main(%i: tensor<i32>, %x: tensor<2xf32>) -> tensor<2xf32> {
+    %r = hlo.conditional %i, %x, %x, %x {note = "n"} : (tensor<i32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>)
+        -> tensor<2xf32> {
+    ^bb0(%a: tensor<2xf32>):
+      hlo.return %a : tensor<2xf32>
+    } {
+    ^bb0(%b: tensor<2xf32>):
+      %n = hlo.negate %b : (tensor<2xf32>) -> tensor<2xf32>
+      hlo.return %n : tensor<2xf32>
+    } {
+    ^bb0(%c: tensor<2xf32>):
+      hlo.return %c : tensor<2xf32>
+    }
+    func.return %r : tensor<2xf32>
+  }
+}
+"""
+    spaced = parse_module(text)
+    commas = parse_module(text.replace("} {", "}, {"))
+    assert str(spaced) == str(commas) == str(parse_module(str(spaced)))
+    assert str(spaced).count("} {") == 2 and "}, {" not in str(spaced)
+    (op,) = [op for op in spaced.walk() if op.name == "hlo.conditional"]
+    assert len(op.regions) == 3 and op.attributes["note"].data == "n"
+    for module in (spaced, commas):
+        np.testing.assert_array_equal(execute(module, np.int32(1), np.ones(2, np.float32))[0], [-1, -1])
+        np.testing.assert_array_equal(execute(module, np.int32(7), np.ones(2, np.float32))[0], [1, 1])
+
+
 def test_verifier_on_while_and_conditional_text():
     module = parse_module(WHILE_TEXT)
     assert execute(module, np.int32(4)) == (4,)

@@ -37,6 +37,8 @@ from xdsl.irdl import (
     var_region_def,
     var_result_def,
 )
+from xdsl.parser import Parser
+from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect, SymbolTable
 
 from ..errors import HloVerifyError, op_context
@@ -309,8 +311,43 @@ class ConditionalOp(HloOp):
     results_ = var_result_def()
     branches = var_region_def("single_block")
 
-    assembly_format = ("$selector `,` $branch_operands attr-dict `:` functional-type(operands, $results_) "
-                       "$branches")
+    # The custom syntax, ``%sel, %a, %b attr-dict : (types) -> results {branch 0} {branch 1}``, is written out
+    # below rather than as an ``assembly_format``: xDSL's declarative ``$branches`` reads regions side by side up
+    # to 0.74 and as a comma-separated list from 0.75 (MLIR's spelling), so neither release read the other's
+    # text. These read both spellings and print the side-by-side one, whatever the xDSL release.
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConditionalOp:
+        start = parser.pos
+        selector = parser.parse_unresolved_operand()
+        branch_operands = []
+        if parser.parse_optional_punctuation(","):
+            branch_operands = parser.parse_comma_separated_list(parser.Delimiter.NONE,
+                                                                parser.parse_unresolved_operand)
+        attributes = parser.parse_optional_attr_dict()
+        properties = {name: attributes.pop(name) for name in list(attributes)
+                      if name in cls.get_irdl_definition().properties}  # (HloOp's ParsePropInAttrDict)
+        parser.parse_punctuation(":")
+        function_type = parser.parse_function_type()
+        operands = parser.resolve_operands([selector, *branch_operands], function_type.inputs.data, start)
+        regions: list[Region] = []
+        region = parser.parse_optional_region()
+        while region is not None:
+            regions.append(region)
+            region = parser.parse_region() if parser.parse_optional_punctuation(",") else \
+                parser.parse_optional_region()
+        return cls.build(operands=[operands[0], operands[1:]], result_types=[function_type.outputs.data],
+                         attributes=attributes, properties=properties, regions=[regions])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.operands, printer.print_operand)
+        printer.print_op_attributes(self.attributes | self.properties)
+        printer.print_string(" : ")
+        printer.print_function_type(self.operand_types, self.result_types)
+        for region in self.regions:
+            printer.print_string(" ")
+            printer.print_region(region)
 
     @classmethod
     def infer(cls, operand_types, props, regions, result_types):
