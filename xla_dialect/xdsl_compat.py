@@ -272,7 +272,7 @@ def irdl_custom_verifiers(cls: type[Operation]) -> tuple | None:
 
 # --- resuming xDSL's parser after text scanned by hand -----------------------------------------------------
 
-TESTED_XDSL = ">=0.74,<0.75"
+TESTED_XDSL = ">=0.74,<0.76"
 """The xDSL versions this dialect was tested with (kept equal to pyproject.toml's pin)."""
 
 
