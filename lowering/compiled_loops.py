@@ -52,7 +52,21 @@ from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import UnsupportedError, XlaError
+from xla_dialect.internal import FusedMultiplyAddOp
 from xla_dialect.ops.base import ints
+from xla_dialect.ops.constants import ConstantOp, IotaOp
+from xla_dialect.ops.control_flow import CallOp, ConditionalOp, ReturnOp, TupleOp, WhileOp
+from xla_dialect.ops.conversion import BitcastConvertOp
+from xla_dialect.ops.data_movement import (BroadcastInDimOp, ConcatenateOp, PadOp, ReshapeOp, ReverseOp, SliceOp,
+                                           TransposeOp)
+from xla_dialect.ops.effects import CustomCallOp
+from xla_dialect.ops.elementwise import (AddOp, AndOp, CompareOp, MaxOp, MinOp, MulOp, NegOp, OrOp, SelectOp,
+                                         XorOp)
+from xla_dialect.ops.indexing import DynamicSliceOp, DynamicUpdateSliceOp, GatherOp, ScatterOp
+from xla_dialect.ops.linalg import DotGeneralOp, DotOp
+from xla_dialect.ops.reduction import ReduceOp
+from xla_dialect.ops.sorting import SortOp
+from xla_dialect.ops.windowed import ReduceWindowOp
 
 from .generated_modules import cache_directory, import_generated, runtime_digest
 from .interrupt import CHUNK, POLL_MASK, check
@@ -80,6 +94,40 @@ class _Ineligible(Exception):
     """The loop uses something this module does not compile (the message says what)."""
 
 
+def compiles(*op_classes: type[Operation]) -> Callable:
+    """Decorator: the writer method (``method(self, op, out, dtype, shape, indent)``, writing the code of one
+    single-result op) is the compiled form of ``op_classes``. :class:`_LoopWriter` and each of its subclasses
+    collect their methods' classes in ``COMPILED_FORMS`` (see :func:`compiled_forms`)."""
+
+    def mark(method: Callable) -> Callable:
+        method.compiled_forms = op_classes
+        return method
+
+    return mark
+
+
+def compiled_forms(writer: type) -> dict[type[Operation], Callable]:
+    """Op class -> the method of ``writer`` (a :class:`_LoopWriter` class) marked with :func:`compiles` for it,
+    the most derived class's winning. A class registered twice in one writer class, or a marked method
+    redefined in a subclass without the mark, is an error (the redefinition would not be called)."""
+    forms: dict[type[Operation], Callable] = {}
+    for klass in reversed(writer.__mro__):
+        own: dict[type[Operation], Callable] = {}
+        for name, member in vars(klass).items():
+            for op_class in getattr(member, "compiled_forms", ()):
+                if op_class in own:
+                    raise TypeError(f"{klass.__name__}: {op_class.__name__} has two compiled forms, "
+                                    f"{own[op_class].__name__} and {name}")
+                own[op_class] = member
+        for op_class, method in forms.items():
+            redefined = vars(klass).get(method.__name__)
+            if redefined is not None and redefined is not method and not hasattr(redefined, "compiled_forms"):
+                raise TypeError(f"{klass.__name__}.{method.__name__} redefines the compiled form of "
+                                f"{op_class.__name__} without @compiles")
+        forms.update(own)
+    return forms
+
+
 def resolve_loop_compilation(mode: str | None) -> str:
     """Validate ``lowering.compile``'s ``loop_compilation`` option (None: ``$XLA_DIALECT_LOOP_COMPILATION``,
     else "auto")."""
@@ -103,7 +151,7 @@ _NUMBA_TYPE_NAMES = {np.dtype(t): f"np.{np.dtype(t).name}" for t in
 GATHER_MAX_ELEMENTS = 1 << 16
 """Gathers with at most this many output elements compile (their per-element offsets are loop constants)."""
 
-_REDUCE_BODIES = {"hlo.add", "hlo.multiply", "hlo.maximum", "hlo.minimum", "hlo.and", "hlo.or", "hlo.xor"}
+_REDUCE_BODIES = (AddOp, MulOp, MaxOp, MinOp, AndOp, OrOp, XorOp)
 
 
 def _rank(value: SSAValue) -> int:
@@ -117,21 +165,20 @@ def _only_read(value: SSAValue) -> bool:
     writes or calls with it, directly or through reshapes (which are views in numba)."""
     for use in value.uses:
         op = use.operation
-        if op.name == "hlo.reshape":
+        if isinstance(op, ReshapeOp):
             if _rank(op.results[0]) and not _only_read(op.results[0]):  # (a scalar is read out: a copy)
                 return False
-        elif op.name in ("hlo.return", "func.return", "hlo.call", "hlo.dynamic_update_slice", "hlo.dynamic_slice",
-                         "hlo.broadcast_in_dim") or op.regions:
+        elif isinstance(op, (ReturnOp, func.ReturnOp, CallOp, DynamicUpdateSliceOp, DynamicSliceOp,
+                             BroadcastInDimOp)) or op.regions:
             return False
     return True
 
 
 # Ops whose generated code may give a view of operand 0 (or the operand itself) as its result.
-_VIEW_OPS = {"hlo.reshape", "hlo.slice", "hlo.dynamic_slice", "hlo.transpose", "hlo.bitcast_convert",
-             "hlo.broadcast_in_dim"}
+_VIEW_OPS = (ReshapeOp, SliceOp, DynamicSliceOp, TransposeOp, BitcastConvertOp, BroadcastInDimOp)
 # Ops whose generated code only reads its array operands (copying what it keeps).
-_READING_OPS = {"hlo.dot_general", "hlo.dot", "hlo.reduce", "hlo.concatenate", "hlo.gather",
-                "hlo.custom_call"}  # (the custom calls compiled code makes: LAPACK on copies of its operands)
+_READING_OPS = (DotGeneralOp, DotOp, ReduceOp, ConcatenateOp, GatherOp,
+                CustomCallOp)  # (the custom calls compiled code makes: LAPACK on copies of its operands)
 
 
 def _iteration_local(value: SSAValue) -> bool:
@@ -144,13 +191,13 @@ def _iteration_local(value: SSAValue) -> bool:
 
     for use in value.uses:
         op = use.operation
-        if op.name in _VIEW_OPS and use.index == 0 and op.name != "hlo.broadcast_in_dim":
+        if isinstance(op, _VIEW_OPS) and use.index == 0 and not isinstance(op, BroadcastInDimOp):
             if not all(_iteration_local(r) for r in op.results):
                 return False
-        elif op.name in ("hlo.dynamic_update_slice", "hlo.scatter"):
+        elif isinstance(op, (DynamicUpdateSliceOp, ScatterOp)):
             if use.index == 0:
                 return False  # (its operand: written, or copied into the result)
-        elif not (op.name in _READING_OPS or fusible_op(op)):
+        elif not (isinstance(op, _READING_OPS) or fusible_op(op)):
             return False
     return True
 
@@ -169,6 +216,13 @@ def _view(array: str, shape) -> str:
 
 class _LoopWriter:
     """Writes the numba source of one while loop."""
+
+    COMPILED_FORMS: dict[type[Operation], Callable] = {}
+    """Op class -> the method writing its code (:func:`compiles`); filled for each writer class."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.COMPILED_FORMS = compiled_forms(cls)
 
     def __init__(self, functions: dict[str, func.FuncOp], dtype_of: Callable, flush: bool = True):
         self.functions = functions
@@ -245,7 +299,7 @@ class _LoopWriter:
         if self.parallel_gemm:
             self.gemm_pairs.update(gemm_pairs(block, self.gemm_shape, self.info))
         for op in block.ops:
-            if op.name in ("hlo.return", "func.return"):
+            if isinstance(op, (ReturnOp, func.ReturnOp)):
                 return [self.name(v) for v in op.operands]
             if op in groups:
                 self.fused_group(groups[op], indent)
@@ -289,26 +343,25 @@ class _LoopWriter:
                                        inner, indent, i))
 
     def op(self, op: Operation, indent: str) -> None:
-        if op.regions and op.name not in ("hlo.reduce", "hlo.while", "hlo.scatter", "hlo.conditional", "hlo.sort",
-                                          "hlo.reduce_window"):
+        if op.regions and not isinstance(op, (ReduceOp, WhileOp, ScatterOp, ConditionalOp, SortOp, ReduceWindowOp)):
             raise _Ineligible(f"{op.name} (an op with regions)")
-        if op.name == "hlo.call":
+        if isinstance(op, CallOp):
             return self.call(op, indent)
-        if op.name == "hlo.while":
+        if isinstance(op, WhileOp):
             return self.nested_while(op, indent)
-        if op.name == "hlo.conditional":
+        if isinstance(op, ConditionalOp):
             return self.conditional(op, indent)
-        if op.name == "hlo.tuple" and not op.operands:
+        if isinstance(op, TupleOp) and not op.operands:
             # (the empty operand of a conditional's branches, as jax writes lax.cond: see conditional)
             self.names[op.results[0]] = "None"
             return
-        if op.name == "hlo.reduce" and len(op.results) > 1:
+        if isinstance(op, ReduceOp) and len(op.results) > 1:
             return self.tree_reduce(op, indent)
-        if op.name == "hlo.sort":
+        if isinstance(op, SortOp):
             return self.sort(op, indent)
-        if op.name == "hlo.reduce_window":
+        if isinstance(op, ReduceWindowOp):
             return self.reduce_window(op, indent)
-        if op.name == "hlo.custom_call":
+        if isinstance(op, CustomCallOp):
             return self.custom_call(op, indent)
         if len(op.results) != 1:
             raise _Ineligible(f"{op.name} with {len(op.results)} results")
@@ -320,12 +373,12 @@ class _LoopWriter:
         out = self.fresh()
         self.names[result] = out
         definition = scalar_of(op, [self.info(v)[0] for v in op.operands], dtype, self.flush)
-        if definition is not None and not (op.name == "hlo.select" and shape and not self.info(op.operands[0])[1]):
+        if definition is not None and not (isinstance(op, SelectOp) and shape and not self.info(op.operands[0])[1]):
             return self.scalar_op(op, definition, out, dtype, shape, indent)
-        method = getattr(self, "op_" + op.name.removeprefix("hlo.").removeprefix("hlo_internal."), None)
-        if method is None:
+        form = self.COMPILED_FORMS.get(type(op))
+        if form is None:
             raise _Ineligible(op.name)
-        method(op, out, dtype, shape, indent)
+        form(self, op, out, dtype, shape, indent)
 
     def nested_while(self, op: Operation, indent: str) -> None:
         """A while loop inside the compiled loop (or segment), as a loop of its own in the same function. Every
@@ -395,7 +448,7 @@ class _LoopWriter:
             results = self.block(block, inner)
             for out, name, value in zip(outs, results, block.last_op.operands):
                 # (a constant is a read-only array: numba cannot join it with the other branches' arrays)
-                constant = isinstance(value.owner, Operation) and value.owner.name == "hlo.constant"
+                constant = isinstance(value.owner, ConstantOp)
                 copy = ".copy()" if constant and self.info(value)[1] else ""
                 self.emit(inner, f"{out} = {name}{copy}")
         for r, out in zip(op.results, outs):
@@ -438,6 +491,7 @@ class _LoopWriter:
     def typed(self, dtype: np.dtype, expression: str) -> str:
         return f"{_NUMBA_TYPE_NAMES[dtype]}({expression})"
 
+    @compiles(ConstantOp)
     def op_constant(self, op, out, dtype, shape, indent):
         self.bind_constant(np.asarray(op.value.array), op.results[0], out, self.lines, indent)
 
@@ -461,10 +515,10 @@ class _LoopWriter:
         """``op`` element by element through its one scalar definition (:mod:`lowering.kernels.scalar`): the
         generated code calls the definition and casts to the result's type; it computes nothing itself."""
         operands = list(op.operands)
-        if op.name == "hlo_internal.fma":
+        if isinstance(op, FusedMultiplyAddOp):
             # The NaN of the instruction is taken from the operands as they were before a negation that
             # LLVM folds into it (vfnmadd, vfmsub), as XLA's fused loops compute it.
-            raw = [v.owner.operands[0] if isinstance(v.owner, Operation) and v.owner.name == "hlo.negate" else v
+            raw = [v.owner.operands[0] if isinstance(v.owner, NegOp) else v
                    for v in operands]
             operands += raw if all(self.has_name(v) for v in raw) else list(op.operands)
         arguments = []
@@ -478,11 +532,13 @@ class _LoopWriter:
         self.elementwise(out, dtype, shape, operands, lambda *xs: self.typed(
             dtype, f"{definition.name}({', '.join([*xs, *arguments])})"), indent)
 
+    @compiles(SelectOp)
     def op_select(self, op, out, dtype, shape, indent):
         """A select by a scalar predicate of whole arrays (element-wise selects have a scalar definition)."""
         p, t, f = (self.name(v) for v in op.operands)
         self.emit(indent, f"{out} = {t} if {p} else {f}")
 
+    @compiles(BroadcastInDimOp)
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         source_shape = self.info(op.operands[0])[1]
         src = self.name(op.operands[0])
@@ -509,6 +565,7 @@ class _LoopWriter:
             self.emit(indent, f"{out} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
             self.emit(indent, f"{out}[...] = {view}.reshape({tuple(expanded)!r})")
 
+    @compiles(BitcastConvertOp)
     def op_bitcast_convert(self, op, out, dtype, shape, indent):
         """The same bits as another element type of the same width."""
         source = self.info(op.operands[0])[0]
@@ -521,6 +578,7 @@ class _LoopWriter:
         else:
             self.emit(indent, f"{out} = np.full(1, {src}, {_NUMBA_TYPE_NAMES[source]}).view({t})[0]")
 
+    @compiles(TransposeOp)
     def op_transpose(self, op, out, dtype, shape, indent):
         """Dimensions permuted, copied to a C-ordered array."""
         perm = tuple(ints(op.permutation))
@@ -530,6 +588,7 @@ class _LoopWriter:
         else:
             self.emit(indent, f"{out} = np.ascontiguousarray(np.transpose({src}, {perm!r}))")
 
+    @compiles(ReverseOp)
     def op_reverse(self, op, out, dtype, shape, indent):
         """``hlo.reverse``: a copy of the operand read with negative strides along the reversed dimensions."""
         dims = set(ints(op.dimensions))
@@ -538,6 +597,7 @@ class _LoopWriter:
         index = ", ".join("::-1" if d in dims else ":" for d in range(len(shape)))
         self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
 
+    @compiles(IotaOp)
     def op_iota(self, op, out, dtype, shape, indent):
         """Each element's index along ``iota_dimension``, converted to the element type."""
         if dtype == np.bool_ or not shape:
@@ -549,6 +609,7 @@ class _LoopWriter:
         self.emit(indent, f"{out} = np.empty({shape!r}, {t})")
         self.emit(indent, f"{out}[...] = np.arange({shape[dim]}).astype({t}).reshape({tuple(expanded)!r})")
 
+    @compiles(ReshapeOp)
     def op_reshape(self, op, out, dtype, shape, indent):
         source_shape = self.info(op.operands[0])[1]
         src = self.name(op.operands[0])
@@ -559,6 +620,7 @@ class _LoopWriter:
         else:
             self.emit(indent, f"{out} = c_view({src}, {shape!r})")
 
+    @compiles(ScatterOp)
     def op_scatter(self, op, out, dtype, shape, indent):
         """A scatter of one operand (``x.at[i].set(row)``, ``.at[idx].add(v)``, vmapped updates with batching
         dimensions), replacing elements or combining them through the update computation's scalar definition,
@@ -572,7 +634,7 @@ class _LoopWriter:
         operand, indices, update = op.operands
         (_, ishape), (_, ushape) = self.info(indices), self.info(update)
         block = op.regions[0].block
-        body = [o for o in block.ops if o.name != "hlo.return"]
+        body = [o for o in block.ops if not isinstance(o, ReturnOp)]
         returned = block.last_op.operands[0]
         if not body and returned is block.args[1]:
             combine = None
@@ -627,6 +689,7 @@ class _LoopWriter:
             self.emit(element, f"{t} = {value}")
             self.emit(element, f"{flat}[{at}] = {_NUMBA_TYPE_NAMES[dtype]}({combine.name}({flat}[{at}], {t}))")
 
+    @compiles(GatherOp)
     def op_gather(self, op, out, dtype, shape, indent):
         """A gather as the kernel defines it (:func:`lowering.kernels.indexing.gather_plan`): each output
         element reads the operand at its static offset plus its index vector's clamped starts times the
@@ -680,6 +743,7 @@ class _LoopWriter:
         self.emit(indent, f"for {e} in range({size}):")
         self.emit(indent + "    ", f"{flat}[{e}] = {src}[{static}[{e}] + {dynamic}[{batch_of}[{e}]]]")
 
+    @compiles(PadOp)
     def op_pad(self, op, out, dtype, shape, indent):
         """Edge and interior padding as the kernel pads (:func:`lowering.kernels.data_movement.pad_indices`: the
         result filled with the padding value, then the surviving operand elements assigned by strided slices)."""
@@ -703,6 +767,7 @@ class _LoopWriter:
         result_index, operand_index = indices
         self.emit(indent, f"{out}[{text(result_index)}] = {self.name(operand)}[{text(operand_index)}]")
 
+    @compiles(SliceOp)
     def op_slice(self, op, out, dtype, shape, indent):
         """A static (strided) slice, copied to a C-ordered array."""
         starts, limits, strides = (list(ints(op.properties[k])) for k in ("start_indices", "limit_indices", "strides"))
@@ -723,6 +788,7 @@ class _LoopWriter:
         index = ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(starts, limits, strides))
         self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
 
+    @compiles(ConcatenateOp)
     def op_concatenate(self, op, out, dtype, shape, indent):
         """Arrays joined along ``dimension``."""
         parts = [self.name(v) for v in op.operands]
@@ -747,6 +813,7 @@ class _LoopWriter:
             names.append(n)
         return names
 
+    @compiles(DynamicSliceOp)
     def op_dynamic_slice(self, op, out, dtype, shape, indent):
         operand_shape = self.info(op.operands[0])[1]
         if not operand_shape:
@@ -765,6 +832,7 @@ class _LoopWriter:
         copy = "" if contiguous and _only_read(op.results[0]) else ".copy()"
         self.emit(indent, f"{out} = {self.name(op.operands[0])}[{index}]{copy}")
 
+    @compiles(DynamicUpdateSliceOp)
     def op_dynamic_update_slice(self, op, out, dtype, shape, indent):
         operand, update, *starts = op.operands
         if not shape:
@@ -900,6 +968,7 @@ class _LoopWriter:
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
+    @compiles(DotGeneralOp, DotOp)
     def op_dot_general(self, op, out, dtype, shape, indent):
         """A float matrix product as the executor's dot kernel computes it: the same CBLAS gemm call NumPy's
         matmul makes (:func:`lowering.loop_runtime.cblas_gemm`), so the same bits. Only where that kernel
@@ -947,8 +1016,7 @@ class _LoopWriter:
                 self.emit(indent, f"cblas_gemm({const}, {a}, {b}, {c})")
         self.emit(indent, f"{out} = {_view(c, shape)}")
 
-    op_dot = op_dot_general
-
+    @compiles(ReduceOp)
     def op_reduce(self, op, out, dtype, shape, indent):
         """A reduce in the order of the interpreted kernel (:mod:`lowering.kernels.reduction`): bodies that are
         one ufunc as it folds them (whole arrays; or per output, see :meth:`partial_reduce`), any other body
@@ -956,8 +1024,8 @@ class _LoopWriter:
         from .kernels.reduction import binary_body_ufunc
 
         ufunc = binary_body_ufunc(op.body)
-        body_op = next(iter(op.body.block.ops)).name
-        if ufunc is None or body_op not in _REDUCE_BODIES:
+        body_op = next(iter(op.body.block.ops))
+        if ufunc is None or not isinstance(body_op, _REDUCE_BODIES):
             return self.tree_reduce(op, indent, [out])
         if shape:
             return self.partial_reduce(op, out, dtype, shape, indent)
@@ -968,7 +1036,7 @@ class _LoopWriter:
             body = next(iter(op.body.block.ops))
             definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
             if definition is None:
-                raise _Ineligible(f"a reduce with a {body_op} body on {dtype}")
+                raise _Ineligible(f"a reduce with a {body_op.name} body on {dtype}")
             self.emit(indent, f"{out} = {_NUMBA_TYPE_NAMES[dtype]}({definition.name}({init}, {x}))")
             return
         if n == 0:
@@ -977,19 +1045,19 @@ class _LoopWriter:
         flat, acc, i = self.fresh("f"), self.fresh("a"), self.fresh("i")
         self.emit(indent, f"{flat} = {_flat(x, source_shape)}")
         t = _NUMBA_TYPE_NAMES[dtype]
-        if body_op == "hlo.add" and dtype in _FLOATS:
+        if isinstance(body_op, AddOp) and dtype in _FLOATS:
             # ufunc(init, np.add.reduce(x)), as the interpreted kernel computes it.
             self.emit(indent, f"{out} = {t}({init} + pairwise_sum({flat}, 0, {n}))")
             return
         body = next(iter(op.body.block.ops))
         definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
         if definition is None:
-            raise _Ineligible(f"a reduce with a {body_op} body on {dtype}")
+            raise _Ineligible(f"a reduce with a {body_op.name} body on {dtype}")
 
         def combine(a, b):
             return f"{t}({definition.name}({a}, {b}))"
 
-        if body_op in ("hlo.maximum", "hlo.minimum") and dtype in _FLOATS:
+        if isinstance(body_op, (MaxOp, MinOp)) and dtype in _FLOATS:
             # XLA's fold acc = max(acc, x) over init, x... in row-major order, as the interpreted kernel
             # gives it (lowering.kernels.reduction._first_nans: the first NaN met, its sign from the values
             # before it; zeros by their signs).
@@ -1038,7 +1106,7 @@ class _LoopWriter:
         is_float = dtype in _FLOATS
         if _accumulator(ufunc, dtype) != dtype or (is_float and dtype.itemsize < 4):
             raise _Ineligible(f"a reduce of {dtype} accumulated in another type")
-        if is_float and body.name in ("hlo.add", "hlo.multiply") and last in axes and axes != [last]:
+        if is_float and isinstance(body, (AddOp, MulOp)) and last in axes and axes != [last]:
             raise _Ineligible("a float reduce over the last and other axes")
         definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
         if definition is None:
@@ -1058,9 +1126,9 @@ class _LoopWriter:
             return
         self.emit(indent, f"for {o} in range({outputs}):")
         inner = indent + "    "
-        if body.name == "hlo.add" and is_float and axes == [last]:
+        if isinstance(body, AddOp) and is_float and axes == [last]:
             self.emit(inner, f"{flat}[{o}] = {t}({init} + pairwise_sum({rows}[{o}], 0, {count}))")
-        elif body.name == "hlo.add" and is_float and count >= TREE_SUM_MIN:
+        elif isinstance(body, AddOp) and is_float and count >= TREE_SUM_MIN:
             scratch, n, half, p = self.fresh("h"), self.fresh("n"), self.fresh("n"), self.fresh("p")
             self.prologue.append(f"    {scratch} = np.empty({count}, {t})")
             self.emit(inner, f"{scratch}[:] = {rows}[{o}]")
@@ -1073,7 +1141,7 @@ class _LoopWriter:
             self.emit(inner + "        ", f"{scratch}[{half}] = {scratch}[2 * {half}]")
             self.emit(inner + "    ", f"{n} = {half} + {n} % 2")
             self.emit(inner, f"{flat}[{o}] = {t}({init} + {scratch}[0])")
-        elif body.name in ("hlo.maximum", "hlo.minimum") and is_float:
+        elif isinstance(body, (MaxOp, MinOp)) and is_float:
             self.emit(inner, f"{acc} = {init}")
             self.emit(inner, f"for {r} in range({count}):")
             self.emit(inner + "    ", f"{acc} = {combine(acc, f'{rows}[{o}, {r}]')}")
@@ -1096,12 +1164,12 @@ class _LoopWriter:
         if recognise_comparator(op) is None:
             raise _Ineligible("a sort with a comparator not recognised")
         for inner in block.ops:
-            if inner.name == "hlo.compare" and self.info(inner.operands[0])[0] in _FLOATS:
+            if isinstance(inner, CompareOp) and self.info(inner.operands[0])[0] in _FLOATS:
                 kind = inner.compare_type.data if inner.compare_type is not None else "FLOAT"
                 direction = inner.comparison_direction.data
                 canonicalising = direction in ("EQ", "NE") and (
                     inner.operands[0] is inner.operands[1]
-                    or any(isinstance(v.owner, Operation) and v.owner.name == "hlo.constant" for v in inner.operands))
+                    or any(isinstance(v.owner, ConstantOp) for v in inner.operands))
                 if kind != "TOTALORDER" and not canonicalising:
                     raise _Ineligible("a sort whose comparator leaves NaN unordered")
         infos = [self.info(v) for v in op.operands]
@@ -1399,6 +1467,9 @@ class _LoopWriter:
                 self.emit(body_indent, f"{out} = {_NUMBA_TYPE_NAMES[dtype]}({final})")
 
 
+_LoopWriter.COMPILED_FORMS = compiled_forms(_LoopWriter)
+
+
 def _cost(plan: tuple[int, int, int]) -> int:
     m, k, n = plan
     return m * k * n
@@ -1450,7 +1521,7 @@ def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:
     first's result; first -> second."""
     pairs = {}
     ops = list(block.ops)
-    dots = [i for i, op in enumerate(ops) if op.name in ("hlo.dot_general", "hlo.dot")]
+    dots = [i for i, op in enumerate(ops) if isinstance(op, (DotGeneralOp, DotOp))]
     paired = set()
     for i, j in zip(dots, dots[1:]):
         first, second = ops[i], ops[j]
@@ -1467,7 +1538,7 @@ def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:
     return pairs
 
 
-_WRITING_OPS = ("hlo.dynamic_update_slice", "hlo.scatter")
+_WRITING_OPS = (DynamicUpdateSliceOp, ScatterOp)
 """Ops whose generated code may write their operand 0 in place (see :func:`in_place_updates`)."""
 
 
@@ -1484,7 +1555,7 @@ def _sharing(value: SSAValue) -> list[tuple[SSAValue, Operation]]:
         for use in v.uses:
             op = use.operation
             found.append((v, op))
-            if (op.name in _VIEW_OPS and use.index == 0) or (op.name == "hlo.select" and use.index > 0):
+            if (isinstance(op, _VIEW_OPS) and use.index == 0) or (isinstance(op, SelectOp) and use.index > 0):
                 todo.extend(op.results)
     return found
 
@@ -1507,7 +1578,8 @@ def in_place_updates(body: Block) -> dict[int, Operation]:
     found = {}
     for i, arg in enumerate(body.args):
         updates = [use.operation for use in arg.uses
-                   if use.operation.name in _WRITING_OPS and use.index == 0 and use.operation.parent_block() is body]
+                   if isinstance(use.operation, _WRITING_OPS) and use.index == 0
+                   and use.operation.parent_block() is body]
         if len(updates) != 1:
             continue
         update = updates[0]
@@ -1524,11 +1596,11 @@ def in_place_updates(body: Block) -> dict[int, Operation]:
                 outer = outer.parent_op()
             if outer is None or position.get(outer, len(ops)) >= at:
                 return False  # runs after the update, or is the terminator (the old contents carried on)
-            if op.name in _VIEW_OPS or op.name == "hlo.select":
+            if isinstance(op, _VIEW_OPS) or isinstance(op, SelectOp):
                 return True  # (its results' uses are checked too)
-            if op.name in _WRITING_OPS:
+            if isinstance(op, _WRITING_OPS):
                 return list(op.operands).index(value) > 0  # (operand 0 would be written: copied first)
-            return op.name in _READING_OPS or fusible_op(op)
+            return isinstance(op, _READING_OPS) or fusible_op(op)
 
         if all(read_before(v, op) for v, op in _sharing(arg)):
             found[i] = update

@@ -26,6 +26,8 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
+from xla_dialect.ops.control_flow import ConditionalOp
+
 from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, _Ineligible, _load, _LoopWriter, as_compiled,
                              call_compiled, compile_in_background)
 
@@ -85,7 +87,7 @@ class _SegmentWriter(_LoopWriter):
                 for r in inner.results:
                     if int(np.prod(self.info(r)[1], dtype=np.int64)) > SEGMENT_MAX_ELEMENTS:
                         raise _Ineligible("a large result")
-            if op.name == "hlo.conditional" and not all(self.has_tensor_type(v) for v in op.operands):
+            if isinstance(op, ConditionalOp) and not all(self.has_tensor_type(v) for v in op.operands):
                 # (jax's empty-tuple branch operands are not values a segment can take from the code around it)
                 raise _Ineligible("a conditional with tuple operands")
             self.op(op, "    ")

@@ -57,8 +57,12 @@ import numpy as np
 from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import UnsupportedError
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp
+from xla_dialect.ops.elementwise import CosineOp, DivOp, ExpOp, LogisticOp, LogOp, SineOp, TanhOp, TanOp
+from xla_dialect.ops.reduction import ReduceOp
 
-from .compiled_loops import _Ineligible, _load, _LoopWriter, as_compiled, compile_in_background
+from .compiled_loops import _Ineligible, _load, _LoopWriter, as_compiled, compile_in_background, compiles
 from .workers import even_bounds, numba_threads_available, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
@@ -72,7 +76,7 @@ def fusible_op(op: Operation) -> bool:
     covers, checked when the group's code is written.)"""
     from .kernels.scalar import DEFINITIONS
 
-    return type(op) in DEFINITIONS or op.name == "hlo.broadcast_in_dim"
+    return type(op) in DEFINITIONS or isinstance(op, BroadcastInDimOp)
 
 
 def resolve_fusion(mode: str | None) -> str:
@@ -111,8 +115,8 @@ class Group:
         self.inputs = list(inputs)
         self.outputs = [r for op in members for r in op.results
                         if any(_block_ancestor(use.operation, block) not in member_set for use in r.uses)]
-        self.reductions = [op for op in members if op.name == "hlo.reduce"]
-        self.shape = _shape(next(op for op in members if op.name != "hlo.reduce").results[0])
+        self.reductions = [op for op in members if isinstance(op, ReduceOp)]
+        self.shape = _shape(next(op for op in members if not isinstance(op, ReduceOp)).results[0])
 
 
 def _block_ancestor(op: Operation, block: Block) -> Operation | None:
@@ -123,7 +127,7 @@ def _block_ancestor(op: Operation, block: Block) -> Operation | None:
 
 
 def _fusible(op: Operation, shape) -> bool:
-    is_splat = op.name == "hlo.constant" and op.splat_value() is not None
+    is_splat = isinstance(op, ConstantOp) and op.splat_value() is not None
     if not (is_splat or fusible_op(op)) or op.regions or len(op.results) != 1:
         return False
     result_shape = _shape(op.results[0])
@@ -131,7 +135,7 @@ def _fusible(op: Operation, shape) -> bool:
         return False
     if is_splat:  # a broadcast scalar folded into an array (canonicalize-broadcasts): read as the scalar
         return True
-    if op.name == "hlo.broadcast_in_dim":
+    if isinstance(op, BroadcastInDimOp):
         return _broadcast_read(op) is not None
     return all(_shape(v) in (result_shape, ()) for v in op.operands)
 
@@ -167,7 +171,7 @@ def input_reads(group: "Group", info) -> tuple[dict[int, str], int]:
         if shape and shape != group.shape:  # every use must read it the same way
             users = [u.operation for u in v.uses if u.operation in group.members]
             modes = {_broadcast_read(op) for op in users}
-            if any(op.name != "hlo.broadcast_in_dim" for op in users) or len(modes) != 1:
+            if any(not isinstance(op, BroadcastInDimOp) for op in users) or len(modes) != 1:
                 raise _Ineligible("an array input read in two ways")
             ((reads[k], n),) = modes
             splits.add(n)
@@ -226,7 +230,7 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
 
     from xla_dialect.ops.base import ints
 
-    if op.name != "hlo.reduce" or len(op.operands) != 2 or len(op.results) != 1 or not shape:
+    if not isinstance(op, ReduceOp) or len(op.operands) != 2 or len(op.results) != 1 or not shape:
         return None
     x, init = op.operands
     if x not in produced or _shape(x) != shape or tuple(ints(op.dimensions)) != (len(shape) - 1,):
@@ -235,13 +239,13 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
         return None
     kind = _reduction_kind(op)
     owner = init.owner
-    if kind is None or not isinstance(owner, Operation) or owner.name != "hlo.constant":
+    if kind is None or not isinstance(owner, ConstantOp):
         return None
     splat = owner.splat_value()
     if splat is None or float(splat) not in _IDENTITIES[kind]:
         return None
     splits = {_broadcast_read(m)[1] for m in members
-              if m.name == "hlo.broadcast_in_dim" and _broadcast_read(m)[0] != "scalar"}
+              if isinstance(m, BroadcastInDimOp) and _broadcast_read(m)[0] != "scalar"}
     return kind if all(n % shape[-1] == 0 for n in splits) else None
 
 
@@ -298,9 +302,11 @@ class _FusionWriter(_LoopWriter):
     def elementwise(self, out, dtype, shape, operands, expression, indent):
         self.emit(indent, f"{out} = {expression(*(self.name(v) for v in operands))}")
 
+    @compiles(BroadcastInDimOp)
     def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
         self.emit(indent, f"{out} = {self.name(op.operands[0])}")
 
+    @compiles(ConstantOp)
     def op_constant(self, op, out, dtype, shape, indent):
         splat = op.splat_value()
         if splat is None:
@@ -367,7 +373,7 @@ def group_source(group: Group, dtype_of, flush: bool = True) -> tuple[str, dict,
         cuts += [f"    x{k} = p{n}[{j}]" for j, k in enumerate(members)]
     body_start = len(writer.lines)
     for op in group.members:
-        if op.name != "hlo.reduce":
+        if not isinstance(op, ReduceOp):
             writer.op(op, "        ")
     body = writer.lines[body_start:]
     outputs = [f"g{j}" for j in range(len(group.outputs))]
@@ -453,8 +459,8 @@ PARALLEL_MIN_NS_PYTHON = 500_000
 those VMs (an idle vCPU is slow to wake, then the GIL): a 262,144-element bias add took 0.09 ms whole and 0.17
 ms in two pieces, a 4M-element gelu 3.4 ms whole and 1.8 ms in two."""
 
-_OP_NS = {"hlo.exponential": 0.5, "hlo.log": 0.4, "hlo.tanh": 0.3, "hlo.logistic": 1.0, "hlo.divide": 0.1,
-          "hlo.sine": 5.0, "hlo.cosine": 5.0, "hlo.tan": 6.0, "hlo.reduce": 0.1}
+_OP_NS = {ExpOp: 0.5, LogOp: 0.4, TanhOp: 0.3, LogisticOp: 1.0, DivOp: 0.1, SineOp: 5.0, CosineOp: 5.0, TanOp: 6.0,
+          ReduceOp: 0.1}
 """Rough per-element cost (ns) of a fused op in a vectorized loop on one CPU; other ops cost 0.05 (the
 C library's sin, cos and tan are called one element at a time)."""
 
@@ -465,7 +471,7 @@ def estimated_ns(group: Group) -> float:
     size = float(np.prod(group.shape, dtype=np.int64))
     streams = (sum(1 for r in group.outputs if _shape(r) == group.shape)
                + sum(1 for v in group.inputs if _shape(v) == group.shape))
-    ops = sum(_OP_NS.get(op.name, 0.05) for op in group.members)
+    ops = sum(_OP_NS.get(type(op), 0.05) for op in group.members)
     return size * (0.3 * streams + ops)
 
 

@@ -384,9 +384,9 @@ def _check_channels(executable: MultiDeviceExecutable) -> None:
             module = module.parent_op()
     except AttributeError:
         return
-    from xla_dialect.ops.effects import is_host_transfer
+    from xla_dialect.ops.effects import RecvOp, SendOp, is_host_transfer
 
     for op in module.walk():
-        if op.name in ("hlo.send", "hlo.recv") and not is_host_transfer(op):
+        if isinstance(op, (SendOp, RecvOp)) and not is_host_transfer(op):
             raise UnsupportedError(f"{op.name}: send/recv channels between devices do not cross MPI ranks "
                                    "(they are in-process queues); run the program threaded")

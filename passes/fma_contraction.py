@@ -29,8 +29,8 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   equal without contraction on ``a*b + a`` in c64).
 
 :func:`contract_fma` (the pass ``contract-fma``) rewrites each such pair into
-:class:`FusedMultiplyAddOp` (``hlo_internal.fma``: made only here, for the
-executor; its kernel is :func:`lowering.kernels.elementwise.fused_multiply_add_kernel`),
+:class:`~xla_dialect.internal.FusedMultiplyAddOp` (``hlo_internal.fma``, defined in the IR package; made
+only here, for the executor; its kernel is :func:`lowering.kernels.elementwise.fused_multiply_add_kernel`),
 with an exact ``negate`` for the subtracting forms. The executor's pipeline
 (:data:`passes.pipelines.EXECUTOR_PIPELINE`) runs it unless
 ``fma_contraction=False``. Ops on quantized types are left alone. Which element
@@ -47,14 +47,11 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
 from xdsl.ir import Operation, SSAValue
 
-from lowering.kernels.elementwise import fused_multiply_add_kernel
 from lowering.kernels.host import host_properties
-from lowering.kernels.scalar import fused_multiply_add_definition, scalar_definition
-from lowering.registry import register
 from xla_dialect.errors import PassError
+from xla_dialect.internal import FusedMultiplyAddOp
 from xla_dialect.ops import elementwise as ew
 
 from .base import PatternPass
@@ -73,21 +70,6 @@ def host_contracted_types() -> frozenset[str]:
     """The element types whose multiply-adds XLA CPU contracts on this host: f32 and f64, and f16 where the
     host computes f16 natively (AVX512-FP16)."""
     return frozenset({"f32", "f64"} | ({"f16"} if host_properties()["avx512fp16"] else set()))
-
-
-@irdl_op_definition
-class FusedMultiplyAddOp(IRDLOperation):
-    """``a * b + c`` rounded once (executor-internal; made only by :func:`contract_fma`)."""
-
-    name = "hlo_internal.fma"
-    a = operand_def()
-    b = operand_def()
-    c = operand_def()
-    result = result_def()
-
-
-register(FusedMultiplyAddOp)(fused_multiply_add_kernel)
-scalar_definition(FusedMultiplyAddOp)(fused_multiply_add_definition)
 
 
 _CSE_CLASSES = (*_B.values(), *_U.values())

@@ -15,28 +15,31 @@ from xdsl.ir import Attribute, Operation
 from xdsl.traits import IsTerminator, is_side_effect_free
 
 from xla_dialect.callbacks import HOST_CALLBACK_TARGETS
+from xla_dialect.ops import collectives as co
+from xla_dialect.ops import effects as fx
+from xla_dialect.ops import numerics as nm
 from xla_dialect.ops.base import HloOp
 from xla_dialect.types import TokenType
 from xla_dialect.xdsl_compat import operands_of
 
-IMPURE_OPS: set[str] = {
-    "hlo.after_all",
-    "hlo.all_gather",
-    "hlo.all_reduce",
-    "hlo.all_to_all",
-    "hlo.collective_broadcast",
-    "hlo.collective_permute",
-    "hlo.collective_reduce",
-    "hlo.custom_call",  # only with has_side_effect = true, see is_pure
-    "hlo.infeed",
-    "hlo.optimization_barrier",
-    "hlo.outfeed",
-    "hlo.recv",
-    "hlo.reduce_scatter",
-    "hlo.rng",
-    "hlo.send",
+IMPURE_OPS: set[type[Operation]] = {
+    fx.AfterAllOp,
+    co.AllGatherOp,
+    co.AllReduceOp,
+    co.AllToAllOp,
+    co.CollectiveBroadcastOp,
+    co.CollectivePermuteOp,
+    co.CollectiveReduceOp,
+    fx.CustomCallOp,  # only with has_side_effect = true, see is_pure
+    fx.InfeedOp,
+    fx.OptimizationBarrierOp,
+    fx.OutfeedOp,
+    fx.RecvOp,
+    co.ReduceScatterOp,
+    nm.RngOp,
+    fx.SendOp,
 }
-"""Op names with observable effects beyond their results (plugins may add to it)."""
+"""Op classes with observable effects beyond their results (plugins may add to it)."""
 
 
 _TOKEN_KIND: dict[type, int] = {}
@@ -72,9 +75,9 @@ def _class_purity(op: Operation) -> bool | str:
         return False
     if not isinstance(op, HloOp):
         return "traits"  # decided per op by xDSL's traits
-    if op.name == "hlo.custom_call":
+    if isinstance(op, fx.CustomCallOp):
         return "custom_call"
-    return op.name not in IMPURE_OPS
+    return type(op) not in IMPURE_OPS
 
 
 def is_pure(op: Operation) -> bool:

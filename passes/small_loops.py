@@ -55,11 +55,17 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 
+from xla_dialect.ops import collectives as co
 from xla_dialect.ops import conversion as cv
+from xla_dialect.ops import effects as fx
 from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops import indexing as ix
+from xla_dialect.ops import windowed as wd
 from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.control_flow import WhileOp
+from xla_dialect.ops.data_movement import ReshapeOp
+from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.types import element_type_named, numpy_dtype
 
 from .base import PatternPass
@@ -73,17 +79,17 @@ DEFAULT_THRESHOLD = 1024
 """XLA CPU's ``xla_cpu_small_while_loop_byte_threshold`` default (jax 0.10.2, measured above)."""
 
 _UNAVAILABLE = frozenset({
-    "hlo.convolution", "hlo.dynamic_conv", "hlo.custom_call", "hlo.infeed",
-    "hlo.outfeed", "hlo.scatter", "hlo.all_reduce", "hlo.all_gather", "hlo.all_to_all", "hlo.reduce_scatter",
-    "hlo.collective_permute", "hlo.collective_broadcast", "hlo.collective_reduce", "hlo.send", "hlo.recv",
+    wd.ConvolutionOp, wd.DynamicConvOp, fx.CustomCallOp, fx.InfeedOp, fx.OutfeedOp, ix.ScatterOp,
+    co.AllReduceOp, co.AllGatherOp, co.AllToAllOp, co.ReduceScatterOp, co.CollectivePermuteOp,
+    co.CollectiveBroadcastOp, co.CollectiveReduceOp, fx.SendOp, fx.RecvOp,
 })
 """Ops that keep XLA from hoisting a loop (``InstructionIsUnavailable``: they need the runtime)."""
 
-_UNFUSED = frozenset({"hlo.dot", "hlo.dot_general"})
+_UNFUSED = frozenset({DotOp, DotGeneralOp})
 """Ops XLA keeps out of loop fusions: their operands and results are counted whole (measured: a loop of
 ``tan(v @ v)`` on f32[8, 8] is not hoisted, 768 + 512 + 37 bytes)."""
 
-_FREE = frozenset({"hlo.constant", "hlo.reshape"})
+_FREE = frozenset({ConstantOp, ReshapeOp})
 """Ops whose result feeding a dot is no fusion of its own (a constant, a bitcast)."""
 
 _TUPLE_ELEMENT_BYTES = 8  # CpuExecutable::ShapeSizeBytes of a tuple: one pointer per element
@@ -115,7 +121,7 @@ def _is_scalar_constant(value: SSAValue) -> bool:
 
 def _cone(block, roots: list[SSAValue], stop: frozenset = frozenset()) -> list[Operation]:
     """The ops of ``block`` that ``roots`` depend on, in program order (XLA removes the others); with
-    ``stop``, not through ops of those names or loops (their results are read from memory)."""
+    ``stop``, not through ops of those classes or loops (their results are read from memory)."""
     needed: set[Operation] = set()
     stack = [v.owner for v in roots if isinstance(v.owner, Operation)]
     while stack:
@@ -124,7 +130,7 @@ def _cone(block, roots: list[SSAValue], stop: frozenset = frozenset()) -> list[O
             continue
         needed.add(op)
         stack.extend(v.owner for v in op.operands if isinstance(v.owner, Operation)
-                     and not (stop and (v.owner.name in stop or isinstance(v.owner, WhileOp))))
+                     and not (stop and (type(v.owner) in stop or isinstance(v.owner, WhileOp))))
     return [op for op in block.ops if op in needed]
 
 
@@ -142,31 +148,31 @@ def _computation_bytes(block, outputs: list[SSAValue]) -> int:
     for op in _cone(block, outputs):
         if isinstance(op, WhileOp):
             total += while_bytes(op)
-        elif op.name in _UNFUSED:
+        elif type(op) in _UNFUSED:
             total += sum(_size(v) for v in op.operands) + sum(_size(r) for r in op.results)
             # An operand the body computes is a loop fusion's output of its own (measured: a loop of
             # (x * (i + 1)) @ w is not hoisted on f32[2, 40] x f32[40, 1], 593 bytes without that fusion's 644).
             fused += [v for v in op.operands if isinstance(v.owner, Operation) and v.owner.parent is block
-                      and v.owner.name not in _UNFUSED | _FREE and not isinstance(v.owner, WhileOp) and v not in fused]
+                      and type(v.owner) not in _UNFUSED | _FREE and not isinstance(v.owner, WhileOp) and v not in fused]
     for output in fused:
-        if output.owner is block or output.owner.name in _UNFUSED or isinstance(output.owner, WhileOp):
+        if output.owner is block or type(output.owner) in _UNFUSED or isinstance(output.owner, WhileOp):
             continue
         full: set[SSAValue] = set()
         partial: dict[SSAValue, int] = {}
         for op in _cone(block, [output], stop=_UNFUSED):
             scalar_op = all(isinstance(r.type, TensorType) and not r.type.get_shape() for r in op.results)
             for index, v in enumerate(op.operands):
-                if v.owner is block and index == 0 and op.name == "hlo.dynamic_slice":
+                if v.owner is block and index == 0 and isinstance(op, ix.DynamicSliceOp):
                     partial[v] = partial.get(v, 0) + _size(op.results[0])
-                elif v.owner is block and index == 0 and op.name == "hlo.dynamic_update_slice":
+                elif v.owner is block and index == 0 and isinstance(op, ix.DynamicUpdateSliceOp):
                     partial[v] = partial.get(v, 0) + _size(op.operands[1])
-                elif v.owner is block or (isinstance(v.owner, Operation) and (v.owner.name in _UNFUSED
+                elif v.owner is block or (isinstance(v.owner, Operation) and (type(v.owner) in _UNFUSED
                                                                               or isinstance(v.owner, WhileOp))):
                     full.add(v)  # read from memory: a block argument or another instruction's result
                 elif scalar_op and _is_scalar_constant(v):
                     total += _size(v)
         total += sum(_size(v) for v in full) + sum(n for v, n in partial.items() if v not in full)
-        total += _size(output.owner.operands[1]) if output.owner.name == "hlo.dynamic_update_slice" \
+        total += _size(output.owner.operands[1]) if isinstance(output.owner, ix.DynamicUpdateSliceOp) \
             else _size(output)
     return total
 
@@ -245,7 +251,7 @@ def is_small_loop(op: WhileOp, threshold: int | None = None) -> bool:
     threshold = byte_threshold() if threshold is None else threshold
     if threshold <= 0 or _runs_at_most_once(op):
         return False
-    if any(inner.name in _UNAVAILABLE for region in op.regions for inner in region.walk()):
+    if any(type(inner) in _UNAVAILABLE for region in op.regions for inner in region.walk()):
         return False
     return while_bytes(op) < threshold
 
@@ -320,18 +326,18 @@ def _rsqrt_f16(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
 
 
 _FORMS = {
-    ("hlo.tan", "f16"): _tan, ("hlo.tan", "f32"): _tan, ("hlo.tan", "f64"): _tan,
-    ("hlo.cbrt", "f16"): _cbrt, ("hlo.cbrt", "f32"): _cbrt, ("hlo.cbrt", "f64"): _cbrt,
-    ("hlo.log_plus_one", "f16"): _log1p_f16,
-    ("hlo.rsqrt", "f16"): _rsqrt_f16,
+    (ew.TanOp, "f16"): _tan, (ew.TanOp, "f32"): _tan, (ew.TanOp, "f64"): _tan,
+    (ew.CbrtOp, "f16"): _cbrt, (ew.CbrtOp, "f32"): _cbrt, (ew.CbrtOp, "f64"): _cbrt,
+    (ew.Log1pOp, "f16"): _log1p_f16,
+    (ew.RsqrtOp, "f16"): _rsqrt_f16,
 }
-"""(op name, element type) -> the legacy emitter's form. bf16 tan and cbrt: the f32 form between
+"""(op class, element type) -> the legacy emitter's form. bf16 tan and cbrt: the f32 form between
 conversions (XLA computes bf16 in f32 there)."""
-_IN_F32 = {("hlo.tan", "bf16"): _tan, ("hlo.cbrt", "bf16"): _cbrt}
+_IN_F32 = {(ew.TanOp, "bf16"): _tan, (ew.CbrtOp, "bf16"): _cbrt}
 
 
 def _rewrite(op: Operation) -> bool:
-    key = (op.name, element_name(op.results[0]))
+    key = (type(op), element_name(op.results[0]))
     form, wide = _FORMS.get(key), False
     if form is None:
         form, wide = _IN_F32.get(key), True
@@ -351,8 +357,8 @@ def _rewrite(op: Operation) -> bool:
     return True
 
 
-_MNEMONICS = frozenset(name for name, _ in (*_FORMS, *_IN_F32))
-_MARKED = frozenset({"hlo.dot", "hlo.dot_general", "hlo.maximum", "hlo.minimum"})
+_REWRITTEN = frozenset(cls for cls, _ in (*_FORMS, *_IN_F32))
+_MARKED = frozenset({DotOp, DotGeneralOp, ew.MaxOp, ew.MinOp})
 
 
 def _candidates(module: Operation, threshold: int) -> list[Operation]:
@@ -362,7 +368,7 @@ def _candidates(module: Operation, threshold: int) -> list[Operation]:
         if isinstance(op, WhileOp) and is_small_loop(op, threshold):
             for region in op.regions:
                 for inner in region.walk():
-                    if (inner.name in _MNEMONICS or inner.name in _MARKED) and id(inner) not in seen:
+                    if (type(inner) in _REWRITTEN or type(inner) in _MARKED) and id(inner) not in seen:
                         seen.add(id(inner))
                         found.append(inner)
     return found
@@ -372,14 +378,14 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     """``module`` with the ops inside XLA's small while loops in the form XLA computes them there (a copy
     with ``clone``; ``module`` itself when nothing changes)."""
     threshold = byte_threshold() if threshold is None else threshold
-    if threshold <= 0 or not any(op.name in _MNEMONICS or op.name in _MARKED for op in module.walk()):
+    if threshold <= 0 or not any(type(op) in _REWRITTEN or type(op) in _MARKED for op in module.walk()):
         return module
     if not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, threshold)):
         return module
     if clone:
         module = module.clone()
     for op in _candidates(module, threshold):
-        if op.name in _MARKED:
+        if type(op) in _MARKED:
             op.attributes[SMALL_CALL] = UnitAttr()
         else:
             _rewrite(op)
@@ -387,11 +393,11 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
 
 
 def _unmarked(op: Operation) -> bool:
-    return op.name in _MARKED and SMALL_CALL not in op.attributes
+    return type(op) in _MARKED and SMALL_CALL not in op.attributes
 
 
 def _rewrite_key(op: Operation) -> bool:
-    key = (op.name, element_name(op.results[0]))
+    key = (type(op), element_name(op.results[0]))
     return (key in _FORMS or key in _IN_F32) and not computes_on_quantized(op)
 
 

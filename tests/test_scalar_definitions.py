@@ -28,10 +28,10 @@ def test_every_op_the_compiled_paths_accept_has_exactly_one_definition():
     from lowering.fusion import _FusionWriter
 
     for cls in scalar.DEFINITIONS:
-        method = "op_" + cls.name.removeprefix("hlo.").removeprefix("hlo_internal.")
         for writer in (compiled_loops._LoopWriter, _FusionWriter):
-            if hasattr(writer, method):
-                assert method in GLUE_METHODS, f"{writer.__name__}.{method} re-defines {cls.name}"
+            form = writer.COMPILED_FORMS.get(cls)
+            if form is not None:
+                assert form.__name__ in GLUE_METHODS, f"{writer.__name__}.{form.__name__} re-defines {cls.name}"
     for name in scalar.EXPORTS:
         assert callable(getattr(scalar, name)) or hasattr(getattr(scalar, name), "sig"), name
 

@@ -9,9 +9,10 @@ no cycle between files.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -228,7 +229,7 @@ def test_ops_declare_xdsl_effect_traits_consistent_with_the_purity_table():
     from xla_dialect.ops import ALL_OPS
 
     for op in ALL_OPS:
-        if op.name in IMPURE_OPS:
+        if op in IMPURE_OPS:
             assert not op.has_trait(Pure) and not op.has_trait(RecursiveMemoryEffect), op.name
         elif op.get_irdl_definition().regions and op.has_trait(Pure):
             raise AssertionError(f"{op.name} has regions: its effects are those of its body")
@@ -322,3 +323,55 @@ def test_private_xdsl_use_is_one_checked_helper():
     assert users == ["xla_dialect/xdsl_compat.py"], users
     pin = re.search(r'"xdsl([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
     assert pin == xdsl_compat.TESTED_XDSL
+
+
+def _compiled_writers():
+    from lowering import compiled_loops, compiled_segments, fusion
+
+    return compiled_loops._LoopWriter, fusion._FusionWriter, compiled_segments._SegmentWriter
+
+
+def test_compiled_forms_are_registered_by_op_class_once():
+    """Each op class the compiled paths accept (loops, fused groups, segments) has one compiled form per writer
+    class, found by the class (``@compiles(ExpOp)``-style marks collected in ``COMPILED_FORMS``); a class
+    marked twice in one writer, or a marked method redefined without the mark, is refused."""
+    from xdsl.irdl import IRDLOperation
+
+    from lowering.compiled_loops import _LoopWriter, compiled_forms, compiles
+    from xla_dialect.internal import OPS as INTERNAL_OPS
+    from xla_dialect.ops import ALL_OPS
+    from xla_dialect.ops.constants import ConstantOp, IotaOp
+
+    known = {*ALL_OPS, *INTERNAL_OPS}
+    for writer in _compiled_writers():
+        assert writer.COMPILED_FORMS == compiled_forms(writer), writer.__name__
+        assert writer.COMPILED_FORMS, writer.__name__
+        for klass in writer.__mro__:
+            marks = Counter(c for member in vars(klass).values() for c in getattr(member, "compiled_forms", ()))
+            assert all(n == 1 for n in marks.values()), (klass.__name__, marks)
+        for op_class, method in writer.COMPILED_FORMS.items():
+            assert isinstance(op_class, type) and issubclass(op_class, IRDLOperation) and op_class in known, op_class
+            assert op_class in method.compiled_forms and getattr(writer, method.__name__) is method, method
+    with pytest.raises(TypeError, match="two compiled forms"):
+        type("Twice", (_LoopWriter,), {"a": compiles(IotaOp)(lambda *a: None),
+                                       "b": compiles(IotaOp)(lambda *a: None)})
+    with pytest.raises(TypeError, match="without @compiles"):
+        type("Unmarked", (_LoopWriter,), {_LoopWriter.COMPILED_FORMS[ConstantOp].__name__: lambda *a: None})
+
+
+def test_no_dispatch_on_a_spelling_of_the_op_name():
+    """Ops are found by their class: no ``getattr(self, "op_" + name)`` dispatch anywhere, and the compiled
+    paths (loops, fused groups, segments) and the small-loop and purity passes never compare ``op.name``
+    with a mnemonic string."""
+    dispatch = re.compile(r"getattr\([^)]*[\"']op_[\"']\s*\+")
+    by_name = re.compile(r"\.name\s*(?:==|!=|not\s+in|in)\s*[(\[{]?\s*[\"']hlo(?:_internal)?\.")
+    found = []
+    for name, path in _modules():
+        text = path.read_text()
+        if dispatch.search(text):
+            found.append(f"{path.relative_to(REPO)}: getattr(..., 'op_' + ...)")
+        if name in ("lowering.compiled_loops", "lowering.fusion", "lowering.compiled_segments", "lowering.mpi",
+                    "lowering.kernels.control_flow", "passes.small_loops", "passes.purity"):
+            found += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in by_name.finditer(text)]
+    assert not found, "\n".join(found)
+

@@ -20,28 +20,31 @@ import numpy as np
 from xdsl.ir import Region
 
 from xla_dialect.ops import elementwise
+from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.control_flow import (AsyncDoneOp, AsyncStartOp, CallOp, ConditionalOp, FusionOp,
-                                          GetTupleElementOp, TupleOp, WhileOp)
+                                          GetTupleElementOp, ReturnOp, TupleOp, WhileOp)
+from xla_dialect.ops.conversion import ConvertOp
+from xla_dialect.ops.reduction import MapOp
 
 from ..registry import register
 
-ELEMENTWISE_OP_NAMES: frozenset[str] = frozenset(
-    {op.name for op in elementwise.OPS}
+ELEMENTWISE_OP_CLASSES: frozenset[type] = frozenset(
+    {*elementwise.OPS}
     | {
         # Ops whose kernels work unchanged on arrays of any shape when the
         # region's values are scalars: constants (0-d, broadcast by NumPy),
         # convert, tuples, and nested maps (their kernel takes the shape from
         # its operands at run time). Not bitcast_convert: its kernel bakes the
         # result shape in.
-        "hlo.constant", "hlo.convert", "hlo.tuple", "hlo.get_tuple_element", "hlo.map", "hlo.return",
+        ConstantOp, ConvertOp, TupleOp, GetTupleElementOp, MapOp, ReturnOp,
     }
 )
-"""Op names whose kernels are shape-polymorphic on scalar regions."""
+"""Op classes whose kernels are shape-polymorphic on scalar regions."""
 
 
 def region_is_elementwise(region: Region) -> bool:
     """True when every op of ``region`` (nested ones included) is element-wise."""
-    return all(op.name in ELEMENTWISE_OP_NAMES for op in region.walk())
+    return all(type(op) in ELEMENTWISE_OP_CLASSES for op in region.walk())
 
 
 def array_applier(region: Region, result_dtypes: Sequence[np.dtype]) -> Callable[[Callable], Callable]:

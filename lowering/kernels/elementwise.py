@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xla_dialect.errors import UnsupportedError
+from xla_dialect.internal import FusedMultiplyAddOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
@@ -1105,9 +1106,10 @@ def _clamp(op, ctx):
     return lambda lo, x, hi: np.broadcast_to(fn(lo, x, hi), x_shape)
 
 
-# -- fused multiply-add (the op is passes.fma_contraction's, which registers this factory) ----------
+# -- fused multiply-add (xla_dialect.internal's op, made by passes.fma_contraction) -------------------
 
 
+@register(FusedMultiplyAddOp)
 def fused_multiply_add_kernel(op, ctx):
     """Kernel of ``a * b + c`` rounded once (f16, f32, f64): the FMA instruction's result.
 
@@ -1133,6 +1135,9 @@ def fused_multiply_add_kernel(op, ctx):
         return fma_nans(xla_math.fma16(a, b, c), a, b, c, negated)
 
     return fused_multiply_add
+
+
+scalar.scalar_definition(FusedMultiplyAddOp)(scalar.fused_multiply_add_definition)  # (the compiled paths' FMA)
 
 
 def fma_nans(r, a, b, c, negated=(False, False, False)):
