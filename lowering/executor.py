@@ -311,8 +311,8 @@ class LoweringContext(KernelContext):
         if factory is None:
             hint = ""
             if op.name == "sdy.manual_computation":  # a shard_map over several devices, kept by the importer
-                hint = ("; a shard_map over several devices runs partitioned through interop.compile_sharded "
-                        "(XLA's per-device program on N devices)")
+                hint = ("; a shard_map over several devices runs partitioned through interop.compile_sharded, "
+                        "or xla-run of its StableHLO (XLA's per-device program on N devices)")
             raise UnsupportedError(f"{op_context(op)}: the NumPy executor has no kernel for this op{hint}")
         try:
             kernel = factory(op, self)

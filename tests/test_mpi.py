@@ -234,6 +234,14 @@ for i, out in enumerate((value, grad)):
     held = {s.device: np.asarray(s.data) for s in out.addressable_shards}
     shards.update({f"result{i}.device{d}": held[dev] for d, dev in enumerate(exe.devices)})
 np.savez(os.path.join(folder, "ref_shards.npz"), **shards)
+# The same program as StableHLO text (sdy shardings), and a shard_map's as an export's portable bytecode
+open(os.path.join(folder, "step.mlir"), "w").write(step.lower(w, x, y).as_text())
+ring = Mesh(np.array(jax.devices()), ("i",))
+sm = jax.jit(jax.shard_map(lambda a: jax.lax.psum(jnp.sin(a), "i") * a, mesh=ring, in_specs=P("i"), out_specs=P("i")))
+a = np.linspace(-2, 2, 16, dtype=np.float32)
+open(os.path.join(folder, "sm.mlirbc"), "wb").write(bytes(jax.export.export(sm)(a).mlir_module_serialized))
+np.savez(os.path.join(folder, "sm_in.npz"), arg0=a)
+np.savez(os.path.join(folder, "sm_ref.npz"), result0=np.asarray(sm(a)))
 '''
 
 
@@ -284,6 +292,42 @@ def test_xla_run_of_partitioned_hlo_text_threads_and_mpi(export_files):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "4 devices on 4 MPI ranks" in done.stdout, done.stdout
     _same_shards(f / "hlo_mpi.npz", ref)
+
+
+def test_xla_run_of_sharded_stablehlo_text_and_bytecode_threads_and_mpi(export_files):
+    # StableHLO of several devices (mhlo.num_partitions = 4: jit with shardings, a shard_map's
+    # sdy.manual_computation) is partitioned by XLA (jaxlib compiles it for 4 host devices) and runs as its HLO
+    # text does; the results are whole, assembled by the output shardings, bitwise jax.jit's.
+    f = export_files
+    runs = [("step.mlir", "in.npz", "ref.npz", None), ("sm.mlirbc", "sm_in.npz", "sm_ref.npz", None),
+            ("sm.mlirbc", "sm_in.npz", "sm_ref.npz", 2)]
+    for k, (program, inputs, reference, ranks) in enumerate(runs):
+        command = _xla_run(str(f / program), "--inputs", str(f / inputs), "--output", str(f / f"shlo{k}.npz"))
+        done = (_mpi_run(ranks, *command) if ranks else
+                subprocess.run(command, capture_output=True, text=True, timeout=120, env=_env()))
+        assert done.returncode == 0, done.stderr[-3000:]
+        where = f"4 devices on {ranks} MPI ranks" if ranks else "4 devices (threads)"
+        assert f"1 replicas x 4 partitions, {where}" in done.stdout, done.stdout
+        assert "its devices' shards assembled" in done.stdout, done.stdout
+        ours, ref = np.load(f / f"shlo{k}.npz"), np.load(f / reference)
+        assert sorted(ours.files) == sorted(ref.files), program
+        for key in ref.files:
+            assert ours[key].shape == ref[key].shape and ours[key].tobytes() == ref[key].tobytes(), (program, key)
+
+
+def test_shards_are_assembled_by_their_sharding_and_replicas_must_agree():
+    from interop.tools.sharded_cli import assemble_result
+    from xla_dialect.errors import XlaError
+
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    tiles = [a[:2, :4], a[:2, 4:], a[2:, :4], a[2:, 4:]]
+    assert assemble_result(tiles, "{devices=[2,2]<=[4]}", 4, "r").tobytes() == a.tobytes()
+    # devices 0/1 and 2/3 replicate rows 0:2 and 2:4 (the last tile dimension replicates)
+    halves = [a[:2], a[:2], a[2:], a[2:]]
+    assert assemble_result(halves, "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", 4, "r").tobytes() == a.tobytes()
+    assert assemble_result([a] * 4, "{replicated}", 4, "r").tobytes() == a.tobytes()
+    with pytest.raises(XlaError, match="devices 0 and 1 hold the same tile"):
+        assemble_result([a[:2], a[2:], a[2:], a[2:]], "{devices=[2,1,2]<=[4] last_tile_dim_replicate}", 4, "r")
 
 
 def test_hlo_shardings_split_whole_values():

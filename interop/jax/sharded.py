@@ -239,14 +239,22 @@ def _jax_compiles(compile_it, fn):
 def _partitioned_text(compiled) -> str:
     """XLA's per-device program as HLO text, its large constants printed (``compile().as_text()`` elides them)."""
     try:
-        from jax._src.lib import xla_client
-
         (module,) = compiled.runtime_executable().hlo_modules()
+        return _printed_module(module)
+    except (AttributeError, ImportError, ValueError):  # another jaxlib: its own text, checked when imported
+        return compiled.as_text()
+
+
+def _printed_module(module) -> str:
+    """An HLO module of jaxlib as text with its large constants printed."""
+    from jax._src.lib import xla_client
+
+    try:
         options = xla_client.hlo.HloPrintOptions()
         options.print_large_constants = True
         return module.to_string(options)
-    except (AttributeError, ImportError, ValueError):  # another jaxlib: its own text, checked when imported
-        return compiled.as_text()
+    except (AttributeError, ImportError):  # another jaxlib: its default text, checked when imported
+        return module.to_string()
 
 
 _HEADER_INT = r"\b{}=(\d+)"

@@ -275,8 +275,19 @@ def _run(parser, args, report: dict) -> int:
         exported = sharded_export(data, trusted=args.trusted)
         if exported is not None:  # several devices: partitioned as XLA partitions it, as interop.compile_sharded
             return run_sharded_export(exported, args, inputs, report)
-        module = program_from_bytes(data, args.file, inputs, trusted=args.trusted)
         from ..hlo.syntax import is_hlo_text
+
+        if not is_hlo_text(data):  # StableHLO of several devices: XLA partitions it (jaxlib), then as HLO text
+            from .sharded_cli import partition_stablehlo, run_partitioned_hlo, stablehlo_grid
+
+            grid = stablehlo_grid(data)
+            if grid != (1, 1):
+                from ..hlo import import_hlo
+
+                text, shardings = partition_stablehlo(data, *grid)
+                return run_partitioned_hlo(import_hlo(text, source=args.file), text, args, inputs, report,
+                                           output_shardings=shardings)
+        module = program_from_bytes(data, args.file, inputs, trusted=args.trusted)
 
         if is_hlo_text(data):  # XLA's partitioned per-device program: run on its replicas x partitions
             from .sharded_cli import partition_grid, run_partitioned_hlo

@@ -24,8 +24,8 @@ from xla_dialect.errors import UnsupportedError, XlaError
 
 from .command_io import describe, result_summary
 
-__all__ = ["parse_sharding", "partition_grid", "run_partitioned_hlo", "run_sharded_export", "set_host_device_count",
-           "sharded_export", "split_argument"]
+__all__ = ["assemble_result", "parse_sharding", "partition_grid", "partition_stablehlo", "run_partitioned_hlo",
+           "run_sharded_export", "set_host_device_count", "sharded_export", "split_argument", "stablehlo_grid"]
 
 
 def sharded_export(data: bytes, trusted: bool = False):
@@ -172,6 +172,106 @@ def parse_sharding(text: str):
     return tiles[:len(tiles) - replicated], ids.reshape(tiles)
 
 
+def stablehlo_grid(data: bytes) -> tuple[int, int]:
+    """``(num_replicas, num_partitions)`` a StableHLO module (text or bytecode) declares in its
+    ``mhlo.num_replicas`` / ``mhlo.num_partitions`` attributes, as jax writes them for a sharded program; (1, 1)
+    where it declares none."""
+    from ..stablehlo.bytecode import MAGIC as _BYTECODE_MAGIC
+
+    if b"mhlo.num_partitions" not in data and b"mhlo.num_replicas" not in data:
+        return 1, 1
+    if not data.startswith(_BYTECODE_MAGIC):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:  # (another format: a serialized export embeds its module's bytecode)
+            return 1, 1
+    text = _stablehlo_text(data)
+    header = next((line for line in text.splitlines() if line.lstrip().startswith("module")), "")  # (its attributes)
+    counts = {k: int(v) for k, v in re.findall(r"mhlo\.(num_replicas|num_partitions)\s*=\s*(\d+)", header)}
+    return counts.get("num_replicas", 1), counts.get("num_partitions", 1)
+
+
+def _stablehlo_text(data: bytes) -> str:
+    """A StableHLO module as MLIR text: text as it is; bytecode (a portable artifact, as ``jax.export`` serializes
+    it, or plain MLIR bytecode) read by :func:`interop.stablehlo.parse.parse_mlir` (its malformed-input check
+    first) and printed."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        from ..stablehlo.parse import parse_mlir
+
+        return str(parse_mlir(data))
+
+
+def partition_stablehlo(data: bytes, replicas: int, partitions: int) -> tuple[str, list[str]]:
+    """XLA's partitioned per-device HLO text of a sharded StableHLO module (its shardings: ``sdy`` or
+    ``mhlo.sharding``, ``sdy.manual_computation`` bodies of shard_map) and the HLO sharding of each result:
+    jaxlib compiles it for ``replicas x partitions`` host CPU devices, as jax.jit of the program would, and hands
+    out the per-device program it made (no partitioning is done here)."""
+    import jax
+    import numpy as np
+
+    from ..jax.sharded import _printed_module
+
+    set_host_device_count(replicas * partitions)
+    try:
+        from jax._src import compiler
+        from jax._src.interpreters import mlir
+        from jax._src.lib import xla_client
+
+        devices = jax.devices("cpu")[:replicas * partitions]
+        backend = devices[0].client
+        options = compiler.get_compile_options(num_replicas=replicas, num_partitions=partitions,
+                                               device_assignment=np.array(devices).reshape(replicas, partitions),
+                                               backend=backend)
+        with mlir.make_ir_context():
+            module = mlir.ir.Module.parse(_stablehlo_text(data))
+            executable = compiler.backend_compile_and_load(backend, module, xla_client.DeviceList(tuple(devices)),
+                                                           options, [])
+        (hlo,) = executable.hlo_modules()
+        shardings = executable.get_output_shardings() or []
+        return _printed_module(hlo), [str(xla_client.HloSharding.from_proto(s)) for s in shardings]
+    except XlaError:
+        raise
+    except Exception as e:  # noqa: BLE001 - jaxlib's refusal, kept whole
+        raise XlaError(f"a sharded StableHLO program ({replicas} replicas x {partitions} partitions): jaxlib could "
+                       f"not compile it for the host devices: {type(e).__name__}: {e}") from e
+
+
+def assemble_result(values: list[np.ndarray], sharding: str, partitions: int, what: str) -> np.ndarray:
+    """The global value of one result from each device's value (``values[d]``, device ``d`` = replica
+    ``d // partitions``, partition ``d % partitions``) by its HLO ``sharding``: tiles placed where the sharding
+    puts them; devices holding the same tile (replicas, replicated tile dimensions) must agree bit for bit."""
+    parsed = parse_sharding(sharding) if not sharding.startswith("{maximal") else None
+    shard = values[0]
+    if parsed is None:
+        tiles, ids = [1] * shard.ndim, None
+    else:
+        tiles, ids = parsed
+    out = np.empty(tuple(s * t for s, t in zip(shard.shape, tiles)), shard.dtype)
+    filled: dict[tuple, int] = {}
+    for d, v in enumerate(values):
+        if ids is None:
+            where = (0,) * shard.ndim
+        else:
+            found = np.argwhere(ids == d % partitions)
+            if not len(found):
+                continue
+            where = tuple(int(i) for i in found[0][:len(tiles)])
+        index = tuple(slice(i * s, (i + 1) * s) for i, s in zip(where, shard.shape))
+        if where in filled:
+            if out[index].tobytes() != np.ascontiguousarray(v).tobytes():
+                raise XlaError(f"{what}: devices {filled[where]} and {d} hold the same tile {list(where)} of sharding "
+                               f"{sharding} with different bits")
+            continue
+        out[index] = v
+        filled[where] = d
+    if len(filled) != int(np.prod(tiles)):
+        raise XlaError(f"{what}: sharding {sharding} places {int(np.prod(tiles))} tiles; the devices hold "
+                       f"{len(filled)}")
+    return out
+
+
 def split_argument(value: np.ndarray, shard_shape: tuple, sharding, partition: int, what: str) -> np.ndarray:
     """The shard of the global ``value`` that ``partition`` holds under ``sharding`` (:func:`parse_sharding`);
     ``value`` of the shard's own shape is given whole."""
@@ -190,11 +290,13 @@ def split_argument(value: np.ndarray, shard_shape: tuple, sharding, partition: i
     return np.ascontiguousarray(value[index])
 
 
-def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
+def run_partitioned_hlo(module, text: str, args, inputs, report: dict, output_shardings: list[str] | None = None) -> int:
     """Run XLA's partitioned per-device HLO ``module`` on its replicas x partitions for ``xla-run``. Inputs are
     whole values split by each parameter's ``sharding=`` (or values of the per-device shape, given to every
-    device); each device's results are written (``result{i}`` when every device holds the same bits, else
-    ``result{i}.device{d}``); under MPI rank 0 prints and writes."""
+    device). With ``output_shardings`` (a StableHLO program's, :func:`partition_stablehlo`) each result is written
+    whole (``result{i}``, its shards assembled); without (HLO text names none) each device's results are written
+    (``result{i}`` when every device holds the same bits, else ``result{i}.device{d}``); under MPI rank 0 prints
+    and writes."""
     import lowering
 
     from ..jax.sharded import mpi_runner, resolve_backend
@@ -240,6 +342,13 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict) -> int:
     report["results"] = []
     for i in range(len(results[0])):
         values = [np.asarray(r[i]) for r in results]
+        if output_shardings:
+            whole = assemble_result(values, output_shardings[i], partitions, f"result #{i}")
+            saved[f"result{i}"] = whole
+            print(f"result #{i}: {describe(whole)} (sharding {output_shardings[i]}: its devices' shards assembled)")
+            print(np.array2string(whole, threshold=200))
+            report["results"].append(result_summary(i, whole) | {"sharding": output_shardings[i]})
+            continue
         same = all(v.dtype == values[0].dtype and v.shape == values[0].shape and v.tobytes() == values[0].tobytes()
                    for v in values)
         if same:
