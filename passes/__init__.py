@@ -146,20 +146,6 @@ def _verify_after(p: ModulePass, module: ModuleOp, verifier: ModuleVerifier) -> 
         raise PassError(f"pass {p.name} produced invalid IR: {text}") from None
 
 
-def check_semantics(module: ModuleOp, pipeline, **options):
-    """Run ``module`` before and after each pass of ``pipeline`` on generated inputs (special values included)
-    and name the first pass that changes its results, with the op: a report with ``.ok``, ``.first`` (the
-    pass), ``.op`` and ``.location``. Options: ``inputs``, ``seeds``, ``special_values``, ``signed_zeros``,
-    ``entry`` and :func:`lowering.compile` options; see :func:`interop.debugging.bisection.check_semantics`.
-
-    Running a program needs the executor, a layer above the passes: the implementation lives there and is
-    imported by name when called, so that importing ``passes`` still imports nothing above it.
-    """
-    import importlib
-
-    return importlib.import_module("interop.debugging.bisection").check_semantics(module, pipeline, **options)
-
-
 def canonicalize_broadcasts(module: ModuleOp, clone: bool = False) -> ModuleOp:
     """Run ``canonicalize-broadcasts`` on ``module`` and return the result.
 

@@ -129,11 +129,11 @@ def test_pytest_fixture_and_its_failure_report(pytester, monkeypatch):
     pytest gets no --corpus (this project's own tests/conftest.py has it)."""
     import importlib.metadata
 
-    installed = any(ep.value == "interop.jax.pytest_plugin"
+    installed = any(ep.value == "interop.tools.pytest_plugin"
                     for ep in importlib.metadata.entry_points(group="pytest11"))
     pytester.makepyfile(test_t=PLUGIN_TEST)
     monkeypatch.setenv("COLUMNS", "160")  # pytest cuts each summary line at the terminal's width
-    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.jax.pytest_plugin"])
+    args = ["-p", "no:cacheprovider"] + ([] if installed else ["-p", "interop.tools.pytest_plugin"])
     result = pytester.runpytest_subprocess(*args, "-rf")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*DiffMismatchError: difftest <lambda>: MISMATCH*", "*3 of 3 elements differ*"])

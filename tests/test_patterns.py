@@ -1,5 +1,5 @@
 """The HLO pattern language (passes/patterns.py), rules as passes, plugins in xla-opt and xdsl-opt, and the
-pytest helper for users' passes (passes/testing.py)."""
+pytest helper for users' passes (interop/debugging/pass_testing.py)."""
 
 from __future__ import annotations
 
@@ -227,7 +227,7 @@ def test_builtin_rules_report_and_keep_their_results():
 
 
 def test_helper_passes_a_correct_pass_and_fails_a_wrong_one():
-    from passes.testing import assert_preserves_semantics, generated_programs
+    from interop.debugging.pass_testing import assert_preserves_semantics, generated_programs
 
     programs = generated_programs(12, seed=1)
     assert len(programs) == 12 and len({str(p) for p in programs}) == 12
@@ -244,7 +244,7 @@ def test_helper_passes_a_correct_pass_and_fails_a_wrong_one():
 
 
 def test_helper_finds_a_wrong_pass_on_generated_programs(check_pass):
-    # (the check_pass fixture of the project's pytest plugin is passes.testing.assert_preserves_semantics)
+    # (the check_pass fixture of the project's pytest plugin is interop.debugging.pass_testing.assert_preserves_semantics)
     # x * c -> x + x for every splat c: wrong unless c is 2; the generated programs multiply by 1, 0, -1...
     wrong = rule_pass("test-always-double", rule(m.Multiply("x", m.ConstantScalar()), lambda b, x: b.add(x, x)),
                       register=False)

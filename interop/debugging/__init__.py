@@ -7,7 +7,8 @@
 - :func:`find_divergence`: the first op whose value differs beyond its budget between two runs (a float64
   shadow, other compile options, XLA CPU, values dumped elsewhere); ``xla-diverge``.
 - :func:`check_semantics`: the first pass of a pipeline that changes a program's results, and the op
-  (``xla-opt --check-semantics``, ``passes.check_semantics``).
+  (``xla-opt --check-semantics``); :mod:`interop.debugging.pass_testing` tests a pass with it on generated
+  programs (the ``check_pass`` fixture).
 - :func:`reduce_program`: the smallest program a test still finds interesting (a crash, a mismatch with XLA,
   a pass that changes results, any command); ``xla-reduce``.
 - :func:`emulate_device`: f32 dots and convolutions computed as TPUs (bfloat16 passes) or GPUs (TF32) do for

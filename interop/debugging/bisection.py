@@ -1,5 +1,6 @@
 """Pass bisection: run a program before and after each pass of a pipeline, name the first pass that changes
-its results and the op where the change starts (``xla-opt --check-semantics``, ``passes.check_semantics``).
+its results and the op where the change starts (``xla-opt --check-semantics``; the pass-testing helper of
+:mod:`interop.debugging.pass_testing`).
 
 Inputs are generated (:func:`~interop.debugging.random_inputs`): one set of ordinary values and, by default,
 sets with special values mixed in (NaN, infinities, signed zeros, denormals, integer extremes), where

@@ -580,8 +580,9 @@ _BODIES = {
     for a, b in zip(ours, theirs):
         assert compare_output(a, b, {max_ulp!r}, rtol_magnitude={rtol!r}).ok""",
     "pass-changes": """    import passes
+    from interop.debugging import check_semantics
 {plugins}
-    report = passes.check_semantics(module, {pipeline!r}, seeds=(0, 1), entry={entry!r})
+    report = check_semantics(module, {pipeline!r}, seeds=(0, 1), entry={entry!r})
     assert report.ok, str(report)""",
     "command": """    import shlex
     import subprocess

@@ -1,5 +1,6 @@
 """pytest plugin (entry point ``pytest11``): the ``difftest`` fixture and its ``--difftest-max-ulp`` option, and
-the ``check_pass`` fixture (a pass keeps programs' results: :func:`passes.testing.assert_preserves_semantics`).
+the ``check_pass`` fixture (a pass keeps programs' results:
+:func:`interop.debugging.pass_testing.assert_preserves_semantics`).
 
 With the package installed, every test session has it::
 
@@ -62,7 +63,7 @@ def difftest(request):
 
     Returns the :class:`~interop.comparison.DiffReport` when it matches.
     """
-    from .difftest import difftest as run
+    from ..jax.difftest import difftest as run
 
     default_ulp = request.config.getoption("--difftest-max-ulp", default=None)
 
@@ -78,11 +79,12 @@ def difftest(request):
 @pytest.fixture
 def check_pass():
     """``check_pass(pass_or_pipeline, programs=None, **options)``: fail unless the pass keeps the results of
-    generated programs (or yours) on inputs with special values; :func:`passes.testing.assert_preserves_semantics`.
+    generated programs (or yours) on inputs with special values;
+    :func:`interop.debugging.pass_testing.assert_preserves_semantics`.
 
-    Returns its :class:`~passes.testing.PassCheckSummary`.
+    Returns its :class:`~interop.debugging.pass_testing.PassCheckSummary`.
     """
-    from passes.testing import assert_preserves_semantics
+    from ..debugging.pass_testing import assert_preserves_semantics
 
     def check(pipeline, programs=None, **options):
         __tracebackhide__ = True  # the failure points at the test, not here

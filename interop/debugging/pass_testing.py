@@ -1,6 +1,6 @@
-"""Testing a pass: does it keep every program's results? (a pytest helper built on :func:`passes.check_semantics`)
+"""Testing a pass: does it keep every program's results? (a pytest helper built on :func:`check_semantics`)
 
-    from passes.testing import assert_preserves_semantics
+    from interop.debugging.pass_testing import assert_preserves_semantics
 
     def test_my_pass():
         assert_preserves_semantics("multiply-by-two")                # generated programs
@@ -15,8 +15,8 @@ the inputs. The generated programs are what JAX emits for element-wise code: par
 scalar broadcast with ``broadcast_in_dim`` (``x * 2.0``), converts, unary and binary ops, compare and
 select, over f32, f16, bf16, f64 and s32.
 
-Running programs needs the executor, a layer above the passes: it is reached through
-:func:`passes.check_semantics`, which imports it by name when called.
+Running programs needs the executor and the importers, layers above the passes: this helper is therefore
+interop's (the ``check_pass`` fixture of the project's pytest plugin calls it), not the passes'.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xla_dialect import XlaBuilder
 from xla_dialect.errors import XlaError
 from xla_dialect.types import element_type_named
+
+from .bisection import check_semantics
+from .probes import program_and_arguments
 
 __all__ = ["PassCheckSummary", "assert_preserves_semantics", "generated_programs"]
 
@@ -124,12 +127,8 @@ def _module_and_inputs(program):
     """``(module or file, inputs or None)`` for a program given as a module, a file or ``(fn, args)`` (a JAX
     function, imported here with the arguments it is to run on)."""
     if isinstance(program, tuple) and len(program) == 2 and callable(program[0]):
-        import importlib
-
         fn, args = program
-        # (the importer is a layer above the passes: imported by name when used, as check_semantics does)
-        probes = importlib.import_module("interop.debugging.probes")
-        module, flat = probes.program_and_arguments(fn, list(args), "assert_preserves_semantics")
+        module, flat = program_and_arguments(fn, list(args), "assert_preserves_semantics")
         return module, [flat]
     return program, None
 
@@ -141,10 +140,8 @@ def assert_preserves_semantics(pipeline, programs: Sequence | None = None, *, co
     results of every program of ``programs`` (default: :func:`generated_programs` ``(count, seed)``) on inputs
     of ``seeds`` (the first ordinary, the others with special values), and rewrites at least
     ``min_rewritten`` of them (so that a test cannot pass because the pass never ran). Options go to
-    :func:`passes.check_semantics` (``entry``, :func:`lowering.compile` options). Returns a
+    :func:`check_semantics` (``entry``, :func:`lowering.compile` options). Returns a
     :class:`PassCheckSummary`."""
-    import passes
-
     if programs is None:
         programs = generated_programs(count, seed)
     summary = PassCheckSummary()
@@ -156,7 +153,7 @@ def assert_preserves_semantics(pipeline, programs: Sequence | None = None, *, co
         else:
             kwargs["seeds"] = seeds
         try:
-            report = passes.check_semantics(module, pipeline, **kwargs)
+            report = check_semantics(module, pipeline, **kwargs)
         except XlaError as e:
             raise AssertionError(f"assert_preserves_semantics: the program could not be checked: {e}") from e
         summary.programs += 1
