@@ -225,7 +225,8 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
     (in ``produced``), reduced over its last dimension (whole rows of the group's loop, as its broadcasts
     cut it, hold whole rows of the reduction), a body ``add``/``maximum``/``minimum`` of its two
     arguments and an init constant that is the body's identity (``0``, ``-inf``, ``+inf``: what jax
-    emits), so that the row's reduction is the reduction kernel's result as it is (:mod:`lowering.rowwise`)."""
+    emits), so that the row's reduction is the reduction kernel's result as it is (:mod:`lowering.rowwise`).
+    Sums XLA CPU runs in YNNPACK (:func:`lowering.kernels.reduction.ynnpack_plan`) stay with their kernel."""
     from xdsl.dialects.builtin import Float32Type, Float64Type
 
     from xla_dialect.ops.base import ints
@@ -241,6 +242,11 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
     owner = init.owner
     if kind is None or not isinstance(owner, ConstantOp):
         return None
+    if kind == "sum":
+        from .kernels.reduction import ynnpack_plan
+
+        if ynnpack_plan(op) is not None:
+            return None  # (a sum XLA CPU runs in YNNPACK: the reduction kernel's order, not NumPy's row sums)
     splat = owner.splat_value()
     if splat is None or float(splat) not in _IDENTITIES[kind]:
         return None

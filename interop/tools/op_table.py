@@ -40,6 +40,8 @@ NOTES = {
     "hlo.rng": "random stream differs from XLA's (same distributions/formulas)",
     "hlo.set_dimension_size": "static shapes only: the size is checked, data is not truncated",
     "hlo.fft": "fft_length must equal the innermost dimensions (XLA CPU misbehaves otherwise)",
+    "hlo.reduce": "f32/f64/bf16 sums of 4,096 elements or more in XLA CPU's order (YNNPACK's sum; bit-exact on "
+                  "measured shapes on AVX-512 hosts, see the notes)",
     "hlo.reduce_window": "window walk order is row-major; XLA CPU's order with padding may differ in the last float bits",
     "hlo.collective_broadcast": "XLA CPU does not implement it; several operands and `has_dynamic_root` as in the "
                                 "current spec (text jaxlib cannot parse is read through the importer's fallback)",

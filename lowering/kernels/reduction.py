@@ -14,10 +14,14 @@
   adjacent elements keeps the left-to-right order, so associative but
   non-commutative bodies are reduced correctly.
 
-Integer reductions are exact (wrap-around, as XLA). Float sums may differ from
-XLA CPU in the last bits: both reassociate, in different orders (XLA allows any);
-sums over non-minor axes are tree-shaped (:func:`_tree_sum`), as accurate as XLA's;
-f16/bf16/f8 sums and products accumulate in f32 as XLA CPU's do.
+Integer reductions are exact (wrap-around, as XLA). Float sums that XLA CPU hands
+to YNNPACK (f32/f64 sums of 4,096 elements or more, on AVX-512 hosts:
+:func:`ynnpack_plan`) are summed in YNNPACK's order, bit for bit
+(:mod:`lowering.kernels.ynnpack_sum`, the definition vector dots use too). Other
+float sums may differ from XLA CPU in the last bits: both reassociate, in
+different orders (XLA allows any); sums over non-minor axes are tree-shaped
+(:func:`_tree_sum`), as accurate as XLA's; f16/bf16/f8 sums and products
+accumulate in f32 as XLA CPU's do.
 An empty reduced dimension gives the init value everywhere.
 """
 
@@ -27,12 +31,15 @@ import ml_dtypes
 import numpy as np
 
 from xla_dialect.ops.base import ints
-from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.ops.control_flow import ReturnOp, WhileOp
+from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
 from xla_dialect.types import element_type_from_dtype
 
 from ..registry import register
+from . import small_dot
 from .control_flow import array_applier, result_dtypes
+from .ynnpack_sum import sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = {
     "hlo.add": np.add,
@@ -258,6 +265,44 @@ def _tree_reduce(op, axes, dtypes, out_shape, empty):
     return reduce_kernel
 
 
+def ynnpack_plan(op) -> tuple[tuple, bool] | None:
+    """``(plan, pairs)`` when XLA CPU computes the reduce ``op`` with YNNPACK's sum in an order
+    :func:`lowering.kernels.ynnpack_sum.sum_plan` identified -- one f32/f64 operand summed (a body
+    ``add(p0, p1)``) of at least 4,096 elements, on a host with the AVX-512 kernels it was measured with --
+    ``pairs`` when the operand is converted from bf16 (YNNPACK's bf16 kernel reads it two values per lane); else
+    None (also inside while loops, for now: see the comment below). The interpreter's kernel, fused loops (which leave such
+    sums to it) and compiled segments decide with this one function."""
+    if len(op.operands) != 2 or len(op.results) != 1 or binary_body_ufunc(op.body) is not np.add:
+        return None
+    x = op.operands[0]
+    dtype = str(x.type.element_type)
+    if dtype not in ("f32", "f64") or str(op.results[0].type.element_type) != dtype:
+        return None
+    if not small_dot._measured_host():
+        return None
+    parent = op.parent_op()
+    while parent is not None:
+        if isinstance(parent, WhileOp):
+            # Not yet inside while loops: compiled loops (lowering/compiled_loops.py) sum in NumPy's order, and
+            # an executable must give the same bits whether its loop runs interpreted or compiled.
+            return None
+        parent = parent.parent_op()
+    shape = tuple(x.type.get_shape())
+    plan = sum_plan(shape, tuple(sorted(ints(op.dimensions))), np.float32 if dtype == "f32" else np.float64)
+    if plan is None:
+        return None
+    owner = x.owner
+    pairs = isinstance(owner, ConvertOp) and str(owner.operands[0].type.element_type) == "bf16"
+    return plan, pairs
+
+
+def _ynnpack_reduce(plan, pairs, dtype, out_shape):
+    def ynnpack_sum_kernel(body, x, init):
+        return ynnpack_sum(np.asarray(x, dtype), plan, init, pairs).reshape(out_shape)
+
+    return ynnpack_sum_kernel
+
+
 @register(ReduceOp)
 def _reduce(op, ctx):
     axes = tuple(sorted(ints(op.dimensions)))
@@ -266,6 +311,9 @@ def _reduce(op, ctx):
     dtypes = result_dtypes(op, ctx)
     empty = any(shape[d] == 0 for d in axes)
     ufunc = binary_body_ufunc(op.body) if len(dtypes) == 1 else None
+    found = ynnpack_plan(op) if ufunc is np.add and not empty else None
+    if found is not None:
+        return _ynnpack_reduce(*found, dtypes[0], out_shape)
     if ufunc is not None:
         return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape), ctx.loop_workers)
     return _tree_reduce(op, axes, dtypes, out_shape, empty)

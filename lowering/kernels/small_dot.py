@@ -44,10 +44,12 @@ dimension longer than 32 as a ``reduce_window`` of windows of 32 (stride 32, pad
 half before), each window a sum from zero in order, then reduces the window sums again the same way until at
 most 32 are left, added in order from zero (**tree**; measured bitwise for f32, f64 and f16 (computed in f32),
 batch 1 and 3, every ``K`` in 33..79 and 100 to 3,000 in steps). With 4,096 products or more over all batches
-(any ``K``) XLA runs that reduce in YNNPACK (**YNNPACK sum**, :func:`_ynnpack_sums`: 64-byte vectors of rounded
-products, a degree-16 tree of accumulators with Kahan summation at its top, lanes added by halves; measured
-bitwise for f32 and f64, 50 random batch x ``K`` each with ``K`` 2..16,384, infinities included; longer ``K`` is
-split among YNNPACK's threads, not identified). Up to 32 the multiply is fused into the reduce and contracted: the one
+(any ``K``) XLA runs that reduce in YNNPACK (**YNNPACK sum**, :func:`_ynnpack_sums`, the definition of
+:mod:`lowering.kernels.ynnpack_sum` that XLA's large reduces use too: 64-byte vectors of rounded products, a
+degree-16 tree of accumulators with Kahan summation at its top, lanes added by halves; products past one of
+YNNPACK's tiles (32,768 f32, 16,384 f64, with fewer than 2 x CPUs batches) summed per tile, then the tiles'
+sums; measured bitwise for f32 and f64, 50 random batch x ``K`` each with ``K`` 2..16,384, infinities included,
+and ``K`` = 40,000). Up to 32 the multiply is fused into the reduce and contracted: the one
 chain. So +inf and -inf partial products give NaN above 32 (rounded products; +-inf in one window, or windows
 of opposite infinities) and the first overflowing product's sign up to 32.
 
@@ -83,6 +85,7 @@ import numpy as np
 from ..loop_runtime import fused_multiply_add
 from .host import host_properties
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
+from .ynnpack_sum import row_sum, sum_plan
 
 SMALL_CALL = "xla_cpu_small_call"
 """The attribute (unit) the ``xla-small-loops`` pass puts on a dot, max or min inside a while loop XLA CPU compiles
@@ -128,9 +131,6 @@ TREE_MAX_PRODUCTS = 4095
 """... and up to this many products over all batches: XLA CPU reduces 4,096 elements or more with YNNPACK
 (:data:`YNNPACK_SUM`; measured: batch 124 x K 33 and 2 x 2047 are the tree, 128 x 33, 2 x 2048, 1 x 4095 are not)."""
 
-YNNPACK_SUM_MAX_K = 16384
-"""Vector dots of more products over all batches than :data:`TREE_MAX_PRODUCTS` use :func:`small_dot`
-(:data:`YNNPACK_SUM`) up to this length (measured to 30,000 f32; longer ones are split among YNNPACK's threads)."""
 
 
 def dot_vector_bytes(op) -> int:
@@ -179,9 +179,11 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     value: the vector size and the operands' layout bits."""
     layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS)
     vector_bytes -= layout
-    if (m == n == 1 and TREE_MAX_PRODUCTS < batch * k <= SMALL_DOT_MAX_MNK and k <= YNNPACK_SUM_MAX_K
-            and vector_bytes == 32 and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and _measured_host()):
-        return YNNPACK_SUM
+    if (m == n == 1 and TREE_MAX_PRODUCTS < batch * k <= SMALL_DOT_MAX_MNK and vector_bytes == 32
+            and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and _measured_host()):
+        # XLA's reduce of the (batch, k) products: YNNPACK's sum, in its tiles (the tile length in the chunk bits)
+        _, _, _, _, (_, extent, _, size) = sum_plan((batch, k), (1,), dtype)
+        return YNNPACK_SUM | (size << CHUNK_SHIFT if size < extent else 0)
     order = _order(batch, m, k, n, dtype)
     if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
         return order | WIDE_VECTORS
@@ -326,7 +328,7 @@ def small_dot(a, b, out, order):
         _eigen_columns(a, b, out)
         return
     if order == YNNPACK_SUM:
-        _ynnpack_sums(a, b, out)
+        _ynnpack_sums(a, b, out, chunks)
         return
     if order == ONE_CHAIN:
         # Columns [0, whole) are chains from zero; the others are computed one by one (_single_column).
@@ -505,83 +507,24 @@ def _eigen_columns(a, b, out):
                 out[t, i, n - 1] = s
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
-def _ynnpack_partial_sum(a, b, t, start, count, lanes, acc, local):
-    """``acc += local``, ``local`` the lane-wise sum from zero of 4 vectors of rounded products from ``start``
-    (``count`` of them, zeros after)."""
-    local[:] = 0
-    for q in range(4):
-        for lane in range(lanes):
-            offset = q * lanes + lane
-            product = a[t, 0, start + offset] * b[t, start + offset, 0] if offset < count else a.dtype.type(0)
-            local[lane] = local[lane] + product
-    for lane in range(lanes):
-        acc[lane] = acc[lane] + local[lane]
-
-
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
-def _ynnpack_accumulate(clock, levels, error):
-    """YNNPACK's tree of accumulators (degree 16): at a multiple of 16 of ``clock`` level 0 goes into level 1, at
-    a multiple of 256 level 1 into level 2 by Kahan summation (a non-finite error dropped)."""
-    if clock & 15 == 0:
-        for lane in range(levels.shape[1]):
-            levels[1, lane] = levels[1, lane] + levels[0, lane]
-            levels[0, lane] = 0
-        if clock & 255 == 0:
-            for lane in range(levels.shape[1]):
-                y = levels[1, lane] - error[lane]
-                total = levels[2, lane] + y
-                e = (total - levels[2, lane]) - y
-                error[lane] = e if np.isfinite(e) else 0
-                levels[2, lane] = total
-                levels[1, lane] = 0
-
-
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def _ynnpack_sums(a, b, out):
-    """Vector dots (``M = N = 1``) as XLA CPU's YNNPACK reduce computes ``reduce(multiply(a, b))`` (``sum_float_k1``
-    of ``ynnpack/kernels/reduce/sum.h``): rounded products in 64-byte vectors (16 f32 / 8 f64 lanes), 4 vectors
-    summed lane-wise from zero into level 0 of a tree of accumulators (:func:`_ynnpack_accumulate`, its clock
-    advancing by the lanes per 4 vectors), the levels flushed at the end, the lanes added by halves (``lo + hi``
-    down to 4 f32 lanes ``(l0 + l2) + (l1 + l3)``, 2 f64 ``l0 + l1``) onto the output's zero."""
+def _ynnpack_sums(a, b, out, tile):
+    """Vector dots (``M = N = 1``) as XLA CPU's YNNPACK reduce computes ``reduce(multiply(a, b))``: the rounded
+    products of each batch summed by :func:`lowering.kernels.ynnpack_sum.row_sum` (the one definition of
+    YNNPACK's sum, which XLA's large reduces use too), in tiles of ``tile`` products (0: one tile), added to the
+    output's zero."""
     batch, m, k = a.shape
     lanes = 64 // a.itemsize
-    block = 4 * lanes
     levels = np.zeros((3, lanes), a.dtype)
     error = np.zeros(lanes, a.dtype)
     local = np.zeros(lanes, a.dtype)
+    size = tile if tile > 0 else max(k, 1)
+    partials = np.empty((k + size - 1) // size + 1, a.dtype)
+    terms = np.empty(k, a.dtype)
     for t in range(batch):
-        levels[:] = 0
-        error[:] = 0
-        clock, start, remaining = 0, 0, k
-        while remaining >= 4 * block:
-            for _ in range(4):
-                _ynnpack_partial_sum(a, b, t, start, block, lanes, levels[0], local)
-                start += block
-            remaining -= 4 * block
-            clock += 4 * lanes
-            _ynnpack_accumulate(clock, levels, error)
-        while remaining >= block:
-            _ynnpack_partial_sum(a, b, t, start, block, lanes, levels[0], local)
-            start += block
-            remaining -= block
-            clock += lanes
-            _ynnpack_accumulate(clock, levels, error)
-        if remaining > 0:
-            _ynnpack_partial_sum(a, b, t, start, remaining, lanes, levels[0], local)
-        _ynnpack_accumulate(0, levels, error)
-        for lane in range(lanes):
-            local[lane] = 0 + levels[2, lane]
-        width = lanes
-        while width > (4 if a.itemsize == 4 else 2):
-            width //= 2
-            for lane in range(width):
-                local[lane] = local[lane] + local[lane + width]
-        if a.itemsize == 4:
-            total = (local[0] + local[2]) + (local[1] + local[3])
-        else:
-            total = local[0] + local[1]
-        out[t, 0, 0] = 0 + total
+        for p in range(k):
+            terms[p] = a[t, 0, p] * b[t, p, 0]
+        out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials, levels, error, local)
 
 
 def small_matmul(order: int):

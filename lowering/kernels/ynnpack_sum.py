@@ -1,0 +1,389 @@
+"""Float sums as XLA CPU runs them in YNNPACK (jax 0.10.2): one definition, for reduces and vector dots.
+
+XLA CPU hands a reduce whose body is ``add(p0, p1)`` to YNNPACK (a ``__ynn_fusion``) when its operand or result
+has at least :data:`MIN_ELEMENTS` elements (XLA's ``IsInstructionPreferredByYnn``) and its types are f32 -> f32,
+f64 -> f64 or bf16 -> f32 (XLA's ``IsReduceLikeOpSupportedByYnn``): ``jnp.sum``/``jnp.mean`` of 4,096 elements or
+more, row and column sums of large arrays, softmax's and layer norm's sums, and ``reduce(multiply(a, b))``, which
+is what XLA makes of a vector dot (:mod:`lowering.kernels.small_dot`). f16 sums are f32 sums there (jax converts
+first); a bf16 operand's convert is fused into the reduce (YNNPACK's bf16 kernel, below). YNNPACK computes it
+with ``ynnpack/kernels/reduce/sum.h`` (the version with a degree-16 tree of three levels):
+
+* **rows** (the reduced dimensions are the innermost ones, ``sum_float_k1``): per output, 64-byte vectors of
+  accumulators (16 f32 / 8 f64 lanes); each block of 4 vectors is summed lane-wise from zero and added to level 0
+  of a tree of accumulators (:func:`_k1_total`); a clock advancing by the lanes per block (4 blocks at a time
+  while 16 are left) moves level 0 into level 1 at each multiple of 16, and level 1 into level 2 by Kahan
+  summation at each multiple of 256 (a non-finite error dropped); a last partial block is padded with zeros; at
+  the end the levels are flushed the same way, and the lanes are added by halves (f32 down to 4 lanes, then
+  ``(l0 + l2) + (l1 + l3)``; f64 ``l0 + l1``) and added to the output's initial value. bf16 operands (YNNPACK's
+  ``sum_k1_bf16_fp32`` kernel, two bf16 per f32 lane) put the pair ``2l, 2l + 1`` of each 32 elements in lane
+  ``l``, the odd one added first.
+* **columns** (the reduced dimensions followed by kept ones, ``sum_float_kn``): per output element, rows taken 4
+  at a time, each 4 summed from zero in order and added to level 0; the clock advances by 4 per 4 rows (the same
+  tree, Kahan at its top); at most 4 rows are summed straight into the output.
+* **tiles**: YNNPACK's scheduler (slinky) splits the operand in tiles of 128 KiB of accumulators (32,768 f32,
+  16,384 f64: ``make_split_factors``, innermost dimension first, floor divisions); when that splits a reduced
+  dimension, each tile's sum (from zero) is a partial result, and the partials (in row-major order) are summed
+  again the same way into the output (:func:`sum_plan` names the tiles). Sums over a reduced dimension that is
+  not the innermost contiguous run, nor followed only by kept dimensions (``sum(x, axis=(0, 2))``) are not
+  identified: :func:`sum_plan` gives None and the reduction kernel keeps its earlier order.
+
+Measured against jax.jit on a 2-core AMD EPYC with AVX-512 (every element of every sample equal, values of mixed
+magnitudes): full sums of 4,096 to 1,000,000 f32/f64 elements (tiles from 32,769 f32, 16,385 f64), bf16 (into
+f32 and bf16) and f16, row sums ((64, 64), (3, 5000)), column sums ((64, 64), (5000, 3), (1000, 8), (600, 64),
+(2048, 16), (3000, 100); row tiles of ``32768 // n`` rows), ``sum(x * x)``; ``tests/test_reduction.py``. These
+orders hold where XLA chooses YNNPACK's AVX-512 kernels: on hosts with the flags of
+:func:`lowering.kernels.small_dot._measured_host` (elsewhere the reduction kernel keeps its earlier order). XLA's
+thread count matters for where long sums are split (:func:`_tiles`): measured with 2 CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import llvmlite.ir as ir
+import numba
+import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+MIN_ELEMENTS = 4096
+"""XLA CPU hands reduces with an operand (or result) of at least this many elements to YNNPACK."""
+
+TILE_BYTES = 128 * 1024
+"""YNNPACK's tile area (``make_split_factors``: 32,768 elements of 4 bytes): tiles of this many bytes of
+accumulators."""
+
+ROWS, COLUMNS = 1, 2
+"""The two kernels of a :func:`sum_plan`: ``sum_float_k1`` (rows) and ``sum_float_kn`` (columns)."""
+
+
+def _task_target() -> int:
+    """YNNPACK's ``target_task_count``: twice the threads of XLA CPU's pool (one per CPU this process may run
+    on), or 1 with one thread."""
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 * threads if threads > 1 else 1
+
+
+def _tiles(shape: list[int], axes: list[int], itemsize: int) -> tuple[int, int, int, int] | None:
+    """How YNNPACK's tiles cut the reduced dimensions ``axes`` (consecutive) of ``shape``: ``(outer, extent,
+    inner, size)``: the reduced elements of one output, as ``(outer, extent, inner)``, are summed in tiles of
+    ``size`` indices of the middle dimension (``size >= extent``: one tile), each tile ``size * inner`` consecutive
+    elements; None when the tiles are not of that form (not identified). A reduction is split only when its tiles
+    cut a reduced dimension and the kept dimensions give its threads fewer tasks than :func:`_task_target`
+    (measured: rows of 33,768 f32 are split in 1-3 rows, not in 4 or more, on 2 CPUs)."""
+    tile, so_far = TILE_BYTES // itemsize, 1
+    splits = [0] * len(shape)
+    for d in reversed(range(len(shape))):
+        s = max(1, min(tile // so_far, shape[d]))
+        splits[d] = 0 if s >= shape[d] else s
+        so_far *= s if splits[d] else shape[d]
+    tasks = int(np.prod([-(-shape[d] // splits[d]) for d in range(len(shape)) if d not in axes and splits[d]],
+                        dtype=np.int64))
+    split = [d for d in axes if splits[d]]
+    total = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    if not split or tasks >= _task_target():
+        return 1, total, 1, total
+    d = split[-1]  # (the innermost split one: the reduced dimensions inside it are whole, those outside it split by 1)
+    if d != axes[0]:
+        return None  # (a split below other reduced dimensions: their partials are summed in an order not identified)
+    inner = int(np.prod([shape[e] for e in axes if e > d], dtype=np.int64))
+    return 1, shape[d], inner, splits[d]
+
+
+def sum_plan(in_shape, axes, dtype) -> tuple | None:
+    """How XLA CPU's YNNPACK sums the ``axes`` of an operand of ``in_shape`` (accumulated in ``dtype``, f32 or
+    f64): ``(ROWS, rows, k, 1, tiles)`` -- the operand is ``rows`` rows of ``k`` -- or ``(COLUMNS, outer, k, n,
+    tiles)`` -- ``outer`` blocks of ``k`` rows of ``n`` kept elements, each block's rows summed -- with ``tiles``
+    as :func:`_tiles` gives them (in elements for rows, in rows for columns); None where XLA does not use
+    YNNPACK or its order was not identified (module docstring). Dimensions of one element are dropped first, as
+    YNNPACK does."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or not axes:
+        return None
+    size = int(np.prod(in_shape, dtype=np.int64))
+    if size < MIN_ELEMENTS:
+        return None
+    kept_dims = [d for d in range(len(in_shape)) if in_shape[d] != 1]
+    shape = [in_shape[d] for d in kept_dims]
+    reduced = [i for i, d in enumerate(kept_dims) if d in axes]
+    if not reduced:
+        return None  # (a sum over dimensions of one element: a copy)
+    if reduced != list(range(reduced[0], reduced[-1] + 1)):
+        return None  # not one run of dimensions: not identified
+    tiles = _tiles(shape, reduced, dtype.itemsize)
+    if tiles is None:
+        return None
+    first, last = reduced[0], reduced[-1]
+    outer = int(np.prod(shape[:first], dtype=np.int64))
+    k = int(np.prod(shape[first:last + 1], dtype=np.int64))
+    n = int(np.prod(shape[last + 1:], dtype=np.int64))
+    if n == 1:
+        return ROWS, outer, k, 1, tiles
+    return COLUMNS, outer, k, n, tiles
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _advance(clock, levels, error):
+    """YNNPACK's tree of accumulators (degree 16, ``lanes`` of ``levels (3, lanes)``): at a multiple of 16 of
+    ``clock`` level 0 goes into level 1, at a multiple of 256 level 1 into level 2 by Kahan summation (a
+    non-finite error dropped). ``clock`` 0 flushes both."""
+    zero = levels.dtype.type(0)
+    if clock & 15 == 0:
+        for lane in range(levels.shape[1]):
+            levels[1, lane] = levels[1, lane] + levels[0, lane]
+            levels[0, lane] = zero
+        if clock & 255 == 0:
+            for lane in range(levels.shape[1]):
+                y = levels[1, lane] - error[lane]
+                total = levels[2, lane] + y
+                e = (total - levels[2, lane]) - y
+                error[lane] = e if np.isfinite(e) else zero
+                levels[2, lane] = total
+                levels[1, lane] = zero
+
+
+def _row_vector(a) -> bool:
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype in (types.float32,
+                                                                                        types.float64)
+
+
+@intrinsic
+def _add_blocks(typingctx, x, start, blocks, pairs, levels):
+    """Level 0 (``levels[0]``, a C-ordered (3, lanes) array) += the sum from zero of each of ``blocks`` whole
+    blocks from ``x[start]``, in order: a block is 4 vectors of ``lanes`` elements added lane-wise (``pairs``:
+    8 vectors, each pair ``2l, 2l + 1`` of 32 elements in lane ``l``, the odd one first). Written as vector IR,
+    so that each block is a few vector adds whatever LLVM makes of the scalar form (which it did not vectorize:
+    0.5 ns per element)."""
+    if not (_row_vector(x) and start == blocks == types.int64 and pairs == types.boolean
+            and isinstance(levels, types.Array) and levels.ndim == 2 and levels.layout == "C"
+            and levels.dtype == x.dtype):
+        return None
+    lanes = 64 // (x.dtype.bitwidth // 8)
+    real = ir.FloatType() if x.dtype == types.float32 else ir.DoubleType()
+    vector = ir.VectorType(real, lanes)
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    align = x.dtype.bitwidth // 8
+
+    def codegen(context, builder, signature, args):
+        array, first, count, by_pairs, accumulators = args
+        data = context.make_array(signature.args[0])(context, builder, array).data
+        level0 = builder.bitcast(context.make_array(signature.args[4])(context, builder, accumulators).data,
+                                 vector.as_pointer())
+
+        def load(index):
+            value = builder.load(builder.bitcast(builder.gep(data, [index]), vector.as_pointer()))
+            value.align = align
+            return value
+
+        zero = ir.Constant(vector, [ir.Constant(real, 0.0)] * lanes)
+        odd = ir.Constant(ir.VectorType(i32, lanes), [2 * k + 1 for k in range(lanes)])
+        even = ir.Constant(ir.VectorType(i32, lanes), [2 * k for k in range(lanes)])
+        total = builder.load(level0)
+        total.align = align
+        acc = cgutils.alloca_once_value(builder, total)
+        step = builder.select(by_pairs, ir.Constant(i64, 8 * lanes), ir.Constant(i64, 4 * lanes))
+        with cgutils.for_range(builder, count) as loop:
+            at = builder.add(first, builder.mul(loop.index, step))
+            local = cgutils.alloca_once_value(builder, zero)
+            with builder.if_else(by_pairs) as (then, otherwise):
+                with then:
+                    value = zero
+                    for q in range(4):
+                        low = load(builder.add(at, ir.Constant(i64, 2 * q * lanes)))
+                        high = load(builder.add(at, ir.Constant(i64, (2 * q + 1) * lanes)))
+                        value = builder.fadd(value, builder.shuffle_vector(low, high, odd))
+                        value = builder.fadd(value, builder.shuffle_vector(low, high, even))
+                    builder.store(value, local)
+                with otherwise:
+                    value = zero
+                    for q in range(4):
+                        value = builder.fadd(value, load(builder.add(at, ir.Constant(i64, q * lanes))))
+                    builder.store(value, local)
+            builder.store(builder.fadd(builder.load(acc), builder.load(local)), acc)
+        store = builder.store(builder.load(acc), level0)
+        store.align = align
+        return context.get_dummy_value()
+
+    return types.none(x, start, blocks, pairs, levels), codegen
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _k1_block(x, start, count, pairs, levels, local):
+    """Level 0 += the lane-wise sum from zero of the 4 vectors from ``x[start]``, ``count`` elements of a last,
+    partial block and zeros after them (added too: a -0 that flushing a tiny sum to zero made becomes +0;
+    ``pairs``: two elements per lane, the odd one first, as :func:`_add_blocks`)."""
+    lanes = levels.shape[1]
+    zero = levels.dtype.type(0)
+    local[:] = zero
+    for q in range(4):
+        for lane in range(lanes):
+            if pairs:
+                at = q * 2 * lanes + 2 * lane
+                local[lane] = local[lane] + (x[start + at + 1] if at + 1 < count else zero)
+                local[lane] = local[lane] + (x[start + at] if at < count else zero)
+            else:
+                at = q * lanes + lane
+                local[lane] = local[lane] + (x[start + at] if at < count else zero)
+    for lane in range(lanes):
+        levels[0, lane] = levels[0, lane] + local[lane]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _k1_total(x, start, k, pairs, levels, error, local):
+    """``sum_float_k1`` of ``x[start:start + k]`` (module docstring): the sum of its lanes, before it is added
+    to the output. ``levels (3, lanes)``, ``error``, ``local (lanes)`` are work space of the accumulator type."""
+    lanes = levels.shape[1]
+    block = 4 * lanes * (2 if pairs else 1)
+    zero = levels.dtype.type(0)
+    levels[:] = zero
+    error[:] = zero
+    clock, at, left = 0, start, k
+    while left >= 4 * block:
+        _add_blocks(x, at, 4, pairs, levels)
+        at += 4 * block
+        left -= 4 * block
+        clock += 4 * lanes
+        _advance(clock, levels, error)
+    while left >= block:
+        _add_blocks(x, at, 1, pairs, levels)
+        at += block
+        left -= block
+        clock += lanes
+        _advance(clock, levels, error)
+    if left > 0:
+        _k1_block(x, at, left, pairs, levels, local)
+    _advance(0, levels, error)
+    for lane in range(lanes):
+        local[lane] = zero + levels[2, lane]
+    width = lanes
+    while width > (4 if lanes == 16 else 2):
+        width //= 2
+        for lane in range(width):
+            local[lane] = local[lane] + local[lane + width]
+    if lanes == 16:
+        return (local[0] + local[2]) + (local[1] + local[3])
+    return local[0] + local[1]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def row_sum(x, start, tiles, pairs, partials, levels, error, local):
+    """The sum from zero of the row ``x[start:start + outer * extent * inner]`` (``tiles = (outer, extent, inner,
+    size)``, :func:`sum_plan`) as YNNPACK computes it: :func:`_k1_total` of the row, or of each tile (``size``
+    indices of the middle dimension) from zero into ``partials``, then of the partials. Add the output's initial
+    value to it."""
+    outer, extent, inner, size = tiles
+    if size >= extent:
+        return _k1_total(x, start, outer * extent * inner, pairs, levels, error, local)
+    zero = levels.dtype.type(0)
+    count = 0
+    for o in range(outer):
+        for c in range(0, extent, size):
+            first = start + (o * extent + c) * inner
+            partials[count] = zero + _k1_total(x, first, min(size, extent - c) * inner, pairs, levels, error, local)
+            count += 1
+    return _k1_total(partials, 0, count, False, levels, error, local)
+
+
+def _lanes(dtype) -> int:
+    return 64 // np.dtype(dtype).itemsize
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def sum_rows(x, out, init, tiles, pairs):
+    """``out[r] = init + row_sum(row r)`` for the rows of the C-ordered 2-d ``x`` (f32 or f64; ``pairs``: bf16
+    values read two per lane, see the module docstring)."""
+    rows, k = x.shape
+    lanes = 64 // x.itemsize
+    levels = np.zeros((3, lanes), x.dtype)
+    error = np.zeros(lanes, x.dtype)
+    local = np.zeros(lanes, x.dtype)
+    outer, extent, inner, size = tiles
+    partials = np.empty(max(1, outer * ((extent + size - 1) // size)), x.dtype)
+    flat = x.ravel()
+    for r in range(rows):
+        out[r] = init + row_sum(flat, r * k, tiles, pairs, partials, levels, error, local)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _kn_sum(x, first, k, out, levels, error, four):
+    """``out += sum_float_kn`` of the rows ``x[first:first + k]`` of the 2-d ``x`` (module docstring), every
+    column at once: ``levels (3, n)``, ``error (n)`` and ``four (n)`` are work space."""
+    n = x.shape[1]
+    zero = x.dtype.type(0)
+    if k <= 4:
+        four[:] = zero
+        for q in range(4):  # (the zero rows after them added too: see _k1_block)
+            for j in range(n):
+                four[j] = four[j] + (x[first + q, j] if q < k else zero)
+        for j in range(n):
+            out[j] = out[j] + four[j]
+        return
+    levels[:] = zero
+    error[:] = zero
+    clock, row = 0, first
+    while first + k - row >= 4:
+        four[:] = zero
+        for q in range(4):
+            for j in range(n):
+                four[j] = four[j] + x[row + q, j]
+        for j in range(n):
+            levels[0, j] = levels[0, j] + four[j]
+        row += 4
+        clock += 4
+        _advance(clock, levels, error)
+    if row < first + k:
+        four[:] = zero
+        for q in range(row, row + 4):
+            for j in range(n):
+                four[j] = four[j] + (x[q, j] if q < first + k else zero)
+        for j in range(n):
+            levels[0, j] = levels[0, j] + four[j]
+    _advance(0, levels, error)
+    for j in range(n):
+        out[j] = out[j] + levels[2, j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def sum_columns(x, out, init, tiles):
+    """``out[b, j] = init + sum over r of x[b, r, j]`` for the C-ordered 3-d ``x`` (f32 or f64) as YNNPACK sums
+    columns (module docstring): each block's rows in tiles (``tiles = (outer, extent, inner, size)`` in rows,
+    :func:`sum_plan`), each tile's sums from zero a row of partials, the partials summed again."""
+    blocks, k, n = x.shape
+    levels = np.zeros((3, n), x.dtype)
+    error = np.zeros(n, x.dtype)
+    four = np.zeros(n, x.dtype)
+    outer, extent, inner, size = tiles
+    split = size < extent
+    partials = np.empty((max(1, outer * ((extent + size - 1) // size)) if split else 1, n), x.dtype)
+    for b in range(blocks):
+        rows = x[b]
+        out[b, :] = init
+        if not split:
+            _kn_sum(rows, 0, k, out[b], levels, error, four)
+            continue
+        count = 0
+        for o in range(outer):
+            for c in range(0, extent, size):
+                partials[count, :] = 0
+                _kn_sum(rows, (o * extent + c) * inner, min(size, extent - c) * inner, partials[count], levels,
+                        error, four)
+                count += 1
+        _kn_sum(partials, 0, count, out[b], levels, error, four)
+
+
+def ynnpack_sum(x: np.ndarray, plan: tuple, init, pairs: bool = False) -> np.ndarray:
+    """``init +`` the sum :func:`sum_plan` describes of ``x`` (f32 or f64, any layout; ``pairs``: the values are
+    bf16 converted to f32), shaped as the plan's outputs (``(rows,)`` or ``(outer, n)``): the interpreter's
+    kernel (:mod:`lowering.kernels.reduction`)."""
+    kind, outer, k, n, tiles = plan
+    init = x.dtype.type(init)
+    if kind == ROWS:
+        rows = np.ascontiguousarray(x).reshape(outer, k)
+        out = np.empty(outer, x.dtype)
+        sum_rows(rows, out, init, tiles, pairs)
+        return out
+    blocks = np.ascontiguousarray(x).reshape(outer, k, n)
+    out = np.empty((outer, n), x.dtype)
+    sum_columns(blocks, out, init, tiles)
+    return out

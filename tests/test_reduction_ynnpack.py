@@ -1,0 +1,137 @@
+"""Float sums XLA CPU runs in YNNPACK (4,096 elements or more): bit for bit against jax.jit, in every executor path.
+
+XLA CPU (jax 0.10.2) hands f32/f64/bf16 sums of large operands to YNNPACK's reduce, a Kahan-compensated tree of
+16-lane accumulators (lowering/kernels/ynnpack_sum.py, the definition vector dots use too). The interpreter's
+kernel, fused loops (which leave these sums to it) and compiled segments give its bits (issue 30, item 1).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+bf16 = ml_dtypes.bfloat16
+
+
+def _avx512_host() -> bool:
+    from lowering.kernels.small_dot import _measured_host
+
+    return _measured_host()
+
+
+pytestmark = pytest.mark.skipif(not _avx512_host(), reason="YNNPACK's sum order was measured on AVX-512 hosts only")
+
+
+def _mixed(rng, shape, dtype):
+    """Values of mixed magnitudes (another order of the sum changes the last bits of most results)."""
+    return (rng.standard_normal(shape) * np.exp(rng.uniform(-2, 2, shape))).astype(dtype)
+
+
+def _bits(fn, args, **options):
+    import lowering
+    from interop import import_jax
+
+    module = import_jax(fn, *args)
+    executable = lowering.compile(module, **options)
+    for _ in range(2):  # (the second call: fused groups and segments compiled by then with "always")
+        got = [np.asarray(v) for v in executable(*args)]
+    want = [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    return [v.view(f"u{v.itemsize}") for v in got], [v.view(f"u{v.itemsize}") for v in want]
+
+
+_SUMS = [
+    ("sum 4096", lambda x: jnp.sum(x), (4096,)),
+    ("sum 5000", lambda x: jnp.sum(x), (5000,)),
+    ("mean 64x64", lambda x: jnp.mean(x), (64, 64)),
+    ("sum in tiles", lambda x: jnp.sum(x), (70001,)),          # split in tiles of 32,768 f32 / 16,384 f64
+    ("2-d sum in row tiles", lambda x: jnp.sum(x), (300, 300)),
+    ("row sums", lambda x: jnp.sum(x, axis=1), (64, 100)),
+    ("long rows in tiles", lambda x: jnp.sum(x, axis=1), (2, 40000)),
+    ("long rows whole", lambda x: jnp.sum(x, axis=1), (4, 40000)),  # (4 rows: enough tasks for 2 CPUs, no tiles)
+    ("column sums", lambda x: jnp.sum(x, axis=0), (5000, 3)),
+    ("column sums in row tiles", lambda x: jnp.sum(x, axis=0), (600, 64)),
+    ("middle axis", lambda x: jnp.sum(x, axis=1), (8, 9, 100)),
+    ("sum of products", lambda x: jnp.sum(x * x), (64, 64)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name, fn, shape", _SUMS, ids=[s[0] for s in _SUMS])
+def test_large_sums_are_ynnpacks_bits(name, fn, shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(2):
+        x = _mixed(rng, shape, dtype)
+        got, want = _bits(fn, (x,), fusion="never", loop_compilation="never")
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("fn", [lambda x: jnp.sum(x), lambda x: jnp.sum(x, dtype=jnp.float32),
+                                lambda x: jnp.sum(x, axis=0, dtype=jnp.float32)], ids=["bf16", "bf16 into f32", "bf16 columns"])
+def test_bf16_sums_read_two_values_per_lane(fn):
+    # YNNPACK's bf16 kernel: the pair 2l, 2l + 1 of each 32 elements in lane l, the odd one first.
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        x = rng.standard_normal((7001,) if fn(np.ones((2, 2), bf16)).ndim == 0 else (1000, 8)).astype(bf16)
+        got, want = _bits(fn, (x,))
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_f16_sum_is_an_f32_sum():
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        x = rng.standard_normal(5000).astype(np.float16)
+        got, want = _bits(lambda x: jnp.sum(x), (x,))
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_infinities_and_zero_signs_in_a_large_sum():
+    rng = np.random.default_rng(9)
+    x = _mixed(rng, (3, 6000), np.float32)
+    x[0, ::701] = np.inf      # one infinite row
+    x[1, 5] = np.inf
+    x[1, 4000] = -np.inf       # inf - inf: NaN
+    x[2] = -0.0                # all -0: +0 (sums start from +0)
+    got, want = _bits(lambda x: jnp.sum(x, axis=1), (x,))
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+_FUSED = [
+    ("layer norm", lambda x: (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5), (128, 64)),
+    ("row sums of a fused chain", lambda x: jnp.sum(x * 2.0 + 1.0, axis=-1), (256, 64)),
+    ("small ops around a large sum", lambda x: jnp.tanh(jnp.sum(x) * 1e-3 + jnp.arange(8.0, dtype=x.dtype)) * 3.0 - 1.0,
+     (5000,)),
+]
+
+
+@pytest.mark.parametrize("options", [dict(fusion="never", loop_compilation="never"),
+                                     dict(fusion="always", loop_compilation="always")], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("name, fn, shape", _FUSED, ids=[s[0] for s in _FUSED])
+def test_large_sums_in_fused_and_compiled_code_are_the_kernels(name, fn, shape, options):
+    # Fused groups leave such sums to the reduction kernel (not NumPy's row sums), segments do not take them.
+    x = _mixed(np.random.default_rng(10), shape, np.float32)
+    got, want = _bits(fn, (x,), **options)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_long_vector_dots_are_summed_in_ynnpacks_tiles(dtype):
+    # A vector dot is XLA's reduce(multiply): longer than one tile (32,768 f32 / 16,384 f64 products) it is
+    # summed per tile, then the tiles' sums (was BLAS above 16,384).
+    rng = np.random.default_rng(11)
+    a, b = _mixed(rng, (40000,), dtype), rng.standard_normal(40000).astype(dtype)
+    got, want = _bits(jnp.matmul, (a, b))
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_plans_of_unidentified_and_small_sums():
+    from lowering.kernels.ynnpack_sum import COLUMNS, ROWS, sum_plan
+
+    assert sum_plan((4095,), (0,), np.float32) is None                 # XLA's own loops (reduce-window tree)
+    assert sum_plan((64, 64, 64), (0, 2), np.float32) is None          # two runs of dimensions: not identified
+    assert sum_plan((16, 70000), (0, 1), np.float32) is None           # tiles below another reduced dimension
+    assert sum_plan((64, 64), (0, 1), np.float16) is None              # (f16 sums are f32 sums of a convert)
+    assert sum_plan((64, 1, 64), (0,), np.float32)[0] == COLUMNS
+    assert sum_plan((1, 5000), (1,), np.float32)[:4] == (ROWS, 1, 5000, 1)
