@@ -209,6 +209,30 @@ def _pieces(batch: int, m: int, n: int, workers: int):
     return axis, tuple(even_bounds(size, parts, align))
 
 
+SPLIT_MOST_UNEVEN = 0.75
+"""The largest share of a two-piece split's work in one piece that is still worth trying (1.33x on two CPUs)."""
+
+
+def _candidate_plans(batch: int, m: int, n: int, workers: int) -> list:
+    """The splits of a ``(batch, m, n)`` product to try, most even first: :func:`_pieces`' even split, then, for
+    one matrix on two CPUs, the two-piece cuts of either side at multiples of :data:`SPLIT_ALIGN` up to
+    :data:`SPLIT_MOST_UNEVEN` of the work in one piece. Which cuts keep the whole product's bits depends on the
+    BLAS's blocking for the shape (OpenBLAS 0.3.31, one thread, AMD EPYC: a 256x1024x1024 f32 product keeps them
+    cut at column 640 or row 192, not at the even column 512)."""
+    even = _pieces(batch, m, n, workers)
+    if even is None:
+        return []
+    plans = [even]
+    if batch == 1 and workers == 2:
+        cuts = [(axis, cut, max(cut, size - cut) / size)
+                for axis, size in ((1, m), (2, n)) for cut in range(SPLIT_ALIGN, size, SPLIT_ALIGN)]
+        for axis, cut, share in sorted(cuts, key=lambda c: (c[2], c[0] != even[0])):
+            plan = (axis, ((0, cut), (cut, m if axis == 1 else n)))
+            if share <= SPLIT_MOST_UNEVEN and plan != even:
+                plans.append(plan)
+    return plans
+
+
 def split_matmul(threads: int | None, workers: int, worker_mode=None):
     """A matmul of ``(batch, m, k) x (batch, k, n)`` operands that runs its pieces on ``workers`` CPUs at once.
 
@@ -222,7 +246,7 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
     in the context manager ``worker_mode``). A product is
     split only where that gives the whole product's bits on one thread:
     checked once per process for each shape, memory order and dtype on
-    operands of random values (:func:`split_is_exact`); where the BLAS's
+    operands of random values (:func:`exact_plan`); where the BLAS's
     kernels would sum an element differently in a piece, the product stays
     whole. ``threads`` (or None) is the BLAS limit the call holds meanwhile;
     every piece computes in the caller's denormal mode. Operands of other
@@ -253,21 +277,21 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
         return out
 
     def matmul(a, b):
-        plan = None
+        plans = []
         if a.ndim == 3 == b.ndim and a.dtype == b.dtype and a.shape[0] == b.shape[0]:
             batch, m, k = a.shape
             n = b.shape[2]
             if batch * m * k * n >= SPLIT_MNK and a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
-                plan = _pieces(batch, m, n, workers)
+                plans = _candidate_plans(batch, m, n, workers)
         if threads is not None:
             enter(threads)
         try:
-            if plan is not None:
-                key = (a.dtype, a.shape, b.shape, _order(a), _order(b), plan)
-                exact = _SPLIT_EXACT.get(key)
-                if exact is None:
-                    exact = _SPLIT_EXACT[key] = split_is_exact(a, b, plan, run_split)
-                if exact:
+            if plans:
+                key = (a.dtype, a.shape, b.shape, _order(a), _order(b), workers)
+                if key not in _SPLIT_EXACT:  # (the first split that keeps the bits, or None)
+                    _SPLIT_EXACT[key] = exact_plan(a, b, plans, run_split)
+                plan = _SPLIT_EXACT[key]
+                if plan is not None:
                     return run_split(a, b, plan)
             return _matmul(a, b)
         finally:
@@ -350,7 +374,8 @@ _NATIVE_PLANS: dict = {}
 
 
 _SPLIT_EXACT: dict = {}
-"""(dtype, shapes, memory orders, pieces) -> whether the pieces give the whole product's bits (:func:`split_is_exact`)."""
+"""(dtype, shapes, memory orders, CPUs) -> the split that gives the whole product's bits, or None
+(:func:`exact_plan`)."""
 
 
 def _order(x: np.ndarray) -> str:
@@ -363,25 +388,23 @@ def _order(x: np.ndarray) -> str:
     return "strided"
 
 
-def split_is_exact(a: np.ndarray, b: np.ndarray, plan, run_split) -> bool:
-    """True when ``run_split(x, y, plan)`` equals the whole ``np.matmul(x, y)`` bit for bit for operands of
-    random values with the shapes, dtype and memory order of ``a`` and ``b``.
+def exact_plan(a: np.ndarray, b: np.ndarray, plans: list, run_split):
+    """The first of ``plans`` whose pieces (``run_split(x, y, plan)``) give the whole ``np.matmul(x, y)`` bit for
+    bit for operands of random values with the shapes, dtype and memory order of ``a`` and ``b``, or None.
 
-    Which kernels a BLAS runs depends on the shape of each call, and a kernel
-    for the edge rows or columns may group the contraction differently (OpenBLAS's
-    f64 kernels on AVX-512 hosts sum the elements of a last, single column
-    differently when the rows before them are cut at a multiple of 64 that is not
-    one of 192). A different summation order shows on random operands in
-    practically every element it touches (the rounding errors of a long sum are
-    many ulps), so one comparison decides. Random values, not the caller's: those
-    may be all zeros. Costs two products and the random operands, once per
-    process for each key.
+    Which kernels a BLAS runs depends on the shape of each call, and a kernel for the edge rows or columns may
+    group the contraction differently (OpenBLAS's f64 kernels on AVX-512 hosts sum the elements of a last,
+    single column differently when the rows before them are cut at a multiple of 64 that is not one of 192). A
+    different summation order shows on random operands in practically every element it touches (the rounding
+    errors of a long sum are many ulps), so one comparison decides. Random values, not the caller's: those may
+    be all zeros. Costs the whole product and one split product per plan tried, once per process for each key.
     """
     rng = np.random.default_rng(0)
-    x, y = np.empty_like(a), np.empty_like(b)  # the same memory order ("K"), so the same BLAS call
+    x, y = np.empty_like(a), np.empty_like(b)
     x[...] = rng.uniform(-1.0, 1.0, a.shape)
     y[...] = rng.uniform(-1.0, 1.0, b.shape)
-    return bool(np.array_equal(run_split(x, y, plan), np.matmul(x, y)))
+    whole = np.matmul(x, y)
+    return next((plan for plan in plans if np.array_equal(run_split(x, y, plan), whole)), None)
 
 
 @functools.lru_cache(maxsize=None)
