@@ -6,10 +6,13 @@ For each program of ``benchmarks/real_programs.py`` and the diffrax Tsit5 solve 
 ``benchmarks/library_programs.py`` (when diffrax is installed; a program of several thousand ops with loops),
 three new processes each import the program (``interop.import_jax``) and time, from ``lowering.compile`` on:
 
-* **cold**: empty caches (a fresh ``XLA_DIALECT_CACHE`` and ``NUMBA_CACHE_DIR``): ``lowering.compile``, the first
-  call, and when the calls reach their steady speed (every background compilation of ``loop_compilation="auto"``
-  done, then the median of 20 calls: ``steady from``);
-* **warm**: the same in another process with the caches the cold one left (a user's second run of a script);
+* **first install**: empty caches (a fresh ``XLA_DIALECT_CACHE`` and ``NUMBA_CACHE_DIR``: the library's own numba
+  kernels compile too, once per installation): ``lowering.compile``, the first call, and when the calls reach
+  their steady speed (every background compilation of ``loop_compilation="auto"`` done, then the median of 20
+  calls: ``steady from``);
+* **new program**: the library's kernels cached (numba's usual cache), the program's generated code not (a fresh
+  ``XLA_DIALECT_CACHE``): a user's first run of a new script;
+* **warm**: the same in another process with the caches the new-program run left (the script's second run);
 * **jax.jit**: ``jax.jit(f)``'s first call (trace, compile, run) in a new process without, then with, jax's
   persistent compilation cache (``jax_compilation_cache_dir``, every compilation cached).
 
@@ -87,9 +90,10 @@ def _child(name: str, mode: str, budget: float) -> dict:
             "steady_from_s": steady_from, "steady_ms": steady * 1e3, "budget_hit": quiet < 20}
 
 
-def _run_child(name: str, mode: str, budget: float, env: dict) -> dict:
+def _run_child(name: str, mode: str, budget: float, env: dict, unset: tuple = ()) -> dict:
+    environment = {k: v for k, v in {**os.environ, **env}.items() if k not in unset}
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, mode, str(budget)],
-                         env={**os.environ, **env}, capture_output=True, text=True, check=False)
+                         env=environment, capture_output=True, text=True, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{name} ({mode}) failed:\n{out.stderr[-3000:]}")
@@ -98,9 +102,9 @@ def _run_child(name: str, mode: str, budget: float, env: dict) -> dict:
 
 def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
     """Every program timed cold, warm and under jax.jit, each in its own process, as a Markdown table."""
-    rows = ["| program | HLO ops | cold: compile / first call / steady from (s) | warm: compile / first call / "
-            "steady from (s) | steady call (ms) | jax.jit first call: no cache / its cache (s) |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| program | HLO ops | first install: compile / first call / steady from (s) | new program: compile / "
+            "first call / steady from (s) | warm: compile / first call / steady from (s) | steady call (ms) | "
+            "jax.jit first call: no cache / its cache (s) |", "|---|---|---|---|---|---|---|"]
     for maker in _workloads():
         name = maker().name
         if only and only not in name:
@@ -109,19 +113,26 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
             env = {"XLA_DIALECT_CACHE": os.path.join(caches, "xla"), "NUMBA_CACHE_DIR": os.path.join(caches, "numba"),
                    "BENCH_JAX_CACHE": os.path.join(caches, "jax")}
             cold = _run_child(name, "cold", budget, env)
-            warm = _run_child(name, "warm", budget, env)
+            program_only = {**env, "XLA_DIALECT_CACHE": os.path.join(caches, "xla-new")}
+            program_only.pop("NUMBA_CACHE_DIR")
+            fresh = _run_child(name, "cold", budget, program_only, unset=("NUMBA_CACHE_DIR",))
+            warm = _run_child(name, "warm", budget, program_only, unset=("NUMBA_CACHE_DIR",))
             jax_cold = _run_child(name, "jax", budget, env)
             _run_child(name, "jax-cache", budget, env)  # (fills jax's cache)
             jax_warm = _run_child(name, "jax-cache", budget, env)
-        hit = " (budget hit)" if cold["budget_hit"] else ""
+
+        def hit(run: dict) -> str:
+            return " (budget hit)" if run["budget_hit"] else ""
+
         rows.append(f"| {name} | {cold['ops']} | {cold['compile_s']:.2f} / {cold['first_call_s']:.2f} / "
-                    f"{cold['steady_from_s']:.1f}{hit} | {warm['compile_s']:.3f} / {warm['first_call_s']:.3f} / "
+                    f"{cold['steady_from_s']:.1f}{hit(cold)} | {fresh['compile_s']:.2f} / {fresh['first_call_s']:.2f} / "
+                    f"{fresh['steady_from_s']:.1f}{hit(fresh)} | {warm['compile_s']:.3f} / {warm['first_call_s']:.3f} / "
                     f"{warm['steady_from_s']:.2f} | {warm['steady_ms']:.3f} | {jax_cold['first_call_s']:.2f} / "
                     f"{jax_warm['first_call_s']:.2f} |")
         print(rows[-1], file=sys.stderr, flush=True)
     rows.append("\nTimes from `lowering.compile` in a new process (imports and `interop.import_jax` not counted; "
                 "jax.jit's first call includes its trace). 'steady from': when calls reach their steady speed, "
-                "all background compilations done.")
+                "all background compilations done; '(budget hit)': not reached within --budget seconds.")
     return "\n".join(rows)
 
 
