@@ -821,6 +821,26 @@ def test_vector_dots_of_4096_products_or_more_sum_as_xla_cpus_ynnpack_reduce(dty
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("mkn", [(8, 1000, 32), (25, 4330, 2), (4, 2000, 30), (16, 600, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["x @ w", "x @ w.T"])
+def test_small_products_with_long_contractions_are_ynnpacks(dtype, mkn, transposed):
+    # YNNPACK's products with K > 256 and at most 2^18 multiply-adds: its replayed order (was BLAS's).
+    import lowering
+    from interop import import_jax
+
+    m, k, n = mkn
+    rng = np.random.default_rng(m * k + n)
+    fn = (lambda a, w: a @ w.T) if transposed else (lambda a, w: a @ w)
+    for _ in range(2):
+        a = (rng.standard_normal((m, k)) * np.exp(rng.uniform(-2, 2, (m, k)))).astype(dtype)
+        w = rng.standard_normal((n, k) if transposed else (k, n)).astype(dtype)
+        got = np.asarray(lowering.compile(import_jax(fn, a, w))(a, w)[0])
+        want = np.asarray(jax.jit(fn)(a, w))
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
 def test_long_vector_dots_in_compiled_loops_are_the_kernels_sum():
     import lowering
     from interop import import_jax

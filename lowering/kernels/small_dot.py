@@ -71,8 +71,11 @@ Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 
 
 The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call :func:`small_dot`
 with the order of :func:`small_dot_order`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger
-products (``batch * M * K * N > SMALL_DOT_MAX_MNK`` or ``K > SMALL_DOT_MAX_K``) stay with BLAS, for speed (YNNPACK's
-order was also measured to hold for ``K`` up to about 600, but not beyond).
+products (``batch * M * K * N > SMALL_DOT_MAX_MNK``, or ``K > SMALL_DOT_MAX_K`` outside YNNPACK's products) stay
+with BLAS, for speed: YNNPACK's replayed order also holds for large products (measured bitwise: the MLP's
+(2048, 784, 512), (2048, 512, 512), (2048, 512, 10) and their ``x @ w.T``, 16 random f32/f64 shapes to
+(1500, 2100, 1100)), but :func:`small_dot` computes them 2.6-4.7x slower than one BLAS thread (one chain
+orders) and 25-40x (four lanes), so they are not the default.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ SMALL_DOT_MAX_MNK = 1 << 18
 """Products with at most this many multiply-adds (over all batches) use :func:`small_dot`."""
 
 SMALL_DOT_MAX_K = 256
-"""... and a contraction of at most this length (longer ones were not measured)."""
+"""... and a contraction of at most this length, except YNNPACK's products (M, N >= 2, canonical operands or
+``x @ w.T`` on AVX-512 hosts), whose replayed order holds for any ``K`` measured (to 5,000 within the size limit)."""
 
 ONE_CHAIN, TREE, ROW_TILES, FOUR_LANES, TWO_LANES, EIGEN_COLUMN, YNNPACK_SUM = 1, 2, 3, 4, 5, 6, 7
 BASE_ORDER = 7
@@ -184,6 +188,13 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
         # XLA's reduce of the (batch, k) products: YNNPACK's sum, in its tiles (the tile length in the chunk bits)
         _, _, _, _, (_, extent, _, size) = sum_plan((batch, k), (1,), dtype)
         return YNNPACK_SUM | (size << CHUNK_SHIFT if size < extent else 0)
+    if (k > SMALL_DOT_MAX_K and batch * m * k * n <= SMALL_DOT_MAX_MNK and vector_bytes == 32
+            and layout in (0, RHS_TRANSPOSED) and is_ynnpack_dot(m, k, n) and _is_f32_or_f64(dtype)
+            and _measured_host()):
+        # A long contraction of a small YNNPACK product: its replayed order (measured bitwise to K = 5,000 here
+        # and on products to (2048, 2100, 1100)); at most 2^18 multiply-adds, ~0.2 ms at worst (2.6-4.7x one
+        # BLAS thread; larger products stay with BLAS for speed, see the module docstring).
+        return _xla_order(m, k, n, np.dtype(dtype), layout)
     order = _order(batch, m, k, n, dtype)
     if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
         return order | WIDE_VECTORS
