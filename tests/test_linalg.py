@@ -841,6 +841,41 @@ def test_small_products_with_long_contractions_are_ynnpacks(dtype, mkn, transpos
         np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
 
 
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("mkn", [(4, 8, 4), (16, 64, 16), (64, 256, 64), (8, 7, 8), (2, 100, 40), (37, 301, 11)])
+def test_bf16_products_into_f32_sum_in_pairs_as_xla_cpu(mkn):
+    # bf16 x bf16 -> f32 (preferred_element_type): YNNPACK's bf16 kernels add each pair of K, the odd term first
+    # (small_dot's PAIRS); one chain gave 72-94% of these elements.
+    import lowering
+    from interop import import_jax
+
+    m, k, n = mkn
+    rng = np.random.default_rng(m * k + n)
+    fn = lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    for _ in range(2):
+        a, b = rng.standard_normal((m, k)).astype(bf16), rng.standard_normal((k, n)).astype(bf16)
+        got = np.asarray(lowering.compile(import_jax(fn, a, b))(a, b)[0])
+        np.testing.assert_array_equal(got.view(np.uint32), np.asarray(jax.jit(fn)(a, b)).view(np.uint32))
+
+
+def test_bf16_products_in_compiled_loops_are_the_kernels():
+    import lowering
+    from interop import import_jax
+
+    rng = np.random.default_rng(35)
+    w = rng.standard_normal((16, 16)).astype(bf16)
+    x0 = rng.standard_normal((4, 16)).astype(np.float32)
+
+    def fn(x, w):
+        step = lambda i, x: jnp.tanh(jnp.matmul(x.astype(bf16), w, preferred_element_type=jnp.float32))  # noqa: E731
+        return jax.lax.fori_loop(0, 3, step, x)
+
+    module = import_jax(fn, x0, w)
+    compiled = np.asarray(lowering.compile(module, loop_compilation="always")(x0, w)[0])
+    interpreted = np.asarray(lowering.compile(module, loop_compilation="never")(x0, w)[0])
+    np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))
+
+
 def test_long_vector_dots_in_compiled_loops_are_the_kernels_sum():
     import lowering
     from interop import import_jax

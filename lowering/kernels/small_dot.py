@@ -117,13 +117,27 @@ CHUNK_SHIFT, LAST_CHUNK_SHIFT, COLUMNS_SHIFT = 8, 24, 40
 """Where an order keeps (16 bits each) the length of the chunks ``K`` is summed in (0: one chunk) in its first
 ``columns`` columns, and in the other columns (YNNPACK's ``K`` blocks depend on the width of XLA's thread tiles)."""
 
-RHS_TRANSPOSED, LHS_TRANSPOSED, OTHER_OPERANDS = 1, 2, 4
+RHS_TRANSPOSED, LHS_TRANSPOSED, OTHER_OPERANDS, BF16_PRODUCT = 1, 2, 4, 8
 """Bits :func:`dot_vector_bytes` or-s into the vector size: the rhs is ``(n, k)`` (``x @ w.T``), the lhs is
-``(k, m)`` (``x.T @ r``), or the operands are laid out otherwise or are not all f32 or all f64 (no order was
-measured for them). A transpose producing an operand counts as folded into the dot, as XLA folds it."""
+``(k, m)`` (``x.T @ r``), the operands are bf16 (canonical) and the result f32 (:data:`PAIRS`), or the operands
+are laid out otherwise or are not all f32 or all f64 (no order was measured for them). A transpose producing an
+operand counts as folded into the dot, as XLA folds it."""
+
+PAIRS = 32
+"""A flag or-ed into ``ONE_CHAIN``: bf16 products into f32 (YNNPACK's bf16 kernels, the AVX-512 BF16 dot
+instruction): each element one chain over the pairs of ``K``, the odd term of each pair added first
+(``acc = (acc + a[2p+1] b[2p+1]) + a[2p] b[2p]``, products exact in f32), an odd last term added at the end.
+Measured bitwise on canonical bf16 x bf16 -> f32 products with ``M, N >= 2`` (``K`` to 1,200); ``M = 1`` or
+``N = 1`` products, ``x @ w.T`` and bf16 results are not identified (the one chain, as before)."""
 
 GEMV_TILE_ROWS = 8
 """Rows per tile of XLA CPU's row-major matrix-vector emitter (its GEMV tiling factor)."""
+
+PAIRS_MAX_K = 1200
+"""bf16 products into f32 (:data:`PAIRS`) up to this contraction length (measured to it) ..."""
+
+PAIRS_MAX_MNK = 1 << 22
+"""... and this many multiply-adds (measured bitwise to 18M; at this size about 1-2 ms, a few times BLAS's)."""
 
 TREE_WINDOW = 32
 """XLA CPU's tree-reduction rewriter sums reduced dimensions longer than this in windows of this many."""
@@ -164,6 +178,9 @@ def _operand_layout(op) -> int:
     lfree, rfree = _stored(op.lhs, list(lfree)), _stored(op.rhs, list(rfree))
     types = {op.lhs.type.element_type, op.rhs.type.element_type, op.result.type.element_type}
     lhs_rows, rhs_rows = lb + lfree + lc == list(range(len(lshape))), rb + rc + rfree == list(range(len(rshape)))
+    if ((str(op.lhs.type.element_type), str(op.rhs.type.element_type), str(op.result.type.element_type))
+            == ("bf16", "bf16", "f32") and lhs_rows and rhs_rows):
+        return BF16_PRODUCT
     if len(types) != 1 or str(types.pop()) not in ("f32", "f64"):
         return OTHER_OPERANDS  # (f16 and bf16 products run in f32 here, but not with XLA's f32 kernels)
     if lhs_rows and rhs_rows:
@@ -181,8 +198,13 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     :data:`WIDE_VECTORS` or-ed in for ``vector_bytes`` 64, :data:`ROUNDED` and ``K`` chunks for YNNPACK's kernels),
     or None when the product is not a small f32/f64 one (BLAS). ``vector_bytes`` is :func:`dot_vector_bytes`'s
     value: the vector size and the operands' layout bits."""
-    layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS)
+    layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS | BF16_PRODUCT)
     vector_bytes -= layout
+    if layout == BF16_PRODUCT:
+        if (m >= 2 and n >= 2 and batch * m * k * n <= PAIRS_MAX_MNK and k <= PAIRS_MAX_K and vector_bytes == 32
+                and np.dtype(dtype) == np.dtype(np.float32) and _measured_host()):
+            return ONE_CHAIN | PAIRS
+        layout = OTHER_OPERANDS  # (not identified: the earlier order)
     if (m == n == 1 and TREE_MAX_PRODUCTS < batch * k <= SMALL_DOT_MAX_MNK and vector_bytes == 32
             and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and _measured_host()):
         # XLA's reduce of the (batch, k) products: YNNPACK's sum, in its tiles (the tile length in the chunk bits)
@@ -331,6 +353,9 @@ def small_dot(a, b, out, order):
     vector_bytes = 64 if order & WIDE_VECTORS else 32
     rounded = (order & ROUNDED) != 0
     chunks = order >> CHUNK_SHIFT
+    if order & PAIRS:
+        _pair_chains(a, b, out)
+        return
     order = order & BASE_ORDER
     if order == ONE_CHAIN and (rounded or chunks):
         _chains(a, b, out, rounded, chunks)
@@ -432,6 +457,29 @@ def _chains(a, b, out, rounded, chunks):
                             acc[j] = _multiply_add(x, b[t, p, j], acc[j], rounded)
                     for j in range(j0, j1):
                         out[t, i, j] = acc[j] if s == 0 else acc[j] + out[t, i, j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _pair_chains(a, b, out):
+    """bf16 products into f32 (:data:`PAIRS`; ``a``, ``b`` hold bf16 values as f32): per element one chain from
+    zero over the pairs of ``K``, the odd term first, then a last odd term."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    acc = np.empty(n, a.dtype)
+    whole = k - k % 2
+    for t in range(batch):
+        for i in range(m):
+            acc[:] = 0
+            for p in range(0, whole, 2):
+                x1, x0, row1, row0 = a[t, i, p + 1], a[t, i, p], b[t, p + 1], b[t, p]
+                for j in range(n):
+                    acc[j] = (acc[j] + x1 * row1[j]) + x0 * row0[j]
+            if whole < k:
+                x, row = a[t, i, k - 1], b[t, k - 1]
+                for j in range(n):
+                    acc[j] = acc[j] + x * row[j]
+            for j in range(n):
+                out[t, i, j] = acc[j]
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
