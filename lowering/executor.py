@@ -133,17 +133,26 @@ class LoweringContext(KernelContext):
                                          self.blas_threads == 1, excluded=fused, known=self._known):
                 segment_at[segment.ops[0]] = segment
                 in_segment.update(segment.ops)
-        group_of, spans = {}, []
+        group_of = {}
         if groups:
-            # A group overlapping a segment's span is left to its ops: the segment (called where its first op
-            # stands) may read a member's value before the group's call, and ops computed ahead stand in spans.
+            # A segment is called where its first op stands, a group where its last op does, and a segment's span
+            # may hold other ops (computed ahead, or independent of it: an optimizer's large-array updates between
+            # its scalar steps). A group is cut where a segment that reads one of its values is called, and where
+            # a member is computed by a segment (left out); each piece of MIN_GROUP ops or more is a group.
             position = {op: i for i, op in enumerate(ops)}
-            seg_spans = [(position[s.ops[0]], position[s.ops[-1]]) for s in segment_at.values()]
-            groups = [g for g in groups if not in_segment.intersection(g.members)
-                      and not any(g.first <= last and first <= g.last for first, last in seg_spans)]
+            seg_spans = [(position[s.ops[0]], position[s.ops[-1]], set(s.inputs)) for s in segment_at.values()]
+            groups = [piece for g in groups
+                      for piece in _cut_group(g, position, block, in_segment, [
+                          first for first, last, reads in seg_spans if g.first <= last and first <= g.last
+                          and not reads.isdisjoint(r for m in g.members for r in m.results)])]
             group_of = {op: g for g in groups for op in g.members}
-            spans = [(g.first, g.last) for g in groups]
-        pending: list[str] = []  # values to free after the call of the group whose span we are in
+            # What a member reads is used where its group is called: freed after that call (groups interleave,
+            # and other ops -- a segment -- may stand between a group's members and read the same values).
+            for g in groups:
+                for member in g.members:
+                    for v in _all_operands(member):
+                        if last_use.get(v, -1) < g.last:
+                            last_use[v] = g.last
         segment_end = -1
         def unread(op: Operation) -> bool:  # computed ahead, and read only as constants of compiled segments
             for r in op.results:
@@ -168,9 +177,7 @@ class LoweringContext(KernelContext):
                 local.update(segment.outputs)
                 dead = [names[v] for v, i in last_use.items() if index <= i <= segment_end and v in local
                         and v in names and ops[i] in in_segment]  # (used last by the segment itself)
-                if any(first < index < last for first, last in spans):
-                    pending += dead
-                elif dead:
+                if dead:
                     body.append(f"{inner}del {', '.join(dead)}")
                 continue
             if op is block.last_op and (isinstance(op, (func.ReturnOp, ReturnOp))):
@@ -182,22 +189,16 @@ class LoweringContext(KernelContext):
                 break
             group = group_of.get(op)
             if group is not None and op is not group.members[-1]:
-                pending += [names[v] for v, i in last_use.items() if i == index and v in local]
-                continue
+                continue  # (computed by the group's call, where its last member stands)
             if group is not None:
                 self._emit_group(group, names, body, inner)
                 local.update(group.outputs)
-                dead = pending + [names[v] for v, i in last_use.items() if i == index and v in local]
-                pending = []
             else:
                 self._emit_op(op, names, body, inner)
                 local.update(op.results)
                 if self.timeout is not None:
                     body.append(f"{inner}{self._bind('chk', interrupt.check)}({op_context(op)!r})")
-                dead = [names[v] for v, i in last_use.items() if i == index and v in local]
-                if any(first < index < last for first, last in spans):
-                    pending += dead  # an op inside a group's span may be the last user of a group input
-                    continue
+            dead = [names[v] for v, i in last_use.items() if i == index and v in local]
             if dead:
                 body.append(f"{inner}del {', '.join(dead)}")
         else:
@@ -476,6 +477,35 @@ class LoweringContext(KernelContext):
         self._emit_block(block, rname, lines, indent=indent, is_function=False, outer=outer)
         body.extend(lines)
         return rname
+
+
+def _cut_group(group, position: dict, block: Block, computed_elsewhere: set, cuts: list[int]) -> list:
+    """``group`` (a :class:`lowering.fusion.Group`) without its members in ``computed_elsewhere`` (a compiled
+    segment's), cut there and at the positions ``cuts``: the groups of its pieces of at least ``MIN_GROUP`` ops
+    with an element-wise member and a value used outside them (``[group]`` when nothing cuts it)."""
+    if not cuts and computed_elsewhere.isdisjoint(group.members):
+        return [group]
+    from xla_dialect.ops.reduction import ReduceOp
+
+    from .fusion import MIN_GROUP, Group
+
+    pieces: list[list[Operation]] = [[]]
+    bounds = sorted(set(cuts))
+    for member in group.members:
+        while bounds and position[member] >= bounds[0]:
+            bounds.pop(0)
+            pieces.append([])
+        if member in computed_elsewhere:
+            pieces.append([])
+            continue
+        pieces[-1].append(member)
+    out = []
+    for members in pieces:
+        if len(members) >= MIN_GROUP and not all(isinstance(m, ReduceOp) for m in members):
+            piece = Group(members, position[members[0]], position[members[-1]], block)
+            if piece.outputs:
+                out.append(piece)
+    return out
 
 
 def _last_uses(block: Block) -> dict[SSAValue, int]:

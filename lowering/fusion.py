@@ -256,50 +256,66 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
 
 
 def plan(block: Block, row_reductions: bool = False) -> list[Group]:
-    """The fusion groups of ``block`` (see the module doc), in block order. With ``row_reductions``, reduces
-    over the last dimension of a group's values join the group at its end (:func:`row_reduction`)."""
+    """The fusion groups of ``block`` (see the module doc), in block order of their first ops. With
+    ``row_reductions``, reduces over the last dimension of a group's values join the group at its end
+    (:func:`row_reduction`).
+
+    Groups of different shapes may be open at once and interleave (an optimizer's update runs through its
+    parameters' shapes one op at a time: each parameter's chain is a group). A group is called where its last op
+    stands, so it closes -- takes no later op -- as soon as an op outside it reads one of its values (that op, or
+    the group it joins, must come after the call); an op with regions or the block's terminator closes every
+    group."""
     groups: list[Group] = []
     ops = list(block.ops)
-    members: list[Operation] = []
-    first = last = -1
-    shape = None
-    reducing = False  # (a reduce has joined: only more reduces may follow)
-    produced: set[SSAValue] = set()
+    open_groups: dict[tuple, dict] = {}  # shape -> {"members", "first", "last", "produced", "reducing"}
+    owner: dict[SSAValue, tuple] = {}  # value -> the open group (its shape) that produces it
 
-    def close():
-        if len(members) >= MIN_GROUP:
-            group = Group(list(members), first, last, block)
+    def close(key) -> None:
+        g = open_groups.pop(key)
+        for v in g["produced"]:
+            owner.pop(v, None)
+        if len(g["members"]) >= MIN_GROUP:
+            group = Group(g["members"], g["first"], g["last"], block)
             if group.outputs:  # (a run whose results are all unused is left to the ops' own kernels)
                 groups.append(group)
-        members.clear()
-        produced.clear()
+
+    def join(key, op: Operation, index: int, reducing: bool = False) -> None:
+        g = open_groups[key]
+        g["members"].append(op)
+        g["produced"].update(op.results)
+        g["last"] = index
+        g["reducing"] = g["reducing"] or reducing
+        owner.update({r: key for r in op.results})
 
     for index, op in enumerate(ops):
-        if members and not reducing and _fusible(op, shape):
-            members.append(op)
-            produced.update(op.results)
-            last = index
+        reads = {owner[v] for inner in op.walk() for v in inner.operands if v in owner}
+        target = None
+        for key, g in open_groups.items():
+            if not g["reducing"] and _fusible(op, key):
+                target, reducing = key, False
+                break
+            if row_reductions and row_reduction(op, g["produced"], key, g["members"]):
+                target, reducing = key, True
+                break
+        if target is None and (op.regions or op is block.last_op):
+            for key in list(open_groups):
+                close(key)
             continue
-        if members and row_reductions and row_reduction(op, produced, shape, members):
-            members.append(op)
-            produced.update(op.results)
-            last = index
-            reducing = True
+        for key in reads - {target}:
+            close(key)  # (its call must come before this op, or before the group this op joins)
+        if target is not None:
+            join(target, op, index, reducing)
             continue
-        uses_group = any(v in produced for inner in op.walk() for v in inner.operands)
-        if (members and not uses_group and not op.regions and op is not block.last_op
-                # (after a reduce, or after a lone op, a fusible op starts a group of its own)
-                and not ((reducing or len(members) == 1) and _fusible(op, None))):
-            continue  # independent of the group: stays where it is, before the group's call
-        close()
-        shape, reducing = None, False
         if _fusible(op, None):
-            members.append(op)
-            produced.update(op.results)
-            first = last = index
             shape = _shape(op.results[0])
-    close()
-    return groups
+            if shape in open_groups:  # (a group of this shape that takes nothing more: after a reduce)
+                close(shape)
+            open_groups[shape] = {"members": [], "first": index, "last": index, "produced": set(),
+                                  "reducing": False}
+            join(shape, op, index)
+    for key in list(open_groups):
+        close(key)
+    return sorted(groups, key=lambda g: g.first)
 
 
 class _FusionWriter(_LoopWriter):

@@ -10,7 +10,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops, generated_modules, workers
+from lowering import compiled_loops, generated_modules, numba_cache, workers
 from helpers import in_forked_child
 from xla_dialect.errors import XlaError
 
@@ -167,6 +167,8 @@ def _compiled_calls(monkeypatch) -> list:
 
 
 def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
+    monkeypatch.setattr(numba_cache, "has_machine_code", lambda fn, signature: False)  # (never compiled before:
+    # a loop an earlier run compiled is loaded at its first call, tests/test_numba_cache.py)
     monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 100)
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
     # The background compilation made synchronous, so the switch happens at iteration 100 of the first call.
@@ -187,6 +189,8 @@ def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
 
 def test_auto_mode_compiles_in_the_background(monkeypatch):
     """The interpreted loop keeps running while numba compiles; once done, calls run the compiled loop."""
+    monkeypatch.setattr(numba_cache, "has_machine_code", lambda fn, signature: False)  # (never compiled before:
+    # a loop an earlier run compiled is loaded at its first call, tests/test_numba_cache.py)
     monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 10)
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)
 
@@ -699,6 +703,8 @@ def test_real_program_loops_compile_with_the_interpreted_bits():
 def test_auto_mode_compiles_a_loop_of_few_heavy_iterations(monkeypatch):
     """A loop that runs few iterations per call (a sampler's rejection loop) is compiled once it has run
     AUTO_SECONDS interpreted, however few its iterations."""
+    monkeypatch.setattr(numba_cache, "has_machine_code", lambda fn, signature: False)  # (never compiled before:
+    # a loop an earlier run compiled is loaded at its first call, tests/test_numba_cache.py)
     monkeypatch.setattr(compiled_loops, "AUTO_SECONDS", 1e-9)
     monkeypatch.setattr(compiled_loops, "compile_in_background", lambda job: job())
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)

@@ -531,3 +531,31 @@ def test_row_reductions_under_a_mask_broadcast_over_two_dimensions(n, monkeypatc
     assert len(_reduce_groups(exe)) == 1 and "reduce, reduce, reduce" in _reduce_groups(exe)[0], exe.source
     x[1, 2, n - 1, 3] = np.nan
     _check(fn, x, mask)
+
+
+@pytest.mark.parametrize("loops", ["never", "always"])
+def test_interleaved_updates_of_several_shapes_fuse_a_group_per_shape(loops, monkeypatch):
+    # An optimizer's update runs through its parameters one tree.map at a time, so the ops of the parameters'
+    # shapes interleave: each shape's chain is a group of its own (the planner kept one group open at a time: a
+    # train step's update ran op by op but for its first shape), with the ops' own bits; with compiled segments
+    # (loop_compilation="always") the scalar step between them is a segment standing inside the groups' spans.
+    monkeypatch.setenv("XLA_DIALECT_LOOP_COMPILATION", loops)
+    params = (RNG.standard_normal((96, 64)).astype(F32), RNG.standard_normal(8192).astype(F32))
+    grads = tuple(RNG.standard_normal(p.shape).astype(F32) for p in params)
+    state = tuple(np.abs(RNG.standard_normal(p.shape)).astype(F32) for p in params)
+
+    def adam(params, grads, m, v, step):
+        m = jax.tree.map(lambda m, g: F32(0.9) * m + F32(0.1) * g, m, grads)
+        v = jax.tree.map(lambda v, g: F32(0.999) * v + F32(0.001) * g * g, v, grads)
+        scale = F32(0.01) * jnp.sqrt(F32(1) - F32(0.999) ** step) / (F32(1) - F32(0.9) ** step)
+        return jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + F32(1e-8)), params, m, v), m, v
+
+    args = (params, grads, state, state, F32(3))
+    flat = jax.tree.leaves(args)
+    module = import_jax(lambda *a: adam(*jax.tree.unflatten(jax.tree.structure(args), a)), *flat)
+    fused = lowering.compile(module, fusion="always", loop_compilation=loops)
+    plain = lowering.compile(module, fusion="never", loop_compilation="never")
+    shapes = {tuple(g.shape) for g in fused._fn.__globals__.values() if isinstance(g, fusion.FusedGroup)}
+    assert shapes == {(96, 64), (8192,)}, fused.source
+    for got, want in zip(fused(*flat), plain(*flat)):
+        np.testing.assert_array_equal(_bits(got), _bits(want))
