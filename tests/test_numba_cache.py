@@ -188,7 +188,8 @@ def test_a_ufunc_of_a_scalar_definition_is_built_at_its_first_call():
     lazy = scalar.LazyUfunc((scalar.Scalar("subtract"), (f64, f64), f64))
     assert lazy._ufunc is None and lazy.__name__ == "subtract"
     x = np.array([1.5, -0.0, np.inf])
-    np.testing.assert_array_equal(lazy(x, x), x - x)
+    with np.errstate(invalid="ignore"):  # (inf - inf)
+        np.testing.assert_array_equal(lazy(x, x), x - x)
     assert lazy._ufunc is not None and lazy.nin == 2  # (the ufunc's attributes once built)
     assert scalar.ufunc(scalar.Scalar("subtract"), [f64, f64], f64) is scalar.ufunc(
         scalar.Scalar("subtract"), [f64, f64], f64)
