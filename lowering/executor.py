@@ -501,6 +501,9 @@ def _cut_group(group, position: dict, block: Block, computed_elsewhere: set, cut
         pieces[-1].append(member)
     out = []
     for members in pieces:
+        # (a row reduction reduces a value of its own group: one whose operand a cut left in another piece goes)
+        produced = {r for m in members for r in m.results}
+        members = [m for m in members if not isinstance(m, ReduceOp) or m.operands[0] in produced]
         if len(members) >= MIN_GROUP and not all(isinstance(m, ReduceOp) for m in members):
             piece = Group(members, position[members[0]], position[members[-1]], block)
             if piece.outputs:
