@@ -28,7 +28,8 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from passes.purity import is_pure
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError, op_context
-from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.ops.control_flow import AsyncStartOp, ConditionalOp, ReturnOp, WhileOp
+from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
@@ -122,7 +123,7 @@ class LoweringContext(KernelContext):
 
             groups = plan(block, row_reductions=True)
         parent = block.parent_op()
-        program_code = is_function or (parent is not None and parent.name in self._PROBED_REGIONS)
+        program_code = is_function or (parent is not None and type(parent) in self._PROBED_REGIONS)
         if getattr(self, "loop_compilation", "never") != "never" and self.probe is None and program_code:
             from .compiled_segments import SEGMENT_MAX_OPS, plan_segments
 
@@ -228,10 +229,10 @@ class LoweringContext(KernelContext):
         set-up has about 3,000 such ops, which XLA folds too)."""
         known = self._known
         for op in block.ops:
-            if op.name == "hlo.conditional" and op not in self._folded:
+            if isinstance(op, ConditionalOp) and op not in self._folded:
                 self._fold_conditional(op)
                 continue
-            if op.name == "hlo.reduce" and op not in self._folded:
+            if isinstance(op, ReduceOp) and op not in self._folded:
                 self._fold_reduce(op)
                 continue
             if (op in self._folded or op.regions or len(op.results) != 1
@@ -361,8 +362,8 @@ class LoweringContext(KernelContext):
     probe = None
     """A recorder of intermediate values (``compile(probe=...)``; :mod:`interop.debugging.probes`) or None."""
 
-    _PROBED_REGIONS = frozenset({"hlo.while", "hlo.conditional", "hlo.async_start"})
-    """Ops whose regions run as program code, once per iteration or branch taken: their ops are probed. The
+    _PROBED_REGIONS = frozenset({WhileOp, ConditionalOp, AsyncStartOp})
+    """Op classes whose regions run as program code, once per iteration or branch taken: their ops are probed. The
     regions of other ops (reduce, sort, scatter, map bodies) are applied per element or not called at all."""
 
     def _emit_probe(self, op: Operation, results: list[str], body: list[str], indent: str) -> None:
@@ -372,7 +373,7 @@ class LoweringContext(KernelContext):
             return
         parent = op.parent_op()
         while parent is not None and not isinstance(parent, func.FuncOp):
-            if parent.name not in self._PROBED_REGIONS:
+            if type(parent) not in self._PROBED_REGIONS:
                 return
             parent = parent.parent_op()
         pname = self._bind("probe", self.probe.record)
