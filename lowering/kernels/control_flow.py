@@ -41,6 +41,19 @@ ELEMENTWISE_OP_CLASSES: frozenset[type] = frozenset(
 )
 """Op classes whose kernels are shape-polymorphic on scalar regions."""
 
+BINARY_BODY_UFUNCS: dict[type, np.ufunc] = {
+    elementwise.AddOp: np.add,
+    elementwise.MulOp: np.multiply,
+    elementwise.MaxOp: np.maximum,
+    elementwise.MinOp: np.minimum,
+    elementwise.AndOp: np.bitwise_and,
+    elementwise.OrOp: np.bitwise_or,
+    elementwise.XorOp: np.bitwise_xor,
+}
+"""Op class -> the ufunc a region computing ``op(a, b)`` of its two arguments is applied as, on whole arrays:
+a scatter's update (``ufunc.at``, :mod:`lowering.kernels.indexing`). The same ops as the single-op reduction
+bodies of :data:`lowering.kernels.reduction.REDUCE_UFUNCS` (keyed there by mnemonic still)."""
+
 
 def region_is_elementwise(region: Region) -> bool:
     """True when every op of ``region`` (nested ones included) is element-wise."""

@@ -63,9 +63,8 @@ from xla_dialect.ops.base import ints
 from xla_dialect.ops.indexing import DynamicSliceOp, DynamicUpdateSliceOp, GatherOp, ScatterOp
 
 from ..registry import register
-from .control_flow import array_applier, result_dtypes
+from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
 from .elementwise import elem_of
-from .reduction import REDUCE_UFUNCS
 
 _INDEX_CAP = np.uint64(1 << 62)
 
@@ -195,10 +194,10 @@ def _components(region, n: int):
             out.append("keep")
         elif v is args[n + i]:
             out.append("replace")
-        elif (isinstance(v, OpResult) and v.op.name in REDUCE_UFUNCS and len(v.op.operands) == 2
+        elif (isinstance(v, OpResult) and type(v.op) in BINARY_BODY_UFUNCS and len(v.op.operands) == 2
               and v.op.properties.get("broadcast_dimensions") is None
               and set(v.op.operands) == {args[i], args[n + i]}):
-            out.append(REDUCE_UFUNCS[v.op.name])
+            out.append(BINARY_BODY_UFUNCS[type(v.op)])
         else:
             return None
     return out
