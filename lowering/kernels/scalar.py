@@ -1032,7 +1032,8 @@ def rsqrt_definition(dtype: np.dtype, host: dict) -> Scalar:
 
 
 def fused_multiply_add_definition(op, dtypes, result, flush):
-    """The selector of ``hlo_internal.fma`` (registered with its op class, in the passes layer)."""
+    """The selector of :class:`~xla_dialect.internal.FusedMultiplyAddOp` (``hlo_internal.fma``, defined in the IR
+    package; registered with that class in :mod:`lowering.kernels.elementwise`, beside its kernel)."""
     return Scalar("multiply_add") if result in FLOATS else None
 
 
