@@ -85,6 +85,8 @@ import functools
 import numba
 import numpy as np
 
+from xla_dialect.ops.data_movement import TransposeOp
+
 from ..loop_runtime import fused_multiply_add
 from .host import host_properties
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
@@ -163,7 +165,7 @@ def _stored(value, dims: list[int]) -> list[int]:
     """``value``'s dimensions ``dims`` as dimensions of the array XLA's dot reads: the operand of a transpose
     producing ``value`` (XLA folds an operand's transpose into the dot), else ``value`` itself."""
     owner = value.owner
-    if getattr(owner, "name", None) == "hlo.transpose":
+    if isinstance(owner, TransposeOp):
         perm = [int(p) for p in owner.properties["permutation"].get_values()]
         return [perm[d] for d in dims]
     return dims
