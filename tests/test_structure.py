@@ -375,3 +375,67 @@ def test_no_dispatch_on_a_spelling_of_the_op_name():
             found += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in by_name.finditer(text)]
     assert not found, "\n".join(found)
 
+
+FOUND_BY_CLASS = ("lowering.executor", "lowering.compiled_loops", "lowering.fusion", "lowering.compiled_segments",
+                  "lowering.mpi", "lowering.kernels.control_flow", "lowering.kernels.indexing",
+                  "lowering.kernels.small_dot", "passes.small_loops", "passes.purity")
+"""Modules that find the ops they treat by class only (issue 27)."""
+
+
+def _reads_a_name(node: ast.AST) -> bool:
+    """``x.name`` or ``getattr(x, "name", ...)``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "name"
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "name")
+
+
+def _spellings_of_op_names(tree: ast.Module, op_names: set[str]) -> list[tuple[int, str]]:
+    """(line, code) of each place ``tree`` finds an op by a spelling of its name: a string naming a registered
+    op (docstrings aside: a set of them, a dict keyed by them, a comparison with one), a name looked up in a
+    table (``x.name in TABLE``, ``TABLE[x.name]``)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in op_names
+                and id(node) not in docstrings):
+            found.append((node.lineno, repr(node.value)))
+        elif (isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops)
+              and any(_reads_a_name(x) for x in [node.left, *node.comparators])):
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Subscript) and _reads_a_name(node.slice):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_lowering_finds_ops_by_class_not_by_name():
+    """The executor, the compiled paths, the indexing and small-product kernels and the small-loop and purity
+    passes test and look ops up by class (``isinstance(op, ReduceOp)``, tables keyed by ``AddOp``), never by a
+    spelling of the name (``op.name == "hlo.reduce"``, ``{"hlo.add": np.add}[op.name]``), so that grepping an op's
+    class finds every place that treats it. (An unregistered op, e.g. a kept ``sdy.manual_computation``, has
+    only its name.) The check itself: it finds each spelling it is meant to."""
+    from xla_dialect.internal import OPS as INTERNAL_OPS
+    from xla_dialect.ops import ALL_OPS
+
+    op_names = {op.name for op in (*ALL_OPS, *INTERNAL_OPS)}
+    bad = ast.parse('TABLE = {"hlo.add": 1}\n'
+                    'def f(op, v):\n'
+                    '    """Not "hlo.add" itself."""\n'
+                    '    return op.name == "hlo.reduce", v.op.name in TABLE, TABLE[op.name], '
+                    'getattr(op, "name", None) in ("x",), op.name == "sdy.manual_computation"\n')
+    assert [line for line, _ in _spellings_of_op_names(bad, op_names)] == [1, 4, 4, 4, 4]
+    found = [f"{path.relative_to(REPO)}:{line}: {code}" for name, path in _modules() if name in FOUND_BY_CLASS
+             for line, code in _spellings_of_op_names(ast.parse(path.read_text()), op_names)]
+    assert not found, "\n".join(found)
+    assert len({name for name, _ in _modules()} & set(FOUND_BY_CLASS)) == len(FOUND_BY_CLASS)
+
+
+def test_binary_body_ufuncs_match_the_reduction_table():
+    """A scatter's update region ``op(a, b)`` (:data:`BINARY_BODY_UFUNCS`, by class) and a reduce's single-op body
+    (``REDUCE_UFUNCS``, still keyed by mnemonic) are applied as the same ufunc for the same ops."""
+    from lowering.kernels.control_flow import BINARY_BODY_UFUNCS
+    from lowering.kernels.reduction import REDUCE_UFUNCS
+
+    assert {op.name: ufunc for op, ufunc in BINARY_BODY_UFUNCS.items()} == REDUCE_UFUNCS
