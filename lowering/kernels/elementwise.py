@@ -1,7 +1,7 @@
 """NumPy kernels: element-wise unary, binary, comparison, select, clamp.
 
 Every op of :mod:`xla_dialect.ops.elementwise` has a kernel here, looked up in
-tables keyed by op mnemonic and element kind. The numerics follow XLA on CPU
+tables keyed by op class and element kind. The numerics follow XLA on CPU
 (checked against ``jax.jit`` in ``tests/test_elementwise.py``):
 
 * integers wrap around; ``x / 0`` is all bits set, ``INT_MIN / -1`` is
@@ -814,39 +814,40 @@ def _cmax_min(pick_max: bool):
 
 
 # ----------------------------------------------------------------------------
-# Kernel tables: mnemonic -> element kind -> NumPy function (or _PerType)
+# Kernel tables: op class -> element kind -> NumPy function (or _PerType)
 # ----------------------------------------------------------------------------
 
-UNARY_KERNELS: dict[str, dict[str, object]] = {
-    "abs": {"sint": np.abs, "float": np.abs, "complex": _cabs},
-    "cbrt": {"float": libm.cbrt, "complex": _ccbrt},
-    "ceil": {"float": np.ceil},
-    "count_leading_zeros": {"sint": _PerType(_clz), "uint": _PerType(_clz)},
-    "cosine": {"float": _by_width(xla_math.cos_f32, libm.cos), "complex": functools.partial(_csin_cos, is_sin=False)},
-    "erf": {"float": _by_width(xla_math.erf_f32, xla_math.erf_f64)},
-    "exponential": {"float": _by_width(xla_math.exp_f32, xla_math.exp_f64), "complex": _cexp},
-    "exponential_minus_one": {"float": _by_width(xla_math.expm1_f32, xla_math.expm1_f64, xla_math.expm1_f16), "complex": _cexpm1},
-    "floor": {"float": np.floor},
-    "imag": {"float": _imag_of_float, "complex": np.imag},
-    "is_finite": {"float": np.isfinite},
-    "log": {"float": _by_width(xla_math.log_f32, xla_math.log_f64), "complex": _clog},
-    "log_plus_one": {"float": _by_width(xla_math.log1p_f32, xla_math.log1p_f64), "complex": _clog1p},
-    "logistic": {"float": _by_width(xla_math.logistic_f32, xla_math.logistic_f64, xla_math.logistic_f16),
-                 "complex": _clogistic},
-    "negate": {"sint": np.negative, "uint": np.negative, "float": np.negative, "complex": np.negative},
-    "not": {"pred": np.logical_not, "sint": np.invert, "uint": np.invert},
-    "popcnt": {"sint": _PerType(_popcnt), "uint": _PerType(_popcnt)},
-    "real": {"float": _real_of_float, "complex": np.real},
-    "round_nearest_afz": {"float": _defined(_typed_definition("round_nearest_afz"))},
-    "round_nearest_even": {"float": np.rint},
-    "rsqrt": {"float": _by_width(xla_math.rsqrt_f32, xla_math.rsqrt_f64), "complex": _crsqrt},
-    "sign": {"sint": np.sign, "float": _defined(_typed_definition("sign_float")), "complex": _csign},
-    "sine": {"float": _by_width(xla_math.sin_f32, libm.sin), "complex": functools.partial(_csin_cos, is_sin=True)},
-    "sqrt": {"float": np.sqrt, "complex": _csqrt},
-    "tan": {"float": _by_width(libm.tan, libm.tan), "complex": _ctan},
-    "tanh": {"float": _by_width(xla_math.tanh_f32, xla_math.tanh_f64), "complex": _ctanh},
+UNARY_KERNELS: dict[type, dict[str, object]] = {
+    ew.AbsOp: {"sint": np.abs, "float": np.abs, "complex": _cabs},
+    ew.CbrtOp: {"float": libm.cbrt, "complex": _ccbrt},
+    ew.CeilOp: {"float": np.ceil},
+    ew.ClzOp: {"sint": _PerType(_clz), "uint": _PerType(_clz)},
+    ew.CosineOp: {"float": _by_width(xla_math.cos_f32, libm.cos),
+                  "complex": functools.partial(_csin_cos, is_sin=False)},
+    ew.ErfOp: {"float": _by_width(xla_math.erf_f32, xla_math.erf_f64)},
+    ew.ExpOp: {"float": _by_width(xla_math.exp_f32, xla_math.exp_f64), "complex": _cexp},
+    ew.Expm1Op: {"float": _by_width(xla_math.expm1_f32, xla_math.expm1_f64, xla_math.expm1_f16), "complex": _cexpm1},
+    ew.FloorOp: {"float": np.floor},
+    ew.ImagOp: {"float": _imag_of_float, "complex": np.imag},
+    ew.IsFiniteOp: {"float": np.isfinite},
+    ew.LogOp: {"float": _by_width(xla_math.log_f32, xla_math.log_f64), "complex": _clog},
+    ew.Log1pOp: {"float": _by_width(xla_math.log1p_f32, xla_math.log1p_f64), "complex": _clog1p},
+    ew.LogisticOp: {"float": _by_width(xla_math.logistic_f32, xla_math.logistic_f64, xla_math.logistic_f16),
+                    "complex": _clogistic},
+    ew.NegOp: {"sint": np.negative, "uint": np.negative, "float": np.negative, "complex": np.negative},
+    ew.NotOp: {"pred": np.logical_not, "sint": np.invert, "uint": np.invert},
+    ew.PopcntOp: {"sint": _PerType(_popcnt), "uint": _PerType(_popcnt)},
+    ew.RealOp: {"float": _real_of_float, "complex": np.real},
+    ew.RoundOp: {"float": _defined(_typed_definition("round_nearest_afz"))},
+    ew.RoundEvenOp: {"float": np.rint},
+    ew.RsqrtOp: {"float": _by_width(xla_math.rsqrt_f32, xla_math.rsqrt_f64), "complex": _crsqrt},
+    ew.SignOp: {"sint": np.sign, "float": _defined(_typed_definition("sign_float")), "complex": _csign},
+    ew.SineOp: {"float": _by_width(xla_math.sin_f32, libm.sin), "complex": functools.partial(_csin_cos, is_sin=True)},
+    ew.SqrtOp: {"float": np.sqrt, "complex": _csqrt},
+    ew.TanOp: {"float": _by_width(libm.tan, libm.tan), "complex": _ctan},
+    ew.TanhOp: {"float": _by_width(xla_math.tanh_f32, xla_math.tanh_f64), "complex": _ctanh},
 }
-"""Unary op mnemonic -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
+"""Unary op class -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
 
 _BITWISE = {"pred", "sint", "uint"}
 
@@ -868,29 +869,30 @@ def _f16_nans(fn: Callable, e: Elem) -> Callable:
     return canonical
 
 
-BINARY_KERNELS: dict[str, dict[str, object]] = {
-    "add": _same(np.add),
-    "subtract": _same(np.subtract, ("sint", "uint", "float", "complex")),
-    "multiply": _same(np.multiply),
-    "and": _same(np.bitwise_and, _BITWISE),
-    "or": _same(np.bitwise_or, _BITWISE),
-    "xor": _same(np.bitwise_xor, _BITWISE),
-    "atan2": {"float": libm.atan2, "complex": _catan2},
-    "complex": {"float": None},  # built per result type below
-    "divide": _same(_defined(lambda d: scalar.Scalar("divide_int"), 2, _int_divide), ("sint", "uint")) | {"float": np.divide,
-                                                                                          "complex": _cdiv},
-    "maximum": {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": None,  # (float_extrema)
-                "complex": _cmax_min(True)},
-    "minimum": {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": None,
-                "complex": _cmax_min(False)},
-    "power": _same(_defined(scalar.integer_power, 2, _int_power), ("sint", "uint")) | {"float": libm.pow,
-                                                                                       "complex": _cpow},
-    "remainder": _same(_defined(lambda d: scalar.Scalar("remainder_int"), 2, _int_remainder), ("sint", "uint")) | {"float": np.fmod},
-    "shift_left": _same(_PerType(_shift_left), ("sint", "uint")),
-    "shift_right_arithmetic": _same(_PerType(_shift_right_arithmetic), ("sint", "uint")),
-    "shift_right_logical": _same(_PerType(_shift_right_logical), ("sint", "uint")),
+BINARY_KERNELS: dict[type, dict[str, object]] = {
+    ew.AddOp: _same(np.add),
+    ew.SubOp: _same(np.subtract, ("sint", "uint", "float", "complex")),
+    ew.MulOp: _same(np.multiply),
+    ew.AndOp: _same(np.bitwise_and, _BITWISE),
+    ew.OrOp: _same(np.bitwise_or, _BITWISE),
+    ew.XorOp: _same(np.bitwise_xor, _BITWISE),
+    ew.Atan2Op: {"float": libm.atan2, "complex": _catan2},
+    ew.ComplexOp: {"float": None},  # built per result type below
+    ew.DivOp: _same(_defined(lambda d: scalar.Scalar("divide_int"), 2, _int_divide), ("sint", "uint"))
+              | {"float": np.divide, "complex": _cdiv},
+    ew.MaxOp: {"pred": np.maximum, "sint": np.maximum, "uint": np.maximum, "float": None,  # (float_extrema)
+               "complex": _cmax_min(True)},
+    ew.MinOp: {"pred": np.minimum, "sint": np.minimum, "uint": np.minimum, "float": None,
+               "complex": _cmax_min(False)},
+    ew.PowOp: _same(_defined(scalar.integer_power, 2, _int_power), ("sint", "uint"))
+              | {"float": libm.pow, "complex": _cpow},
+    ew.RemOp: _same(_defined(lambda d: scalar.Scalar("remainder_int"), 2, _int_remainder), ("sint", "uint"))
+              | {"float": np.fmod},
+    ew.ShiftLeftOp: _same(_PerType(_shift_left), ("sint", "uint")),
+    ew.ShiftRightArithmeticOp: _same(_PerType(_shift_right_arithmetic), ("sint", "uint")),
+    ew.ShiftRightLogicalOp: _same(_PerType(_shift_right_logical), ("sint", "uint")),
 }
-"""Binary op mnemonic -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
+"""Binary op class -> element kind -> NumPy function with XLA semantics (on the compute dtype)."""
 
 _EXACT_UFUNCS = {np.add, np.subtract, np.multiply, np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.maximum,
                  np.minimum, np.negative, np.invert, np.logical_not, np.abs, np.ceil, np.floor, np.rint,
@@ -925,7 +927,7 @@ def store(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def _lookup(table, op, e: Elem):
-    entry = table[op.SPEC.mnemonic].get(e.kind)
+    entry = table[type(op)].get(e.kind)
     if entry is None:
         raise UnsupportedError(f"{op.name}: no kernel for element type {e.name}")
     return _resolve(entry, e)
@@ -1009,7 +1011,7 @@ def _nan_redone(definition, a, b, r):
 
 
 def _binary_factory(op, ctx):
-    if op.SPEC.mnemonic == "complex":
+    if isinstance(op, ew.ComplexOp):
         return _complex_factory(op, ctx)
     e = elem_of(op.operands[0].type)
     if e.kind == "float" and isinstance(op, (ew.AddOp, ew.MulOp)) and e.compute in (np.float32, np.float64):
@@ -1027,10 +1029,8 @@ def _binary_factory(op, ctx):
     return binary_kernel(_typed(fn, e, ctx.dtype(op.results[0].type)), op)
 
 
-for _mnemonic in UNARY_KERNELS:
-    register(ew.UNARY_OP_CLASSES[_mnemonic])(_unary_factory)
-for _mnemonic in BINARY_KERNELS:
-    register(ew.BINARY_OP_CLASSES[_mnemonic])(_binary_factory)
+register(*UNARY_KERNELS)(_unary_factory)
+register(*BINARY_KERNELS)(_binary_factory)
 
 
 # -- compare ------------------------------------------------------------------
@@ -1119,7 +1119,7 @@ def fused_multiply_add_kernel(op, ctx):
     sign of a NaN ``a``: LLVM folds the negation into the instruction (``vfnmadd``), which returns a
     NaN operand as it is (measured against jax.jit: ``c - x*b`` with ``x`` NaN)."""
     dtype = ctx.dtype(op.results[0].type)
-    negated = tuple(isinstance(v.owner, ew.UNARY_OP_CLASSES["negate"]) for v in op.operands)
+    negated = tuple(isinstance(v.owner, ew.NegOp) for v in op.operands)
     if dtype in (np.float32, np.float64):
         definition = _quiet(scalar.ufunc(scalar.Scalar("multiply_add"), [dtype] * 6, dtype))
 

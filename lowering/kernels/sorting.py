@@ -160,12 +160,12 @@ def recognise_comparator(op: SortOp) -> list[SortKey] | None:
         if single is not None:
             k = key(single)
             return None if k is None else [k]
-        or_op = _defining(value, ew.BINARY_OP_CLASSES["or"])
+        or_op = _defining(value, ew.OrOp)
         if or_op is None:
             return None
         for first, second in ((or_op.lhs, or_op.rhs), (or_op.rhs, or_op.lhs)):
             strict = _key_compare(first, block, ("LT", "GT"))
-            and_op = _defining(second, ew.BINARY_OP_CLASSES["and"])
+            and_op = _defining(second, ew.AndOp)
             if strict is None or and_op is None:
                 continue
             for eq_value, rest in ((and_op.lhs, and_op.rhs), (and_op.rhs, and_op.lhs)):
