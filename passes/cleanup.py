@@ -242,18 +242,18 @@ def element_kind(s: np.ndarray) -> str:
     return element_type_from_dtype(s.dtype).kind
 
 
-IDENTITY_OPERANDS: list[tuple[str, str, Callable[[np.ndarray], bool]]] = [
-    # (binary op mnemonic, which operand may be the identity, test on its splat value)
-    ("add", "either", _additive_identity),
-    ("subtract", "rhs", _zero),  # x - (+0) == x exactly, also for x = -0.0
-    ("multiply", "either", _one),
-    ("divide", "rhs", _one),
-    ("or", "either", _zero),
-    ("xor", "either", _zero),
-    ("and", "either", _all_ones),
-    ("shift_left", "rhs", _zero),
-    ("shift_right_logical", "rhs", _zero),
-    ("shift_right_arithmetic", "rhs", _zero),
+IDENTITY_OPERANDS: list[tuple[type[HloOp], str, Callable[[np.ndarray], bool]]] = [
+    # (binary op class, which operand may be the identity, test on its splat value)
+    (ew.AddOp, "either", _additive_identity),
+    (ew.SubOp, "rhs", _zero),  # x - (+0) == x exactly, also for x = -0.0
+    (ew.MulOp, "either", _one),
+    (ew.DivOp, "rhs", _one),
+    (ew.OrOp, "either", _zero),
+    (ew.XorOp, "either", _zero),
+    (ew.AndOp, "either", _all_ones),
+    (ew.ShiftLeftOp, "rhs", _zero),
+    (ew.ShiftRightLogicalOp, "rhs", _zero),
+    (ew.ShiftRightArithmeticOp, "rhs", _zero),
 ]
 """Operands that leave a binary op's other operand unchanged, bit for bit."""
 
@@ -269,8 +269,8 @@ def _identity_rules() -> list[Rule]:
     seen through broadcasts or converts) passing the entry's test. The constant on the right is tried
     first; ``x`` is forwarded only when its type is the result's (no implicit broadcast undone)."""
     rules = []
-    for mnemonic, side, test in IDENTITY_OPERANDS:
-        cls = ew.BINARY_OP_CLASSES[mnemonic]
+    for cls, side, test in IDENTITY_OPERANDS:
+        mnemonic = cls.SPEC.mnemonic  # (in the rules' names)
         identity = m.ConstantScalar(test, through=())
         rules.append(rule(m.Op(cls, "x", identity), "x", when=_not_quantized, name=f"x {mnemonic} e -> x"))
         if side == "either":

@@ -59,8 +59,7 @@ from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import element_name
 
-_B, _U = ew.BINARY_OP_CLASSES, ew.UNARY_OP_CLASSES
-_MUL, _ADD, _SUB, _NEG = _B["multiply"], _B["add"], _B["subtract"], _U["negate"]
+_MUL, _ADD, _SUB, _NEG = ew.MulOp, ew.AddOp, ew.SubOp, ew.NegOp
 
 CONTRACTIBLE = frozenset({"f16", "f32", "f64"})
 """Element types an FMA instruction exists for (f16 with AVX512-FP16)."""
@@ -72,7 +71,7 @@ def host_contracted_types() -> frozenset[str]:
     return frozenset({"f32", "f64"} | ({"f16"} if host_properties()["avx512fp16"] else set()))
 
 
-_CSE_CLASSES = (*_B.values(), *_U.values())
+_CSE_CLASSES = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values())
 """Ops whose duplicates XLA's CSE merges before fusion (the elementwise ones: enough to see that two
 ``a*b`` written out by jax are one multiply with two uses)."""
 

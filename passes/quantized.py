@@ -144,13 +144,13 @@ def dequantize_ops(storage, q, new_ops: list[Operation]):
     wide = create(cv.ConvertOp, [storage], {}, [wide_t])
     new_ops.append(wide)
     zp = _splat_constant(zps, s64, shape, q.data.axis, t, new_ops)
-    centred = create(ew.BINARY_OP_CLASSES["subtract"], [wide.results[0], zp], {}, [wide_t])
+    centred = create(ew.SubOp, [wide.results[0], zp], {}, [wide_t])
     new_ops.append(centred)
     float_t = TensorType(q.expressed.mlir, shape, t.encoding)
     real = create(cv.ConvertOp, [centred.results[0]], {}, [float_t])
     new_ops.append(real)
     scale = _splat_constant(scales, q.expressed.mlir, shape, q.data.axis, t, new_ops)
-    out = create(ew.BINARY_OP_CLASSES["multiply"], [real.results[0], scale], {}, [float_t])
+    out = create(ew.MulOp, [real.results[0], scale], {}, [float_t])
     new_ops.append(out)
     return out.results[0]
 
@@ -163,14 +163,14 @@ def quantize_ops(x, q, new_ops: list[Operation]):
     ft = q.expressed.mlir
     scales, zps = _params(q, q.data.axis is not None)
     scale = _splat_constant(scales, ft, shape, q.data.axis, t, new_ops)
-    scaled = create(ew.BINARY_OP_CLASSES["divide"], [x, scale], {}, [t])
+    scaled = create(ew.DivOp, [x, scale], {}, [t])
     zp = _splat_constant(zps, ft, shape, q.data.axis, t, new_ops)
-    shifted = create(ew.BINARY_OP_CLASSES["add"], [scaled.results[0], zp], {}, [t])
+    shifted = create(ew.AddOp, [scaled.results[0], zp], {}, [t])
     new_ops += [scaled, shifted]
     low = _splat_constant(q.data.storage_min, ft, shape, None, t, new_ops)
     high = _splat_constant(q.data.storage_max, ft, shape, None, t, new_ops)
     clamped = create(ew.ClampOp, [low, shifted.results[0], high], {}, [t])
-    rounded = create(ew.UNARY_OP_CLASSES["round_nearest_even"], [clamped.results[0]], {}, [t])
+    rounded = create(ew.RoundEvenOp, [clamped.results[0]], {}, [t])
     out = create(cv.ConvertOp, [rounded.results[0]], {}, [TensorType(q.storage.mlir, shape, t.encoding)])
     new_ops += [clamped, rounded, out]
     return out.results[0]

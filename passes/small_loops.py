@@ -95,8 +95,6 @@ _FREE = frozenset({ConstantOp, ReshapeOp})
 _TUPLE_ELEMENT_BYTES = 8  # CpuExecutable::ShapeSizeBytes of a tuple: one pointer per element
 _FLAG = re.compile(r"xla_cpu_small_while_loop_byte_threshold=(\d+)")
 
-_U, _B = ew.UNARY_OP_CLASSES, ew.BINARY_OP_CLASSES
-
 
 def byte_threshold() -> int:
     """XLA's small-loop byte threshold in this process (``XLA_FLAGS`` can set it; 0 disables)."""
@@ -231,7 +229,7 @@ def _runs_at_most_once(op: WhileOp) -> bool:
         return False
     start = op.operands[counter.index].owner
     step = op.body.block.last_op.operands[counter.index].owner
-    if not isinstance(start, ConstantOp) or not isinstance(step, _B["add"]):
+    if not isinstance(start, ConstantOp) or not isinstance(step, ew.AddOp):
         return False
     if op.body.block.args[counter.index] not in step.operands:
         return False
@@ -284,25 +282,25 @@ def _retyped(t: TensorType, name: str) -> TensorType:
 
 
 def _tan(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
-    return b.op(_B["divide"], [b.op(_U["sine"], [x], t), b.op(_U["cosine"], [x], t)], t)
+    return b.op(ew.DivOp, [b.op(ew.SineOp, [x], t), b.op(ew.CosineOp, [x], t)], t)
 
 
 def _cbrt(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
     third = b.splat(np.asarray(1.0 / 3.0).astype(numpy_dtype(t)), t)
-    root = b.op(_B["power"], [b.op(_U["abs"], [x], t), third], t)
+    root = b.op(ew.PowOp, [b.op(ew.AbsOp, [x], t), third], t)
     bits_name = {"f16": "s16", "f32": "s32", "f64": "s64"}[element_name(x)]
     bits_type = _retyped(t, bits_name)
     bits = b.op(cv.BitcastConvertOp, [x], bits_type)
     negative = b.op(ew.CompareOp, [bits, b.splat(0, bits_type)], make_tensor(pred_type(), t.get_shape()),
                     {"comparison_direction": StringAttr("LT"), "compare_type": StringAttr("SIGNED")})
-    return b.op(ew.SelectOp, [negative, b.op(_U["negate"], [root], t), root], t)  # copysign(root, x)
+    return b.op(ew.SelectOp, [negative, b.op(ew.NegOp, [root], t), root], t)  # copysign(root, x)
 
 
 def _log1p_f16(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
     """XLA's EmitLog1p, each op in f16: x - x²/2 + x³ P(x)/Q(x) for |x| < sqrt(2) - 1, else log(x + 1)."""
     from lowering.kernels.xla_math import _LOG1P_P, _LOG1P_Q  # the f64 coefficients XLA rounds to the type
 
-    mul, add = _B["multiply"], _B["add"]
+    mul, add = ew.MulOp, ew.AddOp
 
     def horner(coeffs):
         p = b.splat(coeffs[0], t)
@@ -310,19 +308,19 @@ def _log1p_f16(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
             p = b.op(add, [b.op(mul, [p, x], t), b.splat(c, t)], t)
         return p
 
-    ratio = b.op(_B["divide"], [horner(_LOG1P_P), horner(_LOG1P_Q)], t)
+    ratio = b.op(ew.DivOp, [horner(_LOG1P_P), horner(_LOG1P_Q)], t)
     x2 = b.op(mul, [x, x], t)
     cubic = b.op(mul, [b.op(mul, [x, x2], t), ratio], t)
     small = b.op(add, [x, b.op(add, [b.op(mul, [x2, b.splat(-0.5, t)], t), cubic], t)], t)
-    large = b.op(_U["log"], [b.op(add, [x, b.splat(1.0, t)], t)], t)
-    near = b.op(ew.CompareOp, [b.op(_U["abs"], [x], t), b.splat(np.sqrt(2.0) - 1.0, t)],
+    large = b.op(ew.LogOp, [b.op(add, [x, b.splat(1.0, t)], t)], t)
+    near = b.op(ew.CompareOp, [b.op(ew.AbsOp, [x], t), b.splat(np.sqrt(2.0) - 1.0, t)],
                 make_tensor(pred_type(), t.get_shape()),
                 {"comparison_direction": StringAttr("LT"), "compare_type": StringAttr("FLOAT")})
     return b.op(ew.SelectOp, [near, small, large], t)
 
 
 def _rsqrt_f16(b: _Builder, x: SSAValue, t: TensorType) -> SSAValue:
-    return b.op(_B["divide"], [b.splat(1.0, t), b.op(_U["sqrt"], [x], t)], t)
+    return b.op(ew.DivOp, [b.splat(1.0, t), b.op(ew.SqrtOp, [x], t)], t)
 
 
 _FORMS = {

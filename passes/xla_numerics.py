@@ -65,6 +65,11 @@ from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import make_tensor, pred_type
+from xla_dialect.ops.elementwise import (AbsOp, AddOp, Atan2Op, CbrtOp, CosineOp, DivOp, ErfOp, ExpOp, Expm1Op,
+                                        Log1pOp, LogisticOp, LogOp, MaxOp, MinOp, MulOp, NegOp, PowOp, RsqrtOp,
+                                        SineOp, SqrtOp, SubOp, TanhOp, TanOp)
+from xla_dialect.ops.linalg import DotGeneralOp, DotOp
+from xla_dialect.ops.windowed import ConvolutionOp
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_named, element_type_of, numpy_dtype
@@ -75,12 +80,6 @@ from .patterns import Pattern, Rule, m, rule
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, i64s, make_constant, splat_scalar, tensor_type
-
-_B = ew.BINARY_OP_CLASSES
-_U = ew.UNARY_OP_CLASSES
-DivOp, MulOp, AddOp, SubOp, PowOp = _B["divide"], _B["multiply"], _B["add"], _B["subtract"], _B["power"]
-ExpOp, NegOp, SqrtOp, RsqrtOp = _U["exponential"], _U["negate"], _U["sqrt"], _U["rsqrt"]
-AbsOp, LogOp = _U["abs"], _U["log"]
 
 _NATIVE = frozenset({"f16", "f32", "f64", "c64", "c128"})
 _REAL = frozenset({"f16", "f32", "f64"})
@@ -361,9 +360,8 @@ NORMALIZATION_CONVERT = "hlo.float_normalization"
 # (tests/test_xla_numerics.py). f16 is computed natively (rounded per op) except inside conversions
 # that widen log/sqrt/rsqrt/power, where XLA rounds a correctly rounded f32 result: not reproduced.
 _EXCESS_BF16 = frozenset({
-    "add", "subtract", "multiply", "divide", "power", "atan2", "exponential", "exponential_minus_one", "log",
-    "log_plus_one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "erf",
-    "dot", "dot_general", "convolution",
+    AddOp, SubOp, MulOp, DivOp, PowOp, Atan2Op, ExpOp, Expm1Op, LogOp, Log1pOp, LogisticOp, TanhOp, SqrtOp, RsqrtOp,
+    CbrtOp, SineOp, CosineOp, TanOp, ErfOp, DotOp, DotGeneralOp, ConvolutionOp,
 })
 
 
@@ -411,8 +409,7 @@ class ExcessPrecisionConvert(RewritePattern):
                 element_name(owner.operands[0]) == "f32":
             rewriter.replace(op, [], [owner.operands[0]])
             return
-        mnemonic = owner.name[4:]
-        if mnemonic not in _EXCESS_BF16 or len(owner.results) != 1:
+        if type(owner) not in _EXCESS_BF16 or len(owner.results) != 1:
             return
         f32 = element_type_named("f32").mlir
         wide_type = TensorType(f32, source.type.get_shape(), source.type.encoding)
@@ -521,8 +518,6 @@ class FoldAddConstants(RewritePattern):
         if _eligible(op):
             _reassociate(op, rewriter, AddOp, np.add)
 
-
-MaxOp, MinOp = _B["maximum"], _B["minimum"]
 
 
 # -- rules (passes.patterns) ---------------------------------------------------------------------------
