@@ -378,7 +378,8 @@ def test_no_dispatch_on_a_spelling_of_the_op_name():
 
 FOUND_BY_CLASS = ("lowering.executor", "lowering.compiled_loops", "lowering.fusion", "lowering.compiled_segments",
                   "lowering.mpi", "lowering.kernels.control_flow", "lowering.kernels.indexing",
-                  "lowering.kernels.small_dot", "passes.small_loops", "passes.purity")
+                  "lowering.kernels.small_dot", "lowering.kernels.sorting", "passes.small_loops", "passes.purity",
+                  "passes.xla_numerics", "passes.cleanup", "passes.quantized")
 """Modules that find the ops they treat by class only (issue 27)."""
 
 
@@ -430,6 +431,44 @@ def test_lowering_finds_ops_by_class_not_by_name():
              for line, code in _spellings_of_op_names(ast.parse(path.read_text()), op_names)]
     assert not found, "\n".join(found)
     assert len({name for name, _ in _modules()} & set(FOUND_BY_CLASS)) == len(FOUND_BY_CLASS)
+
+
+def _lookups_by_mnemonic(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, code) of each place ``tree`` looks an op up by its mnemonic: a table read or a comparison with
+    ``op.SPEC.mnemonic`` (``TABLE[op.SPEC.mnemonic]``, ``op.SPEC.mnemonic == "complex"``) or a class found from
+    one (``BINARY_OP_CLASSES["add"]``, or through any use of the mnemonic -> class maps of
+    :mod:`xla_dialect.ops.elementwise` but the list of their classes, ``UNARY_OP_CLASSES.values()``)."""
+    maps = ("UNARY_OP_CLASSES", "BINARY_OP_CLASSES")
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in maps or isinstance(node, ast.Name) and node.id in maps) \
+                and not (isinstance(parents.get(id(node)), ast.Attribute) and parents[id(node)].attr == "values"):
+            found.append((node.lineno, ast.unparse(parents.get(id(node), node))))
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Attribute) and node.slice.attr == "mnemonic":
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Compare) and any(isinstance(x, ast.Attribute) and x.attr == "mnemonic"
+                                                   for x in [node.left, *node.comparators]):
+            found.append((node.lineno, ast.unparse(node)))
+        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+              and ast.unparse(node.value).endswith("_OP_CLASSES")):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_kernels_and_passes_look_ops_up_by_class_not_mnemonic():
+    """The kernel tables (``UNARY_KERNELS``: ``ExpOp`` -> element kind -> function), the passes' op sets and the
+    ops they build are keyed by and written as op classes, not found through a mnemonic; the op-class maps of
+    :mod:`xla_dialect.ops.elementwise` (``UNARY_OP_CLASSES``) stay for readers of mnemonics (HLO text, tests)."""
+    sample = ast.parse('def f(op):\n'
+                       '    return TABLE[op.SPEC.mnemonic], op.SPEC.mnemonic == "complex", ew.BINARY_OP_CLASSES["or"]\n'
+                       '_B = ew.UNARY_OP_CLASSES\n'
+                       'ALL = (*ew.UNARY_OP_CLASSES.values(),)\n')
+    assert sorted(line for line, _ in _lookups_by_mnemonic(sample)) == [2, 2, 2, 2, 3]  # (not .values())
+    found = [f"{path.relative_to(REPO)}:{line}: {code}" for name, path in _modules()
+             if name.split(".")[0] in ("lowering", "passes")
+             for line, code in _lookups_by_mnemonic(ast.parse(path.read_text()))]
+    assert not found, "\n".join(found)
 
 
 def test_binary_body_ufuncs_match_the_reduction_table():
