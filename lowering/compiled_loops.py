@@ -1020,9 +1020,33 @@ class _LoopWriter:
     def op_reduce(self, op, out, dtype, shape, indent):
         """A reduce in the order of the interpreted kernel (:mod:`lowering.kernels.reduction`): bodies that are
         one ufunc as it folds them (whole arrays; or per output, see :meth:`partial_reduce`), any other body
-        (argmax's pair of values and indices, ...) by :meth:`tree_reduce`."""
-        from .kernels.reduction import binary_body_ufunc
+        (argmax's pair of values and indices, ...) by :meth:`tree_reduce`. Sums XLA CPU runs in YNNPACK
+        (:func:`lowering.kernels.reduction.ynnpack_plan`) call the kernel's own definition
+        (:func:`lowering.kernels.ynnpack_sum.sum_rows` / ``sum_columns``)."""
+        from .kernels.reduction import binary_body_ufunc, ynnpack_plan
+        from .kernels.ynnpack_sum import ROWS
 
+        found = ynnpack_plan(op)
+        if found is not None:
+            (kind, outer, k, n, tiles), pairs = found
+            t = _NUMBA_TYPE_NAMES[dtype]
+            x, init = (self.name(v) for v in op.operands)
+            if shape:
+                self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+                target = out
+            else:  # (a scalar result: summed into a one-element buffer of the call)
+                target = self.fresh("h")
+                self.prologue.append(f"    {target} = np.empty(1, {t})")
+            tiles = tuple(int(v) for v in tiles)
+            if kind == ROWS:
+                self.emit(indent, f"ynnpack_sum_rows(c_view({x}, ({outer}, {k})), c_view({target}, ({outer},)), "
+                                  f"{t}({init}), {tiles!r}, {bool(pairs)})")
+            else:
+                self.emit(indent, f"ynnpack_sum_columns(c_view({x}, ({outer}, {k}, {n})), "
+                                  f"c_view({target}, ({outer}, {n})), {t}({init}), {tiles!r})")
+            if not shape:
+                self.emit(indent, f"{out} = {target}[0]")
+            return
         ufunc = binary_body_ufunc(op.body)
         body_op = next(iter(op.body.block.ops))
         if ufunc is None or not isinstance(body_op, _REDUCE_BODIES):
@@ -1773,6 +1797,8 @@ class CompiledLoop:
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
                   "from lowering.kernels.small_dot import small_dot\n"
+                  "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
+                  "sum_rows as ynnpack_sum_rows\n"
                   "from lowering.lapack_compiled import lapack_getrf, lapack_trsm\n"
                   "from lowering.interrupt import poll as poll_interrupts\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"

@@ -80,10 +80,6 @@ class _SegmentWriter(_LoopWriter):
 
     def try_op(self, op: Operation) -> bool:
         """Write ``op``; False (and nothing written) when it cannot be part of a segment."""
-        from xla_dialect.ops.reduction import ReduceOp
-
-        from .kernels.reduction import ynnpack_plan
-
         state = (len(self.lines), len(self.prologue), len(self.inputs), len(self.names), len(self.constants),
                  self.counter)
         try:
@@ -91,10 +87,6 @@ class _SegmentWriter(_LoopWriter):
                 for r in inner.results:
                     if int(np.prod(self.info(r)[1], dtype=np.int64)) > SEGMENT_MAX_ELEMENTS:
                         raise _Ineligible("a large result")
-                if isinstance(inner, ReduceOp) and ynnpack_plan(inner) is not None:
-                    # (a sum XLA CPU runs in YNNPACK, of a large operand from before the segment: the compiled-loop
-                    # writer sums in NumPy's order, the reduction kernel in YNNPACK's)
-                    raise _Ineligible("a sum in YNNPACK's order")
             if isinstance(op, ConditionalOp) and not all(self.has_tensor_type(v) for v in op.operands):
                 # (jax's empty-tuple branch operands are not values a segment can take from the code around it)
                 raise _Ineligible("a conditional with tuple operands")

@@ -18,7 +18,8 @@ from .process_state import cache_directory, import_module_file  # noqa: F401  (c
 _RUNTIME_DIGEST: list[str] = []
 
 RUNTIME_MODULES = ("loop_runtime.py", "rowwise.py", "xla_scalar.py", os.path.join("kernels", "scalar.py"),
-                   os.path.join("kernels", "small_dot.py"), "lapack_compiled.py")
+                   os.path.join("kernels", "small_dot.py"), os.path.join("kernels", "ynnpack_sum.py"),
+                   "lapack_compiled.py")
 """The modules (under ``lowering/``) generated code calls into."""
 
 

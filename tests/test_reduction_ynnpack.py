@@ -135,3 +135,100 @@ def test_plans_of_unidentified_and_small_sums():
     assert sum_plan((64, 64), (0, 1), np.float16) is None              # (f16 sums are f32 sums of a convert)
     assert sum_plan((64, 1, 64), (0,), np.float32)[0] == COLUMNS
     assert sum_plan((1, 5000), (1,), np.float32)[:4] == (ROWS, 1, 5000, 1)
+
+
+def _in_a_loop(axis, steps=6):
+    """``steps`` sums over ``axis`` of a carried array that changes each step, in a ``fori_loop`` body."""
+
+    def fn(x):
+        kept = tuple(s for d, s in enumerate(x.shape) if axis is not None and d not in np.atleast_1d(axis))
+
+        def body(i, state):
+            y, sums = state
+            return y * y.dtype.type(0.75) + y.dtype.type(0.125), sums.at[i].set(jnp.sum(y, axis=axis))
+
+        return jax.lax.fori_loop(0, steps, body, (x, jnp.zeros((steps,) + kept, x.dtype)))
+
+    return fn
+
+
+_LOOP_SUMS = [
+    ("sum 6000", None, (6000,)),
+    ("sum in tiles", None, (70001,)),
+    ("row sums", 1, (64, 100)),
+    ("long rows in tiles", 1, (2, 40000)),
+    ("column sums in row tiles", 0, (600, 64)),
+    ("middle axis", 1, (8, 9, 100)),
+]
+_LOOP_OPTIONS = [dict(fusion=f, loop_compilation=c) for c in ("never", "always") for f in ("never", "always")]
+
+
+@pytest.mark.parametrize("options", _LOOP_OPTIONS,
+                         ids=[f"fusion {o['fusion']}, loops {o['loop_compilation']}" for o in _LOOP_OPTIONS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name, axis, shape", _LOOP_SUMS, ids=[s[0] for s in _LOOP_SUMS])
+def test_large_sums_inside_loops_are_ynnpacks_bits(name, axis, shape, dtype, options):
+    # XLA CPU sums in while, scan and fori_loop bodies in YNNPACK's order too (measured: every case of
+    # _SUMS in each kind of loop); interpreted, fused and compiled loops call the same definition.
+    x = _mixed(np.random.default_rng(sum(shape)), shape, dtype)
+    got, want = _bits(_in_a_loop(axis), (x,), **options)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def _feedback(xs):
+    # A scan whose carry depends on the sums (another order would change every later step), a while loop
+    # whose condition is a large sum, and a loop inside a loop.
+    def step(c, x):
+        s = jnp.sum(x * c, axis=0)
+        return c * x.dtype.type(0.5) + s[0] * x.dtype.type(1e-3), s
+
+    c, ys = jax.lax.scan(step, xs.dtype.type(1.0), xs)
+    y, n = jax.lax.while_loop(lambda st: jnp.sum(st[0]) < 1e5,
+                              lambda st: (st[0] * xs.dtype.type(1.5) + xs.dtype.type(0.5), st[1] + 1), (xs[0], 0))
+
+    def outer(i, st):
+        return jax.lax.fori_loop(0, 2, lambda j, s: (s[0] * xs.dtype.type(0.9), s[1] + jnp.sum(s[0], axis=1)),
+                                 (st[0] + xs.dtype.type(0.25), st[1]))
+
+    z = jax.lax.fori_loop(0, 2, outer, (xs[1], jnp.zeros(xs.shape[1], xs.dtype)))[1]
+    return c, ys, y, n, z
+
+
+@pytest.mark.parametrize("options", _LOOP_OPTIONS,
+                         ids=[f"fusion {o['fusion']}, loops {o['loop_compilation']}" for o in _LOOP_OPTIONS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_sums_that_steer_loops_are_ynnpacks_bits(dtype, options):
+    xs = _mixed(np.random.default_rng(12), (3, 600, 64), dtype)
+    got, want = _bits(_feedback, (xs,), **options)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_compiled_loops_and_segments_call_the_kernels_definition():
+    # The loop compiles (not left interpreted) and its source calls ynnpack_sum's functions; a segment of
+    # small ops takes a large sum of an operand from before it.
+    from xdsl.dialects import func
+
+    import lowering
+    from interop import import_jax
+    from lowering import compiled_loops, compiled_segments
+    from passes.pipelines import prepare_for_execution
+    from xla_dialect.types import numpy_dtype
+
+    x = _mixed(np.random.default_rng(13), (600, 64), np.float32)
+    for axis, call in [(0, "ynnpack_sum_columns("), (1, "ynnpack_sum_rows("), (None, "ynnpack_sum_rows(")]:
+        module = prepare_for_execution(import_jax(_in_a_loop(axis), x))
+        functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+        (loop,) = [op for op in module.walk() if op.name == "hlo.while"]
+        assert call in compiled_loops.loop_source(loop, functions, numpy_dtype)[0]
+        assert compiled_loops.compile_loop(loop, functions, numpy_dtype) is not None
+
+    fn, shape = _FUSED[2][1:]
+    y = _mixed(np.random.default_rng(14), shape, np.float32)
+    executable = lowering.compile(import_jax(fn, y), loop_compilation="always")
+    (got,) = executable(y)
+    segments = [r for name, r in executable._fn.__globals__.items()
+                if name.startswith("sg") and isinstance(r, compiled_segments.CompiledSegment)]
+    assert any(op.name == "hlo.reduce" for s in segments for op in s.segment.ops), "the sum is not in a segment"
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(jax.jit(fn)(y)).view(np.uint32))

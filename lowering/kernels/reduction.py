@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from xla_dialect.ops.base import ints
-from xla_dialect.ops.control_flow import ReturnOp, WhileOp
+from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
 from xla_dialect.types import element_type_from_dtype
@@ -270,8 +270,9 @@ def ynnpack_plan(op) -> tuple[tuple, bool] | None:
     :func:`lowering.kernels.ynnpack_sum.sum_plan` identified -- one f32/f64 operand summed (a body
     ``add(p0, p1)``) of at least 4,096 elements, on a host with the AVX-512 kernels it was measured with --
     ``pairs`` when the operand is converted from bf16 (YNNPACK's bf16 kernel reads it two values per lane); else
-    None (also inside while loops, for now: see the comment below). The interpreter's kernel, fused loops (which leave such
-    sums to it) and compiled segments decide with this one function."""
+    None. Inside while loops too (measured: XLA CPU sums in ``lax.while_loop``/``scan``/``fori_loop`` bodies in the
+    same order). The interpreter's kernel, fused loops (which leave such sums to it), compiled loops and compiled
+    segments (which call the same definition) decide with this one function."""
     if len(op.operands) != 2 or len(op.results) != 1 or binary_body_ufunc(op.body) is not np.add:
         return None
     x = op.operands[0]
@@ -280,13 +281,6 @@ def ynnpack_plan(op) -> tuple[tuple, bool] | None:
         return None
     if not small_dot._measured_host():
         return None
-    parent = op.parent_op()
-    while parent is not None:
-        if isinstance(parent, WhileOp):
-            # Not yet inside while loops: compiled loops (lowering/compiled_loops.py) sum in NumPy's order, and
-            # an executable must give the same bits whether its loop runs interpreted or compiled.
-            return None
-        parent = parent.parent_op()
     shape = tuple(x.type.get_shape())
     plan = sum_plan(shape, tuple(sorted(ints(op.dimensions))), np.float32 if dtype == "f32" else np.float64)
     if plan is None:
