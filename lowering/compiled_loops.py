@@ -1022,9 +1022,9 @@ class _LoopWriter:
         one ufunc as it folds them (whole arrays; or per output, see :meth:`partial_reduce`), any other body
         (argmax's pair of values and indices, ...) by :meth:`tree_reduce`. Sums XLA CPU runs in YNNPACK
         (:func:`lowering.kernels.reduction.ynnpack_plan`) call the kernel's own definition
-        (:func:`lowering.kernels.ynnpack_sum.sum_rows` / ``sum_columns``)."""
+        (:func:`lowering.kernels.ynnpack_sum.sum_rows`, ``sum_columns`` and their ``_looped`` forms)."""
         from .kernels.reduction import binary_body_ufunc, ynnpack_plan
-        from .kernels.ynnpack_sum import ROWS
+        from .kernels.ynnpack_sum import LOOPED_COLUMNS, LOOPED_ROWS, ROWS
 
         found = ynnpack_plan(op)
         if found is not None:
@@ -1037,13 +1037,19 @@ class _LoopWriter:
             else:  # (a scalar result: summed into a one-element buffer of the call)
                 target = self.fresh("h")
                 self.prologue.append(f"    {target} = np.empty(1, {t})")
-            tiles = tuple(int(v) for v in tiles)
-            if kind == ROWS:
-                self.emit(indent, f"ynnpack_sum_rows(c_view({x}, ({outer}, {k})), c_view({target}, ({outer},)), "
-                                  f"{t}({init}), {tiles!r}, {bool(pairs)})")
-            else:
-                self.emit(indent, f"ynnpack_sum_columns(c_view({x}, ({outer}, {k}, {n})), "
-                                  f"c_view({target}, ({outer}, {n})), {t}({init}), {tiles!r})")
+            if kind in (LOOPED_ROWS, LOOPED_COLUMNS):  # (sum_rows_looped / sum_columns_looped: no tiles)
+                p, l, m = outer
+                call, source, result, extra = (("rows_looped", (p, l, m, k), (p, m), []) if kind == LOOPED_ROWS
+                                               else ("columns_looped", (p, l, m, k, n), (p, m, n), []))
+            else:  # (sum_rows / sum_columns)
+                call, source, result = (("rows", (outer, k), (outer,)) if kind == ROWS
+                                        else ("columns", (outer, k, n), (outer, n)))
+                extra = [repr(tuple(int(v) for v in tiles))]
+            if kind in (ROWS, LOOPED_ROWS):
+                extra.append(str(bool(pairs)))
+            source, result = tuple(int(v) for v in source), tuple(int(v) for v in result)
+            self.emit(indent, f"ynnpack_sum_{call}(c_view({x}, {source!r}), c_view({target}, {result!r}), "
+                              f"{', '.join([f'{t}({init})', *extra])})")
             if not shape:
                 self.emit(indent, f"{out} = {target}[0]")
             return
@@ -1798,7 +1804,8 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime 
                   "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
                   "from lowering.kernels.small_dot import small_dot\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
-                  "sum_rows as ynnpack_sum_rows\n"
+                  "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "
+                  "sum_rows_looped as ynnpack_sum_rows_looped\n"
                   "from lowering.lapack_compiled import lapack_getrf, lapack_trsm\n"
                   "from lowering.interrupt import poll as poll_interrupts\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"

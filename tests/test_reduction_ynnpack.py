@@ -55,6 +55,11 @@ _SUMS = [
     ("column sums in row tiles", lambda x: jnp.sum(x, axis=0), (600, 64)),
     ("middle axis", lambda x: jnp.sum(x, axis=1), (8, 9, 100)),
     ("sum of products", lambda x: jnp.sum(x * x), (64, 64)),
+    ("two runs of rows", lambda x: jnp.sum(x, axis=(0, 2)), (4, 8, 256)),       # each row's sum added in turn
+    ("two runs, kept outside", lambda x: jnp.sum(x, axis=(1, 3)), (3, 4, 8, 256)),
+    ("two runs of columns", lambda x: jnp.sum(x, axis=(0, 2)), (2, 5, 300, 4)),
+    ("two runs with an initial value", lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (0, 2)),
+     (16, 4, 100)),
 ]
 
 
@@ -127,10 +132,13 @@ def test_long_vector_dots_are_summed_in_ynnpacks_tiles(dtype):
 
 
 def test_plans_of_unidentified_and_small_sums():
-    from lowering.kernels.ynnpack_sum import COLUMNS, ROWS, sum_plan
+    from lowering.kernels.ynnpack_sum import COLUMNS, LOOPED_COLUMNS, LOOPED_ROWS, ROWS, sum_plan
 
     assert sum_plan((4095,), (0,), np.float32) is None                 # XLA's own loops (reduce-window tree)
-    assert sum_plan((64, 64, 64), (0, 2), np.float32) is None          # two runs of dimensions: not identified
+    assert sum_plan((64, 64, 64), (0, 2), np.float32) is None          # two runs, split in tiles: not identified
+    assert sum_plan((4, 8, 4, 8, 64), (0, 2, 4), np.float32) is None    # three runs: not identified
+    assert sum_plan((3, 4, 8, 256), (1, 3), np.float32) == (LOOPED_ROWS, (3, 4, 8), 256, 1, (1, 256, 1, 256))
+    assert sum_plan((2, 5, 300, 4), (0, 2), np.float64)[:4] == (LOOPED_COLUMNS, (1, 2, 5), 300, 4)
     assert sum_plan((16, 70000), (0, 1), np.float32) is None           # tiles below another reduced dimension
     assert sum_plan((64, 64), (0, 1), np.float16) is None              # (f16 sums are f32 sums of a convert)
     assert sum_plan((64, 1, 64), (0,), np.float32)[0] == COLUMNS
@@ -159,6 +167,8 @@ _LOOP_SUMS = [
     ("long rows in tiles", 1, (2, 40000)),
     ("column sums in row tiles", 0, (600, 64)),
     ("middle axis", 1, (8, 9, 100)),
+    ("two runs of rows", (0, 2), (4, 8, 256)),
+    ("two runs of columns", (0, 2), (2, 5, 300, 4)),
 ]
 _LOOP_OPTIONS = [dict(fusion=f, loop_compilation=c) for c in ("never", "always") for f in ("never", "always")]
 
@@ -216,8 +226,10 @@ def test_compiled_loops_and_segments_call_the_kernels_definition():
     from passes.pipelines import prepare_for_execution
     from xla_dialect.types import numpy_dtype
 
-    x = _mixed(np.random.default_rng(13), (600, 64), np.float32)
-    for axis, call in [(0, "ynnpack_sum_columns("), (1, "ynnpack_sum_rows("), (None, "ynnpack_sum_rows(")]:
+    for axis, call, shape in [(0, "ynnpack_sum_columns(", (600, 64)), (1, "ynnpack_sum_rows(", (600, 64)),
+                              (None, "ynnpack_sum_rows(", (600, 64)), ((0, 2), "ynnpack_sum_rows_looped(", (4, 8, 256)),
+                              ((0, 2), "ynnpack_sum_columns_looped(", (2, 5, 300, 4))]:
+        x = _mixed(np.random.default_rng(13), shape, np.float32)
         module = prepare_for_execution(import_jax(_in_a_loop(axis), x))
         functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
         (loop,) = [op for op in module.walk() if op.name == "hlo.while"]

@@ -23,14 +23,20 @@ with ``ynnpack/kernels/reduce/sum.h`` (the version with a degree-16 tree of thre
 * **tiles**: YNNPACK's scheduler (slinky) splits the operand in tiles of 128 KiB of accumulators (32,768 f32,
   16,384 f64: ``make_split_factors``, innermost dimension first, floor divisions); when that splits a reduced
   dimension, each tile's sum (from zero) is a partial result, and the partials (in row-major order) are summed
-  again the same way into the output (:func:`sum_plan` names the tiles). Sums over a reduced dimension that is
-  not the innermost contiguous run, nor followed only by kept dimensions (``sum(x, axis=(0, 2))``) are not
-  identified: :func:`sum_plan` gives None and the reduction kernel keeps its earlier order.
+  again the same way into the output (:func:`sum_plan` names the tiles).
+* **two runs of reduced dimensions** (``sum(x, axis=(0, 2))``, kept dimensions between them): the inner run is
+  summed by the rows or columns kernel above, from zero, once for each index of the outer run (row-major), and
+  each of those sums is added in turn to the output, which starts at the initial value
+  (``((init + s_0) + s_1) + ...``: YNNPACK's kernels add into their output). Identified where no tile cuts a
+  reduced dimension (the outer run and everything inside it at most one tile); elsewhere, and for three runs or
+  more, :func:`sum_plan` gives None and the reduction kernel keeps its earlier order.
 
 Measured against jax.jit on a 2-core AMD EPYC with AVX-512 (every element of every sample equal, values of mixed
 magnitudes): full sums of 4,096 to 1,000,000 f32/f64 elements (tiles from 32,769 f32, 16,385 f64), bf16 (into
 f32 and bf16) and f16, row sums ((64, 64), (3, 5000)), column sums ((64, 64), (5000, 3), (1000, 8), (600, 64),
-(2048, 16), (3000, 100); row tiles of ``32768 // n`` rows), ``sum(x * x)``; ``tests/test_reduction.py``. These
+(2048, 16), (3000, 100); row tiles of ``32768 // n`` rows), ``sum(x * x)``, two runs (``axis=(0, 2)`` of
+(4, 8, 256), (16, 4, 100), (3, 64, 64), (64, 2, 64), (8, 16, 40), (4, 8, 64, 16), (2, 5, 600, 4), with and without
+an initial value); ``tests/test_reduction.py``, ``tests/test_reduction_ynnpack.py``. These
 orders hold where XLA chooses YNNPACK's AVX-512 kernels: on hosts with the flags of
 :func:`lowering.kernels.small_dot._measured_host` (elsewhere the reduction kernel keeps its earlier order). XLA's
 thread count matters for where long sums are split (:func:`_tiles`): measured with 2 CPUs.
@@ -56,6 +62,10 @@ accumulators."""
 
 ROWS, COLUMNS = 1, 2
 """The two kernels of a :func:`sum_plan`: ``sum_float_k1`` (rows) and ``sum_float_kn`` (columns)."""
+
+LOOPED_ROWS, LOOPED_COLUMNS = 3, 4
+"""The plans of sums over two runs of reduced dimensions (module docstring): the rows or columns kernel once per
+index of the outer run, each sum added to the output in turn."""
 
 
 def _task_target() -> int:
@@ -110,7 +120,7 @@ def sum_plan(in_shape, axes, dtype) -> tuple | None:
     if not reduced:
         return None  # (a sum over dimensions of one element: a copy)
     if reduced != list(range(reduced[0], reduced[-1] + 1)):
-        return None  # not one run of dimensions: not identified
+        return _looped_plan(shape, reduced, dtype)
     tiles = _tiles(shape, reduced, dtype.itemsize)
     if tiles is None:
         return None
@@ -121,6 +131,31 @@ def sum_plan(in_shape, axes, dtype) -> tuple | None:
     if n == 1:
         return ROWS, outer, k, 1, tiles
     return COLUMNS, outer, k, n, tiles
+
+
+def _looped_plan(shape: list[int], reduced: list[int], dtype: np.dtype) -> tuple | None:
+    """``(LOOPED_ROWS | LOOPED_COLUMNS, (p, l, m), k, n, tiles)`` for the ``reduced`` dimensions of ``shape`` (no
+    dimension of one element) when they are two runs: the operand is ``(p, l, m, k, n)`` -- kept, outer run, kept,
+    inner run, kept -- and its outputs ``(p, m, n)``; None for three runs or more, or when a tile would cut a
+    reduced dimension (the outer run and the dimensions inside it more than one tile: not identified)."""
+    runs = [[reduced[0]]]
+    for d in reduced[1:]:
+        if d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    if len(runs) != 2:
+        return None
+    first, last, inner = runs[0][0], runs[0][-1], runs[1]
+    if int(np.prod(shape[first:], dtype=np.int64)) > TILE_BYTES // dtype.itemsize:
+        return None
+
+    def size(dims) -> int:
+        return int(np.prod([shape[d] for d in dims], dtype=np.int64))
+
+    p, l, m = size(range(first)), size(runs[0]), size(range(last + 1, inner[0]))
+    k, n = size(inner), size(range(inner[-1] + 1, len(shape)))
+    return (LOOPED_ROWS if n == 1 else LOOPED_COLUMNS), (p, l, m), k, n, (1, k, 1, k)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
@@ -372,12 +407,58 @@ def sum_columns(x, out, init, tiles):
         _kn_sum(partials, 0, count, out[b], levels, error, four)
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def sum_rows_looped(x, out, init, pairs):
+    """``out[i, j] = ((init + s_0) + s_1) + ...`` for the C-ordered 4-d ``x (p, l, m, k)`` and ``out (p, m)``:
+    ``s_t`` the sum from zero of the row ``x[i, t, j]`` (:func:`row_sum`, one tile), added in the order of ``t``
+    (:data:`LOOPED_ROWS`)."""
+    p, l, m, k = x.shape
+    lanes = 64 // x.itemsize
+    levels = np.zeros((3, lanes), x.dtype)
+    error = np.zeros(lanes, x.dtype)
+    local = np.zeros(lanes, x.dtype)
+    partials = np.empty(1, x.dtype)
+    flat = x.ravel()
+    for i in range(p):
+        for j in range(m):
+            total = init
+            for t in range(l):
+                total = total + row_sum(flat, ((i * l + t) * m + j) * k, (1, k, 1, k), pairs, partials, levels,
+                                        error, local)
+            out[i, j] = total
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def sum_columns_looped(x, out, init):
+    """``out[i, j, :] = init``, then ``+=`` the column sums (:func:`_kn_sum`, one tile) of the rows ``x[i, t, j]``
+    for each ``t`` in order, for the C-ordered 5-d ``x (p, l, m, k, n)`` and ``out (p, m, n)``
+    (:data:`LOOPED_COLUMNS`)."""
+    p, l, m, k, n = x.shape
+    levels = np.zeros((3, n), x.dtype)
+    error = np.zeros(n, x.dtype)
+    four = np.zeros(n, x.dtype)
+    for i in range(p):
+        for j in range(m):
+            out[i, j, :] = init
+            for t in range(l):
+                _kn_sum(x[i, t, j], 0, k, out[i, j], levels, error, four)
+
+
 def ynnpack_sum(x: np.ndarray, plan: tuple, init, pairs: bool = False) -> np.ndarray:
     """``init +`` the sum :func:`sum_plan` describes of ``x`` (f32 or f64, any layout; ``pairs``: the values are
-    bf16 converted to f32), shaped as the plan's outputs (``(rows,)`` or ``(outer, n)``): the interpreter's
-    kernel (:mod:`lowering.kernels.reduction`)."""
+    bf16 converted to f32), shaped as the plan's outputs (``(rows,)``, ``(outer, n)``, ``(p, m)`` or
+    ``(p, m, n)``): the interpreter's kernel (:mod:`lowering.kernels.reduction`)."""
     kind, outer, k, n, tiles = plan
     init = x.dtype.type(init)
+    if kind in (LOOPED_ROWS, LOOPED_COLUMNS):
+        p, l, m = outer
+        if kind == LOOPED_ROWS:
+            out = np.empty((p, m), x.dtype)
+            sum_rows_looped(np.ascontiguousarray(x).reshape(p, l, m, k), out, init, pairs)
+            return out
+        out = np.empty((p, m, n), x.dtype)
+        sum_columns_looped(np.ascontiguousarray(x).reshape(p, l, m, k, n), out, init)
+        return out
     if kind == ROWS:
         rows = np.ascontiguousarray(x).reshape(outer, k)
         out = np.empty(outer, x.dtype)
