@@ -66,7 +66,7 @@ def _child(name: str, mode: str, budget: float) -> dict:
 
     import interop
     import lowering
-    from lowering.compiled_loops import _BACKGROUND
+    from lowering.compile_queue import pending
 
     module = interop.import_jax(jax.jit(workload.fn), *workload.args)
     ops = sum(1 for op in module.walk() if op.name.startswith("hlo"))
@@ -81,7 +81,7 @@ def _child(name: str, mode: str, budget: float) -> dict:
         t = time.perf_counter()
         exe(*workload.args)
         calls.append((t - start, time.perf_counter() - t))
-        quiet = 0 if any(thread.is_alive() for thread in _BACKGROUND) else quiet + 1
+        quiet = 0 if pending() else quiet + 1
         if quiet >= 20 and len(calls) >= 40:
             break
     steady = float(np.median([d for _, d in calls[-20:]]))

@@ -33,7 +33,8 @@ When to compile: numba takes 0.2 s to tens of seconds per loop (a cold cache,
 a large body: an adaptive ODE solve's nested loops take about 25 s on a 2-core
 VM, a warm cache about 2 s), which only pays for loops that run long.
 ``lowering.compile(..., loop_compilation=...)``: ``"auto"`` (the default)
-starts compiling a loop on a background thread once it has run
+starts compiling a loop in the background (:mod:`lowering.compile_queue`: outermost code first, in a compile
+process) once it has run
 :data:`AUTO_THRESHOLD` iterations or :data:`AUTO_SECONDS` seconds in total
 (over all calls of the executable) and keeps interpreting it until the compiled code is ready, then switches, in
 the middle of a call if needed (both give the same bits, so where it switches
@@ -44,7 +45,6 @@ does not show; :func:`wait_for_background_compiles` waits for them);
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -68,6 +68,7 @@ from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.ops.sorting import SortOp
 from xla_dialect.ops.windowed import ReduceWindowOp
 
+from .compile_queue import compile_function, compile_in_background, wait_for_background_compiles  # noqa: F401
 from .generated_modules import cache_directory, import_generated, runtime_digest
 from .interrupt import CHUNK, POLL_MASK, check
 from .kernels.scalar import EXPORTS as SCALAR_EXPORTS
@@ -86,9 +87,6 @@ LOOP_COMPILATION_MODES = ("auto", "always", "never")
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float64)}
 _INTS = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
 _SUPPORTED_DTYPES = _FLOATS | _INTS | {np.dtype(np.bool_)}
-
-_LOCK = threading.Lock()
-
 
 class _Ineligible(Exception):
     """The loop uses something this module does not compile (the message says what)."""
@@ -281,9 +279,9 @@ class _LoopWriter:
         nothing), else ``np.empty``."""
         if shape and _iteration_local(value):
             buffer = self.fresh("h")
-            self.prologue.append(f"    {buffer} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+            self.prologue.append(f"    {buffer} = new_array({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
             return buffer
-        return f"np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})"
+        return f"new_array({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})"
 
     # -- ops ------------------------------------------------------------------
 
@@ -382,8 +380,9 @@ class _LoopWriter:
 
     def nested_while(self, op: Operation, indent: str) -> None:
         """A while loop inside the compiled loop (or segment), as a loop of its own in the same function. Every
-        :data:`lowering.interrupt.POLL_MASK` + 1 iterations it calls :func:`lowering.interrupt.poll` through
-        numba's objmode: Ctrl-C and the call's deadline stop a long inner loop too."""
+        :data:`lowering.interrupt.POLL_MASK` + 1 iterations it calls :func:`lowering.interrupt.poll` (through
+        :func:`lowering.loop_runtime.poll_interrupts`, numba's objmode in one cached function): Ctrl-C and the
+        call's deadline stop a long inner loop too."""
         for v in [*op.operands, *op.results]:
             self.info(v)
         state = [self.fresh("w") for _ in op.operands]
@@ -403,8 +402,7 @@ class _LoopWriter:
         self.emit(indent + "        ", "break")
         self.emit(indent + "    ", f"{ticks} += 1")
         self.emit(indent + "    ", f"if {ticks} & {POLL_MASK} == 0:")
-        self.emit(indent + "        ", "with numba.objmode():")
-        self.emit(indent + "            ", "poll_interrupts()")
+        self.emit(indent + "        ", "poll_interrupts()")
         for arg, name in zip(body_block.args, state):
             self.names[arg] = name
         results = self.block(body_block, indent + "    ")
@@ -481,7 +479,7 @@ class _LoopWriter:
         flats = [self.fresh("f") for _ in names]
         result_flat = self.fresh("f")
         i = self.fresh("i")
-        self.emit(indent, f"{out} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"{out} = new_array({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
         self.emit(indent, f"{result_flat} = {_flat(out, shape)}")
         for flat, n in zip(flats, names):
             self.emit(indent, f"{flat} = {_flat(n, shape)}")
@@ -556,14 +554,14 @@ class _LoopWriter:
             order = sorted(range(len(dims)), key=lambda k: dims[k])
             view = self.fresh("t")
             if order != list(range(len(dims))):
-                self.emit(indent, f"{view} = np.ascontiguousarray(np.transpose({src}, {tuple(order)!r}))")
+                self.emit(indent, f"{view} = contiguous(np.transpose({src}, {tuple(order)!r}))")
             else:
-                self.emit(indent, f"{view} = np.ascontiguousarray({src})")
+                self.emit(indent, f"{view} = contiguous({src})")
             expanded = [1] * len(shape)
             for k in order:
                 expanded[dims[k]] = source_shape[k]
-            self.emit(indent, f"{out} = np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
-            self.emit(indent, f"{out}[...] = {view}.reshape({tuple(expanded)!r})")
+            self.emit(indent, f"{out} = new_array({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+            self.emit(indent, f"assign({out}, {view}.reshape({tuple(expanded)!r}))")
 
     @compiles(BitcastConvertOp)
     def op_bitcast_convert(self, op, out, dtype, shape, indent):
@@ -574,7 +572,7 @@ class _LoopWriter:
         src = self.name(op.operands[0])
         t = _NUMBA_TYPE_NAMES[dtype]
         if shape:
-            self.emit(indent, f"{out} = np.ascontiguousarray({src}).view({t})")
+            self.emit(indent, f"{out} = contiguous({src}).view({t})")
         else:
             self.emit(indent, f"{out} = np.full(1, {src}, {_NUMBA_TYPE_NAMES[source]}).view({t})[0]")
 
@@ -586,7 +584,7 @@ class _LoopWriter:
         if len(perm) <= 1 or perm == tuple(range(len(perm))):
             self.emit(indent, f"{out} = {src}")
         else:
-            self.emit(indent, f"{out} = np.ascontiguousarray(np.transpose({src}, {perm!r}))")
+            self.emit(indent, f"{out} = contiguous(np.transpose({src}, {perm!r}))")
 
     @compiles(ReverseOp)
     def op_reverse(self, op, out, dtype, shape, indent):
@@ -595,7 +593,7 @@ class _LoopWriter:
         if not shape:
             raise _Ineligible("a reverse of a scalar")
         index = ", ".join("::-1" if d in dims else ":" for d in range(len(shape)))
-        self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
+        self.emit(indent, f"{out} = contiguous({self.name(op.operands[0])}[{index}])")
 
     @compiles(IotaOp)
     def op_iota(self, op, out, dtype, shape, indent):
@@ -606,8 +604,8 @@ class _LoopWriter:
         expanded = [1] * len(shape)
         expanded[dim] = shape[dim]
         t = _NUMBA_TYPE_NAMES[dtype]
-        self.emit(indent, f"{out} = np.empty({shape!r}, {t})")
-        self.emit(indent, f"{out}[...] = np.arange({shape[dim]}).astype({t}).reshape({tuple(expanded)!r})")
+        self.emit(indent, f"{out} = new_array({shape!r}, {t})")
+        self.emit(indent, f"assign({out}, np.arange({shape[dim]}).astype({t}).reshape({tuple(expanded)!r}))")
 
     @compiles(ReshapeOp)
     def op_reshape(self, op, out, dtype, shape, indent):
@@ -728,10 +726,10 @@ class _LoopWriter:
             indices = f"np.full(1, {indices})"
         elif ivd < rank and ivd != rank - 1:
             perm = tuple([d for d in range(rank) if d != ivd] + [ivd])
-            indices = f"np.ascontiguousarray(np.transpose({indices}, {perm!r}))"
+            indices = f"contiguous(np.transpose({indices}, {perm!r}))"
         vectors, dynamic, b, start = self.fresh("x"), self.fresh("d"), self.fresh("b"), self.fresh("s")
         self.emit(indent, f"{vectors} = c_view({indices}, ({batches}, {width}))")
-        self.emit(indent, f"{dynamic} = np.empty({batches}, np.int64)")
+        self.emit(indent, f"{dynamic} = new_array({batches}, np.int64)")
         self.emit(indent, f"for {b} in range({batches}):")
         self.emit(indent + "    ", f"{dynamic}[{b}] = 0")
         for k, high, stride in plan.starts:
@@ -765,7 +763,7 @@ class _LoopWriter:
             return ", ".join(f"{s.start}:{s.stop}:{s.step or 1}" for s in index)
 
         result_index, operand_index = indices
-        self.emit(indent, f"{out}[{text(result_index)}] = {self.name(operand)}[{text(operand_index)}]")
+        self.emit(indent, f"assign({out}[{text(result_index)}], {self.name(operand)}[{text(operand_index)}])")
 
     @compiles(SliceOp)
     def op_slice(self, op, out, dtype, shape, indent):
@@ -786,7 +784,7 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {self.name(op.operands[0])}[{index}]")
             return
         index = ", ".join(f"{a}:{b}:{c}" for a, b, c in zip(starts, limits, strides))
-        self.emit(indent, f"{out} = np.ascontiguousarray({self.name(op.operands[0])}[{index}])")
+        self.emit(indent, f"{out} = contiguous({self.name(op.operands[0])}[{index}])")
 
     @compiles(ConcatenateOp)
     def op_concatenate(self, op, out, dtype, shape, indent):
@@ -800,7 +798,7 @@ class _LoopWriter:
         for v, part in zip(op.operands, parts):
             width = self.info(v)[1][axis]
             index = ", ".join([":"] * axis + [f"{offset}:{offset + width}"])
-            self.emit(indent, f"{out}[{index}] = {part}")
+            self.emit(indent, f"assign({out}[{index}], {part})")
             offset += width
 
     def _clamped_starts(self, starts, operand_shape, sizes, indent) -> list[str]:
@@ -845,7 +843,7 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {self.name(operand)}")
         else:
             self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
-        self.emit(indent, f"{out}[{index}] = {self.name(update)}")
+        self.emit(indent, f"assign({out}[{index}], {self.name(update)})")
 
     def product_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot of f32/f64 operands of the result's type, without batch dimensions or
@@ -897,7 +895,7 @@ class _LoopWriter:
         self.emit(indent, f"{a} = c_view({self.name(lhs)}, ({lead}{m}, {k}))")
         self.emit(indent, f"{b} = c_view({self.name(rhs)}, ({lead}{k}, {n}))")
         new = (self.array_buffer(result, shape, dtype) if result is not None
-               else f"np.empty({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
+               else f"new_array({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
         self.emit(indent, f"{c} = {new}")
         return a, b, c
 
@@ -920,7 +918,7 @@ class _LoopWriter:
         ``shape``, emitted."""
         src = self.name(value)
         if perm is not None:
-            src = f"np.ascontiguousarray(np.transpose({src}, {tuple(perm)!r}))"
+            src = f"contiguous(np.transpose({src}, {tuple(perm)!r}))"
         name = self.fresh("t")
         self.emit(indent, f"{name} = c_view({src}, {tuple(shape)!r})")
         return name
@@ -963,7 +961,7 @@ class _LoopWriter:
         self.constants[const] = np.int64(numpy_gemv_address(dtype))
         self.emit(indent, f"{a} = c_view({self.name(lhs)}, ({k},))")
         self.emit(indent, f"{b} = c_view({self.name(rhs)}, ({k}, {n}))")
-        self.emit(indent, f"{c} = np.empty(({n},), {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"{c} = new_array(({n},), {_NUMBA_TYPE_NAMES[dtype]})")
         self.emit(indent, f"cblas_gemv({const}, {a}, {b}, {c})")
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
@@ -1036,7 +1034,7 @@ class _LoopWriter:
                 target = out
             else:  # (a scalar result: summed into a one-element buffer of the call)
                 target = self.fresh("h")
-                self.prologue.append(f"    {target} = np.empty(1, {t})")
+                self.prologue.append(f"    {target} = new_array(1, {t})")
             if kind in (LOOPED_ROWS, LOOPED_COLUMNS):  # (sum_rows_looped / sum_columns_looped: no tiles)
                 p, l, m = outer
                 call, source, result, extra = (("rows_looped", (p, l, m, k), (p, m), []) if kind == LOOPED_ROWS
@@ -1117,7 +1115,7 @@ class _LoopWriter:
         count = int(np.prod([source_shape[d] for d in axes], dtype=np.int64))
         rows, src = self.fresh("t"), self.name(value)
         if kept + axes != list(range(len(source_shape))):
-            src = f"np.ascontiguousarray(np.transpose({src}, {tuple(kept + axes)!r}))"
+            src = f"contiguous(np.transpose({src}, {tuple(kept + axes)!r}))"
         self.emit(indent, f"{rows} = c_view({src}, ({outputs}, {count}))")
         return rows, outputs, count
 
@@ -1160,8 +1158,8 @@ class _LoopWriter:
             self.emit(inner, f"{flat}[{o}] = {t}({init} + pairwise_sum({rows}[{o}], 0, {count}))")
         elif isinstance(body, AddOp) and is_float and count >= TREE_SUM_MIN:
             scratch, n, half, p = self.fresh("h"), self.fresh("n"), self.fresh("n"), self.fresh("p")
-            self.prologue.append(f"    {scratch} = np.empty({count}, {t})")
-            self.emit(inner, f"{scratch}[:] = {rows}[{o}]")
+            self.prologue.append(f"    {scratch} = new_array({count}, {t})")
+            self.emit(inner, f"assign({scratch}, {rows}[{o}])")
             self.emit(inner, f"{n} = {count}")
             self.emit(inner, f"while {n} > 1:")
             self.emit(inner + "    ", f"{half} = {n} // 2")
@@ -1219,11 +1217,11 @@ class _LoopWriter:
             moved = None if perm == list(range(len(shape))) else tuple(perm)
             sources.append(self.laid_out(v, moved, (rows, n), indent))
             out = self.fresh("q")
-            self.emit(indent, f"{out} = np.empty(({rows}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
+            self.emit(indent, f"{out} = new_array(({rows}, {n}), {_NUMBA_TYPE_NAMES[dtype]})")
             outs.append(out)
         order, spare = self.fresh("h"), self.fresh("h")
-        self.prologue.append(f"    {order} = np.empty({max(n, 1)}, np.int64)")
-        self.prologue.append(f"    {spare} = np.empty({max(n, 1)}, np.int64)")
+        self.prologue.append(f"    {order} = new_array({max(n, 1)}, np.int64)")
+        self.prologue.append(f"    {spare} = new_array({max(n, 1)}, np.int64)")
         row, j, width, lo, mid, hi, i, k, a, b = (self.fresh(p) for p in "ojwlmhiknn")
         src_order, dst_order = self.fresh("u"), self.fresh("u")
         at = indent + "    "
@@ -1270,7 +1268,7 @@ class _LoopWriter:
         for r, out in zip(op.results, outs):
             name = self.fresh()
             if perm != list(range(len(shape))):
-                self.emit(indent, f"{name} = np.ascontiguousarray(np.transpose(c_view({out}, {moved_shape!r}), "
+                self.emit(indent, f"{name} = contiguous(np.transpose(c_view({out}, {moved_shape!r}), "
                                   f"{inverse!r}))")
             else:
                 self.emit(indent, f"{name} = c_view({out}, {shape!r})")
@@ -1299,7 +1297,7 @@ class _LoopWriter:
         outs = []
         for dt, result_shape in results:
             buffer = self.fresh("q")
-            self.emit(indent, f"{buffer} = np.empty({max(int(np.prod(result_shape, dtype=np.int64)), 1)}, "
+            self.emit(indent, f"{buffer} = new_array({max(int(np.prod(result_shape, dtype=np.int64)), 1)}, "
                               f"{_NUMBA_TYPE_NAMES[dt]})")
             outs.append(buffer)
         if routine == "getrf":
@@ -1470,8 +1468,8 @@ class _LoopWriter:
             scratch = []
             for v, rows in zip(inputs, views):
                 buffer = self.fresh("h")
-                self.prologue.append(f"    {buffer} = np.empty({count}, {_NUMBA_TYPE_NAMES[self.info(v)[0]]})")
-                self.emit(body_indent, f"{buffer}[:] = {rows}[{o}]")
+                self.prologue.append(f"    {buffer} = new_array({count}, {_NUMBA_TYPE_NAMES[self.info(v)[0]]})")
+                self.emit(body_indent, f"assign({buffer}, {rows}[{o}])")
                 scratch.append(buffer)
             k, half, p = self.fresh("n"), self.fresh("n"), self.fresh("p")
             self.emit(body_indent, f"{k} = {count}")
@@ -1697,32 +1695,6 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     return "\n".join(writer.lines) + "\n", writer.constants
 
 
-_BACKGROUND: list[threading.Thread] = []
-
-
-def compile_in_background(job: Callable[[], None]) -> None:
-    """Run ``job`` (a loop's compilation) on a daemon thread: numba's LLVM work releases the GIL, so the
-    interpreted loop keeps running meanwhile."""
-    thread = threading.Thread(target=job, name="xla-dialect loop compiler", daemon=True)
-    with _LOCK:
-        _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
-        _BACKGROUND.append(thread)
-    thread.start()
-
-
-def wait_for_background_compiles(timeout: float | None = None) -> bool:
-    """Wait for the loop compilations started in the background (``loop_compilation="auto"``); True when none
-    is still running."""
-    import time
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with _LOCK:
-        threads = list(_BACKGROUND)
-    for thread in threads:
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-    return not any(t.is_alive() for t in threads)
-
-
 def as_compiled(array: np.ndarray, readonly: bool = False) -> np.ndarray:
     """``array`` with the read-only flag a numba function was compiled for (numba compiles a function again,
     at the call, for a read-only array where it was compiled for a writable one): a read-only view of a
@@ -1779,7 +1751,7 @@ class CompiledLoop:
         signature = tuple([*signature, types.int64])
         if cached_only and not has_machine_code(self._fn, signature):
             return False
-        self._fn.compile(signature)
+        compile_function(self._fn, signature)
         self._is_array = [bool(r) for r in ranks]
         self._is_boxed = [not r and _boxed(dt, ()) for dt, r in zip(self.dtypes, ranks)]
         return True
@@ -1807,7 +1779,6 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime 
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "
                   "sum_rows_looped as ynnpack_sum_rows_looped\n"
                   "from lowering.lapack_compiled import lapack_getrf, lapack_trsm\n"
-                  "from lowering.interrupt import poll as poll_interrupts\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 

@@ -28,6 +28,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.ops.control_flow import ConditionalOp
 
+from .compile_queue import compile_function, enter, leave
 from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, _Ineligible, _load, _LoopWriter, as_compiled,
                              call_compiled, compile_in_background)
 
@@ -115,7 +116,7 @@ class Segment:
             if _boxed(*writer.info(v)):
                 name = writer.fresh("o")
                 dtype = writer.info(v)[0]
-                writer.emit("    ", f"{name} = np.empty(1, {_NUMBA_TYPE_NAMES[dtype]})")
+                writer.emit("    ", f"{name} = new_array(1, {_NUMBA_TYPE_NAMES[dtype]})")
                 writer.emit("    ", f"{name}[0] = {writer.names[v]}")
                 boxed_out.append(name)
             else:
@@ -267,6 +268,7 @@ class CompiledSegment:
         self.started = False
         self.kernel = None
         self.readonly: list[bool] = []
+        self._seen_readonly: list[bool] | None = None
 
     def _signature(self, readonly: list[bool]) -> tuple:
         from numba import from_dtype, typeof, types
@@ -291,11 +293,20 @@ class CompiledSegment:
             fn = _load(self.source, "segment")
             if cached_only and not has_machine_code(fn, signature):
                 return
-            fn.compile(signature)
+            compile_function(fn, signature)
             self.readonly = readonly
             self.kernel = fn
         except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
             self.kernel = None
+
+    def background_job(self):
+        """This segment's compilation, when it has not started (:func:`lowering.compile_queue.compile_in_background`
+        starts it for a unit inside, ahead of that unit's own); None once started."""
+        if self.started or self.kernel is not None or self.mode != "auto" or self._seen_readonly is None:
+            return None
+        self.started = True
+        readonly = self._seen_readonly
+        return lambda: self._compile(readonly)
 
     def __call__(self, *inputs):
         if self.kernel is None:
@@ -316,8 +327,15 @@ class CompiledSegment:
                             raise
                     else:  # interpreted until the kernel is ready (the same bits): a call never waits
                         compile_in_background(lambda: self._compile(readonly))
+                self._seen_readonly = readonly
             if self.kernel is None:
-                return self.interpreted(*inputs)
+                if self.mode != "auto":
+                    return self.interpreted(*inputs)
+                enter(self)  # (units inside start this segment's compilation: compile_queue)
+                try:
+                    return self.interpreted(*inputs)
+                finally:
+                    leave()
         args = [as_compiled(np.ascontiguousarray(x, dt), ro) if is_array else np.full(1, x, dt) if boxed
                 else dt.type(x)
                 for x, (dt, is_array, boxed), ro in zip(inputs, self.inputs, self.readonly)]

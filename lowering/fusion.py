@@ -62,6 +62,7 @@ from xla_dialect.ops.data_movement import BroadcastInDimOp
 from xla_dialect.ops.elementwise import CosineOp, DivOp, ExpOp, LogisticOp, LogOp, SineOp, TanhOp, TanOp
 from xla_dialect.ops.reduction import ReduceOp
 
+from .compile_queue import compile_function
 from .compiled_loops import _Ineligible, _load, _LoopWriter, as_compiled, compile_in_background, compiles
 from .workers import even_bounds, numba_threads_available, run_pieces
 
@@ -446,11 +447,11 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
         kind = _reduction_kind(op)  # (plan checked the rest: row_reduction)
         out = f"h{outputs[op.results[0]]}"
         width = inner // sub
-        lines.append(f"    w{q} = np.empty({inner}, np.{t})")
+        lines.append(f"    w{q} = new_array({inner}, np.{t})")
         row_stores.append((f"w{q}", writer.name(x)))
         row_end.append(f"      for s in range({sub}):")
         if kind == "sum":
-            lines.append(f"    stack{q}, values{q} = np.empty((4, 192), np.int64), np.empty(192, np.{t})")
+            lines.append(f"    stack{q}, values{q} = new_array((4, 192), np.int64), new_array(192, np.{t})")
             row_end.append(f"        {out}[o * {sub} + s] = row_sum(w{q}, s * {width}, {width}, stack{q}, "
                            f"values{q})")
             continue
@@ -568,7 +569,7 @@ class FusedGroup:
                 self.pieces = pieces
                 self.signature = tuple(signature)
                 self.readonly = readonly
-                fn.compile(full)
+                compile_function(fn, full)
                 if len(pieces) > 1 and numba_threads_available():
                     self.bounds = np.array(self.pieces, np.int64)
                 else:

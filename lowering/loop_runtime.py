@@ -67,17 +67,24 @@ def _c_reshaped(typingctx, array, shape):
     return result(array, shape), codegen
 
 
-def c_view(array, shape):
-    """``np.ascontiguousarray(array).reshape(shape)`` in generated loops: a header-only view when ``array`` is
-    typed C-contiguous (:func:`_c_reshaped`), else numba's own reshape of a contiguous copy."""
+def _any_view(array, shape):
     return np.ascontiguousarray(array).reshape(shape)
 
 
-@numba.extending.overload(c_view)
-def _c_view(array, shape):
+@numba.extending.overload(_any_view)
+def _any_view_overload(array, shape):
     if isinstance(array, types.Array) and array.layout == "C":
         return lambda array, shape: _c_reshaped(array, shape)
     return lambda array, shape: np.ascontiguousarray(array).reshape(shape)
+
+
+@numba.njit(cache=True, nogil=True, forceinline=True)
+def c_view(array, shape):
+    """``np.ascontiguousarray(array).reshape(shape)`` in generated loops: a header-only view when ``array`` is
+    typed C-contiguous (:func:`_c_reshaped`), else numba's own reshape of a contiguous copy. (A cached function:
+    numba compiles an overload's implementation in every process, 0.1 s per array type and shape, ~1.5 s of
+    random.gamma's first compilation.)"""
+    return _any_view(array, shape)
 
 
 @intrinsic
@@ -339,6 +346,54 @@ def parallel_probe(x):
         x[i] = i
 
 
+# ----------------------------------------------------------------------------
+# Generated code's array copies and allocations, through cached functions
+# ----------------------------------------------------------------------------
+# numba compiles its own implementations of ``dst[slice] = array``, ``np.empty`` and ``np.ascontiguousarray`` in
+# every process that uses them (they are not in its on-disk cache), and an array assigned to a slice also
+# brings in the error message of a shape mismatch (string formatting: about 4 s of a new program's first
+# compilation on the 2-core VM, odeint's segment and the LSTM's loop alike). Generated code calls these
+# functions instead, whose machine code numba caches once per installation.
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def assign(destination, source):
+    """``destination[...] = source`` (``destination`` a view of the array written)."""
+    destination[...] = source
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def new_array(shape, dtype):
+    """``np.empty(shape, dtype)``."""
+    return np.empty(shape, dtype)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def contiguous(array):
+    """``np.ascontiguousarray(array)``."""
+    return np.ascontiguousarray(array)
+
+
+# ----------------------------------------------------------------------------
+# Ctrl-C and deadlines inside compiled loops
+# ----------------------------------------------------------------------------
+
+def _poll_python() -> None:
+    from .interrupt import poll
+
+    poll()
+
+
+@numba.njit(cache=True, nogil=True)
+def poll_interrupts():
+    """Called by compiled loops every 65,536 iterations: Python checks for Ctrl-C and the call's deadline
+    (:func:`lowering.interrupt.poll`, in numba's ``objmode``, which takes the GIL for that moment; an exception
+    raised there leaves the compiled code, :func:`lowering.compiled_loops.call_compiled`). One cached function:
+    an ``objmode`` block in generated code cost ~2 s of compile time per program (numba cuts the function
+    around it)."""
+    with numba.objmode():
+        _poll_python()
+
+
 HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "c_view", "cblas_gemm", "cblas_gemv", "cblas_gemm_columns", "gemm_pair",
-                "gemm_pair_balanced", "mxcsr", "set_mxcsr")
+                "gemm_pair_balanced", "mxcsr", "set_mxcsr", "assign", "new_array", "contiguous", "poll_interrupts")
 """What a generated loop module imports from here."""

@@ -24,13 +24,20 @@ modules call it). What changes, when, and why:
   ``$XLA_DIALECT_CACHE/loops`` (default ``~/.cache/xla_dialect/loops``; read at
   each use, so a test may point it elsewhere) and imported under a fixed name,
   because numba's cache finds a cached function's module by file and name.
-* **fork hooks** (:func:`at_fork_in_child`, two of them): a child forked from a
+* **fork hooks** (:func:`at_fork_in_child`, four of them): a child forked from a
   process whose numba threads ran must not start GNU OpenMP parallel regions
   (libgomp aborts it), so compiled loops' paired products run one after the
   other there (:data:`lowering.loop_runtime.PAIRS_ENABLED`); and the child has
   none of the parent's threads, so the worker pools of
   :mod:`lowering.workers` are forgotten (a pool made before the fork would
-  take work and never run it).
+  take work and never run it); and the background compilation queue and the
+  compile process (:mod:`lowering.compile_queue`) are the parent's.
+* **a compile process** (:mod:`lowering.compile_process`, started by the first
+  background compilation of ``loop_compilation="auto"``; ``XLA_DIALECT_COMPILE_PROCESS=0``
+  turns it off): numba's compiler is Python and, on a thread of this process,
+  shares the GIL with the interpreted calls it is meant to replace; the child
+  compiles generated code into numba's cache, and exits when this process closes
+  its pipe (an exit hook, :func:`at_exit`, closes it; a forked child forgets it).
 * **one environment default** (:func:`environment_default`):
   ``GOMP_SPINCOUNT`` (:data:`lowering.workers.GOMP_SPINCOUNT`), written just
   before numba first starts GNU OpenMP and only when the user set neither it
@@ -94,6 +101,14 @@ def at_fork_in_child(hook: Callable[[], None]) -> None:
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=hook)
         CHANGES.append(f"fork hook: {getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', hook)}")
+
+
+def at_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` when this process exits (``atexit``)."""
+    import atexit
+
+    atexit.register(hook)
+    CHANGES.append(f"exit hook: {getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', hook)}")
 
 
 def environment_default(name: str, value: str, unless: tuple[str, ...] = ()) -> bool:

@@ -140,7 +140,7 @@ def eight_lane_sum(typingctx, a, start, count):
     return a.dtype(a, types.int64, types.int64), codegen
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, forceinline=True)
 def _block_sum(a, start, n):
     """NumPy's pairwise sum of at most 128 elements: sequential from +0 below 8, else eight accumulators
     (:func:`eight_lane_sum`) and the remaining ``n % 8`` elements added in order."""
@@ -197,7 +197,7 @@ def pairwise_walk(a, start, n, stack, values):
     return values[0]
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, forceinline=True)
 def row_extremum(a, start, n, minimum):
     """``(extremum, any NaN)`` of the row ``a[start:start + n]`` (1-d C-ordered f32/f64, ``n >= 1``): its
     maximum (``minimum`` False) or minimum, NaNs skipped (see the module doc), and whether it holds a NaN. A
@@ -247,7 +247,7 @@ def row_extrema(x, out, flags, minimum):
     return found
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, inline="always")
+@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, forceinline=True)
 def row_sum(a, start, n, stack, values):
     """``np.add.reduce(a[start:start + n])`` for the 1-d C-ordered f32/f64 ``a``: +0 plus NumPy's pairwise sum
     (:func:`pairwise_sum`, with the work space of :func:`pairwise_walk` given)."""

@@ -32,12 +32,16 @@ def test_no_other_library_module_changes_process_state():
 
 
 def test_importing_lowering_lists_its_changes():
+    import lowering.compile_process  # noqa: F401
+    import lowering.compile_queue  # noqa: F401
     import lowering.loop_runtime  # noqa: F401
     import lowering.workers  # noqa: F401
 
     assert lowering.process_state is process_state
     hooks = [c for c in process_state.CHANGES if c.startswith("fork hook:")]
-    assert sorted(hooks) == ["fork hook: lowering.loop_runtime._no_pairs_after_fork",
+    assert sorted(hooks) == ["fork hook: lowering.compile_process.forget_after_fork",
+                             "fork hook: lowering.compile_queue.reset_after_fork",
+                             "fork hook: lowering.loop_runtime._no_pairs_after_fork",
                              "fork hook: lowering.workers._forget_pools_after_fork"]
     assert any(c.startswith("numba's cache") for c in process_state.CHANGES)
     assert any(c.startswith("warning filter") for c in process_state.CHANGES)

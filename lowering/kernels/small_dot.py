@@ -288,7 +288,7 @@ ROUNDED_TERMS = 8
 """The column-by-column part of a vector-matrix product adds the rounded products of this many first terms."""
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _single_column(a, b, out, t, i, j, rounded_terms):
     """Column ``j`` of row ``i`` computed on its own: a chain starting from the first product, whose first
     ``rounded_terms`` terms are rounded products added in order, the rest fused multiply-adds."""
@@ -302,7 +302,7 @@ def _single_column(a, b, out, t, i, j, rounded_terms):
     out[t, i, j] = s
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _tree_sum(terms, length):
     """The sum of ``terms[:length]`` as XLA CPU's tree-reduction rewriter has it computed (module docstring):
     windows of :data:`TREE_WINDOW` summed in order from zero (the padding split evenly, the smaller half before),
@@ -324,7 +324,7 @@ def _tree_sum(terms, length):
     return s
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _horizontal_sum(lanes, pairwise):
     """The sum of a vector accumulator's lanes as XLA's vector support library adds them: ``pairwise``
     (AVX-style horizontal adds of 8 lanes) ``((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`` (4 lanes: ``(l0+l1)+(l2+l3)``),
@@ -343,7 +343,7 @@ def _horizontal_sum(lanes, pairwise):
     return lanes[0]
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def small_dot(a, b, out, order):
     """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
     of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES`,
@@ -418,7 +418,7 @@ def small_dot(a, b, out, order):
     _lanes(a, b, out, 4 if order == FOUR_LANES else 2, rounded, chunks)
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _multiply_add(x, y, acc, rounded):
     """``acc + x * y``: one fused multiply-add, or (``rounded``) the product rounded first."""
     if rounded:
@@ -426,7 +426,7 @@ def _multiply_add(x, y, acc, rounded):
     return fused_multiply_add(x, y, acc)
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _column_ranges(chunks, n, k):
     """The two column ranges of an order's chunks (:data:`CHUNK_SHIFT`) and each one's chunk length (``k`` for one
     chunk): ``(0, columns, chunk, columns, n, last_chunk)``."""
@@ -484,7 +484,7 @@ def _pair_chains(a, b, out):
                 out[t, i, j] = acc[j]
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _add_lanes(lanes, width, j):
     if width == 4:
         return (lanes[0, j] + lanes[1, j]) + (lanes[2, j] + lanes[3, j])

@@ -158,7 +158,7 @@ def _looped_plan(shape: list[int], reduced: list[int], dtype: np.dtype) -> tuple
     return (LOOPED_ROWS if n == 1 else LOOPED_COLUMNS), (p, l, m), k, n, (1, k, 1, k)
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _advance(clock, levels, error):
     """YNNPACK's tree of accumulators (degree 16, ``lanes`` of ``levels (3, lanes)``): at a multiple of 16 of
     ``clock`` level 0 goes into level 1, at a multiple of 256 level 1 into level 2 by Kahan summation (a
@@ -243,7 +243,7 @@ def _add_blocks(typingctx, x, start, blocks, pairs, levels):
     return types.none(x, start, blocks, pairs, levels), codegen
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")
+@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _k1_block(x, start, count, pairs, levels, local):
     """Level 0 += the lane-wise sum from zero of the 4 vectors from ``x[start]``, ``count`` elements of a last,
     partial block and zeros after them (added too: a -0 that flushing a tiny sum to zero made becomes +0;
