@@ -42,6 +42,17 @@ def new_program(monkeypatch, tmp_path):
     monkeypatch.delenv("XLA_DIALECT_COMPILE_PROCESS", raising=False)
 
 
+def _first_call_and_wait():
+    """The executable ("auto") after its first call and the background compilations it started, and the
+    interpreter's bits."""
+    module = import_jax(_program, *_args())
+    auto = lowering.compile(module)
+    expected = _bits(lowering.compile(module, loop_compilation="never")(*_args()))
+    np.testing.assert_array_equal(_bits(auto(*_args())), expected)
+    assert compile_queue.wait_for_background_compiles(timeout=600)
+    return auto, expected
+
+
 def _segments(exe) -> list:
     return [r for r in exe._fn.__globals__.values() if isinstance(r, compiled_segments.CompiledSegment)]
 
@@ -74,13 +85,9 @@ def _recorded(monkeypatch):
 
 def test_the_enclosing_segment_compiles_and_the_loop_inside_is_dropped(new_program, monkeypatch):
     seen = _recorded(monkeypatch)
-    module = import_jax(_program, *_args())
-    auto = lowering.compile(module)
-    expected = _bits(lowering.compile(module, loop_compilation="never")(*_args()))
     # The loop reaches its threshold in the first call, inside the segment, which has run once: the segment's
     # compilation starts ahead of the loop's, and the loop's is dropped once the segment has machine code.
-    np.testing.assert_array_equal(_bits(auto(*_args())), expected)
-    assert compile_queue.wait_for_background_compiles(timeout=600)
+    auto, expected = _first_call_and_wait()
     assert not compile_queue.pending()
     assert seen["segment"] == 1 and seen["loop"] == 0  # (the loop body's segment: dropped too)
     assert [s.kernel is not None for s in _segments(auto)].count(True) == 1
@@ -97,11 +104,7 @@ def test_jobs_compile_in_the_compile_process(new_program, monkeypatch):
         loads.append(function.stats.cache_hits)
 
     monkeypatch.setattr(compiled_segments, "compile_function", watched)
-    module = import_jax(_program, *_args())
-    auto = lowering.compile(module)
-    expected = _bits(lowering.compile(module, loop_compilation="never")(*_args()))
-    np.testing.assert_array_equal(_bits(auto(*_args())), expected)
-    assert compile_queue.wait_for_background_compiles(timeout=600)
+    auto, expected = _first_call_and_wait()
     assert seen["elsewhere"] and all(seen["elsewhere"])  # the child compiled it ...
     assert loads and sum(loads[0].values()) >= 1  # ... and this process loaded it from numba's cache
     np.testing.assert_array_equal(_bits(auto(*_args())), expected)
@@ -110,11 +113,7 @@ def test_jobs_compile_in_the_compile_process(new_program, monkeypatch):
 def test_without_the_compile_process(new_program, monkeypatch):
     monkeypatch.setenv("XLA_DIALECT_COMPILE_PROCESS", "0")
     seen = _recorded(monkeypatch)
-    module = import_jax(_program, *_args())
-    auto = lowering.compile(module)
-    expected = _bits(lowering.compile(module, loop_compilation="never")(*_args()))
-    np.testing.assert_array_equal(_bits(auto(*_args())), expected)
-    assert compile_queue.wait_for_background_compiles(timeout=600)
+    auto, expected = _first_call_and_wait()
     assert seen["segment"] == 1 and seen["elsewhere"] == []
     np.testing.assert_array_equal(_bits(auto(*_args())), expected)
 
@@ -124,11 +123,7 @@ def test_a_compile_process_that_cannot_start_leaves_the_compilation_here(new_pro
     monkeypatch.setattr(compile_process, "_BROKEN", [False])
     monkeypatch.setattr(compile_process.sys, "executable", "/nonexistent/python")
     seen = _recorded(monkeypatch)
-    module = import_jax(_program, *_args())
-    auto = lowering.compile(module)
-    expected = _bits(lowering.compile(module, loop_compilation="never")(*_args()))
-    np.testing.assert_array_equal(_bits(auto(*_args())), expected)
-    assert compile_queue.wait_for_background_compiles(timeout=600)
+    auto, expected = _first_call_and_wait()
     assert seen["elsewhere"] and not any(seen["elsewhere"]) and seen["segment"] == 1
     assert [s.kernel is not None for s in _segments(auto)].count(True) == 1
 
