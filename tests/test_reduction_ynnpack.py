@@ -244,3 +244,50 @@ def test_compiled_loops_and_segments_call_the_kernels_definition():
                 if name.startswith("sg") and isinstance(r, compiled_segments.CompiledSegment)]
     assert any(op.name == "hlo.reduce" for s in segments for op in s.segment.ops), "the sum is not in a segment"
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(jax.jit(fn)(y)).view(np.uint32))
+
+
+def _bf16_carry(x):
+    def body(i, state):
+        y, sums = state
+        return (y * bf16(0.5)).astype(bf16), sums.at[i].set(jnp.sum(y, dtype=jnp.float32))
+
+    return jax.lax.fori_loop(0, 3, body, (x, jnp.zeros(3, jnp.float32)))[1]
+
+
+def _bf16_unchanged_carry(x):
+    def body(state):
+        i, y, s = state
+        return i + 1, y, s + jnp.sum(y, dtype=jnp.float32)
+
+    return jax.lax.while_loop(lambda state: state[0] < 2, body, (0, x, jnp.float32(0)))[2]
+
+
+_BF16 = [  # (name, function, operand shapes)
+    ("argument", lambda x: jnp.sum(x, dtype=jnp.float32), [(7001,)]),
+    ("square of an argument", lambda x: jnp.sum(x * x, dtype=jnp.float32), [(7001,)]),
+    ("argument also multiplied", lambda x: (jnp.sum(x, dtype=jnp.float32), x * bf16(2)), [(7001,)]),
+    ("product of two arguments", lambda x, y: jnp.sum(x * y, dtype=jnp.float32), [(7001,), (7001,)]),
+    ("static slice", lambda x: jnp.sum(x[1], dtype=jnp.float32), [(3, 7001)]),
+    ("dynamic slice", lambda x: jnp.sum(jax.lax.dynamic_index_in_dim(x, jnp.int32(1), keepdims=False),
+                                        dtype=jnp.float32), [(3, 7001)]),
+    ("reshape kept", lambda x: jnp.sum(x.reshape(7, 1000, 3), axis=(1, 2), dtype=jnp.float32), [(21000,)]),
+    ("reshape folded", lambda x: jnp.sum(x.reshape(7, 1000), dtype=jnp.float32), [(7000,)]),
+    ("scan over slices", lambda xs: jax.lax.scan(lambda c, x: (c, jnp.sum(x, dtype=jnp.float32)), 0.0, xs)[1],
+     [(3, 7001)]),
+    ("carry changed in the loop", _bf16_carry, [(7001,)]),
+    ("carry returned unchanged", _bf16_unchanged_carry, [(7001,)]),
+]
+
+
+@pytest.mark.parametrize("options", [dict(fusion="never", loop_compilation="never"),
+                                     dict(fusion="always", loop_compilation="always")], ids=["interpreted", "compiled"])
+@pytest.mark.parametrize("name, fn, shapes", _BF16, ids=[s[0] for s in _BF16])
+def test_bf16_operands_use_the_kernel_xla_chooses(name, fn, shapes, options):
+    # YNNPACK's bf16 kernel (two values per lane) only where XLA fuses the convert into its call: a program
+    # argument nothing else reads (or its square); slices, other readers, changed loop carries and reshapes XLA
+    # keeps give the f32 kernel. Magnitudes far apart, so that the two orders differ.
+    rng = np.random.default_rng(15)
+    args = [(rng.standard_normal(s) * np.exp(rng.uniform(-9, 9, s))).astype(bf16) for s in shapes]
+    got, want = _bits(fn, args, **options)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from xla_dialect.ops.base import ints
-from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
 from xla_dialect.types import element_type_from_dtype
@@ -285,9 +285,66 @@ def ynnpack_plan(op) -> tuple[tuple, bool] | None:
     plan = sum_plan(shape, tuple(sorted(ints(op.dimensions))), np.float32 if dtype == "f32" else np.float64)
     if plan is None:
         return None
-    owner = x.owner
-    pairs = isinstance(owner, ConvertOp) and str(owner.operands[0].type.element_type) == "bf16"
-    return plan, pairs
+    return plan, _reads_bf16(op)
+
+
+def _reads_bf16(op) -> bool:
+    """Whether XLA CPU's YNNPACK call reads the operand of the reduce ``op`` (f32) as the bf16 values it was
+    converted from (YNNPACK's bf16 kernel) rather than as f32: when it is ``convert`` (nothing else reading it) of
+    a bf16 argument of the program that nothing else reads -- XLA fuses that convert into the call -- or the
+    product of two such converts of one argument (``x * x``: YNNPACK's sum of squares; ``x * y`` is the f32
+    kernel), also through a reshape XLA folds into the reduce (a full sum, or kept leading dimensions unchanged).
+    Measured: another reader of the bf16 value (a bf16 multiply: XLA's float normalization converts it once for
+    both) or of the converted one, a slice or dynamic slice (XLA converts the whole operand first), a loop carry
+    that the body changes, a reshape XLA keeps: the f32 kernel. A carry the body returns unchanged counts as the
+    loop's operand (XLA hoists the convert and the sum out of the loop)."""
+    from xdsl.dialects import func
+    from xdsl.ir import BlockArgument
+
+    from xla_dialect.ops.data_movement import ReshapeOp
+    from xla_dialect.ops.elementwise import MulOp
+
+    x = op.operands[0]
+    reader = op
+    if isinstance(x.owner, MulOp):
+        reader = x.owner
+        converts = {v.owner for v in reader.operands}
+    else:
+        converts = {x.owner}
+    if not all(isinstance(c, ConvertOp) and str(c.operands[0].type.element_type) == "bf16"
+               and all(use.operation is reader for use in c.results[0].uses) for c in converts):
+        return False
+    sources = {c.operands[0] for c in converts}
+    if len(sources) != 1:
+        return False
+    value = sources.pop()
+    readers = converts
+    if isinstance(value.owner, ReshapeOp) and all(use.operation in readers for use in value.uses):
+        reshape = value.owner
+        kept = [d for d in range(len(x.type.get_shape())) if d not in ints(op.dimensions)]
+        before, after = list(reshape.operands[0].type.get_shape()), list(value.type.get_shape())
+        if kept != list(range(len(kept))) or before[:len(kept)] != after[:len(kept)]:
+            return False  # (a reshape XLA keeps between the convert and the reduce: the f32 kernel)
+        value, readers = reshape.operands[0], {reshape}
+    while True:
+        if not all(use.operation in readers or _returned_unchanged(value, use) for use in value.uses):
+            return False
+        if not isinstance(value, BlockArgument):
+            return False
+        parent = value.block.parent_op()
+        if isinstance(parent, func.FuncOp):
+            return True
+        if not (isinstance(parent, WhileOp) and value.block is parent.body.block
+                and any(_returned_unchanged(value, use) for use in value.uses)):
+            return False
+        value, readers = parent.operands[value.index], {parent}
+
+
+def _returned_unchanged(value, use) -> bool:
+    """Whether ``use`` is a while body returning its block argument ``value`` in the same position."""
+    return (isinstance(use.operation, ReturnOp) and getattr(value, "block", None) is use.operation.parent_block()
+            and isinstance(value.block.parent_op(), WhileOp) and value.block is value.block.parent_op().body.block
+            and use.index == value.index)
 
 
 def _ynnpack_reduce(plan, pairs, dtype, out_shape):
