@@ -48,6 +48,13 @@ def _child() -> subprocess.Popen | None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    from numba.core import config
+
+    # (the cache this process reads, whatever the environment says now: numba read it when it was imported)
+    if config.CACHE_DIR:
+        env["NUMBA_CACHE_DIR"] = config.CACHE_DIR
+    else:
+        env.pop("NUMBA_CACHE_DIR", None)
     try:
         child = subprocess.Popen([sys.executable, "-m", "lowering.compile_process"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=root)
