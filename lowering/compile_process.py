@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
 import threading
 
 from .process_state import at_exit, at_fork_in_child
+
+CHILD_TIMEOUT = 900.0
+"""Seconds to wait for the compile process's answer; then it is killed and this process compiles (a compilation
+of a few thousand generated lines takes about a minute on a loaded 2-core VM)."""
 
 _CHILD: list[subprocess.Popen] = []
 _CHILD_LOCK = threading.Lock()
@@ -71,17 +76,21 @@ def _child() -> subprocess.Popen | None:
 def compile_elsewhere(function, signature: tuple) -> bool:
     """Have the compile process compile ``function`` (a numba dispatcher of a generated module file) for
     ``signature`` into numba's cache; True when it did. Waits for it (the caller is the queue's thread)."""
-    module = sys.modules.get(getattr(function, "py_func", function).__module__)
+    python_function = getattr(function, "py_func", None)
+    module = sys.modules.get(getattr(python_function, "__module__", None) or "")
     path = getattr(module, "__file__", None)
     if module is None or path is None or not os.path.exists(path):
-        return False  # (code run from memory: nothing a second process could import)
-    request = (module.__name__, path, function.py_func.__name__, tuple(signature))
+        return False  # (not a numba function of a module file: nothing a second process could import)
+    request = (module.__name__, path, python_function.__name__, tuple(signature))
     with _CHILD_LOCK:
         child = _child()
         if child is None:
             return False
         try:
             _send(child.stdin, request)
+            ready, _, _ = select.select([child.stdout], [], [], CHILD_TIMEOUT)
+            if not ready:
+                raise EOFError(f"no answer from the compile process in {CHILD_TIMEOUT} s")
             ok, _ = _receive(child.stdout)
         except (OSError, EOFError, pickle.PickleError, struct.error):
             child.kill()

@@ -148,3 +148,26 @@ def test_a_failing_job_does_not_stop_the_queue():
     compile_queue.compile_in_background(lambda: done.append(True))
     assert compile_queue.wait_for_background_compiles(timeout=60)
     assert done == [True]
+
+
+def test_a_compile_process_that_does_not_answer_is_killed(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    monkeypatch.setattr(compile_process, "_CHILD", [silent])
+    monkeypatch.setattr(compile_process, "_BROKEN", [False])
+    monkeypatch.setattr(compile_process, "CHILD_TIMEOUT", 1.0)
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    assert compile_process.compile_elsewhere(compiled_loops.call_compiled, ()) is False  # (not generated code)
+    fn = _a_generated_function()
+    assert compile_process.compile_elsewhere(fn, ()) is False
+    assert silent.wait(timeout=10) is not None and compile_process._CHILD == []
+
+
+def _a_generated_function():
+    from lowering.generated_modules import import_generated
+
+    module = import_generated("import numba\n\n\n@numba.njit(cache=True)\ndef f():\n    return 1\n", "test")
+    return module.f
