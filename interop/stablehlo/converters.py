@@ -21,11 +21,23 @@ from xdsl.dialects.builtin import (
     TupleType,
     DYNAMIC_INDEX,
 )
-from xdsl.ir import Attribute, Block, OpResult, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
 
 from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.literal import DenseLiteralAttr
 from xla_dialect.ops.base import i64_array
+from xla_dialect.ops.constants import ConstantOp, IotaOp
+from xla_dialect.ops.control_flow import CallOp, ConditionalOp, GetTupleElementOp, ReturnOp, TupleOp, WhileOp
+from xla_dialect.ops.conversion import BitcastConvertOp, ConvertOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp, DynamicPadOp, PadOp, ReshapeOp, SliceOp, TransposeOp
+from xla_dialect.ops.effects import CompositeOp, CustomCallOp
+from xla_dialect.ops.elementwise import (AddOp, AndOp, CompareOp, ErfOp, MulOp, SelectOp, ShiftRightArithmeticOp,
+                                         ShiftRightLogicalOp, SubOp)
+from xla_dialect.ops.indexing import DynamicGatherOp, DynamicSliceOp, DynamicUpdateSliceOp, GatherOp
+from xla_dialect.ops.linalg import DotGeneralOp
+from xla_dialect.ops.reduction import ReduceOp
+from xla_dialect.ops.sorting import SortOp
+from xla_dialect.ops.windowed import ConvolutionOp, DynamicConvOp
 from xla_dialect.types import ELEMENT_TYPES, ElementType
 from xla_dialect.xdsl_compat import create_op as _create
 from xla_dialect.xdsl_compat import link_ops as _append_ops
@@ -46,7 +58,7 @@ from ..schema import (
 )
 
 from .attributes import _NATIVE_DTYPES, ELEMENT_BY_MLIR, _with_layouts, dense_array
-from .dispatch import Importer, generic_converter, opaque_converter, opaque_op_class, register_converter
+from .dispatch import Importer, generic_converter, hlo_op_class, opaque_converter, opaque_op_class, register_converter
 
 
 @register_converter("stablehlo.constant")
@@ -72,8 +84,7 @@ def _constant(imp: Importer, op):
         raise UnsupportedError(f"{imp._where()}: {e}") from None
     except Exception as e:  # e.g. dense_resource<...> blobs
         raise UnsupportedError(f"{imp._where()}: constant {str(attr)[:60]} cannot be read: {e}") from None
-    cls = imp.ops_by_name["hlo.constant"]
-    return imp.emit(cls, [], {"value": DenseLiteralAttr.from_array(array, type_)}, (), [type_])
+    return imp.emit(ConstantOp, [], {"value": DenseLiteralAttr.from_array(array, type_)}, (), [type_])
 
 
 @register_converter("func.return")
@@ -85,17 +96,13 @@ def _func_return(imp: Importer, op):
 def _func_call(imp: Importer, op):
     callee = op.attributes["callee"].value
     callee = imp.callee_renames.get(callee, callee)
-    return imp.emit(imp.ops_by_name["hlo.call"], imp.operands(op), {"callee": SymbolRefAttr(callee)})
+    return imp.emit(CallOp, imp.operands(op), {"callee": SymbolRefAttr(callee)})
 
 
 @register_converter("stablehlo.composite")
 def _composite(imp: Importer, op):
-    cls = imp.ops_by_name.get("hlo.composite")
-    if cls is not None:
-        return generic_converter(imp, op, cls)
-    # Without hlo.composite, keep the decomposition: call it (JAX exports chlo ops as composites).
-    callee = op.attributes["decomposition"].value
-    return imp.emit(imp.ops_by_name["hlo.call"], imp.operands(op), {"callee": SymbolRefAttr(callee)})
+    """``stablehlo.composite`` -> ``hlo.composite`` (its decomposition stays a function of the module)."""
+    return generic_converter(imp, op, CompositeOp)
 
 
 @register_converter("stablehlo.custom_call")
@@ -107,10 +114,7 @@ def _custom_call(imp: Importer, op):
         # (it can only fail for shapes other than the imported static ones).
         _check_shape_assertion(imp, op)
         return None
-    cls = imp.ops_by_name.get("hlo.custom_call")
-    if cls is None:
-        raise UnsupportedError(f"{imp._where()}: custom_call @{target} is not supported")
-    return generic_converter(imp, op, cls)
+    return generic_converter(imp, op, CustomCallOp)
 
 
 @register_converter("sdy.sharding_constraint")
@@ -124,8 +128,7 @@ def _sharding_constraint(imp: Importer, op):
     """
     sharding = op.attributes["sharding"]
     text = str(sharding)
-    cls = imp.ops_by_name["hlo.custom_call"]
-    (value,) = imp.emit(cls, imp.operands(op), {"call_target_name": StringAttr("Sharding")})
+    (value,) = imp.emit(CustomCallOp, imp.operands(op), {"call_target_name": StringAttr("Sharding")})
     new = value.owner
     new.attributes["hlo.sharding"] = StringAttr(text)
     if not re.search(r'"[^"]*"', text.split("[", 1)[-1]):  # no mesh axis named: replicated
@@ -156,7 +159,7 @@ def _manual_computation(imp: Importer, op):
 @register_converter("sdy.return")
 def _sdy_return(imp: Importer, op):
     """The terminator of a kept ``sdy.manual_computation`` body."""
-    imp.emit(imp.ops_by_name["hlo.return"], imp.operands(op), {}, (), [], plain=True)
+    imp.emit(ReturnOp, imp.operands(op), {}, (), [], plain=True)
     return None
 
 
@@ -165,7 +168,7 @@ def _check_shape_assertion(imp: Importer, op) -> None:
     constants = []
     for v in values:
         owner = getattr(v, "owner", None)
-        constants.append(owner.properties["value"].array if owner is not None and owner.name == "hlo.constant" else None)
+        constants.append(owner.properties["value"].array if isinstance(owner, ConstantOp) else None)
     if constants and constants[0] is not None and not bool(np.all(constants[0])):
         message = op.attributes["error_message"].value if "error_message" in op.attributes else "shape assertion failed"
         try:
@@ -184,7 +187,7 @@ def _broadcast_in_dim(imp: Importer, op):
     dims = [int(d) for d in imp.attribute(op.attributes["broadcast_dimensions"]).get_values()]
     if dims != sorted(dims):
         return _unsorted_broadcast(imp, imp.operands(op)[0], dims)
-    return generic_converter(imp, op, imp.ops_by_name["hlo.broadcast_in_dim"])
+    return generic_converter(imp, op, BroadcastInDimOp)
 
 
 def _unsorted_broadcast(imp: Importer, operand: SSAValue, dims: list[int]) -> list[SSAValue]:
@@ -193,10 +196,10 @@ def _unsorted_broadcast(imp: Importer, operand: SSAValue, dims: list[int]) -> li
     order = sorted(range(len(dims)), key=lambda i: dims[i])
     shape = operand.type.get_shape()
     transposed_type = TensorType(operand.type.element_type, [shape[i] for i in order])
-    (transposed,) = imp.emit(imp.ops_by_name["hlo.transpose"], [operand], {"permutation": i64_array(order)},
+    (transposed,) = imp.emit(TransposeOp, [operand], {"permutation": i64_array(order)},
                              result_types=[transposed_type], plain=True)
     props = {"broadcast_dimensions": i64_array(sorted(dims))}
-    return imp.emit(imp.ops_by_name["hlo.broadcast_in_dim"], [transposed], props)
+    return imp.emit(BroadcastInDimOp, [transposed], props)
 
 
 def _static_result(imp: Importer, op) -> bool:
@@ -216,17 +219,16 @@ def _dynamic_with_static_result(imp: Importer, op):
                                "(refine the shapes with example arguments)")
     name = op.name
     operands = imp.operands(op)
-    ops = imp.ops_by_name
     if name == "stablehlo.dynamic_reshape":
-        return imp.emit(ops["hlo.reshape"], operands[:1])
+        return imp.emit(ReshapeOp, operands[:1])
     if name == "stablehlo.dynamic_iota":
         props = {"iota_dimension": imp.attribute(op.attributes["iota_dimension"])}
-        return imp.emit(ops["hlo.iota"], [], props)
+        return imp.emit(IotaOp, [], props)
     dims = [int(d) for d in imp.attribute(op.attributes["broadcast_dimensions"]).get_values()]
     if dims != sorted(dims):
         return _unsorted_broadcast(imp, operands[0], dims)
     props = {"broadcast_dimensions": imp.attribute(op.attributes["broadcast_dimensions"])}
-    return imp.emit(ops["hlo.broadcast_in_dim"], operands[:1], props)
+    return imp.emit(BroadcastInDimOp, operands[:1], props)
 
 
 @register_converter("stablehlo.reshape")
@@ -234,14 +236,18 @@ def _reshape(imp: Importer, op):
     # interop.stablehlo.exporter writes hlo ops without a StableHLO counterpart as an
     # equivalent op marked with the original name (hlo.copy: identity reshape).
     if ORIGINAL_OP in op.attributes:
-        return imp.emit(imp.ops_by_name[op.attributes[ORIGINAL_OP].value], imp.operands(op))
-    return generic_converter(imp, op, imp.ops_by_name["hlo.reshape"])
+        original = op.attributes[ORIGINAL_OP].value
+        cls = hlo_op_class(imp, original)
+        if cls is None:
+            raise UnsupportedError(f"{imp._where()}: {ORIGINAL_OP} names {original}, which is not an hlo op")
+        return imp.emit(cls, imp.operands(op))
+    return generic_converter(imp, op, ReshapeOp)
 
 
 @register_converter("chlo.erf")
 @register_converter("mhlo.erf")
 def _erf(imp: Importer, op):
-    return imp.emit(imp.ops_by_name["hlo.erf"], imp.operands(op))
+    return imp.emit(ErfOp, imp.operands(op))
 
 
 @register_converter("chlo.top_k")
@@ -253,55 +259,53 @@ def _top_k(imp: Importer, op):
     descending total order (NaN first, then +inf; ties keep the lower index),
     then a slice of the first k.
     """
-    ops = imp.ops_by_name
     (x,) = imp.operands(op)
     values_type, indices_type = imp.result_types(op)
     shape = list(x.type.get_shape())
     rank = len(shape)
     k = values_type.get_shape()[-1]
     index_type = TensorType(indices_type.element_type, shape)
-    (iota,) = imp.emit(ops["hlo.iota"], [], {"iota_dimension": IntegerAttr(rank - 1, 64)}, (), [index_type])
+    (iota,) = imp.emit(IotaOp, [], {"iota_dimension": IntegerAttr(rank - 1, 64)}, (), [index_type])
     scalar_x = TensorType(x.type.element_type, [])
     scalar_i = TensorType(indices_type.element_type, [])
     kind = ELEMENT_BY_MLIR[str(x.type.element_type)].kind
     compare_type = {"float": "TOTALORDER", "sint": "SIGNED", "uint": "UNSIGNED", "pred": "UNSIGNED"}[kind]
     body = Block(arg_types=[scalar_x, scalar_x, scalar_i, scalar_i])
-    gt = _create(ops["hlo.compare"], [body.args[0], body.args[1]], [TensorType(IntegerType(1), [])],
+    gt = _create(CompareOp, [body.args[0], body.args[1]], [TensorType(IntegerType(1), [])],
                  {"comparison_direction": StringAttr("GT"), "compare_type": StringAttr(compare_type)}, {}, ())
-    ret = _create(ops["hlo.return"], [gt.results[0]], [], {}, {}, ())
+    ret = _create(ReturnOp, [gt.results[0]], [], {}, {}, ())
     _append_ops(body, [gt, ret])
-    sorted_x, sorted_i = imp.emit(ops["hlo.sort"], [x, iota],
+    sorted_x, sorted_i = imp.emit(SortOp, [x, iota],
                                   {"dimension": IntegerAttr(rank - 1, 64), "is_stable": BoolAttr(True, IntegerType(1))},
                                   [Region(body)], [x.type, index_type])
     limits = shape[:-1] + [k]
     props = {"start_indices": i64_array([0] * rank), "limit_indices": i64_array(limits),
              "strides": i64_array([1] * rank)}
-    (values,) = imp.emit(ops["hlo.slice"], [sorted_x], dict(props), (), [values_type])
-    (indices,) = imp.emit(ops["hlo.slice"], [sorted_i], dict(props), (), [indices_type])
+    (values,) = imp.emit(SliceOp, [sorted_x], dict(props), (), [values_type])
+    (indices,) = imp.emit(SliceOp, [sorted_i], dict(props), (), [indices_type])
     return [values, indices]
 
 
 class OpEmitter:
     """Terse emission of hlo ops with explicit result types, for converters that expand one
-    op into several (``emit("add", [a, b], t)``); every op gets the converted op's location."""
+    op into several (``emit(AddOp, [a, b], t)``); every op gets the converted op's location."""
 
     def __init__(self, imp: Importer):
         self.imp = imp
-        self.ops = imp.ops_by_name
 
-    def __call__(self, name: str, operands, result_type: Attribute, **props: Attribute) -> SSAValue:
-        """Emit ``hlo.<name>`` with one result of ``result_type``."""
-        (value,) = self.imp.emit(self.ops["hlo." + name], list(operands), props, (), [result_type], plain=True)
+    def __call__(self, cls: type[Operation], operands, result_type: Attribute, **props: Attribute) -> SSAValue:
+        """Emit an op of class ``cls`` with one result of ``result_type``."""
+        (value,) = self.imp.emit(cls, list(operands), props, (), [result_type], plain=True)
         return value
 
     def splat(self, value, element: ElementType, shape) -> SSAValue:
         """The scalar ``value`` of ``element`` broadcast to ``shape`` (a scalar constant for ``[]``)."""
         scalar = TensorType(element.mlir, [])
         literal = DenseLiteralAttr.from_array(np.array(value, dtype=element.dtype), scalar)
-        constant = self("constant", [], scalar, value=literal)
+        constant = self(ConstantOp, [], scalar, value=literal)
         if not len(shape):
             return constant
-        return self("broadcast_in_dim", [constant], TensorType(element.mlir, list(shape)),
+        return self(BroadcastInDimOp, [constant], TensorType(element.mlir, list(shape)),
                     broadcast_dimensions=i64_array([]))
 
     def like(self, value: SSAValue, element: ElementType) -> TensorType:
@@ -330,11 +334,11 @@ def _mulhi(imp: Importer, op):
         return [_mulhi64(emit, lhs, rhs, element.kind == "sint")]
     wide = ELEMENT_TYPES[_WIDER[element.xla_name]]
     wide_type = emit.like(lhs, wide)
-    product = emit("multiply", [emit("convert", [lhs], wide_type), emit("convert", [rhs], wide_type)], wide_type)
-    shift = "shift_right_arithmetic" if element.kind == "sint" else "shift_right_logical"
+    product = emit(MulOp, [emit(ConvertOp, [lhs], wide_type), emit(ConvertOp, [rhs], wide_type)], wide_type)
+    shift = ShiftRightArithmeticOp if element.kind == "sint" else ShiftRightLogicalOp
     high = emit(shift, [product, emit.splat(element.bits, wide, wide_type.get_shape())], wide_type)
     # The high half of a product of two N-bit values fits in N bits: the conversion is exact.
-    return [emit("convert", [high], lhs.type)]
+    return [emit(ConvertOp, [high], lhs.type)]
 
 
 def _mulhi64(emit: OpEmitter, lhs: SSAValue, rhs: SSAValue, signed: bool) -> SSAValue:
@@ -349,21 +353,21 @@ def _mulhi64(emit: OpEmitter, lhs: SSAValue, rhs: SSAValue, signed: bool) -> SSA
     u64 = ELEMENT_TYPES["u64"]
     t = emit.like(lhs, u64)
     shape = t.get_shape()
-    a, b = (emit("bitcast_convert", [v], t) for v in (lhs, rhs)) if signed else (lhs, rhs)
+    a, b = (emit(BitcastConvertOp, [v], t) for v in (lhs, rhs)) if signed else (lhs, rhs)
     mask = emit.splat(0xFFFFFFFF, u64, shape)
     c32 = emit.splat(32, u64, shape)
 
     def mul(x, y):
-        return emit("multiply", [x, y], t)
+        return emit(MulOp, [x, y], t)
 
     def add(x, y):
-        return emit("add", [x, y], t)
+        return emit(AddOp, [x, y], t)
 
     def low(x):
-        return emit("and", [x, mask], t)
+        return emit(AndOp, [x, mask], t)
 
     def high(x):
-        return emit("shift_right_logical", [x, c32], t)
+        return emit(ShiftRightLogicalOp, [x, c32], t)
 
     al, ah, bl, bh = low(a), high(a), low(b), high(b)
     hi_lo = mul(ah, bl)
@@ -375,10 +379,10 @@ def _mulhi64(emit: OpEmitter, lhs: SSAValue, rhs: SSAValue, signed: bool) -> SSA
     zero_s = emit.splat(0, ELEMENT_TYPES["s64"], shape)
     zero_u = emit.splat(0, u64, shape)
     for sign_of, other in ((lhs, b), (rhs, a)):
-        negative = emit("compare", [sign_of, zero_s], pred, comparison_direction=StringAttr("LT"),
+        negative = emit(CompareOp, [sign_of, zero_s], pred, comparison_direction=StringAttr("LT"),
                         compare_type=StringAttr("SIGNED"))
-        result = emit("subtract", [result, emit("select", [negative, other, zero_u], t)], t)
-    return emit("bitcast_convert", [result], lhs.type)
+        result = emit(SubOp, [result, emit(SelectOp, [negative, other, zero_u], t)], t)
+    return emit(BitcastConvertOp, [result], lhs.type)
 
 
 @register_converter("chlo.scan")
@@ -430,25 +434,25 @@ def _scan(imp: Importer, op):
         accumulators, carries = args[1 + n_in:1 + n_in + n_outputs], args[1 + n_in + n_outputs:]
         position = counter
         if reverse:
-            position = emit("subtract", [emit.splat(length - 1, s64, []), counter], index_type)
+            position = emit(SubOp, [emit.splat(length - 1, s64, []), counter], index_type)
         slices = []
         for x in xs:
             shape = list(x.type.get_shape())
-            piece = emit("dynamic_slice", [x, *starts(len(shape), position)],
+            piece = emit(DynamicSliceOp, [x, *starts(len(shape), position)],
                          TensorType(x.type.element_type, with_dim(shape, 1)), slice_sizes=i64_array(with_dim(shape, 1)))
-            slices.append(emit("reshape", [piece], TensorType(x.type.element_type, shape[:dim] + shape[dim + 1:])))
+            slices.append(emit(ReshapeOp, [piece], TensorType(x.type.element_type, shape[:dim] + shape[dim + 1:])))
         returned = imp.inline_block(body, slices + list(carries))
         updated = []
         for acc, y in zip(accumulators, returned[:n_outputs]):
             shape = list(acc.type.get_shape())
-            piece = emit("reshape", [y], TensorType(acc.type.element_type, with_dim(shape, 1)))
-            updated.append(emit("dynamic_update_slice", [acc, piece, *starts(len(shape), position)], acc.type))
-        step = emit("add", [counter, emit.splat(1, s64, [])], index_type)
+            piece = emit(ReshapeOp, [y], TensorType(acc.type.element_type, with_dim(shape, 1)))
+            updated.append(emit(DynamicUpdateSliceOp, [acc, piece, *starts(len(shape), position)], acc.type))
+        step = emit(AddOp, [counter, emit.splat(1, s64, [])], index_type)
         return [step, *xs, *updated, *returned[n_outputs:]]
 
     def loop_cond(args):
         pred = TensorType(IntegerType(1), [])
-        return [emit("compare", [args[0], emit.splat(length, s64, [])], pred,
+        return [emit(CompareOp, [args[0], emit.splat(length, s64, [])], pred,
                      comparison_direction=StringAttr("LT"), compare_type=StringAttr("SIGNED"))]
 
     zeros = [emit.splat(0, ELEMENT_BY_MLIR[str(t.element_type)], t.get_shape()) for t in output_types]
@@ -457,7 +461,7 @@ def _scan(imp: Importer, op):
     state = [emit.splat(0, s64, []), *inputs, *zeros, *inits]
     state_types = [v.type for v in state]
     regions = [imp.build_region(state_types, loop_cond), imp.build_region(state_types, loop_body)]
-    results = imp.emit(imp.ops_by_name["hlo.while"], state, {}, regions, state_types, plain=True)
+    results = imp.emit(WhileOp, state, {}, regions, state_types, plain=True)
     return list(results[1 + n_in:])
 
 
@@ -467,20 +471,19 @@ def _dynamic_gather(imp: Importer, op):
     ``hlo.dynamic_gather`` (configured when it runs)."""
     operand, indices, sizes = imp.operands(op)
     owner = sizes.owner if isinstance(sizes, OpResult) else None
-    if owner is None or owner.name != "hlo.constant":  # configured when it runs
-        cls = imp.ops_by_name["hlo.dynamic_gather"]
-        return imp.emit(cls, [operand, indices, sizes], imp.properties(op, cls), result_types=imp.result_types(op))
-    cls = imp.ops_by_name["hlo.gather"]
-    props = imp.properties(op, cls)
+    if not isinstance(owner, ConstantOp):  # configured when it runs
+        return imp.emit(DynamicGatherOp, [operand, indices, sizes], imp.properties(op, DynamicGatherOp),
+                        result_types=imp.result_types(op))
+    props = imp.properties(op, GatherOp)
     props["slice_sizes"] = i64_array([int(v) for v in np.asarray(owner.properties["value"].array).reshape(-1)])
-    return imp.emit(cls, [operand, indices], props)
+    return imp.emit(GatherOp, [operand, indices], props)
 
 
 def _constant_ints(imp: Importer, op, value: SSAValue, what: str, required: bool = True) -> list[int] | None:
     """The integers of a constant operand (None, or with ``required`` an error naming ``what``, when it is
     computed)."""
     owner = value.owner if isinstance(value, OpResult) else None
-    if owner is not None and owner.name == "hlo.constant":
+    if isinstance(owner, ConstantOp):
         return [int(v) for v in np.asarray(owner.properties["value"].array).reshape(-1)]
     if imp.allow_unknown or not required:
         return None
@@ -495,10 +498,10 @@ def _dynamic_pad(imp: Importer, op):
     operand, value, low, high, interior = imp.operands(op)
     numbers = [_constant_ints(imp, op, v, "paddings", required=False) for v in (low, high, interior)]
     if any(n is None for n in numbers):
-        return imp.emit(imp.ops_by_name["hlo.dynamic_pad"], imp.operands(op), result_types=imp.result_types(op))
+        return imp.emit(DynamicPadOp, imp.operands(op), result_types=imp.result_types(op))
     props = {"edge_padding_low": i64_array(numbers[0]), "edge_padding_high": i64_array(numbers[1]),
              "interior_padding": i64_array(numbers[2])}
-    return imp.emit(imp.ops_by_name["hlo.pad"], [operand, value], props)
+    return imp.emit(PadOp, [operand, value], props)
 
 
 @register_converter("stablehlo.dynamic_conv")
@@ -508,16 +511,15 @@ def _dynamic_conv(imp: Importer, op):
     lhs, rhs, padding = imp.operands(op)
     flat = _constant_ints(imp, op, padding, "the padding", required=False)
     if flat is None:  # configured when it runs
-        cls = imp.ops_by_name["hlo.dynamic_conv"]
-        return imp.emit(cls, [lhs, rhs, padding], imp.properties(op, cls), result_types=imp.result_types(op))
-    cls = imp.ops_by_name["hlo.convolution"]
-    props = imp.properties(op, cls)
+        return imp.emit(DynamicConvOp, [lhs, rhs, padding], imp.properties(op, DynamicConvOp),
+                        result_types=imp.result_types(op))
+    props = imp.properties(op, ConvolutionOp)
     props["padding"] = i64_array(flat)
-    return imp.emit(cls, [lhs, rhs], props)
+    return imp.emit(ConvolutionOp, [lhs, rhs], props)
 
 
 def _tuple_of_nothing(imp: Importer) -> SSAValue:
-    (value,) = imp.emit(imp.ops_by_name["hlo.tuple"], [], result_types=[TupleType([])])
+    (value,) = imp.emit(TupleOp, [], result_types=[TupleType([])])
     return value
 
 
@@ -534,7 +536,7 @@ def _tuple(imp: Importer, op):
         return [imp.state_args[-1][attrs[STATE_ARG].value]]
     if STATE_RESULT in attrs:
         return [imp.state_results[attrs[STATE_RESULT].value]]
-    return generic_converter(imp, op, imp.ops_by_name["hlo.tuple"])
+    return generic_converter(imp, op, TupleOp)
 
 
 @register_converter("stablehlo.get_tuple_element")
@@ -544,7 +546,7 @@ def _get_tuple_element(imp: Importer, op):
         (source,) = op.operands
         imp.state_roots[op.results[0]] = imp.state_roots.get(source) or imp.value(source)
         return [None]
-    return generic_converter(imp, op, imp.ops_by_name["hlo.get_tuple_element"])
+    return generic_converter(imp, op, GetTupleElementOp)
 
 
 def _state_groups(imp: Importer, leaves, state_types) -> list[SSAValue]:
@@ -565,13 +567,13 @@ def _hlo_return(imp: Importer, op):
         values = _state_groups(imp, operands, imp.state_types[-1])
     else:
         values = imp.operands(op)
-    imp.emit(imp.ops_by_name["hlo.return"], values, result_types=[])
+    imp.emit(ReturnOp, values, result_types=[])
 
 
 @register_converter("stablehlo.while")
 def _while(imp: Importer, op):
     if TUPLE_STATE not in op.attributes:
-        return generic_converter(imp, op, imp.ops_by_name["hlo.while"])
+        return generic_converter(imp, op, WhileOp)
     # The exporter's flattening of an hlo.while with tuple state: rebuild it.
     attrs = op.attributes
     state_types = [imp.type(t.value) for t in attrs[TUPLE_STATE]]
@@ -601,7 +603,7 @@ def _while(imp: Importer, op):
     finally:
         imp.state_types.pop()
     imp._current = current
-    new = imp.emit(imp.ops_by_name["hlo.while"], operands, {}, regions, result_types)
+    new = imp.emit(WhileOp, operands, {}, regions, result_types)
     imp.state_results = list(new)
     out, i = [], 0
     for t, value in zip(state_types, new):
@@ -653,7 +655,7 @@ def _conditional(imp: Importer, op):
     attrs = op.attributes
     if TUPLE_STATE not in attrs:
         operands, regions = _branches(imp, op)
-        return imp.emit(imp.ops_by_name["hlo.conditional"], [selector, *operands], {}, regions)
+        return imp.emit(ConditionalOp, [selector, *operands], {}, regions)
     # The exporter flattened tuple results: rebuild them.
     result_types = [imp.type(t.value) for t in attrs[TUPLE_STATE]]
     if RESULT_LAYOUTS in attrs:
@@ -663,7 +665,7 @@ def _conditional(imp: Importer, op):
         operands, regions = _branches(imp, op)
     finally:
         imp.state_types.pop()
-    new = imp.emit(imp.ops_by_name["hlo.conditional"], [selector, *operands], {}, regions, result_types)
+    new = imp.emit(ConditionalOp, [selector, *operands], {}, regions, result_types)
     imp.state_results = list(new)
     out = []
     for t, value in zip(result_types, new):
@@ -682,10 +684,10 @@ def _sum_over(imp: Importer, emit: OpEmitter, value: SSAValue, dim: int, result_
     zero = emit.splat(0, element, [])
 
     def body(args):
-        return [emit("add", args, scalar)]
+        return [emit(AddOp, args, scalar)]
 
     region = imp.build_region([scalar, scalar], body)
-    (out,) = imp.emit(imp.ops_by_name["hlo.reduce"], [value, zero], {"dimensions": i64_array([dim])}, [region],
+    (out,) = imp.emit(ReduceOp, [value, zero], {"dimensions": i64_array([dim])}, [region],
                       [result_type], plain=True)
     return out
 
@@ -696,12 +698,12 @@ def _group_bounds(imp: Importer, emit: OpEmitter, sizes: SSAValue) -> tuple[SSAV
     g = sizes.type.get_shape()[0]
     index = ELEMENT_BY_MLIR[str(sizes.type.element_type)]
     gg = TensorType(index.mlir, [g, g])
-    spread = emit("broadcast_in_dim", [sizes], gg, broadcast_dimensions=i64_array([1]))
-    row, col = (emit("iota", [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
-    upto = emit("compare", [col, row], TensorType(IntegerType(1), [g, g]), comparison_direction=StringAttr("LE"))
-    kept = emit("select", [upto, spread, emit.splat(0, index, [g, g])], gg)
+    spread = emit(BroadcastInDimOp, [sizes], gg, broadcast_dimensions=i64_array([1]))
+    row, col = (emit(IotaOp, [], gg, iota_dimension=IntegerAttr(d, 64)) for d in (0, 1))
+    upto = emit(CompareOp, [col, row], TensorType(IntegerType(1), [g, g]), comparison_direction=StringAttr("LE"))
+    kept = emit(SelectOp, [upto, spread, emit.splat(0, index, [g, g])], gg)
     end = _sum_over(imp, emit, kept, 1, TensorType(index.mlir, [g]))
-    return emit("subtract", [end, sizes], TensorType(index.mlir, [g])), end
+    return emit(SubOp, [end, sizes], TensorType(index.mlir, [g])), end
 
 
 def _ragged_contracting_or_batch(imp: Importer, emit: OpEmitter, lhs, rhs, sizes, result_type, numbers):
@@ -715,7 +717,7 @@ def _ragged_contracting_or_batch(imp: Importer, emit: OpEmitter, lhs, rhs, sizes
     element = result_type.element_type
     out_shape = list(result_type.get_shape())
     if ragged in lhs_b:
-        return [emit("dot_general", [lhs, rhs], result_type, lhs_batching_dimensions=i64_array(lhs_b),
+        return [emit(DotGeneralOp, [lhs, rhs], result_type, lhs_batching_dimensions=i64_array(lhs_b),
                      rhs_batching_dimensions=i64_array(rhs_b), lhs_contracting_dimensions=i64_array([lhs_k]),
                      rhs_contracting_dimensions=i64_array([rhs_k]))]
     lshape = list(lhs.type.get_shape())
@@ -725,27 +727,27 @@ def _ragged_contracting_or_batch(imp: Importer, emit: OpEmitter, lhs, rhs, sizes
     start, cum = _group_bounds(imp, emit, sizes)
     # masked[j, ...] = lhs where the contracting index is in group j, else 0
     full = [g, *lshape]
-    position = emit("iota", [], TensorType(index.mlir, full), iota_dimension=IntegerAttr(1 + lhs_k, 64))
-    low = emit("broadcast_in_dim", [start], TensorType(index.mlir, full), broadcast_dimensions=i64_array([0]))
-    high = emit("broadcast_in_dim", [cum], TensorType(index.mlir, full), broadcast_dimensions=i64_array([0]))
+    position = emit(IotaOp, [], TensorType(index.mlir, full), iota_dimension=IntegerAttr(1 + lhs_k, 64))
+    low = emit(BroadcastInDimOp, [start], TensorType(index.mlir, full), broadcast_dimensions=i64_array([0]))
+    high = emit(BroadcastInDimOp, [cum], TensorType(index.mlir, full), broadcast_dimensions=i64_array([0]))
     mask_type = TensorType(pred, full)
-    inside = emit("and", [emit("compare", [position, low], mask_type, comparison_direction=StringAttr("GE")),
-                          emit("compare", [position, high], mask_type, comparison_direction=StringAttr("LT"))],
+    inside = emit(AndOp, [emit(CompareOp, [position, low], mask_type, comparison_direction=StringAttr("GE")),
+                          emit(CompareOp, [position, high], mask_type, comparison_direction=StringAttr("LT"))],
                   mask_type)
-    spread_lhs = emit("broadcast_in_dim", [lhs], TensorType(lhs.type.element_type, full),
+    spread_lhs = emit(BroadcastInDimOp, [lhs], TensorType(lhs.type.element_type, full),
                       broadcast_dimensions=i64_array(list(range(1, 1 + len(lshape)))))
     zeros = emit.splat(0, ELEMENT_BY_MLIR[str(lhs.type.element_type)], full)
-    masked = emit("select", [inside, spread_lhs, zeros], TensorType(lhs.type.element_type, full))
+    masked = emit(SelectOp, [inside, spread_lhs, zeros], TensorType(lhs.type.element_type, full))
     # dot_general: [b.., g, m.., n..] -> transpose to the result's [g, b.., m.., n..]
     nb = len(lhs_b)
     product_shape = [*out_shape[1:1 + nb], g, *out_shape[1 + nb:]]
-    product = emit("dot_general", [masked, rhs], TensorType(element, product_shape),
+    product = emit(DotGeneralOp, [masked, rhs], TensorType(element, product_shape),
                    lhs_batching_dimensions=i64_array([1 + d for d in lhs_b]), rhs_batching_dimensions=i64_array(rhs_b),
                    lhs_contracting_dimensions=i64_array([1 + lhs_k]), rhs_contracting_dimensions=i64_array([rhs_k]))
     if not nb:
         return [product]
     perm = [nb, *range(nb), *range(nb + 1, len(product_shape))]
-    return [emit("transpose", [product], result_type, permutation=i64_array(perm))]
+    return [emit(TransposeOp, [product], result_type, permutation=i64_array(perm))]
 
 
 @register_converter("chlo.ragged_dot")
@@ -794,24 +796,24 @@ def _ragged_dot(imp: Importer, op):
     start, cum = _group_bounds(imp, emit, sizes)
     # onehot[i, j]: row i of lhs is in group j
     mg = TensorType(index.mlir, [m, g])
-    rows = emit("iota", [], mg, iota_dimension=IntegerAttr(0, 64))
-    low = emit("broadcast_in_dim", [start], mg, broadcast_dimensions=i64_array([1]))
-    high = emit("broadcast_in_dim", [cum], mg, broadcast_dimensions=i64_array([1]))
+    rows = emit(IotaOp, [], mg, iota_dimension=IntegerAttr(0, 64))
+    low = emit(BroadcastInDimOp, [start], mg, broadcast_dimensions=i64_array([1]))
+    high = emit(BroadcastInDimOp, [cum], mg, broadcast_dimensions=i64_array([1]))
     mask_type = TensorType(pred, [m, g])
-    inside = emit("and", [emit("compare", [rows, low], mask_type, comparison_direction=StringAttr("GE")),
-                          emit("compare", [rows, high], mask_type, comparison_direction=StringAttr("LT"))], mask_type)
+    inside = emit(AndOp, [emit(CompareOp, [rows, low], mask_type, comparison_direction=StringAttr("GE")),
+                          emit(CompareOp, [rows, high], mask_type, comparison_direction=StringAttr("LT"))], mask_type)
     # every group's product [b.., m, g, n] (dot_general: batch, lhs free, rhs free dims in rhs order), then
     # each row's own
     element = result_type.element_type
     full = [*batch, m, g, n]
     order = [*batch, m, *([n, g] if n_dim < group_dim else [g, n])]
-    products = emit("dot_general", [lhs, rhs], TensorType(element, order),
+    products = emit(DotGeneralOp, [lhs, rhs], TensorType(element, order),
                     lhs_batching_dimensions=i64_array(lhs_b), rhs_batching_dimensions=i64_array(rhs_b),
                     lhs_contracting_dimensions=i64_array([lhs_k]), rhs_contracting_dimensions=i64_array([rhs_k]))
     if n_dim < group_dim:
         perm = [*range(nb), nb, nb + 2, nb + 1]
-        products = emit("transpose", [products], TensorType(element, full), permutation=i64_array(perm))
-    mask = emit("broadcast_in_dim", [inside], TensorType(pred, full), broadcast_dimensions=i64_array([nb, nb + 1]))
+        products = emit(TransposeOp, [products], TensorType(element, full), permutation=i64_array(perm))
+    mask = emit(BroadcastInDimOp, [inside], TensorType(pred, full), broadcast_dimensions=i64_array([nb, nb + 1]))
     zeros = emit.splat(0, ELEMENT_BY_MLIR[str(element)], full)
-    chosen = emit("select", [mask, products, zeros], TensorType(element, full))
+    chosen = emit(SelectOp, [mask, products, zeros], TensorType(element, full))
     return [_sum_over(imp, emit, chosen, nb + 1, result_type)]

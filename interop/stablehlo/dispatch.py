@@ -53,10 +53,9 @@ def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
     conv = CONVERTERS.get(name)
     if conv is not None:
         return conv(imp, op)
-    if name.startswith("stablehlo.") and "hlo." + name[10:] in imp.ops_by_name:
-        return generic_converter(imp, op, imp.ops_by_name["hlo." + name[10:]])
-    if name.startswith(NEWER_DIALECT + ".") and "hlo." + name[len(NEWER_DIALECT) + 1:] in imp.ops_by_name:
-        return generic_converter(imp, op, imp.ops_by_name["hlo." + name[len(NEWER_DIALECT) + 1:]])
+    for dialect in ("stablehlo.", NEWER_DIALECT + "."):
+        if name.startswith(dialect) and (cls := hlo_op_class(imp, "hlo." + name[len(dialect):])) is not None:
+            return generic_converter(imp, op, cls)
     if name.startswith("chlo."):
         return chlo_through_xla(imp, op)
     if imp.allow_unknown:
@@ -68,6 +67,13 @@ def convert_unquantized(imp: Importer, op) -> list[SSAValue] | None:
                                f"jaxlib's StableHLO (its parser is older than the current spec) nor one this "
                                f"importer converts")
     raise UnsupportedError(f"{imp._where()}: {name} is not supported")
+
+
+def hlo_op_class(imp: Importer, name: str) -> type | None:
+    """The hlo op class named ``name`` (``"hlo.add"``), or None: the one place the importer finds an op class
+    by a name it read -- the generic rule's ``stablehlo.X`` -> ``hlo.X`` and the op named by an exporter marker
+    (``hlo.original_op``). Every other rule names the class it builds (``ConstantOp``)."""
+    return imp.ops_by_name.get(name)
 
 
 def generic_converter(imp: Importer, op, cls) -> list[SSAValue]:

@@ -68,8 +68,11 @@ from xdsl.ir import Attribute, Operation, Region, SSAValue
 from xla_dialect.errors import UnsupportedError, op_context
 from xla_dialect.layout import LayoutAttr
 from xla_dialect.literal import DenseLiteralAttr
-from xla_dialect.ops.effects import TYPED_FFI
-from xla_dialect.ops.elementwise import implicit_broadcast_dims
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.control_flow import CallOp, ConditionalOp, FusionOp, ReturnOp, TupleOp, WhileOp
+from xla_dialect.ops.data_movement import BitcastOp, BroadcastInDimOp, CopyOp
+from xla_dialect.ops.effects import TYPED_FFI, CustomCallOp
+from xla_dialect.ops.elementwise import ClampOp, ErfOp, SelectOp, implicit_broadcast_dims
 from xla_dialect.shape import format_shape
 from xla_dialect.types import FutureType, TokenType
 
@@ -268,13 +271,13 @@ def _list(v: DenseArrayBase) -> str:
 
 Exporter = Callable[["_Printer", Operation, str], None]
 
-EXPORTERS: dict[str, Exporter] = {}
-"""hlo op name -> ``fn(printer, op, indent)`` for ops that are not printed generically."""
+EXPORTERS: dict[type[Operation], Exporter] = {}
+"""op class -> ``fn(printer, op, indent)`` for ops that are not printed generically."""
 
 
-def _exporter(name: str):
+def _exporter(cls: type[Operation]):
     def deco(fn):
-        EXPORTERS[name] = fn
+        EXPORTERS[cls] = fn
         return fn
 
     return deco
@@ -315,7 +318,7 @@ class _Printer:
     def op(self, op: Operation, indent: str) -> None:
         if op in self.skip:
             return
-        exporter = EXPORTERS.get(op.name)
+        exporter = EXPORTERS.get(type(op))
         if exporter is not None:
             exporter(self, op, indent)
             return
@@ -460,21 +463,21 @@ def _dict_entries(d, keep_layout_mode: bool = False) -> dict[str, str]:
 # ----------------------------------------------------------------------------
 
 
-@_exporter("func.return")
+@_exporter(func.ReturnOp)
 def _func_return(p: _Printer, op, indent):
     names = [p.name(v) for v in op.operands]
     types = [stablehlo_type(v.type) for v in op.operands]
     p.lines.append(f'{indent}"func.return"({", ".join(names)}) : ({", ".join(types)}) -> (){_location(op)}')
 
 
-@_exporter("hlo.return")
+@_exporter(ReturnOp)
 def _hlo_return(p: _Printer, op, indent):
     names = [p.name(v) for v in op.operands]
     types = [stablehlo_type(v.type) for v in op.operands]
     p.lines.append(f'{indent}"stablehlo.return"({", ".join(names)}) : ({", ".join(types)}) -> (){_location(op)}')
 
 
-@_exporter("hlo.constant")
+@_exporter(ConstantOp)
 def _constant(p: _Printer, op, indent):
     literal: DenseLiteralAttr = op.properties["value"]
     t = literal.data.type
@@ -487,13 +490,13 @@ def _constant(p: _Printer, op, indent):
     )
 
 
-@_exporter("hlo.call")
+@_exporter(CallOp)
 def _call(p: _Printer, op, indent):
     props = {"callee": op.properties["callee"]}
     p.generic(op, indent, "func.call", props=props)
 
 
-@_exporter("hlo.custom_call")
+@_exporter(CustomCallOp)
 def _custom_call(p: _Printer, op, indent):
     # XLA reads a typed-FFI call's attributes from backend_config when api_version = 4 (and from
     # mhlo.backend_config, where JAX puts them, only without it): an imported HLO-text call keeps
@@ -507,13 +510,13 @@ def _custom_call(p: _Printer, op, indent):
     p.generic(op, indent, "stablehlo.custom_call", props=props)
 
 
-@_exporter("hlo.fusion")
+@_exporter(FusionOp)
 def _fusion(p: _Printer, op, indent):
     # A fusion is a call of its fused computation (StableHLO has no fusions; the kind is dropped).
     p.generic(op, indent, "func.call", props={"callee": op.properties["callee"]})
 
 
-@_exporter("hlo.bitcast")
+@_exporter(BitcastOp)
 def _bitcast(p: _Printer, op, indent):
     # The bytes read with another shape and layout: a reshape or a transpose when it is one
     # (the usual case in optimized HLO), else no single StableHLO op says it.
@@ -545,17 +548,17 @@ def _bitcast(p: _Printer, op, indent):
                            "a reshape nor a transpose; StableHLO cannot say it (interop.export_hlo prints it)")
 
 
-@_exporter("hlo.erf")
+@_exporter(ErfOp)
 def _erf(p: _Printer, op, indent):
     # StableHLO has no erf op; chlo.erf is what JAX writes (and XLA compiles).
     p.generic(op, indent, "chlo.erf")
 
 
-@_exporter("hlo.copy")
+@_exporter(CopyOp)
 def _copy(p: _Printer, op, indent):
     # XLA's kCopy has no StableHLO op: an identity reshape computes the same;
     # the marker brings hlo.copy back on import.
-    p.generic(op, indent, "stablehlo.reshape", extra_attrs={ORIGINAL_OP: _string("hlo.copy")})
+    p.generic(op, indent, "stablehlo.reshape", extra_attrs={ORIGINAL_OP: _string(CopyOp.name)})
 
 
 def _implicit_broadcasts(p: _Printer, op, indent) -> list[str]:
@@ -588,7 +591,7 @@ def _broadcasting_exporter(p: _Printer, op, indent):
     props = {k: v for k, v in op.properties.items() if k != "broadcast_dimensions"}
     out_shape = op.results[0].type.get_shape() if isinstance(op.results[0].type, TensorType) else None
     types = [TensorType(v.type.element_type, out_shape) if isinstance(v.type, TensorType) and out_shape is not None
-             and (v.type.get_shape() != out_shape and (v.type.get_shape() or op.name not in _SCALAR_OK))
+             and (v.type.get_shape() != out_shape and (v.type.get_shape() or not isinstance(op, _SCALAR_OK)))
              else v.type for v in op.operands]
     extra = {}
     bdims = op.properties.get("broadcast_dimensions")
@@ -598,18 +601,18 @@ def _broadcasting_exporter(p: _Printer, op, indent):
               extra_attrs=extra)
 
 
-_SCALAR_OK = {"hlo.select", "hlo.clamp"}  # StableHLO allows a scalar predicate / bounds
+_SCALAR_OK = (SelectOp, ClampOp)  # StableHLO allows a scalar predicate / bounds
 
 
 def register_broadcasting_ops() -> None:
     """Use implicit-broadcast export for every element-wise op with a broadcast_dimensions property."""
-    from xla_dialect.ops import OPS_BY_NAME
+    from xla_dialect.ops import ALL_OPS
 
-    for name, cls in OPS_BY_NAME.items():
-        if name in EXPORTERS:
+    for cls in ALL_OPS:
+        if cls in EXPORTERS:
             continue
-        if "broadcast_dimensions" in cls.get_irdl_definition().properties and name != "hlo.broadcast_in_dim":
-            EXPORTERS[name] = _broadcasting_exporter
+        if "broadcast_dimensions" in cls.get_irdl_definition().properties and cls is not BroadcastInDimOp:
+            EXPORTERS[cls] = _broadcasting_exporter
 
 
 def _select_like(p: _Printer, op, indent):
@@ -618,7 +621,7 @@ def _select_like(p: _Printer, op, indent):
     p.generic(op, indent, "stablehlo." + op.name[4:], operands=names)
 
 
-@_exporter("hlo.conditional")
+@_exporter(ConditionalOp)
 def _conditional(p: _Printer, op, indent):
     selector, *branch_operands = op.operands
     is_pred = isinstance(selector.type, TensorType) and isinstance(selector.type.element_type, IntegerType) \
@@ -631,7 +634,7 @@ def _conditional(p: _Printer, op, indent):
         first is not None
         and all(v is first for v in branch_operands)
         and isinstance(first.type, TupleType) and not first.type.types.data
-        and first.owner.name == "hlo.tuple" and first.owner.next_op is op
+        and isinstance(first.owner, TupleOp) and first.owner.next_op is op
         and len(list(first.uses)) == len(branch_operands)
         and all(not list(r.block.args[0].uses) for r in regions)
     )
@@ -735,7 +738,7 @@ def _rebuild_value(p: _Printer, leaves: list[str], t: Attribute, indent: str, ma
     return name
 
 
-@_exporter("hlo.while")
+@_exporter(WhileOp)
 def _while(p: _Printer, op, indent):
     if not any(isinstance(v.type, TupleType) for v in op.operands):
         p.generic(op, indent, "stablehlo.while")
@@ -765,7 +768,7 @@ def _while(p: _Printer, op, indent):
         for j, a in enumerate(block.args):
             p.names[a] = _rebuild_value(p, pending, a.type, inner, f"{STATE_ARG} = {j} : i64")
         for inner_op in block.ops:
-            if inner_op is block.last_op and inner_op.name == "hlo.return" and r_index == 1:
+            if inner_op is block.last_op and isinstance(inner_op, ReturnOp) and r_index == 1:
                 out: list[tuple[str, Attribute]] = []
                 for v in inner_op.operands:
                     _flatten_value(p, p.name(v), v.type, inner, out)
@@ -808,8 +811,8 @@ def export_stablehlo(module: ModuleOp, *, layouts: bool = True) -> str:
     if not isinstance(module, ModuleOp):
         raise UnsupportedError(f"export_stablehlo expects an xDSL ModuleOp, got {type(module).__name__}")
     register_broadcasting_ops()
-    for name in ("hlo.select", "hlo.clamp"):
-        EXPORTERS.setdefault(name, _select_like)
+    for cls in _SCALAR_OK:
+        EXPORTERS.setdefault(cls, _select_like)
     p = _Printer(layouts)
     p.lines.append("module {")
     for op in module.ops:

@@ -69,6 +69,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xla_dialect.errors import UnsupportedError, XlaError
 from xla_dialect.layout import LayoutAttr, parse_layout
 from xla_dialect.ops import OPS_BY_NAME
+from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.xdsl_compat import create_op as _create
 from xla_dialect.xdsl_compat import link_ops as _append_ops
 
@@ -115,7 +116,7 @@ class Importer:
         self.state_args: list[list[SSAValue]] = []  # block arguments of the regions being converted
         self.state_types: list[list[Attribute]] = []  # state types of the loops being converted
         self.state_results: list[SSAValue] = []  # results of the last restored loop
-        self.ops_by_name = OPS_BY_NAME
+        self.ops_by_name = OPS_BY_NAME  # hlo op name -> class, read by dispatch.hlo_op_class only
         self._ops: list[Operation] = []  # ops of the block being built
         self._current = None  # the MLIR op being converted (for messages)
         self._ir = _ir()
@@ -413,7 +414,7 @@ class Importer:
         current = self._current
         try:
             results = body(list(block.args))
-            self.emit(self.ops_by_name["hlo.return"], results, {}, (), [], plain=True)
+            self.emit(ReturnOp, results, {}, (), [], plain=True)
             _append_ops(block, self._ops)
         finally:
             self._ops = saved
