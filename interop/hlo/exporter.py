@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAtt
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from xla_dialect.errors import UnsupportedError, XlaError
-from xla_dialect.ops import constants, control_flow, data_movement
+from xla_dialect.ops import constants, control_flow, data_movement, effects
 from xla_dialect.shape import DYNAMIC_SHAPE, format_shape, parse_shape
 
 from . import attributes as A
@@ -245,8 +245,8 @@ class HloExporter:
 
     def _body(self, block: Block, results) -> None:
         comp = self.comp
-        ops = list(block.ops)[:-1] if block.last_op is not None and block.last_op.name in (
-            "func.return", "hlo.return") else list(block.ops)
+        ops = list(block.ops)[:-1] if isinstance(block.last_op, (func.ReturnOp, control_flow.ReturnOp)) \
+            else list(block.ops)
         skipped = self._packing_tuples(ops)
         for op in ops:
             if op in skipped:
@@ -290,8 +290,8 @@ class HloExporter:
 
     def _instruction(self, op: Operation, skipped: set[Operation]) -> None:
         comp = self.comp
-        if op.name in NO_HLO_FORM:
-            raise UnsupportedError(f"export_hlo: {op.name} has no HLO form: {NO_HLO_FORM[op.name]}")
+        if type(op) in NO_HLO_FORM:
+            raise UnsupportedError(f"export_hlo: {op.name} has no HLO form: {NO_HLO_FORM[type(op)]}")
         if isinstance(op, control_flow.WhileOp) and len(op.operands) != 1:
             return self._while_over_tuple(op)
         if self.for_xla and isinstance(op, data_movement.BitcastOp):
@@ -300,11 +300,11 @@ class HloExporter:
             opcode, operands, attrs = "constant", [], []
             literal = write_constant_literal(op)
         else:
-            writer = WRITERS.get(op.name) or (write_opaque if op.name.startswith(OPAQUE_PREFIX) else None)
+            writer = WRITERS.get(type(op)) or (write_opaque if op.name.startswith(OPAQUE_PREFIX) else None)
             if writer is None:
                 raise UnsupportedError(f"export_hlo: {op.name} has no HLO text form")
             if self.for_xla and isinstance(op, control_flow.FusionOp):
-                writer = WRITERS[control_flow.CallOp.name]
+                writer = WRITERS[control_flow.CallOp]
             try:
                 opcode, operands, attrs = writer(self, op)
             except XlaError:
@@ -313,7 +313,7 @@ class HloExporter:
                 raise UnsupportedError(f"export_hlo: cannot print {op.name}: {type(e).__name__}: {e}") from None
             literal = None
         results = list(op.results)
-        types = custom_call_result_types(op) if op.name == "hlo.custom_call" else [r.type for r in results]
+        types = custom_call_result_types(op) if isinstance(op, effects.CustomCallOp) else [r.type for r in results]
         shape = _shape_of(types[0] if len(types) == 1 else TupleType(types), op.attributes)
         packer = self.packer.get(op)
         name_attr = op.attributes.get("hlo.name")

@@ -13,7 +13,7 @@ attributes)`` with ``attributes`` a list of ``(key, text)``; ``exp`` is the
 :class:`~interop.hlo.exporter.HloExporter` (``exp.computation`` names the
 computation printed for a region or callee).
 
-:data:`READERS` maps opcodes to read rules, :data:`WRITERS` hlo op names to
+:data:`READERS` maps opcodes to read rules, :data:`WRITERS` hlo op classes to
 write rules.
 """
 
@@ -62,8 +62,8 @@ from . import attributes as A
 READERS: dict[str, Callable] = {}
 """HLO opcode -> read rule."""
 
-WRITERS: dict[str, Callable] = {}
-"""hlo op name -> write rule."""
+WRITERS: dict[type, Callable] = {}
+"""hlo op class -> write rule."""
 
 
 def reads(*opcodes: str):
@@ -77,7 +77,7 @@ def reads(*opcodes: str):
 def writes(*op_classes):
     def deco(fn):
         for cls in op_classes:
-            WRITERS[cls.name] = fn
+            WRITERS[cls] = fn
         return fn
     return deco
 
@@ -153,7 +153,7 @@ def _write_plain(exp, op):
 
 for _cls in elementwise.OPS:
     if _cls not in (elementwise.CompareOp, elementwise.SelectOp, elementwise.ClampOp):
-        WRITERS[_cls.name] = _write_plain
+        WRITERS[_cls] = _write_plain
 
 
 @reads("compare")
@@ -206,13 +206,13 @@ def _read_simple(imp, ins, args):
 
 
 def _write_simple(exp, op):
-    return _SIMPLE_NAMES[op.name], list(op.operands), []
+    return _SIMPLE_OPCODES[type(op)], list(op.operands), []
 
 
 for _opcode, _cls in _SIMPLE.items():
     READERS[_opcode] = _read_simple
-    WRITERS[_cls.name] = _write_simple
-_SIMPLE_NAMES = {cls.name: opcode for opcode, cls in _SIMPLE.items()}
+    WRITERS[_cls] = _write_simple
+_SIMPLE_OPCODES = {cls: opcode for opcode, cls in _SIMPLE.items()}
 
 
 @reads("broadcast")
@@ -767,7 +767,7 @@ def _read_batch_norm(imp, ins, args):
 
 @writes(*_BATCH_NORM.values())
 def _write_batch_norm(exp, op):
-    opcode = next(k for k, v in _BATCH_NORM.items() if v.name == op.name)
+    opcode = next(k for k, v in _BATCH_NORM.items() if v is type(op))
     eps = op.properties["epsilon"].value.data
     return opcode, list(op.operands), [("epsilon", repr(float(np.float32(eps)))),
                                        ("feature_index", str(_int_prop(op, "feature_index")))]
@@ -1124,7 +1124,7 @@ def _read_dimension_size(imp, ins, args):
 
 @writes(effects.GetDimensionSizeOp, effects.SetDimensionSizeOp)
 def _write_dimension_size(exp, op):
-    opcode = "get-dimension-size" if op.name == "hlo.get_dimension_size" else "set-dimension-size"
+    opcode = "get-dimension-size" if isinstance(op, effects.GetDimensionSizeOp) else "set-dimension-size"
     return opcode, list(op.operands), [("dimensions", A.format_ints([_int_prop(op, "dimension")]))]
 
 
@@ -1360,7 +1360,7 @@ def _write_collective_broadcast(exp, op):
 
 @writes(collectives.ReplicaIdOp, collectives.PartitionIdOp)
 def _write_ids(exp, op):
-    return ("replica-id" if op.name == "hlo.replica_id" else "partition-id"), [], []
+    return ("replica-id" if isinstance(op, collectives.ReplicaIdOp) else "partition-id"), [], []
 
 
 # ----------------------------------------------------------------------------
@@ -1484,8 +1484,8 @@ def _write_recv(exp, op):
 # ----------------------------------------------------------------------------
 
 NO_HLO_FORM = {
-    "hlo.uniform_quantize": "run the expand-quantized pass first (-p expand-quantized)",
-    "hlo.uniform_dequantize": "run the expand-quantized pass first (-p expand-quantized)",
+    conversion.UniformQuantizeOp: "run the expand-quantized pass first (-p expand-quantized)",
+    conversion.UniformDequantizeOp: "run the expand-quantized pass first (-p expand-quantized)",
 }
 """hlo ops without an HLO text form -> what to do instead."""
 
@@ -1503,10 +1503,7 @@ class _Expansion:
     """
 
     def __init__(self, imp, ins, args):
-        from xla_dialect.ops import OPS_BY_NAME
-
         self.imp, self.ins, self.args = imp, ins, list(args)
-        self.ops_by_name = OPS_BY_NAME
         self.callee: str | None = None  # scan: the to_apply function the body calls
         self.callee_result = None  # and its result type
 
