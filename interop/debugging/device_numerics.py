@@ -26,6 +26,8 @@ from xdsl.ir import Operation
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xla_dialect.errors import XlaError
+from xla_dialect.ops.linalg import DotGeneralOp, DotOp
+from xla_dialect.ops.windowed import ConvolutionOp
 
 __all__ = ["DEVICES", "emulate_device", "passes_for"]
 
@@ -38,7 +40,7 @@ DEVICES = {
 
 _BF16 = (8, 7)
 _TF32 = (8, 10)
-_OPS = ("hlo.dot", "hlo.dot_general", "hlo.convolution")
+_OPS = (DotOp, DotGeneralOp, ConvolutionOp)
 _RANK = {"DEFAULT": 0, "HIGH": 1, "HIGHEST": 2}
 
 
@@ -125,7 +127,7 @@ def emulate_device(module: ModuleOp, device: str) -> ModuleOp:
     if device not in DEVICES:
         raise XlaError(f"emulate_device: unknown device {device!r}; choose one of {', '.join(DEVICES)}")
     copy = module.clone()
-    for op in [o for o in copy.walk() if o.name in _OPS]:
+    for op in [o for o in copy.walk() if isinstance(o, _OPS)]:
         types = [v.type for v in op.operands] + [op.results[0].type]
         if all(isinstance(t, TensorType) and isinstance(t.element_type, Float32Type) for t in types):
             _emulate(op, passes_for(op, device))

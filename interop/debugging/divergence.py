@@ -32,6 +32,11 @@ from xdsl.dialects.builtin import (ComplexType, Float16Type, Float32Type, Float6
                                    ModuleOp, TensorType, TupleType)
 
 from xla_dialect.errors import UnsupportedError, XlaError
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.conversion import BitcastConvertOp
+from xla_dialect.ops.data_movement import BitcastOp, BroadcastInDimOp
+from xla_dialect.ops.effects import CustomCallOp
+from xla_dialect.ops.numerics import ReducePrecisionOp
 from xla_dialect.xdsl_compat import retype_in_place
 
 from ..comparison import ULP_INFINITE, compare_arrays, is_float_dtype, magnitude_rtol, ulp_budget, ulp_distance
@@ -181,7 +186,7 @@ def _wide(t):
     return t
 
 
-_NOT_WIDENED = ("hlo.bitcast_convert", "hlo.bitcast", "hlo.reduce_precision")
+_NOT_WIDENED = (BitcastConvertOp, BitcastOp, ReducePrecisionOp)
 """Ops whose meaning is tied to their element type (reinterpreted bits, rounding to a format): they read
 and write the original type in the shadow, between converts."""
 
@@ -215,10 +220,10 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
     wide = module.clone()
     keep: dict = {}  # value -> its original type, for the ops that keep their types
     # (op, operand number) -> the operand's type (ops are kept; retyping may replace the values)
-    narrow_operands = {(id(op), i): v.type for op in wide.walk() if op.name in _NOT_WIDENED
+    narrow_operands = {(id(op), i): v.type for op in wide.walk() if isinstance(op, _NOT_WIDENED)
                        for i, v in enumerate(op.operands)}
     for op in wide.walk():
-        if op.name in _NOT_WIDENED:
+        if isinstance(op, _NOT_WIDENED):
             for r in op.results:
                 keep[r] = r.type
     for op in list(wide.walk()):
@@ -229,14 +234,14 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
         for r in list(op.results):
             if r not in keep:
                 retype_in_place(r, _wide(r.type))
-        if op.name == "hlo.constant" and isinstance(op.results[0].type, TensorType):
+        if isinstance(op, ConstantOp) and isinstance(op.results[0].type, TensorType):
             t = op.results[0].type
             array = op.value.array
             if array.dtype.kind in "fcV" and t != op.value.data.type:
                 with np.errstate(all="ignore"):
                     widened = array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
                 op.properties["value"] = DenseLiteralAttr.from_array(widened, t)
-        if op.name == "hlo.custom_call":
+        if isinstance(op, CustomCallOp):
             _widen_target(op)
         if isinstance(op, func.FuncOp):
             ft = op.function_type
@@ -244,7 +249,7 @@ def widen_to_f64(module: ModuleOp) -> ModuleOp:
                                                                      [_wide(t) for t in ft.outputs.data])
     # ops keeping their types: narrow their widened operands and widen their results for the users
     for op in list(wide.walk()):
-        if op.name not in _NOT_WIDENED:
+        if not isinstance(op, _NOT_WIDENED):
             continue
         for i, v in enumerate(op.operands):
             narrow = narrow_operands.get((id(op), i))
@@ -431,7 +436,7 @@ def _bit_dependent(module: ModuleOp) -> set[int]:
         index = op_index(op)
         if index is None:
             continue
-        if op.name in _NOT_WIDENED:
+        if isinstance(op, _NOT_WIDENED):
             out.add(index)
             continue
         exact = all(isinstance(r.type, TensorType) and not isinstance(r.type.element_type, (
@@ -521,7 +526,7 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
     if ref_traced is not None:
         have = {v.index for v in ours}
         for v in ref_traced:
-            if v.index is not None and v.index not in have and v.op not in ("hlo.constant", "hlo.broadcast_in_dim"):
+            if v.index is not None and v.index not in have and v.op not in (ConstantOp.name, BroadcastInDimOp.name):
                 text = v.op + (f" at {v.location}" if v.location else "")
                 if text not in absent:
                     absent.append(text)

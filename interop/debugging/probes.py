@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.ir import Operation
 
 from xla_dialect.errors import XlaError
+from xla_dialect.ops.control_flow import CallOp
 
 __all__ = ["OP_INDEX", "Probe", "Trace", "TracedValue", "load_program_like", "program_and_arguments", "tag_ops",
            "trace"]
@@ -70,7 +71,7 @@ def _through_calls(op: Operation, result: int) -> tuple[int | None, int]:
     """``(index, result)`` of the op computing result ``result`` of ``op``: for an ``hlo.call`` (inlined by the
     executor), the op of the callee that computes the value it returns there."""
     for _ in range(64):  # (calls nest; recursion is not allowed in XLA programs)
-        if op.name != "hlo.call":
+        if not isinstance(op, CallOp):
             break
         module = op
         while module.parent_op() is not None:

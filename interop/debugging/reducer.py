@@ -40,6 +40,8 @@ from xdsl.ir import Block, Operation
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xla_dialect.errors import XlaError
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.control_flow import ConditionalOp, ReturnOp, WhileOp
 
 __all__ = ["ReduceResult", "command_test", "crash_test", "mismatch_vs_jax_test", "pass_changes_test",
            "reduce_program", "write_pytest"]
@@ -62,8 +64,7 @@ class ReduceResult:
 
 def count_ops(module: ModuleOp) -> int:
     """Ops that compute something: every op but modules, functions and returns."""
-    return sum(1 for op in module.walk() if not isinstance(op, (ModuleOp, func.FuncOp))
-               and op.name not in ("func.return", "hlo.return"))
+    return sum(1 for op in module.walk() if not isinstance(op, (ModuleOp, func.FuncOp, func.ReturnOp, ReturnOp)))
 
 
 # -- interestingness tests ------------------------------------------------------------------------------------
@@ -299,9 +300,9 @@ def _inline_region(module: ModuleOp, entry: str, position: int, k: int) -> Modul
     branch ``k`` of a conditional on its operand, the body of a while (``k`` = 1) on the initial values."""
     copy = module.clone()
     op = _at(copy, position)
-    if op.name == "hlo.conditional" and k < len(op.regions):
+    if isinstance(op, ConditionalOp) and k < len(op.regions):
         inputs = [op.operands[1 + k]]
-    elif op.name == "hlo.while" and k == 1:
+    elif isinstance(op, WhileOp) and k == 1:
         inputs = list(op.operands)
     else:
         return None
@@ -522,9 +523,9 @@ def _one_by_one(search: _Search, module: ModuleOp, entry: str) -> ModuleOp:
             break
         op = ops[index]
         index += 1
-        if isinstance(op, (ModuleOp, func.FuncOp)) or op.name in ("func.return", "hlo.return"):
+        if isinstance(op, (ModuleOp, func.FuncOp, func.ReturnOp, ReturnOp)):
             continue
-        if op.name == "hlo.constant":
+        if isinstance(op, ConstantOp):
             for zero in (False, True):
                 candidate = _splat_constant(module, entry, index - 1, zero)
                 if search.accept(candidate, module):

@@ -155,12 +155,13 @@ def _capture_host_callbacks(module: ModuleOp, callbacks) -> None:
         callback_index,
         describe_callback,
     )
+    from xla_dialect.ops.effects import CustomCallOp
 
     callbacks = list(callbacks)
     if not callbacks:
         return
     for op in module.walk():
-        if op.name != "hlo.custom_call" or op.properties["call_target_name"].data not in HOST_CALLBACK_TARGETS:
+        if not isinstance(op, CustomCallOp) or op.properties["call_target_name"].data not in HOST_CALLBACK_TARGETS:
             continue
         index = callback_index(op)
         if index is None or not 0 <= index < len(callbacks) or not callable(callbacks[index]):
@@ -235,12 +236,12 @@ def _fix_platform_index(module: ModuleOp, index: int) -> None:
     import numpy as np
 
     from xla_dialect.literal import DenseLiteralAttr
-    from xla_dialect.ops import OPS_BY_NAME
+    from xla_dialect.ops.constants import ConstantOp
 
     main = next(op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main")
     block = main.body.block
     arg = block.args[0]
-    constant = OPS_BY_NAME["hlo.constant"].create(
+    constant = ConstantOp.create(
         properties={"value": DenseLiteralAttr.from_array(np.array(index, np.int32), arg.type)},
         result_types=[arg.type])
     block.insert_op_before(constant, block.first_op)

@@ -32,6 +32,7 @@ def layout_changing_bitcasts(module) -> list:
     stands for our rewriting of the bitcast (``export_hlo(for_xla=True)``), not for the bytes XLA itself
     would read: a difference from the executor there does not show that the executor is wrong."""
     from xla_dialect.layout import Layout, layout_of
+    from xla_dialect.ops.data_movement import BitcastOp
     from xla_dialect.types import element_type_of
 
     def row_major(t) -> bool:
@@ -46,7 +47,7 @@ def layout_changing_bitcasts(module) -> list:
 
     found = []
     for op in module.walk():
-        if op.name != "hlo.bitcast":
+        if not isinstance(op, BitcastOp):
             continue
         src, dst = op.operands[0].type, op.results[0].type
         try:

@@ -108,6 +108,8 @@ def survey_file(path: str, max_elements: int = 1 << 24, part: int | None = None)
     import lowering
 
     from xla_dialect.errors import ExecutionError
+    from xla_dialect.ops.control_flow import FusionOp
+    from xla_dialect.ops.data_movement import BitcastOp
 
     from ..hlo import export_hlo, import_hlo, run_hlo_on_xla, run_hlo_text_on_xla
 
@@ -151,7 +153,7 @@ def survey_file(path: str, max_elements: int = 1 << 24, part: int | None = None)
         return out
     # XLA compiles optimized text (fusions, bitcasts) only through our for_xla print: from the original
     # text its CPU compiler can abort the process (a CHECK on fusions without backend configs).
-    optimized = any(op.name in ("hlo.fusion", "hlo.bitcast") for op in module.walk())
+    optimized = any(isinstance(op, (FusionOp, BitcastOp)) for op in module.walk())
     try:
         if optimized:
             expected = run_hlo_on_xla(module, *args)

@@ -12,51 +12,78 @@ import inspect
 from lowering import kernels as _kernels  # noqa: F401  (registers every kernel)
 from lowering.registry import KERNELS
 from xla_dialect.ops import FAMILIES
+from xla_dialect.ops.collectives import CollectiveBroadcastOp, CollectiveReduceOp
+from xla_dialect.ops.control_flow import AsyncDoneOp, AsyncStartOp, ReturnOp
+from xla_dialect.ops.conversion import BitcastConvertOp, UniformDequantizeOp, UniformQuantizeOp
+from xla_dialect.ops.data_movement import DynamicPadOp
+from xla_dialect.ops.effects import SetDimensionSizeOp
+from xla_dialect.ops.elementwise import (
+    Atan2Op,
+    CbrtOp,
+    CompareOp,
+    CosineOp,
+    ErfOp,
+    ExpOp,
+    Expm1Op,
+    Log1pOp,
+    LogOp,
+    LogisticOp,
+    PowOp,
+    RsqrtOp,
+    SineOp,
+    TanOp,
+    TanhOp,
+)
+from xla_dialect.ops.indexing import DynamicGatherOp
+from xla_dialect.ops.linalg import DotGeneralOp
+from xla_dialect.ops.numerics import FftOp, RngOp
+from xla_dialect.ops.reduction import ReduceOp
+from xla_dialect.ops.windowed import DynamicConvOp, ReduceWindowOp
 
 # Known deviations from XLA, per op (measured against jax.jit / XLA CPU; see the tests).
 NOTES = {
-    "hlo.exponential": "bit-exact with XLA's own exp (about 0.025 us/element f32, 0.2 f64); c128 bit-exact, c64 within 2 ULP",
-    "hlo.log": "real types bit-exact (f32 XLA's own); complex: the StableHLO complex-math expansion XLA applies, c128 "
-               "bit-exact, c64 up to 1 ULP on the few elements XLA computes outside its vectorized loop",
-    "hlo.tanh": "bit-exact with XLA's own approximations (about 0.03 us/element f32, 0.4 f64); c128 bit-exact",
-    "hlo.exponential_minus_one": "bit-exact (about 0.05 us/element f32, 0.6 f64); c128 bit-exact",
-    "hlo.log_plus_one": "bit-exact (about 0.07 us/element f32, 0.3 f64; complex: the StableHLO expansion XLA applies)",
-    "hlo.erf": "bit-exact (f32 XLA's rational approximation, f64 glibc's erf)",
-    "hlo.rsqrt": "bit-exact on every x86-64 CPU: the CPU's own estimate instruction plus XLA's Newton steps, as XLA "
-                 "runs them (f32 RSQRTPS with AVX; f64 VRSQRT14PD with AVX-512F, else 1/sqrt)",
-    "hlo.logistic": "bit-exact for real types and c128",
-    "hlo.sine": "bit-exact for real types (f32: the C library's sinf, which XLA calls, called from the kernel, fused "
-                "loops and compiled loops alike); complex: see the general notes",
-    "hlo.cosine": "bit-exact for real types (f32: the C library's cosf, which XLA calls, called from the kernel, fused "
-                  "loops and compiled loops alike); complex: see the general notes",
-    "hlo.tan": "bit-exact (libm's tanf/tan, as XLA; 8-bit floats via f16)",
-    "hlo.dot_general": "small f32/f64 dots in XLA CPU's summation order (bit-exact on measured shapes, see the notes); complex dots follow XLA's Eigen summation order (bit-exact on tested shapes; ~10x slower than BLAS)",
-    "hlo.bitcast_convert": "pred counts as 1 bit, as in StableHLO (XLA counts 8)",
-    "hlo.cbrt": "complex accepted as in StableHLO (XLA rejects it)",
-    "hlo.atan2": "complex: c128 bit-exact; c64 matches XLA's special values but not its last bits (XLA calls glibc's "
-                 "f32 sincosf)",
-    "hlo.power": "complex: c128 bit-exact, c64 within 2 ULP",
-    "hlo.compare": "complex LT/GT/LE/GE rejected (XLA accepts them but its results look wrong)",
-    "hlo.rng": "random stream differs from XLA's (same distributions/formulas)",
-    "hlo.set_dimension_size": "static shapes only: the size is checked, data is not truncated",
-    "hlo.fft": "fft_length must equal the innermost dimensions (XLA CPU misbehaves otherwise)",
-    "hlo.reduce": "f32/f64/bf16 sums of 4,096 elements or more in XLA CPU's order (YNNPACK's sum; bit-exact on "
-                  "measured shapes on AVX-512 hosts, see the notes)",
-    "hlo.reduce_window": "window walk order is row-major; XLA CPU's order with padding may differ in the last float bits",
-    "hlo.collective_broadcast": "XLA CPU does not implement it; several operands and `has_dynamic_root` as in the "
-                                "current spec (text jaxlib cannot parse is read through the importer's fallback)",
-    "hlo.async_start": "the current spec's async op (jaxlib 0.10 cannot parse it: read through the importer's "
-                       "fallback); the executor computes the body's op when it starts, as the spec allows",
-    "hlo.async_done": "returns the results the future holds",
-    "hlo.dynamic_pad": "configured when it runs (paddings as operands), executed as `hlo.pad`",
-    "hlo.dynamic_gather": "configured when it runs (slice sizes as an operand), executed as `hlo.gather`",
-    "hlo.dynamic_conv": "configured when it runs (padding as an operand), executed as `hlo.convolution`",
-    "hlo.collective_reduce": "op of the current StableHLO spec (no XLA op, jaxlib 0.10 cannot parse it: read through "
-                             "the importer's fallback); the spec's example and StableHLO's interpreter test pass",
-    "hlo.uniform_quantize": "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
-    "hlo.uniform_dequantize": "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
+    ExpOp: "bit-exact with XLA's own exp (about 0.025 us/element f32, 0.2 f64); c128 bit-exact, c64 within 2 ULP",
+    LogOp: "real types bit-exact (f32 XLA's own); complex: the StableHLO complex-math expansion XLA applies, c128 "
+           "bit-exact, c64 up to 1 ULP on the few elements XLA computes outside its vectorized loop",
+    TanhOp: "bit-exact with XLA's own approximations (about 0.03 us/element f32, 0.4 f64); c128 bit-exact",
+    Expm1Op: "bit-exact (about 0.05 us/element f32, 0.6 f64); c128 bit-exact",
+    Log1pOp: "bit-exact (about 0.07 us/element f32, 0.3 f64; complex: the StableHLO expansion XLA applies)",
+    ErfOp: "bit-exact (f32 XLA's rational approximation, f64 glibc's erf)",
+    RsqrtOp: "bit-exact on every x86-64 CPU: the CPU's own estimate instruction plus XLA's Newton steps, as XLA "
+             "runs them (f32 RSQRTPS with AVX; f64 VRSQRT14PD with AVX-512F, else 1/sqrt)",
+    LogisticOp: "bit-exact for real types and c128",
+    SineOp: "bit-exact for real types (f32: the C library's sinf, which XLA calls, called from the kernel, fused "
+            "loops and compiled loops alike); complex: see the general notes",
+    CosineOp: "bit-exact for real types (f32: the C library's cosf, which XLA calls, called from the kernel, fused "
+              "loops and compiled loops alike); complex: see the general notes",
+    TanOp: "bit-exact (libm's tanf/tan, as XLA; 8-bit floats via f16)",
+    DotGeneralOp: "small f32/f64 dots in XLA CPU's summation order (bit-exact on measured shapes, see the notes); complex dots follow XLA's Eigen summation order (bit-exact on tested shapes; ~10x slower than BLAS)",
+    BitcastConvertOp: "pred counts as 1 bit, as in StableHLO (XLA counts 8)",
+    CbrtOp: "complex accepted as in StableHLO (XLA rejects it)",
+    Atan2Op: "complex: c128 bit-exact; c64 matches XLA's special values but not its last bits (XLA calls glibc's "
+             "f32 sincosf)",
+    PowOp: "complex: c128 bit-exact, c64 within 2 ULP",
+    CompareOp: "complex LT/GT/LE/GE rejected (XLA accepts them but its results look wrong)",
+    RngOp: "random stream differs from XLA's (same distributions/formulas)",
+    SetDimensionSizeOp: "static shapes only: the size is checked, data is not truncated",
+    FftOp: "fft_length must equal the innermost dimensions (XLA CPU misbehaves otherwise)",
+    ReduceOp: "f32/f64/bf16 sums of 4,096 elements or more in XLA CPU's order (YNNPACK's sum; bit-exact on "
+              "measured shapes on AVX-512 hosts, see the notes)",
+    ReduceWindowOp: "window walk order is row-major; XLA CPU's order with padding may differ in the last float bits",
+    CollectiveBroadcastOp: "XLA CPU does not implement it; several operands and `has_dynamic_root` as in the "
+                           "current spec (text jaxlib cannot parse is read through the importer's fallback)",
+    AsyncStartOp: "the current spec's async op (jaxlib 0.10 cannot parse it: read through the importer's "
+                  "fallback); the executor computes the body's op when it starts, as the spec allows",
+    AsyncDoneOp: "returns the results the future holds",
+    DynamicPadOp: "configured when it runs (paddings as operands), executed as `hlo.pad`",
+    DynamicGatherOp: "configured when it runs (slice sizes as an operand), executed as `hlo.gather`",
+    DynamicConvOp: "configured when it runs (padding as an operand), executed as `hlo.convolution`",
+    CollectiveReduceOp: "op of the current StableHLO spec (no XLA op, jaxlib 0.10 cannot parse it: read through "
+                        "the importer's fallback); the spec's example and StableHLO's interpreter test pass",
+    UniformQuantizeOp: "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
+    UniformDequantizeOp: "also the 125 quantized corpus programs (XLA CPU does not compile quantized programs)",
 }
-"""Op name -> known deviation, shown in the status column of docs/operations.md."""
+"""Op class -> known deviation, shown in the status column of docs/operations.md."""
 
 GENERAL_NOTES = [
     "XLA CPU flushes denormals (FTZ/DAZ); `lowering.compile(..., denormals=None|'flush'|'keep')`. By default the "
@@ -97,13 +124,13 @@ GENERAL_NOTES = [
     "client does not compile quantized StableHLO.",
 ]
 
-SPEC_CHECKED = {"hlo.uniform_quantize", "hlo.uniform_dequantize", "hlo.collective_broadcast", "hlo.collective_reduce",
-                "hlo.async_start", "hlo.async_done", "hlo.dynamic_pad", "hlo.dynamic_gather", "hlo.dynamic_conv"}
+SPEC_CHECKED = {UniformQuantizeOp, UniformDequantizeOp, CollectiveBroadcastOp, CollectiveReduceOp, AsyncStartOp,
+                AsyncDoneOp, DynamicPadOp, DynamicGatherOp, DynamicConvOp}
 """Ops XLA's CPU client cannot run: tested against the StableHLO spec (and the corpus) instead."""
 
 # Ops that are structure rather than computation: they have no kernel of their
 # own because the executor handles them while lowering.
-STRUCTURAL = {"hlo.return": "region terminator, lowered to the region function's return"}
+STRUCTURAL = {ReturnOp: "region terminator, lowered to the region function's return"}
 
 
 def family_rows():
@@ -112,13 +139,13 @@ def family_rows():
         short = family.__name__.rsplit(".", 1)[-1]
         ops = []
         for op in family.OPS:
-            if op.name in STRUCTURAL:
-                status = STRUCTURAL[op.name]
+            if op in STRUCTURAL:
+                status = STRUCTURAL[op]
             else:
-                checked = "the StableHLO spec" if op.name in SPEC_CHECKED else "jax/XLA"
+                checked = "the StableHLO spec" if op in SPEC_CHECKED else "jax/XLA"
                 status = f"executes, tested vs {checked}" if op in KERNELS else "NO KERNEL"
-                if op.name in NOTES:
-                    status += "; " + NOTES[op.name]
+                if op in NOTES:
+                    status += "; " + NOTES[op]
             ops.append((op.name, status))
         methods = []
         for name, obj in vars(family).items():
