@@ -391,10 +391,10 @@ def _reads_a_name(node: ast.AST) -> bool:
             and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "name")
 
 
-def _spellings_of_op_names(tree: ast.Module, op_names: set[str]) -> list[tuple[int, str]]:
+def _spellings_of_op_names(tree: ast.Module, op_names: set[str], lookups: bool = True) -> list[tuple[int, str]]:
     """(line, code) of each place ``tree`` finds an op by a spelling of its name: a string naming a registered
-    op (docstrings aside: a set of them, a dict keyed by them, a comparison with one), a name looked up in a
-    table (``x.name in TABLE``, ``TABLE[x.name]``)."""
+    op (docstrings aside: a set of them, a dict keyed by them, a comparison with one), and with ``lookups`` a
+    name looked up in a table (``x.name in TABLE``, ``TABLE[x.name]``, ``TABLE.get(x.name)``)."""
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
@@ -403,10 +403,15 @@ def _spellings_of_op_names(tree: ast.Module, op_names: set[str]) -> list[tuple[i
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in op_names
                 and id(node) not in docstrings):
             found.append((node.lineno, repr(node.value)))
+        elif not lookups:
+            continue
         elif (isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops)
               and any(_reads_a_name(x) for x in [node.left, *node.comparators])):
             found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Subscript) and _reads_a_name(node.slice):
+            found.append((node.lineno, ast.unparse(node)))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and _reads_a_name(node.args[0])):
             found.append((node.lineno, ast.unparse(node)))
     return found
 
@@ -425,12 +430,67 @@ def test_lowering_finds_ops_by_class_not_by_name():
                     'def f(op, v):\n'
                     '    """Not "hlo.add" itself."""\n'
                     '    return op.name == "hlo.reduce", v.op.name in TABLE, TABLE[op.name], '
-                    'getattr(op, "name", None) in ("x",), op.name == "sdy.manual_computation"\n')
-    assert [line for line, _ in _spellings_of_op_names(bad, op_names)] == [1, 4, 4, 4, 4]
+                    'getattr(op, "name", None) in ("x",), op.name == "sdy.manual_computation"\n'
+                    '    return TABLE.get(op.name)\n')
+    assert sorted(line for line, _ in _spellings_of_op_names(bad, op_names)) == [1, 4, 4, 4, 4, 5]
+    assert sorted(line for line, _ in _spellings_of_op_names(bad, op_names, lookups=False)) == [1, 4]
     found = [f"{path.relative_to(REPO)}:{line}: {code}" for name, path in _modules() if name in FOUND_BY_CLASS
              for line, code in _spellings_of_op_names(ast.parse(path.read_text()), op_names)]
     assert not found, "\n".join(found)
     assert len({name for name, _ in _modules()} & set(FOUND_BY_CLASS)) == len(FOUND_BY_CLASS)
+
+
+NAMES_OF_OTHER_THINGS = {
+    "interop.comparison": "element type names (real.name in defaults)",
+    "interop.hlo.importer": "names of HLO text instructions and computations (scope.values[ins.name])",
+    "interop.hlo.syntax": "names of HLO text instructions and computations (instr.name in names)",
+    "interop.jax.sharded": "names of Python parameters (p.name in self.names)",
+    "interop.stablehlo.importer": "names of MLIR attributes (attrs[named.name])",
+    "interop.stablehlo.dispatch": "names of the MLIR ops read (ATTRIBUTE_RENAMES.get(op.name): stablehlo.X)",
+    "interop.tools.conformance.extraction": "names of the MLIR ops read (op.name in ('interpreter.probe', ...))",
+}
+"""interop modules whose ``x.name`` look-ups are names of something else than an hlo op: in them only the
+strings naming an hlo op are looked for."""
+
+NAME_TO_CLASS = {"interop.stablehlo.importer", "interop.stablehlo.dispatch"}
+"""The one place a name read from a program finds its op class (``OPS_BY_NAME``): the StableHLO importer's
+``ops_by_name``, read by :func:`interop.stablehlo.dispatch.hlo_op_class` (``stablehlo.X`` -> ``hlo.X``, and the
+op an exporter marker names)."""
+
+
+def _name_to_class_maps(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, code) of each use of the op-name -> class map (``OPS_BY_NAME``, an importer's ``ops_by_name``)."""
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)
+            if isinstance(node, ast.Name) and node.id == "OPS_BY_NAME"
+            or isinstance(node, ast.Attribute) and node.attr in ("OPS_BY_NAME", "ops_by_name")]
+
+
+def test_interop_finds_ops_by_class_not_by_name():
+    """The StableHLO exporter's rules (``EXPORTERS``, keyed by ``ReturnOp``), the StableHLO converters (which
+    build ``ConstantOp``, not ``ops_by_name["hlo.constant"]``), the HLO text rules (``WRITERS``, keyed by class),
+    the debugging tools and the op table find ops by class: no module of ``interop`` spells an hlo op's name,
+    none but those of :data:`NAMES_OF_OTHER_THINGS` looks a name up in a table, and an op's class is found from
+    its name (``OPS_BY_NAME``) at one place only, :data:`NAME_TO_CLASS`, in ``lowering``, ``passes`` and
+    ``interop`` alike. (Text written or read names ops: ``"stablehlo." + op.name[4:]``, ``CopyOp.name``.)"""
+    from xla_dialect.internal import OPS as INTERNAL_OPS
+    from xla_dialect.ops import ALL_OPS
+
+    op_names = {op.name for op in (*ALL_OPS, *INTERNAL_OPS)}
+    sample = ast.parse('def f(imp, op):\n    return imp.ops_by_name["hlo.x"], OPS_BY_NAME.get(op)\n')
+    assert [line for line, _ in _name_to_class_maps(sample)] == [2, 2]
+    modules = list(_modules())
+    found = []
+    for name, path in modules:
+        tree = ast.parse(path.read_text())
+        if name.split(".")[0] == "interop":
+            lookups = name not in NAMES_OF_OTHER_THINGS
+            found += [f"{path.relative_to(REPO)}:{line}: {code}"
+                      for line, code in _spellings_of_op_names(tree, op_names, lookups=lookups)]
+        if name.split(".")[0] in ("lowering", "passes", "interop") and name not in NAME_TO_CLASS:
+            found += [f"{path.relative_to(REPO)}:{line}: {code} (name -> class)"
+                      for line, code in _name_to_class_maps(tree)]
+    assert not found, "\n".join(found)
+    assert set(NAMES_OF_OTHER_THINGS) | NAME_TO_CLASS <= {name for name, _ in modules}
 
 
 def _lookups_by_mnemonic(tree: ast.Module) -> list[tuple[int, str]]:
