@@ -1026,10 +1026,15 @@ class _LoopWriter:
 
         found = ynnpack_plan(op)
         if found is not None:
-            (kind, outer, k, n, tiles), pairs = found
+            (kind, outer, k, n, tiles), pairs, transposed = found
             t = _NUMBA_TYPE_NAMES[dtype]
             x, init = (self.name(v) for v in op.operands)
-            if shape:
+            if transposed is not None:  # (the sum of the transpose's operand: see ynnpack_plan)
+                x = self.name(op.operands[0].owner.operands[0])
+            if shape and transposed is not None and transposed[2] != tuple(range(len(shape))):
+                target = self.fresh("h")  # (the sums in the operand's order, transposed after)
+                self.prologue.append(f"    {target} = new_array({transposed[1]!r}, {t})")
+            elif shape:
                 self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
                 target = out
             else:  # (a scalar result: summed into a one-element buffer of the call)
@@ -1050,6 +1055,8 @@ class _LoopWriter:
                               f"{', '.join([f'{t}({init})', *extra])})")
             if not shape:
                 self.emit(indent, f"{out} = {target}[0]")
+            elif target != out:
+                self.emit(indent, f"{out} = contiguous(np.transpose({target}, {transposed[2]!r}))")
             return
         ufunc = binary_body_ufunc(op.body)
         body_op = next(iter(op.body.block.ops))

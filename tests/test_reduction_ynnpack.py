@@ -291,3 +291,30 @@ def test_bf16_operands_use_the_kernel_xla_chooses(name, fn, shapes, options):
     got, want = _bits(fn, args, **options)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+_TRANSPOSED = [  # XLA's simplifier sums the transpose's operand over the permuted dimensions (HandleReduce)
+    ("full sum", lambda x: jnp.sum(x.T), (64, 100)),
+    ("rows of a transpose", lambda x: jnp.sum(x.T, axis=1), (100, 300)),
+    ("kept dimensions transposed after", lambda x: jnp.sum(x.T, axis=2), (33, 100, 100)),
+    ("a transpose two sums read", lambda x: (lambda z: (jnp.sum(z, axis=2), jnp.sum(z, axis=(0, 1))))(x.T),
+     (33, 100, 100)),
+    ("a scalar sum of a transpose also doubled", lambda x: (lambda z: (jnp.sum(z), z * 2))(x.T), (64, 100)),
+    ("in a loop", lambda x: jax.lax.fori_loop(
+        0, 3, lambda i, s: (s[0] * x.dtype.type(0.75), s[1] + jnp.sum(jnp.swapaxes(s[0], 0, 2), axis=(1, 2))),
+        (x, jnp.zeros(x.shape[2], x.dtype)))[1], (8, 16, 100)),
+    ("in a loop, transposed after", lambda x: jax.lax.fori_loop(
+        0, 3, lambda i, s: (s[0] * x.dtype.type(0.75), s[1] + jnp.sum(s[0].T, axis=2)),
+        (x, jnp.zeros(x.shape[:0:-1], x.dtype)))[1], (33, 40, 50)),
+]
+
+
+@pytest.mark.parametrize("options", _LOOP_OPTIONS,
+                         ids=[f"fusion {o['fusion']}, loops {o['loop_compilation']}" for o in _LOOP_OPTIONS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name, fn, shape", _TRANSPOSED, ids=[s[0] for s in _TRANSPOSED])
+def test_sums_of_transposes_are_sums_of_their_operands(name, fn, shape, dtype, options):
+    x = _mixed(np.random.default_rng(16), shape, dtype)
+    got, want = _bits(fn, (x,), **options)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

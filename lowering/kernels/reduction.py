@@ -33,6 +33,7 @@ import numpy as np
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
+from xla_dialect.ops.data_movement import TransposeOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
 from xla_dialect.types import element_type_from_dtype
 
@@ -265,14 +266,18 @@ def _tree_reduce(op, axes, dtypes, out_shape, empty):
     return reduce_kernel
 
 
-def ynnpack_plan(op) -> tuple[tuple, bool] | None:
-    """``(plan, pairs)`` when XLA CPU computes the reduce ``op`` with YNNPACK's sum in an order
+def ynnpack_plan(op) -> tuple[tuple, bool, tuple | None] | None:
+    """``(plan, pairs, transposed)`` when XLA CPU computes the reduce ``op`` with YNNPACK's sum in an order
     :func:`lowering.kernels.ynnpack_sum.sum_plan` identified -- one f32/f64 operand summed (a body
     ``add(p0, p1)``) of at least 4,096 elements, on a host with the AVX-512 kernels it was measured with --
     ``pairs`` when the operand is converted from bf16 (YNNPACK's bf16 kernel reads it two values per lane); else
     None. Inside while loops too (measured: XLA CPU sums in ``lax.while_loop``/``scan``/``fori_loop`` bodies in the
     same order). The interpreter's kernel, fused loops (which leave such sums to it), compiled loops and compiled
-    segments (which call the same definition) decide with this one function."""
+    segments (which call the same definition) decide with this one function. ``transposed`` (else None): the
+    operand is a transpose that XLA's simplifier folds into the reduce (``HandleReduce``: a result of rank < 2, or
+    a transpose only reduces read), so the plan is the sum of the transpose's operand over the permuted dimensions:
+    ``(inverse, kept, order)`` -- the operand is ``np.transpose(x, inverse)``, the plan's outputs have the shape
+    ``kept``, and ``np.transpose(outputs, order)`` is the result (measured: ``jnp.sum(x.T, ...)``)."""
     if len(op.operands) != 2 or len(op.results) != 1 or binary_body_ufunc(op.body) is not np.add:
         return None
     x = op.operands[0]
@@ -281,11 +286,21 @@ def ynnpack_plan(op) -> tuple[tuple, bool] | None:
         return None
     if not small_dot._measured_host():
         return None
-    shape = tuple(x.type.get_shape())
-    plan = sum_plan(shape, tuple(sorted(ints(op.dimensions))), np.float32 if dtype == "f32" else np.float64)
+    shape, dims = tuple(x.type.get_shape()), sorted(ints(op.dimensions))
+    transposed = None
+    if isinstance(x.owner, TransposeOp):
+        if not (len(op.results[0].type.get_shape()) < 2 or len(list(x.uses)) == 1
+                or all(isinstance(use.operation, ReduceOp) for use in x.uses)):
+            return None  # (a transpose other ops read too, results of rank 2 or more: neither order, measured)
+        perm = ints(x.owner.permutation)
+        shape, dims = tuple(x.owner.operands[0].type.get_shape()), sorted(perm[d] for d in dims)
+        kept = [e for e in range(len(shape)) if e not in dims]
+        transposed = (tuple(int(v) for v in np.argsort(perm)), tuple(shape[e] for e in kept),
+                      tuple(kept.index(perm[d]) for d in range(len(perm)) if perm[d] not in dims))
+    plan = sum_plan(shape, tuple(dims), np.float32 if dtype == "f32" else np.float64)
     if plan is None:
         return None
-    return plan, _reads_bf16(op)
+    return plan, transposed is None and _reads_bf16(op), transposed
 
 
 def _reads_bf16(op) -> bool:
@@ -347,9 +362,13 @@ def _returned_unchanged(value, use) -> bool:
             and use.index == value.index)
 
 
-def _ynnpack_reduce(plan, pairs, dtype, out_shape):
+def _ynnpack_reduce(plan, pairs, transposed, dtype, out_shape):
     def ynnpack_sum_kernel(body, x, init):
-        return ynnpack_sum(np.asarray(x, dtype), plan, init, pairs).reshape(out_shape)
+        if transposed is None:
+            return ynnpack_sum(np.asarray(x, dtype), plan, init, pairs).reshape(out_shape)
+        inverse, kept, order = transposed
+        sums = ynnpack_sum(np.transpose(np.asarray(x, dtype), inverse), plan, init, pairs).reshape(kept)
+        return np.ascontiguousarray(np.transpose(sums, order)).reshape(out_shape)
 
     return ynnpack_sum_kernel
 
