@@ -9,8 +9,8 @@ on the 2-core VM: calls at full speed only 48 s after the first, its last compil
   once as part of the segment; the loops and fused groups inside a segment start compiling first (they run many
   times in the first call), the segment after its 20th call. numba compiles one function at a time (its global
   compiler lock), so the segment -- the one that makes every other useless -- waited for the others.
-  Here a unit that starts compiling while it runs inside a segment that is still interpreted starts that
-  segment's compilation as well (:func:`compile_in_background` "promotes" the outermost enclosing segment), jobs
+  Here a unit that starts compiling while it runs inside a segment or a while loop that is still interpreted
+  starts that one's compilation as well (:func:`compile_in_background` "promotes" the outermost enclosing unit), jobs
   run one at a time from a queue ordered by nesting depth (outermost first), and a job whose enclosing segment
   has machine code by its turn is dropped.
 * **The GIL.** numba's type inference and lowering are Python: on a thread of this process they share the GIL with
@@ -46,7 +46,7 @@ _STACK = threading.local()
 
 
 def enclosing_units() -> list:
-    """The compiled units (segments) running interpreted on this thread, outermost first: a unit pushes itself
+    """The compiled units (segments, while loops) running interpreted on this thread, outermost first: a unit pushes itself
     (:func:`enter`) while its interpreted form runs, so the units called inside know what encloses them."""
     units = getattr(_STACK, "units", None)
     if units is None:

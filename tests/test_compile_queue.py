@@ -171,3 +171,25 @@ def _a_generated_function():
 
     module = import_generated("import numba\n\n\n@numba.njit(cache=True)\ndef f():\n    return 1\n", "test")
     return module.f
+
+
+def test_a_loop_running_interpreted_compiles_before_the_segments_inside(new_program, monkeypatch):
+    # A scan whose state is too large for a segment around it (4,400 elements), with a small body: the body's
+    # segment reaches its 20 calls first and starts the loop's compilation; its own job is dropped.
+    monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 50)
+    seen = _recorded(monkeypatch)
+
+    def scan(xs, h):
+        def step(h, x):
+            h = jnp.tanh(h * F32(0.9) + x) - F32(0.1) * jnp.sin(h)
+            return h, jnp.sum(h * h)
+        return lax.scan(step, h, xs)
+
+    xs, h = np.linspace(-1, 1, 1100 * 4, dtype=F32).reshape(1100, 4), np.zeros(4, F32)
+    module = import_jax(scan, xs, h)
+    auto = lowering.compile(module)
+    expected = [_bits(v) for v in lowering.compile(module, loop_compilation="never")(xs, h)]
+    assert [_bits(v).tolist() for v in auto(xs, h)] == [e.tolist() for e in expected]
+    assert compile_queue.wait_for_background_compiles(timeout=600)
+    assert seen["loop"] == 1 and seen["segment"] == 0
+    assert [_bits(v).tolist() for v in auto(xs, h)] == [e.tolist() for e in expected]

@@ -207,6 +207,23 @@ def _while(op, ctx):
             done["loop"], done["started"] = loop, True
 
     done["probed"] = mode == "always"
+    from ..compile_queue import enter, leave
+
+    class Unit:
+        """This loop while it runs interpreted, to the units inside it (lowering.compile_queue): their
+        compilation starts this loop's, which makes theirs useless once done."""
+
+        @property
+        def kernel(self):
+            return done["loop"]
+
+        def background_job(self):
+            if done["started"] or mode != "auto":
+                return None
+            done["started"] = True
+            return compile_now
+
+    unit = Unit()
 
     def while_kernel(cond, body, *state):
         if not done["probed"]:
@@ -217,16 +234,20 @@ def _while(op, ctx):
             return run_compiled(state)
         n = 0
         began = perf_counter()
-        while cond(*state)[0]:
-            if not done["started"] and done["iterations"] + n >= threshold:
-                start()
-            if done["loop"] is not None:  # (compiled meanwhile: switch here, the same bits)
-                done["iterations"] += n
-                return run_compiled(state)
-            state = body(*state)
-            n += 1
-            if bounded:
-                check(where)
+        enter(unit)
+        try:
+            while cond(*state)[0]:
+                if not done["started"] and done["iterations"] + n >= threshold:
+                    start()
+                if done["loop"] is not None:  # (compiled meanwhile: switch here, the same bits)
+                    done["iterations"] += n
+                    return run_compiled(state)
+                state = body(*state)
+                n += 1
+                if bounded:
+                    check(where)
+        finally:
+            leave()
         done["iterations"] += n
         done["seconds"] += perf_counter() - began
         return state[0] if single else tuple(state)
