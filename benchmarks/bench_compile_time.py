@@ -10,8 +10,8 @@ three new processes each import the program (``interop.import_jax``) and time, f
   kernels compile too, once per installation): ``lowering.compile``, the first call, and when the calls reach
   their steady speed (every background compilation of ``loop_compilation="auto"`` done, then the median of 20
   calls: ``steady from``);
-* **new program**: the library's kernels cached (numba's usual cache), the program's generated code not (a fresh
-  ``XLA_DIALECT_CACHE``): a user's first run of a new script;
+* **new program**: the library's kernels cached (the numba cache the first-install run filled), the program's
+  generated code not (a fresh ``XLA_DIALECT_CACHE``): a user's first run of a new script;
 * **warm**: the same in another process with the caches the new-program run left (the script's second run);
 * **jax.jit**: ``jax.jit(f)``'s first call (trace, compile, run) in a new process without, then with, jax's
   persistent compilation cache (``jax_compilation_cache_dir``, every compilation cached).
@@ -113,10 +113,11 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
             env = {"XLA_DIALECT_CACHE": os.path.join(caches, "xla"), "NUMBA_CACHE_DIR": os.path.join(caches, "numba"),
                    "BENCH_JAX_CACHE": os.path.join(caches, "jax")}
             cold = _run_child(name, "cold", budget, env)
+            # (the library's kernels as the first-install run left them in its numba cache; the program's
+            # generated modules new: another directory, so numba's cache has nothing for them)
             program_only = {**env, "XLA_DIALECT_CACHE": os.path.join(caches, "xla-new")}
-            program_only.pop("NUMBA_CACHE_DIR")
-            fresh = _run_child(name, "cold", budget, program_only, unset=("NUMBA_CACHE_DIR",))
-            warm = _run_child(name, "warm", budget, program_only, unset=("NUMBA_CACHE_DIR",))
+            fresh = _run_child(name, "cold", budget, program_only)
+            warm = _run_child(name, "warm", budget, program_only)
             jax_cold = _run_child(name, "jax", budget, env)
             _run_child(name, "jax-cache", budget, env)  # (fills jax's cache)
             jax_warm = _run_child(name, "jax-cache", budget, env)
