@@ -1040,16 +1040,15 @@ class _LoopWriter:
             else:  # (a scalar result: summed into a one-element buffer of the call)
                 target = self.fresh("h")
                 self.prologue.append(f"    {target} = new_array(1, {t})")
-            if kind in (LOOPED_ROWS, LOOPED_COLUMNS):  # (sum_rows_looped / sum_columns_looped: no tiles)
-                p, l, m = outer
-                call, source, result, extra = (("rows_looped", (p, l, m, k), (p, m), []) if kind == LOOPED_ROWS
-                                               else ("columns_looped", (p, l, m, k, n), (p, m, n), []))
+            if kind in (LOOPED_ROWS, LOOPED_COLUMNS):  # (sum_rows_looped / sum_columns_looped)
+                p, l, m, tile = outer
+                call, source, result = (("rows_looped", (p, l, m, k), (p, m)) if kind == LOOPED_ROWS
+                                        else ("columns_looped", (p, l, m, k, n), (p, m, n)))
+                extra = [str(bool(pairs)), str(int(tile))] if kind == LOOPED_ROWS else [str(int(tile))]
             else:  # (sum_rows / sum_columns)
                 call, source, result = (("rows", (outer, k), (outer,)) if kind == ROWS
                                         else ("columns", (outer, k, n), (outer, n)))
-                extra = [repr(tuple(int(v) for v in tiles))]
-            if kind in (ROWS, LOOPED_ROWS):
-                extra.append(str(bool(pairs)))
+                extra = [repr(tuple(int(v) for v in tiles))] + ([str(bool(pairs))] if kind == ROWS else [])
             source, result = tuple(int(v) for v in source), tuple(int(v) for v in result)
             self.emit(indent, f"ynnpack_sum_{call}(c_view({x}, {source!r}), c_view({target}, {result!r}), "
                               f"{', '.join([f'{t}({init})', *extra])})")

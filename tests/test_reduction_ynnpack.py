@@ -60,6 +60,12 @@ _SUMS = [
     ("two runs of columns", lambda x: jnp.sum(x, axis=(0, 2)), (2, 5, 300, 4)),
     ("two runs with an initial value", lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (0, 2)),
      (16, 4, 100)),
+    ("two runs in tiles", lambda x: jnp.sum(x, axis=(0, 2)), (64, 64, 64)),  # tiles' sums by the columns kernel
+    ("two runs of columns in tiles", lambda x: jnp.sum(x, axis=(0, 2)), (40, 3, 100, 8)),
+    ("two runs in tiles with an initial value",
+     lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (0, 2)), (100, 4, 2000)),
+    ("two runs past a tile, not cut", lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (1, 3)),
+     (4, 64, 64, 64)),  # (the initial value last)
 ]
 
 
@@ -135,10 +141,11 @@ def test_plans_of_unidentified_and_small_sums():
     from lowering.kernels.ynnpack_sum import COLUMNS, LOOPED_COLUMNS, LOOPED_ROWS, ROWS, sum_plan
 
     assert sum_plan((4095,), (0,), np.float32) is None                 # XLA's own loops (reduce-window tree)
-    assert sum_plan((64, 64, 64), (0, 2), np.float32) is None          # two runs, split in tiles: not identified
+    assert sum_plan((4, 2, 40000), (0, 2), np.float32) is None         # two runs, tiles cut the inner one
     assert sum_plan((4, 8, 4, 8, 64), (0, 2, 4), np.float32) is None    # three runs: not identified
-    assert sum_plan((3, 4, 8, 256), (1, 3), np.float32) == (LOOPED_ROWS, (3, 4, 8), 256, 1, (1, 256, 1, 256))
-    assert sum_plan((2, 5, 300, 4), (0, 2), np.float64)[:4] == (LOOPED_COLUMNS, (1, 2, 5), 300, 4)
+    assert sum_plan((3, 4, 8, 256), (1, 3), np.float32) == (LOOPED_ROWS, (3, 4, 8, 0), 256, 1, (1, 256, 1, 256))
+    assert sum_plan((2, 5, 300, 4), (0, 2), np.float64)[:4] == (LOOPED_COLUMNS, (1, 2, 5, 0), 300, 4)
+    assert sum_plan((64, 64, 64), (0, 2), np.float32)[1] == (1, 64, 64, 8)   # tiles of 8 of the outer run
     assert sum_plan((16, 70000), (0, 1), np.float32) is None           # tiles below another reduced dimension
     assert sum_plan((64, 64), (0, 1), np.float16) is None              # (f16 sums are f32 sums of a convert)
     assert sum_plan((64, 1, 64), (0,), np.float32)[0] == COLUMNS
@@ -169,6 +176,7 @@ _LOOP_SUMS = [
     ("middle axis", 1, (8, 9, 100)),
     ("two runs of rows", (0, 2), (4, 8, 256)),
     ("two runs of columns", (0, 2), (2, 5, 300, 4)),
+    ("two runs in tiles", (0, 2), (64, 64, 64)),
 ]
 _LOOP_OPTIONS = [dict(fusion=f, loop_compilation=c) for c in ("never", "always") for f in ("never", "always")]
 

@@ -27,16 +27,18 @@ with ``ynnpack/kernels/reduce/sum.h`` (the version with a degree-16 tree of thre
 * **two runs of reduced dimensions** (``sum(x, axis=(0, 2))``, kept dimensions between them): the inner run is
   summed by the rows or columns kernel above, from zero, once for each index of the outer run (row-major), and
   each of those sums is added in turn to the output, which starts at the initial value
-  (``((init + s_0) + s_1) + ...``: YNNPACK's kernels add into their output). Identified where no tile cuts a
-  reduced dimension (the outer run and everything inside it at most one tile); elsewhere, and for three runs or
-  more, :func:`sum_plan` gives None and the reduction kernel keeps its earlier order.
+  (``((init + s_0) + s_1) + ...``: YNNPACK's kernels add into their output). Where the tiles cut the outer run
+  (its first dimension, as :func:`_tiles` finds), each tile's sums are added in turn from zero, and the tiles'
+  partial sums are summed by the columns kernel, added to the initial value. Elsewhere (a tile cutting the inner
+  run or below the outer run's first dimension), and for three runs or more, :func:`sum_plan` gives None and the
+  reduction kernel keeps its earlier order.
 
 Measured against jax.jit on a 2-core AMD EPYC with AVX-512 (every element of every sample equal, values of mixed
 magnitudes): full sums of 4,096 to 1,000,000 f32/f64 elements (tiles from 32,769 f32, 16,385 f64), bf16 (into
 f32 and bf16) and f16, row sums ((64, 64), (3, 5000)), column sums ((64, 64), (5000, 3), (1000, 8), (600, 64),
 (2048, 16), (3000, 100); row tiles of ``32768 // n`` rows), ``sum(x * x)``, two runs (``axis=(0, 2)`` of
 (4, 8, 256), (16, 4, 100), (3, 64, 64), (64, 2, 64), (8, 16, 40), (4, 8, 64, 16), (2, 5, 600, 4), with and without
-an initial value); ``tests/test_reduction.py``, ``tests/test_reduction_ynnpack.py``. These
+an initial value; cut in tiles: (64, 64, 64), (100, 4, 2000), (100, 3, 2000), (100, 2, 2000), (16, 3, 100, 8)); ``tests/test_reduction.py``, ``tests/test_reduction_ynnpack.py``. These
 orders hold where XLA chooses YNNPACK's AVX-512 kernels: on hosts with the flags of
 :func:`lowering.kernels.small_dot._measured_host` (elsewhere the reduction kernel keeps its earlier order). XLA's
 thread count matters for where long sums are split (:func:`_tiles`): measured with 2 CPUs.
@@ -65,7 +67,7 @@ ROWS, COLUMNS = 1, 2
 
 LOOPED_ROWS, LOOPED_COLUMNS = 3, 4
 """The plans of sums over two runs of reduced dimensions (module docstring): the rows or columns kernel once per
-index of the outer run, each sum added to the output in turn."""
+index of the outer run, each sum added to the output in turn (per tile of the outer run, when tiles cut it)."""
 
 
 def _task_target() -> int:
@@ -134,10 +136,13 @@ def sum_plan(in_shape, axes, dtype) -> tuple | None:
 
 
 def _looped_plan(shape: list[int], reduced: list[int], dtype: np.dtype) -> tuple | None:
-    """``(LOOPED_ROWS | LOOPED_COLUMNS, (p, l, m), k, n, tiles)`` for the ``reduced`` dimensions of ``shape`` (no
-    dimension of one element) when they are two runs: the operand is ``(p, l, m, k, n)`` -- kept, outer run, kept,
-    inner run, kept -- and its outputs ``(p, m, n)``; None for three runs or more, or when a tile would cut a
-    reduced dimension (the outer run and the dimensions inside it more than one tile: not identified)."""
+    """``(LOOPED_ROWS | LOOPED_COLUMNS, (p, l, m, tile), k, n, tiles)`` for the ``reduced`` dimensions of ``shape``
+    (no dimension of one element) when they are two runs: the operand is ``(p, l, m, k, n)`` -- kept, outer run,
+    kept, inner run, kept -- its outputs ``(p, m, n)``, the outer run summed in tiles of ``tile`` indices, each from
+    zero, the tiles' sums then added to the initial value (``0``: the outer run and all inside it are one YNNPACK
+    tile, and the sums are added to the initial value in turn; measured: with more, the initial value comes last
+    even where the outer run is not cut); None for three runs or more, or where :func:`_tiles` does not identify
+    the tiles (not identified)."""
     runs = [[reduced[0]]]
     for d in reduced[1:]:
         if d == runs[-1][-1] + 1:
@@ -147,7 +152,8 @@ def _looped_plan(shape: list[int], reduced: list[int], dtype: np.dtype) -> tuple
     if len(runs) != 2:
         return None
     first, last, inner = runs[0][0], runs[0][-1], runs[1]
-    if int(np.prod(shape[first:], dtype=np.int64)) > TILE_BYTES // dtype.itemsize:
+    cut = _tiles(shape, reduced, dtype.itemsize)
+    if cut is None:
         return None
 
     def size(dims) -> int:
@@ -155,7 +161,11 @@ def _looped_plan(shape: list[int], reduced: list[int], dtype: np.dtype) -> tuple
 
     p, l, m = size(range(first)), size(runs[0]), size(range(last + 1, inner[0]))
     k, n = size(inner), size(range(inner[-1] + 1, len(shape)))
-    return (LOOPED_ROWS if n == 1 else LOOPED_COLUMNS), (p, l, m), k, n, (1, k, 1, k)
+    if size(range(first, len(shape))) <= TILE_BYTES // dtype.itemsize:
+        tile = 0  # (one YNNPACK tile: the sums added to the initial value in turn)
+    else:  # (_tiles cuts the outer run's first dimension, or not at all: one tile, from zero)
+        tile = l if cut[3] >= cut[1] else cut[3] * size(runs[0][1:])
+    return (LOOPED_ROWS if n == 1 else LOOPED_COLUMNS), (p, l, m, tile), k, n, (1, k, 1, k)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
@@ -408,40 +418,70 @@ def sum_columns(x, out, init, tiles):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def sum_rows_looped(x, out, init, pairs):
+def sum_rows_looped(x, out, init, pairs, tile):
     """``out[i, j] = ((init + s_0) + s_1) + ...`` for the C-ordered 4-d ``x (p, l, m, k)`` and ``out (p, m)``:
     ``s_t`` the sum from zero of the row ``x[i, t, j]`` (:func:`row_sum`, one tile), added in the order of ``t``
-    (:data:`LOOPED_ROWS`)."""
+    (:data:`LOOPED_ROWS`); with ``tile > 0``, the sums of each ``tile`` rows added from zero, and these partial
+    sums summed by the columns kernel and added to ``init``."""
     p, l, m, k = x.shape
     lanes = 64 // x.itemsize
     levels = np.zeros((3, lanes), x.dtype)
     error = np.zeros(lanes, x.dtype)
     local = np.zeros(lanes, x.dtype)
-    partials = np.empty(1, x.dtype)
+    scratch = np.empty(1, x.dtype)
     flat = x.ravel()
+    size = tile if tile > 0 else l
+    count = (l + size - 1) // size
+    partials = np.zeros((count, p * m), x.dtype)
+    start = init if tile == 0 else x.dtype.type(0)
     for i in range(p):
         for j in range(m):
-            total = init
-            for t in range(l):
-                total = total + row_sum(flat, ((i * l + t) * m + j) * k, (1, k, 1, k), pairs, partials, levels,
-                                        error, local)
-            out[i, j] = total
+            for c in range(count):
+                total = start
+                for t in range(c * size, min(l, (c + 1) * size)):
+                    total = total + row_sum(flat, ((i * l + t) * m + j) * k, (1, k, 1, k), pairs, scratch, levels,
+                                            error, local)
+                partials[c, i * m + j] = total
+    if tile == 0:
+        out.ravel()[:] = partials[0]
+    else:
+        _combine_tiles(partials, out.ravel(), init)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def sum_columns_looped(x, out, init):
+def _combine_tiles(partials, out, init):
+    """``out = init +`` the columns kernel's sums of the tiles' partial sums ``partials (tiles, outputs)``."""
+    n = partials.shape[1]
+    out[:] = init
+    _kn_sum(partials, 0, partials.shape[0], out, np.zeros((3, n), partials.dtype), np.zeros(n, partials.dtype),
+            np.zeros(n, partials.dtype))
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def sum_columns_looped(x, out, init, tile):
     """``out[i, j, :] = init``, then ``+=`` the column sums (:func:`_kn_sum`, one tile) of the rows ``x[i, t, j]``
     for each ``t`` in order, for the C-ordered 5-d ``x (p, l, m, k, n)`` and ``out (p, m, n)``
-    (:data:`LOOPED_COLUMNS`)."""
+    (:data:`LOOPED_COLUMNS`); with ``tile > 0`` each ``tile`` of ``t`` from zero, the partial sums then summed by
+    the columns kernel and added to ``init`` (as :func:`sum_rows_looped`)."""
     p, l, m, k, n = x.shape
     levels = np.zeros((3, n), x.dtype)
     error = np.zeros(n, x.dtype)
     four = np.zeros(n, x.dtype)
+    size = tile if tile > 0 else l
+    count = (l + size - 1) // size
+    partials = np.zeros((count, p * m * n), x.dtype)
+    start = init if tile == 0 else x.dtype.type(0)
     for i in range(p):
         for j in range(m):
-            out[i, j, :] = init
-            for t in range(l):
-                _kn_sum(x[i, t, j], 0, k, out[i, j], levels, error, four)
+            for c in range(count):
+                row = partials[c, (i * m + j) * n:(i * m + j + 1) * n]
+                row[:] = start
+                for t in range(c * size, min(l, (c + 1) * size)):
+                    _kn_sum(x[i, t, j], 0, k, row, levels, error, four)
+    if tile == 0:
+        out.ravel()[:] = partials[0]
+    else:
+        _combine_tiles(partials, out.ravel(), init)
 
 
 def ynnpack_sum(x: np.ndarray, plan: tuple, init, pairs: bool = False) -> np.ndarray:
@@ -451,13 +491,13 @@ def ynnpack_sum(x: np.ndarray, plan: tuple, init, pairs: bool = False) -> np.nda
     kind, outer, k, n, tiles = plan
     init = x.dtype.type(init)
     if kind in (LOOPED_ROWS, LOOPED_COLUMNS):
-        p, l, m = outer
+        p, l, m, tile = outer
         if kind == LOOPED_ROWS:
             out = np.empty((p, m), x.dtype)
-            sum_rows_looped(np.ascontiguousarray(x).reshape(p, l, m, k), out, init, pairs)
+            sum_rows_looped(np.ascontiguousarray(x).reshape(p, l, m, k), out, init, pairs, tile)
             return out
         out = np.empty((p, m, n), x.dtype)
-        sum_columns_looped(np.ascontiguousarray(x).reshape(p, l, m, k, n), out, init)
+        sum_columns_looped(np.ascontiguousarray(x).reshape(p, l, m, k, n), out, init, tile)
         return out
     if kind == ROWS:
         rows = np.ascontiguousarray(x).reshape(outer, k)
