@@ -378,7 +378,8 @@ def test_no_dispatch_on_a_spelling_of_the_op_name():
 
 FOUND_BY_CLASS = ("lowering.executor", "lowering.compiled_loops", "lowering.fusion", "lowering.compiled_segments",
                   "lowering.mpi", "lowering.kernels.control_flow", "lowering.kernels.indexing",
-                  "lowering.kernels.small_dot", "lowering.kernels.sorting", "passes.small_loops", "passes.purity",
+                  "lowering.kernels.small_dot", "lowering.kernels.sorting", "lowering.kernels.reduction",
+                  "passes.small_loops", "passes.purity",
                   "passes.xla_numerics", "passes.cleanup", "passes.quantized")
 """Modules that find the ops they treat by class only (issue 27)."""
 
@@ -529,12 +530,3 @@ def test_kernels_and_passes_look_ops_up_by_class_not_mnemonic():
              if name.split(".")[0] in ("lowering", "passes")
              for line, code in _lookups_by_mnemonic(ast.parse(path.read_text()))]
     assert not found, "\n".join(found)
-
-
-def test_binary_body_ufuncs_match_the_reduction_table():
-    """A scatter's update region ``op(a, b)`` (:data:`BINARY_BODY_UFUNCS`, by class) and a reduce's single-op body
-    (``REDUCE_UFUNCS``, still keyed by mnemonic) are applied as the same ufunc for the same ops."""
-    from lowering.kernels.control_flow import BINARY_BODY_UFUNCS
-    from lowering.kernels.reduction import REDUCE_UFUNCS
-
-    assert {op.name: ufunc for op, ufunc in BINARY_BODY_UFUNCS.items()} == REDUCE_UFUNCS

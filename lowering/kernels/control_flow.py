@@ -51,8 +51,8 @@ BINARY_BODY_UFUNCS: dict[type, np.ufunc] = {
     elementwise.XorOp: np.bitwise_xor,
 }
 """Op class -> the ufunc a region computing ``op(a, b)`` of its two arguments is applied as, on whole arrays:
-a scatter's update (``ufunc.at``, :mod:`lowering.kernels.indexing`). The same ops as the single-op reduction
-bodies of :data:`lowering.kernels.reduction.REDUCE_UFUNCS` (keyed there by mnemonic still)."""
+a scatter's update (``ufunc.at``, :mod:`lowering.kernels.indexing`) and a reduce's single-op body
+(:data:`lowering.kernels.reduction.REDUCE_UFUNCS`, ``ufunc.reduce``)."""
 
 
 def region_is_elementwise(region: Region) -> bool:

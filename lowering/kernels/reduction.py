@@ -39,19 +39,12 @@ from xla_dialect.types import element_type_from_dtype
 
 from ..registry import register
 from . import small_dot
-from .control_flow import array_applier, result_dtypes
+from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
 from .ynnpack_sum import sum_plan, ynnpack_sum
 
-REDUCE_UFUNCS = {
-    "hlo.add": np.add,
-    "hlo.multiply": np.multiply,
-    "hlo.maximum": np.maximum,
-    "hlo.minimum": np.minimum,
-    "hlo.and": np.bitwise_and,
-    "hlo.or": np.bitwise_or,
-    "hlo.xor": np.bitwise_xor,
-}
-"""Single-op reduction bodies computed with ``ufunc.reduce``."""
+REDUCE_UFUNCS = BINARY_BODY_UFUNCS
+"""Single-op reduction bodies computed with ``ufunc.reduce``: op class -> ufunc (the table scatters' update regions
+use, :data:`lowering.kernels.control_flow.BINARY_BODY_UFUNCS`)."""
 
 
 def binary_body_ufunc(region):
@@ -61,13 +54,13 @@ def binary_body_ufunc(region):
     if len(block.args) != 2 or len(ops) != 2:
         return None
     op, ret = ops
-    if op.name not in REDUCE_UFUNCS or op.properties.get("broadcast_dimensions") is not None:
+    if type(op) not in REDUCE_UFUNCS or op.properties.get("broadcast_dimensions") is not None:
         return None
     if set(op.operands) != set(block.args) or len(op.operands) != 2:
         return None  # e.g. add(p0, p0) or an op on a captured value
     if not isinstance(ret, ReturnOp) or list(ret.operands) != [op.results[0]]:
         return None
-    return REDUCE_UFUNCS[op.name]
+    return REDUCE_UFUNCS[type(op)]
 
 
 def _accumulator(ufunc, dtype: np.dtype) -> np.dtype:
