@@ -561,7 +561,7 @@ class _LoopWriter:
             for k in order:
                 expanded[dims[k]] = source_shape[k]
             self.emit(indent, f"{out} = new_array({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
-            self.emit(indent, f"assign({out}, {view}.reshape({tuple(expanded)!r}))")
+            self.emit(indent, f"{out}[...] = {view}.reshape({tuple(expanded)!r})")
 
     @compiles(BitcastConvertOp)
     def op_bitcast_convert(self, op, out, dtype, shape, indent):
@@ -605,7 +605,7 @@ class _LoopWriter:
         expanded[dim] = shape[dim]
         t = _NUMBA_TYPE_NAMES[dtype]
         self.emit(indent, f"{out} = new_array({shape!r}, {t})")
-        self.emit(indent, f"assign({out}, np.arange({shape[dim]}).astype({t}).reshape({tuple(expanded)!r}))")
+        self.emit(indent, f"{out}[...] = np.arange({shape[dim]}).astype({t}).reshape({tuple(expanded)!r})")
 
     @compiles(ReshapeOp)
     def op_reshape(self, op, out, dtype, shape, indent):
@@ -763,7 +763,7 @@ class _LoopWriter:
             return ", ".join(f"{s.start}:{s.stop}:{s.step or 1}" for s in index)
 
         result_index, operand_index = indices
-        self.emit(indent, f"assign({out}[{text(result_index)}], {self.name(operand)}[{text(operand_index)}])")
+        self.emit(indent, f"{out}[{text(result_index)}] = {self.name(operand)}[{text(operand_index)}]")
 
     @compiles(SliceOp)
     def op_slice(self, op, out, dtype, shape, indent):
@@ -798,7 +798,7 @@ class _LoopWriter:
         for v, part in zip(op.operands, parts):
             width = self.info(v)[1][axis]
             index = ", ".join([":"] * axis + [f"{offset}:{offset + width}"])
-            self.emit(indent, f"assign({out}[{index}], {part})")
+            self.emit(indent, f"{out}[{index}] = {part}")
             offset += width
 
     def _clamped_starts(self, starts, operand_shape, sizes, indent) -> list[str]:
@@ -843,7 +843,7 @@ class _LoopWriter:
             self.emit(indent, f"{out} = {self.name(operand)}")
         else:
             self.emit(indent, f"{out} = {self.name(operand)}.copy()")  # kernels never write their inputs
-        self.emit(indent, f"assign({out}[{index}], {self.name(update)})")
+        self.emit(indent, f"{out}[{index}] = {self.name(update)}")
 
     def product_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot of f32/f64 operands of the result's type, without batch dimensions or
@@ -1165,7 +1165,7 @@ class _LoopWriter:
         elif isinstance(body, AddOp) and is_float and count >= TREE_SUM_MIN:
             scratch, n, half, p = self.fresh("h"), self.fresh("n"), self.fresh("n"), self.fresh("p")
             self.prologue.append(f"    {scratch} = new_array({count}, {t})")
-            self.emit(inner, f"assign({scratch}, {rows}[{o}])")
+            self.emit(inner, f"{scratch}[:] = {rows}[{o}]")
             self.emit(inner, f"{n} = {count}")
             self.emit(inner, f"while {n} > 1:")
             self.emit(inner + "    ", f"{half} = {n} // 2")
@@ -1475,7 +1475,7 @@ class _LoopWriter:
             for v, rows in zip(inputs, views):
                 buffer = self.fresh("h")
                 self.prologue.append(f"    {buffer} = new_array({count}, {_NUMBA_TYPE_NAMES[self.info(v)[0]]})")
-                self.emit(body_indent, f"assign({buffer}, {rows}[{o}])")
+                self.emit(body_indent, f"{buffer}[:] = {rows}[{o}]")
                 scratch.append(buffer)
             k, half, p = self.fresh("n"), self.fresh("n"), self.fresh("p")
             self.emit(body_indent, f"{k} = {count}")
