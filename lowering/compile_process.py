@@ -28,6 +28,9 @@ of a few thousand generated lines takes about a minute on a loaded 2-core VM).""
 _CHILD: list[subprocess.Popen] = []
 _CHILD_LOCK = threading.Lock()
 _BROKEN = [False]
+_LOST = [0]
+MAX_LOST = 3
+"""Compile processes lost (died, or no answer in time) after which this process stops starting new ones."""
 _CHILD_STARTED = [False]
 
 
@@ -95,6 +98,8 @@ def compile_elsewhere(function, signature: tuple) -> bool:
         except (OSError, EOFError, pickle.PickleError, struct.error):
             child.kill()
             _CHILD.clear()
+            _LOST[0] += 1
+            _BROKEN[0] = _LOST[0] >= MAX_LOST  # (a child that keeps dying: compile here from now on)
             return False
     return bool(ok)
 

@@ -46,8 +46,9 @@ _STACK = threading.local()
 
 
 def enclosing_units() -> list:
-    """The compiled units (segments, while loops) running interpreted on this thread, outermost first: a unit pushes itself
-    (:func:`enter`) while its interpreted form runs, so the units called inside know what encloses them."""
+    """The compiled units (segments, while loops) running interpreted on this thread, outermost first: a unit
+    pushes itself (:func:`enter`) while its interpreted form runs, so the units called inside know what encloses
+    them."""
     units = getattr(_STACK, "units", None)
     if units is None:
         units = _STACK.units = []
@@ -65,9 +66,9 @@ def leave() -> None:
 
 
 def compile_in_background(job: Callable[[], None]) -> None:
-    """Queue ``job`` (a unit's compilation) behind the jobs of units enclosing it. The outermost enclosing
-    segment that has not started compiling starts now too (ahead of ``job``: it makes ``job`` useless once
-    done); ``job`` is dropped at its turn when an enclosing unit has machine code by then."""
+    """Queue ``job`` (a unit's compilation) behind the jobs of units enclosing it. The outermost enclosing unit
+    (a segment or a while loop) that has not started compiling starts now too (ahead of ``job``: it makes ``job``
+    useless once done); ``job`` is dropped at its turn when an enclosing unit has machine code by then."""
     units = list(enclosing_units())
     for depth, unit in enumerate(units):
         outer = unit.background_job()

@@ -158,12 +158,14 @@ def test_a_compile_process_that_does_not_answer_is_killed(monkeypatch, tmp_path)
                               stdout=subprocess.PIPE)
     monkeypatch.setattr(compile_process, "_CHILD", [silent])
     monkeypatch.setattr(compile_process, "_BROKEN", [False])
+    monkeypatch.setattr(compile_process, "_LOST", [compile_process.MAX_LOST - 1])
     monkeypatch.setattr(compile_process, "CHILD_TIMEOUT", 1.0)
     monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
     assert compile_process.compile_elsewhere(compiled_loops.call_compiled, ()) is False  # (not generated code)
     fn = _a_generated_function()
     assert compile_process.compile_elsewhere(fn, ()) is False
     assert silent.wait(timeout=10) is not None and compile_process._CHILD == []
+    assert compile_process._BROKEN == [True]  # (the third child lost: no more are started)
 
 
 def _a_generated_function():
