@@ -18,8 +18,9 @@ same bits as the interpreted loop's, op by op:
   writes only the loops, loads, stores and casts around them;
 * ``constant``, ``broadcast_in_dim`` of a scalar, ``reshape``,
   ``dynamic_slice``, ``dynamic_update_slice`` (XLA's clamped start indices),
-  ``reduce`` of a whole array with an add (NumPy's pairwise order, as the
-  interpreted kernel sums), multiply, maximum or minimum body, and ``call``.
+  ``reduce`` of a whole array with an add (XLA CPU's order, the interpreted
+  kernel's: :mod:`lowering.kernels.tree_sum`), multiply, maximum or minimum
+  body, and ``call``.
 * and the structured ops the writer's methods name (gathers, scatters, sorts, reductions, window reductions,
   products, conditionals, nested loops, jaxlib's LAPACK LU and triangular-solve custom calls: see each method),
   each in the order of its interpreted kernel.
@@ -73,6 +74,7 @@ from .generated_modules import cache_directory, import_generated, runtime_digest
 from .interrupt import CHUNK, POLL_MASK, check
 from .kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from .kernels.scalar import scalar_of
+from .kernels.tree_sum import reduced_dims, scratch_length
 from .workers import numba_threads_available
 
 AUTO_THRESHOLD = 2000
@@ -1080,8 +1082,9 @@ class _LoopWriter:
         self.emit(indent, f"{flat} = {_flat(x, source_shape)}")
         t = _NUMBA_TYPE_NAMES[dtype]
         if isinstance(body_op, AddOp) and dtype in _FLOATS:
-            # ufunc(init, np.add.reduce(x)), as the interpreted kernel computes it.
-            self.emit(indent, f"{out} = {t}({init} + pairwise_sum({flat}, 0, {n}))")
+            # XLA CPU's order, the interpreted kernel's (lowering.kernels.tree_sum).
+            dims = reduced_dims(source_shape, range(len(source_shape)))
+            self.emit(indent, f"{out} = {self.tree_sum(flat, dims, f'{t}({init})', t)}")
             return
         body = next(iter(op.body.block.ops))
         definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
@@ -1125,12 +1128,33 @@ class _LoopWriter:
         self.emit(indent, f"{rows} = c_view({src}, ({outputs}, {count}))")
         return rows, outputs, count
 
+    def constant_dims(self, dims: np.ndarray) -> str:
+        """The name of an int64 array holding ``dims`` (the reduced dimensions of a sum,
+        :func:`lowering.kernels.tree_sum.reduced_dims`), filled once at the start of the function."""
+        name = self.fresh("d")
+        self.prologue.append(f"    {name} = new_array({len(dims)}, np.int64)")
+        self.prologue += [f"    {name}[{i}] = {int(v)}" for i, v in enumerate(dims)]
+        return name
+
+    def tree_sum(self, flat: str, dims: np.ndarray, init: str, t: str) -> str:
+        """Generated code for the sum of the 1-d ``flat`` (the reduced elements of one output in row-major order of
+        the reduced dimensions ``dims``) from ``init`` in XLA CPU's order: :func:`lowering.kernels.tree_sum.
+        window_sum` for one dimension, else :func:`~lowering.kernels.tree_sum.nd_window_sum`, with work space
+        allocated once at the start of the function."""
+        scratch = self.fresh("h")
+        length = int(scratch_length(dims))
+        if len(dims) == 1:
+            self.prologue.append(f"    {scratch} = new_array({length}, {t})")
+            return f"window_sum({flat}, 0, {int(dims[0])}, {init}, {scratch})"
+        self.prologue.append(f"    {scratch} = new_array((2, {length}), {t})")
+        return f"nd_window_sum({flat}, 0, {self.constant_dims(dims)}, {init}, {scratch})"
+
     def partial_reduce(self, op, out, dtype, shape, indent):
         """A one-ufunc reduce that keeps dimensions, output by output in the interpreted kernel's order: float
-        sums over the last axis pairwise (NumPy's order), over other axes a chain in row-major order (NumPy's
-        reduce), or halving when at least TREE_SUM_MIN elements are summed (the kernel's tree); products a
-        chain; float maxima and minima XLA's fold from the initial value; integers and booleans a fold."""
-        from .kernels.reduction import TREE_SUM_MIN, _accumulator, binary_body_ufunc
+        sums in XLA CPU's order (:func:`lowering.kernels.tree_sum.tree_sums`); products a chain in row-major
+        order (NumPy's reduce); float maxima and minima XLA's fold from the initial value; integers and booleans
+        a fold."""
+        from .kernels.reduction import _accumulator, binary_body_ufunc
 
         ufunc = binary_body_ufunc(op.body)
         body = next(iter(op.body.block.ops))
@@ -1140,8 +1164,8 @@ class _LoopWriter:
         is_float = dtype in _FLOATS
         if _accumulator(ufunc, dtype) != dtype or (is_float and dtype.itemsize < 4):
             raise _Ineligible(f"a reduce of {dtype} accumulated in another type")
-        if is_float and isinstance(body, (AddOp, MulOp)) and last in axes and axes != [last]:
-            raise _Ineligible("a float reduce over the last and other axes")
+        if is_float and isinstance(body, MulOp) and last in axes and axes != [last]:
+            raise _Ineligible("a float product over the last and other axes")
         definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
         if definition is None:
             raise _Ineligible(f"a reduce with a {body.name} body on {dtype}")
@@ -1158,24 +1182,13 @@ class _LoopWriter:
         if count == 0:
             self.emit(indent, f"{flat}[:] = {init}")
             return
+        if isinstance(body, AddOp) and is_float:  # XLA CPU's order, the kernel's (lowering.kernels.tree_sum)
+            dims = self.constant_dims(reduced_dims(source_shape, axes))
+            self.emit(indent, f"tree_sums({rows}, {dims}, {t}({init}), {flat})")
+            return
         self.emit(indent, f"for {o} in range({outputs}):")
         inner = indent + "    "
-        if isinstance(body, AddOp) and is_float and axes == [last]:
-            self.emit(inner, f"{flat}[{o}] = {t}({init} + pairwise_sum({rows}[{o}], 0, {count}))")
-        elif isinstance(body, AddOp) and is_float and count >= TREE_SUM_MIN:
-            scratch, n, half, p = self.fresh("h"), self.fresh("n"), self.fresh("n"), self.fresh("p")
-            self.prologue.append(f"    {scratch} = new_array({count}, {t})")
-            self.emit(inner, f"{scratch}[:] = {rows}[{o}]")
-            self.emit(inner, f"{n} = {count}")
-            self.emit(inner, f"while {n} > 1:")
-            self.emit(inner + "    ", f"{half} = {n} // 2")
-            self.emit(inner + "    ", f"for {p} in range({half}):")  # first half + second half
-            self.emit(inner + "        ", f"{scratch}[{p}] = {t}({scratch}[{p}] + {scratch}[{half} + {p}])")
-            self.emit(inner + "    ", f"if {n} % 2:")
-            self.emit(inner + "        ", f"{scratch}[{half}] = {scratch}[2 * {half}]")
-            self.emit(inner + "    ", f"{n} = {half} + {n} % 2")
-            self.emit(inner, f"{flat}[{o}] = {t}({init} + {scratch}[0])")
-        elif isinstance(body, (MaxOp, MinOp)) and is_float:
+        if isinstance(body, (MaxOp, MinOp)) and is_float:
             self.emit(inner, f"{acc} = {init}")
             self.emit(inner, f"for {r} in range({count}):")
             self.emit(inner + "    ", f"{acc} = {combine(acc, f'{rows}[{o}, {r}]')}")
@@ -1779,7 +1792,8 @@ class CompiledLoop:
 
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
-                  "from lowering.rowwise import pairwise_sum, row_extremum, row_sum, zero_sign\n"
+                  "from lowering.rowwise import row_extremum, zero_sign\n"
+                  "from lowering.kernels.tree_sum import nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "

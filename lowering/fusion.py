@@ -25,7 +25,8 @@ f32/f64 with the body's identity as init, as jax's ``sum``/``max``/``min`` and
 softmax emit them -- joins the group at its end, as XLA's reduction fusion
 does: the loop keeps each row's values in a buffer and reduces the row while
 it is in the cache, with the reduction kernel's own row functions
-(:mod:`lowering.rowwise`), so the bits are the kernel's. A row maximum or
+(:mod:`lowering.kernels.tree_sum` for sums, :mod:`lowering.rowwise` for maxima
+and minima), so the bits are the kernel's. A row maximum or
 minimum that meets a NaN makes the whole group run on the ops' own kernels
 for that call (NumPy's NaN payload). A softmax is then two loops and a divide.
 Where the group's broadcasts cut longer loop rows (attention's causal mask,
@@ -64,6 +65,7 @@ from xla_dialect.ops.reduction import ReduceOp
 
 from .compile_queue import compile_function
 from .compiled_loops import _Ineligible, _load, _LoopWriter, as_compiled, compile_in_background, compiles
+from .kernels.tree_sum import TREE_WINDOW
 from .workers import even_bounds, numba_threads_available, run_pieces
 
 FUSION_MODES = ("auto", "always", "never")
@@ -433,8 +435,8 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
     """The code of ``group``'s row reductions (:func:`row_reduction`): each keeps its operand's loop row
     (``inner`` elements, ``sub`` reduction rows) in a buffer of its own (``row_stores``), and at the end of
     the loop row (``row_end``) stores each reduction row's reduction in its output, computed as the
-    reduction kernel computes it (:mod:`lowering.rowwise`): a sum as ``np.add.reduce`` (its init, +-0,
-    adds nothing); a maximum or minimum with XLA's zero sign (its init, -+inf, changes nothing), a row
+    reduction kernel computes it: a sum in XLA CPU's order (:func:`lowering.kernels.tree_sum.window_sum`, from
+    its init, +-0); a maximum or minimum with XLA's zero sign (its init, -+inf, changes nothing), a row
     holding a NaN setting ``found``. Appends the buffers' allocations to ``lines``."""
     row_stores, row_end = [], []
     outputs = {r: j for j, r in enumerate(group.outputs)}
@@ -450,10 +452,11 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
         lines.append(f"    w{q} = new_array({inner}, np.{t})")
         row_stores.append((f"w{q}", writer.name(x)))
         row_end.append(f"      for s in range({sub}):")
-        if kind == "sum":
-            lines.append(f"    stack{q}, values{q} = new_array((4, 192), np.int64), new_array(192, np.{t})")
-            row_end.append(f"        {out}[o * {sub} + s] = row_sum(w{q}, s * {width}, {width}, stack{q}, "
-                           f"values{q})")
+        if kind == "sum":  # (XLA CPU's order: lowering.kernels.tree_sum, from the init, +0 or -0)
+            init = float(op.operands[1].owner.splat_value())
+            lines.append(f"    scratch{q} = new_array({max(1, -(-width // TREE_WINDOW))}, np.{t})")
+            row_end.append(f"        {out}[o * {sub} + s] = window_sum(w{q}, s * {width}, {width}, "
+                           f"np.{t}({init!r}), scratch{q})")
             continue
         minimum = kind == "min"
         row_end += [f"        m{q}, bad{q} = row_extremum(w{q}, s * {width}, {width}, {minimum})",

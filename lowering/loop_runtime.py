@@ -3,8 +3,8 @@ cached on disk by numba).
 
 The machinery generated code needs beside the ops' scalar definitions (which are
 :mod:`lowering.kernels.scalar`): the hardware FMA intrinsic those definitions use, float constants from
-their bits, the CPU's MXCSR, and the CBLAS gemm calls a compiled dot makes. (NumPy's summation order,
-which generated code also calls, is :func:`lowering.rowwise.pairwise_sum`.)
+their bits, the CPU's MXCSR, and the CBLAS gemm calls a compiled dot makes. (XLA CPU's summation order,
+which generated code also calls, is :mod:`lowering.kernels.tree_sum`.)
 """
 
 from __future__ import annotations

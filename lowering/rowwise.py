@@ -1,10 +1,10 @@
 """Compiled row-wise reductions for the NumPy kernels where NumPy's own are slow: the maximum and minimum of
-each row of a C-ordered f32/f64 matrix, and the sum of each row in NumPy's own order.
+each row of a C-ordered f32/f64 matrix. (Float sums are XLA CPU's, :mod:`lowering.kernels.tree_sum`.)
 
 NumPy's ``np.maximum.reduce(x, axis=-1)`` pays a fixed cost per row on top of its vectorized loop: over
 rows of 128 f32 it took 0.78 ns per element, 3x its row sums (measured: (2048, 128) 204 us, (1024, 256)
 112 us, (256, 1024) 40 us). Each kernel here is a loop over whole vectors written directly in LLVM IR
-(:func:`lanes_extremum`, :func:`eight_lane_sum`), so that it is vectorized whatever LLVM's loop
+(:func:`lanes_extremum`), so that it is vectorized whatever LLVM's loop
 vectorizer makes of the scalar form (it did not vectorize a compare-and-select reduction, nor one keeping
 16 running maxima in a small array well: 0.24 ns per element).
 
@@ -15,11 +15,6 @@ vectorizer makes of the scalar form (it did not vectorize a compare-and-select r
   XLA's sign (-0 < +0) in a pass of its own (:func:`zero_sign`). Measured, one
   CPU, f32 (previous scalar-lane kernel + NaN pass / this / NumPy, us): (256, 1024) 89 / 14 / 48,
   (2048, 128) 81 / 15 / 217, (8192, 256) 918 / 318 / 1034.
-* Sum: NumPy's pairwise summation of a contiguous row (blocks of at most 128 elements summed with eight
-  accumulators, halves split at multiples of 8 above: :func:`pairwise_sum`, which the compiled loops of
-  :mod:`lowering.compiled_loops` call too), with the eight accumulators one vector, so the bits are
-  ``np.add.reduce``'s. Measured as above: (256, 1024) 35 / 53, (2048, 128) 20 / 72, (8192, 256) 473 / 496
-  (a chain of dependent vector adds per block, as NumPy's).
 
 numba's on-disk cache of these functions checks this file only: they inline the MXCSR intrinsics of
 :mod:`lowering.loop_runtime`, which must keep their meaning (a changed one needs this file changed too).
@@ -45,9 +40,6 @@ from .workers import even_bounds, numba_threads_available
 
 _LANES = 16
 """Running maxima (minima) per row: one AVX-512 vector of f32 (two of f64)."""
-
-_BLOCK = 128
-"""NumPy's pairwise summation block (``PW_BLOCKSIZE``)."""
 
 _i32, _i64 = ir.IntType(32), ir.IntType(64)
 
@@ -112,91 +104,6 @@ def lanes_extremum(typingctx, a, start, count, minimum):
     return types.Tuple((a.dtype, types.boolean))(a, types.int64, types.int64, types.boolean), codegen
 
 
-@intrinsic
-def eight_lane_sum(typingctx, a, start, count):
-    """The eight accumulators of NumPy's pairwise block sum as one vector, for the 1-d C-ordered f32/f64 ``a``:
-    lane ``k`` = ``a[start + k] + a[start + 8 + k] + ...`` (added in that order) over the first ``count``
-    elements (a multiple of 8, at least 8), then ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))``.
-    Written as vector IR so that it is one vector add per 8 elements whatever LLVM makes of the scalar form."""
-    if not (_float_vector(a) and start == count == types.int64):
-        return None
-    real = ir.FloatType() if a.dtype == types.float32 else ir.DoubleType()
-    vector = ir.VectorType(real, 8)
-
-    def codegen(context, builder, signature, args):
-        array, start, count = args
-        view = context.make_array(signature.args[0])(context, builder, array)
-        load = _vector_loader(builder, builder.gep(view.data, [start]), vector, a.dtype.bitwidth // 8)
-        total = cgutils.alloca_once(builder, vector)
-        builder.store(load(ir.Constant(_i64, 0)), total)
-        chunks = builder.sdiv(count, ir.Constant(_i64, 8))
-        with cgutils.for_range_slice(builder, ir.Constant(_i64, 1), chunks, ir.Constant(_i64, 1)) as (chunk, _):
-            builder.store(builder.fadd(builder.load(total), load(builder.mul(chunk, ir.Constant(_i64, 8)))), total)
-        lanes = builder.load(total)
-        r = [builder.extract_element(lanes, ir.Constant(_i32, k)) for k in range(8)]
-        return builder.fadd(builder.fadd(builder.fadd(r[0], r[1]), builder.fadd(r[2], r[3])),
-                            builder.fadd(builder.fadd(r[4], r[5]), builder.fadd(r[6], r[7])))
-
-    return a.dtype(a, types.int64, types.int64), codegen
-
-
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, forceinline=True)
-def _block_sum(a, start, n):
-    """NumPy's pairwise sum of at most 128 elements: sequential from +0 below 8, else eight accumulators
-    (:func:`eight_lane_sum`) and the remaining ``n % 8`` elements added in order."""
-    if n < 8:
-        res = a.dtype.type(0)
-        for i in range(n):
-            res = res + a[start + i]
-        return res
-    full = n - n % 8
-    res = eight_lane_sum(a, start, full)
-    for i in range(full, n):
-        res += a[start + i]
-    return res
-
-
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def pairwise_sum(a, start, n):
-    """NumPy's pairwise summation of ``a[start:start + n]`` (``np.add.reduce`` on a contiguous float
-    array, but for its first addition: NumPy adds the result to +0, so a sum of -0s is +0 there):
-    blocks of at most 128 elements (:func:`_block_sum`), halves split at multiples of 8 above, summed as
-    ``left + right``."""
-    if n <= _BLOCK:
-        return _block_sum(a, start, n)
-    return pairwise_walk(a, start, n, np.empty((4, 192), np.int64), np.empty(192, a.dtype))
-
-
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def pairwise_walk(a, start, n, stack, values):
-    """:func:`pairwise_sum` with its work space given (``stack`` int64 (4, 192), ``values`` of ``a``'s dtype,
-    192): the post-order walk of the halving tree, iterative (numba's on-disk cache cannot hold recursive
-    functions)."""
-    top, depth = 0, 0
-    stack[0, 0], stack[1, 0], stack[2, 0] = start, n, 0
-    top = 1
-    while top > 0:
-        top -= 1
-        s, m, join = stack[0, top], stack[1, top], stack[2, top]
-        if join:
-            right = values[depth - 1]
-            left = values[depth - 2]
-            depth -= 2
-            values[depth] = left + right
-            depth += 1
-        elif m <= _BLOCK:
-            values[depth] = _block_sum(a, s, m)
-            depth += 1
-        else:
-            half = m // 2
-            half -= half % 8
-            stack[0, top], stack[1, top], stack[2, top] = s, m, 1
-            stack[0, top + 1], stack[1, top + 1], stack[2, top + 1] = s + half, m - half, 0
-            stack[0, top + 2], stack[1, top + 2], stack[2, top + 2] = s, half, 0
-            top += 3
-    return values[0]
-
-
 @numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, forceinline=True)
 def row_extremum(a, start, n, minimum):
     """``(extremum, any NaN)`` of the row ``a[start:start + n]`` (1-d C-ordered f32/f64, ``n >= 1``): its
@@ -247,26 +154,6 @@ def row_extrema(x, out, flags, minimum):
     return found
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, forceinline=True)
-def row_sum(a, start, n, stack, values):
-    """``np.add.reduce(a[start:start + n])`` for the 1-d C-ordered f32/f64 ``a``: +0 plus NumPy's pairwise sum
-    (:func:`pairwise_sum`, with the work space of :func:`pairwise_walk` given)."""
-    zero = a.dtype.type(0)
-    if n <= _BLOCK:
-        return zero + _block_sum(a, start, n)
-    return zero + pairwise_walk(a, start, n, stack, values)
-
-
-@numba.njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-def row_sums(x, out):
-    """``out[r]`` = ``np.add.reduce`` of row ``r`` of the 2-d C-ordered f32/f64 ``x`` (:func:`row_sum`)."""
-    rows, n = x.shape
-    flat = x.ravel()
-    stack, values = np.empty((4, 192), np.int64), np.empty(192, x.dtype)
-    for r in range(rows):
-        out[r] = row_sum(flat, r * n, n, stack, values)
-
-
 @numba.njit(parallel=True, nogil=True, cache=True)
 def row_extrema_pieces(x, out, flags, minimum, bounds):
     """:func:`row_extrema` for the rows ``bounds[p]`` of every piece ``p`` at once on numba's threads, each
@@ -281,19 +168,6 @@ def row_extrema_pieces(x, out, flags, minimum, bounds):
         found[piece] = row_extrema(x[first:stop], out[first:stop], flags[first:stop], minimum)
         set_mxcsr(saved)
     return found.any()
-
-
-@numba.njit(parallel=True, nogil=True, cache=True)
-def row_sums_pieces(x, out, bounds):
-    """:func:`row_sums` for the rows ``bounds[p]`` of every piece ``p`` at once on numba's threads, each inside
-    the caller's MXCSR (its denormal mode)."""
-    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
-    for piece in numba.prange(bounds.shape[0]):
-        saved = mxcsr()
-        set_mxcsr(csr)
-        first, stop = bounds[piece, 0], bounds[piece, 1]
-        row_sums(x[first:stop], out[first:stop])
-        set_mxcsr(saved)
 
 
 PARALLEL_ELEMENTS = 1 << 17
@@ -318,18 +192,6 @@ def row_extrema_of(x: np.ndarray, ufunc, workers: int = 1) -> np.ndarray:
         found = row_extrema(rows, out, flags, ufunc is np.minimum)
     if found:
         out[flags] = ufunc.reduce(rows[flags], axis=-1)
-    return out.reshape(x.shape[:-1])
-
-
-def row_sums_of(x: np.ndarray, workers: int = 1) -> np.ndarray:
-    """``np.add.reduce(x, axis=-1)`` for a C-ordered f32/f64 ``x`` whose rows have at least one element: the
-    same bits (:func:`row_sums`). Large inputs run in ``workers`` pieces of rows at once."""
-    rows = x.reshape(-1, x.shape[-1])
-    out = np.empty(rows.shape[0], x.dtype)
-    if parallel_rows(x.size, rows.shape[0], workers):
-        row_sums_pieces(rows, out, _bounds(rows.shape[0], workers))
-    else:
-        row_sums(rows, out)
     return out.reshape(x.shape[:-1])
 
 

@@ -16,8 +16,7 @@ x86-64: :func:`numba_threads_available`), the pieces run on numba's threads
 instead, from compiled code that never takes the GIL: split matmuls call
 NumPy's own gemm by address (:func:`lowering.loop_runtime.gemm_calls`), fused
 loops through a parallel wrapper of their kernel (:mod:`lowering.fusion`), row
-reductions through :func:`lowering.rowwise.row_extrema_pieces` and
-:func:`lowering.rowwise.row_sums_pieces`, and compiled
+reductions through :func:`lowering.rowwise.row_extrema_pieces`, and compiled
 loops pair their products there (:func:`lowering.loop_runtime.gemm_pair`). One
 pool then serves all of them; a worker that polls starts its piece at once where a
 sleeping Python thread took ~0.1 ms to wake and take the GIL (a 256x1024x1024

@@ -848,7 +848,7 @@ def test_conditionals_in_loop_bodies_compile_with_the_interpreted_bits():
 
 @pytest.mark.parametrize("shape", [pytest.param((6, 5), marks=pytest.mark.slow), (70, 3), (4, 6, 5)])
 def test_reductions_that_keep_dimensions_in_loops(shape):
-    # Sums over the last axis (pairwise), over leading axes (a chain, or halving from 64 elements), maxima and
+    # Sums over the last axis and over leading axes (XLA's windows of 32: lowering/kernels/tree_sum.py), maxima and
     # minima with NaNs and signed zeros, products, integer sums, any/all, argmax/argmin (a reduce of two
     # operands), a logsumexp row step: compiled per output in the interpreted kernel's order, bitwise.
     x = _floats(F32, int(np.prod(shape)))[:int(np.prod(shape))]

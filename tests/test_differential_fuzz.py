@@ -64,6 +64,8 @@ ROW_STATISTICS = {  # a keepdims row statistic combined with its rows (XLA's bro
     "div_max": "{0} / jnp.max({0}, axis=-1, keepdims=True)",
     "min_plus": "{0} + jnp.min({0}, axis=-1, keepdims=True)",
     "mul_column": "{0} * {1}[..., :1]",
+    "sub_sum": "{0} - jnp.sum({0}, axis=-1, keepdims=True)",  # (XLA's window order: lowering/kernels/tree_sum.py)
+    "mul_mean": "{0} * jnp.mean({1}, axis=-1, keepdims=True)",
 }
 CONSTANTS = [2.0, -3.0, 0.5, 1e-40, -1e-45, 1e30, 3.0e38, float("inf")]
 
@@ -207,6 +209,7 @@ def programs(draw, loops: bool | None = None):
 
 _ROUND_TRIP = re.compile(r"^(\w+)\.astype\(jnp\.(\w+)\)\.astype\(jnp\.\w+\)$")
 _SELECT = re.compile(r"^jnp\.where\((\w+) > (\w+), (\w+), (\w+)\)$")
+_SUMMED = re.compile(r"jnp\.(?:sum|mean)\((\w+),")
 
 
 def _preserves_values(dtype: str, other: str) -> bool:
@@ -231,6 +234,12 @@ def _documented_deviation(program: Program) -> str | None:
         if select and program.dtype not in ("float32", "float64") and \
                 {same[select[1]], same[select[2]]} == {same[select[3]], same[select[4]]}:
             return "where(a > b, a, b) (docs/operations.md: select -> max/min)"
+    for expression in statements:
+        # docs/operations.md: a sum of a product over at most 32 elements (XLA fuses the multiply into the reduce
+        # and contracts each step into an FMA).
+        summed = _SUMMED.search(expression)
+        if summed and summed[1].startswith("v") and " * " in statements[int(summed[1][1:])]:
+            return "a row sum of a product (docs/operations.md: contraction inside reductions)"
     for k, expression in enumerate(statements):
         # docs/operations.md: exp(x) - x at +inf (XLA contracts exp's final multiply with the subtraction).
         if expression.startswith(("jnp.exp(", "jnp.expm1(")):

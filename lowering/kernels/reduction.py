@@ -5,8 +5,9 @@
 * a body that is one binary op on its two parameters (add, multiply, maximum,
   minimum, and, or, xor) becomes ``ufunc.reduce`` over the reduced axes,
   combined with the init value as XLA does: ``result = init op reduce(x)``
-  (sums, maxima and minima over the last axis of f32/f64 arrays with the
-  compiled row kernels of :mod:`lowering.rowwise`, which give NumPy's values);
+  (maxima and minima over the last axis of f32/f64 arrays with the compiled
+  row kernels of :mod:`lowering.rowwise`, which give NumPy's values), except
+  float sums, which are XLA CPU's (below);
 * any other body (variadic reduces such as jax's argmax) is a vectorized tree
   reduction: the reduced axes are flattened into one trailing axis and
   adjacent pairs are combined with the compiled region function applied to
@@ -17,11 +18,11 @@
 Integer reductions are exact (wrap-around, as XLA). Float sums that XLA CPU hands
 to YNNPACK (f32/f64 sums of 4,096 elements or more, on AVX-512 hosts:
 :func:`ynnpack_plan`) are summed in YNNPACK's order, bit for bit
-(:mod:`lowering.kernels.ynnpack_sum`, the definition vector dots use too). Other
-float sums may differ from XLA CPU in the last bits: both reassociate, in
-different orders (XLA allows any); sums over non-minor axes are tree-shaped
-(:func:`_tree_sum`), as accurate as XLA's; f16/bf16/f8 sums and products
-accumulate in f32 as XLA CPU's do.
+(:mod:`lowering.kernels.ynnpack_sum`, the definition vector dots use too). Every
+other float sum is summed in the order of XLA CPU's tree-reduction rewrite
+(:mod:`lowering.kernels.tree_sum`: windows of 32, then the windows' sums; bitwise
+for sums over one dimension, and most over several: the module says which are
+not); f16/bf16/f8 sums and products accumulate in f32 as XLA CPU's do.
 An empty reduced dimension gives the init value everywhere.
 """
 
@@ -40,6 +41,7 @@ from xla_dialect.types import element_type_from_dtype
 from ..registry import register
 from . import small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
+from .tree_sum import sum_function
 from .ynnpack_sum import sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = BINARY_BODY_UFUNCS
@@ -146,47 +148,22 @@ def _first_nans(result, x, init, axes, ufunc):
     return fixed.reshape(result.shape)
 
 
-def _tree_sum(x, axes, acc):
-    """Sum of ``x`` over ``axes`` (none of them the last axis) by halving: the reduced elements of each output
-    are added in a balanced tree (``log2 n`` levels), one vectorized add per level over all outputs at once.
-
-    NumPy sums a non-minor axis row by row (a chain of n additions: error growing like n); XLA CPU's
-    reductions are tree-shaped, and so is this (error growing like log n). ``jnp.mean(x, axis=0)`` on
-    (2048, 16) f32 is 1.2e-6 from float64 row by row, 7.4e-8 with XLA, about 1e-7 here."""
-    rank = x.ndim
-    kept = [d for d in range(rank) if d not in axes]
-    rows = np.transpose(x, list(axes) + kept)
-    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
-    rows = rows.reshape((count, *rows.shape[len(axes):]))  # (reduced elements, *kept): a view when possible
-    if rows.dtype != acc:
-        rows = rows.astype(acc)
-    n = rows.shape[0]
-    while n > 1:
-        half = n // 2
-        summed = np.add(rows[:half], rows[half:2 * half])
-        rows = np.concatenate([summed, rows[2 * half:]]) if n % 2 else summed
-        n = half + n % 2
-    return rows[0] if n else np.zeros(rows.shape[1:], acc)
-
-
-TREE_SUM_MIN = 64
-"""Non-minor float sums of at least this many elements per output are tree-shaped (:func:`_tree_sum`); shorter
-ones keep NumPy's row-by-row order, which is XLA's loop order for them (and accurate enough)."""
-
-
 def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: int = 1):
     if empty:
         return lambda body, x, init: np.full(out_shape, init, dtype)
     acc = _accumulator(ufunc, dtype)
     is_float = element_type_from_dtype(dtype).kind == "float"
     fix = _signed_zeros(ufunc, axes) if is_float and ufunc in (np.maximum, np.minimum) else None
-    if (ufunc is np.add and is_float and in_shape is not None and (len(in_shape) - 1) not in axes
-            and np.prod([in_shape[d] for d in axes]) >= TREE_SUM_MIN):
-        def tree_reduce_kernel(body, x, init):
-            total = _tree_sum(x, axes, acc)
-            return np.asarray(np.add(np.asarray(init, acc), total), acc).astype(dtype, copy=False)
+    if ufunc is np.add and is_float:  # XLA CPU's order (lowering.kernels.tree_sum), decided once per static shape
+        static = in_shape is not None and all(d >= 0 for d in in_shape)
+        total = sum_function(in_shape, axes, acc) if static else None
 
-        return tree_reduce_kernel
+        def tree_sum_kernel(body, x, init):
+            x = np.asarray(x)
+            result = total(x, init) if total is not None else sum_function(x.shape, axes, acc)(x, init)
+            return result.astype(dtype, copy=False)
+
+        return tree_sum_kernel
 
     def reduce_kernel(body, x, init):
         total = ufunc.reduce(x, axis=axes, dtype=acc)
@@ -194,20 +171,9 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
         return result if fix is None else _first_nans(fix(result, x, init), x, init, axes, ufunc)
 
     rows = in_shape is not None and len(in_shape) >= 1 and tuple(axes) == (len(in_shape) - 1,) and in_shape[-1] >= 1
-    if rows and dtype in _ROW_DTYPES and (fix is not None or ufunc is np.add):
+    if rows and dtype in _ROW_DTYPES and fix is not None:
         # Rows of a C-ordered f32/f64 array: the compiled row kernels of lowering.rowwise (NumPy's values, faster).
         from .. import rowwise
-
-        if ufunc is np.add:
-            def row_sums_kernel(body, x, init):
-                if not x.flags.c_contiguous or x.dtype != dtype:
-                    return reduce_kernel(body, x, init)
-                total = rowwise.row_sums_of(x, workers)
-                if init == 0:  # +-0 + total is total: the rows' sums start from +0, so none is -0
-                    return total
-                return np.asarray(np.add(np.asarray(init, acc), total), acc)
-
-            return row_sums_kernel
 
         def row_extrema_kernel(body, x, init):
             if not x.flags.c_contiguous or x.dtype != dtype:
@@ -222,9 +188,8 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
 
 
 _ROW_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
-"""Sums, maxima and minima over the last axis of C-ordered arrays of these types use the compiled row kernels
-of :mod:`lowering.rowwise`: NumPy's values (sums: the same pairwise order), 1.5-12x faster than NumPy's reduce
-(a fixed cost per row there)."""
+"""Maxima and minima over the last axis of C-ordered arrays of these types use the compiled row kernels of
+:mod:`lowering.rowwise`: NumPy's values, 1.5-12x faster than NumPy's reduce (a fixed cost per row there)."""
 
 
 def _tree_reduce(op, axes, dtypes, out_shape, empty):

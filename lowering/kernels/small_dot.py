@@ -89,6 +89,7 @@ from xla_dialect.ops.data_movement import TransposeOp
 
 from ..loop_runtime import fused_multiply_add
 from .host import host_properties
+from .tree_sum import TREE_WINDOW, window_sum
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
 from .ynnpack_sum import row_sum, sum_plan
 
@@ -140,9 +141,6 @@ PAIRS_MAX_K = 1200
 
 PAIRS_MAX_MNK = 1 << 22
 """... and this many multiply-adds (measured bitwise to 18M; at this size about 1-2 ms, a few times BLAS's)."""
-
-TREE_WINDOW = 32
-"""XLA CPU's tree-reduction rewriter sums reduced dimensions longer than this in windows of this many."""
 
 TREE_MAX_K = 3000
 """Vector dots (tree order) up to this length use :func:`small_dot` (measured up to 3,000)."""
@@ -303,28 +301,6 @@ def _single_column(a, b, out, t, i, j, rounded_terms):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
-def _tree_sum(terms, length):
-    """The sum of ``terms[:length]`` as XLA CPU's tree-reduction rewriter has it computed (module docstring):
-    windows of :data:`TREE_WINDOW` summed in order from zero (the padding split evenly, the smaller half before),
-    again until at most one window is left. ``terms`` is overwritten by the window sums."""
-    zero = terms.dtype.type(0)
-    while length > TREE_WINDOW:
-        windows = (length + TREE_WINDOW - 1) // TREE_WINDOW
-        before = (windows * TREE_WINDOW - length) // 2
-        for w in range(windows):
-            s = zero
-            # (window w reads from index w * 32 - before >= w + 17 on for w >= 1: writing terms[w] is safe)
-            for p in range(max(0, w * TREE_WINDOW - before), min(length, (w + 1) * TREE_WINDOW - before)):
-                s = s + terms[p]
-            terms[w] = s
-        length = windows
-    s = zero
-    for p in range(length):
-        s = s + terms[p]
-    return s
-
-
-@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _horizontal_sum(lanes, pairwise):
     """The sum of a vector accumulator's lanes as XLA's vector support library adds them: ``pairwise``
     (AVX-style horizontal adds of 8 lanes) ``((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`` (4 lanes: ``(l0+l1)+(l2+l3)``),
@@ -406,14 +382,14 @@ def small_dot(a, b, out, order):
                 out[t, i, 0] = _horizontal_sum(lanes, tile_rows == width and vector_bytes == 32) + tail
         return
     if order == TREE:
-        # A vector dot: rounded products (XLA's multiply), then the tree of windows (_tree_sum).
+        # A vector dot: rounded products (XLA's multiply), then XLA's windows (lowering.kernels.tree_sum).
         terms = np.empty(k, a.dtype)
         for t in range(batch):
             for i in range(m):
                 for j in range(n):
                     for p in range(k):
                         terms[p] = a[t, i, p] * b[t, p, j]
-                    out[t, i, j] = _tree_sum(terms, k)
+                    out[t, i, j] = window_sum(terms, 0, k, zero, terms)
         return
     _lanes(a, b, out, 4 if order == FOUR_LANES else 2, rounded, chunks)
 

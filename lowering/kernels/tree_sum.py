@@ -1,0 +1,264 @@
+"""Float sums in XLA CPU's order where YNNPACK does not compute them: one definition.
+
+XLA CPU (jax 0.10.2) rewrites a reduce (one operand, any body) that has a reduced dimension longer than
+:data:`TREE_WINDOW` elements (``TreeReductionRewriter``, window 32): into a ``reduce-window`` whose window is
+``min(n, 32)`` elements long (stride the same) in every reduced dimension ``n`` and 1 in the kept ones, padded
+``SAME`` (the padding of each dimension split evenly, the smaller half before), followed by the same reduce of the
+window results; the new reduce is rewritten again until no reduced dimension is longer than 32. Both use the
+reduce's initial value: each window's result is ``init`` plus its elements, and so is the last reduce's (with
+``init = 0``, jax's sums, the windows' sums start from +0; a nonzero ``init`` is added once per window and once
+more at the end, as XLA does). XLA's loops add the elements of a window (and those of the last reduce) one at a
+time in row-major order of the reduced dimensions, padding skipped (:func:`window_sum`, :func:`nd_window_sum`).
+
+Measured against ``jax.jit`` (f32 and f64, mixed magnitudes, on the 2-core AMD EPYC VM with AVX-512):
+* 1-d sums, and sums over one dimension of any rank (rows, columns, middle dimensions; dimensions of one
+  element anywhere): every result equal -- 192 random shapes of up to 4,095 elements, 1-d sizes 2..4,000;
+* sums over several dimensions: 94 of 108 random shapes equal. Not reproduced (results differ in the last bits
+  where XLA's LLVM loop vectorizer reassociates the sum, a choice of its cost model): a reduce without rewrite
+  whose innermost reduced dimension has at most 8 elements and whose outer reduced extent is 2, 4, 8, 16, 20, 31,
+  ... (measured: the rows' sums then kept as vector lanes, e.g. ``jnp.sum`` of ``(4, 3)`` is ``(r0 + r2) +
+  (r1 + r3)``, of ``(16, 2)`` rows ``r`` and ``r + 8`` in one lane, 8 lanes halved; ``(3, n)``, ``(5, n)``,
+  ``(6, 2)``, ``(12, 2)`` and every inner dimension of 9 or more are in order), and some windows of 32 x 32
+  (``(50, 40)``, ``(33, 33)`` full sums; ``(40, 50)`` and ``(64, 64)`` are equal).
+
+Sums of at least 4,096 elements XLA hands to YNNPACK, summed in its order on the hosts
+:mod:`lowering.kernels.ynnpack_sum` was measured on where the order was identified
+(:func:`lowering.kernels.reduction.ynnpack_plan` decides; elsewhere :func:`reduced_dims` says how they are
+summed); every other float sum is this one, in the
+interpreter's reduce kernel (:func:`tree_sums`), the rows of fused loops, the compiled loops and segments, and
+the vector dots XLA turns into reduces (:mod:`lowering.kernels.small_dot`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .ynnpack_sum import MIN_ELEMENTS
+
+TREE_WINDOW = 32
+"""XLA CPU's ``TreeReductionRewriter`` window: a reduced dimension longer than this is summed in windows."""
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
+def window_sum(a, start, n, init, scratch):
+    """``a[start:start + n]`` (1-d, ``n >= 0``) summed as XLA CPU sums one reduced dimension: windows of
+    :data:`TREE_WINDOW` (padding split evenly, the smaller half before) each ``init`` plus its elements in
+    order, written to ``scratch`` (at least ``ceil(n / 32)`` elements), again until at most 32 are left, then
+    ``init`` plus those in order. ``scratch`` may be ``a`` itself with ``start = 0`` (a window's sum is written
+    below the elements the later windows read)."""
+    source = a
+    first = start
+    while n > TREE_WINDOW:
+        windows = (n + TREE_WINDOW - 1) // TREE_WINDOW
+        before = (windows * TREE_WINDOW - n) // 2
+        for w in range(windows):
+            s = init
+            for p in range(max(0, w * TREE_WINDOW - before), min(n, (w + 1) * TREE_WINDOW - before)):
+                s = s + source[first + p]
+            scratch[w] = s
+        source = scratch
+        first = 0
+        n = windows
+    s = init
+    for p in range(n):
+        s = s + source[first + p]
+    return s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def nd_window_sum(a, start, dims, init, work):
+    """The ``prod(dims)`` elements from ``a[start]`` on (1-d ``a``; the reduced dimensions ``dims``, an int64
+    array, in row-major order) summed as XLA CPU sums them: while a dimension is longer than
+    :data:`TREE_WINDOW`, windows ``min(d, 32)`` long in each dimension ``d`` (padding split evenly, the smaller
+    half before), each ``init`` plus its elements in row-major order (padding skipped); then ``init`` plus the
+    rest in row-major order. ``work`` (2-d, two rows at least :func:`scratch_length` long) holds the window
+    sums, the levels alternating between its rows."""
+    rank = dims.shape[0]
+    if rank == 1:
+        return window_sum(a, start, dims[0], init, work[0])
+    shape = dims.copy()
+    size = np.empty(rank, np.int64)
+    windows = np.empty(rank, np.int64)
+    before = np.empty(rank, np.int64)
+    corner = np.empty(rank, np.int64)
+    offset = np.empty(rank, np.int64)
+    source = a
+    first = start
+    level = 0
+    while True:
+        longest = 0
+        for d in range(rank):
+            longest = max(longest, shape[d])
+        if longest <= TREE_WINDOW:
+            break
+        count = 1
+        inner = 1
+        for d in range(rank):
+            size[d] = min(shape[d], TREE_WINDOW)
+            windows[d] = (shape[d] + size[d] - 1) // size[d]
+            before[d] = (windows[d] * size[d] - shape[d]) // 2
+            count *= windows[d]
+            inner *= size[d]
+        target = work[level % 2]
+        for w in range(count):
+            rest = w
+            for d in range(rank - 1, -1, -1):
+                corner[d] = (rest % windows[d]) * size[d] - before[d]
+                rest //= windows[d]
+            s = init
+            for q in range(inner):
+                rest = q
+                inside = True
+                flat = 0
+                for d in range(rank - 1, -1, -1):
+                    offset[d] = corner[d] + rest % size[d]
+                    rest //= size[d]
+                    inside = inside and 0 <= offset[d] < shape[d]
+                if inside:
+                    for d in range(rank):
+                        flat = flat * shape[d] + offset[d]
+                    s = s + source[first + flat]
+            target[w] = s
+        for d in range(rank):
+            shape[d] = windows[d]
+        source = target
+        first = 0
+        level += 1
+    total = 1
+    for d in range(rank):
+        total *= shape[d]
+    s = init
+    for p in range(total):
+        s = s + source[first + p]
+    return s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def tree_sums(x, dims, init, out):
+    """``out[r]`` = the sum of row ``r`` of the C-ordered 2-d ``x`` (each row the reduced elements of one output in
+    row-major order of the reduced dimensions ``dims``, an int64 array) from ``init`` in XLA CPU's order
+    (:func:`nd_window_sum`; one reduced dimension: :func:`window_sum`). A window at a time: its adds are a
+    chain, but the CPU overlaps the next windows' (measured, f32: 4,095 elements in 1.3 us, 0.32 ns each; the
+    windows advanced together, element by element, took as long, and 2.3x as long on 2^20 elements)."""
+    rows, k = x.shape
+    flat = x.ravel()
+    if dims.shape[0] == 1:
+        scratch = np.empty(max(1, (k + TREE_WINDOW - 1) // TREE_WINDOW), x.dtype)
+        for r in range(rows):
+            out[r] = window_sum(flat, r * k, k, init, scratch)
+        return
+    work = np.empty((2, scratch_length(dims)), x.dtype)
+    for r in range(rows):
+        out[r] = nd_window_sum(flat, r * k, dims, init, work)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def column_tree_sums(x, init, out):
+    """``out[o, j]`` = the sum over ``i`` of ``x[o, i, j]`` (3-d C-ordered ``x``: one reduced dimension between kept
+    ones) from ``init`` in XLA CPU's order (:func:`window_sum` of each column), the columns of a window summed
+    together, one vector add per row (a column sum read with the columns' stride would be a chain per column and
+    a transposed copy first)."""
+    outer, n, inner = x.shape
+    windows = max(1, (n + TREE_WINDOW - 1) // TREE_WINDOW)
+    one = np.empty((windows, inner), x.dtype)
+    two = np.empty((windows, inner), x.dtype)
+    for o in range(outer):
+        source = x[o]
+        length = n
+        level = 0
+        while length > TREE_WINDOW:
+            count = (length + TREE_WINDOW - 1) // TREE_WINDOW
+            before = (count * TREE_WINDOW - length) // 2
+            target = one if level % 2 == 0 else two
+            for w in range(count):
+                row = target[w]
+                for j in range(inner):
+                    row[j] = init
+                for i in range(max(0, w * TREE_WINDOW - before), min(length, (w + 1) * TREE_WINDOW - before)):
+                    values = source[i]
+                    for j in range(inner):
+                        row[j] = row[j] + values[j]
+            source = target[:count]
+            length = count
+            level += 1
+        result = out[o]
+        for j in range(inner):
+            result[j] = init
+        for i in range(length):
+            values = source[i]
+            for j in range(inner):
+                result[j] = result[j] + values[j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
+def scratch_length(dims) -> int:
+    """The length of each work buffer :func:`nd_window_sum` needs for reduced dimensions ``dims``: its first
+    level's windows (at least 1)."""
+    count = 1
+    for d in range(dims.shape[0]):
+        count *= (dims[d] + TREE_WINDOW - 1) // TREE_WINDOW if dims[d] > TREE_WINDOW else 1
+    return max(count, 1)
+
+
+def reduced_dims(shape, axes) -> np.ndarray:
+    """The reduced dimensions of a sum over ``axes`` of an operand of ``shape``, in row-major order, as the
+    int64 array :func:`nd_window_sum` takes (dimensions of one element dropped: they change no order). An
+    operand of :data:`~lowering.kernels.ynnpack_sum.MIN_ELEMENTS` or more is YNNPACK's in XLA CPU: where its
+    order was not identified (no :func:`~lowering.kernels.reduction.ynnpack_plan`), the reduced elements are
+    summed as one dimension (windows of 32 over all of them: as accurate as YNNPACK's tree, not its bits) rather
+    than in the rewrite's per-dimension windows, which XLA does not use there and which, for dimensions of at
+    most 32, would be one long chain."""
+    if int(np.prod(shape, dtype=np.int64)) >= MIN_ELEMENTS:
+        return np.array([max(1, int(np.prod([shape[d] for d in axes], dtype=np.int64)))], np.int64)
+    dims = [int(shape[d]) for d in sorted(axes) if shape[d] != 1]
+    return np.array(dims or [1], np.int64)
+
+
+def sum_function(shape, axes, acc: np.dtype):
+    """``f(x, init)``: the sum of an operand of ``shape`` over ``axes`` from ``init`` in XLA CPU's order (module
+    docstring), accumulated in ``acc`` (f32 or f64), an array of the kept dimensions' shape (0-d for a full sum).
+    Decided once per shape: one reduced dimension (after dropping those of one element, or all of them as one
+    where :func:`reduced_dims` says so) with the kept ones before it is a row sum, with kept ones after it a column
+    sum (:func:`column_tree_sums`, no copy); any other layout is transposed to rows first."""
+    shape = tuple(int(v) for v in shape)
+    axes = sorted(int(a) for a in axes)
+    kept = [d for d in range(len(shape)) if d not in axes]
+    kept_shape = tuple(shape[d] for d in kept)
+    outputs = int(np.prod(kept_shape, dtype=np.int64))
+    count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    dims = reduced_dims(shape, axes)
+    acc = np.dtype(acc)
+    cast = acc.type
+    live = [d for d in axes if shape[d] != 1]
+    contiguous_run = live == list(range(live[0], live[-1] + 1)) if live else True
+    if len(dims) == 1 and contiguous_run:
+        first = live[0] if live else len(shape)
+        outer = int(np.prod(shape[:first], dtype=np.int64))
+        inner = int(np.prod([shape[d] for d in range(first, len(shape)) if d not in axes], dtype=np.int64))
+        if inner > 1 and all(shape[d] == 1 for d in axes if d > first):
+            def columns(x, init):
+                x3 = np.ascontiguousarray(x, dtype=acc).reshape(outer, count, inner)
+                out = np.empty((outer, inner), acc)
+                column_tree_sums(x3, cast(init), out)
+                return out.reshape(kept_shape)
+
+            return columns
+    rows_need_transpose = kept + axes != list(range(len(shape)))
+
+    def rows(x, init):
+        if rows_need_transpose:
+            x = np.transpose(x, kept + axes)
+        flat = np.ascontiguousarray(x, dtype=acc).reshape(outputs, count)
+        out = np.empty(outputs, acc)
+        tree_sums(flat, dims, cast(init), out)
+        return out.reshape(kept_shape)
+
+    return rows
+
+
+def xla_sum(x: np.ndarray, axes, init, acc: np.dtype) -> np.ndarray:
+    """The sum of ``x`` over ``axes`` from ``init`` in XLA CPU's order (module docstring), accumulated in ``acc``
+    (f32 or f64): an array of the kept dimensions' shape (a 0-d array for a full sum). (Decides the layout on each
+    call: kernels keep :func:`sum_function` of their static shape.)"""
+    return sum_function(x.shape, axes, acc)(x, init)

@@ -1,0 +1,140 @@
+"""Float sums in XLA CPU's tree-reduction order (lowering/kernels/tree_sum.py), in every path, bit for bit.
+
+The definition is checked against a reference written from the rewrite's description (a reduce-window of windows
+of 32 per reduced dimension, padded SAME, then the reduce, repeated), and the executor's sums against jax.jit:
+straight-line (the interpreter's kernel), fused into element-wise loops (rows of a fused group), in compiled
+while loops, all four configurations giving the same bits.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import lowering
+from interop import import_jax
+from lowering.kernels.tree_sum import reduced_dims, xla_sum
+
+CONFIGURATIONS = {
+    "interpreter": {"fusion": "never", "loop_compilation": "never"},
+    "fused": {"fusion": "always", "loop_compilation": "never"},
+    "compiled loops": {"fusion": "never", "loop_compilation": "always"},
+    "fused and compiled loops": {"fusion": "always", "loop_compilation": "always"},
+}
+
+
+def rewrite_reference(x: np.ndarray, axes, init) -> np.ndarray:
+    """XLA's TreeReductionRewriter applied until no reduced dimension exceeds 32, each reduce-window and the last
+    reduce folding ``init`` and then their elements in row-major order (padding, -0, adds nothing)."""
+    axes = sorted(axes)
+    while any(x.shape[d] > 32 for d in axes):
+        pads, split = [], []
+        for d in range(x.ndim):
+            n = x.shape[d]
+            w = min(n, 32) if d in axes else 1
+            count = -(-n // w)
+            pad = count * w - n
+            pads.append((pad // 2, pad - pad // 2))
+            split += [count, w]
+        windows = np.pad(x, pads, constant_values=-0.0).reshape(split)
+        windows = np.transpose(windows, [2 * d for d in range(x.ndim)] + [2 * d + 1 for d in range(x.ndim)])
+        windows = windows.reshape(windows.shape[:x.ndim] + (-1,))
+        acc = np.full(windows.shape[:-1], init, x.dtype)
+        for i in range(windows.shape[-1]):
+            acc = acc + windows[..., i]
+        x = acc
+    kept = [d for d in range(x.ndim) if d not in axes]
+    rows = np.transpose(x, kept + axes).reshape([x.shape[d] for d in kept] + [-1])
+    acc = np.full(rows.shape[:-1], init, x.dtype)
+    for i in range(rows.shape[-1]):
+        acc = acc + rows[..., i]
+    return acc
+
+
+def bits(a) -> list[str]:
+    a = np.atleast_1d(np.asarray(a))
+    return [hex(v) for v in a.view({4: np.uint32, 8: np.uint64}[a.dtype.itemsize]).ravel()]
+
+
+def mixed(rng, shape, dtype) -> np.ndarray:
+    """Values over six decades of magnitude and both signs: another summation order shows in the last bits."""
+    return (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_definition_is_the_rewrite(dtype):
+    rng = np.random.default_rng(11)
+    for _ in range(120):
+        rank = int(rng.integers(1, 4))
+        shape = tuple(int(v) for v in rng.integers(1, 70, rank))
+        if np.prod(shape) >= 4096:
+            continue  # (YNNPACK's domain: reduced_dims flattens there)
+        axes = tuple(sorted(rng.choice(rank, int(rng.integers(1, rank + 1)), replace=False).tolist()))
+        init = dtype(0) if rng.random() < 0.7 else dtype(rng.choice([1.5, -0.0, -2.25]))
+        x = mixed(rng, shape, dtype)
+        assert bits(xla_sum(x, axes, init, np.dtype(dtype))) == bits(rewrite_reference(x, axes, init)), (shape, axes)
+
+
+def test_a_nonzero_initial_value_is_added_once_per_window_as_xla_does():
+    # 100 elements: four windows (padding 14 + 14) and the last reduce, each starting from the init value.
+    x = np.ones(100, np.float32)
+    fn = lambda v: lax.reduce(v, np.float32(1.0), lax.add, (0,))  # noqa: E731
+    assert float(jax.jit(fn)(x)) == 105.0
+    assert float(lowering.compile(import_jax(fn, x))(x)[0]) == 105.0
+
+
+def test_yynpack_sized_sums_without_a_plan_are_windows_over_all_reduced_elements():
+    assert list(reduced_dims((8, 32, 32, 64), (0, 1, 2))) == [8192]
+    assert list(reduced_dims((50, 40), (0, 1))) == [50, 40]
+    assert list(reduced_dims((3, 1, 40), (1, 2))) == [40]
+
+
+# Sums XLA CPU computes in the rewrite's order (measured bitwise): one reduced dimension of any rank, and several
+# dimensions where its loop vectorizer keeps the order (docs in lowering/kernels/tree_sum.py).
+SHAPES = [
+    ((2,), (0,)), ((31,), (0,)), ((33,), (0,)), ((100,), (0,)), ((1000,), (0,)), ((1025,), (0,)), ((4095,), (0,)),
+    ((50, 40), (1,)), ((50, 40), (0,)), ((7, 100), (1,)), ((100, 7), (0,)), ((300, 10), (1,)),
+    ((3, 40, 35), (1,)), ((3, 40, 35), (2,)), ((30, 4, 33), (0,)), ((3, 40, 35), (1, 2)),
+    ((5, 7, 11), (0, 2)), ((16, 16), (0, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axes", SHAPES, ids=lambda v: "x".join(map(str, v)))
+def test_sums_are_xla_bits(shape, axes, dtype):
+    # (tests/conftest.py runs jax in x64 mode: f64 arrays stay f64)
+    x = mixed(np.random.default_rng(abs(hash((shape, axes))) % 2**32), shape, dtype)
+    x.flat[0] = -0.0
+    fn = lambda v: jnp.sum(v, axis=axes)  # noqa: E731
+    want = bits(jax.jit(fn)(x))
+    got = bits(lowering.compile(import_jax(fn, x), fusion="never", loop_compilation="never")(x)[0])
+    assert got == want
+
+
+@pytest.mark.parametrize("width", [7, 24, 40, 100])
+def test_every_configuration_sums_as_xla_in_loops_and_fused_rows(width):
+    # A row sum fused with its element-wise producers and consumers (the group's rows), a 1-d sum and a column
+    # sum in a fori_loop body past the compile threshold: the same bits in the four configurations, and
+    # jax.jit's.
+    rng = np.random.default_rng(width)
+    x = mixed(rng, (6, width), np.float32)
+
+    def fn(v):
+        centred = v - jnp.sum(jnp.exp(v * 1e-3), axis=-1, keepdims=True)
+
+        def body(i, carry):
+            total, columns = carry
+            scaled = v + (i + 1).astype(jnp.float32)  # (not a product: XLA contracts one into a short sum)
+            return total + jnp.sum(scaled[2]), columns + jnp.sum(scaled, axis=0)
+
+        total, columns = lax.fori_loop(0, 30, body, (jnp.float32(0), jnp.zeros(width, jnp.float32)))
+        return centred, total, columns
+
+    want = [bits(r) for r in jax.jit(fn)(x)]
+    module = import_jax(fn, x)
+    for name, options in CONFIGURATIONS.items():
+        got = [bits(r) for r in lowering.compile(module, **options)(x)]
+        assert got == want, name
