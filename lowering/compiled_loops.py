@@ -53,7 +53,7 @@ from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import UnsupportedError, XlaError
-from xla_dialect.internal import FusedMultiplyAddOp
+from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.constants import ConstantOp, IotaOp
 from xla_dialect.ops.control_flow import CallOp, ConditionalOp, ReturnOp, TupleOp, WhileOp
@@ -177,7 +177,7 @@ def _only_read(value: SSAValue) -> bool:
 # Ops whose generated code may give a view of operand 0 (or the operand itself) as its result.
 _VIEW_OPS = (ReshapeOp, SliceOp, DynamicSliceOp, TransposeOp, BitcastConvertOp, BroadcastInDimOp)
 # Ops whose generated code only reads its array operands (copying what it keeps).
-_READING_OPS = (DotGeneralOp, DotOp, ReduceOp, ConcatenateOp, GatherOp,
+_READING_OPS = (DotGeneralOp, DotOp, ReduceOp, MultiplyReduceOp, ConcatenateOp, GatherOp,
                 CustomCallOp)  # (the custom calls compiled code makes: LAPACK on copies of its operands)
 
 
@@ -1128,6 +1128,27 @@ class _LoopWriter:
         self.emit(indent, f"{rows} = c_view({src}, ({outputs}, {count}))")
         return rows, outputs, count
 
+    @compiles(MultiplyReduceOp)
+    def multiply_reduce(self, op, out, dtype, shape, indent):
+        """The contracted sum of a product (:class:`~xla_dialect.internal.MultiplyReduceOp`) through the kernel's
+        definition, :func:`lowering.kernels.tree_sum.contracted_sums`, on the operands' rows (reduced dimensions
+        last)."""
+        if dtype not in _FLOATS:
+            raise _Ineligible(f"a contracted sum of {dtype}")
+        axes = sorted(ints(op.dimensions))
+        rows_a, outputs, _ = self.reduced_rows(op.a, axes, indent)
+        rows_b, _, _ = self.reduced_rows(op.b, axes, indent)
+        t = _NUMBA_TYPE_NAMES[dtype]
+        init = f"{t}({self.name(op.init)})"
+        if shape:
+            self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+            self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {_flat(out, shape)})")
+            return
+        target = self.fresh("h")
+        self.prologue.append(f"    {target} = new_array(1, {t})")
+        self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {target})")
+        self.emit(indent, f"{out} = {target}[0]")
+
     def constant_dims(self, dims: np.ndarray) -> str:
         """The name of an int64 array holding ``dims`` (the reduced dimensions of a sum,
         :func:`lowering.kernels.tree_sum.reduced_dims`), filled once at the start of the function."""
@@ -1793,7 +1814,7 @@ class CompiledLoop:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import row_extremum, zero_sign\n"
-                  "from lowering.kernels.tree_sum import nd_window_sum, tree_sums, window_sum\n"
+                  "from lowering.kernels.tree_sum import contracted_sums, nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "

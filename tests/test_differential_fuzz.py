@@ -235,11 +235,11 @@ def _documented_deviation(program: Program) -> str | None:
                 {same[select[1]], same[select[2]]} == {same[select[3]], same[select[4]]}:
             return "where(a > b, a, b) (docs/operations.md: select -> max/min)"
     for expression in statements:
-        # docs/operations.md: a sum of a product over at most 32 elements (XLA fuses the multiply into the reduce
-        # and contracts each step into an FMA).
+        # docs/operations.md: a sum of a product that other ops read too (XLA copies the multiply into each fusion
+        # and contracts each step of the sum into an FMA), or of a square (not reproduced).
         summed = _SUMMED.search(expression)
         if summed and summed[1].startswith("v") and " * " in statements[int(summed[1][1:])]:
-            return "a row sum of a product (docs/operations.md: contraction inside reductions)"
+            return "a row sum of a product (docs/operations.md: a sum of a product)"
     for k, expression in enumerate(statements):
         # docs/operations.md: exp(x) - x at +inf (XLA contracts exp's final multiply with the subtraction).
         if expression.startswith(("jnp.exp(", "jnp.expm1(")):

@@ -127,8 +127,8 @@ def test_every_configuration_sums_as_xla_in_loops_and_fused_rows(width):
 
         def body(i, carry):
             total, columns = carry
-            scaled = v + (i + 1).astype(jnp.float32)  # (not a product: XLA contracts one into a short sum)
-            return total + jnp.sum(scaled[2]), columns + jnp.sum(scaled, axis=0)
+            scaled = v * (i + 1).astype(jnp.float32)  # (a product: contracted into the column sums)
+            return total + jnp.sum(v[2] - i.astype(jnp.float32)), columns + jnp.sum(scaled, axis=0)
 
         total, columns = lax.fori_loop(0, 30, body, (jnp.float32(0), jnp.zeros(width, jnp.float32)))
         return centred, total, columns
@@ -138,3 +138,27 @@ def test_every_configuration_sums_as_xla_in_loops_and_fused_rows(width):
     for name, options in CONFIGURATIONS.items():
         got = [bits(r) for r in lowering.compile(module, **options)(x)]
         assert got == want, name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("name", ["rows", "columns", "1-d", "times a constant", "two axes", "also returned"])
+def test_sums_of_products_are_contracted_as_xla_does(name, dtype):
+    # XLA fuses a multiply into the reduce summing it (reduced dimensions of at most 32) and LLVM contracts each
+    # step into a fused multiply-add; a product also returned is rounded (passes/fma_contraction.py).
+    fn, shape = {
+        "rows": (lambda x, y: jnp.sum(x * y, axis=-1), (8, 20)),
+        "columns": (lambda x, y: jnp.sum(x * y, axis=0), (20, 8)),
+        "1-d": (lambda x, y: jnp.sum(x * y), (30,)),
+        "times a constant": (lambda x, y: jnp.sum(x * 3.3, axis=-1) + y[:, 0], (8, 20)),
+        "two axes": (lambda x, y: jnp.sum(x * y, axis=(0, 2)), (5, 6, 11)),
+        "also returned": (lambda x, y: (jnp.sum(x * y, axis=-1), x * y), (8, 20)),
+    }[name]
+    rng = np.random.default_rng(len(name))
+    x, y = mixed(rng, shape, dtype), mixed(rng, shape, dtype)
+    want = [bits(r) for r in jax.tree_util.tree_leaves(jax.jit(fn)(x, y))]
+    module = import_jax(fn, x, y)
+    for configuration, options in CONFIGURATIONS.items():
+        assert [bits(r) for r in lowering.compile(module, **options)(x, y)] == want, configuration
+    rounded = [bits(r) for r in lowering.compile(module, fma_contraction=False)(x, y)]
+    if dtype == np.float32 and name not in ("also returned", "1-d"):
+        assert rounded != want  # (the test tells the two apart: several f32 sums)

@@ -5,14 +5,18 @@ contraction, made only by the ``contract-fma`` pass (:mod:`passes.fma_contractio
 contracts); its kernel and scalar definition are registered with the kernels
 (:func:`lowering.kernels.elementwise.fused_multiply_add_kernel`). It is defined here, in the IR package, so
 that the passes that make it and the kernels and compiled paths that run it name the same class.
+:class:`MultiplyReduceOp` (``hlo_internal.multiply_reduce``) is the same contraction inside a sum: XLA CPU fuses a
+multiply into the reduce that sums it (no reduced dimension longer than 32: no tree rewrite) and contracts
+each step (kernel: :func:`lowering.kernels.reduction._multiply_reduce`).
 :data:`HLO_INTERNAL` is its dialect (not loaded by :func:`xla_dialect.make_context`: hlo text never holds
 these ops).
 """
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import DenseArrayBase
 from xdsl.ir import Dialect
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def
 
 
 @irdl_op_definition
@@ -26,7 +30,21 @@ class FusedMultiplyAddOp(IRDLOperation):
     result = result_def()
 
 
-OPS = [FusedMultiplyAddOp]
+@irdl_op_definition
+class MultiplyReduceOp(IRDLOperation):
+    """The sum of ``a * b`` over ``dimensions`` from ``init``, each step a fused multiply-add: ``acc = a[i] * b[i]
+    + acc`` rounded once, the reduced elements in row-major order (executor-internal; made only by
+    :func:`passes.fma_contraction.contract_fma` from a sum of a product that XLA CPU fuses and contracts)."""
+
+    name = "hlo_internal.multiply_reduce"
+    a = operand_def()
+    b = operand_def()
+    init = operand_def()
+    result = result_def()
+    dimensions = prop_def(DenseArrayBase)
+
+
+OPS = [FusedMultiplyAddOp, MultiplyReduceOp]
 """Every ``hlo_internal`` op class."""
 
 HLO_INTERNAL = Dialect("hlo_internal", OPS)

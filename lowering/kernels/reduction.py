@@ -31,6 +31,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from xla_dialect.internal import MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
@@ -41,7 +42,7 @@ from xla_dialect.types import element_type_from_dtype
 from ..registry import register
 from . import small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
-from .tree_sum import sum_function
+from .tree_sum import contracted_sum_function, sum_function
 from .ynnpack_sum import sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = BINARY_BODY_UFUNCS
@@ -345,6 +346,23 @@ def _reduce(op, ctx):
     if ufunc is not None:
         return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape), ctx.loop_workers)
     return _tree_reduce(op, axes, dtypes, out_shape, empty)
+
+
+@register(MultiplyReduceOp)
+def _multiply_reduce(op, ctx):
+    """The sum of ``a * b`` over the op's dimensions, each step one fused multiply-add, from the initial value
+    (:func:`lowering.kernels.tree_sum.contracted_sums`: XLA CPU's reduce of a product it fuses and contracts)."""
+    shape = tuple(op.a.type.get_shape())
+    dtype = result_dtypes(op, ctx)[0]
+    axes = tuple(sorted(ints(op.dimensions)))
+    if any(d < 0 for d in shape):
+        return lambda a, b, init: contracted_sum_function(np.shape(a), axes, dtype)(a, b, init)
+    contracted = contracted_sum_function(shape, axes, dtype)
+
+    def multiply_reduce_kernel(a, b, init):
+        return contracted(np.asarray(a), np.asarray(b), init)
+
+    return multiply_reduce_kernel
 
 
 @register(MapOp)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..loop_runtime import fused_multiply_add
 from .ynnpack_sum import MIN_ELEMENTS
 
 TREE_WINDOW = 32
@@ -191,6 +192,21 @@ def column_tree_sums(x, init, out):
                 result[j] = result[j] + values[j]
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def contracted_sums(a, b, init, out):
+    """``out[r]`` = the sum of ``a[r, i] * b[r, i]`` over ``i`` (C-ordered 2-d ``a``, ``b``: each row the reduced
+    elements of one output in row-major order) from ``init``, each step one fused multiply-add, ``acc = fma(a, b,
+    acc)``: XLA CPU's sum of a product it fuses into the reduce (no reduced dimension longer than 32, where the
+    rewrite above leaves the reduce one loop), LLVM contracting each step
+    (:class:`~xla_dialect.internal.MultiplyReduceOp`)."""
+    rows, k = a.shape
+    for r in range(rows):
+        s = init
+        for i in range(k):
+            s = fused_multiply_add(a[r, i], b[r, i], s)
+        out[r] = s
+
+
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
 def scratch_length(dims) -> int:
     """The length of each work buffer :func:`nd_window_sum` needs for reduced dimensions ``dims``: its first
@@ -255,6 +271,30 @@ def sum_function(shape, axes, acc: np.dtype):
         return out.reshape(kept_shape)
 
     return rows
+
+
+def contracted_sum_function(shape, axes, acc: np.dtype):
+    """``f(a, b, init)``: :func:`contracted_sums` of operands of ``shape`` over ``axes`` (reduced dimensions moved
+    last first where they are not), an array of the kept dimensions' shape."""
+    shape = tuple(int(v) for v in shape)
+    axes = sorted(int(v) for v in axes)
+    kept = [d for d in range(len(shape)) if d not in axes]
+    kept_shape = tuple(shape[d] for d in kept)
+    outputs = int(np.prod(kept_shape, dtype=np.int64))
+    count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    order = kept + axes
+    moved = order != list(range(len(shape)))
+    acc = np.dtype(acc)
+
+    def rows(x):
+        return np.ascontiguousarray(np.transpose(x, order) if moved else x, dtype=acc).reshape(outputs, count)
+
+    def contracted(a, b, init):
+        out = np.empty(outputs, acc)
+        contracted_sums(rows(a), rows(b), acc.type(init), out)
+        return out.reshape(kept_shape)
+
+    return contracted
 
 
 def xla_sum(x: np.ndarray, axes, init, acc: np.dtype) -> np.ndarray:
