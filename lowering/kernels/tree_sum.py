@@ -237,14 +237,10 @@ def sum_function(shape, axes, acc: np.dtype):
     Decided once per shape: one reduced dimension (after dropping those of one element, or all of them as one
     where :func:`reduced_dims` says so) with the kept ones before it is a row sum, with kept ones after it a column
     sum (:func:`column_tree_sums`, no copy); any other layout is transposed to rows first."""
-    shape = tuple(int(v) for v in shape)
-    axes = sorted(int(a) for a in axes)
-    kept = [d for d in range(len(shape)) if d not in axes]
-    kept_shape = tuple(shape[d] for d in kept)
-    outputs = int(np.prod(kept_shape, dtype=np.int64))
-    count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    layout = _Layout(shape, axes, acc)
+    shape, axes, kept, kept_shape, outputs, count, acc = (layout.shape, layout.axes, layout.kept, layout.kept_shape,
+                                                          layout.outputs, layout.count, layout.acc)
     dims = reduced_dims(shape, axes)
-    acc = np.dtype(acc)
     cast = acc.type
     live = [d for d in axes if shape[d] != 1]
     contiguous_run = live == list(range(live[0], live[-1] + 1)) if live else True
@@ -260,39 +256,45 @@ def sum_function(shape, axes, acc: np.dtype):
                 return out.reshape(kept_shape)
 
             return columns
-    rows_need_transpose = kept + axes != list(range(len(shape)))
-
     def rows(x, init):
-        if rows_need_transpose:
-            x = np.transpose(x, kept + axes)
-        flat = np.ascontiguousarray(x, dtype=acc).reshape(outputs, count)
         out = np.empty(outputs, acc)
-        tree_sums(flat, dims, cast(init), out)
+        tree_sums(layout.rows(x), dims, cast(init), out)
         return out.reshape(kept_shape)
 
     return rows
 
 
+class _Layout:
+    """The outputs of a reduce over ``axes`` of an operand of ``shape`` as rows: :meth:`rows` is the operand as a
+    C-ordered ``(outputs, count)`` array in ``acc``, the reduced dimensions moved last (a copy) where they are
+    not."""
+
+    def __init__(self, shape, axes, acc):
+        self.shape = tuple(int(v) for v in shape)
+        self.axes = sorted(int(v) for v in axes)
+        self.kept = [d for d in range(len(self.shape)) if d not in self.axes]
+        self.kept_shape = tuple(self.shape[d] for d in self.kept)
+        self.outputs = int(np.prod(self.kept_shape, dtype=np.int64))
+        self.count = int(np.prod([self.shape[d] for d in self.axes], dtype=np.int64))
+        self.order = self.kept + self.axes
+        self.moved = self.order != list(range(len(self.shape)))
+        self.acc = np.dtype(acc)
+
+    def rows(self, x: np.ndarray) -> np.ndarray:
+        """``x`` as C-ordered rows of the reduced elements, one row per output."""
+        x = np.transpose(x, self.order) if self.moved else x
+        return np.ascontiguousarray(x, dtype=self.acc).reshape(self.outputs, self.count)
+
+
 def contracted_sum_function(shape, axes, acc: np.dtype):
     """``f(a, b, init)``: :func:`contracted_sums` of operands of ``shape`` over ``axes`` (reduced dimensions moved
     last first where they are not), an array of the kept dimensions' shape."""
-    shape = tuple(int(v) for v in shape)
-    axes = sorted(int(v) for v in axes)
-    kept = [d for d in range(len(shape)) if d not in axes]
-    kept_shape = tuple(shape[d] for d in kept)
-    outputs = int(np.prod(kept_shape, dtype=np.int64))
-    count = int(np.prod([shape[d] for d in axes], dtype=np.int64))
-    order = kept + axes
-    moved = order != list(range(len(shape)))
-    acc = np.dtype(acc)
-
-    def rows(x):
-        return np.ascontiguousarray(np.transpose(x, order) if moved else x, dtype=acc).reshape(outputs, count)
+    layout = _Layout(shape, axes, acc)
 
     def contracted(a, b, init):
-        out = np.empty(outputs, acc)
-        contracted_sums(rows(a), rows(b), acc.type(init), out)
-        return out.reshape(kept_shape)
+        out = np.empty(layout.outputs, layout.acc)
+        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out)
+        return out.reshape(layout.kept_shape)
 
     return contracted
 
