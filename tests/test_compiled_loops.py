@@ -846,7 +846,8 @@ def test_conditionals_in_loop_bodies_compile_with_the_interpreted_bits():
     assert "if " in _loop_sources(fn, x)
 
 
-@pytest.mark.parametrize("shape", [pytest.param((6, 5), marks=pytest.mark.slow), (70, 3), (4, 6, 5)])
+@pytest.mark.parametrize("shape", [pytest.param((6, 5), marks=pytest.mark.slow),
+                                   pytest.param((70, 3), marks=pytest.mark.slow), (4, 6, 5)])
 def test_reductions_that_keep_dimensions_in_loops(shape):
     # Sums over the last axis and over leading axes (XLA's windows of 32: lowering/kernels/tree_sum.py), maxima and
     # minima with NaNs and signed zeros, products, integer sums, any/all, argmax/argmin (a reduce of two
@@ -1022,7 +1023,7 @@ def test_products_with_a_scalar_result_in_loops(dtype):
     _assert_same(fn, x)
 
 
-@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.parametrize("dtype", [pytest.param(F32, marks=pytest.mark.slow), F64], ids=["f32", "f64"])
 def test_lapack_solves_in_loops_call_the_interpreters_routines(dtype):
     """``jnp.linalg.solve`` in a loop (an implicit ODE step, a Kalman filter): jaxlib's getrf and trsm custom
     calls compile as calls of the LAPACK routines the interpreter's targets call -- same bits as interpreted
