@@ -226,6 +226,27 @@ def test_constant_chains_not_folded():
     assert_matches_jax(lambda a, b: (a * F32(0.1)) * b, x, y)
 
 
+@pytest.mark.parametrize("dtype", (F32, F64))
+def test_products_by_one_power_of_two_are_factored(dtype):
+    # A*C + B*C -> (A+B)*C for a power-of-two constant C that is one instruction for XLA (the program's equal
+    # constants are merged by its CSE, the reciprocals its simplifier makes are not): the products' underflow
+    # shows it, x / 2 + x / 2 of the smallest normal is that normal in XLA, two flushed halves otherwise.
+    tiny = np.finfo(dtype).tiny
+    x, y = _data(dtype) * dtype(tiny), _data(dtype, seed=1)
+    x[:3] = y[:3] = [tiny, -tiny, 5.5]
+    half, quarter, third = dtype(0.5), dtype(0.25), dtype(0.3)
+    assert_matches_jax(lambda a, b: a * half + b * half, x, y)  # factored: two constants 0.5 in jax's program
+    assert_matches_jax(lambda a, b: half * a + b * half, x, y)
+    assert_matches_jax(lambda a: (lambda d: d + d)(a / dtype(2)), x)  # factored: one product, used twice
+    assert_matches_jax(lambda a, b: a / dtype(2) + b / dtype(2), x, y)  # not: two reciprocals made by XLA
+    assert_matches_jax(lambda a, b: a * half + b * quarter, x, y)  # not: different constants
+    assert_matches_jax(lambda a, b: a * third + b * third, x, y)  # not: 0.3 is no power of two
+    module = import_jax(lambda a, b: a * half + b * half, x, y)
+    factored = lowering.compile(module)(x, y)[0]
+    assert np.asarray(factored)[0] == tiny  # (the test tells the two apart)
+    assert np.asarray(lowering.compile(module, xla_rewrites=False)(x, y)[0])[0] == 0
+
+
 def test_add_zero_keeps_negative_zero():
     x = _data(F32)
     x[:4] = [-0.0, 0.0, np.nan, -np.inf]
