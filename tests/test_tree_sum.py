@@ -162,3 +162,25 @@ def test_sums_of_products_are_contracted_as_xla_does(name, dtype):
     rounded = [bits(r) for r in lowering.compile(module, fma_contraction=False)(x, y)]
     if dtype == np.float32 and name not in ("also returned", "1-d"):
         assert rounded != want  # (the test tells the two apart: several f32 sums)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("rows, length", [(4, 6), (12, 5), (16, 7), (17, 6), (44, 5), (50, 8), (9, 6), (20, 3)])
+def test_rows_of_five_to_eight_products_round_where_xla_vectorizes(rows, length, dtype):
+    # XLA unrolls rows of 5-8 products of two arguments and LLVM vectorizes the loop over the rows: those rows
+    # add rounded products, the rows after the last whole vector contracted ones (rounded_product_rows); computed
+    # factors keep the loop scalar (all contracted). Straight-line and in a compiled loop.
+    rng = np.random.default_rng(rows * length)
+    x, y = mixed(rng, (rows, length), dtype), mixed(rng, (rows, length), dtype)
+
+    def in_loop(product):
+        return lambda a, b: lax.fori_loop(0, 3, lambda i, acc: acc + jnp.sum(product(a, b, i), axis=-1),
+                                          jnp.zeros(rows, dtype))
+
+    programs = [lambda a, b: jnp.sum(a * b, axis=-1), lambda a, b: jnp.sum(a * (b + dtype(1)), axis=-1),
+                in_loop(lambda a, b, i: a * b), in_loop(lambda a, b, i: a * (b + i.astype(dtype)))]
+    for fn in programs:
+        want = bits(jax.jit(fn)(x, y))
+        module = import_jax(fn, x, y)
+        for configuration in ("interpreter", "fused and compiled loops"):
+            assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x, y)[0]) == want, configuration

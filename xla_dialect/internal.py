@@ -14,7 +14,7 @@ these ops).
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DenseArrayBase
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr
 from xdsl.ir import Dialect
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def
 
@@ -33,7 +33,8 @@ class FusedMultiplyAddOp(IRDLOperation):
 @irdl_op_definition
 class MultiplyReduceOp(IRDLOperation):
     """The sum of ``a * b`` over ``dimensions`` from ``init``, each step a fused multiply-add: ``acc = a[i] * b[i]
-    + acc`` rounded once, the reduced elements in row-major order (executor-internal; made only by
+    + acc`` rounded once, the reduced elements in row-major order -- except the first ``rounded_rows`` outputs,
+    which add rounded products (XLA's vectorized rows) -- (executor-internal; made only by
     :func:`passes.fma_contraction.contract_fma` from a sum of a product that XLA CPU fuses and contracts)."""
 
     name = "hlo_internal.multiply_reduce"
@@ -42,6 +43,7 @@ class MultiplyReduceOp(IRDLOperation):
     init = operand_def()
     result = result_def()
     dimensions = prop_def(DenseArrayBase)
+    rounded_rows = prop_def(IntegerAttr)
 
 
 OPS = [FusedMultiplyAddOp, MultiplyReduceOp]

@@ -193,18 +193,53 @@ def column_tree_sums(x, init, out):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
-def contracted_sums(a, b, init, out):
+def contracted_sums(a, b, init, out, rounded_rows):
     """``out[r]`` = the sum of ``a[r, i] * b[r, i]`` over ``i`` (C-ordered 2-d ``a``, ``b``: each row the reduced
     elements of one output in row-major order) from ``init``, each step one fused multiply-add, ``acc = fma(a, b,
     acc)``: XLA CPU's sum of a product it fuses into the reduce (no reduced dimension longer than 32, where the
     rewrite above leaves the reduce one loop), LLVM contracting each step
-    (:class:`~xla_dialect.internal.MultiplyReduceOp`)."""
+    (:class:`~xla_dialect.internal.MultiplyReduceOp`); the first ``rounded_rows`` rows add rounded products
+    instead (:func:`rounded_product_rows`)."""
     rows, k = a.shape
     for r in range(rows):
         s = init
-        for i in range(k):
-            s = fused_multiply_add(a[r, i], b[r, i], s)
+        if r < rounded_rows:
+            for i in range(k):
+                s = s + a[r, i] * b[r, i]
+        else:
+            for i in range(k):
+                s = fused_multiply_add(a[r, i], b[r, i], s)
         out[r] = s
+
+
+def rounded_product_rows(shape, axes, dtype) -> int:
+    """How many leading outputs of a contracted sum (:func:`contracted_sums`) of ``dtype`` operands of ``shape``
+    over ``axes`` XLA CPU computes with rounded products: where its rows of 5 to 8 elements (the last dimension,
+    one kept dimension before it) are unrolled and LLVM vectorizes the loop over the rows, the vector code does
+    not contract; the rows after the last whole vector run one by one, contracted. Measured on the AVX-512
+    hosts :func:`lowering.kernels.small_dot._measured_host` names (f32 and f64, rows of 6 products for every row
+    count 16..129 f32 / 16..79 f64, rows of 5, 7 and 8 products for 14..69 / 14..39 rows, and 2-15 rows of 5-8
+    products; each row classified). From 16 rows: f32 vectors of 4 rows, of 8 from 40 rows on for rows of 5 or 6
+    products (40-43 fit both); f64 vectors of 4, of 2 for rows of 8 products. Fewer than 16 rows only when whole
+    vectors of ``min(8 f32 / 4 f64, the largest power of two <= rows)`` rows cover them (f32 4, 8; f64 4, 8,
+    12). Not reproduced: f32 rows of 8 products leave no scalar rows at some counts (18, 19 rows: all vector).
+    Rows of 2-4 or 9-32 products, column sums: all contracted. Other layouts and hosts: 0 (all contracted; not
+    measured)."""
+    from .small_dot import _measured_host
+
+    shape = tuple(int(v) for v in shape)
+    axes = sorted(int(v) for v in axes)
+    kept = [shape[d] for d in range(len(shape)) if d not in axes and shape[d] != 1]
+    if axes != [len(shape) - 1] or not 5 <= shape[-1] <= 8 or len(kept) != 1 or not _measured_host():
+        return 0
+    rows, single, length = kept[0], np.dtype(dtype).itemsize == 4, shape[-1]
+    if rows >= 16:
+        width = 2 if not single and length == 8 else 8 if single and rows >= 40 and length <= 6 else 4
+        return rows - rows % width
+    if rows < 4:
+        return 0
+    width = min(8 if single else 4, 1 << (rows.bit_length() - 1))
+    return rows if rows % width == 0 else 0
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
@@ -286,14 +321,15 @@ class _Layout:
         return np.ascontiguousarray(x, dtype=self.acc).reshape(self.outputs, self.count)
 
 
-def contracted_sum_function(shape, axes, acc: np.dtype):
+def contracted_sum_function(shape, axes, acc: np.dtype, rounded: int = 0):
     """``f(a, b, init)``: :func:`contracted_sums` of operands of ``shape`` over ``axes`` (reduced dimensions moved
-    last first where they are not), an array of the kept dimensions' shape."""
+    last first where they are not; the first ``rounded`` outputs with rounded products), an array of the kept
+    dimensions' shape."""
     layout = _Layout(shape, axes, acc)
 
     def contracted(a, b, init):
         out = np.empty(layout.outputs, layout.acc)
-        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out)
+        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out, rounded)
         return out.reshape(layout.kept_shape)
 
     return contracted
