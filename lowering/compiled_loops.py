@@ -1140,14 +1140,15 @@ class _LoopWriter:
         rows_b, _, _ = self.reduced_rows(op.b, axes, indent)
         t = _NUMBA_TYPE_NAMES[dtype]
         init = f"{t}({self.name(op.init)})"
-        rounded = op.rounded_rows.value.data
+        rounded, square = op.rounded_rows.value.data, op.a is op.b
         if shape:
             self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
-            self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {_flat(out, shape)}, {rounded})")
+            flat = _flat(out, shape)
+            self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {flat}, {rounded}, {square})")
             return
         target = self.fresh("h")
         self.prologue.append(f"    {target} = new_array(1, {t})")
-        self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {target}, {rounded})")
+        self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {target}, {rounded}, {square})")
         self.emit(indent, f"{out} = {target}[0]")
 
     def constant_dims(self, dims: np.ndarray) -> str:

@@ -9,7 +9,12 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
 * ``a*b + c``, ``c + a*b`` -> ``fma(a, b, c)``; ``a*b - c`` -> ``fma(a, b, -c)``;
   ``c - a*b`` -> ``fma(-a, b, c)`` (100% of elements, every order).
 * ``a*a + b*b`` / ``a*a - b*b``: the multiply that is the FIRST operand is
-  fused (LLVM's DAGCombiner tries operand 0 first): ``fma(a, a, b*b)``.
+  fused (LLVM's DAGCombiner tries operand 0 first): ``fma(a, a, b*b)``. Unless
+  the first product is a negation to LLVM -- a factor that is a negative
+  constant, a ``negate`` or a product of such (``(-2 * dt) * x + (2 * dt) * y``,
+  ``-3.3 * x + 1.7 * y``, ``(-s) * x + t * y``): InstCombine makes the add a
+  subtraction of the positive product and the SECOND is fused (measured:
+  jax's odeint's interpolation polynomial, 200 of 200 draws each form).
 * A multiply with more than one use is not fused when its uses land in the
   same XLA fusion: ``(a*b + c, a*b)`` (the product is also returned),
   ``(a*b + c) * (a*b - d)``, ``(a*b + c) * (a*b)`` all round twice (LLVM
@@ -28,11 +33,9 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   :class:`~xla_dialect.internal.MultiplyReduceOp`. Where XLA vectorizes the loop over rows of 5-8 products of
   two arguments (program or loop-body arguments; computed factors, ``a * (b + 1)``, ``exp(a) * b``, keep the
   loop scalar: measured), those rows add rounded products (its ``rounded_rows``:
-  :func:`lowering.kernels.tree_sum.rounded_product_rows`). Not reproduced:
-  squares ``x * x``, which XLA computes neither way throughout (rows of 5-8 mostly rounded, of 20 mostly
-  contracted). Left rounded: contracted, 727 results of a sweep over row, column and ``jnp.var`` sums (1-200
-  rows of 2-32 elements, f32 and f64) differed from jax.jit's against 1,482 rounded, but odeint's pendulum (an
-  RMS error norm of squares steering the step size) ended 2.9e-6 from jax.jit instead of 9.7e-8.
+  :func:`lowering.kernels.tree_sum.rounded_product_rows`). A square ``x * x`` summed from +0 starts
+  ``fma(x0, x0, x1 * x1)``: LLVM drops the +0 and fuses the first add's first product (measured: every draw of
+  1-D, row, column, ``jnp.var`` and norm sums of squares, f32 and f64; it made jax's odeint bitwise).
 * f16 contracts the same way on hosts with AVX512-FP16 (LLVM computes f16
   natively there: ``a*b + c`` is one f16 FMA; measured on an Intel CPU with
   ``avx512fp16``); elsewhere LLVM computes f16 in f32 and rounds after each op,
@@ -69,6 +72,8 @@ from xla_dialect.errors import PassError
 from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
+from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
 
@@ -138,6 +143,23 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> Operation
     return mul
 
 
+def _negated(value: SSAValue) -> bool:
+    """Whether LLVM's InstCombine sees ``value`` as a negation: a negative constant (or its broadcast), a
+    ``negate``, or a product of an odd number of such factors (``(-2 * dt) * x`` is ``-((2 * dt) * x)`` to it)."""
+    owner = value.owner
+    if isinstance(owner, BroadcastInDimOp):
+        return _negated(owner.operands[0])
+    if isinstance(owner, _NEG):
+        return not _negated(owner.operands[0])
+    if isinstance(owner, _MUL):
+        return _negated(owner.operands[0]) != _negated(owner.operands[1])
+    if isinstance(owner, ConstantOp):
+        splat = owner.splat_value()
+        return splat is not None and np.asarray(splat).dtype.kind == "f" and bool(np.signbit(splat)) \
+            and not np.isnan(splat)
+    return False
+
+
 def _new(cls, operands: list[SSAValue], result_type, before: Operation) -> SSAValue:
     op = cls.create(operands=operands, result_types=[result_type])
     before.parent.insert_op_before(op, before)
@@ -148,7 +170,10 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     """Replace ``op`` (an add or subtract) by an FMA if an operand is a fusible multiply."""
     x, y = op.operands
     t = op.results[0].type
-    for index, value in enumerate((x, y)):
+    order = [(0, x), (1, y)]
+    if isinstance(op, _ADD) and _negated(x) and not _negated(y) and _fusible_product(y, op, uses) is not None:
+        order.reverse()  # LLVM makes -P + Q the subtraction Q - P and fuses Q (module doc)
+    for index, value in order:
         mul = _fusible_product(value, op, uses)
         if mul is None:
             continue
@@ -180,13 +205,13 @@ def _contracted_sum(op: ReduceOp, types: frozenset[str]) -> bool:
     """Whether ``op`` is a sum XLA CPU computes as one loop into which it fuses the multiply that is its operand:
     one f32/f64 operand (of ``types``) of fewer than YNNPACK's 4,096 elements whose reduced dimensions are at most
     32 long (no tree rewrite: lowering/kernels/tree_sum.py), a body ``add(p0, p1)``, and an operand that is a
-    multiply of two different values (a square ``x * x`` is not XLA's bits either way: module doc)."""
+    multiply (a square ``x * x`` too: :func:`lowering.kernels.tree_sum.contracted_sums`)."""
     if len(op.operands) != 2 or len(op.results) != 1:
         return False
     x = op.operands[0]
     if element_name(op.results[0]) not in types & {"f32", "f64"} or not isinstance(x.owner, _MUL):
         return False
-    if computes_on_quantized(x.owner) or x.owner.operands[0] is x.owner.operands[1]:
+    if computes_on_quantized(x.owner):
         return False
     shape = x.type.get_shape()
     if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) >= MIN_ELEMENTS:

@@ -66,6 +66,12 @@ CONTRACTED = {
     "a*a+b*b": lambda a, b, c: a * a + b * b,  # the first operand's multiply is fused
     "a*a-b*b": lambda a, b, c: a * a - b * b,
     "b*b-a*a": lambda a, b, c: b * b - a * a,
+    # a first product that is a negation to LLVM (negative constant, negate, or a product of one): the add
+    # becomes a subtraction of it and the second product is fused (jax's odeint interpolation polynomial)
+    "(-2k)*a+(2k)*b": lambda a, b, c: (-2. * c[0]) * a + (2. * c[0]) * b,
+    "-3.3*a+1.7*b": lambda a, b, c: -3.3 * a + 1.7 * b,
+    "(-k)*a+b*c": lambda a, b, c: (-c[0]) * a + b * c,
+    "1.7*a-3.3*b": lambda a, b, c: 1.7 * a + -3.3 * b,  # (a negated second product: the first is fused)
     "chain": lambda a, b, c: (a * b + c) * c - a,
     "horner": lambda a, b, c: _horner(a),
     "while": lambda a, b, c: _loop(a, b * 0.5),

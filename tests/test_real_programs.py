@@ -150,3 +150,23 @@ def test_random_with_typed_keys():
         return mu + jax.random.normal(k1, (8,)), jax.random.gamma(k2, 2.0, (4,)), jax.random.bernoulli(k1, 0.3, (5,))
 
     _ok(interop.difftest(sample, jax.random.key(42), np.float32(1.5)))
+
+
+def test_odeint_pendulum_is_bitwise_jax_jit():
+    # jax.experimental.ode.odeint (Dopri5 with adaptive steps): every output bit for bit -- it needs XLA's order for the error ratio's sum of squares (lowering/kernels/
+    # tree_sum.py) and LLVM's contraction of the interpolation polynomial's -2*dt*dy0 + 2*dt*dy1 (the second
+    # product fused: passes/fma_contraction.py); before those, 3 of its 40 outputs were up to 9.7e-8 off.
+    import os
+    import sys
+
+    import lowering
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import real_programs
+
+    w = real_programs.odeint_pendulum()
+    want = np.asarray(jax.jit(w.fn)(*w.args))
+    module = interop.import_jax(w.fn, *w.args)
+    # (interpreted: tests/test_compiled_loops.py checks its compiled loops give the interpreter's bits)
+    got = np.asarray(lowering.compile(module, loop_compilation="never")(*w.args)[0])
+    assert got.tobytes() == want.tobytes()

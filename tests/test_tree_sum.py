@@ -184,3 +184,21 @@ def test_rows_of_five_to_eight_products_round_where_xla_vectorizes(rows, length,
         module = import_jax(fn, x, y)
         for configuration in ("interpreter", "fused and compiled loops"):
             assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x, y)[0]) == want, configuration
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
+def test_sums_of_squares_start_with_the_first_square_fused(dtype):
+    # x * x summed from +0: LLVM drops the +0 and contracts the first add's first product, fma(x0, x0, x1 * x1),
+    # then each step (tree_sum.contracted_sums); jnp.var, norms and odeint's error ratio are such sums. (Full
+    # sums of 2-D arrays with short rows are LLVM's vectorized order: docs/operations.md, not compared here.)
+    rng = np.random.default_rng(3)
+    programs = [lambda v: jnp.sum(v[0] * v[0]), lambda v: jnp.sum(v * v, axis=-1), lambda v: jnp.sum(v * v, axis=0),
+                lambda v: jnp.var(v, axis=-1), lambda v: jnp.linalg.norm(v[0])]
+    for shape in [(1, 2), (3, 5), (17, 6), (8, 20), (40, 32)]:
+        x = mixed(rng, shape, dtype)
+        for fn in programs:
+            want = bits(jax.jit(fn)(x))
+            module = import_jax(fn, x)
+            for configuration in ("interpreter", "fused and compiled loops"):
+                assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x)[0]) == want, \
+                    (shape, configuration)

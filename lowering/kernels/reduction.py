@@ -355,10 +355,10 @@ def _multiply_reduce(op, ctx):
     shape = tuple(op.a.type.get_shape())
     dtype = result_dtypes(op, ctx)[0]
     axes = tuple(sorted(ints(op.dimensions)))
-    rounded = op.rounded_rows.value.data
+    rounded, square = op.rounded_rows.value.data, op.a is op.b
     if any(d < 0 for d in shape):
-        return lambda a, b, init: contracted_sum_function(np.shape(a), axes, dtype, rounded)(a, b, init)
-    contracted = contracted_sum_function(shape, axes, dtype, rounded)
+        return lambda a, b, init: contracted_sum_function(np.shape(a), axes, dtype, rounded, square)(a, b, init)
+    contracted = contracted_sum_function(shape, axes, dtype, rounded, square)
 
     def multiply_reduce_kernel(a, b, init):
         return contracted(np.asarray(a), np.asarray(b), init)

@@ -193,19 +193,26 @@ def column_tree_sums(x, init, out):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
-def contracted_sums(a, b, init, out, rounded_rows):
+def contracted_sums(a, b, init, out, rounded_rows, square):
     """``out[r]`` = the sum of ``a[r, i] * b[r, i]`` over ``i`` (C-ordered 2-d ``a``, ``b``: each row the reduced
     elements of one output in row-major order) from ``init``, each step one fused multiply-add, ``acc = fma(a, b,
     acc)``: XLA CPU's sum of a product it fuses into the reduce (no reduced dimension longer than 32, where the
     rewrite above leaves the reduce one loop), LLVM contracting each step
     (:class:`~xla_dialect.internal.MultiplyReduceOp`); the first ``rounded_rows`` rows add rounded products
-    instead (:func:`rounded_product_rows`)."""
+    instead (:func:`rounded_product_rows`). A ``square`` (``a`` is ``b``: ``x * x``) summed from +0 starts
+    ``fma(a0, a0, a1 * a1)``: LLVM drops the +0 and contracts the first product of the first add (measured:
+    1-D sums of 2-32 squares, every draw; a sum of two different products fuses the second)."""
     rows, k = a.shape
+    pair = square and k >= 2 and init == 0 and not np.signbit(init)
     for r in range(rows):
         s = init
         if r < rounded_rows:
             for i in range(k):
                 s = s + a[r, i] * b[r, i]
+        elif pair:
+            s = fused_multiply_add(a[r, 0], b[r, 0], a[r, 1] * b[r, 1])
+            for i in range(2, k):
+                s = fused_multiply_add(a[r, i], b[r, i], s)
         else:
             for i in range(k):
                 s = fused_multiply_add(a[r, i], b[r, i], s)
@@ -321,15 +328,15 @@ class _Layout:
         return np.ascontiguousarray(x, dtype=self.acc).reshape(self.outputs, self.count)
 
 
-def contracted_sum_function(shape, axes, acc: np.dtype, rounded: int = 0):
+def contracted_sum_function(shape, axes, acc: np.dtype, rounded: int = 0, square: bool = False):
     """``f(a, b, init)``: :func:`contracted_sums` of operands of ``shape`` over ``axes`` (reduced dimensions moved
-    last first where they are not; the first ``rounded`` outputs with rounded products), an array of the kept
-    dimensions' shape."""
+    last first where they are not; the first ``rounded`` outputs with rounded products; ``square``: ``a`` is
+    ``b``), an array of the kept dimensions' shape."""
     layout = _Layout(shape, axes, acc)
 
     def contracted(a, b, init):
         out = np.empty(layout.outputs, layout.acc)
-        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out, rounded)
+        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out, rounded, square)
         return out.reshape(layout.kept_shape)
 
     return contracted
