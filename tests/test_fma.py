@@ -72,6 +72,11 @@ CONTRACTED = {
     "-3.3*a+1.7*b": lambda a, b, c: -3.3 * a + 1.7 * b,
     "(-k)*a+b*c": lambda a, b, c: (-c[0]) * a + b * c,
     "1.7*a-3.3*b": lambda a, b, c: 1.7 * a + -3.3 * b,  # (a negated second product: the first is fused)
+    # Reassociate's ranks order an add's operands: the deeper product second (Rosenbrock's terms)
+    "rosenbrock terms": lambda a, b, c: 100.0 * (a - b ** 2) ** 2 + (1 - b) ** 2,
+    "deeper first written": lambda a, b, c: 100. * ((a - b) * (a - b)) + (1 - b) * (1 - b),
+    # a product whose duplicated user XLA's CSE merges has one use: (a - b*b) written twice contracts
+    "duplicated users": lambda a, b, c: (a - b * b) * (a - b * b) + c,
     "chain": lambda a, b, c: (a * b + c) * c - a,
     "horner": lambda a, b, c: _horner(a),
     "while": lambda a, b, c: _loop(a, b * 0.5),
