@@ -153,11 +153,20 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> Operation
     return mul
 
 
+_ARITHMETIC = (_MUL, _ADD, _SUB, _NEG)
+"""Element-wise ops :class:`_Ranks` ranks as LLVM does (one instruction each)."""
+
+
+class _Unranked(Exception):
+    """An expression :class:`_Ranks` cannot rank as LLVM does."""
+
+
 class _Ranks:
     """LLVM's ``Reassociate`` ranks of values in XLA's fused loop, which order a commutative op's operands
     (``canonicalizeOperands``: the lower rank first): a constant 0, a value the loop loads (an argument of the
-    fusion) the next rank in the order the emitter first reads it (operand 0's expression first), an element-wise
-    op one more than its highest operand (a ``negate`` the same)."""
+    fusion) the next rank in the order the emitter first reads it (operand 0's expression first), an add,
+    subtract or multiply one more than its highest operand (a ``negate`` the same). Other element-wise ops raise
+    :class:`_Unranked` (their expansions' ranks are not modelled: a GRU's gates kept their order, bitwise)."""
 
     LOADS = 1 << 16
 
@@ -175,12 +184,15 @@ class _Ranks:
             rank = 0
         elif isinstance(owner, BroadcastInDimOp):
             rank = self.of(owner.operands[0])
-        elif isinstance(owner, _CSE_CLASSES) or isinstance(owner, FusedMultiplyAddOp):
-            if isinstance(owner, FusedMultiplyAddOp):  # (c + a*b before LLVM contracts it)
-                a, b, c = owner.operands
-                rank = max(max(self.of(a), self.of(b)) + 1, self.of(c)) + 1
-            else:
-                rank = max(self.of(v) for v in owner.operands) + (0 if isinstance(owner, _NEG) else 1)
+        elif isinstance(owner, FusedMultiplyAddOp):  # (c + a*b before LLVM contracts it)
+            a, b, c = owner.operands
+            rank = max(max(self.of(a), self.of(b)) + 1, self.of(c)) + 1
+        elif isinstance(owner, _ARITHMETIC):
+            rank = max(self.of(v) for v in owner.operands) + (0 if isinstance(owner, _NEG) else 1)
+        elif isinstance(owner, _CSE_CLASSES):
+            # XLA's emitters expand other element-wise ops (exp, tanh, logistic, divide...) into their own
+            # instruction sequences and calls, whose ranks are not modelled: such an add keeps its order.
+            raise _Unranked
         else:
             self.loads += 1
             rank = self.LOADS + self.loads
@@ -218,9 +230,12 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     order = [(0, x), (1, y)]
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
         ranks = _Ranks()
-        first_rank = ranks.of(x)  # (operand 0's expression is read first)
-        if ranks.of(y) < first_rank:
-            order.reverse()  # Reassociate puts the lower-ranked operand first (module doc)
+        try:
+            first_rank = ranks.of(x)  # (operand 0's expression is read first)
+            if ranks.of(y) < first_rank:
+                order.reverse()  # Reassociate puts the lower-ranked operand first (module doc)
+        except _Unranked:
+            pass
         first, second = (order[0][1], order[1][1])
         if _negated(first) and not _negated(second):
             order.reverse()  # LLVM makes -P + Q the subtraction Q - P and fuses Q (module doc)
