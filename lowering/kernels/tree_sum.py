@@ -280,10 +280,8 @@ def sum_function(shape, axes, acc: np.dtype):
     where :func:`reduced_dims` says so) with the kept ones before it is a row sum, with kept ones after it a column
     sum (:func:`column_tree_sums`, no copy); any other layout is transposed to rows first."""
     layout = _Layout(shape, axes, acc)
-    shape, axes, kept, kept_shape, outputs, count, acc = (layout.shape, layout.axes, layout.kept, layout.kept_shape,
-                                                          layout.outputs, layout.count, layout.acc)
+    shape, axes, acc, cast = layout.shape, layout.axes, layout.acc, layout.acc.type
     dims = reduced_dims(shape, axes)
-    cast = acc.type
     live = [d for d in axes if shape[d] != 1]
     contiguous_run = live == list(range(live[0], live[-1] + 1)) if live else True
     if len(dims) == 1 and contiguous_run:
@@ -292,16 +290,17 @@ def sum_function(shape, axes, acc: np.dtype):
         inner = int(np.prod([shape[d] for d in range(first, len(shape)) if d not in axes], dtype=np.int64))
         if inner > 1 and all(shape[d] == 1 for d in axes if d > first):
             def columns(x, init):
-                x3 = np.ascontiguousarray(x, dtype=acc).reshape(outer, count, inner)
+                x3 = np.ascontiguousarray(x, dtype=acc).reshape(outer, layout.count, inner)
                 out = np.empty((outer, inner), acc)
                 column_tree_sums(x3, cast(init), out)
-                return out.reshape(kept_shape)
+                return out.reshape(layout.kept_shape)
 
             return columns
+
     def rows(x, init):
-        out = np.empty(outputs, acc)
+        out = np.empty(layout.outputs, acc)
         tree_sums(layout.rows(x), dims, cast(init), out)
-        return out.reshape(kept_shape)
+        return out.reshape(layout.kept_shape)
 
     return rows
 
