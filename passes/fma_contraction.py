@@ -70,6 +70,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from lowering.kernels.host import host_properties
 from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows
+from lowering.kernels.ynnpack_math import YNNPACK
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
 from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
@@ -148,7 +149,7 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> Operation
     same type, and ``user`` its only use after CSE (a value used twice by ``user`` has two uses)."""
     mul = value.owner
     if (not isinstance(mul, _MUL) or mul.parent is not user.parent or not uses.one_use(value)
-            or mul.results[0].type != user.results[0].type):
+            or mul.results[0].type != user.results[0].type or YNNPACK in mul.attributes):  # (YNNPACK: no FMA)
         return None
     return mul
 
@@ -262,8 +263,9 @@ def _contract(op: Operation, uses: _Uses) -> bool:
 def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
     return [op for op in module.walk()
             if isinstance(op, (_ADD, _SUB)) and element_name(op.results[0]) in types
-            and not computes_on_quantized(op)
-            and any(isinstance(v.owner, _MUL) and not computes_on_quantized(v.owner) for v in op.operands)
+            and not computes_on_quantized(op) and YNNPACK not in op.attributes
+            and any(isinstance(v.owner, _MUL) and not computes_on_quantized(v.owner)
+                    and YNNPACK not in v.owner.attributes for v in op.operands)
             or isinstance(op, ReduceOp) and _contracted_sum(op, types)]
 
 

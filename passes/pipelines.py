@@ -12,12 +12,14 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xla_dialect.errors import PassError
 
-EXECUTOR_PIPELINE = ("inline-calls,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,xla-small-loops,"
+EXECUTOR_PIPELINE = ("inline-calls,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,xla-ynnpack-fusion,"
+                     "xla-small-loops,"
                      "contract-fma,lower-quantized")
 """What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), XLA CPU's
 divisions by broadcasts made multiplications by reciprocals (``xla-divide-by-broadcast``, on the program as
 written: XLA counts the divisor's uses before broadcasts merge), implicit
-broadcasts made explicit (kernels see same-shape operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), the ops of the while loops XLA CPU compiles whole
+broadcasts made explicit (kernels see same-shape operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), the exp, log, tanh and logistic ops XLA CPU
+computes inside YNNPACK fusions marked for YNNPACK's numerics (``xla-ynnpack-fusion``), the ops of the while loops XLA CPU compiles whole
 in the form it computes them there (``xla-small-loops``), XLA CPU's multiply-add
 contraction (``contract-fma``), and computations on quantized values as float ones (``lower-quantized``)."""
 
@@ -52,6 +54,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     from .quantized import lower_quantized
     from .small_loops import small_loop_numerics
     from .xla_numerics import xla_divide_by_broadcast, xla_float_rewrites
+    from .ynnpack_fusion import ynnpack_fusion_numerics
 
     for what, flag in (("xla_rewrites", xla_rewrites), ("fma_contraction", fma_contraction)):
         if not isinstance(flag, bool):
@@ -62,6 +65,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     prepared = canonicalize_broadcasts(prepared, clone=prepared is module)
     if xla_rewrites:
         prepared = xla_float_rewrites(prepared, clone=prepared is module)
+        prepared = ynnpack_fusion_numerics(prepared, clone=prepared is module)
     prepared = small_loop_numerics(prepared, clone=prepared is module)
     if fma_contraction:
         prepared = remove_dead_ops(prepared, clone=prepared is module)  # (XLA removes dead code before fusing)

@@ -40,6 +40,7 @@ BUILTIN_MODULES = (
     "passes.fma_contraction",
     "passes.inlining",
     "passes.small_loops",
+    "passes.ynnpack_fusion",
 )
 """Modules whose import registers the built-in passes."""
 

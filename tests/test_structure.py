@@ -380,7 +380,7 @@ FOUND_BY_CLASS = ("lowering.executor", "lowering.compiled_loops", "lowering.fusi
                   "lowering.mpi", "lowering.kernels.control_flow", "lowering.kernels.indexing",
                   "lowering.kernels.small_dot", "lowering.kernels.sorting", "lowering.kernels.reduction",
                   "passes.small_loops", "passes.purity",
-                  "passes.xla_numerics", "passes.cleanup", "passes.quantized")
+                  "passes.xla_numerics", "passes.cleanup", "passes.quantized", "passes.ynnpack_fusion")
 """Modules that find the ops they treat by class only (issue 27)."""
 
 

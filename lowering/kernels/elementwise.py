@@ -59,7 +59,7 @@ from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
 
 from ..registry import register
-from . import libm, scalar, xla_math
+from . import libm, scalar, xla_math, ynnpack_math
 
 # ----------------------------------------------------------------------------
 # Element types: storage dtype, the dtype kernels compute in, XLA bit width
@@ -973,6 +973,11 @@ def binary_kernel(fn, op):
 
 def _unary_factory(op, ctx):
     e = elem_of(op.operands[0].type)
+    if ynnpack_math.YNNPACK in op.attributes and e.dtype in (np.float32, np.float64):
+        # (an op XLA CPU computes inside a YNNPACK fusion: YNNPACK's approximation, passes.ynnpack_fusion)
+        definition = scalar.scalar_of(op, [e.dtype], e.dtype, ctx.flush)
+        if definition is not None:
+            return _typed(_quiet(scalar.ufunc(definition, [e.dtype], e.dtype)), e, ctx.dtype(op.results[0].type))
     return _typed(_lookup(UNARY_KERNELS, op, e), e, ctx.dtype(op.results[0].type))
 
 

@@ -41,6 +41,7 @@ from .. import loop_runtime as rt
 from .. import xla_scalar
 from ..interrupt import compile_off_main_thread
 from .host import host_properties
+from . import ynnpack_math
 
 # forceinline (LLVM's alwaysinline): a definition is inlined into the loop calling it, however large that
 # loop is -- LLVM's inliner stops inlining into a large fused loop (about 100 calls), and a loop with calls
@@ -654,6 +655,12 @@ def log_f64(x):
     return _c_log_f64(_denormal_as_zero(x))
 
 
+# YNNPACK's approximations, for the ops XLA computes inside YNNPACK fusions (marked by passes.ynnpack_fusion).
+ynnpack_exp_f32, ynnpack_exp_f64 = ynnpack_math.ynnpack_exp_f32, ynnpack_math.ynnpack_exp_f64
+ynnpack_log_f32, ynnpack_log_f64 = ynnpack_math.ynnpack_log_f32, ynnpack_math.ynnpack_log_f64
+ynnpack_tanh_f32, ynnpack_tanh_f64 = ynnpack_math.ynnpack_tanh_f32, ynnpack_math.ynnpack_tanh_f64
+ynnpack_logistic_f32, ynnpack_logistic_f64 = ynnpack_math.ynnpack_logistic_f32, ynnpack_math.ynnpack_logistic_f64
+
 # XLA's own approximations (lowering.xla_scalar).
 exp_f32, exp_f64 = xla_scalar.exp_f32, xla_scalar.exp_f64
 log_f32 = xla_scalar.log_f32
@@ -919,6 +926,10 @@ def _trigonometric(op, dtypes, result, flush):
     return Scalar(f"{name}_{'f32' if result == F32 else 'f64'}")
 
 
+_YNNPACK_DEFINED = frozenset({ew.ExpOp, ew.LogOp, ew.TanhOp, ew.LogisticOp})
+"""Ops with a YNNPACK definition (:mod:`lowering.kernels.ynnpack_math`), used where ``xla-ynnpack-fusion`` marked
+them."""
+
 _APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic",
                    ew.Expm1Op: "expm1", ew.Log1pOp: "log1p", ew.ErfOp: "erf"}
 
@@ -929,7 +940,10 @@ def _xla_approximations(op, dtypes, result, flush):
     and logistic formulas over them, its f32 erf) and the C library's f64 log and erf, which it calls."""
     if result not in FLOATS:
         return None
-    return Scalar(f"{_APPROXIMATIONS[type(op)]}_{'f32' if result == F32 else 'f64'}")
+    width = 'f32' if result == F32 else 'f64'
+    if ynnpack_math.YNNPACK in op.attributes and type(op) in _YNNPACK_DEFINED:
+        return Scalar(f"ynnpack_{_APPROXIMATIONS[type(op)]}_{width}")  # (inside XLA's YNNPACK fusions)
+    return Scalar(f"{_APPROXIMATIONS[type(op)]}_{width}")
 
 
 @scalar_definition(ew.ClampOp)
