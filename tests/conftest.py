@@ -22,3 +22,14 @@ def pytest_addoption(parser):
     tests only; the installed pytest plugin adds nothing of it to other projects' sessions)."""
     parser.addoption("--corpus", default=None, metavar="PATH",
                      help="StableHLO conformance corpus folder (default: ../shared/corpus next to the repository)")
+
+
+@pytest.fixture
+def products_on_blas(monkeypatch):
+    """Float products go to BLAS, as on hosts without the AVX-512 kernels whose order the executor replays (on
+    the measured host, YNNPACK's products of any size are computed in its order by
+    ``lowering/kernels/chain_tiles.py``; lhs-transposed products, rounded kernels and other CPUs use BLAS): for
+    the tests of the BLAS route itself (thread limits, splits, gemm calls in compiled loops)."""
+    from lowering.kernels import small_dot
+
+    monkeypatch.setattr(small_dot, "_measured_host", lambda: False)

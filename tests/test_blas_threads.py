@@ -31,6 +31,11 @@ def numpy_blas_threads() -> list[int]:
     return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["filepath"] in paths]
 
 
+@pytest.fixture(autouse=True)
+def _on_blas(products_on_blas):
+    """These tests are about the BLAS route (conftest's ``products_on_blas``)."""
+
+
 @pytest.fixture
 def seen(monkeypatch):
     """Thread counts NumPy's BLAS had inside each limited matmul call."""

@@ -341,6 +341,7 @@ def test_matrix_products_in_loops(dtype):
                                    atol=1e-4 if dtype == F32 else 1e-12)
 
 
+@pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 def test_larger_products_compile_only_under_one_blas_thread():
     # A product OpenBLAS would thread (m*k*n > 2**18) is compiled only when the executor holds a one-thread
     # BLAS limit (the automatic policy on small machines), where the gemm call is single-threaded either way.
@@ -362,6 +363,7 @@ def test_larger_products_compile_only_under_one_blas_thread():
         np.testing.assert_array_equal(_bits(c), _bits(i))
 
 
+@pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 def test_small_batched_products_compile_and_large_ones_stay_interpreted():
     # Small ones are the dot kernel's small_dot call (XLA's order); large batched ones are BLAS calls per batch
     # that compiled loops do not make.
@@ -374,6 +376,7 @@ def test_small_batched_products_compile_and_large_ones_stay_interpreted():
     _assert_same(fn, *large, eligible=False)
 
 
+@pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 def test_products_stay_interpreted_without_numpys_own_gemm(monkeypatch):
     # Only NumPy's own vendored OpenBLAS is called (another library's gemm may sum differently from np.matmul).
     from lowering import blas
@@ -387,6 +390,7 @@ def test_products_stay_interpreted_without_numpys_own_gemm(monkeypatch):
     _assert_same(_rnn, RNG.standard_normal((8, 320)).astype(F32), xs, wx, wh, eligible=False)
 
 
+@pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
     # An RNN step's x @ wx and h @ wh (independent) run at once on two CPUs where numba's threading layer
@@ -421,6 +425,7 @@ def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
     assert tiny.any() and (denormals == "keep") == bool((want[0][tiny] != 0).any())
 
 
+@pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 def test_unequal_paired_products_share_the_larger_ones_columns(dtype):
     # x @ wx (32x128x256) and h @ wh (32x256x256): the larger product's first columns go with the smaller one,
@@ -457,6 +462,7 @@ def test_balanced_cut():
     assert cut is None or (cut % 16 == 0 and 16 <= cut <= 512 - 16)
 
 
+@pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 def test_dependent_products_are_not_paired():
     from xdsl.dialects import func
 

@@ -30,6 +30,7 @@ import numpy as np
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp, higher_precision_type
 from xla_dialect.types import element_type_from_dtype
 
+from ..denormals import mode_switch
 from ..registry import register
 from .small_dot import dot_vector_bytes, small_dot_order, small_matmul
 
@@ -180,7 +181,8 @@ def _dot(op, ctx):
 
     order = small_dot_order(batch, m, k, n, arith, dot_vector_bytes(op))
     # Small products in XLA CPU's dot order (lowering/kernels/small_dot.py), others as matmul_kernel computes them.
-    matmul = small_matmul(order) if order is not None else matmul_kernel(ctx, arith, m, k, n, batch)
+    matmul = (small_matmul(order, ctx.split_workers, mode_switch(ctx.denormals)) if order is not None
+              else matmul_kernel(ctx, arith, m, k, n, batch))
 
     def dot(a, b):
         c = matmul(prepare(a, lperm, l3), prepare(b, rperm, r3)).reshape(out_shape)

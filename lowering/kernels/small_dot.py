@@ -70,12 +70,14 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
 The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call :func:`small_dot`
-with the order of :func:`small_dot_order`), where BLAS's order would change with the CPU's OpenBLAS kernel. Larger
-products (``batch * M * K * N > SMALL_DOT_MAX_MNK``, or ``K > SMALL_DOT_MAX_K`` outside YNNPACK's products) stay
-with BLAS, for speed: YNNPACK's replayed order also holds for large products (measured bitwise: the MLP's
-(2048, 784, 512), (2048, 512, 512), (2048, 512, 10) and their ``x @ w.T``, 16 random f32/f64 shapes to
-(1500, 2100, 1100)), but :func:`small_dot` computes them 2.6-4.7x slower than one BLAS thread (one chain
-orders) and 25-40x (four lanes), so they are not the default.
+with the order of :func:`small_dot_order`), where BLAS's order would change with the CPU's OpenBLAS kernel. YNNPACK's
+products of any size whose kernel sums each element in one, two or four fused chains over ``K`` (every kernel
+chosen on the measured AVX-512 host) are computed in register tiles (:mod:`lowering.kernels.chain_tiles`: the
+same order, at or above one OpenBLAS thread's speed on this CPU: (2048, 784, 512) f32 7.6 vs 13.0 ms, (256, 1024,
+1024) 2.8 vs 4.2 ms), large ones in pieces on the CPUs (:func:`small_matmul`); measured bitwise against jax.jit on
+the MLP's (2048, 784, 512), (2048, 512, 512), (2048, 512, 10) and their ``x @ w.T``, batched products, and random
+f32/f64 shapes to (1500, 2100, 1100) (``tests/test_chain_tiles.py``). Other large products (an lhs transposed
+outside the small sizes, YNNPACK's rounded-product kernels, other CPUs) stay with BLAS: not XLA's order.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ import numpy as np
 from xla_dialect.ops.data_movement import TransposeOp
 
 from ..loop_runtime import fused_multiply_add
+from .chain_tiles import chain_product, lane_product
+from ..workers import run_pieces
 from .host import host_properties
 from .tree_sum import TREE_WINDOW, window_sum
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
@@ -214,9 +218,16 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
             and layout in (0, RHS_TRANSPOSED) and is_ynnpack_dot(m, k, n) and _is_f32_or_f64(dtype)
             and _measured_host()):
         # A long contraction of a small YNNPACK product: its replayed order (measured bitwise to K = 5,000 here
-        # and on products to (2048, 2100, 1100)); at most 2^18 multiply-adds, ~0.2 ms at worst (2.6-4.7x one
-        # BLAS thread; larger products stay with BLAS for speed, see the module docstring).
+        # and on products to (2048, 2100, 1100)); at most 2^18 multiply-adds.
         return _xla_order(m, k, n, np.dtype(dtype), layout)
+    if (vector_bytes == 32 and layout in (0, RHS_TRANSPOSED) and is_ynnpack_dot(m, k, n) and _is_f32_or_f64(dtype)
+            and (k > SMALL_DOT_MAX_K or batch * m * k * n > SMALL_DOT_MAX_MNK) and _measured_host()):
+        # A large YNNPACK product whose kernel sums each element in one, two or four fused chains over K: its
+        # order, computed in register tiles (chain_tiles) at about one BLAS thread's speed. YNNPACK's kernels
+        # with rounded products (not chosen on AVX-512 hosts) stay with BLAS, not bitwise.
+        found = _xla_order(m, k, n, np.dtype(dtype), layout)
+        if found is not None and found & BASE_ORDER in (ONE_CHAIN, TWO_LANES, FOUR_LANES) and not found & ROUNDED:
+            return found
     order = _order(batch, m, k, n, dtype)
     if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
         return order | WIDE_VECTORS
@@ -281,6 +292,12 @@ def _four_lanes(k: int, n: int) -> bool:
         return k >= 8
     return not (k <= 3 or (k % 4 == 1 and k <= 17) or (k % 4 == 2 and k <= 10))
 
+
+PIECES_MNK = 1 << 22
+"""Products (``batch * m * k * n``) from this size up are computed in pieces on the CPUs (:func:`small_matmul`)."""
+
+PIECE_ROWS = 64
+"""Row pieces of a product cut by :func:`small_matmul` are whole multiples of this many rows (but the last)."""
 
 ROUNDED_TERMS = 8
 """The column-by-column part of a vector-matrix product adds the rounded products of this many first terms."""
@@ -351,6 +368,10 @@ def small_dot(a, b, out, order):
             whole = 0
         elif m == 1 and n >= 2:
             whole = n - n % (vector_bytes // a.itemsize)
+        if whole == n and m >= 2:  # (every element one chain from zero: register tiles, the same order)
+            for t in range(batch):
+                chain_product(a[t], b[t], out[t], 0, m, 0, n, 0)
+            return
         for t in range(batch):
             for i in range(m):
                 for j in range(whole):
@@ -422,6 +443,13 @@ def _chains(a, b, out, rounded, chunks):
     batch, m, k = a.shape
     n = b.shape[2]
     ranges = _column_ranges(chunks, n, k)
+    if not rounded:  # (fused chains: register tiles, chain_tiles.chain_product -- the same order, at GEMM speed)
+        for t in range(batch):
+            for r in range(2):
+                if ranges[3 * r] < ranges[3 * r + 1]:
+                    chain_product(a[t], b[t], out[t], 0, m, ranges[3 * r], ranges[3 * r + 1],
+                                  ranges[3 * r + 2] if ranges[3 * r + 2] < k else 0)
+        return
     acc = np.empty(n, a.dtype)
     for t in range(batch):
         for i in range(m):
@@ -480,6 +508,14 @@ def _lanes(a, b, out, width, rounded, chunks):
     lanes = np.empty((width, n), a.dtype)
     whole = k - k % width
     ranges = _column_ranges(chunks, n, whole)
+    if not rounded and ranges[2] % width == 0 and ranges[5] % width == 0:
+        # (fused lanes: register tiles, chain_tiles.lane_product -- the same order, at GEMM speed)
+        for t in range(batch):
+            for r in range(2):
+                if ranges[3 * r] < ranges[3 * r + 1]:
+                    lane_product(a[t], b[t], out[t], 0, m, ranges[3 * r], ranges[3 * r + 1],
+                                 ranges[3 * r + 2] if ranges[3 * r + 2] < whole else 0, width)
+        return
     for t in range(batch):
         for i in range(m):
             for r in range(2):
@@ -564,12 +600,25 @@ def _ynnpack_sums(a, b, out, tile):
         out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials, levels, error, local)
 
 
-def small_matmul(order: int):
-    """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``."""
+def small_matmul(order: int, workers: int = 1, mode=None):
+    """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``; a product of
+    :data:`PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches, else rows) computed at once on
+    worker threads in the context manager ``mode`` (the caller's denormal mode): each element's order is the same."""
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-        out = np.empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype)
+        batch, m, k = a.shape
+        out = np.empty((batch, m, b.shape[2]), a.dtype)
+        parts = min(workers, batch if batch >= workers else m // PIECE_ROWS)
+        if parts >= 2 and batch * m * k * b.shape[2] >= PIECES_MNK:
+            if batch >= workers:
+                bounds = np.linspace(0, batch, parts + 1).astype(int)
+                pieces = [(a[s:e], b[s:e], out[s:e], order) for s, e in zip(bounds[:-1], bounds[1:])]
+            else:
+                bounds = [i * (m // parts // PIECE_ROWS) * PIECE_ROWS for i in range(parts)] + [m]
+                pieces = [(a[:, s:e], b, out[:, s:e], order) for s, e in zip(bounds[:-1], bounds[1:])]
+            run_pieces(small_dot, pieces, mode)
+            return out
         small_dot(a, b, out, order)
         return out
 
