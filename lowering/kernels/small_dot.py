@@ -89,9 +89,9 @@ import numpy as np
 
 from xla_dialect.ops.data_movement import TransposeOp
 
-from ..loop_runtime import fused_multiply_add
+from ..loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
 from .chain_tiles import chain_product, lane_product
-from ..workers import run_pieces
+from ..workers import numba_threads_available, run_pieces
 from .host import host_properties
 from .tree_sum import TREE_WINDOW, window_sum
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
@@ -600,6 +600,26 @@ def _ynnpack_sums(a, b, out, tile):
         out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials, levels, error, local)
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def small_dot_pieces(a, b, out, order, by_batch, bounds):
+    """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
+    (``by_batch``) or rows (a batch of one) ``bounds[p]`` to ``bounds[p + 1]``, each piece inside the caller's MXCSR
+    (its denormal mode). Each element's order is the whole product's."""
+    csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
+    m, k, n = a.shape[1], a.shape[2], b.shape[2]
+    for piece in numba.prange(bounds.size - 1):
+        saved = mxcsr()
+        set_mxcsr(csr)
+        start, stop = bounds[piece], bounds[piece + 1]
+        if by_batch:
+            small_dot(a[start:stop], b[start:stop], out[start:stop], order)
+        else:
+            rows = stop - start
+            small_dot(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
+                      out.reshape(m, n)[start:stop].reshape(1, rows, n), order)
+        set_mxcsr(saved)
+
+
 def small_matmul(order: int, workers: int = 1, mode=None):
     """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``; a product of
     :data:`PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches, else rows) computed at once on
@@ -609,15 +629,21 @@ def small_matmul(order: int, workers: int = 1, mode=None):
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         batch, m, k = a.shape
         out = np.empty((batch, m, b.shape[2]), a.dtype)
-        parts = min(workers, batch if batch >= workers else m // PIECE_ROWS)
+        by_batch = batch >= 2
+        parts = min(workers, batch if by_batch else m // PIECE_ROWS)
         if parts >= 2 and batch * m * k * b.shape[2] >= PIECES_MNK:
-            if batch >= workers:
-                bounds = np.linspace(0, batch, parts + 1).astype(int)
-                pieces = [(a[s:e], b[s:e], out[s:e], order) for s, e in zip(bounds[:-1], bounds[1:])]
+            if by_batch:
+                bounds = np.linspace(0, batch, parts + 1).astype(np.int64)
             else:
-                bounds = [i * (m // parts // PIECE_ROWS) * PIECE_ROWS for i in range(parts)] + [m]
-                pieces = [(a[:, s:e], b, out[:, s:e], order) for s, e in zip(bounds[:-1], bounds[1:])]
-            run_pieces(small_dot, pieces, mode)
+                bounds = np.array([i * (m // parts // PIECE_ROWS) * PIECE_ROWS for i in range(parts)] + [m], np.int64)
+            if numba_threads_available():
+                small_dot_pieces(a, b, out, order, by_batch, bounds)
+            elif by_batch:
+                run_pieces(small_dot, [(a[s:e], b[s:e], out[s:e], order) for s, e in zip(bounds[:-1], bounds[1:])],
+                           mode)
+            else:
+                run_pieces(small_dot, [(a[:, s:e], b, out[:, s:e], order) for s, e in zip(bounds[:-1], bounds[1:])],
+                           mode)
             return out
         small_dot(a, b, out, order)
         return out
