@@ -297,7 +297,7 @@ class _LoopWriter:
         groups = {g.members[-1]: g for g in plan(block)}
         in_group = {op for g in groups.values() for op in g.members}
         if self.parallel_gemm:
-            self.gemm_pairs.update(gemm_pairs(block, self.gemm_shape, self.info))
+            self.gemm_pairs.update(gemm_pairs(block, self.pair_kind, self.info))
         for op in block.ops:
             if isinstance(op, (ReturnOp, func.ReturnOp)):
                 return [self.name(v) for v in op.operands]
@@ -871,6 +871,19 @@ class _LoopWriter:
             return None
         return m, k, n
 
+    def pair_kind(self, op) -> str | None:
+        """How a dot is paired with another on two CPUs (:func:`gemm_pairs`): "gemm" (one CBLAS gemm call,
+        :meth:`gemm_shape`), "small" (a :func:`~lowering.kernels.small_dot.small_dot` product of at least
+        ``PAIRED_MNK`` multiply-adds, :meth:`small_product`), or None."""
+        from .kernels.small_dot import PAIRED_MNK, dot_vector_bytes, small_dot_order
+
+        if self.gemm_shape(op) is not None:
+            return "gemm"
+        plan = self.product_shape(op)
+        if plan is None or int(np.prod(plan)) < PAIRED_MNK:
+            return None
+        return "small" if small_dot_order(1, *plan, self.info(op.results[0])[0], dot_vector_bytes(op)) else None
+
     def gemm_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
         from .blas import numpy_gemm_address
@@ -911,7 +924,21 @@ class _LoopWriter:
         if order is None:
             return self.transposed_small_product(op, out, dtype, shape, indent)
         a, b, c = self.product_operands(op, plan, dtype, indent, batch=True, result=op.results[0])
-        self.emit(indent, f"small_dot({a}, {b}, {c}, {order})")
+        if op in self.gemm_pairs:  # the first of a pair: computed with the second (:meth:`op_dot_general`)
+            self.pending_gemm[self.gemm_pairs[op]] = (a, b, c, order)
+        elif op in self.pending_gemm:
+            from .loop_runtime import PAIRS_ENABLED
+
+            a0, b0, c0, order0 = self.pending_gemm.pop(op)
+            enabled = self.fresh("k")
+            self.constants[enabled] = PAIRS_ENABLED  # (the array itself: cleared in forked children)
+            self.emit(indent, f"if {enabled}[0]:")
+            self.emit(indent + "    ", f"small_dot_pair({a0}, {b0}, {c0}, {order0}, {a}, {b}, {c}, {order}, csr)")
+            self.emit(indent, "else:")
+            self.emit(indent + "    ", f"small_dot({a0}, {b0}, {c0}, {order0})")
+            self.emit(indent + "    ", f"small_dot({a}, {b}, {c}, {order})")
+        else:
+            self.emit(indent, f"small_dot({a}, {b}, {c}, {order})")
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
@@ -1585,17 +1612,18 @@ def balanced_cut(dtype, small: tuple[int, int, int], large: tuple[int, int, int]
 _BALANCED_EXACT: dict = {}
 
 
-def gemm_pairs(block: Block, gemm_shape, info) -> dict[Operation, Operation]:
+def gemm_pairs(block: Block, pair_kind, info) -> dict[Operation, Operation]:
     """Pairs of dots of ``block`` computed together on two CPUs: consecutive dots (no dot between them) of
-    one type, each one gemm call (``gemm_shape``), where no op from the first up to the second uses the
-    first's result; first -> second."""
+    one type and one kind (``pair_kind``: both one gemm call, or both large ``small_dot`` products), where no
+    op from the first up to the second uses the first's result; first -> second."""
     pairs = {}
     ops = list(block.ops)
     dots = [i for i, op in enumerate(ops) if isinstance(op, (DotGeneralOp, DotOp))]
     paired = set()
     for i, j in zip(dots, dots[1:]):
         first, second = ops[i], ops[j]
-        if i in paired or gemm_shape(first) is None or gemm_shape(second) is None:
+        kind = pair_kind(first)
+        if i in paired or kind is None or pair_kind(second) != kind:
             continue
         if info(first.results[0])[0] != info(second.results[0])[0]:
             continue
@@ -1817,7 +1845,7 @@ class CompiledLoop:
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
                   "from lowering.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.tree_sum import contracted_sums, nd_window_sum, tree_sums, window_sum\n"
-                  "from lowering.kernels.small_dot import small_dot\n"
+                  "from lowering.kernels.small_dot import small_dot, small_dot_pair\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "
                   "sum_rows_looped as ynnpack_sum_rows_looped\n"

@@ -425,6 +425,44 @@ def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
     assert tiny.any() and (denormals == "keep") == bool((want[0][tiny] != 0).any())
 
 
+@pytest.mark.parametrize("denormals", ["flush", "keep"])
+def test_large_products_in_xla_order_run_as_a_pair_with_jax_bits(denormals):
+    # On the measured host an RNN step's x @ wx and h @ wh are YNNPACK products computed in its order
+    # (small_dot's register tiles); independent, they run at once on two of numba's threads (small_dot_pair),
+    # with the interpreted loop's bits and jax.jit's.
+    from lowering.kernels import small_dot as small_dot_module
+
+    xs = RNG.standard_normal((6, 32, 128)).astype(F32)
+    wx = (RNG.standard_normal((128, 256)) * 0.1).astype(F32)
+    wh = (RNG.standard_normal((256, 256)) * 0.05).astype(F32)
+    h0 = RNG.standard_normal((32, 256)).astype(F32)
+
+    def step_fn(h0, xs, wx, wh):
+        return lax.scan(lambda h, x: (x @ wx + h @ wh, jnp.sum(h)), h0, xs)
+
+    if small_dot_module.small_dot_order(1, 32, 256, 256, F32) is None:
+        pytest.skip("not a host with YNNPACK's measured AVX-512 kernels: the products run on BLAS")
+    module = import_jax(step_fn, h0, xs, wx, wh)
+    if workers.numba_threads_available():
+        from xdsl.dialects import func
+
+        from passes.pipelines import prepare_for_execution
+        from xla_dialect.types import numpy_dtype
+
+        prepared = prepare_for_execution(module)
+        functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
+        (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
+        source = compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+        assert "small_dot_pair(" in source
+    compiled = lowering.compile(module, blas_threads=1, loop_compilation="always", denormals=denormals)
+    interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never", denormals=denormals)
+    got, want = _leaves(compiled(h0, xs, wx, wh)), _leaves(interpreted(h0, xs, wx, wh))
+    for c, i in zip(got, want):
+        np.testing.assert_array_equal(_bits(c), _bits(i))
+    for c, x in zip(got, _leaves(jax.jit(step_fn)(h0, xs, wx, wh))):
+        np.testing.assert_array_equal(_bits(c), _bits(np.asarray(x)))
+
+
 @pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 def test_unequal_paired_products_share_the_larger_ones_columns(dtype):

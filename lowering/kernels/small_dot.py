@@ -620,6 +620,25 @@ def small_dot_pieces(a, b, out, order, by_batch, bounds):
         set_mxcsr(saved)
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def small_dot_pair(a0, b0, c0, order0, a1, b1, c1, order1, csr):
+    """``small_dot(a0, b0, c0, order0)`` and ``small_dot(a1, b1, c1, order1)`` at once on two of numba's threads,
+    each inside the caller's MXCSR ``csr`` (its denormal mode): two independent products of a compiled loop's body
+    (an RNN step's ``x @ wx`` and ``h @ wh``), each with its own order's bits."""
+    for task in numba.prange(2):
+        saved = mxcsr()
+        set_mxcsr(csr)
+        if task == 0:
+            small_dot(a0, b0, c0, order0)
+        else:
+            small_dot(a1, b1, c1, order1)
+        set_mxcsr(saved)
+
+
+PAIRED_MNK = 1 << 18
+"""Products of a compiled loop's body from this many multiply-adds up are paired on two CPUs (:func:`small_dot_pair`)."""
+
+
 def small_matmul(order: int, workers: int = 1, mode=None):
     """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``; a product of
     :data:`PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches, else rows) computed at once on
