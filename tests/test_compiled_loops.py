@@ -320,6 +320,19 @@ def _loop_sources(fn, *args) -> str:
                      for op in module.walk() if op.name == "hlo.while")
 
 
+def _only_loop_source(module) -> str:
+    """The generated source of the program's one while loop, after the executor's passes, one-thread BLAS."""
+    from xdsl.dialects import func
+
+    from passes.pipelines import prepare_for_execution
+    from xla_dialect.types import numpy_dtype
+
+    prepared = prepare_for_execution(module)
+    functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
+    (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
+    return compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+
+
 def _rnn(h0, xs, wx, wh):
     def step(h, x):
         h = jnp.sin(x @ wx + h @ wh)  # (f64 tanh is not compiled yet; sin is, in both types)
@@ -406,15 +419,7 @@ def test_independent_products_run_as_a_pair_with_the_same_bits(denormals):
 
     module = import_jax(step_fn, h0, xs, wx, wh)
     if workers.numba_threads_available():
-        from xdsl.dialects import func
-
-        from passes.pipelines import prepare_for_execution
-        from xla_dialect.types import numpy_dtype
-
-        prepared = prepare_for_execution(module)
-        functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
-        (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
-        source = compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
+        source = _only_loop_source(module)
         assert "gemm_pair(" in source or "gemm_pair_balanced(" in source  # (unequal products: balanced)
     compiled = lowering.compile(module, blas_threads=1, loop_compilation="always", denormals=denormals)
     interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never", denormals=denormals)
@@ -444,16 +449,7 @@ def test_large_products_in_xla_order_run_as_a_pair_with_jax_bits(denormals):
         pytest.skip("not a host with YNNPACK's measured AVX-512 kernels: the products run on BLAS")
     module = import_jax(step_fn, h0, xs, wx, wh)
     if workers.numba_threads_available():
-        from xdsl.dialects import func
-
-        from passes.pipelines import prepare_for_execution
-        from xla_dialect.types import numpy_dtype
-
-        prepared = prepare_for_execution(module)
-        functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
-        (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
-        source = compiled_loops.loop_source(loop, functions, numpy_dtype, single_thread_blas=True)[0]
-        assert "small_dot_pair(" in source
+        assert "small_dot_pair(" in _only_loop_source(module)
     compiled = lowering.compile(module, blas_threads=1, loop_compilation="always", denormals=denormals)
     interpreted = lowering.compile(module, blas_threads=1, loop_compilation="never", denormals=denormals)
     got, want = _leaves(compiled(h0, xs, wx, wh)), _leaves(interpreted(h0, xs, wx, wh))
