@@ -645,9 +645,9 @@ def small_matmul(order: int, workers: int = 1, mode=None):
     worker threads in the context manager ``mode`` (the caller's denormal mode): each element's order is the same."""
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         batch, m, k = a.shape
-        out = np.empty((batch, m, b.shape[2]), a.dtype)
+        out = np.empty((batch, m, b.shape[2]), a.dtype)  # (first: the block the last call's result freed)
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         by_batch = batch >= 2
         parts = min(workers, batch if by_batch else m // PIECE_ROWS)
         if parts >= 2 and batch * m * k * b.shape[2] >= PIECES_MNK:
