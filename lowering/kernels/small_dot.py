@@ -600,6 +600,14 @@ def _ynnpack_sums(a, b, out, tile):
         out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials, levels, error, local)
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _small_dot_call(a, b, out, order):
+    """:func:`small_dot` as a function of its own (not inlined): the interpreter's matmul and the parallel functions
+    below call it, so numba compiles its large body once per signature, not again inside each parallel loop (42 s
+    on a cold cache) nor as a second entry point."""
+    small_dot(a, b, out, order)
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
 def small_dot_pieces(a, b, out, order, by_batch, bounds):
     """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
@@ -612,11 +620,11 @@ def small_dot_pieces(a, b, out, order, by_batch, bounds):
         set_mxcsr(csr)
         start, stop = bounds[piece], bounds[piece + 1]
         if by_batch:
-            small_dot(a[start:stop], b[start:stop], out[start:stop], order)
+            _small_dot_call(a[start:stop], b[start:stop], out[start:stop], order)
         else:
             rows = stop - start
-            small_dot(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
-                      out.reshape(m, n)[start:stop].reshape(1, rows, n), order)
+            _small_dot_call(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
+                            out.reshape(m, n)[start:stop].reshape(1, rows, n), order)
         set_mxcsr(saved)
 
 
@@ -629,9 +637,9 @@ def small_dot_pair(a0, b0, c0, order0, a1, b1, c1, order1, csr):
         saved = mxcsr()
         set_mxcsr(csr)
         if task == 0:
-            small_dot(a0, b0, c0, order0)
+            _small_dot_call(a0, b0, c0, order0)
         else:
-            small_dot(a1, b1, c1, order1)
+            _small_dot_call(a1, b1, c1, order1)
         set_mxcsr(saved)
 
 
@@ -658,13 +666,13 @@ def small_matmul(order: int, workers: int = 1, mode=None):
             if numba_threads_available():
                 small_dot_pieces(a, b, out, order, by_batch, bounds)
             elif by_batch:
-                run_pieces(small_dot, [(a[s:e], b[s:e], out[s:e], order) for s, e in zip(bounds[:-1], bounds[1:])],
-                           mode)
-            else:
-                run_pieces(small_dot, [(a[:, s:e], b, out[:, s:e], order) for s, e in zip(bounds[:-1], bounds[1:])],
-                           mode)
+                run_pieces(_small_dot_call, [(a[s:e], b[s:e], out[s:e], order)
+                                             for s, e in zip(bounds[:-1], bounds[1:])], mode)
+            else:  # (row pieces of the one batch, C-contiguous views: the signature small_dot is compiled for)
+                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], order)
+                                             for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
-        small_dot(a, b, out, order)
+        _small_dot_call(a, b, out, order)
         return out
 
     matmul.__doc__ = f"small_dot in order {order}: XLA CPU's summation order for small products."
