@@ -34,11 +34,6 @@ VECTOR_BYTES = 64
 """The width of one accumulator vector (16 f32, 8 f64 lanes; LLVM splits it where the CPU's vectors are narrower)."""
 
 
-def tile_columns(dtype) -> int:
-    """Columns of one register tile: two vectors of ``dtype``."""
-    return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
-
-
 def _tile_intrinsic(width: int, vectors: int):
     """The register tile for ``width`` lanes of ``K`` (term ``p`` in lane ``p mod width``, each lane a fused chain
     from zero, lanes added as ``l0``, ``l0 + l1`` or ``(l0 + l1) + (l2 + l3)``), ``vectors`` accumulator vectors
@@ -132,9 +127,6 @@ tile_one_lane = _tile_intrinsic(1, 2)
 tile_two_lanes = _tile_intrinsic(2, 2)
 tile_four_lanes = _tile_intrinsic(4, 1)
 
-TILE_VECTORS = {1: 2, 2: 2, 4: 1}
-"""Accumulator vectors per row of a tile, by lanes of ``K`` (8 or 16 accumulators in all)."""
-
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _tile_at(a, panel, out, i, j, p0, p1, accumulate, width):
@@ -191,9 +183,9 @@ def lane_product(a, b, out, row0, row1, col0, col1, chunk, width):
             for j in range(col0, col1):
                 out[i, j] = a.dtype.type(0)
         return
-    vectors = 2 if width <= 2 else 1
-    columns = vectors * (64 // a.itemsize)
-    rows_end = row0 + (row1 - row0) // 4 * 4
+    vectors = 2 if width <= 2 else 1  # (as the tiles above were made: 8 or 16 accumulators in all)
+    columns = vectors * (VECTOR_BYTES // a.itemsize)
+    rows_end = row0 + (row1 - row0) // TILE_ROWS * TILE_ROWS
     cols_end = col0 + (col1 - col0) // columns * columns
     panel = np.empty((k, columns), a.dtype)
     for j in range(col0, cols_end, columns):
@@ -202,7 +194,7 @@ def lane_product(a, b, out, row0, row1, col0, col1, chunk, width):
         for p in range(k):
             for c in range(columns):
                 panel[p, c] = b[p, j + c]
-        for i in range(row0, rows_end, 4):
+        for i in range(row0, rows_end, TILE_ROWS):
             for s in range(0, whole, step):
                 _tile_at(a, panel, out, i, j, s, min(whole, s + step), s > 0, width)
     for s in range(0, whole, step):
