@@ -293,6 +293,12 @@ def _four_lanes(k: int, n: int) -> bool:
     return not (k <= 3 or (k % 4 == 1 and k <= 17) or (k % 4 == 2 and k <= 10))
 
 
+TILED_MNK = 1 << 16
+"""Products (``batch * m * k * n``) from this size up use the register tiles (:mod:`lowering.kernels.chain_tiles`);
+smaller ones the element loops below, the same order without the tiles' packed panel and set-up (the small products
+of bench_real_programs' LSTM scan in a compiled loop: 1.1-1.2x jax.jit with the loops, 1.9x with the tiles, two
+runs each of ``--only LSTM``)."""
+
 PIECES_MNK = 1 << 22
 """Products (``batch * m * k * n``) from this size up are computed in pieces on the CPUs (:func:`small_matmul`)."""
 
@@ -368,7 +374,7 @@ def small_dot(a, b, out, order):
             whole = 0
         elif m == 1 and n >= 2:
             whole = n - n % (vector_bytes // a.itemsize)
-        if whole == n and m >= 2:  # (every element one chain from zero: register tiles, the same order)
+        if whole == n and m >= 2 and batch * m * k * n >= TILED_MNK:  # (one chain each: register tiles)
             for t in range(batch):
                 chain_product(a[t], b[t], out[t], 0, m, 0, n, 0)
             return
@@ -443,7 +449,7 @@ def _chains(a, b, out, rounded, chunks):
     batch, m, k = a.shape
     n = b.shape[2]
     ranges = _column_ranges(chunks, n, k)
-    if not rounded:  # (fused chains: register tiles, chain_tiles.chain_product -- the same order, at GEMM speed)
+    if not rounded and batch * m * k * n >= TILED_MNK:  # (fused chains: register tiles, the same order)
         for t in range(batch):
             for r in range(2):
                 if ranges[3 * r] < ranges[3 * r + 1]:
@@ -508,7 +514,7 @@ def _lanes(a, b, out, width, rounded, chunks):
     lanes = np.empty((width, n), a.dtype)
     whole = k - k % width
     ranges = _column_ranges(chunks, n, whole)
-    if not rounded and ranges[2] % width == 0 and ranges[5] % width == 0:
+    if not rounded and ranges[2] % width == 0 and ranges[5] % width == 0 and batch * m * k * n >= TILED_MNK:
         # (fused lanes: register tiles, chain_tiles.lane_product -- the same order, at GEMM speed)
         for t in range(batch):
             for r in range(2):
