@@ -50,7 +50,8 @@ def _bits(a):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("width", [1, 2, 4])
 @pytest.mark.parametrize("shape", [(8, 16, 32, 0), (7, 13, 45, 0), (64, 785, 130, 512), (37, 102, 70, 32),
-                                   (4, 3, 32, 0), (9, 2, 17, 0), (12, 64, 48, 16), (5, 1, 40, 0)])
+                                   (4, 3, 32, 0), (9, 2, 17, 0), (12, 64, 48, 16), (5, 1, 40, 0),
+                                   (3, 20, 70, 0), (1, 9, 40, 0)])  # (fewer rows than a tile: edges only)
 def test_tiles_give_the_orders_bits(shape, width, dtype):
     m, k, n, chunk = shape
     rng = np.random.default_rng(m * k + n)

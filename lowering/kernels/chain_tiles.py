@@ -187,7 +187,9 @@ def lane_product(a, b, out, row0, row1, col0, col1, chunk, width):
     columns = vectors * (VECTOR_BYTES // a.itemsize)
     rows_end = row0 + (row1 - row0) // TILE_ROWS * TILE_ROWS
     cols_end = col0 + (col1 - col0) // columns * columns
-    panel = np.empty((k if rows_end > row0 and cols_end > col0 else 0, columns), a.dtype)
+    if rows_end == row0:
+        cols_end = col0  # (no whole block of rows: every element is an edge element, below)
+    panel = np.empty((k if cols_end > col0 else 0, columns), a.dtype)
     for j in range(col0, cols_end, columns):
         # The panel of B, packed: its rows contiguous (not a row of B apart, which maps them all to a few cache
         # sets when N is a large power of two), read by every block of rows in turn from the cache.
