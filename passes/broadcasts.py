@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
@@ -37,10 +37,11 @@ from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 
-from . import movement
 from .base import PatternPass
+from .movement import IDENTITY_PATTERNS, ComposeBroadcasts
 from .patterns import RulePass, m, rule
 from .registry import register_pass
+from .runner import run
 from .util import create, i64s, tensor_type
 
 
@@ -216,10 +217,27 @@ class CanonicalizeBroadcastsPass(RulePass):
 
     name = "canonicalize-broadcasts"
     PATTERNS = (ExplicitBinaryBroadcast, ExplicitScalarOperands, BroadcastToBroadcastInDim,
-                movement.ComposeBroadcasts, *movement.IDENTITY_PATTERNS)
+                ComposeBroadcasts, *IDENTITY_PATTERNS)
     # The patterns look at the op and at its operands' defining broadcasts and constants, which
     # are replaced (their users then revisited), never modified in place: one sweep suffices.
     CONFIRM_FIXED_POINT = False
     max_splat_elements: int = 65536
     """Broadcasts of splat constants up to this many elements become constants."""
     RULES = (FOLD_BROADCAST_OF_SPLAT,)
+
+
+def canonicalize_broadcasts(module: ModuleOp, clone: bool = False) -> ModuleOp:
+    """Run ``canonicalize-broadcasts`` on ``module`` and return the result.
+
+    This is the hook for the executor's lowering: afterwards no binary,
+    compare, select or clamp op relies on implicit broadcasting. With
+    ``clone`` the caller's module is left untouched: a rewritten copy is
+    returned, or ``module`` itself when nothing needs rewriting (checked
+    first, cheaply).
+    """
+    if clone:
+        if not needs_canonicalization(module):
+            return module
+        module = module.clone()
+    run(module, CanonicalizeBroadcastsPass(), verify=False)
+    return module

@@ -40,11 +40,12 @@ from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
 from xla_dialect.xdsl_compat import operands_of
 
-from . import movement
 from .base import PatternPass
+from .movement import SIMPLIFY_PATTERNS
 from .patterns import Rule, RulePass, m, rule
 from .purity import is_pure
 from .registry import register_pass
+from .runner import run
 from .util import AttrInterner, constant_array, erase_op, make_constant
 from .quantized import computes_on_quantized
 
@@ -193,8 +194,6 @@ def remove_dead_ops(module: ModuleOp, clone: bool = False) -> ModuleOp:
     first). The executor runs it before contracting multiply-adds, as XLA removes dead code before it fuses:
     a dead user of a multiply must not keep it from contracting (found by the differential fuzzer: a
     ``fori_loop`` body's unused ``v0 * c`` kept ``v0 + x`` from being XLA's FMA)."""
-    from . import run
-
     if not any(_dead(op) for op in module.walk()):
         return module
     if clone:
@@ -291,7 +290,7 @@ class SimplifyPass(RulePass):
     reshape chains), not those of the hand-written patterns (transpose and broadcast chains)."""
 
     name = "simplify"
-    PATTERNS = (*IDENTITY_RULES, *movement.SIMPLIFY_PATTERNS)
+    PATTERNS = (*IDENTITY_RULES, *SIMPLIFY_PATTERNS)
 
 
 # ----------------------------------------------------------------------------

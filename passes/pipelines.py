@@ -1,7 +1,9 @@
 """Named pipelines: the pass sequences the rest of the toolkit runs, written down once.
 
 :data:`PIPELINES` maps a name to pipeline text (usable with :func:`passes.run`
-and ``xla-opt -p``); :func:`prepare_for_execution` is what ``lowering.compile``
+and ``xla-opt -p``: this module registers the table with
+:func:`passes.registry.register_pipelines`, and the package ``passes`` imports
+it); :func:`prepare_for_execution` is what ``lowering.compile``
 runs before it lowers a program (the ``executor`` pipeline, with its two
 optional rewrites as switches, on a copy of the caller's module).
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 from xdsl.dialects.builtin import ModuleOp
 
 from xla_dialect.errors import PassError
+
+from .registry import register_pipelines
 
 EXECUTOR_PIPELINE = ("inline-calls,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,xla-ynnpack-fusion,"
                      "xla-small-loops,"
@@ -31,6 +35,8 @@ PIPELINES = {
 }
 """Pipeline name -> pipeline text."""
 
+register_pipelines(PIPELINES)
+
 
 def named_pipeline(name: str) -> str:
     """The pipeline text of ``name`` (a key of :data:`PIPELINES`)."""
@@ -47,7 +53,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     The caller's module is never changed: each step works on a copy, made only when the step has
     something to rewrite (checked first, cheaply), so a program none of them touches is returned as is.
     """
-    from . import canonicalize_broadcasts
+    from .broadcasts import canonicalize_broadcasts
     from .cleanup import remove_dead_ops
     from .fma_contraction import contract_fma
     from .inlining import inline_calls

@@ -41,6 +41,7 @@ from xla_dialect.types import element_type_named, element_type_of
 
 from .base import PatternPass
 from .registry import register_pass
+from .runner import run
 from .util import create, i64s, make_constant, retype, tensor_type
 
 
@@ -100,8 +101,6 @@ def needs_lowering(module: Operation) -> bool:
 def lower_quantized(module: ModuleOp, clone: bool = False) -> ModuleOp:
     """Run ``lower-quantized`` on ``module`` and return the result (a rewritten copy with ``clone``,
     or ``module`` itself when nothing computes on quantized values)."""
-    from . import run
-
     if not needs_lowering(module):
         return module
     if clone:

@@ -7,6 +7,8 @@
   (a ``ModulePass`` class, an iterable of them, or a module that registers its
   passes when imported); :func:`load_plugin` loads a plain Python file.
 * :func:`universe_passes` is what ``xla_dialect.universe`` hands to ``xdsl-opt``.
+* :func:`register_pipelines` adds named pipelines (:func:`parse_pipeline` reads a name as its passes);
+  ``passes.pipelines`` registers the built-in ones when the package ``passes`` is imported.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from xdsl.passes import ModulePass, PassPipeline
 
@@ -49,6 +51,7 @@ _ORIGIN: dict[str, str] = {}
 _loaded_builtin = False
 _loaded_entry_points = False
 _plugin_files: dict[str, list[str]] = {}
+_PIPELINE_TABLES: list[Mapping[str, str]] = []
 
 
 def register_pass(cls: type[ModulePass] | None = None, *, replace: bool = False, origin: str | None = None):
@@ -323,19 +326,32 @@ def _check_options(spec: str, passes: dict[str, type[ModulePass]]) -> None:
             raise PassError(f"pass {s.name}: unknown option {given!r}{hint}; {takes}")
 
 
+def register_pipelines(table: Mapping[str, str]) -> None:
+    """Let :func:`parse_pipeline` read the names of ``table`` (pipeline name -> pipeline text) as their
+    passes. The table is kept, not copied: names added to it later count too."""
+    if not any(t is table for t in _PIPELINE_TABLES):
+        _PIPELINE_TABLES.append(table)
+
+
+def _named_pipeline(spec: str) -> str:
+    """The text of the registered pipeline named ``spec`` (surrounding spaces ignored), else ``spec``."""
+    for table in _PIPELINE_TABLES:
+        if spec.strip() in table:
+            return table[spec.strip()]
+    return spec
+
+
 def parse_pipeline(spec: str) -> PassPipeline:
     """Parse pipeline text such as ``canonicalize-broadcasts,assign-layouts{target=tpu},cse``.
 
     Uses xDSL's own pipeline syntax and parser (options in braces, strings in
-    double quotes). The name of a pipeline of :data:`passes.pipelines.PIPELINES`
-    (``executor``, ``cleanup``, ...) stands for its passes. Unknown passes or bad
-    options raise PassError.
+    double quotes). The name of a registered pipeline (:func:`register_pipelines`:
+    those of :data:`passes.pipelines.PIPELINES`, ``executor``, ``cleanup``, ...)
+    stands for its passes. Unknown passes or bad options raise PassError.
     """
     from xdsl.utils.exceptions import ArgSpecParseError
 
-    from .pipelines import PIPELINES
-
-    spec = PIPELINES.get(spec.strip(), spec)
+    spec = _named_pipeline(spec)
     passes = available_passes()
     known = {**passes, **pass_aliases(passes)}
     try:

@@ -85,6 +85,7 @@ from .broadcasts import explicit_binary_operands, update_in_place
 from .patterns import Pattern, Rule, m, rule
 from .quantized import computes_on_quantized
 from .registry import register_pass
+from .runner import run
 from .util import create, element_name, i64s, make_constant, splat_scalar, tensor_type
 
 _NATIVE = frozenset({"f16", "f32", "f64", "c64", "c128"})
@@ -976,8 +977,6 @@ def divides_by_broadcasts(module: Operation) -> bool:
 
 def _run_if(needed, pass_: PatternPass, module: ModuleOp, clone: bool) -> ModuleOp:
     """Run ``pass_`` on ``module`` (a copy with ``clone``) when ``needed(module)``; else return ``module``."""
-    from . import run
-
     if not needed(module):
         return module
     if clone:

@@ -221,14 +221,14 @@ def check_semantics(program, pipeline, inputs: Sequence[Sequence] | None = None,
     import time
 
     import passes
-    from passes import _passes_of
+    from passes.runner import pipeline_passes
 
     if not isinstance(program, ModuleOp) and inputs:  # a JAX function, imported with the first input set
         module, _ = program_and_arguments(program, list(inputs[0]), "check_semantics")
         inputs = [program_and_arguments(program, list(args), "check_semantics")[1] for args in inputs]
     else:
         module = program if isinstance(program, ModuleOp) else load_program_like(program, (), "check_semantics")
-    pass_list = _passes_of(pipeline)
+    pass_list = pipeline_passes(pipeline)
     text = pipeline if isinstance(pipeline, str) else ",".join(str(p) for p in pass_list)
     if inputs is None:
         inputs = [random_inputs(module, seed=s, special_values=special_values and k > 0, entry=entry)
