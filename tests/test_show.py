@@ -285,7 +285,8 @@ LAYOUTS = [
 
 @pytest.mark.parametrize("shape,cells,pads", LAYOUTS)
 def test_layout_picture_offsets_are_the_tiling_math(shape, cells, pads):
-    from xla_dialect.layout import draw, linear_index
+    from xla_dialect.layout import linear_index
+    from xla_dialect.layout_drawing import draw
 
     svg = draw(shape)
     _, drawn, padding = _cells(svg)
@@ -298,7 +299,7 @@ def test_layout_picture_offsets_are_the_tiling_math(shape, cells, pads):
 
 
 def test_layout_picture_outlines_tiles_and_shows_order():
-    from xla_dialect.layout import draw
+    from xla_dialect.layout_drawing import draw
 
     root, drawn, _ = _cells(draw("f32[4,8]{1,0:T(2,4)(2,1)}"))
     paths = {p.get("class"): p for p in root.iter(SVG + "path") if p.get("class")}
@@ -315,7 +316,7 @@ def test_layout_picture_outlines_tiles_and_shows_order():
 
 
 def test_large_shape_is_summarised():
-    from xla_dialect.layout import draw
+    from xla_dialect.layout_drawing import draw
 
     svg = draw("bf16[8,1,1280,16384]{3,2,0,1:T(8,128)(2,1)}", max_elements=256)
     _, drawn, _ = _cells(svg)
@@ -351,7 +352,7 @@ def test_png_without_a_rasterizer_says_what_is_missing(tmp_path, monkeypatch):
     import builtins
 
     from xla_dialect.errors import UnsupportedError
-    from xla_dialect.layout import draw
+    from xla_dialect.layout_drawing import draw
 
     real_import = builtins.__import__
 

@@ -1,328 +1,40 @@
-"""XLA memory layouts: the ``#hlo.layout<...>`` attribute and tiling math.
+"""XLA memory layouts: tiling math, where each element of an array lives in linear memory.
 
-A layout is written in XLA's own notation, e.g. ``{3,2,0,1:T(8,128)(2,1)L(1024)E(4)S(1)}``:
+The layout itself (:class:`Layout`, its notation, the ``#hlo.layout<...>`` attribute
+:class:`LayoutAttr`, :func:`parse_layout`, :func:`layout_of`, :func:`with_layout`,
+:func:`strip_layout`) is defined in :mod:`xla_dialect.layout_attr` and re-exported here.
 
-* ``3,2,0,1`` — minor_to_major: dimension numbers from fastest- to slowest-varying;
-* ``T(8,128)(2,1)`` — tiling levels applied one after another; ``*`` in a tile
-  combines that dimension with the next more minor one;
-* ``L(n)`` — tail padding alignment in elements; ``E(n)`` — element size in
-  bits; ``S(n)`` — memory space (0 = HBM/default, 1 = VMEM, 5 = host, ...).
-
-The attribute lives in the ``encoding`` slot of xDSL's builtin ``TensorType``::
-
-    tensor<8x1x1280x16384xbf16, #hlo.layout<{3,2,0,1:T(8,128)(2,1)}>>
-
-Tiling math (bottom of this file) maps logical elements to linear memory as
+Tiling math maps logical elements to linear memory as
 the tiled-layout spec describes: :func:`linear_index`, :func:`linear_indices`
 (vectorized), :func:`physical_dims`, :func:`physical_element_count`,
 :func:`byte_size`, and :func:`to_physical` / :func:`from_physical` to lay a
-NumPy array out in a 1-D buffer and read it back.
+NumPy array out in a 1-D buffer and read it back. Each takes a tensor type or
+XLA shape text (:mod:`xla_dialect.shape`). Pictures of the physical order are
+:func:`xla_dialect.layout_drawing.draw`.
 """
 
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from xdsl.dialects.builtin import NoneAttr, TensorType
-from xdsl.ir import Attribute, Data
-from xdsl.irdl import irdl_attr_definition
-from xdsl.parser import AttrParser
-from xdsl.printer import Printer
+from xdsl.ir import Attribute
 
 from .errors import LayoutError
-from .xdsl_compat import resume_after
-
-COMBINE_DIMENSION = -(2**63)
-"""Tile entry written ``*``: combine this dimension with the next more minor one
-(XLA's ``Tile::kCombineDimension``)."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """An XLA layout (LayoutProto), immutable and hashable.
-
-    ``tiles`` is a tuple of tiling levels, each a tuple of tile sizes (the most
-    minor last) where :data:`COMBINE_DIMENSION` stands for ``*``.
-    """
-
-    minor_to_major: tuple[int, ...]
-    tiles: tuple[tuple[int, ...], ...] = ()
-    tail_padding_alignment: int = 1
-    element_size_in_bits: int = 0
-    memory_space: int = 0
-
-    def __post_init__(self):
-        m2m = self.minor_to_major
-        if sorted(m2m) != list(range(len(m2m))):
-            raise LayoutError(
-                f"layout {self}: minor_to_major {list(m2m)} is not a permutation of 0..{len(m2m) - 1}"
-            )
-        for tile in self.tiles:
-            if not tile:
-                raise LayoutError(f"layout {self}: empty tile T()")
-            for size in tile:
-                if size != COMBINE_DIMENSION and size <= 0:
-                    raise LayoutError(
-                        f"layout {self}: tile sizes must be positive or '*', got {size} in T{_tile_text(tile)}"
-                    )
-        if self.tail_padding_alignment <= 0:
-            raise LayoutError(
-                f"layout {self}: L(n) tail padding alignment must be positive, got L({self.tail_padding_alignment})"
-            )
-        if self.element_size_in_bits < 0:
-            raise LayoutError(f"layout {self}: E(n) must be non-negative, got E({self.element_size_in_bits})")
-        if self.memory_space < 0:
-            raise LayoutError(f"layout {self}: S(n) must be non-negative, got S({self.memory_space})")
-
-    @property
-    def rank(self) -> int:
-        return len(self.minor_to_major)
-
-    @staticmethod
-    def default(rank: int) -> Layout:
-        """XLA's default (row-major, descending minor_to_major) layout."""
-        return Layout(tuple(range(rank - 1, -1, -1)))
-
-    def with_(self, **changes) -> Layout:
-        """A copy with some fields replaced."""
-        fields = dict(
-            minor_to_major=self.minor_to_major,
-            tiles=self.tiles,
-            tail_padding_alignment=self.tail_padding_alignment,
-            element_size_in_bits=self.element_size_in_bits,
-            memory_space=self.memory_space,
-        )
-        fields.update(changes)
-        return Layout(**fields)
-
-    def to_text(self) -> str:
-        """XLA notation, e.g. ``{1,0:T(8,128)(2,1)}``, fields in XLA's order."""
-        body = ",".join(str(d) for d in self.minor_to_major)
-        extra = ""
-        if self.tiles:
-            extra += "T" + "".join(_tile_text(t) for t in self.tiles)
-        if self.tail_padding_alignment != 1:
-            extra += f"L({self.tail_padding_alignment})"
-        if self.element_size_in_bits != 0:
-            extra += f"E({self.element_size_in_bits})"
-        if self.memory_space != 0:
-            extra += f"S({self.memory_space})"
-        return "{" + body + (":" + extra if extra else "") + "}"
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def __repr__(self) -> str:
-        return f"Layout({self.to_text()})"
-
-    def check_rank(self, rank: int, context: str = "") -> None:
-        """Raise :class:`LayoutError` unless this layout fits an array of ``rank``.
-
-        A tile may have more dimensions than the array: XLA then treats the
-        missing most-major dimensions as size 1 (``ShapeUtil::ArraySize``,
-        ``LayoutUtil::LinearIndex``), e.g. TPU scalars ``f32[]{:T(256)}``.
-        """
-        if self.rank != rank:
-            where = f"{context}: " if context else ""
-            raise LayoutError(
-                f"{where}layout {self} has {self.rank} dimensions in minor_to_major but the shape has rank {rank}"
-            )
-
-
-def _tile_text(tile: tuple[int, ...]) -> str:
-    return "(" + ",".join("*" if d == COMBINE_DIMENSION else str(d) for d in tile) + ")"
-
-
-# Whitespace and /* */ comments separate tokens, as in XLA's lexer.
-_TOKEN = re.compile(r"(?:\s|/\*.*?\*/)*(\d+|[A-Za-z]+|[{}():,*#]|-\d+)", re.S | re.ASCII)
-
-
-def parse_layout(text: str) -> Layout:
-    """Parse XLA layout notation such as ``{1,0:T(8,128)(2,1)S(1)}``."""
-    layout, end = parse_layout_prefix(text, 0)
-    if text[end:].strip():
-        raise LayoutError(f"malformed layout {text!r}: unexpected {text[end:].strip()!r} after the closing '}}'")
-    return layout
-
-
-_FIELD_ORDER = ("D", "T", "L", "#", "*", "E", "S", "SC", "P", "M")
-"""Every field XLA's layout grammar knows, in the only order its parser accepts."""
-
-_UNSUPPORTED_FIELDS = {
-    "D": "dim level types, used only by sparse arrays",
-    "#": "index primitive type, used only by sparse arrays",
-    "*": "pointer primitive type, used only by sparse arrays",
-    "SC": "split configs",
-    "P": "physical shape, used only by sparse arrays",
-    "M": "dynamic shape metadata prefix bytes",
-}
-"""XLA layout fields this toolkit recognises but does not model: they raise a precise LayoutError."""
-
-_SUPPORTED_FIELDS = tuple(f for f in _FIELD_ORDER if f not in _UNSUPPORTED_FIELDS)
-
-
-def parse_layout_prefix(text: str, pos: int) -> tuple[Layout, int]:
-    """Parse a layout starting at ``text[pos]`` (``'{'``); return it and the end offset.
-
-    Follows XLA's grammar (``HloParserImpl::ParseLayout``): fields after the
-    ``:`` come at most once each and in XLA's order ``T, L, E, S``; XLA's other
-    fields (``D # * SC P M``) are recognised and rejected with a clear message.
-    """
-    scanner = _Scanner(text, pos)
-    scanner.expect("{")
-    m2m: list[int] = []
-    if scanner.peek() not in ("}", ":"):
-        m2m.append(scanner.integer())
-        while scanner.accept(","):
-            m2m.append(scanner.integer())
-    tiles: list[tuple[int, ...]] = []
-    fields = {"L": 1, "E": 0, "S": 0}
-    if scanner.accept(":"):
-        last = -1
-        while scanner.peek() != "}":
-            key = scanner.next()
-            if key is None:
-                scanner.fail("unterminated layout, expected '}'")
-            if key not in _FIELD_ORDER:
-                scanner.fail(
-                    f"unknown layout field {key!r} (XLA's fields, in order: {', '.join(_FIELD_ORDER)}; "
-                    f"supported here: {', '.join(_SUPPORTED_FIELDS)})"
-                )
-            if key in _UNSUPPORTED_FIELDS:
-                scanner.fail(f"XLA layout field {key}(...) ({_UNSUPPORTED_FIELDS[key]}) is not supported")
-            rank = _FIELD_ORDER.index(key)
-            if rank <= last:
-                problem = "appears twice" if rank == last else "is out of order"
-                scanner.fail(f"layout field {key} {problem}: XLA requires at most one of each, in the order T, L, E, S")
-            last = rank
-            if key == "T":
-                if scanner.peek() != "(":
-                    scanner.fail("expected '(' after T")
-                while scanner.accept("("):
-                    tiles.append(_parse_tile(scanner))
-            else:
-                scanner.expect("(")
-                fields[key] = scanner.integer()
-                scanner.expect(")")
-    scanner.expect("}")
-    layout = Layout(tuple(m2m), tuple(tiles), fields["L"], fields["E"], fields["S"])
-    return layout, scanner.pos
-
-
-def _parse_tile(scanner: _Scanner) -> tuple[int, ...]:
-    """The sizes of one tile after its ``(``, through the closing ``)``."""
-    tile: list[int] = []
-    if scanner.accept(")"):
-        return ()  # rejected by Layout with a message naming T()
-    while True:
-        tile.append(COMBINE_DIMENSION if scanner.accept("*") else scanner.integer())
-        if scanner.accept(")"):
-            return tuple(tile)
-        scanner.expect(",")
-
-
-class _Scanner:
-    """A tiny tokenizer for XLA layout/shape notation with precise error messages."""
-
-    def __init__(self, text: str, pos: int):
-        self.text = text
-        self.pos = pos
-        self.start = pos
-
-    def _match(self):
-        return _TOKEN.match(self.text, self.pos)
-
-    def peek(self) -> str | None:
-        m = self._match()
-        return m.group(1) if m else None
-
-    def next(self) -> str | None:
-        m = self._match()
-        if not m:
-            return None
-        self.pos = m.end()
-        return m.group(1)
-
-    def accept(self, tok: str) -> bool:
-        if self.peek() == tok:
-            self.next()
-            return True
-        return False
-
-    def expect(self, tok: str) -> None:
-        if not self.accept(tok):
-            self.fail(f"expected {tok!r}")
-
-    def integer(self) -> int:
-        tok = self.peek()
-        if tok is None or not re.fullmatch(r"-?[0-9]+", tok):
-            self.fail("expected an integer")
-        self.next()
-        return int(tok)
-
-    def fail(self, msg: str):
-        end = self.text.find("}", self.pos)
-        shown = self.text[self.start : end + 1 if end >= 0 else self.start + 60]
-        raise LayoutError(f"malformed layout {shown!r} at column {self.pos - self.start}: {msg}")
-
-
-@irdl_attr_definition
-class LayoutAttr(Data[Layout]):
-    """``#hlo.layout<{...}>``: an XLA layout in the encoding slot of a tensor type."""
-
-    name = "hlo.layout"
-
-    @classmethod
-    def parse_parameter(cls, parser: AttrParser) -> Layout:
-        parser.parse_punctuation("<")
-        text = parser.lexer.input.content
-        start = parser.pos
-        try:
-            layout, end = parse_layout_prefix(text, start)
-        except LayoutError as e:
-            parser.raise_error(str(e))
-        resume_after(parser, end)
-        parser.parse_punctuation(">")
-        return layout
-
-    def print_parameter(self, printer: Printer) -> None:
-        printer.print_string("<" + self.data.to_text() + ">")
-
-    @staticmethod
-    def from_text(text: str) -> LayoutAttr:
-        return LayoutAttr(parse_layout(text))
-
-
-def layout_of(type_: Attribute) -> Layout | None:
-    """The layout carried by a tensor type, or None when it has none."""
-    if isinstance(type_, TensorType) and isinstance(type_.encoding, LayoutAttr):
-        return type_.encoding.data
-    return None
-
-
-def with_layout(type_: TensorType, layout: Layout | str | None) -> TensorType:
-    """``type_`` with its layout replaced (``None`` removes it)."""
-    if isinstance(layout, str):
-        layout = parse_layout(layout)
-    if layout is not None:
-        layout.check_rank(type_.get_num_dims(), str(type_))
-    encoding = LayoutAttr(layout) if layout is not None else NoneAttr()
-    return TensorType(type_.element_type, type_.get_shape(), encoding)
-
-
-def strip_layout(type_: Attribute) -> Attribute:
-    """The same type without layout encodings (recursing into tuples)."""
-    from xdsl.dialects.builtin import TupleType
-
-    if isinstance(type_, TensorType) and not isinstance(type_.encoding, NoneAttr):
-        return TensorType(type_.element_type, type_.get_shape())
-    if isinstance(type_, TupleType):
-        return TupleType([strip_layout(t) for t in type_.types])
-    return type_
+from .layout_attr import (  # noqa: F401  (re-exported: the layout's own names stay importable from here)
+    COMBINE_DIMENSION,
+    Layout,
+    LayoutAttr,
+    layout_of,
+    parse_layout,
+    parse_layout_prefix,
+    strip_layout,
+    tile_text,
+    with_layout,
+)
+from .shape import format_shape, parse_shape
 
 
 # ----------------------------------------------------------------------------
@@ -352,44 +64,40 @@ _CACHE_LIMIT = 1 << 20
 """Linear-index tables up to this many elements are cached per (dims, layout)."""
 
 
-def _array_layout(shape) -> tuple[tuple[int, ...], Layout, Attribute]:
+def array_layout(shape) -> tuple[tuple[int, ...], Layout, Attribute]:
     """``(dims, layout, tensor type)`` of ``shape`` (a TensorType or XLA shape text).
 
     A tensor without a layout gets XLA's default descending layout.
     """
     if isinstance(shape, str):
-        from .shape import parse_shape
-
         shape = parse_shape(shape)
     if not isinstance(shape, TensorType):
-        raise LayoutError(f"tiling math needs an array type (tensor), got {_show(shape)}")
+        raise LayoutError(f"tiling math needs an array type (tensor), got {shape_text(shape)}")
     dims = tuple(shape.get_shape())
     if any(d < 0 for d in dims):
-        raise LayoutError(f"{_show(shape)}: dynamic dimensions have no physical layout")
+        raise LayoutError(f"{shape_text(shape)}: dynamic dimensions have no physical layout")
     encoding = shape.encoding
     if isinstance(encoding, NoneAttr):
         return dims, Layout.default(len(dims)), shape
     if not isinstance(encoding, LayoutAttr):
-        raise LayoutError(f"{_show(shape)}: encoding {encoding} is not an #hlo.layout")
-    encoding.data.check_rank(len(dims), _show(shape))
+        raise LayoutError(f"{shape_text(shape)}: encoding {encoding} is not an #hlo.layout")
+    encoding.data.check_rank(len(dims), shape_text(shape))
     return dims, encoding.data, shape
 
 
-def _show(type_) -> str:
+def shape_text(type_) -> str:
     """XLA shape text for messages (MLIR text when it is not an XLA shape)."""
-    from .shape import format_shape
-
     try:
         return format_shape(type_)
     except Exception:
         return str(type_)
 
 
-def _apply_tile(dims: list[int], coords: list, tile: tuple[int, ...], where: str):
+def apply_tile(dims: list[int], coords: list, tile: tuple[int, ...], where: str):
     """One tiling level: ``dims``/``coords`` (physical order) -> the tiled shape and coordinates."""
     if tile[-1] == COMBINE_DIMENSION:
         raise LayoutError(
-            f"{where}: tile T{_tile_text(tile)} ends with '*' but '*' combines a dimension "
+            f"{where}: tile T{tile_text(tile)} ends with '*' but '*' combines a dimension "
             f"with the next more minor one, and the last tile entry has none"
         )
     if len(tile) > len(dims):
@@ -415,13 +123,13 @@ def _apply_tile(dims: list[int], coords: list, tile: tuple[int, ...], where: str
     return outer_dims + tile_counts + sizes, outer_coords + tile_counts_coords + within
 
 
-def _physical(dims: tuple[int, ...], layout: Layout, coords: list, where: str):
+def physical_position(dims: tuple[int, ...], layout: Layout, coords: list, where: str):
     """Final physical dims (Python ints) and the row-major linear index of ``coords``."""
     order = layout.minor_to_major[::-1]  # physical order, most major first
     pdims = [dims[d] for d in order]
     pcoords = [coords[d] for d in order]
     for tile in layout.tiles:
-        pdims, pcoords = _apply_tile(pdims, pcoords, tile, where)
+        pdims, pcoords = apply_tile(pdims, pcoords, tile, where)
     linear = 0
     for d, c in zip(pdims, pcoords):
         linear = linear * d + c
@@ -429,7 +137,7 @@ def _physical(dims: tuple[int, ...], layout: Layout, coords: list, where: str):
 
 
 def _checked_physical_dims(dims: tuple[int, ...], layout: Layout, where: str) -> list[int]:
-    pdims, _ = _physical(dims, layout, [0] * len(dims), where)
+    pdims, _ = physical_position(dims, layout, [0] * len(dims), where)
     total = 1
     for d in pdims:
         total *= d
@@ -443,8 +151,8 @@ def physical_dims(shape) -> tuple[int, ...]:
 
     ``F32[3,5]{1,0:T(2,2)}`` gives ``(2, 3, 2, 2)``: 2x3 tiles of 2x2 elements.
     """
-    dims, layout, tensor = _array_layout(shape)
-    return tuple(_checked_physical_dims(dims, layout, _show(tensor)))
+    dims, layout, tensor = array_layout(shape)
+    return tuple(_checked_physical_dims(dims, layout, shape_text(tensor)))
 
 
 def physical_element_count(shape) -> int:
@@ -456,9 +164,9 @@ def physical_element_count(shape) -> int:
     XLA's ``ArraySize`` applies L(n) only to tiled shapes; here it applies to
     untiled ones too, as the LayoutProto field documents.
     """
-    dims, layout, tensor = _array_layout(shape)
+    dims, layout, tensor = array_layout(shape)
     total = 1
-    for d in _checked_physical_dims(dims, layout, _show(tensor)):
+    for d in _checked_physical_dims(dims, layout, shape_text(tensor)):
         total *= d
     align = layout.tail_padding_alignment
     return -(-total // align) * align
@@ -474,7 +182,7 @@ def byte_size(shape) -> int:
     """
     from .types import element_type_of
 
-    _, layout, tensor = _array_layout(shape)
+    _, layout, tensor = array_layout(shape)
     count = physical_element_count(tensor)
     if layout.element_size_in_bits:
         return -(-count * layout.element_size_in_bits // 8)
@@ -487,8 +195,8 @@ def linear_index(shape, index) -> int:
     >>> linear_index("f32[3,5]{1,0:T(2,2)}", (2, 3))
     17
     """
-    dims, layout, tensor = _array_layout(shape)
-    where = _show(tensor)
+    dims, layout, tensor = array_layout(shape)
+    where = shape_text(tensor)
     index = tuple(index)
     if len(index) != len(dims):
         raise LayoutError(f"{where}: index {list(index)} has {len(index)} coordinates, the shape has rank {len(dims)}")
@@ -496,7 +204,7 @@ def linear_index(shape, index) -> int:
         if not isinstance(i, (int, np.integer)) or not 0 <= i < d:
             raise LayoutError(f"{where}: index {list(index)} is out of bounds in dimension {axis} (size {d})")
     _checked_physical_dims(dims, layout, where)
-    _, linear = _physical(dims, layout, [int(i) for i in index], where)
+    _, linear = physical_position(dims, layout, [int(i) for i in index], where)
     return linear
 
 
@@ -506,8 +214,8 @@ def linear_indices(shape) -> np.ndarray:
     Computed for all elements at once with NumPy index arithmetic; the result
     is read-only (small tables are cached).
     """
-    dims, layout, tensor = _array_layout(shape)
-    where = _show(tensor)
+    dims, layout, tensor = array_layout(shape)
+    where = shape_text(tensor)
     _checked_physical_dims(dims, layout, where)
     count = int(np.prod(dims, dtype=object))
     if count == 0:  # (the per-dimension index vectors of f32[0,300000000] alone would take gigabytes)
@@ -529,7 +237,7 @@ def linear_indices(shape) -> np.ndarray:
 
 def _linear_indices(dims: tuple[int, ...], layout: Layout, where: str) -> np.ndarray:
     coords = [c.astype(np.int64) for c in np.indices(dims, dtype=np.int64, sparse=True)]
-    _, linear = _physical(dims, layout, coords, where)
+    _, linear = physical_position(dims, layout, coords, where)
     table = np.broadcast_to(np.asarray(linear, dtype=np.int64), dims).copy()
     table.flags.writeable = False
     return table
@@ -546,14 +254,14 @@ def to_physical(array, shape) -> np.ndarray:
     Element ``i`` of ``array`` lands at ``linear_index(shape, i)``; padding is
     zero. The buffer keeps ``array``'s dtype.
     """
-    dims, _, tensor = _array_layout(shape)
+    dims, _, tensor = array_layout(shape)
     array = np.asarray(array)
     if array.shape != dims:
-        raise LayoutError(f"to_physical: array of shape {array.shape} does not match {_show(tensor)}")
+        raise LayoutError(f"to_physical: array of shape {array.shape} does not match {shape_text(tensor)}")
     from .limits import check_bytes
 
     count = physical_element_count(tensor)
-    check_bytes(count * array.dtype.itemsize, f"the physical buffer of {_show(tensor)}")
+    check_bytes(count * array.dtype.itemsize, f"the physical buffer of {shape_text(tensor)}")
     buffer = np.zeros(count, dtype=array.dtype)
     if array.size:
         buffer[linear_indices(tensor).reshape(-1)] = array.reshape(-1)
@@ -562,34 +270,12 @@ def to_physical(array, shape) -> np.ndarray:
 
 def from_physical(buffer, shape) -> np.ndarray:
     """Read the logical array back out of a 1-D buffer laid out by :func:`to_physical`."""
-    dims, _, tensor = _array_layout(shape)
+    dims, _, tensor = array_layout(shape)
     buffer = np.asarray(buffer)
     expected = physical_element_count(tensor)
     if buffer.ndim != 1 or buffer.size != expected:
         raise LayoutError(
-            f"from_physical: {_show(tensor)} needs a 1-D buffer of {expected} elements, "
+            f"from_physical: {shape_text(tensor)} needs a 1-D buffer of {expected} elements, "
             f"got shape {buffer.shape}"
         )
     return buffer[linear_indices(tensor).reshape(-1)].reshape(dims)
-
-
-def draw(shape, path: str | None = None, max_elements: int = 1024) -> str:
-    """A picture of ``shape``'s physical order (SVG text; see :mod:`xla_dialect.layout_drawing`): elements in
-    their logical grid labelled with their :func:`linear_index`, tiles outlined level by level, padding shaded,
-    memory order drawn; more than ``max_elements`` cells are summarised.
-
-    With ``path`` the picture is also written there: ``.svg``, or ``.png`` when the optional package
-    ``cairosvg`` or the ``rsvg-convert`` program is installed (an
-    :class:`~xla_dialect.errors.UnsupportedError` says so otherwise).
-
-    >>> svg = draw("f32[3,5]{1,0:T(2,2)}")
-    >>> svg.count('class="cell"'), svg.count('class="cell pad"')
-    (15, 9)
-    """
-    from .layout_drawing import layout_svg, write_picture
-
-    svg = layout_svg(shape, max_elements=max_elements)
-    if path is not None:
-        write_picture(svg, path)
-    return svg
-

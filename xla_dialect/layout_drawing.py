@@ -1,4 +1,4 @@
-"""Pictures of layouts: an array's physical order as an SVG (``xla_dialect.layout.draw``, ``xla-show layout``).
+"""Pictures of layouts: an array's physical order as an SVG (:func:`draw`, ``xla-show layout``).
 
 The picture follows the tiled-layout notes: every element sits in its logical grid (the last two dimensions
 across and down; leading dimensions are separate panels), labelled with its offset in linear memory
@@ -20,9 +20,19 @@ from html import escape
 import numpy as np
 
 from .errors import LayoutError
-from .layout import COMBINE_DIMENSION, Layout, _apply_tile, _array_layout, _physical, _show
+from .layout import (
+    COMBINE_DIMENSION,
+    Layout,
+    apply_tile,
+    array_layout,
+    byte_size,
+    physical_dims,
+    physical_element_count,
+    physical_position,
+    shape_text,
+)
 
-__all__ = ["layout_svg", "write_picture"]
+__all__ = ["draw", "layout_svg", "write_picture"]
 
 _TILE_COLOURS = ("#cfe2ff", "#ffe5b4", "#d5f5d5", "#f8d7f0", "#fff3b0", "#d9d2f5", "#c8f0ef", "#ffd6d6")
 _LEVEL_STYLES = (
@@ -57,7 +67,7 @@ def _tile_ids(dims, layout: Layout, coords: list, level: int, where: str):
     pdims = [dims[d] for d in order]
     pcoords = [coords[d] for d in order]
     for tile in layout.tiles[: level + 1]:
-        pdims, pcoords = _apply_tile(pdims, pcoords, tile, where)
+        pdims, pcoords = apply_tile(pdims, pcoords, tile, where)
     inner = sum(1 for t in layout.tiles[level] if t != COMBINE_DIMENSION)
     ids = 0
     for d, c in zip(pdims[:-inner], pcoords[:-inner]):
@@ -69,6 +79,25 @@ def _si(n: int) -> str:
     return f"{n:,}"
 
 
+def draw(shape, path: str | None = None, max_elements: int = 1024) -> str:
+    """A picture of ``shape``'s physical order (SVG text, :func:`layout_svg`): elements in their logical grid
+    labelled with their :func:`~xla_dialect.layout.linear_index`, tiles outlined level by level, padding shaded,
+    memory order drawn; more than ``max_elements`` cells are summarised.
+
+    With ``path`` the picture is also written there: ``.svg``, or ``.png`` when the optional package
+    ``cairosvg`` or the ``rsvg-convert`` program is installed (an
+    :class:`~xla_dialect.errors.UnsupportedError` says so otherwise).
+
+    >>> svg = draw("f32[3,5]{1,0:T(2,2)}")
+    >>> svg.count('class="cell"'), svg.count('class="cell pad"')
+    (15, 9)
+    """
+    svg = layout_svg(shape, max_elements=max_elements)
+    if path is not None:
+        write_picture(svg, path)
+    return svg
+
+
 def layout_svg(shape, max_elements: int = 1024, cell: int = 34, title: str | None = None) -> str:
     """An SVG picture of ``shape``'s physical order (XLA shape text such as ``"f32[3,5]{1,0:T(2,2)}"`` or a
     tensor type; no layout means XLA's default row-major one). See the module docstring for what is drawn.
@@ -77,11 +106,9 @@ def layout_svg(shape, max_elements: int = 1024, cell: int = 34, title: str | Non
     """
     if max_elements < 1:
         raise LayoutError(f"layout picture: max_elements must be positive, got {max_elements}")
-    dims, layout, tensor = _array_layout(shape)
-    where = _show(tensor)
+    dims, layout, tensor = array_layout(shape)
+    where = shape_text(tensor)
     # The same checks and sizes as the tiling math (raises for layouts that do not fit).
-    from .layout import byte_size, physical_dims, physical_element_count
-
     pdims = physical_dims(tensor)
     physical = physical_element_count(tensor)
     nbytes = byte_size(tensor)
@@ -197,7 +224,7 @@ def _panel(dims, padded, layout, where, lead_index, rows, cols, top, left, cell,
         inside = np.ones((1, 1), bool)
     inside = np.broadcast_to(inside, (rows, cols))
     if rank:
-        _, linear = _physical(dims, layout, [np.asarray(x, np.int64) for x in coords], where)
+        _, linear = physical_position(dims, layout, [np.asarray(x, np.int64) for x in coords], where)
         linear = np.broadcast_to(np.asarray(linear), (rows, cols))
         levels = [np.broadcast_to(np.asarray(_tile_ids(dims, layout, coords, k, where)), (rows, cols))
                   for k in range(len(layout.tiles))]

@@ -1,7 +1,7 @@
 """XLA shape text: ``bf16[8,1,1280,16384]{3,2,0,1:T(8,128)(2,1)}``, ``(f32[], s32[4]{0})``, ``token[]``.
 
 :func:`parse_shape` turns XLA shape text into xDSL types (``TensorType`` with a
-:class:`~xla_dialect.layout.LayoutAttr` encoding, ``TupleType``, ``TokenType``);
+:class:`~xla_dialect.layout_attr.LayoutAttr` encoding, ``TupleType``, ``TokenType``);
 :func:`format_shape` prints them back exactly as XLA's own printer
 (``ShapeUtil::HumanStringWithLayout``) does, including the ``/*index=5*/``
 comments XLA puts before every fifth tuple element.
@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import NoneAttr, TensorType, TupleType
 from xdsl.ir import Attribute
 
 from .errors import LayoutError, ShapeParseError
-from .layout import Layout, LayoutAttr, parse_layout_prefix
+from .layout_attr import Layout, LayoutAttr, parse_layout_prefix
 from .types import ELEMENT_TYPES, TokenType, element_type_of
 
 MAX_TUPLE_DEPTH = 64

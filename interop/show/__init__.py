@@ -1,7 +1,6 @@
 """Seeing programs: layout pictures, memory and cost reports, a program graph (``xla-show``; docs/seeing-programs.md).
 
-* :func:`xla_dialect.layout.draw` / ``xla-show layout`` -- an array's physical order as SVG
-  (:mod:`xla_dialect.layout_drawing`);
+* :func:`xla_dialect.layout_drawing.draw` / ``xla-show layout`` -- an array's physical order as SVG;
 * :func:`cost_report` / ``xla-show cost`` -- XLA's cost analysis (:mod:`passes.cost_analysis`) and a roofline;
 * :func:`memory_report` / ``xla-show memory`` -- logical and physical bytes, copies, peak live bytes;
 * :func:`graph_html` / :func:`write_graph` / ``xla-show graph`` -- a self-contained HTML page of the program.

@@ -1,9 +1,9 @@
-"""``xla-show layout SHAPE -o out.svg|png``: the picture of :func:`xla_dialect.layout.draw`."""
+"""``xla-show layout SHAPE -o out.svg|png``: the picture of :func:`xla_dialect.layout_drawing.draw`."""
 
 from __future__ import annotations
 
 from xla_dialect.errors import XlaError
-from xla_dialect.layout import draw
+from xla_dialect.layout_drawing import draw
 
 
 def write_layout_picture(shape: str, path: str, max_elements: int = 1024) -> str:
