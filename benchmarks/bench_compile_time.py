@@ -66,7 +66,7 @@ def _child(name: str, mode: str, budget: float) -> dict:
 
     import interop
     import lowering
-    from lowering.compile_queue import pending
+    from lowering.executor.compile_queue import pending
 
     module = interop.import_jax(jax.jit(workload.fn), *workload.args)
     ops = sum(1 for op in module.walk() if op.name.startswith("hlo"))

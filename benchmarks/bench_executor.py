@@ -17,7 +17,7 @@
    Goal: within 1.5x of jax.jit. Timed under the default (automatic) BLAS
    policy (on two CPUs: large products split over both, one BLAS thread
    each), with ``blas_threads=1`` and with the BLAS's own thread count (see
-   lowering/blas.py), all in the same run; also says whether the f32
+   lowering/runtime/blas.py), all in the same run; also says whether the f32
    outputs of the three are bit-identical (OpenBLAS's threaded sgemm is not;
    the split is checked to be).
 Not run in CI (timings depend on the machine); README.md and docs/performance.md quote the figures.
@@ -57,14 +57,14 @@ WARM_UP_S = 0.12
 """Seconds of untimed calls that start each function's block. OpenBLAS's worker threads keep spinning for about
 0.1 s after a multi-threaded call (measured: ~0.1 s of process CPU time during a pause after a threaded 256x1024
 sgemm; jax's threads use none), taking a core from whatever runs next; and on a VM a CPU left idle is slow to
-wake (a pause before each block made the split matmuls of lowering.blas slower than one thread)."""
+wake (a pause before each block made the split matmuls of lowering.runtime.blas slower than one thread)."""
 
 
 def settle(fns: dict, calls: int = 40) -> None:
     """Run each function until the executor's automatic fast paths are in place -- fused groups compile after
     20 calls, while loops after 2,000 iterations, on a background thread -- and wait for those compilations,
     so that timed calls measure the steady state, not the interpreted loop still waiting for its machine code."""
-    from lowering import compiled_loops
+    from lowering.executor import compiled_loops
 
     for fn in fns.values():
         for _ in range(calls):
@@ -139,7 +139,7 @@ def bench_mlp(batch: int = 256, width: int = 1024) -> dict:
     """The MLP under each BLAS thread policy (label -> compile's blas_threads) and under jax.jit."""
     import jax
 
-    from lowering.blas import numpy_blas_threads, resolve_blas_threads, resolve_split_workers
+    from lowering.runtime.blas import numpy_blas_threads, resolve_blas_threads, resolve_split_workers
 
     module = build_mlp(batch, width, width, width)
     auto = resolve_blas_threads(None)
@@ -200,7 +200,7 @@ def bench_workloads(repeat: int = 7, only: str | None = None, workloads=None) ->
             jax.block_until_ready(jitted(*jax_args))
 
         # Warm-up, as for jax.jit's first call: with the default options the executor compiles a fused group
-        # after 20 calls and a loop after 2,000 iterations (lowering.fusion, lowering.compiled_loops).
+        # after 20 calls and a loop after 2,000 iterations (lowering.executor.fusion, lowering.executor.compiled_loops).
         for _ in range(40):
             exe(*w.args)
         fns = {"executor": functools.partial(exe, *w.args), "jax": run_jax}

@@ -8,9 +8,9 @@ For each program of ``benchmarks/library_programs.py``: build it, import it (:fu
 compile it with the executor's default options (loop compilation "auto"), run it and compare its outputs with
 jax.jit's (bitwise, else the largest absolute difference), then time both in interleaved rounds after the same
 warm-up (``bench_executor.best_of_each``: medians of ``--repeat`` rounds; warm-up until the automatic loop
-compilations have started, then :func:`lowering.compiled_loops.wait_for_background_compiles`). Prints a Markdown
+compilations have started, then :func:`lowering.executor.compiled_loops.wait_for_background_compiles`). Prints a Markdown
 table with the median and largest ratio against jax.jit (goals: median <= 2x, none above 10x), which while loops
-stay interpreted and why (:func:`lowering.compiled_loops.loop_source`'s reason, or numba rejecting the generated
+stay interpreted and why (:func:`lowering.executor.compiled_loops.loop_source`'s reason, or numba rejecting the generated
 code), the reasons ranked by how many programs they affect, and the programs that failed (with the stage and the
 error: they are listed, never dropped). Not run in CI: timings depend on the machine.
 """
@@ -45,13 +45,13 @@ def _short(e: BaseException, limit: int = 160) -> str:
 def loop_report(module) -> list[dict]:
     """The module's while loops as the executor sees them (in the program ``passes.pipelines.
     prepare_for_execution`` makes, as :func:`interop.show.graph.executor_view` finds them), each
-    ``{"compiled": bool, "reason": str}``: ``compiled_loops.loop_source`` raises ``_Ineligible`` with the reason
+    ``{"compiled": bool, "reason": str}``: ``compiled_loops.loop_source`` raises ``Ineligible`` with the reason
     for a loop it does not compile; an eligible loop is also compiled (:func:`compiled_loops.compile_loop`, the
     code numba caches for the executor) to catch generated code numba rejects. A loop nested in an eligible loop
     is part of it and not listed."""
     from xdsl.dialects import func
 
-    from lowering.compiled_loops import _Ineligible, compile_loop, loop_source
+    from lowering.executor.compiled_loops import Ineligible, compile_loop, loop_source
     from passes.pipelines import prepare_for_execution
     from xla_dialect.ops.control_flow import WhileOp
     from xla_dialect.types import numpy_dtype
@@ -71,7 +71,7 @@ def loop_report(module) -> list[dict]:
                 continue  # compiled as part of its enclosing loop
             try:
                 loop_source(op, functions, numpy_dtype)
-            except _Ineligible as e:
+            except Ineligible as e:
                 out.append({"compiled": False, "reason": str(e) or "an op compiled loops do not cover"})
                 continue
             except Exception as e:  # noqa: BLE001 - the executor keeps such a loop interpreted too
@@ -89,7 +89,7 @@ def _warm_up(fn, min_calls: int = 40, min_seconds: float = 0.5, max_seconds: flo
     """Calls until the executor's automatic fast paths are in place (fused groups after 20 calls, loops after
     2,000 iterations or 0.25 s interpreted, compiled on a background thread), waiting for those compilations;
     twice, for loops whose compilation starts only once an enclosing path is fast."""
-    from lowering import compiled_loops
+    from lowering.executor import compiled_loops
 
     for _ in range(2):
         start, calls = time.perf_counter(), 0

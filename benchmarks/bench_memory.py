@@ -4,7 +4,7 @@
 
 For each program of ``benchmarks/real_programs.py`` and, when the 'bench' extra is installed, of
 ``benchmarks/library_programs.py``: the executor's peak of live values in one call
-(:func:`lowering.memory.program_memory` of the program as ``lowering.compile`` runs it, after its passes:
+(:func:`lowering.executor.memory.program_memory` of the program as ``lowering.compile`` runs it, after its passes:
 arguments, intermediates and results held at once in program order, the generated code freeing each value
 after its last use; loop bodies and branches add their own peak) against XLA CPU's own figures for the program
 jax.jit compiles (``compiled.memory_analysis()``: arguments + outputs + temporaries, less what its outputs alias).
@@ -41,7 +41,7 @@ def memory_row(workload) -> dict:
 
     import interop
     import lowering
-    from lowering.memory import program_memory
+    from lowering.executor.memory import program_memory
 
     jitted = jax.jit(workload.fn)
     exe = lowering.compile(interop.import_jax(jitted, *workload.args))

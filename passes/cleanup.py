@@ -10,8 +10,8 @@
   :mod:`passes.movement` (transpose of transpose, reshape of reshape, slice of
   the whole, identity broadcast/transpose/reshape).
 * ``fold-constants`` — evaluates ops whose operands are all constants with the
-  executor's own NumPy kernels (``lowering.registry.KERNELS``, with a
-  :class:`lowering.context.KernelContext`: the executor is not imported), for results of
+  executor's own NumPy kernels (``lowering.kernels.registry.KERNELS``, with a
+  :class:`lowering.kernels.context.KernelContext`: the executor is not imported), for results of
   at most ``max-elements`` elements.
 
 Every rewrite is exact: results before and after are bit-identical. Hence
@@ -33,8 +33,8 @@ from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
 import lowering.kernels  # noqa: F401  (registers every kernel family)
-from lowering.context import KernelContext
-from lowering.registry import KERNELS, Constant
+from lowering.kernels.context import KernelContext
+from lowering.kernels.registry import KERNELS, Constant
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp

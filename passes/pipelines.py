@@ -38,14 +38,6 @@ PIPELINES = {
 register_pipelines(PIPELINES)
 
 
-def named_pipeline(name: str) -> str:
-    """The pipeline text of ``name`` (a key of :data:`PIPELINES`)."""
-    try:
-        return PIPELINES[name]
-    except KeyError:
-        raise PassError(f"no pipeline named {name!r} (have: {', '.join(sorted(PIPELINES))})") from None
-
-
 def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contraction: bool = True) -> ModuleOp:
     """``module`` after the :data:`EXECUTOR_PIPELINE` (``xla-divide-by-broadcast`` and ``xla-float-rewrites`` only with ``xla_rewrites``,
     ``contract-fma`` only with ``fma_contraction``).

@@ -40,8 +40,8 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint
 
 import lowering.kernels  # noqa: F401  (registers every kernel family)
-from lowering.context import KernelContext
-from lowering.registry import KERNELS, Constant
+from lowering.kernels.context import KernelContext
+from lowering.kernels.registry import KERNELS, Constant
 from xla_dialect.layout import COMBINE_DIMENSION, Layout, LayoutAttr, layout_of, physical_dims
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew

@@ -30,6 +30,6 @@ def products_on_blas(monkeypatch):
     the measured host, YNNPACK's products of any size are computed in its order by
     ``lowering/kernels/chain_tiles.py``; lhs-transposed products, rounded kernels and other CPUs use BLAS): for
     the tests of the BLAS route itself (thread limits, splits, gemm calls in compiled loops)."""
-    from lowering.kernels import small_dot
+    from lowering.kernels import host
 
-    monkeypatch.setattr(small_dot, "_measured_host", lambda: False)
+    monkeypatch.setattr(host, "measured_host", lambda: False)

@@ -1,6 +1,6 @@
-"""lowering.compile(..., blas_threads=...): the BLAS thread count of the float matmuls (lowering/blas.py).
+"""lowering.compile(..., blas_threads=...): the BLAS thread count of the float matmuls (lowering/runtime/blas.py).
 
-The limit is observed from inside the kernels' matmul (``lowering.blas._matmul``
+The limit is observed from inside the kernels' matmul (``lowering.runtime.blas._matmul``
 replaced by a spy that asks threadpoolctl for NumPy's BLAS thread count).
 Results must be bit-identical to NumPy's own matmul at that thread count (the
 executor adds nothing to what BLAS computes) and close to jax.jit. No timings.
@@ -15,9 +15,9 @@ import threadpoolctl
 from jax import lax
 
 import lowering
-from lowering import blas, workers
-from lowering.executor import LoweringContext
-from lowering.registry import KERNELS
+from lowering.runtime import blas, workers
+from lowering.executor.executable import LoweringContext
+from lowering.kernels.registry import KERNELS
 from xla_dialect import XlaBuilder
 from xla_dialect.errors import ExecutionError
 from xla_dialect.ops.linalg import DotOp
@@ -455,7 +455,7 @@ def test_small_products_are_not_split(seen, two_cpus):
     assert len(seen) == 1 and not blas._SPLIT_EXACT  # 2**21 multiply-adds: one call
 
 
-@pytest.mark.skipif(not lowering.denormals.flush_supported(), reason="the CPU's flush-to-zero mode cannot be set here")
+@pytest.mark.skipif(not lowering.runtime.denormals.flush_supported(), reason="the CPU's flush-to-zero mode cannot be set here")
 @pytest.mark.parametrize("mode", ["flush", "keep"])
 def test_split_pieces_compute_in_the_callers_denormal_mode(rng, two_cpus, mode):
     # Every product is ~1e-40, below f32's normal range: flushed to 0 under XLA's mode, kept under IEEE. The worker

@@ -12,7 +12,7 @@ import lowering
 from interop import import_jax
 from lowering.kernels import small_dot
 from lowering.kernels.chain_tiles import lane_product
-from lowering.loop_runtime import fused_multiply_add as fma
+from lowering.runtime.loop_runtime import fused_multiply_add as fma
 
 
 @numba.njit(cache=True)

@@ -36,7 +36,7 @@ from xdsl.dialects import func
 
 import lowering
 from helpers import assert_close, random_array
-from lowering.devices import CollectiveMismatchError
+from lowering.runtime.devices import CollectiveMismatchError
 from xla_dialect import XlaBuilder, parse_module
 from xla_dialect.errors import BuilderError, ExecutionError, HloVerifyError
 from xla_dialect.types import element_type_from_dtype

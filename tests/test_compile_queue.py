@@ -1,4 +1,4 @@
-"""Background compilations of loop_compilation="auto" (lowering/compile_queue.py, lowering/compile_process.py):
+"""Background compilations of loop_compilation="auto" (lowering/executor/compile_queue.py, lowering/executor/compile_process.py):
 outermost code first, nested jobs dropped once useless, numba's work done in a compile process."""
 
 import io
@@ -12,7 +12,8 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compile_process, compile_queue, compiled_loops, compiled_segments, numba_cache
+from lowering.executor import compile_process, compile_queue, compiled_loops, compiled_segments
+from lowering.runtime import numba_cache
 
 F32 = np.float32
 
@@ -169,7 +170,7 @@ def test_a_compile_process_that_does_not_answer_is_killed(monkeypatch, tmp_path)
 
 
 def _a_generated_function():
-    from lowering.generated_modules import import_generated
+    from lowering.runtime.generated_modules import import_generated
 
     module = import_generated("import numba\n\n\n@numba.njit(cache=True)\ndef f():\n    return 1\n", "test")
     return module.f

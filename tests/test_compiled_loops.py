@@ -1,4 +1,4 @@
-"""Compiled while loops (lowering.compiled_loops): the same bits as the interpreted loop, op by op."""
+"""Compiled while loops (lowering.executor.compiled_loops): the same bits as the interpreted loop, op by op."""
 
 import os
 
@@ -10,7 +10,8 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops, generated_modules, numba_cache, workers
+from lowering.executor import compiled_loops
+from lowering.runtime import generated_modules, numba_cache, workers
 from helpers import in_forked_child
 from xla_dialect.errors import XlaError
 
@@ -182,7 +183,7 @@ def test_auto_mode_switches_in_the_middle_of_a_call(monkeypatch):
     module = import_jax(fn, x)
     auto = lowering.compile(module)
     never = lowering.compile(module, loop_compilation="never")
-    from lowering import compiled_segments
+    from lowering.executor import compiled_segments
 
     segment_calls = []
     call_compiled = compiled_segments.call_compiled
@@ -214,14 +215,14 @@ def test_auto_mode_compiles_in_the_background(monkeypatch):
     np.testing.assert_array_equal(_bits(auto(x)[0]), expected)  # (compiled or not by the end: the same bits)
     assert compiled_loops.wait_for_background_compiles(timeout=600)
     calls = _compiled_calls(monkeypatch)
-    from lowering import compiled_segments
+    from lowering.executor import compiled_segments
 
     segment_calls = []
     call_compiled = compiled_segments.call_compiled
     monkeypatch.setattr(compiled_segments, "call_compiled",
                         lambda fn, *args: segment_calls.append(1) or call_compiled(fn, *args))
     np.testing.assert_array_equal(_bits(auto(x)[0]), expected)
-    # (the loop compiled, or the segment around it, whose compilation the loop's starts: lowering.compile_queue)
+    # (the loop compiled, or the segment around it, whose compilation the loop's starts: lowering.executor.compile_queue)
     assert calls + segment_calls == [1]
 
 
@@ -392,7 +393,7 @@ def test_small_batched_products_compile_and_large_ones_stay_interpreted():
 @pytest.mark.usefixtures("products_on_blas")  # (the BLAS route's gemm calls in loops)
 def test_products_stay_interpreted_without_numpys_own_gemm(monkeypatch):
     # Only NumPy's own vendored OpenBLAS is called (another library's gemm may sum differently from np.matmul).
-    from lowering import blas
+    from lowering.runtime import blas
 
     monkeypatch.setattr(blas, "_GEMM_ADDRESSES", {})
     monkeypatch.setattr(blas, "_inside_numpy", lambda path: False)
@@ -799,7 +800,7 @@ def test_a_read_only_state_does_not_compile_the_loop_again(monkeypatch):
     for arg in (table, frozen):
         np.testing.assert_array_equal(exe(arg)[0], plain(arg)[0])
     # (the loop is compiled on its own, or inside a compiled segment of the function: the same holds for both)
-    from lowering.compiled_segments import CompiledSegment
+    from lowering.executor.compiled_segments import CompiledSegment
 
     functions = [loop._fn for loop in loops] + [value.kernel for value in exe._fn.__globals__.values()
                                                 if isinstance(value, CompiledSegment) and value.kernel is not None]

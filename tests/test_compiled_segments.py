@@ -1,4 +1,4 @@
-"""Compiled straight-line segments (lowering/compiled_segments.py): the same bits as the ops' own kernels."""
+"""Compiled straight-line segments (lowering/executor/compiled_segments.py): the same bits as the ops' own kernels."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops, compiled_segments
+from lowering.executor import compiled_loops, compiled_segments
 
 RNG = np.random.default_rng(3)
 F32 = np.float32

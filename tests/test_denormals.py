@@ -1,4 +1,4 @@
-"""Denormal floats: ``lowering.compile(..., denormals=...)`` (lowering/denormals.py) against jax.jit.
+"""Denormal floats: ``lowering.compile(..., denormals=...)`` (lowering/runtime/denormals.py) against jax.jit.
 
 XLA CPU computes with the CPU's flush-to-zero and denormals-are-zero modes:
 denormal inputs of arithmetic read as 0 and denormal results become 0, while
@@ -19,7 +19,7 @@ from jax import lax
 
 import lowering
 from interop.jax import import_jax
-from lowering import denormals as dn
+from lowering.runtime import denormals as dn
 from xla_dialect import XlaBuilder
 from xla_dialect.errors import ExecutionError, XlaError
 
@@ -87,7 +87,7 @@ def check_vs_jax(fn, *args, denormals=None):
 
 def _elementwise(x, y):
     # (Not a constant 0: XLA compiles bf16 x == 0.0 to a test of the bits, which ignores DAZ; see
-    # lowering/denormals.py.)
+    # lowering/runtime/denormals.py.)
     zero = y - y
     return (x + y, x - y, x * y, x / y, lax.max(x, y), lax.min(x, y), lax.max(x, zero),
             lax.rem(x, y), lax.sqrt(lax.abs(x)), lax.cbrt(x), lax.floor(x), lax.ceil(x), lax.sign(x),
@@ -313,7 +313,7 @@ def test_mode_restored_after_call_error_and_nesting():
                             "after_nested_is_ieee": False}
             assert _ieee_now()  # restored, also after the error
     finally:
-        from lowering.runtime import unregister_custom_call
+        from lowering.runtime.program_state import unregister_custom_call
 
         unregister_custom_call("denormal_probe")
     assert flush(x)[0][0] == 0 and _ieee_now()

@@ -11,7 +11,7 @@ from jax import lax
 import lowering
 from helpers import assert_close, random_array
 from interop import import_jax
-from lowering.runtime import TOKEN, CUSTOM_CALL_TARGETS, ResultSpec, unregister_custom_call
+from lowering.runtime.program_state import TOKEN, CUSTOM_CALL_TARGETS, ResultSpec, unregister_custom_call
 from xla_dialect import XlaBuilder, parse_module
 from xla_dialect.errors import BuilderError, ExecutionError, HloVerifyError, UnsupportedError
 

@@ -1,4 +1,4 @@
-"""Element-wise fusion (lowering.fusion): fused groups give the same bits as the ops' own kernels."""
+"""Element-wise fusion (lowering.executor.fusion): fused groups give the same bits as the ops' own kernels."""
 
 import threading
 
@@ -10,7 +10,8 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering import compiled_loops, fusion, numba_cache
+from lowering.executor import compiled_loops, fusion
+from lowering.runtime import numba_cache
 from xla_dialect.errors import XlaError
 
 F32, F64 = np.float32, np.float64
@@ -20,7 +21,7 @@ RNG = np.random.default_rng(0)
 
 @pytest.fixture(autouse=True)
 def _no_compiled_segments(monkeypatch):
-    # These tests look at the fused groups the executor forms; compiled segments (lowering.compiled_segments),
+    # These tests look at the fused groups the executor forms; compiled segments (lowering.executor.compiled_segments),
     # which take over small straight-line programs whole, are off unless a test asks for loop compilation.
     monkeypatch.setenv("XLA_DIALECT_LOOP_COMPILATION", "never")
 
@@ -77,7 +78,7 @@ def test_float_ops(dtype, denormals):
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 def test_every_op_with_a_scalar_definition_fuses_with_the_same_bits(dtype, denormals):
-    """What a group may hold is what has a scalar definition (lowering.fusion.fusible_op): roots, rounding,
+    """What a group may hold is what has a scalar definition (lowering.executor.fusion_plan.fusible_op): roots, rounding,
     powers, remainders, XLA's approximations and integer ops fuse and give the unfused bits."""
     x = _mixed(dtype)
     y = np.roll(x, 3)[::-1].copy()
@@ -236,10 +237,10 @@ def test_row_statistics_broadcast_inside_the_fused_loop():
 def three_cpus(request, monkeypatch):
     """Large fused loops cut into three pieces (the calling thread and two workers), whatever this machine has;
     the pieces on numba's threads (where its threading layer polls) or on Python worker threads. Returns which."""
-    import lowering.context
-    from lowering import workers
+    import lowering.kernels.context
+    from lowering.runtime import workers
 
-    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 3)
+    monkeypatch.setattr(lowering.kernels.context, "usable_cpus", lambda: 3)
     if request.param == "python":
         monkeypatch.setattr(fusion, "numba_threads_available", lambda: False)
     elif not workers.numba_threads_available():
@@ -409,9 +410,9 @@ def test_row_reductions_join_the_group_with_the_kernels_bits(dtype, n, denormals
     # and a maximum and a minimum of one group's rows. Each row's reduction is the reduction kernel's, bit for
     # bit: the sum in NumPy's order, zeros with XLA's sign (-0 < +0), a denormal maximum flushed in "flush" mode.
     # (As on hosts without YNNPACK's AVX-512 sums: there sums of 4,096 elements or more stay with their kernel.)
-    from lowering.kernels import small_dot
+    from lowering.kernels import host
 
-    monkeypatch.setattr(small_dot, "_measured_host", lambda: False)
+    monkeypatch.setattr(host, "measured_host", lambda: False)
     x = _rows(dtype, 37, n)
     bias = RNG.standard_normal(n).astype(dtype)
 
@@ -465,9 +466,9 @@ def test_row_reductions_in_pieces(three_cpus, monkeypatch):
     # A large softmax runs in pieces of whole rows, each computing its rows' reductions (a NaN in a later
     # piece's row is reported from that piece). (As on hosts without YNNPACK's AVX-512 sums, where the row sum
     # joins the group.)
-    from lowering.kernels import small_dot
+    from lowering.kernels import host
 
-    monkeypatch.setattr(small_dot, "_measured_host", lambda: False)
+    monkeypatch.setattr(host, "measured_host", lambda: False)
     x = _rows(F32, 2053, 257)
 
     def fn(x):
@@ -517,9 +518,9 @@ def test_row_reductions_under_a_mask_broadcast_over_two_dimensions(n, monkeypatc
     # Attention's causal mask, broadcast over the last two dimensions, makes the loop's rows n * n long: each
     # holds n reduction rows, reduced at the end of the loop row. A NaN in one of them recomputes the group.
     # (As on hosts without YNNPACK's AVX-512 sums, where the 9,600-element row sums of n = 40 join the group.)
-    from lowering.kernels import small_dot
+    from lowering.kernels import host
 
-    monkeypatch.setattr(small_dot, "_measured_host", lambda: False)
+    monkeypatch.setattr(host, "measured_host", lambda: False)
     x = _rows(F32, 2 * 3 * n, n).reshape(2, 3, n, n)
     mask = np.tril(np.ones((n, n), bool))
 

@@ -13,7 +13,7 @@ from xdsl.dialects.builtin import TensorType
 
 import lowering
 from interop import import_jax, import_stablehlo
-from lowering.registry import KERNELS
+from lowering.kernels.registry import KERNELS
 from xla_dialect.errors import MlirParseError, UnsupportedError, XlaError
 from xla_dialect.layout import layout_of
 from xla_dialect.ops import OPS_BY_NAME

@@ -1,4 +1,4 @@
-"""Bounding a run: lowering.compile(timeout=...) and Ctrl-C in long loops (lowering.interrupt)."""
+"""Bounding a run: lowering.compile(timeout=...) and Ctrl-C in long loops (lowering.runtime.interrupt)."""
 
 import threading
 import time
@@ -9,7 +9,7 @@ import pytest
 
 import lowering
 from interop import import_jax
-from lowering.interrupt import ExecutionTimeout
+from lowering.runtime.interrupt import ExecutionTimeout
 from xla_dialect.errors import XlaError
 
 
@@ -89,7 +89,7 @@ def test_ctrl_c_interrupts_an_endless_loop(loops, sigint_raises_keyboard_interru
 
 def _endless_inside(x):
     # An outer loop whose body runs an endless inner loop: compiled as one function, the inner loop is not cut
-    # into budgets as a top-level loop is; it polls (lowering.interrupt.poll) every 65,536 iterations.
+    # into budgets as a top-level loop is; it polls (lowering.runtime.interrupt.poll) every 65,536 iterations.
     return jax.lax.fori_loop(0, 3, lambda i, y: _endless(y), x)
 
 
@@ -129,7 +129,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 import lowering
 from interop import import_jax
-from lowering.compiled_loops import wait_for_background_compiles
+from lowering.executor.compiled_loops import wait_for_background_compiles
 from numba.core import event
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -208,12 +208,12 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
 
 
 def test_compilations_leave_the_main_thread_unless_it_holds_numbas_lock():
-    """lowering.interrupt.compile_off_main_thread (numba.vectorize in the kernels, scalar and libm): on the main
+    """lowering.runtime.interrupt.compile_off_main_thread (numba.vectorize in the kernels, scalar and libm): on the main
     thread a compilation runs on a thread of its own; a compilation nested in one the main thread runs itself
     (it holds numba's compiler lock) stays there -- a thread of ours would wait for that lock for ever."""
     from numba.core.compiler_lock import global_compiler_lock
 
-    from lowering.interrupt import compile_off_main_thread
+    from lowering.runtime.interrupt import compile_off_main_thread
 
     assert threading.current_thread() is threading.main_thread()
     assert compile_off_main_thread(threading.current_thread) is not threading.main_thread()

@@ -454,9 +454,9 @@ _SMALL_F64_DOTS_AS_XLA = [(1, 7, 2), (1, 2, 2), (1, 7, 3), (1, 9, 5), (1, 33, 17
 
 def _avx512_host() -> bool:
     """Whether this CPU has what the orders of lowering/kernels/small_dot.py were measured on (AVX-512, FMA3, AVX2)."""
-    from lowering.kernels.small_dot import _measured_host
+    from lowering.kernels.host import measured_host
 
-    return _measured_host()
+    return measured_host()
 
 
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
@@ -584,7 +584,7 @@ def test_vector_dots_in_compiled_loops_are_the_kernels_tree():
 
     from xdsl.dialects import func
 
-    from lowering import compiled_loops
+    from lowering.executor import compiled_loops
     from lowering.kernels.small_dot import TREE
     from passes.pipelines import prepare_for_execution
     from xla_dialect.types import numpy_dtype
@@ -795,9 +795,10 @@ def test_new_product_orders_are_one_definition_in_compiled_loops():
 def test_products_keep_the_previous_orders_on_other_cpus(monkeypatch):
     # Where the CPU lacks what the orders were measured with (AVX-512, FMA3, AVX2), XLA picks other kernels: the
     # orders stay the previous rules (one chain, the four-lane table), documented as not bitwise there.
+    from lowering.kernels import host
     from lowering.kernels import small_dot as sd
 
-    monkeypatch.setattr(sd, "_measured_host", lambda: False)
+    monkeypatch.setattr(host, "measured_host", lambda: False)
     assert sd.small_dot_order(1, 2, 5, 8, np.float32) == sd.ONE_CHAIN
     assert sd.small_dot_order(1, 12, 8, 8, np.float32) == sd.FOUR_LANES
     assert sd.small_dot_order(1, 7, 7, 7, np.float64) == sd.ONE_CHAIN

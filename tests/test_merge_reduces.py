@@ -109,9 +109,9 @@ def test_small_sum_of_sums_is_the_executors_sum(shape, dtype):
 
 
 def _avx512_host() -> bool:
-    from lowering.kernels.small_dot import _measured_host
+    from lowering.kernels.host import measured_host
 
-    return _measured_host()
+    return measured_host()
 
 
 _LARGE = [

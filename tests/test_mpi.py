@@ -362,7 +362,7 @@ import sys, time
 import numpy as np
 import lowering
 from interop import import_hlo
-from lowering.mpi import MpiDeviceExecutable
+from lowering.executor.mpi import MpiDeviceExecutable
 
 module = import_hlo("""HloModule m, num_partitions=2
 

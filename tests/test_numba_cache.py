@@ -1,4 +1,4 @@
-"""numba's on-disk cache under several processes (lowering/numba_cache.py).
+"""numba's on-disk cache under several processes (lowering/runtime/numba_cache.py).
 
 CI saw ``TypeError: can't unbox array from PyObject into native value`` on seven f32 x f64 dots of the conformance
 corpus: two ``xla-conformance --jobs 2`` workers had saved two signatures of one kernel under the same data file
@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 import lowering  # noqa: F401  (installs the cache fix)
-from lowering import numba_cache
+from lowering.runtime import numba_cache
 
 MODULE = textwrap.dedent(
     """

@@ -519,7 +519,7 @@ def test_trace_and_divergence_per_device():
 @pytest.fixture
 def broken_tanh_kernel(monkeypatch):
     """The executor's tanh made 1 ULP too large (a kernel bug, as XLA CPU would show it)."""
-    from lowering.registry import KERNELS
+    from lowering.kernels.registry import KERNELS
     from xla_dialect.ops.elementwise import TanhOp
 
     import lowering.kernels  # noqa: F401  (registers the kernels)

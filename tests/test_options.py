@@ -1,4 +1,4 @@
-"""lowering.options.CompileOptions: lowering.compile's options resolved and validated once, in one frozen object
+"""lowering.runtime.options.CompileOptions: lowering.compile's options resolved and validated once, in one frozen object
 that the executor, its context and the kernels read."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import lowering
-from lowering.context import KernelContext
-from lowering.options import MODES, CompileOptions
+from lowering.kernels.context import KernelContext
+from lowering.runtime.options import MODES, CompileOptions
 from xla_dialect import XlaBuilder
 from xla_dialect.errors import ExecutionError, UnsupportedError
 
@@ -36,11 +36,14 @@ def test_options_are_resolved_once_and_frozen(monkeypatch):
     assert CompileOptions(probe=object()).loop_compilation == "never"
 
 
-def test_the_modes_are_the_modules():
-    from lowering.compiled_loops import LOOP_COMPILATION_MODES
-    from lowering.fusion import FUSION_MODES
-
-    assert MODES == LOOP_COMPILATION_MODES == FUSION_MODES
+def test_a_bad_mode_names_the_option(monkeypatch):
+    for option in ("loop_compilation", "fusion"):
+        with pytest.raises(UnsupportedError, match=f"{option} must be one of auto, always, never, got 'sometimes'"):
+            CompileOptions(**{option: "sometimes"})
+    monkeypatch.setenv("XLA_DIALECT_FUSION", "bogus")
+    with pytest.raises(UnsupportedError, match="fusion must be one of"):
+        CompileOptions()
+    assert MODES == ("auto", "always", "never")
 
 
 def test_keywords_and_the_object_are_the_same_call():

@@ -6,7 +6,7 @@ program. Without the corpus (``../shared/corpus``, or ``--corpus``-style env ``X
 tests are skipped. Programs the executor itself cannot run (import or run errors before any pass)
 are not counted against the passes. Programs run in IEEE mode (``denormals="keep"``): the passes are
 exact there, while under XLA's flush-to-zero ``fold-constants`` (IEEE, like most of XLA's constant
-folder) may keep a denormal that execution would flush (lowering/denormals.py).
+folder) may keep a denormal that execution would flush (lowering/runtime/denormals.py).
 """
 
 from __future__ import annotations

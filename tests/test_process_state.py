@@ -1,4 +1,4 @@
-"""lowering.process_state: the one module that changes process-wide state (fork hooks, environment defaults,
+"""lowering.runtime.process_state: the one module that changes process-wide state (fork hooks, environment defaults,
 warning filters, numba's patched cache and compiler, generated modules' directory)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from helpers import library_lines
 
 import lowering
-from lowering import process_state
+from lowering.runtime import process_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def test_no_other_library_module_changes_process_state():
                          r"|warnings\.(filterwarnings|simplefilter)|sys\.modules\[[^]]+\]\s*=")
     found = []
     for rel, n, lines in library_lines(changes):
-        if rel == "lowering/process_state.py" or rel.startswith("interop/tools/"):
+        if rel == "lowering/runtime/process_state.py" or rel.startswith("interop/tools/"):
             continue  # (the commands: their own processes)
         if not any("catch_warnings()" in before for before in lines[max(0, n - 4):n - 1]):
             found.append(f"{rel}:{n}: {lines[n - 1].strip()}")
@@ -32,17 +32,17 @@ def test_no_other_library_module_changes_process_state():
 
 
 def test_importing_lowering_lists_its_changes():
-    import lowering.compile_process  # noqa: F401
-    import lowering.compile_queue  # noqa: F401
-    import lowering.loop_runtime  # noqa: F401
-    import lowering.workers  # noqa: F401
+    import lowering.executor.compile_process  # noqa: F401
+    import lowering.executor.compile_queue  # noqa: F401
+    import lowering.runtime.loop_runtime  # noqa: F401
+    import lowering.runtime.workers  # noqa: F401
 
-    assert lowering.process_state is process_state
+    assert lowering.runtime.process_state is process_state
     hooks = [c for c in process_state.CHANGES if c.startswith("fork hook:")]
-    assert sorted(hooks) == ["fork hook: lowering.compile_process.forget_after_fork",
-                             "fork hook: lowering.compile_queue.reset_after_fork",
-                             "fork hook: lowering.loop_runtime._no_pairs_after_fork",
-                             "fork hook: lowering.workers._forget_pools_after_fork"]
+    assert sorted(hooks) == ["fork hook: lowering.executor.compile_process.forget_after_fork",
+                             "fork hook: lowering.executor.compile_queue.reset_after_fork",
+                             "fork hook: lowering.runtime.loop_runtime._no_pairs_after_fork",
+                             "fork hook: lowering.runtime.workers._forget_pools_after_fork"]
     assert any(c.startswith("numba's cache") for c in process_state.CHANGES)
     assert any(c.startswith("warning filter") for c in process_state.CHANGES)
 
@@ -64,13 +64,13 @@ def test_environment_default_leaves_the_users_settings(monkeypatch):
 def test_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
     assert process_state.cache_directory() == str(tmp_path / "loops")
-    from lowering import generated_modules
+    from lowering.runtime import generated_modules
 
     assert generated_modules.cache_directory is process_state.cache_directory
 
 
 def test_a_forked_child_runs_the_hooks():
-    code = ("import os, lowering.workers, lowering.loop_runtime as r\n"
+    code = ("import os, lowering.runtime.workers, lowering.runtime.loop_runtime as r\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
             "    os._exit(0 if r.PAIRS_ENABLED[0] == 0 else 1)\n"

@@ -515,9 +515,9 @@ def test_long_non_minor_sums_are_as_accurate_as_xla(shape, axis):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ufunc", [np.maximum, np.minimum])
 def test_compiled_row_extrema_equal_numpys(rng, n, dtype, ufunc):
-    # lowering.rowwise: every value NumPy's reduce gives, NaN rows with NumPy's own NaN (payloads and signs
+    # lowering.kernels.rowwise: every value NumPy's reduce gives, NaN rows with NumPy's own NaN (payloads and signs
     # differ between the NaNs planted), zero signs left to the caller's fix (either zero may come back).
-    from lowering.rowwise import row_extrema_of
+    from lowering.kernels.rowwise import row_extrema_of
 
     x = rng.standard_normal((64, n)).astype(dtype)
     x[rng.random(x.shape) < 0.2] = rng.choice(np.array([0.0, -0.0, np.inf, -np.inf], dtype), size=1)
@@ -539,11 +539,11 @@ def test_compiled_row_extrema_equal_numpys(rng, n, dtype, ufunc):
 
 @pytest.mark.parametrize("op", ["max", "min"])
 def test_short_row_extrema_use_the_compiled_kernel_and_match_jax(rng, op, monkeypatch):
-    import lowering.rowwise
+    import lowering.kernels.rowwise
 
     calls = []
-    real = lowering.rowwise.row_extrema_of
-    monkeypatch.setattr(lowering.rowwise, "row_extrema_of",
+    real = lowering.kernels.rowwise.row_extrema_of
+    monkeypatch.setattr(lowering.kernels.rowwise, "row_extrema_of",
                         lambda x, u, w=1: calls.append(x.shape) or real(x, u, w))
     # (No NaN, no signed-zero init: XLA CPU's max/min reductions of 4,096 elements or more (jax 0.10.2: 32 rows
     # of 128, or one row of 4,096) drop a NaN -- jnp.max too; openxla/xla#21461, open -- and take max(-0 init,
@@ -568,7 +568,7 @@ def test_row_extrema_in_pieces_give_numpys_bits_in_the_callers_mode(rng, mode, n
     # Large inputs run in pieces of rows on numba's threads, each in the caller's denormal mode. The reduction's
     # results, zero signs included, are those of NumPy's reduce in either mode (denormal rows, zeros of both
     # signs, a NaN). (Which denormal a piece picks under DAZ does not show: init op total flushes it.)
-    from lowering import rowwise
+    from lowering.kernels import rowwise
 
     _skip_unless_pieces(mode, monkeypatch)
     rows = rowwise.PARALLEL_ELEMENTS // n + 3
@@ -581,21 +581,21 @@ def test_row_extrema_in_pieces_give_numpys_bits_in_the_callers_mode(rng, mode, n
 
 def _skip_unless_pieces(mode, monkeypatch):
     """Skip where numba's threads or the flush mode are not available; else make the executor see two CPUs."""
-    import lowering.context
-    from lowering import denormals, workers
+    import lowering.kernels.context
+    from lowering.runtime import denormals, workers
 
     if not workers.numba_threads_available():
         pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64)")
     if mode == "flush" and not denormals.flush_supported():
         pytest.skip("the CPU's flush-to-zero mode cannot be set here")
-    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 2)  # two pieces, whatever this machine has
+    monkeypatch.setattr(lowering.kernels.context, "usable_cpus", lambda: 2)  # two pieces, whatever this machine has
 
 
 def _pieces_and_numpy_agree(x, op, kernel, mode, monkeypatch):
     """The f32 reduction ``op`` of ``x`` over its last axis, run by the executor in ``mode`` through the
-    ``lowering.rowwise`` function ``kernel`` in two pieces: its bits must be NumPy's reduce's. Returns them."""
+    ``lowering.kernels.rowwise`` function ``kernel`` in two pieces: its bits must be NumPy's reduce's. Returns them."""
     import lowering
-    from lowering import rowwise
+    from lowering.kernels import rowwise
     from lowering.kernels import reduction
 
     module = build_reduce(np.float32, x.shape, op, identity(op, np.float32), (1,))

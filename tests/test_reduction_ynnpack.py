@@ -17,9 +17,9 @@ bf16 = ml_dtypes.bfloat16
 
 
 def _avx512_host() -> bool:
-    from lowering.kernels.small_dot import _measured_host
+    from lowering.kernels.host import measured_host
 
-    return _measured_host()
+    return measured_host()
 
 
 pytestmark = pytest.mark.skipif(not _avx512_host(), reason="YNNPACK's sum order was measured on AVX-512 hosts only")
@@ -230,7 +230,7 @@ def test_compiled_loops_and_segments_call_the_kernels_definition():
 
     import lowering
     from interop import import_jax
-    from lowering import compiled_loops, compiled_segments
+    from lowering.executor import compiled_loops, compiled_segments
     from passes.pipelines import prepare_for_execution
     from xla_dialect.types import numpy_dtype
 

@@ -11,7 +11,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax, import_stablehlo
-from lowering import compiled_loops
+from lowering.executor import compiled_loops
 from lowering.kernels import scalar
 from xla_dialect.ops import elementwise as ew
 
@@ -25,10 +25,10 @@ GLUE_METHODS = {"op_select": "a scalar predicate choosing between whole arrays (
 def test_every_op_the_compiled_paths_accept_has_exactly_one_definition():
     """The loop writer (and the fused-kernel writer, its subclass) has no method of its own for an op that has
     a scalar definition: the definition is the only place its numerics are written."""
-    from lowering.fusion import _FusionWriter
+    from lowering.executor.compiled_loops import ElementLoopWriter
 
     for cls in scalar.DEFINITIONS:
-        for writer in (compiled_loops._LoopWriter, _FusionWriter):
+        for writer in (compiled_loops._LoopWriter, ElementLoopWriter):
             form = writer.COMPILED_FORMS.get(cls)
             if form is not None:
                 assert form.__name__ in GLUE_METHODS, f"{writer.__name__}.{form.__name__} re-defines {cls.name}"
@@ -143,7 +143,7 @@ def test_definition_equals_the_interpreters_kernel(name, fn, arity, dtype, targe
     exe = lowering.compile(module, fusion="never", loop_compilation="never", denormals=denormals)
     (expected,) = exe(*inputs)
     ufunc = scalar.ufunc(definition, [dtype] * arity, result_dtype)
-    from lowering.denormals import mode_switch
+    from lowering.runtime.denormals import mode_switch
 
     with np.errstate(all="ignore"), mode_switch(denormals):
         got = ufunc(*inputs)

@@ -1,4 +1,4 @@
-"""The layers import one way (ir <- kernels <- passes <- executor <- interop), interop's packages one way among
+"""The layers import one way (ir <- runtime <- kernels <- passes <- executor <- interop), interop's packages one way among
 themselves (formats below tools: INTEROP_LAYERS), and modules import without cycles.
 
 The import graph is read from the source (every ``import``, module-level or inside functions, counts
@@ -18,20 +18,32 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = {"xla_dialect": 0, "kernels": 1, "passes": 2, "executor": 3, "interop": 4}
+LAYERS = {"xla_dialect": 0, "runtime": 1, "kernels": 2, "passes": 3, "executor": 4, "interop": 5}
 """Layer -> rank: a module imports only from its own layer or lower ones."""
 
-EXECUTOR_MODULES = {"lowering", "lowering.executor"}
-"""The executor layer: ``lowering.compile`` and the package that exports it. Every other module of
-``lowering`` (the kernels, their registry, context and runtime support) is the kernel layer."""
+LOWERING_PACKAGES = {"lowering.runtime": "runtime", "lowering.kernels": "kernels", "lowering.executor": "executor"}
+"""lowering's packages and their layers: the run-time support, the kernels (below the passes, which evaluate ops
+with them) and the executor (above the passes, whose pipeline it runs). ``lowering`` itself, the face that
+exports ``lowering.compile``, stands with the executor."""
 
 
 def layer_of(module: str) -> str | None:
     """The layer of a module of the repository (None for other modules)."""
     package = module.split(".")[0]
     if package == "lowering":
-        return "executor" if module in EXECUTOR_MODULES else "kernels"
+        if module == "lowering":
+            return "executor"
+        return LOWERING_PACKAGES[".".join(module.split(".")[:2])]
     return package if package in LAYERS else None
+
+
+def test_every_lowering_module_is_in_a_layer_package():
+    """lowering/ holds its three packages and its face, nothing else: a new module goes into the package of its
+    layer (layer_of fails for any other)."""
+    strays = [name for name, _ in _modules() if name.startswith("lowering.")
+              and ".".join(name.split(".")[:2]) not in LOWERING_PACKAGES]
+    assert not strays, f"modules of lowering outside runtime/, kernels/ and executor/: {strays}"
+    assert {p.name for p in (REPO / "lowering").iterdir() if p.suffix == ".py"} == {"__init__.py"}
 
 
 def _modules():
@@ -150,6 +162,16 @@ def test_no_import_cycle_between_files():
     assert not real, f"module-level import cycles: {real}"
 
 
+def test_no_import_cycle_counting_imports_inside_functions():
+    """A function-level import only defers a dependency: counting them too, no modules of the four packages
+    import each other in a circle (a package's face importing its own submodules aside, as above)."""
+    graph = _import_graph(module_level_only=False)
+    cycles = _cycles(graph, {name for name, _ in _modules()})
+    real = [c for c in cycles if not all(any(o != m and (o.startswith(m + ".") or m.startswith(o + ".")) for o in c)
+                                         for m in c)]
+    assert not real, f"import cycles (function-level imports counted): {real}"
+
+
 INTEROP_LAYERS = (
     ("interop.schema", "interop.comparison", "interop.processes"),
     ("interop.stablehlo",),
@@ -257,8 +279,8 @@ def test_xdsl_dead_code_elimination_uses_the_traits():
 
 def test_kernels_import_without_the_executor_or_passes():
     """fold-constants may use the kernels: importing them loads neither the executor nor a pass."""
-    code = ("import sys, lowering.kernels, lowering.context; "
-            "bad = [m for m in sys.modules if m == 'lowering.executor' or m.split('.')[0] in ('passes', 'interop')]; "
+    code = ("import sys, lowering.kernels, lowering.kernels.context; "
+            "bad = [m for m in sys.modules if m == 'lowering.executor.executable' or m.split('.')[0] in ('passes', 'interop')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -266,7 +288,7 @@ def test_kernels_import_without_the_executor_or_passes():
 
 def test_passes_import_without_the_executor():
     code = ("import sys, passes; passes.available_passes(); "
-            "sys.exit(1 if 'lowering.executor' in sys.modules else 0)")
+            "sys.exit(1 if 'lowering.executor.executable' in sys.modules else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
 
@@ -326,9 +348,9 @@ def test_private_xdsl_use_is_one_checked_helper():
 
 
 def _compiled_writers():
-    from lowering import compiled_loops, compiled_segments, fusion
+    from lowering.executor import compiled_loops, compiled_segments, fusion
 
-    return compiled_loops._LoopWriter, fusion._FusionWriter, compiled_segments._SegmentWriter
+    return compiled_loops._LoopWriter, compiled_loops.ElementLoopWriter, compiled_segments._SegmentWriter
 
 
 def test_compiled_forms_are_registered_by_op_class_once():
@@ -337,7 +359,7 @@ def test_compiled_forms_are_registered_by_op_class_once():
     marked twice in one writer, or a marked method redefined without the mark, is refused."""
     from xdsl.irdl import IRDLOperation
 
-    from lowering.compiled_loops import _LoopWriter, compiled_forms, compiles
+    from lowering.executor.compiled_loops import _LoopWriter, compiled_forms, compiles
     from xla_dialect.internal import OPS as INTERNAL_OPS
     from xla_dialect.ops import ALL_OPS
     from xla_dialect.ops.constants import ConstantOp, IotaOp
@@ -370,14 +392,14 @@ def test_no_dispatch_on_a_spelling_of_the_op_name():
         text = path.read_text()
         if dispatch.search(text):
             found.append(f"{path.relative_to(REPO)}: getattr(..., 'op_' + ...)")
-        if name in ("lowering.compiled_loops", "lowering.fusion", "lowering.compiled_segments", "lowering.mpi",
+        if name in ("lowering.executor.compiled_loops", "lowering.executor.fusion", "lowering.executor.compiled_segments", "lowering.executor.mpi",
                     "lowering.kernels.control_flow", "passes.small_loops", "passes.purity"):
             found += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in by_name.finditer(text)]
     assert not found, "\n".join(found)
 
 
-FOUND_BY_CLASS = ("lowering.executor", "lowering.compiled_loops", "lowering.fusion", "lowering.compiled_segments",
-                  "lowering.mpi", "lowering.kernels.control_flow", "lowering.kernels.indexing",
+FOUND_BY_CLASS = ("lowering.executor.executable", "lowering.executor.compiled_loops", "lowering.executor.fusion", "lowering.executor.compiled_segments",
+                  "lowering.executor.mpi", "lowering.kernels.control_flow", "lowering.kernels.indexing",
                   "lowering.kernels.small_dot", "lowering.kernels.sorting", "lowering.kernels.reduction",
                   "passes.small_loops", "passes.purity",
                   "passes.xla_numerics", "passes.cleanup", "passes.quantized", "passes.ynnpack_fusion")

@@ -1,4 +1,4 @@
-"""Pieces of large kernels on several CPUs at once (lowering/workers.py): on numba's polling threads where its
+"""Pieces of large kernels on several CPUs at once (lowering/runtime/workers.py): on numba's polling threads where its
 threading layer polls (x86-64 with OpenMP or TBB), else on Python worker threads. The bits never depend on
 which, or on how many CPUs ran them (tests/test_blas_threads.py and tests/test_fusion.py check each kind of
 piece in both modes)."""
@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import lowering.context
+import lowering.kernels.context
 from interop import import_jax
-from lowering import blas, fusion, workers
+from lowering.runtime import blas, workers
+from lowering.executor import fusion
 
 from helpers import in_forked_child
 
@@ -31,8 +32,8 @@ def test_the_mxcsr_pieces_take_follows_the_executors_denormal_mode():
     # (The parallel functions read it with loop_runtime.mxcsr on the calling thread, as current_mxcsr does.)
     if not workers.numba_threads_available():
         pytest.skip("numba's threading layer does not poll here (or the CPU is not x86-64)")
-    from lowering.denormals import mode_switch
-    from lowering.loop_runtime import current_mxcsr
+    from lowering.runtime.denormals import mode_switch
+    from lowering.runtime.loop_runtime import current_mxcsr
 
     seen = {}
     for mode in ("flush", "keep"):
@@ -50,7 +51,7 @@ def test_a_forked_child_runs_the_pieces_on_python_workers(monkeypatch):
     # a split matmul and a fused loop's pieces in the parent, the child runs them on Python workers, same bits.
 
     monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(lowering.context, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(lowering.kernels.context, "usable_cpus", lambda: 2)
     for name in blas.ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     workers.run_pieces(lambda: None, [(), ()])  # the parent has a pool of Python workers (whose threads a child

@@ -115,7 +115,7 @@ def test_f32_bit_exact_beyond_one_block():
 @pytest.mark.slow
 @pytest.mark.parametrize("mnemonic", ["exponential", "log", "tanh", "logistic"])
 def test_f32_exhaustive(mnemonic):
-    # XLA's own f32 exp, log, tanh and logistic (lowering.xla_scalar, also what fused loops call) on every
+    # XLA's own f32 exp, log, tanh and logistic (lowering.kernels.xla_scalar, also what fused loops call) on every
     # one of the 2**32 f32 bit patterns, 2**24 at a time (~10-20 s each).
     chunk = 1 << 24
     b = XlaBuilder("unary")

@@ -115,7 +115,7 @@ def _run_all(module: ModuleOp, inputs: list[list], entry: str, compile_options: 
     """``module``'s results on every input set: a tuple of arrays, or the exception text when it raises
     (or when lowering raises: then for every set), or None when a set timed out."""
     import lowering
-    from lowering.interrupt import ExecutionTimeout
+    from lowering.runtime.interrupt import ExecutionTimeout
 
     try:
         exe = lowering.compile(module, entry=entry, timeout=CALL_TIMEOUT, **compile_options)

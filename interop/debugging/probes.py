@@ -149,7 +149,7 @@ class Probe:
         self.counts: dict[tuple[int, int], int] = {}
         self.skipped = 0
         self.devices = 1  # set by trace: with more, keys say which device computed the value (".dev3")
-        from lowering.devices import current_device
+        from lowering.runtime.devices import current_device
 
         self._device = current_device
 

@@ -97,7 +97,7 @@ def crash_test(entry: str = "main", seed: int = 0, special_values: bool = True, 
 
     def test(module: ModuleOp) -> bool:
         """True when the candidate crashes as the original did."""
-        from lowering.interrupt import ExecutionTimeout
+        from lowering.runtime.interrupt import ExecutionTimeout
 
         try:
             _run_on_inputs(module, entry, seed, special_values, timeout)

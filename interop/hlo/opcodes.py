@@ -1696,7 +1696,7 @@ def _no_kernel(op, ctx):
 
 def opaque_class(opcode: str) -> type:
     """The opaque op class of ``opcode`` (one per opcode), whose kernel raises :class:`UnsupportedError`."""
-    from lowering.registry import KERNELS, register_kernel
+    from lowering.kernels.registry import KERNELS, register_kernel
 
     from ..stablehlo.dispatch import opaque_op_class
 

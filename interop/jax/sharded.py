@@ -5,7 +5,7 @@
 compile it for the host devices and reads XLA's partitioned per-device HLO (``compile().as_text()``:
 the SPMD partitioner's program, with its collectives) through :func:`interop.import_hlo`. No
 partitioning is done here: every device runs XLA's own per-device program on the multi-device
-executor (:class:`lowering.devices.MultiDeviceExecutable`, one thread per device), and the
+executor (:class:`lowering.executor.multi_device.MultiDeviceExecutable`, one thread per device), and the
 :class:`ShardedExecutable` is called like the jitted function: global arrays in (split into each
 device's shard by the input shardings), global arrays out (assembled from the shards by the output
 shardings; a replicated output is checked to be the same bits on every device holding it).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lowering.memory import ProgramMemory
+from lowering.executor.memory import ProgramMemory
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 
 __all__ = ["DeviceMemory", "MemoryReport", "ShardedExecutable", "StaticArguments", "compile_sharded"]
@@ -49,7 +49,7 @@ def compile_sharded(fn, *example_args, in_shardings=None, out_shardings=None, me
     ``backend`` says where the devices run: ``"threads"`` (the default: one thread per device in this
     process), ``"mpi"`` (over the ranks of the MPI job this process is one of, ``mpiexec -n P python ...``:
     every rank compiles and calls the executable alike, runs its block of devices and gets the global
-    results; see :mod:`lowering.mpi`), or ``"auto"`` (``"mpi"`` when started by ``mpiexec`` with more than one
+    results; see :mod:`lowering.executor.mpi`), or ``"auto"`` (``"mpi"`` when started by ``mpiexec`` with more than one
     process, else ``"threads"``). The results are the same bits either way. ``timeout`` (seconds) bounds a
     device's wait for another at a collective (MPI default 600 s: a crashed rank; the threaded run detects
     mismatches without it).
@@ -79,7 +79,7 @@ def resolve_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise XlaError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "auto":
-        from lowering.mpi import mpi_world_size
+        from lowering.executor.mpi import mpi_world_size
 
         return "mpi" if mpi_world_size() > 1 else "threads"
     return backend
@@ -320,7 +320,7 @@ class ShardedExecutable:
         self.backend = resolve_backend(backend)
         if timeout is not None and self.num_devices > 1:
             self.executable.timeout = timeout
-        self.runner = None  # the MPI runner (lowering.mpi.MpiDeviceExecutable) of backend "mpi"
+        self.runner = None  # the MPI runner (lowering.executor.mpi.MpiDeviceExecutable) of backend "mpi"
         if self.backend == "mpi":
             self.runner = mpi_runner(self.executable, self.hlo_text, timeout)
         main = next(op for op in self.module.ops if getattr(op, "sym_name", None) is not None
@@ -441,10 +441,10 @@ class ShardedExecutable:
 
     def memory_report(self) -> MemoryReport:
         """Each device's memory: the bytes of its arguments (its shards), its results and the peak of the values
-        its program holds at once on this executor (:func:`lowering.memory.program_memory`: arguments,
+        its program holds at once on this executor (:func:`lowering.executor.memory.program_memory`: arguments,
         intermediates and results, in program order), with the rank running it under MPI; and XLA's own
         figures for its compiled per-device program (``compiled.memory_analysis()``) where jaxlib gives them."""
-        from lowering.memory import program_memory
+        from lowering.executor.memory import program_memory
 
         memory = program_memory(self.module)
         xla = None
@@ -473,7 +473,7 @@ class ShardedExecutable:
 
 @dataclass(frozen=True)
 class DeviceMemory(ProgramMemory):
-    """One device's bytes (:class:`lowering.memory.ProgramMemory`: ``arguments`` are its shards): ``device``, and
+    """One device's bytes (:class:`lowering.executor.memory.ProgramMemory`: ``arguments`` are its shards): ``device``, and
     ``rank``, the MPI rank running it (None in a threaded run)."""
 
     device: int = 0
@@ -511,13 +511,13 @@ def format_bytes(n: int) -> str:
 
 
 def mpi_runner(executable, program_text: str, timeout: float | None):
-    """The MPI runner of a multi-device ``executable`` (:class:`lowering.mpi.MpiDeviceExecutable`), after
+    """The MPI runner of a multi-device ``executable`` (:class:`lowering.executor.mpi.MpiDeviceExecutable`), after
     checking that every rank compiled the same program (``program_text``: XLA's per-device HLO; ranks with
     other jax versions or flags would otherwise diverge at run time)."""
     import hashlib
 
-    from lowering.devices import MultiDeviceExecutable
-    from lowering.mpi import DEFAULT_TIMEOUT, MpiDeviceExecutable
+    from lowering.executor.multi_device import MultiDeviceExecutable
+    from lowering.executor.mpi import DEFAULT_TIMEOUT, MpiDeviceExecutable
 
     if not isinstance(executable, MultiDeviceExecutable):
         raise UnsupportedError("backend 'mpi': the program runs on one device; nothing to spread over ranks")

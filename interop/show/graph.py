@@ -10,7 +10,7 @@ programs of 10,000 ops load in a moment; functions of up to :data:`SVG_MAX_OPS` 
 layered data-flow picture (SVG).
 
 Executor view: the fusion groups and compiled loops are found as the executor forms them, by the executor's
-own functions (:func:`lowering.fusion.plan` with row reductions, :func:`lowering.compiled_loops.loop_source`)
+own functions (:func:`lowering.executor.fusion_plan.plan` with row reductions, :func:`lowering.executor.compiled_loops.loop_source`)
 on the program the executor runs (:func:`passes.pipelines.prepare_for_execution`). When that program is the
 given one, the ops are marked in the tables (a coloured bar and a ``fusion N`` badge, ``compiled loop`` /
 ``interpreted loop``); when the executor's pipeline rewrote the program, the ops it kept (matched in order by
@@ -67,8 +67,8 @@ def executor_view(module: ModuleOp) -> dict:
     """The executor's fusion groups and loops of ``module``: ``{"same_program": bool, "groups": [...],
     "loops": [...], "note": str}``. Groups and loops hold the ops of the program the executor runs (the given
     module's own ops when ``same_program``). Found with the executor's functions, nothing is compiled."""
-    from lowering.compiled_loops import _Ineligible, loop_source
-    from lowering.fusion import plan
+    from lowering.executor.compiled_loops import Ineligible, loop_source
+    from lowering.executor.fusion_plan import plan
     from passes.pipelines import prepare_for_execution
     from xla_dialect.ops.control_flow import WhileOp
     from xla_dialect.types import numpy_dtype
@@ -89,7 +89,7 @@ def executor_view(module: ModuleOp) -> dict:
                 try:
                     loop_source(op, functions, numpy_dtype)
                     loops.append({"function": fn.sym_name.data, "op": op, "compiled": True, "reason": ""})
-                except _Ineligible as e:
+                except Ineligible as e:
                     loops.append({"function": fn.sym_name.data, "op": op, "compiled": False,
                                   "reason": str(e) or "uses an op compiled loops do not cover"})
                 except Exception as e:  # noqa: BLE001 - anything else keeps the loop interpreted, as the executor does

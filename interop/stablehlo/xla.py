@@ -74,7 +74,7 @@ def run_xla(module: ModuleOp, *arrays) -> tuple[np.ndarray, ...]:
     for t in list(main.function_type.outputs) + inputs:
         if not isinstance(t, TensorType):
             raise UnsupportedError(f"run_xla: @main parameters and results must be arrays, got {format_shape(t)}")
-    from lowering.executor import _argument_array
+    from lowering.executor.executable import _argument_array
 
     args = []
     for i, (a, t) in enumerate(zip(arrays, inputs)):

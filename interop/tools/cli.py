@@ -237,7 +237,7 @@ def xla_run_main(argv: list[str] | None = None) -> int:
 def _mpi_error(e: BaseException) -> None:
     """Print ``e``; under ``mpiexec`` with the rank, and when only this rank met it (not a collective's error,
     which every rank raises), end the whole job so that no rank waits for this one."""
-    from lowering.mpi import mpi_world_size
+    from lowering.executor.mpi import mpi_world_size
 
     if mpi_world_size() <= 1:
         print(f"xla-run: error: {e}", file=sys.stderr)
@@ -245,7 +245,7 @@ def _mpi_error(e: BaseException) -> None:
     rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
     print(f"xla-run: rank {rank}: error: {e}", file=sys.stderr, flush=True)
     if not getattr(e, "all_ranks", False):
-        from lowering.mpi import abort
+        from lowering.executor.mpi import abort
 
         print(f"xla-run: rank {rank}: ending every rank of the job (MPI_Abort)", file=sys.stderr, flush=True)
         abort(2)
@@ -355,7 +355,7 @@ def _run(parser, args, report: dict) -> int:
         _mpi_error(e)
         return 2
     except Exception as e:
-        from lowering.mpi import mpi_world_size
+        from lowering.executor.mpi import mpi_world_size
 
         if mpi_world_size() > 1:  # an unexpected error on one rank: its traceback, then no rank left waiting
             import traceback

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 
 from lowering import kernels as _kernels  # noqa: F401  (registers every kernel)
-from lowering.registry import KERNELS
+from lowering.kernels.registry import KERNELS
 from xla_dialect.ops import FAMILIES
 from xla_dialect.ops.collectives import CollectiveBroadcastOp, CollectiveReduceOp
 from xla_dialect.ops.control_flow import AsyncDoneOp, AsyncStartOp, ReturnOp

@@ -331,7 +331,7 @@ def run_partitioned_hlo(module, text: str, args, inputs, report: dict, output_sh
     where = f"{n} devices on {runner.size} MPI ranks" if runner is not None else f"{n} devices (threads)"
     print(f"partitioned program: {replicas} replicas x {partitions} partitions, {where}")
     if args.memory:
-        from lowering.memory import program_memory
+        from lowering.executor.memory import program_memory
 
         from ..jax.sharded import format_bytes
 

@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..loop_runtime import fused_multiply_add
+from ..runtime.loop_runtime import fused_multiply_add
 
 TILE_ROWS = 4
 """Rows of ``A`` per register tile (each row's accumulators are two vectors)."""

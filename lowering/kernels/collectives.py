@@ -2,11 +2,11 @@
 
 Each factory resolves everything static at lowering time from the device grid
 the program is compiled for (``ctx.num_replicas`` x ``ctx.num_partitions``):
-the op's process groups (:meth:`lowering.devices.ProcessGrid.process_groups`),
+the op's process groups (:meth:`lowering.runtime.devices.ProcessGrid.process_groups`),
 which group each device belongs to and the function ``combine`` that maps the
 operands of every group member (in group order) to every member's results.
 At run time a device alone in its group applies ``combine`` to its own
-operands; otherwise it meets its group through :func:`lowering.devices.exchange`.
+operands; otherwise it meets its group through :func:`lowering.runtime.devices.exchange`.
 On a single device (the default grid) nothing else happens: replica_id and
 partition_id are constants and a collective returns its operands (zeros for
 a permute or broadcast that leaves device 0 out), as XLA, which removes them.
@@ -44,11 +44,11 @@ from xla_dialect.ops.collectives import (
     source_target_pairs_of,
 )
 
-from ..denormals import flush_bits
-from ..devices import ProcessGrid, current_device, exchange, new_collective_key
+from ..runtime.denormals import flush_bits
+from ..runtime.devices import ProcessGrid, current_device, exchange, new_collective_key
 from xla_dialect.types import element_type_from_dtype
 
-from ..registry import Constant, register
+from .registry import Constant, register
 from .control_flow import array_applier, result_dtypes
 from .reduction import binary_body_ufunc
 

@@ -20,7 +20,7 @@ from xla_dialect.ops.indexing import DynamicGatherOp
 from xla_dialect.ops.windowed import DynamicConvOp
 from xla_dialect.shape import format_shape
 
-from ..registry import KERNELS, Constant, register
+from .registry import KERNELS, Constant, register
 
 
 @register(DynamicPadOp, DynamicGatherOp, DynamicConvOp)

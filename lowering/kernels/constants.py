@@ -6,7 +6,7 @@ import numpy as np
 
 from xla_dialect.ops.constants import ConstantOp, IotaOp
 
-from ..registry import Constant, register
+from .registry import Constant, register
 
 
 @register(ConstantOp)

@@ -1,6 +1,6 @@
 """NumPy kernels: tuple, get_tuple_element, call, while, conditional; region application helpers.
 
-Region functions (see :mod:`lowering.executor`) take the block arguments and
+Region functions (see :mod:`lowering.executor.executable`) take the block arguments and
 return a tuple of the ``hlo.return`` operands. The reduction, map and sort
 kernels apply a scalar computation to whole arrays at once: that is valid when
 every op in the region is element-wise (its kernel then works on arrays of any
@@ -13,7 +13,6 @@ the region once per element.
 from __future__ import annotations
 
 import operator
-from time import perf_counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -26,7 +25,8 @@ from xla_dialect.ops.control_flow import (AsyncDoneOp, AsyncStartOp, CallOp, Con
 from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.reduction import MapOp
 
-from ..registry import register
+from ..runtime.interrupt import check
+from .registry import register
 
 ELEMENTWISE_OP_CLASSES: frozenset[type] = frozenset(
     {*elementwise.OPS}
@@ -140,119 +140,24 @@ def _call(op, ctx):
 
 @register(WhileOp)
 def _while(op, ctx):
+    # The loop's semantics, interpreted; the executor's context runs it compiled once it has run long enough
+    # (KernelContext.loop_kernel: lowering.executor.compiled_loops.tiered_loop).
     single = len(op.results) == 1
-    mode = getattr(ctx, "loop_compilation", "auto")
-    bounded = getattr(ctx, "timeout", None) is not None
-    if bounded:  # checks the clock every iteration (lowering.interrupt)
-        from ..interrupt import check
-
+    if ctx.timeout is not None:  # checks the clock every iteration (lowering.runtime.interrupt)
         where = f"{op.name} iteration"
-    if mode == "never":
-        if bounded:
-            def while_kernel(cond, body, *state):
-                while cond(*state)[0]:
-                    state = body(*state)
-                    check(where)
-                return state[0] if single else tuple(state)
-        else:
-            def while_kernel(cond, body, *state):
-                while cond(*state)[0]:
-                    state = body(*state)
-                return state[0] if single else tuple(state)
 
-        return while_kernel
-
-    # The loop runs interpreted until it has run ``threshold`` iterations (over all calls), then as one
-    # numba-compiled function when it is eligible (lowering.compiled_loops), from wherever it stands. In
-    # "auto" mode the compilation runs on a background thread and the loop stays interpreted until it is done.
-    from .. import compiled_loops
-
-    threshold = 0 if mode == "always" else compiled_loops.AUTO_THRESHOLD
-    done = {"iterations": 0, "started": False, "loop": None}
-
-    def compile_now():
-        try:
-            done["loop"] = compiled_loops.compile_loop(op, ctx.functions, ctx.dtype, ctx.flush,
-                                                       ctx.blas_threads == 1)
-        except Exception:  # noqa: BLE001 - (compile_loop keeps ineligible loops interpreted; anything else too)
-            done["loop"] = None
-
-    def start():
-        done["started"] = True
-        if mode == "always":
-            try:
-                compile_now()
-            except KeyboardInterrupt:  # Ctrl-C while numba compiled (lowering.interrupt.guard_compiles): the
-                done["started"] = False  # next call asks again (numba finishes the compilation meanwhile)
-                raise
-        else:
-            compiled_loops.compile_in_background(compile_now)
-
-    def run_compiled(state):
-        out = done["loop"](state)
-        return out[0] if single else tuple(out)
-
-    seconds = compiled_loops.AUTO_SECONDS
-    done["seconds"] = 0.0
-
-    def load_cached():
-        # (first call, "auto": a loop an earlier process compiled is a load from numba's cache -- run it now)
-        done["probed"] = True
-        try:
-            loop = compiled_loops.compile_loop(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1,
-                                               cached_only=True)
-        except Exception:  # noqa: BLE001 - (as compile_now: anything else keeps the loop interpreted for now)
-            loop = None
-        if loop is not None:
-            done["loop"], done["started"] = loop, True
-
-    done["probed"] = mode == "always"
-    from ..compile_queue import enter, leave
-
-    class Unit:
-        """This loop while it runs interpreted, to the units inside it (lowering.compile_queue): their
-        compilation starts this loop's, which makes theirs useless once done."""
-
-        @property
-        def kernel(self):
-            return done["loop"]
-
-        def background_job(self):
-            if done["started"] or mode != "auto":
-                return None
-            done["started"] = True
-            return compile_now
-
-    unit = Unit()
-
-    def while_kernel(cond, body, *state):
-        if not done["probed"]:
-            load_cached()
-        if not done["started"] and (done["iterations"] >= threshold or done["seconds"] >= seconds):
-            start()
-        if done["loop"] is not None:
-            return run_compiled(state)
-        n = 0
-        began = perf_counter()
-        enter(unit)
-        try:
+        def while_kernel(cond, body, *state):
             while cond(*state)[0]:
-                if not done["started"] and done["iterations"] + n >= threshold:
-                    start()
-                if done["loop"] is not None:  # (compiled meanwhile: switch here, the same bits)
-                    done["iterations"] += n
-                    return run_compiled(state)
                 state = body(*state)
-                n += 1
-                if bounded:
-                    check(where)
-        finally:
-            leave()
-        done["iterations"] += n
-        done["seconds"] += perf_counter() - began
-        return state[0] if single else tuple(state)
+                check(where)
+            return state[0] if single else tuple(state)
+    else:
+        def while_kernel(cond, body, *state):
+            while cond(*state)[0]:
+                state = body(*state)
+            return state[0] if single else tuple(state)
 
-    return while_kernel
+    return ctx.loop_kernel(op, while_kernel)
 
 
 @register(AsyncStartOp)

@@ -20,7 +20,7 @@ import numpy as np
 
 from xla_dialect.ops import conversion as cv
 
-from ..registry import register
+from .registry import register
 from .elementwise import Elem, elem_of, store
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)

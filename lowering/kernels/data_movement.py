@@ -15,7 +15,7 @@ import numpy as np
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops.base import ints
 
-from ..registry import register
+from .registry import register
 
 
 def _identity(x):

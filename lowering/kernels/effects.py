@@ -2,9 +2,9 @@
 optimization_barrier, dimension sizes.
 
 Side-effecting kernels talk to the executable's host-side state,
-``ctx.runtime`` (:mod:`lowering.runtime`): infeed reads ``exe.infeed``, outfeed
+``ctx.runtime`` (:mod:`lowering.runtime.program_state`): infeed reads ``exe.infeed``, outfeed
 writes ``exe.outfeed``, send and recv meet in ``exe.channels``. Tokens are the
-data-less :data:`~lowering.runtime.TOKEN`. The generated code runs ops in
+data-less :data:`~lowering.runtime.program_state.TOKEN`. The generated code runs ops in
 program order, which respects every token dependency.
 """
 
@@ -36,11 +36,11 @@ from xla_dialect.ops.effects import (
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
-from .. import lapack  # noqa: F401  (registers the built-in LAPACK custom-call targets)
-from ..devices import current_device
-from ..host_callbacks import host_callback_kernel
-from ..registry import Constant, register
-from ..runtime import TOKEN, ResultSpec, custom_call_target
+from ..runtime import lapack  # noqa: F401  (registers the built-in LAPACK custom-call targets)
+from ..runtime.devices import current_device
+from ..runtime.host_callbacks import host_callback_kernel
+from .registry import Constant, register
+from ..runtime.program_state import TOKEN, ResultSpec, custom_call_target
 
 # ----------------------------------------------------------------------------
 # Tokens and structure

@@ -32,7 +32,7 @@ tables keyed by op class and element kind. The numerics follow XLA on CPU
 Denormals: XLA's CPU runtime computes with the CPU's flush-to-zero and
 denormals-are-zero modes. The executor sets the same modes around each call
 (``lowering.compile(..., denormals="flush")``, the default; see
-:mod:`lowering.denormals`), so these kernels flush exactly where XLA's
+:mod:`lowering.runtime.denormals`), so these kernels flush exactly where XLA's
 instructions do without doing anything themselves; ``sign`` uses XLA's
 formula, which gives ±0 for a denormal under DAZ. With ``denormals="keep"``
 they keep IEEE gradual underflow (the :mod:`.xla_math` functions flush in
@@ -58,7 +58,7 @@ from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
 
-from ..registry import register
+from .registry import register
 from . import libm, scalar, xla_math, ynnpack_math
 
 # ----------------------------------------------------------------------------

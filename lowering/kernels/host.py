@@ -49,3 +49,10 @@ def describe_host() -> str:
     host = host_properties()
     flags = [name for name in ("avx", "avx512f", "avx512fp16") if host[name]]
     return f"{host['vendor'] or 'unknown vendor'} ({', '.join(flags) or 'no AVX'})"
+
+
+def measured_host() -> bool:
+    """Whether this CPU has what the host the orders of :func:`lowering.kernels.small_dot._xla_order` were measured on has: XLA CPU's choice of
+    kernels (YNNPACK's AVX-512 ones among them) depends on it."""
+    host = host_properties()
+    return all(host[name] for name in ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"))

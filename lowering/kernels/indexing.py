@@ -62,7 +62,7 @@ from xdsl.ir import OpResult
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.indexing import DynamicSliceOp, DynamicUpdateSliceOp, GatherOp, ScatterOp
 
-from ..registry import register
+from .registry import register
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
 from .elementwise import elem_of
 
@@ -115,7 +115,7 @@ class GatherPlan(NamedTuple):
     """Where each output element of a gather comes from, as XLA defines it: its linear operand offset is
     ``static`` (window offsets and batching iotas, broadcastable to ``out_shape``) plus, per index vector, the
     clamped start indices ``starts`` ``(k, largest start, stride)`` dotted with the operand's strides, laid out
-    by ``batch_view``. Used by the kernel and by compiled loops (lowering.compiled_loops)."""
+    by ``batch_view``. Used by the kernel and by compiled loops (lowering.executor.compiled_loops)."""
 
     out_shape: tuple[int, ...]
     static: np.ndarray
@@ -256,7 +256,7 @@ class ScatterPlan(NamedTuple):
     seen as ``(count, width)``; window ``c`` starts at linear operand offset ``batch_lin[c]`` plus, per index
     vector component ``(k, highest valid start, stride)`` of ``starts``, the component times the stride -- a
     window whose start is outside ``[0, highest]`` in any component is skipped; element ``e`` of a window is
-    at ``win_lin[e]`` past its start. Used by the kernel and by compiled loops (lowering.compiled_loops)."""
+    at ``win_lin[e]`` past its start. Used by the kernel and by compiled loops (lowering.executor.compiled_loops)."""
 
     perm: list[int]
     count: int

@@ -65,7 +65,7 @@ def _compile(name: str) -> tuple[np.ufunc, np.ufunc]:
     import numba
     from numba import types
 
-    from ..interrupt import compile_off_main_thread
+    from ..runtime.interrupt import compile_off_main_thread
 
     if numba.config.USING_SVML:  # pragma: no cover - only with Intel's SVML library installed
         raise UnsupportedError(

@@ -30,8 +30,8 @@ import numpy as np
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp, higher_precision_type
 from xla_dialect.types import element_type_from_dtype
 
-from ..denormals import mode_switch
-from ..registry import register
+from ..runtime.denormals import mode_switch
+from .registry import register
 from .small_dot import dot_vector_bytes, small_dot_order, small_matmul
 
 
@@ -122,7 +122,7 @@ def _complex_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def matmul_kernel(ctx, arith: np.dtype, m: int, k: int, n: int, batch: int = 1):
     """The ``(batch, m, k) x (batch, k, n)`` matmul of ``arith`` operands: XLA's complex order, else BLAS
-    run with the program's BLAS thread policy (:mod:`lowering.blas`). (Convolutions use it too; a dot's small
+    run with the program's BLAS thread policy (:mod:`lowering.runtime.blas`). (Convolutions use it too; a dot's small
     products are summed in XLA's dot order instead, :func:`_dot`.)"""
     if np.dtype(arith).kind == "c":
         return _complex_matmul

@@ -62,7 +62,7 @@ from xla_dialect.ops import numerics as nx
 from xla_dialect.ops.base import ints, string
 from xla_dialect.types import element_type_from_dtype, element_type_of
 
-from ..registry import register
+from .registry import register
 from . import xla_math
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)

@@ -6,7 +6,7 @@
   minimum, and, or, xor) becomes ``ufunc.reduce`` over the reduced axes,
   combined with the init value as XLA does: ``result = init op reduce(x)``
   (maxima and minima over the last axis of f32/f64 arrays with the compiled
-  row kernels of :mod:`lowering.rowwise`, which give NumPy's values), except
+  row kernels of :mod:`lowering.kernels.rowwise`, which give NumPy's values), except
   float sums, which are XLA CPU's (below);
 * any other body (variadic reduces such as jax's argmax) is a vectorized tree
   reduction: the reduced axes are flattened into one trailing axis and
@@ -39,8 +39,8 @@ from xla_dialect.ops.data_movement import TransposeOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
 from xla_dialect.types import element_type_from_dtype
 
-from ..registry import register
-from . import small_dot
+from .registry import register
+from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
 from .tree_sum import contracted_sum_function, sum_function
 from .ynnpack_sum import sum_plan, ynnpack_sum
@@ -173,8 +173,8 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
 
     rows = in_shape is not None and len(in_shape) >= 1 and tuple(axes) == (len(in_shape) - 1,) and in_shape[-1] >= 1
     if rows and dtype in _ROW_DTYPES and fix is not None:
-        # Rows of a C-ordered f32/f64 array: the compiled row kernels of lowering.rowwise (NumPy's values, faster).
-        from .. import rowwise
+        # Rows of a C-ordered f32/f64 array: the compiled row kernels of lowering.kernels.rowwise (NumPy's values, faster).
+        from . import rowwise
 
         def row_extrema_kernel(body, x, init):
             if not x.flags.c_contiguous or x.dtype != dtype:
@@ -190,7 +190,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
 
 _ROW_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 """Maxima and minima over the last axis of C-ordered arrays of these types use the compiled row kernels of
-:mod:`lowering.rowwise`: NumPy's values, 1.5-12x faster than NumPy's reduce (a fixed cost per row there)."""
+:mod:`lowering.kernels.rowwise`: NumPy's values, 1.5-12x faster than NumPy's reduce (a fixed cost per row there)."""
 
 
 def _tree_reduce(op, axes, dtypes, out_shape, empty):
@@ -243,7 +243,7 @@ def ynnpack_plan(op) -> tuple[tuple, bool, tuple | None] | None:
     dtype = str(x.type.element_type)
     if dtype not in ("f32", "f64") or str(op.results[0].type.element_type) != dtype:
         return None
-    if not small_dot._measured_host():
+    if not host.measured_host():
         return None
     shape, dims = tuple(x.type.get_shape()), sorted(ints(op.dimensions))
     transposed = None

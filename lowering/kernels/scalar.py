@@ -3,8 +3,8 @@
 An element-wise op's numerics -- which NaN a float add returns, how a float maximum orders ``-0`` and
 ``+0`` and which sign a NaN gets, how a float converts to an integer (XLA's saturation), what a shift by
 more than the width gives, XLA's own f32 ``exp`` -- are written here once, as a numba-compilable function
-of scalars. Every compiled path calls these functions: the fused element loops of :mod:`lowering.fusion`
-and the compiled while loops of :mod:`lowering.compiled_loops` generate only the glue (loops over the
+of scalars. Every compiled path calls these functions: the fused element loops of :mod:`lowering.executor.fusion`
+and the compiled while loops of :mod:`lowering.executor.compiled_loops` generate only the glue (loops over the
 elements, loads, stores, the cast to the result's type) around calls to them; the interpreter's kernels
 use them through :func:`ufunc` where the numerics are the project's own (max/min of floats, the FMA, float
 to integer conversion, XLA's f32 approximations). Where a definition is one IEEE instruction (``a + b``,
@@ -37,9 +37,9 @@ from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.data_movement import BroadcastInDimOp
 
-from .. import loop_runtime as rt
-from .. import xla_scalar
-from ..interrupt import compile_off_main_thread
+from ..runtime import loop_runtime as rt
+from . import xla_scalar
+from ..runtime.interrupt import compile_off_main_thread
 from .host import host_properties
 from . import ynnpack_math
 
@@ -661,7 +661,7 @@ ynnpack_log_f32, ynnpack_log_f64 = ynnpack_math.ynnpack_log_f32, ynnpack_math.yn
 ynnpack_tanh_f32, ynnpack_tanh_f64 = ynnpack_math.ynnpack_tanh_f32, ynnpack_math.ynnpack_tanh_f64
 ynnpack_logistic_f32, ynnpack_logistic_f64 = ynnpack_math.ynnpack_logistic_f32, ynnpack_math.ynnpack_logistic_f64
 
-# XLA's own approximations (lowering.xla_scalar).
+# XLA's own approximations (lowering.kernels.xla_scalar).
 exp_f32, exp_f64 = xla_scalar.exp_f32, xla_scalar.exp_f64
 log_f32 = xla_scalar.log_f32
 tanh_f32, tanh_f64 = xla_scalar.tanh_f32, xla_scalar.tanh_f64
@@ -936,7 +936,7 @@ _APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.Logis
 
 @scalar_definition(*_APPROXIMATIONS)
 def _xla_approximations(op, dtypes, result, flush):
-    """XLA's own approximations (:mod:`lowering.xla_scalar`: Eigen's exp, log and tanh, XLA's expm1, log1p
+    """XLA's own approximations (:mod:`lowering.kernels.xla_scalar`: Eigen's exp, log and tanh, XLA's expm1, log1p
     and logistic formulas over them, its f32 erf) and the C library's f64 log and erf, which it calls."""
     if result not in FLOATS:
         return None
@@ -1138,10 +1138,10 @@ def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
 
 
 def _wrapper_module(scalar: Scalar, constants: dict, result_dtype: np.dtype, source: str):
-    """The module file of a ufunc wrapper binding ``constants`` (:mod:`lowering.generated_modules`), or None when
+    """The module file of a ufunc wrapper binding ``constants`` (:mod:`lowering.runtime.generated_modules`), or None when
     a constant cannot be written exactly in its text (then the wrapper is compiled in memory, uncached).
     Numbers are written by their bytes; NumPy scalar types by name."""
-    from ..generated_modules import import_generated, runtime_digest
+    from ..runtime.generated_modules import import_generated, runtime_digest
 
     lines = [f"# runtime {runtime_digest()}", "import numpy as np",
              f"from lowering.kernels.scalar import {scalar.name}", ""]

@@ -25,7 +25,7 @@ magnitudes, every element of every sample equal (``tests/test_linalg.py``):
   2..7 cubed, each layout; 172 random ``x.T @ g`` with ``K`` to 256 and ``M, N`` to 100.
 
 These orders hold where XLA chooses the same kernels: on CPUs with AVX-512 (F, BW, DQ, VL), FMA3 and AVX2
-(:func:`_measured_host`). Elsewhere, and for products whose operands are otherwise laid out (other transposes,
+(:func:`lowering.kernels.host.measured_host`). Elsewhere, and for products whose operands are otherwise laid out (other transposes,
 mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
 for f32 ``M >= 2``, ``2 <= N <= 8``, ``K >= 8`` and ``9 <= N <= 16``, ``K >= 4`` except ``K = 5, 6, 9, 10, 13,
 17``. NaN payloads (which NaN a sum of several returns) are not claimed.
@@ -89,9 +89,10 @@ import numpy as np
 
 from xla_dialect.ops.data_movement import TransposeOp
 
-from ..loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
+from ..runtime.loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
 from .chain_tiles import chain_product, lane_product
-from ..workers import numba_threads_available, run_pieces
+from ..runtime.workers import numba_threads_available, run_pieces
+from . import host
 from .host import host_properties
 from .tree_sum import TREE_WINDOW, window_sum
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
@@ -206,22 +207,22 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     vector_bytes -= layout
     if layout == BF16_PRODUCT:
         if (m >= 2 and n >= 2 and batch * m * k * n <= PAIRS_MAX_MNK and k <= PAIRS_MAX_K and vector_bytes == 32
-                and np.dtype(dtype) == np.dtype(np.float32) and _measured_host()):
+                and np.dtype(dtype) == np.dtype(np.float32) and host.measured_host()):
             return ONE_CHAIN | PAIRS
         layout = OTHER_OPERANDS  # (not identified: the earlier order)
     if (m == n == 1 and TREE_MAX_PRODUCTS < batch * k <= SMALL_DOT_MAX_MNK and vector_bytes == 32
-            and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and _measured_host()):
+            and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and host.measured_host()):
         # XLA's reduce of the (batch, k) products: YNNPACK's sum, in its tiles (the tile length in the chunk bits)
         _, _, _, _, (_, extent, _, size) = sum_plan((batch, k), (1,), dtype)
         return YNNPACK_SUM | (size << CHUNK_SHIFT if size < extent else 0)
     if (k > SMALL_DOT_MAX_K and batch * m * k * n <= SMALL_DOT_MAX_MNK and vector_bytes == 32
             and layout in (0, RHS_TRANSPOSED) and is_ynnpack_dot(m, k, n) and _is_f32_or_f64(dtype)
-            and _measured_host()):
+            and host.measured_host()):
         # A long contraction of a small YNNPACK product: its replayed order (measured bitwise to K = 5,000 here
         # and on products to (2048, 2100, 1100)); at most 2^18 multiply-adds.
         return _xla_order(m, k, n, np.dtype(dtype), layout)
     if (vector_bytes == 32 and layout in (0, RHS_TRANSPOSED) and is_ynnpack_dot(m, k, n) and _is_f32_or_f64(dtype)
-            and (k > SMALL_DOT_MAX_K or batch * m * k * n > SMALL_DOT_MAX_MNK) and _measured_host()):
+            and (k > SMALL_DOT_MAX_K or batch * m * k * n > SMALL_DOT_MAX_MNK) and host.measured_host()):
         # A large YNNPACK product whose kernel sums each element in one, two or four fused chains over K: its
         # order, computed in register tiles (chain_tiles) at about one BLAS thread's speed. YNNPACK's kernels
         # with rounded products (not chosen on AVX-512 hosts) stay with BLAS, not bitwise.
@@ -231,7 +232,7 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     order = _order(batch, m, k, n, dtype)
     if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
         return order | WIDE_VECTORS
-    if order in (ONE_CHAIN, FOUR_LANES) and vector_bytes == 32 and m >= 2 and n >= 2 and k >= 2 and _measured_host():
+    if order in (ONE_CHAIN, FOUR_LANES) and vector_bytes == 32 and m >= 2 and n >= 2 and k >= 2 and host.measured_host():
         return _xla_order(m, k, n, np.dtype(dtype), layout) or order
     return order
 
@@ -241,13 +242,6 @@ def _is_f32_or_f64(dtype) -> bool:
 
 
 @functools.cache
-def _measured_host() -> bool:
-    """Whether this CPU has what the host the orders of :func:`_xla_order` were measured on has: XLA CPU's choice of
-    kernels (YNNPACK's AVX-512 ones among them) depends on it."""
-    host = host_properties()
-    return all(host[name] for name in ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"))
-
-
 def _xla_order(m: int, k: int, n: int, dtype: np.dtype, layout: int) -> int | None:
     """XLA CPU's order for an ``(m, k) x (k, n)`` product, ``m, k, n >= 2``, on an AVX-512 host (module docstring),
     or None where it was not identified."""

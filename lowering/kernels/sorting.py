@@ -42,7 +42,7 @@ from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.ops.sorting import SortOp
 from xla_dialect.types import element_type_of
 
-from ..registry import register
+from .registry import register
 from .control_flow import array_applier
 from .elementwise import Elem, elem_of, total_order_key
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..loop_runtime import fused_multiply_add
+from ..runtime.loop_runtime import fused_multiply_add
 from .ynnpack_sum import MIN_ELEMENTS
 
 TREE_WINDOW = 32
@@ -224,7 +224,7 @@ def rounded_product_rows(shape, axes, dtype) -> int:
     over ``axes`` XLA CPU computes with rounded products: where its rows of 5 to 8 elements (the last dimension,
     one kept dimension before it) are unrolled and LLVM vectorizes the loop over the rows, the vector code does
     not contract; the rows after the last whole vector run one by one, contracted. Measured on the AVX-512
-    hosts :func:`lowering.kernels.small_dot._measured_host` names (f32 and f64, rows of 6 products for every row
+    hosts :func:`lowering.kernels.host.measured_host` names (f32 and f64, rows of 6 products for every row
     count 16..129 f32 / 16..79 f64, rows of 5, 7 and 8 products for 14..69 / 14..39 rows, and 2-15 rows of 5-8
     products; each row classified). From 16 rows: f32 vectors of 4 rows, of 8 from 40 rows on for rows of 5 or 6
     products (40-43 fit both); f64 vectors of 4, of 2 for rows of 8 products. Fewer than 16 rows only when whole
@@ -232,12 +232,12 @@ def rounded_product_rows(shape, axes, dtype) -> int:
     12). Not reproduced: f32 rows of 8 products leave no scalar rows at some counts (18, 19 rows: all vector).
     Rows of 2-4 or 9-32 products, column sums: all contracted. Other layouts and hosts: 0 (all contracted; not
     measured)."""
-    from .small_dot import _measured_host
+    from . import host
 
     shape = tuple(int(v) for v in shape)
     axes = sorted(int(v) for v in axes)
     kept = [shape[d] for d in range(len(shape)) if d not in axes and shape[d] != 1]
-    if axes != [len(shape) - 1] or not 5 <= shape[-1] <= 8 or len(kept) != 1 or not _measured_host():
+    if axes != [len(shape) - 1] or not 5 <= shape[-1] <= 8 or len(kept) != 1 or not host.measured_host():
         return 0
     rows, single, length = kept[0], np.dtype(dtype).itemsize == 4, shape[-1]
     if rows >= 16:

@@ -62,7 +62,7 @@ from xla_dialect.ops.linalg import higher_precision_type
 from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp, SelectAndScatterOp, Window
 from xla_dialect.types import element_type_from_dtype
 
-from ..registry import register
+from .registry import register
 from .control_flow import array_applier, result_dtypes
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .reduction import _signed_zeros, binary_body_ufunc

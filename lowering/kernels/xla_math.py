@@ -6,7 +6,7 @@ algorithms with Cephes' coefficients, XLA's ``EmitExpm1``/``EmitLog1p``
 formulas over them, a rational f32 erf, and for rsqrt the CPU's own estimate
 instruction refined by Newton steps), vectorized by LLVM, with LLVM's fused
 multiply-adds and the CPU's FTZ/DAZ flushing. Each is written once, as a numba
-scalar function with the hardware FMA (:mod:`lowering.xla_scalar`,
+scalar function with the hardware FMA (:mod:`lowering.kernels.xla_scalar`,
 :mod:`lowering.kernels.scalar`): the op's scalar definition, which fused
 kernels and compiled loops call; the interpreter's f32 and f64 kernels here
 are those definitions as ufuncs (:class:`Definition`), bit-exact against
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import xla_scalar
+from . import xla_scalar
 from . import cpu_rsqrt, libm
 
 f32, f64 = np.float32, np.float64
@@ -143,7 +143,7 @@ def horner32(x, coeffs):
 # XLA CPU's f32 exp (Eigen's pexp_float; results below the normal range flush to 0), log (plog_float: 0 and
 # denormals give -inf, negative numbers, -inf and NaN the all-ones NaN), tanh (ptanh_float of x clamped to
 # ±7.9053111, x itself for |x| < 0.0004, ±1 from 20) and XLA's EmitExpm1 over them: written once, in
-# lowering.xla_scalar, registered in lowering.kernels.scalar.
+# lowering.kernels.xla_scalar, registered in lowering.kernels.scalar.
 exp_f32 = Definition("exp_f32", f32)
 log_f32 = Definition("log_f32", f32)
 tanh_f32 = Definition("tanh_f32", f32)
@@ -169,7 +169,7 @@ def expm1_f16(x):
 
 
 logistic_f32 = Definition("logistic_f32", f32)
-"""XLA CPU's f32 logistic ``1 / (1 + exp(-x))`` with its own exp (:func:`lowering.xla_scalar.logistic_f32`)."""
+"""XLA CPU's f32 logistic ``1 / (1 + exp(-x))`` with its own exp (:func:`lowering.kernels.xla_scalar.logistic_f32`)."""
 
 
 def logistic_f16(x):
@@ -178,10 +178,10 @@ def logistic_f16(x):
 
 
 log1p_f32 = Definition("log1p_f32", f32)
-"""XLA's ``EmitLog1p`` in f32 (:func:`lowering.xla_scalar.log1p_f32`)."""
+"""XLA's ``EmitLog1p`` in f32 (:func:`lowering.kernels.xla_scalar.log1p_f32`)."""
 
 erf_f32 = Definition("erf_f32", f32)
-"""XLA CPU's f32 erf: ``x P(x²) / Q(x²)``, ±1 for |x| >= 3.8325066 (:func:`lowering.xla_scalar.erf_f32`)."""
+"""XLA CPU's f32 erf: ``x P(x²) / Q(x²)``, ±1 for |x| >= 3.8325066 (:func:`lowering.kernels.xla_scalar.erf_f32`)."""
 
 
 def rsqrt_f32(x):
@@ -319,9 +319,9 @@ exp_f64 = Definition("exp_f64", f64)
 tanh_f64 = Definition("tanh_f64", f64)
 logistic_f64 = Definition("logistic_f64", f64)
 expm1_f64 = Definition("expm1_f64", f64)
-"""XLA's ``EmitExpm1`` in f64 over its own exp and tanh (:func:`lowering.xla_scalar.expm1_f64`)."""
+"""XLA's ``EmitExpm1`` in f64 over its own exp and tanh (:func:`lowering.kernels.xla_scalar.expm1_f64`)."""
 log1p_f64 = Definition("log1p_f64", f64)
-"""XLA's ``EmitLog1p`` in f64 (:func:`lowering.xla_scalar.log1p_f64`)."""
+"""XLA's ``EmitLog1p`` in f64 (:func:`lowering.kernels.xla_scalar.log1p_f64`)."""
 _LOG1P_P, _LOG1P_Q = xla_scalar.LOG1P64_P, xla_scalar.LOG1P64_Q  # (passes.small_loops reads them)
 
 

@@ -33,8 +33,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from ..loop_runtime import float_from_bits
-from ..loop_runtime import fused_multiply_add as fma
+from ..runtime.loop_runtime import float_from_bits
+from ..runtime.loop_runtime import fused_multiply_add as fma
 
 YNNPACK = "xla_cpu_ynn_fusion"
 """The attribute ``passes.ynnpack_fusion`` puts on an ``exponential``, ``log``, ``tanh`` or ``logistic`` op XLA CPU

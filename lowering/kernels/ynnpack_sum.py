@@ -40,7 +40,7 @@ f32 and bf16) and f16, row sums ((64, 64), (3, 5000)), column sums ((64, 64), (5
 (4, 8, 256), (16, 4, 100), (3, 64, 64), (64, 2, 64), (8, 16, 40), (4, 8, 64, 16), (2, 5, 600, 4), with and without
 an initial value; cut in tiles: (64, 64, 64), (100, 4, 2000), (100, 3, 2000), (100, 2, 2000), (16, 3, 100, 8)); ``tests/test_reduction.py``, ``tests/test_reduction_ynnpack.py``. These
 orders hold where XLA chooses YNNPACK's AVX-512 kernels: on hosts with the flags of
-:func:`lowering.kernels.small_dot._measured_host` (elsewhere the reduction kernel keeps its earlier order). XLA's
+:func:`lowering.kernels.host.measured_host` (elsewhere the reduction kernel keeps its earlier order). XLA's
 thread count matters for where long sums are split (:func:`_tiles`): measured with 2 CPUs.
 """
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lowering.runtime import register_custom_call
+from lowering.runtime.program_state import register_custom_call
 
 from .records import ConformanceError
 from .comparators import CHECKS, CheckSpec

@@ -76,7 +76,7 @@ def _run_checked(program: Program) -> tuple[str, str]:
         prologue = _import(prepared.prologue, quant_lines) if prepared.prologue is not None else None
     with _at("compile"):
         # IEEE denormals: the corpus's expectations come from the StableHLO reference interpreter, which
-        # does not flush them as XLA CPU does (e.g. ceil(smallest denormal) = 1; lowering/denormals.py).
+        # does not flush them as XLA CPU does (e.g. ceil(smallest denormal) = 1; lowering/runtime/denormals.py).
         exe = lowering.compile(module, entry=prepared.entry, denormals="keep")
         if prepared.parallel is not None:
             par = prepared.parallel

@@ -70,7 +70,7 @@ def _context():
         # The executor and the parser's helpers too: each fresh worker (one per crash or timeout) would
         # otherwise import them with its first program, charged to that program's timeout.
         ctx.set_forkserver_preload(["interop.tools.conformance", "jax", "xdsl", "xla_dialect", "lowering",
-                                    "lowering.kernels", "lowering.executor", "passes.pipelines",
+                                    "lowering.kernels", "lowering.executor.executable", "passes.pipelines",
                                     "interop.stablehlo"])
         return ctx
     return mp.get_context("spawn")

@@ -17,7 +17,7 @@ small machines splits large products over the CPUs itself:
   the same time, one on the calling thread and the others on numba's polling
   threads (the calls NumPy's matmul makes, through NumPy's own gemm) or,
   where numba's threading layer does not poll, on a small pool of Python
-  worker threads (:func:`split_matmul`, :mod:`lowering.workers`). On larger
+  worker threads (:func:`split_matmul`, :mod:`lowering.runtime.workers`). On larger
   machines the BLAS's own setting is used (untouched, no overhead).
 
 Why that automatic policy and not OpenBLAS's own threads or a one-time timing
@@ -80,7 +80,7 @@ Kernels run outside an executable (constant folding) take the limit around
 each matmul. While a call holds the limit, the program's other NumPy BLAS work
 (``np.linalg`` kernels) and host callbacks run under it too. The pieces a
 split matmul gives its worker threads run in the caller's denormal mode
-(:mod:`lowering.denormals`).
+(:mod:`lowering.runtime.denormals`).
 
 The BLAS thread count is process-wide: when several Python threads run
 matmuls at once (multi-device executables, or executables called from
@@ -242,7 +242,7 @@ def split_matmul(threads: int | None, workers: int, worker_mode=None):
     single-threaded BLAS call writing its part of the result: on numba's
     polling threads, the calls NumPy's matmul would make, made from compiled
     code through NumPy's own gemm (:func:`native_gemm_calls`), or else as
-    ``np.matmul`` calls on Python workers (:func:`lowering.workers.run_pieces`,
+    ``np.matmul`` calls on Python workers (:func:`lowering.runtime.workers.run_pieces`,
     in the context manager ``worker_mode``). A product is
     split only where that gives the whole product's bits on one thread:
     checked once per process for each shape, memory order and dtype on
@@ -320,11 +320,11 @@ def _blas_operand(x: np.ndarray):
 
 def native_gemm_calls(a: np.ndarray, b: np.ndarray, axis: int, bounds):
     """The pieces of a split product of ``a`` and ``b`` into a new C-ordered array as rows of CBLAS gemm calls
-    for :func:`lowering.loop_runtime.gemm_calls`: ``(calls, starts)``, piece ``p`` being rows ``starts[p]`` to
+    for :func:`lowering.runtime.loop_runtime.gemm_calls`: ``(calls, starts)``, piece ``p`` being rows ``starts[p]`` to
     ``starts[p + 1]`` (one per matrix of its batch), each the call NumPy's matmul makes for that piece (the
     whole product's transposes and leading dimensions, the piece's sizes, its matrices as byte offsets into
     the operands and the result). Computed once per dtype, shapes, strides and pieces. None where numba's
-    threads cannot run them (:func:`lowering.workers.numba_threads_available`), NumPy's gemm cannot be called
+    threads cannot run them (:func:`lowering.runtime.workers.numba_threads_available`), NumPy's gemm cannot be called
     by address, or an operand is not in a form NumPy hands to BLAS as it is."""
     if not numba_threads_available() or numpy_gemm_address(a.dtype) is None:
         return None

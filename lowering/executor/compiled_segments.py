@@ -2,7 +2,7 @@
 
 Real programs spend most of their time outside loops on small arrays (an ODE solver's step-size setup, a sampler's
 bookkeeping), where each interpreted op costs a Python call of 1-3 us while XLA's code costs nanoseconds. A
-*segment* is a run of consecutive ops of one block that the compiled-loop writer (:mod:`lowering.compiled_loops`)
+*segment* is a run of consecutive ops of one block that the compiled-loop writer (:mod:`lowering.executor.compiled_loops`)
 can write -- element-wise ops through their one scalar definition, slices, reshapes, broadcasts, concatenates,
 dynamic slices and updates, small products, reductions, calls, conditionals, while loops, LAPACK custom calls --
 whose values are small (:data:`SEGMENT_MAX_ELEMENTS`). The executor calls the segment as one op: its ops' own
@@ -15,7 +15,7 @@ loops and branches): each chunk is a numba function of its own, compiled and cac
 time grows faster than a function), and the segment's function calls them one after the other in machine code
 (:class:`SegmentChain`) -- an ODE solver's set-up of 3,500 small ops and its stepping loop are one call from
 Python, not thirty. Loops inside a segment poll for Ctrl-C and the call's deadline
-(:func:`lowering.interrupt.poll`).
+(:func:`lowering.runtime.interrupt.poll`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from xla_dialect.ops.control_flow import ConditionalOp
 
 from .compile_queue import compile_function, enter, leave
-from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, _Ineligible, _load, _LoopWriter, as_compiled,
-                             call_compiled, compile_in_background)
+from .compiled_loops import (_NUMBA_TYPE_NAMES, _boxed, Ineligible, _load, _LoopWriter, as_compiled, call_compiled,
+                             compile_in_background)
 
 SEGMENT_MIN_OPS = 6
 """Runs of fewer ops stay interpreted (a segment call costs about as much as a few interpreted ops)."""
@@ -87,13 +87,13 @@ class _SegmentWriter(_LoopWriter):
             for inner in op.walk():  # (the op and the ops of its regions: a loop's body)
                 for r in inner.results:
                     if int(np.prod(self.info(r)[1], dtype=np.int64)) > SEGMENT_MAX_ELEMENTS:
-                        raise _Ineligible("a large result")
+                        raise Ineligible("a large result")
             if isinstance(op, ConditionalOp) and not all(self.has_tensor_type(v) for v in op.operands):
                 # (jax's empty-tuple branch operands are not values a segment can take from the code around it)
-                raise _Ineligible("a conditional with tuple operands")
+                raise Ineligible("a conditional with tuple operands")
             self.op(op, "    ")
             return True
-        except _Ineligible:
+        except Ineligible:
             lines, prologue, inputs, names, constants, self.counter = state
             del self.lines[lines:], self.prologue[prologue:], self.inputs[inputs:]
             for key in list(self.names)[names:]:
@@ -134,7 +134,7 @@ class Segment:
 _CHUNK_NJIT = ("@numba.njit(cache=CACHE, error_model='numpy', nogil=True, no_cpython_wrapper=True, "
                "no_cfunc_wrapper=True)\n")
 """The decorator of a chain's chunks (the driver, first in the module, has the module header's:
-:func:`lowering.compiled_loops._load`). Only the driver is called from Python: without the wrappers that unbox
+:func:`lowering.executor.compiled_loops._load`). Only the driver is called from Python: without the wrappers that unbox
 and box a chunk's arguments from Python objects (often dozens of arrays), odeint's segment compiled in 6.1-8.2 s
 instead of 8.3-9.7 s (python /tmp harness, loaded 2-core VM)."""
 
@@ -288,8 +288,8 @@ class CompiledSegment:
 
     def _compile(self, readonly: list[bool], cached_only: bool = False) -> None:
         """Compile for arguments with these read-only flags; with ``cached_only``, only when that is a load of
-        machine code an earlier process compiled (:func:`lowering.numba_cache.has_machine_code`)."""
-        from .numba_cache import has_machine_code
+        machine code an earlier process compiled (:func:`lowering.runtime.numba_cache.has_machine_code`)."""
+        from ..runtime.numba_cache import has_machine_code
 
         try:
             signature = self._signature(readonly)
@@ -303,7 +303,7 @@ class CompiledSegment:
             self.kernel = None
 
     def background_job(self):
-        """This segment's compilation, when it has not started (:func:`lowering.compile_queue.compile_in_background`
+        """This segment's compilation, when it has not started (:func:`lowering.executor.compile_queue.compile_in_background`
         starts it for a unit inside, ahead of that unit's own); None once started."""
         if self.started or self.kernel is not None or self.mode != "auto" or self._seen_readonly is None:
             return None

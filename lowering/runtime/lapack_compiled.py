@@ -1,4 +1,4 @@
-"""LAPACK custom calls inside compiled code: the routines of :mod:`lowering.lapack`'s targets called from numba.
+"""LAPACK custom calls inside compiled code: the routines of :mod:`lowering.runtime.lapack`'s targets called from numba.
 
 An implicit ODE solver (diffrax's Kvaerno5), a Kalman filter or a Newton root find calls
 ``jnp.linalg.solve`` in its loop: jaxlib's ``lapack_sgetrf_ffi`` (LU with partial pivoting) and
@@ -10,7 +10,7 @@ The numerics are LAPACK's and are not written here: these functions call the ver
 interpreter's targets call, in the same library -- SciPy's Cython exports
 (``scipy.linalg.cython_lapack`` / ``cython_blas``, whose addresses numba's
 ``get_cython_function_address`` hands out) are the Fortran routines of the LAPACK that SciPy's Python
-bindings (``scipy.linalg.lapack.sgetrf``, ``scipy.linalg.blas.strsm``, used by :mod:`lowering.lapack`) wrap
+bindings (``scipy.linalg.lapack.sgetrf``, ``scipy.linalg.blas.strsm``, used by :mod:`lowering.runtime.lapack`) wrap
 -- with the same arguments: the matrices column-major, the same leading dimensions and flags. So the
 compiled loop's bits are the interpreter's (checked by ``tests/test_compiled_loops.py``), and jaxlib's.
 
@@ -93,7 +93,7 @@ def lapack_getrf(address, a, lu, pivots, info):
     """jaxlib's ``lapack_?getrf_ffi`` on a batch ``a`` (b, m, n), C-ordered: ``lu`` (b, m, n) the packed
     factors, ``pivots`` (b, min(m, n)) LAPACK's 1-based row interchanges (int32), ``info`` (b,) LAPACK's
     info -- the routine at ``address`` (``?getrf``) run on each matrix column-major, as SciPy's binding runs it
-    for the interpreter's target (:func:`lowering.lapack._getrf`)."""
+    for the interpreter's target (:func:`lowering.runtime.lapack._getrf`)."""
     batch, m, n = a.shape
     if m == 0 or n == 0:
         return
@@ -114,7 +114,7 @@ def lapack_trsm(address, flags, alpha, x, y, out):
     n) the solution of ``op(x) @ out = alpha * y`` (``side`` L) or ``out @ op(x) = alpha * y`` (R) -- the BLAS
     routine at ``address`` (``?trsm``) run on each pair column-major with ``flags`` the letters side, uplo,
     transa, diag (uint8) and ``alpha`` a one-element array, as SciPy's binding runs it for the interpreter's
-    target (:func:`lowering.lapack._trsm`)."""
+    target (:func:`lowering.runtime.lapack._trsm`)."""
     batch, m, n = y.shape
     if m == 0 or n == 0:
         return

@@ -1,6 +1,6 @@
 """Multi-device execution across processes: the devices of one program on the ranks of an MPI job.
 
-``MpiDeviceExecutable(exe)`` wraps a :class:`lowering.devices.MultiDeviceExecutable` (``N`` devices) for
+``MpiDeviceExecutable(exe)`` wraps a :class:`lowering.executor.multi_device.MultiDeviceExecutable` (``N`` devices) for
 the ranks of ``MPI.COMM_WORLD`` (or another communicator): rank ``r`` of ``P`` runs the devices
 :func:`devices_of_rank` gives it (a contiguous block; one device per rank when ``P == N``), each in its own
 thread, as the threaded run does. Every rank calls the executable with the same arguments (SPMD, as
@@ -34,7 +34,8 @@ from collections.abc import Sequence
 
 from xla_dialect.errors import ExecutionError, UnsupportedError, XlaError
 
-from .devices import CollectiveMismatchError, DeviceState, MultiDeviceExecutable, ProcessGrid
+from ..runtime.devices import CollectiveMismatchError, DeviceState, ProcessGrid
+from .multi_device import MultiDeviceExecutable
 
 __all__ = ["MpiDeviceExecutable", "MpiRun", "abort", "devices_of_rank", "gather_all", "mpi_world_size"]
 
@@ -137,7 +138,7 @@ class _PeerError(CollectiveMismatchError):
 
 
 class MpiRun:
-    """The rendezvous of one call over MPI: the :class:`lowering.devices._Run` interface (``exchange``,
+    """The rendezvous of one call over MPI: the :class:`lowering.runtime.devices.ThreadedRun` interface (``exchange``,
     ``finish``) on point-to-point messages. Device ``s`` sends to device ``t`` with tag ``s * N + t``; MPI
     keeps the messages of one (sender, tag) in order, so each pair of devices sees its collectives in
     program order."""
@@ -180,7 +181,7 @@ class MpiRun:
     def exchange(self, state: DeviceState, key: tuple, members: tuple[int, ...], operands: tuple, combine,
                  what: str):
         """Send ``operands`` to the other members, receive theirs, apply ``combine`` to all in group order and
-        return this device's entry (as :meth:`lowering.devices._Run.exchange`)."""
+        return this device's entry (as :meth:`lowering.runtime.devices.ThreadedRun.exchange`)."""
         me = state.device
         header = (what, key[1], key[2])  # op, process group, execution count: the same on every rank
         for m in members:
@@ -251,7 +252,7 @@ class MpiRun:
 
 
 class MpiDeviceExecutable:
-    """A :class:`~lowering.devices.MultiDeviceExecutable` whose devices run on the ranks of an MPI job.
+    """A :class:`~lowering.executor.multi_device.MultiDeviceExecutable` whose devices run on the ranks of an MPI job.
 
     Call it on every rank with one argument list per device (entries of devices other ranks run may be
     None: :attr:`local_devices` are the ones used here); it returns every device's results on every rank

@@ -1,6 +1,6 @@
 """Host-side runtime state of compiled programs: feeds, channels, custom-call targets.
 
-Every :class:`~lowering.executor.Executable` owns one :class:`Runtime`:
+Every :class:`~lowering.executor.executable.Executable` owns one :class:`Runtime`:
 
 * ``exe.infeed`` - a :class:`FeedQueue` the caller fills (``exe.infeed.put(x)``)
   and ``hlo.infeed`` reads, in order;

@@ -6,11 +6,11 @@ modules call it). What changes, when, and why:
 
 * **numba's on-disk cache, patched** (:func:`install`, on ``import lowering``):
   saves take an exclusive file lock beside numba's index and loads check the
-  signature of what they read (:mod:`lowering.numba_cache`): several processes
+  signature of what they read (:mod:`lowering.runtime.numba_cache`): several processes
   compiling the same kernels (pytest workers, ``xla-conformance --jobs``) raced
   on numba's index and loaded another signature's code.
 * **numba compilations on the main thread run on a thread of their own**
-  (:func:`install`, :func:`lowering.interrupt.guard_compiles`, patching
+  (:func:`install`, :func:`lowering.runtime.interrupt.guard_compiles`, patching
   ``numba``'s ``Dispatcher.compile``): Ctrl-C during a compilation otherwise
   raised inside numba/LLVM (swallowed in a ctypes callback, or leaving state
   half-updated).
@@ -27,26 +27,26 @@ modules call it). What changes, when, and why:
 * **fork hooks** (:func:`at_fork_in_child`, four of them): a child forked from a
   process whose numba threads ran must not start GNU OpenMP parallel regions
   (libgomp aborts it), so compiled loops' paired products run one after the
-  other there (:data:`lowering.loop_runtime.PAIRS_ENABLED`); and the child has
+  other there (:data:`lowering.runtime.loop_runtime.PAIRS_ENABLED`); and the child has
   none of the parent's threads, so the worker pools of
-  :mod:`lowering.workers` are forgotten (a pool made before the fork would
+  :mod:`lowering.runtime.workers` are forgotten (a pool made before the fork would
   take work and never run it); and the background compilation queue and the
-  compile process (:mod:`lowering.compile_queue`) are the parent's.
-* **a compile process** (:mod:`lowering.compile_process`, started by the first
+  compile process (:mod:`lowering.executor.compile_queue`) are the parent's.
+* **a compile process** (:mod:`lowering.executor.compile_process`, started by the first
   background compilation of ``loop_compilation="auto"``; ``XLA_DIALECT_COMPILE_PROCESS=0``
   turns it off): numba's compiler is Python and, on a thread of this process,
   shares the GIL with the interpreted calls it is meant to replace; the child
   compiles generated code into numba's cache, and exits when this process closes
   its pipe (an exit hook, :func:`at_exit`, closes it; a forked child forgets it).
 * **one environment default** (:func:`environment_default`):
-  ``GOMP_SPINCOUNT`` (:data:`lowering.workers.GOMP_SPINCOUNT`), written just
+  ``GOMP_SPINCOUNT`` (:data:`lowering.runtime.workers.GOMP_SPINCOUNT`), written just
   before numba first starts GNU OpenMP and only when the user set neither it
   nor ``OMP_WAIT_POLICY``: with libgomp's default a worker kept one CPU busy for
   4-4.7 ms after the last parallel region, taken from whatever runs next.
 * **the floating-point control register (MXCSR / FPCR)**, per call and per
   thread, never left changed: an ``Executable`` call under ``denormals="flush"``
   sets FTZ/DAZ for the call and restores the caller's bits when it returns
-  (:func:`lowering.denormals.mode_switch`); numba's worker threads are handed
+  (:func:`lowering.runtime.denormals.mode_switch`); numba's worker threads are handed
   the caller's MXCSR with each piece of work. Nothing is set at import.
 
 Elsewhere only what is not the library's: the commands (``interop/tools``) set
@@ -84,10 +84,10 @@ def install() -> None:
     from . import interrupt, numba_cache
 
     numba_cache.install()  # before any kernel module compiles or loads a cached function
-    CHANGES.append("numba's cache: saves locked, loads checked (lowering.numba_cache)")
+    CHANGES.append("numba's cache: saves locked, loads checked (lowering.runtime.numba_cache)")
     interrupt.guard_compiles()
     CHANGES.append("numba's Dispatcher.compile: main-thread compilations on a thread of their own")
-    interrupt.quiet_poll_warnings()  # (through quiet_warning)
+    quiet_warning(interrupt.POLL_WARNING)  # (the objmode polls of compiled loops take the GIL on purpose)
 
 
 def quiet_warning(message: str) -> None:

@@ -1,7 +1,7 @@
 """The background compilations of ``loop_compilation="auto"``: one queue, outermost code first, in a compile process.
 
 In "auto" mode the first calls of a program run interpreted while its compiled loops, segments and fused groups
-(:mod:`lowering.compiled_loops`, :mod:`lowering.compiled_segments`, :mod:`lowering.fusion`) compile in the
+(:mod:`lowering.executor.compiled_loops`, :mod:`lowering.executor.compiled_segments`, :mod:`lowering.executor.fusion`) compile in the
 background. Three things made a new program slow to reach its steady speed (odeint's pendulum, 394 ops, measured
 on the 2-core VM: calls at full speed only 48 s after the first, its last compilation done at 72 s):
 
@@ -15,12 +15,12 @@ on the 2-core VM: calls at full speed only 48 s after the first, its last compil
   has machine code by its turn is dropped.
 * **The GIL.** numba's type inference and lowering are Python: on a thread of this process they share the GIL with
   the interpreted calls, each at roughly half speed. Jobs therefore compile in a **compile process**
-  (``python -m lowering.compile_process``, started at the first background job and kept for the next ones): it
+  (``python -m lowering.executor.compile_process``, started at the first background job and kept for the next ones): it
   imports the same generated module file, compiles the function for the same signature, and numba's on-disk
   cache hands the machine code to this process, which then only loads it (a fraction of a second). Without a
   cache directory (``$XLA_DIALECT_CACHE`` unset and no home directory), where the process cannot start, or with
   ``XLA_DIALECT_COMPILE_PROCESS=0``, jobs compile on the queue's thread as before.
-* **Compile time itself**, which :mod:`lowering.compiled_loops` keeps down (cached helpers instead of numba's
+* **Compile time itself**, which :mod:`lowering.executor.compiled_loops` keeps down (cached helpers instead of numba's
   per-process overloads; no IR-level inlining).
 
 The queue's thread is a daemon; :func:`wait_for_background_compiles` waits until the queue is empty.
@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .process_state import at_fork_in_child
+from ..runtime.process_state import at_fork_in_child
 
 _LOCK = threading.Condition()
 _QUEUE: list[tuple[int, int, Callable[[], None], list]] = []

@@ -1,4 +1,4 @@
-"""numba functions the compiled loops of :mod:`lowering.compiled_loops` call (compiled on first use,
+"""numba functions the compiled loops of :mod:`lowering.executor.compiled_loops` call (compiled on first use,
 cached on disk by numba).
 
 The machinery generated code needs beside the ops' scalar definitions (which are
@@ -149,7 +149,7 @@ def _matrix_gemm(address, a, b, c, columns: bool):
 @intrinsic
 def cblas_gemm(typingctx, address, a, b, c):
     """``c = a @ b`` for C-ordered 2-d f32 or f64 arrays, through the ILP64 CBLAS gemm at ``address``
-    (:func:`lowering.blas.numpy_gemm_address`) with the arguments NumPy's matmul passes for such operands:
+    (:func:`lowering.runtime.blas.numpy_gemm_address`) with the arguments NumPy's matmul passes for such operands:
     row-major, no transposes, alpha 1, beta 0, leading dimensions the row lengths."""
     return _matrix_gemm(address, a, b, c, columns=False)
 
@@ -157,7 +157,7 @@ def cblas_gemm(typingctx, address, a, b, c):
 @intrinsic
 def cblas_gemv(typingctx, address, a, b, c):
     """``c = a @ b`` for a 1-d ``a`` (k) and a C-ordered 2-d ``b`` (k, n) of f32 or f64, through the ILP64 CBLAS
-    gemv at ``address`` (:func:`lowering.blas.numpy_gemv_address`) with the arguments NumPy's matmul passes for
+    gemv at ``address`` (:func:`lowering.runtime.blas.numpy_gemv_address`) with the arguments NumPy's matmul passes for
     a vector times a matrix: ``b`` read row-major and transposed, alpha 1, beta 0, unit strides."""
     if not (address == types.int64 and isinstance(a, types.Array) and isinstance(b, types.Array)
             and isinstance(c, types.Array) and (a.ndim, b.ndim, c.ndim) == (1, 2, 1)
@@ -251,7 +251,7 @@ GEMM_CALL_FIELDS = ("order", "trans_a", "trans_b", "m", "n", "k", "a", "lda", "b
 
 @intrinsic
 def gemm_call(typingctx, address, is_f64, row, a_base, b_base, c_base):
-    """One CBLAS gemm through the ILP64 function at ``address`` (:func:`lowering.blas.numpy_gemm_address`):
+    """One CBLAS gemm through the ILP64 function at ``address`` (:func:`lowering.runtime.blas.numpy_gemm_address`):
     f64 when ``is_f64`` is non-zero, else f32, with the arguments in the int64 array ``row``
     (:data:`GEMM_CALL_FIELDS`; its matrix fields are offsets in bytes from ``a_base``, ``b_base`` and
     ``c_base``), alpha 1 and beta 0. The caller keeps the matrices alive."""
@@ -294,7 +294,7 @@ def gemm_calls(address, is_f64, a, b, c, calls, starts):
     ``a``, ``b`` and ``c``) on numba's threads: piece ``p`` (rows ``starts[p]`` to ``starts[p + 1]``, one
     after the other) on one thread, the pieces at once, each inside the caller's MXCSR (its denormal
     mode), so every call has the bits of the same call made on the caller's thread
-    (:func:`lowering.blas.split_matmul`)."""
+    (:func:`lowering.runtime.blas.split_matmul`)."""
     a_base, b_base, c_base = a.ctypes.data, b.ctypes.data, c.ctypes.data
     csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
     for piece in numba.prange(starts.size - 1):
@@ -326,7 +326,7 @@ def cblas_gemm_columns(typingctx, address, a, b, c, start, stop):
 def gemm_pair_balanced(address, a0, b0, c0, a1, b1, c1, cut, csr):
     """``c0 = a0 @ b0`` and ``c1 = a1 @ b1`` at once on two of numba's threads, the larger second product's
     columns from ``cut`` on one thread, the first product and its columns up to ``cut`` on the other (where
-    those column pieces give the whole product's bits: :func:`lowering.compiled_loops.balanced_cut`); each
+    those column pieces give the whole product's bits: :func:`lowering.executor.compiled_loops.balanced_cut`); each
     inside the caller's MXCSR ``csr``."""
     for task in numba.prange(2):
         saved = mxcsr()
@@ -381,8 +381,8 @@ def _poll_python() -> None:
 @numba.njit(cache=True, nogil=True)
 def poll_interrupts():
     """Called by compiled loops every 65,536 iterations: Python checks for Ctrl-C and the call's deadline
-    (:func:`lowering.interrupt.poll`, in numba's ``objmode``, which takes the GIL for that moment; an exception
-    raised there leaves the compiled code, :func:`lowering.compiled_loops.call_compiled`). One cached function:
+    (:func:`lowering.runtime.interrupt.poll`, in numba's ``objmode``, which takes the GIL for that moment; an exception
+    raised there leaves the compiled code, :func:`lowering.executor.compiled_loops.call_compiled`). One cached function:
     an ``objmode`` block in generated code cost ~2 s of compile time per program (numba cuts the function
     around it)."""
     with numba.objmode():

@@ -1,8 +1,8 @@
-"""The compile process: numba compilations of generated code, off this process's GIL (:mod:`lowering.compile_queue`).
+"""The compile process: numba compilations of generated code, off this process's GIL (:mod:`lowering.executor.compile_queue`).
 
-A child ``python -m lowering.compile_process`` reads requests from its stdin -- a generated module file, the name
+A child ``python -m lowering.executor.compile_process`` reads requests from its stdin -- a generated module file, the name
 it is imported under, a function and a signature (numba types, pickled) -- imports that file as this process
-does (:func:`lowering.process_state.import_module_file`), compiles the function for the signature, which numba
+does (:func:`lowering.runtime.process_state.import_module_file`), compiles the function for the signature, which numba
 saves in its on-disk cache beside the file, and answers on its stdout. This process then loads the machine code
 from the cache. The child is started at the first request and serves every later one; it exits when this
 process closes its stdin (at exit, or when this process dies). Any failure (the child cannot start, dies, numba
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 
-from .process_state import at_exit, at_fork_in_child
+from ..runtime.process_state import at_exit, at_fork_in_child
 
 CHILD_TIMEOUT = 900.0
 """Seconds to wait for the compile process's answer; then it is killed and this process compiles (a compilation
@@ -53,7 +53,7 @@ def _child() -> subprocess.Popen | None:
         return None
     if _CHILD and _CHILD[0].poll() is None:
         return _CHILD[0]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (the repository)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     from numba.core import config
@@ -64,7 +64,7 @@ def _child() -> subprocess.Popen | None:
     else:
         env.pop("NUMBA_CACHE_DIR", None)
     try:
-        child = subprocess.Popen([sys.executable, "-m", "lowering.compile_process"], stdin=subprocess.PIPE,
+        child = subprocess.Popen([sys.executable, "-m", "lowering.executor.compile_process"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=root)
     except OSError:
         _BROKEN[0] = True
@@ -124,7 +124,7 @@ at_fork_in_child(forget_after_fork)
 
 def serve(requests=None, answers=None) -> None:
     """The child's loop: compile each request into numba's cache and answer (True, "") or (False, reason)."""
-    from .process_state import import_module_file
+    from ..runtime.process_state import import_module_file
 
     requests = requests or sys.stdin.buffer
     answers = answers or sys.stdout.buffer
@@ -146,7 +146,7 @@ if __name__ == "__main__":
     # (answers go to the original stdout; anything printed while compiling goes to stderr, not into the pipe)
     _answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    from lowering.process_state import install
+    from lowering.runtime.process_state import install
 
     install()  # (as `import lowering` does: numba's cache guarded for concurrent processes)
     serve(answers=_answers)

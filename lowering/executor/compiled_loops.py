@@ -34,7 +34,7 @@ When to compile: numba takes 0.2 s to tens of seconds per loop (a cold cache,
 a large body: an adaptive ODE solve's nested loops take about 25 s on a 2-core
 VM, a warm cache about 2 s), which only pays for loops that run long.
 ``lowering.compile(..., loop_compilation=...)``: ``"auto"`` (the default)
-starts compiling a loop in the background (:mod:`lowering.compile_queue`: outermost code first, in a compile
+starts compiling a loop in the background (:mod:`lowering.executor.compile_queue`: outermost code first, in a compile
 process) once it has run
 :data:`AUTO_THRESHOLD` iterations or :data:`AUTO_SECONDS` seconds in total
 (over all calls of the executable) and keeps interpreting it until the compiled code is ready, then switches, in
@@ -47,12 +47,13 @@ does not show; :func:`wait_for_background_compiles` waits for them);
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
-from xla_dialect.errors import UnsupportedError, XlaError
+from xla_dialect.errors import XlaError
 from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.constants import ConstantOp, IotaOp
@@ -69,13 +70,15 @@ from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.ops.sorting import SortOp
 from xla_dialect.ops.windowed import ReduceWindowOp
 
-from .compile_queue import compile_function, compile_in_background, wait_for_background_compiles  # noqa: F401
-from .generated_modules import cache_directory, import_generated, runtime_digest
-from .interrupt import CHUNK, POLL_MASK, check
-from .kernels.scalar import EXPORTS as SCALAR_EXPORTS
-from .kernels.scalar import scalar_of
-from .kernels.tree_sum import reduced_dims, scratch_length
-from .workers import numba_threads_available
+from .fusion_plan import Ineligible, element_loop, fusible_op, input_reads, plan
+from .compile_queue import (compile_function, compile_in_background, enter, leave,  # noqa: F401 (re-exported)
+                            wait_for_background_compiles)
+from ..runtime.generated_modules import cache_directory, import_generated, runtime_digest
+from ..runtime.interrupt import CHUNK, POLL_MASK, check
+from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
+from ..kernels.scalar import scalar_of
+from ..kernels.tree_sum import reduced_dims, scratch_length
+from ..runtime.workers import numba_threads_available
 
 AUTO_THRESHOLD = 2000
 """Iterations (over all calls) after which ``loop_compilation="auto"`` compiles a loop."""
@@ -84,14 +87,9 @@ AUTO_SECONDS = 0.25
 """Seconds spent running a loop interpreted (over all calls) after which ``loop_compilation="auto"`` compiles
 it, however few its iterations (a sampler's loop of a few heavy iterations per call)."""
 
-LOOP_COMPILATION_MODES = ("auto", "always", "never")
-
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float64)}
 _INTS = {np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
 _SUPPORTED_DTYPES = _FLOATS | _INTS | {np.dtype(np.bool_)}
-
-class _Ineligible(Exception):
-    """The loop uses something this module does not compile (the message says what)."""
 
 
 def compiles(*op_classes: type[Operation]) -> Callable:
@@ -126,18 +124,6 @@ def compiled_forms(writer: type) -> dict[type[Operation], Callable]:
                                 f"{op_class.__name__} without @compiles")
         forms.update(own)
     return forms
-
-
-def resolve_loop_compilation(mode: str | None) -> str:
-    """Validate ``lowering.compile``'s ``loop_compilation`` option (None: ``$XLA_DIALECT_LOOP_COMPILATION``,
-    else "auto")."""
-    import os
-
-    mode = os.environ.get("XLA_DIALECT_LOOP_COMPILATION", "auto") if mode is None else mode
-    if mode not in LOOP_COMPILATION_MODES:
-        raise UnsupportedError(f"lowering.compile: loop_compilation must be one of {', '.join(LOOP_COMPILATION_MODES)}, "
-                               f"got {mode!r}")
-    return mode
 
 
 # ----------------------------------------------------------------------------
@@ -187,8 +173,6 @@ def _iteration_local(value: SSAValue) -> bool:
     dynamic_update_slice -- directly or through views that are themselves such (nothing carries, returns, calls,
     writes in place or passes it to a nested loop). Its buffer can then be allocated once per call of the
     compiled loop and reused by every iteration (:meth:`_LoopWriter.array_buffer`)."""
-    from .fusion import fusible_op
-
     for use in value.uses:
         op = use.operation
         if isinstance(op, _VIEW_OPS) and use.index == 0 and not isinstance(op, BroadcastInDimOp):
@@ -204,7 +188,7 @@ def _iteration_local(value: SSAValue) -> bool:
 
 def _flat(array: str, shape) -> str:
     """Generated code for the flat C-ordered view of ``array`` of static ``shape`` (see
-    :func:`lowering.loop_runtime.c_view`: no runtime reshape)."""
+    :func:`lowering.runtime.loop_runtime.c_view`: no runtime reshape)."""
     return f"c_view({array}, ({int(np.prod(shape))},))"
 
 
@@ -254,13 +238,13 @@ class _LoopWriter:
 
         t = value.type
         if not isinstance(t, TensorType):
-            raise _Ineligible(f"a {t} value")
+            raise Ineligible(f"a {t} value")
         dtype = np.dtype(self.dtype_of(t))
         if dtype not in _SUPPORTED_DTYPES:
-            raise _Ineligible(f"element type {dtype}")
+            raise Ineligible(f"element type {dtype}")
         shape = tuple(int(d) for d in t.get_shape())
         if any(d < 0 for d in shape):
-            raise _Ineligible("a dynamic shape")
+            raise Ineligible("a dynamic shape")
         return dtype, shape
 
     def has_name(self, value: SSAValue) -> bool:
@@ -269,7 +253,7 @@ class _LoopWriter:
 
     def name(self, value: SSAValue) -> str:
         if value not in self.names:
-            raise _Ineligible("a value captured from outside the loop")
+            raise Ineligible("a value captured from outside the loop")
         return self.names[value]
 
     def emit(self, indent: str, line: str) -> None:
@@ -290,10 +274,8 @@ class _LoopWriter:
     def block(self, block: Block, indent: str) -> list[str]:
         """Emit ``block``'s ops; return the names of its ``hlo.return`` / ``func.return`` operands.
 
-        Runs of element-wise ops on arrays (lowering.fusion's groups) become one element loop that
+        Runs of element-wise ops on arrays (lowering.executor.fusion's groups) become one element loop that
         allocates only the values used after it, as in a fused kernel."""
-        from .fusion import plan
-
         groups = {g.members[-1]: g for g in plan(block)}
         in_group = {op for g in groups.values() for op in g.members}
         if self.parallel_gemm:
@@ -305,14 +287,12 @@ class _LoopWriter:
                 self.fused_group(groups[op], indent)
             elif op not in in_group:
                 self.op(op, indent)
-        raise _Ineligible("a block without a return")
+        raise Ineligible("a block without a return")
 
     def fused_group(self, group, indent: str) -> None:
         """One element loop computing ``group``'s ops in scalars (see :meth:`block`), read as a fused kernel
-        reads its inputs (:func:`lowering.fusion.element_loop`: broadcast operands per row or per column)."""
-        from .fusion import _FusionWriter, element_loop, input_reads
-
-        scalar = _FusionWriter(self.functions, self.dtype_of, self.flush)
+        reads its inputs (:func:`lowering.executor.fusion_plan.element_loop`: broadcast operands per row or per column)."""
+        scalar = ElementLoopWriter(self.functions, self.dtype_of, self.flush)
         scalar.constants, scalar.counter = self.constants, self.counter
         reads, inner = input_reads(group, self.info)
         i = self.fresh("i")
@@ -344,7 +324,7 @@ class _LoopWriter:
 
     def op(self, op: Operation, indent: str) -> None:
         if op.regions and not isinstance(op, (ReduceOp, WhileOp, ScatterOp, ConditionalOp, SortOp, ReduceWindowOp)):
-            raise _Ineligible(f"{op.name} (an op with regions)")
+            raise Ineligible(f"{op.name} (an op with regions)")
         if isinstance(op, CallOp):
             return self.call(op, indent)
         if isinstance(op, WhileOp):
@@ -364,7 +344,7 @@ class _LoopWriter:
         if isinstance(op, CustomCallOp):
             return self.custom_call(op, indent)
         if len(op.results) != 1:
-            raise _Ineligible(f"{op.name} with {len(op.results)} results")
+            raise Ineligible(f"{op.name} with {len(op.results)} results")
         result = op.results[0]
         dtype, shape = self.info(result)
         for v in op.operands:
@@ -377,13 +357,13 @@ class _LoopWriter:
             return self.scalar_op(op, definition, out, dtype, shape, indent)
         form = self.COMPILED_FORMS.get(type(op))
         if form is None:
-            raise _Ineligible(op.name)
+            raise Ineligible(op.name)
         form(self, op, out, dtype, shape, indent)
 
     def nested_while(self, op: Operation, indent: str) -> None:
         """A while loop inside the compiled loop (or segment), as a loop of its own in the same function. Every
-        :data:`lowering.interrupt.POLL_MASK` + 1 iterations it calls :func:`lowering.interrupt.poll` (through
-        :func:`lowering.loop_runtime.poll_interrupts`, numba's objmode in one cached function): Ctrl-C and the
+        :data:`lowering.runtime.interrupt.POLL_MASK` + 1 iterations it calls :func:`lowering.runtime.interrupt.poll` (through
+        :func:`lowering.runtime.loop_runtime.poll_interrupts`, numba's objmode in one cached function): Ctrl-C and the
         call's deadline stop a long inner loop too."""
         for v in [*op.operands, *op.results]:
             self.info(v)
@@ -425,7 +405,7 @@ class _LoopWriter:
         selector, branch_operands = op.operands[0], list(op.operands[1:])
         dtype, shape = self.info(selector)
         if shape:
-            raise _Ineligible("a conditional with an array selector")
+            raise Ineligible("a conditional with an array selector")
         branches = [region.block for region in op.regions]
         outs = [self.fresh("r") for _ in op.results]
         sel = self.name(selector)
@@ -442,7 +422,7 @@ class _LoopWriter:
             for arg in block.args:
                 if isinstance(arg.type, TupleType):
                     if list(arg.uses):
-                        raise _Ineligible("a conditional branch that reads a tuple")
+                        raise Ineligible("a conditional branch that reads a tuple")
                     continue
                 self.names[arg] = self.name(branch_operands[k])
             results = self.block(block, inner)
@@ -458,7 +438,7 @@ class _LoopWriter:
         name = op.callee.string_value()
         fn = self.functions.get(name)
         if fn is None or self.call_depth > 16:
-            raise _Ineligible(f"call to @{name}")
+            raise Ineligible(f"call to @{name}")
         block = fn.body.block
         for arg, value in zip(block.args, op.operands):
             self.names[arg] = self.name(value)
@@ -477,7 +457,7 @@ class _LoopWriter:
             return
         for v in operands:
             if self.info(v)[1] != shape:
-                raise _Ineligible("an implicit broadcast")
+                raise Ineligible("an implicit broadcast")
         flats = [self.fresh("f") for _ in names]
         result_flat = self.fresh("f")
         i = self.fresh("i")
@@ -570,7 +550,7 @@ class _LoopWriter:
         """The same bits as another element type of the same width."""
         source = self.info(op.operands[0])[0]
         if source.itemsize != dtype.itemsize or np.bool_ in (source, dtype):
-            raise _Ineligible("a bitcast_convert between widths")
+            raise Ineligible("a bitcast_convert between widths")
         src = self.name(op.operands[0])
         t = _NUMBA_TYPE_NAMES[dtype]
         if shape:
@@ -593,7 +573,7 @@ class _LoopWriter:
         """``hlo.reverse``: a copy of the operand read with negative strides along the reversed dimensions."""
         dims = set(ints(op.dimensions))
         if not shape:
-            raise _Ineligible("a reverse of a scalar")
+            raise Ineligible("a reverse of a scalar")
         index = ", ".join("::-1" if d in dims else ":" for d in range(len(shape)))
         self.emit(indent, f"{out} = contiguous({self.name(op.operands[0])}[{index}])")
 
@@ -601,7 +581,7 @@ class _LoopWriter:
     def op_iota(self, op, out, dtype, shape, indent):
         """Each element's index along ``iota_dimension``, converted to the element type."""
         if dtype == np.bool_ or not shape:
-            raise _Ineligible("an iota of pred or a scalar")
+            raise Ineligible("an iota of pred or a scalar")
         dim = int(op.iota_dimension.value.data)
         expanded = [1] * len(shape)
         expanded[dim] = shape[dim]
@@ -627,10 +607,10 @@ class _LoopWriter:
         window by window and element by element in XLA's application order -- the order the interpreted
         kernel's result has (:func:`lowering.kernels.indexing.scatter_plan`, the one definition of where each
         update goes). A window whose start index is outside ``[0, dim - size]`` is skipped, as XLA does."""
-        from .kernels.indexing import scatter_plan
+        from ..kernels.indexing import scatter_plan
 
         if len(op.operands) != 3 or not shape:
-            raise _Ineligible("a scatter of several operands or into a scalar")
+            raise Ineligible("a scatter of several operands or into a scalar")
         operand, indices, update = op.operands
         (_, ishape), (_, ushape) = self.info(indices), self.info(update)
         block = op.regions[0].block
@@ -642,9 +622,9 @@ class _LoopWriter:
               and list(body[0].operands) == list(block.args)):
             combine = scalar_of(body[0], [dtype, dtype], dtype, self.flush)
             if combine is None or combine.arguments:
-                raise _Ineligible("a scatter whose update computation has no scalar definition")
+                raise Ineligible("a scatter whose update computation has no scalar definition")
         else:
-            raise _Ineligible("a scatter with a general update computation")
+            raise Ineligible("a scatter with a general update computation")
         plan = scatter_plan(op)
         if op in self.in_place:
             self.emit(indent, f"{out} = {self.name(operand)}")
@@ -694,12 +674,12 @@ class _LoopWriter:
         """A gather as the kernel defines it (:func:`lowering.kernels.indexing.gather_plan`): each output
         element reads the operand at its static offset plus its index vector's clamped starts times the
         operand's strides. The static offsets and each element's index vector are constants of the loop."""
-        from .kernels.indexing import gather_plan
+        from ..kernels.indexing import gather_plan
 
         plan = gather_plan(op)
         size = int(np.prod(shape, dtype=np.int64))
         if size > GATHER_MAX_ELEMENTS:
-            raise _Ineligible("a large gather")
+            raise Ineligible("a large gather")
         (_, operand_shape), (index_dtype, index_shape) = self.info(op.operands[0]), self.info(op.operands[1])
         if plan.zero or size == 0:
             self.emit(indent, f"{out} = np.zeros({shape!r}, {_NUMBA_TYPE_NAMES[dtype]})")
@@ -747,12 +727,12 @@ class _LoopWriter:
     def op_pad(self, op, out, dtype, shape, indent):
         """Edge and interior padding as the kernel pads (:func:`lowering.kernels.data_movement.pad_indices`: the
         result filled with the padding value, then the surviving operand elements assigned by strided slices)."""
-        from .kernels.data_movement import pad_indices
+        from ..kernels.data_movement import pad_indices
 
         operand, value = op.operands
         in_shape = self.info(operand)[1]
         if not shape or not in_shape:
-            raise _Ineligible("a pad of a scalar")
+            raise Ineligible("a pad of a scalar")
         lows, highs, interiors = (list(ints(op.properties[k])) for k in
                                   ("edge_padding_low", "edge_padding_high", "interior_padding"))
         indices = pad_indices(in_shape, lows, highs, interiors, shape)
@@ -793,7 +773,7 @@ class _LoopWriter:
         """Arrays joined along ``dimension``."""
         parts = [self.name(v) for v in op.operands]
         if any(not self.info(v)[1] for v in op.operands):
-            raise _Ineligible("a concatenate of scalars")
+            raise Ineligible("a concatenate of scalars")
         axis = int(op.dimension.value.data)
         self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
         offset = 0
@@ -807,7 +787,7 @@ class _LoopWriter:
         names = []
         for s, dim, size in zip(starts, operand_shape, sizes):
             if self.info(s)[1]:
-                raise _Ineligible("a non-scalar start index")
+                raise Ineligible("a non-scalar start index")
             n = self.fresh("s")
             self.emit(indent, f"{n} = min(max(np.int64({self.name(s)}), 0), {dim - size})")
             names.append(n)
@@ -849,9 +829,9 @@ class _LoopWriter:
 
     def product_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot of f32/f64 operands of the result's type, without batch dimensions or
-        transposes, that OpenBLAS computes on one thread and the executor does not split (:mod:`lowering.blas`),
+        transposes, that OpenBLAS computes on one thread and the executor does not split (:mod:`lowering.runtime.blas`),
         else None."""
-        from .blas import SERIAL_MNK, SPLIT_MNK
+        from ..runtime.blas import SERIAL_MNK, SPLIT_MNK
 
         lhs, rhs = op.operands
         (ldt, lshape), (rdt, rshape) = self.info(lhs), self.info(rhs)
@@ -875,7 +855,7 @@ class _LoopWriter:
         """How a dot is paired with another on two CPUs (:func:`gemm_pairs`): "gemm" (one CBLAS gemm call,
         :meth:`gemm_shape`), "small" (a :func:`~lowering.kernels.small_dot.small_dot` product of at least
         ``PAIRED_MNK`` multiply-adds, :meth:`small_product`), or None."""
-        from .kernels.small_dot import PAIRED_MNK, dot_vector_bytes, small_dot_order
+        from ..kernels.small_dot import PAIRED_MNK, dot_vector_bytes, small_dot_order
 
         if self.gemm_shape(op) is not None:
             return "gemm"
@@ -886,9 +866,9 @@ class _LoopWriter:
 
     def gemm_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
-        from .blas import numpy_gemm_address
+        from ..runtime.blas import numpy_gemm_address
 
-        from .kernels.small_dot import small_dot_order
+        from ..kernels.small_dot import small_dot_order
 
         plan = self.product_shape(op)
         dtype = self.info(op.results[0])[0]
@@ -917,7 +897,7 @@ class _LoopWriter:
     def small_product(self, op, out, dtype, shape, indent) -> bool:
         """A small f32/f64 product as the dot kernel computes it: the same :func:`lowering.kernels.small_dot.small_dot`
         call, summed in XLA CPU's order; False when ``op`` is not one."""
-        from .kernels.small_dot import dot_vector_bytes, small_dot_order
+        from ..kernels.small_dot import dot_vector_bytes, small_dot_order
 
         plan = self.product_shape(op)
         order = None if plan is None else small_dot_order(1, *plan, dtype, dot_vector_bytes(op))
@@ -927,7 +907,7 @@ class _LoopWriter:
         if op in self.gemm_pairs:  # the first of a pair: computed with the second (:meth:`op_dot_general`)
             self.pending_gemm[self.gemm_pairs[op]] = (a, b, c, order)
         elif op in self.pending_gemm:
-            from .loop_runtime import PAIRS_ENABLED
+            from ..runtime.loop_runtime import PAIRS_ENABLED
 
             a0, b0, c0, order0 = self.pending_gemm.pop(op)
             enabled = self.fresh("k")
@@ -957,8 +937,8 @@ class _LoopWriter:
         ``x.T @ r`` contracts leading dimensions): the operands laid out as the kernel lays them out
         (:func:`lowering.kernels.linalg.dot_geometry`), then the same :func:`small_dot` call; False when ``op``
         is not one (other products: BLAS, see :meth:`op_dot_general`)."""
-        from .kernels.linalg import dot_geometry
-        from .kernels.small_dot import dot_vector_bytes, small_dot_order
+        from ..kernels.linalg import dot_geometry
+        from ..kernels.small_dot import dot_vector_bytes, small_dot_order
 
         lhs, rhs = op.operands
         if not (self.info(lhs)[0] == self.info(rhs)[0] == dtype) or dtype not in (np.dtype(np.float32),
@@ -977,9 +957,9 @@ class _LoopWriter:
 
     def vector_matrix(self, op, out, dtype, shape, indent) -> bool:
         """A vector times a matrix (``m`` = 1, ``n`` >= 2) as NumPy's matmul computes it, with one CBLAS gemv
-        call (:func:`lowering.loop_runtime.cblas_gemv`, the same call: the same bits); False when ``op`` is not
+        call (:func:`lowering.runtime.loop_runtime.cblas_gemv`, the same call: the same bits); False when ``op`` is not
         one."""
-        from .blas import numpy_gemv_address
+        from ..runtime.blas import numpy_gemv_address
 
         plan = self.product_shape(op)
         if plan is None or plan[0] != 1 or plan[2] < 2 or numpy_gemv_address(dtype) is None:
@@ -998,23 +978,23 @@ class _LoopWriter:
     @compiles(DotGeneralOp, DotOp)
     def op_dot_general(self, op, out, dtype, shape, indent):
         """A float matrix product as the executor's dot kernel computes it: the same CBLAS gemm call NumPy's
-        matmul makes (:func:`lowering.loop_runtime.cblas_gemm`), so the same bits. Only where that kernel
+        matmul makes (:func:`lowering.runtime.loop_runtime.cblas_gemm`), so the same bits. Only where that kernel
         is one plain single-threaded call: f32/f64 operands of the result's type, no batch dimensions or
         transposes, at least 2 rows and columns (NumPy uses gemv for vectors), and a product OpenBLAS runs on
         one thread (the executor holds a one-thread limit, or the product is small) that is not split over
-        the CPUs (:mod:`lowering.blas`).
+        the CPUs (:mod:`lowering.runtime.blas`).
 
         Two such products of one type, the second not using the first (an RNN step's ``x @ wx`` and
         ``h @ wh``: :func:`gemm_pairs`), are computed at once on two CPUs
-        (:func:`lowering.loop_runtime.gemm_pair`): the first is prepared where it stands, both are computed
+        (:func:`lowering.runtime.loop_runtime.gemm_pair`): the first is prepared where it stands, both are computed
         where the second stands."""
-        from .blas import numpy_gemm_address
+        from ..runtime.blas import numpy_gemm_address
 
         if self.small_product(op, out, dtype, shape, indent) or self.vector_matrix(op, out, dtype, shape, indent):
             return
         plan = self.gemm_shape(op)
         if plan is None:
-            raise _Ineligible("a dot the executor does not compute with one single-threaded gemm or gemv")
+            raise Ineligible("a dot the executor does not compute with one single-threaded gemm or gemv")
         a, b, c = self.product_operands(op, plan, dtype, indent)
         if op in self.gemm_pairs:  # the first of a pair: computed with the second
             self.pending_gemm[self.gemm_pairs[op]] = (a, b, c, plan)
@@ -1022,7 +1002,7 @@ class _LoopWriter:
             const = self.fresh("k")
             self.constants[const] = np.int64(numpy_gemm_address(dtype))
             if op in self.pending_gemm:
-                from .loop_runtime import PAIRS_ENABLED
+                from ..runtime.loop_runtime import PAIRS_ENABLED
 
                 a0, b0, c0, plan0 = self.pending_gemm.pop(op)
                 enabled = self.fresh("k")
@@ -1050,8 +1030,8 @@ class _LoopWriter:
         (argmax's pair of values and indices, ...) by :meth:`tree_reduce`. Sums XLA CPU runs in YNNPACK
         (:func:`lowering.kernels.reduction.ynnpack_plan`) call the kernel's own definition
         (:func:`lowering.kernels.ynnpack_sum.sum_rows`, ``sum_columns`` and their ``_looped`` forms)."""
-        from .kernels.reduction import binary_body_ufunc, ynnpack_plan
-        from .kernels.ynnpack_sum import LOOPED_COLUMNS, LOOPED_ROWS, ROWS
+        from ..kernels.reduction import binary_body_ufunc, ynnpack_plan
+        from ..kernels.ynnpack_sum import LOOPED_COLUMNS, LOOPED_ROWS, ROWS
 
         found = ynnpack_plan(op)
         if found is not None:
@@ -1099,7 +1079,7 @@ class _LoopWriter:
             body = next(iter(op.body.block.ops))
             definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
             if definition is None:
-                raise _Ineligible(f"a reduce with a {body_op.name} body on {dtype}")
+                raise Ineligible(f"a reduce with a {body_op.name} body on {dtype}")
             self.emit(indent, f"{out} = {_NUMBA_TYPE_NAMES[dtype]}({definition.name}({init}, {x}))")
             return
         if n == 0:
@@ -1116,7 +1096,7 @@ class _LoopWriter:
         body = next(iter(op.body.block.ops))
         definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
         if definition is None:
-            raise _Ineligible(f"a reduce with a {body_op.name} body on {dtype}")
+            raise Ineligible(f"a reduce with a {body_op.name} body on {dtype}")
 
         def combine(a, b):
             return f"{t}({definition.name}({a}, {b}))"
@@ -1161,7 +1141,7 @@ class _LoopWriter:
         definition, :func:`lowering.kernels.tree_sum.contracted_sums`, on the operands' rows (reduced dimensions
         last)."""
         if dtype not in _FLOATS:
-            raise _Ineligible(f"a contracted sum of {dtype}")
+            raise Ineligible(f"a contracted sum of {dtype}")
         axes = sorted(ints(op.dimensions))
         rows_a, outputs, _ = self.reduced_rows(op.a, axes, indent)
         rows_b, _, _ = self.reduced_rows(op.b, axes, indent)
@@ -1204,7 +1184,7 @@ class _LoopWriter:
         sums in XLA CPU's order (:func:`lowering.kernels.tree_sum.tree_sums`); products a chain in row-major
         order (NumPy's reduce); float maxima and minima XLA's fold from the initial value; integers and booleans
         a fold."""
-        from .kernels.reduction import _accumulator, binary_body_ufunc
+        from ..kernels.reduction import _accumulator, binary_body_ufunc
 
         ufunc = binary_body_ufunc(op.body)
         body = next(iter(op.body.block.ops))
@@ -1213,12 +1193,12 @@ class _LoopWriter:
         last = len(source_shape) - 1
         is_float = dtype in _FLOATS
         if _accumulator(ufunc, dtype) != dtype or (is_float and dtype.itemsize < 4):
-            raise _Ineligible(f"a reduce of {dtype} accumulated in another type")
+            raise Ineligible(f"a reduce of {dtype} accumulated in another type")
         if is_float and isinstance(body, MulOp) and last in axes and axes != [last]:
-            raise _Ineligible("a float product over the last and other axes")
+            raise Ineligible("a float product over the last and other axes")
         definition = scalar_of(body, [dtype, dtype], dtype, self.flush)
         if definition is None:
-            raise _Ineligible(f"a reduce with a {body.name} body on {dtype}")
+            raise Ineligible(f"a reduce with a {body.name} body on {dtype}")
         t = _NUMBA_TYPE_NAMES[dtype]
 
         def combine(a, b):
@@ -1255,11 +1235,11 @@ class _LoopWriter:
         own ops as scalar code. Both the kernel's strategies are stable, and a stable sort by a strict weak
         order has one result, so the bits are the kernel's. Comparators that are not such an order on floats
         (an ordering compare of type FLOAT, under which NaN is unordered) stay interpreted."""
-        from .kernels.sorting import recognise_comparator
+        from ..kernels.sorting import recognise_comparator
 
         block = op.comparator.block
         if recognise_comparator(op) is None:
-            raise _Ineligible("a sort with a comparator not recognised")
+            raise Ineligible("a sort with a comparator not recognised")
         for inner in block.ops:
             if isinstance(inner, CompareOp) and self.info(inner.operands[0])[0] in _FLOATS:
                 kind = inner.compare_type.data if inner.compare_type is not None else "FLOAT"
@@ -1268,13 +1248,13 @@ class _LoopWriter:
                     inner.operands[0] is inner.operands[1]
                     or any(isinstance(v.owner, ConstantOp) for v in inner.operands))
                 if kind != "TOTALORDER" and not canonicalising:
-                    raise _Ineligible("a sort whose comparator leaves NaN unordered")
+                    raise Ineligible("a sort whose comparator leaves NaN unordered")
         infos = [self.info(v) for v in op.operands]
         shape = infos[0][1]
         for r in op.results:
             self.info(r)
         if not shape:
-            raise _Ineligible("a sort of scalars")
+            raise Ineligible("a sort of scalars")
         axis = int(op.dimension.value.data) % len(shape)
         n = shape[axis]
         rows = int(np.prod(shape, dtype=np.int64)) // max(n, 1)
@@ -1345,19 +1325,19 @@ class _LoopWriter:
 
     def custom_call(self, op, indent: str) -> None:
         """A LAPACK custom call jaxlib emits (``jnp.linalg.solve``'s LU factorization and triangular solves:
-        :data:`lowering.lapack_compiled.COMPILED_ROUTINES`), as a call of the routine the interpreter's target
-        calls, through its address (:mod:`lowering.lapack_compiled`): the same bits. Leading dimensions are a
+        :data:`lowering.runtime.lapack_compiled.COMPILED_ROUTINES`), as a call of the routine the interpreter's target
+        calls, through its address (:mod:`lowering.runtime.lapack_compiled`): the same bits. Leading dimensions are a
         batch, one call per matrix. Other targets stay interpreted."""
-        from .kernels.effects import custom_call_attributes
-        from .lapack import trsm_letters
-        from .lapack_compiled import compiled_target
+        from ..kernels.effects import custom_call_attributes
+        from ..runtime.lapack import trsm_letters
+        from ..runtime.lapack_compiled import compiled_target
 
         target = op.call_target_name.data
         infos = [self.info(v) for v in op.operands]
         results = [self.info(r) for r in op.results]
         found = compiled_target(target, infos[0][0]) if infos and len(infos[0][1]) >= 2 else None
         if found is None:
-            raise _Ineligible(f"hlo.custom_call @{target}")
+            raise Ineligible(f"hlo.custom_call @{target}")
         routine, function, address = found
         dtype, shape = infos[0]
         batch, int32 = int(np.prod(shape[:-2], dtype=np.int64)), np.dtype(np.int32)
@@ -1372,7 +1352,7 @@ class _LoopWriter:
         if routine == "getrf":
             m, n = shape[-2:]
             if [r for r in results] != [(dtype, shape), (int32, shape[:-2] + (min(m, n),)), (int32, shape[:-2])]:
-                raise _Ineligible(f"hlo.custom_call @{target} with results of other types")
+                raise Ineligible(f"hlo.custom_call @{target} with results of other types")
             a = self.laid_out(op.operands[0], None, (batch, m, n), indent)
             self.emit(indent, f"{function}({address_name}, {a}, c_view({outs[0]}, {(batch, m, n)!r}), "
                               f"c_view({outs[1]}, {(batch, min(m, n))!r}), c_view({outs[2]}, ({batch},)))")
@@ -1380,13 +1360,13 @@ class _LoopWriter:
             try:
                 letters = trsm_letters(custom_call_attributes(op), target)
             except XlaError:  # (a missing or bad letter: the interpreted target reports it where the call runs)
-                raise _Ineligible(f"hlo.custom_call @{target} with unreadable attributes") from None
+                raise Ineligible(f"hlo.custom_call @{target} with unreadable attributes") from None
             (_, x_shape), (y_dtype, y_shape) = infos[:2]
             m, n = y_shape[-2:]
             k = m if letters["side"] == "L" else n
             if (len(infos) > 3 or y_dtype != dtype or x_shape != y_shape[:-2] + (k, k) or results != [infos[1]]
                     or (len(infos) == 3 and infos[2] != (dtype, ()))):
-                raise _Ineligible(f"hlo.custom_call @{target} with operands of other shapes or types")
+                raise Ineligible(f"hlo.custom_call @{target} with operands of other shapes or types")
             flags = self.fresh("k")
             self.constants[flags] = np.frombuffer("".join(letters[key] for key in ("side", "uplo", "trans_x", "diag"))
                                                   .encode(), np.uint8).copy()
@@ -1418,7 +1398,7 @@ class _LoopWriter:
         elements in row-major order, padding and base-dilation holes skipped (the kernel pads with the body's
         identity, which leaves the fold unchanged). Float max/min stay interpreted (the kernel fixes their
         zeros' signs after a NumPy fold: not the scalar definitions' NaN rules)."""
-        from .kernels.reduction import binary_body_ufunc
+        from ..kernels.reduction import binary_body_ufunc
 
         n = len(op.results)
         inputs, inits = list(op.operands[:n]), list(op.operands[n:])
@@ -1428,14 +1408,14 @@ class _LoopWriter:
         block = op.body.block
         ufunc = binary_body_ufunc(op.body) if n == 1 else None
         if ufunc is not None and infos[0][0] in _FLOATS and ufunc in (np.maximum, np.minimum):
-            raise _Ineligible("a float max/min reduce_window")
+            raise Ineligible("a float max/min reduce_window")
         window = op.window()
         base = self.info(inputs[0])[1]
         out_shape = infos[0][1]
         if not base or not out_shape:
-            raise _Ineligible("a reduce_window of scalars")
+            raise Ineligible("a reduce_window of scalars")
         if any(window.reversal or ()):
-            raise _Ineligible("a reversed window")
+            raise Ineligible("a reversed window")
         outs = [self.fresh() for _ in op.results]
         flats = []
         for r, out, (dtype, shape) in zip(op.results, outs, infos):
@@ -1505,7 +1485,7 @@ class _LoopWriter:
         axes = sorted(ints(op.dimensions))
         block = op.body.block
         if any(self.info(a)[1] for a in block.args):
-            raise _Ineligible("a reduce body on arrays")
+            raise Ineligible("a reduce body on arrays")
         if not self.info(inputs[0])[1]:  # a reduce of scalars: the body applied once, init first
             finals = self.block_with(block, [*(self.name(v) for v in inits), *(self.name(v) for v in inputs)],
                                      indent)
@@ -1567,6 +1547,35 @@ class _LoopWriter:
 _LoopWriter.COMPILED_FORMS = compiled_forms(_LoopWriter)
 
 
+class ElementLoopWriter(_LoopWriter):
+    """Writes a fused group's ops as scalar statements of one element loop (:mod:`lowering.executor.fusion`'s kernels and the
+    element loops of :meth:`_LoopWriter.fused_group`): broadcasts read their operand's element, splat constants their scalar."""
+
+    def elementwise(self, out, dtype, shape, operands, expression, indent):
+        self.emit(indent, f"{out} = {expression(*(self.name(v) for v in operands))}")
+
+    @compiles(BroadcastInDimOp)
+    def op_broadcast_in_dim(self, op, out, dtype, shape, indent):
+        self.emit(indent, f"{out} = {self.name(op.operands[0])}")
+
+    @compiles(ConstantOp)
+    def op_constant(self, op, out, dtype, shape, indent):
+        splat = op.splat_value()
+        if splat is None:
+            raise Ineligible("a constant that is not a splat")
+        const = self.fresh("k")
+        dtype = np.dtype(dtype)
+        if dtype.kind == "f" and dtype.itemsize in (4, 8):
+            # Its bit pattern, cast back in the kernel: a float32 scalar argument would cross numba's boundary
+            # through a double, which the caller's flush-to-zero mode flushes when it is subnormal (and a
+            # one-element array read in the loop is reloaded per element, unvectorized).
+            self.constants[const] = np.asarray(splat, dtype).reshape(()).view(f"i{dtype.itemsize}")[()]
+            self.emit(indent, f"{out} = float_from_bits({const})")
+            return
+        self.constants[const] = dtype.type(splat.item())
+        self.emit(indent, f"{out} = {const}")
+
+
 def _cost(plan: tuple[int, int, int]) -> int:
     m, k, n = plan
     return m * k * n
@@ -1592,7 +1601,7 @@ def balanced_cut(dtype, small: tuple[int, int, int], large: tuple[int, int, int]
         return None
     key = (np.dtype(dtype), m, k, n, cut)
     if key not in _BALANCED_EXACT:
-        from .blas import _SCOPE
+        from ..runtime.blas import _SCOPE
 
         rng = np.random.default_rng(0)
         a = rng.uniform(-1.0, 1.0, (m, k)).astype(dtype)
@@ -1665,8 +1674,6 @@ def in_place_updates(body: Block) -> dict[int, Operation]:
     before the update (a scan's output buffer; an ODE solver's stage array, read by a product then written).
     The loop copies such state once when it is entered: the caller's arrays, the program's constants and the
     values of an enclosing loop are never written."""
-    from .fusion import fusible_op, plan
-
     ops = list(body.ops)
     position = {op: k for k, op in enumerate(ops)}
     for group in plan(body):  # a fused group runs where its last member is
@@ -1713,7 +1720,7 @@ def _boxed(dtype: np.dtype, shape: tuple[int, ...]) -> bool:
 
 def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,
                 flush: bool = True, single_thread_blas: bool = False) -> tuple[str, dict]:
-    """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``_Ineligible``.
+    """The numba source of ``hlo.while`` ``op`` and the constants it refers to; raises ``Ineligible``.
     ``flush``: the executor runs with denormals flushed (see :class:`_LoopWriter`); ``single_thread_blas``:
     the executor runs its matmuls on one BLAS thread (see :meth:`_LoopWriter.op_dot_general`)."""
     writer = _LoopWriter(functions, dtype_of, flush)
@@ -1726,7 +1733,7 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     for i in boxed:  # float scalars come and go as one-element arrays (see CompiledLoop)
         writer.emit("    ", f"{state[i]} = b{i}[0]")
     # At most `budget` iterations per call: the caller re-enters until `done`, checking for Ctrl-C and
-    # its deadline in between (lowering.interrupt).
+    # its deadline in between (lowering.runtime.interrupt).
     in_place = in_place_updates(body_block)
     writer.in_place = set(in_place.values())
     for i in sorted(in_place):
@@ -1781,7 +1788,7 @@ def as_compiled(array: np.ndarray, readonly: bool = False) -> np.ndarray:
 def call_compiled(function, *args):
     """``function(*args)`` for a numba function of generated code, with Ctrl-C and deadlines as Python raises
     them: Ctrl-C while the compiled code runs Python -- to box its results (numba's ``_numba_unpickle``) or
-    around a poll (:func:`lowering.interrupt.poll`, in numba's objmode) -- reaches the caller as a SystemError
+    around a poll (:func:`lowering.runtime.interrupt.poll`, in numba's objmode) -- reaches the caller as a SystemError
     "returned a result with an exception set", caused by the KeyboardInterrupt (or the deadline's
     ExecutionTimeout): that cause is what is raised."""
     try:
@@ -1807,11 +1814,11 @@ class CompiledLoop:
 
     def compile_for(self, ranks: list[int], cached_only: bool = False) -> bool:
         """Compile now (not at the first call) for a state of these ranks; with ``cached_only``, only when that
-        is a load of machine code compiled before (:func:`lowering.numba_cache.has_machine_code`). Whether
+        is a load of machine code compiled before (:func:`lowering.runtime.numba_cache.has_machine_code`). Whether
         the loop is compiled."""
         from numba import from_dtype, typeof, types
 
-        from .numba_cache import has_machine_code
+        from ..runtime.numba_cache import has_machine_code
 
         def numba_type(dtype: np.dtype, rank: int):
             return types.Array(from_dtype(dtype), max(rank, 1), "C") if rank or _boxed(dtype, ()) \
@@ -1842,24 +1849,24 @@ class CompiledLoop:
             check("a compiled hlo.while loop")  # (and Python raises KeyboardInterrupt here on Ctrl-C)
 
 
-_MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.loop_runtime import " + "{names}\n"
-                  "from lowering.rowwise import row_extremum, zero_sign\n"
+_MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_runtime import " + "{names}\n"
+                  "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.tree_sum import contracted_sums, nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot, small_dot_pair\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "
                   "sum_rows_looped as ynnpack_sum_rows_looped\n"
-                  "from lowering.lapack_compiled import lapack_getrf, lapack_trsm\n"
+                  "from lowering.runtime.lapack_compiled import lapack_getrf, lapack_trsm\n"
                   "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
 
 def _load(source: str, function: str = "loop"):
     """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
-    numba caches its machine code: :mod:`lowering.generated_modules`) or, without one, from memory."""
+    numba caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, from memory."""
     import hashlib
 
-    from .loop_runtime import HELPER_NAMES
+    from ..runtime.loop_runtime import HELPER_NAMES
 
     directory = cache_directory()
     text = (f"# runtime {runtime_digest()}\n"
@@ -1879,7 +1886,7 @@ def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Cal
     ``cached_only``, when its machine code is not in numba's cache yet)."""
     try:
         source, constants = loop_source(op, functions, dtype_of, flush, single_thread_blas)
-    except _Ineligible:
+    except Ineligible:
         return None
     dtypes = [np.dtype(dtype_of(v.type)) for v in op.operands]
     ranks = [len(v.type.get_shape()) for v in op.operands]
@@ -1888,3 +1895,101 @@ def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Cal
         return loop if loop.compile_for(ranks, cached_only) else None
     except Exception:  # noqa: BLE001 - numba rejected the generated code: keep the interpreted loop
         return None
+
+
+def tiered_loop(op: WhileOp, ctx, interpreted: Callable) -> Callable:
+    """The kernel of ``op`` (an ``hlo.while``) for the executor's ``loop_compilation`` mode ("auto" or "always";
+    ``ctx`` the lowering context): ``interpreted`` (:mod:`lowering.kernels.control_flow`'s kernel) when the mode is
+    "never", else a kernel that interprets the loop the same way until it has run long enough and then runs it as
+    one compiled function (:func:`compile_loop`), from wherever it stands, with the same bits."""
+    mode = ctx.loop_compilation
+    if mode == "never":
+        return interpreted
+    single = len(op.results) == 1
+    bounded = ctx.timeout is not None
+    where = f"{op.name} iteration"
+    # The loop runs interpreted until it has run ``threshold`` iterations (over all calls), then as one
+    # numba-compiled function when it is eligible (lowering.executor.compiled_loops), from wherever it stands. In
+    # "auto" mode the compilation runs on a background thread and the loop stays interpreted until it is done.
+    threshold = 0 if mode == "always" else AUTO_THRESHOLD
+    done = {"iterations": 0, "started": False, "loop": None}
+
+    def compile_now():
+        try:
+            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1)
+        except Exception:  # noqa: BLE001 - (compile_loop keeps ineligible loops interpreted; anything else too)
+            done["loop"] = None
+
+    def start():
+        done["started"] = True
+        if mode == "always":
+            try:
+                compile_now()
+            except KeyboardInterrupt:  # Ctrl-C while numba compiled (lowering.runtime.interrupt.guard_compiles): the
+                done["started"] = False  # next call asks again (numba finishes the compilation meanwhile)
+                raise
+        else:
+            compile_in_background(compile_now)
+
+    def run_compiled(state):
+        out = done["loop"](state)
+        return out[0] if single else tuple(out)
+
+    seconds = AUTO_SECONDS
+    done["seconds"] = 0.0
+
+    def load_cached():
+        # (first call, "auto": a loop an earlier process compiled is a load from numba's cache -- run it now)
+        done["probed"] = True
+        try:
+            loop = compile_loop(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1, cached_only=True)
+        except Exception:  # noqa: BLE001 - (as compile_now: anything else keeps the loop interpreted for now)
+            loop = None
+        if loop is not None:
+            done["loop"], done["started"] = loop, True
+
+    done["probed"] = mode == "always"
+    class Unit:
+        """This loop while it runs interpreted, to the units inside it (lowering.executor.compile_queue): their
+        compilation starts this loop's, which makes theirs useless once done."""
+
+        @property
+        def kernel(self):
+            return done["loop"]
+
+        def background_job(self):
+            if done["started"] or mode != "auto":
+                return None
+            done["started"] = True
+            return compile_now
+
+    unit = Unit()
+
+    def while_kernel(cond, body, *state):
+        if not done["probed"]:
+            load_cached()
+        if not done["started"] and (done["iterations"] >= threshold or done["seconds"] >= seconds):
+            start()
+        if done["loop"] is not None:
+            return run_compiled(state)
+        n = 0
+        began = perf_counter()
+        enter(unit)
+        try:
+            while cond(*state)[0]:
+                if not done["started"] and done["iterations"] + n >= threshold:
+                    start()
+                if done["loop"] is not None:  # (compiled meanwhile: switch here, the same bits)
+                    done["iterations"] += n
+                    return run_compiled(state)
+                state = body(*state)
+                n += 1
+                if bounded:
+                    check(where)
+        finally:
+            leave()
+        done["iterations"] += n
+        done["seconds"] += perf_counter() - began
+        return state[0] if single else tuple(state)
+
+    return while_kernel

@@ -8,7 +8,7 @@ kernel is never interrupted in the middle (NumPy's C loops do not look at the
 clock), so the bound is "timeout plus the longest single op".
 
 Ctrl-C: Python raises ``KeyboardInterrupt`` between two ops or two interpreted
-loop iterations. Compiled loops (:mod:`lowering.compiled_loops`) return to
+loop iterations. Compiled loops (:mod:`lowering.executor.compiled_loops`) return to
 Python every :data:`CHUNK` iterations, so a runaway compiled loop is
 interruptible (and bounded by the timeout) too.
 """
@@ -56,13 +56,10 @@ POLL_MASK = (1 << 16) - 1
 call (nested loops, loops inside compiled segments)."""
 
 
-def quiet_poll_warnings() -> None:
-    """Silence the warning numba gives when it compiles a nogil function that calls :func:`poll` ("Code running
-    in object mode won't allow parallel execution despite nogil=True"): the poll takes the GIL on purpose, once
-    every 65,536 iterations. Installed when :mod:`lowering` is imported."""
-    from .process_state import quiet_warning
-
-    quiet_warning("Code running in object mode won't allow parallel execution")
+POLL_WARNING = "Code running in object mode won't allow parallel execution"
+"""The start of the warning numba gives when it compiles a nogil function that calls :func:`poll` ("Code running
+in object mode won't allow parallel execution despite nogil=True"): the poll takes the GIL on purpose, once every
+65,536 iterations, so :mod:`lowering.runtime.process_state` silences it when :mod:`lowering` is imported."""
 
 
 def poll() -> None:

@@ -1,23 +1,23 @@
 """Running the pieces of one large kernel on several CPUs at once.
 
-Large float matmuls (:func:`lowering.blas.split_matmul`), large fused
-element-wise loops (:mod:`lowering.fusion`) and large max/min row reductions
-(:mod:`lowering.rowwise`) cut their work into one piece per CPU: the calling
+Large float matmuls (:func:`lowering.runtime.blas.split_matmul`), large fused
+element-wise loops (:mod:`lowering.executor.fusion`) and large max/min row reductions
+(:mod:`lowering.kernels.rowwise`) cut their work into one piece per CPU: the calling
 thread computes the first piece and a small process-wide pool of worker
 threads the others (NumPy's BLAS calls and the numba kernels release
 the GIL), and the call returns when every piece is done. The pieces meet once,
 at the end, so a CPU taken by another process costs at most its own piece
 (unlike OpenBLAS's threads, which synchronize many times per call; see
-:mod:`lowering.blas`). Each piece writes its own part of the result, so the
+:mod:`lowering.runtime.blas`). Each piece writes its own part of the result, so the
 result does not depend on how the work was cut or on how many CPUs ran it.
 
 Where numba's threading layer keeps its workers polling (OpenMP or TBB, on
 x86-64: :func:`numba_threads_available`), the pieces run on numba's threads
 instead, from compiled code that never takes the GIL: split matmuls call
-NumPy's own gemm by address (:func:`lowering.loop_runtime.gemm_calls`), fused
-loops through a parallel wrapper of their kernel (:mod:`lowering.fusion`), row
-reductions through :func:`lowering.rowwise.row_extrema_pieces`, and compiled
-loops pair their products there (:func:`lowering.loop_runtime.gemm_pair`). One
+NumPy's own gemm by address (:func:`lowering.runtime.loop_runtime.gemm_calls`), fused
+loops through a parallel wrapper of their kernel (:mod:`lowering.executor.fusion`), row
+reductions through :func:`lowering.kernels.rowwise.row_extrema_pieces`, and compiled
+loops pair their products there (:func:`lowering.runtime.loop_runtime.gemm_pair`). One
 pool then serves all of them; a worker that polls starts its piece at once where a
 sleeping Python thread took ~0.1 ms to wake and take the GIL (a 256x1024x1024
 sgemm split in two: 2.08 vs 2.25 ms, medians of 15 rounds in one process).
@@ -28,7 +28,7 @@ whole there).
 Workers compute in the caller's denormal mode: on numba's threads each piece
 sets the caller's MXCSR (which the parallel function reads on the calling
 thread, before its parallel loop); Python workers enter the context manager the caller
-passes (:func:`lowering.denormals.mode_switch`).
+passes (:func:`lowering.runtime.denormals.mode_switch`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def numba_threads_available() -> bool:
     workers polling (OpenMP or TBB) and the CPU is x86-64 (the caller's denormal mode is handed over as its
     MXCSR). numba's queue-based fallback wakes its workers through the OS: two gemms then took 155-177 us
     against 55 us one after the other (measured). False in a child forked from this process once numba's
-    threads ran (:data:`lowering.loop_runtime.PAIRS_ENABLED`: GNU OpenMP aborts it).
+    threads ran (:data:`lowering.runtime.loop_runtime.PAIRS_ENABLED`: GNU OpenMP aborts it).
 
     Before numba first starts GNU OpenMP, its spin before sleeping is shortened to :data:`GOMP_SPINCOUNT`
     iterations unless the user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``: with libgomp's default a
@@ -80,7 +80,7 @@ def numba_threads_available() -> bool:
             if platform.machine().lower() not in ("x86_64", "amd64"):
                 _NUMBA_THREADS.extend((False, PAIRS_ENABLED))
             else:
-                # (read once, when libgomp starts; see lowering.process_state)
+                # (read once, when libgomp starts; see lowering.runtime.process_state)
                 environment_default("GOMP_SPINCOUNT", str(GOMP_SPINCOUNT), unless=("OMP_WAIT_POLICY",))
                 try:
                     import numba

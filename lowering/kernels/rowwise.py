@@ -17,7 +17,7 @@ vectorizer makes of the scalar form (it did not vectorize a compare-and-select r
   (2048, 128) 81 / 15 / 217, (8192, 256) 918 / 318 / 1034.
 
 numba's on-disk cache of these functions checks this file only: they inline the MXCSR intrinsics of
-:mod:`lowering.loop_runtime`, which must keep their meaning (a changed one needs this file changed too).
+:mod:`lowering.runtime.loop_runtime`, which must keep their meaning (a changed one needs this file changed too).
 
 Inputs of at least :data:`PARALLEL_ELEMENTS` elements run in one piece of rows per CPU on numba's threads,
 each in the caller's MXCSR.
@@ -35,8 +35,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .loop_runtime import mxcsr, set_mxcsr
-from .workers import even_bounds, numba_threads_available
+from ..runtime.loop_runtime import mxcsr, set_mxcsr
+from ..runtime.workers import even_bounds, numba_threads_available
 
 _LANES = 16
 """Running maxima (minima) per row: one AVX-512 vector of f32 (two of f64)."""
@@ -172,7 +172,7 @@ def row_extrema_pieces(x, out, flags, minimum, bounds):
 
 PARALLEL_ELEMENTS = 1 << 17
 """Row reductions over at least this many elements run in one piece of rows per CPU where numba's threads poll
-(:func:`lowering.workers.numba_threads_available`). On its own a (256, 1024) f32 row maximum is faster in one
+(:func:`lowering.runtime.workers.numba_threads_available`). On its own a (256, 1024) f32 row maximum is faster in one
 piece (13-19 us against 19-22; its sum is not: 35-41 against 23-25), but in a program its input usually comes
 from pieces of rows that the same CPUs computed and hold in their caches: in the MLP, the row maximum and the
 exponentials after it took 93 and 92-102 us in pieces, against 91-92 and 158-173 us with the maximum in one

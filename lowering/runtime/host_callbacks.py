@@ -33,7 +33,7 @@ from xla_dialect.errors import ExecutionError, HostCallbackError, UnsupportedErr
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
-from .runtime import TOKEN
+from .program_state import TOKEN
 
 _ERROR_CLASS: type | None = None
 

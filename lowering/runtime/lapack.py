@@ -4,7 +4,7 @@
 ``stablehlo.custom_call @lapack_spotrf_ffi(...)``: JAX's linear algebra runs
 jaxlib's typed-FFI wrappers around LAPACK. This module registers the same
 targets (``lapack_{s,d,c,z}<routine>_ffi``) with
-:func:`lowering.runtime.register_custom_call`, so imported JAX programs and
+:func:`lowering.runtime.program_state.register_custom_call`, so imported JAX programs and
 builder programs that call them run on the NumPy executor.
 
 Each target returns exactly what jaxlib's kernel returns: the outputs LAPACK
@@ -30,7 +30,7 @@ import numpy as np
 
 from xla_dialect.errors import ExecutionError, UnsupportedError
 
-from .runtime import ResultSpec, register_custom_call
+from .program_state import ResultSpec, register_custom_call
 
 PREFIXES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
 """LAPACK type prefix -> element type of the matrices."""
@@ -259,7 +259,7 @@ _TRSM_CODES = {"side": {"L": 0, "R": 1}, "uplo": {"U": 0, "L": 1}, "trans_x": {"
 
 def trsm_letters(attrs: Mapping, target: str) -> dict[str, str]:
     """The letters of a ``lapack_?trsm_ffi`` call (side, uplo, trans_x, diag: BLAS's ``side``, ``uplo``,
-    ``transa``, ``diag``), checked; also read by its compiled form (:mod:`lowering.lapack_compiled`)."""
+    ``transa``, ``diag``), checked; also read by its compiled form (:mod:`lowering.runtime.lapack_compiled`)."""
     return {key: _char(attrs, target, key, "".join(codes)) for key, codes in _TRSM_CODES.items()}
 
 

@@ -8,7 +8,7 @@ Each ``func.func`` becomes a Python function whose body is one line per op::
         v1 = k1(v0, c2)      # hlo.add
         return (v1,)
 
-Kernels come from :data:`lowering.registry.KERNELS`. Regions (reduce bodies,
+Kernels come from :data:`lowering.kernels.registry.KERNELS`. Regions (reduce bodies,
 while conditions, branches) become nested functions; they are hoisted to the
 module level when they do not capture outer values, so the common case costs
 nothing at run time. :attr:`Executable.source` shows the generated code.
@@ -33,17 +33,17 @@ from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.shape import format_shape
 from xla_dialect.types import TokenType, numpy_dtype
 
-from .blas import BlasThreadLimit
-from . import interrupt
-from .context import KernelContext
-from .denormals import mode_switch
-from .options import CompileOptions
-from .registry import KERNELS, Constant
-from .runtime import Runtime
+from ..runtime.blas import BlasThreadLimit
+from ..runtime import interrupt
+from ..kernels.context import KernelContext
+from ..runtime.denormals import mode_switch
+from ..runtime.options import CompileOptions
+from ..kernels.registry import KERNELS, Constant
+from ..runtime.program_state import Runtime
 
 
 class LoweringContext(KernelContext):
-    """The executor's :class:`~lowering.context.KernelContext`: it also compiles functions and regions to
+    """The executor's :class:`~lowering.kernels.context.KernelContext`: it also compiles functions and regions to
     Python over the kernels (one ``def`` per function, region and fusion group)."""
 
     def __init__(self, module: ModuleOp, num_replicas: int = 1, num_partitions: int = 1,
@@ -61,6 +61,13 @@ class LoweringContext(KernelContext):
         self._known: dict[SSAValue, object] = {}
         # Ops computed ahead of their block's compiled segments (_fold_ahead): op -> its Constant kernel.
         self._folded: dict[Operation, Constant] = {}
+
+    def loop_kernel(self, op, interpreted):
+        """The kernel of ``op`` (an ``hlo.while``): ``interpreted`` until the loop has run long enough, then one
+        compiled function (:func:`lowering.executor.compiled_loops.tiered_loop`; ``loop_compilation="never"``: interpreted)."""
+        from .compiled_loops import tiered_loop
+
+        return tiered_loop(op, self, interpreted)
 
     def function(self, name: str):
         """The compiled Python function of ``func.func @name`` (compiled on first use)."""
@@ -110,16 +117,16 @@ class LoweringContext(KernelContext):
         ops = list(block.ops)
         last_use = _last_uses(block)
         local = set(block.args)
-        # Element-wise runs computed as one fused kernel (lowering.fusion): each group is called where
+        # Element-wise runs computed as one fused kernel (lowering.executor.fusion): each group is called where
         # its last op stands; values its earlier ops used last are freed after the call.
-        # Runs of small ops computed as one compiled function (lowering.compiled_segments), called where the
+        # Runs of small ops computed as one compiled function (lowering.executor.compiled_segments), called where the
         # run's first op stands; fusion groups touching a run are left to it. Only in program code (functions,
         # loop and branch bodies): the regions of sort, reduce, scatter or map are applied to whole arrays of
         # elements at once, not to values of their block's types.
         segment_at, in_segment = {}, set()
         groups = []
         if self.fusion != "never":
-            from .fusion import plan
+            from .fusion_plan import plan
 
             groups = plan(block, row_reductions=True)
         parent = block.parent_op()
@@ -438,8 +445,8 @@ class LoweringContext(KernelContext):
         body.append(f"{indent}{', '.join(results)}, = {runner}({', '.join(arguments)})  # {comment}")
 
     def _emit_group(self, group, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
-        """Emit the call of a fusion group (:mod:`lowering.fusion`), run through a
-        :class:`~lowering.fusion.FusedGroup` that switches to the compiled kernel."""
+        """Emit the call of a fusion group (:mod:`lowering.executor.fusion`), run through a
+        :class:`~lowering.executor.fusion.FusedGroup` that switches to the compiled kernel."""
         from .fusion import FusedGroup
 
         ops = ", ".join(op.name.removeprefix("hlo.") for op in group.members)
@@ -449,8 +456,8 @@ class LoweringContext(KernelContext):
                         f"fused: {ops}", names, body, indent)
 
     def _emit_segment(self, segment, names: dict[SSAValue, str], body: list[str], indent: str) -> None:
-        """Emit the call of a compiled segment (:mod:`lowering.compiled_segments`), run through a
-        :class:`~lowering.compiled_segments.CompiledSegment` that switches to the numba function."""
+        """Emit the call of a compiled segment (:mod:`lowering.executor.compiled_segments`), run through a
+        :class:`~lowering.executor.compiled_segments.CompiledSegment` that switches to the numba function."""
         from .compiled_segments import CompiledSegment
 
         self._emit_unit("segment", "sg", segment.ops, segment.inputs, segment.outputs,
@@ -481,14 +488,14 @@ class LoweringContext(KernelContext):
 
 
 def _cut_group(group, position: dict, block: Block, computed_elsewhere: set, cuts: list[int]) -> list:
-    """``group`` (a :class:`lowering.fusion.Group`) without its members in ``computed_elsewhere`` (a compiled
+    """``group`` (a :class:`lowering.executor.fusion_plan.Group`) without its members in ``computed_elsewhere`` (a compiled
     segment's), cut there and at the positions ``cuts``: the groups of its pieces of at least ``MIN_GROUP`` ops
     with an element-wise member and a value used outside them (``[group]`` when nothing cuts it)."""
     if not cuts and computed_elsewhere.isdisjoint(group.members):
         return [group]
     from xla_dialect.ops.reduction import ReduceOp
 
-    from .fusion import MIN_GROUP, Group
+    from .fusion_plan import MIN_GROUP, Group
 
     pieces: list[list[Operation]] = [[]]
     bounds = sorted(set(cuts))
@@ -606,7 +613,7 @@ class Executable:
     """A compiled hlo program. Call it with NumPy arrays; get a tuple of arrays.
 
     ``source`` holds the generated Python code. ``infeed``, ``outfeed`` and
-    ``channels`` are the host-side queues of :mod:`lowering.runtime`.
+    ``channels`` are the host-side queues of :mod:`lowering.runtime.program_state`.
     """
 
     def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None,
@@ -614,10 +621,10 @@ class Executable:
         self._fn = fn
         if options is not None:
             denormals = options.denormals
-        # The CPU's denormal mode for the call ("flush": XLA's FTZ/DAZ; lowering.denormals).
+        # The CPU's denormal mode for the call ("flush": XLA's FTZ/DAZ; lowering.runtime.denormals).
         self.denormals = denormals
         self._denormal_mode = mode_switch(denormals)
-        # Held for the whole call: one BLAS limit per call instead of one per matmul (lowering.blas).
+        # Held for the whole call: one BLAS limit per call instead of one per matmul (lowering.runtime.blas).
         self._blas_limit = contextlib.nullcontext() if blas_threads is None else BlasThreadLimit(blas_threads)
         self.runtime = runtime if runtime is not None else Runtime()
         self.infeed = self.runtime.infeed
@@ -632,7 +639,7 @@ class Executable:
         self._single = len(self.output_types) == 1
         # How arguments of another dtype are treated: "exact", "lossless" or "cast" (see compile()).
         self.argument_conversion = options.argument_conversion if options is not None else "exact"
-        self.timeout = options.timeout if options is not None else None  # seconds per call (lowering.interrupt)
+        self.timeout = options.timeout if options is not None else None  # seconds per call (lowering.runtime.interrupt)
 
     @staticmethod
     def _spec(t: Attribute):
@@ -704,12 +711,12 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
             options: CompileOptions | None = None, **shortcuts):
     """Lower ``module`` once and return an :class:`Executable` for function ``entry``.
 
-    The options below are the fields of :class:`lowering.options.CompileOptions`: pass one object as
+    The options below are the fields of :class:`lowering.runtime.options.CompileOptions`: pass one object as
     ``options``, or any of them as keywords (``lowering.compile(module, denormals="keep")``), or both (the
     keywords replace the object's fields). They are resolved and validated once, in the object.
 
     With ``num_replicas * num_partitions > 1`` the result is a
-    :class:`lowering.devices.MultiDeviceExecutable`: called with one argument
+    :class:`lowering.executor.multi_device.MultiDeviceExecutable`: called with one argument
     list per device, it returns one result tuple per device. ``entry`` may also
     name one function per device, as a grid with one row per replica and one
     column per partition (``[["sender"], ["receiver"]]``: two replicas running
@@ -722,13 +729,13 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     respected, otherwise one thread on machines with at most two CPUs (where
     multi-threaded OpenBLAS is fragile under load) and the BLAS's own setting
     on larger ones. OpenBLAS's f32 results may differ in the last bits between
-    thread counts. See :mod:`lowering.blas`.
+    thread counts. See :mod:`lowering.runtime.blas`.
 
     ``denormals`` says how denormal floats are treated: ``"flush"`` as XLA's
     CPU runtime does (denormal inputs of arithmetic read as 0, denormal
     results become 0; data movement keeps them), ``"keep"`` as IEEE (gradual
     underflow), None (the default) "flush" where the CPU's mode can be set,
-    else "keep". See :mod:`lowering.denormals`.
+    else "keep". See :mod:`lowering.runtime.denormals`.
 
     ``xla_rewrites`` (default True) first applies the float-result-changing
     rewrites of XLA's algebraic simplifier (``x / c`` -> ``x * (1/c)``, ...;
@@ -740,7 +747,7 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     compiler contracts it (see :mod:`passes.fma_contraction`: f16 too on hosts with AVX512-FP16); False rounds twice.
 
     ``loop_compilation`` says when ``hlo.while`` loops are compiled to machine code with numba (same
-    results, nanoseconds per iteration; see :mod:`lowering.compiled_loops`): ``"auto"`` (None, the
+    results, nanoseconds per iteration; see :mod:`lowering.executor.compiled_loops`): ``"auto"`` (None, the
     default) once a loop has run 2,000 iterations, ``"always"`` on its first run, ``"never"``.
 
     ``argument_conversion`` says what a call does with an argument whose dtype is not the parameter's:
@@ -754,11 +761,11 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     default of :mod:`xla_dialect.limits` (``$XLA_DIALECT_MAX_BYTES``, else half the physical memory).
 
     ``timeout`` (seconds) bounds each call: the program checks the clock after every op and loop iteration
-    and raises :class:`lowering.interrupt.ExecutionTimeout` once past it (see :mod:`lowering.interrupt`);
+    and raises :class:`lowering.runtime.interrupt.ExecutionTimeout` once past it (see :mod:`lowering.runtime.interrupt`);
     None (the default) generates no checks.
 
     ``fusion`` says when runs of element-wise ops are computed as one numba-compiled loop (same results,
-    one pass over memory; see :mod:`lowering.fusion`): ``"auto"`` (None, the default) once a group has
+    one pass over memory; see :mod:`lowering.executor.fusion`): ``"auto"`` (None, the default) once a group has
     been called 20 times or has processed 4M elements, ``"always"`` at its first call, ``"never"``.
 
     ``probe`` (None by default) records intermediate values: an object with ``register(op) -> int`` (called
@@ -767,7 +774,7 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     fusion and loop compilation are off, so that every op runs as its own kernel. See
     :func:`interop.debugging.trace`.
     """
-    from . import kernels  # noqa: F401  (registers every kernel family)
+    from .. import kernels  # noqa: F401  (registers every kernel family)
 
     if isinstance(entry, CompileOptions) and options is None:  # compile(module, options)
         entry, options = "main", entry
@@ -821,7 +828,7 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     num_replicas, num_partitions = options.num_replicas, options.num_partitions
     if num_replicas * num_partitions == 1:
         return executables[names[0]]
-    from .devices import MultiDeviceExecutable
+    from .multi_device import MultiDeviceExecutable
 
     per_device = executables[entry] if isinstance(entry, str) else [executables[name] for name in names]
     return MultiDeviceExecutable(per_device, num_replicas, num_partitions)

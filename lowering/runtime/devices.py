@@ -1,21 +1,18 @@
-"""Multi-device execution: one program over a grid of replicas x partitions, in one process.
+"""The devices of a multi-device run: the process grid, each device thread's state, and the rendezvous where
+collectives meet.
 
-``lowering.compile(module, num_replicas=N, num_partitions=M)`` returns a
-:class:`MultiDeviceExecutable` when ``N * M > 1``. Device ``d`` is
+A program compiled for ``num_replicas`` x ``num_partitions`` devices
+(:class:`lowering.executor.multi_device.MultiDeviceExecutable`) runs the same compiled
+code once per device, each in its own Python thread. Device ``d`` is
 ``(replica d // M, partition d % M)`` -- XLA's default device assignment and
-StableHLO's flattened id. Calling the executable runs the same compiled code
-once per device, each in its own Python thread (the NumPy kernels release the
-GIL), and returns one result tuple per device::
-
-    exe = lowering.compile(module, num_replicas=4)
-    per_device = exe([x0], [x1], [x2], [x3])   # -> ((r0,), (r1,), (r2,), (r3,))
+StableHLO's flattened id. The kernels read the device they run on from
+thread-local state (:func:`current_device`).
 
 A collective kernel meets the other members of its process group at a
 :class:`_Slot` (one per op, process group and execution count, so a
 collective inside a loop meets once per iteration): every member deposits its
 operands; the last to arrive computes every member's result and wakes the
-others. The kernels read the device they run on from thread-local state
-(:func:`current_device`).
+others.
 
 A member that never arrives (a replica skipped the collective in a
 conditional, ran a loop fewer times, or failed) is detected, never waited for:
@@ -25,9 +22,8 @@ with an :class:`ExecutionError` naming the op, the devices that arrived and
 what the missing ones are doing. An optional ``timeout`` (seconds) bounds any
 single wait as a last resort.
 
-The same devices can run in several processes: :mod:`lowering.mpi` replaces the
-in-process rendezvous (:class:`_Run`) with MPI messages and runs each rank's
-devices through :meth:`MultiDeviceExecutable.run_devices`; the collective kernels
+The same devices can run in several processes: :mod:`lowering.executor.mpi` replaces the
+in-process rendezvous (:class:`ThreadedRun`) with MPI messages; the collective kernels
 and their ``combine`` functions do not change.
 """
 
@@ -38,10 +34,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from xla_dialect.errors import ExecutionError, HloVerifyError, XlaError
+from xla_dialect.errors import ExecutionError, HloVerifyError
 
-__all__ = ["CollectiveMismatchError", "MultiDeviceExecutable", "ProcessGrid", "DeviceState", "current_device",
-           "exchange"]
+__all__ = ["CollectiveMismatchError", "ProcessGrid", "DeviceState", "ThreadedRun", "current_device", "exchange",
+           "set_current_device"]
 
 
 class CollectiveMismatchError(ExecutionError):
@@ -127,7 +123,7 @@ class DeviceState:
     device: int
     replica: int
     partition: int
-    run: _Run
+    run: ThreadedRun
     # Collective key -> how many times this device executed it (rendezvous per execution).
     counts: dict = field(default_factory=dict)
 
@@ -138,6 +134,11 @@ _local = threading.local()
 def current_device() -> DeviceState | None:
     """The state of the device the calling thread runs, or None outside a multi-device run."""
     return getattr(_local, "state", None)
+
+
+def set_current_device(state: DeviceState | None) -> None:
+    """Make ``state`` the device the calling thread runs (None: no device; the thread's run is over)."""
+    _local.state = state
 
 
 class _Slot:
@@ -155,7 +156,7 @@ class _Slot:
         self.taken = 0
 
 
-class _Run:
+class ThreadedRun:
     """The shared state of one call of a :class:`MultiDeviceExecutable`."""
 
     def __init__(self, grid: ProcessGrid, timeout: float | None):
@@ -281,141 +282,3 @@ def exchange(op_key: int, group_key, members: tuple[int, ...], operands: tuple,
     count = state.counts.get(count_key, 0)
     state.counts[count_key] = count + 1
     return state.run.exchange(state, (op_key, group_key, count), members, operands, combine, what)
-
-
-# ----------------------------------------------------------------------------
-# The executable
-# ----------------------------------------------------------------------------
-
-
-class MultiDeviceExecutable:
-    """A program compiled for ``num_replicas`` x ``num_partitions`` devices.
-
-    Call it with one argument list per device, in device order
-    (``replica * num_partitions + partition``); it returns one result tuple
-    per device. ``timeout`` (seconds, default None) bounds a single wait at a
-    collective; mismatched collectives are detected without it.
-
-    ``executable`` is the program every device runs (SPMD), or a list with each
-    device's own program (MPMD: ``lowering.compile(module, entry=[["a"], ["b"]])``,
-    lowered together so that they share one runtime: host transfers and
-    send/recv channels connect them).
-    """
-
-    def __init__(self, executable, num_replicas: int, num_partitions: int, timeout: float | None = None):
-        self.executables = list(executable) if isinstance(executable, (list, tuple)) \
-            else [executable] * (num_replicas * num_partitions)
-        if len(self.executables) != num_replicas * num_partitions:
-            raise ExecutionError(f"{len(self.executables)} device programs for a grid of {num_replicas} replicas x "
-                                 f"{num_partitions} partitions")
-        self.executable = self.executables[0]
-        self.grid = ProcessGrid(num_replicas, num_partitions)
-        self.timeout = timeout
-
-    @property
-    def num_replicas(self) -> int:
-        return self.grid.num_replicas
-
-    @property
-    def num_partitions(self) -> int:
-        return self.grid.num_partitions
-
-    @property
-    def num_devices(self) -> int:
-        return self.grid.num_devices
-
-    @property
-    def source(self) -> str:
-        """The generated Python code (shared by every device)."""
-        return self.executable.source
-
-    @property
-    def entry(self):
-        return self.executable.entry
-
-    @property
-    def runtime(self):
-        """The host-side runtime (:mod:`lowering.runtime`): one for all devices, so every device
-        reads the same infeed and writes the same outfeed (XLA has a queue per device)."""
-        return self.executable.runtime
-
-    @property
-    def infeed(self):
-        return self.runtime.infeed
-
-    @property
-    def outfeed(self):
-        return self.runtime.outfeed
-
-    @property
-    def channels(self):
-        return self.runtime.channels
-
-    def __call__(self, *per_device_args) -> tuple[tuple, ...]:
-        per_device_args = self.check_arguments(per_device_args)
-        run = _Run(self.grid, self.timeout)
-        results, errors = self.run_devices(run, range(self.num_devices), per_device_args)
-        if errors:
-            raise self._error(errors)
-        return tuple(results[d] for d in range(self.num_devices))
-
-    def check_arguments(self, per_device_args: tuple) -> tuple:
-        """``per_device_args`` checked to be one list or tuple per device (``()`` each for a program without
-        parameters). None stands for a device this process does not run (another MPI rank's)."""
-        n = self.num_devices
-        name = ", ".join(dict.fromkeys(f"@{e.entry.sym_name.data}" for e in self.executables))
-        if not per_device_args and not any(e.input_types for e in self.executables):
-            per_device_args = ((),) * n
-        if len(per_device_args) != n:
-            raise ExecutionError(
-                f"{name} runs on {n} devices ({self.num_replicas} replicas x {self.num_partitions} partitions): "
-                f"give one argument list per device, got {len(per_device_args)}")
-        for d, args in enumerate(per_device_args):
-            if not isinstance(args, (list, tuple)) and args is not None:
-                raise ExecutionError(f"{name}: the arguments of {self.grid.describe(d)} must be a list or tuple, "
-                                     f"got {type(args).__name__}")
-        return tuple(per_device_args)
-
-    def run_devices(self, run, devices, per_device_args) -> tuple[dict, dict]:
-        """Run ``devices`` (each in its own thread) against the rendezvous state ``run``; returns
-        ``({device: results}, {device: exception})``.
-
-        ``run`` is the in-process :class:`_Run` of a threaded call, or another transport with the same
-        ``exchange`` and ``finish`` methods (:class:`lowering.mpi.MpiRun`): the collective kernels and their
-        ``combine`` functions are the same either way, only where the operands meet differs.
-        """
-        results: dict = {}
-        errors: dict[int, BaseException] = {}
-
-        def work(d: int) -> None:
-            _local.state = DeviceState(d, d // self.num_partitions, d % self.num_partitions, run)
-            outcome = "finished"
-            try:
-                if per_device_args[d] is None:
-                    raise ExecutionError(f"no arguments given for {self.grid.describe(d)}")
-                results[d] = self.executables[d](*per_device_args[d])
-            except BaseException as e:  # noqa: BLE001 - reported by the caller's thread
-                errors[d] = e
-                outcome = f"failed: {e}"
-            finally:
-                _local.state = None
-                try:
-                    run.finish(d, outcome, errors.get(d))
-                except BaseException as e:  # noqa: BLE001 - e.g. MPI's last exchange timing out
-                    errors.setdefault(d, e)
-
-        threads = [threading.Thread(target=work, args=(d,), name=f"xla-device-{d}", daemon=True)
-                   for d in devices]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return results, errors
-
-    def _error(self, errors: dict[int, BaseException]) -> BaseException:
-        """The error to raise: the first device's own failure, before the mismatches it caused."""
-        d = min(errors, key=lambda k: (isinstance(errors[k], CollectiveMismatchError), k))
-        e = errors[d]
-        if isinstance(e, XlaError):
-            return type(e)(f"{self.grid.describe(d)}: {e}")
-        return e

@@ -7,7 +7,7 @@ becomes a signed zero (tininess is detected before rounding). Instructions that
 only move or select bits (loads, stores, shuffles, blends, sign-bit masks)
 keep denormals. This module gives the executor the same behaviour the same way:
 
-* ``"flush"`` -- each call of an :class:`~lowering.executor.Executable` sets
+* ``"flush"`` -- each call of an :class:`~lowering.executor.executable.Executable` sets
   FTZ and DAZ in the calling thread's floating-point control register (x86-64
   MXCSR bits 15 and 6; AArch64 FPCR.FZ) and restores the previous state when
   the call returns. NumPy's ufunc loops, libm, and single-threaded OpenBLAS
@@ -122,7 +122,7 @@ f32[4] chain of benchmarks/bench_executor.py: 0.445 vs 0.442 us/op). The
 256x1024 MLP: 20.3 vs 20.2 ms with one BLAS thread, 14.8 vs 14.5 ms with two,
 where flushing the threaded matmuls' results shows (one pass over each:
 0.12 ms for 256x1024 f32). The switch is taken in ``Executable.__call__``
-(:mod:`lowering.executor`).
+(:mod:`lowering.executor.executable`).
 
 The mode is per thread: multi-device executables set it in each device
 thread; host callbacks and custom calls run inside the call run in it too
@@ -278,7 +278,7 @@ def resolve_denormals(option) -> str:
 
 
 def mode_switch(mode: str):
-    """The context manager an :class:`~lowering.executor.Executable` call runs in for ``mode``."""
+    """The context manager an :class:`~lowering.executor.executable.Executable` call runs in for ``mode``."""
     if mode == "keep" and _FENV.get is None:
         return _IeeeAssumed()
     return DenormalMode(mode)

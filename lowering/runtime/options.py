@@ -7,7 +7,7 @@ there, once (``$XLA_DIALECT_LOOP_COMPILATION``, ``$XLA_DIALECT_FUSION``, ``$XLA_
 thread variables) -- so the executor, its context and the kernels read settled values: ``denormals`` is
 "flush" or "keep", ``flush`` the same as a bool, ``loop_compilation`` and ``fusion`` one of their modes,
 ``max_bytes`` a byte count. A bad value raises the project's exception naming the option (``ExecutionError``
-or ``UnsupportedError``, as before). What each option means: :func:`lowering.executor.compile`.
+or ``UnsupportedError``, as before). What each option means: :func:`lowering.executor.executable.compile`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from xla_dialect.errors import ExecutionError
+from xla_dialect.errors import ExecutionError, UnsupportedError
 
 MODES = ("auto", "always", "never")
-"""The modes of ``loop_compilation`` and ``fusion`` (compiled_loops.LOOP_COMPILATION_MODES, fusion.FUSION_MODES;
-those modules resolve None and reject the rest, imported only then)."""
+"""The modes of ``loop_compilation`` and ``fusion`` (None: the environment's, :func:`resolve_mode`)."""
 
 ARGUMENT_CONVERSIONS = ("exact", "lossless", "cast")
 """What a call does with an argument of another dtype (``argument_conversion``)."""
@@ -50,9 +49,9 @@ class CompileOptions:
     compilation are "never"."""
 
     blas_thread_count: int | None = field(default=None, init=False)
-    """The BLAS thread count the float matmuls run with (None: the BLAS as configured; :mod:`lowering.blas`)."""
+    """The BLAS thread count the float matmuls run with (None: the BLAS as configured; :mod:`lowering.runtime.blas`)."""
     split_workers: int = field(default=1, init=False)
-    """CPUs a large float matmul is split over (:func:`lowering.blas.resolve_split_workers`)."""
+    """CPUs a large float matmul is split over (:func:`lowering.runtime.blas.resolve_split_workers`)."""
 
     def __post_init__(self) -> None:
         from xla_dialect.limits import default_max_bytes, parse_bytes
@@ -70,14 +69,9 @@ class CompileOptions:
         put("blas_thread_count", resolve_blas_threads(self.blas_threads))
         put("split_workers", resolve_split_workers(self.blas_threads))
         put("denormals", resolve_denormals(self.denormals))
-        if self.loop_compilation not in MODES:  # (None: the environment's; else an error naming the option)
-            from .compiled_loops import resolve_loop_compilation
-
-            put("loop_compilation", resolve_loop_compilation(self.loop_compilation))
-        if self.fusion not in MODES:
-            from .fusion import resolve_fusion
-
-            put("fusion", resolve_fusion(self.fusion))
+        put("loop_compilation", resolve_mode("loop_compilation", self.loop_compilation,
+                                             "XLA_DIALECT_LOOP_COMPILATION"))
+        put("fusion", resolve_mode("fusion", self.fusion, "XLA_DIALECT_FUSION"))
         if self.probe is not None:  # every op as its own kernel, each loop iteration in Python
             put("loop_compilation", "never")
             put("fusion", "never")
@@ -113,8 +107,20 @@ class CompileOptions:
     def of(cls, options: CompileOptions | None = None, **changes) -> CompileOptions:
         """``options`` (default: every default) with the keyword shortcuts ``changes``."""
         if options is not None and not isinstance(options, CompileOptions):
-            raise ExecutionError(f"lowering.compile: options must be a lowering.options.CompileOptions, "
+            raise ExecutionError(f"lowering.compile: options must be a lowering.runtime.options.CompileOptions, "
                                  f"got {type(options).__name__}")
         if options is None:
             return cls(**changes) if changes else cls()
         return options.with_(**changes)
+
+
+def resolve_mode(option: str, mode: str | None, variable: str) -> str:
+    """Validate ``lowering.compile``'s ``loop_compilation`` or ``fusion`` option: one of :data:`MODES`, or None for
+    the environment variable ``variable`` (else "auto"); anything else raises ``UnsupportedError`` naming it."""
+    import os
+
+    if mode is None:
+        mode = os.environ.get(variable, "auto")
+    if mode not in MODES:
+        raise UnsupportedError(f"lowering.compile: {option} must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode

@@ -27,8 +27,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-from .loop_runtime import float_from_bits
-from .loop_runtime import fused_multiply_add as fma
+from ..runtime.loop_runtime import float_from_bits
+from ..runtime.loop_runtime import fused_multiply_add as fma
 
 _njit = numba.njit(cache=True, error_model="numpy", forceinline=True)
 f32 = np.float32
