@@ -36,7 +36,6 @@ __all__ = [
     "assign_layouts",
     "available_passes",
     "canonicalize_broadcasts",
-    "check_semantics",
     "emit_report",
     "get_pass",
     "load_plugin",

@@ -244,13 +244,14 @@ def test_generated_module_is_cached(tmp_path, monkeypatch):
 
 def test_cached_modules_follow_the_runtime_helpers(tmp_path, monkeypatch):
     # numba's cache checks only a cached function's own file: a generated module names the digest of the
-    # helpers it calls (loop_runtime, xla_scalar), so changing them gives new files, not stale machine code.
+    # modules it can call into (lowering/kernels, lowering/runtime), so changing them gives new files, not stale
+    # machine code.
     monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
     source = "def loop(x):\n    return tanh_f32(x)\n"
     compiled_loops._load(source)
     (first,) = (tmp_path / "loops").glob("loop_*.py")
     assert f"# runtime {generated_modules.runtime_digest()}" in first.read_text()
-    monkeypatch.setattr(generated_modules, "_RUNTIME_DIGEST", ["0123456789abcdef"])
+    monkeypatch.setattr(generated_modules, "library_digest", lambda: "0123456789abcdef")
     compiled_loops._load(source)
     assert len(list((tmp_path / "loops").glob("loop_*.py"))) == 2
 
@@ -548,7 +549,7 @@ def test_openmp_spin_is_shortened_unless_the_user_chose(user):
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     if user is not None:
         env["GOMP_SPINCOUNT"] = user
-    code = ("import os; from lowering import workers as c; c.numba_threads_available(); "
+    code = ("import os; from lowering.runtime import workers as c; c.numba_threads_available(); "
             "print(os.environ.get('GOMP_SPINCOUNT'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

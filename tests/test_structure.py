@@ -552,3 +552,14 @@ def test_kernels_and_passes_look_ops_up_by_class_not_mnemonic():
              if name.split(".")[0] in ("lowering", "passes")
              for line, code in _lookups_by_mnemonic(ast.parse(path.read_text()))]
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_exists(package):
+    """``from <package> import *`` works: each name of the package's ``__all__`` is there (``passes`` once listed
+    ``check_semantics``, which lives in ``interop.debugging``)."""
+    import importlib
+
+    module = importlib.import_module(package)
+    missing = [name for name in getattr(module, "__all__", ()) if not hasattr(module, name)]
+    assert not missing, f"{package}.__all__ names what it does not define: {missing}"

@@ -168,6 +168,66 @@ def _element(a, b, out, i, j, p0, p1, accumulate, width):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
+def _row_chains(a, b, out, i, col0, col1, bounds, sums):
+    """``out[i, col0:col1]`` as :func:`_element` computes each of them with one lane, chunk by chunk (``sums``: scratch
+    of at least ``col1 - col0``)."""
+    zero = a.dtype.type(0)
+    width = col1 - col0
+    for c in range(bounds.size - 1):
+        for j in range(width):
+            sums[j] = zero
+        for p in range(bounds[c], bounds[c + 1]):
+            x = a[i, p]
+            for j in range(width):
+                sums[j] = fused_multiply_add(x, b[p, col0 + j], sums[j])
+        if c == 0:
+            for j in range(width):
+                out[i, col0 + j] = sums[j]
+        else:
+            for j in range(width):
+                out[i, col0 + j] = sums[j] + out[i, col0 + j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _bounded_lanes(a, b, out, row0, row1, col0, col1, bounds, width):
+    """``out[row0:row1, col0:col1]`` from the terms ``p`` in ``[bounds[0], bounds[-1])``, chunk by chunk: chunk ``c``
+    (``[bounds[c], bounds[c + 1])``, not empty, a multiple of ``width`` long) summed in ``width`` lanes (term ``p``
+    in lane ``(p - bounds[c]) mod width``, each lane a fused chain from zero, lanes added as :func:`_add_lanes`
+    adds them), the first chunk's sum stored, each later one's added to the sum before it."""
+    start, stop = bounds[0], bounds[bounds.size - 1]
+    vectors = 2 if width <= 2 else 1  # (as the tiles above were made: 8 or 16 accumulators in all)
+    columns = vectors * (VECTOR_BYTES // a.itemsize)
+    rows_end = row0 + (row1 - row0) // TILE_ROWS * TILE_ROWS
+    cols_end = col0 + (col1 - col0) // columns * columns
+    if rows_end == row0:
+        cols_end = col0  # (no whole block of rows: every element is an edge element, below)
+    panel = np.empty((stop if cols_end > col0 else 0, columns), a.dtype)
+    for j in range(col0, cols_end, columns):
+        # The panel of B, packed: its rows contiguous (not a row of B apart, which maps them all to a few cache
+        # sets when N is a large power of two), read by every block of rows in turn from the cache.
+        for p in range(start, stop):
+            for c in range(columns):
+                panel[p, c] = b[p, j + c]
+        for i in range(row0, rows_end, TILE_ROWS):
+            for c in range(bounds.size - 1):
+                _tile_at(a, panel, out, i, j, bounds[c], bounds[c + 1], c > 0, width)
+    if width == 1:  # (the edges a row at a time, the loop over columns innermost: it vectorizes)
+        sums = np.empty(col1 - col0, a.dtype)
+        for i in range(row0, row1):
+            first = cols_end if i < rows_end else col0
+            if first < col1:
+                _row_chains(a, b, out, i, first, col1, bounds, sums)
+        return
+    for c in range(bounds.size - 1):
+        for i in range(row0, rows_end):
+            for j in range(cols_end, col1):
+                _element(a, b, out, i, j, bounds[c], bounds[c + 1], c > 0, width)
+        for i in range(rows_end, row1):
+            for j in range(col0, col1):
+                _element(a, b, out, i, j, bounds[c], bounds[c + 1], c > 0, width)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
 def lane_product(a, b, out, row0, row1, col0, col1, chunk, width):
     """``out[row0:row1, col0:col1] = a[row0:row1] @ b[:, col0:col1]`` for C-contiguous 2-D ``a (M, K)``, ``b (K,
     N)``, ``out (M, N)`` of one float type, in YNNPACK's order for ``width`` (1, 2 or 4) lanes of ``K``: term ``p``
@@ -183,34 +243,26 @@ def lane_product(a, b, out, row0, row1, col0, col1, chunk, width):
             for j in range(col0, col1):
                 out[i, j] = a.dtype.type(0)
         return
-    vectors = 2 if width <= 2 else 1  # (as the tiles above were made: 8 or 16 accumulators in all)
-    columns = vectors * (VECTOR_BYTES // a.itemsize)
-    rows_end = row0 + (row1 - row0) // TILE_ROWS * TILE_ROWS
-    cols_end = col0 + (col1 - col0) // columns * columns
-    if rows_end == row0:
-        cols_end = col0  # (no whole block of rows: every element is an edge element, below)
-    panel = np.empty((k if cols_end > col0 else 0, columns), a.dtype)
-    for j in range(col0, cols_end, columns):
-        # The panel of B, packed: its rows contiguous (not a row of B apart, which maps them all to a few cache
-        # sets when N is a large power of two), read by every block of rows in turn from the cache.
-        for p in range(k):
-            for c in range(columns):
-                panel[p, c] = b[p, j + c]
-        for i in range(row0, rows_end, TILE_ROWS):
-            for s in range(0, whole, step):
-                _tile_at(a, panel, out, i, j, s, min(whole, s + step), s > 0, width)
-    for s in range(0, whole, step):
-        end = min(whole, s + step)
-        for i in range(row0, rows_end):
-            for j in range(cols_end, col1):
-                _element(a, b, out, i, j, s, end, s > 0, width)
-        for i in range(rows_end, row1):
-            for j in range(col0, col1):
-                _element(a, b, out, i, j, s, end, s > 0, width)
+    if whole > 0:
+        count = (whole + step - 1) // step
+        bounds = np.empty(count + 1, np.int64)
+        for c in range(count):
+            bounds[c] = c * step
+        bounds[count] = whole
+        _bounded_lanes(a, b, out, row0, row1, col0, col1, bounds, width)
     if whole < k:
         for i in range(row0, row1):
             for j in range(col0, col1):
                 _element(a, b, out, i, j, whole, k, whole > 0, width)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def chunked_chain_product(a, b, out, bounds):
+    """``out = a[:, s:e] @ b[s:e]`` (``s, e = bounds[0], bounds[-1]``; C-contiguous 2-D operands of one float type)
+    with every element summed chunk by chunk: chunk ``c`` (``[bounds[c], bounds[c + 1])``, not empty) one fused
+    multiply-add chain from zero, the first chunk's sum stored, each later one's added to the sum before it
+    (:mod:`lowering.kernels.eigen_dots`' order, whose chunks are not all one length)."""
+    _bounded_lanes(a, b, out, 0, a.shape[0], 0, b.shape[1], bounds, 1)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)

@@ -14,9 +14,11 @@ magnitudes, every element of every sample equal (``tests/test_linalg.py``):
   chunks when a block of it exceeds YNNPACK's L2 budget (each chunk's sum added to the sum so far). Measured:
   every shape with ``M`` in 2..16, ``N`` 2..16, ``K`` 2..19 (f32 and f64), 300 random f32 and 200 f64 shapes up
   to ``(80, 256, 300)``, wide (``M`` 2..8, ``N`` to 1,400) and tall (``M`` to 3,000) ones, batches, ``x @ w.T``.
-* **f32 products below that** (``max(M, K, N) < 8``), and f32 ``x.T @ g`` (the lhs transposed: not YNNPACK's),
-  are XLA's own loops: one chain of fused multiply-adds (measured: every shape in 2..7 cubed; 60 random ``x.T @
-  g``).
+* **f32 products below that** (``max(M, K, N) < 8``) are XLA's own loops: one chain of fused multiply-adds
+  (measured: every shape in 2..7 cubed). f32 ``x.T @ g`` (the lhs transposed: not YNNPACK's) is Eigen's tensor
+  contraction over oneDNN's sgemm (:mod:`lowering.kernels.eigen_dots`, order :data:`EIGEN_CONTRACTION`: chains of
+  fused multiply-adds in pieces of ``K``, each added to the sum before it, and oneDNN's matrix-vector kernels for
+  edge blocks one wide), except where XLA runs it otherwise (its naive loop: one chain).
 * **f64 products below 8 x 8 x 8** (also ``x @ w.T``), and f64 ``x.T @ g`` (the lhs transposed: not YNNPACK's),
   are XLA's naive loop (one chain) when ``(M <= 3 or K <= 3) and (K <= 3 or N <= 3)``, else Eigen's, built for AVX
   without FMA (:data:`EIGEN_COLUMN`, :func:`_eigen_columns`): chains of rounded products, except in the rows of
@@ -76,8 +78,9 @@ chosen on the measured AVX-512 host) are computed in register tiles (:mod:`lower
 same order, at or above one OpenBLAS thread's speed on this CPU: (2048, 784, 512) f32 7.6 vs 13.0 ms, (256, 1024,
 1024) 2.8 vs 4.2 ms), large ones in pieces on the CPUs (:func:`small_matmul`); measured bitwise against jax.jit on
 the MLP's (2048, 784, 512), (2048, 512, 512), (2048, 512, 10) and their ``x @ w.T``, batched products, and random
-f32/f64 shapes to (1500, 2100, 1100) (``tests/test_chain_tiles.py``). Other large products (an lhs transposed
-outside the small sizes, YNNPACK's rounded-product kernels, other CPUs) stay with BLAS: not XLA's order.
+f32/f64 shapes to (1500, 2100, 1100) (``tests/test_chain_tiles.py``); f32 ``x.T @ g`` of any size is computed in
+the same tiles in Eigen's pieces of ``K``. Other large products (f64 ``x.T @ g`` outside the small sizes,
+YNNPACK's rounded-product kernels, other CPUs) stay with BLAS: not XLA's order.
 """
 
 from __future__ import annotations
@@ -90,9 +93,11 @@ import numpy as np
 from xla_dialect.ops.data_movement import TransposeOp
 
 from ..runtime.loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
-from .chain_tiles import chain_product, lane_product
-from ..runtime.workers import numba_threads_available, run_pieces
+from ..runtime.workers import numba_threads_available, run_pieces, usable_cpus
 from . import host
+from .chain_tiles import chain_product, lane_product
+from .eigen_dots import (EIGEN_CONTRACTION, contraction_order, eigen_product, is_eigen_product, measured_eigen_host,
+                         piece_order)
 from .host import host_properties
 from .tree_sum import TREE_WINDOW, window_sum
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
@@ -125,11 +130,12 @@ CHUNK_SHIFT, LAST_CHUNK_SHIFT, COLUMNS_SHIFT = 8, 24, 40
 """Where an order keeps (16 bits each) the length of the chunks ``K`` is summed in (0: one chunk) in its first
 ``columns`` columns, and in the other columns (YNNPACK's ``K`` blocks depend on the width of XLA's thread tiles)."""
 
-RHS_TRANSPOSED, LHS_TRANSPOSED, OTHER_OPERANDS, BF16_PRODUCT = 1, 2, 4, 8
+RHS_TRANSPOSED, LHS_TRANSPOSED, OTHER_OPERANDS, BF16_PRODUCT, RESULT_TRANSPOSED = 1, 2, 4, 8, 16
 """Bits :func:`dot_vector_bytes` or-s into the vector size: the rhs is ``(n, k)`` (``x @ w.T``), the lhs is
 ``(k, m)`` (``x.T @ r``), the operands are bf16 (canonical) and the result f32 (:data:`PAIRS`), or the operands
 are laid out otherwise or are not all f32 or all f64 (no order was measured for them). A transpose producing an
-operand counts as folded into the dot, as XLA folds it."""
+operand counts as folded into the dot, as XLA folds it; so does the transpose that is a 2-D result's only user
+(``RESULT_TRANSPOSED``: XLA swaps the operands; used for ``x.T @ g``, :mod:`lowering.kernels.eigen_dots`)."""
 
 PAIRS = 32
 """A flag or-ed into ``ONE_CHAIN``: bf16 products into f32 (YNNPACK's bf16 kernels, the AVX-512 BF16 dot
@@ -161,7 +167,15 @@ def dot_vector_bytes(op) -> int:
     (marked by the ``xla-small-loops`` pass), else 32; or-ed with how its operands are laid out
     (:data:`RHS_TRANSPOSED`, :data:`LHS_TRANSPOSED`, :data:`OTHER_OPERANDS`), which decides which emitter XLA
     uses. The interpreter's dot kernel and compiled loops pass this to :func:`small_dot_order`."""
-    return (64 if SMALL_CALL in op.attributes else 32) | _operand_layout(op)
+    return (64 if SMALL_CALL in op.attributes else 32) | _operand_layout(op) | _result_layout(op)
+
+
+def _result_layout(op) -> int:
+    """:data:`RESULT_TRANSPOSED` when ``op``'s 2-D result has one user, a transpose of its two dimensions."""
+    uses = list(op.results[0].uses)
+    if len(uses) != 1 or len(op.results[0].type.get_shape()) != 2 or not isinstance(uses[0].operation, TransposeOp):
+        return 0
+    return RESULT_TRANSPOSED if [int(p) for p in uses[0].operation.properties["permutation"].get_values()] == [1, 0] else 0
 
 
 def _stored(value, dims: list[int]) -> list[int]:
@@ -203,13 +217,21 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     :data:`WIDE_VECTORS` or-ed in for ``vector_bytes`` 64, :data:`ROUNDED` and ``K`` chunks for YNNPACK's kernels),
     or None when the product is not a small f32/f64 one (BLAS). ``vector_bytes`` is :func:`dot_vector_bytes`'s
     value: the vector size and the operands' layout bits."""
-    layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS | BF16_PRODUCT)
+    layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS | BF16_PRODUCT | RESULT_TRANSPOSED)
     vector_bytes -= layout
+    swapped = layout & RESULT_TRANSPOSED != 0
+    layout &= ~RESULT_TRANSPOSED
     if layout == BF16_PRODUCT:
         if (m >= 2 and n >= 2 and batch * m * k * n <= PAIRS_MAX_MNK and k <= PAIRS_MAX_K and vector_bytes == 32
                 and np.dtype(dtype) == np.dtype(np.float32) and host.measured_host()):
             return ONE_CHAIN | PAIRS
         layout = OTHER_OPERANDS  # (not identified: the earlier order)
+    if (layout == LHS_TRANSPOSED and batch == 1 and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32)
+            and is_eigen_product(k, m, n) and measured_eigen_host()):
+        # x.T @ g: Eigen's contraction over oneDNN's sgemm, planned for this process's CPUs (eigen_dots)
+        order = contraction_order(k, m, n, usable_cpus(), swapped)
+        if order is not None:
+            return order
     if (m == n == 1 and TREE_MAX_PRODUCTS < batch * k <= SMALL_DOT_MAX_MNK and vector_bytes == 32
             and not layout & OTHER_OPERANDS and _is_f32_or_f64(dtype) and host.measured_host()):
         # XLA's reduce of the (batch, k) products: YNNPACK's sum, in its tiles (the tile length in the chunk bits)
@@ -350,6 +372,10 @@ def small_dot(a, b, out, order):
     chunks = order >> CHUNK_SHIFT
     if order & PAIRS:
         _pair_chains(a, b, out)
+        return
+    if order & EIGEN_CONTRACTION:
+        for t in range(batch):
+            eigen_product(a[t], b[t], out[t], order)
         return
     order = order & BASE_ORDER
     if order == ONE_CHAIN and (rounded or chunks):
@@ -608,6 +634,13 @@ def _small_dot_call(a, b, out, order):
     small_dot(a, b, out, order)
 
 
+@numba.njit(cache=True, nogil=True)
+def row_piece_order(order, last):
+    """``order`` for a piece of a product's rows (``last``: the piece that ends the product): an Eigen contraction's
+    rules for the product's last row or column hold in one piece only (:func:`lowering.kernels.eigen_dots.piece_order`)."""
+    return piece_order(order, last) if order & EIGEN_CONTRACTION else order
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
 def small_dot_pieces(a, b, out, order, by_batch, bounds):
     """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
@@ -624,7 +657,7 @@ def small_dot_pieces(a, b, out, order, by_batch, bounds):
         else:
             rows = stop - start
             _small_dot_call(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
-                            out.reshape(m, n)[start:stop].reshape(1, rows, n), order)
+                            out.reshape(m, n)[start:stop].reshape(1, rows, n), row_piece_order(order, stop == m))
         set_mxcsr(saved)
 
 
@@ -669,7 +702,7 @@ def small_matmul(order: int, workers: int = 1, mode=None):
                 run_pieces(_small_dot_call, [(a[s:e], b[s:e], out[s:e], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             else:  # (row pieces of the one batch, C-contiguous views: the signature small_dot is compiled for)
-                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], order)
+                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], row_piece_order(order, e == m))
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
         _small_dot_call(a, b, out, order)

@@ -13,29 +13,14 @@ import hashlib
 import os
 from types import ModuleType
 
+from .numba_cache import library_digest
 from .process_state import cache_directory, import_module_file  # noqa: F401  (cache_directory: its callers' name)
 
-_RUNTIME_DIGEST: list[str] = []
-
-RUNTIME_MODULES = tuple(os.path.join(*path.split("/")) for path in (
-    "runtime/loop_runtime.py", "runtime/lapack_compiled.py", "kernels/rowwise.py", "kernels/xla_scalar.py",
-    "kernels/scalar.py", "kernels/ynnpack_math.py", "kernels/small_dot.py", "kernels/chain_tiles.py",
-    "kernels/tree_sum.py", "kernels/ynnpack_sum.py"))
-"""The modules (under ``lowering/``) generated code calls into, directly or through the functions it calls (numba's
-cache of a caller does not see a change in a callee's module)."""
-
-
 def runtime_digest() -> str:
-    """A digest of :data:`RUNTIME_MODULES`, part of every generated module's text: numba's on-disk cache checks
-    only the cached function's own file, so a changed helper must change the file name."""
-    if not _RUNTIME_DIGEST:
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (lowering/)
-        h = hashlib.sha256()
-        for name in RUNTIME_MODULES:
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(f.read())
-        _RUNTIME_DIGEST.append(h.hexdigest()[:16])
-    return _RUNTIME_DIGEST[0]
+    """A digest of the modules generated code can call into (:func:`lowering.runtime.numba_cache.library_digest`),
+    part of every generated module's text: numba's on-disk cache checks only the cached function's own file, so a
+    changed helper must change the file name."""
+    return library_digest()
 
 
 def import_generated(text: str, prefix: str) -> ModuleType | None:

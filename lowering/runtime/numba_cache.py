@@ -11,13 +11,22 @@ later process that loads the function for that signature calls code compiled for
 :func:`install` fixes both halves: a save holds an exclusive lock on a file beside the index while it reads the
 index, picks the name and writes both files; a load checks that the overload it read was compiled for the
 signature asked for and otherwise compiles afresh (which repairs the entry), so caches written before the fix
-heal themselves. Installed when :mod:`lowering` is imported.
+heal themselves.
+
+It also keys the cache of the library's own functions (and of the code it generates) by the source of every
+module under ``lowering/kernels/`` and ``lowering/runtime/`` (:func:`library_digest`). numba checks only the file
+that defines a cached function: ``small_dot``'s machine code links the functions it calls from other modules
+(``eigen_dots``, ``chain_tiles``), so after a change to one of those (an update of the package, an edit) its cached
+code ran the old callee -- wrong bits, or a crash where the callee's arguments had changed. Installed when
+:mod:`lowering` is imported.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import os
 
 try:
     import fcntl
@@ -60,6 +69,27 @@ def _signature_matches(sig, data) -> bool:
         return True
 
 
+@functools.cache
+def library_digest() -> str:
+    """A digest of the source of every module of ``lowering/kernels/`` and ``lowering/runtime/``: the code the
+    library's numba functions and generated code can link."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (lowering/)
+    h = hashlib.sha256()
+    for package in ("kernels", "runtime"):
+        directory = os.path.join(root, package)
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".py"):
+                with open(os.path.join(directory, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def _ours(function) -> bool:
+    """Whether ``function`` is the library's (its modules, or the generated modules it writes and imports)."""
+    module = getattr(function, "__module__", "") or ""
+    return module.startswith(("lowering.", "xla_dialect_"))
+
+
 def install() -> None:
     """Make numba's cache saves process-safe and its loads check their signature (idempotent)."""
     global _INSTALLED
@@ -86,6 +116,15 @@ def install() -> None:
         return data
 
     caching.Cache._load_overload = load_overload
+
+    original_key = caching.Cache._index_key
+
+    @functools.wraps(original_key)
+    def index_key(self, sig, codegen):
+        key = original_key(self, sig, codegen)
+        return key + (library_digest(),) if _ours(self._py_func) else key
+
+    caching.Cache._index_key = index_key
 
 
 def has_machine_code(dispatcher, signature: tuple) -> bool:
