@@ -186,6 +186,15 @@ def _iteration_local(value: SSAValue) -> bool:
     return True
 
 
+def product_call(a: str, b: str, c: str, order: int) -> str:
+    """Generated code for the product ``c = a @ b`` (3-D arrays) in ``order``, as the interpreter's dot kernel
+    computes it: :func:`lowering.kernels.small_dot.small_dot`, or for an lhs-transposed f32 product Eigen's order
+    (:func:`lowering.kernels.eigen_dots.eigen_dot`, a function of its own)."""
+    from ..kernels.eigen_dots import EIGEN_CONTRACTION
+
+    return f"{'eigen_dot' if order & EIGEN_CONTRACTION else 'small_dot'}({a}, {b}, {c}, {order})"
+
+
 def _flat(array: str, shape) -> str:
     """Generated code for the flat C-ordered view of ``array`` of static ``shape`` (see
     :func:`lowering.runtime.loop_runtime.c_view`: no runtime reshape)."""
@@ -862,7 +871,10 @@ class _LoopWriter:
         plan = self.product_shape(op)
         if plan is None or int(np.prod(plan)) < PAIRED_MNK:
             return None
-        return "small" if small_dot_order(1, *plan, self.info(op.results[0])[0], dot_vector_bytes(op)) else None
+        from ..kernels.eigen_dots import EIGEN_CONTRACTION
+
+        order = small_dot_order(1, *plan, self.info(op.results[0])[0], dot_vector_bytes(op))
+        return "small" if order and not order & EIGEN_CONTRACTION else None  # (pairs call small_dot)
 
     def gemm_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
@@ -918,7 +930,7 @@ class _LoopWriter:
             self.emit(indent + "    ", f"small_dot({a0}, {b0}, {c0}, {order0})")
             self.emit(indent + "    ", f"small_dot({a}, {b}, {c}, {order})")
         else:
-            self.emit(indent, f"small_dot({a}, {b}, {c}, {order})")
+            self.emit(indent, product_call(a, b, c, order))
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
@@ -951,7 +963,7 @@ class _LoopWriter:
         names = [self.laid_out(lhs, lperm, (batch, m, k), indent), self.laid_out(rhs, rperm, (batch, k, n), indent)]
         c = self.fresh("m")
         self.emit(indent, f"{c} = {self.array_buffer(op.results[0], (batch, m, n), dtype)}")
-        self.emit(indent, f"small_dot({names[0]}, {names[1]}, {c}, {order})")
+        self.emit(indent, product_call(names[0], names[1], c, order))
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
@@ -1853,6 +1865,7 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.tree_sum import contracted_sums, nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot, small_dot_pair\n"
+                  "from lowering.kernels.eigen_dots import eigen_dot\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "
                   "sum_rows_looped as ynnpack_sum_rows_looped\n"

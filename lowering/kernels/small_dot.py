@@ -96,9 +96,7 @@ from ..runtime.loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
 from ..runtime.workers import numba_threads_available, run_pieces, usable_cpus
 from . import host
 from .chain_tiles import chain_product, lane_product
-from .eigen_dots import (EIGEN_CONTRACTION, contraction_order, eigen_product, is_eigen_product, measured_eigen_host,
-                         piece_order)
-from .host import host_properties
+from .eigen_dots import EIGEN_CONTRACTION, contraction_order, eigen_matmul, is_eigen_product, measured_eigen_host
 from .tree_sum import TREE_WINDOW, window_sum
 from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
 from .ynnpack_sum import row_sum, sum_plan
@@ -373,10 +371,6 @@ def small_dot(a, b, out, order):
     if order & PAIRS:
         _pair_chains(a, b, out)
         return
-    if order & EIGEN_CONTRACTION:
-        for t in range(batch):
-            eigen_product(a[t], b[t], out[t], order)
-        return
     order = order & BASE_ORDER
     if order == ONE_CHAIN and (rounded or chunks):
         _chains(a, b, out, rounded, chunks)
@@ -634,13 +628,6 @@ def _small_dot_call(a, b, out, order):
     small_dot(a, b, out, order)
 
 
-@numba.njit(cache=True, nogil=True)
-def row_piece_order(order, last):
-    """``order`` for a piece of a product's rows (``last``: the piece that ends the product): an Eigen contraction's
-    rules for the product's last row or column hold in one piece only (:func:`lowering.kernels.eigen_dots.piece_order`)."""
-    return piece_order(order, last) if order & EIGEN_CONTRACTION else order
-
-
 @numba.njit(parallel=True, nogil=True, cache=True)
 def small_dot_pieces(a, b, out, order, by_batch, bounds):
     """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
@@ -657,7 +644,7 @@ def small_dot_pieces(a, b, out, order, by_batch, bounds):
         else:
             rows = stop - start
             _small_dot_call(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
-                            out.reshape(m, n)[start:stop].reshape(1, rows, n), row_piece_order(order, stop == m))
+                            out.reshape(m, n)[start:stop].reshape(1, rows, n), order)
         set_mxcsr(saved)
 
 
@@ -685,6 +672,9 @@ def small_matmul(order: int, workers: int = 1, mode=None):
     :data:`PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches, else rows) computed at once on
     worker threads in the context manager ``mode`` (the caller's denormal mode): each element's order is the same."""
 
+    if order & EIGEN_CONTRACTION:  # (x.T @ g: lowering.kernels.eigen_dots, a function of its own)
+        return eigen_matmul(order, workers, mode)
+
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         batch, m, k = a.shape
         out = np.empty((batch, m, b.shape[2]), a.dtype)  # (first: the block the last call's result freed)
@@ -702,7 +692,7 @@ def small_matmul(order: int, workers: int = 1, mode=None):
                 run_pieces(_small_dot_call, [(a[s:e], b[s:e], out[s:e], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             else:  # (row pieces of the one batch, C-contiguous views: the signature small_dot is compiled for)
-                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], row_piece_order(order, e == m))
+                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
         _small_dot_call(a, b, out, order)
