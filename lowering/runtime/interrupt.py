@@ -135,6 +135,10 @@ def compile_off_main_thread(function, *args):
     return _on_a_thread(function, *args) if _compiles_here() else function(*args)
 
 
+POLL_SECONDS = 0.1
+"""How often the main thread, waiting for a compilation on another thread, wakes to run a pending Ctrl-C."""
+
+
 def _on_a_thread(function, *args):
     """``function(*args)`` run on a daemon thread while this thread waits (interruptibly) for its result."""
     box: dict = {}
@@ -150,7 +154,11 @@ def _on_a_thread(function, *args):
 
     thread = threading.Thread(target=run, name="xla-dialect numba compile", daemon=True)
     thread.start()
-    finished.wait()  # Ctrl-C: KeyboardInterrupt here; the compilation goes on to its end on its thread
+    # Ctrl-C: KeyboardInterrupt here; the compilation goes on to its end on its thread. A timed wait, woken every
+    # POLL_SECONDS: Python runs a signal's handler on the main thread, but the OS may deliver SIGINT to another
+    # thread of the process, and then a wait without a timeout is not interrupted until the compilation ends.
+    while not finished.wait(POLL_SECONDS):
+        pass
     if "error" in box:
         error = box.pop("error")
         try:
