@@ -27,6 +27,19 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   multiply is never fused.
 * Nothing in between: ``broadcast(a*b) + c`` and ``convert(a*b) + c`` round
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
+  Except ops that only move elements: a ``transpose``, ``reshape``, ``reverse``,
+  ``slice``, ``copy`` or same-type ``bitcast`` of the product (each the only use of
+  the one before, in the same fusion) is index arithmetic in XLA's fused loop,
+  so LLVM still sees the multiply's result subtracted: ``c - (a*b).T`` is
+  ``fma(-a.T, b.T, c)`` (measured with jax.jit: every element of ``c - (a*b).T``,
+  ``(a*b).T + c``, ``c - reshape``, ``c - reverse``, ``c - slice`` of ``(16, 16)``
+  to ``(700, 900)`` operands; the SGD update ``p - (0.1 * g).T`` of XLA's
+  partitioned training step, ``multiply -> transpose -> copy -> subtract`` in
+  one fusion, examples/sharded_training.py). The moves are replayed on the
+  multiply's operands (exact) and the FMA computed after them. A move read
+  twice in one fusion rounds twice (``(c - (a*b).T) * (c + (a*b).T)``, measured);
+  not reproduced: ``(c - (a*b).T, (a*b).T)``, where XLA fuses a copy of the
+  multiply and transpose into the subtraction's fusion and contracts it.
 * Chains fuse step by step (Horner: ``(p*x + c1)*x + c2`` is two FMAs); the
   product of a dot or a reduce result fuses like any other value.
 * A sum of a product, ``jnp.sum(x * y, axis=...)`` (f32/f64, the multiply read by the sum only), whose
@@ -77,7 +90,7 @@ from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.constants import ConstantOp
-from xla_dialect.ops.data_movement import BroadcastInDimOp
+from xla_dialect.ops.data_movement import BitcastOp, BroadcastInDimOp, CopyOp, ReshapeOp, ReverseOp, SliceOp, TransposeOp
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
 
@@ -144,14 +157,57 @@ class _Uses:
         return self.uses.get(self.number(value)) == 1
 
 
-def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> Operation | None:
-    """The ``multiply`` defining ``value`` if LLVM would contract it into ``user``: same block,
-    same type, and ``user`` its only use after CSE (a value used twice by ``user`` has two uses)."""
+_MOVES = (TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
+"""Ops that only move elements: in XLA's fused loop index arithmetic between a multiply and the add that reads it,
+which LLVM still contracts (module doc)."""
+
+
+def _is_move(op: Operation | None) -> bool:
+    return (isinstance(op, _MOVES) and op.operands[0].type.element_type == op.results[0].type.element_type
+            and not computes_on_quantized(op))
+
+
+def _moved_value(value: SSAValue) -> SSAValue:
+    """``value`` with the element moves (:data:`_MOVES`) producing it looked through."""
+    while _is_move(value.owner):
+        value = value.owner.operands[0]
+    return value
+
+
+def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Operation, list[Operation]] | None:
+    """The ``multiply`` defining ``value`` if LLVM would contract it into ``user``, with the element moves between
+    them (:data:`_MOVES`, the one producing ``value`` first): same block, same type, ``user`` the multiply's only
+    use after CSE (a value used twice by ``user`` has two uses), or each move the only use of the value before
+    it and the multiply's operands of its result's type (the moves are replayed on them)."""
+    chain = []
+    while _is_move(value.owner):
+        move = value.owner
+        if move.parent is not user.parent or len(list(value.uses)) != 1:
+            return None
+        chain.append(move)
+        value = move.operands[0]
     mul = value.owner
     if (not isinstance(mul, _MUL) or mul.parent is not user.parent or not uses.one_use(value)
-            or mul.results[0].type != user.results[0].type or YNNPACK in mul.attributes):  # (YNNPACK: no FMA)
+            or YNNPACK in mul.attributes):  # (YNNPACK: no FMA)
         return None
-    return mul
+    if not chain and mul.results[0].type != user.results[0].type:
+        return None
+    if chain and (chain[0].results[0].type.get_shape() != user.results[0].type.get_shape()
+                  or mul.results[0].type.element_type != user.results[0].type.element_type
+                  or any(v.type != mul.results[0].type for v in mul.operands)):
+        return None
+    return mul, chain
+
+
+def _replayed(value: SSAValue, chain: list[Operation], before: Operation) -> SSAValue:
+    """``value`` moved as ``chain`` (innermost last) moves the product: clones of its ops, inserted before
+    ``before``."""
+    for move in reversed(chain):
+        clone = move.clone(value_mapper={move.operands[0]: value})
+        clone.attributes.pop("hlo.name", None)  # (a second op of the same HLO name)
+        before.parent.insert_op_before(clone, before)
+        value = clone.results[0]
+    return value
 
 
 _ARITHMETIC = (_MUL, _ADD, _SUB, _NEG)
@@ -183,7 +239,7 @@ class _Ranks:
         owner = value.owner
         if isinstance(owner, ConstantOp):
             rank = 0
-        elif isinstance(owner, BroadcastInDimOp):
+        elif isinstance(owner, BroadcastInDimOp) or _is_move(owner):
             rank = self.of(owner.operands[0])
         elif isinstance(owner, FusedMultiplyAddOp):  # (c + a*b before LLVM contracts it)
             a, b, c = owner.operands
@@ -205,7 +261,7 @@ def _negated(value: SSAValue) -> bool:
     """Whether LLVM's InstCombine sees ``value`` as a negation: a negative constant (or its broadcast), a
     ``negate``, or a product of an odd number of such factors (``(-2 * dt) * x`` is ``-((2 * dt) * x)`` to it)."""
     owner = value.owner
-    if isinstance(owner, BroadcastInDimOp):
+    if isinstance(owner, BroadcastInDimOp) or _is_move(owner):
         return _negated(owner.operands[0])
     if isinstance(owner, _NEG):
         return not _negated(owner.operands[0])
@@ -241,10 +297,14 @@ def _contract(op: Operation, uses: _Uses) -> bool:
         if _negated(first) and not _negated(second):
             order.reverse()  # LLVM makes -P + Q the subtraction Q - P and fuses Q (module doc)
     for index, value in order:
-        mul = _fusible_product(value, op, uses)
-        if mul is None:
+        found = _fusible_product(value, op, uses)
+        if found is None:
             continue
+        mul, chain = found
         a, b = mul.operands
+        if chain:  # (c - (a*b).T -> fma(-a.T, b.T, c): the moves replayed on the factors)
+            moved = _replayed(a, chain, op)
+            a, b = moved, (moved if b is a else _replayed(b, chain, op))
         other = y if index == 0 else x
         if isinstance(op, _SUB):
             if index == 0:  # a*b - c -> fma(a, b, -c)
@@ -253,7 +313,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
                 a = _new(_NEG, [a], a.type, op)
         fused = _new(FusedMultiplyAddOp, [a, b, other], t, op)
         op.results[0].replace_all_uses_with(fused)
-        for dead in (op, mul):
+        for dead in (op, *chain, mul):
             dead.detach()
             dead.erase()
         return True
@@ -264,8 +324,8 @@ def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
     return [op for op in module.walk()
             if isinstance(op, (_ADD, _SUB)) and element_name(op.results[0]) in types
             and not computes_on_quantized(op) and YNNPACK not in op.attributes
-            and any(isinstance(v.owner, _MUL) and not computes_on_quantized(v.owner)
-                    and YNNPACK not in v.owner.attributes for v in op.operands)
+            and any(isinstance(_moved_value(v).owner, _MUL) and not computes_on_quantized(_moved_value(v).owner)
+                    and YNNPACK not in _moved_value(v).owner.attributes for v in op.operands)
             or isinstance(op, ReduceOp) and _contracted_sum(op, types)]
 
 
