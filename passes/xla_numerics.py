@@ -37,6 +37,10 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   ``pow(A, 3)`` -> ``A * (A * A)``; ``pow(A, -1)`` -> ``1 / A``; and LLVM's
   ``pow(A, 0.5)`` -> ``A == -inf ? inf : |sqrt(A)|`` (f16/f32/f64).
 
+* ``A + scatter(O, I, U)`` -> ``scatter(A + O, I, U)`` for a scatter read by the add only whose update computation
+  adds (``HandleAdd``; jax's gradients of gathers): a product in ``A`` is then not contracted into an FMA, and two
+  such scatters added become one (:class:`AddOfScatter`).
+
 * ``reduce(reduce(X, d1, I), d2, I)`` -> ``reduce(X, d1 + d2, I)`` for the same body and init value
   (``HandleReduce``'s ``MergeReduces``; f32/f64/complex): a sum of a sum is one sum, in XLA CPU's order for it.
 
@@ -69,6 +73,7 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewri
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import data_movement as dm
 from xla_dialect.ops import elementwise as ew
+from xla_dialect.ops import indexing as ix
 from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.elementwise import (AbsOp, AddOp, Atan2Op, CbrtOp, CosineOp, DivOp, ErfOp, ExpOp, Expm1Op,
                                         Log1pOp, LogisticOp, LogOp, MaxOp, MinOp, MulOp, NegOp, PowOp, RsqrtOp,
@@ -940,6 +945,123 @@ class MergeReduces(RewritePattern):
                 rewriter.erase(dead)
 
 
+def _adds_parameters(scatter: Operation) -> bool:
+    """XLA's ``Match(to_apply()->root_instruction(), m::Add(m::Parameter(), m::Parameter()))``: the update
+    computation returns an ``add`` of two of its parameters."""
+    block = scatter.regions[0].blocks.first if scatter.regions and scatter.regions[0].blocks else None
+    if block is None or scatter.regions[0].blocks.last is not block:
+        return False
+    ret = block.last_op
+    if ret is None or len(ret.operands) != 1 or not isinstance(ret.operands[0].owner, AddOp):
+        return False
+    return all(v in block.args for v in ret.operands[0].owner.operands)
+
+
+def _additive_scatter(value: SSAValue, add: Operation) -> Operation | None:
+    """The one-input ``scatter`` defining ``value`` when ``add`` is its only user and its update computation is
+    an ``add`` of its parameters (XLA's conditions), else None."""
+    scatter = value.owner
+    if (not isinstance(scatter, ix.ScatterOp) or len(scatter.operands) != 3 or len(scatter.results) != 1
+            or scatter.parent_block() is not add.parent_block() or computes_on_quantized(scatter)
+            or not _adds_parameters(scatter)):
+        return None
+    if any(use.operation is not add for use in value.uses):
+        return None
+    return scatter
+
+
+def _window(scatter: Operation) -> tuple[int, ...]:
+    """The shape of a scatter's update window (its updates' window dimensions)."""
+    dims = set(ints(scatter.update_window_dims))
+    return tuple(s for k, s in enumerate(scatter.operands[2].type.get_shape()) if k in dims)
+
+
+def _listed(op: Operation, name: str) -> tuple[int, ...]:
+    value = op.properties.get(name)
+    return () if value is None else tuple(ints(value))
+
+
+def _flag(op: Operation, name: str) -> bool:
+    value = op.properties.get(name)
+    return value is not None and bool(value.value.data)
+
+
+def _same_scatter_kind(a: Operation, b: Operation) -> bool:
+    """Whether two scatters differ at most in the shape of their batch of indices (the same index vector, window,
+    inserted dimensions, no batching dimensions): XLA's ``ScatterSimplifier`` gives them the same dimension
+    numbers (indices flattened to ``[N, k]``) before ``HandleAdd`` compares them."""
+    return (all(_listed(a, n) == _listed(b, n) for n in ("scatter_dims_to_operand_dims", "inserted_window_dims"))
+            and not any(_listed(x, n) for x in (a, b) for n in ("input_batching_dims", "scatter_indices_batching_dims"))
+            and _window(a) == _window(b) and a.operands[1].type.element_type == b.operands[1].type.element_type)
+
+
+class AddOfScatter(RewritePattern):
+    """``A + scatter(O, I, U)`` -> ``scatter(A + O, I, U)`` (and ``scatter(O, I, U) + A`` -> ``scatter(O + A, I,
+    U)``) for a one-input scatter read by the add only whose update computation adds its parameters:
+    ``HandleAdd``'s scatter rule. jax's gradient of a gather (``take_along_axis``, ``x[i]``) is such a scatter
+    into zeros, added to the other terms of the cotangent; XLA then scatters into those terms, and ``A + 0`` is
+    ``A``. What changes: a multiply in ``A`` is no longer an add's operand, so it is not contracted into an FMA
+    (``contract-fma``; optax's softmax cross-entropy gradient, ``exp(z - max) * (1/n / sum) + scatter(0, label,
+    -1/n)``, was an FMA at the labels), and several updates of one element add to ``A + O`` one at a time.
+
+    Two such scatters added (the gradient of two gathers), with fewer updates together than the result has
+    elements and the same kind (:func:`_same_scatter_kind`): as XLA, their inputs added and, when neither has
+    sorted or unique indices, one scatter of both's indices and updates concatenated, computed as the left scatter
+    into the sum and the right into that (the left's updates first: measured, 1-D and 2-D index batches of equal and
+    different ranks); else the right scatter into the sum and the left into that. Scatters of other kinds are left
+    apart (XLA's ``ScatterSimplifier`` normalizes them first: not reproduced)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: AddOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op) or op.properties.get("broadcast_dimensions") is not None:
+            return
+        a, b = op.operands
+        t = op.results[0].type
+        if a is b or not a.type == b.type == t:
+            return
+        lhs, rhs = _additive_scatter(a, op), _additive_scatter(b, op)
+        if lhs is None and rhs is None:
+            return
+        if lhs is not None and rhs is not None:
+            self._both(op, lhs, rhs, rewriter)
+            return
+        scatter, other = (rhs, a) if rhs is not None else (lhs, b)
+        operand = scatter.operands[0]
+        total = _emit(rewriter, AddOp, [other, operand] if rhs is not None else [operand, other], t)
+        self._scatter(rewriter, op, scatter, [total, *scatter.operands[1:]], dict(scatter.properties))
+        rewriter.erase(scatter)
+
+    @staticmethod
+    def _scatter(rewriter: PatternRewriter, op: Operation | None, like: Operation, operands, props) -> SSAValue:
+        new = create(ix.ScatterOp, operands, props, [like.results[0].type], regions=[like.regions[0].clone()])
+        new.attributes.update(like.attributes)
+        if op is None:
+            rewriter.insert(new)
+        else:
+            rewriter.replace(op, new)
+        return new.results[0]
+
+    def _both(self, op: Operation, lhs: Operation, rhs: Operation, rewriter: PatternRewriter) -> None:
+        (o_l, i_l, u_l), (o_r, i_r, u_r) = lhs.operands, rhs.operands
+        if u_l.type.element_count() + u_r.type.element_count() >= lhs.results[0].type.element_count():
+            return  # (XLA: concatenating the updates is not cheap, the add stays)
+        if not _same_scatter_kind(lhs, rhs):
+            return  # (not reproduced: XLA's scatter normalization decides)
+        total = _emit(rewriter, AddOp, [o_l, o_r], op.results[0].type)
+        if not any(_flag(x, f) for x in (lhs, rhs) for f in ("unique_indices", "indices_are_sorted")):
+            # One scatter of the concatenated indices and updates: the left's updates, then the right's.
+            first, second = lhs, rhs
+        else:  # the left scatter into the right's result
+            first, second = rhs, lhs
+        inner = self._scatter(rewriter, None, first, [total, *first.operands[1:]], dict(first.properties))
+        props = dict(second.properties)
+        if first is lhs:
+            props = {k: v for k, v in props.items() if k not in ("unique_indices", "indices_are_sorted")}
+        self._scatter(rewriter, op, second, [inner, *second.operands[1:]], props)
+        rewriter.erase(lhs)
+        rewriter.erase(rhs)
+
+
 @register_pass
 @dataclass(frozen=True)
 class XlaFloatRewritesPass(PatternPass):
@@ -949,7 +1071,7 @@ class XlaFloatRewritesPass(PatternPass):
     PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, *NESTED_SELECTS, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE,
                 CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
                 FoldMultiplyConstants, FoldAddConstants, FactorPowerOfTwo, SubtractConstant, SimplifyPower,
-                *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces)
+                *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces, AddOfScatter)
 
 
 @register_pass
