@@ -16,8 +16,10 @@ from lowering.kernels import eigen_dots, small_dot
 from lowering.runtime.workers import usable_cpus
 
 _ON_MEASURED_HOST = eigen_dots.measured_eigen_host() and usable_cpus() <= eigen_dots.MEASURED_CPUS
-_HOST = pytest.mark.skipif(not _ON_MEASURED_HOST, reason="the plans were measured on an AMD host with AVX-512, a "
-                           "48 KiB L1 and a 1 MiB L2, with 1 or 2 CPUs: elsewhere x.T @ g keeps the BLAS route")
+_HOST = pytest.mark.skipif(not _ON_MEASURED_HOST, reason="the plans were measured on AVX-512 hosts whose cache sizes "
+                           "Eigen's query is known for (Intel; AMD with a 48 KiB L1 and a 1 MiB L2), with 1 or 2 "
+                           "CPUs: elsewhere x.T @ g keeps the BLAS route")
+_INTEL_XEON_CACHES = (48 * 1024, 2048 * 1024, 300 * 1024 * 1024)  # (a 2-core Xeon VM: 48 KiB, 2 MiB, 300 MiB)
 
 
 def _bits(a):
@@ -39,11 +41,40 @@ def _operands(b, i, o, seed=0):
     ((769, 20, 20), 2, ((769, 384, 0),)),  # one thread: K blocks of 384, 384 and 1
     ((128, 64, 32), 2, ((128, 128, 0),)),
     ((2048, 784, 512), 1, ((2048, 512, 0),)),  # one CPU: the one-thread blocks (at most 608)
+    ((256, 1024, 49), 1, ((256, 256, 0),)),  # (blocks of 49 with the 1 MiB L2)
 ])
 def test_plans_of_measured_shapes(shape, cpus, slices):
-    """Block sizes as oneDNN's verbose log printed them for these shapes (see the module docstring)."""
+    """Block sizes as oneDNN's verbose log printed them for these shapes on the AMD host (see the module
+    docstring)."""
     b, i, o = shape
-    assert eigen_dots.contraction_plan(b, i, o, cpus) == slices
+    assert eigen_dots.contraction_plan(b, i, o, cpus, eigen_dots.MEASURED_AMD_CACHES) == slices
+
+
+@pytest.mark.parametrize("shape,cpus,slices", [
+    ((256, 1024, 49), 1, ((256, 256, eigen_dots.LAST_COLUMN),)),  # sgemm calls 1024x256:256x48 and 1024x256:256x1
+    ((2048, 784, 512), 1, ((2048, 512, 0),)),  # four K blocks of 512 (I in blocks of 408 and 376)
+    ((2048, 784, 512), 2, ((2048, 296, 0),)),  # six K blocks of 296 and one of 272
+])
+def test_plans_with_an_intel_hosts_caches(shape, cpus, slices):
+    """The same heuristics with the cache sizes Eigen reads on a Xeon (CPUID leaf 4: a 2 MiB L2): the edge block of
+    one column that ``ONEDNN_VERBOSE=2`` printed there (taskset to one CPU)."""
+    b, i, o = shape
+    assert eigen_dots.contraction_plan(b, i, o, cpus, _INTEL_XEON_CACHES) == slices
+
+
+def test_cache_sizes_eigen_reads(monkeypatch):
+    """Intel: Linux's sizes (both read CPUID leaf 4); AMD: the measured host's only; others: not known."""
+    sys_sizes = {1: 48 * 1024, 2: 2048 * 1024, 3: 300 * 1024 * 1024}
+    monkeypatch.setattr(eigen_dots, "_sys_cache_sizes", lambda: sys_sizes)
+    for vendor, expected in [("GenuineIntel", _INTEL_XEON_CACHES), ("AuthenticAMD", None), ("", None)]:
+        monkeypatch.setattr(eigen_dots.host, "host_properties", lambda vendor=vendor: {"vendor": vendor})
+        eigen_dots.eigen_cache_sizes.cache_clear()
+        assert eigen_dots.eigen_cache_sizes() == expected, vendor
+    sys_sizes[2] = 1024 * 1024
+    monkeypatch.setattr(eigen_dots.host, "host_properties", lambda: {"vendor": "AuthenticAMD"})
+    eigen_dots.eigen_cache_sizes.cache_clear()
+    assert eigen_dots.eigen_cache_sizes() == eigen_dots.MEASURED_AMD_CACHES
+    eigen_dots.eigen_cache_sizes.cache_clear()
 
 
 def test_onednn_cuts_blocks_longer_than_384():

@@ -8,10 +8,12 @@ For ``out (I, O) = x.T @ g`` with ``x (B, I)`` and ``g (B, O)`` Eigen sees ``m =
 measured on a 2-core AMD EPYC VM with AVX-512 (``ONEDNN_VERBOSE=2`` prints every sgemm call: the block sizes
 below predicted all 48 calibration shapes), and bitwise against jax.jit on 113 shapes (the MLP's weight gradients
 (2048, 784, 512), (2048, 512, 512), (2048, 512, 10), wide and narrow ones, every path below; f32 ``jax.grad`` and
-``jax.vjp`` of dense layers):
+``jax.vjp`` of dense layers); and on a 2-core Intel Xeon VM with AVX-512 (a 2 MiB L2), bitwise on 23 shapes with the
+cache sizes it reads there:
 
 * **Eigen's plan** (its cost model with a fixed overhead of 100,000 and its block heuristics, with the cache sizes
-  it reads on AMD hosts: 48 KiB L1, 1 MiB L2 and a 384 MiB L3, and its AVX build's 16 x 4 register blocks):
+  it reads (:func:`eigen_cache_sizes`; on the AMD host 48 KiB L1, 1 MiB L2 and a 384 MiB L3), and its AVX build's
+  16 x 4 register blocks):
   one thread (**seq**, ``K`` blocks from the one-thread heuristic, at most 608), several (**par**, ``K`` blocks
   capped at 320), or **sharded by the inner dimension** (``K`` cut in two slices of ``max(96, roundup8(ceil(K /
   2)))``, each computed as **par** with its own blocks, the two partial products added at the end). TensorFlow's
@@ -30,7 +32,7 @@ Shapes that are not this product in XLA (``B = 1``: a multiply; ``(B <= 3 or I <
 XLA's naive loop; ``I = 1`` or ``O = 1``: its matrix-vector emitters) keep :mod:`lowering.kernels.small_dot`'s
 other orders. The plan depends on the CPU count (measured with 1 and 2 CPUs: a process limited to one CPU takes
 the one-thread plan; with more, XLA's thread count changes the blocks and this module is not used) and on the
-cache sizes Eigen reads, so it is used on hosts like the measured one (:func:`measured_eigen_host`); elsewhere
+cache sizes Eigen reads, so it is used on hosts whose sizes are known (:func:`measured_eigen_host`); elsewhere
 these products keep the earlier rules, not bitwise with XLA. XLA folds a transpose that is the dot's only user
 into the dot by swapping its operands, and Eigen then sees the swapped product (:data:`EIGEN_SWAPPED`): jax's
 gradient of ``x @ w`` is ``transpose(dot_general(g, x))``.
@@ -50,7 +52,7 @@ import numba
 import numpy as np
 
 from ..runtime.loop_runtime import fused_multiply_add
-from ..runtime.workers import run_pieces
+from ..runtime.workers import PIECE_ROWS, PIECES_MNK, row_piece_bounds, run_pieces
 from . import host
 from .chain_tiles import chunked_chain_product
 
@@ -63,8 +65,8 @@ EIGEN_SWAPPED = 128
 transpose that is a dot's only user into the dot by swapping its operands (jax's gradient of ``x @ w`` is
 ``transpose(dot_general(g, x))``), so Eigen sees the swapped product, whose edge blocks are the other ones."""
 
-L1_BYTES, L2_BYTES, L3_BYTES = 48 * 1024, 1024 * 1024, 384 * 1024 * 1024
-"""The cache sizes Eigen reads on the measured AMD host (its AMD query misreads the L3)."""
+MEASURED_AMD_CACHES = (48 * 1024, 1024 * 1024, 384 * 1024 * 1024)
+"""The L1, L2 and L3 sizes Eigen reads on the measured AMD host (48 KiB, 1 MiB; its AMD query misreads the L3)."""
 
 MR, NR, PACKET = 16, 4, 8
 """Eigen's register block (rows, columns) and packet size for f32 in jaxlib's AVX build without FMA."""
@@ -87,14 +89,31 @@ _LAST_COLUMN_BITS = (LAST_COLUMN << _EDGE_SHIFT) | (LAST_COLUMN << (_EDGE_SHIFT 
 
 
 def measured_eigen_host() -> bool:
-    """Whether this host chooses the measured kernels and Eigen reads the measured cache sizes here: the measured
-    instruction sets (:func:`lowering.kernels.host.measured_host`), an AMD CPU, a 48 KiB L1 data cache and a 1 MiB L2
-    (``/sys/devices/system/cpu/cpu0/cache``)."""
-    return host.measured_host() and host.host_properties()["vendor"] == "AuthenticAMD" and _measured_caches()
+    """Whether this host chooses the measured kernels (:func:`lowering.kernels.host.measured_host`: oneDNN's AVX-512
+    sgemm) and the cache sizes Eigen reads here are known (:func:`eigen_cache_sizes`)."""
+    return host.measured_host() and eigen_cache_sizes() is not None
 
 
 @functools.cache
-def _measured_caches() -> bool:
+def eigen_cache_sizes() -> tuple[int, int, int] | None:
+    """The L1 data, L2 and L3 sizes in bytes Eigen's blocking reads on this host, or None where they are not known.
+
+    * Intel: Eigen reads CPUID leaf 4, as Linux does for ``/sys/devices/system/cpu/cpu0/cache``: those sizes
+      (measured on a 2-core Xeon with a 48 KiB L1, a 2 MiB L2 and a 300 MiB L3: a one-CPU product of shape
+      (256, 1024, 49) is bitwise only with its own L2).
+    * AMD: Eigen's AMD query is measured on one kind of host only (a 48 KiB L1 and a 1 MiB L2, where it reads a 384
+      MiB L3): :data:`MEASURED_AMD_CACHES` there, else None."""
+    sizes = _sys_cache_sizes()
+    vendor = host.host_properties()["vendor"]
+    if vendor == "GenuineIntel" and all(level in sizes for level in (1, 2, 3)):
+        return sizes[1], sizes[2], sizes[3]
+    if vendor == "AuthenticAMD" and sizes.get(1) == MEASURED_AMD_CACHES[0] and sizes.get(2) == MEASURED_AMD_CACHES[1]:
+        return MEASURED_AMD_CACHES
+    return None
+
+
+def _sys_cache_sizes() -> dict[int, int]:
+    """CPU 0's data and unified cache sizes in bytes by level, as Linux reports them (empty where it does not)."""
     sizes = {}
     root = "/sys/devices/system/cpu/cpu0/cache"
     try:
@@ -107,11 +126,11 @@ def _measured_caches() -> bool:
                 kind = f.read().strip()
             with open(os.path.join(root, entry, "size")) as f:
                 size = f.read().strip()
-            if kind != "Instruction":
-                sizes[level] = size
+            if kind != "Instruction" and size.endswith("K"):
+                sizes[level] = int(size[:-1]) * 1024
     except (OSError, ValueError):
-        return False
-    return sizes.get(1) == "48K" and sizes.get(2) == "1024K"
+        return {}
+    return sizes
 
 
 def is_eigen_product(k: int, m: int, n: int) -> bool:
@@ -124,8 +143,9 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _heuristic(k: int, m: int, n: int, threads: int) -> tuple[int, int, int]:
-    """Eigen's ``evaluateProductBlockingSizesHeuristic`` for f32: ``(kc, mc, nc)``."""
+def _heuristic(k: int, m: int, n: int, threads: int, caches: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Eigen's ``evaluateProductBlockingSizesHeuristic`` for f32 with the cache sizes ``caches``: ``(kc, mc, nc)``."""
+    L1_BYTES, L2_BYTES, L3_BYTES = caches  # noqa: N806 (Eigen's names)
     if threads > 1:
         k_cache = max(8, min((L1_BYTES - MR * NR * 4) // (MR * 4 + NR * 4), 320))
         if k_cache < k:
@@ -171,13 +191,14 @@ def _heuristic(k: int, m: int, n: int, threads: int) -> tuple[int, int, int]:
     return k, m, n
 
 
-def _blocking(k: int, m: int, n: int, threads: int, by_column: bool = True) -> tuple[int, int, int]:
+def _blocking(k: int, m: int, n: int, threads: int, caches: tuple[int, int, int],
+              by_column: bool = True) -> tuple[int, int, int]:
     """TensorFlow's ``TensorContractionBlocking`` for its custom kernel: Eigen's sizes, ``mc`` and ``nc`` rounded up to
     48 and 24, and ``K`` cut into even blocks (multiples of 8)."""
     if by_column:
-        kc, mc, nc = _heuristic(k, m, n, threads)
+        kc, mc, nc = _heuristic(k, m, n, threads, caches)
     else:
-        kc, nc, mc = _heuristic(k, n, m, threads)
+        kc, nc, mc = _heuristic(k, n, m, threads, caches)
     if kc <= 0 or mc <= 0 or nc <= 0:
         return kc, mc, nc
     mc = min(m, _ceil_div(int(mc * 1.5), 48) * 48)
@@ -222,38 +243,42 @@ def _inner_threads(m: int, n: int, k: int, cpus: int) -> int:
     return best
 
 
-def _sharded_by_inner(m: int, n: int, k: int, threads: int, inner: int) -> bool:
-    if n == 1 or inner < 2 or inner < threads or m * n * 4 > L3_BYTES // inner or k // inner < 2 * NR:
+def _sharded_by_inner(m: int, n: int, k: int, threads: int, inner: int, l3_bytes: int) -> bool:
+    if n == 1 or inner < 2 or inner < threads or m * n * 4 > l3_bytes // inner or k // inner < 2 * NR:
         return False
     return max(m, n) // threads < NR or (k // inner > 8 * NR and (min(m, n) < 2 * NR or inner > threads))
 
 
 @functools.cache
-def contraction_plan(k: int, m: int, n: int, cpus: int) -> tuple[tuple[int, int, int], ...]:
+def contraction_plan(k: int, m: int, n: int, cpus: int,
+                     caches: tuple[int, int, int] | None = None) -> tuple[tuple[int, int, int], ...]:
     """Eigen's plan for ``out (m, n) = x.T @ g`` with contraction ``k`` (the product's own ``m`` and ``n``: Eigen's
-    ``n`` and ``m``) on ``cpus`` CPUs: one or two slices of ``K``, each ``(length, K block, edge flags)``."""
+    ``n`` and ``m``) on ``cpus`` CPUs with the cache sizes ``caches`` (by default this host's,
+    :func:`eigen_cache_sizes`, else the measured AMD host's): one or two slices of ``K``, each ``(length, K block,
+    edge flags)``."""
+    caches = caches or eigen_cache_sizes() or MEASURED_AMD_CACHES
     em, en = n, m  # (Eigen's view: m = O, n = I)
     by_column = _shard_by_column(em, en, 2)
-    kc, mc, nc = _blocking(k, em, en, 2, by_column)
+    kc, mc, nc = _blocking(k, em, en, 2, caches, by_column)
     threads = _threads(em, en, mc, nc, kc, by_column, cpus)
     inner = _inner_threads(em, en, k, cpus)
 
     def edges(bm: int, bn: int) -> int:
         return (LAST_COLUMN if em % min(em, bm) == 1 else 0) | (LAST_ROW if en % min(en, bn) == 1 else 0)
 
-    if _sharded_by_inner(em, en, k, threads, inner):
+    if _sharded_by_inner(em, en, k, threads, inner, caches[2]):
         size = min(k, max(12 * PACKET, _ceil_div(_ceil_div(k, inner), 8) * 8))
         count = _ceil_div(k, size)
         slices = []
         for s in range(count):
             length = size if s + 1 < count else k - size * (count - 1)
-            bk, bm, bn = _blocking(length, em, en, count, True)
+            bk, bm, bn = _blocking(length, em, en, count, caches)
             slices.append((length, bk, edges(bm, bn)))
         return tuple(slices)
     if threads == 1:
-        bk, bm, bn = _blocking(k, em, en, 1, True)
+        bk, bm, bn = _blocking(k, em, en, 1, caches)
     else:
-        bk, bm, bn = _blocking(k, em, en, threads, _shard_by_column(em, en, threads))
+        bk, bm, bn = _blocking(k, em, en, threads, caches, _shard_by_column(em, en, threads))
     return ((k, bk, edges(bm, bn)),)
 
 
@@ -422,18 +447,12 @@ def eigen_dot(a, b, out, order):
         eigen_product(a[t], b[t], out[t], order)
 
 
-PIECES_MNK = 1 << 22
-"""Products (``batch * m * k * n``) from this size up are cut in row pieces on the CPUs (:func:`eigen_matmul`)."""
-
-PIECE_ROWS = 64
-"""Row pieces are whole multiples of this many rows (but the last)."""
-
 
 def eigen_matmul(order: int, workers: int = 1, mode=None):
     """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul in ``order`` (:func:`contraction_order`): a product of
-    :data:`PIECES_MNK` multiply-adds or more with one batch is cut in ``workers`` row pieces computed at once on worker
-    threads in the context manager ``mode`` (the caller's denormal mode); each element's order is the same, the
-    rule of the product's last row in the last piece only (:func:`piece_order`)."""
+    :data:`~lowering.runtime.workers.PIECES_MNK` multiply-adds or more with one batch is cut in ``workers`` row
+    pieces computed at once on worker threads in the context manager ``mode`` (the caller's denormal mode); each
+    element's order is the same, the rule of the product's last row in the last piece only (:func:`piece_order`)."""
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         batch, m, k = a.shape
@@ -441,7 +460,7 @@ def eigen_matmul(order: int, workers: int = 1, mode=None):
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         parts = min(workers, m // PIECE_ROWS)
         if batch == 1 and parts >= 2 and m * k * b.shape[2] >= PIECES_MNK:
-            bounds = [i * (m // parts // PIECE_ROWS) * PIECE_ROWS for i in range(parts)] + [m]
+            bounds = row_piece_bounds(m, parts)
             run_pieces(eigen_dot, [(a[:, s:e], b, out[:, s:e], piece_order(order, e == m))
                                    for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out

@@ -93,7 +93,7 @@ import numpy as np
 from xla_dialect.ops.data_movement import TransposeOp
 
 from ..runtime.loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
-from ..runtime.workers import numba_threads_available, run_pieces, usable_cpus
+from ..runtime.workers import PIECE_ROWS, PIECES_MNK, numba_threads_available, row_piece_bounds, run_pieces, usable_cpus
 from . import host
 from .chain_tiles import chain_product, lane_product
 from .eigen_dots import EIGEN_CONTRACTION, contraction_order, eigen_matmul, is_eigen_product, measured_eigen_host
@@ -312,12 +312,6 @@ TILED_MNK = 1 << 16
 smaller ones the element loops below, the same order without the tiles' packed panel and set-up (the small products
 of bench_real_programs' LSTM scan in a compiled loop: 1.1-1.2x jax.jit with the loops, 1.9x with the tiles, two
 runs each of ``--only LSTM``)."""
-
-PIECES_MNK = 1 << 22
-"""Products (``batch * m * k * n``) from this size up are computed in pieces on the CPUs (:func:`small_matmul`)."""
-
-PIECE_ROWS = 64
-"""Row pieces of a product cut by :func:`small_matmul` are whole multiples of this many rows (but the last)."""
 
 ROUNDED_TERMS = 8
 """The column-by-column part of a vector-matrix product adds the rounded products of this many first terms."""
@@ -669,8 +663,9 @@ PAIRED_MNK = 1 << 18
 
 def small_matmul(order: int, workers: int = 1, mode=None):
     """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``; a product of
-    :data:`PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches, else rows) computed at once on
-    worker threads in the context manager ``mode`` (the caller's denormal mode): each element's order is the same."""
+    :data:`~lowering.runtime.workers.PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches,
+    else rows) computed at once on worker threads in the context manager ``mode`` (the caller's denormal mode): each
+    element's order is the same."""
 
     if order & EIGEN_CONTRACTION:  # (x.T @ g: lowering.kernels.eigen_dots, a function of its own)
         return eigen_matmul(order, workers, mode)
@@ -685,7 +680,7 @@ def small_matmul(order: int, workers: int = 1, mode=None):
             if by_batch:
                 bounds = np.linspace(0, batch, parts + 1).astype(np.int64)
             else:
-                bounds = np.array([i * (m // parts // PIECE_ROWS) * PIECE_ROWS for i in range(parts)] + [m], np.int64)
+                bounds = np.array(row_piece_bounds(m, parts), np.int64)
             if numba_threads_available():
                 small_dot_pieces(a, b, out, order, by_batch, bounds)
             elif by_batch:

@@ -152,6 +152,21 @@ def run_pieces(function, pieces: list[tuple], mode=None) -> list:
     return results
 
 
+PIECES_MNK = 1 << 22
+"""Products (``batch * m * k * n``) from this size up are computed in pieces on the CPUs (the matmuls of
+:mod:`lowering.kernels.small_dot` and :mod:`lowering.kernels.eigen_dots`)."""
+
+PIECE_ROWS = 64
+"""Row pieces of a product (:func:`row_piece_bounds`) are whole multiples of this many rows (but the last)."""
+
+
+def row_piece_bounds(rows: int, parts: int, multiple: int = PIECE_ROWS) -> list[int]:
+    """The ``parts + 1`` bounds cutting ``rows`` rows of a product into ``parts`` pieces of equal whole multiples of
+    ``multiple`` rows, the last piece taking the remainder (each product element is computed by one piece, in the
+    same order whatever the cut)."""
+    return [i * (rows // parts // multiple) * multiple for i in range(parts)] + [rows]
+
+
 def even_bounds(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
     """``[start, stop)`` ranges cutting ``range(size)`` into at most ``parts`` pieces; every piece but the last
     starts and ends at a multiple of ``align``, the last takes the remainder (at least as large as the others)."""
