@@ -82,15 +82,17 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from lowering.kernels.host import host_properties
-from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows
+from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows, vector_lanes
 from lowering.kernels.ynnpack_math import YNNPACK
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
 from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
+from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.data_movement import BitcastOp, BroadcastInDimOp, CopyOp, ReshapeOp, ReverseOp, SliceOp, TransposeOp
+from xla_dialect.ops.linalg import _DotBase
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
 
@@ -352,6 +354,22 @@ def _contracted_sum(op: ReduceOp, types: frozenset[str]) -> bool:
             and len(block.args) == 2 and list(body[1].operands) == [body[0].results[0]])
 
 
+def _fusion_parameter(value: SSAValue) -> bool:
+    """Whether XLA CPU reads ``value`` as a parameter of the loop fusion that sums it: a block argument, or the
+    result of a collective or a dot (never fused into an element-wise loop)."""
+    return isinstance(value, BlockArgument) or isinstance(value.owner, (CollectiveOp, _DotBase))
+
+
+def _lane_body(a: SSAValue, b: SSAValue) -> str:
+    """The body of a sum of ``a * b`` as :func:`lowering.kernels.tree_sum.vector_lanes` names the measured ones
+    (``""``: another)."""
+    if _fusion_parameter(a) and _fusion_parameter(b):
+        return "square" if a is b else "product"
+    if a is b and isinstance(a.owner, _SUB) and all(_fusion_parameter(v) for v in a.owner.operands):
+        return "computed_square"
+    return ""
+
+
 def _contract_sum(op: ReduceOp, uses: _Uses) -> bool:
     """Replace the sum ``op`` (:func:`_contracted_sum`) of a fusible multiply by a :class:`MultiplyReduceOp`."""
     mul = op.operands[0].owner
@@ -361,9 +379,14 @@ def _contract_sum(op: ReduceOp, uses: _Uses) -> bool:
     rounded = 0
     if all(isinstance(v, BlockArgument) for v in (a, b)):  # (computed factors: contracted throughout, measured)
         rounded = rounded_product_rows(a.type.get_shape(), ints(op.dimensions), numpy_dtype(op.results[0].type))
+    properties = {"dimensions": op.dimensions, "rounded_rows": IntegerAttr(rounded, i64)}
+    lanes, rounded_lanes = vector_lanes(a.type.get_shape(), ints(op.dimensions), numpy_dtype(op.results[0].type),
+                                        _lane_body(a, b))
+    if lanes:
+        properties["lanes"] = IntegerAttr(lanes, i64)
+        properties["rounded_rows"] = IntegerAttr(int(rounded_lanes), i64)
     contracted = MultiplyReduceOp.create(operands=[a, b, op.operands[1]], result_types=[op.results[0].type],
-                                         properties={"dimensions": op.dimensions,
-                                                     "rounded_rows": IntegerAttr(rounded, i64)})
+                                         properties=properties)
     op.parent.insert_op_before(contracted, op)
     op.results[0].replace_all_uses_with(contracted.results[0])
     for dead in (op, mul):

@@ -202,3 +202,44 @@ def test_sums_of_squares_start_with_the_first_square_fused(dtype):
             for configuration in ("interpreter", "fused and compiled loops"):
                 assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x)[0]) == want, \
                     (shape, configuration)
+
+
+@pytest.mark.parametrize("rows, length", [(32, 4), (16, 3), (20, 4), (29, 2), (28, 5), (18, 8), (8, 7), (4, 6),
+                                          (24, 7), (12, 4)])
+def test_full_sums_of_products_in_xla_vector_lanes(rows, length):
+    # A full f32 sum of a product over a (rows, length) operand: XLA's outer loop over the rows is not unrolled,
+    # LLVM vectorizes it (tree_sum.vector_lanes: rows as lanes, lanes halved, the rest a scalar FMA chain; the
+    # lanes FMAs for x*x / x*y with rows of 2-4, rounded products with 5-8 or for (x - y)**2). The per-device loss
+    # of examples/sharded_training.py is the (32, 4) (x - y)**2 one. Straight-line and in a compiled loop.
+    rng = np.random.default_rng(rows * 100 + length)
+    f32 = np.float32
+
+    def in_loop(product):
+        return lambda a, b: lax.fori_loop(0, 3, lambda i, acc: acc + jnp.sum(product(a, b)), f32(0))
+
+    products = [lambda a, b: a * a, lambda a, b: a * b, lambda a, b: (a - b) ** 2]
+    programs = [(lambda p: lambda a, b: jnp.sum(p(a, b)))(p) for p in products] + [in_loop(p) for p in products]
+    for draw in range(3):
+        x, y = mixed(rng, (rows, length), f32), mixed(rng, (rows, length), f32)
+        for fn in programs:
+            want = bits(jax.jit(fn)(x, y))
+            module = import_jax(fn, x, y)
+            for configuration in ("interpreter", "fused and compiled loops"):
+                assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x, y)[0]) == want, configuration
+
+
+def test_vector_lanes_table():
+    from lowering.kernels import host
+    from lowering.kernels.tree_sum import vector_lanes
+
+    if not host.measured_host():
+        pytest.skip("the widths were measured on an AVX-512 host")
+    f32 = np.float32
+    assert vector_lanes((32, 4), (0, 1), f32, "computed_square") == (8, True)
+    assert vector_lanes((32, 4), (0, 1), f32, "square") == (8, False)
+    assert vector_lanes((20, 6), (0, 1), f32, "product") == (4, True)
+    assert vector_lanes((28, 2), (0, 1), f32, "product") == (8, False)
+    assert vector_lanes((12, 4), (0, 1), f32, "square") == (0, False)  # under 16 rows: a width that divides them
+    assert vector_lanes((32, 4), (0, 1), np.float64, "square") == (0, False)  # f64: not measured
+    assert vector_lanes((32, 4), (1,), f32, "square") == (0, False)  # row sums: outputs, not lanes
+    assert vector_lanes((32, 4), (0, 1), f32, "") == (0, False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr
 from xdsl.ir import Dialect
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
 
 
 @irdl_op_definition
@@ -35,7 +35,10 @@ class MultiplyReduceOp(IRDLOperation):
     """The sum of ``a * b`` over ``dimensions`` from ``init``, each step a fused multiply-add: ``acc = a[i] * b[i]
     + acc`` rounded once, the reduced elements in row-major order -- except the first ``rounded_rows`` outputs,
     which add rounded products (XLA's vectorized rows) -- (executor-internal; made only by
-    :func:`passes.fma_contraction.contract_fma` from a sum of a product that XLA CPU fuses and contracts)."""
+    :func:`passes.fma_contraction.contract_fma` from a sum of a product that XLA CPU fuses and contracts).
+    ``lanes`` (optional, a full sum of a 2-d operand): XLA's vector lanes over its rows
+    (:func:`lowering.kernels.tree_sum.lane_contracted_sum`; ``rounded_rows`` 1: the lanes add rounded
+    products)."""
 
     name = "hlo_internal.multiply_reduce"
     a = operand_def()
@@ -44,6 +47,7 @@ class MultiplyReduceOp(IRDLOperation):
     result = result_def()
     dimensions = prop_def(DenseArrayBase)
     rounded_rows = prop_def(IntegerAttr)
+    lanes = opt_prop_def(IntegerAttr)
 
 
 OPS = [FusedMultiplyAddOp, MultiplyReduceOp]

@@ -1160,14 +1160,18 @@ class _LoopWriter:
         t = _NUMBA_TYPE_NAMES[dtype]
         init = f"{t}({self.name(op.init)})"
         rounded, square = op.rounded_rows.value.data, op.a is op.b
+        lanes = op.lanes.value.data if op.lanes is not None else 0
+        cols = int(self.info(op.a)[1][-1]) if lanes else 1
         if shape:
             self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
             flat = _flat(out, shape)
-            self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {flat}, {rounded}, {square})")
+            self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {flat}, {rounded}, {square}, "
+                              f"{lanes}, {cols})")
             return
         target = self.fresh("h")
         self.prologue.append(f"    {target} = new_array(1, {t})")
-        self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {target}, {rounded}, {square})")
+        self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {target}, {rounded}, {square}, {lanes}, "
+                          f"{cols})")
         self.emit(indent, f"{out} = {target}[0]")
 
     def constant_dims(self, dims: np.ndarray) -> str:

@@ -356,9 +356,10 @@ def _multiply_reduce(op, ctx):
     dtype = result_dtypes(op, ctx)[0]
     axes = tuple(sorted(ints(op.dimensions)))
     rounded, square = op.rounded_rows.value.data, op.a is op.b
+    lanes = op.lanes.value.data if op.lanes is not None else 0
     if any(d < 0 for d in shape):
         return lambda a, b, init: contracted_sum_function(np.shape(a), axes, dtype, rounded, square)(a, b, init)
-    contracted = contracted_sum_function(shape, axes, dtype, rounded, square)
+    contracted = contracted_sum_function(shape, axes, dtype, rounded, square, lanes)
 
     def multiply_reduce_kernel(a, b, init):
         return contracted(np.asarray(a), np.asarray(b), init)

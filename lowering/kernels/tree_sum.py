@@ -193,7 +193,7 @@ def column_tree_sums(x, init, out):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
-def contracted_sums(a, b, init, out, rounded_rows, square):
+def contracted_sums(a, b, init, out, rounded_rows, square, lanes=0, lane_cols=1):
     """``out[r]`` = the sum of ``a[r, i] * b[r, i]`` over ``i`` (C-ordered 2-d ``a``, ``b``: each row the reduced
     elements of one output in row-major order) from ``init``, each step one fused multiply-add, ``acc = fma(a, b,
     acc)``: XLA CPU's sum of a product it fuses into the reduce (no reduced dimension longer than 32, where the
@@ -201,8 +201,16 @@ def contracted_sums(a, b, init, out, rounded_rows, square):
     (:class:`~xla_dialect.internal.MultiplyReduceOp`); the first ``rounded_rows`` rows add rounded products
     instead (:func:`rounded_product_rows`). A ``square`` (``a`` is ``b``: ``x * x``) summed from +0 starts
     ``fma(a0, a0, a1 * a1)``: LLVM drops the +0 and contracts the first product of the first add (measured:
-    1-D sums of 2-32 squares, every draw; a sum of two different products fuses the second)."""
+    1-D sums of 2-32 squares, every draw; a sum of two different products fuses the second).
+
+    ``lanes > 0`` (one output: a full sum whose reduced elements are rows of ``lane_cols``): XLA's vectorized
+    loop over those rows (:func:`vector_lanes`), :func:`lane_contracted_sum`; the lanes add rounded products
+    where ``rounded_rows`` is nonzero, else fused ones."""
     rows, k = a.shape
+    if lanes > 0:
+        for r in range(rows):
+            out[r] = lane_contracted_sum(a[r], b[r], init, lanes, lane_cols, rounded_rows != 0)
+        return
     pair = square and k >= 2 and init == 0 and not np.signbit(init)
     for r in range(rows):
         s = init
@@ -217,6 +225,103 @@ def contracted_sums(a, b, init, out, rounded_rows, square):
             for i in range(k):
                 s = fused_multiply_add(a[r, i], b[r, i], s)
         out[r] = s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def lane_contracted_sum(a, b, init, lanes, cols, rounded):
+    """The sum of ``a[i] * b[i]`` (1-d ``a``, ``b``: ``rows`` rows of ``cols`` elements, row-major) from ``init``
+    as XLA CPU's vectorized loop over the rows computes it (:func:`vector_lanes`): the first ``rows - rows %
+    lanes`` rows in ``lanes`` vector lanes (row ``r`` in lane ``r % lanes``; lane 0 starts from ``init``, the
+    others from -0), each row's products added into its lane in order (``rounded``: rounded products, else one
+    fused multiply-add each); the lanes then added by halves (lane ``i`` plus lane ``i + lanes / 2``, until one
+    is left); the rows after the last whole vector then one fused multiply-add each, in order."""
+    rows = a.shape[0] // cols
+    vector = rows - rows % lanes
+    lane = np.empty(lanes, a.dtype)
+    for i in range(lanes):
+        lane[i] = -0.0
+    lane[0] = init
+    for r in range(vector):
+        j = r % lanes
+        s = lane[j]
+        for c in range(r * cols, (r + 1) * cols):
+            if rounded:
+                s = s + a[c] * b[c]
+            else:
+                s = fused_multiply_add(a[c], b[c], s)
+        lane[j] = s
+    half = lanes // 2
+    while half >= 1:
+        for i in range(half):
+            lane[i] = lane[i] + lane[i + half]
+        half //= 2
+    s = lane[0]
+    for c in range(vector * cols, rows * cols):
+        s = fused_multiply_add(a[c], b[c], s)
+    return s
+
+
+LANE_BODIES = ("square", "product", "computed_square")
+"""The contracted sums :func:`vector_lanes` was measured for: ``x * x`` and ``x * y`` of XLA fusion parameters,
+and ``(x - y) ** 2`` of fusion parameters (the subtract in the loop)."""
+
+
+def vector_lanes(shape, axes, dtype, body: str) -> tuple[int, bool]:
+    """``(lanes, rounded)``: how XLA CPU's LLVM loop vectorizer computes the full sum of a product over a 2-d
+    operand of ``shape`` (``rows x cols``, both reduced) -- lanes 0: not vectorized (the scalar order of
+    :func:`contracted_sums`); else the rows are vector lanes (:func:`lane_contracted_sum`), the lanes adding
+    rounded products when ``rounded``.
+
+    Why: XLA's loop emitter writes the sum of a 2-d operand as two nested loops and marks the outer one (over the
+    rows) ``llvm.loop.unroll.disable`` (read in the IR XLA dumps, ``XLA_FLAGS=--xla_dump_to``: a 1-d sum is one
+    loop without the mark, which LLVM unrolls and sums in order). LLVM unrolls the inner loop over a row, and its
+    loop vectorizer turns the outer loop into one vector accumulator (no interleaving: the mark forbids it), its
+    lanes reduced by halves at the end, the rows after the last whole vector a scalar loop. Its cost model
+    picks the width: under 16 rows only one that divides them (no scalar remainder allowed for so few
+    iterations), from 16 rows 8 or 4 by comparing ``vector cost * rows // width + scalar cost * (rows % width)``
+    -- costs of the loop body (per ``cols`` and body) not reproduced here but tabled as measured.
+
+    Measured (jax 0.10.2, f32, the 2-core Intel Xeon VM with AVX-512, which :func:`lowering.kernels.host.
+    measured_host` accepts): the vector width in the optimized IR of every ``rows`` 2..32 x ``cols`` 2..8 for
+    the bodies ``x * x``, ``x * y``, ``(x - y) ** 2`` (:data:`LANE_BODIES`) and the plain ``jnp.sum(x)``; then
+    each of those 868 shapes summed 6 times from random operands with mixed magnitudes (and 12 more at 8, 16, 20,
+    32 rows): every sum with a width equal to this order, the lanes FMAs for ``x * x`` and ``x * y`` with rows of
+    2-4 and rounded products with rows of 5-8 or with ``(x - y) ** 2`` (which the backend contracts is measured,
+    not derived). Other bodies, element types, shapes and layouts: 0, the scalar order (not measured; other bodies'
+    widths differ: optax's softmax cross-entropy summed over 28-31 rows of 3 classes is 4 lanes, of 10 classes 8;
+    a 1-d sum is one loop LLVM unrolls, in order). Not reproduced either: the scalar order of some shapes it
+    does not vectorize (``(x - y) ** 2`` over ``(2, 3)``, ``(2, 6)``, ``(5, 6)``, ``(6, 3)``, ``(13, 6)`` and
+    ``x * x`` over ``(7, 2)``, ``(13, 4)``, ``(14, 8)``: 1-2 of 3 draws off, as before)."""
+    from . import host
+
+    shape = tuple(int(v) for v in shape)
+    if (body not in LANE_BODIES or len(shape) != 2 or sorted(int(v) for v in axes) != [0, 1]
+            or np.dtype(dtype) != np.float32 or not host.measured_host()):
+        return 0, False
+    rows, cols = shape
+    width = _lane_width(rows, cols, body)
+    return width, width > 0 and (body == "computed_square" or cols >= 5)
+
+
+def _lane_width(rows: int, cols: int, body: str) -> int:
+    """The measured vector width of :func:`vector_lanes` (0: not vectorized)."""
+    if not (2 <= rows <= TREE_WINDOW and 2 <= cols <= 8):
+        return 0
+    if rows >= 16:
+        if body == "product" and rows in (18, 19) and cols >= 7:
+            return 2
+        if cols >= 7:
+            return 4
+        if rows % 8 < 4:
+            return 8
+        return 8 if rows >= 28 and cols == 2 else 4
+    if rows == 2:
+        return 2 if body == "square" else 0
+    if rows == 4:
+        return 4
+    if rows == 8:
+        return 8 if cols <= 6 or body == "square" else 4
+    return 0
 
 
 def rounded_product_rows(shape, axes, dtype) -> int:
@@ -327,15 +432,17 @@ class _Layout:
         return np.ascontiguousarray(x, dtype=self.acc).reshape(self.outputs, self.count)
 
 
-def contracted_sum_function(shape, axes, acc: np.dtype, rounded: int = 0, square: bool = False):
+def contracted_sum_function(shape, axes, acc: np.dtype, rounded: int = 0, square: bool = False, lanes: int = 0):
     """``f(a, b, init)``: :func:`contracted_sums` of operands of ``shape`` over ``axes`` (reduced dimensions moved
     last first where they are not; the first ``rounded`` outputs with rounded products; ``square``: ``a`` is
-    ``b``), an array of the kept dimensions' shape."""
+    ``b``; ``lanes``: XLA's vector lanes over the rows of a 2-d full sum, :func:`vector_lanes`), an array of the
+    kept dimensions' shape."""
     layout = _Layout(shape, axes, acc)
+    cols = int(shape[-1]) if lanes else 1
 
     def contracted(a, b, init):
         out = np.empty(layout.outputs, layout.acc)
-        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out, rounded, square)
+        contracted_sums(layout.rows(a), layout.rows(b), layout.acc.type(init), out, rounded, square, lanes, cols)
         return out.reshape(layout.kept_shape)
 
     return contracted
