@@ -141,7 +141,8 @@ _NAN_BITS = {
 @pytest.mark.parametrize("dst", list(_NAN_BITS), ids=lambda t: np.dtype(t).name)
 def test_convert_nan_payloads_and_signalling_nans_as_xla(src, dst):
     """NaN payloads and signs through float conversions are XLA's (jax.jit) bit for bit: to f16 through the
-    hardware conversion (quieted, top payload bits; f64 drops the payload), f16 -> f32 quieted."""
+    hardware conversion (quieted, top payload bits; f64 drops the payload unless the host has AVX512-FP16),
+    f16 -> f32 quieted."""
     import jax
 
     import lowering

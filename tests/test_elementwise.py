@@ -619,7 +619,8 @@ def test_print_parse_round_trip():
 @pytest.mark.parametrize("fusion", ["never", "always"])
 def test_max_min_nan_payloads_and_signs_as_xla(dtype, kind, fusion):
     """Every pair of signed zeros, ones, infinities and signed payload NaNs: XLA's bits (a NaN second operand
-    takes the and-ed (max) or or-ed (min) sign bits; f16 gives the positive quiet NaN)."""
+    takes the and-ed (max) or or-ed (min) sign bits; f16 gives the positive quiet NaN where the host lacks
+    AVX512-FP16, else the same rules)."""
     import jax
     import jax.numpy as jnp
 

@@ -60,6 +60,7 @@ from xla_dialect.types import element_type_of
 
 from .registry import register
 from . import libm, scalar, xla_math, ynnpack_math
+from .host import host_properties
 
 # ----------------------------------------------------------------------------
 # Element types: storage dtype, the dtype kernels compute in, XLA bit width
@@ -858,8 +859,12 @@ def _same(fn, kinds=("pred", "sint", "uint", "float", "complex")):
 
 def _f16_nans(fn: Callable, e: Elem) -> Callable:
     """``fn`` (max or min) for elements ``e``: on f16, XLA CPU's element-wise max/min give every NaN as the
-    positive quiet NaN (measured: ``max(1, -NaN(5))`` is ``0x7e00``; its f16 reductions keep payloads)."""
-    if e.dtype != np.float16:
+    positive quiet NaN (measured: ``max(1, -NaN(5))`` is ``0x7e00``; its f16 reductions keep payloads) -- on
+    hosts without AVX512-FP16, where f16 is computed in f32. With it f16 is native and keeps f32's rules: the
+    NaN operand's payload, a NaN ``b``'s sign and-ed (max) or or-ed (min) with ``a``'s (measured on a Xeon with
+    AVX512-FP16: every pair of signed zeros, ones, infinities and signed payload NaNs), which ``fn`` computed on
+    the exactly widened values gives."""
+    if e.dtype != np.float16 or host_properties()["avx512fp16"]:
         return fn
 
     def canonical(a, b):
