@@ -23,9 +23,11 @@ The legacy emitter computes some ops differently from the fusion emitters used e
 * f16 ``rsqrt`` is ``1 / sqrt(x)`` in f16, not XLA's f32 estimate-and-Newton rounded once.
 
 * Vector-matrix, matrix-vector and vector dots are emitted with 64-byte vectors (16 f32, 8 f64 lanes) where
-  XLA's dot emitters elsewhere use 32-byte ones (measured: the orders of ``lowering/kernels/small_dot.py``
-  with the wider vectors give every element and zero sign of jax.jit's loops, f32 and f64, ``[1, K] @ [K, N]``
-  and ``[M, K] @ [K, 1]`` for K up to 64, N up to 33, M up to 12).
+  XLA's dot emitters elsewhere use 32-byte ones (measured on an AMD EPYC: the orders of
+  ``lowering/kernels/small_dot.py`` with the wider vectors give every element and zero sign of jax.jit's loops,
+  f32 and f64, ``[1, K] @ [K, N]`` and ``[M, K] @ [K, 1]`` for K up to 64, N up to 33, M up to 12) -- on CPUs
+  LLVM tunes for 64-byte vectors; on an Intel Xeon, which it tunes for 32-byte ones, the 32-byte orders
+  (``lowering.kernels.host.prefers_wide_vectors``).
 * An f32/bf16 max/min with a denormal splat constant has no signed-zero fix-up on a single element either
   (``max(-0, 1e-40)`` is ``-0`` in the loop, ``+0`` in straight-line code and in loops XLA does not compile
   whole; ``lowering.kernels.scalar``'s denormal-constant definition applies from one element on).

@@ -640,6 +640,19 @@ def test_matrix_vector_products_in_compiled_loops_are_the_kernels():
 
 
 # Inside the while loops XLA CPU compiles whole (passes/small_loops.py) its dot emitters use 64-byte vectors.
+def test_small_loop_dots_take_the_vectors_llvm_prefers(monkeypatch):
+    """The dots of the loops XLA compiles whole follow 64-byte vectors on the AMD host, 32-byte ones on the Xeon
+    (LLVM's tuning for Intel's AVX-512 cores), as :func:`test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu`
+    checks on whichever host runs it."""
+    from lowering.kernels import host, small_dot
+
+    for vendor, avx512, wide in [("AuthenticAMD", True, True), ("GenuineIntel", True, False), ("", False, False)]:
+        monkeypatch.setattr(host, "host_properties", lambda v=vendor, a=avx512: {"vendor": v, "avx512f": a})
+        assert host.prefers_wide_vectors() is wide
+        order = small_dot.small_dot_order(1, 1, 10, 10, np.float32, 64)
+        assert bool(order & small_dot.WIDE_VECTORS) is wide
+
+
 _SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), (1, 12, 31), (4, 9, 1), (3, 17, 1),
                     (2, 40, 1), (1, 40, 1), (3, 5, 5), (1, 8, 8), (2, 8, 1), (4, 4, 3)]
 

@@ -51,6 +51,16 @@ def describe_host() -> str:
     return f"{host['vendor'] or 'unknown vendor'} ({', '.join(flags) or 'no AVX'})"
 
 
+def prefers_wide_vectors() -> bool:
+    """Whether LLVM vectorizes with 64-byte vectors where XLA CPU leaves the width to it (the dots of the while
+    loops XLA compiles whole, :mod:`passes.small_loops`): AVX-512 on a CPU that LLVM does not tune for 32-byte
+    vectors. LLVM tunes Intel's AVX-512 cores (Skylake-X to Emerald Rapids) for 32-byte vectors and AMD's Zen 4
+    for 64-byte ones; measured: those loops' dots follow 64-byte vectors on an AMD EPYC (Zen 4) and 32-byte ones on
+    an Intel Xeon (Emerald Rapids)."""
+    host = host_properties()
+    return bool(host["avx512f"]) and host["vendor"] != "GenuineIntel"
+
+
 def measured_host() -> bool:
     """Whether this CPU has what the host the orders of :func:`lowering.kernels.small_dot._xla_order` were measured on has: XLA CPU's choice of
     kernels (YNNPACK's AVX-512 ones among them) depends on it."""

@@ -162,7 +162,8 @@ TREE_MAX_PRODUCTS = 4095
 
 def dot_vector_bytes(op) -> int:
     """The vector size XLA CPU computes the dot ``op`` with: 64 bytes inside the while loops it compiles whole
-    (marked by the ``xla-small-loops`` pass), else 32; or-ed with how its operands are laid out
+    (marked by the ``xla-small-loops`` pass; :func:`small_dot_order` keeps 32-byte vectors there where LLVM prefers
+    them, :func:`lowering.kernels.host.prefers_wide_vectors`), else 32; or-ed with how its operands are laid out
     (:data:`RHS_TRANSPOSED`, :data:`LHS_TRANSPOSED`, :data:`OTHER_OPERANDS`), which decides which emitter XLA
     uses. The interpreter's dot kernel and compiled loops pass this to :func:`small_dot_order`."""
     return (64 if SMALL_CALL in op.attributes else 32) | _operand_layout(op) | _result_layout(op)
@@ -250,8 +251,8 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
         if found is not None and found & BASE_ORDER in (ONE_CHAIN, TWO_LANES, FOUR_LANES) and not found & ROUNDED:
             return found
     order = _order(batch, m, k, n, dtype)
-    if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):
-        return order | WIDE_VECTORS
+    if vector_bytes == 64 and order in (ONE_CHAIN, ROW_TILES):  # (a small call's dot: its emitter's vectors)
+        return order | WIDE_VECTORS if host.prefers_wide_vectors() else order
     if order in (ONE_CHAIN, FOUR_LANES) and vector_bytes == 32 and m >= 2 and n >= 2 and k >= 2 and host.measured_host():
         return _xla_order(m, k, n, np.dtype(dtype), layout) or order
     return order
