@@ -98,8 +98,12 @@ def _block_ancestor(op: Operation, block: Block) -> Operation | None:
 
 
 def _fusible(op: Operation, shape) -> bool:
+    from ..kernels.elementwise import BF16_FLUSHED_STORE
+
     is_splat = isinstance(op, ConstantOp) and op.splat_value() is not None
     if not (is_splat or fusible_op(op)) or op.regions or len(op.results) != 1:
+        return False
+    if BF16_FLUSHED_STORE in op.attributes:  # (its kernel flushes before rounding: left to it)
         return False
     result_shape = _shape(op.results[0])
     if not result_shape or (shape is not None and result_shape != shape):

@@ -905,22 +905,40 @@ _EXACT_UFUNCS = {np.add, np.subtract, np.multiply, np.bitwise_and, np.bitwise_or
 """Ufuncs that never warn in a way that matters and need no errstate wrapper."""
 
 
-def _typed(fn: Callable, operand: Elem, result_dtype: np.dtype) -> Callable:
+BF16_FLUSHED_STORE = "xla_cpu_bf16_flushed_store"
+"""The attribute (unit) the ``xla-small-loops`` pass puts on a bf16 element-wise op inside a while loop XLA CPU
+compiles whole, on hosts with AVX512-BF16: there LLVM rounds the op's f32 result to bf16 with the hardware
+conversion, which flushes a denormal to a zero of its sign whatever the CPU's flush modes (measured on a Xeon:
+``expm1``, ``sin``, ``tanh`` of bf16 denormals in a ``fori_loop`` of two trips give +-0, straight-line and in
+loops of 4,096 elements the denormal). The kernels of marked ops flush before rounding; fused groups leave them
+to the kernels."""
+
+
+def _typed(fn: Callable, operand: Elem, result_dtype: np.dtype, flushed_store: bool = False) -> Callable:
     """Adapt ``fn`` (computing on ``operand.compute``) to storage dtypes in and out.
 
     Low-precision floats and sub-byte integers are converted to their compute
-    dtype before the op and the result is rounded/wrapped back once after it.
+    dtype before the op and the result is rounded/wrapped back once after it
+    (``flushed_store``: denormal results flushed to zero first, :data:`BF16_FLUSHED_STORE`).
     """
     if fn not in _EXACT_UFUNCS and not getattr(fn, "quiet", False):
         fn = _quiet(fn)
     if not operand.widened:
         return fn
     compute = operand.compute
+    tiny = np.finfo(compute).tiny if flushed_store and np.dtype(compute).kind == "f" else None
 
     def widened(*xs):
-        return store(np.asarray(fn(*(np.asarray(x).astype(compute) for x in xs))), result_dtype)
+        result = np.asarray(fn(*(np.asarray(x).astype(compute) for x in xs)))
+        if tiny is not None:
+            result = np.where(np.abs(result) < tiny, np.copysign(compute.type(0), result), result)
+        return store(result, result_dtype)
 
     return widened
+
+
+def _flushed_store(op) -> bool:
+    return BF16_FLUSHED_STORE in op.attributes
 
 
 def store(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -983,7 +1001,7 @@ def _unary_factory(op, ctx):
         definition = scalar.scalar_of(op, [e.dtype], e.dtype, ctx.flush)
         if definition is not None:
             return _typed(_quiet(scalar.ufunc(definition, [e.dtype], e.dtype)), e, ctx.dtype(op.results[0].type))
-    return _typed(_lookup(UNARY_KERNELS, op, e), e, ctx.dtype(op.results[0].type))
+    return _typed(_lookup(UNARY_KERNELS, op, e), e, ctx.dtype(op.results[0].type), _flushed_store(op))
 
 
 def _complex_factory(op, ctx):
@@ -1026,7 +1044,8 @@ def _binary_factory(op, ctx):
     e = elem_of(op.operands[0].type)
     if e.kind == "float" and isinstance(op, (ew.AddOp, ew.MulOp)) and e.compute in (np.float32, np.float64):
         return binary_kernel(_typed(_first_nan_of_two(np.add if isinstance(op, ew.AddOp) else np.multiply, op,
-                                                      e.compute), e, ctx.dtype(op.results[0].type)), op)
+                                                      e.compute), e, ctx.dtype(op.results[0].type),
+                                             _flushed_store(op)), op)
     if e.kind == "float" and isinstance(op, (ew.MaxOp, ew.MinOp)):
         flush = ctx.flush
         # The op's own definition (it may depend on its operands: a denormal splat constant), else the type's.
@@ -1036,7 +1055,7 @@ def _binary_factory(op, ctx):
         fn = _f16_nans(fn, e)
     else:
         fn = _lookup(BINARY_KERNELS, op, e)
-    return binary_kernel(_typed(fn, e, ctx.dtype(op.results[0].type)), op)
+    return binary_kernel(_typed(fn, e, ctx.dtype(op.results[0].type), _flushed_store(op)), op)
 
 
 register(*UNARY_KERNELS)(_unary_factory)

@@ -11,6 +11,8 @@ results depend on the instructions the host has:
   contracts f16 multiply-adds into one f16 FMA (rounded once), as it does for
   f32 and f64 (:mod:`passes.fma_contraction`); without it f16 is computed in
   f32 and rounded after each op;
+* ``avx512bf16``: whether LLVM rounds f32 to bf16 with the hardware conversion, which flushes denormal
+  inputs to zero, in the code of the while loops XLA compiles whole (:mod:`passes.small_loops`);
 * ``avx2``, ``fma``, ``avx512bw``, ``avx512dq``, ``avx512vl`` (with ``avx512f``):
   which YNNPACK dot kernels XLA CPU chooses among, so in which order small
   products are summed (:mod:`lowering.kernels.small_dot`).
@@ -26,8 +28,8 @@ import functools
 
 @functools.cache
 def host_properties() -> dict[str, object]:
-    """``avx``, ``avx2``, ``fma``, ``avx512f``, ``avx512bw``, ``avx512dq``, ``avx512vl``, ``avx512fp16`` (bools, as
-    LLVM sees this CPU) and ``vendor`` (CPUID's string)."""
+    """``avx``, ``avx2``, ``fma``, ``avx512f``, ``avx512bw``, ``avx512dq``, ``avx512vl``, ``avx512fp16``,
+    ``avx512bf16`` (bools, as LLVM sees this CPU) and ``vendor`` (CPUID's string)."""
     from llvmlite import binding
 
     features = binding.get_host_cpu_features()
@@ -40,7 +42,7 @@ def host_properties() -> dict[str, object]:
                     break
     except OSError:
         pass
-    flags = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512fp16")
+    flags = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512fp16", "avx512bf16")
     return {**{name: bool(features.get(name)) for name in flags}, "vendor": vendor}
 
 
