@@ -856,10 +856,13 @@ def test_small_products_with_long_contractions_are_ynnpacks(dtype, mkn, transpos
 
 
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
-@pytest.mark.parametrize("mkn", [(4, 8, 4), (16, 64, 16), (64, 256, 64), (8, 7, 8), (2, 100, 40), (37, 301, 11)])
+@pytest.mark.parametrize("mkn", [(4, 8, 4), (16, 64, 16), (64, 256, 64), (8, 7, 8), (2, 100, 40), (37, 301, 11),
+                                 (20, 101, 33), (17, 512, 128), (2, 1200, 65)])
 def test_bf16_products_into_f32_sum_in_pairs_as_xla_cpu(mkn):
     # bf16 x bf16 -> f32 (preferred_element_type): YNNPACK's bf16 kernels add each pair of K, the odd term first
-    # (small_dot's PAIRS); one chain gave 72-94% of these elements.
+    # (small_dot's PAIRS); one chain gave 72-94% of these elements. On CPUs with AMX-BF16 YNNPACK's cost model
+    # gives most tiles to its AMX kernels (small_dot's AMX_TILES: blocks of 32 terms, even and odd terms in two
+    # chains), pairs elsewhere: (17, 512, 128) has its last row, (2, 1200, 65) its last column in pairs tiles.
     import lowering
     from interop import import_jax
 
@@ -868,6 +871,40 @@ def test_bf16_products_into_f32_sum_in_pairs_as_xla_cpu(mkn):
     fn = lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32)  # noqa: E731
     for _ in range(2):
         a, b = rng.standard_normal((m, k)).astype(bf16), rng.standard_normal((k, n)).astype(bf16)
+        got = np.asarray(lowering.compile(import_jax(fn, a, b))(a, b)[0])
+        np.testing.assert_array_equal(got.view(np.uint32), np.asarray(jax.jit(fn)(a, b)).view(np.uint32))
+
+
+def _amx_bf16_host() -> bool:
+    from lowering.kernels.host import host_properties
+
+    return _avx512_host() and bool(host_properties()["amx_bf16"])
+
+
+@pytest.mark.skipif(not _amx_bf16_host(), reason="measured on a CPU with AMX-BF16 (llvm 'amx-bf16') only: this "
+                                                 "host lacks it (or AVX-512)")
+@pytest.mark.parametrize("mkn", [(16, 64, 16), (20, 101, 33), (2, 100, 40), (5, 9, 2), (8, 7, 8), (2, 100, 3),
+                                 (3, 40, 3), (8, 3, 8), (4, 7, 4), (16, 33, 1)])
+def test_bf16_products_on_amx_hosts_as_xla_cpu(mkn):
+    # Where the host has AMX-BF16 (measured on an Emerald Rapids Xeon): the AMX unit and vdpbf16ps read denormal
+    # inputs as zero and flush denormal sums, products exact (operands scaled to 2^-63: products near 2^-126); the
+    # summation tree shows with +-2^25 among ones (the even and odd chains of a block of 32 terms); products with
+    # K < 4, M and N < 4, or all dimensions < 8 are f32 products in XLA (its HLO converts the operands).
+    import lowering
+    from interop import import_jax
+
+    m, k, n = mkn
+    rng = np.random.default_rng(m * k + n + 1)
+    fn = lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32)  # noqa: E731
+    crafted = np.ones((m, k))
+    for row in range(m):
+        i, j = rng.choice(k, 2, replace=False) if k >= 2 else (0, 0)
+        crafted[row, i], crafted[row, j] = 2.0 ** 25, -(2.0 ** 25)
+    operands = [(crafted.astype(bf16), np.ones((k, n), bf16))]
+    for scale in (1.0, 2.0 ** -63):
+        a = (rng.standard_normal((m, k)) * np.exp(rng.uniform(-3, 3, (m, k))) * scale).astype(bf16)
+        operands.append((a, (rng.standard_normal((k, n)) * scale).astype(bf16)))
+    for a, b in operands:
         got = np.asarray(lowering.compile(import_jax(fn, a, b))(a, b)[0])
         np.testing.assert_array_equal(got.view(np.uint32), np.asarray(jax.jit(fn)(a, b)).view(np.uint32))
 

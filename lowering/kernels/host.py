@@ -15,7 +15,9 @@ results depend on the instructions the host has:
   inputs to zero, in the code of the while loops XLA compiles whole (:mod:`passes.small_loops`);
 * ``avx2``, ``fma``, ``avx512bw``, ``avx512dq``, ``avx512vl`` (with ``avx512f``):
   which YNNPACK dot kernels XLA CPU chooses among, so in which order small
-  products are summed (:mod:`lowering.kernels.small_dot`).
+  products are summed (:mod:`lowering.kernels.small_dot`);
+* ``amx_bf16`` (LLVM's ``amx-bf16``): whether YNNPACK may run bf16 products on the AMX tile unit, whose
+  ``tdpbf16ps`` sums in its own order (:data:`lowering.kernels.small_dot.AMX_TILES`).
 
 Read once per process, from LLVM's own view of the host (llvmlite, the LLVM
 numba is built on) and ``/proc/cpuinfo`` for the vendor string.
@@ -43,13 +45,14 @@ def host_properties() -> dict[str, object]:
     except OSError:
         pass
     flags = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512fp16", "avx512bf16")
-    return {**{name: bool(features.get(name)) for name in flags}, "vendor": vendor}
+    return {**{name: bool(features.get(name)) for name in flags}, "amx_bf16": bool(features.get("amx-bf16")),
+            "vendor": vendor}
 
 
 def describe_host() -> str:
     """One line naming the host properties above (for reports and test skip reasons)."""
     host = host_properties()
-    flags = [name for name in ("avx", "avx512f", "avx512fp16") if host[name]]
+    flags = [name for name in ("avx", "avx512f", "avx512fp16", "amx_bf16") if host[name]]
     return f"{host['vendor'] or 'unknown vendor'} ({', '.join(flags) or 'no AVX'})"
 
 

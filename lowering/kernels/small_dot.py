@@ -26,6 +26,10 @@ magnitudes, every element of every sample equal (``tests/test_linalg.py``):
   8`` in two accumulators) and the last column of an odd ``N`` (``K`` in four lanes). Measured: every shape in
   2..7 cubed, each layout; 172 random ``x.T @ g`` with ``K`` to 256 and ``M, N`` to 100.
 
+bf16 x bf16 -> f32 products are YNNPACK's bf16 kernels: one chain over the pairs of ``K`` (:data:`PAIRS`), and on
+CPUs with AMX-BF16 blocks of 32 terms of ``K`` in even and odd chains for the output tiles YNNPACK gives its AMX
+kernels (:data:`AMX_TILES`, with denormals flushed as that unit does).
+
 These orders hold where XLA chooses the same kernels: on CPUs with AVX-512 (F, BW, DQ, VL), FMA3 and AVX2
 (:func:`lowering.kernels.host.measured_host`). Elsewhere, and for products whose operands are otherwise laid out (other transposes,
 mixed types), the earlier rules stay (not bitwise with XLA there): one chain, and four lanes
@@ -98,7 +102,7 @@ from . import host
 from .chain_tiles import chain_product, lane_product
 from .eigen_dots import EIGEN_CONTRACTION, contraction_order, eigen_matmul, is_eigen_product, measured_eigen_host
 from .tree_sum import TREE_WINDOW, window_sum
-from .ynnpack_dots import is_ynnpack_dot, ynnpack_order
+from .ynnpack_dots import bf16_amx_tiles, is_ynnpack_dot, ynnpack_order
 from .ynnpack_sum import row_sum, sum_plan
 
 SMALL_CALL = "xla_cpu_small_call"
@@ -140,7 +144,32 @@ PAIRS = 32
 instruction): each element one chain over the pairs of ``K``, the odd term of each pair added first
 (``acc = (acc + a[2p+1] b[2p+1]) + a[2p] b[2p]``, products exact in f32), an odd last term added at the end.
 Measured bitwise on canonical bf16 x bf16 -> f32 products with ``M, N >= 2`` (``K`` to 1,200); ``M = 1`` or
-``N = 1`` products, ``x @ w.T`` and bf16 results are not identified (the one chain, as before)."""
+``N = 1`` products, ``x @ w.T`` and bf16 results are not identified (the one chain, as before). On CPUs with
+AMX-BF16 most tiles are AMX ones instead (:data:`AMX_TILES`); there every product is exact (a fused multiply-add:
+vdpbf16ps and YNNPACK's FMA kernels add the exact product) and XLA keeps a product bf16 only for ``K >= 4`` and
+``M >= 4`` or ``N >= 4`` (:func:`_bf16_kept`; else an f32 product of the converted operands)."""
+
+AMX_TILES = 128
+"""A flag or-ed into ``ONE_CHAIN | PAIRS`` on CPUs with AMX-BF16, where YNNPACK computes some output tiles of a
+bf16 product with its AMX kernels (``tdpbf16ps``: tiles of 16 rows x 32 bf16 of ``K``). Such an element is summed
+per block of 32 terms of ``K``: the even terms in one chain and the odd ones in another, each from zero with every
+product exact and every sum rounded once (``e = fma(a[2q], b[2q], e)``, ``o = fma(a[2q+1], b[2q+1], o)``), the
+block's ``e + o`` added to the sum of the blocks before it; an odd last term is a block of its own (``(a b + 0) +
+0`` added last). Inputs below f32's smallest normal are read as zeros and every rounded sum that lands there is
+flushed to a zero of its sign (the unit's DAZ and FTZ; measured). Which tiles: :func:`ynnpack_dots.bf16_amx_tiles`,
+kept in the order as the row and column where XLA's thread tiles end (:data:`AMX_ROWS_SHIFT`,
+:data:`AMX_COLUMNS_SHIFT`) and one bit per kind of tile (:data:`AMX_KINDS_SHIFT`); the other tiles are
+:data:`PAIRS`. Measured bitwise on this 2-core Xeon (Emerald Rapids) against jax.jit: crafted inputs (each pair of
+terms set to +-2^40 and +-2^25 among ones: the summation tree of every element of ``K`` 16 and 64), 210 random
+shapes (``M, N`` 2..200, ``K`` 4..1,200, 2 of them with tiles of both kinds) and operands with denormal
+products."""
+
+AMX_ROWS_SHIFT, AMX_COLUMNS_SHIFT, AMX_KINDS_SHIFT = 8, 28, 48
+"""Where an :data:`AMX_TILES` order keeps (20 bits each) the first row and column of the last, shorter thread tile
+(rows and columns before them lie in whole tiles) and (4 bits) which tiles are AMX ones: bit ``2 * r + c`` for the
+tiles after the row split (``r``) and column split (``c``)."""
+
+_FIELD = (1 << 20) - 1
 
 GEMV_TILE_ROWS = 8
 """Rows per tile of XLA CPU's row-major matrix-vector emitter (its GEMV tiling factor)."""
@@ -221,10 +250,21 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     swapped = layout & RESULT_TRANSPOSED != 0
     layout &= ~RESULT_TRANSPOSED
     if layout == BF16_PRODUCT:
-        if (m >= 2 and n >= 2 and batch * m * k * n <= PAIRS_MAX_MNK and k <= PAIRS_MAX_K and vector_bytes == 32
+        amx = host.host_properties()["amx_bf16"]
+        if amx and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32) and not _bf16_kept(m, k, n):
+            layout = 0  # (XLA converts the operands and computes an f32 product: measured on the AMX host)
+        elif (m >= 2 and n >= 2 and batch * m * k * n <= PAIRS_MAX_MNK and k <= PAIRS_MAX_K and vector_bytes == 32
                 and np.dtype(dtype) == np.dtype(np.float32) and host.measured_host()):
-            return ONE_CHAIN | PAIRS
-        layout = OTHER_OPERANDS  # (not identified: the earlier order)
+            if not amx:
+                return ONE_CHAIN | PAIRS
+            tiles = bf16_amx_tiles(m, k, n)
+            if tiles is not None:
+                rows, columns, kinds = tiles
+                return (ONE_CHAIN | PAIRS | AMX_TILES | rows << AMX_ROWS_SHIFT
+                        | columns << AMX_COLUMNS_SHIFT | kinds << AMX_KINDS_SHIFT)
+            layout = OTHER_OPERANDS
+        else:
+            layout = OTHER_OPERANDS  # (not identified: the earlier order)
     if (layout == LHS_TRANSPOSED and batch == 1 and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32)
             and is_eigen_product(k, m, n) and measured_eigen_host()):
         # x.T @ g: Eigen's contraction over oneDNN's sgemm, planned for this process's CPUs (eigen_dots)
@@ -256,6 +296,14 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
     if order in (ONE_CHAIN, FOUR_LANES) and vector_bytes == 32 and m >= 2 and n >= 2 and k >= 2 and host.measured_host():
         return _xla_order(m, k, n, np.dtype(dtype), layout) or order
     return order
+
+
+def _bf16_kept(m: int, k: int, n: int) -> bool:
+    """Whether XLA CPU keeps a row-major bf16 x bf16 -> f32 product of ``(m, k) x (k, n)`` a bf16 product (for
+    YNNPACK): both free dimensions at least 2, ``max(m, k, n) >= 8``, ``K >= 4`` and ``M >= 4`` or ``N >= 4``.
+    Otherwise its optimized HLO converts both operands to f32 and the dot is an f32 one (read from XLA's optimized
+    HLO on the AMX host for ``M, N`` 2..9 and 16, 32, ``K`` 2..9, 16 .. 300)."""
+    return m >= 2 and n >= 2 and max(m, k, n) >= 8 and k >= 4 and (m >= 4 or n >= 4)
 
 
 def _is_f32_or_f64(dtype) -> bool:
@@ -364,7 +412,10 @@ def small_dot(a, b, out, order):
     rounded = (order & ROUNDED) != 0
     chunks = order >> CHUNK_SHIFT
     if order & PAIRS:
-        _pair_chains(a, b, out)
+        if order & AMX_TILES:
+            _tile_chains(a, b, out, order)
+        else:
+            _pair_chains(a, b, out)
         return
     order = order & BASE_ORDER
     if order == ONE_CHAIN and (rounded or chunks):
@@ -503,6 +554,82 @@ def _pair_chains(a, b, out):
                 out[t, i, j] = acc[j]
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _tile_chains(a, b, out, order):
+    """bf16 products into f32 on a CPU with AMX-BF16 (:data:`AMX_TILES`; ``a``, ``b`` hold bf16 values as f32):
+    the elements of AMX tiles per block of 32 terms of ``K`` (even and odd terms in two chains, flushed), the
+    others as :func:`_pair_chains` does."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    rows, columns = (order >> AMX_ROWS_SHIFT) & _FIELD, (order >> AMX_COLUMNS_SHIFT) & _FIELD
+    kinds = (order >> AMX_KINDS_SHIFT) & 15
+    zero = a.dtype.type(0)
+    tiny = a.dtype.type(1.1754943508222875e-38)
+    whole = k - k % 2
+    bz = np.empty((k, n), a.dtype)
+    even, odd, acc = np.empty(n, a.dtype), np.empty(n, a.dtype), np.empty(n, a.dtype)
+    for t in range(batch):
+        for p in range(k):
+            for j in range(n):
+                y = b[t, p, j]
+                bz[p, j] = y if not abs(y) < tiny else y * zero
+        for i in range(m):
+            last = 2 if i >= rows else 0
+            for start, stop, amx in ((0, min(columns, n), (kinds >> last) & 1),
+                                     (min(columns, n), n, (kinds >> (last + 1)) & 1)):
+                if start == stop:
+                    continue
+                acc[start:stop] = zero
+                if not amx:  # (_pair_chains's order, each product exact: vdpbf16ps's and FMA's)
+                    for p in range(0, whole, 2):
+                        x1, x0 = a[t, i, p + 1], a[t, i, p]
+                        for j in range(start, stop):
+                            acc[j] = fused_multiply_add(x0, b[t, p, j], fused_multiply_add(x1, b[t, p + 1, j], acc[j]))
+                    if whole < k:
+                        x = a[t, i, k - 1]
+                        for j in range(start, stop):
+                            acc[j] = acc[j] + x * b[t, k - 1, j]
+                else:
+                    for block in range(0, whole, 32):
+                        even[start:stop] = zero
+                        odd[start:stop] = zero
+                        for p in range(block, min(block + 32, whole), 2):
+                            x0, x1 = a[t, i, p], a[t, i, p + 1]
+                            x0 = x0 if not abs(x0) < tiny else x0 * zero
+                            x1 = x1 if not abs(x1) < tiny else x1 * zero
+                            for j in range(start, stop):
+                                e = fused_multiply_add(x0, bz[p, j], even[j])
+                                even[j] = e if not abs(e) < tiny else e * zero
+                                o = fused_multiply_add(x1, bz[p + 1, j], odd[j])
+                                odd[j] = o if not abs(o) < tiny else o * zero
+                        for j in range(start, stop):
+                            s = even[j] + odd[j]
+                            s = s if not abs(s) < tiny else s * zero
+                            s = acc[j] + s
+                            acc[j] = s if not abs(s) < tiny else s * zero
+                    if whole < k:  # (an odd last term: a block of its own, its odd term 0 x 0)
+                        x = a[t, i, k - 1]
+                        x = x if not abs(x) < tiny else x * zero
+                        for j in range(start, stop):
+                            e = fused_multiply_add(x, bz[k - 1, j], zero)
+                            e = e if not abs(e) < tiny else e * zero
+                            s = acc[j] + (e + zero)
+                            acc[j] = s if not abs(s) < tiny else s * zero
+                for j in range(start, stop):
+                    out[t, i, j] = acc[j]
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def piece_order(order, start, stop):
+    """``order`` for the rows ``start`` to ``stop`` of a product computed in row pieces: an :data:`AMX_TILES`
+    order's row split moved into the piece (the other orders are the same for every row)."""
+    if not order & AMX_TILES:
+        return order
+    rows = (order >> AMX_ROWS_SHIFT) & _FIELD
+    local = min(max(rows - start, 0), stop - start)
+    return (order & ~(_FIELD << AMX_ROWS_SHIFT)) | (local << AMX_ROWS_SHIFT)
+
+
 @numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
 def _add_lanes(lanes, width, j):
     if width == 4:
@@ -639,7 +766,7 @@ def small_dot_pieces(a, b, out, order, by_batch, bounds):
         else:
             rows = stop - start
             _small_dot_call(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
-                            out.reshape(m, n)[start:stop].reshape(1, rows, n), order)
+                            out.reshape(m, n)[start:stop].reshape(1, rows, n), piece_order(order, start, stop))
         set_mxcsr(saved)
 
 
@@ -688,7 +815,7 @@ def small_matmul(order: int, workers: int = 1, mode=None):
                 run_pieces(_small_dot_call, [(a[s:e], b[s:e], out[s:e], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             else:  # (row pieces of the one batch, C-contiguous views: the signature small_dot is compiled for)
-                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], order)
+                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], piece_order(order, s, e))
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
         _small_dot_call(a, b, out, order)

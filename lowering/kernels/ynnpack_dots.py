@@ -162,3 +162,45 @@ def ynnpack_order(m: int, k: int, n: int, dtype: np.dtype, b_transposed: bool = 
         return None
     whole = n - n % split_n if n > split_n else n
     return (tile_k, kinds.pop(), whole, chunks[min(split_n, n)].pop(), chunks[n - whole].pop() if whole < n else 0)
+
+
+_AVX512_BF16_BLOCKS = [(1, 64), (2, 64), (3, 64), (4, 64), (5, 64), (1, 32), (2, 32), (3, 32), (4, 32), (5, 32),
+                       (6, 32), (8, 32), (10, 32), (12, 32), (16, 16)]
+_BF16_KERNELS = (
+    _kernels("amxbf16", [(16, 64, 32)], (1, 16, 2), 0) + _kernels("amxbf16", [(32, 32, 32)], (16, 16, 2), 0)
+    + _kernels("avx512bf16", [(bm, bn, 2) for bm, bn in _AVX512_BF16_BLOCKS if (bm, bn) != (1, 32)], (1, 16, 2), 0)
+    + _kernels("avx512", [(bm, bn, 2) for bm, bn in _AVX512_BF16_BLOCKS], (1, 16, 2), 0)
+    + _kernels("avx512", [(bm, bn, 1) for bm, bn in _AVX512_BF16_BLOCKS], (1, 16, 1), 0)
+    + _kernels("avx2_fma3", [(1, 32, 2), (2, 32, 2), (1, 16, 2), (2, 16, 2), (3, 16, 2), (4, 16, 2), (5, 16, 2),
+                             (8, 8, 2), (10, 8, 2), (12, 8, 2)], (1, 8, 2), 0)
+    + _kernels("avx2_fma3", [(1, 32, 1), (2, 32, 1), (1, 16, 1), (2, 16, 1), (3, 16, 1), (4, 16, 1), (5, 16, 1),
+                             (8, 8, 1), (10, 8, 1)], (1, 8, 1), 0)
+)
+"""bf16 x bf16 -> f32 kernels in jax 0.10.2's ``libjax_common.so`` (its ``ynn::dot_bf16_bf16_fp32_*`` symbols), in
+YNNPACK's registration order: the AMX ones first (``x86_amxbf16.cc``), then the generated AVX512-BF16, AVX-512
+(``tile_k`` 2 and 1) and AVX2+FMA3 ones. None reads ``B`` unpacked, so YNNPACK always packs it."""
+
+
+@functools.lru_cache(maxsize=4096)
+def bf16_amx_tiles(m: int, k: int, n: int) -> tuple[int, int, int] | None:
+    """Which output tiles of a row-major ``(m, k) x (k, n)`` bf16 product into f32 YNNPACK computes with an AMX
+    kernel: ``(rows, columns, tiles)``, where XLA's thread tiles split the rows at ``rows`` (the rows before it lie
+    in whole tiles, the others in the last, shorter one) and the columns at ``columns``, and bit ``2 * r + c`` of
+    ``tiles`` is set when the tiles of the rows after the split (``r``) and columns after it (``c``) run an AMX
+    kernel; the others run a ``tile_k`` 2 kernel (AVX512-BF16's ``vdpbf16ps`` or its equivalents). None when some
+    tile would run a ``tile_k`` 1 kernel (not measured). For CPUs with AMX-BF16 (and AVX512-BF16)."""
+    kernels = _BF16_KERNELS
+    defined, _ = _select(kernels, 2048, n, k)
+    tile_n, tile_k = defined[2][1], defined[2][2]
+    cache_blocks = max(1, L2_BYTES // 2 // (defined[1][1] * k))
+    block_n = max(tile_n, min(-(-n // tile_n) * tile_n, defined[1][1] * cache_blocks))
+    split_m, split_n = _split_factors(m, n, k, block_n)
+    rows, columns, tiles = m - m % split_m, n - n % split_n, 0
+    for last_row in {m0 >= rows for m0 in range(0, m, split_m)}:
+        for last_column in {n0 >= columns for n0 in range(0, n, split_n)}:
+            kernel, _ = _select(kernels, m - rows if last_row else split_m, n - columns if last_column else split_n,
+                                k & ~(tile_k - 1), tile_k=tile_k, block_n=block_n)
+            if kernel is None or kernel[2][2] != 2:
+                return None
+            tiles |= (kernel[0] == "amxbf16") << (2 * last_row + last_column)
+    return rows, columns, tiles
