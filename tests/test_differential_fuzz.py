@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 import lowering
 from interop import import_jax
+from lowering.kernels.host import host_properties
 
 QUICK = settings(max_examples=8, deadline=None, derandomize=True, database=None,
                  suppress_health_check=list(HealthCheck))
@@ -210,6 +211,7 @@ def programs(draw, loops: bool | None = None):
 _ROUND_TRIP = re.compile(r"^(\w+)\.astype\(jnp\.(\w+)\)\.astype\(jnp\.\w+\)$")
 _SELECT = re.compile(r"^jnp\.where\((\w+) > (\w+), (\w+), (\w+)\)$")
 _SUMMED = re.compile(r"jnp\.(?:sum|mean)\((\w+),")
+_HOST_BF16 = host_properties()["avx512bf16"]
 
 
 def _preserves_values(dtype: str, other: str) -> bool:
@@ -234,6 +236,12 @@ def _documented_deviation(program: Program) -> str | None:
         if select and program.dtype not in ("float32", "float64") and \
                 {same[select[1]], same[select[2]]} == {same[select[3]], same[select[4]]}:
             return "where(a > b, a, b) (docs/operations.md: select -> max/min)"
+    if program.loop_trips and program.dtype == "bfloat16" and _HOST_BF16 and \
+            any(_SELECT.match(expression) for expression in statements):
+        # docs/operations.md: in a loop XLA compiles whole on an AVX512-BF16 host, a bf16 select XLA computes in
+        # f32 is rounded by the hardware conversion, which flushes a denormal (found by this test in CI on a Xeon:
+        # where(x0 > x1, x0, abs(x0)) of a denormal is 0 in XLA); bf16 arithmetic ops there are reproduced.
+        return "a bf16 select in a small loop (docs/operations.md: AVX512-BF16 rounding)"
     for expression in statements:
         # docs/operations.md: a sum of a product that other ops read too (XLA copies the multiply into each fusion
         # and contracts each step of the sum into an FMA), or of a square (not reproduced).
