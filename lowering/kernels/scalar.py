@@ -38,6 +38,7 @@ from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.data_movement import BroadcastInDimOp
 
 from ..runtime import loop_runtime as rt
+from ..runtime.loop_runtime import denormal_as_zero
 from . import xla_scalar
 from ..runtime.interrupt import compile_off_main_thread
 from .host import host_properties
@@ -115,23 +116,16 @@ def minimum_float(a, b):
 
 
 @_njit
-def _denormal_as_zero(x):
-    """A float ``x`` as the CPU reads it under denormals-are-zero: a denormal is a zero of its sign (NaN is not
-    below the smallest normal, so it stays)."""
-    return np.copysign(x - x, x) if abs(x) < np.finfo(x).tiny else x
-
-
-@_njit
 def maximum_float_flush(a, b):
     """:func:`maximum_float` as the CPU computes it with denormals-are-zero (the executor's "flush" mode): a
     denormal result reads as a zero of its sign, as the max instruction returns it."""
-    return _denormal_as_zero(maximum_float(a, b))
+    return denormal_as_zero(maximum_float(a, b))
 
 
 @_njit
 def minimum_float_flush(a, b):
     """:func:`minimum_float` with a denormal result read as a zero of its sign."""
-    return _denormal_as_zero(minimum_float(a, b))
+    return denormal_as_zero(minimum_float(a, b))
 
 
 @_njit
@@ -143,7 +137,7 @@ def maximum_float_flush_denormal_constant(x, c):
     is ``-0``, a NaN ``x`` is the result."""
     if x != x:
         return x
-    flushed = _denormal_as_zero(x)
+    flushed = denormal_as_zero(x)
     zero = np.copysign(c - c, c)
     return zero if flushed < zero else flushed
 
@@ -154,7 +148,7 @@ def minimum_float_flush_denormal_constant(x, c):
     ``min(1, -1e-45)`` is ``-0``."""
     if x != x:
         return x
-    flushed = _denormal_as_zero(x)
+    flushed = denormal_as_zero(x)
     zero = np.copysign(c - c, c)
     return zero if zero < flushed else flushed
 
@@ -322,7 +316,7 @@ def select_flush(p, on_true, on_false):
     """:func:`select` of a float max/min pattern as the max/min instruction gives it under denormals-are-zero
     (:func:`_extremum_select`): the chosen operand read as a zero of its sign when it is a denormal. Measured
     against jax.jit: ``where(x > y, y, x)`` with ``x = 1e-39``, ``y = 0`` is ``0`` (here it was ``1e-39``)."""
-    return _denormal_as_zero(on_true if p else on_false)
+    return denormal_as_zero(on_true if p else on_false)
 
 
 @_njit
@@ -652,7 +646,7 @@ _c_log_f64 = numba.types.ExternalFunction("log", numba.types.float64(numba.types
 @_njit
 def log_f64(x):
     """XLA CPU's f64 log: the C library's ``log``, a denormal ``x`` read as a zero of its sign (DAZ)."""
-    return _c_log_f64(_denormal_as_zero(x))
+    return _c_log_f64(denormal_as_zero(x))
 
 
 # YNNPACK's approximations, for the ops XLA computes inside YNNPACK fusions (marked by passes.ynnpack_fusion).

@@ -96,7 +96,7 @@ import numpy as np
 
 from xla_dialect.ops.data_movement import TransposeOp
 
-from ..runtime.loop_runtime import fused_multiply_add, mxcsr, set_mxcsr
+from ..runtime.loop_runtime import denormal_as_zero, fused_multiply_add, mxcsr, set_mxcsr
 from ..runtime.workers import PIECE_ROWS, PIECES_MNK, numba_threads_available, row_piece_bounds, run_pieces, usable_cpus
 from . import host
 from .chain_tiles import chain_product, lane_product
@@ -564,7 +564,6 @@ def _tile_chains(a, b, out, order):
     rows, columns = (order >> AMX_ROWS_SHIFT) & _FIELD, (order >> AMX_COLUMNS_SHIFT) & _FIELD
     kinds = (order >> AMX_KINDS_SHIFT) & 15
     zero = a.dtype.type(0)
-    tiny = a.dtype.type(1.1754943508222875e-38)
     whole = k - k % 2
     bz = np.empty((k, n), a.dtype)
     even, odd, acc = np.empty(n, a.dtype), np.empty(n, a.dtype), np.empty(n, a.dtype)
@@ -572,7 +571,7 @@ def _tile_chains(a, b, out, order):
         for p in range(k):
             for j in range(n):
                 y = b[t, p, j]
-                bz[p, j] = y if not abs(y) < tiny else y * zero
+                bz[p, j] = denormal_as_zero(y)
         for i in range(m):
             last = 2 if i >= rows else 0
             for start, stop, amx in ((0, min(columns, n), (kinds >> last) & 1),
@@ -595,26 +594,26 @@ def _tile_chains(a, b, out, order):
                         odd[start:stop] = zero
                         for p in range(block, min(block + 32, whole), 2):
                             x0, x1 = a[t, i, p], a[t, i, p + 1]
-                            x0 = x0 if not abs(x0) < tiny else x0 * zero
-                            x1 = x1 if not abs(x1) < tiny else x1 * zero
+                            x0 = denormal_as_zero(x0)
+                            x1 = denormal_as_zero(x1)
                             for j in range(start, stop):
                                 e = fused_multiply_add(x0, bz[p, j], even[j])
-                                even[j] = e if not abs(e) < tiny else e * zero
+                                even[j] = denormal_as_zero(e)
                                 o = fused_multiply_add(x1, bz[p + 1, j], odd[j])
-                                odd[j] = o if not abs(o) < tiny else o * zero
+                                odd[j] = denormal_as_zero(o)
                         for j in range(start, stop):
                             s = even[j] + odd[j]
-                            s = s if not abs(s) < tiny else s * zero
+                            s = denormal_as_zero(s)
                             s = acc[j] + s
-                            acc[j] = s if not abs(s) < tiny else s * zero
+                            acc[j] = denormal_as_zero(s)
                     if whole < k:  # (an odd last term: a block of its own, its odd term 0 x 0)
                         x = a[t, i, k - 1]
-                        x = x if not abs(x) < tiny else x * zero
+                        x = denormal_as_zero(x)
                         for j in range(start, stop):
                             e = fused_multiply_add(x, bz[k - 1, j], zero)
-                            e = e if not abs(e) < tiny else e * zero
+                            e = denormal_as_zero(e)
                             s = acc[j] + (e + zero)
-                            acc[j] = s if not abs(s) < tiny else s * zero
+                            acc[j] = denormal_as_zero(s)
                 for j in range(start, stop):
                     out[t, i, j] = acc[j]
 

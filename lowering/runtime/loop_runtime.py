@@ -78,6 +78,14 @@ def _any_view_overload(array, shape):
     return lambda array, shape: np.ascontiguousarray(array).reshape(shape)
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", forceinline=True)
+def denormal_as_zero(x):
+    """A float ``x`` as the CPU reads it under denormals-are-zero: a denormal is a zero of its sign (NaN is not
+    below the smallest normal, so it stays). One definition for the scalar kernels (flushing max/min/select) and
+    the units that flush as hardware does (AMX's bf16 tiles in :mod:`lowering.kernels.small_dot`)."""
+    return np.copysign(x - x, x) if abs(x) < np.finfo(x).tiny else x
+
+
 @numba.njit(cache=True, nogil=True, forceinline=True)
 def c_view(array, shape):
     """``np.ascontiguousarray(array).reshape(shape)`` in generated loops: a header-only view when ``array`` is
