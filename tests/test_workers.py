@@ -46,9 +46,11 @@ def test_the_mxcsr_pieces_take_follows_the_executors_denormal_mode():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # (the child does not use jax)
-def test_a_forked_child_runs_the_pieces_on_python_workers(monkeypatch):
+def test_a_forked_child_runs_the_pieces_on_python_workers(monkeypatch, products_on_blas):
     # GNU OpenMP aborts a forked child that starts a parallel region its parent used: after numba's threads ran
     # a split matmul and a fused loop's pieces in the parent, the child runs them on Python workers, same bits.
+    # (The product on BLAS's split route, whose plans this test checks: on the measured AVX-512 host it would be
+    # YNNPACK's order in register tiles, and blas._NATIVE_PLANS held only what earlier tests had left there.)
 
     monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
     monkeypatch.setattr(lowering.kernels.context, "usable_cpus", lambda: 2)
