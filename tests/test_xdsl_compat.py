@@ -40,7 +40,8 @@ def test_public_api_paths_pass_the_tests():
     env = {**os.environ, "XLA_DIALECT_XDSL_PUBLIC_API": "1"}
     tests = ["tests/test_xdsl_compat.py", "tests/test_passes_speed.py", "tests/test_passes.py::test_golden",
              "tests/test_import.py"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+    # (-n 0: in the child's own process, not two more workers beside the default run's)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
