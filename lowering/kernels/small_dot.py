@@ -96,7 +96,7 @@ import numpy as np
 
 from xla_dialect.ops.data_movement import TransposeOp
 
-from ..runtime.loop_runtime import denormal_as_zero, fused_multiply_add, mxcsr, set_mxcsr
+from ..runtime.loop_runtime import call_compiled, denormal_as_zero, fused_multiply_add, mxcsr, native_address, set_mxcsr
 from ..runtime.workers import PIECE_ROWS, PIECES_MNK, numba_threads_available, row_piece_bounds, run_pieces, usable_cpus
 from . import host
 from .chain_tiles import chain_product, lane_product
@@ -750,22 +750,28 @@ def _small_dot_call(a, b, out, order):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def small_dot_pieces(a, b, out, order, by_batch, bounds):
+def small_dot_pieces(a, b, out, order, by_batch, bounds, kernel):
     """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
     (``by_batch``) or rows (a batch of one) ``bounds[p]`` to ``bounds[p + 1]``, each piece inside the caller's MXCSR
-    (its denormal mode). Each element's order is the whole product's."""
+    (its denormal mode). Each element's order is the whole product's. ``kernel``: the address of
+    :func:`_small_dot_call` for these operands (:func:`~lowering.runtime.loop_runtime.native_address`), called there
+    rather than linked in (:func:`~lowering.runtime.loop_runtime.call_compiled`: this function then compiles in
+    about a second instead of 36)."""
     csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
-    m, k, n = a.shape[1], a.shape[2], b.shape[2]
+    batch, m, k, n = a.shape[0], a.shape[1], a.shape[2], b.shape[2]
     for piece in numba.prange(bounds.size - 1):
         saved = mxcsr()
         set_mxcsr(csr)
         start, stop = bounds[piece], bounds[piece + 1]
-        if by_batch:
-            _small_dot_call(a[start:stop], b[start:stop], out[start:stop], order)
+        if by_batch:  # (C-contiguous views: the signature the kernel was compiled for)
+            count = stop - start
+            call_compiled(kernel, a.reshape(batch * m, k)[start * m:stop * m].reshape(count, m, k),
+                          b.reshape(batch * k, n)[start * k:stop * k].reshape(count, k, n),
+                          out.reshape(batch * m, n)[start * m:stop * m].reshape(count, m, n), order)
         else:
             rows = stop - start
-            _small_dot_call(a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
-                            out.reshape(m, n)[start:stop].reshape(1, rows, n), piece_order(order, start, stop))
+            call_compiled(kernel, a.reshape(m, k)[start:stop].reshape(1, rows, k), b,
+                          out.reshape(m, n)[start:stop].reshape(1, rows, n), piece_order(order, start, stop))
         set_mxcsr(saved)
 
 
@@ -809,7 +815,8 @@ def small_matmul(order: int, workers: int = 1, mode=None):
             else:
                 bounds = np.array(row_piece_bounds(m, parts), np.int64)
             if numba_threads_available():
-                small_dot_pieces(a, b, out, order, by_batch, bounds)
+                small_dot_pieces(a, b, out, order, by_batch, bounds,
+                                 native_address(_small_dot_call, a, b, out, order))
             elif by_batch:
                 run_pieces(_small_dot_call, [(a[s:e], b[s:e], out[s:e], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)

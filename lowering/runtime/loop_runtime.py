@@ -347,6 +347,49 @@ def gemm_pair_balanced(address, a0, b0, c0, a1, b1, c1, cut, csr):
         set_mxcsr(saved)
 
 
+@intrinsic
+def call_compiled(typingctx, address, a, b, c, d):
+    """Call the numba-compiled function whose native entry point is at the int64 ``address``
+    (:func:`native_address`) with ``(a, b, c, d)`` -- exactly the types it was compiled for -- and nothing returned;
+    an exception it raises propagates. Why: a jitted caller that calls a jitted function directly links a copy of
+    the callee's whole code into its own module, which LLVM optimizes and compiles again (small_dot's parallel
+    pieces took 36 s per element type on a cold cache, small_dot itself 41 s); called at an address, the callee is
+    compiled once, and its address is an argument, so a cached caller never holds a stale one."""
+    arrays = (a, b, c)
+    if address != types.int64 or not all(isinstance(x, types.Array) and x.layout == "C" for x in arrays):
+        return None
+    argument_types = (a, b, c, d)
+
+    def codegen(context, builder, signature, args):
+        from numba.core.callconv import excinfo_t
+
+        call_conv = context.call_conv
+        function_type = call_conv.get_function_type(types.none, argument_types)
+        function = builder.inttoptr(args[0], function_type.as_pointer())
+        result_type = call_conv.get_return_type(types.none).pointee
+        result = cgutils.alloca_once(builder, result_type)
+        builder.store(cgutils.get_null_value(result_type), result)
+        excinfo = cgutils.alloca_once(builder, ir.PointerType(excinfo_t), name="excinfo")
+        packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, args[1:]))
+        code = builder.call(function, [result, excinfo, *packed])
+        status = call_conv._get_return_status(builder, code, builder.load(excinfo))
+        with cgutils.if_unlikely(builder, status.is_error):
+            call_conv.return_status_propagate(builder, status)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, a, b, c, d), codegen
+
+
+def native_address(dispatcher, *args) -> int:
+    """The address of ``dispatcher``'s native entry point (numba's calling convention) for the numba types of
+    ``args`` (compiled, or loaded from numba's cache, first): what :func:`call_compiled` calls."""
+    signature = tuple(numba.typeof(x) for x in args)
+    if signature not in dispatcher.overloads:
+        dispatcher.compile(signature)
+    result = dispatcher.overloads[signature]
+    return int(result.library.get_pointer_to_function(result.fndesc.llvm_func_name))
+
+
 @numba.njit(parallel=True, cache=True)
 def parallel_probe(x):
     """A trivial parallel loop: running it starts numba's threading layer (to learn which one it is)."""
