@@ -525,3 +525,21 @@ def test_negative_zero_minus_x_is_the_negation_as_xla(dtype):
         for expression in (f"{literal}({constant}) - x0", f"({literal}({constant}) - x0) * x0"):
             for trips in (0, 2):
                 _compare(Program(dtype, x0.shape, [x0], [("constant", expression)], loop_trips=trips))
+
+
+def test_a_fused_row_sum_of_two_nan_payloads_is_the_kernels():
+    """Long campaign on the Intel Xeon, seed 23: ``x0 * jnp.mean(jnp.expm1(x2), axis=-1, keepdims=True)`` (f64) over a
+    row holding two signalling NaNs of different payloads gave the second payload fused and the first interpreted
+    (and in jax.jit); a fused group whose row sum is NaN is now recomputed by the ops' own kernels, as one whose
+    element output is NaN already was."""
+    x2 = np.linspace(-2.0, 3.0, 38).reshape(2, 19)
+    x2.view(np.uint64)[1, 14] = 0xFFF0000B5D7F5965
+    x2.view(np.uint64)[1, 15] = 0xFFF000000000005B
+    x0 = np.linspace(0.5, 1.5, 38).reshape(2, 19)
+    fn = lambda x0, x2: x0 * jnp.mean(jnp.expm1(x2), axis=-1, keepdims=True)  # noqa: E731
+    module = import_jax(fn, x0, x2)
+    results = {name: _bits(np.asarray(lowering.compile(module, **options)(x0, x2)[0]))
+               for name, options in CONFIGURATIONS.items()}
+    assert results["interpreter"].view(np.uint64)[1, 3] == 0xFFF8000B5D7F5965  # (the first NaN, quieted)
+    for name, bits in results.items():
+        assert np.array_equal(bits, results["interpreter"]), name

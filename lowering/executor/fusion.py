@@ -131,7 +131,7 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
     the loop row (``row_end``) stores each reduction row's reduction in its output, computed as the
     reduction kernel computes it: a sum in XLA CPU's order (:func:`lowering.kernels.tree_sum.window_sum`, from
     its init, +-0); a maximum or minimum with XLA's zero sign (its init, -+inf, changes nothing), a row
-    holding a NaN setting ``found``. Appends the buffers' allocations to ``lines``."""
+    holding a NaN, or a NaN sum, setting ``found``. Appends the buffers' allocations to ``lines``."""
     row_stores, row_end = [], []
     outputs = {r: j for j, r in enumerate(group.outputs)}
     for q, op in enumerate(group.reductions):
@@ -151,6 +151,9 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
             lines.append(f"    scratch{q} = new_array({max(1, -(-width // TREE_WINDOW))}, np.{t})")
             row_end.append(f"        {out}[o * {sub} + s] = window_sum(w{q}, s * {width}, {width}, "
                            f"np.{t}({init!r}), scratch{q})")
+            # (a NaN sum: which of several NaN payloads it keeps is the reduction kernel's to decide -- found by
+            # the long fuzz campaign, seed 23: an f64 row mean of two NaN payloads differed fused and unfused)
+            row_end.append(f"        found |= {out}[o * {sub} + s] != {out}[o * {sub} + s]")
             continue
         minimum = kind == "min"
         row_end += [f"        m{q}, bad{q} = row_extremum(w{q}, s * {width}, {width}, {minimum})",
