@@ -609,11 +609,18 @@ def _failures(results) -> str:
                      if r.status in ("failed", "error"))
 
 
+SAMPLE_TIMEOUT = 300
+"""Seconds per sample program: the timeout catches hangs, and a worker process whose numba cache is cold compiles
+the small-dot kernels on its first dot (37-43 s per element type alone, docs/performance.md): in a cold CI run on
+two test workers (four processes on two CPUs), dot_general_bfloat16_4_3_float32_3_6 and
+dot_general_float16_4_3_float64_3_6 timed out at 60 s."""
+
+
 def test_corpus_sample(corpus):
     """Every ``every``-th program of the corpus (fast); at least the recorded number must pass."""
     threshold = _threshold()["sample"]
     programs = conf.discover([str(corpus)])[::threshold["every"]]
-    results = conf.run_programs(programs, jobs=2, timeout=60)
+    results = conf.run_programs(programs, jobs=2, timeout=SAMPLE_TIMEOUT)
     passed = sum(r.status == "passed" for r in results)
     assert passed >= threshold["passed"], f"{passed} of {len(results)} sample programs passed\n{_failures(results)}"
 
@@ -632,7 +639,7 @@ def test_corpus_sample_through_hlo_text(corpus):
     printed back, run (the whole corpus this way is test_whole_corpus_through_hlo_text, marked slow)."""
     threshold = _threshold()["via_hlo_sample"]
     programs = conf.discover([str(corpus)])[::threshold["every"]]
-    results = conf.run_programs(programs, jobs=2, timeout=60, runner=conf.run_program_through_hlo)
+    results = conf.run_programs(programs, jobs=2, timeout=SAMPLE_TIMEOUT, runner=conf.run_program_through_hlo)
     passed = sum(r.status == "passed" for r in results)
     assert passed >= threshold["passed"], (f"{passed} of {len(results)} sample programs passed through HLO text\n"
                                            f"{_failures(results)}")
