@@ -39,12 +39,14 @@ compiled loops read it); they are not rewritten.
   a denormal to a zero of its sign (measured on a Xeon: bf16 ``expm1``, ``sin``, ``tanh`` of denormals in a loop
   of two trips are +-0, straight-line and in larger loops the denormal). bf16 arithmetic ops there are marked
   with ``BF16_FLUSHED_STORE`` (:mod:`lowering.kernels.elementwise`), whose kernels flush before rounding (fused
-  groups leave them to the kernels). Not reproduced: the converts this pass's own rewrites of bf16 ops write.
+  groups leave them to the kernels); so are converts of f32 to bf16 (measured alike), including those this pass's
+  own rewrites of bf16 ops write (each stands for the op's store).
 
 Ops the loop computes from values it carries unchanged (and constants) are not rewritten: XLA's
 ``WhileLoopInvariantCodeMotion`` moves them out of the loop first, and computes them as straight-line code
-(:func:`loop_invariant_ops`; measured for tan, cbrt, f16 log1p and rsqrt; dots, max/min and bf16 stores of
-invariant values are still marked: not measured).
+(:func:`loop_invariant_ops`; measured for tan, cbrt, f16 log1p and rsqrt, and for the bf16 stores of ``expm1``
+and f32 -> bf16 converts, which keep their denormals; dots and max/min of invariant values are still marked: not
+measured).
 
 Others measured the same in both (f32/f64 rsqrt, log1p, exp, log, sin, cos, tanh, logistic, erf,
 expm1, pow, atan2 of every float type). This pass rewrites those four ops, inside the while loops
@@ -424,7 +426,7 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     if threshold <= 0:
         return module
     flushed_stores = host_properties()["avx512bf16"] and any(
-        type(op) in _BF16_STORED and element_name(op.results[0]) == "bf16" for op in module.walk())
+        op.results and _bf16_stored(op) for op in module.walk())
     if not flushed_stores and not any(type(op) in _REWRITTEN or type(op) in _MARKED for op in module.walk()):
         return module
     if (not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, threshold))
@@ -443,12 +445,30 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     return module
 
 
+def _bf16_stored(op: Operation) -> bool:
+    """Whether LLVM rounds ``op``'s f32 value to bf16 with the hardware conversion in XLA's small loops: a bf16 op
+    of :data:`_BF16_STORED`, or a convert of f32 to bf16 (measured: ``(c * 1.0).astype(bf16)`` of f32 denormals
+    in a ``fori_loop`` of two trips is +-0, the denormal's bf16 rounding straight-line; f64 -> bf16 flushes
+    everywhere through f32 already, f16 has no value below bf16's smallest normal)."""
+    if element_name(op.results[0]) != "bf16":
+        return False
+    if isinstance(op, cv.ConvertOp):
+        return element_name(op.operands[0]) == "f32"
+    return type(op) in _BF16_STORED
+
+
 def _bf16_stores(module: Operation, threshold: int) -> list[Operation]:
-    """The ops of :data:`_BF16_STORED` with a bf16 result inside the loops XLA compiles whole, not yet marked."""
-    return [inner for op in module.walk() if isinstance(op, WhileOp) and is_small_loop(op, threshold)
-            for region in op.regions for inner in region.walk()
-            if type(inner) in _BF16_STORED and element_name(inner.results[0]) == "bf16"
-            and BF16_FLUSHED_STORE not in inner.attributes]
+    """The ops storing bf16 with the hardware conversion (:func:`_bf16_stored`) inside the loops XLA compiles
+    whole, not yet marked; not those XLA hoists out of the loop (measured: ``expm1(v)`` and ``v.astype(bf16)`` of
+    a carried-unchanged ``v`` keep the denormal, as straight-line code)."""
+    found = []
+    for op in module.walk():
+        if isinstance(op, WhileOp) and is_small_loop(op, threshold):
+            hoisted = loop_invariant_ops(op)
+            found += [inner for region in op.regions for inner in region.walk()
+                      if inner.results and _bf16_stored(inner) and id(inner) not in hoisted
+                      and BF16_FLUSHED_STORE not in inner.attributes]
+    return found
 
 
 def _unmarked(op: Operation) -> bool:

@@ -80,6 +80,42 @@ def test_bf16_denormals_in_small_loops_as_xla(name, mode):
         np.testing.assert_array_equal(_bits(actual), _bits(expected), err_msg=f"{name} n={n}")
 
 
+_F32_TO_BF16_LOOPS = {
+    # the convert in the loop (flushed by the hardware conversion on AVX512-BF16 hosts, long fuzz campaign seed 25)
+    "convert": lambda a: jax.lax.fori_loop(0, 2, lambda i, v: (v * 1.0).astype(jnp.bfloat16).astype(jnp.float32), a),
+    # the convert of a carried-unchanged value: hoisted by XLA, straight-line rounding
+    "hoisted convert": lambda a: jax.lax.fori_loop(
+        0, 2, lambda i, c: (c[0], c[1] + c[0].astype(jnp.bfloat16)), (a, jnp.zeros(a.shape, jnp.bfloat16)))[1],
+}
+
+
+@pytest.mark.parametrize("mode", ["never", "always"])
+@pytest.mark.parametrize("name", list(_F32_TO_BF16_LOOPS))
+def test_f32_to_bf16_converts_in_small_loops_as_xla(name, mode):
+    """f32 -> bf16 converts in a loop XLA compiles whole: f32 denormals (and values that round up to bf16's
+    smallest normal) are zeros on AVX512-BF16 hosts unless XLA hoists the convert out of the loop; jax.jit's bits
+    whatever the host."""
+    fn = _F32_TO_BF16_LOOPS[name]
+    values = np.array([-1.653e-39, 1.2e-39, 3e-40, 1.0, -2e-38, 5e-39, -1e-45, 1.1754942e-38], np.float32)
+    for n in (8, 4096):
+        x = np.resize(values, n)
+        expected = np.asarray(jax.jit(fn)(x))
+        actual = lowering.compile(import_jax(fn, x), fusion=mode, loop_compilation=mode)(x)
+        np.testing.assert_array_equal(_bits(actual), _bits(expected), err_msg=f"{name} n={n}")
+
+
+def test_hoisted_bf16_ops_keep_denormals_as_xla():
+    """A bf16 op of a carried-unchanged value is moved out of the loop by XLA and computed as straight-line code:
+    its denormal results are kept, also on AVX512-BF16 hosts (measured: ``expm1(v)``)."""
+    fn = lambda a: jax.lax.fori_loop(0, 2, lambda i, c: (c[0], jnp.expm1(c[0])),  # noqa: E731
+                                     (a, jnp.zeros(a.shape, jnp.bfloat16)))[1]
+    x = np.array([-1.653e-39, 1.2e-39, 3e-40, 1.0, -2e-38, 5e-39, -1e-45, 1e-39], np.float32).astype(BF16)
+    expected = np.asarray(jax.jit(fn)(x))
+    for mode in ("never", "always"):
+        actual = lowering.compile(import_jax(fn, x), fusion=mode, loop_compilation=mode)(x)
+        np.testing.assert_array_equal(_bits(actual), _bits(expected), err_msg=mode)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_small_loop_tan_fused_and_compiled(dtype):
     """The rewritten tan (sin/cos/divide) keeps the same bits in fused groups and compiled loops."""
