@@ -397,9 +397,10 @@ def test_memory_report_sizes_copies_and_peak():
     big = tpu.largest()
     assert big[0].physical_bytes == max(v.physical_bytes for v in tpu.values)
     assert [v.name for v in big if v.shape.startswith("f32[8,8]")] == ["%1"]
-    # peak at the dot: both arguments and its result (f32[4,8], f32[8,8], f32[4,8])
-    assert cpu.peak_bytes == 128 + 256 + 128 and "hlo.dot_general" in cpu.peak_at
-    assert tpu.peak_bytes == 2048 + 4096 + 2048
+    # the arguments are held throughout (f32[4,8], f32[8,8]); peak at the tanh: with the dot's result and its own
+    assert cpu.peak_bytes == 128 + 256 + 128 + 128 and "hlo.tanh" in cpu.peak_at
+    # on TPU tiles at the reduce: arguments, tanh, the init value, the result and the body's two parameters and add
+    assert tpu.peak_bytes == 2048 + 4096 + 2048 + 1024 + 1024 + 3 * 1024 and "hlo.reduce" in tpu.peak_at
     assert "4,096          256      16  @main %1 (argument) f32[8,8]{1,0:T(8,128)}" in tpu.text()
 
 

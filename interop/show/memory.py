@@ -3,9 +3,10 @@
 The program is laid out by the ``assign-layouts{target=...}`` pass (on a copy; the caller's module is not
 changed). For every array value: its logical bytes (elements times element size), its physical bytes with
 the target's tile padding (:func:`xla_dialect.layout.byte_size`) and the expansion factor between them; the
-copies layout assignment inserts; and the peak of live bytes in program order: a value is live from the op
-that defines it (function arguments from the start) to its last use, an op's regions and called functions
-add their own peak while the op runs (region arguments alias the op's operands and are not counted again).
+copies layout assignment inserts; and the peak of live bytes in program order, counted as the executor's
+(:func:`lowering.executor.memory.block_peak`): a value is live from the op that defines it to its last use,
+function arguments throughout, an op's largest region and called functions add their own peak while the op
+runs (region arguments alias the op's operands and are not counted again).
 This is a model of buffer sizes, not of XLA's buffer assignment (which also reuses and aliases buffers).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType, TupleType
-from xdsl.ir import Attribute, Block, Operation
+from xdsl.ir import Attribute
 
 from xla_dialect.errors import XlaError
 from xla_dialect.layout import byte_size
@@ -178,9 +179,8 @@ def memory_report(module: ModuleOp, target: str = "cpu", entry: str | None = Non
                 report.values.append(ValueMemory(
                     label, kind, fname, _shape(value.type), logical_bytes(value.type), physical_bytes(value.type),
                     getattr(loc, "data", "") if loc is not None else ""))
-    peaks = _Peaks(functions, names)
-    report.peak_bytes, report.peak_at = peaks.function(entry, physical=True)
-    report.peak_logical_bytes, _ = peaks.function(entry, physical=False)
+    report.peak_bytes, report.peak_at = _peak(functions, names, entry, physical_bytes)
+    report.peak_logical_bytes, _ = _peak(functions, names, entry, logical_bytes)
     return report
 
 
@@ -191,69 +191,13 @@ def _shape(type_) -> str:
         return str(type_)
 
 
-class _Peaks:
-    """Peak live bytes of blocks in program order (see the module docstring)."""
+def _peak(functions: dict, names: dict, entry: str, size) -> tuple[int, str]:
+    """(peak bytes, where reached) of function ``entry``: the executor's liveness
+    (:func:`lowering.executor.memory.block_peak`) counted with ``size``."""
+    from lowering.executor.memory import block_peak
 
-    def __init__(self, functions, names):
-        self.functions = functions
-        self.names = names
-        self.memo: dict[tuple[str, bool, bool], tuple[int, str]] = {}
-        self.stack: list[str] = []
-
-    def function(self, name: str, physical: bool, count_args: bool = True) -> tuple[int, str]:
-        """(peak bytes, op where reached) of function ``name`` (its arguments counted when ``count_args``)."""
-        key = (name, physical, count_args)
-        if key in self.memo:
-            return self.memo[key]
-        if name in self.stack or name not in self.functions:
-            return 0, ""
-        self.stack.append(name)
-        try:
-            result = self.block(self.functions[name].body.block, physical, count_args, name)
-        finally:
-            self.stack.pop()
-        self.memo[key] = result
-        return result
-
-    def block(self, block: Block, physical: bool, count_args: bool, fname: str) -> tuple[int, str]:
-        """(peak bytes, op where reached) of one block in program order."""
-        size = physical_bytes if physical else logical_bytes
-        ops = list(block.ops)
-        last_use: dict[int, int] = {}
-
-        def note(value, at):
-            last_use[id(value)] = max(last_use.get(id(value), -1), at)
-
-        for i, op in enumerate(ops):
-            for inner in op.walk():
-                for operand in inner.operands:
-                    note(operand, i)
-        live = sum(size(a.type) for a in block.args) if count_args else 0
-        frees: dict[int, int] = {}
-        if count_args:
-            for a in block.args:
-                at = last_use.get(id(a), -1)
-                frees[at] = frees.get(at, 0) + size(a.type)
-        live -= frees.pop(-1, 0)
-        peak, peak_at = live, f"@{fname} entry"
-        for i, op in enumerate(ops):
-            produced = 0
-            for r in op.results:
-                s = size(r.type)
-                produced += s
-                at = last_use.get(id(r), i)
-                frees[at] = frees.get(at, 0) + s
-            live += produced
-            nested = 0
-            for region in op.regions:
-                for inner_block in region.blocks:
-                    nested = max(nested, self.block(inner_block, physical, False, fname)[0])
-            callee = getattr(op, "callee", None)
-            if callee is not None and hasattr(callee, "string_value"):
-                nested = max(nested, self.function(callee.string_value(), physical, count_args=False)[0])
-            if live + nested > peak:
-                peak = live + nested
-                label = self.names.get(op.results[0], "").split(" ", 1)[0] if op.results else ""
-                peak_at = f"@{fname} {label + ' = ' if label else ''}{op.name}"
-            live -= frees.pop(i, 0)
-        return peak, peak_at
+    peak, op = block_peak(functions[entry].body.block, size, functions)
+    if op is None:
+        return peak, f"@{entry} entry"
+    label = names.get(op.results[0], "").split(" ", 1)[0] if op.results else ""
+    return peak, f"@{entry} {label + ' = ' if label else ''}{op.name}"
