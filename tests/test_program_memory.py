@@ -3,6 +3,8 @@ them (views and loop carries passed on unchanged are one buffer), and close to w
 
 from __future__ import annotations
 
+import os
+import sys
 import tracemalloc
 
 import jax
@@ -15,6 +17,13 @@ from lowering.executor.memory import program_memory
 
 N = 1024
 ARRAY = N * 4  # bytes of one f32[N]
+
+
+def _real_program(name: str):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import real_programs
+
+    return getattr(real_programs, name)()
 
 
 def _peak(fn, *args) -> int:
@@ -57,17 +66,7 @@ def test_the_model_is_close_to_what_a_call_allocates():
     allocates (tracemalloc's peak; kernels' temporaries, which the model does not count, make up the difference:
     1,282 against 1,088 KiB when measured)."""
 
-    def newton_sqrt(a):
-        def cond(state):
-            x, i = state
-            return (i < 50) & jnp.any(jnp.abs(x * x - a) > 1e-6 * a)
-
-        def body(state):
-            x, i = state
-            return 0.5 * (x + a / x), i + 1
-
-        return jax.lax.while_loop(cond, body, (a, 0))[0]
-
+    newton_sqrt = _real_program("newton_while").fn  # (the benchmark's program, on 64x more elements)
     a = np.random.default_rng(0).uniform(1, 100, 65536).astype(np.float32)
     exe = lowering.compile(interop.import_jax(newton_sqrt, a), fusion="never", loop_compilation="never")
     model = program_memory(exe.entry.parent_op(), exe.entry.sym_name.data).peak
