@@ -611,7 +611,7 @@ def _failures(results) -> str:
 
 SAMPLE_TIMEOUT = 300
 """Seconds per sample program: the timeout catches hangs, and a worker process whose numba cache is cold compiles
-the small-dot kernels on its first dot (37-43 s per element type alone, docs/performance.md): in a cold CI run on
+the small-dot kernels on its first dot (then 37-43 s per element type, now 1-6 s per order: docs/performance.md): in a cold CI run on
 two test workers (four processes on two CPUs), dot_general_bfloat16_4_3_float32_3_6 and
 dot_general_float16_4_3_float64_3_6 timed out at 60 s."""
 

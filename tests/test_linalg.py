@@ -484,6 +484,31 @@ def test_small_dot_zero_signs_as_xla_cpu(dtype):
         np.testing.assert_array_equal(np.signbit(ours), np.signbit(np.asarray(f(a, b))), err_msg=f"{(m, k, n)}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_orders_kernel_is_what_small_dot_dispatches_to(dtype):
+    """small_dot (the run-time dispatch small_dot_pair uses) and order_kernel(order) (what the interpreter, the
+    worker pieces and compiled loops call) are the same computation for every order the shapes below meet."""
+    from lowering.kernels import small_dot as sd
+
+    rng = np.random.default_rng(3)
+    kernels = set()
+    for m, k, n in [(1, 7, 2), (1, 40, 1), (16, 16, 1), (4, 8, 4), (12, 8, 8), (8, 8, 8), (16, 256, 17),
+                    (1, 5000, 1), (3, 100, 5), (4, 4, 3), (64, 64, 64)]:
+        a, b = rng.standard_normal((1, m, k)).astype(dtype), rng.standard_normal((1, k, n)).astype(dtype)
+        for vector_bytes in (32, 64):
+            order = sd.small_dot_order(1, m, k, n, np.dtype(dtype), vector_bytes)
+            if order is None or order & sd.EIGEN_CONTRACTION:
+                continue
+            kernel = sd.order_kernel(order)
+            kernels.add(kernel.__name__)
+            by_kernel, dispatched = np.empty((1, m, n), dtype), np.empty((1, m, n), dtype)
+            kernel(a, b, by_kernel, order)
+            sd.small_dot.py_func(a, b, dispatched, order)  # (its dispatch in Python: the kernels it calls are compiled)
+            np.testing.assert_array_equal(by_kernel.view(f"u{a.itemsize}"), dispatched.view(f"u{a.itemsize}"),
+                                          err_msg=f"{(m, k, n)} order {order}")
+    assert len(kernels) >= 4, kernels
+
+
 def test_small_dots_are_one_definition_in_compiled_loops():
     # A small product in a loop body calls the same small_dot as the interpreter's dot kernel: the same bits.
     import lowering

@@ -77,6 +77,7 @@ from ..runtime.generated_modules import cache_directory, import_generated, runti
 from ..runtime.interrupt import CHUNK, POLL_MASK, check
 from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from ..kernels.scalar import scalar_of
+from ..kernels.small_dot import order_kernels
 from ..kernels.tree_sum import reduced_dims, scratch_length
 from ..runtime.workers import numba_threads_available
 
@@ -188,11 +189,14 @@ def _iteration_local(value: SSAValue) -> bool:
 
 def product_call(a: str, b: str, c: str, order: int) -> str:
     """Generated code for the product ``c = a @ b`` (3-D arrays) in ``order``, as the interpreter's dot kernel
-    computes it: :func:`lowering.kernels.small_dot.small_dot`, or for an lhs-transposed f32 product Eigen's order
-    (:func:`lowering.kernels.eigen_dots.eigen_dot`, a function of its own)."""
+    computes it: the order's kernel (:func:`lowering.kernels.small_dot.order_kernel`: only that one is compiled
+    into the loop), or for an lhs-transposed f32 product Eigen's order (:func:`lowering.kernels.eigen_dots.eigen_dot`,
+    a function of its own)."""
     from ..kernels.eigen_dots import EIGEN_CONTRACTION
+    from ..kernels.small_dot import order_kernel
 
-    return f"{'eigen_dot' if order & EIGEN_CONTRACTION else 'small_dot'}({a}, {b}, {c}, {order})"
+    name = "eigen_dot" if order & EIGEN_CONTRACTION else order_kernel(order).__name__
+    return f"{name}({a}, {b}, {c}, {order})"
 
 
 def _flat(array: str, shape) -> str:
@@ -927,8 +931,8 @@ class _LoopWriter:
             self.emit(indent, f"if {enabled}[0]:")
             self.emit(indent + "    ", f"small_dot_pair({a0}, {b0}, {c0}, {order0}, {a}, {b}, {c}, {order}, csr)")
             self.emit(indent, "else:")
-            self.emit(indent + "    ", f"small_dot({a0}, {b0}, {c0}, {order0})")
-            self.emit(indent + "    ", f"small_dot({a}, {b}, {c}, {order})")
+            self.emit(indent + "    ", product_call(a0, b0, c0, order0))
+            self.emit(indent + "    ", product_call(a, b, c, order))
         else:
             self.emit(indent, product_call(a, b, c, order))
         self.emit(indent, f"{out} = {_view(c, shape)}")
@@ -1868,7 +1872,8 @@ class CompiledLoop:
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_runtime import " + "{names}\n"
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.tree_sum import contracted_sums, nd_window_sum, tree_sums, window_sum\n"
-                  "from lowering.kernels.small_dot import small_dot, small_dot_pair\n"
+                  "from lowering.kernels.small_dot import small_dot_pair, "
+                  + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"
                   "from lowering.kernels.eigen_dots import eigen_dot\n"
                   "from lowering.kernels.ynnpack_sum import sum_columns as ynnpack_sum_columns, "
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "

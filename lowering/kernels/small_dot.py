@@ -75,8 +75,8 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 ``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))`` (f64 ``(l0+l2)+(l1+l3)``) -- and the scalar chain is added last.
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
-The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call :func:`small_dot`
-with the order of :func:`small_dot_order`), where BLAS's order would change with the CPU's OpenBLAS kernel. YNNPACK's
+The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call the
+kernel of the order :func:`small_dot_order` gives, :func:`order_kernel`, which :func:`small_dot` dispatches to), where BLAS's order would change with the CPU's OpenBLAS kernel. YNNPACK's
 products of any size whose kernel sums each element in one, two or four fused chains over ``K`` (every kernel
 chosen on the measured AVX-512 host) are computed in register tiles (:mod:`lowering.kernels.chain_tiles`: the
 same order, at or above one OpenBLAS thread's speed on this CPU: (2048, 784, 512) f32 7.6 vs 13.0 ms, (256, 1024,
@@ -404,81 +404,148 @@ def small_dot(a, b, out, order):
     """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
     of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES`,
     :data:`FOUR_LANES`, :data:`TWO_LANES` or :data:`EIGEN_COLUMN`, with the flags and chunks of
-    :func:`small_dot_order`) as the module docstring describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is XLA's."""
+    :func:`small_dot_order`) as the module docstring describes: the kernel :func:`order_kernel` names, chosen at
+    run time (for an order known when the caller is built, call that kernel: only it is compiled)."""
+    if order & PAIRS:
+        if order & AMX_TILES:
+            tile_chains_kernel(a, b, out, order)
+        else:
+            pair_chains_kernel(a, b, out, order)
+        return
+    base = order & BASE_ORDER
+    if base == ONE_CHAIN and (order & ROUNDED or order >> CHUNK_SHIFT):
+        chunked_chains_kernel(a, b, out, order)
+    elif base == EIGEN_COLUMN:
+        eigen_columns_kernel(a, b, out, order)
+    elif base == YNNPACK_SUM:
+        ynnpack_sums_kernel(a, b, out, order)
+    elif base == ONE_CHAIN:
+        one_chain_kernel(a, b, out, order)
+    elif base == ROW_TILES:
+        row_tiles_kernel(a, b, out, order)
+    elif base == TREE:
+        tree_kernel(a, b, out, order)
+    else:
+        lanes_kernel(a, b, out, order)
+
+
+def order_kernel(order: int):
+    """The numba kernel ``kernel(a, b, out, order)`` that computes products in ``order`` (what :func:`small_dot`
+    calls for it): the interpreter, the worker pieces and compiled loops call it directly, so a process compiles
+    the kernels of the orders it meets, not every order's (a cold compile of all of them took 35-43 s per element
+    type)."""
+    if order & PAIRS:
+        return tile_chains_kernel if order & AMX_TILES else pair_chains_kernel
+    base = order & BASE_ORDER
+    if base == ONE_CHAIN and (order & ROUNDED or order >> CHUNK_SHIFT):
+        return chunked_chains_kernel
+    return {EIGEN_COLUMN: eigen_columns_kernel, YNNPACK_SUM: ynnpack_sums_kernel, ONE_CHAIN: one_chain_kernel,
+            ROW_TILES: row_tiles_kernel, TREE: tree_kernel}.get(base, lanes_kernel)
+
+
+def order_kernels() -> tuple:
+    """Every kernel :func:`order_kernel` returns (compiled loops import them by name)."""
+    return (tile_chains_kernel, pair_chains_kernel, chunked_chains_kernel, eigen_columns_kernel, ynnpack_sums_kernel,
+            one_chain_kernel, row_tiles_kernel, tree_kernel, lanes_kernel)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def one_chain_kernel(a, b, out, order):
+    """:data:`ONE_CHAIN` without chunks or rounded products: columns ``[0, whole)`` are chains from zero (register
+    tiles from :data:`TILED_MNK` multiply-adds), the others are computed one by one (:func:`_single_column`)."""
     batch, m, k = a.shape
     n = b.shape[2]
     zero = a.dtype.type(0)
     vector_bytes = 64 if order & WIDE_VECTORS else 32
-    rounded = (order & ROUNDED) != 0
-    chunks = order >> CHUNK_SHIFT
-    if order & PAIRS:
-        if order & AMX_TILES:
-            _tile_chains(a, b, out, order)
-        else:
-            _pair_chains(a, b, out)
-        return
-    order = order & BASE_ORDER
-    if order == ONE_CHAIN and (rounded or chunks):
-        _chains(a, b, out, rounded, chunks)
-        return
-    if order == EIGEN_COLUMN:
-        _eigen_columns(a, b, out)
-        return
-    if order == YNNPACK_SUM:
-        _ynnpack_sums(a, b, out, chunks)
-        return
-    if order == ONE_CHAIN:
-        # Columns [0, whole) are chains from zero; the others are computed one by one (_single_column).
-        whole = n
-        if k == 1:
-            whole = 0
-        elif m == 1 and n >= 2:
-            whole = n - n % (vector_bytes // a.itemsize)
-        if whole == n and m >= 2 and batch * m * k * n >= TILED_MNK:  # (one chain each: register tiles)
-            for t in range(batch):
-                chain_product(a[t], b[t], out[t], 0, m, 0, n, 0)
-            return
+    whole = n
+    if k == 1:
+        whole = 0
+    elif m == 1 and n >= 2:
+        whole = n - n % (vector_bytes // a.itemsize)
+    if whole == n and m >= 2 and batch * m * k * n >= TILED_MNK:  # (one chain each: register tiles)
         for t in range(batch):
-            for i in range(m):
+            chain_product(a[t], b[t], out[t], 0, m, 0, n, 0)
+        return
+    for t in range(batch):
+        for i in range(m):
+            for j in range(whole):
+                out[t, i, j] = zero
+            for p in range(k):
+                x = a[t, i, p]
                 for j in range(whole):
-                    out[t, i, j] = zero
+                    out[t, i, j] = fused_multiply_add(x, b[t, p, j], out[t, i, j])
+            for j in range(whole, n):
+                lone = n - whole == 1 and whole > 0
+                rounded = ROUNDED_TERMS if lone or (n == 2 and j == 0 and k >= 3) else 0
+                _single_column(a, b, out, t, i, j, rounded)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def row_tiles_kernel(a, b, out, order):
+    """:data:`ROW_TILES`: a matrix-vector product as XLA's row-major GEMV emitter sums it (module docstring)."""
+    batch, m, k = a.shape
+    zero = a.dtype.type(0)
+    vector_bytes = 64 if order & WIDE_VECTORS else 32
+    width = vector_bytes // a.itemsize
+    vectorized = k - k % width
+    whole_tiles = m - m % GEMV_TILE_ROWS
+    lanes = np.empty(width, a.dtype)
+    for t in range(batch):
+        for i in range(m):
+            lanes[:] = zero
+            for p in range(vectorized):
+                lanes[p % width] = fused_multiply_add(a[t, i, p], b[t, p, 0], lanes[p % width])
+            tail = zero
+            for p in range(vectorized, k):
+                tail = fused_multiply_add(a[t, i, p], b[t, p, 0], tail)
+            tile_rows = GEMV_TILE_ROWS if i < whole_tiles else m % GEMV_TILE_ROWS
+            out[t, i, 0] = _horizontal_sum(lanes, tile_rows == width and vector_bytes == 32) + tail
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def tree_kernel(a, b, out, order):
+    """:data:`TREE`: a vector dot as rounded products (XLA's multiply), then XLA's windows
+    (:mod:`lowering.kernels.tree_sum`)."""
+    batch, m, k = a.shape
+    n = b.shape[2]
+    zero = a.dtype.type(0)
+    terms = np.empty(k, a.dtype)
+    for t in range(batch):
+        for i in range(m):
+            for j in range(n):
                 for p in range(k):
-                    x = a[t, i, p]
-                    for j in range(whole):
-                        out[t, i, j] = fused_multiply_add(x, b[t, p, j], out[t, i, j])
-                for j in range(whole, n):
-                    lone = n - whole == 1 and whole > 0
-                    rounded = ROUNDED_TERMS if lone or (n == 2 and j == 0 and k >= 3) else 0
-                    _single_column(a, b, out, t, i, j, rounded)
-        return
-    if order == ROW_TILES:
-        # A matrix-vector product: XLA's row-major GEMV emitter (module docstring).
-        width = vector_bytes // a.itemsize
-        vectorized = k - k % width
-        whole_tiles = m - m % GEMV_TILE_ROWS
-        lanes = np.empty(width, a.dtype)
-        for t in range(batch):
-            for i in range(m):
-                lanes[:] = zero
-                for p in range(vectorized):
-                    lanes[p % width] = fused_multiply_add(a[t, i, p], b[t, p, 0], lanes[p % width])
-                tail = zero
-                for p in range(vectorized, k):
-                    tail = fused_multiply_add(a[t, i, p], b[t, p, 0], tail)
-                tile_rows = GEMV_TILE_ROWS if i < whole_tiles else m % GEMV_TILE_ROWS
-                out[t, i, 0] = _horizontal_sum(lanes, tile_rows == width and vector_bytes == 32) + tail
-        return
-    if order == TREE:
-        # A vector dot: rounded products (XLA's multiply), then XLA's windows (lowering.kernels.tree_sum).
-        terms = np.empty(k, a.dtype)
-        for t in range(batch):
-            for i in range(m):
-                for j in range(n):
-                    for p in range(k):
-                        terms[p] = a[t, i, p] * b[t, p, j]
-                    out[t, i, j] = window_sum(terms, 0, k, zero, terms)
-        return
-    _lanes(a, b, out, 4 if order == FOUR_LANES else 2, rounded, chunks)
+                    terms[p] = a[t, i, p] * b[t, p, j]
+                out[t, i, j] = window_sum(terms, 0, k, zero, terms)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def lanes_kernel(a, b, out, order):
+    """:data:`FOUR_LANES` / :data:`TWO_LANES` (:func:`_lanes`)."""
+    _lanes(a, b, out, 4 if (order & BASE_ORDER) == FOUR_LANES else 2, (order & ROUNDED) != 0, order >> CHUNK_SHIFT)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def chunked_chains_kernel(a, b, out, order):
+    """:data:`ONE_CHAIN` with rounded products or ``K`` in chunks (:func:`_chains`)."""
+    _chains(a, b, out, (order & ROUNDED) != 0, order >> CHUNK_SHIFT)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def pair_chains_kernel(a, b, out, order):
+    """:data:`PAIRS` without AMX tiles (:func:`_pair_chains`)."""
+    _pair_chains(a, b, out)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def eigen_columns_kernel(a, b, out, order):
+    """:data:`EIGEN_COLUMN` (:func:`_eigen_columns`)."""
+    _eigen_columns(a, b, out)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def ynnpack_sums_kernel(a, b, out, order):
+    """:data:`YNNPACK_SUM` (:func:`_ynnpack_sums`, tiles of the order's chunk length)."""
+    _ynnpack_sums(a, b, out, order >> CHUNK_SHIFT)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
@@ -555,7 +622,7 @@ def _pair_chains(a, b, out):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def _tile_chains(a, b, out, order):
+def tile_chains_kernel(a, b, out, order):
     """bf16 products into f32 on a CPU with AMX-BF16 (:data:`AMX_TILES`; ``a``, ``b`` hold bf16 values as f32):
     the elements of AMX tiles per block of 32 terms of ``K`` (even and odd terms in two chains, flushed), the
     others as :func:`_pair_chains` does."""
@@ -743,9 +810,8 @@ def _ynnpack_sums(a, b, out, tile):
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def _small_dot_call(a, b, out, order):
-    """:func:`small_dot` as a function of its own (not inlined): the interpreter's matmul and the parallel functions
-    below call it, so numba compiles its large body once per signature, not again inside each parallel loop (42 s
-    on a cold cache) nor as a second entry point."""
+    """:func:`small_dot` as a function of its own (not inlined), for :func:`small_dot_pair`, whose two orders are
+    known only at run time (it compiles every order's kernel: 35-43 s per element type on a cold cache)."""
     small_dot(a, b, out, order)
 
 
@@ -753,8 +819,8 @@ def _small_dot_call(a, b, out, order):
 def small_dot_pieces(a, b, out, order, by_batch, bounds, kernel):
     """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
     (``by_batch``) or rows (a batch of one) ``bounds[p]`` to ``bounds[p + 1]``, each piece inside the caller's MXCSR
-    (its denormal mode). Each element's order is the whole product's. ``kernel``: the address of
-    :func:`_small_dot_call` for these operands (:func:`~lowering.runtime.loop_runtime.native_address`), called there
+    (its denormal mode). Each element's order is the whole product's. ``kernel``: the address of the order's kernel
+    (:func:`order_kernel`) for these operands (:func:`~lowering.runtime.loop_runtime.native_address`), called there
     rather than linked in (:func:`~lowering.runtime.loop_runtime.call_compiled`: this function then compiles in
     about a second instead of 36)."""
     csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
@@ -803,6 +869,8 @@ def small_matmul(order: int, workers: int = 1, mode=None):
     if order & EIGEN_CONTRACTION:  # (x.T @ g: lowering.kernels.eigen_dots, a function of its own)
         return eigen_matmul(order, workers, mode)
 
+    kernel = order_kernel(order)
+
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         batch, m, k = a.shape
         out = np.empty((batch, m, b.shape[2]), a.dtype)  # (first: the block the last call's result freed)
@@ -815,16 +883,15 @@ def small_matmul(order: int, workers: int = 1, mode=None):
             else:
                 bounds = np.array(row_piece_bounds(m, parts), np.int64)
             if numba_threads_available():
-                small_dot_pieces(a, b, out, order, by_batch, bounds,
-                                 native_address(_small_dot_call, a, b, out, order))
+                small_dot_pieces(a, b, out, order, by_batch, bounds, native_address(kernel, a, b, out, order))
             elif by_batch:
-                run_pieces(_small_dot_call, [(a[s:e], b[s:e], out[s:e], order)
+                run_pieces(kernel, [(a[s:e], b[s:e], out[s:e], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             else:  # (row pieces of the one batch, C-contiguous views: the signature small_dot is compiled for)
-                run_pieces(_small_dot_call, [(a[0, s:e][None], b, out[0, s:e][None], piece_order(order, s, e))
+                run_pieces(kernel, [(a[0, s:e][None], b, out[0, s:e][None], piece_order(order, s, e))
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
-        _small_dot_call(a, b, out, order)
+        kernel(a, b, out, order)
         return out
 
     matmul.__doc__ = f"small_dot in order {order}: XLA CPU's summation order for small products."
