@@ -82,8 +82,8 @@ def test_pieces_on_threads_give_the_same_bits():
 
 @pytest.mark.parametrize("batch", [1, 3], ids=["row pieces", "batch pieces"])
 def test_pieces_call_the_kernel_at_its_address_with_the_whole_products_bits(batch):
-    """small_dot_pieces calls _small_dot_call's machine code at its address (loop_runtime.call_compiled: linking a
-    copy of it made the pieces compile for 36 s per element type on a cold cache); row and batch pieces give the
+    """small_dot_pieces calls the order's kernel's machine code at its address (loop_runtime.call_compiled: linking
+    a copy of it made the pieces compile for 36 s per element type on a cold cache); row and batch pieces give the
     bits of the whole product."""
     from lowering.runtime.loop_runtime import native_address
 
@@ -96,7 +96,7 @@ def test_pieces_call_the_kernel_at_its_address_with_the_whole_products_bits(batc
     bounds = np.array([0, 36, 90] if batch == 1 else [0, 1, 3], np.int64)
     pieces = np.full_like(whole, np.nan)
     small_dot.small_dot_pieces(a, b, pieces, order, batch > 1, bounds,
-                               native_address(small_dot._small_dot_call, a, b, pieces, order))
+                               native_address(small_dot.order_kernel(order), a, b, pieces, order))
     assert np.array_equal(_bits(whole), _bits(pieces))
 
 

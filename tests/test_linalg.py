@@ -485,28 +485,31 @@ def test_small_dot_zero_signs_as_xla_cpu(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_each_orders_kernel_is_what_small_dot_dispatches_to(dtype):
-    """small_dot (the run-time dispatch small_dot_pair uses) and order_kernel(order) (what the interpreter, the
-    worker pieces and compiled loops call) are the same computation for every order the shapes below meet."""
+def test_a_pair_of_products_calls_each_orders_kernel(dtype):
+    """small_dot_pair (two products of a compiled loop's body on two threads) calls each order's kernel at its
+    address: the same bits as the kernels called one by one, for pairs of different orders."""
     from lowering.kernels import small_dot as sd
+    from lowering.runtime.loop_runtime import current_mxcsr
 
     rng = np.random.default_rng(3)
+    shapes = [(1, 7, 2), (16, 16, 1), (12, 8, 8), (8, 8, 8), (3, 100, 5), (64, 64, 64), (1, 40, 1), (4, 4, 3)]
     kernels = set()
-    for m, k, n in [(1, 7, 2), (1, 40, 1), (16, 16, 1), (4, 8, 4), (12, 8, 8), (8, 8, 8), (16, 256, 17),
-                    (1, 5000, 1), (3, 100, 5), (4, 4, 3), (64, 64, 64)]:
-        a, b = rng.standard_normal((1, m, k)).astype(dtype), rng.standard_normal((1, k, n)).astype(dtype)
-        for vector_bytes in (32, 64):
-            order = sd.small_dot_order(1, m, k, n, np.dtype(dtype), vector_bytes)
-            if order is None or order & sd.EIGEN_CONTRACTION:
-                continue
-            kernel = sd.order_kernel(order)
-            kernels.add(kernel.__name__)
-            by_kernel, dispatched = np.empty((1, m, n), dtype), np.empty((1, m, n), dtype)
-            kernel(a, b, by_kernel, order)
-            sd.small_dot.py_func(a, b, dispatched, order)  # (its dispatch in Python: the kernels it calls are compiled)
-            np.testing.assert_array_equal(by_kernel.view(f"u{a.itemsize}"), dispatched.view(f"u{a.itemsize}"),
-                                          err_msg=f"{(m, k, n)} order {order}")
-    assert len(kernels) >= 4, kernels
+    for (m0, k0, n0), (m1, k1, n1) in zip(shapes, shapes[1:] + shapes[:1]):
+        operands, orders = [], []
+        for m, k, n in ((m0, k0, n0), (m1, k1, n1)):
+            a, b = rng.standard_normal((1, m, k)).astype(dtype), rng.standard_normal((1, k, n)).astype(dtype)
+            operands.append((a, b, np.empty((1, m, n), dtype)))
+            orders.append(sd.small_dot_order(1, m, k, n, np.dtype(dtype)))
+            kernels.add(sd.order_kernel(orders[-1]).__name__)
+        (a0, b0, c0), (a1, b1, c1) = operands
+        sd.small_dot_pair(a0, b0, c0, orders[0], sd.kernel_address(orders[0], dtype),
+                          a1, b1, c1, orders[1], sd.kernel_address(orders[1], dtype), np.int32(current_mxcsr()))
+        for (a, b, c), order in zip(operands, orders):
+            alone = np.empty_like(c)
+            sd.order_kernel(order)(a, b, alone, order)
+            np.testing.assert_array_equal(c.view(f"u{c.itemsize}"), alone.view(f"u{c.itemsize}"),
+                                          err_msg=f"{a.shape} @ {b.shape} order {order}")
+    assert len(kernels) >= 3, kernels
 
 
 def test_small_dots_are_one_definition_in_compiled_loops():
@@ -618,7 +621,7 @@ def test_vector_dots_in_compiled_loops_are_the_kernels_tree():
     prepared = prepare_for_execution(import_jax(fn, v, w))
     functions = {op.sym_name.data: op for op in prepared.ops if isinstance(op, func.FuncOp)}
     (loop,) = [op for op in prepared.walk() if op.name == "hlo.while"]
-    assert f", {TREE})" in compiled_loops.loop_source(loop, functions, numpy_dtype)[0]  # small_dot(a, b, c, TREE)
+    assert f", {TREE})" in compiled_loops.loop_source(loop, functions, numpy_dtype)[0]  # tree_kernel(a, b, c, TREE)
     compiled = np.asarray(lowering.compile(module, loop_compilation="always")(v, w)[0])
     interpreted = np.asarray(lowering.compile(module, loop_compilation="never")(v, w)[0])
     np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))

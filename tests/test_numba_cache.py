@@ -196,22 +196,22 @@ def test_a_ufunc_of_a_scalar_definition_is_built_at_its_first_call():
 
 
 def test_the_librarys_cache_is_keyed_by_every_module_its_code_links(monkeypatch):
-    """numba checks only the file that defines a cached function, but small_dot's machine code links eigen_dots and
+    """numba checks only the file that defines a cached function, but small_dot's kernels' machine code links
     chain_tiles: after a change to one of them its cached code ran the old callee (a crash, once). The library's
     functions are keyed by the source of every kernel and runtime module, so any change recompiles them; other
     functions keep numba's own key."""
     import numba
     from numba.core import types
 
-    from lowering.kernels.small_dot import small_dot
+    from lowering.kernels.small_dot import one_chain_kernel  # (links chain_tiles)
 
     array = types.Array(types.float32, 3, "C")
     signature = (array, array, array, types.int64)
-    codegen = small_dot.targetctx.codegen()
-    before = small_dot._cache._index_key(signature, codegen)
+    codegen = one_chain_kernel.targetctx.codegen()
+    before = one_chain_kernel._cache._index_key(signature, codegen)
     assert before[-1] == numba_cache.library_digest()
     monkeypatch.setattr(numba_cache, "library_digest", lambda: "another source")
-    assert small_dot._cache._index_key(signature, codegen)[-1] == "another source"
+    assert one_chain_kernel._cache._index_key(signature, codegen)[-1] == "another source"
 
     @numba.njit(cache=True)
     def users_function(x):

@@ -866,7 +866,7 @@ class _LoopWriter:
 
     def pair_kind(self, op) -> str | None:
         """How a dot is paired with another on two CPUs (:func:`gemm_pairs`): "gemm" (one CBLAS gemm call,
-        :meth:`gemm_shape`), "small" (a :func:`~lowering.kernels.small_dot.small_dot` product of at least
+        :meth:`gemm_shape`), "small" (a :func:`~lowering.kernels.small_dot.order_kernel` product of at least
         ``PAIRED_MNK`` multiply-adds, :meth:`small_product`), or None."""
         from ..kernels.small_dot import PAIRED_MNK, dot_vector_bytes, small_dot_order
 
@@ -878,7 +878,7 @@ class _LoopWriter:
         from ..kernels.eigen_dots import EIGEN_CONTRACTION
 
         order = small_dot_order(1, *plan, self.info(op.results[0])[0], dot_vector_bytes(op))
-        return "small" if order and not order & EIGEN_CONTRACTION else None  # (pairs call small_dot)
+        return "small" if order and not order & EIGEN_CONTRACTION else None  # (pairs call the orders' kernels)
 
     def gemm_shape(self, op) -> tuple[int, int, int] | None:
         """``(m, k, n)`` of a dot computed with one CBLAS gemm call (see :meth:`op_dot_general`), else None."""
@@ -911,7 +911,7 @@ class _LoopWriter:
         return a, b, c
 
     def small_product(self, op, out, dtype, shape, indent) -> bool:
-        """A small f32/f64 product as the dot kernel computes it: the same :func:`lowering.kernels.small_dot.small_dot`
+        """A small f32/f64 product as the dot kernel computes it: the same :func:`lowering.kernels.small_dot.order_kernel`
         call, summed in XLA CPU's order; False when ``op`` is not one."""
         from ..kernels.small_dot import dot_vector_bytes, small_dot_order
 
@@ -925,11 +925,17 @@ class _LoopWriter:
         elif op in self.pending_gemm:
             from ..runtime.loop_runtime import PAIRS_ENABLED
 
+            from ..kernels.small_dot import kernel_address
+
             a0, b0, c0, order0 = self.pending_gemm.pop(op)
-            enabled = self.fresh("k")
+            enabled, kernel0, kernel = self.fresh("k"), self.fresh("k"), self.fresh("k")
             self.constants[enabled] = PAIRS_ENABLED  # (the array itself: cleared in forked children)
+            # (the kernels' addresses in this process: arguments of the loop, never in its cached code)
+            self.constants[kernel0] = np.int64(kernel_address(order0, dtype))
+            self.constants[kernel] = np.int64(kernel_address(order, dtype))
             self.emit(indent, f"if {enabled}[0]:")
-            self.emit(indent + "    ", f"small_dot_pair({a0}, {b0}, {c0}, {order0}, {a}, {b}, {c}, {order}, csr)")
+            self.emit(indent + "    ", f"small_dot_pair({a0}, {b0}, {c0}, {order0}, {kernel0}, {a}, {b}, {c}, {order}, "
+                                       f"{kernel}, csr)")
             self.emit(indent, "else:")
             self.emit(indent + "    ", product_call(a0, b0, c0, order0))
             self.emit(indent + "    ", product_call(a, b, c, order))
@@ -951,7 +957,7 @@ class _LoopWriter:
     def transposed_small_product(self, op, out, dtype, shape, indent) -> bool:
         """A small f32/f64 product with batch dimensions or operands the kernel transposes first (``jax.grad``'s
         ``x.T @ r`` contracts leading dimensions): the operands laid out as the kernel lays them out
-        (:func:`lowering.kernels.linalg.dot_geometry`), then the same :func:`small_dot` call; False when ``op``
+        (:func:`lowering.kernels.linalg.dot_geometry`), then the same :func:`~lowering.kernels.small_dot.order_kernel` call; False when ``op``
         is not one (other products: BLAS, see :meth:`op_dot_general`)."""
         from ..kernels.linalg import dot_geometry
         from ..kernels.small_dot import dot_vector_bytes, small_dot_order

@@ -11,7 +11,7 @@ tiles a whole product with it and finishes the edge rows and columns with the sa
 :func:`lane_product` does the same for YNNPACK's kernels that sum ``K`` in two or four lanes (tiles of
 :func:`_tile_intrinsic` with an accumulator per lane).
 
-Used by :func:`lowering.kernels.small_dot.small_dot` for its one-chain orders (the interpreter, fused groups and
+Used by :func:`lowering.kernels.small_dot.order_kernel` for its one-chain orders (the interpreter, fused groups and
 compiled loops all call that one definition), which makes products too large for the element-by-element loop
 (formerly left to BLAS, in BLAS's order) follow YNNPACK's order at about BLAS's speed.
 """

@@ -57,7 +57,7 @@ from . import host
 from .chain_tiles import chunked_chain_product
 
 EIGEN_CONTRACTION = 64
-"""The order flag of :func:`lowering.kernels.small_dot.small_dot` for this module's products; the plan is in the bits
+"""The order flag of :func:`lowering.kernels.small_dot.order_kernel` for this module's products; the plan is in the bits
 from 8 up (:func:`contraction_order`)."""
 
 EIGEN_SWAPPED = 128

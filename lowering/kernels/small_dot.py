@@ -76,7 +76,7 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
 The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call the
-kernel of the order :func:`small_dot_order` gives, :func:`order_kernel`, which :func:`small_dot` dispatches to), where BLAS's order would change with the CPU's OpenBLAS kernel. YNNPACK's
+kernel of the order :func:`small_dot_order` gives, :func:`order_kernel`), where BLAS's order would change with the CPU's OpenBLAS kernel. YNNPACK's
 products of any size whose kernel sums each element in one, two or four fused chains over ``K`` (every kernel
 chosen on the measured AVX-512 host) are computed in register tiles (:mod:`lowering.kernels.chain_tiles`: the
 same order, at or above one OpenBLAS thread's speed on this CPU: (2048, 784, 512) f32 7.6 vs 13.0 ms, (256, 1024,
@@ -110,7 +110,7 @@ SMALL_CALL = "xla_cpu_small_call"
 whole (passes/small_loops.py); the kernels read it (defined here, below the passes that write it)."""
 
 SMALL_DOT_MAX_MNK = 1 << 18
-"""Products with at most this many multiply-adds (over all batches) use :func:`small_dot`."""
+"""Products with at most this many multiply-adds (over all batches) are summed in XLA's order (:func:`order_kernel`)."""
 
 SMALL_DOT_MAX_K = 256
 """... and a contraction of at most this length, except YNNPACK's products (M, N >= 2, canonical operands or
@@ -181,7 +181,7 @@ PAIRS_MAX_MNK = 1 << 22
 """... and this many multiply-adds (measured bitwise to 18M; at this size about 1-2 ms, a few times BLAS's)."""
 
 TREE_MAX_K = 3000
-"""Vector dots (tree order) up to this length use :func:`small_dot` (measured up to 3,000)."""
+"""Vector dots (tree order) up to this length are summed in XLA's order (measured up to 3,000)."""
 
 TREE_MAX_PRODUCTS = 4095
 """... and up to this many products over all batches: XLA CPU reduces 4,096 elements or more with YNNPACK
@@ -240,7 +240,7 @@ def _operand_layout(op) -> int:
 
 
 def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_bytes: int = 32) -> int | None:
-    """How :func:`small_dot` sums a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN``,
+    """How XLA CPU sums (:func:`order_kernel`) a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN``,
     ``TREE``, ``ROW_TILES``, ``FOUR_LANES``, ``TWO_LANES`` or ``EIGEN_COLUMN`` (see the module docstring; with
     :data:`WIDE_VECTORS` or-ed in for ``vector_bytes`` 64, :data:`ROUNDED` and ``K`` chunks for YNNPACK's kernels),
     or None when the product is not a small f32/f64 one (BLAS). ``vector_bytes`` is :func:`dot_vector_bytes`'s
@@ -399,41 +399,15 @@ def _horizontal_sum(lanes, pairwise):
     return lanes[0]
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
-def small_dot(a, b, out, order):
-    """``out[t] = a[t] @ b[t]`` for C-contiguous ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)``
-    of one float type, summed in ``order`` (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES`,
-    :data:`FOUR_LANES`, :data:`TWO_LANES` or :data:`EIGEN_COLUMN`, with the flags and chunks of
-    :func:`small_dot_order`) as the module docstring describes: the kernel :func:`order_kernel` names, chosen at
-    run time (for an order known when the caller is built, call that kernel: only it is compiled)."""
-    if order & PAIRS:
-        if order & AMX_TILES:
-            tile_chains_kernel(a, b, out, order)
-        else:
-            pair_chains_kernel(a, b, out, order)
-        return
-    base = order & BASE_ORDER
-    if base == ONE_CHAIN and (order & ROUNDED or order >> CHUNK_SHIFT):
-        chunked_chains_kernel(a, b, out, order)
-    elif base == EIGEN_COLUMN:
-        eigen_columns_kernel(a, b, out, order)
-    elif base == YNNPACK_SUM:
-        ynnpack_sums_kernel(a, b, out, order)
-    elif base == ONE_CHAIN:
-        one_chain_kernel(a, b, out, order)
-    elif base == ROW_TILES:
-        row_tiles_kernel(a, b, out, order)
-    elif base == TREE:
-        tree_kernel(a, b, out, order)
-    else:
-        lanes_kernel(a, b, out, order)
-
-
 def order_kernel(order: int):
-    """The numba kernel ``kernel(a, b, out, order)`` that computes products in ``order`` (what :func:`small_dot`
-    calls for it): the interpreter, the worker pieces and compiled loops call it directly, so a process compiles
-    the kernels of the orders it meets, not every order's (a cold compile of all of them took 35-43 s per element
-    type)."""
+    """The numba kernel ``kernel(a, b, out, order)`` that computes ``out[t] = a[t] @ b[t]`` for C-contiguous
+    ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)`` of one float type, summed in ``order``
+    (:data:`ONE_CHAIN`, :data:`TREE`, :data:`ROW_TILES`, :data:`FOUR_LANES`, :data:`TWO_LANES`,
+    :data:`EIGEN_COLUMN` or :data:`YNNPACK_SUM`, with the flags and chunks of :func:`small_dot_order`) as the
+    module docstring describes. The loop over ``N`` is innermost so that it vectorizes; each element's own order is
+    XLA's. One kernel per order, chosen when the caller is built: a process compiles the kernels of the orders it
+    meets (0.6-5.9 s each on a cold cache), not every order's (one function dispatching at run time took 35-43 s
+    per element type)."""
     if order & PAIRS:
         return tile_chains_kernel if order & AMX_TILES else pair_chains_kernel
     base = order & BASE_ORDER
@@ -808,16 +782,9 @@ def _ynnpack_sums(a, b, out, tile):
         out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials, levels, error, local)
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True)
-def _small_dot_call(a, b, out, order):
-    """:func:`small_dot` as a function of its own (not inlined), for :func:`small_dot_pair`, whose two orders are
-    known only at run time (it compiles every order's kernel: 35-43 s per element type on a cold cache)."""
-    small_dot(a, b, out, order)
-
-
 @numba.njit(parallel=True, nogil=True, cache=True)
 def small_dot_pieces(a, b, out, order, by_batch, bounds, kernel):
-    """:func:`small_dot` of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in pieces on numba's threads: batches
+    """The product of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in ``order`` in pieces on numba's threads: batches
     (``by_batch``) or rows (a batch of one) ``bounds[p]`` to ``bounds[p + 1]``, each piece inside the caller's MXCSR
     (its denormal mode). Each element's order is the whole product's. ``kernel``: the address of the order's kernel
     (:func:`order_kernel`) for these operands (:func:`~lowering.runtime.loop_runtime.native_address`), called there
@@ -842,18 +809,28 @@ def small_dot_pieces(a, b, out, order, by_batch, bounds, kernel):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def small_dot_pair(a0, b0, c0, order0, a1, b1, c1, order1, csr):
-    """``small_dot(a0, b0, c0, order0)`` and ``small_dot(a1, b1, c1, order1)`` at once on two of numba's threads,
-    each inside the caller's MXCSR ``csr`` (its denormal mode): two independent products of a compiled loop's body
-    (an RNN step's ``x @ wx`` and ``h @ wh``), each with its own order's bits."""
+def small_dot_pair(a0, b0, c0, order0, kernel0, a1, b1, c1, order1, kernel1, csr):
+    """The products ``a0 @ b0 -> c0`` in ``order0`` and ``a1 @ b1 -> c1`` in ``order1`` at once on two of numba's
+    threads, each inside the caller's MXCSR ``csr`` (its denormal mode): two independent products of a compiled
+    loop's body (an RNN step's ``x @ wx`` and ``h @ wh``), each with its own order's bits. ``kernel0``,
+    ``kernel1``: the addresses of the orders' kernels (:func:`kernel_address`), called there rather than linked in
+    (:func:`~lowering.runtime.loop_runtime.call_compiled`)."""
     for task in numba.prange(2):
         saved = mxcsr()
         set_mxcsr(csr)
         if task == 0:
-            _small_dot_call(a0, b0, c0, order0)
+            call_compiled(kernel0, a0, b0, c0, order0)
         else:
-            _small_dot_call(a1, b1, c1, order1)
+            call_compiled(kernel1, a1, b1, c1, order1)
         set_mxcsr(saved)
+
+
+def kernel_address(order: int, dtype) -> int:
+    """The address of :func:`order_kernel` ``(order)`` compiled for C-contiguous 3-D arrays of ``dtype`` (compiled
+    first, or loaded from numba's cache): what :func:`small_dot_pair` calls. An argument of the code that calls it,
+    never part of it (cached machine code must not hold an address of another process)."""
+    sample = np.empty((1, 1, 1), dtype)
+    return native_address(order_kernel(order), sample, sample, sample, order)
 
 
 PAIRED_MNK = 1 << 18
@@ -861,7 +838,7 @@ PAIRED_MNK = 1 << 18
 
 
 def small_matmul(order: int, workers: int = 1, mode=None):
-    """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`small_dot` in ``order``; a product of
+    """The interpreter's ``(batch, m, k) x (batch, k, n)`` matmul by :func:`order_kernel` in ``order``; a product of
     :data:`~lowering.runtime.workers.PIECES_MNK` multiply-adds or more is cut into ``workers`` pieces (batches,
     else rows) computed at once on worker threads in the context manager ``mode`` (the caller's denormal mode): each
     element's order is the same."""
@@ -887,12 +864,12 @@ def small_matmul(order: int, workers: int = 1, mode=None):
             elif by_batch:
                 run_pieces(kernel, [(a[s:e], b[s:e], out[s:e], order)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
-            else:  # (row pieces of the one batch, C-contiguous views: the signature small_dot is compiled for)
+            else:  # (row pieces of the one batch, C-contiguous views: the signature the kernel is compiled for)
                 run_pieces(kernel, [(a[0, s:e][None], b, out[0, s:e][None], piece_order(order, s, e))
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
         kernel(a, b, out, order)
         return out
 
-    matmul.__doc__ = f"small_dot in order {order}: XLA CPU's summation order for small products."
+    matmul.__doc__ = f"{kernel.__name__} in order {order}: XLA CPU's summation order for small products."
     return matmul

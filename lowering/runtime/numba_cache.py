@@ -15,7 +15,7 @@ heal themselves.
 
 It also keys the cache of the library's own functions (and of the code it generates) by the source of every
 module under ``lowering/kernels/`` and ``lowering/runtime/`` (:func:`library_digest`). numba checks only the file
-that defines a cached function: ``small_dot``'s machine code links the functions it calls from other modules
+that defines a cached function: ``small_dot``'s kernels' machine code links the functions it calls from other modules
 (``eigen_dots``, ``chain_tiles``), so after a change to one of those (an update of the package, an edit) its cached
 code ran the old callee -- wrong bits, or a crash where the callee's arguments had changed. Installed when
 :mod:`lowering` is imported.
