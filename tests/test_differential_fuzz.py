@@ -384,6 +384,23 @@ def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():
         _compare(program)  # (the deviation itself: XLA flushes the subnormal, the executor keeps it)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("expression", ["jnp.maximum(x0, jnp.where(x0 > x1, jnp.abs(x0), x0))",
+                                        "jnp.maximum(jnp.where(x0 > x1, jnp.abs(x0), x0), x0)",
+                                        "jnp.maximum(x0, jnp.where(x0 > x1, x0, x1 * 2))",
+                                        "jnp.minimum(x0, jnp.where(x0 > x1, -jnp.abs(x0), x0))",
+                                        "jnp.minimum(jnp.where(x0 < x1, x0, x1 + 1), x0)"])
+def test_max_min_of_a_select_of_its_operand_as_xla(expression, dtype):
+    """Long campaign, seed 27: LLVM moves a max/min of a select one of whose arms is its other operand into the
+    arms, where ``max(x, x)`` is ``x``: a subnormal ``x`` (compared as 0 under DAZ) is kept in XLA, where the
+    max of ``x`` and ``x`` would flush it. Every arm and operand order, in every configuration, loops too."""
+    tiny = float(np.finfo(dtype).tiny)
+    x0 = np.array([tiny / 3, -tiny / 3, tiny / 7, -tiny / 5, 0.0, -0.0, 1.0, -2.0, 3.9e-39, np.nan], dtype)
+    x1 = np.resize(np.array([0.0, -0.0, 1e-45, -1e-45, 0.5, -0.5], dtype), x0.size)
+    for trips in (0, 2):
+        _compare(Program(dtype, x0.shape, [x0, x1], [("select", expression)], loop_trips=trips))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_pow_of_nan_by_a_subnormal_is_nan_on_every_path(dtype):
     """Issue 30, item 8: ``pow(NaN, 1e-45)`` gave 1.0 fused (the subnormal exponent, a scalar crossing numba's
