@@ -72,13 +72,13 @@ def block_peak(block, size: Callable, functions: dict, arg_keys: list | None = N
     """``(peak, op)``: the largest total ``size(type)`` of the buffers of ``block`` alive at once in program order,
     and the op at which it is reached (None: at the block's start).
 
-    One buffer per value, except where the executor passes the same array on: a value repeated among a while
-    loop's operands, and a carried value its body returns unchanged (the loop's result is its operand), are one
-    buffer; with ``views``, so are a broadcast's and a reshape's result and their operand (the executor's kernels
-    return NumPy views). A buffer lives from the op that makes it to its last use (uses inside an op's regions keep an outer
-    value alive until the op ends); the block's arguments for the whole block (the caller holds them: the user
-    the program's, the loop the state it passes its body). While an op runs, the largest of its regions' peaks
-    (they never run at once) and of a called function's is added for the buffers they make; a while loop's or a
+    One buffer per value, except where the executor passes the same array on: a value repeated among a while loop's
+    operands, and a carried value its body returns unchanged (the loop's result is its operand), are one buffer;
+    with ``views``, so are a broadcast's and a reshape's result and their operand (the executor's kernels return
+    NumPy views). A buffer lives from the op that makes it to its last use (uses inside an op's regions keep an
+    outer value alive until the op ends); the block's arguments for the whole block (the caller holds them: the user
+    the program's, the loop the state it passes its body). While an op runs, the largest of its regions' peaks (they
+    never run at once) and of a called function's is added for the buffers they make; a while loop's or a
     conditional's results are its regions' last values, counted in that peak. ``arg_keys``: the buffer of each
     argument (a buffer of the enclosing block, or a new one), by default one each."""
     ops = list(block.ops)

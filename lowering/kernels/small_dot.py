@@ -76,15 +76,16 @@ tile has as many rows as lanes (f32 whole tiles; f64 a last tile of 4 rows), els
 Measured bitwise for f32 and f64, ``M`` in 2..20, 100, 1000 and ``K`` in 2..256 (mixed magnitudes), batches 2-4.
 
 The result is one definition, the same in every path (the interpreter's dot kernel and compiled loops call the
-kernel of the order :func:`small_dot_order` gives, :func:`order_kernel`), where BLAS's order would change with the CPU's OpenBLAS kernel. YNNPACK's
-products of any size whose kernel sums each element in one, two or four fused chains over ``K`` (every kernel
-chosen on the measured AVX-512 host) are computed in register tiles (:mod:`lowering.kernels.chain_tiles`: the
-same order, at or above one OpenBLAS thread's speed on this CPU: (2048, 784, 512) f32 7.6 vs 13.0 ms, (256, 1024,
-1024) 2.8 vs 4.2 ms), large ones in pieces on the CPUs (:func:`small_matmul`); measured bitwise against jax.jit on
-the MLP's (2048, 784, 512), (2048, 512, 512), (2048, 512, 10) and their ``x @ w.T``, batched products, and random
-f32/f64 shapes to (1500, 2100, 1100) (``tests/test_chain_tiles.py``); f32 ``x.T @ g`` of any size is computed in
-the same tiles in Eigen's pieces of ``K``. Other large products (f64 ``x.T @ g`` outside the small sizes,
-YNNPACK's rounded-product kernels, other CPUs) stay with BLAS: not XLA's order.
+kernel of the order :func:`small_dot_order` gives, :func:`order_kernel`), where BLAS's order would change with the
+CPU's OpenBLAS kernel. YNNPACK's products of any size whose kernel sums each element in one, two or four fused
+chains over ``K`` (every kernel chosen on the measured AVX-512 host) are computed in register tiles
+(:mod:`lowering.kernels.chain_tiles`: the same order, at or above one OpenBLAS thread's speed on this CPU: (2048,
+784, 512) f32 7.6 vs 13.0 ms, (256, 1024, 1024) 2.8 vs 4.2 ms), large ones in pieces on the CPUs
+(:func:`small_matmul`); measured bitwise against jax.jit on the MLP's (2048, 784, 512), (2048, 512, 512), (2048,
+512, 10) and their ``x @ w.T``, batched products, and random f32/f64 shapes to (1500, 2100, 1100)
+(``tests/test_chain_tiles.py``); f32 ``x.T @ g`` of any size is computed in the same tiles in Eigen's pieces of
+``K``. Other large products (f64 ``x.T @ g`` outside the small sizes, YNNPACK's rounded-product kernels, other CPUs)
+stay with BLAS: not XLA's order.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ SMALL_CALL = "xla_cpu_small_call"
 whole (passes/small_loops.py); the kernels read it (defined here, below the passes that write it)."""
 
 SMALL_DOT_MAX_MNK = 1 << 18
-"""Products with at most this many multiply-adds (over all batches) are summed in XLA's order (:func:`order_kernel`)."""
+"""Products with at most this many multiply-adds (over all batches) are summed in XLA's order
+(:func:`order_kernel`)."""
 
 SMALL_DOT_MAX_K = 256
 """... and a contraction of at most this length, except YNNPACK's products (M, N >= 2, canonical operands or
@@ -240,11 +242,11 @@ def _operand_layout(op) -> int:
 
 
 def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_bytes: int = 32) -> int | None:
-    """How XLA CPU sums (:func:`order_kernel`) a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``: ``ONE_CHAIN``,
-    ``TREE``, ``ROW_TILES``, ``FOUR_LANES``, ``TWO_LANES`` or ``EIGEN_COLUMN`` (see the module docstring; with
-    :data:`WIDE_VECTORS` or-ed in for ``vector_bytes`` 64, :data:`ROUNDED` and ``K`` chunks for YNNPACK's kernels),
-    or None when the product is not a small f32/f64 one (BLAS). ``vector_bytes`` is :func:`dot_vector_bytes`'s
-    value: the vector size and the operands' layout bits."""
+    """How XLA CPU sums (:func:`order_kernel`) a ``(batch, m, k) x (batch, k, n)`` product of ``dtype``:
+    ``ONE_CHAIN``, ``TREE``, ``ROW_TILES``, ``FOUR_LANES``, ``TWO_LANES`` or ``EIGEN_COLUMN`` (see the module
+    docstring; with :data:`WIDE_VECTORS` or-ed in for ``vector_bytes`` 64, :data:`ROUNDED` and ``K`` chunks for
+    YNNPACK's kernels), or None when the product is not a small f32/f64 one (BLAS). ``vector_bytes`` is
+    :func:`dot_vector_bytes`'s value: the vector size and the operands' layout bits."""
     layout = vector_bytes & (RHS_TRANSPOSED | LHS_TRANSPOSED | OTHER_OPERANDS | BF16_PRODUCT | RESULT_TRANSPOSED)
     vector_bytes -= layout
     swapped = layout & RESULT_TRANSPOSED != 0
@@ -784,12 +786,13 @@ def _ynnpack_sums(a, b, out, tile):
 
 @numba.njit(parallel=True, nogil=True, cache=True)
 def small_dot_pieces(a, b, out, order, by_batch, bounds, kernel):
-    """The product of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in ``order`` in pieces on numba's threads: batches
-    (``by_batch``) or rows (a batch of one) ``bounds[p]`` to ``bounds[p + 1]``, each piece inside the caller's MXCSR
-    (its denormal mode). Each element's order is the whole product's. ``kernel``: the address of the order's kernel
-    (:func:`order_kernel`) for these operands (:func:`~lowering.runtime.loop_runtime.native_address`), called there
-    rather than linked in (:func:`~lowering.runtime.loop_runtime.call_compiled`: this function then compiles in
-    about a second instead of 36)."""
+    """The product of C-contiguous ``a (batch, M, K)``, ``b``, ``out`` in ``order`` in pieces on numba's threads:
+    batches (``by_batch``) or rows (a batch of one) ``bounds[p]`` to ``bounds[p + 1]``, each piece inside the
+    caller's MXCSR (its denormal mode). Each element's order is the whole product's. ``kernel``: the address of the
+    order's kernel (:func:`order_kernel`) for these operands
+    (:func:`~lowering.runtime.loop_runtime.native_address`), called there rather than linked in
+    (:func:`~lowering.runtime.loop_runtime.call_compiled`: this function then compiles in about a second instead of
+    36)."""
     csr = mxcsr()  # (outside the parallel loop: read on the calling thread)
     batch, m, k, n = a.shape[0], a.shape[1], a.shape[2], b.shape[2]
     for piece in numba.prange(bounds.size - 1):
