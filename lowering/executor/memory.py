@@ -129,13 +129,17 @@ def _aliased_operand_key(op, index: int, key: dict, views: bool):
     from xla_dialect.ops.control_flow import WhileOp
     from xla_dialect.ops.data_movement import BroadcastInDimOp, BroadcastOp, ReshapeOp
 
-    if isinstance(op, WhileOp) and index < len(op.operands):
-        body = op.body.block
-        if body.last_op.operands[index] is body.args[index]:
-            return key.get(op.operands[index])
+    if isinstance(op, WhileOp) and index < len(op.operands) and _carried_unchanged(op, index):
+        return key.get(op.operands[index])
     if views and isinstance(op, (BroadcastInDimOp, BroadcastOp, ReshapeOp)):
         return key.get(op.operands[0])
     return None
+
+
+def _carried_unchanged(op, index: int) -> bool:
+    """Whether while loop ``op``'s body returns its carried value ``index`` as it received it."""
+    body = op.body.block
+    return body.last_op.operands[index] is body.args[index]
 
 
 def _region_arg_keys(op, region, block, key: dict) -> list:
@@ -146,9 +150,7 @@ def _region_arg_keys(op, region, block, key: dict) -> list:
 
     args = list(block.args)
     if isinstance(op, WhileOp):
-        body = op.body.block
-        return [key.get(op.operands[k], a) if body.last_op.operands[k] is body.args[k] else a
-                for k, a in enumerate(args)]
+        return [key.get(op.operands[k], a) if _carried_unchanged(op, k) else a for k, a in enumerate(args)]
     if isinstance(op, ConditionalOp):
         branch = list(op.regions).index(region)
         operand = op.branch_operands[branch] if branch < len(op.branch_operands) else None
