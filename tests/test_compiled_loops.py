@@ -1104,3 +1104,54 @@ def test_other_custom_calls_keep_loops_interpreted():
     """A custom call without a compiled form (an eigendecomposition) leaves its loop interpreted."""
     a = RNG.standard_normal((3, 3)).astype(F32)
     _assert_same(lambda a: lax.fori_loop(0, 2, lambda i, x: jnp.linalg.eigh(x)[1] + x, a), a, eligible=False)
+
+
+def test_integer_constants_reach_the_helpers_as_int64():
+    # numba types a constant as Literal[int] and compiles a called jitted function once per literal signature: every
+    # new shape of a view or allocation compiled (and cached) the helper again. The loaded module passes int64.
+    source = ("def loop(x, y):\n"
+              "    v = c_view(x, (3, 4))\n"
+              "    w = window_sum(v, 0, -5, y)\n"
+              "    return add(w, 1), transposed(v, (1, 0))\n")
+    text = compiled_loops.without_literal_ints(source, frozenset({"c_view", "window_sum", "transposed"}))
+    assert "c_view(x, (np.int64(3), np.int64(4)))" in text
+    assert "window_sum(v, np.int64(0), np.int64(-5), y)" in text
+    assert "transposed(v, (np.int64(1), np.int64(0)))" in text
+    assert "add(w, 1)" in text  # (the scalar definitions: their types are the generated casts')
+
+
+def test_generated_loops_pass_no_literal_integers_to_helpers():
+    import ast
+    import inspect
+
+    from lowering.runtime.loop_runtime import HELPER_NAMES
+
+    x = _floats(F32, 24)[:24].reshape(2, 3, 4)
+
+    def fn(x):
+        return lax.fori_loop(0, 3, lambda i, v: jnp.transpose(v, (1, 2, 0)).reshape(2, 3, 4) * F32(0.5)
+                             + jnp.sum(v, axis=-1, keepdims=True), x)
+
+    source = _loop_sources(fn, x)
+    assert "transposed(" in source
+    loaded = inspect.getsource(compiled_loops._load(source).py_func)
+    helpers = set(HELPER_NAMES) | {"window_sum", "nd_window_sum", "tree_sums", "contracted_sums"}
+    calls = [node for node in ast.walk(ast.parse(loaded))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers]
+    assert calls
+    for call in calls:
+        for argument in call.args:
+            for node in ast.walk(argument):
+                assert not (isinstance(node, ast.Constant) and type(node.value) is int
+                            and not _inside_int64(argument, node)), ast.unparse(call)
+
+
+def _inside_int64(root, constant) -> bool:
+    """Whether ``constant`` is the argument of an ``np.int64(...)`` call inside ``root``."""
+    import ast
+
+    for node in ast.walk(root):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "int64"
+                and any(constant is n or constant in ast.walk(n) for n in node.args)):
+            return True
+    return False

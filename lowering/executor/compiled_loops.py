@@ -46,6 +46,7 @@ does not show; :func:`wait_for_background_compiles` waits for them);
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from time import perf_counter
 
@@ -549,7 +550,7 @@ class _LoopWriter:
             order = sorted(range(len(dims)), key=lambda k: dims[k])
             view = self.fresh("t")
             if order != list(range(len(dims))):
-                self.emit(indent, f"{view} = contiguous(np.transpose({src}, {tuple(order)!r}))")
+                self.emit(indent, f"{view} = transposed({src}, {tuple(order)!r})")
             else:
                 self.emit(indent, f"{view} = contiguous({src})")
             expanded = [1] * len(shape)
@@ -579,7 +580,7 @@ class _LoopWriter:
         if len(perm) <= 1 or perm == tuple(range(len(perm))):
             self.emit(indent, f"{out} = {src}")
         else:
-            self.emit(indent, f"{out} = contiguous(np.transpose({src}, {perm!r}))")
+            self.emit(indent, f"{out} = transposed({src}, {perm!r})")
 
     @compiles(ReverseOp)
     def op_reverse(self, op, out, dtype, shape, indent):
@@ -721,7 +722,7 @@ class _LoopWriter:
             indices = f"np.full(1, {indices})"
         elif ivd < rank and ivd != rank - 1:
             perm = tuple([d for d in range(rank) if d != ivd] + [ivd])
-            indices = f"contiguous(np.transpose({indices}, {perm!r}))"
+            indices = f"transposed({indices}, {perm!r})"
         vectors, dynamic, b, start = self.fresh("x"), self.fresh("d"), self.fresh("b"), self.fresh("s")
         self.emit(indent, f"{vectors} = c_view({indices}, ({batches}, {width}))")
         self.emit(indent, f"{dynamic} = new_array({batches}, np.int64)")
@@ -949,7 +950,7 @@ class _LoopWriter:
         ``shape``, emitted."""
         src = self.name(value)
         if perm is not None:
-            src = f"contiguous(np.transpose({src}, {tuple(perm)!r}))"
+            src = f"transposed({src}, {tuple(perm)!r})"
         name = self.fresh("t")
         self.emit(indent, f"{name} = c_view({src}, {tuple(shape)!r})")
         return name
@@ -1086,7 +1087,7 @@ class _LoopWriter:
             if not shape:
                 self.emit(indent, f"{out} = {target}[0]")
             elif target != out:
-                self.emit(indent, f"{out} = contiguous(np.transpose({target}, {transposed[2]!r}))")
+                self.emit(indent, f"{out} = transposed({target}, {transposed[2]!r})")
             return
         ufunc = binary_body_ufunc(op.body)
         body_op = next(iter(op.body.block.ops))
@@ -1153,7 +1154,7 @@ class _LoopWriter:
         count = int(np.prod([source_shape[d] for d in axes], dtype=np.int64))
         rows, src = self.fresh("t"), self.name(value)
         if kept + axes != list(range(len(source_shape))):
-            src = f"contiguous(np.transpose({src}, {tuple(kept + axes)!r}))"
+            src = f"transposed({src}, {tuple(kept + axes)!r})"
         self.emit(indent, f"{rows} = c_view({src}, ({outputs}, {count}))")
         return rows, outputs, count
 
@@ -1343,8 +1344,8 @@ class _LoopWriter:
         for r, out in zip(op.results, outs):
             name = self.fresh()
             if perm != list(range(len(shape))):
-                self.emit(indent, f"{name} = contiguous(np.transpose(c_view({out}, {moved_shape!r}), "
-                                  f"{inverse!r}))")
+                self.emit(indent, f"{name} = transposed(c_view({out}, {moved_shape!r}), "
+                                  f"{inverse!r})")
             else:
                 self.emit(indent, f"{name} = c_view({out}, {shape!r})")
             self.names[r] = name
@@ -1889,16 +1890,68 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
 
+@functools.cache
+def _array_helper_names(header: str) -> frozenset[str]:
+    """The names a generated module's ``header`` (ending in the decorator of the function that follows it)
+    imports from modules other than the scalar definitions: the compiled helpers and kernels (views, allocations,
+    sums, products) that take shapes, sizes and axes."""
+    import ast
+
+    return frozenset(alias.asname or alias.name for node in ast.parse(header + "def _():\n    pass\n").body
+                     if isinstance(node, ast.ImportFrom) and node.module != "lowering.kernels.scalar"
+                     for alias in node.names)
+
+
+def _int_constant(node) -> bool:
+    import ast
+
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def without_literal_ints(source: str, callees: frozenset[str]) -> str:
+    """``source`` with every integer constant passed to one of ``callees`` (directly or inside a tuple: shapes,
+    sizes, axes, permutations) written ``np.int64(...)``. Why: numba types a constant as ``Literal[int]`` and
+    compiles a called jitted function once per distinct literal signature, so every new shape of a view or
+    allocation compiled (and cached) the helper again -- 0.1 s each, 30-40 s of the compiled-loop tests, most of a
+    small loop's compile. Typed int64, a helper compiles once per array type; it is inlined where it is called,
+    so LLVM still sees the constants."""
+    import ast
+
+    class Unliteral(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id in callees:
+                node.args = [self.wrap(a) for a in node.args]
+                for keyword in node.keywords:
+                    keyword.value = self.wrap(keyword.value)
+            return node
+
+        @staticmethod
+        def wrap(node):
+            if _int_constant(node):
+                return ast.copy_location(ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "int64", ast.Load()),
+                                                  [node], []), node)
+            if isinstance(node, ast.Tuple):
+                node.elts = [Unliteral.wrap(e) for e in node.elts]
+            return node
+
+    return ast.unparse(ast.fix_missing_locations(Unliteral().visit(ast.parse(source))))
+
+
 def _load(source: str, function: str = "loop"):
     """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
-    numba caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, from memory."""
+    numba caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, from memory.
+    Integer constants passed to the helpers are typed int64 first (:func:`without_literal_ints`)."""
     import hashlib
 
     from ..runtime.loop_runtime import HELPER_NAMES
 
     directory = cache_directory()
-    text = (f"# runtime {runtime_digest()}\n"
-            + _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None) + source)
+    header = _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None)
+    source = without_literal_ints(source, _array_helper_names(header))
+    text = f"# runtime {runtime_digest()}\n" + header + source
     module = import_generated(text, "loop") if directory is not None else None
     if module is None:
         namespace: dict = {}

@@ -438,6 +438,14 @@ def contiguous(array):
     return np.ascontiguousarray(array)
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def transposed(array, permutation):
+    """``np.ascontiguousarray(np.transpose(array, permutation))``: numba's transpose compiled once per
+    installation (per element type and rank) instead of once per process (2-6 s of the first program a process
+    compiles that transposes, with numba's shape-error messages)."""
+    return np.ascontiguousarray(np.transpose(array, permutation))
+
+
 # ----------------------------------------------------------------------------
 # Ctrl-C and deadlines inside compiled loops
 # ----------------------------------------------------------------------------
@@ -460,5 +468,5 @@ def poll_interrupts():
 
 
 HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "c_view", "cblas_gemm", "cblas_gemv", "cblas_gemm_columns", "gemm_pair",
-                "gemm_pair_balanced", "mxcsr", "set_mxcsr", "new_array", "contiguous", "poll_interrupts")
+                "gemm_pair_balanced", "mxcsr", "set_mxcsr", "new_array", "contiguous", "transposed", "poll_interrupts")
 """What a generated loop module imports from here."""
