@@ -78,7 +78,7 @@ from xla_dialect.ops import indexing as ix
 from xla_dialect.ops import windowed as wd
 from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
-from xla_dialect.ops.control_flow import WhileOp
+from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops  # noqa: F401 (re-exported)
 from xla_dialect.ops.data_movement import ReshapeOp
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.types import element_type_named, numpy_dtype
@@ -381,23 +381,6 @@ _BF16_STORED = frozenset({ew.AddOp, ew.SubOp, ew.MulOp, ew.DivOp, ew.PowOp, ew.A
 """bf16 ops computed in f32 whose result LLVM rounds to bf16 with the hardware conversion in these loops on hosts
 with AVX512-BF16 (flushing a denormal: :data:`lowering.kernels.elementwise.BF16_FLUSHED_STORE`); not sign moves
 (``neg``, ``abs``: measured to keep denormals), max/min, compares and selects."""
-
-
-def loop_invariant_ops(op: WhileOp) -> set[int]:
-    """The ids of the ops of ``op``'s body that XLA's ``WhileLoopInvariantCodeMotion`` moves out of the loop: each
-    operand a constant, a carried value the body returns unchanged at its own position, or the result of another
-    such op (ops with regions are not looked into). XLA computes them before the loop, as straight-line code."""
-    body = op.body.block
-    returned = list(body.last_op.operands)
-    invariant = {arg for arg, out in zip(body.args, returned) if out is arg}
-    hoisted: set[int] = set()
-    for inner in body.ops:
-        if inner is body.last_op or inner.regions or not inner.results:
-            continue
-        if all(v in invariant or isinstance(v.owner, ConstantOp) for v in inner.operands):
-            invariant.update(inner.results)
-            hoisted.add(id(inner))
-    return hoisted
 
 
 def _candidates(module: Operation, threshold: int) -> list[Operation]:

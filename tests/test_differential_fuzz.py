@@ -473,6 +473,33 @@ def test_float_max_min_selects_flush_as_xla(expression, dtype):
                          loop_trips=trips))
 
 
+@pytest.mark.parametrize("statements", [
+    [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
+    [("unary", "jnp.round(x1)"), ("select", "jnp.where(x0 < jnp.ceil(v0), v0, x0)")],
+    [("unary", "jnp.ceil(x1)"), ("select", "jnp.where(jax.lax.round(v0) > x0, x0, v0)")],
+    [("unary", "jnp.abs(x1)"), ("select", "jnp.where(x0 > jnp.abs(v0), v0, x0)")],
+    [("unary", "x1.astype(jnp.int8).astype(x1.dtype)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
+    [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.where(x1 > 1, v0, v0), v0, x0)")],
+    # not folded by LLVM (measured): abs of a rounding, a rounding of abs -- the select keeps denormals
+    [("unary", "jnp.abs(x1)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
+    [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.abs(v0), v0, x0)")],
+], ids=["floor-floor", "ceil-round-even", "round-ceil", "abs-abs", "floor-convert", "select-same-arms",
+        "floor-abs", "abs-floor"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_selects_of_values_llvm_folds_to_one_are_max_min_as_xla(statements, dtype):
+    """Long campaign, seed 29: ``where(x1 > floor(v0), v0, x1)`` with ``v0 = floor(x2)`` and a denormal ``x1``:
+    LLVM folds ``floor(floor(x))`` to ``floor(x)`` inside XLA's fused loop, the select becomes the min pattern and
+    the min instruction reads the denormal as zero (XLA: 0; the executor gave the denormal). The executor's max/min
+    pattern test sees values as LLVM's simplifier leaves them: roundings of integral values, ``abs(abs(x))``,
+    selects with one value on both arms."""
+    tiny = float(np.finfo(DTYPES[dtype]).tiny)
+    values0 = [tiny / 3, -tiny / 5, tiny / 3, -tiny / 5, 1.5, -2.5, float("nan"), 0.0, -0.0, 3.0]
+    values1 = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.25, -2.5, 1.0, float("nan"), tiny / 7, 2.5]
+    x0, x1 = np.array(values0, DTYPES[dtype]), np.array(values1, DTYPES[dtype])
+    _compare(Program(dtype, x0.shape, [x0, x1], statements))
+    _compare(Program(dtype, x0.shape, [x0, x1], statements, loop_trips=2))
+
+
 def test_llvm_folds_and_infinite_bounds_as_xla():
     """Long campaign, seeds 8 and 9. Seed 8: ``max(x0, where(x0 > x0, x1, x0))`` keeps a subnormal ``x0`` in XLA
     (LLVM folds ``x0 > x0`` to false, then ``max(x0, x0)`` to ``x0``), here it was flushed. Seed 9:
@@ -560,3 +587,25 @@ def test_a_fused_row_sum_of_two_nan_payloads_is_the_kernels():
     assert results["interpreter"].view(np.uint64)[1, 3] == 0xFFF8000B5D7F5965  # (the first NaN, quieted)
     for name, bits in results.items():
         assert np.array_equal(bits, results["interpreter"]), name
+
+
+@pytest.mark.parametrize("expression", ["jnp.abs(jnp.abs(x0))", "jnp.abs(x0 * x0)", "jnp.abs(jnp.exp(x0))",
+                                        "jnp.abs(jnp.maximum(x1, jnp.abs(x0)))", "jnp.abs(jnp.abs(x0) ** x1)",
+                                        "jnp.abs(jnp.where(x0 > x1, x0 * x0, jnp.exp(x1)))",
+                                        "jnp.abs(jnp.sqrt(x0))", "jnp.abs(x0 * x1)"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_abs_of_a_non_negative_value_is_the_value_as_xla(expression, dtype):
+    """XLA's simplifier drops ``abs`` of a value it knows is non-negative, so a NaN keeps its sign there (``abs``
+    clears it); the last two expressions keep their ``abs`` (measured in jax.jit's optimized HLO)."""
+    nan = np.array(np.nan, DTYPES[dtype])
+    negative_nan = -nan
+    x0 = np.array([negative_nan, nan, -2.0, 0.5, -0.0, np.inf, -np.inf, 1e-3], DTYPES[dtype])
+    x1 = np.array([1.0, negative_nan, 2.0, -0.5, 3.0, nan, 0.25, -1.0], DTYPES[dtype])
+    program = Program(dtype, x0.shape, [x0, x1], [("unary", expression)])
+    _compare(program)  # (values; NaNs compared as NaNs)
+    fn = program.function()
+    expected = np.asarray(jax.jit(fn)(x0, x1))
+    module = import_jax(fn, x0, x1)
+    for configuration in CONFIGURATIONS.values():
+        got = np.asarray(lowering.compile(module, **configuration)(x0, x1)[0])
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))  # (a NaN's sign too)

@@ -32,10 +32,14 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from xdsl.ir import Operation
+
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops
 from xla_dialect.ops.data_movement import BroadcastInDimOp
+from xla_dialect.types import numpy_dtype
 
 from ..runtime import loop_runtime as rt
 from ..runtime.loop_runtime import denormal_as_zero
@@ -317,6 +321,15 @@ def select_flush(p, on_true, on_false):
     (:func:`_extremum_select`): the chosen operand read as a zero of its sign when it is a denormal. Measured
     against jax.jit: ``where(x > y, y, x)`` with ``x = 1e-39``, ``y = 0`` is ``0`` (here it was ``1e-39``)."""
     return denormal_as_zero(on_true if p else on_false)
+
+
+@_njit
+def select_kept(p, on_true, on_false):
+    """:func:`select` whose arms LLVM cannot match against the compare that chose them
+    (:func:`~lowering.runtime.loop_runtime.kept`): where XLA computes a plain select but the compiled code would
+    let LLVM fold the compare's operands into the arms and use the min/max instruction, which flushes a denormal
+    under denormals-are-zero (:func:`_select`)."""
+    return rt.kept(on_true) if p else rt.kept(on_false)
 
 
 @_njit
@@ -837,16 +850,20 @@ def _compare(op, dtypes, result, flush):
 
 @scalar_definition(ew.SelectOp)
 def _select(op, dtypes, result, flush):
-    if flush and result in FLOATS and _extremum_select(op):
-        return Scalar("select_flush")
+    if flush and result in FLOATS:
+        if _extremum_select(op):
+            return Scalar("select_flush")
+        if _extremum_select(op, everywhere=True):  # (LLVM in the compiled code would see the pattern XLA does not)
+            return Scalar("select_kept")
     return Scalar("select")
 
 
-def _extremum_select(op) -> bool:
+def _extremum_select(op, everywhere: bool = False) -> bool:
     """Whether the select ``op`` is ``select(a > b, a, b)`` or ``select(a < b, a, b)`` (either arm order) on float
     values: LLVM computes it with the max/min instruction, XLA's fused loops and the executor's compiled code
     alike, which reads denormal operands as zeros (:func:`select_flush`). The arms are compared as LLVM sees them
-    after folding ``x > x`` and ``x < x`` to false (a select on that is its false arm)."""
+    inside XLA's fused loop of ``op`` (:func:`_folded`); with ``everywhere``, as LLVM sees them in one compiled
+    function holding every op of the program (the executor's compiled loops and segments)."""
     compare = op.operands[0].owner
     if not isinstance(compare, ew.CompareOp) or _implicit_broadcast(compare):
         return False
@@ -854,19 +871,78 @@ def _extremum_select(op) -> bool:
     if compare.properties["comparison_direction"].data not in ("GT", "LT") or (
             ctype is not None and ctype.data != "FLOAT"):
         return False
-    arms = {_folded(op.operands[1]), _folded(op.operands[2])}
-    return len(arms) == 2 and arms == {_folded(compare.operands[0]), _folded(compare.operands[1])}
+    site = None if everywhere else _placement(op)
+    arms = {_folded(op.operands[1], site), _folded(op.operands[2], site)}
+    return len(arms) == 2 and arms == {_folded(compare.operands[0], site), _folded(compare.operands[1], site)}
 
 
-def _folded(value):
-    """``value`` through the selects LLVM removes: ``select(x > x, t, f)`` (or ``<``) is ``f``."""
-    while isinstance(value.owner, ew.SelectOp):
-        compare = value.owner.operands[0].owner
-        if not (isinstance(compare, ew.CompareOp) and compare.operands[0] is compare.operands[1]
-                and compare.properties["comparison_direction"].data in ("GT", "LT")):
-            break
-        value = value.owner.operands[2]
-    return value
+def _placement(op) -> tuple:
+    """Where XLA computes ``op``: its block, and whether it is an op of a while body that XLA moves out of the loop
+    (:func:`~xla_dialect.ops.control_flow.loop_invariant_ops`). Ops of one placement are one fused loop in XLA,
+    where LLVM's simplifier sees them together."""
+    block = op.parent_block()
+    parent = block.parent_op() if block is not None else None
+    hoisted = isinstance(parent, WhileOp) and block is parent.body.block and id(op) in loop_invariant_ops(parent)
+    return block, hoisted
+
+
+def _looked_through(value, site) -> bool:
+    """Whether LLVM sees the op computing ``value`` in the same fused loop as the select placed at ``site`` (with
+    ``site`` None: whether ``value`` is computed by an op at all, as in one compiled function holding everything)."""
+    owner = value.owner
+    if not isinstance(owner, Operation):
+        return False
+    if site is None:
+        return True
+    if owner.parent_block() is not site[0]:
+        return False
+    return _placement(owner) == site
+
+
+_ROUNDINGS = (ew.FloorOp, ew.CeilOp, ew.RoundOp, ew.RoundEvenOp)
+
+
+def _integral(value) -> bool:
+    """Whether LLVM knows every value of ``value`` is integral: a rounding op's result (``llvm.floor``, ``ceil``,
+    ``round``, ``roundeven``) or a conversion from an integer or pred (``sitofp``/``uitofp``)."""
+    owner = value.owner
+    return isinstance(owner, _ROUNDINGS) or (
+        isinstance(owner, cv.ConvertOp) and _kind(owner.operands[0]) in "iub")
+
+
+def _kind(value) -> str:
+    """The NumPy kind of ``value``'s element type (``"f"``, ``"c"``, ``"i"``, ``"u"``, ``"b"``)."""
+    return numpy_dtype(value.type.get_element_type()).kind
+
+
+def _folded(value, site):
+    """``value`` as LLVM's instruction simplifier leaves it inside one of XLA's fused loops (measured against
+    jax.jit, f32 and f64, through the max/min pattern each fold exposes): ``select(x > x, t, f)`` (or ``<``) is
+    ``f``; ``select(p, a, a)`` is ``a``; a rounding of an integral value (``floor(floor(x))``, ``ceil(round(x))``,
+    ``floor(convert(i))``: long fuzz campaign seed 29) is that value (``abs`` of a rounding and a rounding of
+    ``abs`` are not folded: measured; ``abs(abs(x))`` is XLA's own fold, in ``xla-float-rewrites``). Only ops XLA
+    computes in the select's own fused loop are looked through (``site``: :func:`_placement`): an op XLA moves out
+    of a while loop reaches the loop's fusion as a value, whatever computed it."""
+    while True:
+        if not _looked_through(value, site):
+            return value
+        owner = value.owner
+        if isinstance(owner, ew.SelectOp):
+            compare = owner.operands[0].owner
+            if (isinstance(compare, ew.CompareOp) and compare.operands[0] is compare.operands[1]
+                    and compare.properties["comparison_direction"].data in ("GT", "LT")):
+                value = owner.operands[2]
+                continue
+            arm = _folded(owner.operands[1], site)
+            if arm is _folded(owner.operands[2], site):
+                value = arm
+                continue
+        elif isinstance(owner, _ROUNDINGS):
+            operand = _folded(owner.operands[0], site)
+            if _looked_through(operand, site) and _integral(operand):
+                value = operand
+                continue
+        return value
 
 
 @scalar_definition(cv.ConvertOp)

@@ -36,6 +36,23 @@ def fused_multiply_add(typingctx, a, b, c):
 
 
 @intrinsic
+def kept(typingctx, x):
+    """The float ``x`` unchanged, through an empty inline-assembly statement LLVM cannot see through: the value
+    reaches the code after it as an unknown of its type. Why: LLVM's simplifier folds values (``floor(floor(x))``
+    to ``floor(x)``) and then turns ``select(a > b, b, a)`` into the min instruction, which reads a denormal as
+    zero under denormals-are-zero; XLA sees no such pattern where one of the values was computed in another fused
+    loop (an op it moves out of a while loop), and keeps the denormal. No instruction is emitted."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value_type = context.get_value_type(signature.return_type)
+        return builder.asm(ir.FunctionType(value_type, [value_type]), "", "=x,0", [args[0]], False)
+
+    return x(x), codegen
+
+
+@intrinsic
 def _c_reshaped(typingctx, array, shape):
     """A C-contiguous view of C-contiguous ``array`` with the static ``shape`` (a tuple of ints of the same
     element count, which the generated code guarantees): the new array header only, without the runtime checks

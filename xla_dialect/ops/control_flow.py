@@ -603,3 +603,22 @@ class ControlFlowBuilder:
         values = [self._value(o, f"{n} operand") for o, n in zip(operands, names)]
         regions = [self._region(c, [v.type], n) for c, v, n in zip(computations, values, names)]
         return one_or_tuple(self._emit(ConditionalOp, [selector, *values], regions=regions))
+
+
+def loop_invariant_ops(op: WhileOp) -> set[int]:
+    """The ids of the ops of ``op``'s body that XLA's ``WhileLoopInvariantCodeMotion`` moves out of the loop: each
+    operand a constant, a carried value the body returns unchanged at its own position, or the result of another
+    such op (ops with regions are not looked into). XLA computes them before the loop, as straight-line code."""
+    from .constants import ConstantOp
+
+    body = op.body.block
+    returned = list(body.last_op.operands)
+    invariant = {arg for arg, out in zip(body.args, returned) if out is arg}
+    hoisted: set[int] = set()
+    for inner in body.ops:
+        if inner is body.last_op or inner.regions or not inner.results:
+            continue
+        if all(v in invariant or isinstance(v.owner, ConstantOp) for v in inner.operands):
+            invariant.update(inner.results)
+            hoisted.add(id(inner))
+    return hoisted
