@@ -184,3 +184,28 @@ def test_loop_invariant_ops_are_computed_as_straight_line_code(op, dtype, loops)
     expected = np.asarray(jax.jit(program)(a, b))
     actual = lowering.compile(import_jax(program, a, b), loop_compilation=loops)(a, b)
     np.testing.assert_array_equal(_bits(actual), _bits(expected))
+
+
+def test_one_op_moved_out_of_a_loop_is_asked_of_its_operands_only():
+    # What the kernels ask of one op (moved_out_of_loop) agrees with the whole body's set (loop_invariant_ops).
+    from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops, moved_out_of_loop
+
+    a = np.linspace(-1, 1, 6, dtype=np.float32)
+
+    def fn(a, b):
+        def body(i, carry):
+            x, y, k = carry
+            h = jnp.floor(jnp.exp(y) * 2.0) + 1.0  # (y carried unchanged: moved out)
+            return x * h + jnp.sin(x), y, k + jnp.abs(h).sum()
+
+        return jax.lax.fori_loop(0, 3, body, (a, b, jnp.float32(0)))
+
+    module = inline_calls(import_jax(fn, a, a * 2))
+    loops = [op for op in module.walk() if isinstance(op, WhileOp)]
+    assert loops
+    for loop in loops:
+        expected = loop_invariant_ops(loop)
+        body = list(loop.body.block.ops)
+        assert any(id(op) in expected for op in body) and any(id(op) not in expected for op in body)
+        for op in body:
+            assert moved_out_of_loop(op, loop) == (id(op) in expected), op.name

@@ -37,7 +37,7 @@ from xdsl.ir import Operation
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.constants import ConstantOp
-from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops
+from xla_dialect.ops.control_flow import WhileOp, moved_out_of_loop
 from xla_dialect.ops.data_movement import BroadcastInDimOp
 from xla_dialect.types import numpy_dtype
 
@@ -882,7 +882,7 @@ def _placement(op) -> tuple:
     where LLVM's simplifier sees them together."""
     block = op.parent_block()
     parent = block.parent_op() if block is not None else None
-    hoisted = isinstance(parent, WhileOp) and block is parent.body.block and id(op) in loop_invariant_ops(parent)
+    hoisted = isinstance(parent, WhileOp) and block is parent.body.block and moved_out_of_loop(op, parent)
     return block, hoisted
 
 

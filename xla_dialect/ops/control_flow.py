@@ -622,3 +622,31 @@ def loop_invariant_ops(op: WhileOp) -> set[int]:
             invariant.update(inner.results)
             hoisted.add(id(inner))
     return hoisted
+
+
+def moved_out_of_loop(op, loop: WhileOp) -> bool:
+    """Whether ``op`` (an op of ``loop``'s body block) is one of :func:`loop_invariant_ops` -- found from the ops
+    ``op`` reads only, not the whole body: what a kernel asks of one op."""
+    from .constants import ConstantOp
+
+    body = loop.body.block
+    returned = list(body.last_op.operands)
+    seen: dict[int, bool] = {}
+
+    def invariant_value(value) -> bool:
+        owner = value.owner
+        if owner is body:
+            return returned[value.index] is value
+        if isinstance(owner, ConstantOp):
+            return True
+        return owner.parent_block() is body and invariant_op(owner)
+
+    def invariant_op(inner) -> bool:
+        if id(inner) not in seen:
+            seen[id(inner)] = False  # (SSA: no cycles; a guard all the same)
+            seen[id(inner)] = (inner is not body.last_op and not inner.regions and bool(inner.results)
+                               and all(invariant_value(v) for v in inner.operands))
+        return seen[id(inner)]
+
+    return op.parent_block() is body and invariant_op(op)
+
