@@ -609,3 +609,18 @@ def test_abs_of_a_non_negative_value_is_the_value_as_xla(expression, dtype):
     for configuration in CONFIGURATIONS.values():
         got = np.asarray(lowering.compile(module, **configuration)(x0, x1)[0])
         np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))  # (a NaN's sign too)
+
+
+@pytest.mark.parametrize("expression", ["x0 * jnp.mean(x0, axis=-1, keepdims=True)", "jnp.sum(x0, axis=1)",
+                                        "jnp.prod(x0, axis=1) + x1[:, 0]", "jnp.max(x0, axis=1, keepdims=True)",
+                                        "jnp.min(x0, axis=(1, 2))"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+def test_reductions_over_axes_of_one_are_reshapes_as_xla(expression, dtype):
+    """Long campaign, seed 29: ``x * mean(x, axis=-1, keepdims=True)`` over an axis of one, ``x = -0.0``: XLA makes a
+    reduce keeping every element a reshape (the init value never added), so the mean is -0.0 and the product +0.0;
+    the executor's sum added the init (+0.0) and gave -0.0. Denormals are kept alike (no arithmetic)."""
+    tiny = float(ml_dtypes.finfo(DTYPES[dtype]).tiny)
+    values = [-0.0, 0.0, tiny / 4, -tiny / 4, np.nan, -1.5, np.inf, 2.0, -0.0, 3.0, -np.inf, 0.25]
+    x0 = np.array(values, DTYPES[dtype]).reshape(12, 1, 1)
+    x1 = np.array(values[::-1], DTYPES[dtype]).reshape(12, 1, 1)
+    _compare(Program(dtype, x0.shape, [x0, x1], [("reduce", expression)]))
