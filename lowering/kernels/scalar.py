@@ -872,8 +872,19 @@ def _extremum_select(op, everywhere: bool = False) -> bool:
             ctype is not None and ctype.data != "FLOAT"):
         return False
     site = None if everywhere else _placement(op)
-    arms = {_folded(op.operands[1], site), _folded(op.operands[2], site)}
-    return len(arms) == 2 and arms == {_folded(compare.operands[0], site), _folded(compare.operands[1], site)}
+    arms = {_value_key(op.operands[1], site), _value_key(op.operands[2], site)}
+    return len(arms) == 2 and arms == {_value_key(compare.operands[0], site), _value_key(compare.operands[1], site)}
+
+
+def _value_key(value, site):
+    """:func:`_folded` ``value``, with conversions of one value to one type made one (XLA's CSE: the executor's
+    ``xla-float-rewrites`` may write a second ``convert`` where XLA's simplifier reuses the first, as in
+    ``f32(f64(f32(x)))`` -> ``f32(x)``)."""
+    value = _folded(value, site)
+    owner = value.owner
+    if isinstance(owner, cv.ConvertOp):  # (CSE is XLA's, on its HLO: wherever the conversions are computed)
+        return "convert", _value_key(owner.operands[0], site), str(value.type)
+    return value
 
 
 def _placement(op) -> tuple:
@@ -910,6 +921,39 @@ def _integral(value) -> bool:
         isinstance(owner, cv.ConvertOp) and _kind(owner.operands[0]) in "iub")
 
 
+_HOLDS = {"bfloat16": {"bfloat16", "float32", "float64"}, "float16": {"float16", "float32", "float64"},
+          "float32": {"float32", "float64"}, "float64": {"float64"}}
+"""Float type -> the float types that hold each of its values."""
+
+
+def _exactly_converted(value, site):
+    """The earliest value of ``value``'s chain of float conversions (looked through at ``site``) that LLVM sees as
+    ``value`` itself: conversions that keep every value (``fpext``, and an ``fptrunc`` back to a type that holds
+    what an earlier ``fpext`` widened) fold to one conversion of the value they started from, so
+    ``f64(f32(f64(x: bf16)))`` is ``f64(x)`` (measured: ``where(y > v, f64(f32(v)), y)`` with ``v`` converted
+    from bf16 is XLA's min; long fuzz campaign seed 30). ``value`` when no earlier value is the same."""
+    chain = [value]
+    while True:
+        owner = chain[-1].owner
+        if not (_looked_through(chain[-1], site) and isinstance(owner, cv.ConvertOp)
+                and _float_name(owner.operands[0])):
+            break
+        chain.append(owner.operands[0])
+    chain.reverse()  # (from the first value to ``value``)
+    names = [_float_name(v) for v in chain]
+    start, content = 0, names[0]
+    for i, name in enumerate(names[1:], 1):
+        if name not in _HOLDS.get(content, ()):  # (a rounding conversion: a new value starts here)
+            start, content = i, name
+    return next(v for v, name in zip(chain[start:], names[start:]) if name == names[-1])
+
+
+def _float_name(value) -> str | None:
+    """The name of ``value``'s element type when it is one of the floats of :data:`_HOLDS`, else None."""
+    name = numpy_dtype(value.type.get_element_type()).name
+    return name if name in _HOLDS else None
+
+
 def _kind(value) -> str:
     """The NumPy kind of ``value``'s element type (``"f"``, ``"c"``, ``"i"``, ``"u"``, ``"b"``)."""
     return numpy_dtype(value.type.get_element_type()).kind
@@ -920,7 +964,8 @@ def _folded(value, site):
     jax.jit, f32 and f64, through the max/min pattern each fold exposes): ``select(x > x, t, f)`` (or ``<``) is
     ``f``; ``select(p, a, a)`` is ``a``; a rounding of an integral value (``floor(floor(x))``, ``ceil(round(x))``,
     ``floor(convert(i))``: long fuzz campaign seed 29) is that value (``abs`` of a rounding and a rounding of
-    ``abs`` are not folded: measured; ``abs(abs(x))`` is XLA's own fold, in ``xla-float-rewrites``). Only ops XLA
+    ``abs`` are not folded: measured; ``abs(abs(x))`` is XLA's own fold, in ``xla-float-rewrites``); a chain of
+    float conversions that keep every value is one conversion (:func:`_exactly_converted`). Only ops XLA
     computes in the select's own fused loop are looked through (``site``: :func:`_placement`): an op XLA moves out
     of a while loop reaches the loop's fusion as a value, whatever computed it."""
     while True:
@@ -936,6 +981,11 @@ def _folded(value, site):
             arm = _folded(owner.operands[1], site)
             if arm is _folded(owner.operands[2], site):
                 value = arm
+                continue
+        elif isinstance(owner, cv.ConvertOp) and _float_name(owner.operands[0]) and _float_name(value):
+            same = _exactly_converted(value, site)
+            if same is not value:
+                value = same
                 continue
         elif isinstance(owner, _ROUNDINGS):
             operand = _folded(owner.operands[0], site)
