@@ -74,7 +74,8 @@ from xla_dialect.ops.windowed import ReduceWindowOp
 from .fusion_plan import Ineligible, element_loop, fusible_op, input_reads, plan
 from .compile_queue import (compile_function, compile_in_background, enter, leave,  # noqa: F401 (re-exported)
                             wait_for_background_compiles)
-from ..runtime.generated_modules import cache_directory, import_generated, runtime_digest
+from ..runtime.generated_modules import (cache_directory, import_generated, runtime_digest,
+                                         without_literal_ints)
 from ..runtime.interrupt import CHUNK, POLL_MASK, check
 from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from ..kernels.scalar import scalar_of
@@ -1902,44 +1903,6 @@ def _array_helper_names(header: str) -> frozenset[str]:
                      for alias in node.names)
 
 
-def _int_constant(node) -> bool:
-    import ast
-
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        node = node.operand
-    return isinstance(node, ast.Constant) and type(node.value) is int
-
-
-def without_literal_ints(source: str, callees: frozenset[str]) -> str:
-    """``source`` with every integer constant passed to one of ``callees`` (directly or inside a tuple: shapes,
-    sizes, axes, permutations) written ``np.int64(...)``. Why: numba types a constant as ``Literal[int]`` and
-    compiles a called jitted function once per distinct literal signature, so every new shape of a view or
-    allocation compiled (and cached) the helper again -- 0.1 s each, 30-40 s of the compiled-loop tests, most of a
-    small loop's compile. Typed int64, a helper compiles once per array type; it is inlined where it is called,
-    so LLVM still sees the constants."""
-    import ast
-
-    class Unliteral(ast.NodeTransformer):
-        def visit_Call(self, node):
-            self.generic_visit(node)
-            if isinstance(node.func, ast.Name) and node.func.id in callees:
-                node.args = [self.wrap(a) for a in node.args]
-                for keyword in node.keywords:
-                    keyword.value = self.wrap(keyword.value)
-            return node
-
-        @staticmethod
-        def wrap(node):
-            if _int_constant(node):
-                return ast.copy_location(ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "int64", ast.Load()),
-                                                  [node], []), node)
-            if isinstance(node, ast.Tuple):
-                node.elts = [Unliteral.wrap(e) for e in node.elts]
-            return node
-
-    return ast.unparse(ast.fix_missing_locations(Unliteral().visit(ast.parse(source))))
-
-
 def _load(source: str, function: str = "loop"):
     """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
     numba caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, from memory.
@@ -1949,13 +1912,19 @@ def _load(source: str, function: str = "loop"):
     from ..runtime.loop_runtime import HELPER_NAMES
 
     directory = cache_directory()
-    header = _MODULE_HEADER.format(names=", ".join(HELPER_NAMES), cache=directory is not None)
-    source = without_literal_ints(source, _array_helper_names(header))
-    text = f"# runtime {runtime_digest()}\n" + header + source
-    module = import_generated(text, "loop") if directory is not None else None
+    header = f"# runtime {runtime_digest()}\n" + _MODULE_HEADER.format(names=", ".join(HELPER_NAMES),
+                                                                      cache=directory is not None)
+    callees = _array_helper_names(header)
+
+    def finish(text: str) -> str:  # (run when the module file is first written, not at each load)
+        return header + without_literal_ints(text[len(header):], callees)
+
+    text = header + source
+    module = import_generated(text, "loop", finish) if directory is not None else None
     if module is None:
         namespace: dict = {}
-        exec(compile(text, f"<hlo loop {hashlib.sha256(text.encode()).hexdigest()[:24]}>", "exec"), namespace)
+        exec(compile(finish(text), f"<hlo loop {hashlib.sha256(text.encode()).hexdigest()[:24]}>", "exec"),
+             namespace)
         return namespace[function]
     return getattr(module, function)
 
