@@ -609,24 +609,18 @@ def loop_invariant_ops(op: WhileOp) -> set[int]:
     """The ids of the ops of ``op``'s body that XLA's ``WhileLoopInvariantCodeMotion`` moves out of the loop: each
     operand a constant, a carried value the body returns unchanged at its own position, or the result of another
     such op (ops with regions are not looked into). XLA computes them before the loop, as straight-line code."""
-    from .constants import ConstantOp
-
-    body = op.body.block
-    returned = list(body.last_op.operands)
-    invariant = {arg for arg, out in zip(body.args, returned) if out is arg}
-    hoisted: set[int] = set()
-    for inner in body.ops:
-        if inner is body.last_op or inner.regions or not inner.results:
-            continue
-        if all(v in invariant or isinstance(v.owner, ConstantOp) for v in inner.operands):
-            invariant.update(inner.results)
-            hoisted.add(id(inner))
-    return hoisted
+    moved = _moved_out(op)
+    return {id(inner) for inner in op.body.block.ops if moved(inner)}
 
 
 def moved_out_of_loop(op, loop: WhileOp) -> bool:
     """Whether ``op`` (an op of ``loop``'s body block) is one of :func:`loop_invariant_ops` -- found from the ops
     ``op`` reads only, not the whole body: what a kernel asks of one op."""
+    return op.parent_block() is loop.body.block and _moved_out(loop)(op)
+
+
+def _moved_out(loop: WhileOp):
+    """The predicate of :func:`loop_invariant_ops` on the ops of ``loop``'s body block, each op decided once."""
     from .constants import ConstantOp
 
     body = loop.body.block
@@ -648,5 +642,4 @@ def moved_out_of_loop(op, loop: WhileOp) -> bool:
                                and all(invariant_value(v) for v in inner.operands))
         return seen[id(inner)]
 
-    return op.parent_block() is body and invariant_op(op)
-
+    return invariant_op
