@@ -55,8 +55,11 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
 * f16 contracts the same way on hosts with AVX512-FP16 (LLVM computes f16
   natively there: ``a*b + c`` is one f16 FMA; measured on an Intel CPU with
   ``avx512fp16``); elsewhere LLVM computes f16 in f32 and rounds after each op,
-  so nothing contracts. bf16 never contracts (XLA widens it to f32 with a
-  rounding after each op). Complex multiply-adds are left alone (measured
+  so nothing contracts. bf16 contracts only inside the while loops XLA compiles
+  whole, in scalar code, on hosts with AVX512-BF16: the adds, subtracts and
+  multiplies ``xla-small-loops`` marks :data:`~passes.small_loops.BF16_SCALAR`
+  (an f32 FMA rounded once to bf16); elsewhere XLA's fusion emitters widen bf16
+  to f32 with a rounding after each op. Complex multiply-adds are left alone (measured
   equal without contraction on ``a*b + a`` in c64).
 
 :func:`contract_fma` (the pass ``contract-fma``) rewrites each such pair into
@@ -81,6 +84,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
+from lowering.kernels.elementwise import BF16_FLUSHED_STORE
 from lowering.kernels.host import host_properties
 from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows, vector_lanes
 from lowering.kernels.ynnpack_math import YNNPACK
@@ -99,6 +103,7 @@ from xla_dialect.types import numpy_dtype
 from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
+from .small_loops import BF16_SCALAR
 from .util import element_name
 
 _MUL, _ADD, _SUB, _NEG = ew.MulOp, ew.AddOp, ew.SubOp, ew.NegOp
@@ -191,6 +196,8 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
     mul = value.owner
     if (not isinstance(mul, _MUL) or mul.parent is not user.parent or not uses.one_use(value)
             or YNNPACK in mul.attributes):  # (YNNPACK: no FMA)
+        return None
+    if BF16_SCALAR in user.attributes and BF16_SCALAR not in mul.attributes:
         return None
     if not chain and mul.results[0].type != user.results[0].type:
         return None
@@ -314,6 +321,8 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             else:  # c - a*b -> fma(-a, b, c)
                 a = _new(_NEG, [a], a.type, op)
         fused = _new(FusedMultiplyAddOp, [a, b, other], t, op)
+        if BF16_FLUSHED_STORE in op.attributes:  # (the FMA's result is what the add stored)
+            fused.owner.attributes[BF16_FLUSHED_STORE] = op.attributes[BF16_FLUSHED_STORE]
         op.results[0].replace_all_uses_with(fused)
         for dead in (op, *chain, mul):
             dead.detach()
@@ -324,7 +333,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
 
 def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
     return [op for op in module.walk()
-            if isinstance(op, (_ADD, _SUB)) and element_name(op.results[0]) in types
+            if isinstance(op, (_ADD, _SUB)) and (element_name(op.results[0]) in types or BF16_SCALAR in op.attributes)
             and not computes_on_quantized(op) and YNNPACK not in op.attributes
             and any(isinstance(_moved_value(v).owner, _MUL) and not computes_on_quantized(_moved_value(v).owner)
                     and YNNPACK not in _moved_value(v).owner.attributes for v in op.operands)

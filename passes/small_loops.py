@@ -42,6 +42,19 @@ compiled loops read it); they are not rewritten.
   groups leave them to the kernels); so are converts of f32 to bf16 (measured alike), including those this pass's
   own rewrites of bf16 ops write (each stands for the op's store).
 
+* On hosts with AVX512-BF16, a bf16 multiply whose result a bf16 add or subtract reads is one FMA rounded once
+  to bf16 where LLVM computes the elements in scalar code (measured on a Xeon: ``x * 0.3 + x``, ``x * x + x``,
+  ``(x * a + x) * b + x`` two FMAs, ``x * 1.7 - x * x``, ``(x - 0.3) - x * 0.3``; every element; on the same
+  Xeon with ``--xla_cpu_max_isa=AVX512_BF16`` or lower, and elsewhere, each op rounds): XLA writes the bf16 ops
+  as f32 ops between conversions, LLVM's InstCombine shrinks them to ``bfloat`` instructions, and its x86
+  backend contracts ``fmul bfloat`` into ``fadd bfloat`` when it has the bf16 conversion. Not where an operand
+  is a value XLA moves out of the loop (its f32 conversion moves out with it, and the op stays f32 -- a constant the loop carries is not: XLA sinks it
+  into the body:
+  ``x * y + x``, ``x * x + y``, ``x * (y * y) + x`` with ``y`` carried unchanged each round per op, measured),
+  and not in vector code: LLVM's loop vectorizer rounds ``<8 x bfloat>`` ops one by one. Which elements are
+  scalar code follows LLVM's full unrolling of the fusion's element loop (:func:`unrolled_element_loop`); such
+  adds, subtracts and multiplies are marked :data:`BF16_SCALAR`, and ``contract-fma`` contracts them.
+
 Ops the loop computes from values it carries unchanged (and constants) are not rewritten: XLA's
 ``WhileLoopInvariantCodeMotion`` moves them out of the loop first, and computes them as straight-line code
 (:func:`loop_invariant_ops`; measured for tan, cbrt, f16 log1p and rsqrt, and for the bf16 stores of ``expm1``
@@ -90,6 +103,7 @@ from .util import create, element_name, make_constant, tensor_type
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE  # noqa: E402 - (read by the kernels)
 from lowering.kernels.host import host_properties  # noqa: E402
+from xla_dialect.ops.data_movement import BroadcastInDimOp  # noqa: E402
 from lowering.kernels.small_dot import SMALL_CALL  # noqa: E402 - the attribute of marked ops (read by the kernels)
 
 DEFAULT_THRESHOLD = 1024
@@ -413,7 +427,7 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     if not flushed_stores and not any(type(op) in _REWRITTEN or type(op) in _MARKED for op in module.walk()):
         return module
     if (not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, threshold))
-            and not (flushed_stores and _bf16_stores(module, threshold))):
+            and not (flushed_stores and (_bf16_stores(module, threshold) or _bf16_scalar_ops(module, threshold)))):
         return module
     if clone:
         module = module.clone()
@@ -425,6 +439,8 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     if host_properties()["avx512bf16"]:
         for op in _bf16_stores(module, threshold):
             op.attributes[BF16_FLUSHED_STORE] = UnitAttr()
+        for op in _bf16_scalar_ops(module, threshold):
+            op.attributes[BF16_SCALAR] = UnitAttr()
     return module
 
 
@@ -451,6 +467,169 @@ def _bf16_stores(module: Operation, threshold: int) -> list[Operation]:
             found += [inner for region in op.regions for inner in region.walk()
                       if inner.results and _bf16_stored(inner) and id(inner) not in hoisted
                       and BF16_FLUSHED_STORE not in inner.attributes]
+    return found
+
+
+# ----------------------------------------------------------------------------
+# bf16 multiply-adds in scalar code (hosts with AVX512-BF16)
+# ----------------------------------------------------------------------------
+
+BF16_SCALAR = "xla_cpu_bf16_scalar"
+"""The attribute (unit) this pass puts on a bf16 ``add``, ``subtract`` or ``multiply`` inside a while loop XLA CPU
+compiles whole, on hosts with AVX512-BF16, that LLVM computes as a ``bfloat`` instruction in scalar code (module
+doc): ``contract-fma`` contracts a marked multiply into a marked add or subtract (one FMA, rounded once)."""
+
+UNROLL_THRESHOLD = 300
+"""LLVM's full-unroll size threshold at ``-O3`` (``unroll-threshold-aggressive``): an element loop of ``N``
+trips whose body costs ``b`` (besides its back-edge) is unrolled whole when ``b * N + 2 <= 300``."""
+
+_ELEMENT_LOOP_BASE = 2
+"""The element loop's own instructions per element besides loads, stores and arithmetic (measured with the
+costs below: ``x * a + x`` on bf16[49] is unrolled, on bf16[50] vectorized -- 6 per element)."""
+
+_BF16_COSTS = {
+    ew.AddOp: 1, ew.SubOp: 1, ew.MulOp: 1, ew.NegOp: 1, ew.FloorOp: 1, ew.CeilOp: 1, ew.RoundEvenOp: 1,
+    ew.CompareOp: 1, ew.SelectOp: 1, ew.AbsOp: 2, ew.MaxOp: 2, ew.MinOp: 2, ew.ExpOp: 3, ew.LogOp: 3,
+    ew.SineOp: 3, ew.CosineOp: 3, ew.SqrtOp: 3, ew.TanhOp: 4, ew.RsqrtOp: 4, ew.Log1pOp: 4, ew.LogisticOp: 6,
+    ew.SignOp: 8, ew.Expm1Op: 13, cv.ConvertOp: 1,
+}
+"""LLVM's size cost of each element-wise op of a bf16 fusion in XLA's small loops, per element, measured on a Xeon
+(jax 0.10.2) as the largest element count whose loop of ``op(x) * a + x`` (or ``op`` applied to it) LLVM still
+unrolls whole (read from the optimized IR: no ``<N x bfloat>`` instruction): 49 elements for cost 6 in all, 42
+for 7, 37 for 8, 33 for 9, 29 for 10, 27 for 11, 24 for 12, 21 for 14, 15 for 19. A division costs 1 by a
+computed value and 3 by a constant (XLA multiplies by the f32 reciprocal); a convert of f32 values 1 (a bf16 ->
+f32 -> bf16 round trip is removed: 0). Ops not listed (and fusions holding them) are not estimated."""
+
+_FREE_IN_FUSION = (ConstantOp, BroadcastInDimOp, ReshapeOp)
+"""Ops of a fusion without an instruction per element (a constant splat, index arithmetic)."""
+
+
+def _loop_roots(block) -> list[SSAValue]:
+    """The values each of which XLA computes in a loop fusion of its own in the loop body ``block`` (as
+    :func:`_computation_bytes` counts them): the values the body returns changed, and the operands of dots."""
+    returned = list(block.last_op.operands)
+    roots = [v for i, v in enumerate(returned) if v is not block.args[i]]
+    for op in block.ops:
+        if type(op) in _UNFUSED:
+            roots += [v for v in op.operands if isinstance(v.owner, Operation) and v.owner.parent is block]
+    unique: list[SSAValue] = []
+    for v in roots:
+        if v not in unique and isinstance(v.owner, Operation) and type(v.owner) not in _UNFUSED | _FREE:
+            unique.append(v)
+    return unique
+
+
+def _round_trip(op: Operation) -> bool:
+    """Whether ``op`` is half of a bf16 -> f32 -> bf16 conversion pair (XLA removes both)."""
+    if not isinstance(op, cv.ConvertOp):
+        return False
+    if element_name(op.operands[0]) == "f32" and isinstance(op.operands[0].owner, cv.ConvertOp):
+        return element_name(op.operands[0].owner.operands[0]) == element_name(op.results[0])
+    return element_name(op.results[0]) == "f32" and all(
+        isinstance(use.operation, cv.ConvertOp)
+        and element_name(use.operation.results[0]) == element_name(op.operands[0]) for use in op.results[0].uses)
+
+
+class _LoopValues:
+    """How the values of a small loop's body reach its fusions: as constants (XLA folds what it moves out of the
+    loop when it depends on constants only) or as f32 values XLA converted before the loop (a value carried
+    unchanged, or computed from one and moved out of the loop)."""
+
+    def __init__(self, loop: WhileOp):
+        self.loop = loop
+        self.body = loop.body.block
+        self.returned = list(self.body.last_op.operands)
+        self.hoisted = loop_invariant_ops(loop)
+
+    def moved(self, op: Operation) -> bool:
+        return id(op) in self.hoisted
+
+    def constant(self, value: SSAValue) -> bool:
+        owner = value.owner
+        if owner is self.body:  # (a constant carried unchanged: XLA's WhileLoopConstantSinking puts it in the body)
+            return (self.returned[value.index] is value
+                    and isinstance(self.loop.operands[value.index].owner, ConstantOp))
+        return isinstance(owner, ConstantOp) or (isinstance(owner, Operation) and self.moved(owner)
+                                                 and all(self.constant(v) for v in owner.operands))
+
+    def wide(self, value: SSAValue) -> bool:
+        owner = value.owner
+        if owner is self.body:
+            return self.returned[value.index] is value and not self.constant(value)
+        return isinstance(owner, Operation) and self.moved(owner) and not self.constant(value)
+
+
+def _op_cost(op: Operation, values: _LoopValues) -> int | None:
+    if isinstance(op, _FREE_IN_FUSION) or _round_trip(op):
+        return 0
+    if isinstance(op, ew.DivOp) and values.constant(op.operands[1]):
+        return 3
+    return _BF16_COSTS.get(type(op))
+
+
+def _scalar_code(shape: tuple[int, ...], cost: int) -> bool:
+    """Whether LLVM computes every element of a loop fusion of ``shape`` in scalar code, its element loop costing
+    ``cost`` per element (:func:`unrolled_element_loop`)."""
+    if len(shape) <= 1 or (len(shape) == 2 and shape[0] == 1):
+        return cost * int(np.prod(shape, dtype=np.int64)) + 2 <= UNROLL_THRESHOLD
+    if len(shape) != 2:
+        return False
+    rows, columns = shape
+    # The inner loop unrolled whole; the outer one not vectorized: fewer than 16 trips that LLVM's vector factors
+    # (4 and 8 here) do not divide need a scalar epilogue, which it does not make for such short loops.
+    return columns >= 2 and rows < 16 and rows % 4 != 0 and cost * columns + 2 <= UNROLL_THRESHOLD
+
+
+def unrolled_element_loop(loop: WhileOp) -> dict[int, bool]:
+    """For each op (by id) of the loop fusions of ``loop``'s body: whether LLVM computes every element of its fusion
+    in scalar code. One-dimensional fusions of ``N`` elements (and ``[1, N]``, measured alike): when LLVM unrolls
+    the element loop whole, ``cost * N + 2 <=`` :data:`UNROLL_THRESHOLD`, the cost per element ``2 + loads + 1 +
+    sum of op costs`` (each load a value read from memory: a carried value, another fusion's result; one store,
+    the fusion's result; op costs :data:`_BF16_COSTS`); past that LLVM vectorizes the loop and leaves a scalar
+    remainder whose length follows its cost model (vector factor 8 or 16, an epilogue of 2, 4 or 8: measured, not
+    estimated -- each op rounds there).
+
+    Two dimensions ``[r, c]``: XLA emits a loop nest, whose inner loop LLVM unrolls (the one-dimensional limit:
+    18 columns at cost 16, 12 at cost 24, measured) and whose outer loop it vectorizes over interleaved rows or
+    not, by its cost model. Measured with 2, 4, 6, 12 and 20 ops per element: rows 2, 3, 5, 6, 7, 9, 10, 11, 13,
+    14, 15 of 2 to 24 columns are scalar code (up to the small-loop byte threshold: 246 bf16 elements); bf16[4, 5]
+    is one ``<20 x bfloat>`` multiply and add; rows 4, 8 and 16 of up to 8 columns are vectorized, of more columns
+    by the number of ops; ``[r, 1]`` from 3 or 4 rows on; 12 rows of 2 to 20 columns are scalar code at 2 ops.
+    Estimated as scalar code: rows below 16 and no multiple of 4, two columns or more, the inner loop unrolled;
+    other shapes (and three or more dimensions) are not estimated: each op rounds there.
+
+    False for a fusion holding an op whose cost is not known. An op in several fusions (XLA duplicates it into
+    each) is scalar code only if it is in each of them."""
+    values = _LoopValues(loop)
+    decided: dict[int, bool] = {}
+    for root in _loop_roots(values.body):
+        shape = root.type.get_shape() if isinstance(root.type, TensorType) else ()
+        cone = [op for op in _cone(values.body, [root], stop=_UNFUSED) if not values.moved(op)]
+        members = set(map(id, cone))
+        costs = [_op_cost(op, values) for op in cone]
+        loads = {v for op in cone for v in op.operands
+                 if not values.constant(v) and not (isinstance(v.owner, Operation) and id(v.owner) in members)}
+        unrolled = (all(c is not None for c in costs)
+                    and _scalar_code(shape, _ELEMENT_LOOP_BASE + len(loads) + 1 + sum(costs)))
+        for op in cone:
+            decided[id(op)] = decided.get(id(op), True) and unrolled
+    return decided
+
+
+def _bf16_scalar_ops(module: Operation, threshold: int) -> list[Operation]:
+    """The bf16 adds, subtracts and multiplies LLVM computes as ``bfloat`` instructions in scalar code inside the
+    loops XLA compiles whole (module doc), not yet marked :data:`BF16_SCALAR`: in a fusion LLVM unrolls whole, not
+    moved out of the loop, no operand an f32 value XLA converted before the loop (:class:`_LoopValues`)."""
+    found = []
+    for loop in module.walk():
+        if not (isinstance(loop, WhileOp) and is_small_loop(loop, threshold)):
+            continue
+        values = _LoopValues(loop)
+        unrolled = unrolled_element_loop(loop)
+        found += [op for op in values.body.ops
+                  if isinstance(op, (ew.AddOp, ew.SubOp, ew.MulOp)) and element_name(op.results[0]) == "bf16"
+                  and unrolled.get(id(op)) and not values.moved(op) and not any(map(values.wide, op.operands))
+                  and BF16_SCALAR not in op.attributes and not computes_on_quantized(op)]
     return found
 
 

@@ -649,3 +649,55 @@ def test_conversions_that_keep_every_value_are_one_value_in_max_min_selects_as_x
     x0, x1 = np.array(values0), np.array(values1)
     _compare(Program("float64", x0.shape, [x0, x1], statements))
     _compare(Program("float64", x0.shape, [x0, x1], statements, loop_trips=2))
+
+
+def _bf16_inputs(shape, seed, *extra):
+    values = np.random.default_rng(seed).uniform(-1, 1, shape).astype(ml_dtypes.bfloat16)
+    flat = values.reshape(-1)
+    for k, value in enumerate(extra[:flat.size]):
+        flat[-1 - k] = value
+    return values
+
+
+_TINY_BF16 = float(ml_dtypes.finfo(ml_dtypes.bfloat16).tiny)
+
+
+@pytest.mark.parametrize("expression, shape", [
+    ("jnp.abs(x0 + x0 * x0)", (1,)),  # the finding (x0 = 0.03125, below)
+    ("x0 * 0.3 + x0", ()), ("x0 * 0.3 + x0", (16,)), ("x0 * 0.3 + x0", (49,)), ("x0 * 0.3 + x0", (50,)),
+    ("x0 * x0 + x0", (1, 20)),
+    ("(x0 * 0.3 + x0) * 1.7 + x0", (37,)), ("(x0 * 0.3 + x0) * 1.7 + x0", (38,)),
+    ("x0 * 1.7 - x0 * x0", (16,)), ("(x0 - 0.3) - x0 * 0.3", (16,)), ("jnp.abs(x0 * 0.3 + x0)", (37,)),
+    ("jnp.exp(x0) * 0.3 + x0", (33,)), ("jnp.expm1(x0) * 0.3 + x0", (15,)), ("jnp.sign(x0) * 0.3 + x0", (21,)),
+    ("x0 * x0 + x0", (4, 5)),  # rows XLA vectorizes: each op rounds
+    ("x0 * x0 + x0", (3, 24)), ("x0 * 0.3 + x0", (5, 7)), ("(x0 * x0 + x0) * x0 + x0", (2, 37)),
+    # an operand XLA moves out of the loop (x1, carried unchanged) keeps the op in f32: each op rounds
+    ("x0 * x1 + x0", (16,)), ("x0 * x0 + x1", (16,)), ("x0 * (x1 * x1) + x0", (16,)), ("x0 * x0 + x0 * x1", (16,)),
+])
+def test_bf16_multiply_adds_in_small_loops_as_xla(expression, shape):
+    """Long campaign, seed 32: ``fori_loop(0, 3, x -> abs(x + x * x))`` on bf16 ``x = 0.03125``: jax.jit 0x3d0d, the
+    executor 0x3d0c. In the loops XLA compiles whole, on hosts with AVX512-BF16, LLVM contracts a bf16 multiply into
+    the add that reads it (one f32 FMA rounded to bf16) where it computes the elements in scalar code -- element
+    loops it unrolls whole (``passes.small_loops.unrolled_element_loop``); vector code rounds each op. Elsewhere
+    each op rounds on every host: compared with jax.jit, the test holds on any CPU."""
+    x0 = _bf16_inputs(shape, len(expression) + sum(shape), _TINY_BF16 / 3, -_TINY_BF16 / 5, np.nan, -np.inf)
+    if expression == "jnp.abs(x0 + x0 * x0)":
+        x0 = np.array([0.03125], ml_dtypes.bfloat16)
+    x1 = _bf16_inputs(shape, 7)
+    _compare(Program("bfloat16", x0.shape, [x0, x1], [("binary", expression)], loop_trips=3))
+
+
+def test_bf16_multiply_adds_are_marked_only_where_llvm_contracts_them():
+    """The ``xla-small-loops`` marks (``BF16_SCALAR``) follow the host: on hosts without AVX512-BF16 nothing is
+    marked; the element loop's estimate unrolls ``x * 0.3 + x`` on bf16[49], not on bf16[50] (6 per element)."""
+    from passes.inlining import inline_calls
+    from passes.small_loops import BF16_SCALAR, small_loop_numerics
+
+    def marked(n):
+        fn = lambda x: jax.lax.fori_loop(0, 3, lambda i, v: (v * 0.3 + v).astype(v.dtype), x)  # noqa: E731
+        module = small_loop_numerics(inline_calls(import_jax(fn, np.zeros(n, ml_dtypes.bfloat16)), clone=True))
+        return sorted(op.name for op in module.walk() if BF16_SCALAR in op.attributes)
+
+    expected = ["hlo.add", "hlo.multiply"] if host_properties()["avx512bf16"] else []
+    assert marked(49) == expected
+    assert marked(50) == []

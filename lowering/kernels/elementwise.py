@@ -50,6 +50,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from xla_dialect.errors import UnsupportedError
@@ -1140,7 +1141,8 @@ def _clamp(op, ctx):
 
 @register(FusedMultiplyAddOp)
 def fused_multiply_add_kernel(op, ctx):
-    """Kernel of ``a * b + c`` rounded once (f16, f32, f64): the FMA instruction's result.
+    """Kernel of ``a * b + c`` rounded once (f16, f32, f64; bf16 as an f32 FMA rounded to bf16, where XLA's small
+    loops contract bf16, :mod:`passes.small_loops`): the FMA instruction's result.
 
     f32 and f64 compute with the op's scalar definition (:func:`lowering.kernels.scalar.multiply_add`, the
     hardware FMA, in the executor's denormal mode), as the compiled paths do; f16 with its emulation.
@@ -1157,8 +1159,21 @@ def fused_multiply_add_kernel(op, ctx):
             return definition(a, b, c, *raw)
 
         return hardware_fma
+    if dtype == ml_dtypes.bfloat16:  # (XLA's small loops on hosts with AVX512-BF16: an f32 FMA rounded to bf16)
+        single = _quiet(scalar.ufunc(scalar.Scalar("multiply_add"), [np.dtype(np.float32)] * 6, np.float32))
+        tiny = np.finfo(np.float32).tiny if _flushed_store(op) else None
+
+        def bf16_fma(a, b, c):
+            wide = [np.asarray(v).astype(np.float32) for v in (a, b, c)]
+            raw = [np.negative(v) if flip else v for v, flip in zip(wide, negated)]
+            result = np.asarray(single(*wide, *raw))
+            if tiny is not None:  # (the hardware conversion to bf16 flushes a denormal: BF16_FLUSHED_STORE)
+                result = np.where(np.abs(result) < tiny, np.copysign(np.float32(0), result), result)
+            return store(result, dtype)
+
+        return bf16_fma
     if dtype != np.float16:
-        raise UnsupportedError(f"{op.name}: no fused multiply-add for {dtype} (f16, f32 and f64 only)")
+        raise UnsupportedError(f"{op.name}: no fused multiply-add for {dtype} (bf16, f16, f32 and f64 only)")
 
     def fused_multiply_add(a, b, c):
         return fma_nans(xla_math.fma16(a, b, c), a, b, c, negated)
