@@ -4,6 +4,7 @@ outermost code first, nested jobs dropped once useless, numba's work done in a c
 import io
 import pickle
 import struct
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -37,6 +38,11 @@ def _args():
 def new_program(monkeypatch, tmp_path):
     """A fresh cache directory (nothing compiled before), loops compiled after 10 iterations."""
     monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    # (nor in this process: a module another test loaded -- the same program on other shapes is the same module --
+    # would hold its machine code already)
+    for name in [n for n in sys.modules if n.startswith("xla_dialect_loop_")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(compiled_loops, "_SHAPE_FREE", {})
     monkeypatch.setattr(numba_cache, "has_machine_code", lambda fn, signature: False)
     monkeypatch.setattr(compiled_loops, "AUTO_THRESHOLD", 10)
     monkeypatch.delenv("XLA_DIALECT_LOOP_COMPILATION", raising=False)

@@ -242,6 +242,26 @@ def test_generated_module_is_cached(tmp_path, monkeypatch):
     assert list((tmp_path / "loops").glob("loop_*.py"))
 
 
+def test_one_program_on_other_shapes_loads_the_same_machine_code(tmp_path, monkeypatch):
+    # The sizes of generated code are read from an argument (generated_modules.hoisted_ints): the same program on
+    # other batch sizes is the same module file, and numba's cache serves its machine code -- a load, not a compile.
+    # Sizes up to LITERAL_SIZES stay literal (LLVM straightens tiny loops: odeint on 2-element arrays), and so do
+    # row strides in index arithmetic (LLVM loads whole vectors of a row only when it sees them).
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+
+    def fn(x, w):
+        return lax.fori_loop(0, 5, lambda i, v: jnp.tanh(v * F32(0.9) + jnp.sum(v * w, axis=-1, keepdims=True)), x)
+
+    modules = []
+    for rows, cols in [(40, 24), (33, 24), (70, 24)]:
+        x, w = _floats(F32, rows * cols)[:rows * cols].reshape(rows, cols), _floats(F32, cols)[:cols]
+        compiled = _assert_same(fn, x, w)
+        np.testing.assert_array_equal(_bits(compiled[0]), _bits(jax.jit(fn)(x, w)))
+        modules.append({p.name for p in (tmp_path / "loops").glob("loop_*.py")})
+    assert modules[0] and modules[0] == modules[1] == modules[2]
+    assert len(list((tmp_path / "loops").glob("loop_*.ints"))) >= 3  # (one index per shape)
+
+
 def test_cached_modules_follow_the_runtime_helpers(tmp_path, monkeypatch):
     # numba's cache checks only a cached function's own file: a generated module names the digest of the
     # modules it can call into (lowering/kernels, lowering/runtime), so changing them gives new files, not stale
@@ -1134,7 +1154,7 @@ def test_generated_loops_pass_no_literal_integers_to_helpers():
 
     source = _loop_sources(fn, x)
     assert "transposed(" in source
-    loaded = inspect.getsource(compiled_loops._load(source).py_func)
+    loaded = inspect.getsource(compiled_loops._load(source)[0].py_func)
     helpers = set(HELPER_NAMES) | {"window_sum", "nd_window_sum", "tree_sums", "contracted_sums"}
     calls = [node for node in ast.walk(ast.parse(loaded))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers]

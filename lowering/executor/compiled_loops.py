@@ -47,6 +47,8 @@ does not show; :func:`wait_for_background_compiles` waits for them);
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from collections.abc import Callable
 from time import perf_counter
 
@@ -74,8 +76,9 @@ from xla_dialect.ops.windowed import ReduceWindowOp
 from .fusion_plan import Ineligible, element_loop, fusible_op, input_reads, plan
 from .compile_queue import (compile_function, compile_in_background, enter, leave,  # noqa: F401 (re-exported)
                             wait_for_background_compiles)
-from ..runtime.generated_modules import (cache_directory, import_generated, runtime_digest,
-                                         without_literal_ints)
+from ..runtime.generated_modules import (cache_directory, hoisted_ints, import_generated, runtime_digest,
+                                         text_digest, without_literal_ints, write_atomically)
+from ..runtime.process_state import import_module_file
 from ..runtime.interrupt import CHUNK, POLL_MASK, check
 from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from ..kernels.scalar import scalar_of
@@ -1837,8 +1840,8 @@ class CompiledLoop:
     def __init__(self, source: str, constants: dict, dtypes: list[np.dtype]):
         self.source = source
         self.dtypes = dtypes
-        self.constants = list(constants.values())
-        self._fn = _load(source)
+        self._fn, sizes = _load(source)
+        self.constants = [sizes, *constants.values()]  # (the sizes first: lowering.runtime.generated_modules.hoisted_ints)
 
     def compile_for(self, ranks: list[int], cached_only: bool = False) -> bool:
         """Compile now (not at the first call) for a state of these ranks; with ``cached_only``, only when that
@@ -1903,30 +1906,55 @@ def _array_helper_names(header: str) -> frozenset[str]:
                      for alias in node.names)
 
 
-def _load(source: str, function: str = "loop"):
-    """The numba function ``function`` of generated ``source``, from a module file in the cache directory (so
-    numba caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, from memory.
-    Integer constants passed to the helpers are typed int64 first (:func:`without_literal_ints`)."""
-    import hashlib
+_SHAPE_FREE: dict[str, tuple[str, tuple[int, ...]]] = {}
+"""Digest of a generated module's text -> (digest of its shape-free text, the sizes it reads): this process's memo of
+the ``.ints`` index files (:func:`_load`)."""
+_SHAPE_FREE_LOCK = threading.Lock()
 
+
+def _load(source: str, function: str = "loop") -> tuple[Callable, np.ndarray]:
+    """The numba function ``function`` of generated ``source`` and the sizes to pass it first (an int64 array).
+
+    The module is the source without its sizes (:func:`~lowering.runtime.generated_modules.hoisted_ints`: the same
+    file, and numba's cached machine code, for every shape of one program), its integer constants passed to the
+    helpers typed int64 first (:func:`without_literal_ints`), kept as a module file in the cache directory (so numba
+    caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, run from memory. Both
+    passes cost ~50 ms for a 20 KB module, so each text's result is kept too: ``loop_<digest>.ints`` names the
+    shape-free module and holds the sizes (a later process reads that instead)."""
     from ..runtime.loop_runtime import HELPER_NAMES
 
     directory = cache_directory()
     header = f"# runtime {runtime_digest()}\n" + _MODULE_HEADER.format(names=", ".join(HELPER_NAMES),
                                                                       cache=directory is not None)
-    callees = _array_helper_names(header)
-
-    def finish(text: str) -> str:  # (run when the module file is first written, not at each load)
-        return header + without_literal_ints(text[len(header):], callees)
-
-    text = header + source
-    module = import_generated(text, "loop", finish) if directory is not None else None
+    key = text_digest(header + source)
+    index = os.path.join(directory, f"loop_{key}.ints") if directory is not None else None
+    with _SHAPE_FREE_LOCK:
+        known = _SHAPE_FREE.get(key)
+    if known is None and index is not None and os.path.exists(index):
+        try:
+            with open(index) as f:
+                digest, *sizes = f.read().split()
+            known = (digest, tuple(int(v) for v in sizes))
+        except (OSError, ValueError):  # (unreadable: made again below)
+            known = None
+    module = None
+    if known is not None and directory is not None:
+        path = os.path.join(directory, f"loop_{known[0]}.py")
+        if os.path.exists(path):
+            module = import_module_file(f"xla_dialect_loop_{known[0]}", path)
     if module is None:
-        namespace: dict = {}
-        exec(compile(finish(text), f"<hlo loop {hashlib.sha256(text.encode()).hexdigest()[:24]}>", "exec"),
-             namespace)
-        return namespace[function]
-    return getattr(module, function)
+        generic, sizes = hoisted_ints(without_literal_ints(source, _array_helper_names(header)))
+        text = header + generic
+        if directory is None:
+            namespace: dict = {}
+            exec(compile(text, f"<hlo loop {text_digest(text)}>", "exec"), namespace)
+            return namespace[function], np.array(sizes, np.int64)
+        module = import_generated(text, "loop")
+        known = (text_digest(text), sizes)
+        write_atomically(index, " ".join(map(str, (known[0], *sizes))) + "\n")
+    with _SHAPE_FREE_LOCK:
+        _SHAPE_FREE[key] = known
+    return getattr(module, function), np.array(known[1], np.int64)
 
 
 def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Callable,

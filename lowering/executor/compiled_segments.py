@@ -292,8 +292,9 @@ class CompiledSegment:
         from ..runtime.numba_cache import has_machine_code
 
         try:
+            fn, sizes = _load(self.source, "segment")
+            self.constants = [sizes, *self.segment.constants]  # (the sizes first: generated_modules.hoisted_ints)
             signature = self._signature(readonly)
-            fn = _load(self.source, "segment")
             if cached_only and not has_machine_code(fn, signature):
                 return
             compile_function(fn, signature)

@@ -224,7 +224,8 @@ class FusedGroup:
         size = int(np.prod(self.shape, dtype=np.int64))
         try:
             self.source, constants, inner = group_source(group, dtype_of, flush)
-            self.constants = list(constants.values())
+            self.base_constants = list(constants.values())
+            self.constants = self.base_constants  # (with the sizes first once compiled: _compile_kernel)
             self.rows = size // inner
             self.parts = min(workers, size // (PARALLEL_ELEMENTS // 2)) if size >= PARALLEL_ELEMENTS else 1
             self.estimated_ns = estimated_ns(group)
@@ -252,6 +253,10 @@ class FusedGroup:
 
                 from ..runtime.numba_cache import has_machine_code
 
+                pieces = self._cut()
+                threaded = len(pieces) > 1 and numba_threads_available()
+                fn, sizes = _load(self.source, "fused_pieces" if threaded else "fused")
+                self.constants = [sizes, *self.base_constants]  # (the sizes first: generated_modules.hoisted_ints)
                 signature = [typeof(c) for c in self.constants]
                 signature += [types.Array(from_dtype(dt), rank, "C", readonly=ro)
                               for dt, rank, array, ro in zip(self.input_dtypes, self.input_ranks,
@@ -259,11 +264,10 @@ class FusedGroup:
                               if array]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt, _ in self.packs]
                 signature += [types.Array(from_dtype(dt), 1, "C") for dt in self.output_dtypes]
-                pieces = self._cut()
-                if len(pieces) > 1 and numba_threads_available():
-                    fn, full = _load(self.source, "fused_pieces"), (*signature, types.Array(types.int64, 2, "C"))
+                if threaded:
+                    full = (*signature, types.Array(types.int64, 2, "C"))
                 else:
-                    fn, full = _load(self.source, "fused"), (*signature, types.int64, types.int64)
+                    full = (*signature, types.int64, types.int64)
                 if cached_only and not has_machine_code(fn, full):
                     return
                 self.pieces = pieces
@@ -284,7 +288,7 @@ class FusedGroup:
         if self._serial is None:
             from numba import types
 
-            fn = _load(self.source, "fused")
+            fn, _ = _load(self.source, "fused")  # (the module of fused_pieces: the same sizes, in self.constants)
             fn.compile((*self.signature, types.int64, types.int64))
             self._serial = fn
         return self._serial
