@@ -1050,6 +1050,33 @@ class ReduceKeepingEveryElement(RewritePattern):
         rewriter.replace(op, reshape)
 
 
+class SumOfNegation(RewritePattern):
+    """``reduce(negate(X), +0, add)`` -> ``negate(reduce(X, +0, add))``: XLA's simplifier sums ``X`` and negates the
+    sum (measured in jax.jit's optimized HLO: ``jnp.sum(-x, axis=0)``, also when ``-x`` has other readers; not for
+    an init of 1, a product, a max). The same value up to the sign of a zero sum (``-0`` in XLA: the sum of zeros
+    is +0, negated) -- and a sum of a product then contracts each step into an FMA (``sum(-(r * x))``; the gradient
+    of ``h - h.mean(0)`` in a training step, where the negation stood between the multiply and the sum)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ReduceOp, rewriter: PatternRewriter) -> None:
+        if (len(op.operands) != 2 or element_name(op.results[0]) not in _REAL or computes_on_quantized(op)
+                or not isinstance(op.operands[0].owner, NegOp)):
+            return
+        body = _body_ops(op)
+        if body is None or len(body) != 2 or not isinstance(body[0], AddOp):
+            return
+        block = op.regions[0].blocks.first
+        if set(body[0].operands) != set(block.args) or list(body[1].operands) != [body[0].results[0]]:
+            return
+        init = _constant_array(op.operands[1])
+        if init is None or init.size != 1 or init.reshape(-1)[0] != 0 or np.signbit(init.reshape(-1)[0]):
+            return
+        summed = op.clone()
+        summed.operands[0] = op.operands[0].owner.operands[0]
+        rewriter.insert(summed)
+        rewriter.replace_matched_op(create(NegOp, [summed.results[0]], {}, [op.results[0].type]))
+
+
 def _adds_parameters(scatter: Operation) -> bool:
     """XLA's ``Match(to_apply()->root_instruction(), m::Add(m::Parameter(), m::Parameter()))``: the update
     computation returns an ``add`` of two of its parameters."""
@@ -1178,7 +1205,7 @@ class XlaFloatRewritesPass(PatternPass):
                 CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
                 FoldMultiplyConstants, FoldAddConstants, FactorPowerOfTwo, SubtractConstant, SimplifyPower,
                 *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces, ReduceKeepingEveryElement,
-                AddOfScatter)
+                SumOfNegation, AddOfScatter)
 
 
 @register_pass
@@ -1227,7 +1254,7 @@ def needs_rewrites(module: Operation) -> bool:
     """Whether ``module`` has an op some pattern may rewrite (a cheap over-approximation)."""
     return any((isinstance(op, _ROOTS) and element_name(op.results[0]) in (*_NATIVE, "bf16"))
                or (isinstance(op, ReduceOp)
-                   and (isinstance(op.operands[0].owner, (ReduceOp, dm.ReshapeOp, dm.BroadcastInDimOp))
+                   and (isinstance(op.operands[0].owner, (ReduceOp, dm.ReshapeOp, dm.BroadcastInDimOp, NegOp))
                         or op.operands[0].type.element_count() == op.results[0].type.element_count()))
                or (isinstance(op, cv.ConvertOp) and (element_name(op.operands[0]) == "bf16"
                                                      or isinstance(op.operands[0].owner, cv.ConvertOp)))

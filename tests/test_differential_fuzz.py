@@ -701,3 +701,15 @@ def test_bf16_multiply_adds_are_marked_only_where_llvm_contracts_them():
     expected = ["hlo.add", "hlo.multiply"] if host_properties()["avx512bf16"] else []
     assert marked(49) == expected
     assert marked(50) == []
+
+
+@pytest.mark.parametrize("expression", ["jnp.sum(-x0, axis=0)", "jnp.sum(-x0[:, 0])", "jnp.sum(-(x0 * x1[0]), axis=0)",
+                                        "jnp.sum(-jnp.exp(x0), axis=-1)", "-x0 + jnp.sum(-x0, axis=0)"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sums_of_negations_are_negated_sums_as_xla(expression, dtype):
+    """``jnp.sum(-x)`` is ``-jnp.sum(x)`` in XLA (its simplifier): a sum of zeros is -0 (the executor gave +0), and
+    a sum of a negated product contracts each step into an FMA (the gradient of ``h - h.mean(0)``)."""
+    x0 = np.zeros((12, 5), DTYPES[dtype])
+    x0[3:6] = np.random.default_rng(1).standard_normal((3, 5))
+    x1 = np.random.default_rng(2).standard_normal((12, 5)).astype(DTYPES[dtype])
+    _compare(Program(dtype, x0.shape, [x0, x1], [("reduce", expression)]))

@@ -134,10 +134,12 @@ def cache_directory() -> str | None:
 
 def import_module_file(name: str, path: str) -> ModuleType:
     """The module of file ``path`` as ``sys.modules[name]``, imported the first time (registered before it runs:
-    numba's cache finds a cached function's module by name)."""
+    numba's cache finds a cached function's module by name) -- and again when the module of that name came from
+    another file: the same text in another cache directory (``XLA_DIALECT_CACHE`` changed, or a long-lived compile
+    process serving both), whose numba cache is beside that file."""
     with _LOCK:
         module = sys.modules.get(name)
-        if module is None:
+        if module is None or getattr(module, "__file__", None) != path:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
