@@ -48,9 +48,9 @@ compiled loops read it); they are not rewritten.
   Xeon with ``--xla_cpu_max_isa=AVX512_BF16`` or lower, and elsewhere, each op rounds): XLA writes the bf16 ops
   as f32 ops between conversions, LLVM's InstCombine shrinks them to ``bfloat`` instructions, and its x86
   backend contracts ``fmul bfloat`` into ``fadd bfloat`` when it has the bf16 conversion. Not where an operand
-  is a value XLA moves out of the loop (its f32 conversion moves out with it, and the op stays f32 -- a constant the loop carries is not: XLA sinks it
-  into the body:
-  ``x * y + x``, ``x * x + y``, ``x * (y * y) + x`` with ``y`` carried unchanged each round per op, measured),
+  is a value XLA moves out of the loop (its f32 conversion moves out with it, and the op stays f32: ``x * y + x``,
+  ``x * x + y``, ``x * (y * y) + x`` with ``y`` carried unchanged each round per op, measured; a constant the loop
+  carries is no such value: XLA sinks it into the body),
   and not in vector code: LLVM's loop vectorizer rounds ``<8 x bfloat>`` ops one by one. Which elements are
   scalar code follows LLVM's full unrolling of the fusion's element loop (:func:`unrolled_element_loop`); such
   adds, subtracts and multiplies are marked :data:`BF16_SCALAR`, and ``contract-fma`` contracts them.
@@ -92,7 +92,7 @@ from xla_dialect.ops import windowed as wd
 from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops  # noqa: F401 (re-exported)
-from xla_dialect.ops.data_movement import ReshapeOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp, ReshapeOp
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.types import element_type_named, numpy_dtype
 
@@ -103,7 +103,6 @@ from .util import create, element_name, make_constant, tensor_type
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE  # noqa: E402 - (read by the kernels)
 from lowering.kernels.host import host_properties  # noqa: E402
-from xla_dialect.ops.data_movement import BroadcastInDimOp  # noqa: E402
 from lowering.kernels.small_dot import SMALL_CALL  # noqa: E402 - the attribute of marked ops (read by the kernels)
 
 DEFAULT_THRESHOLD = 1024
@@ -496,9 +495,10 @@ _BF16_COSTS = {
 """LLVM's size cost of each element-wise op of a bf16 fusion in XLA's small loops, per element, measured on a Xeon
 (jax 0.10.2) as the largest element count whose loop of ``op(x) * a + x`` (or ``op`` applied to it) LLVM still
 unrolls whole (read from the optimized IR: no ``<N x bfloat>`` instruction): 49 elements for cost 6 in all, 42
-for 7, 37 for 8, 33 for 9, 29 for 10, 27 for 11, 24 for 12, 21 for 14, 15 for 19. A division costs 1 by a
-computed value and 3 by a constant (XLA multiplies by the f32 reciprocal); a convert of f32 values 1 (a bf16 ->
-f32 -> bf16 round trip is removed: 0). Ops not listed (and fusions holding them) are not estimated."""
+for 7, 37 for 8, 33 for 9, 29 for 10, 27 for 11, 24 for 12, 21 for 14, 15 for 19. A division by a constant
+costs 3 (XLA multiplies by the f32 reciprocal; a division by a computed value measured 1 once, not listed); a
+convert of f32 values 1 (a bf16 -> f32 -> bf16 round trip is removed: 0). Ops not listed (and fusions holding
+them) are not estimated."""
 
 _FREE_IN_FUSION = (ConstantOp, BroadcastInDimOp, ReshapeOp)
 """Ops of a fusion without an instruction per element (a constant splat, index arithmetic)."""
@@ -580,7 +580,7 @@ def _scalar_code(shape: tuple[int, ...], cost: int) -> bool:
     return columns >= 2 and rows < 16 and rows % 4 != 0 and cost * columns + 2 <= UNROLL_THRESHOLD
 
 
-def unrolled_element_loop(loop: WhileOp) -> dict[int, bool]:
+def unrolled_element_loop(loop: WhileOp, values: _LoopValues | None = None) -> dict[int, bool]:
     """For each op (by id) of the loop fusions of ``loop``'s body: whether LLVM computes every element of its fusion
     in scalar code. One-dimensional fusions of ``N`` elements (and ``[1, N]``, measured alike): when LLVM unrolls
     the element loop whole, ``cost * N + 2 <=`` :data:`UNROLL_THRESHOLD`, the cost per element ``2 + loads + 1 +
@@ -600,7 +600,7 @@ def unrolled_element_loop(loop: WhileOp) -> dict[int, bool]:
 
     False for a fusion holding an op whose cost is not known. An op in several fusions (XLA duplicates it into
     each) is scalar code only if it is in each of them."""
-    values = _LoopValues(loop)
+    values = values or _LoopValues(loop)
     decided: dict[int, bool] = {}
     for root in _loop_roots(values.body):
         shape = root.type.get_shape() if isinstance(root.type, TensorType) else ()
@@ -625,7 +625,7 @@ def _bf16_scalar_ops(module: Operation, threshold: int) -> list[Operation]:
         if not (isinstance(loop, WhileOp) and is_small_loop(loop, threshold)):
             continue
         values = _LoopValues(loop)
-        unrolled = unrolled_element_loop(loop)
+        unrolled = unrolled_element_loop(loop, values)
         found += [op for op in values.body.ops
                   if isinstance(op, (ew.AddOp, ew.SubOp, ew.MulOp)) and element_name(op.results[0]) == "bf16"
                   and unrolled.get(id(op)) and not values.moved(op) and not any(map(values.wide, op.operands))

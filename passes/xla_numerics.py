@@ -1014,15 +1014,23 @@ class MergeReduces(RewritePattern):
 _IDENTITIES = {AddOp: (0.0,), MulOp: (1.0,), MaxOp: (-np.inf,), MinOp: (np.inf,)}
 
 
-def _identity_init(reduce: Operation) -> bool:
-    """Whether ``reduce``'s body is one ``add``/``multiply``/``max``/``min`` of its two parameters and its init
-    value a constant identity of it (a zero of either sign for ``add``, 1, -inf, +inf)."""
+def _combining_op(reduce: Operation) -> Operation | None:
+    """The op of a single-input ``reduce`` whose body is that one op of its two parameters, returned; else None."""
     body = _body_ops(reduce)
-    if body is None or len(body) != 2 or type(body[0]) not in _IDENTITIES:
-        return False
+    if body is None or len(body) != 2:
+        return None
     combine, ret = body
     block = reduce.regions[0].blocks.first
     if set(combine.operands) != set(block.args) or list(ret.operands) != [combine.results[0]]:
+        return None
+    return combine
+
+
+def _identity_init(reduce: Operation) -> bool:
+    """Whether ``reduce``'s body is one ``add``/``multiply``/``max``/``min`` of its two parameters and its init
+    value a constant identity of it (a zero of either sign for ``add``, 1, -inf, +inf)."""
+    combine = _combining_op(reduce)
+    if combine is None or type(combine) not in _IDENTITIES:
         return False
     init = _constant_array(reduce.operands[1])
     return init is not None and init.size == 1 and complex(init.reshape(-1)[0]) in _IDENTITIES[type(combine)]
@@ -1062,11 +1070,7 @@ class SumOfNegation(RewritePattern):
         if (len(op.operands) != 2 or element_name(op.results[0]) not in _REAL or computes_on_quantized(op)
                 or not isinstance(op.operands[0].owner, NegOp)):
             return
-        body = _body_ops(op)
-        if body is None or len(body) != 2 or not isinstance(body[0], AddOp):
-            return
-        block = op.regions[0].blocks.first
-        if set(body[0].operands) != set(block.args) or list(body[1].operands) != [body[0].results[0]]:
+        if not isinstance(_combining_op(op), AddOp):
             return
         init = _constant_array(op.operands[1])
         if init is None or init.size != 1 or init.reshape(-1)[0] != 0 or np.signbit(init.reshape(-1)[0]):
