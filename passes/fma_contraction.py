@@ -21,10 +21,17 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
 * A multiply with more than one use is not fused when its uses land in the
   same XLA fusion: ``(a*b + c, a*b)`` (the product is also returned),
   ``(a*b + c) * (a*b - d)``, ``(a*b + c) * (a*b)`` all round twice (LLVM
-  contracts only a one-use ``fmul``). When XLA duplicates such a multiply into
-  two separate fusions (``(a*b + c, a*b - d)``) both become FMAs; that case is
-  not reproduced here (it depends on XLA's fusion decisions): a multi-use
-  multiply is never fused.
+  contracts only a one-use ``fmul``). Unless XLA copies the multiply into each
+  fusion that reads it (``InstructionFusion``'s duplication rule, :func:`_duplicated`:
+  a product of one array and broadcasts or scalar constants -- ``x * s``,
+  ``x * row``, ``x / max(x)`` as ``x * (1 / max)`` -- or ``x * x``): then each copy
+  has the uses in its own fusion, and an add or subtract whose fusion reads it
+  once contracts, whatever reads it elsewhere -- a reduce (its own fusion), a
+  return, a dot, element-wise ops whose fused readers never meet the add's
+  (measured, f32/f16/f64: ``z - max(z)`` and ``exp(z - max(z))`` with ``z = x * s``,
+  the scaled softmax; ``v + min(v)`` with ``v = x / max(x)``; ``(z - max(z), z)``;
+  ``(x*s + c, x*s - d)``; fuzz seed 34). ``x * y`` of two arrays is computed once
+  and rounded; ``(x*s + c) * (x*s - d)`` rounds twice (one fusion).
 * Nothing in between: ``broadcast(a*b) + c`` and ``convert(a*b) + c`` round
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
   Except ops that only move elements: a ``transpose``, ``reshape``, ``reverse``,
@@ -45,8 +52,10 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
 * A sum of a product, ``jnp.sum(x * y, axis=...)`` (f32/f64, the multiply read by the sum only), whose
   reduced dimensions are at most 32 long (no tree rewrite) and whose operand has fewer than 4,096 elements
   (not YNNPACK's): XLA fuses the multiply into the reduce's loop and LLVM contracts each step, ``acc =
-  fma(x, y, acc)`` (measured: rows, columns, 1-D, ``x * c``; a product also returned is rounded). Made a
-  :class:`~xla_dialect.internal.MultiplyReduceOp`. Where XLA vectorizes the loop over rows of 5-8 products of
+  fma(x, y, acc)`` (measured: rows, columns, 1-D, ``x * c``; a product of two arrays also returned is
+  rounded). Made a :class:`~xla_dialect.internal.MultiplyReduceOp`. So is a sum of a product XLA copies into
+  the sum's fusion (above; measured: ``x*s + sum(x*s)`` and ``(sum(x*s), x*s)`` contract each step of the
+  sum). Where XLA vectorizes the loop over rows of 5-8 products of
   two arguments (program or loop-body arguments; computed factors, ``a * (b + 1)``, ``exp(a) * b``, keep the
   loop scalar: measured), those rows add rounded products (its ``rounded_rows``:
   :func:`lowering.kernels.tree_sum.rounded_product_rows`). A square ``x * x`` summed from +0 starts
@@ -81,6 +90,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
@@ -94,7 +104,9 @@ from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.collectives import CollectiveOp
-from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.constants import ConstantOp, IotaOp
+from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.data_movement import BitcastOp, BroadcastInDimOp, CopyOp, ReshapeOp, ReverseOp, SliceOp, TransposeOp
 from xla_dialect.ops.linalg import _DotBase
 from xla_dialect.ops.reduction import ReduceOp
@@ -136,10 +148,12 @@ class _Uses:
         self._numbers: dict[SSAValue, int] = {}
         self._keys: dict[tuple, int] = {}  # (op, operand numbers, type) -> number: flat keys hash fast
         self.users: dict[int, set] = {}
+        self.readers: dict[int, list[tuple[Operation, int]]] = {}  # number -> (reading op, operand index)
         for op in module.walk():
             if isinstance(op, _MUL):
                 n = self.number(op.results[0])
                 users = self.users.setdefault(n, set())
+                self.readers.setdefault(n, []).extend((use.operation, use.index) for use in op.results[0].uses)
                 for use in op.results[0].uses:
                     # (a user XLA's CSE merges with its duplicates counts once: jax writes (a - b*b) twice in
                     # (a - b*b) * (a - b*b), one subtract of one multiply for XLA, which LLVM contracts)
@@ -156,6 +170,16 @@ class _Uses:
             key = (value,)
             if isinstance(op, _CSE_CLASSES) and not op.regions:
                 key = (op.name, id(op.parent), *(self.number(v) for v in op.operands), value.type)
+            elif isinstance(op, (BroadcastInDimOp, ConvertOp, *_MOVES)) and len(op.results) == 1:
+                # (jax writes x * 1.5 twice with a broadcast constant each, a[:n] * b[:n] twice with its slices)
+                key = (op.name, id(op.parent), *(self.number(v) for v in op.operands),
+                       tuple(sorted((name, str(attr)) for name, attr in op.properties.items())), value.type)
+            elif isinstance(op, ConstantOp):
+                try:
+                    array = np.asarray(op.value.array)
+                    key = (op.name, id(op.parent), array.dtype.str, array.shape, array.tobytes(), value.type)
+                except Exception:  # noqa: BLE001 - (a constant that does not read as an array: its own number)
+                    pass
             n = self._numbers[value] = self._keys.setdefault(key, len(self._keys))
         return n
 
@@ -163,10 +187,127 @@ class _Uses:
         """Whether the multiply ``value`` has one use once merged with its duplicates."""
         return self.uses.get(self.number(value)) == 1
 
+    def read_once_in_fusion_of(self, value: SSAValue, user: Operation) -> bool:
+        """Whether ``user`` reads the multiply ``value`` once and every other reader (merged with duplicates) is in
+        another of XLA's fusions (:func:`_in_another_fusion`): with the multiply duplicated into each fusion that
+        reads it (:func:`_duplicated`), the copy in ``user``'s fusion then has one use."""
+        readers = self.readers.get(self.number(value), [])
+        mine = [index for reader, index in readers if reader is user]
+        return len(mine) == 1 and all(_in_another_fusion(reader, index, user)
+                                      for reader, index in readers if reader is not user)
+
 
 _MOVES = (TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
 """Ops that only move elements: in XLA's fused loop index arithmetic between a multiply and the add that reads it,
 which LLVM still contracts (module doc)."""
+
+
+def _true_rank(value: SSAValue) -> int:
+    return sum(d != 1 for d in value.type.get_shape())
+
+
+def _elements(value: SSAValue) -> int:
+    return int(np.prod(value.type.get_shape(), dtype=np.int64))
+
+
+def _duplicated(mul: Operation, uses: _Uses) -> bool:
+    """Whether XLA's fusion copies the multiply ``mul`` into each fusion that reads it rather than computing it once
+    (``InstructionFusion::ComputeGloballyUnfusible``), as far as the program as written shows:
+
+    * it is effectively at most unary -- at most one operand that is neither a broadcast, an iota nor a scalar
+      constant and has at least the result's number of dimensions longer than one -- or its distinct operands
+      hold no more elements than its result (``x * s``, ``x * row``, ``x * x``);
+    * its operands are reshapes of one shape (XLA's ``ReshapeMover`` multiplies first and reshapes the product:
+      the reshape is what several fusions read, and each copies it with the multiply);
+    * or every reader can fuse it on every path to it: no reader also reads it through a reduce, a dot or another
+      op that is not fused into its readers (``z - max(z)`` with ``z = x * y`` is computed once), and no reader is
+      a return or a dot (``(x*y + c, x*y - d)`` is copied into both fusions, ``(x*y + c, x*y)`` computed once).
+
+    Measured (f32, [5, 13] and [32, 24]): ``z - max(z)`` contracts for ``x * s``, ``x * row``, ``x * x`` and
+    ``x[:768].reshape(32, 24) * y[:768].reshape(32, 24)``, not for ``x * y`` or ``x * x[::-1]``."""
+    rank = _true_rank(mul.results[0])
+    large = [v for v in mul.operands
+             if not (isinstance(v.owner, (BroadcastInDimOp, IotaOp))
+                     or isinstance(v.owner, ConstantOp) and (_elements(v) == 1 or _splat(v.owner)))
+             and _true_rank(v) >= rank]
+    if len(large) <= 1 or sum(_elements(v) for v in set(mul.operands)) <= _elements(mul.results[0]):
+        return True
+    if all(isinstance(v.owner, ReshapeOp) for v in large) and \
+            len({tuple(v.owner.operands[0].type.get_shape()) for v in large}) == 1:
+        return True
+    product = mul.results[0]
+    for reader, index in uses.readers.get(uses.number(product), []):  # (with the duplicates XLA's CSE merges)
+        if not isinstance(reader, (*_LOOP_FUSED, ReduceOp)):
+            return False
+        read = reader.operands[index]
+        if any(_reaches_through_unfused(v, read, uses) for v in reader.operands if v is not read):
+            return False
+    return True
+
+
+def _reaches_through_unfused(value: SSAValue, product: SSAValue, uses: _Uses) -> bool:
+    """Whether ``value`` is computed from ``product`` (or a duplicate XLA's CSE merges with it) through an op XLA
+    does not fuse into its readers (a reduce read through a broadcast, a dot, a loop...): the reader of both cannot
+    fuse the product on that path."""
+    seen: set[tuple[int, bool]] = set()
+    stack = [(value, False)]
+    block = product.owner.parent
+    number = uses.number(product)
+    while stack:
+        current, unfused = stack.pop()
+        if isinstance(current.owner, _MUL) and uses.number(current) == number:
+            if unfused:
+                return True
+            continue
+        owner = current.owner
+        if not isinstance(owner, Operation) or owner.parent is not block or (id(current), unfused) in seen:
+            continue
+        seen.add((id(current), unfused))
+        through = unfused or not isinstance(owner, _LOOP_FUSED)
+        stack.extend((v, through) for v in owner.operands)
+    return False
+
+
+def _splat(constant: ConstantOp) -> bool:
+    try:
+        values = np.asarray(constant.value.array) if hasattr(constant.value, "array") else None
+    except Exception:  # noqa: BLE001 - (an unreadable constant is no splat)
+        return False
+    return values is not None and values.size > 0 and bool((values == values.flat[0]).all())
+
+
+_LOOP_FUSED = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values(), ew.CompareOp, ew.SelectOp, ConvertOp,
+               BroadcastInDimOp, TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
+"""Ops XLA fuses into the loop fusion of the element-wise op that reads them."""
+
+
+def _fused_forward(op: Operation) -> set[int]:
+    """The ops (ids) reached from ``op`` through readers XLA fuses into one loop fusion with it (:data:`_LOOP_FUSED`):
+    two element-wise readers of one multiply land in one fusion when these meet."""
+    seen: set[int] = set()
+    stack = [op]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        stack.extend(use.operation for result in current.results for use in result.uses
+                     if isinstance(use.operation, _LOOP_FUSED))
+    return seen
+
+
+def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
+    """Whether ``reader`` (reading a multiply at operand ``index``) is in another of XLA's fusions than ``user``:
+    a reduce reading it as an input (a fusion of its own), a return (the multiply's own result), a dot, or an
+    element-wise op whose fused readers never meet ``user``'s (measured: ``(x*s - max(x*s), x*s)``,
+    ``x*s + sum(x*s)`` contract the subtract, the add and the sum)."""
+    if isinstance(reader, ReduceOp):
+        return index < len(reader.operands) // 2
+    if isinstance(reader, (func.ReturnOp, ReturnOp, _DotBase)):
+        return True
+    if isinstance(reader, _LOOP_FUSED) and isinstance(user, _LOOP_FUSED):
+        return not (_fused_forward(reader) & _fused_forward(user))
+    return False
 
 
 def _is_move(op: Operation | None) -> bool:
@@ -194,8 +335,9 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
         chain.append(move)
         value = move.operands[0]
     mul = value.owner
-    if (not isinstance(mul, _MUL) or mul.parent is not user.parent or not uses.one_use(value)
-            or YNNPACK in mul.attributes):  # (YNNPACK: no FMA)
+    if not isinstance(mul, _MUL) or mul.parent is not user.parent or YNNPACK in mul.attributes:  # (YNNPACK: no FMA)
+        return None
+    if not (uses.one_use(value) or not chain and _duplicated(mul, uses) and uses.read_once_in_fusion_of(value, user)):
         return None
     if BF16_SCALAR in user.attributes and BF16_SCALAR not in mul.attributes:
         return None
@@ -325,6 +467,8 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             fused.owner.attributes[BF16_FLUSHED_STORE] = op.attributes[BF16_FLUSHED_STORE]
         op.results[0].replace_all_uses_with(fused)
         for dead in (op, *chain, mul):
+            if dead is mul and mul.results[0].first_use is not None:
+                break  # (read by other fusions too: each has its own copy, measured)
             dead.detach()
             dead.erase()
         return True
@@ -382,8 +526,8 @@ def _lane_body(a: SSAValue, b: SSAValue) -> str:
 def _contract_sum(op: ReduceOp, uses: _Uses) -> bool:
     """Replace the sum ``op`` (:func:`_contracted_sum`) of a fusible multiply by a :class:`MultiplyReduceOp`."""
     mul = op.operands[0].owner
-    if mul.parent is not op.parent or not uses.one_use(op.operands[0]):
-        return False  # (another reader: XLA rounds the product once for all of them, measured)
+    if mul.parent is not op.parent or not (uses.one_use(op.operands[0]) or _duplicated(mul, uses)):
+        return False  # (another reader of a product XLA computes once: rounded once for all of them, measured)
     a, b = mul.operands
     rounded = 0
     if all(isinstance(v, BlockArgument) for v in (a, b)):  # (computed factors: contracted throughout, measured)
@@ -398,9 +542,11 @@ def _contract_sum(op: ReduceOp, uses: _Uses) -> bool:
                                          properties=properties)
     op.parent.insert_op_before(contracted, op)
     op.results[0].replace_all_uses_with(contracted.results[0])
-    for dead in (op, mul):
-        dead.detach()
-        dead.erase()
+    op.detach()
+    op.erase()
+    if mul.results[0].first_use is None:  # (else read by other fusions, each with its own copy)
+        mul.detach()
+        mul.erase()
     return True
 
 

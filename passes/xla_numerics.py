@@ -18,7 +18,11 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   Integer division is never changed.
 * ``A / broadcast(B)`` (``B`` not a constant, one use) -> ``A * broadcast(1 / B)`` (f16, f32, f64;
   bf16 via f32; not complex): the pass ``xla-divide-by-broadcast``, which the executor runs before
-  ``canonicalize-broadcasts`` because XLA counts ``B``'s uses on the program as written.
+  ``canonicalize-broadcasts`` because XLA counts ``B``'s uses on the program as written (a broadcast repeating a
+  size-1 dimension of ``B`` divides by a reshape of ``B`` of its own in XLA: one use).
+* One-element values computed from constants (``n - ddof``, ``n - ddof > 0``) -> constants, by exact or
+  correctly rounded ops only (:class:`FoldScalarConstants`, XLA's constant folding), and ``select`` of a
+  constant predicate -> its arm (:class:`SelectOfConstantPredicate`, ``HandleSelect``).
 * ``exp(A) / exp(B)`` -> ``exp(A - B)``; ``A / exp(B)`` -> ``A * exp(-B)``;
   ``A / pow(B, C)`` -> ``A * pow(B, -C)``; ``A / sqrt(B)`` -> ``A * rsqrt(B)``
   and ``A / rsqrt(B)`` -> ``A * sqrt(B)`` when the root has no other use.
@@ -299,6 +303,16 @@ def _implicit_divisor_is_fresh(divisor: SSAValue, op: Operation) -> bool:
     return True
 
 
+def _grows_size_one_dimension(b: SSAValue, dims: tuple[int, ...], divisor: SSAValue) -> bool:
+    """Whether ``broadcast_in_dim(b, dims) -> divisor`` repeats a size-1 dimension of ``b``. An HLO broadcast
+    cannot (its operand's sizes are the result's), so XLA's translation of such a ``broadcast_in_dim`` (jax's
+    ``keepdims`` values and ``y[None, :]`` spread over a batch) first reshapes ``b`` to drop those dimensions:
+    the divide's ``B`` is then that new reshape, with one use, whatever uses ``b`` has (measured in XLA's HLO
+    before its simplifier: ``divide(A, broadcast(reshape(b)))`` for each divide of a BatchNorm gradient)."""
+    shape, out_shape = b.type.get_shape(), divisor.type.get_shape()
+    return any(size == 1 and out_shape[d] != 1 for size, d in zip(shape, dims))
+
+
 class DivideByBroadcast(RewritePattern):
     """XLA CPU's ``A / broadcast(B)`` -> ``A * broadcast(1 / B)`` (``B`` not a constant, with one use; the
     broadcast adds elements; f16/f32/f64, bf16 via f32; never complex or integers).
@@ -336,7 +350,8 @@ class DivideByBroadcast(RewritePattern):
         else:
             return
         b = broadcast.operands[0]
-        if (_constant(divisor) is not None or not b.has_one_use()
+        if (_constant(divisor) is not None
+                or not (b.has_one_use() or _grows_size_one_dimension(b, dims, divisor))
                 or b.type.element_count() >= divisor.type.element_count()):
             return  # a constant B is DivideByConstant's (folded); an equal count is a reshape in XLA
         # XLA's reshape mover takes the reciprocal beneath a reshape that only adds size-1 dimensions
@@ -697,6 +712,59 @@ def _same_predicate(p, q) -> bool:
 
 def _select(b, p, a, c, op):
     return b.create(ew.SelectOp, [p, a, c], result_type=op.results[0].type)
+
+
+_SCALAR_FOLDS = (ew.CompareOp, cv.ConvertOp, AddOp, SubOp, MulOp, DivOp, NegOp, MaxOp, MinOp, ew.AndOp, ew.OrOp,
+                 ew.NotOp)
+"""Ops of one element :class:`FoldScalarConstants` evaluates: exact or correctly rounded in XLA's evaluator and in
+the kernels alike (no transcendental op, whose evaluator and run-time results differ)."""
+_FOLDED_TYPES = frozenset({"f32", "f64", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"})
+
+
+class FoldScalarConstants(RewritePattern):
+    """One element computed from constants (``n - ddof``, ``n - ddof > 0`` in ``jnp.var`` once its call is
+    inlined) -> its constant: XLA's ``HloConstantFolding`` runs before the simplifier, so ``x / (48 - 1)`` is a
+    division by the constant 47 there (``DivideByConstant``: a multiplication by ``1 / 47``) and a select on
+    ``48 - 0 > 0`` has a constant predicate (:class:`SelectOfConstantPredicate`). Only arithmetic that is exact or
+    correctly rounded (:data:`_SCALAR_FOLDS`) on f32/f64, integers and preds, so folding changes no value."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, _SCALAR_FOLDS) or len(op.results) != 1 or computes_on_quantized(op):
+            return
+        result = op.results[0]
+        if (not isinstance(result.type, TensorType) or result.type.element_count() != 1
+                or any(element_name(v) not in _FOLDED_TYPES for v in (*op.operands, result))):
+            return
+        args = [_constant_array(v) for v in op.operands]
+        if any(a is None for a in args):
+            return
+        from .cleanup import _Evaluator
+
+        out = _Evaluator().evaluate(op, args)
+        if out is None:
+            return
+        folded = make_constant(np.asarray(out[0]).reshape(tuple(result.type.get_shape())), result.type)
+        rewriter.replace_op(op, folded)
+
+
+class SelectOfConstantPredicate(RewritePattern):
+    """``select(P, A, B)`` -> ``A`` (``B``) where constants decide ``P`` all true (false): XLA folds the predicate
+    (``HloConstantFolding``) and ``HandleSelect`` picks the arm, so nothing stands between the arm and the ops
+    around it. ``jnp.var(x) + eps`` is ``select(n - ddof > 0, sum * (1 / n), nan) + eps``: in XLA one multiply-add
+    (``sum * (1 / n) + eps`` contracted; 7 of 40 elements 1 ULP off while the select stood between them)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ew.SelectOp, rewriter: PatternRewriter) -> None:
+        found = _constant(op.operands[0])
+        if found is None or found[0].size == 0:
+            return
+        predicate = found[0]
+        if not (predicate.all() or not predicate.any()):
+            return
+        arm = op.operands[1] if predicate.all() else op.operands[2]
+        if arm.type != op.results[0].type:
+            return
+        rewriter.replace_op(op, [], [arm])
 
 
 NESTED_SELECTS = (
@@ -1204,7 +1272,7 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, *NESTED_SELECTS, *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES,
+    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, SelectOfConstantPredicate, *NESTED_SELECTS, *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES,
                 SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
                 CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
                 FoldMultiplyConstants, FoldAddConstants, FactorPowerOfTwo, SubtractConstant, SimplifyPower,

@@ -47,6 +47,11 @@ def assert_matches_jax(fn, *args):
         assert same.all(), f"{np.mean(~same):.3f} of elements differ"
 
 
+def _m(x):
+    """A [32, 24] matrix of ``x``'s first elements (below YNNPACK's 4,096: XLA's own fused loops)."""
+    return x[:768].reshape(32, 24)
+
+
 def _horner(x):
     p = jnp.asarray(0.3, x.dtype)
     for c in (1.5, -2.25, 0.75, 3.0, -1.1):
@@ -86,6 +91,26 @@ CONTRACTED = {
     "shared multiply, one fusion": lambda a, b, c: (a * b + c) * (a * b - c),
     "product added to itself": lambda a, b, c: a * b + a * b,
     "bcast product": lambda a, b, c: (a[:64] * b[:64])[None, :] + c.reshape(64, 64),
+    # a product XLA copies into each fusion that reads it (x * scalar, x * row, x * x): each copy of one use
+    # contracts (fuzz seed 34: x / max(x) + min(x / max(x)); the scaled softmax's z - max(z)). Below 4,096
+    # elements: XLA's YNNPACK fusions of larger reductions are measured alike (the 64 x 64 cases).
+    "copied product, max": lambda a, b, c: (lambda z: z - jnp.max(z, -1, keepdims=True))(_m(a) * 0.37),
+    "copied product, row": lambda a, b, c: (lambda z: z + jnp.min(z, -1, keepdims=True))(
+        _m(a) / jnp.max(_m(a), -1, keepdims=True)),
+    "copied square, max": lambda a, b, c: (lambda z: z - jnp.max(z, 0))(_m(a) * _m(a)),
+    "copied product, also returned": lambda a, b, c: (lambda z: (z - jnp.max(z, -1, keepdims=True), z))(
+        _m(a) * c[:24]),
+    "copied product, softmax": lambda a, b, c: jax.nn.softmax(_m(a) * 0.125, axis=-1),
+    "copied product, 64 x 64 max": lambda a, b, c: (lambda z: z - jnp.max(z, -1, keepdims=True))(
+        a.reshape(64, 64) * 0.37),
+    "copied product, separate outputs": lambda a, b, c: (a * 1.5 + c, a * 1.5 - b),
+    "copied product, sum": lambda a, b, c: (lambda z: z + jnp.sum(z, -1, keepdims=True))(_m(a) * 0.37),
+    "copied product, returned and summed": lambda a, b, c: (jnp.sum(_m(a) * 0.37, -1), _m(a) * 0.37),
+    "copied product, one fusion": lambda a, b, c: (a * 1.5 + c) * (a * 1.5 - b),
+    "reshaped product, max": lambda a, b, c: (lambda z: z - jnp.max(z, -1, keepdims=True))(
+        _m(a) * _m(b)),  # (XLA reshapes the product: copied)
+    "two-argument product, max": lambda a, b, c: (lambda z: z - jnp.max(z))(a[:768] * b[:768]),  # (computed once)
+    "two-argument product written twice, max": lambda a, b, c: a[:768] * b[:768] - jnp.max(a[:768] * b[:768]),
     # layer norm after its reductions (XLA sums in another order than the executor: not compared here)
     "layer norm tail": lambda a, b, c: (a - b[0]) * jax.lax.rsqrt(c[1] ** 2 + 1e-5) * b + c,
 }

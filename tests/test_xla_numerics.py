@@ -148,6 +148,31 @@ def test_divide_by_broadcast_counts_uses_as_xla_does():
     assert_matches_jax(lambda a: (a / jnp.max(a, -1)[:, None], jnp.max(a, -1)), _ROWS)
 
 
+def test_divide_by_a_reused_keepdims_value_is_a_multiplication_by_the_reciprocal():
+    # A (1, n) or (n, 1) value spread over a batch is reshaped to (n,) first by XLA's translation of
+    # broadcast_in_dim (an HLO broadcast cannot repeat a size-1 dimension): that reshape, with one use, is the
+    # divide's B, whatever else reads the keepdims value -- BatchNorm's (h - mean) / sqrt(var + eps) in its
+    # gradient program, where the root is also squared and divided by (53 of 256 elements 1 ULP off before).
+    v = np.abs(_COLUMN) + F32(0.1)
+    assert_matches_jax(lambda a: (a / jnp.max(a, -1, keepdims=True), jnp.max(a, -1, keepdims=True) * 2), _ROWS)
+    assert_matches_jax(lambda a, b: (a / jnp.sqrt(b)[None, :], a - jnp.sqrt(b)[None, :] ** 2,
+                                     (a + 1) / jnp.sqrt(b)[None, :]), _ROWS, v)
+
+    def normalized(a):
+        d = jnp.sqrt(a.var(0, keepdims=True) + F32(1e-5))
+        return (a - a.mean(0)) / d, 1 / (d * d)
+
+    assert_matches_jax(normalized, _ROWS)  # (jnp.var's select and n - ddof folded as XLA folds them)
+
+
+def test_scalar_constants_fold_as_xla_folds_them():
+    # XLA's constant folding makes jnp.var's `n - ddof` a constant before its simplifier runs: dividing by it is
+    # multiplying by its reciprocal, and the select on `n - ddof > 0` is gone, so `var * (1/n) + eps` is an FMA.
+    assert_matches_jax(lambda a: a.var(0) + F32(1e-5), _ROWS)
+    assert_matches_jax(lambda a: a.std(0, ddof=1) + 1, _ROWS)
+    assert_matches_jax(lambda a: jnp.var(a, axis=-1, ddof=3) * 3 + 1, _ROWS)
+
+
 def test_divide_by_broadcast_root_and_exp_become_rsqrt_and_exp():
     # 1 / sqrt(B) -> rsqrt(B) and 1 / exp(B) -> exp(-B) beneath the keepdims reshape, as XLA's reshape
     # mover and simplifier do.
