@@ -83,6 +83,7 @@ from ..runtime.interrupt import CHUNK, POLL_MASK, check
 from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from ..kernels.scalar import scalar_of
 from ..kernels.small_dot import order_kernels
+from ..kernels.reduction import sum_lanes
 from ..kernels.tree_sum import reduced_dims, scratch_length
 from ..runtime.workers import numba_threads_available
 
@@ -1117,6 +1118,11 @@ class _LoopWriter:
         t = _NUMBA_TYPE_NAMES[dtype]
         if isinstance(body_op, AddOp) and dtype in _FLOATS:
             # XLA CPU's order, the interpreted kernel's (lowering.kernels.tree_sum).
+            lanes = sum_lanes(op)
+            if lanes:
+                rows, cols = (int(v) for v in source_shape)
+                self.emit(indent, f"{out} = lane_sum({flat}, 0, {rows}, {cols}, {t}({init}), {lanes})")
+                return
             dims = reduced_dims(source_shape, range(len(source_shape)))
             self.emit(indent, f"{out} = {self.tree_sum(flat, dims, f'{t}({init})', t)}")
             return
@@ -1882,7 +1888,7 @@ class CompiledLoop:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_runtime import " + "{names}\n"
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
-                  "from lowering.kernels.tree_sum import contracted_sums, nd_window_sum, tree_sums, window_sum\n"
+                  "from lowering.kernels.tree_sum import contracted_sums, lane_sum, nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot_pair, "
                   + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"
                   "from lowering.kernels.eigen_dots import eigen_dot\n"

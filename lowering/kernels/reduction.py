@@ -30,19 +30,23 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import BlockArgument
 
 from xla_dialect.internal import MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.data_movement import TransposeOp
+from xla_dialect.ops.linalg import DotGeneralOp, DotOp
+from xla_dialect.ops.windowed import ConvolutionOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
-from xla_dialect.types import element_type_from_dtype
+from xla_dialect.types import element_type_from_dtype, numpy_dtype
 
 from .registry import register
 from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
-from .tree_sum import contracted_sum_function, sum_function
+from .tree_sum import contracted_sum_function, plain_sum_lanes, sum_function
 from .ynnpack_sum import sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = BINARY_BODY_UFUNCS
@@ -149,7 +153,7 @@ def _first_nans(result, x, init, axes, ufunc):
     return fixed.reshape(result.shape)
 
 
-def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: int = 1):
+def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: int = 1, lanes: int = 0):
     if empty:
         return lambda body, x, init: np.full(out_shape, init, dtype)
     acc = _accumulator(ufunc, dtype)
@@ -157,7 +161,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
     fix = _signed_zeros(ufunc, axes) if is_float and ufunc in (np.maximum, np.minimum) else None
     if ufunc is np.add and is_float:  # XLA CPU's order (lowering.kernels.tree_sum), decided once per static shape
         static = in_shape is not None and all(d >= 0 for d in in_shape)
-        total = sum_function(in_shape, axes, acc) if static else None
+        total = sum_function(in_shape, axes, acc, lanes) if static else None
 
         def tree_sum_kernel(body, x, init):
             x = np.asarray(x)
@@ -273,7 +277,6 @@ def _reads_bf16(op) -> bool:
     that the body changes, a reshape XLA keeps: the f32 kernel. A carry the body returns unchanged counts as the
     loop's operand (XLA hoists the convert and the sum out of the loop)."""
     from xdsl.dialects import func
-    from xdsl.ir import BlockArgument
 
     from xla_dialect.ops.data_movement import ReshapeOp
     from xla_dialect.ops.elementwise import MulOp
@@ -344,8 +347,29 @@ def _reduce(op, ctx):
     if found is not None:
         return _ynnpack_reduce(*found, dtypes[0], out_shape)
     if ufunc is not None:
-        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape), ctx.loop_workers)
+        return _ufunc_reduce(ufunc, axes, dtypes[0], out_shape, empty, tuple(shape), ctx.loop_workers,
+                             sum_lanes(op) if ufunc is np.add else 0)
     return _tree_reduce(op, axes, dtypes, out_shape, empty)
+
+
+_NOT_FUSED_INTO_A_REDUCE = (DotOp, DotGeneralOp, ConvolutionOp, ReduceOp)
+"""Ops whose result XLA CPU's reduce reads as a fusion parameter (never fused into it): dots and convolutions are
+library calls, a reduce is the root of a fusion of its own."""
+
+
+def sum_lanes(op: ReduceOp) -> int:
+    """The vector lanes of XLA CPU's loop for the float sum ``op`` (:func:`lowering.kernels.tree_sum.
+    plain_sum_lanes`), or 0: only for a 2-d full sum at a function's top level of an array XLA reads as it is (an
+    argument of the function, or a dot, convolution or reduce result); a sum of a computed value, or inside a
+    loop, keeps the scalar order."""
+    x = op.operands[0]
+    if not isinstance(op.parent_op(), func.FuncOp) or len(op.results) != 1:
+        return 0
+    read_as_is = (isinstance(x, BlockArgument) and isinstance(x.block.parent_op(), func.FuncOp)) \
+        or isinstance(x.owner, _NOT_FUSED_INTO_A_REDUCE)
+    if not read_as_is:
+        return 0
+    return plain_sum_lanes(x.type.get_shape(), ints(op.dimensions), numpy_dtype(x.type.element_type))
 
 
 @register(MultiplyReduceOp)

@@ -13,8 +13,9 @@ time in row-major order of the reduced dimensions, padding skipped (:func:`windo
 Measured against ``jax.jit`` (f32 and f64, mixed magnitudes, on the 2-core AMD EPYC VM with AVX-512):
 * 1-d sums, and sums over one dimension of any rank (rows, columns, middle dimensions; dimensions of one
   element anywhere): every result equal -- 192 random shapes of up to 4,095 elements, 1-d sizes 2..4,000;
-* sums over several dimensions: 94 of 108 random shapes equal. Not reproduced (results differ in the last bits
-  where XLA's LLVM loop vectorizer reassociates the sum, a choice of its cost model): a reduce without rewrite
+* sums over several dimensions: 94 of 108 random shapes equal; full 2-d sums of an array read as it is in XLA's
+  vector lanes (:func:`plain_sum_lanes`, every shape up to 32 x 8). Not reproduced (results differ in the last
+  bits where XLA's LLVM loop vectorizer reassociates the sum, a choice of its cost model): other reduces without rewrite
   whose innermost reduced dimension has at most 8 elements and whose outer reduced extent is 2, 4, 8, 16, 20, 31,
   ... (measured: the rows' sums then kept as vector lanes, e.g. ``jnp.sum`` of ``(4, 3)`` is ``(r0 + r2) +
   (r1 + r3)``, of ``(16, 2)`` rows ``r`` and ``r + 8`` in one lane, 8 lanes halved; ``(3, n)``, ``(5, n)``,
@@ -227,6 +228,27 @@ def contracted_sums(a, b, init, out, rounded_rows, square, lanes=0, lane_cols=1)
         out[r] = s
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
+def _start_lanes(lanes, init, like):
+    """XLA's vector accumulator: ``lanes`` lanes of ``like``'s type, lane 0 ``init``, the others -0."""
+    lane = np.empty(lanes, like.dtype)
+    for i in range(lanes):
+        lane[i] = -0.0
+    lane[0] = init
+    return lane
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
+def _add_lanes_by_halves(lane):
+    """LLVM's reduction of a vector accumulator: lane ``i`` plus lane ``i + half``, halving until one is left."""
+    half = lane.shape[0] // 2
+    while half >= 1:
+        for i in range(half):
+            lane[i] = lane[i] + lane[i + half]
+        half //= 2
+    return lane[0]
+
+
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
 def lane_contracted_sum(a, b, init, lanes, cols, rounded):
     """The sum of ``a[i] * b[i]`` (1-d ``a``, ``b``: ``rows`` rows of ``cols`` elements, row-major) from ``init``
@@ -237,10 +259,7 @@ def lane_contracted_sum(a, b, init, lanes, cols, rounded):
     is left); the rows after the last whole vector then one fused multiply-add each, in order."""
     rows = a.shape[0] // cols
     vector = rows - rows % lanes
-    lane = np.empty(lanes, a.dtype)
-    for i in range(lanes):
-        lane[i] = -0.0
-    lane[0] = init
+    lane = _start_lanes(lanes, init, a)
     for r in range(vector):
         j = r % lanes
         s = lane[j]
@@ -250,15 +269,71 @@ def lane_contracted_sum(a, b, init, lanes, cols, rounded):
             else:
                 s = fused_multiply_add(a[c], b[c], s)
         lane[j] = s
-    half = lanes // 2
-    while half >= 1:
-        for i in range(half):
-            lane[i] = lane[i] + lane[i + half]
-        half //= 2
-    s = lane[0]
+    s = _add_lanes_by_halves(lane)
     for c in range(vector * cols, rows * cols):
         s = fused_multiply_add(a[c], b[c], s)
     return s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def lane_sum(a, start, rows, cols, init, lanes):
+    """The sum of ``a[start:start + rows * cols]`` (``rows`` rows of ``cols`` elements, row-major) from ``init`` as
+    XLA CPU's vectorized loop over the rows computes it (:func:`plain_sum_lanes`): the first ``rows - rows %
+    lanes`` rows in ``lanes`` vector lanes (row ``r`` in lane ``r % lanes``; lane 0 starts from ``init``, the
+    others from -0), each row's elements added into its lane in order; the lanes then added by halves (lane ``i``
+    plus lane ``i + lanes / 2``, until one is left); the rows after the last whole vector then in order."""
+    vector = rows - rows % lanes
+    lane = _start_lanes(lanes, init, a)
+    for r in range(vector):
+        j = r % lanes
+        s = lane[j]
+        for c in range(start + r * cols, start + (r + 1) * cols):
+            s = s + a[c]
+        lane[j] = s
+    s = _add_lanes_by_halves(lane)
+    for c in range(start + vector * cols, start + rows * cols):
+        s = s + a[c]
+    return s
+
+
+def plain_sum_lanes(shape, axes, dtype) -> int:
+    """The vector lanes XLA CPU's loop vectorizer sums a 2-d f32 or f64 array in (``rows x cols``, both reduced,
+    the array read as it is: a fusion parameter, no op fused into the reduce), or 0 where it sums in the scalar
+    order of :func:`nd_window_sum`. Same loops as :func:`vector_lanes` (the outer loop over the rows vectorized,
+    the inner one over a row unrolled), the width the cost model picks for a plain load and add:
+
+    * f32: rows of 2-6 elements in vectors of 8 rows, of 7-8 elements in vectors of 4, from 16 rows on when 8
+      rows leave fewer than 4 over (``rows % 8 < 4``), else 4 (8 for rows of 2 at 28-31 rows); under 16 rows only
+      a width that divides the rows: 2 rows 2, 4 rows 4, 8 rows 8 (4 for rows of 7-8);
+    * f64: vectors of 4 rows (rows of 2-6 elements) or 2 (7-8), from 16 rows on and for 4, 8 and 12 rows; 2 rows 2.
+
+    Measured (jax 0.10.2, the 2-core Intel Xeon VM with AVX-512 that :func:`lowering.kernels.host.measured_host`
+    accepts): ``jnp.sum`` of every ``rows`` 2..32 x ``cols`` 1..8, f32 and f64, 6 draws of mixed magnitudes each,
+    every result equal to this order (rows of one element, 3, 5-7 and 9-15 rows (f32), 5-7, 9-11 and 13-15 rows
+    (f64): the scalar order). The vector IR read for f32 agrees (``<8 x float>``/``<4 x float>`` accumulators, a
+    scalar remainder loop). 33 rows or more are cut into windows (:data:`TREE_WINDOW`): not vectorized. Sums of a
+    computed value (``jnp.sum(jnp.tanh(x))``) have other widths (measured: rows of 7-8 elements in vectors of 8
+    for tanh and exp): 0 here, not reproduced."""
+    from . import host
+
+    shape = tuple(int(v) for v in shape)
+    if len(shape) != 2 or sorted(int(v) for v in axes) != [0, 1] or not host.measured_host():
+        return 0
+    rows, cols = shape
+    if not (2 <= rows <= TREE_WINDOW and 2 <= cols <= 8):
+        return 0
+    if np.dtype(dtype) == np.float64:
+        width = 4 if cols <= 6 else 2
+        return 2 if rows == 2 else width if rows >= 16 or rows in (4, 8, 12) else 0
+    if np.dtype(dtype) != np.float32:
+        return 0
+    if rows >= 16:
+        if cols >= 7:
+            return 4
+        if rows % 8 < 4:
+            return 8
+        return 8 if rows >= 28 and cols == 2 else 4
+    return {2: 2, 4: 4, 8: 8 if cols <= 6 else 4}.get(rows, 0)
 
 
 LANE_BODIES = ("square", "product", "computed_square")
@@ -378,14 +453,23 @@ def reduced_dims(shape, axes) -> np.ndarray:
     return np.array(dims or [1], np.int64)
 
 
-def sum_function(shape, axes, acc: np.dtype):
+def sum_function(shape, axes, acc: np.dtype, lanes: int = 0):
     """``f(x, init)``: the sum of an operand of ``shape`` over ``axes`` from ``init`` in XLA CPU's order (module
     docstring), accumulated in ``acc`` (f32 or f64), an array of the kept dimensions' shape (0-d for a full sum).
     Decided once per shape: one reduced dimension (after dropping those of one element, or all of them as one
     where :func:`reduced_dims` says so) with the kept ones before it is a row sum, with kept ones after it a column
-    sum (:func:`column_tree_sums`, no copy); any other layout is transposed to rows first."""
+    sum (:func:`column_tree_sums`, no copy); any other layout is transposed to rows first. ``lanes``: a 2-d full
+    sum in XLA's vector lanes (:func:`plain_sum_lanes`, :func:`lane_sum`)."""
     layout = _Layout(shape, axes, acc)
     shape, axes, acc, cast = layout.shape, layout.axes, layout.acc, layout.acc.type
+    if lanes:
+        rows, cols = shape
+
+        def in_lanes(x, init):
+            flat = np.ascontiguousarray(x, dtype=acc).reshape(-1)
+            return np.asarray(lane_sum(flat, 0, rows, cols, cast(init), lanes), acc)
+
+        return in_lanes
     dims = reduced_dims(shape, axes)
     live = [d for d in axes if shape[d] != 1]
     contiguous_run = live == list(range(live[0], live[-1] + 1)) if live else True
