@@ -78,3 +78,40 @@ def test_a_forked_child_runs_the_hooks():
             "raise SystemExit(os.waitstatus_to_exitcode(status))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+_SLICE_ASSIGNMENTS = r'''
+import numba, numpy as np
+from numba.core import event
+import lowering  # noqa: F401 (installs the changes)
+from lowering.runtime.slice_assignment_errors import MESSAGE
+
+@numba.njit
+def assign(dst, src, row):
+    dst[...] = src.reshape((1, 3))
+    row[0:1] = src[:1]
+    return dst
+
+with event.install_recorder("numba:compile") as rec:
+    assign(np.zeros((2, 3)), np.ones(3), np.zeros(2))
+names = [getattr(getattr(e.data["dispatcher"], "py_func", None), "__module__", "") for _, e in rec.buffer
+         if e.is_start]
+print("compiled:", len(names), "unicode:", sum(n.startswith("numba.cpython.unicode") for n in names))
+try:
+    assign(np.zeros((2, 4)), np.ones(3), np.zeros(2))
+except ValueError as e:
+    print("error:", e)
+'''
+
+
+def test_slice_assignments_compile_no_shape_message():
+    # numba formats a slice assignment's shapes into its error with its unicode machinery, compiled in every
+    # process; lowering.runtime.slice_assignment_errors makes the message constant (a fresh process: numba keeps
+    # what it compiled, so the count is only meaningful there).
+    assert any(c.startswith("numba's slice assignment") for c in process_state.CHANGES)
+    out = subprocess.run([sys.executable, "-c", _SLICE_ASSIGNMENTS], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    compiled = re.search(r"compiled: (\d+) unicode: (\d+)", out.stdout)
+    assert compiled is not None and int(compiled.group(2)) == 0, out.stdout
+    assert "error: cannot assign slice from input of different shape" in out.stdout, out.stdout

@@ -76,17 +76,21 @@ _INSTALLED = False
 
 def install() -> None:
     """What ``import lowering`` changes (idempotent): numba's cache made safe for concurrent processes, numba
-    compilations on the main thread moved to a thread of their own, numba's objmode-in-nogil warning off."""
+    compilations on the main thread moved to a thread of their own, numba's slice-assignment error message without
+    the shapes (compiled in every process otherwise), numba's objmode-in-nogil warning off."""
     global _INSTALLED
     if _INSTALLED:
         return
     _INSTALLED = True
-    from . import interrupt, numba_cache
+    from . import interrupt, numba_cache, slice_assignment_errors
 
     numba_cache.install()  # before any kernel module compiles or loads a cached function
     CHANGES.append("numba's cache: saves locked, loads checked (lowering.runtime.numba_cache)")
     interrupt.guard_compiles()
     CHANGES.append("numba's Dispatcher.compile: main-thread compilations on a thread of their own")
+    slice_assignment_errors.install()
+    CHANGES.append("numba's slice assignment: a shape mismatch raises a message without the shapes "
+                   "(lowering.runtime.slice_assignment_errors)")
     quiet_warning(interrupt.POLL_WARNING)  # (the objmode polls of compiled loops take the GIL on purpose)
 
 
