@@ -656,3 +656,22 @@ def test_reducer_inlines_loop_bodies_and_branches():
     broken = parse_module(re.sub(r"hlo.tanh (%\d+)", r'hlo.custom_call "bad_target"(\1)', str(module), count=1))
     result = reduce_program(broken, crash_test())
     assert [op.name for op in result.module.walk()][2:] == ["hlo.custom_call", "func.return"]
+
+
+def test_against_xla_a_value_xlas_probes_change_is_checked_alone(monkeypatch):
+    # XLA computes x * y + z as one FMA; returning every value (the probes) makes x * y an output too, so XLA no
+    # longer contracts it and the add's reference is the rounded sum -- a divergence that is not in the program.
+    # find_divergence checks each value out of budget again, returned alone, and leaves such values out.
+    from interop.debugging import divergence
+
+    def f(x, y, z):
+        return jnp.tanh(x * y + z)
+
+    rng = np.random.default_rng(0)
+    x, y, z = (rng.standard_normal(64).astype(np.float32) for _ in range(3))
+    report = interop.find_divergence(f, x, y, z, against="xla", max_ulp=0, rtol_magnitude=0)
+    assert not report and report.outputs_agree and report.probe_effects == 2  # (the add and the tanh after it)
+    assert "2 within budget when XLA returns them alone" in str(report)
+    monkeypatch.setattr(divergence, "XLA_RECHECKS", 0)  # (what it reported before)
+    report = interop.find_divergence(f, x, y, z, against="xla", max_ulp=0, rtol_magnitude=0)
+    assert report.first.op == "hlo.add" and report.first.executed_op == "hlo_internal.fma"

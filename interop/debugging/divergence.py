@@ -133,6 +133,9 @@ class DivergenceReport:
     absent: list[str] = field(default_factory=list)
     """Ops of the reference run that computed no value in this one (``hlo.divide at f.py:3``): rewritten
     away by the executor's pipeline (XLA's rewrites fold ``(x / c) * d`` into one multiply)."""
+    probe_effects: int = 0
+    """Against ``"xla"``: values out of budget only while XLA returned every value (within budget returned alone,
+    where XLA fuses as in the program), left out of :attr:`divergences`."""
 
     def __bool__(self) -> bool:
         """True when a divergence was found."""
@@ -141,6 +144,8 @@ class DivergenceReport:
     def __str__(self) -> str:
         head = f"against {self.against}: compared {self.compared} values"
         head += f" ({self.unmatched} without a reference value)" if self.unmatched else ""
+        head += (f"; {self.probe_effects} within budget when XLA returns them alone (its fusion changed by the "
+                 "probes), left out") if self.probe_effects else ""
         if self.first is None:
             return head + "; every value is within its budget"
         lines = [head + f"; {len(self.divergences)} out of budget, the first:", "  " + str(self.first).replace(
@@ -163,6 +168,7 @@ class DivergenceReport:
         """JSON-ready (``xla-diverge --json``)."""
         return {"against": self.against, "compared": self.compared, "unmatched": self.unmatched,
                 "diverges": self.first is not None, "outputs_agree": self.outputs_agree, "absent": self.absent,
+                "probe_effects": self.probe_effects,
                 "first": None if self.first is None else self.first.as_dict(),
                 "divergences": [d.as_dict() for d in self.divergences]}
 
@@ -286,13 +292,18 @@ def _widen_args(args) -> list:
     return out
 
 
-def _xla_values(tagged: ModuleOp, args, entry: str) -> dict[str, np.ndarray]:
+XLA_RECHECKS = 12
+"""How many values out of budget against ``"xla"`` :func:`find_divergence` checks again, each returned alone."""
+
+
+def _xla_values(tagged: ModuleOp, args, entry: str, keys: set[str] | None = None) -> dict[str, np.ndarray]:
     """XLA CPU's values of the ops of the entry function's body (not inside regions): XLA runs a copy of the
-    program that returns them all after its own results."""
+    program that returns them all (or those of ``keys``) after its own results."""
     from ..stablehlo.xla import run_xla
 
     if entry != "main":
         raise XlaError("find_divergence(against='xla'): XLA runs @main only")
+    only = keys
     variant = tagged.clone()
     main = next(op for op in variant.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "main")
     ret = main.body.block.last_op
@@ -302,9 +313,10 @@ def _xla_values(tagged: ModuleOp, args, entry: str) -> dict[str, np.ndarray]:
         if op is ret or index is None:
             continue
         for k, r in enumerate(op.results):
-            if isinstance(r.type, TensorType):
+            key = f"op{index}.{op.name}" + (f".r{k}" if len(op.results) > 1 else "")
+            if isinstance(r.type, TensorType) and (only is None or key in only):
                 extra.append(r)
-                keys.append(f"op{index}.{op.name}" + (f".r{k}" if len(op.results) > 1 else ""))
+                keys.append(key)
     outputs = list(ret.operands)
     ret.operands = [*outputs, *extra]
     ft = main.function_type
@@ -514,6 +526,11 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
             if not divergences:
                 d.operands = _operand_keys(ours, v)
             divergences.append(d)
+    rechecked = 0
+    if isinstance(against, str) and against == "xla" and divergences:
+        divergences, rechecked = _recheck_alone(divergences, ours, tagged, args, entry, max_ulp, rtol_magnitude)
+        if divergences:
+            divergences[0].operands = _operand_keys(ours, next(v for v in ours if v.key == divergences[0].key))
     outputs_agree = True
     if ref_outputs is not None:
         for a, b in zip(_flat(ours.outputs), _flat(ref_outputs)):
@@ -531,7 +548,28 @@ def find_divergence(program, *args, against="f64", max_ulp: int | Mapping | None
                 if text not in absent:
                     absent.append(text)
     return DivergenceReport(description, divergences[0] if divergences else None, divergences, compared, unmatched,
-                            outputs_agree, absent)
+                            outputs_agree, absent, rechecked)
+
+
+def _recheck_alone(divergences: list[Divergence], ours: Trace, tagged: ModuleOp, args, entry: str, max_ulp,
+                   rtol_magnitude) -> tuple[list[Divergence], int]:
+    """``divergences`` (against ``"xla"``) without those that were XLA's probe: a program returning every value
+    fuses differently (a multiply it returns is no longer contracted into the add that reads it), so the first
+    :data:`XLA_RECHECKS` are checked again against a run returning that value alone, and kept only if still out
+    of budget. Returns the divergences left and how many values were dropped."""
+    values = {v.key: v for v in ours}
+    dropped = 0
+    for n, d in enumerate(divergences[:XLA_RECHECKS]):
+        alone = _xla_values(tagged, args, entry, keys={d.key}).get(d.key)
+        if alone is None:  # (no value returned alone: keep what the first run found)
+            return divergences[n:], dropped
+        again = _compare(values[d.key], alone, max_ulp, rtol_magnitude)
+        if again is None:
+            dropped += 1
+            continue
+        again.device = d.device
+        return [again, *divergences[n + 1:]], dropped  # (the first confirmed: what follows is downstream of it)
+    return divergences[XLA_RECHECKS:], dropped
 
 
 def report_json(report: DivergenceReport) -> str:
