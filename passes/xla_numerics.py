@@ -28,6 +28,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   and ``A / rsqrt(B)`` -> ``A * sqrt(B)`` when the root has no other use.
 * ``(A / B) / (C / D)`` -> ``(A * D) / (B * C)``; ``(A / B) / C`` ->
   ``A / (B * C)``; ``A / (B / C)`` -> ``(A * C) / B`` (float and complex).
+* ``(A * C) * broadcast(B)`` -> ``A * broadcast(B * C)`` for a scalar constant ``C`` (:class:`ConstantIntoBroadcast`:
+  ``0.37 * x * w[None, :]``).
 * ``(A * C1) * C2`` -> ``A * (C1 * C2)`` and ``(A + C1) + C2`` ->
   ``A + (C1 + C2)`` for constants (or broadcast scalar constants) ``C1, C2``;
   ``A - C`` -> ``A + (-C)`` (exact; it lets subtractions of constants fold).
@@ -537,6 +539,37 @@ class FoldMultiplyConstants(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: MulOp, rewriter: PatternRewriter) -> None:
         _reassociate(op, rewriter, MulOp, np.multiply)
+
+
+class ConstantIntoBroadcast(RewritePattern):
+    """``(A * C) * broadcast(B)`` -> ``A * broadcast(B * C)`` for a scalar constant ``C`` (or a broadcast of one), a
+    non-constant ``A`` and a broadcast that adds elements to a non-constant ``B`` (``HandleMultiply``; no use
+    condition: the product ``A * C`` stays for its other readers). The constant is applied to the smaller operand,
+    and rounds there: ``(x / 1e-40) / jnp.max(x / 1e-40, -1, keepdims=True)`` in f64 is ``x * broadcast((1 /
+    max) * 1e40)`` in XLA, 0.9999999999999999 where the division order gives 1 (long fuzz campaign, seed 40)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: MulOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op, _REAL):
+            return
+        t = op.results[0].type
+        for inner_value, spread in (op.operands, op.operands[::-1]):
+            inner, broadcast = _defining(inner_value, MulOp), _defining(spread, dm.BroadcastInDimOp)
+            if inner is None or broadcast is None or _constant(spread) is not None:
+                continue
+            b = broadcast.operands[0]
+            if b.type.element_count() >= spread.type.element_count() or not _eligible(inner, _REAL):
+                continue  # (a broadcast adding no elements is a reshape in XLA)
+            for a, c_value in (inner.operands, inner.operands[::-1]):
+                found = _full_constant(c_value)
+                if found is None or not found[1] or _full_constant(a) is not None:
+                    continue
+                scalar = np.asarray(found[0]).reshape(-1)[:1].reshape(())
+                scaled = _emit(rewriter, MulOp, [b, _emit_constant(rewriter, scalar, b.type)], b.type)
+                spread_scaled = _emit(rewriter, dm.BroadcastInDimOp, [scaled], spread.type,
+                                      dict(broadcast.properties))
+                _replace(rewriter, op, _emit(rewriter, MulOp, [a, spread_scaled], t))
+                return
 
 
 class FoldAddConstants(RewritePattern):
@@ -1272,12 +1305,12 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, SelectOfConstantPredicate, *NESTED_SELECTS, *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES,
-                SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
+    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, SelectOfConstantPredicate, *NESTED_SELECTS,
+                *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
                 CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
-                FoldMultiplyConstants, FoldAddConstants, FactorPowerOfTwo, SubtractConstant, SimplifyPower,
-                *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces, ReduceKeepingEveryElement,
-                SumOfNegation, AddOfScatter)
+                FoldMultiplyConstants, ConstantIntoBroadcast, FoldAddConstants, FactorPowerOfTwo, SubtractConstant,
+                SimplifyPower, *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces,
+                ReduceKeepingEveryElement, SumOfNegation, AddOfScatter)
 
 
 @register_pass

@@ -538,3 +538,17 @@ def test_two_scatters_added(case):
         return jnp.sum(jnp.sin(ga) * 3.1) + jnp.sum(jnp.cos(x[b]) * 1.7)
 
     _run_modes(jax.grad(f), x, first, second)
+
+
+def test_a_constant_factor_moves_onto_the_broadcast_operand():
+    # HandleMultiply: (A * C) * broadcast(B) -> A * broadcast(B * C) for a scalar constant C: the constant rounds
+    # with the smaller operand. Long fuzz campaign, seed 40: (x / 1e-40) / max(x / 1e-40) in f64 gave 1.0 where
+    # XLA gives 0.9999999999999999 (x * broadcast((1 / max) * 1e40)).
+    x = np.array([[3.0e-4, 1.9e-4, 0.0], [1.0e-3, 2.0e-3, 3.0e-3]], np.float64)
+    x[0, 0] = np.frombuffer(np.uint64(0x3F34D2EAED6D4B60).tobytes(), np.float64)[0]
+    assert_matches_jax(lambda a: (a / np.float64(1e-40)) / jnp.max(a / np.float64(1e-40), -1, keepdims=True), x)
+    rows, column = _ROWS, _COLUMN
+    assert_matches_jax(lambda a, b: F32(0.37) * a * b[None, :], rows, column)
+    assert_matches_jax(lambda a, b: (a * F32(3.3)) * b[:, None], rows.T, column)
+    assert_matches_jax(lambda a: (a / F32(7)) / jnp.max(a / F32(7), -1, keepdims=True), rows)
+    assert_matches_jax(lambda a, b: ((a * F32(0.37)) * b[None, :], a * F32(0.37) + 1), rows, column)  # (reused)
