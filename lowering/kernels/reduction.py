@@ -276,8 +276,6 @@ def _reads_bf16(op) -> bool:
     both) or of the converted one, a slice or dynamic slice (XLA converts the whole operand first), a loop carry
     that the body changes, a reshape XLA keeps: the f32 kernel. A carry the body returns unchanged counts as the
     loop's operand (XLA hoists the convert and the sum out of the loop)."""
-    from xdsl.dialects import func
-
     from xla_dialect.ops.data_movement import ReshapeOp
     from xla_dialect.ops.elementwise import MulOp
 
