@@ -11,7 +11,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering.executor import compiled_loops
+from lowering.executor import compiled_loops, compiled_segments
 from lowering.runtime import generated_modules, numba_cache, workers
 from helpers import in_forked_child
 from xla_dialect.errors import XlaError
@@ -30,19 +30,50 @@ def _leaves(out):
 
 
 def _both(fn, *args):
-    """Results of the compiled and the interpreted loop, and whether the loop compiled."""
+    """Results of the compiled and the interpreted program, and whether its first loop compiled: the loop writer
+    accepts it and generated machine code ran (:func:`_run_compiled`). (Not ``compile_loop``: that compiles the loop
+    on its own, which the executor does not when a segment holds the loop -- it doubled these tests' numba time.)"""
     module = import_jax(fn, *args)
     whiles = [op for op in module.walk() if op.name == "hlo.while"]
     assert whiles, "the program has no while loop"
+    compiled, machine_code_calls = _run_compiled(module, args)
+    interpreted = lowering.compile(module, loop_compilation="never")(*args)
+    eligible = _writes_loop(module, whiles[0])
+    if eligible:
+        assert machine_code_calls, "the loop is eligible, but no compiled loop or segment ran"
+    return _leaves(compiled), _leaves(interpreted), eligible
+
+
+def _writes_loop(module, loop) -> bool:
+    """Whether the compiled-loop writer writes ``loop`` (an ``hlo.while`` of ``module``)."""
     from xdsl.dialects import func
 
     from xla_dialect.types import numpy_dtype
 
     functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
-    eligible = compiled_loops.compile_loop(whiles[0], functions, numpy_dtype) is not None
-    compiled = lowering.compile(module, loop_compilation="always")(*args)
-    interpreted = lowering.compile(module, loop_compilation="never")(*args)
-    return _leaves(compiled), _leaves(interpreted), eligible
+    try:
+        compiled_loops.loop_source(loop, functions, numpy_dtype)
+    except compiled_loops.Ineligible:
+        return False
+    return True
+
+
+def _run_compiled(module, args):
+    """``module``'s results with ``loop_compilation="always"``, and how many calls ran generated machine code (a
+    compiled loop or segment)."""
+    calls = []
+    original = compiled_loops.call_compiled
+
+    def counted(function, *arguments):
+        calls.append(function)
+        return original(function, *arguments)
+
+    compiled_loops.call_compiled = compiled_segments.call_compiled = counted
+    try:
+        out = lowering.compile(module, loop_compilation="always")(*args)
+    finally:
+        compiled_loops.call_compiled = compiled_segments.call_compiled = original
+    return out, len(calls)
 
 
 def _assert_same(fn, *args, eligible=True):
@@ -782,13 +813,10 @@ def test_real_program_loops_compile_with_the_interpreted_bits():
         w = make()
         module = import_jax(w.fn, *w.args)
         whiles = [op for op in module.walk() if op.name == "hlo.while"]
-        from xdsl.dialects import func
-
-        from xla_dialect.types import numpy_dtype
-
-        functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
-        assert any(compiled_loops.compile_loop(op, functions, numpy_dtype) is not None for op in whiles), w.name
-        compiled = _leaves(lowering.compile(module, loop_compilation="always")(*w.args))
+        assert any(_writes_loop(module, op) for op in whiles), w.name
+        compiled, machine_code_calls = _run_compiled(module, w.args)
+        assert machine_code_calls, w.name
+        compiled = _leaves(compiled)
         interpreted = _leaves(lowering.compile(module, loop_compilation="never")(*w.args))
         for a, b in zip(compiled, interpreted):
             np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=w.name)
