@@ -561,3 +561,61 @@ def test_interleaved_updates_of_several_shapes_fuse_a_group_per_shape(loops, mon
     assert shapes == {(96, 64), (8192,)}, fused.source
     for got, want in zip(fused(*flat), plain(*flat)):
         np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def _payload_nans(dtype, n):
+    """``n`` NaNs of both signs, each with its own payload."""
+    unsigned = np.uint32 if dtype == F32 else np.uint64
+    quiet = unsigned(0x7FC00000) if dtype == F32 else unsigned(0x7FF8000000000000)
+    sign = unsigned(1) << unsigned(8 * np.dtype(dtype).itemsize - 1)
+    bits = np.array([quiet | unsigned(k + 1) | (sign if k % 2 else unsigned(0)) for k in range(n)], unsigned)
+    return bits.view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+def test_fused_loops_leave_nan_payloads_to_the_kernels(dtype):
+    # A fused loop computes adds, multiplies and FMAs without their NaN-payload rule (lowering.kernels.scalar_numbers:
+    # the element-wise workload ran 2x faster); a NaN output sends the group to the ops' kernels, so every
+    # configuration gives the NaN jax.jit gives, and fused and unfused the same bits.
+    x, y, z = (_mixed(dtype, 300) for _ in range(3))
+    nans = _payload_nans(dtype, len(x[::10]))
+    x[::10], y[3::10], z[5::10] = nans, nans[::-1][:len(y[3::10])], nans[:len(z[5::10])]
+
+    def fn(x, y, z):
+        return x * y + z, (x + y) * dtype(3), jnp.tanh(x * y) + z
+
+    module = import_jax(fn, x, y, z)
+    fused = lowering.compile(module, fusion="always")
+    (runner,) = [r for name, r in fused._fn.__globals__.items() if name.startswith("fz")]
+    assert runner.scalars == "lowering.kernels.scalar_numbers"
+    _check(fn, x, y, z, groups=1)
+    want = jax.jit(fn)(x, y, z)
+    for got, expected in zip(fused(x, y, z), want):
+        np.testing.assert_array_equal(_bits(got), _bits(expected))
+    clean = [np.where(np.isnan(v), dtype(0.5), v) for v in (x, y, z)]
+    for got, expected in zip(fused(*clean), jax.jit(fn)(*clean)):
+        np.testing.assert_array_equal(_bits(got), _bits(expected))
+
+
+def test_groups_reading_nan_bits_keep_the_nan_rule():
+    # A total-order compare turns a NaN's payload and sign into a pred, which the fused loop's NaN check does not
+    # see: such a group compiles the definitions with their NaN rule (lowering.kernels.scalar_numbers.payload_free).
+    from xla_dialect import XlaBuilder
+
+    x = _mixed(F32, 64)
+    y = np.roll(x, 5)
+    nans = _payload_nans(F32, len(x[::8]))
+    x[::8], y[2::8] = nans, nans[::-1][:len(y[2::8])]
+    for compare_type, scalars in [("TOTALORDER", "lowering.kernels.scalar"),
+                                  ("FLOAT", "lowering.kernels.scalar_numbers")]:
+        b = XlaBuilder("total_order")
+        p, q = b.parameter(0, "f32[74]"), b.parameter(1, "f32[74]")
+        total = b.add(b.mul(p, q), p)
+        b.compare(total, b.mul(q, p), "LT", compare_type)
+        module = b.build()
+        fused = lowering.compile(module, fusion="always")
+        (runner,) = [r for name, r in fused._fn.__globals__.items() if name.startswith("fz")]
+        assert runner.scalars == scalars, compare_type
+        (got,) = fused(x, y)
+        (want,) = lowering.compile(module, fusion="never")(x, y)
+        np.testing.assert_array_equal(got, want)

@@ -1896,7 +1896,7 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_
                   "sum_columns_looped as ynnpack_sum_columns_looped, sum_rows as ynnpack_sum_rows, "
                   "sum_rows_looped as ynnpack_sum_rows_looped\n"
                   "from lowering.runtime.lapack_compiled import lapack_getrf, lapack_trsm\n"
-                  "from lowering.kernels.scalar import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
+                  "from {scalars} import " + ", ".join(SCALAR_EXPORTS) + "\n\n\n"
                   "CACHE = {cache}\n\n\n@numba.njit(cache=CACHE, error_model='numpy', nogil=True)\n")
 
 
@@ -1918,8 +1918,9 @@ the ``.ints`` index files (:func:`_load`)."""
 _SHAPE_FREE_LOCK = threading.Lock()
 
 
-def _load(source: str, function: str = "loop") -> tuple[Callable, np.ndarray]:
-    """The numba function ``function`` of generated ``source`` and the sizes to pass it first (an int64 array).
+def _load(source: str, function: str = "loop", scalars: str = "lowering.kernels.scalar") -> tuple[Callable, np.ndarray]:
+    """The numba function ``function`` of generated ``source`` and the sizes to pass it first (an int64 array); the
+    scalar definitions it calls are those of the module ``scalars`` (fused loops: :mod:`lowering.kernels.scalar_numbers`).
 
     The module is the source without its sizes (:func:`~lowering.runtime.generated_modules.hoisted_ints`: the same
     file, and numba's cached machine code, for every shape of one program), its integer constants passed to the
@@ -1931,7 +1932,7 @@ def _load(source: str, function: str = "loop") -> tuple[Callable, np.ndarray]:
 
     directory = cache_directory()
     header = f"# runtime {runtime_digest()}\n" + _MODULE_HEADER.format(names=", ".join(HELPER_NAMES),
-                                                                      cache=directory is not None)
+                                                                      cache=directory is not None, scalars=scalars)
     key = text_digest(header + source)
     index = os.path.join(directory, f"loop_{key}.ints") if directory is not None else None
     with _SHAPE_FREE_LOCK:

@@ -34,6 +34,7 @@ from xla_dialect.ops.elementwise import CosineOp, DivOp, ExpOp, LogisticOp, LogO
 from xla_dialect.ops.reduction import ReduceOp
 
 from .compile_queue import compile_function, compile_in_background
+from ..kernels.scalar_numbers import payload_free
 from .compiled_loops import ElementLoopWriter, _load, as_compiled
 from .fusion_plan import Group, Ineligible, _reduction_kind, _shape, element_loop, input_reads
 from ..kernels.tree_sum import TREE_WINDOW
@@ -224,6 +225,9 @@ class FusedGroup:
         size = int(np.prod(self.shape, dtype=np.int64))
         try:
             self.source, constants, inner = group_source(group, dtype_of, flush)
+            # (NaN outputs are the ops' kernels' to give: the definitions without their NaN-payload rule, where
+            # no op turns a NaN's bits into a value that is not a NaN: lowering.kernels.scalar_numbers)
+            self.scalars = "lowering.kernels.scalar_numbers" if payload_free(group) else "lowering.kernels.scalar"
             self.base_constants = list(constants.values())
             self.constants = self.base_constants  # (with the sizes first once compiled: _compile_kernel)
             self.rows = size // inner
@@ -255,7 +259,7 @@ class FusedGroup:
 
                 pieces = self._cut()
                 threaded = len(pieces) > 1 and numba_threads_available()
-                fn, sizes = _load(self.source, "fused_pieces" if threaded else "fused")
+                fn, sizes = _load(self.source, "fused_pieces" if threaded else "fused", self.scalars)
                 self.constants = [sizes, *self.base_constants]  # (the sizes first: generated_modules.hoisted_ints)
                 signature = [typeof(c) for c in self.constants]
                 signature += [types.Array(from_dtype(dt), rank, "C", readonly=ro)
@@ -288,7 +292,7 @@ class FusedGroup:
         if self._serial is None:
             from numba import types
 
-            fn, _ = _load(self.source, "fused")  # (the module of fused_pieces: the same sizes, in self.constants)
+            fn, _ = _load(self.source, "fused", self.scalars)  # (fused_pieces' module: its sizes in self.constants)
             fn.compile((*self.signature, types.int64, types.int64))
             self._serial = fn
         return self._serial

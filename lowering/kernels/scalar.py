@@ -68,10 +68,17 @@ SCALAR_DTYPES = FLOATS | INTEGERS | {PRED}
 
 
 @_njit
+def first_nan(r, a):
+    """``r``, or ``a`` quieted where ``r`` is a NaN and ``a`` is one: the NaN rule of the add, multiply and FMA
+    instructions (of several NaN operands, the first). Written once, here: fused loops, which hand every NaN
+    output to the ops' own kernels, compile the definitions without it (:mod:`lowering.kernels.scalar_numbers`)."""
+    return a + a if (r != r) & (a != a) else r  # (no branch: the loop calling it stays vectorized)
+
+
+@_njit
 def add(a, b):
     """``a + b``; of two float NaNs, ``a``'s (the add instruction's first operand, quieted)."""
-    r = a + b
-    return a + a if (r != r) & (a != a) else r  # (no branch: the loop calling it stays vectorized)
+    return first_nan(a + b, a)
 
 
 @_njit
@@ -83,8 +90,7 @@ def subtract(a, b):
 @_njit
 def multiply(a, b):
     """``a * b``; of two float NaNs, ``a``'s (see :func:`add`)."""
-    r = a * b
-    return a + a if (r != r) & (a != a) else r
+    return first_nan(a * b, a)
 
 
 @_njit
@@ -405,10 +411,9 @@ def multiply_add(a, b, c, raw_a, raw_b, raw_c):
     raw_c`` quieted -- the operands as they were before a negation that LLVM folds into the instruction
     (``vfnmadd``/``vfmsub`` return a NaN operand as it is) -- also for ``inf * 0 + NaN``; measured against
     jax.jit for ``a*b+c``, ``c+a*b``, ``a*b-c`` and ``c-a*b`` with payload NaN operands."""
-    r = rt.fused_multiply_add(a, b, c)
     # (Selects, no branches: the loop calling it stays vectorized.)
     first = raw_a if raw_a != raw_a else (raw_b if raw_b != raw_b else raw_c)
-    return first + first if (r != r) & (first != first) else r
+    return first_nan(rt.fused_multiply_add(a, b, c), first)
 
 
 @_njit
