@@ -55,8 +55,9 @@ def _copies() -> dict:
     copies = {}
     for name in sorted(_needs_copy()):
         original = getattr(scalar, name).py_func
-        function = types.FunctionType(original.__code__, namespace, original.__name__, original.__defaults__,
-                                      original.__closure__)
+        if original.__code__.co_freevars:  # (the definitions are module-level functions)
+            raise TypeError(f"lowering.kernels.scalar.{name} is a closure: it cannot be compiled again here")
+        function = types.FunctionType(original.__code__, namespace, original.__name__, original.__defaults__)
         function.__qualname__ = original.__qualname__
         function.__module__ = __name__  # (another symbol name than the original's: both may sit in one LLVM module)
         function.__doc__ = original.__doc__
