@@ -557,6 +557,27 @@ def test_nested_selects_on_one_predicate_fold_before_max_min_as_xla():
             _compare(Program("float32", x0.shape, [x0, x1], body, loop_trips=trips))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_max_min_select_merged_into_the_select_reading_it_keeps_denormals_as_xla(dtype):
+    """Long campaign, seed 50: ``where(x1 > x0, where(x2 > x1, x1, x2), x2)`` (f64, a fori_loop of one trip) with
+    denormal ``x1``, ``x2``: XLA keeps ``x2``'s denormal -- LLVM merges a select used once as an arm of a select
+    whose other arm is its own (``select(c0, select(c1, a, b), b)`` is ``select(c0 & c1, a, b)``), so no min
+    instruction is left -- and the executor flushed it. Both forms (the true and the false arm), straight-line and
+    in loops of one trip (which XLA removes: nothing is moved out of it) and two; arrays of one element, which XLA
+    does not merge (flushed), too."""
+    tiny = float(np.finfo(DTYPES[dtype]).tiny)
+    x0 = np.array([-np.inf, 0.0, -tiny / 3, 1.0, -1.0, np.nan, tiny / 5, -0.0, np.inf], DTYPES[dtype])
+    x1 = np.array([-tiny / 7, tiny / 3, -tiny / 5, tiny / 9, -tiny / 3, 0.0, -0.0, 2.0, -tiny / 7], DTYPES[dtype])
+    x2 = np.array([-tiny / 3, tiny / 7, 0.0, -tiny / 9, -tiny / 5, tiny / 3, 1.0, -tiny / 3, -tiny / 9], DTYPES[dtype])
+    bodies = [[("select", "jnp.where(x2 > x1, x1, x2)"), ("select", "jnp.where(x1 > x0, v0, x2)")],
+              [("select", "jnp.where(x1 > x2, x2, x1)"), ("select", "jnp.where(x0 > x1, x2, v0)")],
+              [("select", "jnp.where(x2 < x1, x1, x2)"), ("select", "jnp.where(x0 < x1, v0, x2)")]]
+    for body in bodies:
+        for trips in (0, 1, 2):
+            _compare(Program(dtype, x0.shape, [x0, x1, x2], body, loop_trips=trips))
+            _compare(Program(dtype, (1,), [x0[:1], x1[:1], x2[:1]], body, loop_trips=trips))
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
 def test_negative_zero_minus_x_is_the_negation_as_xla(dtype):
     """Long campaign, seed 14: ``bf16(-1e-45) - x1`` (a bf16 -0 minus ``x1``) is ``-x1`` in XLA (LLVM folds ``fsub

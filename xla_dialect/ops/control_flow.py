@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, SymbolRefAttr, TensorType, TupleType, i32
 from xdsl.ir import Attribute, Region
 from xdsl.irdl import (
@@ -603,6 +605,55 @@ class ControlFlowBuilder:
         values = [self._value(o, f"{n} operand") for o, n in zip(operands, names)]
         regions = [self._region(c, [v.type], n) for c, v, n in zip(computations, values, names)]
         return one_or_tuple(self._emit(ConditionalOp, [selector, *values], regions=regions))
+
+
+def static_trip_count(loop: WhileOp) -> int | None:
+    """How many times ``loop`` runs its body when that is known from its code alone, as XLA's
+    ``ComputeWhileLoopTripCount`` finds it in the simple case (what ``lax.fori_loop`` with static bounds lowers to):
+    the condition compares one carried integer with a constant (``LT``, ``LE``, ``GT``, ``GE``, ``NE``), the
+    integer starts from a constant and the body adds a constant to it. None otherwise. (XLA's
+    ``WhileLoopSimplifier`` removes a loop that runs once: its body is then straight-line code.)"""
+    from .constants import ConstantOp
+    from .elementwise import AddOp, CompareOp
+
+    def constant(value):
+        owner = value.owner
+        if not isinstance(owner, ConstantOp) or owner.value.array.size != 1:
+            return None
+        number = owner.value.array.reshape(-1)[0]
+        return int(number) if np.issubdtype(type(number), np.integer) else None
+
+    cond, body = loop.cond.block, loop.body.block
+    compare = cond.last_op.operands[0].owner if cond.last_op is not None and cond.last_op.operands else None
+    if not isinstance(compare, CompareOp):
+        return None
+    lhs, rhs = compare.operands
+    direction = compare.properties["comparison_direction"].data
+    if rhs.owner is cond and lhs.owner is not cond:  # (the constant first: ``N > i``)
+        lhs, rhs = rhs, lhs
+        direction = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(direction, direction)
+    if lhs.owner is not cond or constant(rhs) is None:
+        return None
+    k, bound = lhs.index, constant(rhs)
+    start = constant(loop.operands[k])
+    step_op = body.last_op.operands[k].owner
+    if start is None or not isinstance(step_op, AddOp):
+        return None
+    a, b = step_op.operands
+    if b.owner is body and b.index == k:
+        a, b = b, a
+    step = constant(b)
+    if not (a.owner is body and a.index == k) or not step:
+        return None
+    if direction in ("LT", "LE", "NE") and step > 0:
+        end = bound + 1 if direction == "LE" else bound
+        if direction == "NE" and (end - start) % step:
+            return None
+        return max(0, -(-(end - start) // step))
+    if direction in ("GT", "GE") and step < 0:
+        end = bound - 1 if direction == "GE" else bound
+        return max(0, -(-(start - end) // -step))
+    return None
 
 
 def loop_invariant_ops(op: WhileOp) -> set[int]:
