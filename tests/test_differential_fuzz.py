@@ -578,6 +578,24 @@ def test_a_max_min_select_merged_into_the_select_reading_it_keeps_denormals_as_x
             _compare(Program(dtype, (1,), [x0[:1], x1[:1], x2[:1]], body, loop_trips=trips))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_min_select_of_the_minimum_of_its_arm_keeps_denormals_as_xla(dtype):
+    """Long campaign, seed 39: ``where(x1 > v0, v0, x1)`` with ``v0 = jnp.minimum(x1, x0)`` (f32, a fori_loop of three
+    trips) keeps a denormal ``x1`` in XLA (here it was flushed as a min instruction). The other forms of that select
+    flush, in XLA and here: ``where(v0 < x1, v0, x1)``, and the maximum's ``where(x1 < v0, v0, x1)``."""
+    tiny = float(np.finfo(DTYPES[dtype]).tiny)
+    x0 = np.array([np.nan, 1.0, -1.0, 0.0, -0.0, tiny / 3, -tiny / 5, np.inf, -np.inf], DTYPES[dtype])
+    x1 = np.array([tiny / 3, tiny / 5, -tiny / 7, tiny / 9, -tiny / 3, tiny / 7, -tiny / 9, -tiny / 3, tiny / 5],
+                  DTYPES[dtype])
+    bodies = [[("binary", "jnp.minimum(x1, x0)"), ("select", "jnp.where(x1 > v0, v0, x1)")],
+              [("binary", "jnp.minimum(x0, x1)"), ("select", "jnp.where(x1 > v0, v0, x1)")],
+              [("binary", "jnp.minimum(x1, x0)"), ("select", "jnp.where(v0 < x1, v0, x1)")],
+              [("binary", "jnp.maximum(x1, x0)"), ("select", "jnp.where(x1 < v0, v0, x1)")]]
+    for body in bodies:
+        for trips in (0, 3):
+            _compare(Program(dtype, x0.shape, [x0, x1], body, loop_trips=trips))
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
 def test_negative_zero_minus_x_is_the_negation_as_xla(dtype):
     """Long campaign, seed 14: ``bf16(-1e-45) - x1`` (a bf16 -0 minus ``x1``) is ``-x1`` in XLA (LLVM folds ``fsub

@@ -856,11 +856,27 @@ def _compare(op, dtypes, result, flush):
 @scalar_definition(ew.SelectOp)
 def _select(op, dtypes, result, flush):
     if flush and result in FLOATS:
-        if _extremum_select(op) and not _merged_into_outer_select(op):
+        if _extremum_select(op) and not _merged_into_outer_select(op) and not _select_of_its_minimum(op):
             return Scalar("select_flush")
         if _extremum_select(op, everywhere=True):  # (LLVM in the compiled code would see the pattern XLA does not)
             return Scalar("select_kept")
     return Scalar("select")
+
+
+def _select_of_its_minimum(op) -> bool:
+    """Whether ``op`` is ``select(x > m, m, x)`` with ``m = minimum(x, y)`` (either operand order) computed in the
+    same fused loop: XLA keeps a denormal ``x`` there (no min instruction), measured f32 and f64 with ``y`` NaN and
+    1.0 (long fuzz campaign seed 39: ``where(x1 > minimum(x1, x0), minimum(x1, x0), x1)``). Only that form: ``select(m
+    < x, m, x)``, ``select(x < m, x, m)`` and the maximum's ``select(x < M, M, x)`` flush as a min/max instruction
+    (measured; LLVM's folds of a compare with a minimum are not modelled beyond what was measured)."""
+    compare = op.operands[0].owner
+    if not isinstance(compare, ew.CompareOp) or compare.properties["comparison_direction"].data != "GT":
+        return False
+    x, m = compare.operands
+    minimum = m.owner
+    site = _placement(op)
+    return (isinstance(minimum, ew.MinOp) and _looked_through(m, site) and op.operands[1] is m and op.operands[2] is x
+            and any(operand is x for operand in minimum.operands))
 
 
 def _merged_into_outer_select(op) -> bool:
