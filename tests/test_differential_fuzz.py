@@ -596,6 +596,22 @@ def test_a_min_select_of_the_minimum_of_its_arm_keeps_denormals_as_xla(dtype):
             _compare(Program(dtype, x0.shape, [x0, x1], body, loop_trips=trips))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_constant_minus_a_difference_is_an_addition_as_xla(dtype):
+    """Long campaign, seed 52: ``np.float32(-1e-45) - (x0 - x0)`` is +0 in XLA and was -0 here: LLVM rewrites ``C -
+    (X - Y)`` to ``C + (Y - X)`` when ``C`` cannot be -0 (a subnormal constant is not, to LLVM), and the CPU then
+    reads ``C`` as -0 (xla-float-rewrites' SubtractionFromConstant). Differences of equal values of both signs,
+    NaNs (of two, ``Y``'s, as XLA), a normal and a -0 constant (the negation) for comparison."""
+    tiny = float(np.finfo(DTYPES[dtype]).tiny)
+    x0 = np.array([0.0, -0.0, 0.0, 1.0, 2.0, np.nan, -np.inf, tiny / 3, 1.0], DTYPES[dtype])
+    x1 = np.array([0.0, -0.0, -0.0, 1.0, 1.0, 1.0, -np.inf, tiny / 3, np.nan], DTYPES[dtype])
+    literal = _dtype_expression(dtype)
+    for constant in (f"{literal}(-{tiny / 5!r})", f"{literal}({tiny / 5!r})", f"{literal}(-1.5)", f"{literal}(-0.0)"):
+        for body in ([("constant", f"{constant} - (x0 - x1)")], [("constant", f"{constant} - (x0 - x0)")]):
+            for trips in (0, 2):
+                _compare(Program(dtype, x0.shape, [x0, x1], body, loop_trips=trips))
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
 def test_negative_zero_minus_x_is_the_negation_as_xla(dtype):
     """Long campaign, seed 14: ``bf16(-1e-45) - x1`` (a bf16 -0 minus ``x1``) is ``-x1`` in XLA (LLVM folds ``fsub
