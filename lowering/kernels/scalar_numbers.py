@@ -14,8 +14,8 @@ originals. The copies are not cached on their own (numba's cache would key them 
 modules that inline them are.
 
 :func:`payload_free` says whether a fused group may use them: not when one of its ops turns a NaN's payload into a
-value that is not NaN (a total-order compare, a bitcast of a float to an integer) or an output is a float the
-loop does not check (f16, bf16), since such a value would not be reported.
+value that is not NaN (a total-order compare, a bitcast of a float to an integer) or an output the loop does not
+check (anything but f32, f64, integers and pred: f16, bf16, complex), since such a value would not be reported.
 """
 
 from __future__ import annotations
