@@ -355,7 +355,10 @@ def _replayed(value: SSAValue, chain: list[Operation], before: Operation) -> SSA
     ``before``."""
     for move in reversed(chain):
         clone = move.clone(value_mapper={move.operands[0]: value})
-        clone.attributes.pop("hlo.name", None)  # (a second op of the same HLO name)
+        # (a second op of the same HLO name; nor the identity a tool gave the original, such as the op number
+        # interop.trace's probes key values by: the clone computes another value)
+        for name in [k for k in clone.attributes if k == "hlo.name" or k.startswith("debug.")]:
+            clone.attributes.pop(name)
         before.parent.insert_op_before(clone, before)
         value = clone.results[0]
     return value

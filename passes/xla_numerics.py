@@ -53,6 +53,15 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
 * ``reduce(reduce(X, d1, I), d2, I)`` -> ``reduce(X, d1 + d2, I)`` for the same body and init value
   (``HandleReduce``'s ``MergeReduces``; f32/f64/complex): a sum of a sum is one sum, in XLA CPU's order for it.
 
+* ``transpose(dot_general(A, B))`` -> ``dot_general(B, A)`` when the transpose swaps the dot's two free
+  dimensions and is its only user (``HandleTranspose``; :class:`TransposeOfDot`), a dot whose contracting
+  dimensions all have size 1 -> a multiply of broadcasts (``HandleDot``; :class:`DotOfOneTerm`: then contracted
+  into the add that reads it), and the matrix-vector products XLA's dot emitter computes with swapped operands
+  written so (:class:`MatrixVectorProduct`): each product is then summed in the order of the product XLA runs.
+* ``reduce_window`` of windows that do not overlap (size = stride), 4,096 elements or more, a body YNNPACK
+  reduces -> ``reduce(reshape(X))`` over the window dimensions (:class:`ReduceWindowOfDisjointWindows`: XLA CPU
+  gives it to YNNPACK, which sums the windows as that reduce).
+
 * ``convert(X: bf16) -> f32`` (not f64: XLA rounds to bf16 there) where X is an arithmetic or
   transcendental element-wise op, a dot or a convolution: X computed with an
   f32 result from its operands widened to f32. XLA CPU computes bf16 ops in
@@ -75,7 +84,8 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
+from lowering.kernels.ynnpack_sum import MIN_ELEMENTS as YNNPACK_MIN_ELEMENTS
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
@@ -87,9 +97,9 @@ from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.elementwise import (AbsOp, AddOp, Atan2Op, CbrtOp, CosineOp, DivOp, ErfOp, ExpOp, Expm1Op,
                                         Log1pOp, LogisticOp, LogOp, MaxOp, MinOp, MulOp, NegOp, PowOp, RsqrtOp,
                                         SineOp, SqrtOp, SubOp, TanhOp, TanOp)
-from xla_dialect.ops.linalg import DotGeneralOp, DotOp
+from xla_dialect.ops.linalg import DotDimensionNumbers, DotGeneralOp, DotOp
 from xla_dialect.ops.reduction import ReduceOp
-from xla_dialect.ops.windowed import ConvolutionOp
+from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_named, element_type_of, numpy_dtype
@@ -1164,6 +1174,65 @@ def _identity_init(reduce: Operation) -> bool:
     return init is not None and init.size == 1 and complex(init.reshape(-1)[0]) in _IDENTITIES[type(combine)]
 
 
+_YNNPACK_WINDOW_TYPES = {AddOp: ("f32", "f64"), MaxOp: ("bf16", "f16", "f32", "f64"),
+                         MinOp: ("bf16", "f16", "f32", "f64")}
+"""The bodies and element types of the reduces (and window reductions) XLA CPU gives YNNPACK."""
+
+
+class ReduceWindowOfDisjointWindows(RewritePattern):
+    """``reduce_window`` whose windows do not overlap (each window size equal to its stride, no dilation) over
+    4,096 elements or more, with a body YNNPACK reduces (an ``add`` of f32/f64, a ``max``/``min`` of
+    bf16/f16/f32/f64) -> ``reduce(reshape(X))`` over the split-off window dimensions (``pad`` first for the
+    padding, the remainder a VALID window leaves dropped): XLA CPU gives such a window reduction to YNNPACK
+    (``__ynn_fusion``: flax's ``avg_pool``/``max_pool`` with stride = window), which sums each window as that
+    reduce, the inner window dimension first (``(a00 + a01) + (a10 + a11)`` for 2 x 2), not in XLA's own window
+    order. Measured bitwise against jax.jit (f32, f64; windows 2 x 2, 4 x 4, 3 x 3, 8 x 8, 2 x 2 x 1, 1-D 2; NHWC
+    and NCHW; SAME padding; an init value of 1; a fused producer). With padding only for an init value that is the
+    body's identity (the padded elements then change nothing). Smaller arrays stay XLA's own window loop."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ReduceWindowOp, rewriter: PatternRewriter) -> None:
+        if len(op.operands) != 2 or computes_on_quantized(op):
+            return
+        combine = _combining_op(op)
+        if combine is None or element_name(op.results[0]) not in _YNNPACK_WINDOW_TYPES.get(type(combine), ()):
+            return
+        x, init = op.operands
+        shape, out_shape = x.type.get_shape(), op.results[0].type.get_shape()
+        if max(x.type.element_count(), op.results[0].type.element_count()) < YNNPACK_MIN_ELEMENTS:
+            return
+        window = op.window()
+        if (window.dimensions != window.strides or any(d != 1 for d in window.base_dilations)
+                or any(d != 1 for d in window.window_dilations) or any(window.reversal)
+                or all(d == 1 for d in window.dimensions)
+                or any(lo < 0 or hi < 0 for lo, hi in window.padding)):
+            return
+        if any(lo or hi for lo, hi in window.padding):
+            found = _constant(init)  # (jax passes the init value through a scalar broadcast_in_dim)
+            if found is None or found[0].size != 1 or complex(found[0].reshape(-1)[0]) not in _IDENTITIES[type(combine)]:
+                return
+        low = [lo for lo, _ in window.padding]
+        high = [out * w - size - lo for out, w, size, (lo, _) in zip(out_shape, window.dimensions, shape,
+                                                                      window.padding)]
+        element = x.type.element_type
+        if any(low) or any(high):  # (the padding, less the elements of an incomplete last window)
+            x = _emit(rewriter, dm.PadOp, [x, init],
+                      tensor_type(element, [size + lo + hi for size, lo, hi in zip(shape, low, high)]),
+                      {"edge_padding_low": i64s(low), "edge_padding_high": i64s(high),
+                       "interior_padding": i64s([0] * len(shape))})
+        split, reduced = [], []
+        for out, w in zip(out_shape, window.dimensions):
+            split.append(out)
+            if w > 1:
+                reduced.append(len(split))
+                split.append(w)
+        x = _emit(rewriter, dm.ReshapeOp, [x], tensor_type(element, split))
+        reduce = create(ReduceOp, [x, init], {"dimensions": i64s(reduced)}, [op.results[0].type],
+                        regions=[op.regions[0].clone()])
+        reduce.attributes.update(op.attributes)
+        rewriter.replace(op, reduce)
+
+
 class ReduceKeepingEveryElement(RewritePattern):
     """``reduce(X, I, dims)`` -> ``reshape(X)`` when every reduced dimension has size 1 (as many results as
     elements): XLA's ``HandleReduce`` makes such a reduce a reshape, the init value never combined, so ``-0.0``
@@ -1207,6 +1276,130 @@ class SumOfNegation(RewritePattern):
         summed.operands[0] = op.operands[0].owner.operands[0]
         rewriter.insert(summed)
         rewriter.replace_matched_op(create(NegOp, [summed.results[0]], {}, [op.results[0].type]))
+
+
+def _contracts_one_term(dot: Operation) -> bool:
+    """Whether every contracting dimension of ``dot`` has size 1 (each element is one product)."""
+    dn = dot.dimension_numbers()
+    lshape = dot.lhs.type.get_shape()
+    return all(lshape[d] == 1 for d in dn.lhs_contracting_dimensions)
+
+
+def _spread(rewriter: PatternRewriter, value: SSAValue, batch, free, contracting, result, at: int) -> SSAValue:
+    """``value`` (a dot operand) without its size-1 ``contracting`` dimensions, its ``batch`` then ``free``
+    dimensions in order, broadcast to the ``result`` type with the free dimensions at ``at`` (exact moves)."""
+    t = value.type
+    shape = t.get_shape()
+    kept = [d for d in range(len(shape)) if d not in contracting]
+    if len(kept) != len(shape):
+        value = _emit(rewriter, dm.ReshapeOp, [value], tensor_type(t.element_type, [shape[d] for d in kept]))
+    order = [kept.index(d) for d in (*batch, *free)]
+    if order != sorted(order):
+        value = _emit(rewriter, dm.TransposeOp, [value],
+                      tensor_type(t.element_type, [shape[kept[i]] for i in order]), {"permutation": i64s(order)})
+    dims = [*range(len(batch)), *range(at, at + len(free))]
+    return _emit(rewriter, dm.BroadcastInDimOp, [value], tensor_type(t.element_type, result.type.get_shape()),
+                 {"broadcast_dimensions": i64s(dims)})
+
+
+class DotOfOneTerm(RewritePattern):
+    """A dot whose contracting dimensions all have size 1 -> ``broadcast(lhs) * broadcast(rhs)``: XLA's simplifier
+    makes every such dot (outer products, ``(M, 1) x (1, N)``, batched, any size and element type: measured in
+    jax.jit's optimized HLO) a multiply of broadcasts, which its fusions then treat as any multiply -- contracted
+    into the add that reads it (equinox's first ``Linear`` of one input feature: ``W x + b`` is one FMA per
+    element in XLA), and a product of ``-0`` stays ``-0``. Operands and result of one element type only (a
+    ``preferred_element_type`` product is left alone)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: DotGeneralOp, rewriter: PatternRewriter) -> None:
+        element = op.results[0].type.element_type
+        if (computes_on_quantized(op) or op.lhs.type.element_type != element or op.rhs.type.element_type != element
+                or not _contracts_one_term(op) or op.results[0].type.element_count() == 0):
+            return
+        dn = op.dimension_numbers()
+        lfree, rfree = dn.free_dimensions(op.lhs.type.get_num_dims(), op.rhs.type.get_num_dims())
+        batch = len(dn.lhs_batch_dimensions)
+        result = op.results[0]
+        lhs = _spread(rewriter, op.lhs, dn.lhs_batch_dimensions, lfree, dn.lhs_contracting_dimensions, result, batch)
+        rhs = _spread(rewriter, op.rhs, dn.rhs_batch_dimensions, rfree, dn.rhs_contracting_dimensions, result,
+                      batch + len(lfree))
+        rewriter.replace(op, create(MulOp, [lhs, rhs], {}, [result.type]))
+
+
+class MatrixVectorProduct(RewritePattern):
+    """A matrix-vector product XLA's dot emitter computes with its operands swapped, written as that product:
+
+    * ``(1, K) x (K, N)`` whose rhs is stored ``(N, K)`` (``dot_general(v, W)`` contracting ``W``'s last
+      dimension: equinox's last ``Linear`` of one output) -> ``reshape(dot_general(W, v))``: XLA's row-major
+      matrix-vector emitter sums each element of the ``(N, K) x (K, 1)`` product;
+    * ``(M, K) x (K, 1)`` whose lhs is stored ``(K, M)`` (contracted over its first dimension) ->
+      ``reshape(dot_general(v, A))``: XLA's column-major matrix-vector emitter, the order of the vector-matrix
+      product ``(1, K) x (K, M)``.
+
+    Measured bitwise against jax.jit (f32 and f64, ``K`` 5..100, ``N``/``M`` 8..64; 2-D operands without batch
+    dimensions). The result is the same array (a reshape of a size-1 dimension); only the order of the sums
+    changes."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: DotGeneralOp, rewriter: PatternRewriter) -> None:
+        result = op.results[0]
+        element = result.type.element_type
+        if (element_name(result) not in ("f32", "f64") or op.lhs.type.element_type != element
+                or op.rhs.type.element_type != element or computes_on_quantized(op)
+                or op.lhs.type.get_num_dims() != 2 or op.rhs.type.get_num_dims() != 2):
+            return
+        dn = op.dimension_numbers()
+        if dn.lhs_batch_dimensions or len(dn.lhs_contracting_dimensions) != 1:
+            return
+        (lc,), (rc,) = dn.lhs_contracting_dimensions, dn.rhs_contracting_dimensions
+        lshape, rshape = op.lhs.type.get_shape(), op.rhs.type.get_shape()
+        m, n, k = lshape[1 - lc], rshape[1 - rc], lshape[lc]
+        if k < 2 or not ((m == 1 and n >= 2 and rc == 1) or (n == 1 and m >= 2 and lc == 0)):
+            return
+        swapped = DotDimensionNumbers((rc,), (lc,))
+        props = {key: v for key, v in op.properties.items() if key not in swapped.to_props()}
+        props.update(swapped.to_props())
+        precision = op.properties.get("precision_config")
+        if precision is not None and len(precision.data) == 2:
+            props["precision_config"] = ArrayAttr([precision.data[1], precision.data[0]])
+        product = _emit(rewriter, DotGeneralOp, [op.rhs, op.lhs], tensor_type(element, (n, m)), props)
+        rewriter.replace(op, create(dm.ReshapeOp, [product], {}, [result.type]))
+
+
+class TransposeOfDot(RewritePattern):
+    """``transpose(dot_general(A, B))`` -> ``dot_general(B, A)`` when the transpose only swaps the dot's two free
+    dimensions (one of each operand, after its batch dimensions) and is the dot's only user: XLA's simplifier
+    computes the swapped product, whose kernel sums each element in the order of the swapped shapes (a YNNPACK
+    product ``(M, K) x (K, N)`` and ``(N, K) x (K, M)`` tile and split ``K`` differently). Measured in jax.jit's
+    optimized HLO: equinox's ``Linear`` under ``vmap`` computes ``transpose(dot_general(W, x))``, which XLA runs as
+    ``dot(x, W)``; batched products too; not when the dot has another reader, nor when a free dimension has size
+    1 (the transpose is a bitcast there, removed first). Exact for every element type; only the order of the sums
+    changes, so every type is rewritten."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: dm.TransposeOp, rewriter: PatternRewriter) -> None:
+        dot = op.operands[0].owner
+        if (not isinstance(dot, DotGeneralOp) or computes_on_quantized(dot) or not dot.results[0].has_one_use()
+                or _contracts_one_term(dot)):  # (a multiply in XLA: DotOfOneTerm)
+            return
+        lshape, rshape = dot.lhs.type.get_shape(), dot.rhs.type.get_shape()
+        dn = dot.dimension_numbers()
+        lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
+        batch = len(dn.lhs_batch_dimensions)
+        permutation = [int(p) for p in op.properties["permutation"].get_values()]
+        if (len(lfree) != 1 or len(rfree) != 1 or permutation != [*range(batch), batch + 1, batch]
+                or lshape[lfree[0]] == 1 or rshape[rfree[0]] == 1):
+            return
+        swapped = DotDimensionNumbers(dn.rhs_contracting_dimensions, dn.lhs_contracting_dimensions,
+                                      dn.rhs_batch_dimensions, dn.lhs_batch_dimensions)
+        props = {k: v for k, v in dot.properties.items() if k not in swapped.to_props()}
+        props.update(swapped.to_props())
+        precision = dot.properties.get("precision_config")
+        if precision is not None and len(precision.data) == 2:
+            props["precision_config"] = ArrayAttr([precision.data[1], precision.data[0]])
+        product = create(DotGeneralOp, [dot.rhs, dot.lhs], props, [op.results[0].type])
+        rewriter.replace(op, product)
+        rewriter.erase(dot)
 
 
 def _adds_parameters(scatter: Operation) -> bool:
@@ -1338,7 +1531,8 @@ class XlaFloatRewritesPass(PatternPass):
                 FoldMultiplyConstants, ConstantIntoBroadcast, FoldAddConstants, FactorPowerOfTwo, SubtractConstant,
                 SubtractionFromConstant,
                 SimplifyPower, *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces,
-                ReduceKeepingEveryElement, SumOfNegation, AddOfScatter)
+                ReduceKeepingEveryElement, SumOfNegation, AddOfScatter, DotOfOneTerm, TransposeOfDot,
+                MatrixVectorProduct, ReduceWindowOfDisjointWindows)
 
 
 @register_pass
@@ -1391,6 +1585,9 @@ def needs_rewrites(module: Operation) -> bool:
                         or op.operands[0].type.element_count() == op.results[0].type.element_count()))
                or (isinstance(op, cv.ConvertOp) and (element_name(op.operands[0]) == "bf16"
                                                      or isinstance(op.operands[0].owner, cv.ConvertOp)))
+               or (isinstance(op, dm.TransposeOp) and isinstance(op.operands[0].owner, DotGeneralOp))
+               or isinstance(op, DotGeneralOp)
+               or isinstance(op, ReduceWindowOp)
                for op in module.walk())
 
 

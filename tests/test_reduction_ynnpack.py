@@ -326,3 +326,72 @@ def test_sums_of_transposes_are_sums_of_their_operands(name, fn, shape, dtype, o
     got, want = _bits(fn, (x,), **options)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+# -- maxima and minima: YNNPACK's NaN and zero rule (lowering/kernels/ynnpack_extrema.py) ---------------------
+
+def _specials(rng, shape, dtype, nan=0.03):
+    """Normal values with NaNs, zeros of both signs and infinities scattered (about ``nan`` of them NaN)."""
+    x = rng.standard_normal(shape).astype(dtype)
+    u = rng.random(shape)
+    x[u < nan] = np.nan
+    x[(u >= nan) & (u < nan + 0.05)] = 0.0
+    x[(u >= nan + 0.05) & (u < nan + 0.1)] = -0.0
+    x[(u >= nan + 0.1) & (u < nan + 0.12)] = -np.inf
+    return x
+
+
+_EXTREMA = [
+    ("rows", 1, (64, 128)),
+    ("rows with a short last vector", 1, (64, 100)),
+    ("rows of two", 1, (4096, 2)),
+    ("columns", 0, (128, 64)),
+    ("columns, a short last block", 0, (130, 40)),
+    ("full", None, (8192,)),
+    ("full in tiles", None, (70001,)),
+    ("columns in row tiles", 0, (40000, 2)),
+    ("middle axis", 1, (8, 64, 16)),
+    ("two runs of rows", (0, 2), (4, 8, 256)),
+    ("two runs of columns", (2, 4), (8, 14, 2, 14, 2, 16)),  # (a 2 x 2 max pool: XLA's reshape and reduce)
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name, axis, shape", _EXTREMA, ids=[c[0] for c in _EXTREMA])
+def test_large_maxima_and_minima_follow_ynnpacks_nan_and_zero_rule(name, axis, shape, dtype):
+    # YNNPACK's maxps(acc, x) lanes forget a NaN that is not the last element of its lane, and std::max(init, h)
+    # returns the init value for a NaN h: jnp.max of 8,192 elements holding NaNs is a number, -inf when the last
+    # element is NaN; zeros take the sign of the lane that wins the ties. The NumPy/IEEE rule gave NaN.
+    rng = np.random.default_rng(len(name))
+    nan = 0.0005 if int(np.prod(shape)) > 20000 else 0.03
+    x = _specials(rng, shape, dtype, nan)
+    if axis == 1 and len(shape) == 2:
+        x[0, -1] = np.nan  # (a NaN last in its lane: the row's maximum is the init value)
+    with jax.enable_x64(dtype == np.float64):
+        for fn in (lambda v: jnp.max(v, axis=axis), lambda v: jnp.min(v, axis=axis),
+                   lambda v: jnp.max(v * dtype(0), axis=axis)):  # (rows of zeros of both signs)
+            got, want = _bits(fn, (x,), fusion="never")
+            assert np.array_equal(got[0], want[0]), name
+    if axis == 1 and len(shape) == 2:
+        assert not np.isnan(np.asarray(jax.jit(lambda v: jnp.max(v, axis=1))(x))).any()  # (XLA's own behaviour)
+
+
+@pytest.mark.parametrize("options", [dict(fusion="always", loop_compilation="never"),
+                                     dict(fusion="never", loop_compilation="always")], ids=["fused", "loops"])
+def test_large_maxima_in_fused_groups_and_compiled_loops_follow_ynnpacks_rule(options):
+    # The fused row reduction takes a zero row maximum's sign from YNNPACK's rule (a row holding a NaN is the
+    # kernel's to compute); compiled loops call the same definition for rows, columns and full reductions.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    zeros = lambda v: (jnp.max(v * np.float32(0), axis=1), jnp.min(v * np.float32(0), axis=0))  # noqa: E731
+    got, want = _bits(zeros, (x,), **options)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    y = _specials(rng, (64, 128), np.float32)
+
+    def loop(v):
+        def body(i, c):
+            return c[0] * np.float32(0.5), c[1] + jnp.max(c[0], axis=1), c[2] + jnp.min(c[0], axis=0), c[3] + jnp.max(c[0])
+        return jax.lax.fori_loop(0, 3, body, (v, jnp.zeros(64, np.float32), jnp.zeros(128, np.float32), np.float32(0)))[1:]
+
+    got, want = _bits(loop, (y,), **options)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))

@@ -443,7 +443,11 @@ def test_errors_name_what_was_expected(results):
 
 
 def test_subprocess_stays_fast(results):
-    assert results["_seconds"] < 30
+    # A bound against a runaway (a program recompiled per device, a hang), not a timing margin: the subprocess
+    # takes 13-17 s on the 2-core VM idle with warm or cold generated-code caches, and 30-45 s when the library's
+    # own numba kernels compile cold beside a busy test run (measured; the guide forbids margins a busy machine
+    # crosses).
+    assert results["_seconds"] < 120
 
 
 def test_mesh_replica_groups_are_expanded_as_xla_does():

@@ -17,6 +17,7 @@ import pytest
 import lowering
 import passes
 from interop import import_jax
+from passes.pipelines import prepare_for_execution
 from xla_dialect.errors import ExecutionError
 
 F32, F64, F16, BF16 = np.float32, np.float64, np.float16, ml_dtypes.bfloat16
@@ -552,3 +553,102 @@ def test_a_constant_factor_moves_onto_the_broadcast_operand():
     assert_matches_jax(lambda a, b: (a * F32(3.3)) * b[:, None], rows.T, column)
     assert_matches_jax(lambda a: (a / F32(7)) / jnp.max(a / F32(7), -1, keepdims=True), rows)
     assert_matches_jax(lambda a, b: ((a * F32(0.37)) * b[None, :], a * F32(0.37) + 1), rows, column)  # (reused)
+
+
+# -- dots and window reductions as XLA computes them -------------------------------------------------------------
+
+def _normal(shape, dtype=F32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _rewritten(fn, *args) -> list[str]:
+    """The op names of ``fn``'s program after the executor's pipeline."""
+    prepared = prepare_for_execution(import_jax(fn, *args))
+    return [op.name for op in prepared.walk()]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_transposed_dot_is_the_product_with_swapped_operands(dtype):
+    # HandleTranspose: transpose(dot(A, B)) -> dot(B, A) where the transpose swaps the two free dimensions and is
+    # the dot's only user. equinox's Linear under vmap computes transpose(dot_general(W, x)); XLA runs dot(x, W),
+    # a YNNPACK product of the other shape (88 of 128 outputs of a 4-64-64-64-2 tanh MLP differed before).
+    with jax.enable_x64(dtype == F64):
+        x, w1, w2, w3 = (_normal(s, dtype, seed) for seed, s in enumerate([(64, 4), (64, 4), (64, 64), (2, 64)]))
+        b1, b2, b3 = (_normal(s, dtype, 9 + seed) for seed, s in enumerate([(64,), (64,), (2,)]))
+
+        def mlp(x, w1, b1, w2, b2, w3, b3):
+            def one(v):  # (equinox.nn.Linear: weight @ x + bias, per example)
+                h = jnp.tanh(w1 @ v + b1)
+                h = jnp.tanh(w2 @ h + b2)
+                return w3 @ h + b3
+            return jax.vmap(one)(x)
+
+        assert_matches_jax(mlp, x, w1, b1, w2, b2, w3, b3)
+        assert "hlo.transpose" not in _rewritten(mlp, x, w1, b1, w2, b2, w3, b3)
+        batched = (_normal((3, 8, 20), dtype), _normal((3, 16, 20), dtype, 1))
+        assert_matches_jax(lambda a, b: jnp.swapaxes(jnp.einsum("bik,bjk->bij", a, b), 1, 2), *batched)
+        # Not folded in XLA: a dot with another reader, and a transpose that is a bitcast (a free dimension of 1).
+        def shared(a, b):
+            d = jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())))
+            return d.T, d.sum(0)
+
+        assert_matches_jax(shared, _normal((40, 24), dtype), _normal((32, 24), dtype, 1))
+        assert "hlo.transpose" in _rewritten(shared, _normal((40, 24), dtype), _normal((32, 24), dtype, 1))
+        assert_matches_jax(lambda a, b: (a @ b).T, _normal((1, 24), dtype), _normal((24, 32), dtype, 1))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_dot_of_one_term_is_a_multiply_contracted_into_its_add(dtype):
+    # HandleDot: a dot whose contracting dimensions have size 1 is a multiply of broadcasts in XLA (every shape and
+    # type measured), so the add of a bias is one FMA per element: equinox's first Linear of one input feature
+    # (367 of 2,048 elements of the layer differed before, up to 119 ULP).
+    with jax.enable_x64(dtype == F64):
+        x, w, b = _normal((64, 1), dtype), _normal((32, 1), dtype, 1), _normal((32,), dtype, 2)
+        layer = lambda x, w, b: jax.vmap(lambda v: w @ v + b)(x)
+        assert_matches_jax(layer, x, w, b)
+        assert "hlo.dot_general" not in _rewritten(layer, x, w, b)
+        assert_matches_jax(lambda a, c, d: a @ c - d, _normal((16, 1), dtype), _normal((1, 24), dtype, 1),
+                           _normal((16, 24), dtype, 2))
+        batched = (_normal((4, 8, 1), dtype), _normal((4, 1, 9), dtype, 1))
+        assert_matches_jax(lambda a, c: jnp.einsum("bik,bkj->bij", a, c) + 1, *batched)
+        zeros = np.array([[-0.0], [2.0]], dtype)  # (a product of -0 stays -0: no sum from +0)
+        assert_matches_jax(lambda a, c: a @ c, zeros, np.array([[1.0, -3.0]], dtype))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_matrix_vector_products_are_summed_by_xlas_matrix_vector_emitters(dtype):
+    # XLA's dot emitter swaps the operands of (1, K) x (K, N) whose rhs is stored (N, K) (a row-major
+    # matrix-vector product) and of (M, K) x (K, 1) whose lhs is stored (K, M) (a column-major one, the order of
+    # the vector-matrix product): equinox's last Linear of one output, and its gradients.
+    with jax.enable_x64(dtype == F64):
+        dn = lambda a, b, dims: jax.lax.dot_general(a, b, (dims, ((), ())))
+        for k, n in [(32, 64), (5, 9), (17, 40), (64, 33), (8, 8)]:
+            assert_matches_jax(lambda v, w: dn(v, w, ((1,), (1,))), _normal((1, k), dtype), _normal((n, k), dtype, 1))
+            assert_matches_jax(lambda a, v: dn(a, v, ((0,), (0,))), _normal((k, n), dtype), _normal((k, 1), dtype, 1))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_window_sums_of_disjoint_windows_are_ynnpacks_reduces(dtype):
+    # XLA CPU gives a reduce_window whose windows do not overlap (size = stride) over 4,096 elements or more to
+    # YNNPACK, which reduces the window dimensions as a reduce: (a00 + a01) + (a10 + a11) for 2 x 2 -- flax's
+    # avg_pool (30% of a pooled 8x28x28x16 activation differed before).
+    with jax.enable_x64(dtype == F64):
+        pool = lambda w, padding="VALID", init=0.0: (
+            lambda x: jax.lax.reduce_window(x, np.array(init, dtype), jax.lax.add, w, w, padding))
+        x = _normal((8, 28, 28, 16), dtype)
+        for window in [(1, 2, 2, 1), (1, 4, 4, 1), (1, 7, 7, 1)]:
+            assert_matches_jax(pool(window), x)
+        assert_matches_jax(lambda x: pool((1, 2, 2, 1))(jnp.maximum(x * 1.5, 0)) / 4, x)  # (a fused producer)
+        assert_matches_jax(pool((1, 2, 2, 1), init=1.0), x)
+        assert_matches_jax(pool((1, 1, 2, 2)), _normal((8, 16, 28, 28), dtype))  # NCHW
+        assert_matches_jax(pool((1, 2, 2, 1), "SAME"), _normal((8, 27, 27, 16), dtype))  # padded
+        assert_matches_jax(pool((1, 2, 2, 1)), _normal((8, 27, 27, 16), dtype))  # a last incomplete window
+        assert_matches_jax(pool((2,)), _normal((65536,), dtype))
+        assert "hlo.reduce_window" not in _rewritten(pool((1, 2, 2, 1)), x)
+        spiked = x.copy()
+        spiked.reshape(-1)[::97] = np.nan  # (a max pool is YNNPACK's max: lowering/kernels/ynnpack_extrema.py)
+        assert_matches_jax(lambda v: jax.lax.reduce_window(v, -np.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
+                                                           "VALID"), spiked)
+        small = _normal((1, 16, 16, 15), dtype)  # (3,840 elements: XLA's own window loop)
+        assert_matches_jax(pool((1, 2, 2, 1)), small)
+        assert "hlo.reduce_window" in _rewritten(pool((1, 2, 2, 1)), small)

@@ -83,7 +83,8 @@ from ..runtime.interrupt import CHUNK, POLL_MASK, check
 from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from ..kernels.scalar import scalar_of
 from ..kernels.small_dot import order_kernels
-from ..kernels.reduction import sum_lanes
+from ..kernels.reduction import sum_lanes, ynnpack_extremum_plan
+from ..kernels.ynnpack_sum import ROWS
 from ..kernels.tree_sum import reduced_dims, scratch_length
 from ..runtime.workers import numba_threads_available
 
@@ -1059,7 +1060,7 @@ class _LoopWriter:
         (:func:`lowering.kernels.reduction.ynnpack_plan`) call the kernel's own definition
         (:func:`lowering.kernels.ynnpack_sum.sum_rows`, ``sum_columns`` and their ``_looped`` forms)."""
         from ..kernels.reduction import binary_body_ufunc, ynnpack_plan
-        from ..kernels.ynnpack_sum import LOOPED_COLUMNS, LOOPED_ROWS, ROWS
+        from ..kernels.ynnpack_sum import LOOPED_COLUMNS, LOOPED_ROWS
 
         found = ynnpack_plan(op)
         if found is not None:
@@ -1135,6 +1136,11 @@ class _LoopWriter:
             return f"{t}({definition.name}({a}, {b}))"
 
         if isinstance(body_op, (MaxOp, MinOp)) and dtype in _FLOATS:
+            plan = ynnpack_extremum_plan(source_shape, range(len(source_shape)), dtype)
+            if plan is not None:  # (YNNPACK's rule, as the interpreted kernel applies it: ynnpack_extrema)
+                self.emit(indent, f"{out} = ynnpack_row_extremum({flat}, 0, {n}, {isinstance(body_op, MinOp)}, "
+                                  f"{t}({init}), {plan[2]})")
+                return
             # XLA's fold acc = max(acc, x) over init, x... in row-major order, as the interpreted kernel
             # gives it (lowering.kernels.reduction._first_nans: the first NaN met, its sign from the values
             # before it; zeros by their signs).
@@ -1252,6 +1258,16 @@ class _LoopWriter:
         if isinstance(body, AddOp) and is_float:  # XLA CPU's order, the kernel's (lowering.kernels.tree_sum)
             dims = self.constant_dims(reduced_dims(source_shape, axes))
             self.emit(indent, f"tree_sums({rows}, {dims}, {t}({init}), {flat})")
+            return
+        plan = ynnpack_extremum_plan(source_shape, axes, dtype) if isinstance(body, (MaxOp, MinOp)) and is_float else None
+        if plan is not None:  # (YNNPACK's rule on each output, as the interpreted kernel applies it: the operand
+            # as (p, l, m, k, n), lowering.kernels.ynnpack_extrema.extremum_plan)
+            kind, (p, l, m, k, n), tile = plan
+            x5 = self.fresh("x")
+            self.emit(indent, f"{x5} = c_view({self.name(op.operands[0])}, ({p}, {l}, {m}, {k}, {n}))")
+            self.emit(indent, f"for {o} in range({outputs}):")
+            self.emit(indent + "    ", f"{flat}[{o}] = ynnpack_extremum({x5}, {o} // {m * n}, ({o} // {n}) % {m}, "
+                                       f"{o} % {n}, {isinstance(body, MinOp)}, {kind}, {t}({init}), {tile})")
             return
         self.emit(indent, f"for {o} in range({outputs}):")
         inner = indent + "    "
@@ -1888,6 +1904,8 @@ class CompiledLoop:
 
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_runtime import " + "{names}\n"
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
+                  "from lowering.kernels.ynnpack_extrema import row_extremum as ynnpack_row_extremum, "
+                  "extremum as ynnpack_extremum\n"
                   "from lowering.kernels.tree_sum import contracted_sums, lane_sum, nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot_pair, "
                   + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"

@@ -31,12 +31,14 @@ import threading
 import numpy as np
 
 from xla_dialect.ops.elementwise import CosineOp, DivOp, ExpOp, LogisticOp, LogOp, SineOp, TanhOp, TanOp
+from xla_dialect.ops.base import ints
 from xla_dialect.ops.reduction import ReduceOp
 
 from .compile_queue import compile_function, compile_in_background
 from ..kernels.scalar_numbers import payload_free
 from .compiled_loops import ElementLoopWriter, _load, as_compiled
 from .fusion_plan import Group, Ineligible, _reduction_kind, _shape, element_loop, input_reads
+from ..kernels.reduction import ynnpack_extremum_plan
 from ..kernels.tree_sum import TREE_WINDOW
 from ..runtime.workers import even_bounds, numba_threads_available, run_pieces
 
@@ -159,8 +161,15 @@ def _row_reductions(group: Group, writer, inner: int, sub: int, lines: list[str]
         minimum = kind == "min"
         row_end += [f"        m{q}, bad{q} = row_extremum(w{q}, s * {width}, {width}, {minimum})",
                     f"        found |= bad{q}",
-                    f"        if m{q} == 0:",
-                    f"          m{q} = zero_sign(w{q}, s * {width}, {width}, m{q}, {minimum})"]
+                    f"        if m{q} == 0:"]
+        plan = ynnpack_extremum_plan(x.type.get_shape(), ints(op.dimensions), dtype)
+        if plan is None:
+            row_end.append(f"          m{q} = zero_sign(w{q}, s * {width}, {width}, m{q}, {minimum})")
+        else:  # (XLA CPU reduces in YNNPACK: its rule gives the zero's sign, as the reduction kernel applies it;
+            # a row holding a NaN is the kernel's to compute, above)
+            identity = "np.inf" if minimum else "-np.inf"
+            row_end.append(f"          m{q} = ynnpack_row_extremum(w{q}, s * {width}, {width}, {minimum}, "
+                           f"np.{t}({identity}), {plan[2]})")
         # (No flush of a denormal maximum, as the kernel's ``-inf op total`` does under DAZ: in "flush" mode
         # no denormal reaches the row -- arguments are flushed, a constant is converted to the kernel's
         # type under the caller's MXCSR, results of arithmetic are flushed.)

@@ -47,6 +47,7 @@ from .registry import register
 from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
 from .tree_sum import contracted_sum_function, plain_sum_lanes, sum_function
+from .ynnpack_extrema import apply_rule, extremum_plan, needs_ynnpack_rule
 from .ynnpack_sum import sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = BINARY_BODY_UFUNCS
@@ -170,10 +171,24 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
 
         return tree_sum_kernel
 
+    static = in_shape is not None and all(d >= 0 for d in in_shape)
+    plan = ynnpack_extremum_plan(in_shape, axes, dtype) if fix is not None and static else None
+
+    def ynnpack_rule(result, x, init):
+        """``result`` (the true extrema) with the outputs YNNPACK's rule may change recomputed by it."""
+        if plan is None or not needs_ynnpack_rule(result):
+            return result
+        kind, shape, tile = plan
+        out = np.array(result, dtype).reshape(-1)
+        apply_rule(np.ascontiguousarray(x, dtype).reshape(shape), out, dtype.type(init), ufunc is np.minimum,
+                   kind, tile)
+        return out.reshape(np.shape(result))
+
     def reduce_kernel(body, x, init):
         total = ufunc.reduce(x, axis=axes, dtype=acc)
         result = np.asarray(ufunc(np.asarray(init, acc), total), acc).astype(dtype, copy=False)
-        return result if fix is None else _first_nans(fix(result, x, init), x, init, axes, ufunc)
+        return result if fix is None else ynnpack_rule(_first_nans(fix(result, x, init), x, init, axes, ufunc),
+                                                       x, init)
 
     rows = in_shape is not None and len(in_shape) >= 1 and tuple(axes) == (len(in_shape) - 1,) and in_shape[-1] >= 1
     if rows and dtype in _ROW_DTYPES and fix is not None:
@@ -186,7 +201,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
             total = rowwise.row_extrema_of(x, ufunc, workers)  # (zeros with XLA's sign over the row already)
             result = np.asarray(ufunc(np.asarray(init, acc), total), acc)
             result = fix(result, x, init) if init == 0 else result  # (a zero init takes part in the sign)
-            return _first_nans(result, x, init, axes, ufunc)
+            return ynnpack_rule(_first_nans(result, x, init, axes, ufunc), x, init)
 
         return row_extrema_kernel
     return reduce_kernel
@@ -264,6 +279,16 @@ def ynnpack_plan(op) -> tuple[tuple, bool, tuple | None] | None:
     if plan is None:
         return None
     return plan, transposed is None and _reads_bf16(op), transposed
+
+
+def ynnpack_extremum_plan(in_shape, axes, dtype) -> tuple | None:
+    """:func:`lowering.kernels.ynnpack_extrema.extremum_plan` of a max/min reduction of the ``axes`` of an
+    operand of ``in_shape`` (f32/f64) on a host with the AVX-512 kernels it was measured with, else None: where
+    XLA CPU reduces with YNNPACK's max/min rule, which the reduction kernel, fused row reductions and compiled
+    loops then apply to their NaN and zero outputs."""
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)) or not host.measured_host():
+        return None
+    return extremum_plan(in_shape, axes, dtype)
 
 
 def _reads_bf16(op) -> bool:
