@@ -20,8 +20,10 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   bf16 via f32; not complex): the pass ``xla-divide-by-broadcast``, which the executor runs before
   ``canonicalize-broadcasts`` because XLA counts ``B``'s uses on the program as written (a broadcast repeating a
   size-1 dimension of ``B`` divides by a reshape of ``B`` of its own in XLA: one use).
-* One-element values computed from constants (``n - ddof``, ``n - ddof > 0``) -> constants, by exact or
-  correctly rounded ops only (:class:`FoldScalarConstants`, XLA's constant folding), and ``select`` of a
+* One-element values computed from constants (``n - ddof``, ``n - ddof > 0``, ``0.9 ** 1``) -> constants, by
+  exact or correctly rounded ops only (:class:`FoldScalarConstants`, XLA's constant folding; ``power`` of the
+  exponents 0, 1 and 2), the add, subtract, multiply or divide of two splat constants -> the splat of its value
+  (:class:`FoldSplatConstants`: ``0.9 * zeros_like(g)`` in optax's first adam step), and ``select`` of a
   constant predicate -> its arm (:class:`SelectOfConstantPredicate`, ``HandleSelect``).
 * ``exp(A) / exp(B)`` -> ``exp(A - B)``; ``A / exp(B)`` -> ``A * exp(-B)``;
   ``A / pow(B, C)`` -> ``A * pow(B, -C)``; ``A / sqrt(B)`` -> ``A * rsqrt(B)``
@@ -758,9 +760,48 @@ def _select(b, p, a, c, op):
 
 
 _SCALAR_FOLDS = (ew.CompareOp, cv.ConvertOp, AddOp, SubOp, MulOp, DivOp, NegOp, MaxOp, MinOp, ew.AndOp, ew.OrOp,
-                 ew.NotOp)
+                 ew.NotOp, PowOp)
 """Ops of one element :class:`FoldScalarConstants` evaluates: exact or correctly rounded in XLA's evaluator and in
-the kernels alike (no transcendental op, whose evaluator and run-time results differ)."""
+the kernels alike (no transcendental op, whose evaluator and run-time results differ; ``power`` only of the
+exponents 0, 1 and 2: optax's bias correction ``1 - b1 ** count`` at the first step)."""
+
+
+def _splat(value: SSAValue) -> np.ndarray | None:
+    """The one value of a constant all of whose elements have the same bits (or of a broadcast of a constant of
+    one element), as a 0-d array; else None."""
+    found = _constant(value)
+    if found is None or found[0].size == 0:
+        return None
+    array = np.asarray(found[0]).reshape(-1)
+    first = array[:1]
+    if array.size > 1 and not np.array_equal(array.view(np.uint8).reshape(array.size, -1),
+                                             np.broadcast_to(first.view(np.uint8), (array.size, array.itemsize))):
+        return None
+    return first.reshape(())
+
+
+class FoldSplatConstants(RewritePattern):
+    """An add, subtract, multiply or divide of two constants whose elements are all one value (splats:
+    jax's ``jnp.zeros_like`` state, its broadcast scalars) -> the splat of the folded value: XLA's constant
+    folding (each op correctly rounded, in f32/f64 as XLA's evaluator computes it, :func:`_fold`). optax's first
+    adam step reads ``0.9 * zeros + 0.1 * g``: folded, the add of zero goes, and the bias correction's constant
+    then folds into ``0.1 * g``'s multiply as in XLA (1 ULP on half the updates before)."""
+
+    _FUNCTIONS = {AddOp: np.add, SubOp: np.subtract, MulOp: np.multiply, DivOp: np.divide}
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        fn = self._FUNCTIONS.get(type(op))
+        if fn is None or len(op.operands) != 2 or computes_on_quantized(op) or element_name(op.results[0]) not in (
+                "f32", "f64"):
+            return
+        result = op.results[0]
+        if not isinstance(result.type, TensorType) or result.type.element_count() < 2:
+            return  # (one element: FoldScalarConstants)
+        values = [_splat(v) for v in op.operands]
+        if any(v is None for v in values):
+            return
+        folded = _fold(fn, *values, dtype=numpy_dtype(result.type))
+        _replace(rewriter, op, _emit_constant(rewriter, folded, result.type))
 _FOLDED_TYPES = frozenset({"f32", "f64", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"})
 
 
@@ -780,6 +821,13 @@ class FoldScalarConstants(RewritePattern):
             return
         args = [_constant_array(v) for v in op.operands]
         if any(a is None for a in args):
+            return
+        if isinstance(op, PowOp):  # (only exponents whose power is exact or correctly rounded: 0, 1, 2)
+            base, exponent = (a.reshape(-1)[0] for a in args)
+            if exponent not in (0, 1, 2):
+                return
+            value = _fold(lambda b: b ** int(exponent), base, dtype=numpy_dtype(result.type))
+            rewriter.replace_op(op, make_constant(value.reshape(tuple(result.type.get_shape())), result.type))
             return
         from .cleanup import _Evaluator
 
@@ -1525,7 +1573,8 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, SelectOfConstantPredicate, *NESTED_SELECTS,
+    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, FoldSplatConstants, SelectOfConstantPredicate,
+                *NESTED_SELECTS,
                 *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
                 CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
                 FoldMultiplyConstants, ConstantIntoBroadcast, FoldAddConstants, FactorPowerOfTwo, SubtractConstant,
