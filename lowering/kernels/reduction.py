@@ -47,8 +47,8 @@ from .registry import register
 from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
 from .tree_sum import contracted_sum_function, plain_sum_lanes, sum_function
-from .ynnpack_extrema import apply_rule, extremum_plan, needs_ynnpack_rule
-from .ynnpack_sum import sum_plan, ynnpack_sum
+from .ynnpack_extrema import apply_rule, columns_extrema, extremum_plan, needs_ynnpack_rule
+from .ynnpack_sum import COLUMNS, sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = BINARY_BODY_UFUNCS
 """Single-op reduction bodies computed with ``ufunc.reduce``: op class -> ufunc (the table scatters' update regions
@@ -183,6 +183,17 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
         apply_rule(np.ascontiguousarray(x, dtype).reshape(shape), out, dtype.type(init), ufunc is np.minimum,
                    kind, tile)
         return out.reshape(np.shape(result))
+
+    if plan is not None and plan[0] == COLUMNS:  # (YNNPACK's columns kernel: every output by its rule, one pass)
+        kind, shape, tile = plan
+
+        def ynnpack_columns_kernel(body, x, init):
+            out = np.empty(int(np.prod(out_shape, dtype=np.int64)), dtype)
+            columns_extrema(np.ascontiguousarray(x, dtype).reshape(shape), out, dtype.type(init),
+                            ufunc is np.minimum, tile)
+            return out.reshape(out_shape)
+
+        return ynnpack_columns_kernel
 
     def reduce_kernel(body, x, init):
         total = ufunc.reduce(x, axis=axes, dtype=acc)

@@ -168,6 +168,36 @@ def apply_rule(x, out, init, minimum, kind, tile):
                 out[(i * m + j) * n + c] = extremum(x, i, j, c, minimum, kind, init, tile)
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def columns_extrema(x, out, init, minimum, tile):
+    """Every output of a COLUMNS plan at once (:func:`extremum_plan`): ``out`` (flat, ``p * m * n``) from the
+    operand ``x`` as ``(p, l, m, k, n)``, a vector of ``n`` outputs per ``(i, j)`` -- what the reduction kernel
+    computes for column reductions (a max pool's reshape: ``(batch * rows, 2, columns, 2, channels)``), where
+    computing the true extremum first and re-running its zero outputs (most of them, after a ReLU) cost twice
+    as much."""
+    p, l, m, k, n = x.shape
+    acc = np.empty(n, x.dtype)
+    for i in range(p):
+        for j in range(m):
+            base = (i * m + j) * n
+            if k > tile:  # (tiles: one run only, extremum_plan)
+                for c in range(n):
+                    out[base + c] = extremum(x, i, j, c, minimum, COLUMNS, init, tile)
+                continue
+            for c in range(n):
+                out[base + c] = init
+            for t in range(l):
+                for s in range(0, k, 4):
+                    for c in range(n):
+                        acc[c] = x[i, t, j, s, c]
+                    for q in range(1, 4):
+                        r = s + q if s + q < k else s
+                        for c in range(n):
+                            acc[c] = _vector_op(acc[c], x[i, t, j, r, c], minimum)
+                    for c in range(n):
+                        out[base + c] = _vector_op(acc[c], out[base + c], minimum)
+
+
 def needs_ynnpack_rule(result: np.ndarray) -> bool:
     """Whether a true extremum ``result`` has outputs YNNPACK's rule may change: a NaN (a NaN in the reduced
     elements or the init value) or a zero (its sign)."""
