@@ -1374,6 +1374,20 @@ class DotOfOneTerm(RewritePattern):
         rewriter.replace(op, create(MulOp, [lhs, rhs], {}, [result.type]))
 
 
+def _swapped_dot(dot: DotGeneralOp, result_type) -> Operation:
+    """``dot_general(B, A)`` for ``dot`` = ``dot_general(A, B)``: its dimension numbers and precisions swapped, of
+    ``result_type`` (the transpose of ``dot``'s result, or its reshape when a free dimension has size 1)."""
+    dn = dot.dimension_numbers()
+    swapped = DotDimensionNumbers(dn.rhs_contracting_dimensions, dn.lhs_contracting_dimensions,
+                                  dn.rhs_batch_dimensions, dn.lhs_batch_dimensions)
+    props = {k: v for k, v in dot.properties.items() if k not in swapped.to_props()}
+    props.update(swapped.to_props())
+    precision = dot.properties.get("precision_config")
+    if precision is not None and len(precision.data) == 2:
+        props["precision_config"] = ArrayAttr([precision.data[1], precision.data[0]])
+    return create(DotGeneralOp, [dot.rhs, dot.lhs], props, [result_type])
+
+
 class MatrixVectorProduct(RewritePattern):
     """A matrix-vector product XLA's dot emitter computes with its operands swapped, written as that product:
 
@@ -1404,14 +1418,9 @@ class MatrixVectorProduct(RewritePattern):
         m, n, k = lshape[1 - lc], rshape[1 - rc], lshape[lc]
         if k < 2 or not ((m == 1 and n >= 2 and rc == 1) or (n == 1 and m >= 2 and lc == 0)):
             return
-        swapped = DotDimensionNumbers((rc,), (lc,))
-        props = {key: v for key, v in op.properties.items() if key not in swapped.to_props()}
-        props.update(swapped.to_props())
-        precision = op.properties.get("precision_config")
-        if precision is not None and len(precision.data) == 2:
-            props["precision_config"] = ArrayAttr([precision.data[1], precision.data[0]])
-        product = _emit(rewriter, DotGeneralOp, [op.rhs, op.lhs], tensor_type(element, (n, m)), props)
-        rewriter.replace(op, create(dm.ReshapeOp, [product], {}, [result.type]))
+        product = _swapped_dot(op, tensor_type(element, (n, m)))
+        rewriter.insert(product)
+        rewriter.replace(op, create(dm.ReshapeOp, [product.results[0]], {}, [result.type]))
 
 
 class TransposeOfDot(RewritePattern):
@@ -1438,15 +1447,7 @@ class TransposeOfDot(RewritePattern):
         if (len(lfree) != 1 or len(rfree) != 1 or permutation != [*range(batch), batch + 1, batch]
                 or lshape[lfree[0]] == 1 or rshape[rfree[0]] == 1):
             return
-        swapped = DotDimensionNumbers(dn.rhs_contracting_dimensions, dn.lhs_contracting_dimensions,
-                                      dn.rhs_batch_dimensions, dn.lhs_batch_dimensions)
-        props = {k: v for k, v in dot.properties.items() if k not in swapped.to_props()}
-        props.update(swapped.to_props())
-        precision = dot.properties.get("precision_config")
-        if precision is not None and len(precision.data) == 2:
-            props["precision_config"] = ArrayAttr([precision.data[1], precision.data[0]])
-        product = create(DotGeneralOp, [dot.rhs, dot.lhs], props, [op.results[0].type])
-        rewriter.replace(op, product)
+        rewriter.replace(op, _swapped_dot(dot, op.results[0].type))
         rewriter.erase(dot)
 
 

@@ -84,7 +84,7 @@ from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
 from ..kernels.scalar import scalar_of
 from ..kernels.small_dot import order_kernels
 from ..kernels.reduction import sum_lanes, ynnpack_extremum_plan
-from ..kernels.ynnpack_sum import ROWS
+from ..kernels.ynnpack_sum import COLUMNS, ROWS
 from ..kernels.tree_sum import reduced_dims, scratch_length
 from ..runtime.workers import numba_threads_available
 
@@ -1247,6 +1247,22 @@ class _LoopWriter:
         def combine(a, b):
             return f"{t}({definition.name}({a}, {b}))"
 
+        plan = ynnpack_extremum_plan(source_shape, axes, dtype) if isinstance(body, (MaxOp, MinOp)) and is_float else None
+        if plan is not None:  # (YNNPACK's rule, as the interpreted kernel applies it, on the operand as (p, l, m, k,
+            # n): lowering.kernels.ynnpack_extrema.extremum_plan; no transposed copy of the rows)
+            kind, (p, l, m, k, n), tile = plan
+            init, minimum = self.name(op.operands[1]), isinstance(body, MinOp)
+            self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+            flat, x5, o = self.fresh("g"), self.fresh("x"), self.fresh("o")
+            self.emit(indent, f"{flat} = {_flat(out, shape)}")
+            self.emit(indent, f"{x5} = c_view({self.name(op.operands[0])}, ({p}, {l}, {m}, {k}, {n}))")
+            if kind == COLUMNS:
+                self.emit(indent, f"ynnpack_columns_extrema({x5}, {flat}, {t}({init}), {minimum}, {tile})")
+                return
+            self.emit(indent, f"for {o} in range({p * m}):")
+            self.emit(indent + "    ", f"{flat}[{o}] = ynnpack_extremum({x5}, {o} // {m}, {o} % {m}, 0, {minimum}, "
+                                       f"{kind}, {t}({init}), {tile})")
+            return
         rows, outputs, count = self.reduced_rows(op.operands[0], axes, indent)
         init = self.name(op.operands[1])
         self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
@@ -1258,16 +1274,6 @@ class _LoopWriter:
         if isinstance(body, AddOp) and is_float:  # XLA CPU's order, the kernel's (lowering.kernels.tree_sum)
             dims = self.constant_dims(reduced_dims(source_shape, axes))
             self.emit(indent, f"tree_sums({rows}, {dims}, {t}({init}), {flat})")
-            return
-        plan = ynnpack_extremum_plan(source_shape, axes, dtype) if isinstance(body, (MaxOp, MinOp)) and is_float else None
-        if plan is not None:  # (YNNPACK's rule on each output, as the interpreted kernel applies it: the operand
-            # as (p, l, m, k, n), lowering.kernels.ynnpack_extrema.extremum_plan)
-            kind, (p, l, m, k, n), tile = plan
-            x5 = self.fresh("x")
-            self.emit(indent, f"{x5} = c_view({self.name(op.operands[0])}, ({p}, {l}, {m}, {k}, {n}))")
-            self.emit(indent, f"for {o} in range({outputs}):")
-            self.emit(indent + "    ", f"{flat}[{o}] = ynnpack_extremum({x5}, {o} // {m * n}, ({o} // {n}) % {m}, "
-                                       f"{o} % {n}, {isinstance(body, MinOp)}, {kind}, {t}({init}), {tile})")
             return
         self.emit(indent, f"for {o} in range({outputs}):")
         inner = indent + "    "
@@ -1905,7 +1911,7 @@ class CompiledLoop:
 _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_runtime import " + "{names}\n"
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.ynnpack_extrema import row_extremum as ynnpack_row_extremum, "
-                  "extremum as ynnpack_extremum\n"
+                  "extremum as ynnpack_extremum, columns_extrema as ynnpack_columns_extrema\n"
                   "from lowering.kernels.tree_sum import contracted_sums, lane_sum, nd_window_sum, tree_sums, window_sum\n"
                   "from lowering.kernels.small_dot import small_dot_pair, "
                   + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"

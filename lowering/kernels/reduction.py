@@ -185,7 +185,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
         return out.reshape(np.shape(result))
 
     if plan is not None and plan[0] == COLUMNS:  # (YNNPACK's columns kernel: every output by its rule, one pass)
-        kind, shape, tile = plan
+        _, shape, tile = plan
 
         def ynnpack_columns_kernel(body, x, init):
             out = np.empty(int(np.prod(out_shape, dtype=np.int64)), dtype)

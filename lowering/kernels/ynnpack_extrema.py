@@ -23,12 +23,13 @@ of both signs scattered; ``tests/test_reduction_ynnpack.py``):
 * **tiles**: where YNNPACK's scheduler cuts the reduced elements in tiles (as for sums: 128 KiB,
   :func:`lowering.kernels.ynnpack_sum.sum_plan`), each tile is reduced from the identity into a partial result
   and the partials are reduced again the same way into the output.
-
 * **two runs of reduced dimensions** (``axis=(0, 2)``; the ``(2, 4)`` of a 2 x 2 max pool's reshape): the inner run
   reduced by the rows or columns kernel for each index of the outer run in turn, into the output (as for sums).
   Where tiles cut the outer run, not identified (the reduction kernel keeps its own rule).
-Values without NaN give the true maximum, so callers compute that first and re-run only the outputs whose
-result is NaN or zero with these functions (:func:`needs_ynnpack_rule`)."""
+
+Values without NaN give the true maximum, so for rows the callers compute that first and re-run only the outputs
+whose result is NaN or zero (:func:`needs_ynnpack_rule`, :func:`apply_rule`); column reductions are computed whole
+by :func:`columns_extrema` (a max pool after a ReLU has mostly zero outputs)."""
 
 from __future__ import annotations
 
