@@ -322,16 +322,24 @@ def _xla_order(m: int, k: int, n: int, dtype: np.dtype, layout: int) -> int | No
         if found is None:
             return None
         tile_k, fused, columns, chunk, last_chunk = found
-        order = {1: ONE_CHAIN, 2: TWO_LANES, 4: FOUR_LANES}[tile_k] | (0 if fused else ROUNDED)
-        if chunk or last_chunk:
-            order |= chunk << CHUNK_SHIFT | last_chunk << LAST_CHUNK_SHIFT | columns << COLUMNS_SHIFT
-        return order
+        return ynnpack_kernel_order(tile_k, fused, chunk, last_chunk, columns)
     if f32 and layout in (0, RHS_TRANSPOSED, LHS_TRANSPOSED):
         return ONE_CHAIN  # XLA's own emitters (max(m, k, n) < 8, or the lhs transposed)
     if not f32 and layout in (0, RHS_TRANSPOSED, LHS_TRANSPOSED):
         # XLA's naive loop for products of at most 3 x 3 (either operand), else Eigen's (AVX, no FMA)
         return ONE_CHAIN if (m <= 3 or k <= 3) and (k <= 3 or n <= 3) else EIGEN_COLUMN | ROUNDED
     return None
+
+
+def ynnpack_kernel_order(tile_k: int, fused: bool, chunk: int = 0, last_chunk: int = 0, columns: int = 0) -> int:
+    """The order (:func:`order_kernel`) of a YNNPACK kernel that sums ``K`` in ``tile_k`` lanes (1, 2 or 4) with
+    fused multiply-adds or rounded products, in chunks of ``chunk`` terms in the first ``columns`` columns and of
+    ``last_chunk`` terms in the others (0: one chunk): :func:`lowering.kernels.ynnpack_dots.ynnpack_order`'s
+    answer as an order."""
+    order = {1: ONE_CHAIN, 2: TWO_LANES, 4: FOUR_LANES}[tile_k] | (0 if fused else ROUNDED)
+    if chunk or last_chunk:
+        order |= chunk << CHUNK_SHIFT | last_chunk << LAST_CHUNK_SHIFT | columns << COLUMNS_SHIFT
+    return order
 
 
 def _order(batch: int, m: int, k: int, n: int, dtype: np.dtype) -> int | None:

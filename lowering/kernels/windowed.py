@@ -62,9 +62,11 @@ from xla_dialect.ops.linalg import higher_precision_type
 from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp, SelectAndScatterOp, Window
 from xla_dialect.types import element_type_from_dtype
 
+from ..runtime.denormals import mode_switch
 from .registry import register
 from .control_flow import array_applier, result_dtypes
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
+from .ynnpack_convolution import convolution_plan, is_ynnpack_convolution, ynnpack_convolution
 from .reduction import _signed_zeros, binary_body_ufunc
 
 # ----------------------------------------------------------------------------
@@ -181,6 +183,14 @@ def _convolution(op, ctx):
 
     m = batch * math.prod(out_spatial)
     k = kernel_in * math.prod(kernel)
+    ynnpack = None
+    if is_ynnpack_convolution(op, ctx.dtype(lhs_t), ctx.dtype(rhs_t), result_dtype):
+        # XLA runs it in YNNPACK: its summation order (lowering/kernels/ynnpack_convolution.py)
+        ynnpack = convolution_plan(batch * out_spatial[0], out_spatial[1], kernel_in, math.prod(kernel), group_out,
+                                   result_dtype)
+    if ynnpack is not None:
+        return _ynnpack_convolution(ctx, window, tuple(dn.input_spatial_dimensions), lhs_perm, rhs_perm, out_perm,
+                                    ynnpack, (batch, *out_spatial, group_out))
     matmul = matmul_kernel(ctx, arith, m, k, group_out, groups)
     # With the features minor in the input (NHWC-style), the columns take them innermost (K ordered
     # (*kernel, C)), so that building them copies contiguous runs of C values; otherwise (NCHW-style) K is
@@ -229,6 +239,26 @@ def _convolution(op, ctx):
         if compute_dtype != result_dtype:
             c = xla_convert(c, result_dtype)
         return c
+
+    return convolution
+
+
+def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, canon_shape):
+    """The convolution kernel for a convolution XLA runs in YNNPACK: patches in ``(pixel, kh, kw, feature)``
+    order and the kernel as ``(kh * kw, features, outputs)``, summed in YNNPACK's order."""
+    workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
+    spatial_axes = (2, 3)
+    n_kernel = len(window.dimensions)
+
+    def convolution(lhs, rhs):
+        a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
+        view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw)
+        batch, features = view.shape[:2]
+        patches = np.transpose(view, (0, 2, 3, 4, 5, 1)).reshape(-1, math.prod(window.dimensions), features)
+        w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw)
+        kmat = np.ascontiguousarray(np.transpose(w, (*range(2, 2 + n_kernel), 1, 0))).reshape(-1, features, w.shape[0])
+        c = ynnpack_convolution(patches, kmat, plan, workers, mode)
+        return np.transpose(np.moveaxis(c.reshape(canon_shape), -1, 1), out_perm)
 
     return convolution
 

@@ -79,18 +79,21 @@ def is_ynnpack_dot(m: int, k: int, n: int) -> bool:
     return m >= 2 and n >= 2 and max(m, k, n) >= 8
 
 
-def _cost(m: int, n: int, k: int, block, tile) -> np.float32:
-    """YNNPACK's ``estimate_dot_cost`` (float arithmetic as in C++)."""
+def _cost(m: int, n: int, k: int, block, tile, k_outer: int = 1) -> np.float32:
+    """YNNPACK's ``estimate_dot_cost`` (float arithmetic as in C++). ``k`` is the innermost contraction dimension,
+    ``k_outer`` the product of the others (a convolution's window): each of those runs ``ceil(k / block_k)``
+    blocks, so a kernel with a longer ``block_k`` pays for the padding of ``k`` once per window position (measured:
+    a 3x3 convolution of 33 input features runs a ``tile_k`` 2 kernel where the flat ``K = 297`` would pick 4)."""
     f32 = np.float32
     (bm, bn, bk), (tm, tn, tk) = block, tile
-    blocks = f32(math.ceil(m / bm)) * f32(math.ceil(n / bn)) * f32(math.ceil(k / bk))
+    blocks = f32(math.ceil(m / bm)) * f32(math.ceil(n / bn)) * f32(math.ceil(k / bk) * k_outer)
     block_cost = f32(bm * bk // (tm * tk) * 5 + bn * bk // (tn * tk) * 11 + 9) + f32(tm * tn * tk) * f32(1e-4)
     return f32(blocks * block_cost)
 
 
-def _select(kernels, m: int, n: int, k: int, tile_k: int = 0, block_n: int = 0, flags: int = 0):
+def _select(kernels, m: int, n: int, k: int, tile_k: int = 0, block_n: int = 0, flags: int = 0, k_outer: int = 1):
     """YNNPACK's ``get_dot_kernel``: the cheapest kernel with ``flags``, ``tile_k`` (0: any) that can read ``B``
-    packed in blocks of ``block_n`` columns; ``(kernel, cost)``."""
+    packed in blocks of ``block_n`` columns; ``(kernel, cost)``. ``k_outer``: as for :func:`_cost`."""
     best, best_cost = None, np.float32(np.inf)
     for kernel in kernels:
         _, block, tile, kernel_flags = kernel
@@ -98,7 +101,7 @@ def _select(kernels, m: int, n: int, k: int, tile_k: int = 0, block_n: int = 0, 
             continue
         if not kernel_flags & UNALIGNED_B and block_n % tile[1]:
             continue
-        cost = _cost(m, n, k, block, tile)
+        cost = _cost(m, n, k, block, tile, k_outer)
         if cost < best_cost:
             best, best_cost = kernel, cost
     return best, best_cost
@@ -122,40 +125,49 @@ def _split_factors(m: int, n: int, k: int, block_n: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def ynnpack_order(m: int, k: int, n: int, dtype: np.dtype, b_transposed: bool = False) -> tuple | None:
+def ynnpack_order(m: int, k: int, n: int, dtype: np.dtype, b_transposed: bool = False, k_outer: int = 1,
+                  row_batches: int = 1) -> tuple | None:
     """``(tile_k, fused, columns, chunk, last_chunk)`` of the kernel YNNPACK runs a ``(m, k) x (k, n)`` product of
     ``dtype`` (f32 or f64) with: the first ``columns`` columns (XLA's whole thread tiles) sum ``K`` in chunks of
     ``chunk`` terms, the others (a last, narrower tile) of ``last_chunk`` (0: ``K`` in one go); None when the
     output tiles would use different kernels. ``b_transposed``: ``B`` is ``(n, k)`` (``x @ w.T``), which YNNPACK
-    always packs."""
+    always packs.
+
+    A convolution is such a product with more contraction dimensions (:mod:`lowering.kernels.ynnpack_convolution`):
+    ``k`` is then the innermost one (the input features, YNNPACK's ``k1``), ``k_outer`` the product of the others
+    (the window, ``k2 * k3``), and the chunks cut ``k1`` (each chunk spans every window position); ``m`` is the
+    rows of one of ``row_batches`` independent products (a convolution's output width, its batch and output rows
+    being YNNPACK's batch dimensions), which decides whether ``B`` is packed and how rows are tiled."""
     dtype = np.dtype(dtype)
     kernels = _F32_KERNELS if dtype == np.dtype(np.float32) else _F64_KERNELS
-    defined, defined_cost = _select(kernels, 2048, n, k)
+    total = k * k_outer
+    defined, defined_cost = _select(kernels, 2048, n, k, k_outer=k_outer)
     unpacked, unpacked_cost = defined, defined_cost
     if defined[2][2] != 1:
-        unpacked, unpacked_cost = _select(kernels, 2048, n, k, tile_k=1, flags=UNALIGNED_B)
+        unpacked, unpacked_cost = _select(kernels, 2048, n, k, tile_k=1, flags=UNALIGNED_B, k_outer=k_outer)
     pack = (b_transposed or unpacked is None or not unpacked[3] & UNALIGNED_B
-            or unpacked_cost > defined_cost * np.float32(2) or math.ceil(m / unpacked[1][0]) > 10)
+            or unpacked_cost > defined_cost * np.float32(2) or math.ceil(m / unpacked[1][0]) * row_batches > 10)
     if pack:
         tile_n, tile_k = defined[2][1], defined[2][2]
-        cache_blocks = max(1, L2_BYTES // dtype.itemsize // (defined[1][1] * k))
+        cache_blocks = max(1, L2_BYTES // dtype.itemsize // (defined[1][1] * total))
         block_n = max(tile_n, min(-(-n // tile_n) * tile_n, defined[1][1] * cache_blocks))
-        split_m, split_n = _split_factors(m, n, k, block_n)
+        split_m, split_n = _split_factors(m, n, total, block_n)
     else:
         tile_k = 1
-        split_m, split_n = _split_factors(m, n, k, max(64 // dtype.itemsize, unpacked[1][1]))
+        split_m, split_n = _split_factors(m, n, total, max(64 // dtype.itemsize, unpacked[1][1]))
+    aligned = k & ~(tile_k - 1)
     kinds, chunks = set(), {}
     for rows in {min(split_m, m - m0) for m0 in range(0, m, split_m)}:
         for columns in {min(split_n, n - n0) for n0 in range(0, n, split_n)}:
             if pack:
-                kernel, _ = _select(kernels, rows, columns, k & ~(tile_k - 1), tile_k=tile_k, block_n=block_n)
+                kernel, _ = _select(kernels, rows, columns, aligned, tile_k=tile_k, block_n=block_n, k_outer=k_outer)
                 read_n = block_n
             else:
-                kernel, _ = _select(kernels, rows, columns, k, tile_k=1, block_n=columns, flags=UNALIGNED_B)
+                kernel, _ = _select(kernels, rows, columns, k, tile_k=1, block_n=columns, flags=UNALIGNED_B,
+                                    k_outer=k_outer)
                 read_n = columns
             block_k = kernel[1][2]
-            blocks = L2_BYTES // (read_n * dtype.itemsize * block_k)  # (schedule_dot's k loop)
-            aligned = k & ~(tile_k - 1)
+            blocks = L2_BYTES // (k_outer * read_n * dtype.itemsize * block_k)  # (schedule_dot's k loop)
             chunks.setdefault(columns, set()).add(block_k * blocks if blocks and aligned > block_k * blocks else 0)
             kinds.add(kernel[0] in FUSED_ARCHES)
     if len(kinds) != 1 or any(len(c) != 1 for c in chunks.values()):

@@ -1,0 +1,137 @@
+"""2-D convolutions as XLA CPU (jax 0.10.2) runs them in YNNPACK, in its summation order.
+
+XLA CPU gives a convolution to YNNPACK (a ``__ynn_fusion``) when, after its convolution canonicalization (batch,
+spatial..., feature operands; the kernel spatial..., in, out), the convolution is 2-D, f32 or f64 throughout, has no
+batch groups, base dilation or window reversal, more than 16 input or output features, and an output and a kernel
+no larger than the input in each spatial dimension (XLA's ``IsConvolutionOpSupportedByYnn``; every shape measured
+met it, NCHW/OIHW layouts too, which XLA transposes first). XLA's YNNPACK emitter builds it as a stencil copy of the
+padded input, ``(n, oh, ow, kh, kw, ci)``, and a dot with three contraction dimensions, ``k1 = ci`` (innermost),
+``k2 = kw``, ``k3 = kh``, against the kernel ``(kh, kw, ci, co)``: ``ow`` is the dot's rows and ``n, oh`` its batch.
+So every output element is YNNPACK's dot order over the window (``lowering/kernels/ynnpack_dots.py`` picks the
+kernel, here with :func:`ynnpack_order`'s ``k_outer`` and ``row_batches``), with what three contraction dimensions
+change (``ynnpack/subgraph/dot.cc``, confirmed element by element against jax.jit):
+
+* the kernel's loops run ``k3``, ``k2``, then ``k1`` in its lanes: the terms of an element are taken in
+  ``(kh, kw, ci)`` order, term ``ci`` in lane ``ci mod tile_k``, over the first ``ci - ci mod tile_k`` input
+  features of each window position (the aligned part, one call of the kernel);
+* the other ``ci mod tile_k`` features are a second call per window position, in ``(kh, kw)`` order, on a copy padded
+  with zeros: each adds to the element the sum of its lanes, ``fma(a, b, +0)`` (a rounded product) and zeros,
+  added as ``l0 + l1`` or ``(l0 + l1) + (l2 + l3)`` (with no aligned part, the first of them is the element);
+* where a block of ``B`` exceeds YNNPACK's L2 budget the chunks cut ``k1``: a chunk is ``k1`` terms
+  ``[c0, c1)`` of every window position, in ``(kh, kw, ci)`` order, each chunk's chain from zero added to the
+  sum of the chunks before it; the budget counts the whole window (``kh * kw * block_n * block_k`` per ``k1``
+  step), and a last, narrower thread tile of columns has its own chunk length.
+
+The aligned part is one product in YNNPACK's order (:func:`lowering.kernels.small_dot.small_matmul`, the dot's own
+definition) of the patches with ``K`` laid out chunk by chunk -- ``(chunk, kh, kw, ci in chunk)`` -- so that each
+chunk is a run of the product's ``K``; the remainder terms are whole-array NumPy products and adds, rounded as the
+kernel rounds them. Bitwise equal to jax.jit on the measured shapes (``tests/test_ynnpack_convolution.py``: 3x3,
+5x5, 1x1 and rectangular windows, strides, padding, window dilation, every ``ci mod tile_k``, chunked windows to
+256 -> 512 features, f32 and f64, NCHW) on the AVX-512 host the dot orders were measured on. Not identified (the
+BLAS route, as before, where the plan gives None): feature groups (depthwise convolutions), and f64 products whose
+last, narrower column tile is chunked (one measured shape, ``(3, 7, 6, 128) * (5, 4, 128, 200)``, stride 2, where
+no chunk length matched those columns; such shapes are computed but not claimed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import host
+from .small_dot import small_matmul, ynnpack_kernel_order
+from .ynnpack_dots import ynnpack_order
+
+MIN_FEATURES = 16
+"""XLA leaves a convolution with at most this many input and output features to its own emitters."""
+
+
+def is_ynnpack_convolution(op, lhs_dtype: np.dtype, rhs_dtype: np.dtype, result_dtype: np.dtype) -> bool:
+    """Whether XLA CPU runs the convolution ``op`` (operands and result of these types) in YNNPACK on this host and
+    the executor replays its order: XLA's conditions (module docstring), no feature groups (not identified) and an
+    AVX-512 host (:func:`lowering.kernels.host.measured_host`)."""
+    dn = op.dimension_numbers()
+    window = op.window()
+    if len(window.dimensions) != 2 or op.batch_group_count.value.data != 1 or op.feature_group_count.value.data != 1:
+        return False
+    dtype = np.dtype(lhs_dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or not dtype == np.dtype(rhs_dtype) == np.dtype(
+            result_dtype):
+        return False
+    lhs_shape, rhs_shape, out_shape = op.lhs.type.get_shape(), op.rhs.type.get_shape(), op.result.type.get_shape()
+    if max(lhs_shape[dn.input_feature_dimension], out_shape[dn.output_feature_dimension]) <= MIN_FEATURES:
+        return False
+    for i in range(2):
+        size = lhs_shape[dn.input_spatial_dimensions[i]]
+        if out_shape[dn.output_spatial_dimensions[i]] > size or rhs_shape[dn.kernel_spatial_dimensions[i]] > size:
+            return False
+    if any(d != 1 for d in window.base_dilations) or any(window.reversal):
+        return False
+    return host.measured_host()
+
+
+@dataclass(frozen=True)
+class ConvolutionPlan:
+    """How YNNPACK sums a convolution's ``(m, k_outer * features) x (k_outer * features, outputs)`` product: in
+    ``tile_k`` lanes of the features, with fused multiply-adds or rounded products, the features cut in chunks of
+    ``chunk`` (``last_chunk`` for the columns from ``columns`` on; 0: no cut)."""
+
+    tile_k: int
+    fused: bool
+    columns: int
+    chunk: int
+    last_chunk: int
+
+
+def convolution_plan(batches: int, width: int, features: int, k_outer: int, outputs: int,
+                     dtype: np.dtype) -> ConvolutionPlan | None:
+    """YNNPACK's plan for a convolution with ``batches * width`` output pixels (``width`` the output width,
+    YNNPACK's rows), ``features`` input features, a window of ``k_outer`` positions and ``outputs`` output
+    features, or None where the thread tiles would not agree on a kernel."""
+    found = ynnpack_order(width, features, outputs, np.dtype(dtype), False, k_outer, batches)
+    return None if found is None else ConvolutionPlan(*found)
+
+
+def _chunked(x: np.ndarray, chunk: int) -> np.ndarray:
+    """``x`` of shape ``(rows, k_outer, features)`` as ``(rows, K)`` with ``K`` in ``(chunk, k_outer, feature in
+    chunk)`` order (a copy; one chunk: the plain ``(k_outer, features)`` order)."""
+    rows, k_outer, features = x.shape
+    if not chunk or chunk >= features:
+        return x.reshape(rows, k_outer * features)
+    parts = [x[:, :, start:start + chunk].reshape(rows, -1) for start in range(0, features, chunk)]
+    return np.concatenate(parts, axis=1)
+
+
+def ynnpack_convolution(patches: np.ndarray, kernel: np.ndarray, plan: ConvolutionPlan, workers: int = 1,
+                        mode=None) -> np.ndarray:
+    """The ``(m, outputs)`` result of a convolution in YNNPACK's order: ``patches`` ``(m, k_outer, features)``
+    (the window positions in ``(kh, kw)`` order, then the input features), ``kernel`` ``(k_outer, features,
+    outputs)``, both of the result's float type; ``workers`` and ``mode`` as for
+    :func:`lowering.kernels.small_dot.small_matmul`."""
+    m, k_outer, features = patches.shape
+    outputs = kernel.shape[2]
+    dtype = patches.dtype
+    aligned = features & ~(plan.tile_k - 1)
+    out = None
+    if aligned:
+        a, b = patches[:, :, :aligned], kernel[:, :aligned, :]
+        ranges = [(0, outputs, plan.chunk)]
+        if plan.columns < outputs and plan.last_chunk != plan.chunk:
+            ranges = [(0, plan.columns, plan.chunk), (plan.columns, outputs, plan.last_chunk)]
+        out = np.empty((m, outputs), dtype)
+        for start, stop, chunk in ranges:
+            chunk = chunk if chunk < aligned else 0
+            order = ynnpack_kernel_order(plan.tile_k, plan.fused, chunk * k_outer, 0, stop - start)
+            lhs = _chunked(a, chunk)
+            rhs = _chunked(np.ascontiguousarray(b[:, :, start:stop]).transpose(2, 0, 1), chunk).T
+            out[:, start:stop] = small_matmul(order, workers, mode)(lhs[None], np.ascontiguousarray(rhs)[None])[0]
+    zero = dtype.type(0)
+    for position in range(k_outer if aligned < features else 0):
+        # The remainder of this window position: one kernel call on a zero-padded copy, its lanes added in pairs.
+        lanes = [np.multiply.outer(patches[:, position, f], kernel[position, f, :]) + zero
+                 for f in range(aligned, features)]
+        lanes += [np.zeros((m, outputs), dtype)] * (plan.tile_k - len(lanes))
+        tail = lanes[0] + lanes[1] if plan.tile_k == 2 else (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+        out = tail if out is None else out + tail
+    return out

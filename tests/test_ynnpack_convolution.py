@@ -1,0 +1,163 @@
+"""2-D convolutions XLA CPU runs in YNNPACK: bit for bit against jax.jit (lowering/kernels/ynnpack_convolution.py).
+
+XLA CPU (jax 0.10.2) gives a 2-D f32/f64 convolution with more than 16 input or output features to YNNPACK, which
+computes it as a dot over ``(kh, kw, ci)`` with its own kernel choice, lanes, remainder calls and chunks. Before,
+the executor multiplied im2col patches with BLAS: most outputs differed in the last bits (e.g. 43,320 of 50,176 of
+the second convolution of flax's CNN example).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax import lax
+
+
+def _avx512_host() -> bool:
+    from lowering.kernels.host import measured_host
+
+    return measured_host()
+
+
+pytestmark = pytest.mark.skipif(not _avx512_host(), reason="YNNPACK's dot order was measured on AVX-512 hosts only")
+
+VALID, SAME1, SAME2 = ((0, 0), (0, 0)), ((1, 1), (1, 1)), ((2, 2), (2, 2))
+
+# (batch, height, width, in features, out features, kh, kw, strides, padding, window dilation, dtype)
+_CASES = {
+    "flax CNN second conv": (8, 14, 14, 16, 32, 3, 3, (1, 1), SAME1, (1, 1), np.float32),
+    "two lanes, odd features": (2, 16, 16, 17, 32, 3, 3, (1, 1), VALID, (1, 1), np.float32),
+    "four lanes, three left": (2, 16, 16, 19, 24, 3, 3, (1, 1), VALID, (1, 1), np.float32),
+    "window padding picks two lanes": (2, 16, 16, 33, 20, 5, 5, (1, 1), SAME2, (1, 1), np.float32),
+    "features below one lane tile": (2, 16, 16, 1, 32, 3, 3, (1, 1), VALID, (1, 1), np.float32),
+    "RGB input": (2, 16, 16, 3, 32, 3, 3, (1, 1), VALID, (1, 1), np.float32),
+    "chunked window": (1, 32, 32, 64, 64, 3, 3, (1, 1), SAME1, (1, 1), np.float32),
+    "deep chunked": (1, 7, 7, 256, 512, 3, 3, (1, 1), SAME1, (1, 1), np.float32),
+    "ragged column tile": (1, 19, 7, 128, 300, 1, 4, (2, 2), VALID, (1, 1), np.float32),
+    "strided 1x1": (2, 16, 16, 32, 64, 1, 1, (2, 2), VALID, (1, 1), np.float32),
+    "window dilation": (2, 16, 16, 24, 40, 3, 3, (1, 1), VALID, (2, 2), np.float32),
+    "rectangular, strided": (4, 16, 9, 12, 200, 4, 5, (1, 2), ((2, 1), (2, 2)), (1, 1), np.float32),
+    "few output rows": (4, 6, 5, 48, 100, 5, 4, (2, 1), VALID, (1, 1), np.float32),
+    "f64": (2, 16, 16, 17, 33, 5, 5, (1, 1), SAME2, (1, 1), np.float64),
+    "f64 chunked": (1, 12, 12, 64, 64, 3, 3, (1, 1), SAME1, (1, 1), np.float64),
+    "f64 rounded-product kernel": (3, 21, 5, 65, 4, 1, 2, (2, 2), ((0, 0), (1, 0)), (1, 1), np.float64),
+}
+
+
+def _conv(strides, padding, dilation, dimension_numbers=("NHWC", "HWIO", "NHWC")):
+    return lambda x, k: lax.conv_general_dilated(x, k, strides, padding, rhs_dilation=dilation,
+                                                 dimension_numbers=dimension_numbers)
+
+
+def _operands(n, h, w, ci, co, kh, kw, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, h, w, ci)).astype(dtype), rng.standard_normal((kh, kw, ci, co)).astype(dtype)
+
+
+def _run(fn, args, **options):
+    import lowering
+    from interop import import_jax
+
+    executable = lowering.compile(import_jax(fn, *args), **options)
+    return [np.asarray(v) for v in executable(*args)]
+
+
+def _assert_bitwise(got, want):
+    want = np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    differ = got.view(f"u{got.itemsize}") != want.view(f"u{want.itemsize}")
+    assert not differ.any(), f"{int(differ.sum())} of {differ.size} elements differ from jax.jit"
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.mark.parametrize("name", list(_CASES))
+def test_convolution_bitwise(name):
+    n, h, w, ci, co, kh, kw, strides, padding, dilation, dtype = _CASES[name]
+    x, k = _operands(n, h, w, ci, co, kh, kw, dtype)
+    fn = _conv(strides, padding, dilation)
+    assert "__ynn" in jax.jit(fn).lower(x, k).compile().as_text(), "XLA no longer runs this convolution in YNNPACK"
+    (got,) = _run(fn, (x, k))
+    _assert_bitwise(got, jax.jit(fn)(x, k))
+
+
+def test_nchw_layout_and_bias():
+    """NCHW/OIHW operands (XLA transposes them to its canonical layout first) and a bias added after."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 16, 14, 14)).astype(np.float32)
+    k = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((32, 1, 1)).astype(np.float32)
+
+    def fn(x, k, b):
+        return jax.nn.relu(lax.conv_general_dilated(x, k, (1, 1), SAME1, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                           + b)
+
+    for options in ({}, {"fusion": "never", "loop_compilation": "never"}):
+        (got,) = _run(fn, (x, k, b), **options)
+        _assert_bitwise(got, jax.jit(fn)(x, k, b))
+
+
+def test_convolution_in_a_scan():
+    """The same order where the convolution is a loop body's (the compiled paths call the one kernel)."""
+    x, k = _operands(2, 10, 10, 20, 20, 3, 3, np.float32, seed=2)
+    k = k * np.float32(0.2)
+    conv = _conv((1, 1), SAME1, (1, 1))
+
+    def fn(x, k):
+        return lax.fori_loop(0, 3, lambda i, y: jax.numpy.tanh(conv(y, k)), x)
+
+    for options in ({}, {"loop_compilation": "never"}):
+        (got,) = _run(fn, (x, k), **options)
+        _assert_bitwise(got, jax.jit(fn)(x, k))
+
+
+def test_plan_follows_the_window():
+    """YNNPACK's cost model charges the padding of the features once per window position: 33 features in a 3x3
+    window take a two-lane kernel (the flat K = 297 would take four), 35 and 36 four."""
+    from lowering.kernels.ynnpack_convolution import convolution_plan
+
+    assert convolution_plan(28, 14, 33, 9, 20, np.float32).tile_k == 2
+    assert convolution_plan(28, 14, 35, 9, 20, np.float32).tile_k == 4
+    assert convolution_plan(28, 14, 36, 9, 20, np.float32).tile_k == 4
+    chunked = convolution_plan(32, 32, 64, 9, 64, np.float32)  # 128 KiB / (9 positions * 64 columns * 4 bytes)
+    assert (chunked.tile_k, chunked.chunk) == (1, 56)
+
+
+@pytest.mark.parametrize("case", ["depthwise", "few features", "batch groups"])
+def test_not_ynnpack_stays_as_before(case):
+    """Convolutions XLA does not give to YNNPACK keep the executor's earlier route (and its results)."""
+    from lowering.kernels import ynnpack_convolution
+
+    calls = []
+    original = ynnpack_convolution.ynnpack_convolution
+    ynnpack_convolution_calls = lambda *a, **kw: calls.append(1) or original(*a, **kw)  # noqa: E731
+    rng = np.random.default_rng(3)
+    if case == "depthwise":
+        x = rng.standard_normal((2, 12, 12, 32)).astype(np.float32)
+        k = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
+        fn = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), SAME1, dimension_numbers=("NHWC", "HWIO", "NHWC"),  # noqa: E731
+                                                   feature_group_count=32)
+    elif case == "few features":
+        x = rng.standard_normal((2, 12, 12, 8)).astype(np.float32)
+        k = rng.standard_normal((3, 3, 8, 16)).astype(np.float32)
+        fn = _conv((1, 1), SAME1, (1, 1))
+    else:
+        x = rng.standard_normal((4, 12, 12, 32)).astype(np.float32)
+        k = rng.standard_normal((3, 3, 32, 64)).astype(np.float32)
+        fn = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), SAME1, dimension_numbers=("NHWC", "HWIO", "NHWC"),  # noqa: E731
+                                                   batch_group_count=2)
+    import lowering.kernels.windowed as windowed
+
+    saved = windowed.ynnpack_convolution
+    windowed.ynnpack_convolution = ynnpack_convolution_calls
+    try:
+        (got,) = _run(fn, (x, k))
+    finally:
+        windowed.ynnpack_convolution = saved
+    assert not calls
+    np.testing.assert_allclose(got, jax.jit(fn)(x, k), rtol=2e-5, atol=2e-5)
