@@ -244,20 +244,18 @@ def _convolution(op, ctx):
 
 
 def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, canon_shape):
-    """The convolution kernel for a convolution XLA runs in YNNPACK: patches in ``(pixel, kh, kw, feature)``
-    order and the kernel as ``(kh * kw, features, outputs)``, summed in YNNPACK's order."""
+    """The convolution kernel for a convolution XLA runs in YNNPACK: the windows of the padded input and the kernel
+    as ``(kh * kw, features, outputs)``, summed in YNNPACK's order (:func:`ynnpack_convolution`)."""
     workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
     spatial_axes = (2, 3)
     n_kernel = len(window.dimensions)
 
     def convolution(lhs, rhs):
         a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
-        view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw)
-        batch, features = view.shape[:2]
-        patches = np.transpose(view, (0, 2, 3, 4, 5, 1)).reshape(-1, math.prod(window.dimensions), features)
+        view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw), no copy
         w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw)
-        kmat = np.ascontiguousarray(np.transpose(w, (*range(2, 2 + n_kernel), 1, 0))).reshape(-1, features, w.shape[0])
-        c = ynnpack_convolution(patches, kmat, plan, workers, mode)
+        kmat = np.ascontiguousarray(np.transpose(w, (*range(2, 2 + n_kernel), 1, 0))).reshape(-1, *w.shape[1::-1])
+        c = ynnpack_convolution(view, kmat, plan, workers, mode)
         return np.transpose(np.moveaxis(c.reshape(canon_shape), -1, 1), out_perm)
 
     return convolution

@@ -22,10 +22,9 @@ change (``ynnpack/subgraph/dot.cc``, confirmed element by element against jax.ji
   sum of the chunks before it; the budget counts the whole window (``kh * kw * block_n * block_k`` per ``k1``
   step), and a last, narrower thread tile of columns has its own chunk length.
 
-The aligned part is one product in YNNPACK's order (:func:`lowering.kernels.small_dot.small_matmul`, the dot's own
-definition) of the patches with ``K`` laid out chunk by chunk -- ``(chunk, kh, kw, ci in chunk)`` -- so that each
-chunk is a run of the product's ``K``; the remainder terms are whole-array NumPy products and adds, rounded as the
-kernel rounds them. Bitwise equal to jax.jit on the measured shapes (``tests/test_ynnpack_convolution.py``: 3x3,
+Each chunk of the aligned part is one product in YNNPACK's lanes (:func:`lowering.kernels.small_dot.small_matmul`,
+the dot's own definition) of the patches of its features, ``K`` laid out ``(kh, kw, ci in chunk)``, added to the
+chunks before it; the remainder terms are whole-array NumPy products and adds, rounded as the kernel rounds them. Bitwise equal to jax.jit on the measured shapes (``tests/test_ynnpack_convolution.py``: 3x3,
 5x5, 1x1 and rectangular windows, strides, padding, window dilation, every ``ci mod tile_k``, chunked windows to
 256 -> 512 features, f32 and f64, NCHW) on the AVX-512 host the dot orders were measured on. Not identified (the
 BLAS route, as before, where the plan gives None): feature groups (depthwise convolutions), and f64 products whose
@@ -93,45 +92,52 @@ def convolution_plan(batches: int, width: int, features: int, k_outer: int, outp
     return None if found is None else ConvolutionPlan(*found)
 
 
-def _chunked(x: np.ndarray, chunk: int) -> np.ndarray:
-    """``x`` of shape ``(rows, k_outer, features)`` as ``(rows, K)`` with ``K`` in ``(chunk, k_outer, feature in
-    chunk)`` order (a copy; one chunk: the plain ``(k_outer, features)`` order)."""
-    rows, k_outer, features = x.shape
-    if not chunk or chunk >= features:
-        return x.reshape(rows, k_outer * features)
-    parts = [x[:, :, start:start + chunk].reshape(rows, -1) for start in range(0, features, chunk)]
-    return np.concatenate(parts, axis=1)
-
-
-def ynnpack_convolution(patches: np.ndarray, kernel: np.ndarray, plan: ConvolutionPlan, workers: int = 1,
+def ynnpack_convolution(view: np.ndarray, kernel: np.ndarray, plan: ConvolutionPlan, workers: int = 1,
                         mode=None) -> np.ndarray:
-    """The ``(m, outputs)`` result of a convolution in YNNPACK's order: ``patches`` ``(m, k_outer, features)``
-    (the window positions in ``(kh, kw)`` order, then the input features), ``kernel`` ``(k_outer, features,
-    outputs)``, both of the result's float type; ``workers`` and ``mode`` as for
-    :func:`lowering.kernels.small_dot.small_matmul`."""
-    m, k_outer, features = patches.shape
-    outputs = kernel.shape[2]
-    dtype = patches.dtype
+    """The ``(pixels, outputs)`` result of a 2-D convolution in YNNPACK's order. ``view`` is the padded input's
+    windows, ``(batch, features, oh, ow, kh, kw)`` (a strided view: each block of patches is copied from it once);
+    ``kernel`` is ``(kh * kw, features, outputs)``; both of the result's float type. ``workers`` and ``mode`` as
+    for :func:`lowering.kernels.small_dot.small_matmul`."""
+    batch, features = view.shape[:2]
+    window = view.shape[4:]
+    k_outer, outputs = kernel.shape[0], kernel.shape[2]
+    pixels = batch * view.shape[2] * view.shape[3]
+    dtype = kernel.dtype
+    to_patches = (0, 2, 3, 4, 5, 1)
+    blocks = {}
+
+    def patches(f0: int, f1: int) -> np.ndarray:  # features [f0, f1) of every window position: (pixels, K)
+        if (f0, f1) not in blocks:
+            part = np.transpose(view[:, f0:f1], to_patches)
+            blocks[f0, f1] = np.ascontiguousarray(part, dtype).reshape(pixels, k_outer * (f1 - f0))
+        return blocks[f0, f1]
+
     aligned = features & ~(plan.tile_k - 1)
     out = None
     if aligned:
-        a, b = patches[:, :, :aligned], kernel[:, :aligned, :]
+        # Each chunk of the features is one product in the kernel's lanes, its chains from zero, added to the sum
+        # of the chunks before it (small_dot's chunked orders, with K laid out (kh, kw, chunk of ci)).
+        matmul = small_matmul(ynnpack_kernel_order(plan.tile_k, plan.fused), workers, mode)
         ranges = [(0, outputs, plan.chunk)]
         if plan.columns < outputs and plan.last_chunk != plan.chunk:
             ranges = [(0, plan.columns, plan.chunk), (plan.columns, outputs, plan.last_chunk)]
-        out = np.empty((m, outputs), dtype)
-        for start, stop, chunk in ranges:
-            chunk = chunk if chunk < aligned else 0
-            order = ynnpack_kernel_order(plan.tile_k, plan.fused, chunk * k_outer, 0, stop - start)
-            lhs = _chunked(a, chunk)
-            rhs = _chunked(np.ascontiguousarray(b[:, :, start:stop]).transpose(2, 0, 1), chunk).T
-            out[:, start:stop] = small_matmul(order, workers, mode)(lhs[None], np.ascontiguousarray(rhs)[None])[0]
+        out = np.empty((pixels, outputs), dtype)
+        for c0, c1, chunk in ranges:
+            step = chunk if 0 < chunk < aligned else aligned
+            result = None
+            for f0 in range(0, aligned, step):
+                f1 = min(f0 + step, aligned)
+                rhs = np.ascontiguousarray(kernel[:, f0:f1, c0:c1]).reshape(1, k_outer * (f1 - f0), c1 - c0)
+                product = matmul(patches(f0, f1)[None], rhs)[0]
+                result = product if result is None else product + result
+            out[:, c0:c1] = result
     zero = dtype.type(0)
     for position in range(k_outer if aligned < features else 0):
         # The remainder of this window position: one kernel call on a zero-padded copy, its lanes added in pairs.
-        lanes = [np.multiply.outer(patches[:, position, f], kernel[position, f, :]) + zero
+        row, column = divmod(position, window[1])
+        lanes = [np.multiply.outer(view[:, f, :, :, row, column].reshape(pixels), kernel[position, f, :]) + zero
                  for f in range(aligned, features)]
-        lanes += [np.zeros((m, outputs), dtype)] * (plan.tile_k - len(lanes))
+        lanes += [np.zeros((pixels, outputs), dtype)] * (plan.tile_k - len(lanes))
         tail = lanes[0] + lanes[1] if plan.tile_k == 2 else (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
         out = tail if out is None else out + tail
     return out
