@@ -13,7 +13,9 @@ dot kernel, as XLA CPU does: f16/bf16/f8 multiply-accumulate in f32 and round
 once, integers wrap, pred is OR of ANDs, complex uses the textbook product,
 and ``preferred_element_type`` upcasts the operands or converts the result
 like XLA's OperandUpcaster/ResultCaster. Float sums are reassociated (BLAS),
-so f32/f64 results can differ from XLA's in the last bits.
+so f32/f64 results can differ from XLA's in the last bits -- except for the
+2-D convolutions XLA CPU runs in YNNPACK, which are summed in YNNPACK's order
+(:mod:`lowering.kernels.ynnpack_convolution`).
 
 reduce_window follows XLA CPU's semantics: each result starts at the init
 value and combines the window elements one by one in row-major window order;
