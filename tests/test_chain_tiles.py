@@ -51,7 +51,9 @@ def _bits(a):
 @pytest.mark.parametrize("width", [1, 2, 4])
 @pytest.mark.parametrize("shape", [(8, 16, 32, 0), (7, 13, 45, 0), (64, 785, 130, 512), (37, 102, 70, 32),
                                    (4, 3, 32, 0), (9, 2, 17, 0), (12, 64, 48, 16), (5, 1, 40, 0),
-                                   (3, 20, 70, 0), (1, 9, 40, 0)])  # (fewer rows than a tile: edges only)
+                                   (3, 20, 70, 0), (1, 9, 40, 0),  # (fewer rows than a tile: edges only)
+                                   # narrow products: one-vector and half-vector tiles (16 / 8 f32 columns, 8 / 4 f64)
+                                   (33, 27, 16, 0), (16, 50, 8, 16), (20, 9, 24, 0), (12, 30, 4, 8), (8, 40, 12, 0)])
 def test_tiles_give_the_orders_bits(shape, width, dtype):
     m, k, n, chunk = shape
     rng = np.random.default_rng(m * k + n)

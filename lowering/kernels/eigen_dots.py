@@ -52,7 +52,7 @@ import numba
 import numpy as np
 
 from ..runtime.loop_runtime import fused_multiply_add
-from ..runtime.workers import PIECE_ROWS, PIECES_MNK, row_piece_bounds, run_pieces
+from ..runtime.workers import PIECE_ROWS, PIECES_MNK, row_piece_bounds, run_pieces, usable_cpus
 from . import host
 from .chain_tiles import chunked_chain_product
 
@@ -280,6 +280,19 @@ def contraction_plan(k: int, m: int, n: int, cpus: int,
     else:
         bk, bm, bn = _blocking(k, em, en, threads, caches, _shard_by_column(em, en, threads))
     return ((k, bk, edges(bm, bn)),)
+
+
+def convolution_order(k: int, m: int, n: int) -> int | None:
+    """The order of an f32 convolution XLA CPU computes itself (its ``ConvolutionThunk``: Eigen's spatial
+    convolution, a contraction of the image patches ``(m, k)``, ``K`` in ``(kh, kw, ci)`` order, with the kernel
+    ``(k, n)``) -- the same contraction, blocks and oneDNN pieces as ``x.T @ g`` with ``out (m, n)`` -- or None
+    where it is not measured (other hosts, more CPUs, a dimension below 2). Measured bitwise on random 2-D
+    convolutions of at most 16 features (the others are YNNPACK's): every one with ``K <= 65`` (71 of 71) and 63 of
+    79 longer ones; the rest are contractions Eigen shards by ``K`` in XLA (two slices added) where this plan does
+    not, its cost model pricing the image patches' evaluator, not modelled."""
+    if min(k, m, n) < 2 or not measured_eigen_host():
+        return None
+    return contraction_order(k, m, n, usable_cpus())
 
 
 MEASURED_CPUS = 2

@@ -67,6 +67,7 @@ from xla_dialect.types import element_type_from_dtype
 from ..runtime.denormals import mode_switch
 from .registry import register
 from .control_flow import array_applier, result_dtypes
+from .eigen_dots import convolution_order, eigen_matmul
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .ynnpack_convolution import convolution_plan, is_ynnpack_convolution, ynnpack_convolution
 from .reduction import _signed_zeros, binary_body_ufunc
@@ -193,11 +194,19 @@ def _convolution(op, ctx):
     if ynnpack is not None:
         return _ynnpack_convolution(ctx, window, tuple(dn.input_spatial_dimensions), lhs_perm, rhs_perm, out_perm,
                                     ynnpack, (batch, *out_spatial, group_out))
-    matmul = matmul_kernel(ctx, arith, m, k, group_out, groups)
+    eigen = None
+    if groups == 1 and n == 2 and arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t):
+        # XLA computes it itself: Eigen's spatial convolution, the contraction order of eigen_dots
+        eigen = convolution_order(k, m, group_out)
+    if eigen is not None:
+        matmul = eigen_matmul(eigen, ctx.split_workers, mode_switch(ctx.denormals))
+    else:
+        matmul = matmul_kernel(ctx, arith, m, k, group_out, groups)
     # With the features minor in the input (NHWC-style), the columns take them innermost (K ordered
     # (*kernel, C)), so that building them copies contiguous runs of C values; otherwise (NCHW-style) K is
-    # ordered (C, *kernel), whose innermost kernel axis runs along contiguous rows.
-    features_minor = dn.input_feature_dimension == len(lhs_t.get_shape()) - 1
+    # ordered (C, *kernel), whose innermost kernel axis runs along contiguous rows. Eigen's order sums K in
+    # (*kernel, C) order whatever the layout.
+    features_minor = dn.input_feature_dimension == len(lhs_t.get_shape()) - 1 or eigen is not None
     # lhs windows (N, C, *out, *kernel) -> (Bg, Nb, Fg, Cg, *out, *kernel) -> (G, Nb * out, K).
     lhs_split = (bgc, batch, fgc, features, *out_spatial, *kernel)
     if features_minor:

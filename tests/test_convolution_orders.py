@@ -1,9 +1,12 @@
-"""2-D convolutions XLA CPU runs in YNNPACK: bit for bit against jax.jit (lowering/kernels/ynnpack_convolution.py).
+"""2-D convolutions in XLA CPU's summation orders: bit for bit against jax.jit.
 
 XLA CPU (jax 0.10.2) gives a 2-D f32/f64 convolution with more than 16 input or output features to YNNPACK, which
-computes it as a dot over ``(kh, kw, ci)`` with its own kernel choice, lanes, remainder calls and chunks. Before,
-the executor multiplied im2col patches with BLAS: most outputs differed in the last bits (e.g. 43,320 of 50,176 of
-the second convolution of flax's CNN example).
+computes it as a dot over ``(kh, kw, ci)`` with its own kernel choice, lanes, remainder calls and chunks
+(lowering/kernels/ynnpack_convolution.py); an f32 one with at most 16 features it computes itself, with Eigen's
+spatial convolution: the contraction order of ``lowering/kernels/eigen_dots.py`` over the patches in ``(kh, kw,
+ci)`` order. Before, the executor multiplied im2col patches with BLAS: most outputs differed in the last bits (e.g.
+43,320 of 50,176 of the second convolution of flax's CNN example; 7,238 of 8,192 of a 5x5 convolution of 16
+features).
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ def _avx512_host() -> bool:
     from lowering.kernels.host import measured_host
 
     return measured_host()
+
+
+def _eigen_host() -> bool:
+    from lowering.kernels.eigen_dots import MEASURED_CPUS, measured_eigen_host
+    from lowering.runtime.workers import usable_cpus
+
+    return measured_eigen_host() and usable_cpus() <= MEASURED_CPUS
 
 
 pytestmark = pytest.mark.skipif(not _avx512_host(), reason="YNNPACK's dot order was measured on AVX-512 hosts only")
@@ -161,3 +171,39 @@ def test_not_ynnpack_stays_as_before(case):
         windowed.ynnpack_convolution = saved
     assert not calls
     np.testing.assert_allclose(got, jax.jit(fn)(x, k), rtol=2e-5, atol=2e-5)
+
+
+# XLA's own (Eigen) convolutions: at most 16 input and output features. (batch, height, width, in, out, kh, kw,
+# strides, padding)
+_EIGEN_CASES = {
+    "3x3 of 4 features": (8, 16, 16, 4, 8, 3, 3, (1, 1), "SAME"),
+    "5x5, K = 400 (oneDNN pieces)": (2, 16, 16, 16, 16, 5, 5, (1, 1), "SAME"),
+    "7x7, K = 784": (1, 20, 20, 16, 16, 7, 7, (1, 1), "SAME"),
+    "9x9, K = 1296": (16, 20, 20, 16, 8, 9, 9, (1, 1), "SAME"),
+    "RGB input": (8, 32, 32, 3, 16, 3, 3, (1, 1), "SAME"),
+    "strided, rectangular": (6, 28, 23, 16, 12, 3, 4, (1, 2), "VALID"),
+}
+
+
+@pytest.mark.skipif(not _eigen_host(), reason="Eigen's contraction plan was measured with known caches, 1-2 CPUs")
+@pytest.mark.parametrize("name", list(_EIGEN_CASES))
+def test_eigen_convolution_bitwise(name):
+    n, h, w, ci, co, kh, kw, strides, padding = _EIGEN_CASES[name]
+    x, k = _operands(n, h, w, ci, co, kh, kw, np.float32)
+    fn = _conv(strides, padding, (1, 1))
+    assert "__ynn" not in jax.jit(fn).lower(x, k).compile().as_text()
+    for options in ({}, {"fusion": "never", "loop_compilation": "never"}):
+        (got,) = _run(fn, (x, k), **options)
+        _assert_bitwise(got, jax.jit(fn)(x, k))
+
+
+@pytest.mark.skipif(not _eigen_host(), reason="Eigen's contraction plan was measured with known caches, 1-2 CPUs")
+def test_eigen_convolution_nchw():
+    """NCHW operands: Eigen sums K in (kh, kw, ci) order whatever the layout (the executor's NCHW patches were
+    (ci, kh, kw))."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 16, 16, 16)).astype(np.float32)
+    k = rng.standard_normal((16, 16, 5, 5)).astype(np.float32)
+    fn = _conv((1, 1), SAME2, (1, 1), ("NCHW", "OIHW", "NCHW"))
+    (got,) = _run(fn, (x, k))
+    _assert_bitwise(got, jax.jit(fn)(x, k))
