@@ -24,7 +24,7 @@ change (``ynnpack/subgraph/dot.cc``, confirmed element by element against jax.ji
 
 Each chunk of the aligned part is one product in YNNPACK's lanes (:func:`lowering.kernels.small_dot.small_matmul`,
 the dot's own definition) of the patches of its features, ``K`` laid out ``(kh, kw, ci in chunk)``, added to the
-chunks before it; the remainder terms are whole-array NumPy products and adds, rounded as the kernel rounds them. Bitwise equal to jax.jit on the measured shapes (``tests/test_ynnpack_convolution.py``: 3x3,
+chunks before it; the remainder terms are whole-array NumPy products and adds, rounded as the kernel rounds them. Bitwise equal to jax.jit on the measured shapes (``tests/test_convolution_orders.py``: 3x3,
 5x5, 1x1 and rectangular windows, strides, padding, window dilation, every ``ci mod tile_k``, chunked windows to
 256 -> 512 features, f32 and f64, NCHW) on the AVX-512 host the dot orders were measured on. Not identified (the
 BLAS route, as before, where the plan gives None): feature groups (depthwise convolutions), and f64 products whose
