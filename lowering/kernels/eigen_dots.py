@@ -80,6 +80,12 @@ GEMV_PART = 512
 FIXED_OVERHEAD = 100_000
 """Eigen's cost of starting a parallel evaluation, in its cost model's units."""
 
+IMAGE_PATCH_COMPUTE = (3 * 24 + 14 * 1) / PACKET
+"""The compute cost Eigen's cost model gives one coefficient of ``extract_image_patches`` (3 divisions of 64-bit
+indices at 24 -- Eigen's ``scalar_div_cost<long>`` -- and 14 multiplications at 1, over a packet): a convolution's
+patches, the right operand of its contraction. With it the plan predicts whether XLA's Eigen shards a convolution's
+contraction by ``K`` on all 466 random convolutions measured (``K`` 40-320; without it, 29 of 208 wrong)."""
+
 _BK_SHIFT0, _BK_SHIFT1, _EDGE_SHIFT, _SLICE_SHIFT = 8, 18, 28, 32
 LAST_COLUMN, LAST_ROW = 1, 2
 """Edge flags of one slice: its last column by the transposed matrix-vector kernel, its last row by the other."""
@@ -223,17 +229,19 @@ def _compute_bandwidth(rows: int, columns: int, bk: int) -> float:
     return 4.0 if bk == 1 else (2.0 if columns < NR or rows < MR else 1.0)  # (1.0, not 0.5: built without FMA)
 
 
-def _threads(m: int, n: int, bm: int, bn: int, bk: int, by_column: bool, cpus: int) -> int:
-    """The threads Eigen's cost model gives a contraction sharded over its output."""
-    compute = bk * _compute_bandwidth(bn, bm, bk) / PACKET
+def _threads(m: int, n: int, bm: int, bn: int, bk: int, by_column: bool, cpus: int, rhs_compute: float = 0.0) -> int:
+    """The threads Eigen's cost model gives a contraction sharded over its output (``rhs_compute``: the compute cost
+    of one coefficient of the right operand's evaluator, which Eigen charges ``bk / m`` times)."""
+    compute = bk * _compute_bandwidth(bn, bm, bk) / PACKET + rhs_compute * bk / m
     loads = (4.0 * bk / m) if by_column else (4.0 * bk / n)
     threads = (_cost(n * m, loads, 4.0, compute) - FIXED_OVERHEAD) / FIXED_OVERHEAD + 0.9
     return min(cpus, max(1, int(threads)))
 
 
-def _inner_threads(m: int, n: int, k: int, cpus: int) -> int:
-    """The threads (an even count, or 1) Eigen's cost model gives a contraction sharded by its inner dimension."""
-    per_k = _cost(k, 4.0 * n, 4.0, _compute_bandwidth(m, n, k) * m * n / PACKET)
+def _inner_threads(m: int, n: int, k: int, cpus: int, rhs_compute: float = 0.0) -> int:
+    """The threads (an even count, or 1) Eigen's cost model gives a contraction sharded by its inner dimension
+    (``rhs_compute`` as for :func:`_threads`, charged ``n`` times per term)."""
+    per_k = _cost(k, 4.0 * n, 4.0, _compute_bandwidth(m, n, k) * m * n / PACKET + rhs_compute * n)
     reduction = _cost(m * n, 2.0, 1.0, 1.0 / PACKET)
     best, lowest = 1, per_k
     for threads in range(2, cpus + 1, 2):
@@ -250,18 +258,19 @@ def _sharded_by_inner(m: int, n: int, k: int, threads: int, inner: int, l3_bytes
 
 
 @functools.cache
-def contraction_plan(k: int, m: int, n: int, cpus: int,
-                     caches: tuple[int, int, int] | None = None) -> tuple[tuple[int, int, int], ...]:
+def contraction_plan(k: int, m: int, n: int, cpus: int, caches: tuple[int, int, int] | None = None,
+                     rhs_compute: float = 0.0) -> tuple[tuple[int, int, int], ...]:
     """Eigen's plan for ``out (m, n) = x.T @ g`` with contraction ``k`` (the product's own ``m`` and ``n``: Eigen's
     ``n`` and ``m``) on ``cpus`` CPUs with the cache sizes ``caches`` (by default this host's,
     :func:`eigen_cache_sizes`, else the measured AMD host's): one or two slices of ``K``, each ``(length, K block,
-    edge flags)``."""
+    edge flags)``. ``rhs_compute``: the compute cost per coefficient of Eigen's right operand (the product's ``m``
+    side; 0 for a tensor in memory, :data:`IMAGE_PATCH_COMPUTE` for a convolution's patches)."""
     caches = caches or eigen_cache_sizes() or MEASURED_AMD_CACHES
     em, en = n, m  # (Eigen's view: m = O, n = I)
     by_column = _shard_by_column(em, en, 2)
     kc, mc, nc = _blocking(k, em, en, 2, caches, by_column)
-    threads = _threads(em, en, mc, nc, kc, by_column, cpus)
-    inner = _inner_threads(em, en, k, cpus)
+    threads = _threads(em, en, mc, nc, kc, by_column, cpus, rhs_compute)
+    inner = _inner_threads(em, en, k, cpus, rhs_compute)
 
     def edges(bm: int, bn: int) -> int:
         return (LAST_COLUMN if em % min(em, bm) == 1 else 0) | (LAST_ROW if en % min(en, bn) == 1 else 0)
@@ -286,29 +295,30 @@ def convolution_order(k: int, m: int, n: int) -> int | None:
     """The order of an f32 convolution XLA CPU computes itself (its ``ConvolutionThunk``: Eigen's spatial
     convolution, a contraction of the image patches ``(m, k)``, ``K`` in ``(kh, kw, ci)`` order, with the kernel
     ``(k, n)``) -- the same contraction, blocks and oneDNN pieces as ``x.T @ g`` with ``out (m, n)`` -- or None
-    where it is not measured (other hosts, more CPUs, a dimension below 2). Measured bitwise on random 2-D
-    convolutions of at most 16 features (the others are YNNPACK's): every one with ``K <= 65`` (71 of 71) and 63 of
-    79 longer ones; the rest are contractions Eigen shards by ``K`` in XLA (two slices added) where this plan does
-    not, its cost model pricing the image patches' evaluator, not modelled."""
+    where it is not measured (other hosts, more CPUs, a dimension below 2). The patches are the contraction's right
+    operand in Eigen's cost model, which charges their index arithmetic (:data:`IMAGE_PATCH_COMPUTE`): that decides
+    whether Eigen shards the contraction by ``K`` (two slices added). Measured bitwise on 150 of 150 random 2-D
+    convolutions of at most 16 features (the others are YNNPACK's), ``K`` 1 to 1,296, and the kernel gradient of
+    flax's CNN example (``K = 6,272``)."""
     if min(k, m, n) < 2 or not measured_eigen_host():
         return None
-    return contraction_order(k, m, n, usable_cpus())
+    return contraction_order(k, m, n, usable_cpus(), rhs_compute=IMAGE_PATCH_COMPUTE)
 
 
 MEASURED_CPUS = 2
 """The most CPUs the plans were measured with (1 and 2): with more, these products keep the earlier rules."""
 
 
-def contraction_order(k: int, m: int, n: int, cpus: int, swapped: bool = False) -> int | None:
+def contraction_order(k: int, m: int, n: int, cpus: int, swapped: bool = False, rhs_compute: float = 0.0) -> int | None:
     """:data:`EIGEN_CONTRACTION` with :func:`contraction_plan` in its bits (``swapped``: the plan of the ``(n, m)``
     product XLA computes, and :data:`EIGEN_SWAPPED`), or None on more than :data:`MEASURED_CPUS` CPUs (not
     measured) or where the plan does not fit the bits."""
     if cpus > MEASURED_CPUS:
         return None
     if swapped:
-        order = contraction_order(k, n, m, cpus)
+        order = contraction_order(k, n, m, cpus, rhs_compute=rhs_compute)
         return None if order is None else order | EIGEN_SWAPPED
-    slices = contraction_plan(k, m, n, cpus)
+    slices = contraction_plan(k, m, n, cpus, rhs_compute=rhs_compute)
     if len(slices) > 2 or any(bk >= 1 << 10 for _, bk, _ in slices) or k >= 1 << 31:
         return None
     order = EIGEN_CONTRACTION | slices[0][1] << _BK_SHIFT0 | slices[0][2] << _EDGE_SHIFT
