@@ -131,28 +131,54 @@ def test_plan_follows_the_window():
     window take a two-lane kernel (the flat K = 297 would take four), 35 and 36 four."""
     from lowering.kernels.ynnpack_convolution import convolution_plan
 
-    assert convolution_plan(28, 14, 33, 9, 20, np.float32).tile_k == 2
-    assert convolution_plan(28, 14, 35, 9, 20, np.float32).tile_k == 4
-    assert convolution_plan(28, 14, 36, 9, 20, np.float32).tile_k == 4
-    chunked = convolution_plan(32, 32, 64, 9, 64, np.float32)  # 128 KiB / (9 positions * 64 columns * 4 bytes)
+    assert convolution_plan(2, (14, 14), 33, 9, 20, 1, np.float32).tile_k == 2
+    assert convolution_plan(2, (14, 14), 35, 9, 20, 1, np.float32).tile_k == 4
+    assert convolution_plan(2, (14, 14), 36, 9, 20, 1, np.float32).tile_k == 4
+    chunked = convolution_plan(1, (32, 32), 64, 9, 64, 1, np.float32)  # 128 KiB / (9 positions * 64 columns * 4 B)
     assert (chunked.tile_k, chunked.chunk) == (1, 56)
 
 
-@pytest.mark.parametrize("case", ["depthwise", "few features", "batch groups"])
+# Feature groups (XLA's emitter makes them a batch dimension of YNNPACK's dot, one row each): (batch, height, width,
+# in features, out features, kh, kw, groups, padding, dtype)
+_GROUPED = {
+    "depthwise 3x3 (rounded products)": (2, 16, 16, 64, 64, 3, 3, 64, SAME1, np.float32),
+    "depthwise 7x7, ConvNeXt-style": (2, 14, 14, 96, 96, 7, 7, 96, ((3, 3), (3, 3)), np.float32),
+    "depthwise, two outputs each": (2, 16, 16, 64, 128, 3, 3, 64, SAME1, np.float32),
+    "four groups": (2, 16, 16, 64, 64, 3, 3, 4, SAME1, np.float32),
+    "two groups": (2, 16, 16, 64, 64, 3, 3, 2, SAME1, np.float32),
+    "f64 groups of two": (2, 16, 16, 64, 64, 3, 3, 32, SAME1, np.float64),
+    "few output pixels (B unpacked, fused)": (1, 4, 11, 8, 64, 4, 5, 8, VALID, np.float32),
+    "few output pixels, 4 outputs per group": (2, 6, 10, 64, 128, 4, 7, 32, VALID, np.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(_GROUPED))
+def test_grouped_convolution_bitwise(name):
+    n, h, w, ci, co, kh, kw, groups, padding, dtype = _GROUPED[name]
+    strides = (2, 2) if name.endswith("per group") else (1, 1)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((n, h, w, ci)).astype(dtype)
+    k = rng.standard_normal((kh, kw, ci // groups, co)).astype(dtype)
+
+    def fn(x, k):
+        return lax.conv_general_dilated(x, k, strides, padding, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                        feature_group_count=groups)
+
+    assert "__ynn" in jax.jit(fn).lower(x, k).compile().as_text(), "XLA no longer runs this convolution in YNNPACK"
+    (got,) = _run(fn, (x, k))
+    _assert_bitwise(got, jax.jit(fn)(x, k))
+
+
+@pytest.mark.parametrize("case", ["few features", "batch groups"])
 def test_not_ynnpack_stays_as_before(case):
-    """Convolutions XLA does not give to YNNPACK keep the executor's earlier route (and its results)."""
+    """Convolutions XLA does not give to YNNPACK keep the executor's other routes."""
     from lowering.kernels import ynnpack_convolution
 
     calls = []
     original = ynnpack_convolution.ynnpack_convolution
     ynnpack_convolution_calls = lambda *a, **kw: calls.append(1) or original(*a, **kw)  # noqa: E731
     rng = np.random.default_rng(3)
-    if case == "depthwise":
-        x = rng.standard_normal((2, 12, 12, 32)).astype(np.float32)
-        k = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
-        fn = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), SAME1, dimension_numbers=("NHWC", "HWIO", "NHWC"),  # noqa: E731
-                                                   feature_group_count=32)
-    elif case == "few features":
+    if case == "few features":
         x = rng.standard_normal((2, 12, 12, 8)).astype(np.float32)
         k = rng.standard_normal((3, 3, 8, 16)).astype(np.float32)
         fn = _conv((1, 1), SAME1, (1, 1))

@@ -189,11 +189,11 @@ def _convolution(op, ctx):
     ynnpack = None
     if is_ynnpack_convolution(op, ctx.dtype(lhs_t), ctx.dtype(rhs_t), result_dtype):
         # XLA runs it in YNNPACK: its summation order (lowering/kernels/ynnpack_convolution.py)
-        ynnpack = convolution_plan(batch * out_spatial[0], out_spatial[1], kernel_in, math.prod(kernel), group_out,
+        ynnpack = convolution_plan(batch, tuple(out_spatial), kernel_in, math.prod(kernel), group_out, fgc,
                                    result_dtype)
     if ynnpack is not None:
         return _ynnpack_convolution(ctx, window, tuple(dn.input_spatial_dimensions), lhs_perm, rhs_perm, out_perm,
-                                    ynnpack, (batch, *out_spatial, group_out))
+                                    ynnpack, fgc, (batch, *out_spatial, rs[0]))
     eigen = None
     if groups == 1 and n == 2 and arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t):
         # XLA computes it itself: Eigen's spatial convolution, the contraction order of eigen_dots
@@ -254,7 +254,8 @@ def _convolution(op, ctx):
     return convolution
 
 
-def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, canon_shape):
+def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, groups,
+                         canon_shape):
     """The convolution kernel for a convolution XLA runs in YNNPACK: the windows of the padded input and the kernel
     as ``(kh * kw, features, outputs)``, summed in YNNPACK's order (:func:`ynnpack_convolution`)."""
     workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
@@ -264,9 +265,10 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
     def convolution(lhs, rhs):
         a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
         view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw), no copy
-        w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw)
-        kmat = np.ascontiguousarray(np.transpose(w, (*range(2, 2 + n_kernel), 1, 0))).reshape(-1, *w.shape[1::-1])
-        c = ynnpack_convolution(view, kmat, plan, workers, mode)
+        w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw), O = groups * outputs per group
+        w = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
+        kmat = np.ascontiguousarray(np.transpose(w, (0, *range(3, 3 + n_kernel), 2, 1)))
+        c = ynnpack_convolution(view, kmat.reshape(groups, -1, *kmat.shape[-2:]), plan, workers, mode)
         return np.transpose(np.moveaxis(c.reshape(canon_shape), -1, 1), out_perm)
 
     return convolution

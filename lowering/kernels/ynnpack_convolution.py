@@ -48,11 +48,11 @@ MIN_FEATURES = 16
 
 def is_ynnpack_convolution(op, lhs_dtype: np.dtype, rhs_dtype: np.dtype, result_dtype: np.dtype) -> bool:
     """Whether XLA CPU runs the convolution ``op`` (operands and result of these types) in YNNPACK on this host and
-    the executor replays its order: XLA's conditions (module docstring), no feature groups (not identified) and an
-    AVX-512 host (:func:`lowering.kernels.host.measured_host`)."""
+    the executor replays its order: XLA's conditions (module docstring) and an AVX-512 host
+    (:func:`lowering.kernels.host.measured_host`)."""
     dn = op.dimension_numbers()
     window = op.window()
-    if len(window.dimensions) != 2 or op.batch_group_count.value.data != 1 or op.feature_group_count.value.data != 1:
+    if len(window.dimensions) != 2 or op.batch_group_count.value.data != 1:
         return False
     dtype = np.dtype(lhs_dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or not dtype == np.dtype(rhs_dtype) == np.dtype(
@@ -83,12 +83,19 @@ class ConvolutionPlan:
     last_chunk: int
 
 
-def convolution_plan(batches: int, width: int, features: int, k_outer: int, outputs: int,
-                     dtype: np.dtype) -> ConvolutionPlan | None:
-    """YNNPACK's plan for a convolution with ``batches * width`` output pixels (``width`` the output width,
-    YNNPACK's rows), ``features`` input features, a window of ``k_outer`` positions and ``outputs`` output
-    features, or None where the thread tiles would not agree on a kernel."""
-    found = ynnpack_order(width, features, outputs, np.dtype(dtype), False, k_outer, batches)
+def convolution_plan(batch: int, out_spatial: tuple[int, int], features: int, k_outer: int, outputs: int,
+                     groups: int, dtype: np.dtype) -> ConvolutionPlan | None:
+    """YNNPACK's plan for a convolution with output ``(batch, oh, ow)`` pixels, ``features`` input and ``outputs``
+    output features per group of ``groups``, and a window of ``k_outer`` positions, or None where the thread tiles
+    would not agree on a kernel. YNNPACK's rows are the output width, the batch and output rows its batch; with
+    feature groups XLA's emitter builds ``(n, oh, ow, g, 1, kh, kw, ci / g)`` patches: one row, the rest batch
+    dimensions, with one kernel per group (so ``B`` stays unpacked up to 10 output pixels: a kernel of fused
+    products there, of rounded products for small groups beyond)."""
+    oh, ow = out_spatial
+    if groups == 1:
+        found = ynnpack_order(ow, features, outputs, np.dtype(dtype), False, k_outer, batch * oh)
+    else:
+        found = ynnpack_order(1, features, outputs, np.dtype(dtype), False, k_outer, batch * oh * ow * groups, groups)
     return None if found is None else ConvolutionPlan(*found)
 
 
@@ -96,20 +103,20 @@ def ynnpack_convolution(view: np.ndarray, kernel: np.ndarray, plan: ConvolutionP
                         mode=None) -> np.ndarray:
     """The ``(pixels, outputs)`` result of a 2-D convolution in YNNPACK's order. ``view`` is the padded input's
     windows, ``(batch, features, oh, ow, kh, kw)`` (a strided view: each block of patches is copied from it once);
-    ``kernel`` is ``(kh * kw, features, outputs)``; both of the result's float type. ``workers`` and ``mode`` as
-    for :func:`lowering.kernels.small_dot.small_matmul`."""
-    batch, features = view.shape[:2]
-    window = view.shape[4:]
-    k_outer, outputs = kernel.shape[0], kernel.shape[2]
-    pixels = batch * view.shape[2] * view.shape[3]
+    ``kernel`` is ``(groups, kh * kw, features / groups, outputs / groups)`` (output feature ``g * outputs / groups
+    + j`` is group ``g``'s ``j``); both of the result's float type. ``workers`` and ``mode`` as for
+    :func:`lowering.kernels.small_dot.small_matmul`. Groups are the batch of each product."""
+    batch, _, oh, ow, kh, kw = view.shape
+    groups, k_outer, features, outputs = kernel.shape
+    pixels = batch * oh * ow
     dtype = kernel.dtype
-    to_patches = (0, 2, 3, 4, 5, 1)
+    grouped = view.reshape(batch, groups, features, oh, ow, kh, kw)  # (splits one axis: no copy)
     blocks = {}
 
-    def patches(f0: int, f1: int) -> np.ndarray:  # features [f0, f1) of every window position: (pixels, K)
+    def patches(f0: int, f1: int) -> np.ndarray:  # features [f0, f1) of every window position: (groups, pixels, K)
         if (f0, f1) not in blocks:
-            part = np.transpose(view[:, f0:f1], to_patches)
-            blocks[f0, f1] = np.ascontiguousarray(part, dtype).reshape(pixels, k_outer * (f1 - f0))
+            part = np.transpose(grouped[:, :, f0:f1], (1, 0, 3, 4, 5, 6, 2))
+            blocks[f0, f1] = np.ascontiguousarray(part, dtype).reshape(groups, pixels, k_outer * (f1 - f0))
         return blocks[f0, f1]
 
     aligned = features & ~(plan.tile_k - 1)
@@ -121,23 +128,25 @@ def ynnpack_convolution(view: np.ndarray, kernel: np.ndarray, plan: ConvolutionP
         ranges = [(0, outputs, plan.chunk)]
         if plan.columns < outputs and plan.last_chunk != plan.chunk:
             ranges = [(0, plan.columns, plan.chunk), (plan.columns, outputs, plan.last_chunk)]
-        out = np.empty((pixels, outputs), dtype)
+        out = np.empty((groups, pixels, outputs), dtype)
         for c0, c1, chunk in ranges:
             step = chunk if 0 < chunk < aligned else aligned
             result = None
             for f0 in range(0, aligned, step):
                 f1 = min(f0 + step, aligned)
-                rhs = np.ascontiguousarray(kernel[:, f0:f1, c0:c1]).reshape(1, k_outer * (f1 - f0), c1 - c0)
-                product = matmul(patches(f0, f1)[None], rhs)[0]
+                rhs = np.ascontiguousarray(kernel[:, :, f0:f1, c0:c1]).reshape(groups, k_outer * (f1 - f0), c1 - c0)
+                product = matmul(patches(f0, f1), rhs)
                 result = product if result is None else product + result
-            out[:, c0:c1] = result
+            out[:, :, c0:c1] = result
     zero = dtype.type(0)
     for position in range(k_outer if aligned < features else 0):
         # The remainder of this window position: one kernel call on a zero-padded copy, its lanes added in pairs.
-        row, column = divmod(position, window[1])
-        lanes = [np.multiply.outer(view[:, f, :, :, row, column].reshape(pixels), kernel[position, f, :]) + zero
-                 for f in range(aligned, features)]
-        lanes += [np.zeros((pixels, outputs), dtype)] * (plan.tile_k - len(lanes))
+        row, column = divmod(position, kw)
+        lanes = [np.transpose(grouped[:, :, f, :, :, row, column], (1, 0, 2, 3)).reshape(groups, pixels, 1)
+                 * kernel[:, position, f, None, :] + zero for f in range(aligned, features)]
+        lanes += [np.zeros((groups, pixels, outputs), dtype)] * (plan.tile_k - len(lanes))
         tail = lanes[0] + lanes[1] if plan.tile_k == 2 else (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
         out = tail if out is None else out + tail
-    return out
+    if groups == 1:
+        return out.reshape(pixels, outputs)
+    return np.transpose(out, (1, 0, 2)).reshape(pixels, groups * outputs)

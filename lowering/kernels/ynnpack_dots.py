@@ -126,7 +126,7 @@ def _split_factors(m: int, n: int, k: int, block_n: int) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=4096)
 def ynnpack_order(m: int, k: int, n: int, dtype: np.dtype, b_transposed: bool = False, k_outer: int = 1,
-                  row_batches: int = 1) -> tuple | None:
+                  row_batches: int = 1, b_batches: int = 1) -> tuple | None:
     """``(tile_k, fused, columns, chunk, last_chunk)`` of the kernel YNNPACK runs a ``(m, k) x (k, n)`` product of
     ``dtype`` (f32 or f64) with: the first ``columns`` columns (XLA's whole thread tiles) sum ``K`` in chunks of
     ``chunk`` terms, the others (a last, narrower tile) of ``last_chunk`` (0: ``K`` in one go); None when the
@@ -137,7 +137,9 @@ def ynnpack_order(m: int, k: int, n: int, dtype: np.dtype, b_transposed: bool = 
     ``k`` is then the innermost one (the input features, YNNPACK's ``k1``), ``k_outer`` the product of the others
     (the window, ``k2 * k3``), and the chunks cut ``k1`` (each chunk spans every window position); ``m`` is the
     rows of one of ``row_batches`` independent products (a convolution's output width, its batch and output rows
-    being YNNPACK's batch dimensions), which decides whether ``B`` is packed and how rows are tiled."""
+    being YNNPACK's batch dimensions), which decides whether ``B`` is packed and how rows are tiled; ``b_batches``:
+    how many different ``B`` the batch holds (a grouped convolution's groups). YNNPACK leaves ``B`` unpacked when
+    ``A``'s row blocks over the batch are at most 10 per ``B``."""
     dtype = np.dtype(dtype)
     kernels = _F32_KERNELS if dtype == np.dtype(np.float32) else _F64_KERNELS
     total = k * k_outer
@@ -146,7 +148,7 @@ def ynnpack_order(m: int, k: int, n: int, dtype: np.dtype, b_transposed: bool = 
     if defined[2][2] != 1:
         unpacked, unpacked_cost = _select(kernels, 2048, n, k, tile_k=1, flags=UNALIGNED_B, k_outer=k_outer)
     pack = (b_transposed or unpacked is None or not unpacked[3] & UNALIGNED_B
-            or unpacked_cost > defined_cost * np.float32(2) or math.ceil(m / unpacked[1][0]) * row_batches > 10)
+            or unpacked_cost > defined_cost * np.float32(2) or math.ceil(m / unpacked[1][0]) * row_batches > 10 * b_batches)
     if pack:
         tile_n, tile_k = defined[2][1], defined[2][2]
         cache_blocks = max(1, L2_BYTES // dtype.itemsize // (defined[1][1] * total))
