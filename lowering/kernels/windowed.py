@@ -69,7 +69,8 @@ from .registry import register
 from .control_flow import array_applier, result_dtypes
 from .eigen_dots import convolution_order, eigen_matmul
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
-from .ynnpack_convolution import convolution_plan, is_ynnpack_convolution, ynnpack_convolution
+from .ynnpack_convolution import convolution_plan, depthwise_rule, is_ynnpack_convolution, ynnpack_convolution
+from .ynnpack_convolution import depthwise as ynnpack_depthwise
 from .reduction import _signed_zeros, binary_body_ufunc
 
 # ----------------------------------------------------------------------------
@@ -193,7 +194,7 @@ def _convolution(op, ctx):
                                    result_dtype)
     if ynnpack is not None:
         return _ynnpack_convolution(ctx, window, tuple(dn.input_spatial_dimensions), lhs_perm, rhs_perm, out_perm,
-                                    ynnpack, fgc, (batch, *out_spatial, rs[0]))
+                                    ynnpack, fgc, kernel_in, (batch, *out_spatial, rs[0]))
     eigen = None
     if groups == 1 and n == 2 and arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t):
         # XLA computes it itself: Eigen's spatial convolution, the contraction order of eigen_dots
@@ -254,18 +255,25 @@ def _convolution(op, ctx):
     return convolution
 
 
-def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, groups,
+def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, groups, features,
                          canon_shape):
     """The convolution kernel for a convolution XLA runs in YNNPACK: the windows of the padded input and the kernel
     as ``(kh * kw, features, outputs)``, summed in YNNPACK's order (:func:`ynnpack_convolution`)."""
     workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
     spatial_axes = (2, 3)
     n_kernel = len(window.dimensions)
+    depthwise = depthwise_rule(plan, features) if groups > 1 else None
 
     def convolution(lhs, rhs):
         a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
-        view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw), no copy
         w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw), O = groups * outputs per group
+        if depthwise is not None:  # (one input feature per group: straight from the padded input)
+            out = np.empty((canon_shape[0], *canon_shape[1:3], canon_shape[3]), a.dtype)
+            kernel = np.ascontiguousarray(np.transpose(w.reshape(groups, -1, *w.shape[2:]), (2, 3, 0, 1)))
+            ynnpack_depthwise(np.ascontiguousarray(np.moveaxis(a, 1, -1)), kernel, np.array(window.strides),
+                              np.array(window.window_dilations), out, depthwise)
+            return np.transpose(np.moveaxis(out, -1, 1), out_perm)
+        view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw), no copy
         w = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
         kmat = np.ascontiguousarray(np.transpose(w, (0, *range(3, 3 + n_kernel), 2, 1)))
         c = ynnpack_convolution(view, kmat.reshape(groups, -1, *kmat.shape[-2:]), plan, workers, mode)
