@@ -255,3 +255,22 @@ def test_kernel_gradient_of_a_first_layer():
 
     (got,) = _run(fn, (x, k, g))
     _assert_bitwise(got, jax.jit(fn)(x, k, g))
+
+
+@pytest.mark.skipif(not _eigen_host(), reason="Eigen's contraction plan was measured with known caches, 1-2 CPUs")
+@pytest.mark.parametrize("dims", [1, 3])
+def test_eigen_convolution_other_ranks(dims):
+    """1-D and 3-D convolutions are Eigen's too (YNNPACK takes 2-D ones only): the same contraction over the patches
+    in (window..., ci) order."""
+    rng = np.random.default_rng(7)
+    if dims == 1:
+        x = rng.standard_normal((3, 55, 16)).astype(np.float32)
+        k = rng.standard_normal((5, 16, 4)).astype(np.float32)
+        fn = lambda x, k: lax.conv_general_dilated(x, k, (2,), "SAME", dimension_numbers=("NWC", "WIO", "NWC"))  # noqa: E731
+    else:
+        x = rng.standard_normal((3, 8, 5, 6, 32)).astype(np.float32)
+        k = rng.standard_normal((4, 4, 1, 32, 4)).astype(np.float32)
+        fn = lambda x, k: lax.conv_general_dilated(x, k, (1, 2, 1), "VALID",  # noqa: E731
+                                                   dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+    (got,) = _run(fn, (x, k))
+    _assert_bitwise(got, jax.jit(fn)(x, k))

@@ -196,7 +196,7 @@ def _convolution(op, ctx):
         return _ynnpack_convolution(ctx, window, tuple(dn.input_spatial_dimensions), lhs_perm, rhs_perm, out_perm,
                                     ynnpack, fgc, kernel_in, (batch, *out_spatial, rs[0]))
     eigen = None
-    if groups == 1 and n == 2 and arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t):
+    if groups == 1 and n in (1, 2, 3) and arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t):
         # XLA computes it itself: Eigen's spatial convolution, the contraction order of eigen_dots
         eigen = convolution_order(k, m, group_out)
     if eigen is not None:
