@@ -274,3 +274,39 @@ def test_eigen_convolution_other_ranks(dims):
                                                    dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
     (got,) = _run(fn, (x, k))
     _assert_bitwise(got, jax.jit(fn)(x, k))
+
+
+_TRANSPOSED = {
+    # strided convolutions' input gradients and conv_transpose: base-dilated convolutions with unit strides, which
+    # XLA computes as x @ w over the input features, then each input pixel's products added into the output
+    "input gradient, stride 2, 16 -> 32": ("grad", (4, 16, 16, 16), (3, 3, 16, 32), (2, 2), "SAME"),
+    "input gradient, stride (3, 1), 8 features": ("grad", (2, 12, 10, 8), (4, 2, 8, 8), (3, 1), "VALID"),
+    "conv_transpose, stride 2": ("transpose", (2, 8, 8, 32), (4, 4, 32, 16), (2, 2), "SAME"),
+    "conv_transpose, one input feature": ("transpose", (2, 7, 9, 1), (3, 3, 1, 8), (2, 3), "VALID"),
+    "base dilation, asymmetric padding": ("raw", (3, 6, 7, 8), (3, 2, 8, 4), (2, 3), ((2, 0), (1, 2))),
+}
+
+
+@pytest.mark.skipif(not _eigen_host(), reason="Eigen's contraction plan was measured with known caches, 1-2 CPUs")
+@pytest.mark.parametrize("name", list(_TRANSPOSED))
+def test_transposed_convolution_bitwise(name):
+    import jax.numpy as jnp
+
+    kind, x_shape, k_shape, strides, padding = _TRANSPOSED[name]
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    k = rng.standard_normal(k_shape).astype(np.float32)
+    dn = ("NHWC", "HWIO", "NHWC")
+    if kind == "grad":
+        def fn(x, k):
+            return jax.grad(lambda x: jnp.sum(jnp.sin(lax.conv_general_dilated(x, k, strides, padding,
+                                                                               dimension_numbers=dn))))(x)
+    elif kind == "transpose":
+        def fn(x, k):
+            return lax.conv_transpose(x, k, strides, padding, dimension_numbers=dn)
+    else:
+        def fn(x, k):
+            return lax.conv_general_dilated(x, k, (1, 1), padding, lhs_dilation=strides, dimension_numbers=dn)
+    assert "lhs_dilate" in jax.jit(fn).lower(x, k).compile().as_text()
+    (got,) = _run(fn, (x, k))
+    _assert_bitwise(got, jax.jit(fn)(x, k))

@@ -67,7 +67,8 @@ from xla_dialect.types import element_type_from_dtype
 from ..runtime.denormals import mode_switch
 from .registry import register
 from .control_flow import array_applier, result_dtypes
-from .eigen_dots import convolution_order, eigen_matmul
+from ..runtime.workers import usable_cpus
+from .eigen_dots import contraction_order, convolution_order, eigen_matmul
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .ynnpack_convolution import convolution_plan, depthwise_rule, is_ynnpack_convolution, ynnpack_convolution
 from .ynnpack_convolution import depthwise as ynnpack_depthwise
@@ -196,7 +197,16 @@ def _convolution(op, ctx):
         return _ynnpack_convolution(ctx, window, tuple(dn.input_spatial_dimensions), lhs_perm, rhs_perm, out_perm,
                                     ynnpack, fgc, kernel_in, (batch, *out_spatial, rs[0]))
     eigen = None
-    if groups == 1 and n in (1, 2, 3) and arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t):
+    all_f32 = arith == result_dtype == np.dtype(np.float32) == ctx.dtype(lhs_t) == ctx.dtype(rhs_t)
+    if (all_f32 and groups == 1 and n in (1, 2) and any(d > 1 for d in window.base_dilations)
+            and all(d == 1 for d in (*window.strides, *window.window_dilations)) and not any(window.reversal)):
+        # XLA's transposed convolution (a strided convolution's input gradient): the input times the kernel over
+        # the input features, then each input pixel's products added into the output (Pack2DPatches)
+        batch_pixels = batch * math.prod(ls[2:])
+        order = contraction_order(features, batch_pixels, math.prod(kernel) * group_out, usable_cpus())
+        if order is not None or (features == 1 and usable_cpus() <= 2):  # (one feature: the products alone)
+            return _transposed_convolution(ctx, order, window, lhs_perm, rhs_perm, out_perm, tuple(out_spatial))
+    if groups == 1 and n in (1, 2, 3) and all_f32:
         # XLA computes it itself: Eigen's spatial convolution, the contraction order of eigen_dots
         eigen = convolution_order(k, m, group_out)
     if eigen is not None:
@@ -280,6 +290,59 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
         return np.transpose(np.moveaxis(c.reshape(canon_shape), -1, 1), out_perm)
 
     return convolution
+
+
+def _transposed_convolution(ctx, order, window: Window, lhs_perm, rhs_perm, out_perm, out_spatial):
+    """A base-dilated f32 convolution with unit strides and window dilations as XLA CPU computes it
+    (``EigenTransposedConv2D``, where ``CanUseCustomTransposedConv``): ``C = x @ w`` over the input features (Eigen's
+    contraction: the order of :func:`lowering.kernels.eigen_dots.contraction_order`), one row per input pixel and
+    one column per (window position, output feature); then, from a zero output, each input pixel's products added
+    to the output pixels its window reaches, input pixels in row-major order (XLA's ``Pack2DPatches``). Input pixel
+    ``i`` and window position ``p`` reach output ``i * base_dilation + padding_low - p`` (XLA keeps the kernel
+    unrotated). ``order`` None: one input feature, whose products need no sum. An output's contributions come in increasing ``i`` and so increasing ``p``: adding whole strided
+    slices window position by window position keeps that order. Bitwise equal to jax.jit on strided convolutions'
+    input gradients and ``conv_transpose`` (``tests/test_convolution_orders.py``)."""
+    workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
+    matmul = eigen_matmul(order, workers, mode) if order is not None else np.matmul  # (one input feature: exact)
+    dilations = window.base_dilations
+    padding_low = [low for low, _ in window.padding]
+
+    def convolution(lhs, rhs):
+        x = np.transpose(lhs, lhs_perm)  # (N, C, *spatial)
+        w = np.transpose(rhs, rhs_perm)  # (O, I, *kernel)
+        if x.ndim == 3:  # (a 1-D convolution is XLA's 2-D one with a unit first dimension)
+            x, w = x[:, :, None], w[:, :, None]
+            dil, pad = (1, *dilations), (0, *padding_low)
+        else:
+            dil, pad = tuple(dilations), tuple(padding_low)
+        batch, features, height, width = x.shape
+        outputs, _, kh, kw = w.shape
+        rows = np.ascontiguousarray(np.moveaxis(x, 1, -1)).reshape(1, -1, features)
+        columns = np.ascontiguousarray(np.transpose(w, (1, 2, 3, 0))).reshape(1, features, kh * kw * outputs)
+        products = matmul(rows, columns).reshape(batch, height, width, kh, kw, outputs)
+        out_h, out_w = out_spatial if len(out_spatial) == 2 else (1, out_spatial[0])
+        out = np.zeros((batch, out_h, out_w, outputs), np.float32)
+        for p in range(kh):
+            i0, i1 = _reached(height, dil[0], pad[0] - p, out_h)
+            for q in range(kw):
+                j0, j1 = _reached(width, dil[1], pad[1] - q, out_w)
+                if i0 < i1 and j0 < j1:
+                    y0, x0 = i0 * dil[0] + pad[0] - p, j0 * dil[1] + pad[1] - q
+                    target = out[:, y0:y0 + (i1 - i0 - 1) * dil[0] + 1:dil[0], x0:x0 + (j1 - j0 - 1) * dil[1] + 1:dil[1]]
+                    target += products[:, i0:i1, j0:j1, p, q]
+        c = np.moveaxis(out, -1, 1)  # (N, O, out_h, out_w)
+        if len(out_spatial) == 1:
+            c = c[:, :, 0]
+        return np.transpose(c, out_perm)
+
+    return convolution
+
+
+def _reached(size: int, dilation: int, offset: int, out_size: int) -> tuple[int, int]:
+    """The input indices ``i`` in ``[0, size)`` whose ``i * dilation + offset`` lies in ``[0, out_size)``: a range."""
+    first = max(0, -(offset // dilation))
+    last = min(size, (out_size - 1 - offset) // dilation + 1) if out_size - 1 - offset >= 0 else 0
+    return first, max(first, last)
 
 
 # ----------------------------------------------------------------------------
