@@ -267,8 +267,10 @@ def _convolution(op, ctx):
 
 def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm, out_perm, plan, groups, features,
                          canon_shape):
-    """The convolution kernel for a convolution XLA runs in YNNPACK: the windows of the padded input and the kernel
-    as ``(kh * kw, features, outputs)``, summed in YNNPACK's order (:func:`ynnpack_convolution`)."""
+    """The convolution kernel for a convolution XLA runs in YNNPACK, summed in YNNPACK's order: the windows of the
+    padded input and the kernel as ``(groups, kh * kw, features, outputs)`` (:func:`ynnpack_convolution`), or, with
+    one input feature per group, the padded input itself (:func:`lowering.kernels.ynnpack_convolution.depthwise`).
+    ``canon_shape``: the result as ``(batch, oh, ow, all outputs)``."""
     workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
     spatial_axes = (2, 3)
     n_kernel = len(window.dimensions)
@@ -278,7 +280,7 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
         a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
         w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw), O = groups * outputs per group
         if depthwise is not None:  # (one input feature per group: straight from the padded input)
-            out = np.empty((canon_shape[0], *canon_shape[1:3], canon_shape[3]), a.dtype)
+            out = np.empty(canon_shape, a.dtype)
             kernel = np.ascontiguousarray(np.transpose(w.reshape(groups, -1, *w.shape[2:]), (2, 3, 0, 1)))
             ynnpack_depthwise(np.ascontiguousarray(np.moveaxis(a, 1, -1)), kernel, np.array(window.strides),
                               np.array(window.window_dilations), out, depthwise)

@@ -24,12 +24,15 @@ change (``ynnpack/subgraph/dot.cc``, confirmed element by element against jax.ji
 
 Each chunk of the aligned part is one product in YNNPACK's lanes (:func:`lowering.kernels.small_dot.small_matmul`,
 the dot's own definition) of the patches of its features, ``K`` laid out ``(kh, kw, ci in chunk)``, added to the
-chunks before it; the remainder terms are whole-array NumPy products and adds, rounded as the kernel rounds them. Bitwise equal to jax.jit on the measured shapes (``tests/test_convolution_orders.py``: 3x3,
-5x5, 1x1 and rectangular windows, strides, padding, window dilation, every ``ci mod tile_k``, chunked windows to
-256 -> 512 features, f32 and f64, NCHW) on the AVX-512 host the dot orders were measured on. Not identified (the
-BLAS route, as before, where the plan gives None): feature groups (depthwise convolutions), and f64 products whose
-last, narrower column tile is chunked (one measured shape, ``(3, 7, 6, 128) * (5, 4, 128, 200)``, stride 2, where
-no chunk length matched those columns; such shapes are computed but not claimed).
+chunks before it; the remainder terms are whole-array NumPy products and adds, rounded as the kernel rounds them.
+Feature groups (grouped and depthwise convolutions, which XLA gives to YNNPACK too) are the batch of those products
+(:func:`convolution_plan`); one input feature per group is summed straight from the padded input
+(:func:`depthwise`). Bitwise equal to jax.jit on the measured shapes (``tests/test_convolution_orders.py``: 3x3, 5x5,
+1x1 and rectangular windows, strides, padding, window dilation, every ``ci mod tile_k``, chunked windows to 256 ->
+512 features, groups, depthwise 3x3 and 7x7, f32 and f64, NCHW) on the AVX-512 host the dot orders were measured
+on. Not identified (computed with this model, not claimed): f64 products whose last, narrower column tile is
+chunked (one measured shape, ``(3, 7, 6, 128) * (5, 4, 128, 200)``, stride 2: no chunk length matched those
+columns), and groups of one output feature over at most 10 output pixels (one measured shape).
 """
 
 from __future__ import annotations
@@ -57,8 +60,9 @@ def is_ynnpack_convolution(op, lhs_dtype: np.dtype, rhs_dtype: np.dtype, result_
     if len(window.dimensions) != 2 or op.batch_group_count.value.data != 1:
         return False
     dtype = np.dtype(lhs_dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or not dtype == np.dtype(rhs_dtype) == np.dtype(
-            result_dtype):
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return False
+    if np.dtype(rhs_dtype) != dtype or np.dtype(result_dtype) != dtype:
         return False
     lhs_shape, rhs_shape, out_shape = op.lhs.type.get_shape(), op.rhs.type.get_shape(), op.result.type.get_shape()
     if max(lhs_shape[dn.input_feature_dimension], out_shape[dn.output_feature_dimension]) <= MIN_FEATURES:
