@@ -212,6 +212,9 @@ _EIGEN_CASES = {
     "sharded by K, 2 outputs": (4, 22, 28, 5, 2, 4, 6, (1, 2), "VALID"),
     "sharded by K, 4 outputs": (7, 5, 15, 5, 4, 5, 8, (2, 1), "VALID"),
     "sharded by K, 15 outputs": (3, 11, 10, 16, 15, 7, 3, (2, 1), "VALID"),
+    # one output feature: oneDNN's matrix-vector kernel in every slice (the plan's last-column rule)
+    "one output feature": (2, 12, 12, 16, 1, 3, 3, (1, 1), "SAME"),
+    "one output feature, sharded by K": (4, 20, 20, 8, 1, 5, 5, (1, 1), "SAME"),
 }
 
 
@@ -284,6 +287,7 @@ _TRANSPOSED = {
     "conv_transpose, stride 2": ("transpose", (2, 8, 8, 32), (4, 4, 32, 16), (2, 2), "SAME"),
     "conv_transpose, one input feature": ("transpose", (2, 7, 9, 1), (3, 3, 1, 8), (2, 3), "VALID"),
     "base dilation, asymmetric padding": ("raw", (3, 6, 7, 8), (3, 2, 8, 4), (2, 3), ((2, 0), (1, 2))),
+    "input gradient of a one-feature convolution": ("grad", (1, 5, 10, 8), (1, 2, 8, 1), (3, 1), "SAME"),
 }
 
 

@@ -300,10 +300,27 @@ def convolution_order(k: int, m: int, n: int) -> int | None:
     whether Eigen shards the contraction by ``K`` (two slices added). Measured bitwise on 150 of 150 random 2-D
     convolutions of at most 16 features (the others are YNNPACK's), ``K`` 1 to 1,296, and the kernel gradient of
     flax's CNN example (``K = 6,272``); 1-D convolutions (which Eigen runs as 2-D ones) 79 of 80; 3-D ones 76 of 80
-    (Eigen's volume patches have a charge of their own, not modelled)."""
-    if min(k, m, n) < 2 or not measured_eigen_host():
+    (Eigen's volume patches have a charge of their own, not modelled). ``n = 1`` (one output feature): the
+    last-column rule in every slice, for the last column of a two-column product (:func:`one_column_matmul`); 99 of
+    100 random ones bitwise (the other has ``K = 2``)."""
+    if min(k, m, n) < 1 or min(k, m) < 2 or not measured_eigen_host():
         return None
-    return contraction_order(k, m, n, usable_cpus(), rhs_compute=IMAGE_PATCH_COMPUTE)
+    order = contraction_order(k, m, n, usable_cpus(), rhs_compute=IMAGE_PATCH_COMPUTE)
+    if order is not None and n == 1:
+        # One output feature: the whole product is one column wide, summed by oneDNN's matrix-vector kernel in
+        # every slice (the last-column rule); the caller computes it as the last column of a two-column product.
+        order |= _LAST_COLUMN_BITS
+    return order
+
+
+def one_column_matmul(matmul):
+    """``matmul`` (a ``(batch, m, k) x (batch, k, n)`` product in an order with the last-column rule) for ``n = 1``:
+    the last column of the product with the column duplicated (the order's kernels take ``N >= 2``)."""
+
+    def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return matmul(a, np.concatenate([b, b], axis=2))[:, :, 1:]
+
+    return product
 
 
 MEASURED_CPUS = 2

@@ -68,7 +68,7 @@ from ..runtime.denormals import mode_switch
 from .registry import register
 from .control_flow import array_applier, result_dtypes
 from ..runtime.workers import usable_cpus
-from .eigen_dots import contraction_order, convolution_order, eigen_matmul
+from .eigen_dots import contraction_order, convolution_order, eigen_matmul, one_column_matmul
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .ynnpack_convolution import convolution_plan, depthwise_rule, is_ynnpack_convolution, ynnpack_convolution
 from .ynnpack_convolution import depthwise as ynnpack_depthwise
@@ -211,6 +211,8 @@ def _convolution(op, ctx):
         eigen = convolution_order(k, m, group_out)
     if eigen is not None:
         matmul = eigen_matmul(eigen, ctx.split_workers, mode_switch(ctx.denormals))
+        if group_out == 1:
+            matmul = one_column_matmul(matmul)
     else:
         matmul = matmul_kernel(ctx, arith, m, k, group_out, groups)
     # With the features minor in the input (NHWC-style), the columns take them innermost (K ordered
