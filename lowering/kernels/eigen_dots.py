@@ -327,6 +327,17 @@ MEASURED_CPUS = 2
 """The most CPUs the plans were measured with (1 and 2): with more, these products keep the earlier rules."""
 
 
+def transposed_convolution_order(k: int, m: int, n: int) -> tuple[bool, int | None]:
+    """Whether the product ``x @ w`` of XLA's transposed convolution (``m`` input pixels, ``k`` input features,
+    ``n`` window positions times output features; :func:`lowering.kernels.windowed._transposed_convolution`) is
+    replayed on this host, and its order (None: one input feature whose products need no sum, or no plan): on the
+    hosts and CPU counts Eigen's plan was measured on."""
+    if not measured_eigen_host() or usable_cpus() > MEASURED_CPUS:
+        return False, None
+    order = contraction_order(k, m, n, usable_cpus())
+    return order is not None or k == 1, order
+
+
 def contraction_order(k: int, m: int, n: int, cpus: int, swapped: bool = False, rhs_compute: float = 0.0) -> int | None:
     """:data:`EIGEN_CONTRACTION` with :func:`contraction_plan` in its bits (``swapped``: the plan of the ``(n, m)``
     product XLA computes, and :data:`EIGEN_SWAPPED`), or None on more than :data:`MEASURED_CPUS` CPUs (not

@@ -13,9 +13,11 @@ dot kernel, as XLA CPU does: f16/bf16/f8 multiply-accumulate in f32 and round
 once, integers wrap, pred is OR of ANDs, complex uses the textbook product,
 and ``preferred_element_type`` upcasts the operands or converts the result
 like XLA's OperandUpcaster/ResultCaster. Float sums are reassociated (BLAS),
-so f32/f64 results can differ from XLA's in the last bits -- except for the
-2-D convolutions XLA CPU runs in YNNPACK, which are summed in YNNPACK's order
-(:mod:`lowering.kernels.ynnpack_convolution`).
+so f32/f64 results can differ from XLA's in the last bits -- except where
+XLA CPU's own order is replayed: the 2-D convolutions it runs in YNNPACK
+(:mod:`lowering.kernels.ynnpack_convolution`), the f32 ones it gives Eigen's
+spatial convolution (:func:`lowering.kernels.eigen_dots.convolution_order`)
+and its transposed convolutions (:func:`_transposed_convolution`).
 
 reduce_window follows XLA CPU's semantics: each result starts at the init
 value and combines the window elements one by one in row-major window order;
@@ -67,12 +69,11 @@ from xla_dialect.types import element_type_from_dtype
 from ..runtime.denormals import mode_switch
 from .registry import register
 from .control_flow import array_applier, result_dtypes
-from ..runtime.workers import usable_cpus
-from .eigen_dots import contraction_order, convolution_order, eigen_matmul, one_column_matmul
+from .eigen_dots import convolution_order, eigen_matmul, one_column_matmul, transposed_convolution_order
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
+from .reduction import _signed_zeros, binary_body_ufunc
 from .ynnpack_convolution import convolution_plan, depthwise_rule, is_ynnpack_convolution, ynnpack_convolution
 from .ynnpack_convolution import depthwise as ynnpack_depthwise
-from .reduction import _signed_zeros, binary_body_ufunc
 
 # ----------------------------------------------------------------------------
 # Window helpers
@@ -202,9 +203,9 @@ def _convolution(op, ctx):
             and all(d == 1 for d in (*window.strides, *window.window_dilations)) and not any(window.reversal)):
         # XLA's transposed convolution (a strided convolution's input gradient): the input times the kernel over
         # the input features, then each input pixel's products added into the output (Pack2DPatches)
-        batch_pixels = batch * math.prod(ls[2:])
-        order = contraction_order(features, batch_pixels, math.prod(kernel) * group_out, usable_cpus())
-        if order is not None or (features == 1 and usable_cpus() <= 2):  # (one feature: the products alone)
+        replayed, order = transposed_convolution_order(features, batch * math.prod(ls[2:]),
+                                                       math.prod(kernel) * group_out)
+        if replayed:
             return _transposed_convolution(ctx, order, window, lhs_perm, rhs_perm, out_perm, tuple(out_spatial))
     if groups == 1 and n in (1, 2, 3) and all_f32:
         # XLA computes it itself: Eigen's spatial convolution, the contraction order of eigen_dots
@@ -277,6 +278,7 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
     spatial_axes = (2, 3)
     n_kernel = len(window.dimensions)
     depthwise = depthwise_rule(plan, features) if groups > 1 else None
+    strides, dilations = np.array(window.strides), np.array(window.window_dilations)
 
     def convolution(lhs, rhs):
         a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
@@ -284,8 +286,7 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
         if depthwise is not None:  # (one input feature per group: straight from the padded input)
             out = np.empty(canon_shape, a.dtype)
             kernel = np.ascontiguousarray(np.transpose(w.reshape(groups, -1, *w.shape[2:]), (2, 3, 0, 1)))
-            ynnpack_depthwise(np.ascontiguousarray(np.moveaxis(a, 1, -1)), kernel, np.array(window.strides),
-                              np.array(window.window_dilations), out, depthwise)
+            ynnpack_depthwise(np.ascontiguousarray(np.moveaxis(a, 1, -1)), kernel, strides, dilations, out, depthwise)
             return np.transpose(np.moveaxis(out, -1, 1), out_perm)
         view = windows(a, spatial_axes, window)  # (N, C, oh, ow, kh, kw), no copy
         w = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
@@ -303,9 +304,10 @@ def _transposed_convolution(ctx, order, window: Window, lhs_perm, rhs_perm, out_
     one column per (window position, output feature); then, from a zero output, each input pixel's products added
     to the output pixels its window reaches, input pixels in row-major order (XLA's ``Pack2DPatches``). Input pixel
     ``i`` and window position ``p`` reach output ``i * base_dilation + padding_low - p`` (XLA keeps the kernel
-    unrotated). ``order`` None: one input feature, whose products need no sum. An output's contributions come in increasing ``i`` and so increasing ``p``: adding whole strided
-    slices window position by window position keeps that order. Bitwise equal to jax.jit on strided convolutions'
-    input gradients and ``conv_transpose`` (``tests/test_convolution_orders.py``)."""
+    unrotated). An output's contributions come in increasing ``i`` and so increasing ``p``: adding whole strided
+    slices window position by window position keeps that order. ``order`` None: one input feature, whose products
+    need no sum. Bitwise equal to jax.jit on strided convolutions' input gradients and ``conv_transpose``
+    (``tests/test_convolution_orders.py``)."""
     workers, mode = ctx.split_workers, mode_switch(ctx.denormals)
     matmul = eigen_matmul(order, workers, mode) if order is not None else np.matmul  # (one input feature: exact)
     dilations = window.base_dilations
@@ -332,8 +334,8 @@ def _transposed_convolution(ctx, order, window: Window, lhs_perm, rhs_perm, out_
                 j0, j1 = _reached(width, dil[1], pad[1] - q, out_w)
                 if i0 < i1 and j0 < j1:
                     y0, x0 = i0 * dil[0] + pad[0] - p, j0 * dil[1] + pad[1] - q
-                    target = out[:, y0:y0 + (i1 - i0 - 1) * dil[0] + 1:dil[0], x0:x0 + (j1 - j0 - 1) * dil[1] + 1:dil[1]]
-                    target += products[:, i0:i1, j0:j1, p, q]
+                    y1, x1 = y0 + (i1 - i0 - 1) * dil[0] + 1, x0 + (j1 - j0 - 1) * dil[1] + 1
+                    out[:, y0:y1:dil[0], x0:x1:dil[1]] += products[:, i0:i1, j0:j1, p, q]
         c = np.moveaxis(out, -1, 1)  # (N, O, out_h, out_w)
         if len(out_spatial) == 1:
             c = c[:, :, 0]

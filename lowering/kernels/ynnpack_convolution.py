@@ -149,8 +149,8 @@ def depthwise(x, w, strides, dilations, out, rule):
 
 
 def depthwise_rule(plan: ConvolutionPlan, features: int) -> int | None:
-    """:func:`depthwise`'s rule for a plan of groups with ``features`` input features each, or None (more than one,
-    or chunks: the batched product)."""
+    """:func:`depthwise`'s rule for a plan of groups with ``features`` input features each, or None (more than one:
+    the batched product of :func:`ynnpack_convolution`)."""
     if features != 1:
         return None
     if plan.tile_k == 1:
