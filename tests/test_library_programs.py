@@ -17,6 +17,7 @@ for _name in ("flax", "optax", "equinox"):
 import jax  # noqa: E402
 
 import lowering  # noqa: E402
+from lowering.kernels.host import measured_host  # noqa: E402
 from interop import import_jax  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
@@ -26,7 +27,7 @@ import library_programs  # noqa: E402
 
 @pytest.mark.parametrize("name, bitwise, compilation", [
     ("linen_mlp_adam_step", False, "never"),
-    ("equinox_train_step", False, "never"),
+    ("equinox_train_step", True, "never"),  # (the first layer's weight gradient: XLA's elemental dot)
     ("linen_cnn_adamw_step", True, "never"),  # (YNNPACK's and Eigen's convolution orders, forward and backward)
     ("nnx_gru_sequence", True, "always"),
     ("optax_clipped_schedule_update", True, "always"),
@@ -41,7 +42,7 @@ def test_library_program_matches_jax_jit(name, bitwise, compilation):
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
         assert a.dtype == b.dtype and a.shape == b.shape
-        if bitwise:  # (measured bitwise equal: a change there is a regression)
+        if bitwise and measured_host():  # (measured bitwise equal there: a change is a regression)
             assert a.tobytes() == b.tobytes()
         else:  # Sums of the gradients' products in another order: within float32 rounding, except that adam's
             # first step divides each gradient by its own magnitude (+ eps 1e-8): a gradient of ~1e-8 moves

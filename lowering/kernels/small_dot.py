@@ -95,6 +95,7 @@ import functools
 import numba
 import numpy as np
 
+from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.data_movement import TransposeOp
 
 from ..runtime.loop_runtime import call_compiled, denormal_as_zero, fused_multiply_add, mxcsr, native_address, set_mxcsr
@@ -103,6 +104,7 @@ from . import host
 from .chain_tiles import chain_product, lane_product
 from .eigen_dots import EIGEN_CONTRACTION, contraction_order, eigen_matmul, is_eigen_product, measured_eigen_host
 from .tree_sum import TREE_WINDOW, window_sum
+from .vectorized_loops import is_elemental_dot, is_replayed, loop_dot_row
 from .ynnpack_dots import bf16_amx_tiles, is_ynnpack_dot, ynnpack_order
 from .ynnpack_sum import row_sum, sum_plan
 
@@ -166,6 +168,11 @@ terms set to +-2^40 and +-2^25 among ones: the summation tree of every element o
 shapes (``M, N`` 2..200, ``K`` 4..1,200, 2 of them with tiles of both kinds) and operands with denormal
 products."""
 
+ELEMENTAL_DOT = 1 << 56
+"""An order of its own (with the product's row count in the chunk bits, :data:`CHUNK_SHIFT`): a transposed matrix
+times a vector as XLA CPU's elemental dot in a loop fusion, whose loop LLVM unrolls or vectorizes
+(:mod:`lowering.kernels.vectorized_loops`)."""
+
 AMX_ROWS_SHIFT, AMX_COLUMNS_SHIFT, AMX_KINDS_SHIFT = 8, 28, 48
 """Where an :data:`AMX_TILES` order keeps (20 bits each) the first row and column of the last, shorter thread tile
 (rows and columns before them lie in whole tiles) and (4 bits) which tiles are AMX ones: bit ``2 * r + c`` for the
@@ -210,8 +217,12 @@ def _result_layout(op) -> int:
 
 def _stored(value, dims: list[int]) -> list[int]:
     """``value``'s dimensions ``dims`` as dimensions of the array XLA's dot reads: the operand of a transpose
-    producing ``value`` (XLA folds an operand's transpose into the dot), else ``value`` itself."""
+    producing ``value`` (XLA folds an operand's transpose into the dot; converts to the same type between them are
+    no-ops XLA removes), else ``value`` itself."""
     owner = value.owner
+    while isinstance(owner, ConvertOp) and owner.operand.type == value.type:  # (a no-op convert: XLA drops it)
+        value = owner.operand
+        owner = value.owner
     if isinstance(owner, TransposeOp):
         perm = [int(p) for p in owner.properties["permutation"].get_values()]
         return [perm[d] for d in dims]
@@ -267,6 +278,13 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
             layout = OTHER_OPERANDS
         else:
             layout = OTHER_OPERANDS  # (not identified: the earlier order)
+    if (layout == LHS_TRANSPOSED and batch == 1 and n == 1 and m >= 2 and vector_bytes == 32
+            and _is_f32_or_f64(dtype) and host.measured_host()):
+        # g.T @ x: XLA's elemental dot in a loop fusion (K < 4096), else the copied transpose's GEMV
+        if not is_elemental_dot(k, np.dtype(dtype).itemsize):
+            return ROW_TILES
+        if is_replayed(m, k, np.dtype(dtype).itemsize):
+            return ELEMENTAL_DOT | min(m, _FIELD) << CHUNK_SHIFT
     if (layout == LHS_TRANSPOSED and batch == 1 and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32)
             and is_eigen_product(k, m, n) and measured_eigen_host()):
         # x.T @ g: Eigen's contraction over oneDNN's sgemm, planned for this process's CPUs (eigen_dots)
@@ -418,6 +436,8 @@ def order_kernel(order: int):
     XLA's. One kernel per order, chosen when the caller is built: a process compiles the kernels of the orders it
     meets (0.6-5.9 s each on a cold cache), not every order's (one function dispatching at run time took 35-43 s
     per element type)."""
+    if order & ELEMENTAL_DOT:
+        return elemental_dot_kernel
     if order & PAIRS:
         return tile_chains_kernel if order & AMX_TILES else pair_chains_kernel
     base = order & BASE_ORDER
@@ -430,7 +450,7 @@ def order_kernel(order: int):
 def order_kernels() -> tuple:
     """Every kernel :func:`order_kernel` returns (compiled loops import them by name)."""
     return (tile_chains_kernel, pair_chains_kernel, chunked_chains_kernel, eigen_columns_kernel, ynnpack_sums_kernel,
-            one_chain_kernel, row_tiles_kernel, tree_kernel, lanes_kernel)
+            one_chain_kernel, row_tiles_kernel, tree_kernel, lanes_kernel, elemental_dot_kernel)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -484,6 +504,22 @@ def row_tiles_kernel(a, b, out, order):
                 tail = fused_multiply_add(a[t, i, p], b[t, p, 0], tail)
             tile_rows = GEMV_TILE_ROWS if i < whole_tiles else m % GEMV_TILE_ROWS
             out[t, i, 0] = _horizontal_sum(lanes, tile_rows == width and vector_bytes == 32) + tail
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def elemental_dot_kernel(a, b, out, order):
+    """:data:`ELEMENTAL_DOT`: each row of ``a`` times the one column of ``b`` as XLA CPU's elemental dot sums it
+    (:func:`lowering.kernels.vectorized_loops.loop_dot_row`, for the product's row count kept in the order: a piece
+    of rows is summed as the whole product's rows are)."""
+    batch, m, k = a.shape
+    rows = (order >> CHUNK_SHIFT) & _FIELD
+    lanes = np.empty(8, a.dtype)
+    column = np.empty(k, a.dtype)
+    for t in range(batch):
+        for p in range(k):
+            column[p] = b[t, p, 0]
+        for i in range(m):
+            out[t, i, 0] = loop_dot_row(a[t, i], column, rows, lanes)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
