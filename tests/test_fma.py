@@ -378,3 +378,27 @@ def test_partitioned_sgd_update_contracts_through_transpose_and_copy():
     got = np.asarray(lowering.compile(module)(w, g)[0])
     assert _bits_equal(got, expected).all()
     assert not _bits_equal(got, w - (g * F32(0.1)).T).all()  # (the contraction shows in these draws)
+
+
+BITCAST_MOVED = {
+    # XLA fuses the product it reads directly, not the one behind a bitcast (a reshape, a transpose of size-1
+    # dimensions, or one its ReshapeMover sinks below a multiply by a constant)
+    "reshape(g*0.1)+mu*0.9": lambda g, mu: (g * np.float32(0.1)).reshape(mu.shape) + mu * np.float32(0.9),
+    "mu*0.9+reshape(g*0.1)": lambda g, mu: mu * np.float32(0.9) + (g * np.float32(0.1)).reshape(mu.shape),
+    "0.1*g.T+0.9*mu": lambda g, mu: np.float32(0.1) * g.T + np.float32(0.9) * mu,
+    "0.001*(g.T*g.T)+0.999*mu": lambda g, mu: np.float32(0.001) * (g.T * g.T) + np.float32(0.999) * mu,
+}
+
+
+@pytest.mark.parametrize("name", list(BITCAST_MOVED))
+def test_the_product_read_directly_is_fused_over_one_behind_a_bitcast(name):
+    """adam's moments of a gradient computed as ``(r.T @ x).T``: 1,215 of 4,096 elements differed before."""
+    g, mu = _data(F32, (1, 4096), seed=1), _data(F32, (4096, 1), seed=2)
+    assert_matches_jax(BITCAST_MOVED[name], g, mu)
+
+
+def test_a_scalar_expression_ranks_below_the_loops_loads():
+    """``0.1 * (g * (c + 1)) + 0.9 * mu`` with a scalar ``c`` fuses its first product: the scalar is computed
+    before XLA's loop (1,386 of 4,096 elements differed when it was ranked as a load)."""
+    g, mu = _data(F32, seed=1), _data(F32, seed=2)
+    assert_matches_jax(lambda g, mu, c: 0.1 * (g * (c.astype(jnp.float32) + 1)) + 0.9 * mu, g, mu, np.int32(2))

@@ -31,6 +31,7 @@ import library_programs  # noqa: E402
     ("linen_cnn_adamw_step", True, "never"),  # (YNNPACK's and Eigen's convolution orders, forward and backward)
     ("nnx_gru_sequence", True, "always"),
     ("optax_clipped_schedule_update", True, "always"),
+    ("optax_fit_in_scan", True, "always"),  # (adam's moments of a bitcast gradient: the product read directly fused)
 ])
 def test_library_program_matches_jax_jit(name, bitwise, compilation):
     w = getattr(library_programs, name)()
