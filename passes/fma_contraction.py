@@ -66,6 +66,12 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   :func:`lowering.kernels.tree_sum.rounded_product_rows`). A square ``x * x`` summed from +0 starts
   ``fma(x0, x0, x1 * x1)``: LLVM drops the +0 and fuses the first add's first product (measured: every draw of
   1-D, row, column, ``jnp.var`` and norm sums of squares, f32 and f64; it made jax's odeint bitwise).
+* A sum of a contracted two-product term, ``jnp.sum(a*b + c*d)`` (the term ``fma(a, b, c*d)``, read by the sum
+  only, in the same one-loop sums): the loop's adds allow reassociation, and LLVM's x86 backend pushes the running
+  sum into the term's FMAs, ``acc = fma(a, b, fma(c, d, acc))``, from +0 starting with the term itself (read from
+  XLA's optimized LLVM IR; the Rosenbrock sum bitwise for 1 to 27 terms, half of the draws differed before). Made
+  a :class:`~xla_dialect.internal.MultiplyAddReduceOp`. From 28 terms of that body LLVM vectorizes the loop
+  instead of unrolling it (not identified).
 * f16 contracts the same way on hosts with AVX512-FP16 (LLVM computes f16
   natively there: ``a*b + c`` is one f16 FMA; measured on an Intel CPU with
   ``avx512fp16``); elsewhere LLVM computes f16 in f32 and rounds after each op,
@@ -105,7 +111,7 @@ from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows, vector_
 from lowering.kernels.ynnpack_math import YNNPACK
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
-from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
+from xla_dialect.internal import FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.collectives import CollectiveOp
@@ -547,8 +553,8 @@ def _contracted_sum(op: ReduceOp, types: frozenset[str]) -> bool:
     if len(op.operands) != 2 or len(op.results) != 1:
         return False
     x = op.operands[0]
-    if element_name(op.results[0]) not in types & {"f32", "f64"} or not isinstance(x.owner, _MUL):
-        return False
+    if element_name(op.results[0]) not in types & {"f32", "f64"} or not isinstance(x.owner, (_MUL, _ADD)):
+        return False  # (an add of products becomes an FMA first: program order, :func:`_contract_term_sum`)
     if computes_on_quantized(x.owner):
         return False
     shape = x.type.get_shape()
@@ -578,8 +584,38 @@ def _lane_body(a: SSAValue, b: SSAValue) -> str:
     return ""
 
 
+def _contract_term_sum(op: ReduceOp, uses: _Uses) -> bool:
+    """Replace the sum ``op`` (:func:`_contracted_sum`) of a contracted term ``fma(a, b, c * d)`` (the add of two
+    products, contracted before: program order) by a :class:`MultiplyAddReduceOp`: the term's FMA and its addend's
+    multiply read only here, in the sum's loop, not one of XLA's vectorized full sums."""
+    term = op.operands[0].owner
+    if (not isinstance(term, FusedMultiplyAddOp) or term.parent is not op.parent
+            or len(list(op.operands[0].uses)) != 1):
+        return False
+    product = term.operands[2].owner
+    if not isinstance(product, _MUL) or product.parent is not op.parent or not uses.one_use(term.operands[2]):
+        return False
+    if product.results[0].type != term.results[0].type or computes_on_quantized(product):
+        return False
+    shape = term.results[0].type.get_shape()
+    if vector_lanes(shape, ints(op.dimensions), numpy_dtype(op.results[0].type), "")[0]:
+        return False  # (XLA's vectorized full sums: not measured for a term)
+    a, b, _ = term.operands
+    c, d = product.operands
+    contracted = MultiplyAddReduceOp.create(operands=[a, b, c, d, op.operands[1]], result_types=[op.results[0].type],
+                                            properties={"dimensions": op.dimensions})
+    op.parent.insert_op_before(contracted, op)
+    op.results[0].replace_all_uses_with(contracted.results[0])
+    for dead in (op, term, product):
+        dead.detach()
+        dead.erase()
+    return True
+
+
 def _contract_sum(op: ReduceOp, uses: _Uses) -> bool:
     """Replace the sum ``op`` (:func:`_contracted_sum`) of a fusible multiply by a :class:`MultiplyReduceOp`."""
+    if not isinstance(op.operands[0].owner, _MUL):
+        return _contract_term_sum(op, uses)
     mul = op.operands[0].owner
     if mul.parent is not op.parent or not (uses.one_use(op.operands[0]) or _duplicated(mul, uses)):
         return False  # (another reader of a product XLA computes once: rounded once for all of them, measured)

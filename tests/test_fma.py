@@ -402,3 +402,29 @@ def test_a_scalar_expression_ranks_below_the_loops_loads():
     before XLA's loop (1,386 of 4,096 elements differed when it was ranked as a load)."""
     g, mu = _data(F32, seed=1), _data(F32, seed=2)
     assert_matches_jax(lambda g, mu, c: 0.1 * (g * (c.astype(jnp.float32) + 1)) + 0.9 * mu, g, mu, np.int32(2))
+
+
+def _rosenbrock(x):
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+@pytest.mark.parametrize("n", [2, 5, 17, 28, 40])
+def test_a_sum_of_a_contracted_two_product_term(n):
+    """``sum(a*b + c*d)`` in one loop: LLVM pushes the running sum into the term's FMAs, ``fma(a, b, fma(c, d,
+    acc))`` (the Rosenbrock sum of ``n - 1`` terms: about half of the draws differed for 2 to 32 terms; 39 terms:
+    windows of 32). 28 to 32 terms LLVM vectorizes instead of unrolling: not identified."""
+    rng = np.random.default_rng(n)
+    for _ in range(20):
+        assert_matches_jax(_rosenbrock, rng.standard_normal(n).astype(F32))
+
+
+def test_a_sum_of_a_contracted_term_in_a_loop():
+    x = _data(F32, (5,), seed=4)
+
+    def loop(x):
+        return jax.lax.fori_loop(0, 4, lambda i, c: c + _rosenbrock(x * (1 + i.astype(jnp.float32))), jnp.float32(0))
+
+    for loops in ("never", "always"):
+        expected = jax.jit(loop)(x)
+        (got,) = _run(loop, x, loop_compilation=loops)
+        assert _bits_equal(got, expected).all(), loops

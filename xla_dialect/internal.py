@@ -7,7 +7,9 @@ contracts); its kernel and scalar definition are registered with the kernels
 that the passes that make it and the kernels and compiled paths that run it name the same class.
 :class:`MultiplyReduceOp` (``hlo_internal.multiply_reduce``) is the same contraction inside a sum: XLA CPU fuses a
 multiply into the reduce that sums it (no reduced dimension longer than 32: no tree rewrite) and contracts
-each step (kernel: :func:`lowering.kernels.reduction._multiply_reduce`).
+each step (kernel: :func:`lowering.kernels.reduction._multiply_reduce`); :class:`MultiplyAddReduceOp`
+(``hlo_internal.multiply_add_reduce``) is a sum of a contracted two-product term, ``a * b + c * d``, whose running
+sum LLVM pushes into the term's FMAs.
 :data:`HLO_INTERNAL` is its dialect (not loaded by :func:`xla_dialect.make_context`: hlo text never holds
 these ops).
 """
@@ -50,7 +52,25 @@ class MultiplyReduceOp(IRDLOperation):
     lanes = opt_prop_def(IntegerAttr)
 
 
-OPS = [FusedMultiplyAddOp, MultiplyReduceOp]
+@irdl_op_definition
+class MultiplyAddReduceOp(IRDLOperation):
+    """The sum of ``a * b + c * d`` over ``dimensions`` from ``init`` as XLA CPU contracts it when it fuses the
+    contracted term into the sum's loop: each step ``acc = fma(a, b, fma(c, d, acc))`` (LLVM pushes the running
+    sum into the term's FMA, whose addend is the second product), the reduced elements in row-major order; from
+    ``init`` +0 the first step is the term itself, ``fma(a0, b0, c0 * d0)`` (executor-internal; made only by
+    :func:`passes.fma_contraction.contract_fma`)."""
+
+    name = "hlo_internal.multiply_add_reduce"
+    a = operand_def()
+    b = operand_def()
+    c = operand_def()
+    d = operand_def()
+    init = operand_def()
+    result = result_def()
+    dimensions = prop_def(DenseArrayBase)
+
+
+OPS = [FusedMultiplyAddOp, MultiplyReduceOp, MultiplyAddReduceOp]
 """Every ``hlo_internal`` op class."""
 
 HLO_INTERNAL = Dialect("hlo_internal", OPS)

@@ -57,7 +57,7 @@ from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
 
 from xla_dialect.errors import XlaError
-from xla_dialect.internal import FusedMultiplyAddOp, MultiplyReduceOp
+from xla_dialect.internal import FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.constants import ConstantOp, IotaOp
 from xla_dialect.ops.control_flow import CallOp, ConditionalOp, ReturnOp, TupleOp, WhileOp
@@ -171,7 +171,7 @@ def _only_read(value: SSAValue) -> bool:
 # Ops whose generated code may give a view of operand 0 (or the operand itself) as its result.
 _VIEW_OPS = (ReshapeOp, SliceOp, DynamicSliceOp, TransposeOp, BitcastConvertOp, BroadcastInDimOp)
 # Ops whose generated code only reads its array operands (copying what it keeps).
-_READING_OPS = (DotGeneralOp, DotOp, ReduceOp, MultiplyReduceOp, ConcatenateOp, GatherOp,
+_READING_OPS = (DotGeneralOp, DotOp, ReduceOp, MultiplyReduceOp, MultiplyAddReduceOp, ConcatenateOp, GatherOp,
                 CustomCallOp)  # (the custom calls compiled code makes: LAPACK on copies of its operands)
 
 
@@ -1201,6 +1201,27 @@ class _LoopWriter:
                           f"{cols})")
         self.emit(indent, f"{out} = {target}[0]")
 
+    @compiles(MultiplyAddReduceOp)
+    def multiply_add_reduce(self, op, out, dtype, shape, indent):
+        """The contracted sum of a two-product term (:class:`~xla_dialect.internal.MultiplyAddReduceOp`) through the
+        kernel's definition, :func:`lowering.kernels.tree_sum.contracted_term_sums`, on the operands' rows."""
+        if dtype not in _FLOATS:
+            raise Ineligible(f"a contracted sum of {dtype}")
+        axes = sorted(ints(op.dimensions))
+        rows = []
+        for value in (op.a, op.b, op.c, op.d):
+            name, outputs, _ = self.reduced_rows(value, axes, indent)
+            rows.append(name)
+        init = f"{_NUMBA_TYPE_NAMES[dtype]}({self.name(op.init)})"
+        if shape:
+            self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
+            self.emit(indent, f"contracted_term_sums({', '.join(rows)}, {init}, {_flat(out, shape)})")
+            return
+        target = self.fresh("h")
+        self.prologue.append(f"    {target} = new_array(1, {_NUMBA_TYPE_NAMES[dtype]})")
+        self.emit(indent, f"contracted_term_sums({', '.join(rows)}, {init}, {target})")
+        self.emit(indent, f"{out} = {target}[0]")
+
     def constant_dims(self, dims: np.ndarray) -> str:
         """The name of an int64 array holding ``dims`` (the reduced dimensions of a sum,
         :func:`lowering.kernels.tree_sum.reduced_dims`), filled once at the start of the function."""
@@ -1912,7 +1933,8 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.ynnpack_extrema import row_extremum as ynnpack_row_extremum, "
                   "extremum as ynnpack_extremum, columns_extrema as ynnpack_columns_extrema\n"
-                  "from lowering.kernels.tree_sum import contracted_sums, lane_sum, nd_window_sum, tree_sums, window_sum\n"
+                  "from lowering.kernels.tree_sum import (contracted_sums, contracted_term_sums, lane_sum, nd_window_sum,\n"
+                  "    tree_sums, window_sum)\n"
                   "from lowering.kernels.small_dot import small_dot_pair, "
                   + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"
                   "from lowering.kernels.eigen_dots import eigen_dot\n"

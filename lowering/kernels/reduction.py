@@ -33,7 +33,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import BlockArgument
 
-from xla_dialect.internal import MultiplyReduceOp
+from xla_dialect.internal import MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
@@ -46,7 +46,7 @@ from xla_dialect.types import element_type_from_dtype, numpy_dtype
 from .registry import register
 from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
-from .tree_sum import contracted_sum_function, plain_sum_lanes, sum_function
+from .tree_sum import contracted_sum_function, contracted_term_sum_function, plain_sum_lanes, sum_function
 from .ynnpack_extrema import apply_rule, columns_extrema, extremum_plan, needs_ynnpack_rule
 from .ynnpack_sum import COLUMNS, sum_plan, ynnpack_sum
 
@@ -423,6 +423,20 @@ def _multiply_reduce(op, ctx):
         return contracted(np.asarray(a), np.asarray(b), init)
 
     return multiply_reduce_kernel
+
+
+@register(MultiplyAddReduceOp)
+def _multiply_add_reduce(op, ctx):
+    """The sum of ``a * b + c * d`` over the op's dimensions as XLA CPU contracts it, each step ``fma(a, b, fma(c,
+    d, acc))`` (:func:`lowering.kernels.tree_sum.contracted_term_sums`)."""
+    dtype = result_dtypes(op, ctx)[0]
+    axes = tuple(sorted(ints(op.dimensions)))
+
+    def multiply_add_reduce_kernel(a, b, c, d, init):
+        a, b, c, d = (np.asarray(v) for v in (a, b, c, d))
+        return contracted_term_sum_function(a.shape, axes, dtype)(a, b, c, d, init)
+
+    return multiply_add_reduce_kernel
 
 
 @register(MapOp)

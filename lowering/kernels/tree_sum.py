@@ -228,6 +228,42 @@ def contracted_sums(a, b, init, out, rounded_rows, square, lanes=0, lane_cols=1)
         out[r] = s
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def contracted_term_sums(a, b, c, d, init, out):
+    """``out[r]`` = the sum of ``a[r, i] * b[r, i] + c[r, i] * d[r, i]`` over ``i`` (C-ordered 2-d operands, each
+    row the reduced elements of one output in row-major order) from ``init`` as XLA CPU computes a sum of a
+    contracted two-product term it fuses into the reduce's loop (:class:`~xla_dialect.internal.MultiplyAddReduceOp`):
+    the loop's adds allow reassociation, so LLVM's x86 backend turns ``acc + fma(a, b, c * d)`` into ``fma(a, b,
+    fma(c, d, acc))``; from +0 the first step is the term itself, ``fma(a0, b0, c0 * d0)`` (measured: the
+    Rosenbrock sum ``sum(100 * (x[1:] - x[:-1]**2)**2 + (1 - x[:-1])**2)``, 300 of 300 draws, read from XLA's
+    optimized LLVM IR)."""
+    rows, k = a.shape
+    plain = init == 0 and not np.signbit(init)
+    for r in range(rows):
+        s = init
+        start = 0
+        if plain and k >= 1:
+            s = fused_multiply_add(a[r, 0], b[r, 0], c[r, 0] * d[r, 0])
+            start = 1
+        for i in range(start, k):
+            s = fused_multiply_add(a[r, i], b[r, i], fused_multiply_add(c[r, i], d[r, i], s))
+        out[r] = s
+
+
+def contracted_term_sum_function(shape, axes, acc: np.dtype):
+    """``f(a, b, c, d, init)``: :func:`contracted_term_sums` of operands of ``shape`` over ``axes``, an array of
+    the kept dimensions' shape."""
+    layout = _Layout(shape, axes, acc)
+
+    def contracted(a, b, c, d, init):
+        out = np.empty(layout.outputs, layout.acc)
+        contracted_term_sums(layout.rows(a), layout.rows(b), layout.rows(c), layout.rows(d), layout.acc.type(init),
+                             out)
+        return out.reshape(layout.kept_shape)
+
+    return contracted
+
+
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
 def _start_lanes(lanes, init, like):
     """XLA's vector accumulator: ``lanes`` lanes of ``like``'s type, lane 0 ``init``, the others -0."""
