@@ -428,3 +428,13 @@ def test_a_sum_of_a_contracted_term_in_a_loop():
         expected = jax.jit(loop)(x)
         (got,) = _run(loop, x, loop_compilation=loops)
         assert _bits_equal(got, expected).all(), loops
+
+
+def test_contraction_through_zero_pads_and_a_negated_constant_product():
+    """jax.grad of the Rosenbrock sum: ``pad(-(2 * s)) + pad(-(200 d) * 2x) + pad(200 d, shifted)``. XLA reads a
+    zero pad as index arithmetic (``c + 0.0`` outside), LLVM folds ``-(2 * s)`` into ``s * -2`` and fuses that
+    first product, and contracts the shifted pad's duplicated ``200 d`` (read from XLA's optimized LLVM IR; 18 of 41
+    draws differed)."""
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        assert_matches_jax(jax.grad(_rosenbrock), rng.standard_normal(5).astype(F32))
