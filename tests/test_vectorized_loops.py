@@ -117,3 +117,28 @@ def test_in_a_loop_bitwise_with_jax():
         for _ in range(3):
             (got,) = exe(g, x)
         assert np.array_equal(_bits(got), _bits(ref)), loops
+
+
+def _cross_entropy_mean(logits, labels):
+    """optax's ``softmax_cross_entropy_with_integer_labels(logits, labels).mean()``, written out."""
+    label_logits = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - label_logits)
+
+
+# (K, C): chains (K 3, 9, 15), one vector (4, 8; 2 with more than 32 classes), 8 and 4 lanes with tails, the
+# classes' choice at 28-31 rows, windows (40), YNNPACK's row sums (K * C >= 4096).
+LOSSES = [(3, 10), (4, 3), (8, 10), (2, 40), (2, 10), (9, 100), (16, 2), (19, 10), (20, 3), (23, 100), (24, 10),
+          (27, 2), (28, 3), (28, 10), (30, 100), (31, 7), (32, 10), (40, 10), (50, 100)]
+
+
+@needs_host
+@pytest.mark.parametrize("k,c", LOSSES, ids=[f"K{k}-C{c}" for k, c in LOSSES])
+def test_gathered_loss_mean_bitwise_with_jax(k, c):
+    """The mean over K of a softmax cross-entropy with integer labels: its loop body (a gather, exp and log) is too
+    large for LLVM to unroll, so its vectorizer sums it (lowering.kernels.reduction.gathered_loss_lanes)."""
+    rng = np.random.default_rng(k * 1000 + c)
+    for _ in range(3):
+        logits = (rng.standard_normal((k, c)) * 3).astype(np.float32)
+        labels = rng.integers(0, c, k).astype(np.int32)
+        (got,) = lowering.compile(import_jax(_cross_entropy_mean, logits, labels))(logits, labels)
+        assert _bits(got) == _bits(jax.jit(_cross_entropy_mean)(logits, labels))

@@ -1121,7 +1121,7 @@ class _LoopWriter:
             # XLA CPU's order, the interpreted kernel's (lowering.kernels.tree_sum).
             lanes = sum_lanes(op)
             if lanes:
-                rows, cols = (int(v) for v in source_shape)
+                rows, cols = (int(v) for v in (source_shape if len(source_shape) == 2 else (*source_shape, 1)))
                 self.emit(indent, f"{out} = lane_sum({flat}, 0, {rows}, {cols}, {t}({init}), {lanes})")
                 return
             dims = reduced_dims(source_shape, range(len(source_shape)))

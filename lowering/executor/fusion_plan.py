@@ -222,6 +222,10 @@ def row_reduction(op: Operation, produced, shape, members: list[Operation]) -> s
 
         if ynnpack_plan(op) is not None:
             return None  # (a sum XLA CPU runs in YNNPACK: the reduction kernel's order, not NumPy's row sums)
+        from ..kernels.reduction import sum_lanes
+
+        if sum_lanes(op):
+            return None  # (a sum XLA CPU vectorizes: the reduction kernel's lanes)
     splat = owner.splat_value()
     if splat is None or float(splat) not in _IDENTITIES[kind]:
         return None

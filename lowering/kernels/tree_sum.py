@@ -499,7 +499,7 @@ def sum_function(shape, axes, acc: np.dtype, lanes: int = 0):
     layout = _Layout(shape, axes, acc)
     shape, axes, acc, cast = layout.shape, layout.axes, layout.acc, layout.acc.type
     if lanes:
-        rows, cols = shape
+        rows, cols = shape if len(shape) == 2 else (shape[0], 1)  # (a 1-d sum: each row one element)
 
         def in_lanes(x, init):
             flat = np.ascontiguousarray(x, dtype=acc).reshape(-1)
