@@ -36,11 +36,11 @@ from xdsl.ir import BlockArgument
 from xla_dialect.internal import MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
-from xla_dialect.ops.constants import ConstantOp
+from xla_dialect.ops.constants import ConstantOp, IotaOp
 from xla_dialect.ops.conversion import ConvertOp
-from xla_dialect.ops.elementwise import ExpOp, LogOp
+from xla_dialect.ops.elementwise import BinaryElementwiseOp, ClampOp, CompareOp, ExpOp, LogOp, SelectOp, UnaryElementwiseOp
 from xla_dialect.ops.indexing import GatherOp
-from xla_dialect.ops.data_movement import TransposeOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp, ReshapeOp, SliceOp, TransposeOp
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.ops.windowed import ConvolutionOp
 from xla_dialect.ops.reduction import MapOp, ReduceOp
@@ -415,10 +415,8 @@ def sum_lanes(op: ReduceOp) -> int:
 GATHERED_LOSS_MAX_STEPS = 200
 """How far back :func:`gathered_loss_lanes` follows a sum's operand through the ops XLA fuses into its loop."""
 
-_LOOP_BODY_OPS = ("hlo.add", "hlo.subtract", "hlo.multiply", "hlo.divide", "hlo.negate", "hlo.abs", "hlo.exponential",
-                  "hlo.log", "hlo.log_plus_one", "hlo.maximum", "hlo.minimum", "hlo.select", "hlo.compare",
-                  "hlo.convert", "hlo.broadcast_in_dim", "hlo.reshape", "hlo.slice", "hlo.gather", "hlo.and",
-                  "hlo.or", "hlo.not", "hlo.clamp", "hlo.iota", "hlo.constant", "hlo.reduce", "hlo.is_finite")
+_LOOP_BODY_OPS = (UnaryElementwiseOp, BinaryElementwiseOp, SelectOp, CompareOp, ConvertOp, BroadcastInDimOp,
+                  ReshapeOp, SliceOp, GatherOp, ClampOp, IotaOp, ReduceOp)
 """Ops :func:`gathered_loss_lanes` follows: what XLA fuses into a loss's mean loop (a row sum over the classes
 included)."""
 
@@ -445,7 +443,8 @@ def gathered_loss_lanes(op: ReduceOp) -> int:
     if not isinstance(init, ConstantOp) or init.splat_value() is None or float(init.splat_value()) != 0.0 \
             or np.signbit(init.splat_value()):
         return 0
-    classes, transcendental, seen, todo = 0, False, set(), [x]
+    classes, seen, todo = 0, set(), [x]
+    found = set()  # ("exp", "log", "row sum"): the log-sum-exp of a softmax cross-entropy
     while todo and len(seen) < GATHERED_LOSS_MAX_STEPS:
         value = todo.pop()
         owner = value.owner
@@ -453,16 +452,21 @@ def gathered_loss_lanes(op: ReduceOp) -> int:
                 or isinstance(owner, ConstantOp)):
             continue
         seen.add(id(owner))
-        if owner.name not in _LOOP_BODY_OPS:
+        if not isinstance(owner, _LOOP_BODY_OPS):
             continue
         if isinstance(owner, GatherOp):  # (the logits' gather: the widest one; jax also gathers its column)
             classes = max(classes, owner.operands[0].type.get_shape()[-1])
-        transcendental = transcendental or isinstance(owner, (ExpOp, LogOp))
-        if isinstance(owner, ReduceOp) and owner.name == "hlo.reduce" and owner is not op:
+        if isinstance(owner, ExpOp):
+            found.add("exp")
+        if isinstance(owner, LogOp):
+            found.add("log")
+        if isinstance(owner, ReduceOp):
+            if sum_lanes_body_is_add(owner) and len(owner.operands[0].type.get_shape()) == 2:
+                found.add("row sum")
             todo.extend(owner.operands[:1])
             continue
         todo.extend(owner.operands)
-    if not classes or not transcendental:
+    if not classes or found != {"exp", "log", "row sum"}:
         return 0
     k = shape[0]
     if k * classes >= 4096 or classes >= 128:
@@ -472,6 +476,11 @@ def gathered_loss_lanes(op: ReduceOp) -> int:
     if 28 <= k <= 31:
         return 4 if classes in (3, 4, 7, 8) or 65 <= classes <= 127 else 8
     return 4 if 20 <= k <= 23 else 8
+
+
+def sum_lanes_body_is_add(op: ReduceOp) -> bool:
+    """Whether the reduce ``op`` sums (its body one ``add`` of its two arguments)."""
+    return len(op.operands) == 2 and binary_body_ufunc(op.body) is np.add
 
 
 @register(MultiplyReduceOp)
