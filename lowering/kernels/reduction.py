@@ -422,17 +422,18 @@ included)."""
 
 
 def gathered_loss_lanes(op: ReduceOp) -> int:
-    """The vector lanes of XLA CPU's loop for a 1-d f32 sum of ``K <= 32`` per-example losses whose loop body holds
-    a gather and a logarithm or exponential (``optax.softmax_cross_entropy_with_integer_labels(...).mean()``; the
-    gather's operand has ``C`` classes, ``K * C`` under YNNPACK's 4,096), else 0.
+    """The vector lanes of XLA CPU's loop for a 1-d f32 sum of ``K <= 32`` per-example softmax cross-entropies whose
+    loop body holds the label's gather and the log-sum-exp (``optax.softmax_cross_entropy_with_integer_labels(...)
+    .mean()``; the gather's operand has ``C`` classes, ``K * C`` under YNNPACK's 4,096), else 0.
 
     Such a body is too large for LLVM to unroll the loop, so its vectorizer decides: under 16 iterations only a
     width that leaves no scalar remainder (4 and 8 iterations: one vector; 2 with more than 32 classes), else 8
     lanes for 16-19, 24-27 and 32 iterations and 4 for 20-23; for 28-31 its cost model picks 4 lanes with 3, 4, 7
     or 8 classes or 65-127, 8 otherwise (:func:`lowering.kernels.tree_sum.lane_sum`: iteration ``k`` in lane ``k
     mod lanes``, lanes added by halves, the rest in order). Read from XLA's optimized LLVM IR (a helper, ``K``
-    2..33 with ``C`` 2, 10, 100, then ``C`` 2..130 at 13 ``K``) and measured bitwise against jax.jit: ``K`` 2..300
-    with ``C`` 2, 3, 10, 100, five draws each. Not identified: other bodies (the gather alone unrolls up to 21-24
+    2..33 with ``C`` 2, 10, 100, then ``C`` 2..130 at 13 ``K``; its NumPy model bitwise against jax.jit for ``K``
+    2..300 with ``C`` 2, 3, 10, 100, five draws each); this executor: ``K`` 2..40, 64, 100 with ``C`` 2, 3, 10, 100,
+    three draws each, every loss equal. Not identified: other bodies (the gather alone unrolls up to 21-24
     iterations and vectorizes otherwise), 128 classes or more at 32 iterations, sums inside loops."""
     x = op.operands[0]
     shape = x.type.get_shape()
@@ -461,7 +462,7 @@ def gathered_loss_lanes(op: ReduceOp) -> int:
         if isinstance(owner, LogOp):
             found.add("log")
         if isinstance(owner, ReduceOp):
-            if sum_lanes_body_is_add(owner) and len(owner.operands[0].type.get_shape()) == 2:
+            if _is_sum(owner) and len(owner.operands[0].type.get_shape()) == 2:
                 found.add("row sum")
             todo.extend(owner.operands[:1])
             continue
@@ -478,7 +479,7 @@ def gathered_loss_lanes(op: ReduceOp) -> int:
     return 4 if 20 <= k <= 23 else 8
 
 
-def sum_lanes_body_is_add(op: ReduceOp) -> bool:
+def _is_sum(op: ReduceOp) -> bool:
     """Whether the reduce ``op`` sums (its body one ``add`` of its two arguments)."""
     return len(op.operands) == 2 and binary_body_ufunc(op.body) is np.add
 
@@ -508,10 +509,13 @@ def _multiply_add_reduce(op, ctx):
     d, acc))`` (:func:`lowering.kernels.tree_sum.contracted_term_sums`)."""
     dtype = result_dtypes(op, ctx)[0]
     axes = tuple(sorted(ints(op.dimensions)))
+    shape = tuple(op.a.type.get_shape())
+    static = None if any(d < 0 for d in shape) else contracted_term_sum_function(shape, axes, dtype)
 
     def multiply_add_reduce_kernel(a, b, c, d, init):
         a, b, c, d = (np.asarray(v) for v in (a, b, c, d))
-        return contracted_term_sum_function(a.shape, axes, dtype)(a, b, c, d, init)
+        contracted = static or contracted_term_sum_function(a.shape, axes, dtype)
+        return contracted(a, b, c, d, init)
 
     return multiply_add_reduce_kernel
 
