@@ -275,7 +275,7 @@ def _start_lanes(lanes, init, like):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False, forceinline=True)
-def _add_lanes_by_halves(lane):
+def add_lanes_by_halves(lane):
     """LLVM's reduction of a vector accumulator: lane ``i`` plus lane ``i + half``, halving until one is left."""
     half = lane.shape[0] // 2
     while half >= 1:
@@ -305,7 +305,7 @@ def lane_contracted_sum(a, b, init, lanes, cols, rounded):
             else:
                 s = fused_multiply_add(a[c], b[c], s)
         lane[j] = s
-    s = _add_lanes_by_halves(lane)
+    s = add_lanes_by_halves(lane)
     for c in range(vector * cols, rows * cols):
         s = fused_multiply_add(a[c], b[c], s)
     return s
@@ -326,7 +326,7 @@ def lane_sum(a, start, rows, cols, init, lanes):
         for c in range(start + r * cols, start + (r + 1) * cols):
             s = s + a[c]
         lane[j] = s
-    s = _add_lanes_by_halves(lane)
+    s = add_lanes_by_halves(lane)
     for c in range(start + vector * cols, start + rows * cols):
         s = s + a[c]
     return s

@@ -49,6 +49,7 @@ import numba
 import numpy as np
 
 from ..runtime.loop_runtime import fused_multiply_add
+from .tree_sum import add_lanes_by_halves
 
 LOOP_DOT_MAX_BYTES = 16 * 1024
 """XLA CPU keeps the product in its ``copy_dot_fusion`` while the vector is smaller than this (K up to 4,095 f32,
@@ -90,17 +91,6 @@ def is_replayed(m: int, k: int, itemsize: int) -> bool:
     return 2 <= m and 1 <= k and (k <= unrolled_max_k(m, itemsize) or m > INTERLEAVED_MAX_M or itemsize == 4)
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
-def _fold(lanes, width):
-    """``lanes[:width]`` added by halves (LLVM's horizontal reduction): ``l + l(width/2)`` ... down to one."""
-    h = width // 2
-    while h >= 1:
-        for l in range(h):
-            lanes[l] = lanes[l] + lanes[l + h]
-        h //= 2
-    return lanes[0]
-
-
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def _main_loop(a, x, width, parts, n, reassociated, lanes):
     """The main vector loop's sum of ``a[:n * width * parts] * x``: ``width`` lanes, ``parts`` interleaved parts
@@ -126,7 +116,7 @@ def _main_loop(a, x, width, parts, n, reassociated, lanes):
                     part = fused_multiply_add(a[p], x[p], part)
                 acc = acc + part
         lanes[l] = acc
-    return _fold(lanes, width)
+    return add_lanes_by_halves(lanes[:width])
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -141,7 +131,7 @@ def _epilogue(a, x, start, count, width, total, lanes):
         for l in range(width):
             p = start + it * width + l
             lanes[l] = fused_multiply_add(a[p], x[p], lanes[l])
-    return _fold(lanes, width)
+    return add_lanes_by_halves(lanes[:width])
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
