@@ -1219,3 +1219,83 @@ def _inside_int64(root, constant) -> bool:
                 and any(constant is n or constant in ast.walk(n) for n in node.args)):
             return True
     return False
+
+
+def test_kernel_calls_without_the_status_branch_return_the_kernels_results():
+    """call_kernel calls a kernel as numba would, minus the branch on its status: the same outputs and results
+    (a kernel writing ``out``, one returning a sum, one with parameters left to their defaults)."""
+    import numba
+
+    from lowering.kernels.tree_sum import contracted_sums, lane_sum
+    from lowering.runtime.loop_runtime import call_kernel, check_kernels, new_array
+
+    @numba.njit
+    def through_call_kernel(a, out):
+        failed = new_array(1, np.int64)
+        failed[0] = 0
+        call_kernel(failed, contracted_sums, a, a, F32(0), out, 0, True)
+        total = call_kernel(failed, lane_sum, a.ravel(), 0, a.shape[0], a.shape[1], F32(0), 0)
+        check_kernels(failed)
+        return total, failed[0]
+
+    a = RNG.standard_normal((3, 5)).astype(F32)
+    out, expected = np.empty(3, F32), np.empty(3, F32)
+    total, failed = through_call_kernel(a, out)
+    contracted_sums(a, a, F32(0), expected, 0, True)
+    assert failed == 0
+    np.testing.assert_array_equal(_bits(out), _bits(expected))
+    assert _bits(total) == _bits(lane_sum(a.ravel(), 0, 3, 5, F32(0), 0))
+
+
+def test_a_failed_kernel_is_raised_by_the_calling_function():
+    """A kernel that fails under call_kernel (numba's error status, here a negative scratch size) sets the flag,
+    and check_kernels raises it as the generated function does before it returns."""
+    import numba
+
+    from lowering.runtime.loop_runtime import call_kernel, check_kernels, new_array
+
+    @numba.njit(error_model="numpy")
+    def kernel_with_scratch(out, size):
+        scratch = np.empty(size, out.dtype)
+        scratch[:] = 1
+        out[0] = scratch.sum()
+
+    @numba.njit
+    def caller(out, size):
+        failed = new_array(1, np.int64)
+        failed[0] = 0
+        call_kernel(failed, kernel_with_scratch, out, size)
+        recorded = failed[0]
+        check_kernels(failed)
+        return recorded
+
+    out = np.zeros(1, F32)
+    assert caller(out, 3) == 0 and out[0] == 3
+    with pytest.raises(MemoryError, match="kernel"):
+        caller(out, -1)
+
+
+def test_generated_loops_call_kernels_through_call_kernel_and_check_the_flag():
+    """A loop whose body calls a kernel (a small dot in an inner while loop): the call goes through call_kernel,
+    the flag is allocated once, checked after the inner loop's poll and before the function returns; results equal
+    the interpreter's."""
+    w = RNG.standard_normal((7, 2)).astype(F32)
+
+    def fn(x, w):
+        def outer(i, v):
+            def body(s):
+                k, u = s
+                return k + 1, jnp.tanh(u[None, :7] @ w)[0, 0] + u * F32(0.5)
+            return lax.while_loop(lambda s: s[0] < 3, body, (0, v))[1]
+        return lax.fori_loop(0, 4, outer, x)
+
+    x = RNG.standard_normal(8).astype(F32)
+    _assert_same(fn, x, w)
+    source = _loop_sources(fn, x, w)
+    assert "call_kernel(_failed, " in source
+    lines = source.splitlines()
+    assert sum(line.strip() == "_failed = new_array(1, np.int64)" for line in lines) == source.count("def loop(")
+    polls = [i for i, line in enumerate(lines) if line.strip() == "poll_interrupts()"]
+    assert polls and all(lines[i + 1].strip() == "check_kernels(_failed)" for i in polls)
+    returns = [i for i, line in enumerate(lines) if line.strip().startswith("return (")]
+    assert returns and all(lines[i - 1].strip() == "check_kernels(_failed)" for i in returns)

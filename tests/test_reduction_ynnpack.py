@@ -234,9 +234,12 @@ def test_compiled_loops_and_segments_call_the_kernels_definition():
     from passes.pipelines import prepare_for_execution
     from xla_dialect.types import numpy_dtype
 
-    for axis, call, shape in [(0, "ynnpack_sum_columns(", (600, 64)), (1, "ynnpack_sum_rows(", (600, 64)),
-                              (None, "ynnpack_sum_rows(", (600, 64)), ((0, 2), "ynnpack_sum_rows_looped(", (4, 8, 256)),
-                              ((0, 2), "ynnpack_sum_columns_looped(", (2, 5, 300, 4))]:
+    # (kernels are called through call_kernel: lowering.runtime.loop_runtime)
+    for axis, call, shape in [(0, "call_kernel(_failed, ynnpack_sum_columns, ", (600, 64)),
+                              (1, "call_kernel(_failed, ynnpack_sum_rows, ", (600, 64)),
+                              (None, "call_kernel(_failed, ynnpack_sum_rows, ", (600, 64)),
+                              ((0, 2), "call_kernel(_failed, ynnpack_sum_rows_looped, ", (4, 8, 256)),
+                              ((0, 2), "call_kernel(_failed, ynnpack_sum_columns_looped, ", (2, 5, 300, 4))]:
         x = _mixed(np.random.default_rng(13), shape, np.float32)
         module = prepare_for_execution(import_jax(_in_a_loop(axis), x))
         functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}

@@ -246,6 +246,7 @@ class _LoopWriter:
         self.parallel_gemm = False  # pairs of independent products run on two CPUs (gemm_pairs)
         # Arrays allocated once per call, before the loop, for iteration-local values (array_buffer).
         self.prologue: list[str] = []
+        self.calls_kernels = False  # a kernel is called through call_kernel (kernel): the _failed flag is needed
 
     # -- values ---------------------------------------------------------------
 
@@ -278,6 +279,32 @@ class _LoopWriter:
 
     def emit(self, indent: str, line: str) -> None:
         self.lines.append(indent + line)
+
+    def kernel(self, call: str) -> str:
+        """The generated call ``call`` (``kernel(args...)``, a numba-compiled kernel of :mod:`lowering.kernels`)
+        through :func:`lowering.runtime.loop_runtime.call_kernel`: without numba's status branch after it, which
+        keeps the reference counts of the kernel's operand views (atomic operations) in a loop body; a failure is
+        recorded in the function's ``_failed`` flag, raised by :meth:`kernel_checks` where the function polls and
+        returns."""
+        self.calls_kernels = True
+        name, arguments = call.split("(", 1)
+        return f"call_kernel(_failed, {name}, {arguments}"
+
+    def kernel_checks(self, indent: str) -> list[str]:
+        """Where a kernel is called (:meth:`kernel`), the ``_failed`` flag: allocated by the prologue and checked
+        after each inner loop's poll (a failed kernel's garbage cannot make a loop run on unnoticed); returns the
+        lines that check it before the function returns (at ``indent``; none where no kernel is called)."""
+        if not self.calls_kernels:
+            return []
+        if "    _failed = new_array(1, np.int64)" not in self.prologue:
+            self.prologue[:0] = ["    _failed = new_array(1, np.int64)", "    _failed[0] = 0"]
+            checked = []
+            for line in self.lines:
+                checked.append(line)
+                if line.strip() == "poll_interrupts()":
+                    checked.append(line.replace("poll_interrupts()", "check_kernels(_failed)"))
+            self.lines[:] = checked
+        return [indent + "check_kernels(_failed)"]
 
     def array_buffer(self, value: SSAValue, shape: tuple[int, ...], dtype: np.dtype) -> str:
         """An expression for a new ``shape`` array of ``dtype`` to hold ``value``: a buffer allocated once per
@@ -944,10 +971,10 @@ class _LoopWriter:
             self.emit(indent + "    ", f"small_dot_pair({a0}, {b0}, {c0}, {order0}, {kernel0}, {a}, {b}, {c}, {order}, "
                                        f"{kernel}, csr)")
             self.emit(indent, "else:")
-            self.emit(indent + "    ", product_call(a0, b0, c0, order0))
-            self.emit(indent + "    ", product_call(a, b, c, order))
+            self.emit(indent + "    ", self.kernel(product_call(a0, b0, c0, order0)))
+            self.emit(indent + "    ", self.kernel(product_call(a, b, c, order)))
         else:
-            self.emit(indent, product_call(a, b, c, order))
+            self.emit(indent, self.kernel(product_call(a, b, c, order)))
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
@@ -980,7 +1007,7 @@ class _LoopWriter:
         names = [self.laid_out(lhs, lperm, (batch, m, k), indent), self.laid_out(rhs, rperm, (batch, k, n), indent)]
         c = self.fresh("m")
         self.emit(indent, f"{c} = {self.array_buffer(op.results[0], (batch, m, n), dtype)}")
-        self.emit(indent, product_call(names[0], names[1], c, order))
+        self.emit(indent, self.kernel(product_call(names[0], names[1], c, order)))
         self.emit(indent, f"{out} = {_view(c, shape)}")
         return True
 
@@ -1088,8 +1115,8 @@ class _LoopWriter:
                                         else ("columns", (outer, k, n), (outer, n)))
                 extra = [repr(tuple(int(v) for v in tiles))] + ([str(bool(pairs))] if kind == ROWS else [])
             source, result = tuple(int(v) for v in source), tuple(int(v) for v in result)
-            self.emit(indent, f"ynnpack_sum_{call}(c_view({x}, {source!r}), c_view({target}, {result!r}), "
-                              f"{', '.join([f'{t}({init})', *extra])})")
+            self.emit(indent, self.kernel(f"ynnpack_sum_{call}(c_view({x}, {source!r}), c_view({target}, {result!r}), "
+                                          f"{', '.join([f'{t}({init})', *extra])})"))
             if not shape:
                 self.emit(indent, f"{out} = {target}[0]")
             elif target != out:
@@ -1122,7 +1149,7 @@ class _LoopWriter:
             lanes = sum_lanes(op)
             if lanes:
                 rows, cols = (int(v) for v in (source_shape if len(source_shape) == 2 else (*source_shape, 1)))
-                self.emit(indent, f"{out} = lane_sum({flat}, 0, {rows}, {cols}, {t}({init}), {lanes})")
+                self.emit(indent, f"{out} = " + self.kernel(f"lane_sum({flat}, 0, {rows}, {cols}, {t}({init}), {lanes})"))
                 return
             dims = reduced_dims(source_shape, range(len(source_shape)))
             self.emit(indent, f"{out} = {self.tree_sum(flat, dims, f'{t}({init})', t)}")
@@ -1138,8 +1165,8 @@ class _LoopWriter:
         if isinstance(body_op, (MaxOp, MinOp)) and dtype in _FLOATS:
             plan = ynnpack_extremum_plan(source_shape, range(len(source_shape)), dtype)
             if plan is not None:  # (YNNPACK's rule, as the interpreted kernel applies it: ynnpack_extrema)
-                self.emit(indent, f"{out} = ynnpack_row_extremum({flat}, 0, {n}, {isinstance(body_op, MinOp)}, "
-                                  f"{t}({init}), {plan[2]})")
+                self.emit(indent, f"{out} = " + self.kernel(f"ynnpack_row_extremum({flat}, 0, {n}, "
+                                                            f"{isinstance(body_op, MinOp)}, {t}({init}), {plan[2]})"))
                 return
             # XLA's fold acc = max(acc, x) over init, x... in row-major order, as the interpreted kernel
             # gives it (lowering.kernels.reduction._first_nans: the first NaN met, its sign from the values
@@ -1192,13 +1219,13 @@ class _LoopWriter:
         if shape:
             self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
             flat = _flat(out, shape)
-            self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {flat}, {rounded}, {square}, "
-                              f"{lanes}, {cols})")
+            self.emit(indent, self.kernel(f"contracted_sums({rows_a}, {rows_b}, {init}, {flat}, {rounded}, {square}, "
+                                          f"{lanes}, {cols})"))
             return
         target = self.fresh("h")
         self.prologue.append(f"    {target} = new_array(1, {t})")
-        self.emit(indent, f"contracted_sums({rows_a}, {rows_b}, {init}, {target}, {rounded}, {square}, {lanes}, "
-                          f"{cols})")
+        self.emit(indent, self.kernel(f"contracted_sums({rows_a}, {rows_b}, {init}, {target}, {rounded}, {square}, "
+                                      f"{lanes}, {cols})"))
         self.emit(indent, f"{out} = {target}[0]")
 
     @compiles(MultiplyAddReduceOp)
@@ -1215,11 +1242,11 @@ class _LoopWriter:
         init = f"{_NUMBA_TYPE_NAMES[dtype]}({self.name(op.init)})"
         if shape:
             self.emit(indent, f"{out} = {self.array_buffer(op.results[0], shape, dtype)}")
-            self.emit(indent, f"contracted_term_sums({', '.join(rows)}, {init}, {_flat(out, shape)})")
+            self.emit(indent, self.kernel(f"contracted_term_sums({', '.join(rows)}, {init}, {_flat(out, shape)})"))
             return
         target = self.fresh("h")
         self.prologue.append(f"    {target} = new_array(1, {_NUMBA_TYPE_NAMES[dtype]})")
-        self.emit(indent, f"contracted_term_sums({', '.join(rows)}, {init}, {target})")
+        self.emit(indent, self.kernel(f"contracted_term_sums({', '.join(rows)}, {init}, {target})"))
         self.emit(indent, f"{out} = {target}[0]")
 
     def constant_dims(self, dims: np.ndarray) -> str:
@@ -1239,9 +1266,9 @@ class _LoopWriter:
         length = int(scratch_length(dims))
         if len(dims) == 1:
             self.prologue.append(f"    {scratch} = new_array({length}, {t})")
-            return f"window_sum({flat}, 0, {int(dims[0])}, {init}, {scratch})"
+            return self.kernel(f"window_sum({flat}, 0, {int(dims[0])}, {init}, {scratch})")
         self.prologue.append(f"    {scratch} = new_array((2, {length}), {t})")
-        return f"nd_window_sum({flat}, 0, {self.constant_dims(dims)}, {init}, {scratch})"
+        return self.kernel(f"nd_window_sum({flat}, 0, {self.constant_dims(dims)}, {init}, {scratch})")
 
     def partial_reduce(self, op, out, dtype, shape, indent):
         """A one-ufunc reduce that keeps dimensions, output by output in the interpreted kernel's order: float
@@ -1278,11 +1305,11 @@ class _LoopWriter:
             self.emit(indent, f"{flat} = {_flat(out, shape)}")
             self.emit(indent, f"{x5} = c_view({self.name(op.operands[0])}, ({p}, {l}, {m}, {k}, {n}))")
             if kind == COLUMNS:
-                self.emit(indent, f"ynnpack_columns_extrema({x5}, {flat}, {t}({init}), {minimum}, {tile})")
+                self.emit(indent, self.kernel(f"ynnpack_columns_extrema({x5}, {flat}, {t}({init}), {minimum}, {tile})"))
                 return
             self.emit(indent, f"for {o} in range({p * m}):")
-            self.emit(indent + "    ", f"{flat}[{o}] = ynnpack_extremum({x5}, {o} // {m}, {o} % {m}, 0, {minimum}, "
-                                       f"{kind}, {t}({init}), {tile})")
+            self.emit(indent + "    ", f"{flat}[{o}] = " + self.kernel(f"ynnpack_extremum({x5}, {o} // {m}, {o} % {m}, 0, "
+                                                                        f"{minimum}, {kind}, {t}({init}), {tile})"))
             return
         rows, outputs, count = self.reduced_rows(op.operands[0], axes, indent)
         init = self.name(op.operands[1])
@@ -1294,7 +1321,7 @@ class _LoopWriter:
             return
         if isinstance(body, AddOp) and is_float:  # XLA CPU's order, the kernel's (lowering.kernels.tree_sum)
             dims = self.constant_dims(reduced_dims(source_shape, axes))
-            self.emit(indent, f"tree_sums({rows}, {dims}, {t}({init}), {flat})")
+            self.emit(indent, self.kernel(f"tree_sums({rows}, {dims}, {t}({init}), {flat})"))
             return
         self.emit(indent, f"for {o} in range({outputs}):")
         inner = indent + "    "
@@ -1841,6 +1868,7 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     for i in boxed:
         writer.emit("    ", f"b{i}[0] = {state[i]}")
     returned = [f"b{i}" if i in boxed else name for i, name in enumerate(state)]
+    writer.lines += writer.kernel_checks("    ")
     writer.emit("    ", f"return ({', '.join(returned)}, done)")
     # Constants are arguments (not globals), so the source depends on the program's structure only and
     # numba's on-disk cache can serve every program with the same loop.

@@ -123,7 +123,8 @@ class Segment:
                 boxed_out.append(writer.names[v])
         params = [f"b{k}" if _boxed(*writer.info(v)) else f"p{k}" for k, v in enumerate(self.inputs)]
         header = f"def segment({', '.join([*writer.constants, *params])}):"
-        body = writer.prologue + writer.lines
+        checks = writer.kernel_checks("    ")
+        body = writer.prologue + writer.lines + checks
         self.source = "\n".join([header, *body, f"    return ({', '.join(boxed_out)},)"]) + "\n"
         self.constant_names = list(writer.constants)
         self.constants = list(writer.constants.values())
