@@ -38,6 +38,7 @@ from lowering.kernels.registry import KERNELS, Constant
 from xla_dialect.errors import UnsupportedError
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import HloOp
+from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.xdsl_compat import operands_of
 
 from .base import PatternPass
@@ -298,7 +299,7 @@ class SimplifyPass(RulePass):
 # ----------------------------------------------------------------------------
 
 
-class _Evaluator:
+class ConstantEvaluator:
     """Runs one op's NumPy kernel on constant operands (a lowering context per module)."""
 
     def __init__(self):
@@ -313,12 +314,15 @@ class _Evaluator:
         return ctx
 
     def value(self, value, max_elements: int) -> np.ndarray | None:
-        """The constant value of ``value``: an hlo.constant, or a pure zero-operand op like iota."""
+        """The constant value of ``value``: an hlo.constant, or a pure zero-operand op like iota (not the device's
+        replica or partition id)."""
         array = constant_array(value)
         if array is not None:
             return array
         owner = value.owner
+        # (replica_id and partition_id are pure but differ per device: never constants)
         if (isinstance(owner, HloOp) and not owner.operands and not owner.regions and len(owner.results) == 1
+                and not isinstance(owner, CollectiveOp)
                 and isinstance(value.type, TensorType) and _count(value.type) <= max_elements and is_pure(owner)):
             factory = KERNELS.get(type(owner))
             if factory is not None:
@@ -355,7 +359,7 @@ def _count(t: TensorType) -> int:
 class FoldConstantOperands(RewritePattern):
     """Replace a pure op whose operands are all constants by constants of its results."""
 
-    def __init__(self, max_elements: int, evaluator: _Evaluator):
+    def __init__(self, max_elements: int, evaluator: ConstantEvaluator):
         self.max_elements = max_elements
         self.evaluator = evaluator
 
@@ -398,5 +402,5 @@ class FoldConstantsPass(PatternPass):
     """Results with more elements are left alone (folding would bloat the program)."""
 
     def patterns(self) -> list[RewritePattern]:
-        return [FoldConstantOperands(self.max_elements, _Evaluator())]
+        return [FoldConstantOperands(self.max_elements, ConstantEvaluator())]
 

@@ -16,10 +16,11 @@ from xla_dialect.errors import PassError
 
 from .registry import register_pipelines
 
-EXECUTOR_PIPELINE = ("inline-calls,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,xla-ynnpack-fusion,"
+EXECUTOR_PIPELINE = ("inline-calls,inline-constant-conditionals,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,xla-ynnpack-fusion,"
                      "xla-small-loops,"
                      "contract-fma,lower-quantized")
-"""What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), XLA CPU's
+"""What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), conditionals on
+constant selectors replaced by the branch they take (XLA's ConditionalSimplifier), XLA CPU's
 divisions by broadcasts made multiplications by reciprocals (``xla-divide-by-broadcast``, on the program as
 written: XLA counts the divisor's uses before broadcasts merge), implicit
 broadcasts made explicit (kernels see same-shape operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), the exp, log, tanh and logistic ops XLA CPU
@@ -47,6 +48,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     """
     from .broadcasts import canonicalize_broadcasts
     from .cleanup import remove_dead_ops
+    from .conditionals import inline_constant_conditionals
     from .fma_contraction import contract_fma
     from .inlining import inline_calls
     from .quantized import lower_quantized
@@ -58,6 +60,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
         if not isinstance(flag, bool):
             raise PassError(f"prepare_for_execution: {what} must be True or False, got {flag!r}")
     prepared = inline_calls(module, clone=True)
+    prepared = inline_constant_conditionals(prepared, clone=prepared is module)
     if xla_rewrites:
         prepared = xla_divide_by_broadcast(prepared, clone=prepared is module)
     prepared = canonicalize_broadcasts(prepared, clone=prepared is module)

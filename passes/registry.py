@@ -41,6 +41,7 @@ BUILTIN_MODULES = (
     "passes.xla_numerics",
     "passes.fma_contraction",
     "passes.inlining",
+    "passes.conditionals",
     "passes.small_loops",
     "passes.ynnpack_fusion",
 )

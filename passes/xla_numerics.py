@@ -829,9 +829,9 @@ class FoldScalarConstants(RewritePattern):
             value = _fold(lambda b: b ** int(exponent), base, dtype=numpy_dtype(result.type))
             rewriter.replace_op(op, make_constant(value.reshape(tuple(result.type.get_shape())), result.type))
             return
-        from .cleanup import _Evaluator
+        from .cleanup import ConstantEvaluator
 
-        out = _Evaluator().evaluate(op, args)
+        out = ConstantEvaluator().evaluate(op, args)
         if out is None:
             return
         folded = make_constant(np.asarray(out[0]).reshape(tuple(result.type.get_shape())), result.type)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr
 from xdsl.ir import Dialect
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
+from xdsl.irdl import (IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def,
+                       traits_def)
+from xdsl.traits import Pure
 
 
 @irdl_op_definition
@@ -26,6 +28,7 @@ class FusedMultiplyAddOp(IRDLOperation):
     """``a * b + c`` rounded once (executor-internal; made only by :func:`passes.fma_contraction.contract_fma`)."""
 
     name = "hlo_internal.fma"
+    traits = traits_def(Pure())  # (no effects: computed ahead on constants, deduplicated, dropped when unused)
     a = operand_def()
     b = operand_def()
     c = operand_def()
@@ -43,6 +46,7 @@ class MultiplyReduceOp(IRDLOperation):
     products)."""
 
     name = "hlo_internal.multiply_reduce"
+    traits = traits_def(Pure())  # (no effects: computed ahead on constants, deduplicated, dropped when unused)
     a = operand_def()
     b = operand_def()
     init = operand_def()
@@ -61,6 +65,7 @@ class MultiplyAddReduceOp(IRDLOperation):
     :func:`passes.fma_contraction.contract_fma`)."""
 
     name = "hlo_internal.multiply_add_reduce"
+    traits = traits_def(Pure())  # (no effects: computed ahead on constants, deduplicated, dropped when unused)
     a = operand_def()
     b = operand_def()
     c = operand_def()

@@ -135,6 +135,9 @@ class LoweringContext(KernelContext):
             from .compiled_segments import SEGMENT_MAX_OPS, plan_segments
 
             self._fold_ahead(block)
+            # A fusion group of ops all computed ahead (a check on constants: diffrax's test that the save times
+            # are sorted) is those constants, not a fused call at every call.
+            groups = [g for g in groups if not all(m in self._folded for m in g.members)]
             # A long element-wise chain is better as one fused loop than as several segments.
             fused = {op for g in groups if len(g.members) >= SEGMENT_MAX_OPS // 4 for op in g.members}
             for segment in plan_segments(block, self.functions, self.dtype, self.denormals == "flush",
