@@ -16,7 +16,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
-from lowering.kernels.tree_sum import reduced_dims, xla_sum
+from lowering.kernels.tree_sum import grid_order, reduced_dims, xla_sum
 
 CONFIGURATIONS = {
     "interpreter": {"fusion": "never", "loop_compilation": "never"},
@@ -73,6 +73,8 @@ def test_the_definition_is_the_rewrite(dtype):
         if np.prod(shape) >= 4096:
             continue  # (YNNPACK's domain: reduced_dims flattens there)
         axes = tuple(sorted(rng.choice(rank, int(rng.integers(1, rank + 1)), replace=False).tolist()))
+        if grid_order(shape, axes, dtype):
+            continue  # (XLA's loops vectorize these: tree_sum.grid_sum, test_full_sums_over_32_in_xla_windows...)
         init = dtype(0) if rng.random() < 0.7 else dtype(rng.choice([1.5, -0.0, -2.25]))
         x = mixed(rng, shape, dtype)
         assert bits(xla_sum(x, axes, init, np.dtype(dtype))) == bits(rewrite_reference(x, axes, init)), (shape, axes)
@@ -279,3 +281,42 @@ def test_plain_sum_lanes_table():
     assert plain_sum_lanes((16, 1), (0, 1), f32) == 0  # a column: one loop, in order
     assert plain_sum_lanes((16, 4), (1,), f32) == 0  # row sums: outputs, not lanes
     assert plain_sum_lanes((16, 4), (0, 1), np.float16) == 0
+
+
+@pytest.mark.parametrize("rows, cols", [(50, 40), (33, 33), (63, 5), (64, 7), (96, 3), (127, 8), (20, 63), (63, 63),
+                                        (40, 100), (2, 2047)])
+def test_full_sums_over_32_in_xla_windows_and_lanes(rows, cols):
+    # jnp.sum of a (rows, cols) f32 array with a dimension over 32 (tree_sum.grid_sum): XLA's windows of 32, rows
+    # of 32 (or 31) of 2-8 columns in vector lanes, a window's last column of 32k - 1 after its rows, the windows'
+    # sums in the lanes of a plain sum ((50, 40): (w00 + w01) + (w10 + w11)). Of a computed operand too, and in a
+    # compiled loop.
+    from lowering.kernels import host
+
+    if not host.measured_host():
+        pytest.skip("the vector lanes were measured on an AVX-512 host")
+    rng = np.random.default_rng(rows * 1000 + cols)
+    f32 = np.float32
+    programs = [lambda a, b: jnp.sum(a), lambda a, b: jnp.sum(jnp.exp(a * 1e-3)), lambda a, b: jnp.sum(a * b),
+                lambda a, b: lax.fori_loop(0, 2, lambda i, acc: acc + jnp.sum(a), f32(0))]
+    for draw in range(2):
+        x, y = mixed(rng, (rows, cols), f32), mixed(rng, (rows, cols), f32)
+        for fn in programs:
+            want = bits(jax.jit(fn)(x, y))
+            module = import_jax(fn, x, y)
+            for configuration in ("interpreter", "fused and compiled loops"):
+                assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x, y)[0]) == want, \
+                    (configuration, fn)
+
+
+def test_grid_order_applies_to_full_f32_sums_over_32():
+    from lowering.kernels import host
+    from lowering.kernels.tree_sum import grid_order
+
+    if not host.measured_host():
+        pytest.skip("measured on an AVX-512 host")
+    f32 = np.float32
+    assert grid_order((50, 40), (0, 1), f32) and grid_order((1, 50, 40), (0, 1, 2), f32)
+    assert not grid_order((32, 32), (0, 1), f32)  # (no windows: plain_sum_lanes)
+    assert not grid_order((64, 64), (0, 1), f32)  # (YNNPACK's)
+    assert not grid_order((50, 40), (0, 1), np.float64)  # (not measured)
+    assert not grid_order((3, 50, 40), (1, 2), f32)  # (outputs kept: not measured)

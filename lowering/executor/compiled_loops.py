@@ -85,7 +85,7 @@ from ..kernels.scalar import scalar_of
 from ..kernels.small_dot import order_kernels
 from ..kernels.reduction import sum_lanes, ynnpack_extremum_plan
 from ..kernels.ynnpack_sum import COLUMNS, ROWS
-from ..kernels.tree_sum import reduced_dims, scratch_length
+from ..kernels.tree_sum import grid_order, grid_work_length, reduced_dims, scratch_length
 from ..runtime.workers import numba_threads_available
 
 AUTO_THRESHOLD = 2000
@@ -1151,6 +1151,12 @@ class _LoopWriter:
                 rows, cols = (int(v) for v in (source_shape if len(source_shape) == 2 else (*source_shape, 1)))
                 self.emit(indent, f"{out} = " + self.kernel(f"lane_sum({flat}, 0, {rows}, {cols}, {t}({init}), {lanes})"))
                 return
+            if grid_order(source_shape, range(len(source_shape)), dtype):  # (windows and lanes: tree_sum.grid_sum)
+                rows, cols = (int(v) for v in source_shape if v != 1)
+                work = self.fresh("h")
+                self.prologue.append(f"    {work} = new_array((2, {grid_work_length(rows, cols)}), {t})")
+                self.emit(indent, f"{out} = " + self.kernel(f"grid_sum({flat}, 0, {rows}, {cols}, {t}({init}), {work})"))
+                return
             dims = reduced_dims(source_shape, range(len(source_shape)))
             self.emit(indent, f"{out} = {self.tree_sum(flat, dims, f'{t}({init})', t)}")
             return
@@ -1961,8 +1967,8 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_
                   "from lowering.kernels.rowwise import row_extremum, zero_sign\n"
                   "from lowering.kernels.ynnpack_extrema import row_extremum as ynnpack_row_extremum, "
                   "extremum as ynnpack_extremum, columns_extrema as ynnpack_columns_extrema\n"
-                  "from lowering.kernels.tree_sum import (contracted_sums, contracted_term_sums, lane_sum, nd_window_sum,\n"
-                  "    tree_sums, window_sum)\n"
+                  "from lowering.kernels.tree_sum import (contracted_sums, contracted_term_sums, grid_sum, lane_sum,\n"
+                  "    nd_window_sum, tree_sums, window_sum)\n"
                   "from lowering.kernels.small_dot import small_dot_pair, "
                   + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"
                   "from lowering.kernels.eigen_dots import eigen_dot\n"

@@ -165,7 +165,7 @@ def _ufunc_reduce(ufunc, axes, dtype, out_shape, empty, in_shape=None, workers: 
     fix = _signed_zeros(ufunc, axes) if is_float and ufunc in (np.maximum, np.minimum) else None
     if ufunc is np.add and is_float:  # XLA CPU's order (lowering.kernels.tree_sum), decided once per static shape
         static = in_shape is not None and all(d >= 0 for d in in_shape)
-        total = sum_function(in_shape, axes, acc, lanes) if static else None
+        total = sum_function(in_shape, axes, acc, lanes, dtype) if static else None
 
         def tree_sum_kernel(body, x, init):
             x = np.asarray(x)

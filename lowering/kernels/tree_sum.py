@@ -19,8 +19,9 @@ Measured against ``jax.jit`` (f32 and f64, mixed magnitudes, on the 2-core AMD E
   whose innermost reduced dimension has at most 8 elements and whose outer reduced extent is 2, 4, 8, 16, 20, 31,
   ... (measured: the rows' sums then kept as vector lanes, e.g. ``jnp.sum`` of ``(4, 3)`` is ``(r0 + r2) +
   (r1 + r3)``, of ``(16, 2)`` rows ``r`` and ``r + 8`` in one lane, 8 lanes halved; ``(3, n)``, ``(5, n)``,
-  ``(6, 2)``, ``(12, 2)`` and every inner dimension of 9 or more are in order), and some windows of 32 x 32
-  (``(50, 40)``, ``(33, 33)`` full sums; ``(40, 50)`` and ``(64, 64)`` are equal).
+  ``(6, 2)``, ``(12, 2)`` and every inner dimension of 9 or more are in order). Full 2-d f32 sums with a
+  dimension over 32 are XLA's windows and lanes (:func:`grid_sum`: the windows' sums of ``(50, 40)`` or
+  ``(33, 33)`` in 2 lanes).
 
 Sums of at least 4,096 elements XLA hands to YNNPACK, summed in its order on the hosts
 :mod:`lowering.kernels.ynnpack_sum` was measured on where the order was identified
@@ -332,6 +333,124 @@ def lane_sum(a, start, rows, cols, init, lanes):
     return s
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def _rows_in_lanes(a, start, stride, first_row, rows, first_col, cols, init, lanes):
+    """``init`` plus the block ``rows x cols`` of the row-major ``a`` (row length ``stride``) at row ``first_row``,
+    column ``first_col`` from ``start``, as :func:`lane_sum` adds rows (``lanes`` 0: in row-major order)."""
+    if lanes == 0:
+        s = init
+        for r in range(first_row, first_row + rows):
+            base = start + r * stride + first_col
+            for c in range(base, base + cols):
+                s = s + a[c]
+        return s
+    vector = rows - rows % lanes
+    lane = _start_lanes(lanes, init, a)
+    for r in range(vector):
+        j = r % lanes
+        t = lane[j]
+        base = start + (first_row + r) * stride + first_col
+        for c in range(base, base + cols):
+            t = t + a[c]
+        lane[j] = t
+    s = add_lanes_by_halves(lane)
+    for r in range(first_row + vector, first_row + rows):
+        base = start + r * stride + first_col
+        for c in range(base, base + cols):
+            s = s + a[c]
+    return s
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def _window_grid(a, start, rows, cols, init, out):
+    """One level of XLA CPU's windows of :data:`TREE_WINDOW` over the row-major ``rows x cols`` block of ``a`` from
+    ``start`` (:func:`grid_sum`): each window's sum from ``init`` written to ``out`` (row-major over the windows);
+    returns the windows' ``(rows, cols)``."""
+    size_r = min(rows, TREE_WINDOW)
+    size_c = min(cols, TREE_WINDOW)
+    count_r = (rows + size_r - 1) // size_r
+    count_c = (cols + size_c - 1) // size_c
+    before_r = (count_r * size_r - rows) // 2
+    before_c = (count_c * size_c - cols) // 2
+    split_column = size_c == TREE_WINDOW and cols % TREE_WINDOW == TREE_WINDOW - 1
+    lane_rows = size_r == TREE_WINDOW and rows % TREE_WINDOW in (0, TREE_WINDOW - 1) and cols <= 8
+    lanes = f32_sum_lanes(TREE_WINDOW - 1 if rows % TREE_WINDOW else TREE_WINDOW, cols) if lane_rows else 0
+    for i in range(count_r):
+        r0 = max(0, i * size_r - before_r)
+        r1 = min(rows, (i + 1) * size_r - before_r)
+        for j in range(count_c):
+            c0 = max(0, j * size_c - before_c)
+            c1 = min(cols, (j + 1) * size_c - before_c)
+            if lanes:
+                vector = min(r1 - r0, TREE_WINDOW - 1) if rows % TREE_WINDOW else r1 - r0
+                s = _rows_in_lanes(a, start, cols, r0, vector, c0, c1 - c0, init, lanes)
+                s = _rows_in_lanes(a, start, cols, r0 + vector, r1 - r0 - vector, c0, c1 - c0, s, 0)
+            elif split_column and j < count_c - 1:
+                s = _rows_in_lanes(a, start, cols, r0, r1 - r0, c0, c1 - c0 - 1, init, 0)
+                for r in range(r0, r1):
+                    s = s + a[start + r * cols + c1 - 1]
+            else:
+                s = _rows_in_lanes(a, start, cols, r0, r1 - r0, c0, c1 - c0, init, 0)
+            out[i * count_c + j] = s
+    return count_r, count_c
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def grid_sum(a, start, rows, cols, init, work):
+    """The full sum of the row-major ``rows x cols`` f32 block of the 1-d ``a`` from ``start`` (a dimension longer
+    than :data:`TREE_WINDOW`) from ``init`` as XLA CPU computes it (:func:`grid_order` says where): the
+    rewrite's windows (module docstring) are a fusion of their own that reads the block as a parameter, and so
+    is the last reduce of the windows' sums, each vectorized by LLVM as a plain sum is (:func:`f32_sum_lanes`):
+
+    * a window is ``init`` plus its rows in order, except: with ``cols`` of 2..8 and ``rows`` a multiple of 32
+      (or one less), each window's rows are vector lanes as a ``(32, cols)`` sum's (:func:`lane_sum`; ``rows =
+      32k - 1``: its first 31 rows as a ``(31, cols)`` sum's, the 32nd, where there is one, added after them);
+      with ``cols = 32k - 1`` every window but the last column of windows adds its rows without their last
+      element, then those last elements in order (the loop over a window's columns is cut where the padding
+      check can fail);
+    * the windows' sums, ``(rows', cols')`` of them, are summed again the same way while a dimension is longer
+      than 32, then as :func:`lane_sum` with the lanes of a plain ``(rows', cols')`` sum (``jnp.sum`` of
+      ``(50, 40)``: ``(w00 + w01) + (w10 + w11)``).
+
+    Read from XLA's optimized LLVM IR (``(63, 5)``: 31 rows in 4 lanes, row 32 after; ``(50, 40)``: the
+    windows' reduce in 2 lanes) and measured against jax.jit 0.10.2 (f32, mixed magnitudes, the 2-core Intel
+    Xeon with AVX-512 that :func:`lowering.kernels.host.measured_host` accepts), a NumPy model of this order:
+    every ``(rows, cols)`` with ``rows`` 33..128 x ``cols`` 2..40 and ``cols`` 41..128 x ``rows`` 2..40 under
+    4,096 elements (6,922 shapes, 2 draws each) and 34 long shapes such as ``(2, 2047)`` and ``(1300, 3)``
+    (3 draws each), every sum equal. ``work``: two rows of at least the first level's window count."""
+    source = a
+    first = start
+    level = 0
+    while rows > TREE_WINDOW or cols > TREE_WINDOW:
+        target = work[level % 2]
+        rows, cols = _window_grid(source, first, rows, cols, init, target)
+        source = target
+        first = 0
+        level += 1
+    return _rows_in_lanes(source, first, cols, 0, rows, 0, cols, init, f32_sum_lanes(rows, cols))
+
+
+def grid_work_length(rows: int, cols: int) -> int:
+    """The length of each of the two work rows :func:`grid_sum` needs: its first level's window count."""
+    return max(1, -(-rows // TREE_WINDOW) * -(-cols // TREE_WINDOW))
+
+
+def grid_order(shape, axes, dtype) -> bool:
+    """Whether XLA CPU sums an operand of ``shape`` over ``axes`` in :func:`grid_sum`'s order: a full f32 sum of a
+    2-d operand (dimensions of one element dropped) with a dimension longer than :data:`TREE_WINDOW`, fewer than
+    :data:`~lowering.kernels.ynnpack_sum.MIN_ELEMENTS` elements (YNNPACK's otherwise), on the host it was
+    measured on (:func:`lowering.kernels.host.measured_host`). Any operand: XLA computes it in a fusion of its
+    own before the windows (``jnp.sum(jnp.exp(x))``, ``jnp.sum(x * y)``: measured). Not identified: f64, sums
+    over two of more dimensions that keep others, three or more reduced dimensions (:func:`nd_window_sum`'s
+    scalar order)."""
+    from . import host
+
+    shape = tuple(int(v) for v in shape)
+    dims = [shape[d] for d in sorted(int(v) for v in axes) if shape[d] != 1]
+    kept = [shape[d] for d in range(len(shape)) if d not in {int(v) for v in axes} and shape[d] != 1]
+    return (len(dims) == 2 and not kept and max(dims) > TREE_WINDOW and np.dtype(dtype) == np.float32
+            and dims[0] * dims[1] < MIN_ELEMENTS and host.measured_host())
+
 def plain_sum_lanes(shape, axes, dtype) -> int:
     """The vector lanes XLA CPU's loop vectorizer sums a 2-d f32 or f64 array in (``rows x cols``, both reduced,
     the array read as it is: a fusion parameter, no op fused into the reduce), or 0 where it sums in the scalar
@@ -363,13 +482,29 @@ def plain_sum_lanes(shape, axes, dtype) -> int:
         return 2 if rows == 2 else width if rows >= 16 or rows in (4, 8, 12) else 0
     if np.dtype(dtype) != np.float32:
         return 0
+    return int(f32_sum_lanes(rows, cols))
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
+def f32_sum_lanes(rows, cols):
+    """The f32 table of :func:`plain_sum_lanes` (the host check aside): the vector lanes of XLA CPU's loop over a
+    ``rows x cols`` f32 fusion parameter it sums whole, 0 for the scalar order (outside ``rows`` 2..32 x ``cols``
+    2..8 too). Compiled, so that :func:`grid_sum` reads the same table for its windows and its last reduce."""
+    if not (2 <= rows <= TREE_WINDOW and 2 <= cols <= 8):
+        return 0
     if rows >= 16:
         if cols >= 7:
             return 4
         if rows % 8 < 4:
             return 8
         return 8 if rows >= 28 and cols == 2 else 4
-    return {2: 2, 4: 4, 8: 8 if cols <= 6 else 4}.get(rows, 0)
+    if rows == 2:
+        return 2
+    if rows == 4:
+        return 4
+    if rows == 8:
+        return 8 if cols <= 6 else 4
+    return 0
 
 
 LANE_BODIES = ("square", "product", "computed_square")
@@ -489,13 +624,15 @@ def reduced_dims(shape, axes) -> np.ndarray:
     return np.array(dims or [1], np.int64)
 
 
-def sum_function(shape, axes, acc: np.dtype, lanes: int = 0):
+def sum_function(shape, axes, acc: np.dtype, lanes: int = 0, dtype=None):
     """``f(x, init)``: the sum of an operand of ``shape`` over ``axes`` from ``init`` in XLA CPU's order (module
     docstring), accumulated in ``acc`` (f32 or f64), an array of the kept dimensions' shape (0-d for a full sum).
     Decided once per shape: one reduced dimension (after dropping those of one element, or all of them as one
     where :func:`reduced_dims` says so) with the kept ones before it is a row sum, with kept ones after it a column
     sum (:func:`column_tree_sums`, no copy); any other layout is transposed to rows first. ``lanes``: a 2-d full
-    sum in XLA's vector lanes (:func:`plain_sum_lanes`, :func:`lane_sum`)."""
+    sum in XLA's vector lanes (:func:`plain_sum_lanes`, :func:`lane_sum`); a 2-d full f32 sum with a dimension over
+    32 in XLA's windows and lanes (:func:`grid_order`, :func:`grid_sum`; ``dtype``: the operand's element type
+    where ``acc`` is wider, default ``acc``)."""
     layout = _Layout(shape, axes, acc)
     shape, axes, acc, cast = layout.shape, layout.axes, layout.acc, layout.acc.type
     if lanes:
@@ -506,6 +643,15 @@ def sum_function(shape, axes, acc: np.dtype, lanes: int = 0):
             return np.asarray(lane_sum(flat, 0, rows, cols, cast(init), lanes), acc)
 
         return in_lanes
+    if grid_order(shape, axes, acc if dtype is None else dtype):
+        rows, cols = (d for d in shape if d != 1)
+        length = grid_work_length(rows, cols)
+
+        def in_windows(x, init):
+            flat = np.ascontiguousarray(x, dtype=acc).reshape(-1)
+            return np.asarray(grid_sum(flat, 0, rows, cols, cast(init), np.empty((2, length), acc)), acc)
+
+        return in_windows
     dims = reduced_dims(shape, axes)
     live = [d for d in axes if shape[d] != 1]
     contiguous_run = live == list(range(live[0], live[-1] + 1)) if live else True
