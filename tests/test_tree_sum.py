@@ -320,3 +320,27 @@ def test_grid_order_applies_to_full_f32_sums_over_32():
     assert not grid_order((64, 64), (0, 1), f32)  # (YNNPACK's)
     assert not grid_order((50, 40), (0, 1), np.float64)  # (not measured)
     assert not grid_order((3, 50, 40), (1, 2), f32)  # (outputs kept: not measured)
+
+
+@pytest.mark.parametrize("rows, cols", [(64, 64), (96, 64), (128, 32)])
+def test_column_major_full_sums_in_ynnpack_windows(rows, cols):
+    # jnp.sum(a.T * b) of 4,096+ elements: XLA lays the product out column-major, so its tree-reduction rewriter
+    # cuts the reduce into 32 x 32 windows YNNPACK sums, the windows' sums then in a plain sum's lanes
+    # (reduction.ynnpack_window_plan; the GP log marginal likelihood's gradient). a * b.T stays one YNNPACK sum.
+    from lowering.kernels import host
+
+    if not host.measured_host():
+        pytest.skip("YNNPACK's order was measured on an AVX-512 host")
+    rng = np.random.default_rng(rows + cols)
+    f32 = np.float32
+    programs = [lambda a, b: jnp.sum(a.T * b), lambda a, b: jnp.sum(jnp.exp(a.T * 1e-3) + b),
+                lambda a, b: jnp.sum(b * a.T),
+                lambda a, b: lax.fori_loop(0, 2, lambda i, acc: acc + jnp.sum(a.T * b), f32(0))]
+    for draw in range(2):
+        a, b = mixed(rng, (cols, rows), f32), mixed(rng, (rows, cols), f32)
+        for fn in programs:
+            want = bits(jax.jit(fn)(a, b))
+            module = import_jax(fn, a, b)
+            for configuration in ("interpreter", "fused and compiled loops"):
+                assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(a, b)[0]) == want, \
+                    (configuration, fn)

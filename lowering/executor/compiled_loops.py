@@ -1086,9 +1086,24 @@ class _LoopWriter:
         (argmax's pair of values and indices, ...) by :meth:`tree_reduce`. Sums XLA CPU runs in YNNPACK
         (:func:`lowering.kernels.reduction.ynnpack_plan`) call the kernel's own definition
         (:func:`lowering.kernels.ynnpack_sum.sum_rows`, ``sum_columns`` and their ``_looped`` forms)."""
-        from ..kernels.reduction import binary_body_ufunc, ynnpack_plan
+        from ..kernels.reduction import binary_body_ufunc, ynnpack_plan, ynnpack_window_plan
         from ..kernels.ynnpack_sum import LOOPED_COLUMNS, LOOPED_ROWS
 
+        windows = ynnpack_window_plan(op)
+        if windows is not None:  # (YNNPACK's windows, then XLA's loop over their sums: the kernel's definitions)
+            (kind, outer, k, _, _), (rows, cols), lanes = windows
+            if kind != LOOPED_ROWS:  # (one row or column of windows: the interpreted kernel's plan)
+                raise Ineligible("a sum in YNNPACK's windows of another plan")
+            p, l, m, tile = outer
+            t = _NUMBA_TYPE_NAMES[dtype]
+            x, init = (self.name(v) for v in op.operands)
+            sums = self.fresh("h")
+            self.prologue.append(f"    {sums} = new_array({p * m}, {t})")
+            self.emit(indent, self.kernel(f"ynnpack_sum_rows_looped(c_view({x}, {(p, l, m, k)!r}), c_view({sums}, "
+                                          f"{(p, m)!r}), {t}({init}), False, {int(tile)})"))
+            self.emit(indent, f"{out} = " + self.kernel(f"rows_in_lanes({sums}, 0, {cols}, 0, {rows}, 0, {cols}, "
+                                                        f"{t}({init}), {lanes})"))
+            return
         found = ynnpack_plan(op)
         if found is not None:
             (kind, outer, k, n, tiles), pairs, transposed = found
@@ -1968,7 +1983,7 @@ _MODULE_HEADER = ("import numpy as np\nimport numba\nfrom lowering.runtime.loop_
                   "from lowering.kernels.ynnpack_extrema import row_extremum as ynnpack_row_extremum, "
                   "extremum as ynnpack_extremum, columns_extrema as ynnpack_columns_extrema\n"
                   "from lowering.kernels.tree_sum import (contracted_sums, contracted_term_sums, grid_sum, lane_sum,\n"
-                  "    nd_window_sum, tree_sums, window_sum)\n"
+                  "    nd_window_sum, rows_in_lanes, tree_sums, window_sum)\n"
                   "from lowering.kernels.small_dot import small_dot_pair, "
                   + ", ".join(kernel.__name__ for kernel in order_kernels()) + "\n"
                   "from lowering.kernels.eigen_dots import eigen_dot\n"

@@ -49,9 +49,10 @@ from xla_dialect.types import element_type_from_dtype, numpy_dtype
 from .registry import register
 from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
-from .tree_sum import contracted_sum_function, contracted_term_sum_function, plain_sum_lanes, sum_function
+from .tree_sum import (TREE_WINDOW, contracted_sum_function, contracted_term_sum_function, plain_sum_lanes,
+                       rows_in_lanes, sum_function)
 from .ynnpack_extrema import apply_rule, columns_extrema, extremum_plan, needs_ynnpack_rule
-from .ynnpack_sum import COLUMNS, sum_plan, ynnpack_sum
+from .ynnpack_sum import COLUMNS, MIN_ELEMENTS, sum_plan, ynnpack_sum
 
 REDUCE_UFUNCS = BINARY_BODY_UFUNCS
 """Single-op reduction bodies computed with ``ufunc.reduce``: op class -> ufunc (the table scatters' update regions
@@ -372,6 +373,92 @@ def _ynnpack_reduce(plan, pairs, transposed, dtype, out_shape):
     return ynnpack_sum_kernel
 
 
+def ynnpack_window_plan(op) -> tuple[tuple, tuple[int, int], int] | None:
+    """``(plan, grid, lanes)`` when XLA CPU computes the full sum ``op`` of a 2-d f32/f64 operand of at least
+    :data:`~lowering.kernels.ynnpack_sum.MIN_ELEMENTS` elements as windows of 32 x 32 in YNNPACK, then a loop over
+    the windows' sums, else None: where XLA gives the operand a column-major layout (:func:`_column_major`: the
+    chain of first operands through element-wise ops reaches a transpose, ``jnp.sum(a.T * b)``,
+    ``jnp.sum(jnp.exp(a.T))``, ``jnp.sum(a.T + b)``, not ``jnp.sum(a * b.T)``, nor a transpose summed directly,
+    which XLA folds: :func:`ynnpack_plan`; or LAPACK's results), XLA's ``TreeReductionRewriter`` rewrites the
+    reduce (it keeps whole only the reduces it hands to YNNPACK, which takes row-major operands) and YNNPACK
+    computes the reduce-window: the sum
+    of the operand as ``(R / 32, 32, C / 32, 32)`` over axes 1 and 3 (``plan``, :func:`lowering.kernels.
+    ynnpack_sum.sum_plan`, from the initial value), whose ``grid`` of sums is summed in the ``lanes`` of a plain
+    sum of that shape (:func:`lowering.kernels.tree_sum.plain_sum_lanes`, :func:`~lowering.kernels.tree_sum.
+    rows_in_lanes`; ``(2, 2)``: ``(w00 + w01) + (w10 + w11)``).
+
+    Read from XLA's optimized HLO (jax 0.10.2, ``XLA_FLAGS=--xla_dump_to``: ``ynn_fusion`` of a ``reduce-window``
+    32x32 for the bodies above, f32 and f64, ``(64, 64)``, ``(96, 64)``, ``(64, 100)``) and measured bitwise
+    against jax.jit (the AVX-512 host of :func:`lowering.kernels.host.measured_host`): the GP log marginal
+    likelihood's gradient (``benchmarks/library_programs.py``) and the shapes of ``tests/test_tree_sum.py``. Only
+    dimensions that are multiples of 32 (XLA pads the others' windows in YNNPACK: not identified, the earlier
+    order)."""
+    if len(op.operands) != 2 or len(op.results) != 1 or binary_body_ufunc(op.body) is not np.add:
+        return None
+    x = op.operands[0]
+    shape = tuple(x.type.get_shape())
+    dtype = str(x.type.element_type)
+    if (dtype not in ("f32", "f64") or str(op.results[0].type.element_type) != dtype or len(shape) != 2
+            or sorted(ints(op.dimensions)) != [0, 1] or any(d % TREE_WINDOW or d <= 0 for d in shape)
+            or shape[0] * shape[1] < MIN_ELEMENTS or not host.measured_host()):
+        return None
+    if isinstance(x.owner, TransposeOp) or not _column_major(x):
+        return None
+    grid = (shape[0] // TREE_WINDOW, shape[1] // TREE_WINDOW)
+    numpy_type = np.float32 if dtype == "f32" else np.float64
+    plan = sum_plan((grid[0], TREE_WINDOW, grid[1], TREE_WINDOW), (1, 3), numpy_type)
+    if plan is None:
+        return None
+    return plan, grid, plain_sum_lanes(grid, (0, 1), numpy_type)
+
+
+LAYOUT_STEPS = 64
+"""How far back :func:`_column_major` follows a value's first operands."""
+
+
+def _column_major(value) -> bool:
+    """Whether XLA CPU gives the 2-d ``value`` the column-major layout ``{0,1}`` when its tree-reduction rewriter
+    runs (read in its HLO dumps, ``--xla_dump_hlo_pass_re=tree.*``): LAPACK's results (Cholesky, triangular
+    solves; a custom call's result whose ``result_layouts`` is ``[0, 1]``, as jaxlib's LAPACK calls give) are
+    column-major, a transpose flips its operand's layout, element-wise ops and converts take their
+    first operand's, a select its first choice's; anything else (arguments, dots, ...) row-major."""
+    from xla_dialect.ops.effects import CustomCallOp
+    from xla_dialect.ops.numerics import CholeskyOp, TriangularSolveOp
+
+    flipped = False
+    for _ in range(LAYOUT_STEPS):
+        owner = value.owner if not isinstance(value, BlockArgument) else None
+        if owner is None or len(value.type.get_shape()) != 2:
+            return flipped
+        if isinstance(owner, (CholeskyOp, TriangularSolveOp)):
+            return not flipped
+        if isinstance(owner, CustomCallOp):  # (jaxlib's LAPACK calls name their results' layouts)
+            layouts = owner.result_layouts
+            if layouts is None or value.index >= len(layouts.data):
+                return flipped
+            return (tuple(ints(layouts.data[value.index])) == (0, 1)) != flipped
+        if isinstance(owner, TransposeOp):
+            flipped = not flipped
+            value = owner.operands[0]
+        elif isinstance(owner, SelectOp):
+            value = owner.operands[1]
+        elif isinstance(owner, (UnaryElementwiseOp, BinaryElementwiseOp, ConvertOp)):
+            value = owner.operands[0]
+        else:
+            return flipped
+    return False
+
+
+def _ynnpack_window_reduce(plan, grid, lanes, dtype):
+    def ynnpack_window_sum_kernel(body, x, init):
+        rows, cols = grid
+        windows = ynnpack_sum(np.asarray(x, dtype).reshape(rows, TREE_WINDOW, cols, TREE_WINDOW), plan, init)
+        flat = np.ascontiguousarray(windows).reshape(-1)
+        return np.asarray(rows_in_lanes(flat, 0, cols, 0, rows, 0, cols, dtype.type(init), lanes), dtype)
+
+    return ynnpack_window_sum_kernel
+
+
 @register(ReduceOp)
 def _reduce(op, ctx):
     axes = tuple(sorted(ints(op.dimensions)))
@@ -380,6 +467,9 @@ def _reduce(op, ctx):
     dtypes = result_dtypes(op, ctx)
     empty = any(shape[d] == 0 for d in axes)
     ufunc = binary_body_ufunc(op.body) if len(dtypes) == 1 else None
+    windows = ynnpack_window_plan(op) if ufunc is np.add and not empty else None
+    if windows is not None:
+        return _ynnpack_window_reduce(*windows, dtypes[0])
     found = ynnpack_plan(op) if ufunc is np.add and not empty else None
     if found is not None:
         return _ynnpack_reduce(*found, dtypes[0], out_shape)

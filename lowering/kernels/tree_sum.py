@@ -334,9 +334,11 @@ def lane_sum(a, start, rows, cols, init, lanes):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, boundscheck=False)
-def _rows_in_lanes(a, start, stride, first_row, rows, first_col, cols, init, lanes):
+def rows_in_lanes(a, start, stride, first_row, rows, first_col, cols, init, lanes):
     """``init`` plus the block ``rows x cols`` of the row-major ``a`` (row length ``stride``) at row ``first_row``,
-    column ``first_col`` from ``start``, as :func:`lane_sum` adds rows (``lanes`` 0: in row-major order)."""
+    column ``first_col`` from ``start``, as :func:`lane_sum` adds rows (``lanes`` 0: in row-major order): XLA's
+    loop over a block's rows, vectorized or not (:func:`grid_sum`'s windows and last reduce, and the last reduce
+    of YNNPACK's windows, :func:`lowering.kernels.reduction.ynnpack_window_plan`)."""
     if lanes == 0:
         s = init
         for r in range(first_row, first_row + rows):
@@ -383,14 +385,14 @@ def _window_grid(a, start, rows, cols, init, out):
             c1 = min(cols, (j + 1) * size_c - before_c)
             if lanes:
                 vector = min(r1 - r0, TREE_WINDOW - 1) if rows % TREE_WINDOW else r1 - r0
-                s = _rows_in_lanes(a, start, cols, r0, vector, c0, c1 - c0, init, lanes)
-                s = _rows_in_lanes(a, start, cols, r0 + vector, r1 - r0 - vector, c0, c1 - c0, s, 0)
+                s = rows_in_lanes(a, start, cols, r0, vector, c0, c1 - c0, init, lanes)
+                s = rows_in_lanes(a, start, cols, r0 + vector, r1 - r0 - vector, c0, c1 - c0, s, 0)
             elif split_column and j < count_c - 1:
-                s = _rows_in_lanes(a, start, cols, r0, r1 - r0, c0, c1 - c0 - 1, init, 0)
+                s = rows_in_lanes(a, start, cols, r0, r1 - r0, c0, c1 - c0 - 1, init, 0)
                 for r in range(r0, r1):
                     s = s + a[start + r * cols + c1 - 1]
             else:
-                s = _rows_in_lanes(a, start, cols, r0, r1 - r0, c0, c1 - c0, init, 0)
+                s = rows_in_lanes(a, start, cols, r0, r1 - r0, c0, c1 - c0, init, 0)
             out[i * count_c + j] = s
     return count_r, count_c
 
@@ -427,7 +429,7 @@ def grid_sum(a, start, rows, cols, init, work):
         source = target
         first = 0
         level += 1
-    return _rows_in_lanes(source, first, cols, 0, rows, 0, cols, init, f32_sum_lanes(rows, cols))
+    return rows_in_lanes(source, first, cols, 0, rows, 0, cols, init, f32_sum_lanes(rows, cols))
 
 
 def grid_work_length(rows: int, cols: int) -> int:
