@@ -1299,3 +1299,23 @@ def test_generated_loops_call_kernels_through_call_kernel_and_check_the_flag():
     assert polls and all(lines[i + 1].strip() == "check_kernels(_failed)" for i in polls)
     returns = [i for i, line in enumerate(lines) if line.strip().startswith("return (")]
     assert returns and all(lines[i - 1].strip() == "check_kernels(_failed)" for i in returns)
+
+
+def test_a_transpose_that_moves_only_unit_dimensions_is_a_view_in_loops():
+    """``g.T`` of a column keeps the elements' order: the loop reads it as a reshape (no copy per iteration),
+    a real transpose still copies; results equal the interpreter's."""
+    assert compiled_loops.keeps_element_order((128, 1), (1, 0))
+    assert compiled_loops.keeps_element_order((1, 3, 1, 4), (2, 1, 0, 3))
+    assert not compiled_loops.keeps_element_order((3, 4), (1, 0))
+    x = RNG.standard_normal((16, 4)).astype(F32)
+
+    def fn(w, x):
+        def step(i, w):
+            r = x @ w - F32(1)  # (16, 1)
+            return w - F32(0.01) * (r.T @ x).T + jnp.transpose(x[:4, :4]) @ w
+        return lax.fori_loop(0, 5, step, w)
+
+    w = RNG.standard_normal((4, 1)).astype(F32)
+    _assert_same(fn, w, x)
+    source = _loop_sources(fn, w, x)
+    assert source.count("transposed(") == 1, source  # (x[:4, :4].T only: r.T and the (1, 4) product's .T are views)

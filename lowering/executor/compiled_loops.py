@@ -194,6 +194,13 @@ def _iteration_local(value: SSAValue) -> bool:
     return True
 
 
+def keeps_element_order(shape: tuple[int, ...], perm) -> bool:
+    """Whether transposing an array of ``shape`` by ``perm`` leaves its elements in the same row-major order (only
+    dimensions of size 1 move): a reshape, no copy needed."""
+    moved = [int(d) for d in perm if shape[int(d)] != 1]
+    return moved == sorted(moved)
+
+
 def product_call(a: str, b: str, c: str, order: int) -> str:
     """Generated code for the product ``c = a @ b`` (3-D arrays) in ``order``, as the interpreter's dot kernel
     computes it: the order's kernel (:func:`lowering.kernels.small_dot.order_kernel`: only that one is compiled
@@ -607,11 +614,16 @@ class _LoopWriter:
 
     @compiles(TransposeOp)
     def op_transpose(self, op, out, dtype, shape, indent):
-        """Dimensions permuted, copied to a C-ordered array."""
+        """Dimensions permuted, copied to a C-ordered array; a permutation that moves only dimensions of size 1
+        (``g.T`` of a column ``g``) keeps the elements' order: a reshape, as :meth:`op_reshape` writes it (a view,
+        not a copy per iteration: the gradient of a linear fit in ``lax.scan`` made two such copies per step)."""
         perm = tuple(ints(op.permutation))
         src = self.name(op.operands[0])
+        source_shape = self.info(op.operands[0])[1]
         if len(perm) <= 1 or perm == tuple(range(len(perm))):
             self.emit(indent, f"{out} = {src}")
+        elif keeps_element_order(source_shape, perm):
+            self.emit(indent, f"{out} = c_view({src}, {shape!r})")
         else:
             self.emit(indent, f"{out} = transposed({src}, {perm!r})")
 
@@ -982,7 +994,7 @@ class _LoopWriter:
         """The name of ``value`` transposed by ``perm`` (None: as it is) into a C-contiguous array seen with
         ``shape``, emitted."""
         src = self.name(value)
-        if perm is not None:
+        if perm is not None and not keeps_element_order(self.info(value)[1], perm):
             src = f"transposed({src}, {tuple(perm)!r})"
         name = self.fresh("t")
         self.emit(indent, f"{name} = c_view({src}, {tuple(shape)!r})")
