@@ -49,8 +49,8 @@ from xla_dialect.types import element_type_from_dtype, numpy_dtype
 from .registry import register
 from . import host, small_dot
 from .control_flow import BINARY_BODY_UFUNCS, array_applier, result_dtypes
-from .tree_sum import (TREE_WINDOW, contracted_sum_function, contracted_term_sum_function, plain_sum_lanes,
-                       rows_in_lanes, sum_function)
+from .tree_sum import (TREE_WINDOW, contracted_sum_function, contracted_term_sum_function, exp_sum_lanes,
+                       plain_sum_lanes, rows_in_lanes, sum_function)
 from .ynnpack_extrema import apply_rule, columns_extrema, extremum_plan, needs_ynnpack_rule
 from .ynnpack_sum import COLUMNS, MIN_ELEMENTS, sum_plan, ynnpack_sum
 
@@ -487,19 +487,26 @@ library calls, a reduce is the root of a fusion of its own."""
 def sum_lanes(op: ReduceOp) -> int:
     """The vector lanes of XLA CPU's loop for the float sum ``op`` (:func:`lowering.kernels.tree_sum.
     plain_sum_lanes`), or 0: only for a 2-d full sum at a function's top level of an array XLA reads as it is (an
-    argument of the function, or a dot, convolution or reduce result), and the 1-d sum of a gathered loss
-    (:func:`gathered_loss_lanes`); a sum of another computed value, or inside a loop, keeps the scalar order."""
+    argument of the function, or a dot, convolution or reduce result), of ``exp`` of a function argument read by
+    nothing else (XLA fuses the exp into the reduce's loop: :func:`lowering.kernels.tree_sum.exp_sum_lanes`), and
+    the 1-d sum of a gathered loss (:func:`gathered_loss_lanes`); a sum of another computed value, or inside a
+    loop, keeps the scalar order."""
     x = op.operands[0]
     if not isinstance(op.parent_op(), func.FuncOp) or len(op.results) != 1:
         return 0
     lanes = gathered_loss_lanes(op)
     if lanes:
         return lanes
-    read_as_is = (isinstance(x, BlockArgument) and isinstance(x.block.parent_op(), func.FuncOp)) \
-        or isinstance(x.owner, _NOT_FUSED_INTO_A_REDUCE)
-    if not read_as_is:
-        return 0
-    return plain_sum_lanes(x.type.get_shape(), ints(op.dimensions), numpy_dtype(x.type.element_type))
+    if _function_argument(x) or isinstance(x.owner, _NOT_FUSED_INTO_A_REDUCE):
+        return plain_sum_lanes(x.type.get_shape(), ints(op.dimensions), numpy_dtype(x.type.element_type))
+    if isinstance(x.owner, ExpOp) and x.has_one_use() and _function_argument(x.owner.operands[0]):
+        return exp_sum_lanes(x.type.get_shape(), ints(op.dimensions), numpy_dtype(x.type.element_type))
+    return 0
+
+
+def _function_argument(x) -> bool:
+    """Whether ``x`` is an argument of the function (XLA reads it as a fusion parameter)."""
+    return isinstance(x, BlockArgument) and isinstance(x.block.parent_op(), func.FuncOp)
 
 
 GATHERED_LOSS_MAX_STEPS = 200

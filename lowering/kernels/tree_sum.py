@@ -509,6 +509,48 @@ def f32_sum_lanes(rows, cols):
     return 0
 
 
+def exp_sum_lanes(shape, axes, dtype) -> int:
+    """The vector lanes XLA CPU's loop vectorizer sums ``exp`` of a 2-d f32 array in (``jnp.sum(jnp.exp(a))``,
+    ``rows x cols`` both reduced, ``a`` a fusion parameter: the exp fused into the reduce's loop), or 0 for the
+    scalar order. Same loops as :func:`plain_sum_lanes` (the outer loop over the rows vectorized, each row's exp
+    values added into its lane in order, :func:`lane_sum`), the width the cost model picks for the exp body
+    (:func:`f32_exp_sum_lanes`): from 16 rows, 8 lanes when 8 rows leave fewer than 4 over (``rows % 8 < 4``),
+    else 4 (8 at 28-31 rows with rows of 2 or of 9 or more elements); under 16 rows only a width that divides
+    them: 4 rows 4, 8 rows 8, 2 rows 2 (rows of up to 8 elements); other row counts and rows of one element (a
+    1-d sum): the scalar order.
+
+    The exp values are XLA's own (:func:`lowering.kernels.xla_scalar.exp_f32`, as ``jax.jit(jnp.exp)`` gives
+    them) except over ``(2, 3)``, ``(2, 5)``, ``(2, 6)``, ``(2, 7)``, where LLVM's odd-width vector exp becomes
+    calls of the C library's ``expf`` (XLA's optimized IR; the sums of 40 draws each all equal to 2 lanes of
+    libm's ``expf`` values, 36-38 of 40 with XLA's): the lanes here are right, the exp values the executor's
+    (not reproduced: those sums differ in the last bit for about 1 draw in 10).
+
+    Measured (jax 0.10.2, the 2-core Intel Xeon VM with AVX-512 that :func:`lowering.kernels.host.measured_host`
+    accepts): a NumPy model of this order over ``exp_f32`` values, every ``rows`` 2..32 x ``cols`` 1..32, 4 draws
+    each (uniform in [-4, 4) and 2 x standard normal), every sum equal to ``jax.jit`` but those four shapes'.
+    Not identified: exp of a computed value (another body: its own widths), f64, sums inside loops."""
+    from . import host
+
+    shape = tuple(int(v) for v in shape)
+    if (len(shape) != 2 or sorted(int(v) for v in axes) != [0, 1] or np.dtype(dtype) != np.float32
+            or not host.measured_host()):
+        return 0
+    return f32_exp_sum_lanes(*shape)
+
+
+def f32_exp_sum_lanes(rows: int, cols: int) -> int:
+    """The table of :func:`exp_sum_lanes` (the host check aside): 0 outside ``rows`` 2..32 x ``cols`` 2..32."""
+    if not (2 <= rows <= TREE_WINDOW and 2 <= cols <= TREE_WINDOW):
+        return 0
+    if rows >= 16:
+        if rows % 8 < 4:
+            return 8
+        return 8 if rows >= 28 and (cols == 2 or cols >= 9) else 4
+    if rows in (4, 8):
+        return rows
+    return 2 if rows == 2 and cols <= 8 else 0
+
+
 LANE_BODIES = ("square", "product", "computed_square")
 """The contracted sums :func:`vector_lanes` was measured for: ``x * x`` and ``x * y`` of XLA fusion parameters,
 and ``(x - y) ** 2`` of fusion parameters (the subtract in the loop)."""
