@@ -283,6 +283,46 @@ def test_plain_sum_lanes_table():
     assert plain_sum_lanes((16, 4), (0, 1), np.float16) == 0
 
 
+@pytest.mark.parametrize("rows, cols", [(2, 4), (4, 20), (8, 9), (17, 32), (21, 9), (29, 2), (30, 12), (12, 6)])
+def test_full_sums_of_exp_in_xla_vector_lanes(rows, cols):
+    # jnp.sum(jnp.exp(a)) of a (rows, cols) f32 array, dims <= 32: XLA fuses the exp into the reduce's loop and
+    # vectorizes the loop over the rows (tree_sum.exp_sum_lanes: 8 or 4 lanes from 16 rows, 2/4/8 rows one
+    # vector, 5 and 12 rows in order), of short element-wise bodies too (reduction._read_in_the_loop:
+    # exp(a - max(a)), logsumexp). Before: off in about half the draws.
+    from lowering.kernels import host
+
+    if not host.measured_host():
+        pytest.skip("the vector lanes were measured on an AVX-512 host")
+    rng = np.random.default_rng(rows * 100 + cols)
+    f32 = np.float32
+    programs = [lambda a: jnp.sum(jnp.exp(a)), lambda a: jnp.mean(jnp.exp(a * f32(0.5))),
+                lambda a: jax.nn.logsumexp(a)]
+    for draw in range(2):
+        x = (rng.uniform(-4, 4, (rows, cols)) if draw == 0 else rng.standard_normal((rows, cols)) * 2).astype(f32)
+        for fn in programs:
+            want = bits(jax.jit(fn)(x))
+            module = import_jax(fn, x)
+            for configuration in ("interpreter", "fused and compiled loops"):
+                assert bits(lowering.compile(module, **CONFIGURATIONS[configuration])(x)[0]) == want, \
+                    (configuration, fn)
+
+
+def test_exp_sum_lanes_table():
+    from lowering.kernels import host
+    from lowering.kernels.tree_sum import exp_sum_lanes
+
+    if not host.measured_host():
+        pytest.skip("the widths were measured on an AVX-512 host")
+    f32 = np.float32
+    assert [exp_sum_lanes((r, 5), (0, 1), f32) for r in (2, 3, 4, 8, 12, 16, 20, 28, 32, 33)] == \
+        [2, 0, 4, 8, 0, 8, 4, 4, 8, 0]
+    assert [exp_sum_lanes((r, 9), (0, 1), f32) for r in (2, 4, 8, 28, 29, 31)] == [0, 4, 8, 8, 8, 8]
+    assert [exp_sum_lanes((28, c), (0, 1), f32) for c in (2, 3, 8, 9, 32)] == [8, 4, 4, 8, 8]
+    assert exp_sum_lanes((16, 1), (0, 1), f32) == 0  # a column: one loop, in order
+    assert exp_sum_lanes((16, 4), (1,), f32) == 0  # row sums: outputs, not lanes
+    assert exp_sum_lanes((16, 4), (0, 1), np.float64) == 0  # not measured
+
+
 @pytest.mark.parametrize("rows, cols", [(50, 40), (33, 33), (63, 5), (64, 7), (96, 3), (127, 8), (20, 63), (63, 63),
                                         (40, 100), (2, 2047)])
 def test_full_sums_over_32_in_xla_windows_and_lanes(rows, cols):
