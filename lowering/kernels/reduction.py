@@ -523,8 +523,8 @@ def _read_in_the_loop(value, block) -> bool:
     :func:`lowering.kernels.tree_sum.exp_sum_lanes` measured (``exp(-a)``, ``exp(|a|)``, ``exp(a * 2)``,
     ``exp(a * a * 0.25)``, ``exp(a - 1)``, ``exp(a - max(a))``, the subtract also read elsewhere, and
     ``jax.nn.logsumexp(a)``: the same lanes as ``exp(a)``, 105-112 shapes x 2-3 draws each; this executor,
-    ``exp(a - max(a))`` and ``logsumexp`` over every ``rows`` 2..32 x ``cols`` 1..32, 2 draws: all equal to
-    ``jax.nn.logsumexp`` under jax.jit 0.10.2). Not followed: other
+    ``exp(a - max(a))`` and ``logsumexp`` over every ``rows`` 2..32 x ``cols`` 1..32, 2 draws: every result
+    equal to jax.jit 0.10.2's). Not followed: other
     ops (``exp(a / 3)`` was not reproduced, its exp values differ)."""
     todo, ops = [value], 0
     while todo:
