@@ -657,11 +657,17 @@ def _contract_term_sum(op: ReduceOp, uses: _Uses) -> bool:
     c, d = product.operands
     contracted = MultiplyAddReduceOp.create(operands=[a, b, c, d, op.operands[1]], result_types=[op.results[0].type],
                                             properties={"dimensions": op.dimensions})
+    return _replace_sum(op, contracted, (term, product))
+
+
+def _replace_sum(op: ReduceOp, contracted: Operation, dead: tuple[Operation, ...]) -> bool:
+    """Put the contracted sum ``contracted`` where the sum ``op`` stands, and erase ``op`` and the ops ``dead``
+    that only it read (in use order)."""
     op.parent.insert_op_before(contracted, op)
     op.results[0].replace_all_uses_with(contracted.results[0])
-    for dead in (op, term, product):
-        dead.detach()
-        dead.erase()
+    for erased in (op, *dead):
+        erased.detach()
+        erased.erase()
     return True
 
 
@@ -694,12 +700,7 @@ def _contract_sliced_sum(op: ReduceOp) -> bool:
         factors.append(sliced.results[0])
     contracted = MultiplyReduceOp.create(operands=[*factors, op.operands[1]], result_types=[op.results[0].type],
                                          properties={"dimensions": op.dimensions, "rounded_rows": IntegerAttr(0, i64)})
-    op.parent.insert_op_before(contracted, op)
-    op.results[0].replace_all_uses_with(contracted.results[0])
-    for dead in (op, slice_op, product):
-        dead.detach()
-        dead.erase()
-    return True
+    return _replace_sum(op, contracted, (slice_op, product))
 
 
 def _contract_sum(op: ReduceOp, uses: _Uses) -> bool:

@@ -32,7 +32,8 @@ import library_programs  # noqa: E402
     ("nnx_gru_sequence", True, "always"),
     ("optax_clipped_schedule_update", True, "always"),
     ("optax_fit_in_scan", True, "always"),  # (adam's moments of a bitcast gradient: the product read directly fused)
-    ("gp_log_marginal_likelihood", True, "always"),  # (sums of column-major (64, 64) products: YNNPACK's windows)
+    ("gp_log_marginal_likelihood", True, "never"),  # (sums of column-major (64, 64) products: YNNPACK's windows;
+    # straight-line: compiled, 13 s of a cold-cache run; its sums compiled in tests/test_tree_sum.py)
 ])
 def test_library_program_matches_jax_jit(name, bitwise, compilation):
     w = getattr(library_programs, name)()
