@@ -96,21 +96,27 @@ def inline_constant_conditionals(module: ModuleOp, clone: bool = False) -> Modul
     by the branch it takes (a copy with ``clone``; ``module`` itself when there is none)."""
     evaluator = ConstantEvaluator()
 
-    def constant_conditionals(root) -> list[ConditionalOp]:
-        return [op for op in root.walk() if isinstance(op, ConditionalOp)
-                and constant_selector(op.selector, evaluator) is not None]
+    def first_constant(root) -> tuple[ConditionalOp, np.ndarray] | None:
+        """The outermost conditional with a constant selector (walk is pre-order: a branch's own conditionals
+        come after it) and the selector's value; the walk stops there."""
+        for op in root.walk():
+            if isinstance(op, ConditionalOp):
+                selector = constant_selector(op.selector, evaluator)
+                if selector is not None:
+                    return op, selector
+        return None
 
-    if not constant_conditionals(module):
+    if first_constant(module) is None:
         return module
     if clone:
         module = module.clone()
         evaluator = ConstantEvaluator()
     while True:
-        found = constant_conditionals(module)
-        if not found:
+        found = first_constant(module)
+        if found is None:
             return module
-        conditional = found[0]  # (the outermost first: walk is pre-order; its branch's own are found next round)
-        branch = taken_branch(conditional, constant_selector(conditional.selector, evaluator))
+        conditional, selector = found
+        branch = taken_branch(conditional, selector)
         block = conditional.branches[branch].block
         terminator = block.last_op
         if not isinstance(terminator, ReturnOp) or len(terminator.operands) != len(conditional.results):
