@@ -109,6 +109,22 @@ def test_infinities_and_zero_signs_in_a_large_sum():
     np.testing.assert_array_equal(got[0], want[0])
 
 
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's YNNPACK reduce was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(4096, 1), (2048, 3), (512, 17), (64, 64), (70, 100), (40, 257), (16, 1100),
+                                   (5, 4099)], ids=str)
+def test_row_sums_of_every_length_are_ynnpacks_bits(shape, dtype):
+    # The row kernel (ynnpack_sum.k1_sum, vector code): whole blocks four at a time and one at a time, a last
+    # partial block padded with zeros, the clock's levels and Kahan step (rows past 256 and 4,096 elements);
+    # mixed magnitudes, then NaNs, infinities and signed zeros, then tiny negative values (a -0 flushed sum).
+    rng = np.random.default_rng(shape[1])
+    for x in (_mixed(rng, shape, dtype), _specials(rng, shape, dtype, nan=0.002),
+              -np.abs(_mixed(rng, shape, dtype)) * dtype(1e-38 if dtype == np.float32 else 1e-308)):
+        for options in (dict(fusion="never", loop_compilation="never"), {}):
+            got, want = _bits(lambda v: jnp.sum(v, axis=1), (x,), **options)
+            np.testing.assert_array_equal(got, want)
+
+
 _FUSED = [
     ("layer norm", lambda x: (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5), (128, 64)),
     ("row sums of a fused chain", lambda x: jnp.sum(x * 2.0 + 1.0, axis=-1), (256, 64)),

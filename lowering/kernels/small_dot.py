@@ -815,17 +815,13 @@ def _ynnpack_sums(a, b, out, tile):
     YNNPACK's sum, which XLA's large reduces use too), in tiles of ``tile`` products (0: one tile), added to the
     output's zero."""
     batch, m, k = a.shape
-    lanes = 64 // a.itemsize
-    levels = np.zeros((3, lanes), a.dtype)
-    error = np.zeros(lanes, a.dtype)
-    local = np.zeros(lanes, a.dtype)
     size = tile if tile > 0 else max(k, 1)
     partials = np.empty((k + size - 1) // size + 1, a.dtype)
     terms = np.empty(k, a.dtype)
     for t in range(batch):
         for p in range(k):
             terms[p] = a[t, 0, p] * b[t, p, 0]
-        out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials, levels, error, local)
+        out[t, 0, 0] = a.dtype.type(0) + row_sum(terms, 0, (1, k, 1, size), False, partials)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

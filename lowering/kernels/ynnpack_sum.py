@@ -10,7 +10,7 @@ with ``ynnpack/kernels/reduce/sum.h`` (the version with a degree-16 tree of thre
 
 * **rows** (the reduced dimensions are the innermost ones, ``sum_float_k1``): per output, 64-byte vectors of
   accumulators (16 f32 / 8 f64 lanes); each block of 4 vectors is summed lane-wise from zero and added to level 0
-  of a tree of accumulators (:func:`_k1_total`); a clock advancing by the lanes per block (4 blocks at a time
+  of a tree of accumulators (:func:`k1_sum`); a clock advancing by the lanes per block (4 blocks at a time
   while 16 are left) moves level 0 into level 1 at each multiple of 16, and level 1 into level 2 by Kahan
   summation at each multiple of 256 (a non-finite error dropped); a last partial block is padded with zeros; at
   the end the levels are flushed the same way, and the lanes are added by halves (f32 down to 4 lanes, then
@@ -194,15 +194,21 @@ def _row_vector(a) -> bool:
 
 
 @intrinsic
-def _add_blocks(typingctx, x, start, blocks, pairs, levels):
-    """Level 0 (``levels[0]``, a C-ordered (3, lanes) array) += the sum from zero of each of ``blocks`` whole
-    blocks from ``x[start]``, in order: a block is 4 vectors of ``lanes`` elements added lane-wise (``pairs``:
-    8 vectors, each pair ``2l, 2l + 1`` of 32 elements in lane ``l``, the odd one first). Written as vector IR,
-    so that each block is a few vector adds whatever LLVM makes of the scalar form (which it did not vectorize:
-    0.5 ns per element)."""
-    if not (_row_vector(x) and start == blocks == types.int64 and pairs == types.boolean
-            and isinstance(levels, types.Array) and levels.ndim == 2 and levels.layout == "C"
-            and levels.dtype == x.dtype):
+def k1_sum(typingctx, x, start, k, pairs):
+    """``sum_float_k1`` of ``x[start:start + k]`` (module docstring): the sum of its lanes, before it is added to
+    the output, with YNNPACK's tree of accumulators kept in vector registers. Written as vector IR: in arrays,
+    with loops over lanes, a row of 256 took ~130 ns whatever its length (a softmax's row sums cost as much as
+    its exp), where the vector form is a few dozen instructions per row.
+
+    Each step, as YNNPACK's kernel takes it: a block of 4 vectors of ``lanes`` elements (``pairs``: 8 vectors,
+    each pair ``2l, 2l + 1`` of 32 elements in lane ``l``, the odd one first) summed lane-wise from zero and
+    added to level 0 (4 blocks at a time while 16 are left); the clock advances by the lanes per block and at
+    each multiple of 16 moves level 0 into level 1, at each multiple of 256 level 1 into level 2 by Kahan
+    summation (a non-finite error dropped); a last partial block is read padded with zeros (added too: a -0
+    that flushing a tiny sum to zero made becomes +0); then both levels are flushed the same way, and the lanes
+    of ``0 + level 2`` are added by halves (f32 down to 4 lanes, then ``(l0 + l2) + (l1 + l3)``; f64
+    ``l0 + l1``)."""
+    if not (_row_vector(x) and start == k == types.int64 and pairs == types.boolean):
         return None
     lanes = 64 // (x.dtype.bitwidth // 8)
     real = ir.FloatType() if x.dtype == types.float32 else ir.DoubleType()
@@ -211,123 +217,176 @@ def _add_blocks(typingctx, x, start, blocks, pairs, levels):
     align = x.dtype.bitwidth // 8
 
     def codegen(context, builder, signature, args):
-        array, first, count, by_pairs, accumulators = args
+        array, first, count, by_pairs = args
         data = context.make_array(signature.args[0])(context, builder, array).data
-        level0 = builder.bitcast(context.make_array(signature.args[4])(context, builder, accumulators).data,
-                                 vector.as_pointer())
+        # (a function of its own, called with the row's pointer: inlined into a fused loop, its vector code kept
+        # LLVM from vectorizing the loop's element-wise ops -- a softmax's exp ran 8 times slower)
+        name = f"xla_dialect_ynnpack_k1_sum_{'f32' if lanes == 16 else 'f64'}"
+        try:
+            function = builder.module.get_global(name)
+        except KeyError:
+            function = ir.Function(builder.module, ir.FunctionType(real, [real.as_pointer(), i64, i64, ir.IntType(1)]),
+                                   name)
+            function.linkage = "linkonce_odr"
+            function.attributes.add("noinline")
+            body(ir.IRBuilder(function.append_basic_block("entry")), *function.args)
+        return builder.call(function, [data, first, count, by_pairs])
+
+    def body(builder, data, first, count, by_pairs):
+        """The function's code: returns the sum."""
+        zero = ir.Constant(vector, [ir.Constant(real, 0.0)] * lanes)
+        odd = ir.Constant(ir.VectorType(i32, lanes), [2 * j + 1 for j in range(lanes)])
+        even = ir.Constant(ir.VectorType(i32, lanes), [2 * j for j in range(lanes)])
+
+        def constant(value):
+            return ir.Constant(i64, value)
 
         def load(index):
             value = builder.load(builder.bitcast(builder.gep(data, [index]), vector.as_pointer()))
             value.align = align
             return value
 
-        zero = ir.Constant(vector, [ir.Constant(real, 0.0)] * lanes)
-        odd = ir.Constant(ir.VectorType(i32, lanes), [2 * k + 1 for k in range(lanes)])
-        even = ir.Constant(ir.VectorType(i32, lanes), [2 * k for k in range(lanes)])
-        total = builder.load(level0)
-        total.align = align
-        acc = cgutils.alloca_once_value(builder, total)
-        step = builder.select(by_pairs, ir.Constant(i64, 8 * lanes), ir.Constant(i64, 4 * lanes))
-        with cgutils.for_range(builder, count) as loop:
-            at = builder.add(first, builder.mul(loop.index, step))
-            local = cgutils.alloca_once_value(builder, zero)
-            with builder.if_else(by_pairs) as (then, otherwise):
-                with then:
-                    value = zero
-                    for q in range(4):
-                        low = load(builder.add(at, ir.Constant(i64, 2 * q * lanes)))
-                        high = load(builder.add(at, ir.Constant(i64, (2 * q + 1) * lanes)))
-                        value = builder.fadd(value, builder.shuffle_vector(low, high, odd))
-                        value = builder.fadd(value, builder.shuffle_vector(low, high, even))
-                    builder.store(value, local)
-                with otherwise:
-                    value = zero
-                    for q in range(4):
-                        value = builder.fadd(value, load(builder.add(at, ir.Constant(i64, q * lanes))))
-                    builder.store(value, local)
-            builder.store(builder.fadd(builder.load(acc), builder.load(local)), acc)
-        store = builder.store(builder.load(acc), level0)
-        store.align = align
-        return context.get_dummy_value()
+        def padded(at, offset, stride, end):
+            """The vector of ``x[at + offset + stride * l]`` for the lanes ``l`` whose offset is below ``end``,
+            zeros for the others (no read past them)."""
+            value = zero
+            for lane in range(lanes):
+                position = constant(offset + stride * lane)
+                inside = builder.icmp_signed("<", position, end)
+                index = builder.select(inside, builder.add(at, position), at)
+                element = builder.load(builder.gep(data, [index]))
+                value = builder.insert_element(value, builder.select(inside, element, ir.Constant(real, 0.0)),
+                                               ir.Constant(i32, lane))
+            return value
 
-    return types.none(x, start, blocks, pairs, levels), codegen
+        def block_sum(paired, at, end=None):
+            """The lane-wise sum from zero of the block at ``at`` (its first ``end`` elements, zeros after)."""
+            value = zero
+            for q in range(4):
+                if paired and end is None:
+                    low = load(builder.add(at, constant(2 * q * lanes)))
+                    high = load(builder.add(at, constant((2 * q + 1) * lanes)))
+                    value = builder.fadd(value, builder.shuffle_vector(low, high, odd))
+                    value = builder.fadd(value, builder.shuffle_vector(low, high, even))
+                elif paired:
+                    value = builder.fadd(value, padded(at, 2 * q * lanes + 1, 2, end))
+                    value = builder.fadd(value, padded(at, 2 * q * lanes, 2, end))
+                elif end is None:
+                    value = builder.fadd(value, load(builder.add(at, constant(q * lanes))))
+                else:
+                    value = builder.fadd(value, padded(at, q * lanes, 1, end))
+            return value
+
+        state = {name: cgutils.alloca_once(builder, vector) for name in ("level0", "level1", "level2", "error")}
+        clock, at, left = (cgutils.alloca_once(builder, i64) for _ in range(3))
+
+        def advance(now):
+            """YNNPACK's tree at clock ``now`` (0: flush both levels)."""
+            level0, level1, level2, error = (builder.load(state[n]) for n in ("level0", "level1", "level2", "error"))
+            into1 = builder.icmp_signed("==", builder.and_(now, constant(15)), constant(0))
+            into2 = builder.and_(into1, builder.icmp_signed("==", builder.and_(now, constant(255)), constant(0)))
+            level1 = builder.select(into1, builder.fadd(level1, level0), level1)
+            level0 = builder.select(into1, zero, level0)
+            y = builder.fsub(level1, error)
+            total = builder.fadd(level2, y)
+            e = builder.fsub(builder.fsub(total, level2), y)
+            fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                                  f"llvm.fabs.v{lanes}{'f32' if lanes == 16 else 'f64'}")
+            finite = builder.fcmp_ordered("!=", builder.call(fabs, [e]), ir.Constant(vector, [float("inf")] * lanes))
+            e = builder.select(finite, e, zero)
+            builder.store(level0, state["level0"])
+            builder.store(builder.select(into2, zero, level1), state["level1"])
+            builder.store(builder.select(into2, total, level2), state["level2"])
+            builder.store(builder.select(into2, e, error), state["error"])
+
+        def total(paired):
+            """The code of the whole sum, with or without pairs (two paths: a pairs block reads twice as far)."""
+            for name in state:
+                builder.store(zero, state[name])
+            builder.store(constant(0), clock)
+            builder.store(first, at)
+            builder.store(count, left)
+            block = constant((8 if paired else 4) * lanes)
+            for blocks in (4, 1):  # (4 blocks at a time while 16 are left, then one at a time)
+                head, body, after = (builder.append_basic_block(f"k1.{part}{blocks}")
+                                     for part in ("head", "body", "after"))
+                span = builder.mul(block, constant(blocks))
+                builder.branch(head)
+                builder.position_at_end(head)
+                builder.cbranch(builder.icmp_signed(">=", builder.load(left), span), body, after)
+                builder.position_at_end(body)
+                position = builder.load(at)
+                level0 = builder.load(state["level0"])
+                for b in range(blocks):
+                    offset = builder.add(position, builder.mul(block, constant(b)))
+                    level0 = builder.fadd(level0, block_sum(paired, offset))
+                builder.store(level0, state["level0"])
+                builder.store(builder.add(position, span), at)
+                builder.store(builder.sub(builder.load(left), span), left)
+                now = builder.add(builder.load(clock), constant(blocks * lanes))
+                builder.store(now, clock)
+                advance(now)
+                builder.branch(head)
+                builder.position_at_end(after)
+            remaining = builder.load(left)
+            with builder.if_then(builder.icmp_signed(">", remaining, constant(0))):
+                partial = block_sum(paired, builder.load(at), remaining)
+                builder.store(builder.fadd(builder.load(state["level0"]), partial), state["level0"])
+            advance(constant(0))
+            local = builder.fadd(zero, builder.load(state["level2"]))
+            width = lanes
+            while width > (4 if lanes == 16 else 2):
+                width //= 2
+                halves = [builder.shuffle_vector(local, local, ir.Constant(ir.VectorType(i32, width),
+                                                                           list(range(h * width, (h + 1) * width))))
+                          for h in range(2)]
+                local = builder.fadd(halves[0], halves[1])
+
+            def lane(j):
+                return builder.extract_element(local, ir.Constant(i32, j))
+
+            if lanes == 16:
+                return builder.fadd(builder.fadd(lane(0), lane(2)), builder.fadd(lane(1), lane(3)))
+            return builder.fadd(lane(0), lane(1))
+
+        with builder.if_else(by_pairs) as (with_pairs, without):
+            with with_pairs:
+                paired_total, paired_block = total(True), builder.block
+            with without:
+                plain_total, plain_block = total(False), builder.block
+        result = builder.phi(real)
+        result.add_incoming(paired_total, paired_block)
+        result.add_incoming(plain_total, plain_block)
+        builder.ret(result)
+
+    return types.float32(x, start, k, pairs) if x.dtype == types.float32 else types.float64(x, start, k, pairs), codegen
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
-def _k1_block(x, start, count, pairs, levels, local):
-    """Level 0 += the lane-wise sum from zero of the 4 vectors from ``x[start]``, ``count`` elements of a last,
-    partial block and zeros after them (added too: a -0 that flushing a tiny sum to zero made becomes +0;
-    ``pairs``: two elements per lane, the odd one first, as :func:`_add_blocks`)."""
-    lanes = levels.shape[1]
-    zero = levels.dtype.type(0)
-    local[:] = zero
-    for q in range(4):
-        for lane in range(lanes):
-            if pairs:
-                at = q * 2 * lanes + 2 * lane
-                local[lane] = local[lane] + (x[start + at + 1] if at + 1 < count else zero)
-                local[lane] = local[lane] + (x[start + at] if at < count else zero)
-            else:
-                at = q * lanes + lane
-                local[lane] = local[lane] + (x[start + at] if at < count else zero)
-    for lane in range(lanes):
-        levels[0, lane] = levels[0, lane] + local[lane]
-
-
-@numba.njit(cache=True, error_model="numpy", nogil=True)
-def _k1_total(x, start, k, pairs, levels, error, local):
-    """``sum_float_k1`` of ``x[start:start + k]`` (module docstring): the sum of its lanes, before it is added
-    to the output. ``levels (3, lanes)``, ``error``, ``local (lanes)`` are work space of the accumulator type."""
-    lanes = levels.shape[1]
-    block = 4 * lanes * (2 if pairs else 1)
-    zero = levels.dtype.type(0)
-    levels[:] = zero
-    error[:] = zero
-    clock, at, left = 0, start, k
-    while left >= 4 * block:
-        _add_blocks(x, at, 4, pairs, levels)
-        at += 4 * block
-        left -= 4 * block
-        clock += 4 * lanes
-        _advance(clock, levels, error)
-    while left >= block:
-        _add_blocks(x, at, 1, pairs, levels)
-        at += block
-        left -= block
-        clock += lanes
-        _advance(clock, levels, error)
-    if left > 0:
-        _k1_block(x, at, left, pairs, levels, local)
-    _advance(0, levels, error)
-    for lane in range(lanes):
-        local[lane] = zero + levels[2, lane]
-    width = lanes
-    while width > (4 if lanes == 16 else 2):
-        width //= 2
-        for lane in range(width):
-            local[lane] = local[lane] + local[lane + width]
-    if lanes == 16:
-        return (local[0] + local[2]) + (local[1] + local[3])
-    return local[0] + local[1]
-
-
-@numba.njit(cache=True, error_model="numpy", nogil=True)
-def row_sum(x, start, tiles, pairs, partials, levels, error, local):
+def row_sum(x, start, tiles, pairs, partials):
     """The sum from zero of the row ``x[start:start + outer * extent * inner]`` (``tiles = (outer, extent, inner,
-    size)``, :func:`sum_plan`) as YNNPACK computes it: :func:`_k1_total` of the row, or of each tile (``size``
+    size)``, :func:`sum_plan`) as YNNPACK computes it: :func:`k1_sum` of the row, or of each tile (``size``
     indices of the middle dimension) from zero into ``partials``, then of the partials. Add the output's initial
     value to it."""
     outer, extent, inner, size = tiles
     if size >= extent:
-        return _k1_total(x, start, outer * extent * inner, pairs, levels, error, local)
-    zero = levels.dtype.type(0)
+        return k1_sum(x, start, outer * extent * inner, pairs)
+    return _tiled_row_sum(x, start, tiles, pairs, partials)
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _tiled_row_sum(x, start, tiles, pairs, partials):
+    """:func:`row_sum` of a row cut in tiles (a function of its own: inlined with the whole row's sum, the short
+    rows' loop of :func:`sum_rows` ran 5 times slower when ``pairs`` was not a constant)."""
+    outer, extent, inner, size = tiles
+    zero = partials.dtype.type(0)
     count = 0
     for o in range(outer):
         for c in range(0, extent, size):
             first = start + (o * extent + c) * inner
-            partials[count] = zero + _k1_total(x, first, min(size, extent - c) * inner, pairs, levels, error, local)
+            partials[count] = zero + k1_sum(x, first, min(size, extent - c) * inner, pairs)
             count += 1
-    return _k1_total(partials, 0, count, False, levels, error, local)
+    return k1_sum(partials, 0, count, False)
 
 
 def _lanes(dtype) -> int:
@@ -339,15 +398,15 @@ def sum_rows(x, out, init, tiles, pairs):
     """``out[r] = init + row_sum(row r)`` for the rows of the C-ordered 2-d ``x`` (f32 or f64; ``pairs``: bf16
     values read two per lane, see the module docstring)."""
     rows, k = x.shape
-    lanes = 64 // x.itemsize
-    levels = np.zeros((3, lanes), x.dtype)
-    error = np.zeros(lanes, x.dtype)
-    local = np.zeros(lanes, x.dtype)
     outer, extent, inner, size = tiles
     partials = np.empty(max(1, outer * ((extent + size - 1) // size)), x.dtype)
     flat = x.ravel()
+    if size >= extent:  # (each row whole: the row's sum alone in the loop, no array references to count)
+        for r in range(rows):
+            out[r] = init + k1_sum(flat, r * k, k, pairs)
+        return
     for r in range(rows):
-        out[r] = init + row_sum(flat, r * k, tiles, pairs, partials, levels, error, local)
+        out[r] = init + row_sum(flat, r * k, tiles, pairs, partials)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -358,7 +417,7 @@ def _kn_sum(x, first, k, out, levels, error, four):
     zero = x.dtype.type(0)
     if k <= 4:
         four[:] = zero
-        for q in range(4):  # (the zero rows after them added too: see _k1_block)
+        for q in range(4):  # (the zero rows after them added too: see k1_sum)
             for j in range(n):
                 four[j] = four[j] + (x[first + q, j] if q < k else zero)
         for j in range(n):
@@ -424,11 +483,6 @@ def sum_rows_looped(x, out, init, pairs, tile):
     (:data:`LOOPED_ROWS`); with ``tile > 0``, the sums of each ``tile`` rows added from zero, and these partial
     sums summed by the columns kernel and added to ``init``."""
     p, l, m, k = x.shape
-    lanes = 64 // x.itemsize
-    levels = np.zeros((3, lanes), x.dtype)
-    error = np.zeros(lanes, x.dtype)
-    local = np.zeros(lanes, x.dtype)
-    scratch = np.empty(1, x.dtype)
     flat = x.ravel()
     size = tile if tile > 0 else l
     count = (l + size - 1) // size
@@ -439,8 +493,7 @@ def sum_rows_looped(x, out, init, pairs, tile):
             for c in range(count):
                 total = start
                 for t in range(c * size, min(l, (c + 1) * size)):
-                    total = total + row_sum(flat, ((i * l + t) * m + j) * k, (1, k, 1, k), pairs, scratch, levels,
-                                            error, local)
+                    total = total + k1_sum(flat, ((i * l + t) * m + j) * k, k, pairs)
                 partials[c, i * m + j] = total
     if tile == 0:
         out.ravel()[:] = partials[0]
