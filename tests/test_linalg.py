@@ -972,3 +972,32 @@ def test_long_vector_dots_in_compiled_loops_are_the_kernels_sum():
     np.testing.assert_array_equal(compiled.view(np.uint32), interpreted.view(np.uint32))
     if _avx512_host():
         np.testing.assert_array_equal(compiled.view(np.uint32), np.asarray(jax.jit(fn)(v, w)).view(np.uint32))
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (4, 64, 48, 80), (32, 64, 64, 64)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_one_chain_products_read_a_transposed_rhs_where_it_lies(shape, dtype):
+    # An einsum's "bhqd,bhkd" rhs is a transposed view: the one-chain kernel reads it in place (B_TRANSPOSED, below
+    # and above the register tiles' size, in pieces on threads at the largest), with the bits of a copied rhs; the
+    # executor's einsum has jax.jit's bits.
+    import lowering
+    from interop import import_jax
+    from lowering.kernels import small_dot
+
+    batch, m, k, n = shape
+    rng = np.random.default_rng(m)
+    a = (rng.standard_normal((batch, m, k)) * np.exp(rng.uniform(-2, 2, (batch, m, k)))).astype(dtype)
+    bt = (rng.standard_normal((batch, n, k)) * np.exp(rng.uniform(-2, 2, (batch, n, k)))).astype(dtype)
+    matmul = small_dot.small_matmul(small_dot.ONE_CHAIN, workers=2)
+    in_place = matmul(a, bt.transpose(0, 2, 1))
+    copied = matmul(a, np.ascontiguousarray(bt.transpose(0, 2, 1)))
+    np.testing.assert_array_equal(in_place.view(f"u{in_place.itemsize}"), copied.view(f"u{copied.itemsize}"))
+
+    def einsum(x, y):
+        return jnp.einsum("bmk,bnk->bmn", x, y)
+
+    with jax.enable_x64(dtype == np.float64):
+        want = np.asarray(jax.jit(einsum)(a, bt))
+        got = np.asarray(lowering.compile(import_jax(einsum, a, bt), fusion="never")(a, bt)[0])
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))

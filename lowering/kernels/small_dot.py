@@ -173,6 +173,13 @@ ELEMENTAL_DOT = 1 << 56
 times a vector as XLA CPU's elemental dot in a loop fusion, whose loop LLVM unrolls or vectorizes
 (:mod:`lowering.kernels.vectorized_loops`)."""
 
+B_TRANSPOSED = 1 << 60
+"""A flag the interpreter's matmul (:func:`small_matmul`) or-s into a :data:`ONE_CHAIN` order it runs on
+:func:`one_chain_kernel` when ``b`` is a transposed view (``k`` of ``x @ k.T``, an einsum's ``bhqd,bhkd``): the
+array passed as ``b (batch, K, N)`` then holds each batch's ``B`` transposed, ``(N, K)`` row-major, read as it is
+instead of copied. The sums are the same (each element one chain over ``K``); only where ``B``'s elements are
+read changes."""
+
 AMX_ROWS_SHIFT, AMX_COLUMNS_SHIFT, AMX_KINDS_SHIFT = 8, 28, 48
 """Where an :data:`AMX_TILES` order keeps (20 bits each) the first row and column of the last, shorter thread tile
 (rows and columns before them lie in whole tiles) and (4 bits) which tiles are AMX ones: bit ``2 * r + c`` for the
@@ -460,6 +467,19 @@ def one_chain_kernel(a, b, out, order):
     batch, m, k = a.shape
     n = b.shape[2]
     zero = a.dtype.type(0)
+    if order & B_TRANSPOSED:  # (M, K >= 2: every column a chain, as below; B read from its transpose)
+        for t in range(batch):
+            bt = b[t].ravel().reshape(n, k)
+            if batch * m * k * n >= TILED_MNK:
+                chain_product(a[t], bt.T, out[t], 0, m, 0, n, 0)
+                continue
+            for i in range(m):
+                for j in range(n):
+                    acc = zero
+                    for p in range(k):
+                        acc = fused_multiply_add(a[t, i, p], bt[j, p], acc)
+                    out[t, i, j] = acc
+        return
     vector_bytes = 64 if order & WIDE_VECTORS else 32
     whole = n
     if k == 1:
@@ -893,8 +913,16 @@ def small_matmul(order: int, workers: int = 1, mode=None):
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         batch, m, k = a.shape
-        out = np.empty((batch, m, b.shape[2]), a.dtype)  # (first: the block the last call's result freed)
-        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        n = b.shape[2]
+        out = np.empty((batch, m, n), a.dtype)  # (first: the block the last call's result freed)
+        a = np.ascontiguousarray(a)
+        order_here = order
+        if (kernel is one_chain_kernel and m >= 2 and k >= 2 and not b.flags.c_contiguous
+                and b.transpose(0, 2, 1).flags.c_contiguous):
+            # (B transposed in memory: read as it is, B_TRANSPOSED; a copy took 0.5 ms of attention's 5)
+            b, order_here = b.transpose(0, 2, 1).reshape(batch, k, n), order | B_TRANSPOSED
+        else:
+            b = np.ascontiguousarray(b)
         by_batch = batch >= 2
         parts = min(workers, batch if by_batch else m // PIECE_ROWS)
         if parts >= 2 and batch * m * k * b.shape[2] >= PIECES_MNK:
@@ -903,15 +931,16 @@ def small_matmul(order: int, workers: int = 1, mode=None):
             else:
                 bounds = np.array(row_piece_bounds(m, parts), np.int64)
             if numba_threads_available():
-                small_dot_pieces(a, b, out, order, by_batch, bounds, native_address(kernel, a, b, out, order))
+                address = native_address(kernel, a, b, out, order_here)
+                small_dot_pieces(a, b, out, order_here, by_batch, bounds, address)
             elif by_batch:
-                run_pieces(kernel, [(a[s:e], b[s:e], out[s:e], order)
+                run_pieces(kernel, [(a[s:e], b[s:e], out[s:e], order_here)
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             else:  # (row pieces of the one batch, C-contiguous views: the signature the kernel is compiled for)
-                run_pieces(kernel, [(a[0, s:e][None], b, out[0, s:e][None], piece_order(order, s, e))
+                run_pieces(kernel, [(a[0, s:e][None], b, out[0, s:e][None], piece_order(order_here, s, e))
                                              for s, e in zip(bounds[:-1], bounds[1:])], mode)
             return out
-        kernel(a, b, out, order)
+        kernel(a, b, out, order_here)
         return out
 
     matmul.__doc__ = f"{kernel.__name__} in order {order}: XLA CPU's summation order for small products."
