@@ -4,8 +4,9 @@ XLA CPU (jax 0.10.2) outlines a while loop into one kernel (``SmallWhileLoopHois
 tagged ``xla_cpu_small_call``, emitted by the legacy ``IrEmitter``) when nothing in it needs the runtime
 (no convolution, custom call, infeed, outfeed, scatter or collective, at any depth; a dot is allowed in
 jax 0.10.2: a loop of ``tan(v @ v)`` on f32[4, 4] is hoisted) and its
-``HloCostAnalysis`` bytes (one iteration of condition and body: each fusion's operands and results,
-8 bytes per tuple element) are below ``xla_cpu_small_while_loop_byte_threshold`` (1,024 by default;
+``HloCostAnalysis`` bytes (one iteration of condition and body, counted on the HLO XLA makes of the loop:
+:mod:`passes.xla_loop_bytes` models its simplification, fusion and copy insertion) are below
+``xla_cpu_small_while_loop_byte_threshold`` (1,024 by default;
 ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N`` is read here too).
 Measured: a ``fori_loop`` of ``tan`` on f32[123] is hoisted, on f32[124] it is not (8n + 37 bytes:
 the counter's add 12, the compare 9, the 2-element tuple 16); with a second carried array 16n + 45,
@@ -67,9 +68,8 @@ XLA would hoist, into the ops that compute them there, so every path of the exec
 groups, compiled loops) uses the existing definitions of those ops. XLA removes loops that run at
 most once (``WhileLoopSimplifier``): a loop whose counter visibly runs once is left alone.
 
-Not reproduced: the estimate reads the program as imported, not after XLA's fusion, so a loop body
-XLA splits into several fusions (which read an operand twice) or whose state XLA simplifies beyond
-dropping dead elements can be classified differently near the threshold.
+Not reproduced: the model of XLA's passes covers the rules these loops need (module doc of
+:mod:`passes.xla_loop_bytes`); XLA's other simplifications can change a count near the threshold.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, make_constant, tensor_type
+from .xla_loop_bytes import live_state, loop_model_bytes
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE  # noqa: E402 - (read by the kernels)
 from lowering.kernels.host import host_properties  # noqa: E402
@@ -122,7 +123,6 @@ _UNFUSED = frozenset({DotOp, DotGeneralOp})
 _FREE = frozenset({ConstantOp, ReshapeOp})
 """Ops whose result feeding a dot is no fusion of its own (a constant, a bitcast)."""
 
-_TUPLE_ELEMENT_BYTES = 8  # CpuExecutable::ShapeSizeBytes of a tuple: one pointer per element
 _FLAG = re.compile(r"xla_cpu_small_while_loop_byte_threshold=(\d+)")
 
 
@@ -130,21 +130,6 @@ def byte_threshold() -> int:
     """XLA's small-loop byte threshold in this process (``XLA_FLAGS`` can set it; 0 disables)."""
     found = _FLAG.findall(os.environ.get("XLA_FLAGS", ""))
     return int(found[-1]) if found else DEFAULT_THRESHOLD
-
-
-def _size(value: SSAValue) -> int:
-    t = value.type
-    if not isinstance(t, TensorType):
-        return 0
-    try:
-        itemsize = np.dtype(numpy_dtype(t)).itemsize
-    except Exception:  # noqa: BLE001 - quantized or unknown element types: counted as one byte
-        itemsize = 1
-    return int(np.prod(t.get_shape(), dtype=np.int64)) * itemsize
-
-
-def _is_scalar_constant(value: SSAValue) -> bool:
-    return isinstance(value.owner, ConstantOp) and not value.type.get_shape()
 
 
 def _cone(block, roots: list[SSAValue], stop: frozenset = frozenset()) -> list[Operation]:
@@ -162,89 +147,10 @@ def _cone(block, roots: list[SSAValue], stop: frozenset = frozenset()) -> list[O
     return [op for op in block.ops if op in needed]
 
 
-def _computation_bytes(block, outputs: list[SSAValue]) -> int:
-    """The bytes one run of ``block`` accesses as XLA counts them after fusing it, for the values
-    ``outputs``: each output is one loop fusion (XLA CPU does not merge the fusions of a loop body's
-    outputs: a body returning ``(f(a, b), b - a)`` reads ``a`` and ``b`` twice), which reads the block
-    arguments it depends on (only the slice a ``dynamic_slice`` reads, or the part a
-    ``dynamic_update_slice`` updates in place) and the scalar constants of its scalar ops, and writes the
-    output (an in-place update: its update); dots are instructions of their own (operands and result), and
-    an operand of a dot computed in the block is the output of a fusion too; nested loops count their own
-    bytes."""
-    total = 0
-    fused = list(outputs)
-    for op in _cone(block, outputs):
-        if isinstance(op, WhileOp):
-            total += while_bytes(op)
-        elif type(op) in _UNFUSED:
-            total += sum(_size(v) for v in op.operands) + sum(_size(r) for r in op.results)
-            # An operand the body computes is a loop fusion's output of its own (measured: a loop of
-            # (x * (i + 1)) @ w is not hoisted on f32[2, 40] x f32[40, 1], 593 bytes without that fusion's 644).
-            fused += [v for v in op.operands if isinstance(v.owner, Operation) and v.owner.parent is block
-                      and type(v.owner) not in _UNFUSED | _FREE and not isinstance(v.owner, WhileOp) and v not in fused]
-    for output in fused:
-        if output.owner is block or type(output.owner) in _UNFUSED or isinstance(output.owner, WhileOp):
-            continue
-        full: set[SSAValue] = set()
-        partial: dict[SSAValue, int] = {}
-        for op in _cone(block, [output], stop=_UNFUSED):
-            scalar_op = all(isinstance(r.type, TensorType) and not r.type.get_shape() for r in op.results)
-            for index, v in enumerate(op.operands):
-                if v.owner is block and index == 0 and isinstance(op, ix.DynamicSliceOp):
-                    partial[v] = partial.get(v, 0) + _size(op.results[0])
-                elif v.owner is block and index == 0 and isinstance(op, ix.DynamicUpdateSliceOp):
-                    partial[v] = partial.get(v, 0) + _size(op.operands[1])
-                elif v.owner is block or (isinstance(v.owner, Operation) and (type(v.owner) in _UNFUSED
-                                                                              or isinstance(v.owner, WhileOp))):
-                    full.add(v)  # read from memory: a block argument or another instruction's result
-                elif scalar_op and _is_scalar_constant(v):
-                    total += _size(v)
-        total += sum(_size(v) for v in full) + sum(n for v, n in partial.items() if v not in full)
-        total += _size(output.owner.operands[1]) if isinstance(output.owner, ix.DynamicUpdateSliceOp) \
-            else _size(output)
-    return total
-
-
-def _live_state(op: WhileOp) -> list[int]:
-    """The state indices XLA keeps (its dead tuple element removal): results used after the loop, state
-    the condition reads, and what the body needs to compute those."""
-    body = op.body.block
-    cond = op.cond.block
-    n = len(op.operands)
-    returned = list(body.last_op.operands)
-
-    def deps(value: SSAValue, seen: set) -> set[int]:
-        out: set[int] = set()
-        stack = [value]
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v.owner is body:
-                out.add(v.index)
-            elif isinstance(v.owner, Operation):
-                stack.extend(v.owner.operands)
-        return out
-
-    live = {i for i in range(n) if op.results[i].first_use is not None or cond.args[i].first_use is not None}
-    todo = list(live)
-    while todo:
-        for j in deps(returned[todo.pop()], set()):
-            if j not in live:
-                live.add(j)
-                todo.append(j)
-    return sorted(live)
-
-
 def while_bytes(op: WhileOp) -> int:
-    """XLA's ``HloCostAnalysis`` bytes of the while loop ``op`` (one iteration), estimated (module doc)."""
-    live = _live_state(op)
-    body = op.body.block
-    returned = list(body.last_op.operands)
-    outputs = [returned[i] for i in live if returned[i] is not body.args[i]]
-    return (_computation_bytes(body, outputs) + _computation_bytes(op.cond.block, list(op.cond.block.last_op.operands))
-            + _TUPLE_ELEMENT_BYTES * len(live))
+    """XLA's ``HloCostAnalysis`` bytes of the while loop ``op`` (one iteration), from a model of the HLO XLA makes
+    of it (:mod:`passes.xla_loop_bytes`)."""
+    return loop_model_bytes(op, live_state(op))[0]
 
 
 def _runs_at_most_once(op: WhileOp) -> bool:
@@ -506,7 +412,7 @@ _FREE_IN_FUSION = (ConstantOp, BroadcastInDimOp, ReshapeOp)
 
 def _loop_roots(block) -> list[SSAValue]:
     """The values each of which XLA computes in a loop fusion of its own in the loop body ``block`` (as
-    :func:`_computation_bytes` counts them): the values the body returns changed, and the operands of dots."""
+    the estimate before :mod:`passes.xla_loop_bytes` counted them): the values the body returns changed, and the operands of dots."""
     returned = list(block.last_op.operands)
     roots = [v for i, v in enumerate(returned) if v is not block.args[i]]
     for op in block.ops:

@@ -209,3 +209,37 @@ def test_one_op_moved_out_of_a_loop_is_asked_of_its_operands_only():
         assert any(id(op) in expected for op in body) and any(id(op) not in expected for op in body)
         for op in body:
             assert moved_out_of_loop(op, loop) == (id(op) in expected), op.name
+
+
+def test_bfgs_zoom_loops_counted_as_xla():
+    """The line search's zoom loops of ``minimize(method="BFGS")`` on a 5-d Rosenbrock function: XLA's
+    ``HloCostAnalysis`` gives each 1,016 bytes with 32-bit integers (read from its HLO before
+    ``small-while-loop-hoisting``, ``XLA_FLAGS=--xla_dump_to``) and compiles both whole, 8 bytes under the threshold;
+    with x64 (as in these tests: the counters are s64) 1,044, and neither; the BFGS loop (5,150; 5,278 with x64) and
+    the line search (3,211; 3,315) never. The model of XLA's fusion and copy insertion counts the same."""
+    from jax.scipy.optimize import minimize
+
+    from passes.broadcasts import canonicalize_broadcasts
+    from passes.conditionals import inline_constant_conditionals
+    from passes.small_loops import while_bytes
+    from passes.xla_numerics import xla_divide_by_broadcast, xla_float_rewrites
+
+    def rosenbrock(x):
+        return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+    def solve(x0):
+        res = minimize(rosenbrock, x0, method="BFGS", options={"maxiter": 200})
+        return res.x, res.fun, res.nit
+
+    x0 = np.array([-1.2, 1.0, -0.5, 0.8, 1.5], F32)
+    # (the module as ``xla-small-loops`` sees it in ``prepare_for_execution``)
+    module = inline_calls(import_jax(solve, x0), clone=True)
+    for step in (inline_constant_conditionals, xla_divide_by_broadcast, canonicalize_broadcasts, xla_float_rewrites):
+        module = step(module)
+    loops = [op for op in module.walk() if isinstance(op, WhileOp)]
+    zooms = [op for op in loops if not any(isinstance(inner, WhileOp) for inner in op.body.block.walk())
+             and isinstance(op.parent_op(), WhileOp) and isinstance(op.parent_op().parent_op(), WhileOp)]
+    expected = 1044 if jax.config.jax_enable_x64 else 1016
+    assert len(zooms) == 2 and [while_bytes(op) for op in zooms] == [expected, expected]
+    xla = jax.jit(solve).lower(x0).compile().as_text().count("xla_cpu_small_call=")
+    assert sum(is_small_loop(op) for op in loops) == xla == (0 if jax.config.jax_enable_x64 else 2)
