@@ -22,6 +22,7 @@ in <= 50 ms. Not run in CI (timings depend on the machine); README.md and docs/p
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -137,14 +138,25 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
     return "\n".join(rows)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``sys.argv[1:]`` unless ``argv`` is given). ``--child NAME MODE BUDGET`` is the command
+    :func:`_run_child` gives the new processes it starts (not listed by ``--help``)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", metavar="TEXT", help="only the programs whose name contains TEXT")
+    parser.add_argument("--budget", type=float, default=300.0, metavar="SECONDS",
+                        help="how long each process may call its program, from lowering.compile on, waiting for "
+                             "the steady speed (default 300)")
+    parser.add_argument("--child", nargs=3, metavar=("NAME", "MODE", "BUDGET"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
+    args = parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
-    if "--child" in sys.argv:
-        i = sys.argv.index("--child")
-        print(json.dumps(_child(sys.argv[i + 1], sys.argv[i + 2], float(sys.argv[i + 3]))))
+    if args.child:
+        name, mode, budget = args.child
+        print(json.dumps(_child(name, mode, float(budget))))
     else:
-        only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
-        budget = float(sys.argv[sys.argv.index("--budget") + 1]) if "--budget" in sys.argv else 300.0
-        print(compile_time_table(only, budget))
+        print(compile_time_table(args.only, args.budget))

@@ -25,6 +25,7 @@ Not run in CI (timings depend on the machine); README.md and docs/performance.md
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import random
@@ -241,11 +242,22 @@ def workload_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``sys.argv[1:]`` unless ``argv`` is given)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--markdown", action="store_true",
+                        help="only the workloads of benchmarks/workloads.py (part 2), their table as "
+                             "docs/performance.md shows it")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="with --markdown: only the workloads whose name contains TEXT (without it: ignored)")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
+    args = parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    if "--markdown" in sys.argv:
-        only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
-        print(workload_table(bench_workloads(only=only)))
+    if args.markdown:
+        print(workload_table(bench_workloads(only=args.only)))
         sys.exit(0)
     o = bench_overhead()
     print(f"per-op chain ({o['ops']} f32[4] ops): executor {o['executor_us_per_op']:.3f} us/op, "

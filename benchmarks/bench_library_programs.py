@@ -17,6 +17,7 @@ error: they are listed, never dropped). Not run in CI: timings depend on the mac
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -212,28 +213,42 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str]) -> None:
-    if "--from-json" in argv:  # the table of a saved run
-        with open(argv[argv.index("--from-json") + 1]) as f:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``sys.argv[1:]`` unless ``argv`` is given)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", metavar="TEXT",
+                        help="only the programs whose function name contains TEXT (any case)")
+    parser.add_argument("--repeat", type=int, default=7, metavar="N",
+                        help="interleaved timing rounds, their median (default 7)")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows to PATH")
+    parser.add_argument("--from-json", metavar="PATH",
+                        help="print the table of a run saved with --json, without running anything")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the programs the command line (``sys.argv[1:]`` unless ``argv`` is given) selects and print the
+    table, or print a saved run's (``--from-json``)."""
+    args = parse_args(argv)
+    if args.from_json is not None:  # the table of a saved run
+        with open(args.from_json) as f:
             print(table(json.load(f)))
         return
-    only = argv[argv.index("--only") + 1] if "--only" in argv else None
-    repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 7
     rows = []
     for make in LIBRARY_PROGRAMS:
-        if only is not None and only.lower() not in make.__name__.lower():
+        if args.only is not None and args.only.lower() not in make.__name__.lower():
             continue
         t0 = time.perf_counter()
-        row = bench_program(make, repeat=repeat)
+        row = bench_program(make, repeat=args.repeat)
         print(f"{row['name']}: " + (row["error"] if "error" in row else
                                     f"{row['ratio']:.2f}x ({row['ours_ms']:.3f} vs {row['jax_ms']:.3f} ms)")
               + f" [{time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
         rows.append(row)
-    if "--json" in argv:
-        with open(argv[argv.index("--json") + 1], "w") as f:
+    if args.json is not None:
+        with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)
     print(table(rows))
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main()

@@ -14,6 +14,7 @@ kernel's scratch space (BLAS's, a fused loop's registers). Deterministic: no tim
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -75,6 +76,12 @@ def memory_table(only: str | None = None) -> str:
     return "\n".join(rows)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``sys.argv[1:]`` unless ``argv`` is given)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", metavar="TEXT", help="only the programs whose name contains TEXT")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
-    print(memory_table(only))
+    print(memory_table(parse_args().only))

@@ -11,6 +11,7 @@ jax.jit, geomean <= 1.5x. Not run in CI (timings depend on the machine); README.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -39,6 +40,12 @@ def real_program_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``sys.argv[1:]`` unless ``argv`` is given)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", metavar="TEXT", help="only the programs whose name contains TEXT")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
-    print(real_program_table(bench_workloads(only=only, workloads=REAL_PROGRAMS)))
+    print(real_program_table(bench_workloads(only=parse_args().only, workloads=REAL_PROGRAMS)))
