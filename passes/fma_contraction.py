@@ -327,6 +327,41 @@ def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
     return False
 
 
+def _copied_into_several_fusions(op: Operation) -> bool:
+    """Whether XLA copies the element-wise ``op`` into more than one fusion: the first value on its chain of
+    one-use loop-fused readers (``op``'s result, or a reader's) that has several readers, each loop-fused (a sum's
+    input or a dot of vectors, which XLA makes a sum of products, too) and in fusions that never meet
+    (:func:`_fused_forward`), so ``InstructionFusion`` duplicates that value, and the chain up to ``op``, into each.
+
+    A zero ``pad`` read by such an op then has one user per copy, and XLA CPU does not fuse it
+    (``FusionNodeIndexingEvaluation::CodeDuplicationTooHigh``: a pad's elemental emitter branches, it "invalidates
+    the cache", and is fused only into one user): it is a fusion of its own, which stores the padded product, and
+    the add reads it from memory, rounded. Measured with jax 0.10.2 (optimized HLO and LLVM IR of
+    ``XLA_FLAGS=--xla_dump_to``): the gradient of the Rosenbrock sum, ``pad(-(200 * d) * (2 * y)) + pad(...)``,
+    read by ``g + grad`` and by ``grad[0] * p[0]`` is three ``multiply_pad_fusion``/``negate_pad_fusion`` kernels
+    and two fusions that add their results (108 of 200 draws differed with the pad contracted), in straight-line
+    code and in the line search's loop XLA compiles whole (there LLVM forwards the stored product to the add, but
+    the store is a second use and the add is not contracted); read by ``g + grad`` only, one fusion, contracted."""
+    value = op.results[0]
+    while True:
+        readers = [use.operation for use in value.uses]
+        if not readers or any(reader.parent is not op.parent for reader in readers):
+            return False
+        if len(readers) == 1:
+            reader = readers[0]
+            if not isinstance(reader, _LOOP_FUSED) or len(reader.results) != 1:
+                return False
+            value = reader.results[0]
+            continue
+        fusible = all(isinstance(reader, _LOOP_FUSED) or isinstance(reader, ReduceOp)
+                      or isinstance(reader, _DotBase) and all(len(v.type.get_shape()) <= 1 for v in reader.operands)
+                      for reader in readers)
+        if not fusible:
+            return False
+        reached = [_fused_forward(reader) for reader in dict.fromkeys(readers)]
+        return all(not (a & b) for i, a in enumerate(reached) for b in reached[i + 1:])
+
+
 def _is_move(op: Operation | None) -> bool:
     return (isinstance(op, _MOVES) and op.operands[0].type.element_type == op.results[0].type.element_type
             and not computes_on_quantized(op))
@@ -382,6 +417,8 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
     mul = value.owner
     if not isinstance(mul, _MUL) or mul.parent is not user.parent or YNNPACK in mul.attributes:  # (YNNPACK: no FMA)
         return None
+    if any(isinstance(move, PadOp) for move in chain) and _copied_into_several_fusions(user):
+        return None  # (the pad is a fusion of its own, its product stored: XLA's OpInvalidatesCache rule)
     shifted = any(isinstance(move, PadOp) and any(ints(move.edge_padding_low)) for move in chain)
     if not (uses.one_use(value) or not chain and _duplicated(mul, uses) and uses.read_once_in_fusion_of(value, user)
             or shifted and _duplicated(mul, uses)):

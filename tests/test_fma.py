@@ -460,3 +460,38 @@ def test_a_sum_of_a_sliced_product_contracts_each_step(fn):
             (ours,) = lowering.compile(import_jax(fn, x, t), loop_compilation=loop_compilation)(x, t)
             ref = np.asarray(jax.jit(fn)(x, t))
             np.testing.assert_array_equal(np.asarray(ours).view(np.uint32), ref.view(np.uint32))
+
+
+def _line_step(x, p, a, g, d):
+    """The Rosenbrock value and gradient at ``x + a*p``, the gradient read twice: ``g + grad`` and
+    ``d + grad[0] * p[0]`` (as BFGS's line search reads it: the new gradient and its slope)."""
+    v, grad = jax.value_and_grad(_rosenbrock)(x + a * p)
+    return v, g + grad, d + grad[0] * p[0]
+
+
+def _line_steps(x, p, a, n):
+    """:func:`_line_step` in a while loop of ``n`` trips, small enough for XLA to compile whole."""
+    def body(i, c):
+        v, g, d, t = c
+        v2, g2, d2 = _line_step(x, p, t, g, d)
+        return v + v2, g2, d2, t * 0.75
+    return jax.lax.fori_loop(0, n, body, (jnp.float32(0), jnp.zeros_like(x), jnp.float32(0), a))[:3]
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["straight-line", "small-call-loop"])
+def test_a_padded_product_read_by_copies_of_its_add_is_not_contracted(loop):
+    """A gradient sum read by two fusions (``g + grad`` and ``grad[0] * p[0]``) is copied into both; its zero pads
+    then have two users and XLA makes each pad a fusion of its own (a pad invalidates the emitter's cache), so
+    ``pad(-(200 d) * 2y) + ...`` adds a stored, rounded product (read from XLA's optimized HLO and LLVM IR, also in
+    the loop it compiles whole: 98-108 of 200 draws differed with the pad contracted)."""
+    rng = np.random.default_rng(7)
+    n = np.int32(1)
+    if loop:
+        text = jax.jit(_line_steps).lower(*(np.zeros(5, F32),) * 2, F32(0.5), n).compile().as_text()
+        assert "xla_cpu_small_call" in text
+    fn = _line_steps if loop else _line_step
+    for _ in range(60):
+        x, p = rng.standard_normal((2, 5)).astype(F32)
+        a = F32(rng.uniform(0, 1))
+        args = (x, p, a, n) if loop else (x, p, a, rng.standard_normal(5).astype(F32), F32(0.5))
+        assert_matches_jax(fn, *args)
