@@ -41,7 +41,9 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   adds +0 elsewhere (:func:`_is_zero_pad`; a product XLA duplicates reaches through a pad that shifts it, at other
   elements than its other readers); and ``-(k * x)`` with a constant ``k`` is a product to LLVM (InstCombine
   folds the negation into the constant), fused like any other (jax.grad of the Rosenbrock sum, read from XLA's
-  optimized LLVM IR: 18 of 41 draws differed).
+  optimized LLVM IR: 18 of 41 draws differed). Not a pad read by an add XLA copies into several fusions (the
+  gradient read by ``g + grad`` and by ``grad[0] * p[0]``): the pad is then a fusion of its own, its product
+  stored (:func:`_copied_into_several_fusions`).
 * Nothing in between: ``broadcast(a*b) + c`` and ``convert(a*b) + c`` round
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
   Except ops that only move elements: a ``transpose``, ``reshape``, ``reverse``,
@@ -329,8 +331,8 @@ def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
 
 def _copied_into_several_fusions(op: Operation) -> bool:
     """Whether XLA copies the element-wise ``op`` into more than one fusion: the first value on its chain of
-    one-use loop-fused readers (``op``'s result, or a reader's) that has several readers, each loop-fused (a sum's
-    input or a dot of vectors, which XLA makes a sum of products, too) and in fusions that never meet
+    one-use loop-fused readers (``op``'s result, or a reader's) that has several readers, each loop-fused (element-wise
+    or a move; not a sum or a dot: the gradient read by ``g @ p`` and a select is one fusion, measured) and in fusions that never meet
     (:func:`_fused_forward`), so ``InstructionFusion`` duplicates that value, and the chain up to ``op``, into each.
 
     A zero ``pad`` read by such an op then has one user per copy, and XLA CPU does not fuse it
@@ -353,11 +355,8 @@ def _copied_into_several_fusions(op: Operation) -> bool:
                 return False
             value = reader.results[0]
             continue
-        fusible = all(isinstance(reader, _LOOP_FUSED) or isinstance(reader, ReduceOp)
-                      or isinstance(reader, _DotBase) and all(len(v.type.get_shape()) <= 1 for v in reader.operands)
-                      for reader in readers)
-        if not fusible:
-            return False
+        if not all(isinstance(reader, _LOOP_FUSED) for reader in readers):
+            return False  # (read by a sum or a dot too -- BFGS's slope g @ p: one fusion, measured in its line search)
         reached = [_fused_forward(reader) for reader in dict.fromkeys(readers)]
         return all(not (a & b) for i, a in enumerate(reached) for b in reached[i + 1:])
 
