@@ -10,8 +10,9 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   ``c - a*b`` -> ``fma(-a, b, c)`` (100% of elements, every order).
 * Of two products, one read through a move XLA makes a bitcast (a ``reshape``, or a ``transpose`` of
   dimensions of size 1, between the multiply and the add, or of a factor XLA's ``ReshapeMover`` sinks below a
-  multiply by a constant: ``0.1 * g.T`` for a column ``g``), the other, read directly, is fused (measured on 4,096 elements, either operand order:
-  ``(g * 0.1).reshape(n, 1) + mu * 0.9`` fuses ``mu * 0.9``; adam's moments of a gradient computed as
+  multiply by a constant: ``0.1 * g.T`` for a column ``g``), the other, read directly, is fused (measured on
+  4,096 elements, either operand order: ``(g * 0.1).reshape(n, 1) + mu * 0.9`` fuses ``mu * 0.9``; adam's moments
+  of a gradient computed as
   ``(r.T @ x).T``, optax's fit in a scan).
 * ``a*a + b*b`` / ``a*a - b*b``: the multiply that is the FIRST operand is
   fused (LLVM's DAGCombiner tries operand 0 first): ``fma(a, a, b*b)``. First
@@ -331,14 +332,15 @@ def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
 
 def _copied_into_several_fusions(op: Operation) -> bool:
     """Whether XLA copies the element-wise ``op`` into more than one fusion: the first value on its chain of
-    one-use loop-fused readers (``op``'s result, or a reader's) that has several readers, each loop-fused (element-wise
-    or a move; not a sum or a dot: the gradient read by ``g @ p`` and a select is one fusion, measured) and in fusions that never meet
-    (:func:`_fused_forward`), so ``InstructionFusion`` duplicates that value, and the chain up to ``op``, into each.
+    one-use loop-fused readers (``op``'s result, or a reader's) that has several readers, each loop-fused
+    (element-wise or a move; not a sum or a dot: the gradient read by ``g @ p`` and a select is one fusion,
+    measured) and in fusions that never meet (:func:`_fused_forward`), so ``InstructionFusion`` duplicates that
+    value, and the chain up to ``op``, into each.
 
-    A zero ``pad`` read by such an op then has one user per copy, and XLA CPU does not fuse it
-    (``FusionNodeIndexingEvaluation::CodeDuplicationTooHigh``: a pad's elemental emitter branches, it "invalidates
-    the cache", and is fused only into one user): it is a fusion of its own, which stores the padded product, and
-    the add reads it from memory, rounded. Measured with jax 0.10.2 (optimized HLO and LLVM IR of
+    A zero ``pad`` read by such an op then has one user per copy, and XLA CPU does not fuse it: it is a fusion of
+    its own, which stores the padded product, and the add reads it from memory, rounded. (What the dumps show; the
+    rule in XLA's source is presumably its fusion's code-duplication limit for ops whose emitter "invalidates the
+    cache", as a pad's does -- not read.) Measured with jax 0.10.2 (optimized HLO and LLVM IR of
     ``XLA_FLAGS=--xla_dump_to``): the gradient of the Rosenbrock sum, ``pad(-(200 * d) * (2 * y)) + pad(...)``,
     read by ``g + grad`` and by ``grad[0] * p[0]`` is three ``multiply_pad_fusion``/``negate_pad_fusion`` kernels
     and two fusions that add their results (108 of 200 draws differed with the pad contracted), in straight-line
@@ -417,7 +419,7 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
     if not isinstance(mul, _MUL) or mul.parent is not user.parent or YNNPACK in mul.attributes:  # (YNNPACK: no FMA)
         return None
     if any(isinstance(move, PadOp) for move in chain) and _copied_into_several_fusions(user):
-        return None  # (the pad is a fusion of its own, its product stored: XLA's OpInvalidatesCache rule)
+        return None  # (the pad is a fusion of its own, its product stored: _copied_into_several_fusions)
     shifted = any(isinstance(move, PadOp) and any(ints(move.edge_padding_low)) for move in chain)
     if not (uses.one_use(value) or not chain and _duplicated(mul, uses) and uses.read_once_in_fusion_of(value, user)
             or shifted and _duplicated(mul, uses)):
