@@ -1001,3 +1001,31 @@ def test_one_chain_products_read_a_transposed_rhs_where_it_lies(shape, dtype):
         want = np.asarray(jax.jit(einsum)(a, bt))
         got = np.asarray(lowering.compile(import_jax(einsum, a, bt), fusion="never")(a, bt)[0])
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_gemv_rows_in_vector_registers_are_the_scalar_forms_bits():
+    # XLA's GEMV order with each row's lanes in a vector register (gemv_lanes._gemv_rows_vector) and in numba code
+    # (gemv_rows_scalar, also what a non-contiguous operand takes): every tile case (whole tiles of 8 rows, a last
+    # tile of 4 for f64's pairwise adds), K below, at and past the lanes, 32- and 64-byte vectors, batches.
+    import numba
+
+    from lowering.kernels import small_dot
+    from lowering.kernels.gemv_lanes import gemv_rows, gemv_rows_scalar
+
+    @numba.njit
+    def strided(a, b, out, wide):  # (a non-contiguous lhs: the overload's numba form)
+        gemv_rows(a[:, :, ::2], b, out, wide)
+
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64):
+        for batch, m, k in [(1, 1, 3), (1, 4, 8), (2, 9, 17), (1, 12, 4), (3, 16, 33), (1, 20, 16), (2, 128, 8)]:
+            a = (rng.standard_normal((batch, m, 2 * k)) * np.exp(rng.uniform(-3, 3, (batch, m, 2 * k)))).astype(dtype)
+            b = rng.standard_normal((batch, k, 1)).astype(dtype)
+            dense = np.ascontiguousarray(a[:, :, ::2])
+            for wide in (False, True):
+                got, want, other = (np.empty((batch, m, 1), dtype) for _ in range(3))
+                small_dot.row_tiles_kernel(dense, b, got, small_dot.ROW_TILES | (small_dot.WIDE_VECTORS if wide else 0))
+                gemv_rows_scalar(dense, b, want, wide)
+                strided(a, b, other, wide)
+                np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+                np.testing.assert_array_equal(other.view(f"u{other.itemsize}"), want.view(f"u{want.itemsize}"))

@@ -102,6 +102,7 @@ from ..runtime.loop_runtime import call_compiled, denormal_as_zero, fused_multip
 from ..runtime.workers import PIECE_ROWS, PIECES_MNK, numba_threads_available, row_piece_bounds, run_pieces, usable_cpus
 from . import host
 from .chain_tiles import chain_product, lane_product
+from .gemv_lanes import gemv_rows
 from .eigen_dots import EIGEN_CONTRACTION, contraction_order, eigen_matmul, is_eigen_product, measured_eigen_host
 from .tree_sum import TREE_WINDOW, window_sum
 from .vectorized_loops import is_elemental_dot, is_replayed, loop_dot_row
@@ -186,9 +187,6 @@ AMX_ROWS_SHIFT, AMX_COLUMNS_SHIFT, AMX_KINDS_SHIFT = 8, 28, 48
 tiles after the row split (``r``) and column split (``c``)."""
 
 _FIELD = (1 << 20) - 1
-
-GEMV_TILE_ROWS = 8
-"""Rows per tile of XLA CPU's row-major matrix-vector emitter (its GEMV tiling factor)."""
 
 PAIRS_MAX_K = 1200
 """bf16 products into f32 (:data:`PAIRS`) up to this contraction length (measured to it) ..."""
@@ -415,25 +413,6 @@ def _single_column(a, b, out, t, i, j, rounded_terms):
     out[t, i, j] = s
 
 
-@numba.njit(cache=True, error_model="numpy", nogil=True, forceinline=True)
-def _horizontal_sum(lanes, pairwise):
-    """The sum of a vector accumulator's lanes as XLA's vector support library adds them: ``pairwise``
-    (AVX-style horizontal adds of 8 lanes) ``((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`` (4 lanes: ``(l0+l1)+(l2+l3)``),
-    else the upper half added onto the lower half until one lane is left (``AddReduce``; 8 lanes:
-    ``((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7))``). ``lanes`` is overwritten."""
-    width = lanes.size
-    if pairwise and width == 8:
-        return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-    if pairwise and width == 4:
-        return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
-    half = width // 2
-    while half >= 1:
-        for q in range(half):
-            lanes[q] = lanes[q] + lanes[q + half]
-        half //= 2
-    return lanes[0]
-
-
 def order_kernel(order: int):
     """The numba kernel ``kernel(a, b, out, order)`` that computes ``out[t] = a[t] @ b[t]`` for C-contiguous
     ``a (batch, M, K)``, ``b (batch, K, N)``, ``out (batch, M, N)`` of one float type, summed in ``order``
@@ -506,24 +485,9 @@ def one_chain_kernel(a, b, out, order):
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def row_tiles_kernel(a, b, out, order):
-    """:data:`ROW_TILES`: a matrix-vector product as XLA's row-major GEMV emitter sums it (module docstring)."""
-    batch, m, k = a.shape
-    zero = a.dtype.type(0)
-    vector_bytes = 64 if order & WIDE_VECTORS else 32
-    width = vector_bytes // a.itemsize
-    vectorized = k - k % width
-    whole_tiles = m - m % GEMV_TILE_ROWS
-    lanes = np.empty(width, a.dtype)
-    for t in range(batch):
-        for i in range(m):
-            lanes[:] = zero
-            for p in range(vectorized):
-                lanes[p % width] = fused_multiply_add(a[t, i, p], b[t, p, 0], lanes[p % width])
-            tail = zero
-            for p in range(vectorized, k):
-                tail = fused_multiply_add(a[t, i, p], b[t, p, 0], tail)
-            tile_rows = GEMV_TILE_ROWS if i < whole_tiles else m % GEMV_TILE_ROWS
-            out[t, i, 0] = _horizontal_sum(lanes, tile_rows == width and vector_bytes == 32) + tail
+    """:data:`ROW_TILES`: a matrix-vector product as XLA's row-major GEMV emitter sums it
+    (:func:`lowering.kernels.gemv_lanes.gemv_rows`, the lanes in a vector register)."""
+    gemv_rows(a, b, out, (order & WIDE_VECTORS) != 0)
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
