@@ -366,6 +366,29 @@ def test_bias_broadcast_read_per_column(three_cpus):
     np.testing.assert_allclose(got[0], np.asarray(jax.jit(fn)(x, bias)), rtol=1e-5, atol=1e-6)
 
 
+def test_broadcasts_that_expand_size_one_dimensions_are_read_in_the_loop():
+    # flax's Conv bias is reshaped to (1, 1, 1, c) and broadcast to (n, h, w, c); keepdims statistics are (r, 1):
+    # their size-1 dimensions read like absent ones (inner / outer), inside the group -- not a broadcast computed
+    # on its own whose stride-0 view the group copied whole every call. A middle dimension stays its kernel's.
+    x = RNG.standard_normal((4, 6, 5, 16)).astype(F32)
+    bias, scale = RNG.standard_normal((1, 1, 1, 16)).astype(F32), RNG.standard_normal((4, 1, 1, 1)).astype(F32)
+    middle = RNG.standard_normal((1, 6, 1, 1)).astype(F32)
+
+    def fn(x, b, s, m):
+        y = jnp.maximum(x + lax.broadcast_in_dim(b, x.shape, (0, 1, 2, 3)), F32(0))
+        z = y * lax.broadcast_in_dim(s, x.shape, (0, 1, 2, 3)) - F32(0.5)
+        return z, jnp.tanh(z) * lax.broadcast_in_dim(m, x.shape, (0, 1, 2, 3))
+
+    _check(fn, x, bias, scale, middle)
+    source = lowering.compile(import_jax(fn, x, bias, scale, middle), fusion="always").source
+    (call,) = [line for line in source.splitlines() if "# fused:" in line]
+    arguments = call[call.index("(") + 1:call.index(")")].split(", ")
+    assert "a1" in arguments and "a2" in arguments and "a3" not in arguments, source  # (b, s read in the loop; m not)
+    got = lowering.compile(import_jax(fn, x, bias, scale, middle), fusion="always")(x, bias, scale, middle)
+    for g, w in zip(got, jax.jit(fn)(x, bias, scale, middle)):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
 def test_cheap_large_loops_run_whole(three_cpus):
     # Handing a piece to a Python worker costs about as much as a few hundred thousand additions: a cheap loop
     # of that size runs whole there, one with transcendental work is cut. numba's polling threads take a piece

@@ -126,13 +126,20 @@ def _broadcast_read(op: Operation) -> tuple[str, int] | None:
     if operand == ():
         return ("scalar", 0)
     dims = tuple(ints(op.properties.get("broadcast_dimensions")))
-    k, rank = len(operand), len(result)
-    if dims == tuple(range(k)) and operand == result[:k]:
-        return ("outer", int(np.prod(result[k:], dtype=np.int64)))
-    if dims == tuple(range(rank - k, rank)) and operand == result[rank - k:]:
-        return ("inner", int(np.prod(operand, dtype=np.int64)))
-    # (Operands with size-1 dimensions to expand, e.g. keepdims statistics that canonicalize-broadcasts did
-    # not compose, and transposing broadcasts are left to their kernel.)
+    rank = len(result)
+    # The operand's dimensions of more than one element, where they land: size-1 dimensions to expand read the
+    # same as absent ones (a bias reshaped to (1, 1, 1, c) by flax's Conv, keepdims statistics): without this, such
+    # a broadcast was computed on its own and the group copied its (n, h, w, c) stride-0 view whole every call.
+    kept = [(d, size) for d, size in zip(dims, operand) if size != 1]
+    if not kept or any(result[d] != size for d, size in kept):
+        return None  # (all of size 1 -- one element, not a scalar -- or sizes that differ: left to their kernel)
+    positions = [d for d, _ in kept]
+    j = len(positions)
+    if positions == list(range(j)):
+        return ("outer", int(np.prod(result[j:], dtype=np.int64)))
+    if positions == list(range(rank - j, rank)):
+        return ("inner", int(np.prod([size for _, size in kept], dtype=np.int64)))
+    # (Broadcasts into middle dimensions, and transposing ones, are left to their kernel.)
     return None
 
 
