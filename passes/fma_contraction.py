@@ -135,7 +135,7 @@ from xla_dialect.types import numpy_dtype
 from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
-from .small_loops import BF16_SCALAR
+from .small_loops import BF16_SCALAR, SHARED_PRODUCT
 from .util import element_name
 
 _MUL, _ADD, _SUB, _NEG = ew.MulOp, ew.AddOp, ew.SubOp, ew.NegOp
@@ -402,6 +402,8 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
     optimized LLVM IR): same block, same type, ``user`` the multiply's only use after CSE (a value used twice by
     ``user`` has two uses), or each move the only use of the value before it and the multiply's operands of its
     result's type (the moves are replayed on them)."""
+    if SHARED_PRODUCT in user.attributes:
+        return None  # (LLVM merges the product of two elements' copies of the add: xla-small-loops' SHARED_PRODUCT)
     chain = []
     while _is_move(value.owner) or _is_zero_pad(value.owner):
         move = value.owner

@@ -89,10 +89,10 @@ from xla_dialect.ops import effects as fx
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops import indexing as ix
 from xla_dialect.ops import windowed as wd
-from xla_dialect.ops.base import make_tensor, pred_type
+from xla_dialect.ops.base import ints, make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
 from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops  # noqa: F401 (re-exported)
-from xla_dialect.ops.data_movement import BroadcastInDimOp, ReshapeOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp, PadOp, ReshapeOp, SliceOp
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.types import element_type_named, numpy_dtype
 
@@ -329,10 +329,13 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
         return module
     flushed_stores = host_properties()["avx512bf16"] and any(
         op.results and _bf16_stored(op) for op in module.walk())
-    if not flushed_stores and not any(type(op) in _REWRITTEN or type(op) in _MARKED for op in module.walk()):
+    shifted = any(isinstance(op, _SHIFTING) for op in module.walk())  # (SHARED_PRODUCT needs a pad or slice)
+    if not flushed_stores and not shifted and not any(type(op) in _REWRITTEN or type(op) in _MARKED
+                                                      for op in module.walk()):
         return module
     if (not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, threshold))
-            and not (flushed_stores and (_bf16_stores(module, threshold) or _bf16_scalar_ops(module, threshold)))):
+            and not (flushed_stores and (_bf16_stores(module, threshold) or _bf16_scalar_ops(module, threshold)))
+            and not (shifted and _shared_products(module, threshold))):
         return module
     if clone:
         module = module.clone()
@@ -341,6 +344,9 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
             op.attributes[SMALL_CALL] = UnitAttr()
         else:
             _rewrite(op)
+    if shifted:
+        for op in _shared_products(module, threshold):
+            op.attributes[SHARED_PRODUCT] = UnitAttr()
     if host_properties()["avx512bf16"]:
         for op in _bf16_stores(module, threshold):
             op.attributes[BF16_FLUSHED_STORE] = UnitAttr()
@@ -536,6 +542,129 @@ def _bf16_scalar_ops(module: Operation, threshold: int) -> list[Operation]:
                   if isinstance(op, (ew.AddOp, ew.SubOp, ew.MulOp)) and element_name(op.results[0]) == "bf16"
                   and unrolled.get(id(op)) and not values.moved(op) and not any(map(values.wide, op.operands))
                   and BF16_SCALAR not in op.attributes and not computes_on_quantized(op)]
+    return found
+
+
+# ----------------------------------------------------------------------------
+# Products LLVM merges in the unrolled code of one fusion
+# ----------------------------------------------------------------------------
+
+SHARED_PRODUCT = "xla_cpu_shared_product"
+"""The attribute (unit) this pass puts on an f32/f64 ``add`` or ``subtract`` of a product inside a while loop XLA
+CPU compiles whole when one fusion of the body reads it at two elements (through a pad or slice that shifts it, and
+not: :func:`_read_at_two_offsets`): ``contract-fma`` leaves it alone, the product rounded.
+
+Measured (jax 0.10.2, x86 object code and optimized LLVM IR of ``XLA_FLAGS=--xla_dump_to``): the gradient of the
+Rosenbrock sum, ``pad(-(200 * u) * (2 * x[:-1])) + pad(200 * u, low 1) + ...`` with ``u = x[1:] - x[:-1] ** 2``,
+in such a loop (BFGS's line search, its zoom loops) computes ``u`` with ``x[:-1] ** 2`` rounded at every element:
+output element ``i`` computes ``u[i]`` and ``u[i - 1]``, the unrolled code loads ``x[i - 1]`` once and its square
+is one value read by both subtractions (``vmulss`` then ``vsubss``), so the product has two uses and LLVM's x86
+backend does not contract it; the other operand of the subtraction, ``x[i]``, is loaded again after the store of
+the element before, so the two subtractions stay apart (inferred from the asm: ``x[i]`` is recomputed there, the
+square is not). The same fusion as straight-line code contracts ``u`` at every element (``vfnmadd231ss``). With
+the sum ``100 * u**2 + (1 - x[:-1])**2`` reading the same ``u``, the value and gradient in a loop of two trips
+differed from jax.jit on 138 of 200 draws, the gradient alone on 129; BFGS's line search from its fourth
+iterate on (``a_k`` 2 ULP, ``g_k`` up to 44 ULP)."""
+
+_SHIFTING = (PadOp, SliceOp)
+"""Moves that read their operand at other elements than they write (a pad's low edge, a slice's start)."""
+
+
+def _shift(op: Operation, offset: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The offset at which ``op``'s result reads the value its operand 0 reads at ``offset`` (output element ``j``
+    reads ``j - offset``), or None for a move this does not follow (interior padding, strides)."""
+    if isinstance(op, PadOp):
+        if any(ints(op.interior_padding)):
+            return None
+        return tuple(o + low for o, low in zip(offset, ints(op.edge_padding_low), strict=True))
+    if any(s != 1 for s in ints(op.strides)):
+        return None
+    return tuple(o - start for o, start in zip(offset, ints(op.start_indices), strict=True))
+
+
+def _read_at_two_offsets(op: Operation) -> bool:
+    """Whether an element-wise op reached from ``op``'s result through element-wise ops, pads and slices reads it at
+    two offsets (``pad(f(u), low 1) + g(u)``): XLA fuses them into one loop, each of whose elements computes ``op``
+    at two elements. Not through a pad XLA makes a fusion of its own (``contract-fma``'s
+    ``_copied_into_several_fusions``)."""
+    from .fma_contraction import _copied_into_several_fusions  # (imported here: contract-fma imports this module)
+
+    rank = len(op.results[0].type.get_shape())
+    reached: dict[int, set[tuple[int, ...]]] = {}
+    stack = [(op, (0,) * rank)]
+    while stack:
+        current, offset = stack.pop()
+        offsets = reached.setdefault(id(current), set())
+        if offset in offsets:
+            continue
+        offsets.add(offset)
+        if len(offsets) > 1:
+            return True
+        for use in current.results[0].uses:
+            reader = use.operation
+            if reader.parent is not op.parent or len(reader.results) != 1:
+                continue
+            if isinstance(reader, _SHIFTING) and use.index == 0:
+                moved = _shift(reader, offset)
+                # (a pad read by an add XLA copies into several fusions is a fusion of its own, measured: its
+                # element loop computes ``op`` at one offset, and its readers load the stored result)
+                own = isinstance(reader, PadOp) and any(_copied_into_several_fusions(u.operation)
+                                                        for u in reader.results[0].uses)
+                if moved is not None and not own:
+                    stack.append((reader, moved))
+            elif isinstance(reader, _ELEMENTWISE):
+                stack.append((reader, offset))
+    return False
+
+
+def _element_offset(value: SSAValue, depth: int = 0) -> int | None:
+    """How many elements past the one it writes ``value`` reads the arrays it is computed from (1-D: ``x[1:]`` 1,
+    ``x[:-1] ** 2`` 0; a scalar broadcast, a constant or a 0-d value -1, as any element), or None when the operands
+    of one element-wise op read at different offsets or the path is not followed (more dimensions, other moves)."""
+    owner = value.owner
+    if isinstance(owner, ConstantOp) or not value.type.get_shape():
+        return -1
+    if len(value.type.get_shape()) != 1 or depth > 8:
+        return None
+    if isinstance(owner, BroadcastInDimOp):
+        return -1 if not owner.operands[0].type.get_shape() else None
+    if isinstance(owner, SliceOp):
+        inner = _element_offset(owner.operands[0], depth + 1)
+        if inner is None or ints(owner.strides) != (1,):
+            return None
+        return ints(owner.start_indices)[0] + max(inner, 0)
+    if isinstance(owner, _ELEMENTWISE):
+        offsets = {_element_offset(v, depth + 1) for v in owner.operands} - {-1}
+        return None if None in offsets or len(offsets) > 1 else (offsets.pop() if offsets else -1)
+    return 0  # (a value the fusion loads: a loop argument, another fusion's result)
+
+
+def _mixed_offsets(op: Operation) -> bool:
+    """Whether ``op``'s product operand and its other operand read their arrays at different elements (``x[1:] -
+    x[:-1] ** 2``), so that, computed for the element before, the product is that element's own and the add is
+    not."""
+    offsets = [_element_offset(v) for v in op.operands]
+    return None not in offsets and -1 not in offsets and offsets[0] != offsets[1]
+
+
+_ELEMENTWISE = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values(), ew.CompareOp, ew.SelectOp,
+                cv.ConvertOp)
+"""Ops that read each operand at the element they write."""
+
+
+def _shared_products(module: Operation, threshold: int) -> list[Operation]:
+    """The f32/f64 adds and subtracts of a product inside the loops XLA compiles whole that one fusion reads at two
+    elements (:data:`SHARED_PRODUCT`), not yet marked; not those XLA moves out of the loop (straight-line code)."""
+    found = []
+    for loop in module.walk():
+        if not (isinstance(loop, WhileOp) and is_small_loop(loop, threshold)):
+            continue
+        hoisted = loop_invariant_ops(loop)
+        found += [op for op in loop.body.block.ops
+                  if isinstance(op, (ew.AddOp, ew.SubOp)) and element_name(op.results[0]) in ("f32", "f64")
+                  and id(op) not in hoisted and SHARED_PRODUCT not in op.attributes
+                  and any(isinstance(v.owner, ew.MulOp) for v in op.operands)
+                  and not computes_on_quantized(op) and _mixed_offsets(op) and _read_at_two_offsets(op)]
     return found
 
 
