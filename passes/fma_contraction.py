@@ -137,6 +137,7 @@ from .quantized import computes_on_quantized
 from .registry import register_pass
 from .small_loops import BF16_SCALAR, SHARED_PRODUCT
 from .util import element_name
+from .xla_loop_bytes import _LOOP_FUSED, _copied_into_several_fusions, _fused_forward
 
 _MUL, _ADD, _SUB, _NEG = ew.MulOp, ew.AddOp, ew.SubOp, ew.NegOp
 
@@ -296,26 +297,6 @@ def _splat(constant: ConstantOp) -> bool:
     return values is not None and values.size > 0 and bool((values == values.flat[0]).all())
 
 
-_LOOP_FUSED = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values(), ew.CompareOp, ew.SelectOp, ConvertOp,
-               BroadcastInDimOp, TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
-"""Ops XLA fuses into the loop fusion of the element-wise op that reads them."""
-
-
-def _fused_forward(op: Operation) -> set[int]:
-    """The ops (ids) reached from ``op`` through readers XLA fuses into one loop fusion with it (:data:`_LOOP_FUSED`):
-    two element-wise readers of one multiply land in one fusion when these meet."""
-    seen: set[int] = set()
-    stack = [op]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        stack.extend(use.operation for result in current.results for use in result.uses
-                     if isinstance(use.operation, _LOOP_FUSED))
-    return seen
-
-
 def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
     """Whether ``reader`` (reading a multiply at operand ``index``) is in another of XLA's fusions than ``user``:
     a reduce reading it as an input (a fusion of its own), a return (the multiply's own result), a dot, or an
@@ -328,39 +309,6 @@ def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
     if isinstance(reader, _LOOP_FUSED) and isinstance(user, _LOOP_FUSED):
         return not (_fused_forward(reader) & _fused_forward(user))
     return False
-
-
-def _copied_into_several_fusions(op: Operation) -> bool:
-    """Whether XLA copies the element-wise ``op`` into more than one fusion: the first value on its chain of
-    one-use loop-fused readers (``op``'s result, or a reader's) that has several readers, each loop-fused
-    (element-wise or a move; not a sum or a dot: the gradient read by ``g @ p`` and a select is one fusion,
-    measured) and in fusions that never meet (:func:`_fused_forward`), so ``InstructionFusion`` duplicates that
-    value, and the chain up to ``op``, into each.
-
-    A zero ``pad`` read by such an op then has one user per copy, and XLA CPU does not fuse it: it is a fusion of
-    its own, which stores the padded product, and the add reads it from memory, rounded. (What the dumps show; the
-    rule in XLA's source is presumably its fusion's code-duplication limit for ops whose emitter "invalidates the
-    cache", as a pad's does -- not read.) Measured with jax 0.10.2 (optimized HLO and LLVM IR of
-    ``XLA_FLAGS=--xla_dump_to``): the gradient of the Rosenbrock sum, ``pad(-(200 * d) * (2 * y)) + pad(...)``,
-    read by ``g + grad`` and by ``grad[0] * p[0]`` is three ``multiply_pad_fusion``/``negate_pad_fusion`` kernels
-    and two fusions that add their results (108 of 200 draws differed with the pad contracted), in straight-line
-    code and in the line search's loop XLA compiles whole (there LLVM forwards the stored product to the add, but
-    the store is a second use and the add is not contracted); read by ``g + grad`` only, one fusion, contracted."""
-    value = op.results[0]
-    while True:
-        readers = [use.operation for use in value.uses]
-        if not readers or any(reader.parent is not op.parent for reader in readers):
-            return False
-        if len(readers) == 1:
-            reader = readers[0]
-            if not isinstance(reader, _LOOP_FUSED) or len(reader.results) != 1:
-                return False
-            value = reader.results[0]
-            continue
-        if not all(isinstance(reader, _LOOP_FUSED) for reader in readers):
-            return False  # (read by a sum or a dot too -- BFGS's slope g @ p: one fusion, measured in its line search)
-        reached = [_fused_forward(reader) for reader in dict.fromkeys(readers)]
-        return all(not (a & b) for i, a in enumerate(reached) for b in reached[i + 1:])
 
 
 def _is_move(op: Operation | None) -> bool:

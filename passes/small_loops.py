@@ -33,6 +33,10 @@ The legacy emitter computes some ops differently from the fusion emitters used e
   (``max(-0, 1e-40)`` is ``-0`` in the loop, ``+0`` in straight-line code and in loops XLA does not compile
   whole; ``lowering.kernels.scalar``'s denormal-constant definition applies from one element on).
 
+* An add of a product that one fusion reads at two elements (``pad(f(u), low 1) + g(u)``, the Rosenbrock
+  gradient) whose operands read different elements (``u = x[1:] - x[:-1] ** 2``) keeps its product rounded:
+  LLVM shares the product between the two elements' copies (:data:`SHARED_PRODUCT`; ``contract-fma`` honours it).
+
 Dots and max/min in these loops are marked with the attribute :data:`SMALL_CALL` (the kernels, fused loops and
 compiled loops read it); they are not rewritten.
 
@@ -100,7 +104,7 @@ from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, make_constant, tensor_type
-from .xla_loop_bytes import live_state, loop_model_bytes
+from .xla_loop_bytes import _copied_into_several_fusions, live_state, loop_model_bytes
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE  # noqa: E402 - (read by the kernels)
 from lowering.kernels.host import host_properties  # noqa: E402
@@ -560,8 +564,13 @@ in such a loop (BFGS's line search, its zoom loops) computes ``u`` with ``x[:-1]
 output element ``i`` computes ``u[i]`` and ``u[i - 1]``, the unrolled code loads ``x[i - 1]`` once and its square
 is one value read by both subtractions (``vmulss`` then ``vsubss``), so the product has two uses and LLVM's x86
 backend does not contract it; the other operand of the subtraction, ``x[i]``, is loaded again after the store of
-the element before, so the two subtractions stay apart (inferred from the asm: ``x[i]`` is recomputed there, the
-square is not). The same fusion as straight-line code contracts ``u`` at every element (``vfnmadd231ss``). With
+the element before, so the two subtractions stay apart (measured in the asm: ``x[i]`` is recomputed there, the
+square is not; the optimized IR reuses the element before's loads of ``x[i - 1]`` -- GVN's ``.phi.trans.insert``
+loads -- and recomputes the square from them, which instruction selection then merges: inferred, LLVM's source
+not read). Hence the condition that the product and the other operand read different elements
+(:func:`_mixed_offsets`): ``x + a * p`` read at two elements is contracted there. The same fusion as
+straight-line code contracts ``u`` at every element (``vfnmadd231ss``). Measured on f32[5] only (4-element
+``u``; longer vectors, which LLVM may vectorize rather than unroll, not measured). With
 the sum ``100 * u**2 + (1 - x[:-1])**2`` reading the same ``u``, the value and gradient in a loop of two trips
 differed from jax.jit on 138 of 200 draws, the gradient alone on 129; BFGS's line search from its fourth
 iterate on (``a_k`` 2 ULP, ``g_k`` up to 44 ULP)."""
@@ -585,10 +594,8 @@ def _shift(op: Operation, offset: tuple[int, ...]) -> tuple[int, ...] | None:
 def _read_at_two_offsets(op: Operation) -> bool:
     """Whether an element-wise op reached from ``op``'s result through element-wise ops, pads and slices reads it at
     two offsets (``pad(f(u), low 1) + g(u)``): XLA fuses them into one loop, each of whose elements computes ``op``
-    at two elements. Not through a pad XLA makes a fusion of its own (``contract-fma``'s
-    ``_copied_into_several_fusions``)."""
-    from .fma_contraction import _copied_into_several_fusions  # (imported here: contract-fma imports this module)
-
+    at two elements. Not through a pad XLA makes a fusion of its own
+    (:func:`passes.xla_loop_bytes._copied_into_several_fusions`)."""
     rank = len(op.results[0].type.get_shape())
     reached: dict[int, set[tuple[int, ...]]] = {}
     stack = [(op, (0,) * rank)]
