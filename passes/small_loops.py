@@ -421,8 +421,9 @@ _FREE_IN_FUSION = (ConstantOp, BroadcastInDimOp, ReshapeOp)
 
 
 def _loop_roots(block) -> list[SSAValue]:
-    """The values each of which XLA computes in a loop fusion of its own in the loop body ``block`` (as
-    the estimate before :mod:`passes.xla_loop_bytes` counted them): the values the body returns changed, and the operands of dots."""
+    """The values each of which XLA computes in a loop fusion of its own in the loop body ``block`` (as the
+    estimate before :mod:`passes.xla_loop_bytes` counted them): the values the body returns changed, and the
+    operands of dots."""
     returned = list(block.last_op.operands)
     roots = [v for i, v in enumerate(returned) if v is not block.args[i]]
     for op in block.ops:
