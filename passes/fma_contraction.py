@@ -60,6 +60,13 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   twice in one fusion rounds twice (``(c - (a*b).T) * (c + (a*b).T)``, measured);
   not reproduced: ``(c - (a*b).T, (a*b).T)``, where XLA fuses a copy of the
   multiply and transpose into the subtraction's fusion and contracts it.
+* A slice of a product other slices read too, ``y[1:] - y[:-1] ** 2`` with ``y = x * s`` (one fusion): XLA's loop
+  multiplies ``y``'s element once per slice reading it, two one-use products, and LLVM fuses the subtraction's
+  first: ``fma(x[1:], s, -(y[:-1] ** 2))`` (measured: every element of 200 draws, 2 to 100 elements). In a sum LLVM
+  unrolls (up to :data:`UNROLLED_SUM_TERMS` terms) it merges the products of an element two slices read into one
+  with two uses, fused nowhere: the Rosenbrock sum of ``x * s`` fuses the square in every term but the last, whose
+  ``s * x[-1]`` only ``y[1:]`` reads (read from XLA's object code, f32[4], [5], [8], [16]; bitwise for 2 to 23
+  elements after, 5-61 of 200 draws differed before). :func:`_contract_shared_slice`.
 * Chains fuse step by step (Horner: ``(p*x + c1)*x + c2`` is two FMAs); the
   product of a dot or a reduce result fuses like any other value.
 * A sum of a product, ``jnp.sum(x * y, axis=...)`` (f32/f64, the multiply read by the sum only), whose
@@ -110,7 +117,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, ModuleOp, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE
@@ -126,8 +133,8 @@ from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
 from xla_dialect.ops.control_flow import ReturnOp
 from xla_dialect.ops.conversion import ConvertOp
-from xla_dialect.ops.data_movement import (BitcastOp, BroadcastInDimOp, CopyOp, PadOp, ReshapeOp, ReverseOp, SliceOp,
-                                          TransposeOp)
+from xla_dialect.ops.data_movement import (BitcastOp, BroadcastInDimOp, ConcatenateOp, CopyOp, PadOp, ReshapeOp,
+                                          ReverseOp, SliceOp, TransposeOp)
 from xla_dialect.ops.linalg import _DotBase
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
@@ -482,6 +489,8 @@ class _Ranks:
             rank = self.SCALAR  # (computed before the loop: below every value the loop body loads)
         elif isinstance(owner, BroadcastInDimOp) or _is_move(owner):
             rank = self.of(owner.operands[0])
+        elif isinstance(owner, ConcatenateOp):  # (elements of one value or the other: _contract_shared_slice)
+            rank = max(self.of(v) for v in owner.operands)
         elif isinstance(owner, FusedMultiplyAddOp):  # (c + a*b before LLVM contracts it)
             a, b, c = owner.operands
             rank = max(max(self.of(a), self.of(b)) + 1, self.of(c)) + 1
@@ -571,6 +580,161 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             dead.erase()
         return True
     return False
+
+
+UNROLLED_SUM_TERMS = 22
+"""The longest 1-d sum whose fused loop LLVM unrolls into straight-line code, as measured for the Rosenbrock sum of a
+scaled argument (``x * s``, f32[2..23]: scalar code; from 23 terms LLVM vectorizes the loop, not modelled). Other
+bodies' limits are not measured (the Rosenbrock sum of ``x`` itself unrolls up to 27 terms)."""
+
+
+def _slice_bounds(op: SliceOp) -> list[tuple[int, int]] | None:
+    """``(start, limit)`` per dimension of a unit-stride ``slice`` (None for other strides)."""
+    if any(v != 1 for v in ints(op.strides)):
+        return None
+    return list(zip(ints(op.start_indices), ints(op.limit_indices)))
+
+
+def _sum_loop(op: Operation) -> str:
+    """Which loop XLA CPU emits ``op`` in, followed through its chain of one-use element-wise readers: ``"unrolled"``,
+    a full sum (a ``reduce`` of all dimensions with a body ``add``, :func:`_contracted_sum`) of at most
+    :data:`UNROLLED_SUM_TERMS` elements, which LLVM unrolls into straight-line code; ``"sum"``, another sum or a
+    reader that is not element-wise (not modelled: the 23-term sum is a vectorized loop); ``""``, none."""
+    current = op
+    while True:
+        readers = list(current.results[0].uses)
+        if not readers:
+            return ""
+        if len({id(use.operation) for use in readers}) != 1:
+            return "sum"  # (several readers: not followed)
+        reader = readers[0].operation
+        if isinstance(reader, (func.ReturnOp, ReturnOp)):
+            return ""
+        if isinstance(reader, ReduceOp):
+            x = reader.operands[0]
+            shape = x.type.get_shape()
+            unrolled = (reader.parent is op.parent and readers[0].index == 0 and len(shape) > 0
+                        and sorted(ints(reader.dimensions)) == list(range(len(shape)))
+                        and _elements(x) <= UNROLLED_SUM_TERMS and _contracted_sum(reader, frozenset({"f32", "f64"})))
+            return "unrolled" if unrolled else "sum"
+        if not isinstance(reader, _LOOP_FUSED) or reader.parent is not op.parent:
+            return "sum"
+        current = reader
+
+
+def _shared_slice_product(op: Operation, uses: _Uses):
+    """For ``slice(m) - c`` (``op``) with ``m = a * b`` read by other slices in the same fusion: ``(m, slice,
+    covered)`` with ``covered`` the dimension and mask of the slice's elements whose product LLVM shares with
+    another slice's element, else None.
+
+    XLA's fused loop computes ``m`` once per element each slice reads, so at each element the subtraction's
+    product has one use (the slice) and LLVM's DAGCombiner, offered two one-use products
+    (``visitFSUBForFMACombine``), fuses operand 0: ``fma(a, b, -c)`` (measured: every element of ``y[1:] -
+    y[:-1] ** 2`` with ``y = x * s`` returned as an array). Where the loop is a sum LLVM unrolls
+    (:func:`_sum_loop`), it merges the products of ``m``'s elements read by two slices (at different
+    iterations) into one with two uses, and fuses the other product instead there: only the elements no other
+    slice reads fuse ``m`` (read from XLA's object code of the Rosenbrock sum of ``x * s``, f32[4], [5], [8],
+    [16]: ``vfnmadd213ss`` of the square in every term but the last, ``vfmsub231ss`` of ``s * x[-1]`` there)."""
+    if not isinstance(op, _SUB) or SHARED_PRODUCT in op.attributes or BF16_SCALAR in op.attributes:
+        return None  # (xla-small-loops' straight-line loop bodies: their own rules)
+    sliced = op.operands[0]
+    slice_op = sliced.owner
+    if not isinstance(slice_op, SliceOp) or slice_op.parent is not op.parent or not _is_move(slice_op):
+        return None
+    if len(list(sliced.uses)) != 1 or op.operands[1] is sliced:
+        return None
+    mul = slice_op.operands[0].owner
+    if not isinstance(mul, _MUL) or mul.parent is not op.parent or YNNPACK in mul.attributes:
+        return None
+    if computes_on_quantized(mul) or any(v.type != mul.results[0].type for v in mul.operands):
+        return None
+    mine = _slice_bounds(slice_op)
+    if mine is None:
+        return None
+    duplicated = _duplicated(mul, uses)
+    mask = np.zeros(mul.results[0].type.get_shape(), bool)
+    others = 0
+    for reader, index in uses.readers.get(uses.number(mul.results[0]), []):
+        if reader is slice_op:
+            continue
+        if not isinstance(reader, SliceOp) or reader.parent is not op.parent:
+            return None  # (another reader of the whole product: not measured)
+        if uses.number(reader.results[0]) == uses.number(sliced):
+            return None  # (the same slice twice: one value with two uses to XLA's CSE)
+        bounds = _slice_bounds(reader)
+        if bounds is None:
+            return None
+        if _in_another_fusion(reader, index, op):
+            if not duplicated:
+                return None  # (computed once and stored: rounded)
+            continue
+        others += 1
+        mask[tuple(slice(a, b) for a, b in bounds)] = True
+    if not others:
+        return None  # (one slice: the ordinary rules)
+    covered = mask[tuple(slice(a, b) for a, b in mine)]
+    loop = _sum_loop(op)
+    if loop == "sum":
+        return None
+    if loop != "unrolled":
+        covered[...] = False
+    varying = [d for d in range(covered.ndim) if not (covered == np.take(covered, [0], axis=d)).all()]
+    if not covered.size or covered.all() or len(varying) > 1:
+        return None  # (every element shared: the ordinary rules; a pattern over two dimensions: not measured)
+    return mul, slice_op, (varying[0] if varying else 0, covered)
+
+
+def _sliced_value(value: SSAValue, dim: int, start: int, limit: int, before: Operation) -> SSAValue:
+    """``value[start:limit]`` along ``dim``: a new ``slice`` inserted before ``before``."""
+    shape = value.type.get_shape()
+    starts = [start if d == dim else 0 for d in range(len(shape))]
+    limits = [limit if d == dim else n for d, n in enumerate(shape)]
+    sizes = [b - a for a, b in zip(starts, limits)]
+    op = SliceOp.create(operands=[value], result_types=[value.type.__class__(value.type.element_type, sizes)],
+                        properties={"start_indices": DenseArrayBase.from_list(i64, starts),
+                                    "limit_indices": DenseArrayBase.from_list(i64, limits),
+                                    "strides": DenseArrayBase.from_list(i64, [1] * len(shape))})
+    before.parent.insert_op_before(op, before)
+    return op.results[0]
+
+
+def _contract_shared_slice(op: Operation, uses: _Uses) -> bool:
+    """Contract ``slice(m) - c`` where ``m`` is read by other slices in the same fusion
+    (:func:`_shared_slice_product`): ``fma(a', b', -c)`` (the slice replayed on ``m``'s factors) at the elements
+    whose product LLVM does not share; the others are the subtraction as the ordinary rules contract it (the
+    product of ``c`` fused where it is one), put together by slices and a ``concatenate``."""
+    found = _shared_slice_product(op, uses)
+    if found is None:
+        return False
+    mul, slice_op, (dim, covered) = found
+    x, y = op.operands
+    a, b = mul.operands
+    a = _replayed(a, [slice_op], op)
+    b = a if mul.operands[1] is mul.operands[0] else _replayed(b, [slice_op], op)
+    fused = _new(FusedMultiplyAddOp, [a, b, _new(_NEG, [y], y.type, op)], op.results[0].type, op)
+    flags = np.moveaxis(covered, dim, 0).reshape(covered.shape[dim], -1)[:, 0]  # (constant across other dimensions)
+    if not flags.any():
+        op.results[0].replace_all_uses_with(fused)
+        op.detach()
+        op.erase()
+        return True
+    rest = op.clone()  # (the shared elements: the subtraction as the ordinary rules contract it)
+    for name in [k for k in rest.attributes if k == "hlo.name" or k.startswith("debug.")]:
+        rest.attributes.pop(name)
+    op.parent.insert_op_before(rest, op)
+    pieces, start = [], 0
+    for stop in range(1, len(flags) + 1):
+        if stop == len(flags) or flags[stop] != flags[start]:
+            pieces.append(_sliced_value(rest.results[0] if flags[start] else fused, dim, start, stop, op))
+            start = stop
+    joined = ConcatenateOp.create(operands=pieces, result_types=[op.results[0].type],
+                                  properties={"dimension": IntegerAttr(dim, i64)})
+    op.parent.insert_op_before(joined, op)
+    op.results[0].replace_all_uses_with(joined.results[0])
+    op.detach()
+    op.erase()
+    _contract(rest, uses)
+    return True
 
 
 def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
@@ -735,7 +899,7 @@ def contract_fma(module: ModuleOp, clone: bool = False, types: frozenset[str] | 
     for op in _candidates(module, types):  # program order: a chain's inner step is contracted first
         if isinstance(op, ReduceOp):
             _contract_sum(op, uses)
-        else:
+        elif not _contract_shared_slice(op, uses):
             _contract(op, uses)
     return module
 

@@ -430,6 +430,30 @@ def test_a_sum_of_a_contracted_term_in_a_loop():
         assert _bits_equal(got, expected).all(), loops
 
 
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 16, 23])
+def test_a_product_two_slices_share_in_an_unrolled_sum_is_fused_only_where_one_reads_it(n):
+    """The Rosenbrock sum of ``y = x * s``: LLVM unrolls the sum's loop and merges ``y[i + 1]`` of term ``i``
+    (``y[1:]``) with term ``i + 1``'s ``y[:-1]``, so term ``i``'s subtraction fuses the square, except the last
+    term's, whose ``s * x[-1]`` has one use and is fused instead (XLA's object code; before: 5-61 of 200 draws
+    differed for 2 to 23 elements)."""
+    rng = np.random.default_rng(n)
+    for _ in range(60):
+        assert_matches_jax(lambda x, s: _rosenbrock(x * s), rng.standard_normal(n).astype(F32),
+                           np.float32(rng.uniform(0.5, 1.5)))
+
+
+@pytest.mark.parametrize("n", [2, 5, 33])
+def test_a_sliced_product_in_an_element_wise_loop_is_fused_at_every_element(n):
+    """``y[1:] - y[:-1] ** 2`` with ``y = x * s`` returned as an array: XLA's loop computes ``y`` per element each
+    slice reads, two one-use products, and LLVM fuses the subtraction's first, ``s * x[i + 1]`` (before: about a
+    third of the elements of 200 draws differed)."""
+    rng = np.random.default_rng(n)
+    for _ in range(40):
+        x, s = rng.standard_normal(n).astype(F32), np.float32(rng.uniform(0.5, 1.5))
+        assert_matches_jax(lambda x, s: (x * s)[1:] - (x * s)[:-1] ** 2, x, s)
+        assert_matches_jax(lambda x, s: ((x * s)[1:] - (x * s)[:-1] ** 2) * (1 - (x * s)[:-1]), x, s)
+
+
 def test_contraction_through_zero_pads_and_a_negated_constant_product():
     """jax.grad of the Rosenbrock sum: ``pad(-(2 * s)) + pad(-(200 d) * 2x) + pad(200 d, shifted)``. XLA reads a
     zero pad as index arithmetic (``c + 0.0`` outside), LLVM folds ``-(2 * s)`` into ``s * -2`` and fuses that
