@@ -1029,3 +1029,6 @@ def test_gemv_rows_in_vector_registers_are_the_scalar_forms_bits():
                 strided(a, b, other, wide)
                 np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
                 np.testing.assert_array_equal(other.view(f"u{other.itemsize}"), want.view(f"u{want.itemsize}"))
+                for operand in (dense, a[:, :, ::2]):  # (from Python: the same forms)
+                    gemv_rows(operand, b, other, wide)
+                    np.testing.assert_array_equal(other.view(f"u{other.itemsize}"), want.view(f"u{want.itemsize}"))

@@ -150,11 +150,20 @@ def gemv_rows_scalar(a, b, out, wide):
             out[t, i, 0] = total + tail
 
 
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def _gemv_rows_contiguous(a, b, out, wide):
+    _gemv_rows_vector(a, b, out, wide)
+
+
 def gemv_rows(a, b, out, wide):
     """``out[t, i, 0] = a[t, i] . b[t, :, 0]`` summed as XLA CPU's row-major GEMV emitter sums it (module docstring)
     for ``a (batch, M, K)``, ``b (batch, K, 1)``, ``out (batch, M, 1)`` of one float type (f32/f64); ``wide``:
-    64-byte vectors (inside the while loops XLA compiles whole). Callable from numba code only."""
-    raise NotImplementedError("gemv_rows is called from numba-compiled code")
+    64-byte vectors (inside the while loops XLA compiles whole). From numba code too (the overload below picks the
+    same form by the arrays' types)."""
+    if a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous and a.dtype == b.dtype == out.dtype:
+        _gemv_rows_contiguous(a, b, out, bool(wide))
+    else:
+        gemv_rows_scalar(a, b, out, bool(wide))
 
 
 @overload(gemv_rows, jit_options={"cache": True})
