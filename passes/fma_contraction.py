@@ -45,7 +45,14 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   optimized LLVM IR: 18 of 41 draws differed). Not a pad read by an add XLA copies into several fusions (the
   gradient read by ``g + grad`` and by ``grad[0] * p[0]``): the pad is then a fusion of its own, its product
   stored (:func:`_copied_into_several_fusions`).
-* Nothing in between: ``broadcast(a*b) + c`` and ``convert(a*b) + c`` round
+* A product LLVM hoists out of the add's loop stays rounded (:func:`_hoisted_out_of_the_add`): XLA emits a loop
+  per dimension, and a product of broadcasts (``m * 3`` with ``m`` spread over rows, written before or after the
+  broadcast) that does not vary along the innermost dimension, or varies along it alone while LLVM unrolls that
+  loop whole (:func:`_inner_loop_unrolled`), is computed outside the add's basic block. Read through the
+  ``broadcast`` otherwise: ``x*s - 0.5 + m*3`` with ``m`` of (1, 512) over (64, 512) rows is
+  ``fma(m, 3, fma(x, s, -0.5))`` (8,470 of 32,768 elements differed rounded). And an f32 ``exp`` added to a
+  product is itself a multiply to LLVM, fused first (:func:`_scaled_by_exponent`).
+* Nothing else in between: ``convert(a*b) + c`` rounds
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
   Except ops that only move elements: a ``transpose``, ``reshape``, ``reverse``,
   ``slice``, ``copy`` or same-type ``bitcast`` of the product (each the only use of
@@ -131,7 +138,7 @@ from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
-from xla_dialect.ops.control_flow import ReturnOp
+from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.data_movement import (BitcastOp, BroadcastInDimOp, ConcatenateOp, CopyOp, PadOp, ReshapeOp,
                                           ReverseOp, SliceOp, TransposeOp)
@@ -142,7 +149,7 @@ from xla_dialect.types import numpy_dtype
 from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
-from .small_loops import BF16_SCALAR, SHARED_PRODUCT
+from .small_loops import BF16_SCALAR, SHARED_PRODUCT, UNROLL_THRESHOLD, is_small_loop
 from .util import element_name
 from .xla_loop_bytes import _LOOP_FUSED, _copied_into_several_fusions, _fused_forward
 
@@ -343,6 +350,13 @@ def _padded_value(value: SSAValue) -> SSAValue:
     return value
 
 
+def _spread_value(value: SSAValue) -> SSAValue:
+    """``value`` with the element moves, zero pads and broadcasts (:func:`_is_spread`) producing it looked through."""
+    while _is_move(value.owner) or _is_zero_pad(value.owner) or _is_spread(value.owner):
+        value = value.owner.operands[0]
+    return value
+
+
 def _moved_value(value: SSAValue) -> SSAValue:
     """``value`` with the element moves (:data:`_MOVES`) producing it looked through."""
     while _is_move(value.owner):
@@ -360,7 +374,7 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
     if SHARED_PRODUCT in user.attributes:
         return None  # (LLVM merges the product of two elements' copies of the add: xla-small-loops' SHARED_PRODUCT)
     chain = []
-    while _is_move(value.owner) or _is_zero_pad(value.owner):
+    while _is_move(value.owner) or _is_zero_pad(value.owner) or _is_spread(value.owner):
         move = value.owner
         if move.parent is not user.parent or len(list(value.uses)) != 1:
             return None
@@ -377,6 +391,11 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
         return None
     if any(isinstance(move, PadOp) for move in chain) and _copied_into_several_fusions(user):
         return None  # (the pad is a fusion of its own, its product stored: _copied_into_several_fusions)
+    spread = any(isinstance(move, BroadcastInDimOp) for move in chain)
+    if user.results[0].type.get_shape():
+        hoisted = _hoisted_out_of_the_add(chain[0].results[0] if chain else mul.results[0], user)
+        if hoisted or hoisted is None and spread:
+            return None  # (LLVM moves the product out of the add's loop: _hoisted_out_of_the_add)
     shifted = any(isinstance(move, PadOp) and any(ints(move.edge_padding_low)) for move in chain)
     if not (uses.one_use(value) or not chain and _duplicated(mul, uses) and uses.read_once_in_fusion_of(value, user)
             or shifted and _duplicated(mul, uses)):
@@ -390,6 +409,156 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
                   or any(v.type != mul.results[0].type for v in mul.operands)):
         return None
     return mul, chain, negate
+
+
+def _varying_dims(value: SSAValue, depth: int = 0, known: dict | None = None) -> frozenset[int]:
+    """The dimensions of ``value`` (longer than 1) along which its elements differ as XLA's fused loop computes
+    them: a broadcast varies only along the dimensions its operand's varying ones map to, a splat constant along
+    none, an element-wise op along its operands' (scalars none), an iota along its own; anything else along all."""
+    known = {} if known is None else known
+    if value in known:
+        return known[value]
+    known[value] = found = _varying_dims_of(value, depth, known)
+    return found
+
+
+def _varying_dims_of(value: SSAValue, depth: int, known: dict) -> frozenset[int]:
+    shape = value.type.get_shape()
+    owner = value.owner
+    every = frozenset(d for d, n in enumerate(shape) if n != 1)
+    if depth > 24 or not every:
+        return every
+    if isinstance(owner, ConstantOp) and (_elements(value) == 1 or _splat(owner)):
+        return frozenset()
+    if isinstance(owner, IotaOp):
+        return every & {int(owner.properties["iota_dimension"].value.data)}
+    if isinstance(owner, BroadcastInDimOp):
+        dims = ints(owner.broadcast_dimensions)
+        return frozenset(dims[k] for k in _varying_dims(owner.operands[0], depth + 1, known)) & every
+    if isinstance(owner, _LOOP_FUSED) and not isinstance(owner, (BroadcastInDimOp, *_MOVES)) \
+            and len(owner.results) == 1:
+        varying: frozenset[int] = frozenset()
+        for operand in owner.operands:
+            if not operand.type.get_shape():
+                continue
+            if tuple(operand.type.get_shape()) != tuple(shape):
+                return every
+            varying |= _varying_dims(operand, depth + 1, known)
+        return varying
+    return every
+
+
+_VECTOR_COSTS = {
+    _ADD: 1, _SUB: 1, _MUL: 1, _NEG: 1, ew.DivOp: 1, ew.CompareOp: 1, ew.SelectOp: 1, ConvertOp: 1,
+    ew.MaxOp: 2, ew.MinOp: 2, ew.AbsOp: 1, ew.SqrtOp: 2, ew.LogOp: 3, ew.LogisticOp: 6, ew.TanhOp: 80,
+    (ew.ExpOp, "f32"): 3, (ew.ExpOp, "f64"): 20,
+}
+"""LLVM's size cost per vector of an f32/f64 element-wise op in XLA's fused loops, as far as measured (jax 0.10.2,
+Xeon): fitted to the longest inner dimension whose loop of ``op(x) + m * 3`` (``m`` a row broadcast over 8 rows)
+LLVM still unrolls whole (:func:`_inner_loop_unrolled`): ``sqrt(abs(x))`` 240 of f32, not 256; ``log(abs(x))`` 192,
+not 256; the logistic function (which XLA expands to ``1 / (1 + exp(-x))``: f32 exp 3) 128, not 192; f64
+``exp`` more than 12 (kept a loop at 8 trips); ``maximum`` 256, not 320; ``tanh`` 16, not 32 (over 8 rows; over
+``(4, 6, 5, 16)`` and ``(4, 6, 16)`` with ``m`` varying along the last dimension only the product is fused: not
+matched). Fusions holding other ops are not estimated."""
+
+_FREE_IN_LOOP = (ConstantOp, BroadcastInDimOp, *_MOVES)
+
+
+def _inner_loop_unrolled(user: Operation) -> bool | None:
+    """Whether LLVM unrolls the innermost loop of the XLA loop fusion computing the element-wise ``user`` whole
+    (None: not estimated). XLA emits one loop per dimension; LLVM vectorizes the innermost (8 f32 or 4 f64 lanes,
+    ``prefer-vector-width=256``, two vectors per trip) and unrolls it whole when ``cost * trips + 2 <= 300``
+    (:data:`~passes.small_loops.UNROLL_THRESHOLD`), the cost of a trip twice the loads, ops and stores of one
+    vector, plus 3 (fitted, measured on four bodies: ``x + m*3`` unrolled up to 22 trips, ``x*s - 0.5 + m*3`` 15,
+    ``(x*s)*(x+s) - 0.5 + m*3`` and ``x*s*t - 0.5 + m*3`` 12, f32 and f64). The fusion is estimated as ``user``'s
+    chain of element-wise producers (cheap ones even when read elsewhere: XLA copies them into each fusion) and
+    the element-wise readers it fuses with; a value read from outside counts as one load per vector if it varies
+    along the inner dimension."""
+    shape = user.results[0].type.get_shape()
+    inner = max(d for d, n in enumerate(shape) if n != 1)
+    lanes = 2 * (256 // (8 * numpy_dtype(user.results[0].type).itemsize))
+    fused = {id(op): op for op in (user, *(o for o in _forward_ops(user)))}
+    stack = list(user.operands)
+    while stack:
+        value = stack.pop()
+        owner = value.owner
+        if (isinstance(owner, (*_LOOP_FUSED, FusedMultiplyAddOp)) and owner.parent is user.parent
+                and id(owner) not in fused
+                and (len(list(value.uses)) == 1 or type(owner) in _VECTOR_COSTS and type(owner) is not ew.DivOp
+                     or isinstance(owner, _FREE_IN_LOOP))):  # (XLA copies cheap producers into each fusion)
+            fused[id(owner)] = owner
+            stack.extend(owner.operands)
+    cost = 0
+    loads: set[SSAValue] = set()
+    stores = 0
+    for op in fused.values():
+        if isinstance(op, _FREE_IN_LOOP) or isinstance(op, _NEG) and all(
+                isinstance(use.operation, FusedMultiplyAddOp) for use in op.results[0].uses):
+            pass  # (a negation this pass made of a subtraction: one fsub in LLVM's loop, counted with the FMA)
+        elif isinstance(op, FusedMultiplyAddOp):
+            cost += 2  # (an FMA made earlier in program order: fmul and fadd when LLVM decides the unrolling)
+        elif type(op) in _VECTOR_COSTS or (type(op), element_name(op.results[0])) in _VECTOR_COSTS:
+            cost += _VECTOR_COSTS.get(type(op)) or _VECTOR_COSTS[type(op), element_name(op.results[0])]
+        else:
+            return None
+        for operand in op.operands:
+            if not (isinstance(operand.owner, Operation) and id(operand.owner) in fused) \
+                    and operand.type.get_shape() and len(operand.type.get_shape()) == len(shape) \
+                    and inner in _varying_dims(operand):
+                loads.add(operand)
+            elif isinstance(operand.owner, BroadcastInDimOp) and id(operand.owner) in fused:
+                source = operand.owner.operands[0]
+                if not (isinstance(source.owner, Operation) and id(source.owner) in fused) \
+                        and inner in _varying_dims(operand):
+                    loads.add(source)
+        if any(not isinstance(use.operation, Operation) or id(use.operation) not in fused
+               for result in op.results for use in result.uses):
+            stores += 1
+    trips = shape[inner] // lanes
+    per_trip = 2 * (cost + len(loads) + max(stores, 1)) + 3
+    return per_trip * trips + 2 <= UNROLL_THRESHOLD
+
+
+def _forward_ops(user: Operation) -> list[Operation]:
+    """The element-wise readers XLA fuses into ``user``'s loop (:func:`_fused_forward`), ``user`` excluded."""
+    ids = _fused_forward(user)
+    return [op for op in user.parent.ops if id(op) in ids and op is not user]
+
+
+def _hoisted_out_of_the_add(product: SSAValue, user: Operation) -> bool | None:
+    """Whether LLVM hoists the product ``product`` (at ``user``'s shape) out of the loop computing the element-wise
+    ``user`` in XLA's loop fusion, so that it stays rounded: the product of broadcasts (``m * 3`` over rows, or
+    ``broadcast(m * 3)``) varies along some dimensions only, and LLVM's LICM moves what a loop does not vary out of
+    it, into another basic block, where the DAG combiner cannot fuse it into the add. Measured (f32 and f64, jax
+    0.10.2, read in XLA's optimized LLVM IR for [8, 128] and [8, 256]): rounded when the product does not vary along
+    the innermost dimension (a vector splat of a scalar: ``(4, 6, 5, 16)`` with ``m`` of ``(1, 6, 1, 1)``, ``(n,
+    1)`` keepdims values); when it varies along it but not along the next outer dimension and LLVM unrolls the
+    innermost loop whole (:func:`_inner_loop_unrolled`: ``(8, 128)`` with ``m`` of ``(1, 128)``, ``(4, 6, 16)`` of
+    ``(4, 1, 16)``); fused when the innermost loop stays a loop (``(64, 512)`` with ``m`` of ``(1, 512)``: 8,470 of
+    32,768 elements differed rounded) or the product varies along both (``(4, 6, 5, 16)`` of ``(1, 6, 5, 16)``).
+    Checked against jax.jit on 608 cases (f32/f64, eight bodies, 19 shapes, both forms; 263 differed before, 14
+    after). Not matched: inner dimensions of 3 to 8 (some elements fused, some not), heavy bodies (tanh, f64 exp)
+    over (4, 6, 5, 16) or (4, 6, 16) with the product varying along the last dimension only (XLA fuses it), f64 tanh
+    over (8, 16) (XLA rounds it). None: the unrolling is not estimated (a fusion with ops :data:`_VECTOR_COSTS`
+    lacks); the caller keeps its former rule."""
+    shape = product.type.get_shape()
+    effective = [d for d, n in enumerate(shape) if n != 1]
+    if not effective:
+        return False
+    varying = _varying_dims(product)
+    if effective[-1] not in varying:
+        return True
+    if len(effective) == 1 or effective[-2] in varying:
+        return False
+    unrolled = _inner_loop_unrolled(user)
+    return unrolled
+
+
+def _is_spread(op: Operation | None) -> bool:
+    """A ``broadcast_in_dim`` of the same element type: index arithmetic in XLA's fused loop, like a move, but the
+    product it spreads may be hoisted out of the add's loop (:func:`_hoisted_out_of_the_add`)."""
+    return (isinstance(op, BroadcastInDimOp) and op.operands[0].type.element_type == op.results[0].type.element_type
+            and not computes_on_quantized(op))
 
 
 def _constant_factor(value: SSAValue) -> bool:
@@ -530,9 +699,45 @@ def _new(cls, operands: list[SSAValue], result_type, before: Operation) -> SSAVa
     return op.results[0]
 
 
+def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
+    """Whether ``value`` is an f32 ``exp`` LLVM sees as a multiply in ``user``'s fused loop: XLA's f32 exp ends by
+    scaling its polynomial by ``2**k`` (an ``fmul`` of the polynomial and the exponent's bits, read in XLA's
+    optimized LLVM IR), which the DAG combiner contracts into the add that reads it -- before the add's other
+    operand. ``exp(x) + x*s``, ``x*s + exp(x)`` and ``exp(x) - x*s`` round ``x*s`` (measured, f32[64, 512]: 5,500
+    of 32,768 elements differed when the product was fused; which products: :func:`_rounded_beside_exp`);
+    ``x*s - exp(x)`` fuses ``x*s``, the subtraction's operand 0. f64's exp and the other transcendental functions end otherwise, and so does the exp of a single
+    element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with the product rounded): the product is fused. The
+    fused scaling itself is exact (a power of two), so the result is the exp rounded, then added. Not inside a while
+    loop XLA compiles whole (``xla-small-loops``): there the product is fused (measured: f32[16] and [5, 7] in a
+    ``fori_loop``, 7 and 10 elements differed with it rounded)."""
+    owner = value.owner
+    if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
+            and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
+        return False
+    enclosing = user.parent_op()
+    while enclosing is not None:
+        if isinstance(enclosing, WhileOp) and is_small_loop(enclosing):
+            return False
+        enclosing = enclosing.parent_op()
+    return True
+
+
+def _rounded_beside_exp(mul: Operation, user: Operation) -> bool:
+    """Whether the product ``mul`` stays rounded beside an exp that ``user`` adds to it (:func:`_scaled_by_exponent`):
+    always for a product of two arrays (f32[2] to [64, 512], straight-line code); for a product by a constant
+    (``exp(x) + y * 3``) only from an innermost dimension of 64 (measured: [8, 384], [64, 64], [4, 80], [4, 5, 64]
+    rounded; [n] up to 33, [5, 16], [3, 16], [4, 5, 16] fused -- and [8, 16] rounded, not matched: LLVM's order of
+    the add's operands there is not modelled)."""
+    if not any(_constant_factor(v) for v in mul.operands):
+        return True
+    shape = user.results[0].type.get_shape()
+    return bool(shape) and shape[-1] >= 64
+
+
 def _contract(op: Operation, uses: _Uses) -> bool:
     """Replace ``op`` (an add or subtract) by an FMA if an operand is a fusible multiply."""
     x, y = op.operands
+    beside_exp = _scaled_by_exponent(x, op) or isinstance(op, _ADD) and _scaled_by_exponent(y, op)
     t = op.results[0].type
     order = [(0, x), (1, y)]
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
@@ -555,6 +760,8 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             continue
         mul, chain, negate = found
         a, b = mul.operands
+        if beside_exp and _rounded_beside_exp(mul, op):
+            continue  # (the exp's own scaling multiply is contracted: _scaled_by_exponent)
         if negate is not None:  # (-(c * x) as x * -c: the constant negated, exact)
             if _constant_factor(a):
                 a = _new(_NEG, [a], a.type, op)
@@ -741,8 +948,8 @@ def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
     return [op for op in module.walk()
             if isinstance(op, (_ADD, _SUB)) and (element_name(op.results[0]) in types or BF16_SCALAR in op.attributes)
             and not computes_on_quantized(op) and YNNPACK not in op.attributes
-            and any(isinstance(_padded_value(v).owner, _MUL) and not computes_on_quantized(_padded_value(v).owner)
-                    and YNNPACK not in _padded_value(v).owner.attributes for v in op.operands)
+            and any(isinstance(_spread_value(v).owner, _MUL) and not computes_on_quantized(_spread_value(v).owner)
+                    and YNNPACK not in _spread_value(v).owner.attributes for v in op.operands)
             or isinstance(op, ReduceOp) and _contracted_sum(op, types)]
 
 
