@@ -705,9 +705,9 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     optimized LLVM IR), which the DAG combiner contracts into the add that reads it -- before the add's other
     operand. ``exp(x) + x*s``, ``x*s + exp(x)`` and ``exp(x) - x*s`` round ``x*s`` (measured, f32[64, 512]: 5,500
     of 32,768 elements differed when the product was fused; which products: :func:`_rounded_beside_exp`);
-    ``x*s - exp(x)`` fuses ``x*s``, the subtraction's operand 0. f64's exp and the other transcendental functions end otherwise, and so does the exp of a single
-    element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with the product rounded): the product is fused. The
-    fused scaling itself is exact (a power of two), so the result is the exp rounded, then added. Not inside a while
+    ``x*s - exp(x)`` fuses ``x*s``, the subtraction's operand 0. f64's exp and the other transcendental functions
+    end otherwise, and so does the exp of a single element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with
+    the product rounded): the product is fused. The fused scaling itself is exact (a power of two), so the result is the exp rounded, then added. Not inside a while
     loop XLA compiles whole (``xla-small-loops``): there the product is fused (measured: f32[16] and [5, 7] in a
     ``fori_loop``, 7 and 10 elements differed with it rounded)."""
     owner = value.owner
