@@ -72,6 +72,7 @@ from .control_flow import array_applier, result_dtypes
 from .eigen_dots import convolution_order, eigen_matmul, one_column_matmul, transposed_convolution_order
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .reduction import _signed_zeros, binary_body_ufunc
+from .window_copies import nhwc_patches
 from .ynnpack_convolution import convolution_plan, depthwise_rule, is_ynnpack_convolution, ynnpack_convolution
 from .ynnpack_convolution import depthwise as ynnpack_depthwise
 
@@ -240,18 +241,28 @@ def _convolution(op, ctx):
             x = x.astype(compute_dtype)  # XLA converts the operands (may round, e.g. f16 -> bf16)
         return x.astype(arith, copy=False)
 
+    # Channels-last 2-D images (N, H, W, C) without feature or batch groups: the patches copied by one loop.
+    patches_copied = (groups == 1 and n == 2 and features_minor and lhs_perm == (0, 3, 1, 2)
+                      and np.dtype(arith).kind == "f")
+
+    def a_nhwc(lhs):
+        return dilate_pad(convert(lhs), input_spatial, window.padding, window.base_dilations, 0)
+
     def convolution(lhs, rhs):
         if empty:
             return np.zeros(out_shape, result_dtype)
         # Padded in the operand's own layout (no transposing copy), then viewed as (N, C, *spatial).
-        a = dilate_pad(convert(lhs), input_spatial, window.padding, window.base_dilations, 0)
-        a = np.transpose(a, lhs_perm)
+        a = None if patches_copied else np.transpose(a_nhwc(lhs), lhs_perm)
         w = convert(np.transpose(rhs, rhs_perm))
         if reversed_axes:
             # Reversing the lhs window equals reversing the kernel.
             w = np.flip(w, reversed_axes)
-        view = windows(a, spatial_axes, window)
-        cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
+        if patches_copied:  # (one compiled loop of contiguous runs: lowering/kernels/window_copies.py)
+            cols = nhwc_patches(a_nhwc(lhs), tuple(kernel), tuple(out_spatial), tuple(window.strides),
+                                tuple(window.window_dilations)).reshape(1, m, k)
+        else:
+            view = windows(a, spatial_axes, window)
+            cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
         kmat = np.transpose(w.reshape(groups, group_out, kernel_in, *kernel), kernel_order).reshape(groups, k, group_out)
         c = matmul(cols, kmat)
         if groups == 1:  # (Nb, *out, O) viewed as (Nb, O, *out): no copy
