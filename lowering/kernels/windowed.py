@@ -263,7 +263,8 @@ def _convolution(op, ctx):
         else:
             view = windows(a, spatial_axes, window)
             cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
-        kmat = np.transpose(w.reshape(groups, group_out, kernel_in, *kernel), kernel_order).reshape(groups, k, group_out)
+        kmat = np.transpose(w.reshape(groups, group_out, kernel_in, *kernel), kernel_order)
+        kmat = kmat.reshape(groups, k, group_out)
         c = matmul(cols, kmat)
         if groups == 1:  # (Nb, *out, O) viewed as (Nb, O, *out): no copy
             c = np.moveaxis(c.reshape(res_split[1:]), -1, 1)
