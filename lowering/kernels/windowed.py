@@ -72,7 +72,7 @@ from .control_flow import array_applier, result_dtypes
 from .eigen_dots import convolution_order, eigen_matmul, one_column_matmul, transposed_convolution_order
 from .linalg import _arith_dtype, matmul_kernel, xla_convert
 from .reduction import _signed_zeros, binary_body_ufunc
-from .window_copies import nhwc_patches
+from .window_copies import padded_patches
 from .ynnpack_convolution import convolution_plan, depthwise_rule, is_ynnpack_convolution, ynnpack_convolution
 from .ynnpack_convolution import depthwise as ynnpack_depthwise
 
@@ -243,23 +243,22 @@ def _convolution(op, ctx):
 
     # Channels-last 2-D images (N, H, W, C) without feature or batch groups: the patches copied by one loop.
     patches_copied = (groups == 1 and n == 2 and features_minor and lhs_perm == (0, 3, 1, 2)
-                      and np.dtype(arith).kind == "f")
-
-    def a_nhwc(lhs):
-        return dilate_pad(convert(lhs), input_spatial, window.padding, window.base_dilations, 0)
+                      and np.dtype(arith).kind == "f" and all(d == 1 for d in window.base_dilations))
 
     def convolution(lhs, rhs):
         if empty:
             return np.zeros(out_shape, result_dtype)
         # Padded in the operand's own layout (no transposing copy), then viewed as (N, C, *spatial).
-        a = None if patches_copied else np.transpose(a_nhwc(lhs), lhs_perm)
+        a = None if patches_copied else np.transpose(
+            dilate_pad(convert(lhs), input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
         w = convert(np.transpose(rhs, rhs_perm))
         if reversed_axes:
             # Reversing the lhs window equals reversing the kernel.
             w = np.flip(w, reversed_axes)
         if patches_copied:  # (one compiled loop of contiguous runs: lowering/kernels/window_copies.py)
-            cols = nhwc_patches(a_nhwc(lhs), tuple(kernel), tuple(out_spatial), tuple(window.strides),
-                                tuple(window.window_dilations)).reshape(1, m, k)
+            cols = padded_patches(convert(lhs), tuple(kernel), tuple(out_spatial), tuple(window.strides),
+                                  tuple(window.window_dilations), tuple(p[0] for p in window.padding),
+                                  (0, features)).reshape(1, m, k)
         else:
             view = windows(a, spatial_axes, window)
             cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
@@ -292,7 +291,15 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
     depthwise = depthwise_rule(plan, features) if groups > 1 else None
     strides, dilations = np.array(window.strides), np.array(window.window_dilations)
 
+    # Channels-last images without base dilation and one group: the patches are copied from the unpadded input
+    # by a compiled loop, chunk by chunk (lowering/kernels/window_copies.py), the padded copy made only if the
+    # product's remainder needs it.
+    unpadded = (depthwise is None and groups == 1 and lhs_perm == (0, 3, 1, 2) and n_kernel == 2
+                and all(d == 1 for d in window.base_dilations))
+
     def convolution(lhs, rhs):
+        if unpadded:
+            return unpadded_convolution(lhs, rhs)
         a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
         w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw), O = groups * outputs per group
         if depthwise is not None:  # (one input feature per group: straight from the padded input)
@@ -304,6 +311,23 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
         w = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
         kmat = np.ascontiguousarray(np.transpose(w, (0, *range(3, 3 + n_kernel), 2, 1)))
         c = ynnpack_convolution(view, kmat.reshape(groups, -1, *kmat.shape[-2:]), plan, workers, mode)
+        return np.transpose(np.moveaxis(c.reshape(canon_shape), -1, 1), out_perm)
+
+    def unpadded_convolution(lhs, rhs):
+        w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw)
+        kmat = np.ascontiguousarray(np.transpose(w, (2, 3, 1, 0)))  # (kh, kw, I, O)
+        size = (lhs.shape[0], features, *canon_shape[1:3], *kmat.shape[:2])
+
+        def padded_view():
+            a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
+            return windows(a, spatial_axes, window)
+
+        def copied(f0, f1):
+            return padded_patches(lhs, tuple(window.dimensions), tuple(canon_shape[1:3]), tuple(window.strides),
+                                  tuple(window.window_dilations), tuple(p[0] for p in window.padding), (f0, f1))
+
+        c = ynnpack_convolution(None, kmat.reshape(1, -1, *kmat.shape[-2:]), plan, workers, mode,
+                                copied_patches=copied, view_size=size, make_view=padded_view)
         return np.transpose(np.moveaxis(c.reshape(canon_shape), -1, 1), out_perm)
 
     return convolution

@@ -158,22 +158,35 @@ def depthwise_rule(plan: ConvolutionPlan, features: int) -> int | None:
     return REMAINDER_CALLS
 
 
-def ynnpack_convolution(view: np.ndarray, kernel: np.ndarray, plan: ConvolutionPlan, workers: int = 1,
-                        mode=None) -> np.ndarray:
+def ynnpack_convolution(view: np.ndarray | None, kernel: np.ndarray, plan: ConvolutionPlan, workers: int = 1,
+                        mode=None, copied_patches=None, view_size=None, make_view=None) -> np.ndarray:
     """The ``(pixels, outputs)`` result of a 2-D convolution in YNNPACK's order. ``view`` is the padded input's
     windows, ``(batch, features, oh, ow, kh, kw)`` (a strided view: each block of patches is copied from it once);
     ``kernel`` is ``(groups, kh * kw, features / groups, outputs / groups)`` (output feature ``g * outputs / groups
     + j`` is group ``g``'s ``j``); both of the result's float type. ``workers`` and ``mode`` as for
-    :func:`lowering.kernels.small_dot.small_matmul`. Groups are the batch of each product."""
-    batch, _, oh, ow, kh, kw = view.shape
+    :func:`lowering.kernels.small_dot.small_matmul`. Groups are the batch of each product. With one group the
+    caller may give instead ``copied_patches(f0, f1)``, the ``(pixels, K)`` patches of features ``[f0, f1)``
+    (:func:`lowering.kernels.window_copies.padded_patches`), ``view_size`` (the view's shape) and ``make_view()``
+    for the view where a remainder of features needs it."""
+    batch, _, oh, ow, kh, kw = view.shape if view is not None else view_size
     groups, k_outer, features, outputs = kernel.shape
     pixels = batch * oh * ow
     dtype = kernel.dtype
-    grouped = view.reshape(batch, groups, features, oh, ow, kh, kw)  # (splits one axis: no copy)
+    grouped = None
     blocks = {}
 
+    def windows_of() -> np.ndarray:
+        nonlocal grouped, view
+        if grouped is None:
+            view = view if view is not None else make_view()
+            grouped = view.reshape(batch, groups, features, oh, ow, kh, kw)  # (splits one axis: no copy)
+        return grouped
+
     def patches(f0: int, f1: int) -> np.ndarray:  # features [f0, f1) of every window position: (groups, pixels, K)
+        if (f0, f1) not in blocks and copied_patches is not None:
+            blocks[f0, f1] = copied_patches(f0, f1).astype(dtype, copy=False).reshape(1, pixels, -1)
         if (f0, f1) not in blocks:
+            grouped = windows_of()
             part = np.transpose(grouped[:, :, f0:f1], (1, 0, 3, 4, 5, 6, 2))
             blocks[f0, f1] = np.ascontiguousarray(part, dtype).reshape(groups, pixels, k_outer * (f1 - f0))
         return blocks[f0, f1]
@@ -187,7 +200,7 @@ def ynnpack_convolution(view: np.ndarray, kernel: np.ndarray, plan: ConvolutionP
         ranges = [(0, outputs, plan.chunk)]
         if plan.columns < outputs and plan.last_chunk != plan.chunk:
             ranges = [(0, plan.columns, plan.chunk), (plan.columns, outputs, plan.last_chunk)]
-        out = np.empty((groups, pixels, outputs), dtype)
+        out = np.empty((groups, pixels, outputs), dtype) if len(ranges) > 1 else None
         for c0, c1, chunk in ranges:
             step = chunk if 0 < chunk < aligned else aligned
             result = None
@@ -195,12 +208,17 @@ def ynnpack_convolution(view: np.ndarray, kernel: np.ndarray, plan: ConvolutionP
                 f1 = min(f0 + step, aligned)
                 rhs = np.ascontiguousarray(kernel[:, :, f0:f1, c0:c1]).reshape(groups, k_outer * (f1 - f0), c1 - c0)
                 product = matmul(patches(f0, f1), rhs)
-                result = product if result is None else product + result
-            out[:, :, c0:c1] = result
+                # (the chunk's product plus the sum before it, in that order, into the sum's own array)
+                result = product if result is None else np.add(product, result, out=result)
+            if (c0, c1) == (0, outputs):
+                out = result
+            else:
+                out[:, :, c0:c1] = result
     zero = dtype.type(0)
     for position in range(k_outer if aligned < features else 0):
         # The remainder of this window position: one kernel call on a zero-padded copy, its lanes added in pairs.
         row, column = divmod(position, kw)
+        grouped = windows_of()
         lanes = [np.transpose(grouped[:, :, f, :, :, row, column], (1, 0, 2, 3)).reshape(groups, pixels, 1)
                  * kernel[:, position, f, None, :] + zero for f in range(aligned, features)]
         lanes += [np.zeros((groups, pixels, outputs), dtype)] * (plan.tile_k - len(lanes))
