@@ -241,8 +241,10 @@ def _convolution(op, ctx):
             x = x.astype(compute_dtype)  # XLA converts the operands (may round, e.g. f16 -> bf16)
         return x.astype(arith, copy=False)
 
-    # Channels-last 2-D images (N, H, W, C) without feature or batch groups: the patches copied by one loop.
-    patches_copied = (groups == 1 and n == 2 and features_minor and lhs_perm == (0, 3, 1, 2)
+    # 2-D images without feature or batch groups: the patches copied by one loop from the image as (N, H, W, C).
+    channels_last = (lhs_perm[0], *lhs_perm[2:], lhs_perm[1])
+    # (other layouts are transposed to it first: the copy of a strided view of every window was slower)
+    patches_copied = (groups == 1 and n == 2 and features_minor
                       and np.dtype(arith).kind == "f" and all(d == 1 for d in window.base_dilations))
 
     def convolution(lhs, rhs):
@@ -256,9 +258,9 @@ def _convolution(op, ctx):
             # Reversing the lhs window equals reversing the kernel.
             w = np.flip(w, reversed_axes)
         if patches_copied:  # (one compiled loop of contiguous runs: lowering/kernels/window_copies.py)
-            cols = padded_patches(convert(lhs), tuple(kernel), tuple(out_spatial), tuple(window.strides),
-                                  tuple(window.window_dilations), tuple(p[0] for p in window.padding),
-                                  (0, features)).reshape(1, m, k)
+            cols = padded_patches(convert(np.transpose(lhs, channels_last)), tuple(kernel), tuple(out_spatial),
+                                  tuple(window.strides), tuple(window.window_dilations),
+                                  tuple(p[0] for p in window.padding), (0, features)).reshape(1, m, k)
         else:
             view = windows(a, spatial_axes, window)
             cols = np.transpose(view.reshape(lhs_split), lhs_order).reshape(groups, m, k)
@@ -291,10 +293,11 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
     depthwise = depthwise_rule(plan, features) if groups > 1 else None
     strides, dilations = np.array(window.strides), np.array(window.window_dilations)
 
-    # Channels-last images without base dilation and one group: the patches are copied from the unpadded input
+    # Images without base dilation and one group: the patches are copied from the unpadded input (as (N, H, W, C))
     # by a compiled loop, chunk by chunk (lowering/kernels/window_copies.py), the padded copy made only if the
     # product's remainder needs it.
-    unpadded = (depthwise is None and groups == 1 and lhs_perm == (0, 3, 1, 2) and n_kernel == 2
+    channels_last = (lhs_perm[0], *lhs_perm[2:], lhs_perm[1])
+    unpadded = (depthwise is None and groups == 1 and n_kernel == 2
                 and all(d == 1 for d in window.base_dilations))
 
     def convolution(lhs, rhs):
@@ -316,14 +319,15 @@ def _ynnpack_convolution(ctx, window: Window, input_spatial, lhs_perm, rhs_perm,
     def unpadded_convolution(lhs, rhs):
         w = np.transpose(rhs, rhs_perm)  # (O, I, kh, kw)
         kmat = np.ascontiguousarray(np.transpose(w, (2, 3, 1, 0)))  # (kh, kw, I, O)
-        size = (lhs.shape[0], features, *canon_shape[1:3], *kmat.shape[:2])
+        size = (lhs.shape[lhs_perm[0]], features, *canon_shape[1:3], *kmat.shape[:2])
+        image = np.ascontiguousarray(np.transpose(lhs, channels_last))  # (a copy only for other layouts)
 
         def padded_view():
             a = np.transpose(dilate_pad(lhs, input_spatial, window.padding, window.base_dilations, 0), lhs_perm)
             return windows(a, spatial_axes, window)
 
         def copied(f0, f1):
-            return padded_patches(lhs, tuple(window.dimensions), tuple(canon_shape[1:3]), tuple(window.strides),
+            return padded_patches(image, tuple(window.dimensions), tuple(canon_shape[1:3]), tuple(window.strides),
                                   tuple(window.window_dilations), tuple(p[0] for p in window.padding), (f0, f1))
 
         c = ynnpack_convolution(None, kmat.reshape(1, -1, *kmat.shape[-2:]), plan, workers, mode,
