@@ -915,6 +915,30 @@ loops of 4,096 elements the denormal). The kernels of marked ops flush before ro
 to the kernels."""
 
 
+GLIBC_EXP_TAIL = "xla_cpu_glibc_exp_tail"
+"""The attribute (unit) ``xla-float-rewrites`` puts on an f32 ``exp`` XLA CPU computes in a loop fusion of its own
+over a 1-d array of ``n < 16`` elements, ``n % 8`` in 3, 5, 6, 7 (the exp of a function argument that a return
+reads: :class:`passes.xla_numerics.ExpInALoopOfItsOwn`): LLVM vectorizes the first ``8 * (n // 8)`` elements (XLA's
+polynomial) and calls the C library's ``expf`` for the others (measured: ``jnp.exp`` of f32[3], [5], [6], [7] is
+glibc's ``expf`` on every element of 300 draws each, f32[11], [13], [14], [15] on the last 3-7; [9], [10], [12] and
+from 16 elements on, XLA's polynomial everywhere). The kernel of a marked op does the same; it has no scalar
+definition, so the compiled paths leave it to the kernel."""
+
+
+def _glibc_tail(exp_f32: Callable) -> Callable:
+    """The f32 ``exp`` kernel of an op marked :data:`GLIBC_EXP_TAIL`: ``exp_f32`` on the elements LLVM vectorizes,
+    glibc's ``expf`` on the rest."""
+    def exp(x):
+        x = np.asarray(x)
+        result = np.array(exp_f32(x), np.float32)
+        tail = 8 * (x.shape[0] // 8)
+        result[tail:] = libm.exp(x[tail:])
+        return result
+
+    exp.quiet = getattr(exp_f32, "quiet", False)
+    return exp
+
+
 def _typed(fn: Callable, operand: Elem, result_dtype: np.dtype, flushed_store: bool = False) -> Callable:
     """Adapt ``fn`` (computing on ``operand.compute``) to storage dtypes in and out.
 
@@ -1002,7 +1026,10 @@ def _unary_factory(op, ctx):
         definition = scalar.scalar_of(op, [e.dtype], e.dtype, ctx.flush)
         if definition is not None:
             return _typed(_quiet(scalar.ufunc(definition, [e.dtype], e.dtype)), e, ctx.dtype(op.results[0].type))
-    return _typed(_lookup(UNARY_KERNELS, op, e), e, ctx.dtype(op.results[0].type), _flushed_store(op))
+    kernel = _lookup(UNARY_KERNELS, op, e)
+    if GLIBC_EXP_TAIL in op.attributes and e.dtype == np.float32 and op.operands[0].type.get_shape():
+        kernel = _glibc_tail(kernel)  # (XLA's loop of its own: passes.xla_numerics.ExpInALoopOfItsOwn)
+    return _typed(kernel, e, ctx.dtype(op.results[0].type), _flushed_store(op))
 
 
 def _complex_factory(op, ctx):

@@ -1103,8 +1103,8 @@ _APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.Logis
 def _xla_approximations(op, dtypes, result, flush):
     """XLA's own approximations (:mod:`lowering.kernels.xla_scalar`: Eigen's exp, log and tanh, XLA's expm1, log1p
     and logistic formulas over them, its f32 erf) and the C library's f64 log and erf, which it calls."""
-    if result not in FLOATS:
-        return None
+    if result not in FLOATS or "xla_cpu_glibc_exp_tail" in op.attributes:
+        return None  # (an exp with glibc's expf on some elements: its kernel, lowering.kernels.elementwise)
     width = 'f32' if result == F32 else 'f64'
     if ynnpack_math.YNNPACK in op.attributes and type(op) in _YNNPACK_DEFINED:
         return Scalar(f"ynnpack_{_APPROXIMATIONS[type(op)]}_{width}")  # (inside XLA's YNNPACK fusions)
