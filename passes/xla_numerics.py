@@ -1575,10 +1575,10 @@ class ExpInALoopOfItsOwn(RewritePattern):
     ``n % 8`` in 3, 5, 6, 7, where LLVM calls the C library's ``expf`` for the elements after the last whole vector of
     8 (:data:`lowering.kernels.elementwise.GLIBC_EXP_TAIL`, which gives the measurements). Marked where the fusion
     is the exp alone as measured: at the top of a function, of one of its arguments (nothing for XLA to fuse into
-    it), read by returns only (a consumer XLA fuses it into computes it there). Not marked: exps in loops, of
-    computed values, read by a reduce too (XLA's reduce fusion computes its own: ``(exp(x), sum(exp(x)))``
-    returns the glibc values, 3-15 elements of 100 draws differed, not reproduced), and of shapes of more
-    dimensions."""
+    it), read by a return and otherwise only by reduces (jax's exps of the same argument merged first, as XLA's CSE
+    does: ``(exp(x), sum(exp(x)))`` is one multi-output fusion, the glibc values returned and summed in order; 3-15
+    of 100 draws differed before). Not marked: exps in loops, of computed values, read by other ops (which fuse
+    it), and of shapes of more dimensions."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ExpOp, rewriter: PatternRewriter) -> None:
@@ -1588,9 +1588,17 @@ class ExpInALoopOfItsOwn(RewritePattern):
             return
         if not isinstance(op.parent_op(), func.FuncOp) or not isinstance(op.operands[0], BlockArgument):
             return
-        readers = [use.operation for use in op.results[0].uses]
-        if not readers or not all(isinstance(r, func.ReturnOp) for r in readers):
-            return  # (a reduce reading it too computes its own exp in its fusion: not modelled)
+        # (jax writes exp(x) once per use; XLA's CSE makes them one exp before fusing)
+        twins = [u.operation for u in op.operands[0].uses if isinstance(u.operation, ExpOp)
+                 and u.operation is not op and u.operation.parent is op.parent
+                 and u.operation.results[0].type == op.results[0].type
+                 and GLIBC_EXP_TAIL not in u.operation.attributes]
+        readers = [u.operation for e in (op, *twins) for u in e.results[0].uses]
+        if not any(isinstance(r, func.ReturnOp) for r in readers) or \
+                not all(isinstance(r, (func.ReturnOp, ReduceOp)) for r in readers):
+            return
+        for twin in twins:
+            rewriter.replace_op(twin, [], [op.results[0]])
         op.attributes[GLIBC_EXP_TAIL] = UnitAttr()
         rewriter.notify_op_modified(op)
 
