@@ -87,8 +87,10 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 from lowering.kernels.elementwise import GLIBC_EXP_TAIL
+from lowering.kernels.reduction import binary_body_ufunc
+from lowering.kernels.tree_sum import exp_sum_lanes
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS as YNNPACK_MIN_ELEMENTS
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType, UnitAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType, UnitAttr, i64
 from xdsl.dialects import func
 from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
@@ -1571,22 +1573,34 @@ class AddOfScatter(RewritePattern):
 
 
 class ExpInALoopOfItsOwn(RewritePattern):
-    """Marks an f32 ``exp`` XLA CPU computes as a loop fusion of its own over a 1-d array of ``n < 16`` elements with
-    ``n % 8`` in 3, 5, 6, 7, where LLVM calls the C library's ``expf`` for the elements after the last whole vector of
-    8 (:data:`lowering.kernels.elementwise.GLIBC_EXP_TAIL`, which gives the measurements). Marked where the fusion
-    is the exp alone as measured: at the top of a function, of one of its arguments (nothing for XLA to fuse into
-    it), read by a return and otherwise only by reduces (jax's exps of the same argument merged first, as XLA's CSE
-    does: ``(exp(x), sum(exp(x)))`` is one multi-output fusion, the glibc values returned and summed in order; 3-15
-    of 100 draws differed before). Not marked: exps in loops, of computed values, read by other ops (which fuse
-    it), and of shapes of more dimensions."""
+    """Marks an f32 ``exp`` some of whose elements XLA CPU computes with the C library's ``expf``
+    (:data:`lowering.kernels.elementwise.GLIBC_EXP_TAIL`, which gives the measurements), at the top of a function,
+    of one of its arguments (nothing for XLA to fuse into it):
+
+    * over a 1-d array of ``n < 16`` elements, ``n % 8`` in 3, 5, 6, 7, the exp in a loop fusion of its own: read by
+      a return and otherwise only by reduces (jax's exps of the same argument merged first, as XLA's CSE does:
+      ``(exp(x), sum(exp(x)))`` is one multi-output fusion, the glibc values returned and summed in order; 3-15 of
+      100 draws differed before); elements from ``8 * (n // 8)`` on;
+    * over ``(2, k)``, ``k`` in 3, 5, 6, 7, read only by its full sum (the exp fused into the sum's loop, summed in
+      2 lanes): every element.
+
+    Not marked: exps in loops, of computed values, read by other ops (which fuse it), other shapes."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ExpOp, rewriter: PatternRewriter) -> None:
-        shape = op.results[0].type.get_shape()
-        if (GLIBC_EXP_TAIL in op.attributes or element_name(op.results[0]) != "f32" or len(shape) != 1
-                or not 3 <= shape[0] < 16 or shape[0] % 8 not in (3, 5, 6, 7) or computes_on_quantized(op)):
+        shape = tuple(op.results[0].type.get_shape())
+        if GLIBC_EXP_TAIL in op.attributes or element_name(op.results[0]) != "f32" or computes_on_quantized(op):
             return
         if not isinstance(op.parent_op(), func.FuncOp) or not isinstance(op.operands[0], BlockArgument):
+            return
+        if len(shape) == 2 and shape[0] == 2 and shape[1] in (3, 5, 6, 7):
+            readers = [use.operation for use in op.results[0].uses]
+            if (len(readers) == 1 and isinstance(readers[0], ReduceOp) and len(readers[0].operands) == 2
+                    and sorted(ints(readers[0].dimensions)) == [0, 1] and binary_body_ufunc(readers[0].body) is np.add
+                    and exp_sum_lanes(shape, (0, 1), np.float32) == 2):
+                self._mark(op, 0, rewriter)
+            return
+        if len(shape) != 1 or not 3 <= shape[0] < 16 or shape[0] % 8 not in (3, 5, 6, 7):
             return
         # (jax writes exp(x) once per use; XLA's CSE makes them one exp before fusing)
         twins = [u.operation for u in op.operands[0].uses if isinstance(u.operation, ExpOp)
@@ -1599,7 +1613,11 @@ class ExpInALoopOfItsOwn(RewritePattern):
             return
         for twin in twins:
             rewriter.replace_op(twin, [], [op.results[0]])
-        op.attributes[GLIBC_EXP_TAIL] = UnitAttr()
+        self._mark(op, 8 * (shape[0] // 8), rewriter)
+
+    @staticmethod
+    def _mark(op: Operation, start: int, rewriter: PatternRewriter) -> None:
+        op.attributes[GLIBC_EXP_TAIL] = IntegerAttr(start, i64)
         rewriter.notify_op_modified(op)
 
 

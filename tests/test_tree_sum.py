@@ -307,6 +307,25 @@ def test_full_sums_of_exp_in_xla_vector_lanes(rows, cols):
                     (configuration, fn)
 
 
+@pytest.mark.parametrize("cols", [3, 5, 6, 7])
+def test_full_sums_of_exp_over_two_rows_of_odd_widths_call_glibc(cols):
+    # jnp.sum(jnp.exp(a)) of a (2, cols) argument, cols 3, 5, 6, 7: XLA's 2 lanes of the rows, and its odd-width
+    # vector exp becomes calls of glibc's expf (xla-float-rewrites marks the exp: GLIBC_EXP_TAIL); 7-16 of 200 draws
+    # differed with XLA's polynomial.
+    from lowering.kernels import host
+
+    if not host.measured_host():
+        pytest.skip("the vector lanes were measured on an AVX-512 host")
+    rng = np.random.default_rng(cols)
+    fn = lambda a: jnp.sum(jnp.exp(a))  # noqa: E731
+    xs = (rng.standard_normal((40, 2, cols)) * 2).astype(np.float32)
+    module = import_jax(fn, xs[0])
+    for configuration in ("interpreter", "fused and compiled loops"):
+        exe = lowering.compile(module, **CONFIGURATIONS[configuration])
+        for x in xs:
+            assert bits(exe(x)[0]) == bits(jax.jit(fn)(x)), configuration
+
+
 def test_exp_sum_lanes_table():
     from lowering.kernels import host
     from lowering.kernels.tree_sum import exp_sum_lanes
