@@ -593,6 +593,9 @@ HOISTED_PRODUCTS = [
     ((8, 256), (1, 256), "sqrt"),  # not at 16
     ((8, 128), (1, 128), "logistic"),
     ((8, 192), (1, 192), "logistic"),
+    ((8, 16), (1, 16), "tanh"),  # (a costly body over two loops: rounded)
+    ((4, 6, 16), (4, 1, 16), "tanh"),  # (over three loops: fused)
+    ((4, 6, 5, 16), (1, 1, 1, 16), "tanh"),
 ]
 
 
@@ -603,7 +606,7 @@ def test_a_product_of_broadcasts_is_fused_where_llvm_computes_it_in_the_adds_loo
     """Before: ``broadcast(m * 3) + c`` was always rounded and ``broadcast(m) * 3 + c`` always fused; 100 to 8,470
     elements differed in each case but one of each form."""
     first = {None: lambda x, s: x * s - F32(0.5), "sqrt": lambda x, s: jnp.sqrt(jnp.abs(x)),
-             "logistic": lambda x, s: jax.nn.sigmoid(x)}[body]
+             "logistic": lambda x, s: jax.nn.sigmoid(x), "tanh": lambda x, s: jnp.tanh(x)}[body]
     dims = tuple(range(len(x_shape)))
 
     def fn(x, s, m):
