@@ -457,10 +457,9 @@ _VECTOR_COSTS = {
 Xeon): fitted to the longest inner dimension whose loop of ``op(x) + m * 3`` (``m`` a row broadcast over 8 rows)
 LLVM still unrolls whole (:func:`_inner_loop_unrolled`): ``sqrt(abs(x))`` 240 of f32, not 256; ``log(abs(x))`` 192,
 not 256; the logistic function (which XLA expands to ``1 / (1 + exp(-x))``: f32 exp 3) 128, not 192; f64
-``exp`` more than 12 (kept a loop at 8 trips); f64 ``tanh`` 24, not 32; ``maximum`` 256, not 320; ``tanh`` 16, not
-32 (over 8 rows; over
-``(4, 6, 5, 16)`` and ``(4, 6, 16)`` with ``m`` varying along the last dimension only the product is fused: not
-matched). Fusions holding other ops are not estimated."""
+``exp`` more than 12 (kept a loop at 8 trips); f64 ``tanh`` 24, not 32; ``maximum`` 256, not 320; f32 ``tanh``
+16, not 32 (over 8 rows; over ``(4, 6, 5, 16)`` and ``(4, 6, 16)`` with ``m`` varying along the last dimension
+only the product is fused: :data:`HOISTED_OUT_OF_A_MIDDLE_LOOP`). Fusions holding other ops are not estimated."""
 
 _FREE_IN_LOOP = (ConstantOp, BroadcastInDimOp, *_MOVES)
 
@@ -547,11 +546,10 @@ def _hoisted_out_of_the_add(product: SSAValue, user: Operation) -> bool | None:
     innermost loop whole (:func:`_inner_loop_unrolled`: ``(8, 128)`` with ``m`` of ``(1, 128)``, ``(4, 6, 16)`` of
     ``(4, 1, 16)``); fused when the innermost loop stays a loop (``(64, 512)`` with ``m`` of ``(1, 512)``: 8,470 of
     32,768 elements differed rounded) or the product varies along both (``(4, 6, 5, 16)`` of ``(1, 6, 5, 16)``).
-    Checked against jax.jit on 608 cases (f32/f64, eight bodies, 19 shapes, both forms; 263 differed before, 14
-    after; with f64 tanh's cost measured and costly bodies over three loops, :data:`HOISTED_OUT_OF_A_MIDDLE_LOOP`,
-    fewer). Not matched: inner dimensions of 3 to 8 (some elements fused, some not). None: the unrolling is not
-    estimated (a fusion with ops :data:`_VECTOR_COSTS`
-    lacks); the caller keeps its former rule."""
+    Checked against jax.jit on 608 cases (f32/f64, eight bodies, 19 shapes, both forms; 263 differed before, 4
+    after, with costly bodies over three loops :data:`HOISTED_OUT_OF_A_MIDDLE_LOOP`). Not matched: inner
+    dimensions of 3 to 8 (some elements fused, some not). None: the unrolling is not estimated (a fusion with ops
+    :data:`_VECTOR_COSTS` lacks); the caller keeps its former rule."""
     shape = product.type.get_shape()
     effective = [d for d, n in enumerate(shape) if n != 1]
     if not effective:
@@ -719,9 +717,8 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     ``x*s - exp(x)`` fuses ``x*s``, the subtraction's operand 0. f64's exp and the other transcendental functions
     end otherwise, and so does the exp of a single element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with
     the product rounded): the product is fused. The fused scaling itself is exact (a power of two), so the result is
-    the exp rounded, then added. Not inside a while
-    loop XLA compiles whole (``xla-small-loops``): there the product is fused (measured: f32[16] and [5, 7] in a
-    ``fori_loop``, 7 and 10 elements differed with it rounded)."""
+    the exp rounded, then added. Not inside a while loop XLA compiles whole (``xla-small-loops``): there the product
+    is fused (measured: f32[16] and [5, 7] in a ``fori_loop``, 7 and 10 elements differed with it rounded)."""
     owner = value.owner
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
             and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
