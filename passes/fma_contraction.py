@@ -559,8 +559,7 @@ def _hoisted_out_of_the_add(product: SSAValue, user: Operation) -> bool | None:
         return True
     if len(effective) == 1 or effective[-2] in varying:
         return False
-    unrolled = _inner_loop_unrolled(user)
-    return unrolled
+    return _inner_loop_unrolled(user)
 
 
 def _is_spread(op: Operation | None) -> bool:

@@ -86,8 +86,8 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
-from lowering.kernels.elementwise import GLIBC_EXP_TAIL
 from lowering.kernels.reduction import binary_body_ufunc
+from lowering.kernels.scalar import GLIBC_EXP_TAIL
 from lowering.kernels.tree_sum import exp_sum_lanes
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS as YNNPACK_MIN_ELEMENTS
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, TensorType, UnitAttr, i64
@@ -1574,7 +1574,7 @@ class AddOfScatter(RewritePattern):
 
 class ExpInALoopOfItsOwn(RewritePattern):
     """Marks an f32 ``exp`` some of whose elements XLA CPU computes with the C library's ``expf``
-    (:data:`lowering.kernels.elementwise.GLIBC_EXP_TAIL`, which gives the measurements), at the top of a function,
+    (:data:`lowering.kernels.scalar.GLIBC_EXP_TAIL`, which gives the measurements), at the top of a function,
     of one of its arguments (nothing for XLA to fuse into it):
 
     * over a 1-d array of ``n < 16`` elements, ``n % 8`` in 3, 5, 6, 7, the exp in a loop fusion of its own: read by

@@ -915,24 +915,9 @@ loops of 4,096 elements the denormal). The kernels of marked ops flush before ro
 to the kernels."""
 
 
-GLIBC_EXP_TAIL = "xla_cpu_glibc_exp_tail"
-"""The attribute (an integer ``i``) ``xla-float-rewrites`` puts on an f32 ``exp`` whose elements from ``i`` on
-(row-major) XLA CPU computes with the C library's ``expf`` (:class:`passes.xla_numerics.ExpInALoopOfItsOwn`):
-
-* an exp in a loop fusion of its own over a 1-d array of ``n < 16`` elements, ``n % 8`` in 3, 5, 6, 7: LLVM
-  vectorizes the first ``i = 8 * (n // 8)`` elements (XLA's polynomial) and calls ``expf`` for the others
-  (measured: ``jnp.exp`` of f32[3], [5], [6], [7] is glibc's ``expf`` on every element of 300 draws each,
-  f32[11], [13], [14], [15] on the last 3-7; [9], [10], [12] and from 16 elements on, XLA's polynomial everywhere);
-* the exp of a ``(2, k)`` argument, ``k`` in 3, 5, 6, 7, fused into its full sum (``jnp.sum(jnp.exp(a))``): LLVM
-  sums the rows in 2 lanes (:func:`lowering.kernels.tree_sum.exp_sum_lanes`) and its odd-width vector exp becomes
-  ``expf`` calls, ``i = 0`` (the sums of 200 draws each all equal to 2 lanes of ``expf`` values; 7-16 differed).
-
-The kernel of a marked op does the same; it has no scalar definition, so the compiled paths leave it to the
-kernel."""
-
-
 def _glibc_tail(exp_f32: Callable, start: int) -> Callable:
-    """The f32 ``exp`` kernel of an op marked :data:`GLIBC_EXP_TAIL`: ``exp_f32``, then glibc's ``expf`` on the
+    """The f32 ``exp`` kernel of an op marked :data:`~lowering.kernels.scalar.GLIBC_EXP_TAIL`: ``exp_f32``, then
+    glibc's ``expf`` on the
     elements from ``start`` on (row-major)."""
     def exp(x):
         x = np.asarray(x)
@@ -1033,9 +1018,9 @@ def _unary_factory(op, ctx):
         if definition is not None:
             return _typed(_quiet(scalar.ufunc(definition, [e.dtype], e.dtype)), e, ctx.dtype(op.results[0].type))
     kernel = _lookup(UNARY_KERNELS, op, e)
-    if GLIBC_EXP_TAIL in op.attributes and e.dtype == np.float32:
+    if scalar.GLIBC_EXP_TAIL in op.attributes and e.dtype == np.float32:
         # (XLA's loops calling expf: passes.xla_numerics.ExpInALoopOfItsOwn)
-        kernel = _glibc_tail(kernel, op.attributes[GLIBC_EXP_TAIL].value.data)
+        kernel = _glibc_tail(kernel, op.attributes[scalar.GLIBC_EXP_TAIL].value.data)
     return _typed(kernel, e, ctx.dtype(op.results[0].type), _flushed_store(op))
 
 

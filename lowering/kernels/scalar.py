@@ -1095,6 +1095,22 @@ _YNNPACK_DEFINED = frozenset({ew.ExpOp, ew.LogOp, ew.TanhOp, ew.LogisticOp})
 """Ops with a YNNPACK definition (:mod:`lowering.kernels.ynnpack_math`), used where ``xla-ynnpack-fusion`` marked
 them."""
 
+GLIBC_EXP_TAIL = "xla_cpu_glibc_exp_tail"
+"""The attribute (an integer ``i``) ``xla-float-rewrites`` puts on an f32 ``exp`` whose elements from ``i`` on
+(row-major) XLA CPU computes with the C library's ``expf`` (:class:`passes.xla_numerics.ExpInALoopOfItsOwn`):
+
+* an exp in a loop fusion of its own over a 1-d array of ``n < 16`` elements, ``n % 8`` in 3, 5, 6, 7: LLVM
+  vectorizes the first ``i = 8 * (n // 8)`` elements (XLA's polynomial) and calls ``expf`` for the others
+  (measured: ``jnp.exp`` of f32[3], [5], [6], [7] is glibc's ``expf`` on every element of 300 draws each,
+  f32[11], [13], [14], [15] on the last 3-7; [9], [10], [12] and from 16 elements on, XLA's polynomial everywhere);
+* the exp of a ``(2, k)`` argument, ``k`` in 3, 5, 6, 7, fused into its full sum (``jnp.sum(jnp.exp(a))``): LLVM
+  sums the rows in 2 lanes (:func:`lowering.kernels.tree_sum.exp_sum_lanes`) and its odd-width vector exp becomes
+  ``expf`` calls, ``i = 0`` (the sums of 200 draws each all equal to 2 lanes of ``expf`` values; 7-16 differed).
+
+The kernel of a marked op does the same (:mod:`lowering.kernels.elementwise`); it has no scalar definition
+(:func:`_xla_approximations`), so the compiled paths leave it to the kernel."""
+
+
 _APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.LogisticOp: "logistic",
                    ew.Expm1Op: "expm1", ew.Log1pOp: "log1p", ew.ErfOp: "erf"}
 
@@ -1103,7 +1119,7 @@ _APPROXIMATIONS = {ew.ExpOp: "exp", ew.LogOp: "log", ew.TanhOp: "tanh", ew.Logis
 def _xla_approximations(op, dtypes, result, flush):
     """XLA's own approximations (:mod:`lowering.kernels.xla_scalar`: Eigen's exp, log and tanh, XLA's expm1, log1p
     and logistic formulas over them, its f32 erf) and the C library's f64 log and erf, which it calls."""
-    if result not in FLOATS or "xla_cpu_glibc_exp_tail" in op.attributes:
+    if result not in FLOATS or GLIBC_EXP_TAIL in op.attributes:
         return None  # (an exp with glibc's expf on some elements: its kernel, lowering.kernels.elementwise)
     width = 'f32' if result == F32 else 'f64'
     if ynnpack_math.YNNPACK in op.attributes and type(op) in _YNNPACK_DEFINED:

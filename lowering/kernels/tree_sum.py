@@ -523,7 +523,7 @@ def exp_sum_lanes(shape, axes, dtype) -> int:
     them) except over ``(2, 3)``, ``(2, 5)``, ``(2, 6)``, ``(2, 7)``, where LLVM's odd-width vector exp becomes
     calls of the C library's ``expf`` (XLA's optimized IR; the sums of 200 draws each all equal to 2 lanes of
     libm's ``expf`` values): ``xla-float-rewrites`` marks such an exp of a function argument
-    (:data:`lowering.kernels.elementwise.GLIBC_EXP_TAIL`), whose kernel then gives ``expf``'s values.
+    (:data:`lowering.kernels.scalar.GLIBC_EXP_TAIL`), whose kernel then gives ``expf``'s values.
 
     Measured (jax 0.10.2, the 2-core Intel Xeon VM with AVX-512 that :func:`lowering.kernels.host.measured_host`
     accepts): a NumPy model of this order over ``exp_f32`` values, every ``rows`` 2..32 x ``cols`` 1..32, 4 draws
