@@ -1948,10 +1948,12 @@ class CompiledLoop:
     """The numba-compiled loop of one ``hlo.while``: call it with the loop's state (a list of arrays)."""
 
     def __init__(self, source: str, constants: dict, dtypes: list[np.dtype]):
-        self.source = source
+        from .constant_packing import pack_constants
+
+        self.source, packed = pack_constants(source, "loop", list(constants), list(constants.values()))
         self.dtypes = dtypes
-        self._fn, sizes = _load(source)
-        self.constants = [sizes, *constants.values()]  # (the sizes first: lowering.runtime.generated_modules.hoisted_ints)
+        self._fn, sizes = _load(self.source)
+        self.constants = [sizes, *packed]  # (the sizes first: lowering.runtime.generated_modules.hoisted_ints)
 
     def compile_for(self, ranks: list[int], cached_only: bool = False) -> bool:
         """Compile now (not at the first call) for a state of these ranks; with ``cached_only``, only when that

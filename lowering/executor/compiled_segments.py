@@ -175,6 +175,7 @@ class SegmentChain:
             texts.append(_CHUNK_NJIT + chunk.source.replace("def segment(", f"def chunk{j}(", 1))
         self.outputs = [v for chunk in chunks for v in chunk.outputs if later(v)]
         self.output_info = [info[v] for v in self.outputs]
+        self.constant_names = list(params)
         driver = [f"def segment({', '.join([*params, *(f'p{k}' for k in range(len(self.inputs)))])}):", *calls,
                   f"    return ({', '.join(produced[v] for v in self.outputs)},)"]
         self.source = "\n\n".join(["\n".join(driver) + "\n", *texts])
@@ -260,9 +261,13 @@ class CompiledSegment:
     """Runs a :class:`Segment`: ``interpreted`` (its ops' own kernels) until the numba function is ready."""
 
     def __init__(self, segment: Segment, interpreted: Callable, mode: str):
+        from .constant_packing import pack_constants
+
         self.segment = segment
-        self.source = segment.source
-        self.constants = segment.constants
+        # (its constants in a few packed arrays: one argument each cost the call ~50 ns apiece)
+        self.source, self.packed = pack_constants(segment.source, "segment", segment.constant_names,
+                                                  segment.constants)
+        self.constants = self.packed
         self.interpreted = interpreted
         self.mode = mode
         self.inputs = [(np.dtype(dt), bool(shape), _boxed(dt, shape)) for dt, shape in segment.input_info]
@@ -294,7 +299,7 @@ class CompiledSegment:
 
         try:
             fn, sizes = _load(self.source, "segment")
-            self.constants = [sizes, *self.segment.constants]  # (the sizes first: generated_modules.hoisted_ints)
+            self.constants = [sizes, *self.packed]  # (the sizes first: generated_modules.hoisted_ints)
             signature = self._signature(readonly)
             if cached_only and not has_machine_code(fn, signature):
                 return

@@ -52,36 +52,116 @@ def kept(typingctx, x):
     return x(x), codegen
 
 
+def _c_view_of(context, builder, signature, args, result, start=None, owner: bool = True):
+    """The code of a C-contiguous view (type ``result``) of C-contiguous array ``args[0]`` with the static shape
+    ``args[-1]`` (a tuple of ints), from element ``start`` (an intp value; None: the first); without ``owner``, a
+    view with no owner (a null meminfo and parent)."""
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.np.arrayobj import make_array, populate_array
+
+    source = make_array(signature.args[0])(context, builder, args[0])
+    view = make_array(result)(context, builder)
+    intp = context.get_value_type(types.intp)
+    dims = [context.cast(builder, d, t, types.intp)
+            for d, t in zip(cgutils.unpack_tuple(builder, args[-1]), signature.args[-1])]
+    strides = [None] * len(dims)
+    stride = source.itemsize
+    for i in reversed(range(len(dims))):
+        strides[i] = stride
+        stride = builder.mul(stride, dims[i])
+    populate_array(view, data=source.data if start is None else builder.gep(source.data, [start]),
+                   shape=cgutils.pack_array(builder, dims, intp), strides=cgutils.pack_array(builder, strides, intp),
+                   itemsize=source.itemsize,
+                   meminfo=source.meminfo if owner else cgutils.get_null_value(source.meminfo.type),
+                   parent=source.parent if owner else cgutils.get_null_value(source.parent.type))
+    return impl_ret_borrowed(context, builder, result, view._getvalue()) if owner else view._getvalue()
+
+
+def _static_shape(shape) -> bool:
+    return isinstance(shape, types.BaseTuple) and len(shape) > 0 and all(isinstance(d, types.Integer) for d in shape)
+
+
 @intrinsic
 def _c_reshaped(typingctx, array, shape):
     """A C-contiguous view of C-contiguous ``array`` with the static ``shape`` (a tuple of ints of the same
     element count, which the generated code guarantees): the new array header only, without the runtime checks
     and the call of numba's general reshape (about 15-25 ns each, several per iteration of a small loop)."""
-    if not (isinstance(array, types.Array) and array.layout == "C" and isinstance(shape, types.BaseTuple)
-            and len(shape) > 0 and all(isinstance(d, types.Integer) for d in shape)):
+    if not (isinstance(array, types.Array) and array.layout == "C" and _static_shape(shape)):
         return None
     result = array.copy(ndim=len(shape), layout="C")
 
     def codegen(context, builder, signature, args):
-        from numba.core.imputils import impl_ret_borrowed
-        from numba.np.arrayobj import make_array, populate_array
-
-        source = make_array(signature.args[0])(context, builder, args[0])
-        view = make_array(result)(context, builder)
-        intp = context.get_value_type(types.intp)
-        dims = [context.cast(builder, d, t, types.intp)
-                for d, t in zip(cgutils.unpack_tuple(builder, args[1]), signature.args[1])]
-        strides = [None] * len(dims)
-        stride = source.itemsize
-        for i in reversed(range(len(dims))):
-            strides[i] = stride
-            stride = builder.mul(stride, dims[i])
-        populate_array(view, data=source.data, shape=cgutils.pack_array(builder, dims, intp),
-                       strides=cgutils.pack_array(builder, strides, intp), itemsize=source.itemsize,
-                       meminfo=source.meminfo, parent=source.parent)
-        return impl_ret_borrowed(context, builder, result, view._getvalue())
+        return _c_view_of(context, builder, signature, args, result)
 
     return result(array, shape), codegen
+
+
+@intrinsic
+def _packed_view(typingctx, buffer, offset, shape, borrowed):
+    """A C-contiguous array of static ``shape`` whose elements start at element ``offset`` of the 1-d C-contiguous
+    ``buffer`` (the generated code guarantees that they fit): the array header only, sharing the buffer's
+    reference count, or with ``borrowed`` (a literal bool) without an owner -- counting it is then a null test,
+    not an atomic operation, and the caller keeps ``buffer`` alive and copies such a view before returning it
+    (:func:`owned`)."""
+    if not (isinstance(buffer, types.Array) and buffer.layout == "C" and buffer.ndim == 1
+            and isinstance(offset, types.Integer) and _static_shape(shape)
+            and isinstance(borrowed, types.BooleanLiteral)):
+        return None
+    result = buffer.copy(ndim=len(shape), layout="C")
+
+    def codegen(context, builder, signature, args):
+        start = context.cast(builder, args[1], signature.args[1], types.intp)
+        return _c_view_of(context, builder, signature.replace(args=(signature.args[0], signature.args[2])),
+                          (args[0], args[2]), result, start, owner=borrowed.literal_value is False)
+
+    return result(buffer, offset, shape, borrowed), codegen
+
+
+@numba.njit(cache=True, nogil=True, forceinline=True)
+def packed_array(buffer, offset, shape):
+    """The constant array of ``shape`` at element ``offset`` of ``buffer``, one of the arrays a generated function
+    receives its constants packed in (:mod:`lowering.executor.constant_packing`): a view, no copy."""
+    return _packed_view(buffer, offset, shape, False)
+
+
+@numba.njit(cache=True, nogil=True, forceinline=True)
+def borrowed_array(buffer, offset, shape):
+    """:func:`packed_array` without an owner: for a function that keeps ``buffer`` (its argument) alive while it
+    runs and passes each value it returns through :func:`owned`."""
+    return _packed_view(buffer, offset, shape, True)
+
+
+@intrinsic
+def _has_owner(typingctx, array):
+    """Whether ``array`` has an owner (a reference-counted memory block) -- not a view of :func:`borrowed_array`."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        from numba.np.arrayobj import make_array
+
+        meminfo = make_array(signature.args[0])(context, builder, args[0]).meminfo
+        return builder.icmp_unsigned("!=", meminfo, cgutils.get_null_value(meminfo.type))
+
+    return types.boolean(array), codegen
+
+
+def _owned(value):
+    return value
+
+
+@numba.extending.overload(_owned)
+def _owned_overload(value):
+    if isinstance(value, types.Array):
+        return lambda value: value if _has_owner(value) else value.copy()
+    return lambda value: value
+
+
+@numba.njit(cache=True, nogil=True, forceinline=True)
+def owned(value):
+    """``value``, or a copy of an array without an owner (:func:`borrowed_array`): what a generated function returns
+    to Python outlives the constants it was called with."""
+    return _owned(value)
 
 
 def _any_view(array, shape):
@@ -556,7 +636,7 @@ def poll_interrupts():
         _poll_python()
 
 
-HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "c_view", "cblas_gemm", "cblas_gemv", "cblas_gemm_columns", "gemm_pair",
-                "gemm_pair_balanced", "mxcsr", "set_mxcsr", "new_array", "contiguous", "transposed", "poll_interrupts",
-                "call_kernel", "check_kernels")
+HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "c_view", "packed_array", "borrowed_array", "owned",
+                "cblas_gemm", "cblas_gemv", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
+                "set_mxcsr", "new_array", "contiguous", "transposed", "poll_interrupts", "call_kernel", "check_kernels")
 """What a generated loop module imports from here."""
