@@ -89,3 +89,31 @@ def test_returned_constants_are_copies_where_the_views_have_no_owner():
     assert np.shares_memory(p, p0)  # (an argument with an owner is returned as it is)
     x[:] = -1
     np.testing.assert_array_equal(buffer[:4], values[1])
+
+
+def test_prologue_buffers_are_read_without_owners_kept_alive_to_every_return():
+    """Buffers a generated function allocates once per call are read through views without an owner (no atomic
+    reference counts in its loops); their owners are used before every return, so numba keeps them alive while
+    the views are read, on every path, and a buffer the function returns (a segment's chunk hands its values to
+    the next chunk) is copied on its way out."""
+    from lowering.executor.constant_packing import unowned_buffers
+    from lowering.runtime.loop_runtime import keep_alive, new_array, owned, unowned_view
+
+    source = ("def loop(x, n):\n    h1 = new_array((4,), np.float64)\n    d2 = new_array(2, np.int64)\n"
+              "    v3 = new_array((4,), np.float64)\n    s = 0.0\n    for i in range(n):\n        h1[:] = x * i\n"
+              "        if s > 100.0:\n            return (s, v3)\n        s += h1.sum()\n    return (s, h1)\n")
+    text = unowned_buffers(source)
+    assert "    h1_owner = new_array((4,), np.float64)\n    h1 = unowned_view(h1_owner)\n" in text
+    assert "    d2 = unowned_view(d2_owner)\n" in text and "    v3 = new_array((4,), np.float64)\n" in text
+    assert text.count("keep_alive((h1_owner, d2_owner,))") == 2  # (the early return too, at its indentation)
+    assert "            keep_alive((h1_owner, d2_owner,))\n            return (owned(s), owned(v3),)" in text
+    namespace = {"np": np, "new_array": new_array, "unowned_view": unowned_view, "keep_alive": keep_alive,
+                 "owned": owned}
+    exec(text, namespace)
+    x = np.arange(4.0)
+    s, h1 = numba.njit(namespace["loop"])(x, 5)
+    assert s == sum(6.0 * i for i in range(5))
+    np.testing.assert_array_equal(h1, x * 4)  # (the buffer, copied: it outlives the call)
+    assert numba.njit(namespace["loop"])(x, 50)[0] == 126.0  # (the early return)
+    other = "def f(x):\n    h1 = new_array((4,), np.float64)\n    return h1.sum()\n"
+    assert unowned_buffers(other) == other  # (a return that is not a tuple of names: left as it is)

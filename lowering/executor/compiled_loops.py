@@ -1948,9 +1948,9 @@ class CompiledLoop:
     """The numba-compiled loop of one ``hlo.while``: call it with the loop's state (a list of arrays)."""
 
     def __init__(self, source: str, constants: dict, dtypes: list[np.dtype]):
-        from .constant_packing import pack_constants
+        from .constant_packing import pack_constants, unowned_buffers
 
-        self.source, packed = pack_constants(source, "loop", list(constants), list(constants.values()))
+        self.source, packed = pack_constants(unowned_buffers(source), "loop", list(constants), list(constants.values()))
         self.dtypes = dtypes
         self._fn, sizes = _load(self.source)
         self.constants = [sizes, *packed]  # (the sizes first: lowering.runtime.generated_modules.hoisted_ints)

@@ -261,12 +261,13 @@ class CompiledSegment:
     """Runs a :class:`Segment`: ``interpreted`` (its ops' own kernels) until the numba function is ready."""
 
     def __init__(self, segment: Segment, interpreted: Callable, mode: str):
-        from .constant_packing import pack_constants
+        from .constant_packing import pack_constants, unowned_buffers
 
         self.segment = segment
-        # (its constants in a few packed arrays: one argument each cost the call ~50 ns apiece)
-        self.source, self.packed = pack_constants(segment.source, "segment", segment.constant_names,
-                                                  segment.constants)
+        # (its constants in a few packed arrays: one argument each cost the call ~50 ns apiece; its buffers and
+        # constants read without reference counts)
+        self.source, self.packed = pack_constants(unowned_buffers(segment.source), "segment",
+                                                  segment.constant_names, segment.constants)
         self.constants = self.packed
         self.interpreted = interpreted
         self.mode = mode

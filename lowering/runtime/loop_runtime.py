@@ -132,6 +132,36 @@ def borrowed_array(buffer, offset, shape):
 
 
 @intrinsic
+def unowned_view(typingctx, array):
+    """``array`` as a view without an owner (a null meminfo and parent): binding it to other names, slicing it
+    and passing it on then count no references (a null test each, not an atomic operation). For buffers a
+    generated function allocates once per call (its prologue) and reads through such views: the function keeps the
+    owner itself alive to its end (:func:`keep_alive`) and never returns the buffer."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        from numba.np.arrayobj import make_array
+
+        view = make_array(signature.args[0])(context, builder, args[0])
+        view.meminfo = cgutils.get_null_value(view.meminfo.type)
+        view.parent = cgutils.get_null_value(view.parent.type)
+        return view._getvalue()
+
+    return array(array), codegen
+
+
+@intrinsic
+def keep_alive(typingctx, values):
+    """Nothing, but a use of ``values``: numba releases a variable after its last use, and a buffer read through
+    :func:`unowned_view` must live until the function returns."""
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+
+    return types.none(values), codegen
+
+
+@intrinsic
 def _has_owner(typingctx, array):
     """Whether ``array`` has an owner (a reference-counted memory block) -- not a view of :func:`borrowed_array`."""
     if not isinstance(array, types.Array):
@@ -637,6 +667,7 @@ def poll_interrupts():
 
 
 HELPER_NAMES = ("fused_multiply_add", "float_from_bits", "c_view", "packed_array", "borrowed_array", "owned",
+                "unowned_view", "keep_alive",
                 "cblas_gemm", "cblas_gemv", "cblas_gemm_columns", "gemm_pair", "gemm_pair_balanced", "mxcsr",
                 "set_mxcsr", "new_array", "contiguous", "transposed", "poll_interrupts", "call_kernel", "check_kernels")
 """What a generated loop module imports from here."""
