@@ -817,7 +817,11 @@ class FoldScalarConstants(RewritePattern):
     correctly rounded (:data:`_SCALAR_FOLDS`) on f32/f64, integers and preds, so folding changes no value."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, _SCALAR_FOLDS) or len(op.results) != 1 or computes_on_quantized(op):
+        if not isinstance(op, _SCALAR_FOLDS) or len(op.results) != 1:
+            return
+        if not all(isinstance(v.owner, (ConstantOp, cv.ConvertOp)) for v in op.operands):
+            return  # (what _constant_array reads: the cheapest test first, most ops fail it)
+        if computes_on_quantized(op):
             return
         result = op.results[0]
         if (not isinstance(result.type, TensorType) or result.type.element_count() != 1
