@@ -1,4 +1,4 @@
-"""Constants of generated code passed in a few packed arrays instead of one argument each.
+"""Constants and per-call buffers of generated code: packed arguments, reads without reference counts.
 
 A compiled segment or loop reads the program's constants -- scalars, one-element arrays, small tables -- as
 arguments of its numba function, so that its source (and numba's cached machine code) depends on the program's
@@ -8,10 +8,12 @@ scalars, 53 one-element arrays), 10 us of a 51 us call. :func:`pack_constants` r
 in one array per element type -- scalars read by index, arrays as views at an offset
 (:func:`lowering.runtime.loop_runtime.packed_array`) -- assigned to the same names in a prologue, so the rest of the
 code is unchanged. Where every value the function returns can be passed through ``owned`` (a copy of a view
-without an owner), the arrays are such views (:func:`~lowering.runtime.loop_runtime.borrowed_array`): the function's
-argument keeps their memory alive, and numba's reference counting of them -- atomic operations each time a constant
-is bound to another name, 15 in the Tsit5 solve's stage loop -- becomes a null test. Values whose object identity matters (an array the runtime changes after the code is compiled,
-:data:`SHARED`) and types the packing does not cover stay arguments of their own.
+without an owner), the arrays are such views (:func:`~lowering.runtime.loop_runtime.borrowed_array`): the
+function's argument keeps their memory alive, and numba's reference counting of them -- atomic operations each
+time a constant is bound to another name, 15 in the Tsit5 solve's stage loop -- becomes a null test. An array
+whose object identity matters (the runtime changes it after the code is compiled: :func:`_shared`) and element
+types the packing does not cover stay arguments of their own. :func:`unowned_buffers` does the same for the
+buffers a function allocates once per call.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ ALIGNMENT = 64
 
 
 def _shared() -> tuple[int, ...]:
+    """The ids of the arrays passed as they are: ``PAIRS_ENABLED``, which a forked child clears."""
     from ..runtime.loop_runtime import PAIRS_ENABLED
 
     return (id(PAIRS_ENABLED),)
