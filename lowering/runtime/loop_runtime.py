@@ -78,6 +78,7 @@ def _c_view_of(context, builder, signature, args, result, start=None, owner: boo
 
 
 def _static_shape(shape) -> bool:
+    """Whether ``shape`` is typed as a non-empty tuple of integers."""
     return isinstance(shape, types.BaseTuple) and len(shape) > 0 and all(isinstance(d, types.Integer) for d in shape)
 
 
@@ -136,7 +137,7 @@ def unowned_view(typingctx, array):
     """``array`` as a view without an owner (a null meminfo and parent): binding it to other names, slicing it
     and passing it on then count no references (a null test each, not an atomic operation). For buffers a
     generated function allocates once per call (its prologue) and reads through such views: the function keeps the
-    owner itself alive to its end (:func:`keep_alive`) and never returns the buffer."""
+    owner itself alive to its end (:func:`keep_alive`) and copies such a view before returning it (:func:`owned`)."""
     if not isinstance(array, types.Array):
         return None
 
