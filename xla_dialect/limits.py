@@ -16,6 +16,7 @@ is lowered, before any of it is compiled or run, not with a MemoryError after se
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from .errors import ResourceLimitError, XlaError
 
@@ -77,10 +78,13 @@ def parse_bytes(text, what: str) -> int:
     return value
 
 
-def check_bytes(nbytes: int, what: str, limit: int | None = None) -> None:
-    """Raise :class:`ResourceLimitError` when ``nbytes`` exceeds ``limit`` (default: :func:`default_max_bytes`)."""
+def check_bytes(nbytes: int, what: str | Callable[[], str], limit: int | None = None) -> None:
+    """Raise :class:`ResourceLimitError` when ``nbytes`` exceeds ``limit`` (default: :func:`default_max_bytes`).
+    ``what`` names the value: a string, or a function giving it (called only then: a caller checking every op of a
+    program builds no message for the ops that fit)."""
     limit = default_max_bytes() if limit is None else limit
     if nbytes > limit:
+        what = what() if callable(what) else what
         raise ResourceLimitError(f"{what} needs {nbytes:,} bytes, more than the limit of {limit:,} "
                                  "(lowering.compile(max_bytes=...), $XLA_DIALECT_MAX_BYTES or the process's "
                                  "RLIMIT_AS/RLIMIT_DATA)")

@@ -261,14 +261,10 @@ class CompiledSegment:
     """Runs a :class:`Segment`: ``interpreted`` (its ops' own kernels) until the numba function is ready."""
 
     def __init__(self, segment: Segment, interpreted: Callable, mode: str):
-        from .constant_packing import pack_constants, unowned_buffers
-
         self.segment = segment
-        # (its constants in a few packed arrays: one argument each cost the call ~50 ns apiece; its buffers and
-        # constants read without reference counts)
-        self.source, self.packed = pack_constants(unowned_buffers(segment.source), "segment",
-                                                  segment.constant_names, segment.constants)
-        self.constants = self.packed
+        self.source = segment.source  # (as written; its constants packed when it is first compiled: _compile)
+        self.packed: list | None = None
+        self.constants = segment.constants
         self.interpreted = interpreted
         self.mode = mode
         self.inputs = [(np.dtype(dt), bool(shape), _boxed(dt, shape)) for dt, shape in segment.input_info]
@@ -298,7 +294,14 @@ class CompiledSegment:
         machine code an earlier process compiled (:func:`lowering.runtime.numba_cache.has_machine_code`)."""
         from ..runtime.numba_cache import has_machine_code
 
+        from .constant_packing import pack_constants, unowned_buffers
+
         try:
+            if self.packed is None:
+                # (its constants in a few packed arrays: one argument each cost the call ~50 ns apiece; its buffers
+                # and constants read without reference counts)
+                self.source, self.packed = pack_constants(unowned_buffers(self.segment.source), "segment",
+                                                          self.segment.constant_names, self.segment.constants)
             fn, sizes = _load(self.source, "segment")
             self.constants = [sizes, *self.packed]  # (the sizes first: generated_modules.hoisted_ints)
             signature = self._signature(readonly)

@@ -104,29 +104,34 @@ def pack_constants(source: str, function: str, names: list[str], values: list) -
     body = source.index("\n", end) + 1
     following = re.search(r"^\S", source[body:], re.MULTILINE)  # (the next top-level statement, if any)
     stop = body + following.start() if following else len(source)
-    rest, guarded = _returns_owned(source[body:stop])
-    if guarded:  # (views without an owner: their reference counts are null tests, not atomic operations)
+    rest = source[body:stop]
+    guarded = _returning_owned(rest.split("\n"))
+    if guarded is not None:  # (views without an owner: their reference counts are null tests, not atomic operations)
         prologue = [line.replace("= packed_array(", "= borrowed_array(", 1) for line in prologue]
-    else:
-        rest = source[body:stop]
+        rest = "\n".join(guarded)
     text = source[:start] + f"{header}{signature}):\n" + "\n".join(prologue) + "\n" + rest + source[stop:]
     return text, [*packed, *kept_values]
 
 
-def _returns_owned(body: str) -> tuple[str, bool]:
-    """``body`` (a function's) with every value it returns passed through ``owned`` (a borrowed constant is copied
-    before it reaches Python), and whether every return could be: each a tuple of names."""
-    lines = body.split("\n")
+def _returning_owned(lines: list[str], before: str | None = None) -> list[str] | None:
+    """A function's ``lines`` with every value it returns passed through ``owned`` (a view without an owner is
+    copied before it leaves) and ``before``, if given, put before each return; None when a return is not a tuple
+    of names, or there is none."""
+    out: list[str] = []
     found = False
-    for i, line in enumerate(lines):
+    for line in lines:
         returning = _ANY_RETURN.match(line)
-        if returning:
-            names = _names_returned(line)
-            if names is None:
-                return body, False
-            lines[i] = f"{returning.group(1)}return ({', '.join(f'owned({n})' for n in names)},)"
-            found = True
-    return "\n".join(lines), found
+        if not returning:
+            out.append(line)
+            continue
+        names = _names_returned(line)
+        if names is None:
+            return None
+        indent = returning.group(1)
+        out += [f"{indent}{before}"] if before else []
+        out.append(f"{indent}return ({', '.join(f'owned({n})' for n in names)},)")
+        found = True
+    return out if found else None
 
 
 _BUFFER = re.compile(r"^    ((?:h|d)\d+|_failed) = new_array\((.*)\)$")
@@ -153,24 +158,19 @@ def unowned_buffers(source: str) -> str:
 
 def _unowned_in_function(lines: list[str]) -> list[str]:
     owners = [m.group(1) for m in map(_BUFFER.match, lines) if m]
-    returns = [i for i, line in enumerate(lines) if _ANY_RETURN.match(line)]
-    if not owners or not all(_names_returned(lines[i]) is not None for i in returns):
+    if not owners:
         return lines
-    kept = f"keep_alive(({', '.join(f'{name}_owner' for name in owners)},))"
+    guarded = _returning_owned(lines, f"keep_alive(({', '.join(f'{name}_owner' for name in owners)},))")
+    if guarded is None:
+        return lines
     out: list[str] = []
-    for line in lines:
+    for line in guarded:
         match = _BUFFER.match(line)
         if match:
             name = match.group(1)
             out += [f"    {name}_owner = new_array({match.group(2)})", f"    {name} = unowned_view({name}_owner)"]
-            continue
-        returning = _ANY_RETURN.match(line)
-        if returning:
-            indent = returning.group(1)
-            names = _names_returned(line)
-            out += [f"{indent}{kept}", f"{indent}return ({', '.join(f'owned({n})' for n in names)},)"]
-            continue
-        out.append(line)
+        else:
+            out.append(line)
     return out
 
 

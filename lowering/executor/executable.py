@@ -227,9 +227,9 @@ class LoweringContext(KernelContext):
                 count = 1
                 for d in t.get_shape():
                     count *= max(int(d), 0)
-                nbytes = count * self.dtype(t).itemsize
-                if nbytes > self.max_bytes:  # (the message only then: naming the op prints its location)
-                    check_bytes(nbytes, f"{op_context(op)}: the result {format_shape(t)}", self.max_bytes)
+                if count:
+                    check_bytes(count * self.dtype(t).itemsize,
+                                lambda: f"{op_context(op)}: the result {format_shape(t)}", self.max_bytes)
 
     def _fold_ahead(self, block: Block) -> None:
         """Compute now, in block order, the ops of ``block`` whose results are known when lowering (constants and

@@ -917,8 +917,7 @@ to the kernels."""
 
 def _glibc_tail(exp_f32: Callable, start: int) -> Callable:
     """The f32 ``exp`` kernel of an op marked :data:`~lowering.kernels.scalar.GLIBC_EXP_TAIL`: ``exp_f32``, then
-    glibc's ``expf`` on the
-    elements from ``start`` on (row-major)."""
+    glibc's ``expf`` on the elements from ``start`` on (row-major)."""
     def exp(x):
         x = np.asarray(x)
         result = np.array(exp_f32(x), np.float32)
