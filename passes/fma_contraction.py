@@ -644,15 +644,20 @@ class _Ranks:
     subtract or multiply one more than its highest operand (a ``negate`` the same). A scalar (a rank-0 argument
     or an expression of them, broadcast into the loop) ranks below every array value: it is computed before the
     loop's block (measured: ``0.1 * (g * (c + 1)) + 0.9 * mu`` with a scalar ``c`` fuses the first product,
-    adam's first moment in a loop with a count-scaled gradient). Other element-wise ops raise
+    adam's first moment in a loop with a count-scaled gradient). Not in a while loop XLA compiles whole
+    (``xla-small-loops``, ``scalars_loaded``): its IR emitter loads a scalar inside the element loop, in the order it
+    reads it, like an array (measured: ``fori_loop(0, 5, lambda i, v: v * w + v * 0.5, x)`` with a scalar ``w``
+    fuses ``v * 0.5``, read from XLA's optimized LLVM IR; every element of 49 of 50 draws differed with ``v * w``
+    fused). Other element-wise ops raise
     :class:`_Unranked` (their expansions' ranks are not modelled: a GRU's gates kept their order, bitwise)."""
 
     LOADS = 1 << 16
     SCALAR = 1
 
-    def __init__(self):
+    def __init__(self, scalars_loaded: bool = False):
         self.ranks: dict[SSAValue, int] = {}
         self.loads = 0
+        self.scalars_loaded = scalars_loaded
 
     def of(self, value: SSAValue) -> int:
         """``value``'s rank, its expression read first-operand-first."""
@@ -662,7 +667,7 @@ class _Ranks:
         owner = value.owner
         if isinstance(owner, ConstantOp):
             rank = 0
-        elif not value.type.get_shape():
+        elif not value.type.get_shape() and not self.scalars_loaded:
             rank = self.SCALAR  # (computed before the loop: below every value the loop body loads)
         elif isinstance(owner, BroadcastInDimOp) or _is_move(owner):
             rank = self.of(owner.operands[0])
@@ -722,12 +727,17 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
             and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
         return False
-    enclosing = user.parent_op()
+    return not _inside_small_loop(user)
+
+
+def _inside_small_loop(op: Operation) -> bool:
+    """Whether ``op`` is in the body of a while loop XLA compiles whole (``xla-small-loops``), at any depth."""
+    enclosing = op.parent_op()
     while enclosing is not None:
         if isinstance(enclosing, WhileOp) and is_small_loop(enclosing):
-            return False
+            return True
         enclosing = enclosing.parent_op()
-    return True
+    return False
 
 
 def _rounded_beside_exp(mul: Operation, user: Operation) -> bool:
@@ -749,7 +759,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     t = op.results[0].type
     order = [(0, x), (1, y)]
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
-        ranks = _Ranks()
+        ranks = _Ranks(scalars_loaded=_inside_small_loop(op))
         try:
             first_rank = ranks.of(x)  # (operand 0's expression is read first)
             if ranks.of(y) < first_rank:
