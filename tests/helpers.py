@@ -227,3 +227,33 @@ def library_lines(pattern):
             for n, line in enumerate(lines, 1):
                 if pattern.search(line):
                     yield path.relative_to(root).as_posix(), n, lines
+
+
+def sweep(*axes, ids=None, keep: int | None = None):
+    """The cartesian product of ``axes`` (lists of values, or of tuples of values) as ``pytest.param``s for one
+    ``parametrize`` over all their names: a few combinations in the default run, the rest marked ``slow`` (run by
+    ``pytest -m slow``).
+
+    The default run keeps the diagonal ``(i mod len(axis) for each axis)``, ``i`` up to the longest axis: every
+    value of every axis appears, each beside changing partners. ``keep`` fewer: ``keep`` points, spread evenly
+    over each axis longer than that (its other values are left to the slow run), cycling through the others. ``ids``: per axis, a function from
+    a value to its id part (``str`` by default); parts are joined with ``-``."""
+    import itertools
+
+    import pytest
+
+    ids = ids or [str] * len(axes)
+    longest = max(len(axis) for axis in axes)
+    keep = longest if keep is None else min(keep, longest)
+    # (point j: an axis longer than ``keep`` at j * len / keep, spread over it; a shorter one cycles through it)
+    diagonal = {tuple(j * len(axis) // keep if len(axis) > keep else j % len(axis) for axis in axes)
+                for j in range(keep)}
+    params = []
+    for combo in itertools.product(*[list(enumerate(axis)) for axis in axes]):
+        values = []
+        for _, value in combo:
+            values.extend(value if isinstance(value, tuple) else (value,))
+        name = "-".join(f(v) for f, (_, v) in zip(ids, combo))
+        kept = tuple(i for i, _ in combo) in diagonal
+        params.append(pytest.param(*values, id=name, marks=() if kept else pytest.mark.slow))
+    return params

@@ -34,6 +34,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from helpers import sweep
 import lowering
 from interop import import_jax
 from lowering.kernels.host import host_properties
@@ -454,10 +455,9 @@ def test_max_with_a_denormal_constant_is_one_definition_in_compiled_loops():
                                                         ("binary", "jnp.maximum(v0, x1)")], loop_trips=trips))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("expression", ["jnp.where(x0 > x1, x1, x0)", "jnp.where(x0 > x1, x0, x1)",
-                                        "jnp.where(x0 < x1, x0, x1)", "jnp.where(x0 < x1, x1, x0)",
-                                        "jnp.where(x0 > x1, x1, jnp.where(x0 > x0, x1, x0))"])
+@pytest.mark.parametrize("expression, dtype", sweep(
+    ["jnp.where(x0 > x1, x1, x0)", "jnp.where(x0 > x1, x0, x1)", "jnp.where(x0 < x1, x0, x1)",
+     "jnp.where(x0 < x1, x1, x0)", "jnp.where(x0 > x1, x1, jnp.where(x0 > x0, x1, x0))"], ["float32", "float64"]))
 def test_float_max_min_selects_flush_as_xla(expression, dtype):
     """Long campaign, seed 6: ``where(x0 > x1, x1, where(x0 > x0, x1, x0))`` with ``x0`` denormal gave 0 fused
     and the denormal interpreted: LLVM (XLA's and the executor's numba alike) folds ``x0 > x0`` to false and
@@ -473,20 +473,23 @@ def test_float_max_min_selects_flush_as_xla(expression, dtype):
                          loop_trips=trips))
 
 
-@pytest.mark.parametrize("statements", [
-    [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
-    [("unary", "jnp.round(x1)"), ("select", "jnp.where(x0 < jnp.ceil(v0), v0, x0)")],
-    [("unary", "jnp.ceil(x1)"), ("select", "jnp.where(jax.lax.round(v0) > x0, x0, v0)")],
-    [("unary", "jnp.abs(x1)"), ("select", "jnp.where(x0 > jnp.abs(v0), v0, x0)")],
-    [("unary", "x1.astype(jnp.int8).astype(x1.dtype)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
-    [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.where(x1 > 1, v0, v0), v0, x0)")],
+_FOLDED_SELECTS = {
+    "floor-floor": [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
+    "ceil-round-even": [("unary", "jnp.round(x1)"), ("select", "jnp.where(x0 < jnp.ceil(v0), v0, x0)")],
+    "round-ceil": [("unary", "jnp.ceil(x1)"), ("select", "jnp.where(jax.lax.round(v0) > x0, x0, v0)")],
+    "abs-abs": [("unary", "jnp.abs(x1)"), ("select", "jnp.where(x0 > jnp.abs(v0), v0, x0)")],
+    "floor-convert": [("unary", "x1.astype(jnp.int8).astype(x1.dtype)"),
+                      ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
+    "select-same-arms": [("unary", "jnp.floor(x1)"),
+                         ("select", "jnp.where(x0 > jnp.where(x1 > 1, v0, v0), v0, x0)")],
     # not folded by LLVM (measured): abs of a rounding, a rounding of abs -- the select keeps denormals
-    [("unary", "jnp.abs(x1)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
-    [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.abs(v0), v0, x0)")],
-], ids=["floor-floor", "ceil-round-even", "round-ceil", "abs-abs", "floor-convert", "select-same-arms",
-        "floor-abs", "abs-floor"])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_selects_of_values_llvm_folds_to_one_are_max_min_as_xla(statements, dtype):
+    "floor-abs": [("unary", "jnp.abs(x1)"), ("select", "jnp.where(x0 > jnp.floor(v0), v0, x0)")],
+    "abs-floor": [("unary", "jnp.floor(x1)"), ("select", "jnp.where(x0 > jnp.abs(v0), v0, x0)")],
+}
+
+
+@pytest.mark.parametrize("name, dtype", sweep(list(_FOLDED_SELECTS), ["float32", "float64"]))
+def test_selects_of_values_llvm_folds_to_one_are_max_min_as_xla(name, dtype):
     """Long campaign, seed 29: ``where(x1 > floor(v0), v0, x1)`` with ``v0 = floor(x2)`` and a denormal ``x1``:
     LLVM folds ``floor(floor(x))`` to ``floor(x)`` inside XLA's fused loop, the select becomes the min pattern and
     the min instruction reads the denormal as zero (XLA: 0; the executor gave the denormal). The executor's max/min
@@ -496,6 +499,7 @@ def test_selects_of_values_llvm_folds_to_one_are_max_min_as_xla(statements, dtyp
     values0 = [tiny / 3, -tiny / 5, tiny / 3, -tiny / 5, 1.5, -2.5, float("nan"), 0.0, -0.0, 3.0]
     values1 = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.25, -2.5, 1.0, float("nan"), tiny / 7, 2.5]
     x0, x1 = np.array(values0, DTYPES[dtype]), np.array(values1, DTYPES[dtype])
+    statements = _FOLDED_SELECTS[name]
     _compare(Program(dtype, x0.shape, [x0, x1], statements))
     _compare(Program(dtype, x0.shape, [x0, x1], statements, loop_trips=2))
 

@@ -23,7 +23,7 @@ from xla_dialect.errors import BuilderError, HloVerifyError
 from xla_dialect.ops.linalg import DotDimensionNumbers, higher_precision_type
 from xla_dialect.types import element_type_from_dtype
 
-from helpers import assert_close, execute, random_array, run_builder
+from helpers import assert_close, execute, random_array, run_builder, sweep
 
 bf16, f8 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
 
@@ -686,12 +686,10 @@ _SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), 
 
 
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
-# (each compiles a loop and runs jax.jit: ~3 s cold; f64 beyond three shapes runs with -m slow)
-@pytest.mark.parametrize("dtype, mkn", [
-    *(pytest.param(np.float32, mkn, id=f"f32-{mkn}") for mkn in _SMALL_LOOP_DOTS),
-    *(pytest.param(np.float64, mkn, id=f"f64-{mkn}",
-                   marks=() if mkn in ((1, 7, 7), (4, 9, 1), (2, 40, 1), (4, 4, 3)) else pytest.mark.slow)
-      for mkn in _SMALL_LOOP_DOTS)])
+# (each compiles a loop and runs jax.jit: ~3 s cold; six of the 28 in the default run, all with -m slow)
+@pytest.mark.parametrize("dtype, mkn", sweep(
+    [np.float32, np.float64], [(mkn,) for mkn in _SMALL_LOOP_DOTS],
+    ids=[lambda t: np.dtype(t).name, lambda v: "x".join(map(str, v[0]))], keep=6))
 def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
     import lowering
     from interop import import_jax

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from helpers import sweep
 import lowering
 from interop import import_jax
 from passes.pipelines import prepare_for_execution
@@ -137,8 +138,8 @@ _OPTIONS = [dict(fusion="never", loop_compilation="never"), dict(fusion="always"
 
 
 @pytest.mark.skipif(not _avx512_host(), reason="YNNPACK's sum order was measured on AVX-512 hosts only")
-@pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
-@pytest.mark.parametrize("name, fn, shape", _LARGE_CASES, ids=[f"{c[0]} {c[2]}" for c in _LARGE_CASES])
+@pytest.mark.parametrize("name, fn, shape, dtype", sweep(
+    _LARGE_CASES, [F32, F64], ids=[lambda c: f"{c[0]} {c[2]}", lambda t: np.dtype(t).name]))
 def test_large_sum_of_sums_is_xlas(name, fn, shape, dtype):
     x = _mixed(np.random.default_rng(sum(shape)), shape, dtype)
     want = _bits(jax.tree_util.tree_leaves(jax.jit(fn)(x)))

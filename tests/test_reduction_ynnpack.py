@@ -13,6 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import sweep
+
 bf16 = ml_dtypes.bfloat16
 
 
@@ -197,10 +199,13 @@ _LOOP_SUMS = [
 _LOOP_OPTIONS = [dict(fusion=f, loop_compilation=c) for c in ("never", "always") for f in ("never", "always")]
 
 
-@pytest.mark.parametrize("options", _LOOP_OPTIONS,
-                         ids=[f"fusion {o['fusion']}, loops {o['loop_compilation']}" for o in _LOOP_OPTIONS])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("name, axis, shape", _LOOP_SUMS, ids=[s[0] for s in _LOOP_SUMS])
+def _options_id(options):
+    return f"fusion {options['fusion']}, loops {options['loop_compilation']}"
+
+
+@pytest.mark.parametrize("name, axis, shape, dtype, options", sweep(
+    _LOOP_SUMS, [np.float32, np.float64], _LOOP_OPTIONS,
+    ids=[lambda s: s[0], lambda t: np.dtype(t).name, _options_id]))
 def test_large_sums_inside_loops_are_ynnpacks_bits(name, axis, shape, dtype, options):
     # XLA CPU sums in while, scan and fori_loop bodies in YNNPACK's order too (measured: every case of
     # _SUMS in each kind of loop); interpreted, fused and compiled loops call the same definition.
@@ -336,10 +341,9 @@ _TRANSPOSED = [  # XLA's simplifier sums the transpose's operand over the permut
 ]
 
 
-@pytest.mark.parametrize("options", _LOOP_OPTIONS,
-                         ids=[f"fusion {o['fusion']}, loops {o['loop_compilation']}" for o in _LOOP_OPTIONS])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("name, fn, shape", _TRANSPOSED, ids=[s[0] for s in _TRANSPOSED])
+@pytest.mark.parametrize("name, fn, shape, dtype, options", sweep(
+    _TRANSPOSED, [np.float32, np.float64], _LOOP_OPTIONS,
+    ids=[lambda s: s[0], lambda t: np.dtype(t).name, _options_id]))
 def test_sums_of_transposes_are_sums_of_their_operands(name, fn, shape, dtype, options):
     x = _mixed(np.random.default_rng(16), shape, dtype)
     got, want = _bits(fn, (x,), **options)

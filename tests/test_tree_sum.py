@@ -16,6 +16,7 @@ from jax import lax
 
 import lowering
 from interop import import_jax
+from helpers import sweep
 from lowering.kernels.tree_sum import grid_order, reduced_dims, xla_sum
 
 CONFIGURATIONS = {
@@ -24,6 +25,14 @@ CONFIGURATIONS = {
     "compiled loops": {"fusion": "never", "loop_compilation": "always"},
     "fused and compiled loops": {"fusion": "always", "loop_compilation": "always"},
 }
+
+
+def _shape_id(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def _dtype_id(dtype) -> str:
+    return np.dtype(dtype).name
 
 
 def rewrite_reference(x: np.ndarray, axes, init) -> np.ndarray:
@@ -166,8 +175,9 @@ def test_sums_of_products_are_contracted_as_xla_does(name, dtype):
         assert rounded != want  # (the test tells the two apart: several f32 sums)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
-@pytest.mark.parametrize("rows, length", [(4, 6), (12, 5), (16, 7), (17, 6), (44, 5), (50, 8), (9, 6), (20, 3)])
+@pytest.mark.parametrize("rows, length, dtype", sweep(
+    [(4, 6), (12, 5), (16, 7), (17, 6), (44, 5), (50, 8), (9, 6), (20, 3)], [np.float32, np.float64],
+    ids=[_shape_id, _dtype_id], keep=4))
 def test_rows_of_five_to_eight_products_round_where_xla_vectorizes(rows, length, dtype):
     # XLA unrolls rows of 5-8 products of two arguments and LLVM vectorizes the loop over the rows: those rows
     # add rounded products, the rows after the last whole vector contracted ones (rounded_product_rows); computed
@@ -206,8 +216,8 @@ def test_sums_of_squares_start_with_the_first_square_fused(dtype):
                     (shape, configuration)
 
 
-@pytest.mark.parametrize("rows, length", [(32, 4), (16, 3), (20, 4), (29, 2), (28, 5), (18, 8), (8, 7), (4, 6),
-                                          (24, 7), (12, 4)])
+@pytest.mark.parametrize("rows, length", sweep(
+    [(32, 4), (16, 3), (20, 4), (29, 2), (28, 5), (18, 8), (8, 7), (4, 6), (24, 7), (12, 4)], ids=[_shape_id], keep=4))
 def test_full_sums_of_products_in_xla_vector_lanes(rows, length):
     # A full f32 sum of a product over a (rows, length) operand: XLA's outer loop over the rows is not unrolled,
     # LLVM vectorizes it (tree_sum.vector_lanes: rows as lanes, lanes halved, the rest a scalar FMA chain; the
@@ -247,9 +257,9 @@ def test_vector_lanes_table():
     assert vector_lanes((32, 4), (0, 1), f32, "") == (0, False)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
-@pytest.mark.parametrize("rows, cols", [(2, 5), (4, 3), (8, 6), (8, 8), (12, 4), (16, 2), (17, 7), (20, 3), (24, 6),
-                                        (29, 2), (30, 5), (32, 8), (5, 4), (9, 3)])
+@pytest.mark.parametrize("rows, cols, dtype", sweep(
+    [(2, 5), (4, 3), (8, 6), (8, 8), (12, 4), (16, 2), (17, 7), (20, 3), (24, 6), (29, 2), (30, 5), (32, 8), (5, 4),
+     (9, 3)], [np.float32, np.float64], ids=[_shape_id, _dtype_id], keep=7))
 def test_full_sums_of_an_array_in_xla_vector_lanes(rows, cols, dtype):
     # jnp.sum of a (rows, cols) array: XLA's loop over the rows is vectorized (tree_sum.plain_sum_lanes: rows as
     # lanes, lanes halved, the rest in order; 5 and 9 rows stay in order) -- jnp.mean of a (32, 8) loss matrix
@@ -283,7 +293,8 @@ def test_plain_sum_lanes_table():
     assert plain_sum_lanes((16, 4), (0, 1), np.float16) == 0
 
 
-@pytest.mark.parametrize("rows, cols", [(2, 4), (4, 20), (8, 9), (17, 32), (21, 9), (29, 2), (30, 12), (12, 6)])
+@pytest.mark.parametrize("rows, cols", sweep(
+    [(2, 4), (4, 20), (8, 9), (17, 32), (21, 9), (29, 2), (30, 12), (12, 6)], ids=[_shape_id], keep=4))
 def test_full_sums_of_exp_in_xla_vector_lanes(rows, cols):
     # jnp.sum(jnp.exp(a)) of a (rows, cols) f32 array, dims <= 32: XLA fuses the exp into the reduce's loop and
     # vectorizes the loop over the rows (tree_sum.exp_sum_lanes: 8 or 4 lanes from 16 rows, 2/4/8 rows one
@@ -342,8 +353,9 @@ def test_exp_sum_lanes_table():
     assert exp_sum_lanes((16, 4), (0, 1), np.float64) == 0  # not measured
 
 
-@pytest.mark.parametrize("rows, cols", [(50, 40), (33, 33), (63, 5), (64, 7), (96, 3), (127, 8), (20, 63), (63, 63),
-                                        (40, 100), (2, 2047)])
+@pytest.mark.parametrize("rows, cols", sweep(
+    [(50, 40), (33, 33), (63, 5), (64, 7), (96, 3), (127, 8), (20, 63), (63, 63), (40, 100), (2, 2047)],
+    ids=[_shape_id], keep=4))
 def test_full_sums_over_32_in_xla_windows_and_lanes(rows, cols):
     # jnp.sum of a (rows, cols) f32 array with a dimension over 32 (tree_sum.grid_sum): XLA's windows of 32, rows
     # of 32 (or 31) of 2-8 columns in vector lanes, a window's last column of 32k - 1 after its rows, the windows'

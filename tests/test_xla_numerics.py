@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import sweep
 import lowering
 import passes
 from interop import import_jax
@@ -465,8 +466,8 @@ def test_a_constant_first_operand_of_max_min_moves_right(dtype, fusion):
         _strict_bits_match(fn, x, fusion=fusion)
 
 
-@pytest.mark.parametrize("fusion", ["never", "always"])
-@pytest.mark.parametrize("dtype", (F32, F64))
+@pytest.mark.parametrize("dtype, fusion", sweep([F32, F64], ["never", "always"],
+                                                 ids=[lambda t: np.dtype(t).name, str]))
 def test_max_min_with_a_denormal_constant_read_as_a_zero(dtype, fusion):
     # Found by the differential fuzzer: jnp.minimum(+0, -1e-45) is +0 in XLA (the sign rule gives -0). XLA's
     # vector code knows the constant is not zero, so no signed-zero fix-up is emitted: under DAZ the constant
