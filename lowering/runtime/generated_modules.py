@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from .cache_size import prune_in_background
 from .numba_cache import library_digest
 from .process_state import cache_directory, import_module_file  # noqa: F401  (cache_directory: its callers' name)
 
@@ -37,6 +38,7 @@ def import_generated(text: str, prefix: str) -> ModuleType | None:
     path = os.path.join(directory, f"{prefix}_{digest}.py")
     if not os.path.exists(path):
         write_atomically(path, text)
+        prune_in_background(directory)  # (the cache grew: at most hourly, kept under its size limit)
     return import_module_file(f"xla_dialect_{prefix}_{digest}", path)  # (numba's cache finds it by name)
 
 

@@ -67,6 +67,8 @@ import warnings
 from collections.abc import Callable
 from types import ModuleType
 
+from .cache_size import mark_used
+
 CHANGES: list[str] = []
 """What the library changed in this process, in order (one line each)."""
 
@@ -148,4 +150,5 @@ def import_module_file(name: str, path: str) -> ModuleType:
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
+            mark_used(path)  # (the cache's least recently used entries are removed past its size limit)
     return module
