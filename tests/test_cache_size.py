@@ -64,16 +64,18 @@ def test_prune_removes_least_recently_used_entries_with_their_machine_code(tmp_p
     old_index = _entry(d, "loop_" + "b" * 24 + ".ints", 1000, age=4000)
     newer = _entry(d, "loop_" + "c" * 24 + ".py", 1000, age=3000, machine_code=1)
     recent = _entry(d, "ufunc_" + "d" * 24 + ".py", 1000, age=10)
+    leftover = _entry(d, "loop_" + "9" * 24 + ".py.1234.5678.tmp", 0, age=90000)  # (a killed writer's)
     other = os.path.join(d, "notes.txt")  # (not the cache's: left alone)
     open(other, "w").close()
     found = {e.name: e for e in cache_size.entries(d)}
-    assert set(found) == {"loop_" + "a" * 24, "loop_" + "b" * 24 + ".ints", "loop_" + "c" * 24, "ufunc_" + "d" * 24}
+    assert set(found) == {"loop_" + "a" * 24, "loop_" + "b" * 24 + ".ints", "loop_" + "c" * 24, "ufunc_" + "d" * 24,
+                          "loop_" + "9" * 24 + ".py.1234.5678.tmp"}
     assert found["loop_" + "a" * 24].size == 3000 and len(found["loop_" + "a" * 24].files) == 3
     assert found["loop_" + "a" * 24].files[-1] == oldest[0]  # (the module file last)
 
     report = cache_size.prune(d, limit=4000, target=0.8)  # 7,000 bytes -> at most 3,200
-    assert (report.entries, report.size, report.removed_entries, report.removed_size) == (4, 7000, 2, 4000)
-    assert not any(os.path.exists(p) for p in oldest + old_index)
+    assert (report.entries, report.size, report.removed_entries, report.removed_size) == (5, 7000, 3, 4000)
+    assert not any(os.path.exists(p) for p in leftover + oldest + old_index)
     assert all(os.path.exists(p) for p in newer + recent + [other])
 
     report = cache_size.prune(d, limit=100)  # the recent entry is in its grace period

@@ -41,7 +41,8 @@ GRACE = 600.0
 _STAMP = ".pruned"
 _LOCK_FILE = ".prune.lock"
 _SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_ENTRY = re.compile(r"^([a-z]+_[0-9a-f]{16,64})\.(py|ints)$")
+_ENTRY = re.compile(r"^([a-z]+_[0-9a-f]{16,64})\.(py|ints)(\.\d+\.\d+\.tmp)?$")
+"""A module file, a shape index, or what a process killed while writing one left (``write_atomically``)."""
 
 
 def parse_size(text: str) -> int | None:
@@ -100,7 +101,7 @@ def entries(directory: str) -> list[Entry]:
                 st = item.stat(follow_symlinks=False)
             except OSError:
                 continue
-            key = item.name if match[2] == "ints" else match[1]
+            key = item.name if match[2] == "ints" or match[3] else match[1]
             found[key] = Entry(key, [item.path], st.st_size, max(st.st_atime, st.st_mtime))
     code_directory = os.path.join(directory, "__pycache__")
     if os.path.isdir(code_directory):
