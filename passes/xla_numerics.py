@@ -27,7 +27,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
   constant predicate -> its arm (:class:`SelectOfConstantPredicate`, ``HandleSelect``).
 * ``exp(A) / exp(B)`` -> ``exp(A - B)``; ``A / exp(B)`` -> ``A * exp(-B)``;
   ``A / pow(B, C)`` -> ``A * pow(B, -C)``; ``A / sqrt(B)`` -> ``A * rsqrt(B)``
-  and ``A / rsqrt(B)`` -> ``A * sqrt(B)`` when the root has no other use.
+  and ``A / rsqrt(B)`` -> ``A * sqrt(B)`` when the root has no other use; ``exp(A) * exp(B)`` -> ``exp(A + B)``
+  whatever else reads the exps (:class:`MultiplyOfExps`; f16, f32, f64).
 * ``(A / B) / (C / D)`` -> ``(A * D) / (B * C)``; ``(A / B) / C`` ->
   ``A / (B * C)``; ``A / (B / C)`` -> ``(A * C) / B`` (float and complex).
 * ``(A * C) * broadcast(B)`` -> ``A * broadcast(B * C)`` for a scalar constant ``C`` (:class:`ConstantIntoBroadcast`:
@@ -503,6 +504,25 @@ class DivideByFunction(RewritePattern):
             other = RsqrtOp if isinstance(den, SqrtOp) else SqrtOp
             root = _emit(rewriter, other, [den.operands[0]], t)
             _replace(rewriter, op, _emit(rewriter, MulOp, [a, root], t))
+
+
+class MultiplyOfExps(RewritePattern):
+    """``exp(A) * exp(B)`` -> ``exp(A + B)`` (``HandleMultiply``), ``exp(A) * exp(A)`` too, whatever else reads the
+    exps (they stay for their other readers), on f16, f32 and f64 (measured with jax.jit on 4,096 elements: about
+    half of ``jnp.exp(x) * jnp.exp(y)`` and ``jnp.exp(x) ** 2`` differed by the rounding of the two exps; a chain
+    ``exp(x) * exp(y) * exp(x + 1)`` is ``exp((x + y) + (x + 1))``; bf16's results were equal without it; long fuzz
+    campaign: ``v0 = exp(x0); v0 * v0`` in f16)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: MulOp, rewriter: PatternRewriter) -> None:
+        if not _eligible(op):
+            return
+        first, second = (_defining(v, ExpOp) for v in op.operands)
+        if first is None or second is None:
+            return
+        t = op.results[0].type
+        total = _emit(rewriter, AddOp, [first.operands[0], second.operands[0]], t)
+        _replace(rewriter, op, _emit(rewriter, ExpOp, [total], t))
 
 
 class DivideOfDivide(RewritePattern):
@@ -1634,7 +1654,7 @@ class XlaFloatRewritesPass(PatternPass):
     PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, FoldSplatConstants, SelectOfConstantPredicate,
                 *NESTED_SELECTS,
                 *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
-                CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide,
+                CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide, MultiplyOfExps,
                 FoldMultiplyConstants, ConstantIntoBroadcast, FoldAddConstants, FactorPowerOfTwo, SubtractConstant,
                 SubtractionFromConstant,
                 SimplifyPower, *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces,

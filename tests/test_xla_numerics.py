@@ -215,6 +215,21 @@ def test_divide_by_functions(dtype):
     assert_matches_jax(lambda a, b, c: a / jax.lax.pow(b, c), x, p, y)
 
 
+@pytest.mark.parametrize("dtype", (F32, F64, F16))
+def test_a_product_of_exps_is_the_exp_of_the_sum(dtype):
+    # exp(A) * exp(B) -> exp(A + B), whatever else reads the exps (about half of the elements differed before;
+    # long fuzz campaign: exp(x) squared in f16). In loops and fused too; large exponents whose exps overflow.
+    x, y = _data(dtype), _data(dtype, seed=1)
+    assert_matches_jax(lambda a, b: jnp.exp(a) * jnp.exp(b), x, y)
+    assert_matches_jax(lambda a, b: jnp.exp(a) ** 2, x, y)
+    assert_matches_jax(lambda a, b: (jnp.exp(a) * jnp.exp(b), jnp.exp(a) + b), x, y)
+    assert_matches_jax(lambda a, b: jnp.exp(a) * jnp.exp(b) * jnp.exp(a + 1), x, y)
+    big = np.array([1000, -999, 80, 12, -20000, 3], dtype)
+    assert_matches_jax(lambda a, b: jnp.exp(a) * jnp.exp(b), big, -big[::-1] + 1)
+    _run_modes(lambda a, b: jax.lax.fori_loop(0, 3, lambda i, v: jnp.exp(v) * jnp.exp(b) * dtype(0.25), a),
+               x[:16], y[:16])
+
+
 def test_divide_by_shared_sqrt_is_not_rewritten():
     # A / sqrt(B) -> A * rsqrt(B) needs the sqrt to have one use.
     def fn(a, b):
