@@ -1,8 +1,9 @@
 """Differential fuzzing against jax.jit: random programs, compared bit for bit in every configuration.
 
-Each example is a small random JAX program -- a chain of element-wise ops over one to three inputs
-(arithmetic, transcendental functions, comparisons and selects, conversions through other float types,
-constants, row statistics broadcast back over their rows), optionally the body of a ``fori_loop`` -- run
+Each example is a small random JAX program -- a chain of element-wise ops over one to three inputs and an
+optional scalar one (arithmetic, transcendental functions, comparisons and selects, conversions through other
+float types, constants, row statistics broadcast back over their rows, sums and differences of two products
+whose factors may be the scalar or constants), optionally the body of a ``fori_loop`` -- run
 on inputs full of special values (NaNs with payloads and signs, infinities, signed zeros, subnormals,
 the largest finite values). It is run by jax.jit and by the executor in four configurations: the
 interpreter (``fusion="never"``, ``loop_compilation="never"``), fused loops, compiled while loops, and
@@ -165,6 +166,17 @@ def arrays(draw, dtype_name: str, shape: tuple[int, ...]):
     return values.reshape(shape)
 
 
+def _constant(draw, dtype: str) -> str:
+    value = draw(st.sampled_from(CONSTANTS))
+    literal = repr(value) if np.isfinite(value) else f"float('{value}')"
+    return f"{_dtype_expression(dtype)}({literal})"
+
+
+def _factor(draw, names: list[str], dtype: str) -> str:
+    """The second factor of a product: a value, a scalar input or a constant."""
+    return _constant(draw, dtype) if draw(st.integers(0, 3)) == 0 else draw(st.sampled_from(names))
+
+
 @st.composite
 def programs(draw, loops: bool | None = None):
     """A random :class:`Program` (``loops``: force a loop (True), none (False) or either (None))."""
@@ -173,11 +185,15 @@ def programs(draw, loops: bool | None = None):
     shape = (draw(st.integers(1, 24)),) if rank == 1 else (draw(st.integers(1, 5)), draw(st.integers(1, 24)))
     count = draw(st.integers(1, 3))
     inputs = [draw(arrays(dtype, shape)) for _ in range(count)]
-    program = Program(dtype, shape, inputs)
     values = [f"x{i}" for i in range(count)]
+    scalars = []
+    if draw(st.booleans()):  # a scalar input, read by products (in a loop: a value the loop carries unchanged)
+        scalars.append(f"x{count}")
+        inputs.append(draw(arrays(dtype, ())))
+    program = Program(dtype, shape, inputs)
     for k in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "constant", "select", "row",
-                                     "convert"]))
+                                     "convert", "products"]))
         pick = st.sampled_from(values)
         if kind == "unary":
             name = draw(st.sampled_from(sorted(UNARY)))
@@ -187,9 +203,7 @@ def programs(draw, loops: bool | None = None):
             expression = BINARY[name].format(draw(pick), draw(pick))
         elif kind == "constant":
             name = draw(st.sampled_from(sorted(BINARY)))
-            value = draw(st.sampled_from(CONSTANTS))
-            literal = repr(value) if np.isfinite(value) else f"float('{value}')"
-            constant = f"{_dtype_expression(dtype)}({literal})"
+            constant = _constant(draw, dtype)
             operands = [draw(pick), constant]
             if draw(st.booleans()):
                 operands.reverse()
@@ -197,6 +211,11 @@ def programs(draw, loops: bool | None = None):
         elif kind == "select":
             p, q, a, b = (draw(pick) for _ in range(4))
             expression = f"jnp.where({p} > {q}, {a}, {b})"
+        elif kind == "products":  # two products added: which one LLVM fuses (passes/fma_contraction.py)
+            factors = [draw(pick), _factor(draw, values + scalars, dtype), draw(pick),
+                       _factor(draw, values + scalars, dtype)]
+            sign = draw(st.sampled_from(["+", "-"]))
+            expression = f"{factors[0]} * {factors[1]} {sign} {factors[2]} * {factors[3]}"
         elif kind == "row":
             name = draw(st.sampled_from(sorted(ROW_STATISTICS)))
             expression = ROW_STATISTICS[name].format(draw(pick), draw(pick))
