@@ -303,6 +303,11 @@ def test_products_by_one_power_of_two_are_factored(dtype):
     assert_matches_jax(lambda a: (lambda d: d + d)(a / dtype(2)), x)  # factored: one product, used twice
     assert_matches_jax(lambda a, b: a / dtype(2) + b / dtype(2), x, y)  # not: two reciprocals made by XLA
     assert_matches_jax(lambda a, b: a * half + b * quarter, x, y)  # not: different constants
+    # not by a subnormal power of two: XLA's compiler reads it as zero (long fuzz campaign: NaN for -0)
+    big = np.array([np.finfo(dtype).max, 1.0, 1.0, 5.0, -np.inf, 3.0], dtype)
+    for c in (-dtype(tiny) / 2 ** 20, dtype(tiny) / 8, -dtype(tiny)):
+        assert_matches_jax(lambda a, b: a * c + b * c, big, -big[::-1])
+        assert_matches_jax(lambda a, b: a * c + a * c, big, big)
     assert_matches_jax(lambda a, b: a * third + b * third, x, y)  # not: 0.3 is no power of two
     module = import_jax(lambda a, b: a * half + b * half, x, y)
     factored = lowering.compile(module)(x, y)[0]
