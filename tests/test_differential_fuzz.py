@@ -5,7 +5,9 @@ optional scalar one (arithmetic, transcendental functions, comparisons and selec
 float types, constants, row statistics broadcast back over their rows, sums and differences of two products
 whose factors may be the scalar or constants), optionally the body of a ``fori_loop`` -- run
 on inputs full of special values (NaNs with payloads and signs, infinities, signed zeros, subnormals,
-the largest finite values). It is run by jax.jit and by the executor in four configurations: the
+the largest finite values) -- or an integer program (every signed and unsigned width: wrapping arithmetic,
+division and remainder by zero, shifts past the width, bit counts, reductions, conversions through floats of
+out-of-range values, on the types' extremes). It is run by jax.jit and by the executor in four configurations: the
 interpreter (``fusion="never"``, ``loop_compilation="never"``), fused loops, compiled while loops, and
 both. The executor's four results must be the same bits (NaN payloads included: one executable gives
 the same bits whatever its fast paths do), and equal jax.jit's bits, NaN payloads aside (a NaN must be a
@@ -229,6 +231,84 @@ def programs(draw, loops: bool | None = None):
     return program
 
 
+INTEGER_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+INTEGER_UNARY = {
+    "neg": "-{0}", "abs": "jnp.abs({0})", "not": "~{0}", "popcount": "jax.lax.population_count({0})",
+    "clz": "jax.lax.clz({0})", "sign": "jnp.sign({0})", "square": "{0} * {0}",
+}
+INTEGER_BINARY = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "max": "jnp.maximum({0}, {1})",
+    "min": "jnp.minimum({0}, {1})", "and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}",
+    "div": "jax.lax.div({0}, {1})", "rem": "jax.lax.rem({0}, {1})", "floordiv": "{0} // {1}", "mod": "{0} % {1}",
+    "shl": "jax.lax.shift_left({0}, {1})", "shr": "jax.lax.shift_right_logical({0}, {1})",
+    "sar": "jax.lax.shift_right_arithmetic({0}, {1})",
+}
+INTEGER_ROWS = {  # reductions over the last axis (wrapping sums, extrema, products) combined with their rows
+    "sum": "{0} + jnp.sum({0}, axis=-1, keepdims=True, dtype={0}.dtype)",
+    "max": "{0} - jnp.max({0}, axis=-1, keepdims=True)",
+    "min": "jnp.minimum({0}, jnp.min({1}, axis=-1, keepdims=True))",
+    "prod": "jnp.prod({0}, axis=-1, keepdims=True, dtype={0}.dtype) ^ {1}",
+}
+
+
+@st.composite
+def integer_arrays(draw, dtype_name: str, shape: tuple[int, ...]):
+    """An integer array of ``shape``: the type's extremes and their neighbours, 0, +-1, shift counts around the
+    width, and random values of the whole range."""
+    info = np.iinfo(dtype_name)
+    bits = info.bits
+    specials = sorted({int(v) for v in (info.min, info.min + 1, info.max, info.max - 1, 0, 1, -1, 2, 7,
+                                        bits - 1, bits, bits + 1, -bits, 100) if info.min <= v <= info.max})
+    size = int(np.prod(shape))
+    values = [draw(st.sampled_from(specials)) if draw(st.integers(0, 2)) < 2
+              else draw(st.integers(int(info.min), int(info.max))) for _ in range(size)]
+    return np.array(values, dtype_name).reshape(shape)
+
+
+@st.composite
+def integer_programs(draw, loops: bool | None = None):
+    """A random integer :class:`Program`: wrapping arithmetic, division and remainder by zero and of the minimum
+    by -1, shifts by counts past the width, bit counts, extrema, selects, reductions, conversions through floats
+    (out-of-range values) and other integer types (``loops`` as for :func:`programs`)."""
+    dtype = draw(st.sampled_from(INTEGER_DTYPES))
+    rank = draw(st.integers(1, 2))
+    shape = (draw(st.integers(1, 24)),) if rank == 1 else (draw(st.integers(1, 5)), draw(st.integers(1, 24)))
+    count = draw(st.integers(1, 3))
+    inputs = [draw(integer_arrays(dtype, shape)) for _ in range(count)]
+    program = Program(dtype, shape, inputs)
+    values = [f"x{i}" for i in range(count)]
+    info = np.iinfo(dtype)
+    for k in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "constant", "select", "row", "convert"]))
+        pick = st.sampled_from(values)
+        if kind == "unary":
+            expression = INTEGER_UNARY[draw(st.sampled_from(sorted(INTEGER_UNARY)))].format(draw(pick))
+        elif kind == "binary":
+            expression = INTEGER_BINARY[draw(st.sampled_from(sorted(INTEGER_BINARY)))].format(draw(pick), draw(pick))
+        elif kind == "constant":
+            value = draw(st.sampled_from([v for v in (0, 1, -1, 3, info.bits, int(info.min), int(info.max))
+                                          if info.min <= v <= info.max]))
+            operands = [draw(pick), f"np.{dtype}({value})"]
+            if draw(st.booleans()):
+                operands.reverse()
+            expression = INTEGER_BINARY[draw(st.sampled_from(sorted(INTEGER_BINARY)))].format(*operands)
+        elif kind == "select":
+            p, q, a, b = (draw(pick) for _ in range(4))
+            relation = draw(st.sampled_from([">", "<", "==", ">="]))
+            expression = f"jnp.where({p} {relation} {q}, {a}, {b})"
+        elif kind == "row":
+            expression = INTEGER_ROWS[draw(st.sampled_from(sorted(INTEGER_ROWS)))].format(draw(pick), draw(pick))
+        else:
+            other = draw(st.sampled_from(["float16", "bfloat16", "float32", "float64", *INTEGER_DTYPES]))
+            other = "bfloat16" if other == "bfloat16" else other
+            expression = f"{draw(pick)}.astype(jnp.{other}).astype(jnp.{dtype})"
+        program.statements.append((kind, expression))
+        values.append(f"v{k}")
+    use_loop = draw(st.booleans()) if loops is None else loops
+    program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
+    return program
+
+
 # -- documented deviations ------------------------------------------------------------------------------------
 
 
@@ -247,6 +327,8 @@ def _preserves_values(dtype: str, other: str) -> bool:
 
 def _documented_deviation(program: Program) -> str | None:
     """The documented deviation (docs/operations.md) ``program`` meets, if any (such programs are not generated)."""
+    if program.dtype in INTEGER_DTYPES:
+        return None  # (the documented deviations are of float arithmetic)
     statements = [expression for _, expression in program.statements]
     same = {f"x{i}": f"x{i}" for i in range(len(program.inputs))}  # each value's origin through exact round trips
     for k, expression in enumerate(statements):
@@ -340,9 +422,15 @@ def test_loop_programs(program):
     _check(program)
 
 
+@QUICK
+@given(integer_programs())
+def test_integer_programs(program):
+    _check(program)
+
+
 @pytest.mark.slow
 @LONG
-@given(programs())
+@given(st.one_of(programs(), integer_programs()))
 def test_programs_long_campaign(program):
     _check(program)
 
