@@ -179,12 +179,25 @@ def _factor(draw, names: list[str], dtype: str) -> str:
     return _constant(draw, dtype) if draw(st.integers(0, 3)) == 0 else draw(st.sampled_from(names))
 
 
+def _shape(draw) -> tuple[int, ...]:
+    """A program's shape: a row of 1-24 elements or 1-5 such rows."""
+    rank = draw(st.integers(1, 2))
+    return (draw(st.integers(1, 24)),) if rank == 1 else (draw(st.integers(1, 5)), draw(st.integers(1, 24)))
+
+
+def _maybe_in_a_loop(draw, program: Program, loops: bool | None) -> Program:
+    """``program`` as the body of a ``fori_loop`` of 1-4 trips, or straight-line (``loops``: True, False or
+    either)."""
+    use_loop = draw(st.booleans()) if loops is None else loops
+    program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
+    return program
+
+
 @st.composite
 def programs(draw, loops: bool | None = None):
     """A random :class:`Program` (``loops``: force a loop (True), none (False) or either (None))."""
     dtype = draw(st.sampled_from(sorted(DTYPES)))
-    rank = draw(st.integers(1, 2))
-    shape = (draw(st.integers(1, 24)),) if rank == 1 else (draw(st.integers(1, 5)), draw(st.integers(1, 24)))
+    shape = _shape(draw)
     count = draw(st.integers(1, 3))
     inputs = [draw(arrays(dtype, shape)) for _ in range(count)]
     values = [f"x{i}" for i in range(count)]
@@ -226,9 +239,7 @@ def programs(draw, loops: bool | None = None):
             expression = f"{draw(pick)}.astype(jnp.{other}).astype(jnp.{dtype})"
         program.statements.append((kind, expression))
         values.append(f"v{k}")
-    use_loop = draw(st.booleans()) if loops is None else loops
-    program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
-    return program
+    return _maybe_in_a_loop(draw, program, loops)
 
 
 INTEGER_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
@@ -271,8 +282,7 @@ def integer_programs(draw, loops: bool | None = None):
     by -1, shifts by counts past the width, bit counts, extrema, selects, reductions, conversions through floats
     (out-of-range values) and other integer types (``loops`` as for :func:`programs`)."""
     dtype = draw(st.sampled_from(INTEGER_DTYPES))
-    rank = draw(st.integers(1, 2))
-    shape = (draw(st.integers(1, 24)),) if rank == 1 else (draw(st.integers(1, 5)), draw(st.integers(1, 24)))
+    shape = _shape(draw)
     count = draw(st.integers(1, 3))
     inputs = [draw(integer_arrays(dtype, shape)) for _ in range(count)]
     program = Program(dtype, shape, inputs)
@@ -300,13 +310,10 @@ def integer_programs(draw, loops: bool | None = None):
             expression = INTEGER_ROWS[draw(st.sampled_from(sorted(INTEGER_ROWS)))].format(draw(pick), draw(pick))
         else:
             other = draw(st.sampled_from(["float16", "bfloat16", "float32", "float64", *INTEGER_DTYPES]))
-            other = "bfloat16" if other == "bfloat16" else other
             expression = f"{draw(pick)}.astype(jnp.{other}).astype(jnp.{dtype})"
         program.statements.append((kind, expression))
         values.append(f"v{k}")
-    use_loop = draw(st.booleans()) if loops is None else loops
-    program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
-    return program
+    return _maybe_in_a_loop(draw, program, loops)
 
 
 # -- documented deviations ------------------------------------------------------------------------------------
