@@ -3,7 +3,8 @@
 Each example is a small random JAX program -- a chain of element-wise ops over one to three inputs and an
 optional scalar one (arithmetic, transcendental functions, comparisons and selects, conversions through other
 float types, constants, row statistics broadcast back over their rows, sums and differences of two products
-whose factors may be the scalar or constants), optionally the body of a ``fori_loop`` -- run
+whose factors may be the scalar or constants, dots, whole-array statistics, softmax and logsumexp rows, cubes,
+clips, cumulative sums), optionally the body of a ``fori_loop`` -- run
 on inputs full of special values (NaNs with payloads and signs, infinities, signed zeros, subnormals,
 the largest finite values) -- or an integer program (every signed and unsigned width: wrapping arithmetic,
 division and remainder by zero, shifts past the width, bit counts, reductions, conversions through floats of
@@ -77,6 +78,16 @@ ROW_STATISTICS = {  # a keepdims row statistic combined with its rows (XLA's bro
     "mul_mean": "{0} * jnp.mean({1}, axis=-1, keepdims=True)",
 }
 CONSTANTS = [2.0, -3.0, 0.5, 1e-40, -1e-45, 1e30, 3.0e38, float("inf")]
+STRUCTURED = {  # (1-D form, 2-D form) of ops that keep the program's shape
+    "dot": ("{0} * jnp.dot({1}, {2})", "{0} @ ({1}.T @ {2})"),
+    "sum": ("{0} * jnp.sum({1})", "{0} - jnp.sum({1})"),
+    "max": ("{0} / jnp.max({1})", "{0} + jnp.max({1})"),
+    "softmax": ("jax.nn.softmax({0})", "jax.nn.softmax({0}, axis=-1)"),
+    "logsumexp": ("{0} - jax.nn.logsumexp({1})", "{0} - jax.nn.logsumexp({1}, axis=-1, keepdims=True)"),
+    "cube": ("{0} ** 3", "{0} ** 3"),
+    "clip": ("jnp.clip({0}, -1.5, 2.0)", "jnp.clip({0}, -1.5, 2.0)"),
+    "cumsum": ("jnp.cumsum({0})", "jnp.cumsum({0}, axis=-1)"),
+}
 
 
 @dataclass
@@ -208,7 +219,7 @@ def programs(draw, loops: bool | None = None):
     program = Program(dtype, shape, inputs)
     for k in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "constant", "select", "row",
-                                     "convert", "products"]))
+                                     "convert", "products", "structured"]))
         pick = st.sampled_from(values)
         if kind == "unary":
             name = draw(st.sampled_from(sorted(UNARY)))
@@ -226,6 +237,9 @@ def programs(draw, loops: bool | None = None):
         elif kind == "select":
             p, q, a, b = (draw(pick) for _ in range(4))
             expression = f"jnp.where({p} > {q}, {a}, {b})"
+        elif kind == "structured":  # dots, whole-array statistics, softmax rows, powers, clips
+            name = draw(st.sampled_from(sorted(STRUCTURED)))
+            expression = STRUCTURED[name][len(shape) - 1].format(draw(pick), draw(pick), draw(pick))
         elif kind == "products":  # two products added: which one LLVM fuses (passes/fma_contraction.py)
             factors = [draw(pick), _factor(draw, values + scalars, dtype), draw(pick),
                        _factor(draw, values + scalars, dtype)]
