@@ -99,6 +99,7 @@ class Program:
     inputs: list[np.ndarray]
     statements: list[tuple[str, str]] = field(default_factory=list)  # (kind, expression)
     loop_trips: int = 0  # > 0: the statements are a fori_loop body over the first input
+    while_loop: bool = False  # the loop a while_loop that also stops at a NaN (a condition reading the array)
 
     def source(self) -> str:
         """The program as Python source defining ``fn``."""
@@ -107,6 +108,16 @@ class Program:
         result = f"v{len(self.statements) - 1}" if self.statements else "x0"
         if not self.loop_trips:
             lines = [f"def fn({', '.join(names)}):", *("    " + line for line in body), f"    return {result}"]
+            return "\n".join(lines) + "\n"
+        if self.while_loop:
+            lines = [f"def fn({', '.join(names)}):",
+                     "    def body(carry):",
+                     "        i, x0 = carry",
+                     *("        " + line for line in body),
+                     f"        return i + 1, {result}.astype(x0.dtype)",
+                     "    def more(carry):",
+                     f"        return (carry[0] < {self.loop_trips}) & ~jnp.any(carry[1] != carry[1])",
+                     "    return jax.lax.while_loop(more, body, (0, x0))[1]"]
             return "\n".join(lines) + "\n"
         lines = [f"def fn({', '.join(names)}):",
                  "    def body(i, x0):",
@@ -197,10 +208,11 @@ def _shape(draw) -> tuple[int, ...]:
 
 
 def _maybe_in_a_loop(draw, program: Program, loops: bool | None) -> Program:
-    """``program`` as the body of a ``fori_loop`` of 1-4 trips, or straight-line (``loops``: True, False or
-    either)."""
+    """``program`` as the body of a ``fori_loop`` of 1-4 trips (a third of them a ``while_loop`` whose condition
+    also reads the array), or straight-line (``loops``: True, False or either)."""
     use_loop = draw(st.booleans()) if loops is None else loops
     program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
+    program.while_loop = use_loop and draw(st.integers(0, 2)) == 0
     return program
 
 
@@ -900,3 +912,17 @@ def test_sums_of_negations_are_negated_sums_as_xla(expression, dtype):
     x0[3:6] = np.random.default_rng(1).standard_normal((3, 5))
     x1 = np.random.default_rng(2).standard_normal((12, 5)).astype(DTYPES[dtype])
     _compare(Program(dtype, x0.shape, [x0, x1], [("reduce", expression)]))
+
+
+def test_a_cumulative_sum_of_nan_payloads_is_one_definitions():
+    """Long campaign: ``jnp.cumsum`` (a reduce_window) of NaNs with two payloads in a loop gave the second
+    payload interpreted (NumPy's vector add returns the second NaN of two, its scalar loop the first) and the
+    first compiled. Now every path adds with the definition where a window's sum is NaN: the first NaN."""
+    x1 = np.zeros(17, np.uint32)
+    x1[[2, 4, 5, 7, 8, 10, 12, 15, 16]] = [0x7F801EE7, *[0x7F800001] * 8]
+    x1 = x1.view(np.float32)
+    x0 = np.zeros(17, np.float32)
+    for trips in (0, 1):
+        _compare(Program("float32", x0.shape, [x0, x1], [("structured", "jnp.cumsum(x1)")], loop_trips=trips))
+        _compare(Program("float64", x0.shape, [x0.astype(np.float64), x1.astype(np.float64)],
+                         [("structured", "jnp.cumsum(x1 * 3)")], loop_trips=trips))

@@ -67,6 +67,7 @@ from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp, SelectAndSca
 from xla_dialect.types import element_type_from_dtype
 
 from ..runtime.denormals import mode_switch
+from . import scalar as _scalar
 from .registry import register
 from .control_flow import array_applier, result_dtypes
 from .eigen_dots import convolution_order, eigen_matmul, one_column_matmul, transposed_convolution_order
@@ -450,6 +451,11 @@ def _reduce_window(op, ctx):
 
     if ufunc is not None:
         fix = _signed_zeros(ufunc, window_axes) if kind == "float" and ufunc in (np.maximum, np.minimum) else None
+        # Of two NaNs NumPy's vector loops return the second, its scalar loops the first: where a result is NaN,
+        # the windows are added again with the op's definition (the first NaN, as compiled loops compute it).
+        definition = (_scalar.ufunc(_scalar.Scalar("add" if ufunc is np.add else "multiply"), [dtypes[0]] * 2,
+                                    dtypes[0])
+                      if ufunc in (np.add, np.multiply) and dtypes[0] in (np.float32, np.float64) else None)
 
         def ufunc_kernel(body, x, init):
             view = windows(dilate_pad(x, axes, window.padding, window.base_dilations, fill), axes, window)
@@ -459,6 +465,12 @@ def _reduce_window(op, ctx):
             acc = ufunc(np.asarray(init, dtypes[0]), view[(Ellipsis, *positions[0])])
             for pos in positions[1:]:
                 ufunc(acc, view[(Ellipsis, *pos)], out=acc)
+            if definition is not None and acc.size and np.isnan(np.max(acc)):
+                with np.errstate(all="ignore"):
+                    acc = np.asarray(definition(np.asarray(init, dtypes[0]), view[(Ellipsis, *positions[0])]),
+                                     dtypes[0])
+                    for pos in positions[1:]:
+                        acc = np.asarray(definition(acc, view[(Ellipsis, *pos)]), dtypes[0])
             # NumPy's maximum/minimum return either zero for -0 vs +0; XLA orders -0 < +0.
             return acc if fix is None else fix(acc, view, init)
 
