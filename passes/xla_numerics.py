@@ -832,6 +832,36 @@ class FoldSplatConstants(RewritePattern):
             return
         folded = _fold(fn, *values, dtype=numpy_dtype(result.type))
         _replace(rewriter, op, _emit_constant(rewriter, folded, result.type))
+
+
+class NaNConstantOperand(RewritePattern):
+    """An add, subtract, multiply, divide, max or min with a NaN splat constant operand (either side) -> that
+    constant's NaN, quieted, everywhere (``A - C``: of ``-C``, LLVM writing it ``A + (-C)``): LLVM folds the op to
+    the constant in XLA's fused loops, whatever ``A`` holds (measured with jax.jit on f32 and f64: ``x + c``,
+    ``x * c``, ``x / c``, ``max(x, c)``, ``min(c, x)`` give ``c``'s payload and sign for NaN, infinite and finite
+    ``x``; the executor gave ``x``'s NaN where ``x`` was one). f16 and bf16 fold to other NaNs (payload bits
+    dropped), not reproduced."""
+
+    _OPS = (AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, self._OPS) or computes_on_quantized(op) or element_name(op.results[0]) not in (
+                "f32", "f64"):
+            return
+        result = op.results[0]
+        for index, value in enumerate(op.operands):
+            constant = _splat(value)
+            if constant is None or not np.isnan(constant) or value.type != result.type:
+                continue
+            unsigned = np.dtype(f"u{constant.dtype.itemsize}")
+            bits = np.array(constant, constant.dtype).view(unsigned)
+            bits |= unsigned.type(1) << unsigned.type(np.finfo(constant.dtype).nmant - 1)  # (quieted)
+            if isinstance(op, SubOp) and index == 1:
+                bits ^= unsigned.type(1) << unsigned.type(8 * constant.dtype.itemsize - 1)
+            _replace(rewriter, op, _emit_constant(rewriter, bits.view(constant.dtype), result.type))
+            return
+
+
 _FOLDED_TYPES = frozenset({"f32", "f64", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"})
 
 
@@ -1666,7 +1696,8 @@ class XlaFloatRewritesPass(PatternPass):
     """``xla-float-rewrites``: XLA's float-result-changing algebraic simplifications (see the module doc)."""
 
     name = "xla-float-rewrites"
-    PATTERNS = (*IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, FoldSplatConstants, SelectOfConstantPredicate,
+    PATTERNS = (NaNConstantOperand, *IDENTITY_RULES, FOLDED_BY_LLVM, FoldScalarConstants, FoldSplatConstants,
+                SelectOfConstantPredicate,
                 *NESTED_SELECTS,
                 *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
                 *COSINE_OF_SIGN_CHANGE,

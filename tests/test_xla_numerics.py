@@ -251,6 +251,30 @@ def test_cos_of_a_negation_or_absolute_value_is_cos_of_the_value(dtype):
             np.testing.assert_array_equal(_bits(lowering.compile(looped, loop_compilation=mode)(x)[0]), expected)
 
 
+@pytest.mark.parametrize("dtype", (F32, F64))
+def test_arithmetic_with_a_nan_constant_is_the_constant(dtype):
+    # LLVM folds x + c, x * c, x / c, max(x, c)... with a NaN constant c to c's NaN (x - c: -c's), whatever x
+    # holds: the executor gave x's NaN where x was one. NaN bits compared exactly; straight-line, fused, in loops.
+    u = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    shift = 8 * u.itemsize - 1
+    quiet = u.type(1) << u.type(np.finfo(dtype).nmant - 1)
+    c = (np.array((1 << (shift + 1)) - 1, u) ^ quiet).view(dtype)  # a signalling NaN, sign and payload bits set
+    assert np.isnan(c)
+    payload = (np.array([np.nan], dtype).view(u) | u.type(0x1234)).view(dtype)
+    x = np.concatenate([np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -2.5], dtype), payload,
+                        _data(dtype, 7)])
+    programs = [lambda v: v + c, lambda v: c * v, lambda v: v - c, lambda v: c - v, lambda v: v / c,
+                lambda v: jnp.maximum(v, c), lambda v: jnp.minimum(c, v), lambda v: v * c + 1]
+    for fn in programs:
+        expected = _bits(jax.jit(fn)(x))
+        for mode in ("never", "always"):
+            got = _bits(lowering.compile(import_jax(fn, x), fusion=mode, loop_compilation=mode)(x)[0])
+            np.testing.assert_array_equal(got, expected)
+        loop = lambda v: jax.lax.fori_loop(0, 2, lambda i, w: fn(w), v)  # noqa: E731
+        np.testing.assert_array_equal(_bits(lowering.compile(import_jax(loop, x), loop_compilation="always")(x)[0]),
+                                      _bits(jax.jit(loop)(x)))
+
+
 def test_divide_by_shared_sqrt_is_not_rewritten():
     # A / sqrt(B) -> A * rsqrt(B) needs the sqrt to have one use.
     def fn(a, b):
