@@ -157,7 +157,7 @@ def while_bytes(op: WhileOp) -> int:
     return loop_model_bytes(op, live_state(op))[0]
 
 
-def _runs_at_most_once(op: WhileOp) -> bool:
+def runs_at_most_once(op: WhileOp) -> bool:
     """Whether the loop is visibly a counted loop of at most one iteration (``i < c`` from a constant
     start, ``i + 1`` in the body), which XLA's while-loop simplifier removes."""
     cond = op.cond.block
@@ -187,7 +187,7 @@ def _runs_at_most_once(op: WhileOp) -> bool:
 def is_small_loop(op: WhileOp, threshold: int | None = None) -> bool:
     """Whether XLA CPU compiles the while loop ``op`` whole (``xla_cpu_small_call``), by its rule."""
     threshold = byte_threshold() if threshold is None else threshold
-    if threshold <= 0 or _runs_at_most_once(op):
+    if threshold <= 0 or runs_at_most_once(op):
         return False
     if any(type(inner) in _UNAVAILABLE for region in op.regions for inner in region.walk()):
         return False

@@ -434,6 +434,37 @@ def test_a_scalar_in_a_loop_xla_compiles_whole_ranks_as_a_load(name, shape):
             assert _bits_equal(got, expected).all(), loops
 
 
+LOOP_INVARIANT_BODIES = {
+    "x2*c + v*0.5": lambda v, x2, s: x2 * np.float32(3.3) + v * np.float32(0.5),
+    "x2*c - v*-3": lambda v, x2, s: x2 * np.float32(3.3) - v * np.float32(-3.0),
+    "x2*s + v": lambda v, x2, s: x2 * s + v,
+    "x2*x2 + v*v": lambda v, x2, s: x2 * x2 + v * v,
+}
+
+
+@pytest.mark.parametrize("shape", [(6,), (5, 7), (64, 64)], ids=str)
+@pytest.mark.parametrize("name", list(LOOP_INVARIANT_BODIES))
+def test_a_product_xla_moves_out_of_the_loop_is_rounded(name, shape):
+    """A product of values the loop carries unchanged (and constants) is computed before the loop by XLA's
+    ``WhileLoopInvariantCodeMotion`` and stored: the add in the loop reads it rounded and fuses the other product
+    (every draw of three-trip loops differed before, small and large shapes). A loop of one trip is removed first,
+    and there the product fuses as in straight-line code."""
+    body = LOOP_INVARIANT_BODIES[name]
+    rng = np.random.default_rng(len(name) + len(shape))
+    for trips in (1, 3):
+        def loop(x0, x2, s):
+            return jax.lax.fori_loop(0, trips, lambda i, v: jnp.sin(body(v, x2, s)), x0)
+
+        for _ in range(3):
+            x0, x2 = (rng.standard_normal(shape).astype(F32) for _ in range(2))
+            s = F32(rng.standard_normal())
+            expected = jax.jit(loop)(x0, x2, s)
+            module = import_jax(loop, x0, x2, s)
+            for mode in ("never", "always"):
+                (got,) = lowering.compile(module, loop_compilation=mode, fusion=mode)(x0, x2, s)
+                assert _bits_equal(got, expected).all(), (trips, mode)
+
+
 def _rosenbrock(x):
     return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
 
