@@ -588,6 +588,12 @@ def _is_spread(op: Operation | None) -> bool:
             and not computes_on_quantized(op))
 
 
+def _broadcast_scalar(value: SSAValue) -> bool:
+    """A broadcast of a one-element value (``v * s`` with a scalar argument ``s``)."""
+    owner = value.owner
+    return isinstance(owner, BroadcastInDimOp) and owner.operands[0].type.element_count() == 1
+
+
 def _constant_factor(value: SSAValue) -> bool:
     """A constant, or a broadcast of one: a factor InstCombine can negate in place."""
     owner = value.owner
@@ -746,6 +752,8 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
             and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
         return False
+    if _moved_out_of_its_loop(owner) and not _moved_out_of_its_loop(user):
+        return False  # (computed before the loop and stored: a value like any other)
     return not _inside_small_loop(user)
 
 
@@ -765,7 +773,7 @@ def _rounded_beside_exp(mul: Operation, user: Operation) -> bool:
     (``exp(x) + y * 3``) only from an innermost dimension of 64 (measured: [8, 384], [64, 64], [4, 80], [4, 5, 64]
     rounded; [n] up to 33, [5, 16], [3, 16], [4, 5, 16] fused -- and [8, 16] rounded, not matched: LLVM's order of
     the add's operands there is not modelled)."""
-    if not any(_constant_factor(v) for v in mul.operands):
+    if not any(_constant_factor(v) or _broadcast_scalar(v) for v in mul.operands):
         return True
     shape = user.results[0].type.get_shape()
     return bool(shape) and shape[-1] >= 64

@@ -439,6 +439,8 @@ LOOP_INVARIANT_BODIES = {
     "x2*c - v*-3": lambda v, x2, s: x2 * np.float32(3.3) - v * np.float32(-3.0),
     "x2*s + v": lambda v, x2, s: x2 * s + v,
     "x2*x2 + v*v": lambda v, x2, s: x2 * x2 + v * v,
+    "exp(x2) + v*s": lambda v, x2, s: jnp.exp(x2) + v * s,  # (the exp no multiply to fuse first; f32[6]: expf)
+    "sum(x2)*v + v": lambda v, x2, s: jnp.sum(x2) * v + v,  # (the sum before the loop, not its YNNPACK fusion)
 }
 
 
@@ -451,7 +453,9 @@ def test_a_product_xla_moves_out_of_the_loop_is_rounded(name, shape):
     and there the product fuses as in straight-line code."""
     body = LOOP_INVARIANT_BODIES[name]
     rng = np.random.default_rng(len(name) + len(shape))
-    for trips in (1, 3):
+    # (one trip of the exp body is straight-line sin(exp(x2) + v*s), whose fused exp XLA computes partly with glibc's
+    # expf on small shapes: docs/operations.md, not reproduced)
+    for trips in (3,) if "exp" in name else (1, 3):
         def loop(x0, x2, s):
             return jax.lax.fori_loop(0, trips, lambda i, v: jnp.sin(body(v, x2, s)), x0)
 

@@ -614,6 +614,7 @@ def static_trip_count(loop: WhileOp) -> int | None:
     integer starts from a constant and the body adds a constant to it. None otherwise. (XLA's
     ``WhileLoopSimplifier`` removes a loop that runs once: its body is then straight-line code.)"""
     from .constants import ConstantOp
+    from .reduction import ReduceOp
     from .elementwise import AddOp, CompareOp
 
     def constant(value):
@@ -659,7 +660,9 @@ def static_trip_count(loop: WhileOp) -> int | None:
 def loop_invariant_ops(op: WhileOp) -> set[int]:
     """The ids of the ops of ``op``'s body that XLA's ``WhileLoopInvariantCodeMotion`` moves out of the loop: each
     operand a constant, a carried value the body returns unchanged at its own position, or the result of another
-    such op (ops with regions are not looked into). XLA computes them before the loop, as straight-line code."""
+    such op (of the ops with regions only reduces, whose region is the computation they apply: ``jnp.sum(x2)`` of
+    a captured ``x2`` is summed before the loop, measured). XLA computes them before the loop, as straight-line
+    code."""
     moved = _moved_out(op)
     return {id(inner) for inner in op.body.block.ops if moved(inner)}
 
@@ -673,6 +676,7 @@ def moved_out_of_loop(op, loop: WhileOp) -> bool:
 def _moved_out(loop: WhileOp):
     """The predicate of :func:`loop_invariant_ops` on the ops of ``loop``'s body block, each op decided once."""
     from .constants import ConstantOp
+    from .reduction import ReduceOp
 
     body = loop.body.block
     returned = list(body.last_op.operands)
@@ -689,7 +693,8 @@ def _moved_out(loop: WhileOp):
     def invariant_op(inner) -> bool:
         if id(inner) not in seen:
             seen[id(inner)] = False  # (SSA: no cycles; a guard all the same)
-            seen[id(inner)] = (inner is not body.last_op and not inner.regions and bool(inner.results)
+            seen[id(inner)] = (inner is not body.last_op and (not inner.regions or isinstance(inner, ReduceOp))
+                               and bool(inner.results)
                                and all(invariant_value(v) for v in inner.operands))
         return seen[id(inner)]
 
