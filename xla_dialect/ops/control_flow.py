@@ -614,7 +614,6 @@ def static_trip_count(loop: WhileOp) -> int | None:
     integer starts from a constant and the body adds a constant to it. None otherwise. (XLA's
     ``WhileLoopSimplifier`` removes a loop that runs once: its body is then straight-line code.)"""
     from .constants import ConstantOp
-    from .reduction import ReduceOp
     from .elementwise import AddOp, CompareOp
 
     def constant(value):
@@ -676,7 +675,6 @@ def moved_out_of_loop(op, loop: WhileOp) -> bool:
 def _moved_out(loop: WhileOp):
     """The predicate of :func:`loop_invariant_ops` on the ops of ``loop``'s body block, each op decided once."""
     from .constants import ConstantOp
-    from .reduction import ReduceOp
 
     body = loop.body.block
     returned = list(body.last_op.operands)
@@ -693,7 +691,8 @@ def _moved_out(loop: WhileOp):
     def invariant_op(inner) -> bool:
         if id(inner) not in seen:
             seen[id(inner)] = False  # (SSA: no cycles; a guard all the same)
-            seen[id(inner)] = (inner is not body.last_op and (not inner.regions or isinstance(inner, ReduceOp))
+            # (a reduce by name: ops.reduction imports this module)
+            seen[id(inner)] = (inner is not body.last_op and (not inner.regions or inner.name == "hlo.reduce")
                                and bool(inner.results)
                                and all(invariant_value(v) for v in inner.operands))
         return seen[id(inner)]
