@@ -45,7 +45,7 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   optimized LLVM IR: 18 of 41 draws differed). Not a pad read by an add XLA copies into several fusions (the
   gradient read by ``g + grad`` and by ``grad[0] * p[0]``): the pad is then a fusion of its own, its product
   stored (:func:`_copied_into_several_fusions`).
-* A product XLA moves out of a while loop stays rounded (:func:`_moved_out_of_its_loop`): one of values the loop
+* A product XLA moves out of a while loop stays rounded (:func:`~passes.small_loops.moved_out_of_its_loop`): one of values the loop
   carries unchanged and constants (``x2 * c`` with ``x2`` captured by a ``fori_loop`` body), which
   ``WhileLoopInvariantCodeMotion`` computes and stores before the loop, read by an add that stays in it (measured:
   every three-trip draw of ``x2 * c + v * 0.5``, ``x2 * s + v``, ``x2 * x2 + v * v`` differed with it fused; a loop
@@ -143,7 +143,7 @@ from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
-from xla_dialect.ops.control_flow import ReturnOp, WhileOp, moved_out_of_loop
+from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
 from xla_dialect.ops.data_movement import (BitcastOp, BroadcastInDimOp, ConcatenateOp, CopyOp, PadOp, ReshapeOp,
                                           ReverseOp, SliceOp, TransposeOp)
@@ -154,7 +154,7 @@ from xla_dialect.types import numpy_dtype
 from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
-from .small_loops import BF16_SCALAR, SHARED_PRODUCT, UNROLL_THRESHOLD, is_small_loop, runs_at_most_once
+from .small_loops import BF16_SCALAR, SHARED_PRODUCT, UNROLL_THRESHOLD, is_small_loop, moved_out_of_its_loop
 from .util import element_name
 from .xla_loop_bytes import _LOOP_FUSED, _copied_into_several_fusions, _fused_forward
 
@@ -369,18 +369,6 @@ def _moved_value(value: SSAValue) -> SSAValue:
     return value
 
 
-def _moved_out_of_its_loop(op: Operation) -> bool:
-    """Whether XLA's ``WhileLoopInvariantCodeMotion`` moves ``op`` out of the while loop whose body holds it
-    (:func:`~xla_dialect.ops.control_flow.moved_out_of_loop`: computed from values the loop carries unchanged and
-    constants), unless XLA removes the loop as running at most once. Such a product is computed and stored before
-    the loop, so an add that stays in the loop reads it rounded: ``x2 * c - x0 * -3`` in a ``fori_loop`` over
-    ``x0`` contracts ``x0 * 3`` (read from XLA's optimized LLVM IR: ``x2 * c`` is a fusion of its own before the
-    loop; long fuzz campaign, f16, where ``x2 * inf`` fused gave NaN for XLA's inf)."""
-    loop = op.parent_op()
-    return (isinstance(loop, WhileOp) and op.parent is loop.body.block and not runs_at_most_once(loop)
-            and moved_out_of_loop(op, loop))
-
-
 def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Operation, list[Operation]] | None:
     """The ``multiply`` defining ``value`` if LLVM would contract it into ``user``, with the element moves between
     them (:data:`_MOVES`, the one producing ``value`` first) and the ``negate`` of a product by a constant in
@@ -406,7 +394,7 @@ def _fusible_product(value: SSAValue, user: Operation, uses: _Uses) -> tuple[Ope
     mul = value.owner
     if not isinstance(mul, _MUL) or mul.parent is not user.parent or YNNPACK in mul.attributes:  # (YNNPACK: no FMA)
         return None
-    if _moved_out_of_its_loop(mul) and not _moved_out_of_its_loop(user):
+    if moved_out_of_its_loop(mul) and not moved_out_of_its_loop(user):
         return None  # (XLA computes the loop-invariant product before the loop and stores it: rounded)
     if any(isinstance(move, PadOp) for move in chain) and _copied_into_several_fusions(user):
         return None  # (the pad is a fusion of its own, its product stored: _copied_into_several_fusions)
@@ -752,7 +740,7 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
             and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
         return False
-    if _moved_out_of_its_loop(owner) and not _moved_out_of_its_loop(user):
+    if moved_out_of_its_loop(owner) and not moved_out_of_its_loop(user):
         return False  # (computed before the loop and stored: a value like any other)
     return not _inside_small_loop(user)
 

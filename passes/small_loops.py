@@ -95,7 +95,7 @@ from xla_dialect.ops import indexing as ix
 from xla_dialect.ops import windowed as wd
 from xla_dialect.ops.base import ints, make_tensor, pred_type
 from xla_dialect.ops.constants import ConstantOp
-from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops  # noqa: F401 (re-exported)
+from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops, moved_out_of_loop  # noqa: F401 (re-exported)
 from xla_dialect.ops.data_movement import BroadcastInDimOp, PadOp, ReshapeOp, SliceOp
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.types import element_type_named, numpy_dtype
@@ -182,6 +182,17 @@ def runs_at_most_once(op: WhileOp) -> bool:
     except (ValueError, AttributeError):  # not a scalar constant
         return False
     return increment == 1 and end - first <= 1
+
+
+def moved_out_of_its_loop(op: Operation) -> bool:
+    """Whether XLA's ``WhileLoopInvariantCodeMotion`` moves ``op`` out of the while loop whose body block holds it
+    (:func:`~xla_dialect.ops.control_flow.moved_out_of_loop`: computed from values the loop carries unchanged and
+    constants) -- unless XLA removes the loop as running at most once (:func:`runs_at_most_once`). XLA computes
+    such an op before the loop and stores its result: the FMA contraction, YNNPACK fusions and exps read it as a
+    value of its own (``passes/fma_contraction.py``, ``passes/ynnpack_fusion.py``, ``passes/xla_numerics.py``)."""
+    loop = op.parent_op()
+    return (isinstance(loop, WhileOp) and op.parent is loop.body.block and not runs_at_most_once(loop)
+            and moved_out_of_loop(op, loop))
 
 
 def is_small_loop(op: WhileOp, threshold: int | None = None) -> bool:

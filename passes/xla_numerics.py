@@ -104,7 +104,6 @@ from xla_dialect.ops.base import make_tensor, pred_type
 from xla_dialect.ops.elementwise import (AbsOp, AddOp, Atan2Op, CbrtOp, CosineOp, DivOp, ErfOp, ExpOp, Expm1Op,
                                         Log1pOp, LogisticOp, LogOp, MaxOp, MinOp, MulOp, NegOp, PowOp, RsqrtOp,
                                         SineOp, SqrtOp, SubOp, TanhOp, TanOp)
-from xla_dialect.ops.control_flow import WhileOp, moved_out_of_loop
 from xla_dialect.ops.linalg import DotDimensionNumbers, DotGeneralOp, DotOp
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.ops.windowed import ConvolutionOp, ReduceWindowOp
@@ -118,6 +117,7 @@ from .patterns import Pattern, Rule, m, rule
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .runner import run
+from .small_loops import moved_out_of_its_loop
 from .util import create, element_name, i64s, make_constant, splat_scalar, tensor_type
 
 _NATIVE = frozenset({"f16", "f32", "f64", "c64", "c128"})
@@ -1648,17 +1648,16 @@ def _hoisted_exp_of_an_argument(op: ExpOp) -> bool:
     out with it (they would fuse it). XLA computes it before the loop like the exp of an argument (measured:
     ``fori_loop(0, 3, lambda i, v: sin(exp(x2) + v * s), x0)`` on f32[6], 2 of 12 draws differed, the hoisted exp
     computed with ``expf``)."""
-    loop = op.parent_op()
-    if not isinstance(loop, WhileOp) or op.parent is not loop.body.block or not moved_out_of_loop(op, loop):
+    if not moved_out_of_its_loop(op):
         return False
+    loop = op.parent_op()
     argument = op.operands[0]
     if not isinstance(argument, BlockArgument) or argument.owner is not loop.body.block:
         return False
     started = loop.operands[argument.index]
     if not (isinstance(started, BlockArgument) and isinstance(loop.parent_op(), func.FuncOp)):
         return False
-    return not any(u.operation.parent is loop.body.block and moved_out_of_loop(u.operation, loop)
-                   for u in op.results[0].uses)
+    return not any(moved_out_of_its_loop(u.operation) for u in op.results[0].uses)
 
 
 class ExpInALoopOfItsOwn(RewritePattern):

@@ -57,6 +57,7 @@ from xla_dialect.ops.reduction import ReduceOp
 
 from .base import PatternPass
 from .registry import register_pass
+from .small_loops import moved_out_of_its_loop
 from .util import element_name
 
 MIN_ELEMENTS = 4096
@@ -139,20 +140,6 @@ def _producer(value: SSAValue) -> Operation | None:
     return owner if isinstance(owner, Operation) else None
 
 
-def _hoisted(op: Operation) -> bool:
-    """Whether XLA's ``WhileLoopInvariantCodeMotion`` moves ``op`` out of the while loop whose body holds it (before
-    its YNNPACK fusions form: ``sum(x2) * v + v`` in a ``fori_loop`` with ``x2`` captured is a YNNPACK sum before the
-    loop and an FMA in it, read from XLA's optimized HLO; 1,604 of 4,096 elements differed with the multiply and add
-    in the sum's fusion)."""
-    from xla_dialect.ops.control_flow import WhileOp, moved_out_of_loop
-
-    from .small_loops import runs_at_most_once
-
-    loop = op.parent_op()
-    return (isinstance(loop, WhileOp) and op.parent is loop.body.block and not runs_at_most_once(loop)
-            and moved_out_of_loop(op, loop))
-
-
 class _Fusion:
     """One YNNPACK fusion being grown from a starter reduce (XLA's ``FuseNeighbors``)."""
 
@@ -161,7 +148,7 @@ class _Fusion:
         self.ids = {id(starter)}
         self.root = starter
         self.fused = fused
-        self.hoisted = _hoisted(starter)
+        self.hoisted = moved_out_of_its_loop(starter)
         fused.add(id(starter))
 
     def _inputs(self) -> list[Operation]:
@@ -197,8 +184,11 @@ class _Fusion:
         changed = False
         while queue:
             instr, direction = queue.popleft()
-            if not _supported(instr) or _hoisted(instr) != self.hoisted:
-                continue  # (an op XLA moves out of a loop and one it leaves there are in different computations)
+            if not _supported(instr) or moved_out_of_its_loop(instr) != self.hoisted:
+                # (an op XLA moves out of a loop and one it leaves there are in different computations: ``sum(x2) * v
+                # + v`` in a fori_loop is a YNNPACK sum before the loop and an FMA in it, 1,604 of 4,096 elements
+                # differed with the multiply and add in the sum's fusion)
+                continue
             self.fused.add(id(instr))
             self.ids.add(id(instr))
             self.members.append(instr)
