@@ -56,7 +56,8 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   loop whole (:func:`_inner_loop_unrolled`), is computed outside the add's basic block. Read through the
   ``broadcast`` otherwise: ``x*s - 0.5 + m*3`` with ``m`` of (1, 512) over (64, 512) rows is
   ``fma(m, 3, fma(x, s, -0.5))`` (8,470 of 32,768 elements differed rounded). And an f32 ``exp`` added to a
-  product is itself a multiply to LLVM, fused first (:func:`_scaled_by_exponent`).
+  product is itself a multiply to LLVM, fused where it is the add's first operand after ``Reassociate``
+  (:func:`_scaled_by_exponent`, :func:`_exp_contracted_first`).
 * Nothing else in between: ``convert(a*b) + c`` rounds
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
   Except ops that only move elements: a ``transpose``, ``reshape``, ``reverse``,
@@ -691,6 +692,8 @@ class _Ranks:
             rank = max(max(self.of(a), self.of(b)) + 1, self.of(c)) + 1
         elif isinstance(owner, _ARITHMETIC):
             rank = max(self.of(v) for v in owner.operands) + (0 if isinstance(owner, _NEG) else 1)
+        elif isinstance(owner, ew.ExpOp):  # (an ``llvm.exp`` call when Reassociate runs: one instruction)
+            rank = self.of(owner.operands[0]) + 1
         elif isinstance(owner, _CSE_CLASSES):
             # XLA's emitters expand other element-wise ops (exp, tanh, logistic, divide...) into their own
             # instruction sequences and calls, whose ranks are not modelled: such an add keeps its order.
@@ -728,10 +731,10 @@ def _new(cls, operands: list[SSAValue], result_type, before: Operation) -> SSAVa
 def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     """Whether ``value`` is an f32 ``exp`` LLVM sees as a multiply in ``user``'s fused loop: XLA's f32 exp ends by
     scaling its polynomial by ``2**k`` (an ``fmul`` of the polynomial and the exponent's bits, read in XLA's
-    optimized LLVM IR), which the DAG combiner contracts into the add that reads it -- before the add's other
-    operand. ``exp(x) + x*s``, ``x*s + exp(x)`` and ``exp(x) - x*s`` round ``x*s`` (measured, f32[64, 512]: 5,500
-    of 32,768 elements differed when the product was fused; which products: :func:`_rounded_beside_exp`);
-    ``x*s - exp(x)`` fuses ``x*s``, the subtraction's operand 0. f64's exp and the other transcendental functions
+    optimized LLVM IR), which the DAG combiner contracts into the add that reads it where it is the add's first
+    operand (:func:`_exp_contracted_first`). ``exp(x) + x*y``, ``x*y + exp(x)`` and ``exp(x) - x*y`` round ``x*y``
+    (measured, f32[64, 512]: 5,500 of 32,768 elements differed when the product was fused; which products:
+    :func:`_rounded_beside_exp`); ``x*y - exp(x)`` fuses ``x*y``, the subtraction's operand 0. f64's exp and the other transcendental functions
     end otherwise, and so does the exp of a single element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with
     the product rounded): the product is fused. The fused scaling itself is exact (a power of two), so the result is
     the exp rounded, then added. Not inside a while loop XLA compiles whole (``xla-small-loops``): there the product
@@ -755,29 +758,69 @@ def _inside_small_loop(op: Operation) -> bool:
     return False
 
 
+def _first_operand(op: Operation, ranks: _Ranks) -> int:
+    """Which operand of the commutative ``op`` LLVM's ``Reassociate`` puts first: the lower-ranked one, a tie keeping
+    the order (:class:`_Ranks`; raises :class:`_Unranked`)."""
+    first_rank = ranks.of(op.operands[0])  # (operand 0's expression is read first)
+    return 1 if ranks.of(op.operands[1]) < first_rank else 0
+
+
+def _exp_contracted_first(op: Operation, uses: _Uses) -> bool:
+    """Whether the add or subtract ``op`` reads an f32 exp whose own scaling multiply LLVM contracts into it
+    (:func:`_scaled_by_exponent`) rather than its product operand: the DAG combiner contracts operand 0's multiply,
+    after ``Reassociate`` has ordered an add's operands by rank (:func:`_first_operand`; the exp is an ``llvm.exp``
+    call then, one rank above its operand). A subtraction keeps its order. Measured, f32[64] to [64, 512]:
+    ``v*s + exp(x)``, ``v*y + exp(x)``, ``x*s + exp(x)``, ``y*x + exp(x)`` fuse the product (before: 697 of 4,096
+    elements of ``v*s + exp(x)`` differed); ``x*y + exp(x)`` ranks the exp first (its load of ``x`` is the
+    product's first) and rounds the product, as ``exp(x) + v*y`` does."""
+    x, y = op.operands
+    if _scaled_by_exponent(x, op):
+        exp_operand = 0
+    elif isinstance(op, _ADD) and _scaled_by_exponent(y, op):
+        exp_operand = 1
+    else:
+        return False
+    if not isinstance(op, _ADD) or _fusible_product(op.operands[1 - exp_operand], op, uses) is None:
+        return True
+    try:
+        return _first_operand(op, _Ranks()) == exp_operand
+    except _Unranked:
+        return True  # (the order XLA emits: the exp is fused first, measured before ranks were modelled)
+
+
 def _rounded_beside_exp(mul: Operation, user: Operation) -> bool:
-    """Whether the product ``mul`` stays rounded beside an exp that ``user`` adds to it (:func:`_scaled_by_exponent`):
-    always for a product of two arrays (f32[2] to [64, 512], straight-line code); for a product by a constant
-    (``exp(x) + y * 3``) only from an innermost dimension of 64 (measured: [8, 384], [64, 64], [4, 80], [4, 5, 64]
-    rounded; [n] up to 33, [5, 16], [3, 16], [4, 5, 16] fused -- and [8, 16] rounded, not matched: LLVM's order of
-    the add's operands there is not modelled)."""
+    """Whether the product ``mul`` stays rounded beside an exp that ``user`` adds to it and contracts first
+    (:func:`_exp_contracted_first`): the exp's multiply is one LLVM sees only where it vectorizes the loop; an
+    unrolled scalar loop computes the exp as a one-element vector whose multiply is hidden behind an element
+    extraction from the DAG combiner. Always for a product of two arrays (XLA's fusion emitter vectorizes it
+    itself: f32[2] to [64, 512], straight-line code). For a product by a constant or a broadcast scalar (``exp(x)
+    + y * 3``, XLA's loop emitter and LLVM's loop vectorizer) from 38 elements in one dimension (measured: 37 and
+    fewer unrolled and fused, 38 to 130 rounded -- but for the last ``n % 4`` elements of some lengths, the scalar
+    remainder loop, fused there: not modelled), or from an innermost dimension of 64 ([8, 384], [64, 64], [4, 80]
+    rounded; [5, 16], [3, 16], [2, 32], [6, 8], [5, 12] fused -- and [8, 8], [4, 15], [4, 16], [8, 16] rounded, not
+    matched: which loop nests LLVM vectorizes is not modelled)."""
     if not any(_constant_factor(v) or _broadcast_scalar(v) for v in mul.operands):
         return True
-    shape = user.results[0].type.get_shape()
+    shape = [d for d in user.results[0].type.get_shape() if d != 1]
+    if len(shape) == 1:
+        return shape[0] >= VECTORIZED_EXP_LOOP
     return bool(shape) and shape[-1] >= 64
+
+
+VECTORIZED_EXP_LOOP = 38
+"""The fewest elements of a one-dimensional ``exp(x) + y * c`` whose loop LLVM vectorizes rather than unrolls
+(:func:`_rounded_beside_exp`; measured with jax 0.10.2, f32, 36 to 130 elements)."""
 
 
 def _contract(op: Operation, uses: _Uses) -> bool:
     """Replace ``op`` (an add or subtract) by an FMA if an operand is a fusible multiply."""
     x, y = op.operands
-    beside_exp = _scaled_by_exponent(x, op) or isinstance(op, _ADD) and _scaled_by_exponent(y, op)
+    beside_exp = _exp_contracted_first(op, uses)
     t = op.results[0].type
     order = [(0, x), (1, y)]
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
-        ranks = _Ranks(scalars_loaded=_inside_small_loop(op))
         try:
-            first_rank = ranks.of(x)  # (operand 0's expression is read first)
-            if ranks.of(y) < first_rank:
+            if _first_operand(op, _Ranks(scalars_loaded=_inside_small_loop(op))) == 1:
                 order.reverse()  # Reassociate puts the lower-ranked operand first (module doc)
         except _Unranked:
             pass
