@@ -106,7 +106,8 @@ def test_prologue_buffers_are_read_without_owners_kept_alive_to_every_return():
     assert "    h1_owner = new_array((4,), np.float64)\n    h1 = unowned_view(h1_owner)\n" in text
     assert "    d2 = unowned_view(d2_owner)\n" in text and "    v3 = new_array((4,), np.float64)\n" in text
     assert text.count("keep_alive((h1_owner, d2_owner,))") == 2  # (the early return too, at its indentation)
-    assert "            keep_alive((h1_owner, d2_owner,))\n            return (owned(s), owned(v3),)" in text
+    assert ("            _owned_s = owned(s)\n            _owned_v3 = owned(v3)\n"
+            "            keep_alive((h1_owner, d2_owner,))\n            return (_owned_s, _owned_v3,)") in text
     namespace = {"np": np, "new_array": new_array, "unowned_view": unowned_view, "keep_alive": keep_alive,
                  "owned": owned}
     exec(text, namespace)
@@ -117,3 +118,26 @@ def test_prologue_buffers_are_read_without_owners_kept_alive_to_every_return():
     assert numba.njit(namespace["loop"])(x, 50)[0] == 126.0  # (the early return)
     other = "def f(x):\n    h1 = new_array((4,), np.float64)\n    return h1.sum()\n"
     assert unowned_buffers(other) == other  # (a return that is not a tuple of names: left as it is)
+
+
+def test_returned_buffers_are_copied_before_their_owners_are_released():
+    """A function returning an array of its own and views of three per-call buffers: numba releases a variable after
+    its last use, so when the buffers' ``keep_alive`` came before the copies, the buffers were freed first and a
+    copy's allocation took another buffer's memory -- the last value came back holding the one before's (measured
+    with this function; in equinox's MLP train step compiled, its first layer's weight and bias gradients)."""
+    from lowering.executor.constant_packing import unowned_buffers
+    from lowering.runtime.loop_runtime import keep_alive, new_array, owned, unowned_view
+
+    source = ("def outputs(x):\n    o = new_array(1, np.float32)\n    o[0] = 7\n"
+              + "".join(f"    h{i} = new_array((32,), np.float32)\n" for i in range(3))
+              + "".join(f"    h{i}[:] = x + {i}\n" for i in range(3)) + "    return (o, h0, h1, h2)\n")
+    namespace = {"np": np, "new_array": new_array, "unowned_view": unowned_view, "keep_alive": keep_alive,
+                 "owned": owned}
+    exec(unowned_buffers(source), namespace)
+    outputs = numba.njit(namespace["outputs"])
+    x = np.arange(32, dtype=np.float32)
+    for _ in range(20):
+        o, *buffers = outputs(x)
+        assert o[0] == 7
+        for i, value in enumerate(buffers):
+            np.testing.assert_array_equal(value, x + i)

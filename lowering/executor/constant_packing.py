@@ -115,8 +115,14 @@ def pack_constants(source: str, function: str, names: list[str], values: list) -
 
 def _returning_owned(lines: list[str], before: str | None = None) -> list[str] | None:
     """A function's ``lines`` with every value it returns passed through ``owned`` (a view without an owner is
-    copied before it leaves) and ``before``, if given, put before each return; None when a return is not a tuple
-    of names, or there is none."""
+    copied before it leaves) and ``before``, if given, put after those copies and before the return; None when a
+    return is not a tuple of names, or there is none.
+
+    With ``before`` (the :func:`~lowering.runtime.loop_runtime.keep_alive` of a function's buffers), the copies are
+    made first, into names of their own: numba releases a variable after its last use, so buffers kept alive by a
+    ``keep_alive`` that ran before the copies were freed before the copies read them -- and the copies' own
+    allocations could take their memory (equinox's MLP train step: its first layer's gradients, views of such
+    buffers, came back holding other values from the compiled segment)."""
     out: list[str] = []
     found = False
     for line in lines:
@@ -128,8 +134,13 @@ def _returning_owned(lines: list[str], before: str | None = None) -> list[str] |
         if names is None:
             return None
         indent = returning.group(1)
-        out += [f"{indent}{before}"] if before else []
-        out.append(f"{indent}return ({', '.join(f'owned({n})' for n in names)},)")
+        if before:
+            copies = [f"_owned_{n}" for n in names]
+            out += [f"{indent}{copy} = owned({n})" for copy, n in zip(copies, names)]
+            out.append(f"{indent}{before}")
+            out.append(f"{indent}return ({', '.join(copies)},)")
+        else:
+            out.append(f"{indent}return ({', '.join(f'owned({n})' for n in names)},)")
         found = True
     return out if found else None
 
