@@ -4,7 +4,8 @@ Each example is a small random JAX program -- a chain of element-wise ops over o
 optional scalar one (arithmetic, transcendental functions, comparisons and selects, conversions through other
 float types, constants, row statistics broadcast back over their rows, sums and differences of two products
 whose factors may be the scalar or constants, dots, whole-array statistics, softmax and logsumexp rows, cubes,
-clips, cumulative sums), optionally the body of a ``fori_loop`` -- run
+clips, cumulative sums), optionally the body of a ``fori_loop`` (or, straight-line, returning some intermediate
+values too: several results, a product XLA returns is not contracted, compiled code hands back several buffers) -- run
 on inputs full of special values (NaNs with payloads and signs, infinities, signed zeros, subnormals,
 the largest finite values) -- or an integer program (every signed and unsigned width: wrapping arithmetic,
 division and remainder by zero, shifts past the width, bit counts, reductions, conversions through floats of
@@ -100,6 +101,7 @@ class Program:
     statements: list[tuple[str, str]] = field(default_factory=list)  # (kind, expression)
     loop_trips: int = 0  # > 0: the statements are a fori_loop body over the first input
     while_loop: bool = False  # the loop a while_loop that also stops at a NaN (a condition reading the array)
+    also_returned: tuple[int, ...] = ()  # straight-line: earlier statements returned too (a tuple of results)
 
     def source(self) -> str:
         """The program as Python source defining ``fn``."""
@@ -107,7 +109,8 @@ class Program:
         body = [f"v{k} = {expression}" for k, (_, expression) in enumerate(self.statements)]
         result = f"v{len(self.statements) - 1}" if self.statements else "x0"
         if not self.loop_trips:
-            lines = [f"def fn({', '.join(names)}):", *("    " + line for line in body), f"    return {result}"]
+            returned = ", ".join([result, *(f"v{k}" for k in self.also_returned)])
+            lines = [f"def fn({', '.join(names)}):", *("    " + line for line in body), f"    return {returned}"]
             return "\n".join(lines) + "\n"
         if self.while_loop:
             lines = [f"def fn({', '.join(names)}):",
@@ -143,10 +146,10 @@ class Program:
                          f".view({_dtype_expression(dtype)}).reshape({x.shape})")
         lines.append(self.source().rstrip())
         args = ", ".join(f"x{i}" for i in range(len(self.inputs)))
-        lines += [f"expected = np.asarray(jax.jit(fn)({args}))",
+        lines += [f"expected = [np.asarray(v) for v in jax.tree.leaves(jax.jit(fn)({args}))]",
                   f"module = import_jax(fn, {args})"]
         for name, options in CONFIGURATIONS.items():
-            lines.append(f"print({name!r}, lowering.compile(module, **{options!r})({args})[0])")
+            lines.append(f"print({name!r}, lowering.compile(module, **{options!r})({args}))")
         lines.append("print('jax.jit', expected)")
         return f"{detail}\n\n# reproducer\n" + "\n".join(lines) + "\n"
 
@@ -213,6 +216,12 @@ def _maybe_in_a_loop(draw, program: Program, loops: bool | None) -> Program:
     use_loop = draw(st.booleans()) if loops is None else loops
     program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
     program.while_loop = use_loop and draw(st.integers(0, 2)) == 0
+    earlier = len(program.statements) - 1
+    if not use_loop and earlier and draw(st.booleans()):
+        # Intermediate values returned too: a value returned and read by later ops stays in XLA's fusions'
+        # outputs (a product it returns is not contracted), and compiled code hands back several buffers at once.
+        program.also_returned = tuple(draw(st.lists(st.integers(0, earlier - 1), min_size=1, max_size=3,
+                                                    unique=True)))
     return program
 
 
@@ -417,25 +426,27 @@ def _shown(a: np.ndarray, where: np.ndarray) -> str:
 def _compare(program: Program) -> None:
     fn = program.function()
     args = [np.asarray(x) for x in program.inputs]
-    expected = np.asarray(jax.jit(fn)(*args))
+    expected = [np.asarray(v) for v in jax.tree.leaves(jax.jit(fn)(*args))]
     module = import_jax(fn, *args)
     results = {}
     for name, options in CONFIGURATIONS.items():
-        results[name] = np.asarray(lowering.compile(module, **options)(*args)[0])
+        results[name] = [np.asarray(v) for v in lowering.compile(module, **options)(*args)]
     reference = results["interpreter"]
-    for name, got in results.items():
-        if got.dtype != reference.dtype or got.shape != reference.shape or \
-                not np.array_equal(_bits(got), _bits(reference)):
-            differ = np.flatnonzero(_bits(got).ravel() != _bits(reference).ravel())
+    assert len(reference) == len(expected)
+    for name, outputs in results.items():
+        for index, (got, ref) in enumerate(zip(outputs, reference, strict=True)):
+            if got.dtype != ref.dtype or got.shape != ref.shape or not np.array_equal(_bits(got), _bits(ref)):
+                differ = np.flatnonzero(_bits(got).ravel() != _bits(ref).ravel())
+                pytest.fail(program.reproducer(
+                    f"the executor's {name!r} and 'interpreter' configurations differ in result {index} at "
+                    f"{differ[:8].tolist()}: {_shown(got, differ)} vs {_shown(ref, differ)}"))
+    for index, (ref, theirs) in enumerate(zip(reference, expected)):
+        same = (_bits(ref) == _bits(theirs)) | (_is_nan(ref) & _is_nan(theirs))
+        if not same.all():
+            differ = np.flatnonzero(~same.ravel())
             pytest.fail(program.reproducer(
-                f"the executor's {name!r} and 'interpreter' configurations differ at {differ[:8].tolist()}: "
-                f"{_shown(got, differ)} vs {_shown(reference, differ)}"))
-    same = (_bits(reference) == _bits(expected)) | (_is_nan(reference) & _is_nan(expected))
-    if not same.all():
-        differ = np.flatnonzero(~same.ravel())
-        pytest.fail(program.reproducer(
-            f"the executor and jax.jit differ at {differ[:8].tolist()} of {same.size}: "
-            f"{_shown(reference, differ)} vs {_shown(expected, differ)}"))
+                f"the executor and jax.jit differ in result {index} at {differ[:8].tolist()} of {same.size}: "
+                f"{_shown(ref, differ)} vs {_shown(theirs, differ)}"))
 
 
 def _check(program: Program) -> None:
