@@ -57,7 +57,7 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   ``broadcast`` otherwise: ``x*s - 0.5 + m*3`` with ``m`` of (1, 512) over (64, 512) rows is
   ``fma(m, 3, fma(x, s, -0.5))`` (8,470 of 32,768 elements differed rounded). And an f32 ``exp`` added to a
   product is itself a multiply to LLVM, fused where it is the add's first operand after ``Reassociate``
-  (:func:`_scaled_by_exponent`, :func:`_exp_contracted_first`).
+  (:func:`_scaled_by_exponent`, :func:`_contracted_exp_operand`).
 * Nothing else in between: ``convert(a*b) + c`` rounds
   twice (a broadcast OF THE ADDEND is fine: ``x * k + broadcast(c)`` fuses).
   Except ops that only move elements: a ``transpose``, ``reshape``, ``reverse``,
@@ -130,16 +130,17 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, ModuleOp, UnitAttr, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE
 from lowering.kernels.host import host_properties
+from lowering.kernels.scalar import GLIBC_EXP_TAIL
 from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows, vector_lanes
 from lowering.kernels.ynnpack_math import YNNPACK
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
-from xla_dialect.internal import FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
+from xla_dialect.internal import ExpAddOp, FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.ops.collectives import CollectiveOp
@@ -190,6 +191,7 @@ class _Uses:
         self._keys: dict[tuple, int] = {}  # (op, operand numbers, type) -> number: flat keys hash fast
         self.users: dict[int, set] = {}
         self.readers: dict[int, list[tuple[Operation, int]]] = {}  # number -> (reading op, operand index)
+        self.exp_adds: list[tuple[Operation, int]] = []  # (add or subtract, its exp operand): _contract_exp's
         for op in module.walk():
             if isinstance(op, _MUL):
                 n = self.number(op.results[0])
@@ -732,16 +734,18 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     """Whether ``value`` is an f32 ``exp`` LLVM sees as a multiply in ``user``'s fused loop: XLA's f32 exp ends by
     scaling its polynomial by ``2**k`` (an ``fmul`` of the polynomial and the exponent's bits, read in XLA's
     optimized LLVM IR), which the DAG combiner contracts into the add that reads it where it is the add's first
-    operand (:func:`_exp_contracted_first`). ``exp(x) + x*y``, ``x*y + exp(x)`` and ``exp(x) - x*y`` round ``x*y``
+    operand (:func:`_contracted_exp_operand`). ``exp(x) + x*y``, ``x*y + exp(x)`` and ``exp(x) - x*y`` round ``x*y``
     (measured, f32[64, 512]: 5,500 of 32,768 elements differed when the product was fused; which products:
     :func:`_rounded_beside_exp`); ``x*y - exp(x)`` fuses ``x*y``, the subtraction's operand 0. f64's exp and the other transcendental functions
     end otherwise, and so does the exp of a single element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with
-    the product rounded): the product is fused. The fused scaling itself is exact (a power of two), so the result is
-    the exp rounded, then added. Not inside a while loop XLA compiles whole (``xla-small-loops``): there the product
+    the product rounded): the product is fused. The contracted scaling makes the add one
+    :class:`~xla_dialect.internal.ExpAddOp` (:func:`_contract_exp`): the same as the exp rounded, then added, but
+    where the exp's product overflows or falls below the normal range. Not an exp XLA computes with glibc's
+    ``expf`` (``GLIBC_EXP_TAIL``: a call, no multiply). Not inside a while loop XLA compiles whole (``xla-small-loops``): there the product
     is fused (measured: f32[16] and [5, 7] in a ``fori_loop``, 7 and 10 elements differed with it rounded)."""
     owner = value.owner
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
-            and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
+            and GLIBC_EXP_TAIL not in owner.attributes and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
         return False
     if moved_out_of_its_loop(owner) and not moved_out_of_its_loop(user):
         return False  # (computed before the loop and stored: a value like any other)
@@ -765,46 +769,73 @@ def _first_operand(op: Operation, ranks: _Ranks) -> int:
     return 1 if ranks.of(op.operands[1]) < first_rank else 0
 
 
-def _exp_contracted_first(op: Operation, uses: _Uses) -> bool:
-    """Whether the add or subtract ``op`` reads an f32 exp whose own scaling multiply LLVM contracts into it
-    (:func:`_scaled_by_exponent`) rather than its product operand: the DAG combiner contracts operand 0's multiply,
-    after ``Reassociate`` has ordered an add's operands by rank (:func:`_first_operand`; the exp is an ``llvm.exp``
-    call then, one rank above its operand). A subtraction keeps its order. Measured, f32[64] to [64, 512]:
-    ``v*s + exp(x)``, ``v*y + exp(x)``, ``x*s + exp(x)``, ``y*x + exp(x)`` fuse the product (before: 697 of 4,096
-    elements of ``v*s + exp(x)`` differed); ``x*y + exp(x)`` ranks the exp first (its load of ``x`` is the
-    product's first) and rounds the product, as ``exp(x) + v*y`` does."""
-    x, y = op.operands
-    if _scaled_by_exponent(x, op):
-        exp_operand = 0
-    elif isinstance(op, _ADD) and _scaled_by_exponent(y, op):
-        exp_operand = 1
-    else:
-        return False
-    if not isinstance(op, _ADD) or _fusible_product(op.operands[1 - exp_operand], op, uses) is None:
-        return True
+def _contracted_exp_operand(op: Operation, uses: _Uses) -> int | None:
+    """Which operand of the add or subtract ``op`` is an f32 exp whose own scaling multiply LLVM contracts into it
+    (:func:`_scaled_by_exponent`) rather than a product operand, if one is: the DAG combiner contracts operand 0's
+    multiply, after ``Reassociate`` has ordered an add's operands by rank (:func:`_first_operand`; the exp is an
+    ``llvm.exp`` call then, one rank above its operand); a subtraction keeps its order, and contracts its operand 1's
+    multiply where operand 0 is none (``c - exp(x)``). Measured, f32[64] to [64, 512]: ``v*s + exp(x)``,
+    ``v*y + exp(x)``, ``x*s + exp(x)``, ``y*x + exp(x)`` fuse the product (before: 697 of 4,096 elements of ``v*s +
+    exp(x)`` differed); ``x*y + exp(x)`` ranks the exp first (its load of ``x`` is the product's first) and rounds
+    the product, as ``exp(x) + v*y`` does."""
+    exps = [i for i, v in enumerate(op.operands) if _scaled_by_exponent(v, op)]
+    if not exps:
+        return None
+    first = exps[0]
+    if isinstance(op, _SUB):
+        if first == 1 and _fusible_product(op.operands[0], op, uses) is not None:
+            return None  # (x*y - exp(x): LLVM's fsub combine contracts operand 0's multiply first)
+        return first
+    if len(exps) == 1 and _fusible_product(op.operands[1 - first], op, uses) is None:
+        return first  # (the only multiply)
     try:
-        return _first_operand(op, _Ranks()) == exp_operand
+        ranked_first = _first_operand(op, _Ranks())
     except _Unranked:
-        return True  # (the order XLA emits: the exp is fused first, measured before ranks were modelled)
+        return first  # (the order XLA emits: operand 0's exp, measured before ranks were modelled)
+    return ranked_first if ranked_first in exps else None
 
 
 def _rounded_beside_exp(mul: Operation, user: Operation) -> bool:
     """Whether the product ``mul`` stays rounded beside an exp that ``user`` adds to it and contracts first
-    (:func:`_exp_contracted_first`): the exp's multiply is one LLVM sees only where it vectorizes the loop; an
-    unrolled scalar loop computes the exp as a one-element vector whose multiply is hidden behind an element
-    extraction from the DAG combiner. Always for a product of two arrays (XLA's fusion emitter vectorizes it
-    itself: f32[2] to [64, 512], straight-line code). For a product by a constant or a broadcast scalar (``exp(x)
-    + y * 3``, XLA's loop emitter and LLVM's loop vectorizer) from 38 elements in one dimension (measured: 37 and
-    fewer unrolled and fused, 38 to 130 rounded -- but for the last ``n % 4`` elements of some lengths, the scalar
-    remainder loop, fused there: not modelled), or from an innermost dimension of 64 ([8, 384], [64, 64], [4, 80]
-    rounded; [5, 16], [3, 16], [2, 32], [6, 8], [5, 12] fused -- and [8, 8], [4, 15], [4, 16], [8, 16] rounded, not
-    matched: which loop nests LLVM vectorizes is not modelled)."""
-    if not any(_constant_factor(v) or _broadcast_scalar(v) for v in mul.operands):
-        return True
+    (:func:`_contracted_exp_operand`): where LLVM sees the exp's multiply (:func:`_exp_multiply_seen`)."""
+    return _exp_multiply_seen(user)
+
+
+def _exp_multiply_seen(user: Operation) -> bool:
+    """Whether LLVM sees the final multiply of an f32 exp that the add or subtract ``user`` reads first: only where
+    the loop is vectorized -- an unrolled scalar loop computes the exp as a one-element vector whose multiply is
+    hidden behind an element extraction from the DAG combiner. XLA's fusion emitter vectorizes a fusion of arrays
+    of one shape itself (``exp(x) + y * z``, ``exp(x) - y``: f32[2] to [64, 512], straight-line code). A fusion
+    with a constant or a broadcast (``exp(x) + y * 3``, ``exp(x) + y * s`` with a scalar ``s``, ``exp(x) - 1``,
+    :func:`_loop_emitter_fusion`) is XLA's loop emitter's, which LLVM's loop vectorizer vectorizes from 38 elements
+    in one dimension (measured: 37 and fewer unrolled and fused, 38 to 130 not -- but for the last ``n % 4``
+    elements of some lengths, the scalar remainder loop: not modelled), or from an innermost dimension of 64
+    ([8, 384], [64, 64], [4, 80] seen; [5, 16], [3, 16], [2, 32], [6, 8], [5, 12] not -- and [8, 8], [4, 15],
+    [4, 16], [8, 16] seen, not matched: which loop nests LLVM vectorizes is not modelled)."""
     shape = [d for d in user.results[0].type.get_shape() if d != 1]
+    if not _loop_emitter_fusion(user):
+        # (but for a vector of 5 or 6 elements LLVM calls glibc's expf for each: no multiply -- read in XLA's
+        # optimized IR; of 3 or 7 it does so for some readers and widens the vector for others, and the values
+        # themselves are not reproduced: docs/operations.md)
+        return not (len(shape) == 1 and shape[0] in (5, 6))
     if len(shape) == 1:
         return shape[0] >= VECTORIZED_EXP_LOOP
     return bool(shape) and shape[-1] >= 64
+
+
+def _loop_emitter_fusion(user: Operation, depth: int = 3) -> bool:
+    """Whether the element-wise expression of ``user`` (to ``depth`` ops back, through element-wise ops of its
+    block) reads a constant or a broadcast -- in XLA's fusion of it, which its loop emitter then compiles (read
+    from XLA's dumps: ``exp(x) + v`` and ``exp(x) * v`` are ``__compute_module_*`` fusions, ``exp(x) + 1`` and
+    ``exp(x) + v * s`` loop-emitter ``*_kernel_module`` ones)."""
+    for value in user.operands:
+        owner = value.owner
+        if isinstance(owner, (ConstantOp, BroadcastInDimOp)):
+            return True
+        if (depth > 1 and isinstance(owner, _CSE_CLASSES) and owner.parent is user.parent
+                and _loop_emitter_fusion(owner, depth - 1)):
+            return True
+    return False
 
 
 VECTORIZED_EXP_LOOP = 38
@@ -815,7 +846,7 @@ VECTORIZED_EXP_LOOP = 38
 def _contract(op: Operation, uses: _Uses) -> bool:
     """Replace ``op`` (an add or subtract) by an FMA if an operand is a fusible multiply."""
     x, y = op.operands
-    beside_exp = _exp_contracted_first(op, uses)
+    beside_exp = _contracted_exp_operand(op, uses) is not None
     t = op.results[0].type
     order = [(0, x), (1, y)]
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
@@ -862,7 +893,32 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             dead.detach()
             dead.erase()
         return True
+    if beside_exp and _exp_multiply_seen(op):
+        # (made once every contraction is decided: the models of XLA's loops above read the exp and the add)
+        uses.exp_adds.append((op, _contracted_exp_operand(op, uses)))
     return False
+
+
+def _contract_exp(op: Operation, index: int) -> bool:
+    """``exp(x) + c``, ``c + exp(x)``, ``exp(x) - c`` or ``c - exp(x)`` (``op``, whose operand ``index`` is the exp
+    LLVM contracts: :func:`_contracted_exp_operand`) as one :class:`~xla_dialect.internal.ExpAddOp`: the exp's
+    polynomial times its scale plus or minus ``c``, rounded once (measured: ``exp(x) - x`` at ``x = +inf`` is
+    ``-inf`` in XLA, NaN rounded; ``exp(88.75) - 3e38`` finite)."""
+    exp, c = op.operands[index], op.operands[1 - index]
+    properties = {}
+    if isinstance(op, _SUB):
+        properties = {"subtract": UnitAttr()} if index == 0 else {"exp_subtracted": UnitAttr()}
+    fused = ExpAddOp.create(operands=[exp.owner.operands[0], c], result_types=[op.results[0].type],
+                            properties=properties)
+    op.parent.insert_op_before(fused, op)
+    op.results[0].replace_all_uses_with(fused.results[0])
+    owner = exp.owner
+    op.detach()
+    op.erase()
+    if owner.results[0].first_use is None:
+        owner.detach()
+        owner.erase()
+    return True
 
 
 UNROLLED_SUM_TERMS = 22
@@ -1025,7 +1081,8 @@ def _candidates(module: Operation, types: frozenset[str]) -> list[Operation]:
             if isinstance(op, (_ADD, _SUB)) and (element_name(op.results[0]) in types or BF16_SCALAR in op.attributes)
             and not computes_on_quantized(op) and YNNPACK not in op.attributes
             and any(isinstance(_spread_value(v).owner, _MUL) and not computes_on_quantized(_spread_value(v).owner)
-                    and YNNPACK not in _spread_value(v).owner.attributes for v in op.operands)
+                    and YNNPACK not in _spread_value(v).owner.attributes or isinstance(v.owner, ew.ExpOp)
+                    for v in op.operands)
             or isinstance(op, ReduceOp) and _contracted_sum(op, types)]
 
 
@@ -1184,6 +1241,8 @@ def contract_fma(module: ModuleOp, clone: bool = False, types: frozenset[str] | 
             _contract_sum(op, uses)
         elif not _contract_shared_slice(op, uses):
             _contract(op, uses)
+    for op, index in uses.exp_adds:
+        _contract_exp(op, index)
     return module
 
 

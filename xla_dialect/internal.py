@@ -9,14 +9,15 @@ that the passes that make it and the kernels and compiled paths that run it name
 multiply into the reduce that sums it (no reduced dimension longer than 32: no tree rewrite) and contracts
 each step (kernel: :func:`lowering.kernels.reduction._multiply_reduce`); :class:`MultiplyAddReduceOp`
 (``hlo_internal.multiply_add_reduce``) is a sum of a contracted two-product term, ``a * b + c * d``, whose running
-sum LLVM pushes into the term's FMAs.
+sum LLVM pushes into the term's FMAs. :class:`ExpAddOp` (``hlo_internal.exp_add``) is an f32 ``exp(x) + c`` (or
+``- c``) whose exp's final scaling by ``2**n`` LLVM contracts into the add: one rounding, as XLA CPU computes it.
 :data:`HLO_INTERNAL` is its dialect (not loaded by :func:`xla_dialect.make_context`: hlo text never holds
 these ops).
 """
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, UnitAttr
 from xdsl.ir import Dialect
 from xdsl.irdl import (IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def,
                        traits_def)
@@ -75,7 +76,24 @@ class MultiplyAddReduceOp(IRDLOperation):
     dimensions = prop_def(DenseArrayBase)
 
 
-OPS = [FusedMultiplyAddOp, MultiplyReduceOp, MultiplyAddReduceOp]
+@irdl_op_definition
+class ExpAddOp(IRDLOperation):
+    """``exp(x) + c`` (``subtract``: ``exp(x) - c``; ``exp_subtracted``: ``c - exp(x)``) for f32, the exp's polynomial ``y`` and scale ``2**n`` (XLA's
+    f32 exp, :mod:`lowering.kernels.xla_scalar`) contracted with the add: ``fma(y, 2**n, c)`` rounded once -- where
+    the exp's product would overflow (``exp(x) - x`` at ``+inf`` is ``-inf``) or fall below the normal range, not
+    the rounded exp plus ``c`` (executor-internal; made only by :func:`passes.fma_contraction.contract_fma`, which
+    says when LLVM contracts the exp's multiply)."""
+
+    name = "hlo_internal.exp_add"
+    traits = traits_def(Pure())  # (no effects: computed ahead on constants, deduplicated, dropped when unused)
+    x = operand_def()
+    c = operand_def()
+    result = result_def()
+    subtract = opt_prop_def(UnitAttr)
+    exp_subtracted = opt_prop_def(UnitAttr)
+
+
+OPS = [FusedMultiplyAddOp, MultiplyReduceOp, MultiplyAddReduceOp, ExpAddOp]
 """Every ``hlo_internal`` op class."""
 
 HLO_INTERNAL = Dialect("hlo_internal", OPS)

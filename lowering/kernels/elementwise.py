@@ -54,7 +54,7 @@ import ml_dtypes
 import numpy as np
 
 from xla_dialect.errors import UnsupportedError
-from xla_dialect.internal import FusedMultiplyAddOp
+from xla_dialect.internal import ExpAddOp, FusedMultiplyAddOp
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import ints
 from xla_dialect.types import element_type_of
@@ -1200,6 +1200,20 @@ def fused_multiply_add_kernel(op, ctx):
 
 
 scalar.scalar_definition(FusedMultiplyAddOp)(scalar.fused_multiply_add_definition)  # (the compiled paths' FMA)
+
+
+@register(ExpAddOp)
+def exp_add_kernel(op, ctx):
+    """Kernel of an f32 ``exp(x) + c`` (or ``- c``) with the exp's scaling contracted into the add: the op's scalar
+    definition (:func:`lowering.kernels.scalar.exp_add_f32`) as a ufunc, as the compiled paths compute it."""
+    definition = scalar.scalar_of(op, [ctx.dtype(v.type) for v in op.operands], ctx.dtype(op.results[0].type),
+                                  False)
+    if definition is None:
+        raise UnsupportedError(f"{op.name}: f32 only")
+    return _quiet(scalar.ufunc(definition, [np.dtype(np.float32)] * 2, np.float32))
+
+
+scalar.scalar_definition(ExpAddOp)(scalar.exp_add_definition)
 
 
 def fma_nans(r, a, b, c, negated=(False, False, False)):

@@ -417,6 +417,32 @@ def multiply_add(a, b, c, raw_a, raw_b, raw_c):
 
 
 @_njit
+def exp_add_f32(x, c):
+    """XLA CPU's f32 ``exp(x) + c`` with the exp's final scaling contracted into the add
+    (:class:`~xla_dialect.internal.ExpAddOp`): ``fma(y, 2**n, c)`` of the exp's polynomial and scale
+    (:func:`lowering.kernels.xla_scalar.exp_f32_parts`), rounded once. Of NaNs, the exp's (``x``'s) first, then
+    ``c``'s, quieted (the FMA instruction's first NaN operand)."""
+    y, scale = xla_scalar.exp_f32_parts(x)
+    return first_nan(rt.fused_multiply_add(y, scale, c), y if y != y else c)
+
+
+@_njit
+def exp_subtract_f32(x, c):
+    """:func:`exp_add_f32` of ``-c``: ``exp(x) - c``, the FMA instruction returning a NaN ``c`` as it is (before
+    the negation it folds in, as for :func:`multiply_add`)."""
+    y, scale = xla_scalar.exp_f32_parts(x)
+    return first_nan(rt.fused_multiply_add(y, scale, -c), y if y != y else c)
+
+
+@_njit
+def subtract_exp_f32(x, c):
+    """:func:`exp_add_f32` of the exp negated: ``c - exp(x)`` as ``fma(-y, 2**n, c)``, a NaN ``y`` returned as it
+    is (the instruction folds the negation in)."""
+    y, scale = xla_scalar.exp_f32_parts(x)
+    return first_nan(rt.fused_multiply_add(-y, scale, c), y if y != y else c)
+
+
+@_njit
 def clamp_float(lo, x, hi):
     """XLA's float clamp: ``min(max(x, lo), hi)`` with :func:`maximum_float`'s and :func:`minimum_float`'s NaN
     and signed-zero rules."""
@@ -1224,6 +1250,16 @@ def rsqrt_definition(dtype: np.dtype, host: dict) -> Scalar:
         return Scalar("rsqrt_exact", (tiny, t(1)))
     steps = 1 if result == F32 and host["vendor"] == "AuthenticAMD" else 2
     return Scalar("rsqrt_refined", (tiny, steps, t(-0.5), t(-1), t(np.inf)))
+
+
+def exp_add_definition(op, dtypes, result, flush):
+    """The selector of :class:`~xla_dialect.internal.ExpAddOp` (``hlo_internal.exp_add``; registered with that
+    class in :mod:`lowering.kernels.elementwise`, beside its kernel): f32 only."""
+    if result != F32:
+        return None
+    if "subtract" in op.properties:
+        return Scalar("exp_subtract_f32")
+    return Scalar("subtract_exp_f32" if "exp_subtracted" in op.properties else "exp_add_f32")
 
 
 def fused_multiply_add_definition(op, dtypes, result, flush):

@@ -117,6 +117,15 @@ def _scale(n):
 
 
 @_njit
+def exp_f32_parts(x):
+    """XLA CPU's f32 exp of ``x`` before its last multiply: the polynomial ``y`` and the scale ``2**n`` (+0 for
+    ``n = -127``), whose product LLVM may contract into the add reading the exp
+    (:func:`lowering.kernels.scalar.exp_add_f32`)."""
+    y, n = _exp_parts(x)
+    return y, _scale(n)
+
+
+@_njit
 def exp_f32(x):
     """XLA CPU's f32 exp; results below the normal range flush to 0.
 
