@@ -664,8 +664,8 @@ class _Ranks:
     (``xla-small-loops``, ``scalars_loaded``): its IR emitter loads a scalar inside the element loop, in the order it
     reads it, like an array (measured: ``fori_loop(0, 5, lambda i, v: v * w + v * 0.5, x)`` with a scalar ``w``
     fuses ``v * 0.5``, read from XLA's optimized LLVM IR; every element of 49 of 50 draws differed with ``v * w``
-    fused). Other element-wise ops raise
-    :class:`_Unranked` (their expansions' ranks are not modelled: a GRU's gates kept their order, bitwise)."""
+    fused). An exp is an ``llvm.exp`` call when Reassociate runs, one rank above its operand. Other element-wise ops
+    raise :class:`_Unranked` (their expansions' ranks are not modelled: a GRU's gates kept their order, bitwise)."""
 
     LOADS = 1 << 16
     SCALAR = 1
@@ -697,7 +697,7 @@ class _Ranks:
         elif isinstance(owner, ew.ExpOp):  # (an ``llvm.exp`` call when Reassociate runs: one instruction)
             rank = self.of(owner.operands[0]) + 1
         elif isinstance(owner, _CSE_CLASSES):
-            # XLA's emitters expand other element-wise ops (exp, tanh, logistic, divide...) into their own
+            # XLA's emitters expand other element-wise ops (tanh, logistic, divide...) into their own
             # instruction sequences and calls, whose ranks are not modelled: such an add keeps its order.
             raise _Unranked
         else:
@@ -735,17 +735,19 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
     scaling its polynomial by ``2**k`` (an ``fmul`` of the polynomial and the exponent's bits, read in XLA's
     optimized LLVM IR), which the DAG combiner contracts into the add that reads it where it is the add's first
     operand (:func:`_contracted_exp_operand`). ``exp(x) + x*y``, ``x*y + exp(x)`` and ``exp(x) - x*y`` round ``x*y``
-    (measured, f32[64, 512]: 5,500 of 32,768 elements differed when the product was fused; which products:
-    :func:`_rounded_beside_exp`); ``x*y - exp(x)`` fuses ``x*y``, the subtraction's operand 0. f64's exp and the other transcendental functions
-    end otherwise, and so does the exp of a single element (rank 0, (1,), (1, 1): 45-58 of 300 draws differed with
-    the product rounded): the product is fused. The contracted scaling makes the add one
-    :class:`~xla_dialect.internal.ExpAddOp` (:func:`_contract_exp`): the same as the exp rounded, then added, but
-    where the exp's product overflows or falls below the normal range. Not an exp XLA computes with glibc's
-    ``expf`` (``GLIBC_EXP_TAIL``: a call, no multiply). Not inside a while loop XLA compiles whole (``xla-small-loops``): there the product
-    is fused (measured: f32[16] and [5, 7] in a ``fori_loop``, 7 and 10 elements differed with it rounded)."""
+    (measured, f32[64, 512]: 5,500 of 32,768 elements differed when the product was fused; where LLVM sees the
+    multiply: :func:`_exp_multiply_seen`); ``x*y - exp(x)`` fuses ``x*y``, the subtraction's operand 0. f64's exp
+    and the other transcendental functions end otherwise, and so does the exp of a single element (rank 0, (1,),
+    (1, 1): 45-58 of 300 draws differed with the product rounded): the product is fused. The contracted scaling makes
+    the add one :class:`~xla_dialect.internal.ExpAddOp` (:func:`_contract_exp`): the same as the exp rounded, then
+    added, but where the exp's product overflows or falls below the normal range. Not an exp XLA computes with
+    glibc's ``expf`` (``GLIBC_EXP_TAIL``: a call, no multiply). Not inside a while loop XLA compiles whole
+    (``xla-small-loops``): there the product is fused (measured: f32[16] and [5, 7] in a ``fori_loop``, 7 and 10
+    elements differed with it rounded)."""
     owner = value.owner
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
-            and GLIBC_EXP_TAIL not in owner.attributes and element_name(value) == "f32" and len(list(value.uses)) == 1 and _elements(value) > 1):
+            and GLIBC_EXP_TAIL not in owner.attributes and element_name(value) == "f32"
+            and len(list(value.uses)) == 1 and _elements(value) > 1):
         return False
     if moved_out_of_its_loop(owner) and not moved_out_of_its_loop(user):
         return False  # (computed before the loop and stored: a value like any other)
@@ -795,12 +797,6 @@ def _contracted_exp_operand(op: Operation, uses: _Uses) -> int | None:
     return ranked_first if ranked_first in exps else None
 
 
-def _rounded_beside_exp(mul: Operation, user: Operation) -> bool:
-    """Whether the product ``mul`` stays rounded beside an exp that ``user`` adds to it and contracts first
-    (:func:`_contracted_exp_operand`): where LLVM sees the exp's multiply (:func:`_exp_multiply_seen`)."""
-    return _exp_multiply_seen(user)
-
-
 def _exp_multiply_seen(user: Operation) -> bool:
     """Whether LLVM sees the final multiply of an f32 exp that the add or subtract ``user`` reads first: only where
     the loop is vectorized -- an unrolled scalar loop computes the exp as a one-element vector whose multiply is
@@ -840,7 +836,7 @@ def _loop_emitter_fusion(user: Operation, depth: int = 3) -> bool:
 
 VECTORIZED_EXP_LOOP = 38
 """The fewest elements of a one-dimensional ``exp(x) + y * c`` whose loop LLVM vectorizes rather than unrolls
-(:func:`_rounded_beside_exp`; measured with jax 0.10.2, f32, 36 to 130 elements)."""
+(:func:`_exp_multiply_seen`; measured with jax 0.10.2, f32, 36 to 130 elements)."""
 
 
 def _contract(op: Operation, uses: _Uses) -> bool:
@@ -867,7 +863,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             continue
         mul, chain, negate = found
         a, b = mul.operands
-        if beside_exp and _rounded_beside_exp(mul, op):
+        if beside_exp and _exp_multiply_seen(op):
             continue  # (the exp's own scaling multiply is contracted: _scaled_by_exponent)
         if negate is not None:  # (-(c * x) as x * -c: the constant negated, exact)
             if _constant_factor(a):
@@ -899,7 +895,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     return False
 
 
-def _contract_exp(op: Operation, index: int) -> bool:
+def _contract_exp(op: Operation, index: int) -> None:
     """``exp(x) + c``, ``c + exp(x)``, ``exp(x) - c`` or ``c - exp(x)`` (``op``, whose operand ``index`` is the exp
     LLVM contracts: :func:`_contracted_exp_operand`) as one :class:`~xla_dialect.internal.ExpAddOp`: the exp's
     polynomial times its scale plus or minus ``c``, rounded once (measured: ``exp(x) - x`` at ``x = +inf`` is
@@ -918,7 +914,6 @@ def _contract_exp(op: Operation, index: int) -> bool:
     if owner.results[0].first_use is None:
         owner.detach()
         owner.erase()
-    return True
 
 
 UNROLLED_SUM_TERMS = 22

@@ -78,11 +78,11 @@ class MultiplyAddReduceOp(IRDLOperation):
 
 @irdl_op_definition
 class ExpAddOp(IRDLOperation):
-    """``exp(x) + c`` (``subtract``: ``exp(x) - c``; ``exp_subtracted``: ``c - exp(x)``) for f32, the exp's polynomial ``y`` and scale ``2**n`` (XLA's
-    f32 exp, :mod:`lowering.kernels.xla_scalar`) contracted with the add: ``fma(y, 2**n, c)`` rounded once -- where
-    the exp's product would overflow (``exp(x) - x`` at ``+inf`` is ``-inf``) or fall below the normal range, not
-    the rounded exp plus ``c`` (executor-internal; made only by :func:`passes.fma_contraction.contract_fma`, which
-    says when LLVM contracts the exp's multiply)."""
+    """``exp(x) + c`` (``subtract``: ``exp(x) - c``; ``exp_subtracted``: ``c - exp(x)``) for f32, the exp's
+    polynomial ``y`` and scale ``2**n`` (XLA's f32 exp, :mod:`lowering.kernels.xla_scalar`) contracted with the add:
+    ``fma(y, 2**n, c)`` rounded once -- where the exp's product would overflow (``exp(x) - x`` at ``+inf`` is
+    ``-inf``) or fall below the normal range, not the rounded exp plus ``c`` (executor-internal; made only by
+    :func:`passes.fma_contraction.contract_fma`, which says when LLVM contracts the exp's multiply)."""
 
     name = "hlo_internal.exp_add"
     traits = traits_def(Pure())  # (no effects: computed ahead on constants, deduplicated, dropped when unused)
