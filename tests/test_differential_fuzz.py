@@ -170,7 +170,9 @@ def _specials(dtype) -> list[float]:
 
 @st.composite
 def arrays(draw, dtype_name: str, shape: tuple[int, ...]):
-    """An array of ``shape`` whose elements mix special values, NaNs with payloads and random finite ones."""
+    """An array of ``shape`` whose elements mix special values, NaNs with payloads and random finite ones (each
+    element drawn from hypothesis; past :data:`DRAWN_ELEMENTS`, from a NumPy generator seeded by one draw, the same
+    mix: hypothesis's buffer holds a few thousand draws)."""
     dtype = DTYPES[dtype_name]
     size = int(np.prod(shape))
     specials = _specials(dtype)
@@ -178,19 +180,31 @@ def arrays(draw, dtype_name: str, shape: tuple[int, ...]):
     bits = values.view(f"u{values.dtype.itemsize}")
     nbits = 8 * values.dtype.itemsize
     mantissa = {16: 10 if dtype_name == "float16" else 7, 32: 23, 64: 52}[nbits]
+    exponent_mask = ((1 << (nbits - 1 - mantissa)) - 1) << mantissa
+    if size > DRAWN_ELEMENTS:
+        rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+        integers = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+        pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
+        uniform = lambda: float(rng.uniform(-1.0, 1.0))  # noqa: E731
+    else:
+        integers = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
+        pick = lambda options: draw(st.sampled_from(options))  # noqa: E731
+        uniform = lambda: draw(st.floats(-1.0, 1.0, allow_nan=False))  # noqa: E731
     for k in range(size):
-        kind = draw(st.integers(0, 9))
+        kind = integers(0, 9)
         if kind <= 3:
-            values[k] = dtype(draw(st.sampled_from(specials)))
+            values[k] = dtype(pick(specials))
         elif kind == 4:  # a NaN with a random payload and sign (quiet or signalling)
-            exponent_mask = ((1 << (nbits - 1 - mantissa)) - 1) << mantissa
-            payload = draw(st.integers(1, (1 << mantissa) - 1))
-            sign = draw(st.integers(0, 1)) << (nbits - 1)
+            payload = integers(1, (1 << mantissa) - 1)
+            sign = integers(0, 1) << (nbits - 1)
             bits[k] = np.array(sign | exponent_mask | payload, dtype=bits.dtype)
         else:
-            magnitude = draw(st.sampled_from([1e-3, 1.0, 10.0, 1e4]))
-            values[k] = dtype(draw(st.floats(-1.0, 1.0, allow_nan=False)) * magnitude)
+            values[k] = dtype(uniform() * pick([1e-3, 1.0, 10.0, 1e4]))
     return values.reshape(shape)
+
+
+DRAWN_ELEMENTS = 120
+"""The largest array whose elements hypothesis draws one by one (:func:`arrays`)."""
 
 
 def _constant(draw, dtype: str) -> str:
@@ -204,8 +218,15 @@ def _factor(draw, names: list[str], dtype: str) -> str:
     return _constant(draw, dtype) if draw(st.integers(0, 3)) == 0 else draw(st.sampled_from(names))
 
 
+WIDE_SHAPES = [(38,), (40,), (64,), (100,), (3, 64), (4, 80), (8, 128)]
+"""Shapes whose fused loops LLVM vectorizes (XLA's loop emitter: 38 elements in one dimension, an innermost 64:
+passes/fma_contraction.py), where contractions and reductions follow other rules than in unrolled scalar code."""
+
+
 def _shape(draw) -> tuple[int, ...]:
-    """A program's shape: a row of 1-24 elements or 1-5 such rows."""
+    """A program's shape: a row of 1-24 elements or 1-5 such rows, or (one in six) a wide one (:data:`WIDE_SHAPES`)."""
+    if draw(st.integers(0, 5)) == 0:
+        return draw(st.sampled_from(WIDE_SHAPES))
     rank = draw(st.integers(1, 2))
     return (draw(st.integers(1, 24)),) if rank == 1 else (draw(st.integers(1, 5)), draw(st.integers(1, 24)))
 
@@ -306,8 +327,14 @@ def integer_arrays(draw, dtype_name: str, shape: tuple[int, ...]):
     specials = sorted({int(v) for v in (info.min, info.min + 1, info.max, info.max - 1, 0, 1, -1, 2, 7,
                                         bits - 1, bits, bits + 1, -bits, 100) if info.min <= v <= info.max})
     size = int(np.prod(shape))
-    values = [draw(st.sampled_from(specials)) if draw(st.integers(0, 2)) < 2
-              else draw(st.integers(int(info.min), int(info.max))) for _ in range(size)]
+    if size > DRAWN_ELEMENTS:  # (as arrays(): a NumPy generator seeded by one draw)
+        rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+        values = [specials[int(rng.integers(len(specials)))] if rng.integers(3) < 2
+                  else int(rng.integers(int(info.min), int(info.max), endpoint=True, dtype=np.dtype(dtype_name)))
+                  for _ in range(size)]
+    else:
+        values = [draw(st.sampled_from(specials)) if draw(st.integers(0, 2)) < 2
+                  else draw(st.integers(int(info.min), int(info.max))) for _ in range(size)]
     return np.array(values, dtype_name).reshape(shape)
 
 
