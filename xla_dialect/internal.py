@@ -23,6 +23,8 @@ from xdsl.irdl import (IRDLOperation, irdl_op_definition, operand_def, opt_prop_
                        traits_def)
 from xdsl.traits import Pure
 
+from .errors import HloVerifyError
+
 
 @irdl_op_definition
 class FusedMultiplyAddOp(IRDLOperation):
@@ -91,6 +93,11 @@ class ExpAddOp(IRDLOperation):
     result = result_def()
     subtract = opt_prop_def(UnitAttr)
     exp_subtracted = opt_prop_def(UnitAttr)
+
+    def verify_(self) -> None:
+        if self.subtract is not None and self.exp_subtracted is not None:
+            raise HloVerifyError(f"{self.name}: 'subtract' (exp(x) - c) and 'exp_subtracted' (c - exp(x)) exclude "
+                                 "each other")
 
 
 OPS = [FusedMultiplyAddOp, MultiplyReduceOp, MultiplyAddReduceOp, ExpAddOp]
