@@ -842,7 +842,8 @@ VECTORIZED_EXP_LOOP = 38
 def _contract(op: Operation, uses: _Uses) -> bool:
     """Replace ``op`` (an add or subtract) by an FMA if an operand is a fusible multiply."""
     x, y = op.operands
-    beside_exp = _contracted_exp_operand(op, uses) is not None
+    exp_operand = _contracted_exp_operand(op, uses)
+    beside_exp = exp_operand is not None
     t = op.results[0].type
     order = [(0, x), (1, y)]
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
@@ -891,7 +892,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
         return True
     if beside_exp and _exp_multiply_seen(op):
         # (made once every contraction is decided: the models of XLA's loops above read the exp and the add)
-        uses.exp_adds.append((op, _contracted_exp_operand(op, uses)))
+        uses.exp_adds.append((op, exp_operand))
     return False
 
 
