@@ -22,12 +22,15 @@ their bits, defines the program and compares the runs.
 The default run is a few examples (derandomized: the same examples in every run, reported unshrunk -- see
 ``QUICK``; every configuration compiles
 its own numba code, a second or so per program on a cold cache); ``python -m pytest -m slow
-tests/test_differential_fuzz.py`` runs a long campaign with fresh random examples.
+tests/test_differential_fuzz.py`` runs a long campaign with fresh random examples (each program's reproducer
+written to :data:`LAST_PROGRAM` before it runs, for a process that dies).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 import textwrap
 from dataclasses import dataclass, field
 
@@ -502,10 +505,19 @@ def test_integer_programs(program):
     _check(program)
 
 
+LAST_PROGRAM = os.environ.get("XLA_DIALECT_FUZZ_LAST",
+                              os.path.join(tempfile.gettempdir(), "xla_dialect_fuzz_last_program.py"))
+"""Where the long campaign writes each program's reproducer before running it: a process that dies (a signal in
+XLA's compiler or in compiled code) leaves the program that killed it there."""
+
+
 @pytest.mark.slow
 @LONG
 @given(st.one_of(programs(), integer_programs()))
 def test_programs_long_campaign(program):
+    if _documented_deviation(program) is None:
+        with open(LAST_PROGRAM, "w") as file:
+            file.write(program.reproducer("# the program running when the campaign's process died"))
     _check(program)
 
 
