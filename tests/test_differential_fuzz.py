@@ -4,7 +4,8 @@ Each example is a small random JAX program -- a chain of element-wise ops over o
 optional scalar one (arithmetic, transcendental functions, comparisons and selects, conversions through other
 float types, constants, row statistics broadcast back over their rows, sums and differences of two products
 whose factors may be the scalar or constants, dots, whole-array statistics, softmax and logsumexp rows, cubes,
-clips, cumulative sums), optionally the body of a ``fori_loop`` (or, straight-line, returning some intermediate
+clips, cumulative sums; data movement: rolls, reverses, sorts and their gathers, cumulative maxima, scatters with
+repeated indices, dynamic slices and updates at a computed index, conds), optionally the body of a ``fori_loop`` (or, straight-line, returning some intermediate
 values too: several results, a product XLA returns is not contracted, compiled code hands back several buffers) -- run
 on inputs full of special values (NaNs with payloads and signs, infinities, signed zeros, subnormals,
 the largest finite values) -- or an integer program (every signed and unsigned width: wrapping arithmetic,
@@ -160,6 +161,21 @@ class Program:
 def _dtype_expression(dtype: str) -> str:
     return "ml_dtypes.bfloat16" if dtype == "bfloat16" else f"np.{dtype}"
 
+MOVEMENT = {  # data movement and structured ops along the last axis, shape kept ({n}: its length, {i}: an index)
+    "roll": "jnp.roll({0}, 1, axis=-1)",
+    "reverse": "{0}[..., ::-1]",
+    "sort": "jnp.sort({0}, axis=-1)",
+    "take_sorted": "jnp.take_along_axis({0}, jnp.argsort({1}, axis=-1), axis=-1)",
+    "cummax": "jax.lax.cummax({0}, axis={0}.ndim - 1)",
+    "scatter_add": "{0}.at[..., jnp.arange({n}) // 2].add({1})",
+    "scatter_max": "{0}.at[..., jnp.arange({n}) % 2].max({1})",
+    "update": "jax.lax.dynamic_update_slice_in_dim({0}, {1}[..., :1] * 2, {i}, axis=-1)",
+    "slice": "{0} * jax.lax.dynamic_slice_in_dim({1}, {i}, 1, axis=-1)",
+    "cond": "jax.lax.cond(jnp.sum({1}) > 0, lambda a: a * 2, lambda a: a - 1, {0})",
+}
+"""Shape-keeping ops that move or select data (slices and concatenation, reverse, sort and its permutation gather,
+a cumulative max, scatters with repeated indices, dynamic slices and updates at a computed index, a cond): what
+the compiled loops and segments carry besides element-wise code."""
 
 # -- inputs -------------------------------------------------------------------------------------------------
 
@@ -264,7 +280,7 @@ def programs(draw, loops: bool | None = None):
     program = Program(dtype, shape, inputs)
     for k in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "constant", "select", "row",
-                                     "convert", "products", "structured"]))
+                                     "convert", "products", "structured", "movement"]))
         pick = st.sampled_from(values)
         if kind == "unary":
             name = draw(st.sampled_from(sorted(UNARY)))
@@ -293,6 +309,11 @@ def programs(draw, loops: bool | None = None):
         elif kind == "row":
             name = draw(st.sampled_from(sorted(ROW_STATISTICS)))
             expression = ROW_STATISTICS[name].format(draw(pick), draw(pick))
+        elif kind == "movement":
+            name = draw(st.sampled_from(sorted(MOVEMENT)))
+            # (the index: where NaN or the largest value of a value's first row is, modulo the length)
+            index = f"jnp.argmax({draw(pick)}.reshape(-1)[:{shape[-1]}]) % {shape[-1]}"
+            expression = MOVEMENT[name].format(draw(pick), draw(pick), n=shape[-1], i=index)
         else:
             other = draw(st.sampled_from(sorted(set(DTYPES) - {dtype})))
             expression = f"{draw(pick)}.astype(jnp.{other}).astype(jnp.{dtype})"
@@ -575,6 +596,23 @@ def test_a_bf16_sign_move_in_a_while_loop_reading_it_is_the_documented_deviation
                            while_loop=True)
     assert _documented_deviation(of_a_product) is None
     _compare(of_a_product)
+
+
+@pytest.mark.parametrize("loop", ["straight-line", "fori_loop", "while_loop"])
+def test_signed_products_that_wrap_stay_wrapped_in_compiled_code(loop):
+    """Long campaign (session 19): ``rem(x1 * x1, x0)`` in an int64 ``while_loop`` killed the process (SIGFPE) in
+    every compiled configuration. numba marks signed integer arithmetic ``nsw`` (overflow undefined), so LLVM took
+    ``x1 * x1`` to be non-negative and divided it as an unsigned value: a wrapped square by -1 trapped, by 3 gave
+    the remainder of the unsigned value (``rem(3037000500 ** 2, 3)``: 0 compiled, -1 in XLA and the interpreter).
+    The definitions of add, subtract and multiply compute integers with LLVM's wrapping instructions."""
+    mn, mx = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    x0 = np.array([-1, 3, 0, -1, 5, 1, 2, -7, 3, -1], np.int64)
+    x1 = np.array([3037000500, -3037000500, 2 ** 62 + 3, 7, 2 ** 32 + 12345, -(2 ** 40) - 1, mn, mx, 3037000500,
+                   -4294967297], np.int64)
+    statements = [("binary", "x1 * x1"), ("binary", "jax.lax.rem(v0, x0)"), ("binary", "jax.lax.div(v1, v1)"),
+                  ("binary", "v0 - x0 * v1 + v2")]
+    _compare(Program("int64", x0.shape, [x0, x1], statements, loop_trips=0 if loop == "straight-line" else 3,
+                     while_loop=loop == "while_loop"))
 
 
 def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():

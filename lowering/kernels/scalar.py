@@ -75,22 +75,70 @@ def first_nan(r, a):
     return a + a if (r != r) & (a != a) else r  # (no branch: the loop calling it stays vectorized)
 
 
+def _wrapping(instruction: str):
+    """An intrinsic computing an integer ``instruction`` (``add``, ``sub``, ``mul``) of two values of one integer
+    type as it wraps: LLVM's instruction without the ``nsw`` flag numba puts on signed arithmetic. With ``nsw`` a
+    signed overflow is undefined to LLVM, which then reasons as if it could not happen -- ``x * x`` of an int64 is
+    taken to be non-negative and its remainder computed with an unsigned-style division, which traps (SIGFPE)
+    when the square wrapped (long fuzz campaign: ``rem(x1 * x1, x0)`` in a fused int64 loop killed the process)."""
+
+    @intrinsic
+    def wrapping(typingctx, a, b):
+        if not (isinstance(a, types.Integer) and a == b):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return getattr(builder, instruction)(*args)
+
+        return a(a, b), codegen
+
+    return wrapping
+
+
+_wrapping_add, _wrapping_sub, _wrapping_mul = (_wrapping(name) for name in ("add", "sub", "mul"))
+
+
+def _arithmetic(wrapping: Callable, python: Callable) -> Callable:
+    """A function of two scalars for the definitions: integers (of one type, or both first converted to the type
+    NumPy gives the pair) by ``wrapping``, everything else by ``python`` (the operator numba compiles)."""
+
+    def operation(a, b):
+        return python(a, b)
+
+    @numba.extending.overload(operation, jit_options={"error_model": "numpy"})
+    def _typed(a, b):
+        if isinstance(a, types.Integer) and a == b:
+            return lambda a, b: wrapping(a, b)
+        if isinstance(a, types.Integer) and isinstance(b, types.Integer):
+            common = np.result_type(numba.np.numpy_support.as_dtype(a), numba.np.numpy_support.as_dtype(b)).type
+            return lambda a, b: wrapping(common(a), common(b))
+        return python
+
+    return operation
+
+
+_plus = _arithmetic(_wrapping_add, lambda a, b: a + b)
+_minus = _arithmetic(_wrapping_sub, lambda a, b: a - b)
+_times = _arithmetic(_wrapping_mul, lambda a, b: a * b)
+
+
 @_njit
 def add(a, b):
-    """``a + b``; of two float NaNs, ``a``'s (the add instruction's first operand, quieted)."""
-    return first_nan(a + b, a)
+    """``a + b``, integers wrapping; of two float NaNs, ``a``'s (the add instruction's first operand, quieted)."""
+    return first_nan(_plus(a, b), a)
 
 
 @_njit
 def subtract(a, b):
-    """``a - b`` (the instruction's NaN rule, first operand first, holds: LLVM does not swap a subtraction)."""
-    return a - b
+    """``a - b``, integers wrapping (the instruction's NaN rule, first operand first, holds: LLVM does not swap a
+    subtraction)."""
+    return _minus(a, b)
 
 
 @_njit
 def multiply(a, b):
-    """``a * b``; of two float NaNs, ``a``'s (see :func:`add`)."""
-    return first_nan(a * b, a)
+    """``a * b``, integers wrapping; of two float NaNs, ``a``'s (see :func:`add`)."""
+    return first_nan(_times(a, b), a)
 
 
 @_njit
@@ -616,9 +664,9 @@ def power_int(a, b, signed, unsigned, target):
     result = target(1)
     base = target(a)
     for _ in range(6):  # (unrolled: selects, no branches)
-        result = target(result * base) if e & unsigned(1) else result
+        result = target(_times(result, base)) if e & unsigned(1) else result
         e = e >> unsigned(1)
-        base = target(base * base)
+        base = target(_times(base, base))
     odd = (unsigned(b) & unsigned(1)) != unsigned(0)
     minus_one = target(-1)
     special = target(1) if a == target(1) else ((minus_one if odd else target(1)) if a == minus_one else target(0))
