@@ -64,6 +64,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
 * ``reduce_window`` of windows that do not overlap (size = stride), 4,096 elements or more, a body YNNPACK
   reduces -> ``reduce(reshape(X))`` over the window dimensions (:class:`ReduceWindowOfDisjointWindows`: XLA CPU
   gives it to YNNPACK, which sums the windows as that reduce).
+* a cumulative ``reduce_window`` over more than 16 elements (``jnp.cumsum``) -> XLA's ``ReduceWindowRewriter``
+  tree of scans in blocks of 16 (:class:`CumulativeWindowInBlocks`).
 
 * ``convert(X: bf16) -> f32`` (not f64: XLA rounds to bf16 there) where X is an arithmetic or
   transcendental element-wise op, a dot or a convolution: X computed with an
@@ -1355,6 +1357,113 @@ class ReduceWindowOfDisjointWindows(RewritePattern):
         rewriter.replace(op, reduce)
 
 
+SCAN_BASE_LENGTH = 16
+"""XLA CPU's ``ReduceWindowRewriter`` base length: a cumulative ``reduce_window`` over more elements is split into
+blocks of this many (read in jax.jit's optimized HLO: ``jnp.cumsum`` of 64 elements is a scan of ``[4, 16]``)."""
+
+
+class CumulativeWindowInBlocks(RewritePattern):
+    """A cumulative ``reduce_window`` (``jnp.cumsum``, ``cumprod``, ``cummax``, ``cummin``: one window dimension as
+    long as the array, stride 1, padded ``n - 1`` (inclusive) or ``n`` (exclusive) on one side) over more than
+    :data:`SCAN_BASE_LENGTH` elements -> XLA's ``ReduceWindowRewriter`` tree: the scan dimension moved last,
+    padded with the init value to a multiple of 16 and split into ``[n / 16, 16]``; each block scanned; the blocks'
+    last (reverse: first) elements scanned exclusively (itself rewritten again past 16 blocks); each element then
+    ``body(its in-block scan, its block's exclusive prefix)`` -- so ``jnp.cumsum`` of 64 f64 values rounds as
+    ``(x0 + ... + x15) + (x16 + x17)`` at element 17, not in sequence (long fuzz campaign, session 19: 1 ULP off
+    on elements 17-22 of a ``(3, 64)`` row). Bodies of one binary op of the two parameters; others are left as
+    they are (not reproduced)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ReduceWindowOp, rewriter: PatternRewriter) -> None:
+        if len(op.operands) != 2 or computes_on_quantized(op):
+            return
+        combine = _combining_op(op)
+        if combine is None or len(combine.operands) != 2:
+            return
+        x, init = op.operands
+        shape = list(x.type.get_shape())
+        window = op.window()
+        scanned = [d for d in range(len(shape))
+                   if window.dimensions[d] != 1 or window.padding[d] != (0, 0) or window.strides[d] != 1
+                   or window.base_dilations[d] != 1 or window.window_dilations[d] != 1 or window.reversal[d]]
+        if len(scanned) != 1:
+            return
+        d = scanned[0]
+        n = shape[d]
+        low, high = window.padding[d]
+        if (n <= SCAN_BASE_LENGTH or window.dimensions[d] != n or window.strides[d] != 1
+                or window.base_dilations[d] != 1 or window.window_dilations[d] != 1 or window.reversal[d]):
+            return
+        forward = low in (n - 1, n) and high == 0
+        if not forward and not (high in (n - 1, n) and low == 0):
+            return
+        exclusive = (low if forward else high) == n
+        block = op.regions[0].blocks.first
+        swapped = list(combine.operands) == [block.args[1], block.args[0]]  # (body(a, b) computes b op a)
+        element = x.type.element_type
+        last = len(shape) - 1
+        order = list(range(len(shape)))
+        order[d], order[last] = last, d  # (XLA swaps the scan dimension with the last one)
+        if d != last:
+            x = _emit(rewriter, dm.TransposeOp, [x], tensor_type(element, [shape[k] for k in order]),
+                      {"permutation": i64s(order)})
+        moved = [shape[k] for k in order]
+        padded = -(-n // SCAN_BASE_LENGTH) * SCAN_BASE_LENGTH
+        blocks = padded // SCAN_BASE_LENGTH
+        rank = len(shape)
+        if padded != n:
+            x = _emit(rewriter, dm.PadOp, [x, init], tensor_type(element, moved[:-1] + [padded]),
+                      {"edge_padding_low": i64s([0] * rank), "edge_padding_high": i64s([0] * last + [padded - n]),
+                       "interior_padding": i64s([0] * rank)})
+        tiled = moved[:-1] + [blocks, SCAN_BASE_LENGTH]
+        x = _emit(rewriter, dm.ReshapeOp, [x], tensor_type(element, tiled))
+
+        def scan(value: SSAValue, length: int, pad: int, result_shape: list[int]) -> SSAValue:
+            r = len(result_shape)
+            padding = [0] * (2 * r)
+            padding[2 * (r - 1) + (0 if forward else 1)] = pad
+            rw = create(ReduceWindowOp, [value, init],
+                        {"window_dimensions": i64s([1] * (r - 1) + [length]), "padding": i64s(padding)},
+                        [tensor_type(element, result_shape)], regions=[op.regions[0].clone()])
+            rewriter.insert(rw)
+            return rw.results[0]
+
+        within = scan(x, SCAN_BASE_LENGTH, SCAN_BASE_LENGTH - 1, tiled)
+        edge = SCAN_BASE_LENGTH - 1 if forward else 0
+        column = _emit(rewriter, dm.SliceOp, [within], tensor_type(element, tiled[:-1] + [1]),
+                       {"start_indices": i64s([0] * (rank - 1) + [0, edge]),
+                        "limit_indices": i64s(tiled[:-1] + [edge + 1]), "strides": i64s([1] * (rank + 1))})
+        column = _emit(rewriter, dm.ReshapeOp, [column], tensor_type(element, tiled[:-1]))
+        prefixes = scan(column, blocks, blocks, tiled[:-2] + [blocks + 1])
+        start = 0 if forward else 1
+        prefixes = _emit(rewriter, dm.SliceOp, [prefixes], tensor_type(element, tiled[:-1]),
+                         {"start_indices": i64s([0] * (rank - 1) + [start]),
+                          "limit_indices": i64s(tiled[:-2] + [start + blocks]), "strides": i64s([1] * rank)})
+        prefixes = _emit(rewriter, dm.BroadcastInDimOp, [prefixes], tensor_type(element, tiled),
+                         {"broadcast_dimensions": i64s(list(range(rank)))})
+        operands = [prefixes, within] if swapped else [within, prefixes]
+        result = _emit(rewriter, type(combine), operands, tensor_type(element, tiled))
+        result = _emit(rewriter, dm.ReshapeOp, [result], tensor_type(element, moved[:-1] + [padded]))
+        if d != last:
+            result = _emit(rewriter, dm.TransposeOp, [result],
+                           tensor_type(element, [(moved[:-1] + [padded])[k] for k in order]),
+                           {"permutation": i64s(order)})
+        if padded != n:
+            result = _emit(rewriter, dm.SliceOp, [result], tensor_type(element, shape),
+                           {"start_indices": i64s([0] * rank), "limit_indices": i64s(shape),
+                            "strides": i64s([1] * rank)})
+        if exclusive:
+            edges = [0] * rank
+            out = op.results[0].type.get_shape()
+            result = _emit(rewriter, dm.PadOp, [result, init], tensor_type(element, out),
+                           {"edge_padding_low": i64s(edges if not forward else
+                                                      [1 if k == d else 0 for k in range(rank)]),
+                            "edge_padding_high": i64s(edges if forward else
+                                                       [1 if k == d else 0 for k in range(rank)]),
+                            "interior_padding": i64s([0] * rank)})
+        rewriter.replace_matched_op([], [result])
+
+
 class ReduceKeepingEveryElement(RewritePattern):
     """``reduce(X, I, dims)`` -> ``reshape(X)`` when every reduced dimension has size 1 (as many results as
     elements): XLA's ``HandleReduce`` makes such a reduce a reshape, the init value never combined, so ``-0.0``
@@ -1729,7 +1838,7 @@ class XlaFloatRewritesPass(PatternPass):
                 SubtractionFromConstant,
                 SimplifyPower, *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces,
                 ReduceKeepingEveryElement, SumOfNegation, AddOfScatter, DotOfOneTerm, TransposeOfDot,
-                MatrixVectorProduct, ReduceWindowOfDisjointWindows, ExpInALoopOfItsOwn)
+                MatrixVectorProduct, ReduceWindowOfDisjointWindows, CumulativeWindowInBlocks, ExpInALoopOfItsOwn)
 
 
 @register_pass

@@ -21,6 +21,7 @@ are collected in a :class:`References` batch and computed by one jax.jit.
 """
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -976,3 +977,49 @@ def test_pooling_signed_zeros(rng, op, padding):
     np.testing.assert_array_equal(actual, expected)
     number = ~np.isnan(expected)  # the sign of a NaN result is not compared (XLA's min gives -NaN)
     np.testing.assert_array_equal(np.signbit(actual[number]), np.signbit(expected[number]))
+
+
+def _cumulative_cases():
+    add = lambda x, axis: jax.lax.cumsum(x, axis=axis)  # noqa: E731
+    return {
+        "cumsum-f64-(3,64)": (add, np.float64, (3, 64), 1),
+        "cumsum-f32-(17,)": (add, np.float32, (17,), 0),  # (padded to 32)
+        "cumsum-f32-(40,3)-axis0": (add, np.float32, (40, 3), 0),  # (the scan dimension moved last and back)
+        "cumsum-f32-(1000,)": (add, np.float32, (1000,), 0),  # (63 blocks: their prefixes in blocks again)
+        "cumsum-reverse-f64-(2,33)": (lambda x, axis: jax.lax.cumsum(x, axis=axis, reverse=True), np.float64,
+                                      (2, 33), 1),
+        "cumprod-f32-(5,50)": (lambda x, axis: jax.lax.cumprod(x * 0.01 + 1, axis=axis), np.float32, (5, 50), 1),
+        "cummax-f32-(70,)": (lambda x, axis: jax.lax.cummax(x, axis=axis), np.float32, (70,), 0),
+        "cumsum-bf16-(2,40)": (add, ml_dtypes.bfloat16, (2, 40), 1),
+        "cumsum-i32-(50,)": (add, np.int32, (50,), 0),
+        "exclusive-f32-(2,48)": (lambda x, axis: lax.reduce_window(x, np.float32(0), lax.add, (1, 48), (1, 1),
+                                                                   [(0, 0), (48, 0)]), np.float32, (2, 48), 1),
+        "in-a-loop-f64-(64,)": (lambda x, axis: jax.lax.fori_loop(0, 2, lambda i, c: jnp.cumsum(c) * 0.5, x),
+                                np.float64, (64,), 0),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cumulative_cases()))
+def test_cumulative_windows_are_scanned_in_blocks_of_16_as_xla(case):
+    """``jnp.cumsum`` over more than 16 elements is XLA's ``ReduceWindowRewriter`` tree (blocks of 16 scanned, the
+    blocks' totals scanned exclusively, then added: ``passes.xla_numerics.CumulativeWindowInBlocks``), bitwise,
+    interpreted and fused in compiled loops (long fuzz campaign, session 19: in sequence, 1,204 of the 1,500 elements
+    of an f32 ``(5, 300)`` cumsum differed)."""
+
+
+    from interop import import_jax
+    import lowering
+
+    fn, dtype, shape, axis = _cumulative_cases()[case]
+    rng = np.random.default_rng(len(case))
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e4], shape))
+    x = x.astype(dtype) if np.dtype(dtype).kind == "f" else (x * 1000).astype(dtype)
+    function = lambda v: fn(v, axis)  # noqa: E731
+    expected = np.asarray(jax.jit(function)(x))
+    module = import_jax(function, x)
+    for options in ({"fusion": "never", "loop_compilation": "never"},
+                    {"fusion": "always", "loop_compilation": "always"}):
+        got = np.asarray(lowering.compile(module, **options)(x)[0])
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        bits = f"u{got.dtype.itemsize}" if got.dtype.kind != "i" else got.dtype
+        assert np.array_equal(got.view(bits), expected.view(bits)), (options, np.flatnonzero(got != expected)[:8])
