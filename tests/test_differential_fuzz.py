@@ -103,8 +103,9 @@ class Program:
     shape: tuple[int, ...]
     inputs: list[np.ndarray]
     statements: list[tuple[str, str]] = field(default_factory=list)  # (kind, expression)
-    loop_trips: int = 0  # > 0: the statements are a fori_loop body over the first input
+    loop_trips: int = 0  # > 0: the statements are a loop body over the first input (fori_loop, while_loop, scan)
     while_loop: bool = False  # the loop a while_loop that also stops at a NaN (a condition reading the array)
+    scan: bool = False  # the loop a lax.scan returning its carry and each trip's value stacked
     also_returned: tuple[int, ...] = ()  # straight-line: earlier statements returned too (a tuple of results)
 
     def source(self) -> str:
@@ -115,6 +116,14 @@ class Program:
         if not self.loop_trips:
             returned = ", ".join([result, *(f"v{k}" for k in self.also_returned)])
             lines = [f"def fn({', '.join(names)}):", *("    " + line for line in body), f"    return {returned}"]
+            return "\n".join(lines) + "\n"
+        if self.scan:
+            lines = [f"def fn({', '.join(names)}):",
+                     "    def body(x0, _):",
+                     *("        " + line for line in body),
+                     f"        return {result}.astype(x0.dtype), {result}",
+                     f"    return jax.lax.scan(body, x0, None, length={self.loop_trips})",
+                     ]
             return "\n".join(lines) + "\n"
         if self.while_loop:
             lines = [f"def fn({', '.join(names)}):",
@@ -252,10 +261,13 @@ def _shape(draw) -> tuple[int, ...]:
 
 def _maybe_in_a_loop(draw, program: Program, loops: bool | None) -> Program:
     """``program`` as the body of a ``fori_loop`` of 1-4 trips (a third of them a ``while_loop`` whose condition
-    also reads the array), or straight-line (``loops``: True, False or either)."""
+    also reads the array, a sixth a ``lax.scan`` that also stacks each trip's value), or straight-line (``loops``:
+    True, False or either)."""
     use_loop = draw(st.booleans()) if loops is None else loops
     program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
-    program.while_loop = use_loop and draw(st.integers(0, 2)) == 0
+    form = draw(st.integers(0, 5)) if use_loop else None
+    program.while_loop = form in (0, 1)
+    program.scan = form == 2
     earlier = len(program.statements) - 1
     if not use_loop and earlier and draw(st.booleans()):
         # Intermediate values returned too: a value returned and read by later ops stays in XLA's fusions'
