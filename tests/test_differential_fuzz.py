@@ -81,6 +81,8 @@ ROW_STATISTICS = {  # a keepdims row statistic combined with its rows (XLA's bro
     "mul_column": "{0} * {1}[..., :1]",
     "sub_sum": "{0} - jnp.sum({0}, axis=-1, keepdims=True)",  # (XLA's window order: lowering/kernels/tree_sum.py)
     "mul_mean": "{0} * jnp.mean({1}, axis=-1, keepdims=True)",
+    "sub_column_sum": "{0} - jnp.sum({1}, axis=0, keepdims=True)",  # (columns: XLA's vector lanes over rows)
+    "div_column_max": "{0} / jnp.max({1}, axis=0, keepdims=True)",
 }
 CONSTANTS = [2.0, -3.0, 0.5, 1e-40, -1e-45, 1e30, 3.0e38, float("inf")]
 STRUCTURED = {  # (1-D form, 2-D form) of ops that keep the program's shape
@@ -348,6 +350,9 @@ INTEGER_BINARY = {
 }
 INTEGER_ROWS = {  # reductions over the last axis (wrapping sums, extrema, products) combined with their rows
     "sum": "{0} + jnp.sum({0}, axis=-1, keepdims=True, dtype={0}.dtype)",
+    "cumsum": "jnp.cumsum({0}, axis=-1, dtype={0}.dtype) - {1}",
+    "sort": "jnp.sort({0}, axis=-1) ^ {1}",
+    "scatter_add": "{0}.at[..., jnp.arange({0}.shape[-1]) // 2].add({1})",
     "max": "{0} - jnp.max({0}, axis=-1, keepdims=True)",
     "min": "jnp.minimum({0}, jnp.min({1}, axis=-1, keepdims=True))",
     "prod": "jnp.prod({0}, axis=-1, keepdims=True, dtype={0}.dtype) ^ {1}",
