@@ -64,7 +64,8 @@ conditions and checked bit for bit against jax.jit (tests/test_xla_numerics.py):
 * ``reduce_window`` of windows that do not overlap (size = stride), 4,096 elements or more, a body YNNPACK
   reduces -> ``reduce(reshape(X))`` over the window dimensions (:class:`ReduceWindowOfDisjointWindows`: XLA CPU
   gives it to YNNPACK, which sums the windows as that reduce).
-* a cumulative ``reduce_window`` over more than 16 elements (``jnp.cumsum``) -> XLA's ``ReduceWindowRewriter``
+* ``reduce_window`` of one-element windows with an identity init -> its operand
+  (:class:`ReduceWindowOfSingleElements`); a cumulative ``reduce_window`` over more than 16 elements (``jnp.cumsum``) -> XLA's ``ReduceWindowRewriter``
   tree of scans in blocks of 16 (:class:`CumulativeWindowInBlocks`).
 
 * ``convert(X: bf16) -> f32`` (not f64: XLA rounds to bf16 there) where X is an arithmetic or
@@ -1357,6 +1358,27 @@ class ReduceWindowOfDisjointWindows(RewritePattern):
         rewriter.replace(op, reduce)
 
 
+class ReduceWindowOfSingleElements(RewritePattern):
+    """``reduce_window(X, I)`` -> ``X`` when every window holds one element (each window dimension of size 1,
+    stride 1, no padding or dilation) and ``I`` is the body's identity: XLA's simplifier returns the operand (jax.jit's
+    optimized HLO of ``jax.lax.cummax`` over one element is a copy), the init value never combined -- so an f32
+    denormal is kept where ``max(-inf, x)`` under denormals-are-zero would flush it (long fuzz campaign, session 19).
+    Not for bf16, which XLA computes in f32 first, with the max instruction (the kernel does the same)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ReduceWindowOp, rewriter: PatternRewriter) -> None:
+        if len(op.operands) != 2 or element_name(op.results[0]) == "bf16" or computes_on_quantized(op):
+            return
+        window = op.window()
+        if (any(d != 1 for d in window.dimensions) or any(d != 1 for d in window.strides)
+                or any(lo or hi for lo, hi in window.padding) or any(d != 1 for d in window.base_dilations)
+                or any(d != 1 for d in window.window_dilations)):
+            return
+        if not _identity_init(op) or op.operands[0].type != op.results[0].type:
+            return
+        rewriter.replace_matched_op([], [op.operands[0]])
+
+
 SCAN_BASE_LENGTH = 16
 """XLA CPU's ``ReduceWindowRewriter`` base length: a cumulative ``reduce_window`` over more elements is split into
 blocks of this many (read in jax.jit's optimized HLO: ``jnp.cumsum`` of 64 elements is a scan of ``[4, 16]``)."""
@@ -1838,7 +1860,8 @@ class XlaFloatRewritesPass(PatternPass):
                 SubtractionFromConstant,
                 SimplifyPower, *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces,
                 ReduceKeepingEveryElement, SumOfNegation, AddOfScatter, DotOfOneTerm, TransposeOfDot,
-                MatrixVectorProduct, ReduceWindowOfDisjointWindows, CumulativeWindowInBlocks, ExpInALoopOfItsOwn)
+                MatrixVectorProduct, ReduceWindowOfDisjointWindows, ReduceWindowOfSingleElements,
+                CumulativeWindowInBlocks, ExpInALoopOfItsOwn)
 
 
 @register_pass

@@ -1023,3 +1023,36 @@ def test_cumulative_windows_are_scanned_in_blocks_of_16_as_xla(case):
         assert got.dtype == expected.dtype and got.shape == expected.shape
         bits = f"u{got.dtype.itemsize}" if got.dtype.kind != "i" else got.dtype
         assert np.array_equal(got.view(bits), expected.view(bits)), (options, np.flatnonzero(got != expected)[:8])
+
+
+_TINY_BF16 = float(ml_dtypes.finfo(ml_dtypes.bfloat16).tiny)
+
+
+@pytest.mark.parametrize("case", ["cummax-bf16", "cummin-bf16", "max-pool-bf16", "min-same-bf16", "in-a-loop-bf16",
+                                  "one-element-cummax-f32", "one-element-cummax-bf16"])
+def test_max_min_windows_of_denormals_as_xla(case):
+    """Long fuzz campaign, session 19: XLA computes a bf16 max/min window in f32 with the max instruction, so under
+    denormals-are-zero a bf16 denormal comes out a zero (``jax.lax.cummax`` of 0x002b: 0 in jax.jit, 0x002b here
+    before); and a window of one element with the identity init is the operand itself (f32 ``cummax`` of one
+    denormal keeps it in XLA, where ``max(-inf, x)`` flushed it here)."""
+    from interop import import_jax
+    import lowering
+
+    dtype = np.float32 if case.endswith("f32") else ml_dtypes.bfloat16
+    tiny = float(ml_dtypes.finfo(dtype).tiny)
+    x = np.array([tiny / 3, -tiny / 5, 1.0, -0.0, tiny / 2, 0.0] * 6, dtype)
+    function = {
+        "cummax": lambda v: lax.cummax(v, axis=0), "cummin": lambda v: lax.cummin(v, axis=0),
+        "max-pool": lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (2,), "VALID"),
+        "min-same": lambda v: lax.reduce_window(v, jnp.inf, lax.min, (3,), (1,), "SAME"),
+        "in-a-loop": lambda v: jax.lax.fori_loop(
+            0, 2, lambda i, c: lax.reduce_window(c, -jnp.inf, lax.max, (2,), (1,), "SAME"), v),
+        "one-element-cummax": lambda v: lax.cummax(v[:1], axis=0),
+    }[case.rsplit("-", 1)[0]]
+    expected = np.asarray(jax.jit(function)(x))
+    module = import_jax(function, x)
+    for options in ({"fusion": "never", "loop_compilation": "never"},
+                    {"fusion": "always", "loop_compilation": "always"}):
+        got = np.asarray(lowering.compile(module, **options)(x)[0])
+        bits = f"u{got.dtype.itemsize}"
+        assert np.array_equal(got.view(bits), expected.view(bits)), (options, got.view(bits), expected.view(bits))

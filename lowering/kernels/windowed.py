@@ -457,12 +457,24 @@ def _reduce_window(op, ctx):
                                     dtypes[0])
                       if ufunc in (np.add, np.multiply) and dtypes[0] in (np.float32, np.float64) else None)
 
+        # XLA CPU computes a bf16 max/min window in f32 (float normalization), with the max instruction: under
+        # denormals-are-zero a bf16 denormal comes out a zero (measured: cummax and max-pools of 2-4,096 bf16
+        # denormals are 0 in jax.jit; long fuzz campaign, session 19). Widened here too: exact otherwise.
+        widened = (np.dtype(dtypes[0]) == np.dtype(ml_dtypes.bfloat16) and ufunc in (np.maximum, np.minimum))
+
         def ufunc_kernel(body, x, init):
+            if widened:
+                acc = ufunc_kernel_of(np.asarray(x).astype(np.float32), np.asarray(init).astype(np.float32),
+                                      np.float32(fill))
+                return acc.astype(dtypes[0])
+            return ufunc_kernel_of(x, init, fill)
+
+        def ufunc_kernel_of(x, init, fill):
             view = windows(dilate_pad(x, axes, window.padding, window.base_dilations, fill), axes, window)
             # Window positions in order, each step covering all windows: init op x0, then acc op x1, ... in place.
             if not positions:  # an empty window: init everywhere
-                return np.full(out_shape, init, dtypes[0])
-            acc = ufunc(np.asarray(init, dtypes[0]), view[(Ellipsis, *positions[0])])
+                return np.full(out_shape, init, x.dtype)
+            acc = ufunc(np.asarray(init, x.dtype), view[(Ellipsis, *positions[0])])
             for pos in positions[1:]:
                 ufunc(acc, view[(Ellipsis, *pos)], out=acc)
             if definition is not None and acc.size and np.isnan(np.max(acc)):
