@@ -176,6 +176,10 @@ _CSE_CLASSES = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values())
 """Ops whose duplicates XLA's CSE merges before fusion (the elementwise ones: enough to see that two
 ``a*b`` written out by jax are one multiply with two uses)."""
 
+_COMMUTATIVE = (ew.AddOp, ew.MulOp, ew.MaxOp, ew.MinOp, ew.AndOp, ew.OrOp, ew.XorOp)
+"""Ops XLA's CSE merges with their operands in either order: ``x * y - y * x`` is one multiply read twice, not
+contracted (0 in jax.jit; an FMA's rounding error here before: long fuzz campaign, session 19)."""
+
 
 class _Uses:
     """Uses of each multiply after XLA's common-subexpression elimination.
@@ -212,7 +216,10 @@ class _Uses:
             op = value.owner
             key = (value,)
             if isinstance(op, _CSE_CLASSES) and not op.regions:
-                key = (op.name, id(op.parent), *(self.number(v) for v in op.operands), value.type)
+                numbers = [self.number(v) for v in op.operands]
+                if isinstance(op, _COMMUTATIVE) and not op.properties.get("broadcast_dimensions"):
+                    numbers.sort()
+                key = (op.name, id(op.parent), *numbers, value.type)
             elif isinstance(op, (BroadcastInDimOp, ConvertOp, *_MOVES)) and len(op.results) == 1:
                 # (jax writes x * 1.5 twice with a broadcast constant each, a[:n] * b[:n] twice with its slices)
                 key = (op.name, id(op.parent), *(self.number(v) for v in op.operands),

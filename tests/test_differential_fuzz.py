@@ -632,6 +632,19 @@ def test_signed_products_that_wrap_stay_wrapped_in_compiled_code(loop):
                      while_loop=loop == "while_loop"))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("expression", ["x0 * x1 - x1 * x0", "(x0 + x1) * x2 - (x1 + x0) * x2"])
+def test_commutative_duplicates_are_one_value_as_xla(dtype, expression):
+    """Long campaign (session 19): ``x2 * x1 - x1 * x2`` is 0 in jax.jit -- XLA's CSE merges a commutative op with
+    its operands swapped, and the subtraction reads one multiply twice, which LLVM does not contract -- and was the
+    rounding error of ``x2 * x1`` here (one product contracted into the subtraction; f16 on AVX512-FP16 hosts)."""
+    rng = np.random.default_rng(len(expression))
+    inputs = [rng.standard_normal((2, 7)).astype(dtype) for _ in range(3)]
+    inputs[0].reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    for trips in (0, 2):
+        _compare(Program(dtype, (2, 7), inputs, [("binary", expression)], loop_trips=trips))
+
+
 def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():
     """Long campaign, seed 1: ``where(x0 > v0, x0, x1)`` with ``v0`` the bf16 -> f32 -> bf16 round trip of ``x1``
     is ``where(x0 > x1, x0, x1)`` to XLA (it drops the round trip), which it computes as ``max`` (a subnormal
