@@ -529,6 +529,40 @@ class MultiplyOfExps(RewritePattern):
         _replace(rewriter, op, _emit(rewriter, ExpOp, [total], t))
 
 
+def _reshape_like(op: Operation) -> bool:
+    """Whether ``op`` only renames its operand's shape, keeping every element in row-major order: a ``reshape``,
+    or a ``broadcast_in_dim`` adding dimensions of size 1 only (its dimensions increasing)."""
+    if isinstance(op, dm.ReshapeOp):
+        return True
+    if isinstance(op, dm.BroadcastInDimOp):
+        dims = list(ints(op.properties.get("broadcast_dimensions")))
+        return (dims == sorted(dims)
+                and op.operands[0].type.element_count() == op.results[0].type.element_count())
+    return False
+
+
+class ShapeRoundTrip(RewritePattern):
+    """A chain of reshapes (and broadcasts that only add dimensions of size 1) that ends in the shape it started
+    from -> the value it started from: XLA's simplifier folds such chains away (``jnp.max(x, axis=0,
+    keepdims=True)`` of a one-row ``x`` is ``x`` to it once the reduce over a dimension of size 1 is a reshape),
+    so the rewrites that read through an operand's producer see it: ``x / (x / x)`` is ``(x * x) / x`` (long fuzz
+    campaign, session 19: an f16 column maximum of one row, a denormal ``x`` 0 in XLA)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, (dm.ReshapeOp, dm.BroadcastInDimOp)) or not _reshape_like(op):
+            return
+        value = op.operands[0]
+        while True:
+            if value.type == op.results[0].type:
+                rewriter.replace_matched_op([], [value])
+                return
+            owner = value.owner
+            if not isinstance(owner, Operation) or not _reshape_like(owner):
+                return
+            value = owner.operands[0]
+
+
 class DivideOfDivide(RewritePattern):
     """``(A/B)/(C/D)`` -> ``(A*D)/(B*C)``; ``(A/B)/C`` -> ``A/(B*C)``; ``A/(B/C)`` -> ``(A*C)/B``."""
 
@@ -1855,7 +1889,7 @@ class XlaFloatRewritesPass(PatternPass):
                 *NESTED_SELECTS,
                 *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
                 *COSINE_OF_SIGN_CHANGE,
-                CONSTANT_ON_THE_RIGHT, DivideByFunction, DivideByConstant, DivideOfDivide, MultiplyOfExps,
+                CONSTANT_ON_THE_RIGHT, ShapeRoundTrip, DivideByFunction, DivideByConstant, DivideOfDivide, MultiplyOfExps,
                 FoldMultiplyConstants, ConstantIntoBroadcast, FoldAddConstants, FactorPowerOfTwo, SubtractConstant,
                 SubtractionFromConstant,
                 SimplifyPower, *LOG_RULES, CONVERT_PAIR, ExcessPrecisionConvert, MergeReduces,

@@ -645,6 +645,18 @@ def test_commutative_duplicates_are_one_value_as_xla(dtype, expression):
         _compare(Program(dtype, (2, 7), inputs, [("binary", expression)], loop_trips=trips))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_division_by_a_quotient_through_a_shape_round_trip_as_xla(dtype):
+    """Long campaign (session 19): ``x0 / jnp.max(x0 / jnp.max(x0, axis=0, keepdims=True), axis=0, keepdims=True)``
+    of one row is ``(x0 * x0) / x0`` to XLA (the maxima over a dimension of size 1 are reshapes that it folds away,
+    then ``A / (B / C)`` -> ``(A * C) / B``), so an f16 denormal ``x0`` is 0 there (its square underflows), and was
+    ``x0`` here."""
+    tiny = float(ml_dtypes.finfo(dtype).tiny)
+    x0 = np.array([[0.0, 1.5, -2.0, tiny / 2, 3e-3, np.inf]], dtype)
+    _compare(Program(dtype, x0.shape, [x0], [("row", "x0 / jnp.max(x0, axis=0, keepdims=True)"),
+                                              ("row", "x0 / jnp.max(v0, axis=0, keepdims=True)")]))
+
+
 def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():
     """Long campaign, seed 1: ``where(x0 > v0, x0, x1)`` with ``v0`` the bf16 -> f32 -> bf16 round trip of ``x1``
     is ``where(x0 > x1, x0, x1)`` to XLA (it drops the round trip), which it computes as ``max`` (a subnormal
