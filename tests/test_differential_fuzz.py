@@ -657,6 +657,18 @@ def test_a_division_by_a_quotient_through_a_shape_round_trip_as_xla(dtype):
                                               ("row", "x0 / jnp.max(v0, axis=0, keepdims=True)")]))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("expression", ["jnp.maximum(x0, -x0)", "jnp.maximum(-x0, x0)", "jnp.minimum(x0, -x0)"])
+def test_an_extremum_of_a_value_and_its_negation_is_its_magnitude_as_xla(dtype, expression):
+    """Long campaign (session 19): ``jnp.maximum(x0, -x0)`` of an f32 denormal is the denormal in jax.jit (LLVM
+    folds it into ``fabs``), 0 here (the max instruction under denormals-are-zero); a NaN keeps its payload with
+    the sign cleared (``min``: set)."""
+    tiny = float(ml_dtypes.finfo(dtype).tiny)
+    x0 = np.resize(np.array([tiny / 3, -tiny / 3, np.nan, -np.nan, 0.0, -0.0, 1.5, -2.5], dtype), (2, 40))
+    for trips in (0, 2):
+        _compare(Program(dtype, x0.shape, [x0], [("binary", expression)], loop_trips=trips))
+
+
 def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():
     """Long campaign, seed 1: ``where(x0 > v0, x0, x1)`` with ``v0`` the bf16 -> f32 -> bf16 round trip of ``x1``
     is ``where(x0 > x1, x0, x1)`` to XLA (it drops the round trip), which it computes as ``max`` (a subnormal
