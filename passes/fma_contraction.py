@@ -104,7 +104,7 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   natively there: ``a*b + c`` is one f16 FMA; measured on an Intel CPU with
   ``avx512fp16``); elsewhere LLVM computes f16 in f32 and rounds after each op,
   so nothing contracts. bf16 contracts only inside the while loops XLA compiles
-  whole, in scalar code, on hosts with AVX512-BF16: the adds, subtracts and
+  whole, in scalar code, on hosts computing bf16 natively (AVX512-BF16 with AMX): the adds, subtracts and
   multiplies ``xla-small-loops`` marks :data:`~passes.small_loops.BF16_SCALAR`
   (an f32 FMA rounded once to bf16); elsewhere XLA's fusion emitters widen bf16
   to f32 with a rounding after each op. Complex multiply-adds are left alone (measured
@@ -134,7 +134,7 @@ from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, ModuleOp, UnitAtt
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE
-from lowering.kernels.host import host_properties
+from lowering.kernels.host import host_properties, prefers_wide_vectors
 from lowering.kernels.scalar import GLIBC_EXP_TAIL
 from lowering.kernels.tree_sum import TREE_WINDOW, rounded_product_rows, vector_lanes
 from lowering.kernels.ynnpack_math import YNNPACK
@@ -738,27 +738,44 @@ def _new(cls, operands: list[SSAValue], result_type, before: Operation) -> SSAVa
 
 
 def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
-    """Whether ``value`` is an f32 ``exp`` LLVM sees as a multiply in ``user``'s fused loop: XLA's f32 exp ends by
-    scaling its polynomial by ``2**k`` (an ``fmul`` of the polynomial and the exponent's bits, read in XLA's
-    optimized LLVM IR), which the DAG combiner contracts into the add that reads it where it is the add's first
-    operand (:func:`_contracted_exp_operand`). ``exp(x) + x*y``, ``x*y + exp(x)`` and ``exp(x) - x*y`` round ``x*y``
-    (measured, f32[64, 512]: 5,500 of 32,768 elements differed when the product was fused; where LLVM sees the
-    multiply: :func:`_exp_multiply_seen`); ``x*y - exp(x)`` fuses ``x*y``, the subtraction's operand 0. f64's exp
-    and the other transcendental functions end otherwise, and so does the exp of a single element (rank 0, (1,),
-    (1, 1): 45-58 of 300 draws differed with the product rounded): the product is fused. The contracted scaling makes
-    the add one :class:`~xla_dialect.internal.ExpAddOp` (:func:`_contract_exp`): the same as the exp rounded, then
-    added, but where the exp's product overflows or falls below the normal range. Not an exp XLA computes with
-    glibc's ``expf`` (``GLIBC_EXP_TAIL``: a call, no multiply). Not inside a while loop XLA compiles whole
-    (``xla-small-loops``): there the product is fused (measured: f32[16] and [5, 7] in a ``fori_loop``, 7 and 10
-    elements differed with it rounded)."""
+    """Whether ``value`` is an f32 ``exp`` whose final multiply LLVM may contract into the add or subtract ``user``:
+    XLA's f32 exp ends by scaling its polynomial by ``2**k`` (an ``fmul`` of the polynomial and the exponent's bits,
+    read in XLA's optimized LLVM IR), which the DAG combiner contracts into the add that reads it unless it
+    contracts a product the add reads instead (:func:`_contracted_exp_operand`, :func:`_exp_multiply_seen`). The
+    contracted scaling makes the add one :class:`~xla_dialect.internal.ExpAddOp` (:func:`_contract_exp`): the same
+    as the exp rounded, then added, but where the exp's product overflows or falls below the normal range. f64's
+    exp and the other transcendental functions end otherwise. Not an exp XLA computes with glibc's ``expf``
+    (``GLIBC_EXP_TAIL``, or a vector of 5 or 6 elements in XLA's own vectorized fusions: a call each, no
+    multiply), nor one XLA moves out of the loop the add is in (stored: a value like any other)."""
     owner = value.owner
     if not (isinstance(owner, ew.ExpOp) and owner.parent is user.parent and YNNPACK not in owner.attributes
             and GLIBC_EXP_TAIL not in owner.attributes and element_name(value) == "f32"
-            and len(list(value.uses)) == 1 and _elements(value) > 1):
+            and len(list(value.uses)) == 1):
         return False
     if moved_out_of_its_loop(owner) and not moved_out_of_its_loop(user):
         return False  # (computed before the loop and stored: a value like any other)
-    return not _inside_small_loop(user)
+    shape = [d for d in user.results[0].type.get_shape() if d != 1]
+    if not _inside_small_loop(user) and not _loop_emitter_fusion(user):
+        # (but for a vector of 5 or 6 elements LLVM calls glibc's expf for each: no multiply -- read in XLA's
+        # optimized IR; of 3 or 7 it does so for some readers and widens the vector for others, and the values
+        # themselves are not reproduced: docs/operations.md)
+        return not (len(shape) == 1 and shape[0] in (5, 6))
+    if (_vectorized_loop(shape, _inside_small_loop(user)) == "rows" and shape[1] in (2, 4, 8)
+            and any(_is_constant(v) for v in user.operands if v is not value)):
+        # (a loop vectorized across rows stores each row's elements through one interleaving shuffle, and LLVM's
+        # VectorCombine moves the adds of one constant past it: ``fadd <64 x float> (shuffle ...), splat``, read
+        # in XLA's optimized IR of ``exp(x) - 3e38`` on f32[8, 8]; measured: [4, 2], [4, 4], [4, 8], [8, 2],
+        # [8, 4], [8, 8], [16, 2] rounded, [4, 3], [4, 16], [8, 3], [8, 16] and a scalar operand contracted)
+        return False
+    return True
+
+
+def _is_constant(value: SSAValue) -> bool:
+    """Whether ``value`` is a constant or a broadcast of one."""
+    owner = value.owner
+    while isinstance(owner, BroadcastInDimOp):
+        owner = owner.operands[0].owner
+    return isinstance(owner, ConstantOp)
 
 
 def _inside_small_loop(op: Operation) -> bool:
@@ -805,25 +822,45 @@ def _contracted_exp_operand(op: Operation, uses: _Uses) -> int | None:
 
 
 def _exp_multiply_seen(user: Operation) -> bool:
-    """Whether LLVM sees the final multiply of an f32 exp that the add or subtract ``user`` reads first: only where
-    the loop is vectorized -- an unrolled scalar loop computes the exp as a one-element vector whose multiply is
-    hidden behind an element extraction from the DAG combiner. XLA's fusion emitter vectorizes a fusion of arrays
-    of one shape itself (``exp(x) + y * z``, ``exp(x) - y``: f32[2] to [64, 512], straight-line code). A fusion
-    with a constant or a broadcast (``exp(x) + y * 3``, ``exp(x) + y * s`` with a scalar ``s``, ``exp(x) - 1``,
-    :func:`_loop_emitter_fusion`) is XLA's loop emitter's, which LLVM's loop vectorizer vectorizes from 38 elements
-    in one dimension (measured: 37 and fewer unrolled and fused, 38 to 130 not -- but for the last ``n % 4``
-    elements of some lengths, the scalar remainder loop: not modelled), or from an innermost dimension of 64
-    ([8, 384], [64, 64], [4, 80] seen; [5, 16], [3, 16], [2, 32], [6, 8], [5, 12] not -- and [8, 8], [4, 15],
-    [4, 16], [8, 16] seen, not matched: which loop nests LLVM vectorizes is not modelled)."""
+    """Whether LLVM contracts the final multiply of an f32 exp that the add or subtract ``user`` reads rather than a
+    product it reads too (``exp(x) + y * z``; without such a product the exp's multiply is contracted wherever the
+    exp has one: :func:`_scaled_by_exponent`). In vector code the DAG combiner sees both multiplies and contracts
+    operand 0's (:func:`_contracted_exp_operand`); in scalar code (an unrolled loop) XLA computes the exp as a
+    one-element vector whose multiply the combiner sees only after type legalization, once it has contracted the
+    scalar product. XLA's fusion emitter vectorizes a fusion of arrays of one shape itself (``exp(x) + y * z``,
+    straight-line code, any shape of more than one element); a fusion with a constant or a broadcast
+    (:func:`_loop_emitter_fusion`) and every fusion inside a while loop XLA compiles whole (``xla-small-loops``) are
+    loops that LLVM vectorizes or unrolls: :func:`_vectorized_loop`."""
     shape = [d for d in user.results[0].type.get_shape() if d != 1]
-    if not _loop_emitter_fusion(user):
-        # (but for a vector of 5 or 6 elements LLVM calls glibc's expf for each: no multiply -- read in XLA's
-        # optimized IR; of 3 or 7 it does so for some readers and widens the vector for others, and the values
-        # themselves are not reproduced: docs/operations.md)
-        return not (len(shape) == 1 and shape[0] in (5, 6))
+    if not _inside_small_loop(user) and not _loop_emitter_fusion(user):
+        return len(shape) >= 1
+    return _vectorized_loop(shape, in_small_loop=_inside_small_loop(user)) != ""
+
+
+def _vectorized_loop(shape: list[int], in_small_loop: bool) -> str:
+    """How LLVM vectorizes the element loop of an XLA loop-emitter fusion of ``shape`` (its dimensions other than
+    1), measured with jax 0.10.2 through ``exp(x) - 2 * x`` at ``x = +inf`` (``-inf`` where the exp's multiply is
+    contracted, in vector code; NaN where the product is):
+
+    * one dimension of ``n``: vectorized from :func:`vectorized_loop_length` elements, fully unrolled below;
+    * several, the innermost of ``c``: the innermost loop vectorized from :data:`VECTORIZED_INNER_LOOP` elements in
+      straight-line code (AMD EPYC: [3, 38], [2, 38], [5, 38] vectorized, [3, 37], [2, 37], [5, 37] not), from
+      :func:`vectorized_loop_length` inside a while loop XLA compiles whole ([3, 43] vectorized, [3, 40] not);
+      below that, unrolled, and two dimensions of 4, 8 or 16 rows (of two or more) vectorized across the rows
+      ([4, 2] to [4, 24], [8, 2] to [8, 64], [16, 2], [16, 16] vectorized, rows of 5, 6, 7, 9, 10 or 12 not);
+      from 17 rows on some are (20, 24, 32 and 40 rows; 28 rows partly: not modelled).
+
+    ``"inner"`` (the innermost loop), ``"rows"`` (across the rows) or ``""`` (not: unrolled). Not modelled: the last
+    ``c % 4`` elements of each vectorized row are the vector loop's scalar remainder, computed as in an unrolled
+    loop (measured: [43] to [63], [3, 38] to [3, 43], [5, 63])."""
+    if not shape:
+        return ""
     if len(shape) == 1:
-        return shape[0] >= VECTORIZED_EXP_LOOP
-    return bool(shape) and shape[-1] >= 64
+        return "inner" if shape[0] >= vectorized_loop_length() else ""
+    inner = vectorized_loop_length() if in_small_loop else VECTORIZED_INNER_LOOP
+    if shape[-1] >= inner:
+        return "inner"
+    return "rows" if len(shape) == 2 and shape[0] in (4, 8, 16) else ""
 
 
 def _loop_emitter_fusion(user: Operation, depth: int = 3) -> bool:
@@ -841,9 +878,17 @@ def _loop_emitter_fusion(user: Operation, depth: int = 3) -> bool:
     return False
 
 
-VECTORIZED_EXP_LOOP = 38
-"""The fewest elements of a one-dimensional ``exp(x) + y * c`` whose loop LLVM vectorizes rather than unrolls
-(:func:`_exp_multiply_seen`; measured with jax 0.10.2, f32, 36 to 130 elements)."""
+VECTORIZED_INNER_LOOP = 38
+"""The fewest elements of the innermost dimension of a straight-line loop-emitter fusion of several dimensions whose
+loop LLVM vectorizes (:func:`_vectorized_loop`; measured with jax 0.10.2 on an AMD EPYC, f32, 2 to 5 rows)."""
+
+
+def vectorized_loop_length() -> int:
+    """The fewest elements of a one-dimensional loop-emitter fusion (``exp(x) + y * c``) whose loop LLVM vectorizes
+    rather than unrolls fully (:func:`_vectorized_loop`), on this host: 43 where LLVM tunes for 64-byte vectors
+    (:func:`~lowering.kernels.host.prefers_wide_vectors`; measured on an AMD EPYC, 38 to 42 elements unrolled), 38
+    elsewhere (measured on an earlier host with 32-byte vectors: 37 and fewer unrolled, 38 to 130 vectorized)."""
+    return 43 if prefers_wide_vectors() else 38
 
 
 def _contract(op: Operation, uses: _Uses) -> bool:
@@ -897,7 +942,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             dead.detach()
             dead.erase()
         return True
-    if beside_exp and _exp_multiply_seen(op):
+    if beside_exp:  # (no product, or the exp's multiply contracted before it: _exp_multiply_seen)
         # (made once every contraction is decided: the models of XLA's loops above read the exp and the add)
         uses.exp_adds.append((op, exp_operand))
     return False

@@ -40,14 +40,16 @@ The legacy emitter computes some ops differently from the fusion emitters used e
 Dots and max/min in these loops are marked with the attribute :data:`SMALL_CALL` (the kernels, fused loops and
 compiled loops read it); they are not rewritten.
 
-* On hosts with AVX512-BF16, LLVM rounds an f32 result to bf16 there with the hardware conversion, which flushes
+* On hosts where LLVM computes bf16 natively (AVX512-BF16 with AMX: :func:`lowering.kernels.host.native_bf16`; an
+  AMD EPYC with AVX512-BF16 alone rounds in software, measured), LLVM rounds an f32 result to bf16 there with the
+  hardware conversion, which flushes
   a denormal to a zero of its sign (measured on a Xeon: bf16 ``expm1``, ``sin``, ``tanh`` of denormals in a loop
   of two trips are +-0, straight-line and in larger loops the denormal). bf16 arithmetic ops there are marked
   with ``BF16_FLUSHED_STORE`` (:mod:`lowering.kernels.elementwise`), whose kernels flush before rounding (fused
   groups leave them to the kernels); so are converts of f32 to bf16 (measured alike), including those this pass's
   own rewrites of bf16 ops write (each stands for the op's store).
 
-* On hosts with AVX512-BF16, a bf16 multiply whose result a bf16 add or subtract reads is one FMA rounded once
+* On the same hosts, a bf16 multiply whose result a bf16 add or subtract reads is one FMA rounded once
   to bf16 where LLVM computes the elements in scalar code (measured on a Xeon: ``x * 0.3 + x``, ``x * x + x``,
   ``(x * a + x) * b + x`` two FMAs, ``x * 1.7 - x * x``, ``(x - 0.3) - x * 0.3``; every element; on the same
   Xeon with ``--xla_cpu_max_isa=AVX512_BF16`` or lower, and elsewhere, each op rounds): XLA writes the bf16 ops
@@ -107,7 +109,7 @@ from .util import create, element_name, make_constant, tensor_type
 from .xla_loop_bytes import _copied_into_several_fusions, live_state, loop_model_bytes
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE  # noqa: E402 - (read by the kernels)
-from lowering.kernels.host import host_properties  # noqa: E402
+from lowering.kernels.host import native_bf16  # noqa: E402
 from lowering.kernels.small_dot import SMALL_CALL  # noqa: E402 - the attribute of marked ops (read by the kernels)
 
 DEFAULT_THRESHOLD = 1024
@@ -313,7 +315,7 @@ _BF16_STORED = frozenset({ew.AddOp, ew.SubOp, ew.MulOp, ew.DivOp, ew.PowOp, ew.A
                           ew.Expm1Op, ew.LogOp, ew.Log1pOp, ew.LogisticOp, ew.SineOp, ew.CosineOp, ew.TanOp,
                           ew.TanhOp, ew.SqrtOp, ew.RsqrtOp, ew.CbrtOp, ew.ErfOp})
 """bf16 ops computed in f32 whose result LLVM rounds to bf16 with the hardware conversion in these loops on hosts
-with AVX512-BF16 (flushing a denormal: :data:`lowering.kernels.elementwise.BF16_FLUSHED_STORE`); not sign moves
+computing bf16 natively (flushing a denormal: :data:`lowering.kernels.elementwise.BF16_FLUSHED_STORE`); not sign moves
 (``neg``, ``abs``: measured to keep denormals), max/min, compares and selects."""
 
 
@@ -342,7 +344,7 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     threshold = byte_threshold() if threshold is None else threshold
     if threshold <= 0:
         return module
-    flushed_stores = host_properties()["avx512bf16"] and any(
+    flushed_stores = native_bf16() and any(
         op.results and _bf16_stored(op) for op in module.walk())
     shifted = any(isinstance(op, _SHIFTING) for op in module.walk())  # (SHARED_PRODUCT needs a pad or slice)
     if not flushed_stores and not shifted and not any(type(op) in _REWRITTEN or type(op) in _MARKED
@@ -362,7 +364,7 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     if shifted:
         for op in _shared_products(module, threshold):
             op.attributes[SHARED_PRODUCT] = UnitAttr()
-    if host_properties()["avx512bf16"]:
+    if native_bf16():
         for op in _bf16_stores(module, threshold):
             op.attributes[BF16_FLUSHED_STORE] = UnitAttr()
         for op in _bf16_scalar_ops(module, threshold):
@@ -397,12 +399,12 @@ def _bf16_stores(module: Operation, threshold: int) -> list[Operation]:
 
 
 # ----------------------------------------------------------------------------
-# bf16 multiply-adds in scalar code (hosts with AVX512-BF16)
+# bf16 multiply-adds in scalar code (hosts computing bf16 natively)
 # ----------------------------------------------------------------------------
 
 BF16_SCALAR = "xla_cpu_bf16_scalar"
 """The attribute (unit) this pass puts on a bf16 ``add``, ``subtract`` or ``multiply`` inside a while loop XLA CPU
-compiles whole, on hosts with AVX512-BF16, that LLVM computes as a ``bfloat`` instruction in scalar code (module
+compiles whole, on hosts computing bf16 natively, that LLVM computes as a ``bfloat`` instruction in scalar code (module
 doc): ``contract-fma`` contracts a marked multiply into a marked add or subtract (one FMA, rounded once)."""
 
 UNROLL_THRESHOLD = 300

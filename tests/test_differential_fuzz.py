@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from helpers import sweep
 import lowering
 from interop import import_jax
-from lowering.kernels.host import host_properties
+from lowering.kernels.host import host_properties, native_bf16
 
 QUICK = settings(max_examples=8, deadline=None, derandomize=True, database=None,
                  suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
@@ -426,7 +426,7 @@ _ROUND_TRIP = re.compile(r"^(\w+)\.astype\(jnp\.(\w+)\)\.astype\(jnp\.\w+\)$")
 _SELECT = re.compile(r"^jnp\.where\((\w+) > (\w+), (\w+), (\w+)\)$")
 _SIGN_MOVE = re.compile(r"^(?:-(\w+)|jnp\.abs\((\w+)\))$")
 _SUMMED = re.compile(r"jnp\.(?:sum|mean)\((\w+),")
-_HOST_BF16 = host_properties()["avx512bf16"]
+_HOST_BF16 = native_bf16()
 
 
 def _preserves_values(dtype: str, other: str) -> bool:
@@ -455,7 +455,7 @@ def _documented_deviation(program: Program) -> str | None:
             return "where(a > b, a, b) (docs/operations.md: select -> max/min)"
     if program.loop_trips and program.dtype == "bfloat16" and _HOST_BF16 and \
             any(_SELECT.match(expression) for expression in statements):
-        # docs/operations.md: in a loop XLA compiles whole on an AVX512-BF16 host, a bf16 select XLA computes in
+        # docs/operations.md: in a loop XLA compiles whole on a native-bf16 host, a bf16 select XLA computes in
         # f32 is rounded by the hardware conversion, which flushes a denormal (found by this test in CI on a Xeon:
         # where(x0 > x1, x0, abs(x0)) of a denormal is 0 in XLA); bf16 arithmetic ops there are reproduced.
         return "a bf16 select in a small loop (docs/operations.md: AVX512-BF16 rounding)"
@@ -598,7 +598,7 @@ def _inputs(dtype, *columns):
 @pytest.mark.parametrize("expression", ["jnp.abs(x0)", "-x0"])
 def test_a_bf16_sign_move_in_a_while_loop_reading_it_is_the_documented_deviation(expression):
     """Long campaign (session 18): ``while_loop(lambda c: (c[0] < 1) & ~jnp.any(c[1] != c[1]), abs)`` of the bf16
-    denormal 0x002b is +0 in XLA on a host with AVX512-BF16 (LLVM carries the array in f32 registers and stores it
+    denormal 0x002b is +0 in XLA on a host computing bf16 natively (LLVM carries the array in f32 registers and stores it
     through the flushing conversion) and 0x002b here: documented, not generated there. The same body in a
     ``fori_loop`` (the condition does not read the array) keeps the denormal in XLA and here, on every path."""
     x0 = np.array([0x002B, 0x802B, 0x0001, 0x3F80, 0, 0x8000], np.uint16).view(ml_dtypes.bfloat16)
@@ -1040,7 +1040,7 @@ _TINY_BF16 = float(ml_dtypes.finfo(ml_dtypes.bfloat16).tiny)
 ])
 def test_bf16_multiply_adds_in_small_loops_as_xla(expression, shape):
     """Long campaign, seed 32: ``fori_loop(0, 3, x -> abs(x + x * x))`` on bf16 ``x = 0.03125``: jax.jit 0x3d0d, the
-    executor 0x3d0c. In the loops XLA compiles whole, on hosts with AVX512-BF16, LLVM contracts a bf16 multiply into
+    executor 0x3d0c. In the loops XLA compiles whole, on hosts computing bf16 natively (AVX512-BF16 with AMX), LLVM contracts a bf16 multiply into
     the add that reads it (one f32 FMA rounded to bf16) where it computes the elements in scalar code -- element
     loops it unrolls whole (``passes.small_loops.unrolled_element_loop``); vector code rounds each op. Elsewhere
     each op rounds on every host: compared with jax.jit, the test holds on any CPU."""
@@ -1052,7 +1052,7 @@ def test_bf16_multiply_adds_in_small_loops_as_xla(expression, shape):
 
 
 def test_bf16_multiply_adds_are_marked_only_where_llvm_contracts_them():
-    """The ``xla-small-loops`` marks (``BF16_SCALAR``) follow the host: on hosts without AVX512-BF16 nothing is
+    """The ``xla-small-loops`` marks (``BF16_SCALAR``) follow the host: on hosts not computing bf16 natively nothing is
     marked; the element loop's estimate unrolls ``x * 0.3 + x`` on bf16[49], not on bf16[50] (6 per element)."""
     from passes.inlining import inline_calls
     from passes.small_loops import BF16_SCALAR, small_loop_numerics
@@ -1062,7 +1062,7 @@ def test_bf16_multiply_adds_are_marked_only_where_llvm_contracts_them():
         module = small_loop_numerics(inline_calls(import_jax(fn, np.zeros(n, ml_dtypes.bfloat16)), clone=True))
         return sorted(op.name for op in module.walk() if BF16_SCALAR in op.attributes)
 
-    expected = ["hlo.add", "hlo.multiply"] if host_properties()["avx512bf16"] else []
+    expected = ["hlo.add", "hlo.multiply"] if native_bf16() else []
     assert marked(49) == expected
     assert marked(50) == []
 

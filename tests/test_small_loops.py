@@ -67,7 +67,7 @@ _BF16_DENORMAL_OPS = {"expm1": jnp.expm1, "sin": jnp.sin, "tanh": jnp.tanh, "neg
 @pytest.mark.parametrize("mode", ["never", "always"])
 @pytest.mark.parametrize("name", list(_BF16_DENORMAL_OPS))
 def test_bf16_denormals_in_small_loops_as_xla(name, mode):
-    """bf16 denormals through ops in a loop XLA compiles whole: on hosts with AVX512-BF16 the rounding of each f32
+    """bf16 denormals through ops in a loop XLA compiles whole: on hosts computing bf16 natively (AVX512-BF16 with AMX: native_bf16) the rounding of each f32
     result to bf16 flushes them (sign moves keep them); in a loop of 4,096 elements and elsewhere they are kept.
     Whatever the host, jax.jit's bits, interpreted, fused and compiled."""
     op = _BF16_DENORMAL_OPS[name]
@@ -81,7 +81,7 @@ def test_bf16_denormals_in_small_loops_as_xla(name, mode):
 
 
 _F32_TO_BF16_LOOPS = {
-    # the convert in the loop (flushed by the hardware conversion on AVX512-BF16 hosts, long fuzz campaign seed 25)
+    # the convert in the loop (flushed by the hardware conversion on native-bf16 hosts, long fuzz campaign seed 25)
     "convert": lambda a: jax.lax.fori_loop(0, 2, lambda i, v: (v * 1.0).astype(jnp.bfloat16).astype(jnp.float32), a),
     # the convert of a carried-unchanged value: hoisted by XLA, straight-line rounding
     "hoisted convert": lambda a: jax.lax.fori_loop(
@@ -93,7 +93,7 @@ _F32_TO_BF16_LOOPS = {
 @pytest.mark.parametrize("name", list(_F32_TO_BF16_LOOPS))
 def test_f32_to_bf16_converts_in_small_loops_as_xla(name, mode):
     """f32 -> bf16 converts in a loop XLA compiles whole: f32 denormals (and values that round up to bf16's
-    smallest normal) are zeros on AVX512-BF16 hosts unless XLA hoists the convert out of the loop; jax.jit's bits
+    smallest normal) are zeros on native-bf16 hosts (AVX512-BF16 with AMX) unless XLA hoists the convert out of the loop; jax.jit's bits
     whatever the host."""
     fn = _F32_TO_BF16_LOOPS[name]
     values = np.array([-1.653e-39, 1.2e-39, 3e-40, 1.0, -2e-38, 5e-39, -1e-45, 1.1754942e-38], np.float32)
@@ -106,7 +106,7 @@ def test_f32_to_bf16_converts_in_small_loops_as_xla(name, mode):
 
 def test_hoisted_bf16_ops_keep_denormals_as_xla():
     """A bf16 op of a carried-unchanged value is moved out of the loop by XLA and computed as straight-line code:
-    its denormal results are kept, also on AVX512-BF16 hosts (measured: ``expm1(v)``)."""
+    its denormal results are kept, also on native-bf16 hosts (measured: ``expm1(v)``)."""
     fn = lambda a: jax.lax.fori_loop(0, 2, lambda i, c: (c[0], jnp.expm1(c[0])),  # noqa: E731
                                      (a, jnp.zeros(a.shape, jnp.bfloat16)))[1]
     x = np.array([-1.653e-39, 1.2e-39, 3e-40, 1.0, -2e-38, 5e-39, -1e-45, 1e-39], np.float32).astype(BF16)

@@ -908,7 +908,7 @@ _EXACT_UFUNCS = {np.add, np.subtract, np.multiply, np.bitwise_and, np.bitwise_or
 
 BF16_FLUSHED_STORE = "xla_cpu_bf16_flushed_store"
 """The attribute (unit) the ``xla-small-loops`` pass puts on a bf16 element-wise op inside a while loop XLA CPU
-compiles whole, on hosts with AVX512-BF16: there LLVM rounds the op's f32 result to bf16 with the hardware
+compiles whole, on hosts computing bf16 natively (AVX512-BF16 with AMX): there LLVM rounds the op's f32 result to bf16 with the hardware
 conversion, which flushes a denormal to a zero of its sign whatever the CPU's flush modes (measured on a Xeon:
 ``expm1``, ``sin``, ``tanh`` of bf16 denormals in a ``fori_loop`` of two trips give +-0, straight-line and in
 loops of 4,096 elements the denormal). The kernels of marked ops flush before rounding; fused groups leave them
@@ -1177,7 +1177,7 @@ def fused_multiply_add_kernel(op, ctx):
             return definition(a, b, c, *raw)
 
         return hardware_fma
-    if dtype == ml_dtypes.bfloat16:  # (XLA's small loops on hosts with AVX512-BF16: an f32 FMA rounded to bf16)
+    if dtype == ml_dtypes.bfloat16:  # (XLA's small loops on native-bf16 hosts: an f32 FMA rounded to bf16)
         single = _quiet(scalar.ufunc(scalar.Scalar("multiply_add"), [np.dtype(np.float32)] * 6, np.float32))
         tiny = np.finfo(np.float32).tiny if _flushed_store(op) else None
 

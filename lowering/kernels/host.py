@@ -11,8 +11,9 @@ results depend on the instructions the host has:
   contracts f16 multiply-adds into one f16 FMA (rounded once), as it does for
   f32 and f64 (:mod:`passes.fma_contraction`); without it f16 is computed in
   f32 and rounded after each op;
-* ``avx512bf16``: whether LLVM rounds f32 to bf16 with the hardware conversion, which flushes denormal
-  inputs to zero, in the code of the while loops XLA compiles whole (:mod:`passes.small_loops`);
+* ``avx512bf16`` with ``amx_bf16`` (:func:`native_bf16`): whether LLVM computes bf16 natively in the code of
+  the while loops XLA compiles whole, rounding f32 to bf16 with the hardware conversion, which flushes denormal
+  inputs to zero (:mod:`passes.small_loops`);
 * ``avx2``, ``fma``, ``avx512bw``, ``avx512dq``, ``avx512vl`` (with ``avx512f``):
   which YNNPACK dot kernels XLA CPU chooses among, so in which order small
   products are summed (:mod:`lowering.kernels.small_dot`);
@@ -54,6 +55,17 @@ def describe_host() -> str:
     host = host_properties()
     flags = [name for name in ("avx", "avx512f", "avx512fp16", "amx_bf16") if host[name]]
     return f"{host['vendor'] or 'unknown vendor'} ({', '.join(flags) or 'no AVX'})"
+
+
+def native_bf16() -> bool:
+    """Whether XLA CPU's LLVM computes bf16 values natively in the while loops XLA compiles whole: ``bfloat``
+    instructions, rounded from f32 with AVX512-BF16's conversion (which flushes a denormal to zero) and multiply-adds
+    contracted (:mod:`passes.small_loops`). Measured on an Intel Xeon (Emerald Rapids, AMX-BF16): yes, but no
+    with ``--xla_cpu_max_isa=AVX512_BF16``, which turns AMX off (XLA's target is then Cooper Lake); on an AMD EPYC
+    (Zen 5: AVX512-BF16, no AMX): no, XLA's object code rounds with integer instructions and keeps denormals. So:
+    hosts with AVX512-BF16 and AMX-BF16 (XLA's ``sapphirerapids`` target and later)."""
+    host = host_properties()
+    return bool(host["avx512bf16"]) and bool(host["amx_bf16"])
 
 
 def prefers_wide_vectors() -> bool:
