@@ -760,7 +760,8 @@ def _scaled_by_exponent(value: SSAValue, user: Operation) -> bool:
         # optimized IR; of 3 or 7 it does so for some readers and widens the vector for others, and the values
         # themselves are not reproduced: docs/operations.md)
         return not (len(shape) == 1 and shape[0] in (5, 6))
-    if (_vectorized_loop(shape, _inside_small_loop(user)) == "rows" and shape[1] in (2, 4, 8)
+    if (_vectorized_loop(user.results[0].type.get_shape(), _inside_small_loop(user)) == "rows" and len(shape) == 2
+            and shape[1] in (2, 4, 8)
             and any(_is_constant(v) for v in user.operands if v is not value)):
         # (a loop vectorized across rows stores each row's elements through one interleaving shuffle, and LLVM's
         # VectorCombine moves the adds of one constant past it: ``fadd <64 x float> (shuffle ...), splat``, read
@@ -833,14 +834,17 @@ def _exp_multiply_seen(user: Operation) -> bool:
     loops that LLVM vectorizes or unrolls: :func:`_vectorized_loop`."""
     shape = [d for d in user.results[0].type.get_shape() if d != 1]
     if not _inside_small_loop(user) and not _loop_emitter_fusion(user):
-        return len(shape) >= 1
-    return _vectorized_loop(shape, in_small_loop=_inside_small_loop(user)) != ""
+        # (by the innermost dimension: f32[2, 1] and [9, 1] are scalar code, [1, 9] and [2, 3] vector code;
+        # not modelled: of 9, 11, 13 or 14 elements in one dimension, those past the eighth are scalar code)
+        full = user.results[0].type.get_shape()
+        return bool(full) and full[-1] > 1
+    return _vectorized_loop(user.results[0].type.get_shape(), in_small_loop=_inside_small_loop(user)) != ""
 
 
-def _vectorized_loop(shape: list[int], in_small_loop: bool) -> str:
-    """How LLVM vectorizes the element loop of an XLA loop-emitter fusion of ``shape`` (its dimensions other than
-    1), measured with jax 0.10.2 through ``exp(x) - 2 * x`` at ``x = +inf`` (``-inf`` where the exp's multiply is
-    contracted, in vector code; NaN where the product is):
+def _vectorized_loop(full_shape, in_small_loop: bool) -> str:
+    """How LLVM vectorizes the element loop of an XLA loop-emitter fusion of ``full_shape`` (by its dimensions other
+    than 1: ``shape``), measured with jax 0.10.2 through ``exp(x) - 2 * x`` at ``x = +inf`` (``-inf`` where the
+    exp's multiply is contracted, in vector code; NaN where the product is):
 
     * one dimension of ``n``: vectorized from :func:`vectorized_loop_length` elements, fully unrolled below;
     * several, the innermost of ``c``: the innermost loop vectorized from :data:`VECTORIZED_INNER_LOOP` elements in
@@ -848,13 +852,18 @@ def _vectorized_loop(shape: list[int], in_small_loop: bool) -> str:
       :func:`vectorized_loop_length` inside a while loop XLA compiles whole ([3, 43] vectorized, [3, 40] not);
       below that, unrolled, and two dimensions of 4, 8 or 16 rows (of two or more) vectorized across the rows
       ([4, 2] to [4, 24], [8, 2] to [8, 64], [16, 2], [16, 16] vectorized, rows of 5, 6, 7, 9, 10 or 12 not);
-      from 17 rows on some are (20, 24, 32 and 40 rows; 28 rows partly: not modelled).
+      from 17 rows on some are (20, 24, 32 and 40 rows; 28 rows partly: not modelled);
+    * inside a while loop XLA compiles whole, a column of three or more rows (``[r, 1]``, ``[r, 1, 1]``) vectorized
+      across them ([3, 1] to [16, 1]; [2, 1] not; straight-line [4, 1] and [8, 1] not).
 
     ``"inner"`` (the innermost loop), ``"rows"`` (across the rows) or ``""`` (not: unrolled). Not modelled: the last
     ``c % 4`` elements of each vectorized row are the vector loop's scalar remainder, computed as in an unrolled
     loop (measured: [43] to [63], [3, 38] to [3, 43], [5, 63])."""
+    shape = [d for d in full_shape if d != 1]
     if not shape:
         return ""
+    if in_small_loop and full_shape[-1] == 1 and int(np.prod(shape)) >= 3:
+        return "rows"
     if len(shape) == 1:
         return "inner" if shape[0] >= vectorized_loop_length() else ""
     inner = vectorized_loop_length() if in_small_loop else VECTORIZED_INNER_LOOP

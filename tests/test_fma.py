@@ -746,7 +746,7 @@ EXP_MINUS = {
 _EXP_MINUS_EDGES = [np.inf, -np.inf, 88.75, 88.72, -104.0, 0.0, 1.0, -1.0, 3e38, 88.5, 13.3, -13.3, np.nan]
 
 
-_EXP_MINUS_SHAPES = ["()", "(1,)", "(9,)", "(2, 9)", "(16,)", "(40,)", "(44,)", "(64,)", "(4, 3)", "(8, 8)", "(5, 16)",
+_EXP_MINUS_SHAPES = ["()", "(1,)", "(9,)", "(2, 9)", "(3, 1)", "(16,)", "(40,)", "(44,)", "(64,)", "(4, 3)", "(8, 8)", "(5, 16)",
                      "(3, 40)", "(8, 64)"]
 _EXP_MINUS_NOT_MODELLED = {
     # (XLA's own vectorization of a fusion of 9 elements leaves the ninth to scalar code, which fuses the product)
