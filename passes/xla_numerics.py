@@ -1061,16 +1061,53 @@ def _non_negative(value: SSAValue) -> bool:
     if isinstance(owner, PowOp):
         return _non_negative(owner.operands[0])
     constant = _constant_array(value)
-    return constant is not None and constant.dtype.kind == "f" and bool(np.all(constant >= 0))
+    return constant is not None and constant.dtype.kind in "fiu" and bool(np.all(constant >= 0))
+
+
+_SIGN_FOLDED = _REAL | frozenset({"s8", "s16", "s32", "s64"})
+"""Element types whose non-negative values XLA's simplifier folds on (:func:`_non_negative`): the floats it sees as
+they are and the signed integers, whose ``A * A`` and ``abs`` wrap to negative values it takes as non-negative all
+the same (unsigned values are non-negative anyway)."""
 
 
 # ``abs(A)`` -> ``A`` for a non-negative ``A`` (XLA's simplifier, ``HandleAbs``): ``abs(abs(x))``, ``abs(x * x)``,
 # ``abs(exp(x))``... A NaN ``A`` keeps its sign (``abs`` would clear it), and a value that was ``abs(abs(x))`` is
 # ``abs(x)`` itself, which a select's max/min pattern sees (``where(y > abs(abs(x)), abs(x), y)`` is XLA's min:
-# long fuzz campaign seed 29's sibling). Measured f16/f32/f64.
-ABS_OF_NON_NEGATIVE = rule(m.Abs("a"), "a", when=lambda a, op: _real(op) and _non_negative(a),
+# long fuzz campaign seed 29's sibling). Measured f16/f32/f64, and signed integers, whose wrapped square stays
+# negative (int8 ``abs(x * x)`` at ``x = 20`` is -112 in XLA: long fuzz campaign, session 20).
+ABS_OF_NON_NEGATIVE = rule(m.Abs("a"), "a", when=lambda a, op: _eligible(op, _SIGN_FOLDED) and _non_negative(a),
                            name="abs(A) -> A for A non-negative", erase_dead_operands=_ERASABLE,
                            keep_locations=False)
+
+
+def _sign_test(folded: dict):
+    """A rule folding ``compare(A, 0)`` (or ``compare(0, A)``, ``folded`` keyed by the direction) of a non-negative
+    ``A`` to the constant ``folded[direction]``."""
+    def when(a, op):
+        found = folded.get(op.properties["comparison_direction"].data)
+        return (found is not None and element_name(a) in _SIGN_FOLDED and not computes_on_quantized(op)
+                and _non_negative(a))
+
+    def fold(b, a, op):
+        value = folded[op.properties["comparison_direction"].data]
+        return b.constant_of_type(np.full(tuple(op.results[0].type.get_shape()), value), op.results[0].type)
+
+    return when, fold
+
+
+_ZERO_ON_THE_RIGHT = _sign_test({"GE": True, "LT": False})
+_ZERO_ON_THE_LEFT = _sign_test({"LE": True, "GT": False})
+
+# ``A >= 0`` -> true and ``A < 0`` -> false (and ``0 <= A``, ``0 > A``) for a non-negative ``A`` (XLA's simplifier,
+# ``HandleCompare``): a NaN ``A`` too (f32 ``x * x >= 0`` of NaN is true in XLA), and a signed integer square or
+# abs that wrapped (int8 ``x * x >= 0`` at ``x = 20``, ``jnp.abs(x) >= 0`` at -128: true in XLA). Measured f32, int8,
+# int32, int64, straight-line and in loops (session 20).
+SIGN_TESTS_OF_NON_NEGATIVE = (
+    rule(m.Compare("a", _all(0)), _ZERO_ON_THE_RIGHT[1], when=_ZERO_ON_THE_RIGHT[0],
+         name="A >= 0 -> true, A < 0 -> false for A non-negative", keep_locations=False),
+    rule(m.Compare(_all(0), "a"), _ZERO_ON_THE_LEFT[1], when=_ZERO_ON_THE_LEFT[0],
+         name="0 <= A -> true, 0 > A -> false for A non-negative", keep_locations=False),
+)
 
 
 # ``min(A, +inf)``, ``max(A, -inf)`` -> ``A`` (XLA's simplifier; measured: f32/bf16 subnormals kept, NaNs as they
@@ -1915,6 +1952,7 @@ class XlaFloatRewritesPass(PatternPass):
                 SelectOfConstantPredicate,
                 *NESTED_SELECTS,
                 *EXTREMUM_OF_SELECT, *INFINITE_BOUND_RULES, SQRT_OF_SQUARE, ABS_OF_NON_NEGATIVE,
+                *SIGN_TESTS_OF_NON_NEGATIVE,
                 *COSINE_OF_SIGN_CHANGE,
                 CONSTANT_ON_THE_RIGHT, ShapeRoundTrip, ExtremumOfNegation, DivideByFunction, DivideByConstant, DivideOfDivide, MultiplyOfExps,
                 FoldMultiplyConstants, ConstantIntoBroadcast, FoldAddConstants, FactorPowerOfTwo, SubtractConstant,
@@ -1981,6 +2019,7 @@ def needs_rewrites(module: Operation) -> bool:
                or (isinstance(op, dm.TransposeOp) and isinstance(op.operands[0].owner, DotGeneralOp))
                or isinstance(op, DotGeneralOp)
                or isinstance(op, ReduceWindowOp)
+               or (isinstance(op, (AbsOp, ew.CompareOp)) and element_name(op.operands[0]) in _SIGN_FOLDED)
                for op in module.walk())
 
 

@@ -632,6 +632,25 @@ def test_signed_products_that_wrap_stay_wrapped_in_compiled_code(loop):
                      while_loop=loop == "while_loop"))
 
 
+@pytest.mark.parametrize("expression, dtype", sweep(
+    ["jnp.abs(x0 * x0)", "jnp.abs(jnp.maximum(x0 * x0, x0 - x1))", "jnp.abs(jnp.where(x0 > x1, x0 * x0, jnp.abs(x0)))",
+     "jnp.where(x0 * x0 >= 0, x0, x1)", "jnp.where(jnp.abs(x0) < 0, x0, x1)", "jnp.where(0 <= x0 * x0, x1, x0)",
+     "jnp.where(0 > jnp.abs(x0), x1, x0)"],
+    ["int8", "int16", "int32", "int64", "uint8", "float32"]))
+def test_values_xla_knows_are_non_negative_as_xla(expression, dtype):
+    """Long campaign (session 20): int8 ``jnp.abs(x0 * x0)`` at ``x0 = 20`` is -112 in XLA, 112 here. XLA's
+    simplifier takes ``A * A``, ``abs``, and max/min/select of them as non-negative for every real type -- a signed
+    square or abs that wrapped too -- and drops ``abs(A)``, folds ``A >= 0`` to true and ``A < 0`` to false (a NaN
+    ``A`` of a float too: f32 ``x * x >= 0`` of NaN is true in XLA). Straight-line and in a loop."""
+    info = np.iinfo(dtype) if dtype != "float32" else None
+    big = {"int8": 20, "uint8": 20, "int16": 300, "int32": 50000, "int64": 4_000_000_000}.get(dtype, 1e30)
+    first = [big, -big if dtype != "uint8" else 200, info.min if info else float("nan"), 3, -3 if dtype != "uint8" else 9, 0,
+             1, info.max if info else float("-inf")]
+    x0, x1 = np.array(first, dtype), np.array([1, 2, 3, 4, 5, 6, 7, 8], dtype)
+    for trips in (0, 2):
+        _compare(Program(dtype, x0.shape, [x0, x1], [("binary", expression)], loop_trips=trips))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("expression", ["x0 * x1 - x1 * x0", "(x0 + x1) * x2 - (x1 + x0) * x2"])
 def test_commutative_duplicates_are_one_value_as_xla(dtype, expression):

@@ -449,7 +449,8 @@ def test_the_cheap_check_covers_every_patterns_root():
     from passes import xla_numerics as xn
     from passes.patterns import Rule
 
-    named = {*xn._ROOTS, xn.ReduceOp, xn.cv.ConvertOp, xn.dm.TransposeOp, xn.DotGeneralOp, xn.ReduceWindowOp}
+    named = {*xn._ROOTS, xn.ReduceOp, xn.cv.ConvertOp, xn.dm.TransposeOp, xn.DotGeneralOp, xn.ReduceWindowOp,
+             xn.ew.CompareOp}
     for pattern in xn.XlaFloatRewritesPass.PATTERNS:
         if isinstance(pattern, Rule):
             roots = pattern.op_types()

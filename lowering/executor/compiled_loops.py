@@ -250,7 +250,7 @@ class _LoopWriter:
         self.single_thread_blas = False  # the executor's matmuls run on one BLAS thread (op_dot_general)
         self.gemm_pairs: dict[Operation, Operation] = {}  # first dot of a pair -> second (gemm_pairs)
         self.pending_gemm: dict[Operation, tuple] = {}  # second dot -> the first's operands, result and (m, k, n)
-        self.parallel_gemm = False  # pairs of independent products run on two CPUs (gemm_pairs)
+        self.parallel_gemm = False  # pairs of independent products may run on two CPUs (gemm_pairs)
         # Arrays allocated once per call, before the loop, for iteration-local values (array_buffer).
         self.prologue: list[str] = []
         self.calls_kernels = False  # a kernel is called through call_kernel (kernel): the _failed flag is needed
@@ -332,7 +332,8 @@ class _LoopWriter:
         allocates only the values used after it, as in a fused kernel."""
         groups = {g.members[-1]: g for g in plan(block)}
         in_group = {op for g in groups.values() for op in g.members}
-        if self.parallel_gemm:
+        if self.parallel_gemm and sum(isinstance(op, (DotGeneralOp, DotOp)) for op in block.ops) > 1 \
+                and numba_threads_available():  # (probed only where a pair may be: starting numba's threads costs)
             self.gemm_pairs.update(gemm_pairs(block, self.pair_kind, self.info))
         for op in block.ops:
             if isinstance(op, (ReturnOp, func.ReturnOp)):
@@ -1865,7 +1866,7 @@ def loop_source(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Call
     the executor runs its matmuls on one BLAS thread (see :meth:`_LoopWriter.op_dot_general`)."""
     writer = _LoopWriter(functions, dtype_of, flush)
     writer.single_thread_blas = single_thread_blas
-    writer.parallel_gemm = single_thread_blas and numba_threads_available()
+    writer.parallel_gemm = single_thread_blas  # (and numba's threads poll: asked where a block has two dots)
     cond_block, body_block = op.regions[0].block, op.regions[1].block
     state = [f"c{i}" for i in range(len(op.operands))]
     boxed = [i for i, v in enumerate(op.operands) if _boxed(*writer.info(v))]
