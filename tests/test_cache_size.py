@@ -138,3 +138,29 @@ def test_a_program_runs_again_after_its_cache_is_cleared(tmp_path, monkeypatch, 
 
     (again,) = lowering.compile(module, loop_compilation="always")(x)  # (generated and compiled afresh)
     assert again.tobytes() == first.tobytes() == np.asarray(jax.jit(f)(x)).tobytes()
+
+
+def test_generated_modules_code_is_cached_beside_numbas_and_never_stale(tmp_path):
+    """A generated module's code object is compiled once and kept in ``__pycache__`` (also where
+    ``PYTHONDONTWRITEBYTECODE`` keeps Python from writing ``.pyc`` files), as part of the module's cache entry; a
+    changed or damaged file is compiled again."""
+    import sys
+
+    from lowering.runtime.process_state import module_code
+
+    path = tmp_path / "loop_0123456789abcdef01234567.py"
+    path.write_text("VALUE = 1\n")
+    namespace: dict = {}
+    exec(module_code(str(path)), namespace)  # noqa: S102
+    assert namespace["VALUE"] == 1
+    cached = tmp_path / "__pycache__" / f"{path.stem}.{sys.implementation.cache_tag}.code"
+    assert cached.exists()
+    assert module_code(str(path)).co_filename == str(path)  # (numba finds a function's cache by its file)
+    path.write_text("VALUE = 2\n")
+    exec(module_code(str(path)), namespace)  # noqa: S102
+    assert namespace["VALUE"] == 2
+    cached.write_bytes(b"not a code object")
+    exec(module_code(str(path)), namespace)  # noqa: S102
+    assert namespace["VALUE"] == 2
+    entry = next(e for e in cache_size.entries(str(tmp_path)) if e.name == path.stem)
+    assert str(cached) in entry.files and str(path) in entry.files  # (removed together past the size limit)
