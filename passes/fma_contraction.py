@@ -142,7 +142,7 @@ from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
 from xla_dialect.internal import ExpAddOp, FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
-from xla_dialect.ops.base import ints
+from xla_dialect.ops.base import ints, make_tensor, pred_type
 from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
@@ -157,7 +157,7 @@ from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .small_loops import BF16_SCALAR, SHARED_PRODUCT, UNROLL_THRESHOLD, is_small_loop, moved_out_of_its_loop
-from .util import element_name
+from .util import element_name, make_constant
 from .xla_loop_bytes import _LOOP_FUSED, _copied_into_several_fusions, _fused_forward
 
 _MUL, _ADD, _SUB, _NEG = ew.MulOp, ew.AddOp, ew.SubOp, ew.NegOp
@@ -822,23 +822,41 @@ def _contracted_exp_operand(op: Operation, uses: _Uses) -> int | None:
     return ranked_first if ranked_first in exps else None
 
 
-def _exp_multiply_seen(user: Operation) -> bool:
+def _exp_multiply_seen(user: Operation) -> bool | np.ndarray:
     """Whether LLVM contracts the final multiply of an f32 exp that the add or subtract ``user`` reads rather than a
     product it reads too (``exp(x) + y * z``; without such a product the exp's multiply is contracted wherever the
-    exp has one: :func:`_scaled_by_exponent`). In vector code the DAG combiner sees both multiplies and contracts
-    operand 0's (:func:`_contracted_exp_operand`); in scalar code (an unrolled loop) XLA computes the exp as a
-    one-element vector whose multiply the combiner sees only after type legalization, once it has contracted the
-    scalar product. XLA's fusion emitter vectorizes a fusion of arrays of one shape itself (``exp(x) + y * z``,
-    straight-line code, any shape of more than one element); a fusion with a constant or a broadcast
+    exp has one: :func:`_scaled_by_exponent`): True, False, or a bool array of ``user``'s shape, True at the elements
+    computed in vector code. In vector code the DAG combiner sees both multiplies and contracts operand 0's
+    (:func:`_contracted_exp_operand`); in scalar code (an unrolled loop, a vector loop's remainder) XLA computes the
+    exp as a one-element vector whose multiply the combiner sees only after type legalization, once it has
+    contracted the scalar product. XLA's fusion emitter vectorizes a fusion of arrays of one shape itself (``exp(x)
+    + y * z``, straight-line code) in vectors of 8 along an innermost dimension of more than one element, the rest
+    of a dimension of 9 to 15 in a narrower vector where there is one (a remainder of 2, 4 or 7; measured: of 9, 11,
+    13 and 14 elements those from the ninth on are scalar code -- or glibc's ``expf``, no multiply either -- of 10,
+    12 and 15 none; [2, 9], [3, 5], [2, 3] all vector code); a fusion with a constant or a broadcast
     (:func:`_loop_emitter_fusion`) and every fusion inside a while loop XLA compiles whole (``xla-small-loops``) are
-    loops that LLVM vectorizes or unrolls: :func:`_vectorized_loop`."""
-    shape = [d for d in user.results[0].type.get_shape() if d != 1]
+    loops that LLVM vectorizes or unrolls (:func:`_vectorized_loop`), the last ``c % 4`` elements of a vectorized
+    innermost loop of ``c`` its scalar remainder (measured: [43] to [63], [3, 38] to [3, 43], [5, 63])."""
+    full = tuple(user.results[0].type.get_shape())
     if not _inside_small_loop(user) and not _loop_emitter_fusion(user):
-        # (by the innermost dimension: f32[2, 1] and [9, 1] are scalar code, [1, 9] and [2, 3] vector code;
-        # not modelled: of 9, 11, 13 or 14 elements in one dimension, those past the eighth are scalar code)
-        full = user.results[0].type.get_shape()
-        return bool(full) and full[-1] > 1
-    return _vectorized_loop(user.results[0].type.get_shape(), in_small_loop=_inside_small_loop(user)) != ""
+        # (by the innermost dimension: f32[2, 1] and [9, 1] are scalar code, [1, 9] and [2, 3] vector code)
+        if not full or full[-1] == 1:
+            return False
+        shape = [d for d in full if d != 1]
+        if len(shape) == 1 and 8 < shape[0] < 16 and shape[0] - 8 in (1, 3, 5, 6):
+            return _vector_part(full, shape[0] - 8)
+        return True
+    how = _vectorized_loop(full, in_small_loop=_inside_small_loop(user))
+    if how == "inner" and full[-1] % 4:
+        return _vector_part(full, full[-1] % 4)
+    return how != ""
+
+
+def _vector_part(shape: tuple[int, ...], scalar_tail: int) -> np.ndarray:
+    """A bool array of ``shape``: False at the last ``scalar_tail`` elements of each innermost row."""
+    mask = np.ones(shape, bool)
+    mask[..., shape[-1] - scalar_tail:] = False
+    return mask
 
 
 def _vectorized_loop(full_shape, in_small_loop: bool) -> str:
@@ -919,13 +937,14 @@ def _contract(op: Operation, uses: _Uses) -> bool:
         first, second = (order[0][1], order[1][1])
         if _negated(first) and not _negated(second):
             order.reverse()  # LLVM makes -P + Q the subtraction Q - P and fuses Q (module doc)
+    seen = _exp_multiply_seen(op) if beside_exp else False  # (True, False, or per element: vector code)
     for index, value in order:
         found = _fusible_product(value, op, uses)
         if found is None:
             continue
         mul, chain, negate = found
         a, b = mul.operands
-        if beside_exp and _exp_multiply_seen(op):
+        if seen is True:
             continue  # (the exp's own scaling multiply is contracted: _scaled_by_exponent)
         if negate is not None:  # (-(c * x) as x * -c: the constant negated, exact)
             if _constant_factor(a):
@@ -944,6 +963,15 @@ def _contract(op: Operation, uses: _Uses) -> bool:
         fused = _new(FusedMultiplyAddOp, [a, b, other], t, op)
         if BF16_FLUSHED_STORE in op.attributes:  # (the FMA's result is what the add stored)
             fused.owner.attributes[BF16_FLUSHED_STORE] = op.attributes[BF16_FLUSHED_STORE]
+        if isinstance(seen, np.ndarray):  # (vector code contracts the exp's multiply, scalar code the product)
+            contracted = _exp_add(op, exp_operand).results[0]
+            mask = make_constant(seen, make_tensor(pred_type(), seen.shape))
+            op.parent.insert_op_before(mask, op)
+            chosen = _new(ew.SelectOp, [mask.results[0], contracted, fused], t, op)
+            op.results[0].replace_all_uses_with(chosen)
+            op.detach()
+            op.erase()  # (the product and the exp stay: each form reads one of them)
+            return True
         op.results[0].replace_all_uses_with(fused)
         for dead in (op, *chain, *([negate] if negate is not None else []), mul):
             if dead is mul and mul.results[0].first_use is not None:
@@ -962,6 +990,19 @@ def _contract_exp(op: Operation, index: int) -> None:
     LLVM contracts: :func:`_contracted_exp_operand`) as one :class:`~xla_dialect.internal.ExpAddOp`: the exp's
     polynomial times its scale plus or minus ``c``, rounded once (measured: ``exp(x) - x`` at ``x = +inf`` is
     ``-inf`` in XLA, NaN rounded; ``exp(88.75) - 3e38`` finite)."""
+    fused = _exp_add(op, index)
+    op.results[0].replace_all_uses_with(fused.results[0])
+    owner = op.operands[index].owner
+    op.detach()
+    op.erase()
+    if owner.results[0].first_use is None:
+        owner.detach()
+        owner.erase()
+
+
+def _exp_add(op: Operation, index: int) -> Operation:
+    """The :class:`~xla_dialect.internal.ExpAddOp` computing the add or subtract ``op`` whose operand ``index`` is
+    an exp with its scaling contracted (:func:`_contract_exp`), inserted before ``op``."""
     exp, c = op.operands[index], op.operands[1 - index]
     properties = {}
     if isinstance(op, _SUB):
@@ -969,13 +1010,7 @@ def _contract_exp(op: Operation, index: int) -> None:
     fused = ExpAddOp.create(operands=[exp.owner.operands[0], c], result_types=[op.results[0].type],
                             properties=properties)
     op.parent.insert_op_before(fused, op)
-    op.results[0].replace_all_uses_with(fused.results[0])
-    owner = exp.owner
-    op.detach()
-    op.erase()
-    if owner.results[0].first_use is None:
-        owner.detach()
-        owner.erase()
+    return fused
 
 
 UNROLLED_SUM_TERMS = 22
