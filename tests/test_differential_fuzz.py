@@ -5,7 +5,7 @@ optional scalar one (arithmetic, transcendental functions, comparisons and selec
 float types, constants, row statistics broadcast back over their rows, sums and differences of two products
 whose factors may be the scalar or constants, dots, whole-array statistics, softmax and logsumexp rows, cubes,
 clips, cumulative sums; data movement: rolls, reverses, sorts and their gathers, cumulative maxima, scatters with
-repeated indices, dynamic slices and updates at a computed index, conds), optionally the body of a ``fori_loop`` (or, straight-line, returning some intermediate
+repeated indices, dynamic slices and updates at a computed index, conds), optionally the body of a ``fori_loop`` (also nested in another), a ``while_loop`` or a ``lax.scan`` (or, straight-line, returning some intermediate
 values too: several results, a product XLA returns is not contracted, compiled code hands back several buffers) -- run
 on inputs full of special values (NaNs with payloads and signs, infinities, signed zeros, subnormals,
 the largest finite values) -- or an integer program (every signed and unsigned width: wrapping arithmetic,
@@ -109,6 +109,7 @@ class Program:
     while_loop: bool = False  # the loop a while_loop that also stops at a NaN (a condition reading the array)
     scan: bool = False  # the loop a lax.scan returning its carry and each trip's value stacked
     also_returned: tuple[int, ...] = ()  # straight-line: earlier statements returned too (a tuple of results)
+    nested: int = 0  # > 0 (a fori_loop): the statements are the body of an inner fori_loop of this many trips
 
     def source(self) -> str:
         """The program as Python source defining ``fn``."""
@@ -136,6 +137,15 @@ class Program:
                      "    def more(carry):",
                      f"        return (carry[0] < {self.loop_trips}) & ~jnp.any(carry[1] != carry[1])",
                      "    return jax.lax.while_loop(more, body, (0, x0))[1]"]
+            return "\n".join(lines) + "\n"
+        if self.nested:  # (a loop in a loop: the inner one's body the statements, the outer one's the inner loop)
+            lines = [f"def fn({', '.join(names)}):",
+                     "    def inner(j, x0):",
+                     *("        " + line for line in body),
+                     f"        return {result}.astype(x0.dtype)",
+                     "    def body(i, x0):",
+                     f"        return jax.lax.fori_loop(0, {self.nested}, inner, x0)",
+                     f"    return jax.lax.fori_loop(0, {self.loop_trips}, body, x0)"]
             return "\n".join(lines) + "\n"
         lines = [f"def fn({', '.join(names)}):",
                  "    def body(i, x0):",
@@ -263,13 +273,15 @@ def _shape(draw) -> tuple[int, ...]:
 
 def _maybe_in_a_loop(draw, program: Program, loops: bool | None) -> Program:
     """``program`` as the body of a ``fori_loop`` of 1-4 trips (a third of them a ``while_loop`` whose condition
-    also reads the array, a sixth a ``lax.scan`` that also stacks each trip's value), or straight-line (``loops``:
-    True, False or either)."""
+    also reads the array, a sixth a ``lax.scan`` that also stacks each trip's value, a sixth the body of a
+    ``fori_loop`` of 2-3 trips inside the ``fori_loop``), or straight-line (``loops``: True, False or either)."""
     use_loop = draw(st.booleans()) if loops is None else loops
     program.loop_trips = draw(st.integers(1, 4)) if use_loop else 0
     form = draw(st.integers(0, 5)) if use_loop else None
     program.while_loop = form in (0, 1)
     program.scan = form == 2
+    if form == 3:  # (a sixth: nested fori_loops, the inner one of 2-3 trips)
+        program.nested = draw(st.integers(2, 3))
     earlier = len(program.statements) - 1
     if not use_loop and earlier and draw(st.booleans()):
         # Intermediate values returned too: a value returned and read by later ops stays in XLA's fusions'
