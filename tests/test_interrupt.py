@@ -181,8 +181,10 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # (cold caches: numba compiles everything; auto's background compilation on a thread of this process, not in the
+    # compile process, whose compilations the child's listener does not see)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
-               XLA_DIALECT_CACHE=str(tmp_path / "xla"))  # cold caches: numba compiles everything
+               XLA_DIALECT_CACHE=str(tmp_path / "xla"), XLA_DIALECT_COMPILE_PROCESS="0")
     (tmp_path / "child.py").write_text(_COMPILE_CHILD)
     child = subprocess.Popen([sys.executable, str(tmp_path / "child.py"), loops, "interrupt"], env=env, cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
