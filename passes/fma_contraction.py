@@ -804,7 +804,8 @@ def _contracted_exp_operand(op: Operation, uses: _Uses) -> int | None:
     multiply where operand 0 is none (``c - exp(x)``). Measured, f32[64] to [64, 512]: ``v*s + exp(x)``,
     ``v*y + exp(x)``, ``x*s + exp(x)``, ``y*x + exp(x)`` fuse the product (before: 697 of 4,096 elements of ``v*s +
     exp(x)`` differed); ``x*y + exp(x)`` ranks the exp first (its load of ``x`` is the product's first) and rounds
-    the product, as ``exp(x) + v*y`` does."""
+    the product, as ``exp(x) + v*y`` does. Not modelled: where LLVM vectorizes across rows ([8, 3], [8, 4],
+    [16, 3]: ``_vectorized_loop``), ``v*s + exp(x)`` rounds the product on some elements (43 to 71 of 12 draws)."""
     exps = [i for i, v in enumerate(op.operands) if _scaled_by_exponent(v, op)]
     if not exps:
         return None
@@ -870,7 +871,9 @@ def _vectorized_loop(full_shape, in_small_loop: bool) -> str:
       :func:`vectorized_loop_length` inside a while loop XLA compiles whole ([3, 43] vectorized, [3, 40] not);
       below that, unrolled, and two dimensions of 4, 8 or 16 rows (of two or more) vectorized across the rows
       ([4, 2] to [4, 24], [8, 2] to [8, 64], [16, 2], [16, 16] vectorized, rows of 5, 6, 7, 9, 10 or 12 not);
-      from 17 rows on some are (20, 24, 32 and 40 rows; 28 rows partly: not modelled);
+      from 17 rows on a main vector loop of 16 rows and an epilogue, the last rows scalar code (measured, 2
+      columns: 17 to 19 rows -> rows 16 on scalar, 20 and 24 none, 21 to 23 rows 20 on, 25 to 31 rows 24 on, 33
+      and 36 rows 32 on; 28 rows of 3 none: not modelled);
     * inside a while loop XLA compiles whole, a column of three or more rows (``[r, 1]``, ``[r, 1, 1]``) vectorized
       across them ([3, 1] to [16, 1]; [2, 1] not; straight-line [4, 1] and [8, 1] not).
 
