@@ -352,3 +352,34 @@ def test_round_trip(rng):
     y = sample(rng, np.int32, (3, 8))
     for got, want in zip(execute(again, x, y), execute(module, x, y)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("loop", [False, True], ids=["straight", "loop"])
+def test_denormal_keys_tie_with_zeros_as_xla_compares_them(dtype, loop):
+    """Long fuzz campaign (session 20): ``jnp.sort`` of bf16 rows holding denormals and zeros put the denormals in
+    value order; XLA compares bf16 keys widened to f32, where the flush mode reads a denormal as zero, so they tie
+    with +-0 and keep their order (as f32 denormals did here already). An f16 denormal is a normal f32: ordered."""
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    import lowering
+    from interop import import_jax
+
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype).type
+    tiny = float(ml_dtypes.finfo(dt).tiny)
+    row = np.array([3.0, tiny / 3, 0.0, -tiny / 5, -0.0, 1.0, -tiny / 7, tiny / 2, -1.0, np.nan, -np.inf], dt)
+    x = np.stack([row, row[::-1], np.roll(row, 4)]).astype(dt)
+    if loop:
+        def fn(a):
+            return jax.lax.fori_loop(0, 2, lambda i, v: jnp.sort(v, axis=-1)[:, ::-1] * 1, a)
+    else:
+        def fn(a):
+            return jnp.sort(a, axis=-1), jnp.argsort(a[::-1], axis=-1)
+    expected = [np.asarray(v) for v in jax.tree.leaves(jax.jit(fn)(x))]
+    module = import_jax(fn, x)
+    for options in ({"fusion": "never", "loop_compilation": "never"}, {"fusion": "always", "loop_compilation": "always"}):
+        got = lowering.compile(module, **options)(x)
+        for g, e in zip(got, expected, strict=True):
+            assert np.asarray(g).tobytes() == e.tobytes(), (options, g, e)
