@@ -155,3 +155,27 @@ def test_convert_nan_payloads_and_signalling_nans_as_xla(src, dst):
     got = lowering.compile(import_jax(fn, x))(x)[0]
     width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dst).itemsize]
     assert [hex(v) for v in got.view(width)] == [hex(v) for v in expected.view(width)]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint32", "uint64"])
+def test_integers_to_bf16_round_through_f32_as_xla(dtype):
+    """Long fuzz campaign (session 20): XLA converts an integer to bf16 through f32, rounding twice -- int32
+    832569354 is the f32 832569344, a bf16 tie, rounded to even (830472192); rounded once it is 834666496. Every
+    configuration, straight-line and in a loop."""
+    import jax
+    import jax.numpy as jnp
+
+    import lowering
+    from interop import import_jax
+
+    info = np.iinfo(dtype)
+    values = [832569354, -832569354, 2 ** 30 + 2 ** 22 + 3, 2 ** 24 + 1, 2 ** 62 + 2 ** 54 + 2 ** 39 + 5, info.max,
+              info.min, 7]
+    x = np.array([min(max(v, int(info.min)), int(info.max)) for v in values], dtype)
+    for fn in (lambda a: a.astype(jnp.bfloat16),
+               lambda a: jax.lax.fori_loop(0, 2, lambda i, v: v.astype(jnp.bfloat16).astype(v.dtype) + 1, a)):
+        expected = np.asarray(jax.jit(fn)(x))
+        module = import_jax(fn, x)
+        for options in ({"fusion": "never", "loop_compilation": "never"},
+                        {"fusion": "always", "loop_compilation": "always"}):
+            assert np.asarray(lowering.compile(module, **options)(x)[0]).tobytes() == expected.tobytes(), options
