@@ -644,6 +644,24 @@ def test_signed_products_that_wrap_stay_wrapped_in_compiled_code(loop):
                      while_loop=loop == "while_loop"))
 
 
+@pytest.mark.parametrize("statements", [
+    [("unary", "jnp.abs(x0)"), ("unary", "jnp.abs(x0)"), ("select", "jnp.where(x0 > v0, v1, x0)")],
+    [("binary", "x0 * x1"), ("binary", "x1 * x0"), ("select", "jnp.where(v0 < x0, v1, x0)")],
+    [("unary", "jnp.exp(x1)"), ("unary", "jnp.exp(x1)"), ("select", "jnp.where(v1 > x0, v0, x0)")],
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_selects_of_values_xla_merges_are_max_min_as_xla(statements, dtype):
+    """Long campaign (session 20): ``jnp.where(x0 > jnp.abs(x0), jnp.abs(x0), x0)`` with ``jnp.abs(x0)`` written
+    twice kept an f32 denormal that XLA flushes: its CSE makes the two one value, so the select is its min
+    (``lowering.kernels.scalar._value_key``: ops of one class on the same operands, a commutative op's in either
+    order). Straight-line and in a loop."""
+    tiny = float(np.finfo(dtype).tiny)
+    x0 = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -2.0, tiny / 2, -tiny, 3.0], dtype)
+    x1 = np.array([-1.0, 1.0, tiny / 7, 2.0, -tiny / 3, 0.5, -0.0, 4.0, tiny], dtype)
+    for trips in (0, 2):
+        _compare(Program(dtype, x0.shape, [x0, x1], list(statements), loop_trips=trips))
+
+
 @pytest.mark.parametrize("expression, dtype", sweep(
     ["jnp.abs(x0 * x0)", "jnp.abs(jnp.maximum(x0 * x0, x0 - x1))", "jnp.abs(jnp.where(x0 > x1, x0 * x0, jnp.abs(x0)))",
      "jnp.where(x0 * x0 >= 0, x0, x1)", "jnp.where(jnp.abs(x0) < 0, x0, x1)", "jnp.where(0 <= x0 * x0, x1, x0)",

@@ -994,15 +994,31 @@ def _extremum_select(op, everywhere: bool = False) -> bool:
     return len(arms) == 2 and arms == {_value_key(compare.operands[0], site), _value_key(compare.operands[1], site)}
 
 
-def _value_key(value, site):
-    """:func:`_folded` ``value``, with conversions of one value to one type made one (XLA's CSE: the executor's
-    ``xla-float-rewrites`` may write a second ``convert`` where XLA's simplifier reuses the first, as in
-    ``f32(f64(f32(x)))`` -> ``f32(x)``)."""
+def _value_key(value, site, depth: int = 0):
+    """:func:`_folded` ``value``, with the element-wise ops XLA's CSE makes one value made one (on its HLO,
+    wherever they are computed): conversions of one value to one type (the executor's ``xla-float-rewrites`` may
+    write a second ``convert`` where XLA's simplifier reuses the first, as in ``f32(f64(f32(x)))`` -> ``f32(x)``),
+    and ops of one class and properties on the same operands -- jax writes ``jnp.abs(x)`` once per call, so
+    ``where(x > jnp.abs(x), jnp.abs(x), x)`` is XLA's min (long fuzz campaign, session 20: a denormal flushed),
+    a commutative op's operands in either order. To :data:`_CSE_DEPTH` ops deep."""
     value = _folded(value, site)
     owner = value.owner
+    if depth >= _CSE_DEPTH:
+        return value
     if isinstance(owner, cv.ConvertOp):  # (CSE is XLA's, on its HLO: wherever the conversions are computed)
-        return "convert", _value_key(owner.operands[0], site), str(value.type)
+        return "convert", _value_key(owner.operands[0], site, depth + 1), str(value.type)
+    if isinstance(owner, _CSE_CLASSES) and len(owner.results) == 1:
+        operands = [_value_key(v, site, depth + 1) for v in owner.operands]
+        if isinstance(owner, _COMMUTATIVE):
+            operands.sort(key=repr)
+        properties = tuple(sorted((name, str(attribute)) for name, attribute in owner.properties.items()))
+        return owner.name, tuple(operands), str(value.type), properties
     return value
+
+
+_CSE_CLASSES = (*ew.UNARY_OP_CLASSES.values(), *ew.BINARY_OP_CLASSES.values(), ew.CompareOp)
+_COMMUTATIVE = (ew.AddOp, ew.MulOp, ew.MaxOp, ew.MinOp, ew.AndOp, ew.OrOp, ew.XorOp)
+_CSE_DEPTH = 8
 
 
 def _placement(op) -> tuple:
