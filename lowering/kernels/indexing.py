@@ -243,8 +243,12 @@ def _apply_ufunc(ufunc, flat, targets, values, signed_zero: bool) -> None:
         return
     # XLA orders -0 < +0; NumPy's maximum/minimum return either zero. A zero
     # maximum is +0 iff some contributor is +0 (a zero minimum -0 iff some is -0).
+    # Only at the targets: under the flush mode a denormal reads as zero, and one the scatter does not touch keeps
+    # its value (long fuzz campaign, session 20: a scatter-max turned an untouched f32 denormal into +0).
     want_negative = ufunc is np.minimum
-    hit = (flat == 0) & (np.signbit(flat) == want_negative)
+    touched = np.unique(targets)
+    hit = np.zeros(flat.shape, bool)
+    hit[touched] = (flat[touched] == 0) & (np.signbit(flat[touched]) == want_negative)
     hit[targets[(values == 0) & (np.signbit(values) == want_negative)]] = True
     ufunc.at(flat, targets, values)
     flat[(flat == 0) & hit] = -0.0 if want_negative else 0.0
