@@ -362,6 +362,18 @@ INTEGER_BINARY = {
 }
 _DIVISIONS = ("div", "rem", "floordiv", "mod")
 """The divisions of :data:`INTEGER_BINARY`."""
+
+
+def _folded_by_xla(name: str, operands: list[str], folded: set[str]) -> bool:
+    """Whether XLA's simplifier makes ``INTEGER_BINARY[name]`` of ``operands`` a constant (conservatively: every
+    operand a constant or such a value, ``x - x``, ``x ^ x``, ``x * 0``, ``x & 0``)."""
+    constant = [o in folded or o.startswith("np.") for o in operands]
+    if all(constant):
+        return True
+    if name in ("sub", "xor") and operands[0] == operands[1]:
+        return True
+    zero = any(re.fullmatch(r"np\.\w+\(0\)", o) for o in operands)
+    return name in ("mul", "and") and zero
 INTEGER_ROWS = {  # reductions over the last axis (wrapping sums, extrema, products) combined with their rows
     "sum": "{0} + jnp.sum({0}, axis=-1, keepdims=True, dtype={0}.dtype)",
     "cumsum": "jnp.cumsum({0}, axis=-1, dtype={0}.dtype) - {1}",
@@ -405,32 +417,46 @@ def integer_programs(draw, loops: bool | None = None):
     program = Program(dtype, shape, inputs)
     values = [f"x{i}" for i in range(count)]
     info = np.iinfo(dtype)
+    folded: set[str] = set()  # values XLA's simplifier makes constants (x - x, x * 0, ...): _folded_by_xla
     for k in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "constant", "select", "row", "convert"]))
         pick = st.sampled_from(values)
+        operands: list[str] = []
         if kind == "unary":
-            expression = INTEGER_UNARY[draw(st.sampled_from(sorted(INTEGER_UNARY)))].format(draw(pick))
-        elif kind == "binary":
-            expression = INTEGER_BINARY[draw(st.sampled_from(sorted(INTEGER_BINARY)))].format(draw(pick), draw(pick))
-        elif kind == "constant":
-            value = draw(st.sampled_from([v for v in (0, 1, -1, 3, info.bits, int(info.min), int(info.max))
-                                          if info.min <= v <= info.max]))
-            operands = [draw(pick), f"np.{dtype}({value})"]
+            operands = [draw(pick)]
+            expression = INTEGER_UNARY[draw(st.sampled_from(sorted(INTEGER_UNARY)))].format(*operands)
+        elif kind in ("binary", "constant"):
             name = draw(st.sampled_from(sorted(INTEGER_BINARY)))
-            if draw(st.booleans()) and name not in _DIVISIONS:
-                # (not a constant dividend: XLA's own constant folder divides by a divisor it folds to 0 too --
-                # jax.lax.div(np.uint64(0), x - x) kills jax.jit's compile with SIGFPE, long campaign, session 20)
-                operands.reverse()
+            if kind == "binary":
+                operands = [draw(pick), draw(pick)]
+            else:
+                value = draw(st.sampled_from([v for v in (0, 1, -1, 3, info.bits, int(info.min), int(info.max))
+                                              if info.min <= v <= info.max]))
+                operands = [draw(pick), f"np.{dtype}({value})"]
+                if draw(st.booleans()):
+                    operands.reverse()
+            if name in _DIVISIONS and all(o in folded or o.startswith("np.") for o in operands):
+                # XLA's constant folder divides two constants itself, and dies of SIGFPE on a zero divisor (long
+                # campaign, session 20: jax.lax.div(np.uint64(0), x - x), jax.lax.rem(x * 0, np.uint8(0)) kill
+                # jax.jit's compile): not generated
+                name = "add"
             expression = INTEGER_BINARY[name].format(*operands)
+            if _folded_by_xla(name, operands, folded):
+                folded.add(f"v{k}")
         elif kind == "select":
             p, q, a, b = (draw(pick) for _ in range(4))
+            operands = [p, q, a, b]
             relation = draw(st.sampled_from([">", "<", "==", ">="]))
             expression = f"jnp.where({p} {relation} {q}, {a}, {b})"
         elif kind == "row":
-            expression = INTEGER_ROWS[draw(st.sampled_from(sorted(INTEGER_ROWS)))].format(draw(pick), draw(pick))
+            operands = [draw(pick), draw(pick)]
+            expression = INTEGER_ROWS[draw(st.sampled_from(sorted(INTEGER_ROWS)))].format(*operands)
         else:
             other = draw(st.sampled_from(["float16", "bfloat16", "float32", "float64", *INTEGER_DTYPES]))
-            expression = f"{draw(pick)}.astype(jnp.{other}).astype(jnp.{dtype})"
+            operands = [draw(pick)]
+            expression = f"{operands[0]}.astype(jnp.{other}).astype(jnp.{dtype})"
+        if kind not in ("binary", "constant") and operands and all(o in folded for o in operands):
+            folded.add(f"v{k}")
         program.statements.append((kind, expression))
         values.append(f"v{k}")
     return _maybe_in_a_loop(draw, program, loops)
