@@ -671,7 +671,8 @@ class _Ranks:
     (``xla-small-loops``, ``scalars_loaded``): its IR emitter loads a scalar inside the element loop, in the order it
     reads it, like an array (measured: ``fori_loop(0, 5, lambda i, v: v * w + v * 0.5, x)`` with a scalar ``w``
     fuses ``v * 0.5``, read from XLA's optimized LLVM IR; every element of 49 of 50 draws differed with ``v * w``
-    fused). An exp is an ``llvm.exp`` call when Reassociate runs, one rank above its operand. Other element-wise ops
+    fused). An exp is an ``llvm.exp`` call when Reassociate runs, one rank above its operand; so is a float max or
+    min. Other element-wise ops
     raise :class:`_Unranked` (their expansions' ranks are not modelled: a GRU's gates kept their order, bitwise)."""
 
     LOADS = 1 << 16
@@ -703,6 +704,11 @@ class _Ranks:
             rank = max(self.of(v) for v in owner.operands) + (0 if isinstance(owner, _NEG) else 1)
         elif isinstance(owner, ew.ExpOp):  # (an ``llvm.exp`` call when Reassociate runs: one instruction)
             rank = self.of(owner.operands[0]) + 1
+        elif isinstance(owner, (ew.MaxOp, ew.MinOp)) and element_name(value) in ("f16", "f32", "f64"):
+            # (one instruction too: measured, ``max(a, b) * 2 + (a * b) * b`` keeps its order on f32[4096] -- a tie
+            # -- and ``v * (v * v) + v * 2`` with ``v = jnp.minimum(a, b)`` fuses ``v * 2``, straight-line and in
+            # loops; long fuzz campaign, session 20)
+            rank = max(self.of(v) for v in owner.operands) + 1
         elif isinstance(owner, _CSE_CLASSES):
             # XLA's emitters expand other element-wise ops (tanh, logistic, divide...) into their own
             # instruction sequences and calls, whose ranks are not modelled: such an add keeps its order.
