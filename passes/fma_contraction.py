@@ -672,7 +672,7 @@ class _Ranks:
     reads it, like an array (measured: ``fori_loop(0, 5, lambda i, v: v * w + v * 0.5, x)`` with a scalar ``w``
     fuses ``v * 0.5``, read from XLA's optimized LLVM IR; every element of 49 of 50 draws differed with ``v * w``
     fused). An exp is an ``llvm.exp`` call when Reassociate runs, one rank above its operand; so is a float max or
-    min. Other element-wise ops
+    min, and a conversion. Other element-wise ops
     raise :class:`_Unranked` (their expansions' ranks are not modelled: a GRU's gates kept their order, bitwise)."""
 
     LOADS = 1 << 16
@@ -703,6 +703,10 @@ class _Ranks:
         elif isinstance(owner, _ARITHMETIC):
             rank = max(self.of(v) for v in owner.operands) + (0 if isinstance(owner, _NEG) else 1)
         elif isinstance(owner, ew.ExpOp):  # (an ``llvm.exp`` call when Reassociate runs: one instruction)
+            rank = self.of(owner.operands[0]) + 1
+        elif isinstance(owner, ConvertOp):  # (an fptrunc, fpext, sitofp...: one instruction)
+            # (measured: ``v * x + v * s`` with ``v = f32(f16(x))`` and a scalar ``s`` ties, and keeps its order:
+            # long fuzz campaign, session 20; ranked as a value the loop loads, the second product went first)
             rank = self.of(owner.operands[0]) + 1
         elif isinstance(owner, (ew.MaxOp, ew.MinOp)) and element_name(value) in ("f16", "f32", "f64"):
             # (one instruction too: measured, ``max(a, b) * 2 + (a * b) * b`` keeps its order on f32[4096] -- a tie
