@@ -162,9 +162,8 @@ def module_code(path: str) -> CodeType:
     """The code object of module file ``path``, compiled once per Python version and kept beside numba's cache
     (``__pycache__/<stem>.<cache tag>.code``: the interpreter's magic number and a digest of the source, then the
     marshalled code). Python's own ``.pyc`` files are not written where ``PYTHONDONTWRITEBYTECODE`` is set
-    (common in containers), and compiling a program's generated modules again cost a warm process ~85 ms
-    (26 modules of jax's Newton iteration, measured); the source is read and hashed each time, so a changed file
-    is compiled again, never served stale."""
+    (common in containers), and every warm process then compiled a program's generated modules again; the source
+    is read and hashed each time, so a changed file is compiled again, never served stale."""
     import hashlib
     import marshal
 
