@@ -808,6 +808,51 @@ def test_products_with_a_transposed_operand_sum_as_xla_cpu(dtype):
             np.testing.assert_array_equal(got, want, err_msg=f"{fn.__name__} {(m, k, n)}")
 
 
+def _attention_scores(x):
+    # q @ k.T over heads split out of the features: both transposes move a batch dimension (h), so XLA copies them
+    # out row-major and its dot reads [b, h, s, d] x [b, h, d, t] (YNNPACK's kernel), not a folded transpose
+    q, k, _ = jnp.split(x, 3, axis=-1)
+    split = lambda t: t.reshape(2, 48, 4, 16).transpose(0, 2, 1, 3)  # noqa: E731
+    return split(q) @ split(k).transpose(0, 1, 3, 2)
+
+
+def _attention_einsum(x):
+    # "bshd,bthd->bhst" (flax's attention): batch dimensions not leading, so XLA's DotDecomposer transposes both
+    # operands to [b, h, s, d] and [b, h, d, t], copied out
+    q, k, _ = jnp.split(x, 3, axis=-1)
+    return jnp.einsum("bshd,bthd->bhst", q.reshape(2, 48, 4, 16), k.reshape(2, 48, 4, 16))
+
+
+def _batched_transposed_times(p, v):
+    # p.T @ v per batch (attention's gradients): the transpose keeps the batch dimensions and folds into the dot,
+    # which XLA runs as Eigen's contraction, one per batch
+    return jnp.swapaxes(p, -1, -2) @ v
+
+
+@pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
+@pytest.mark.parametrize("fn", [_attention_scores, _attention_einsum, _batched_transposed_times],
+                         ids=["heads-split", "einsum-bshd", "batched-x.T@g"])
+def test_products_of_operands_xla_lays_out_for_its_dot_sum_as_xla_cpu(fn):
+    from lowering.kernels import eigen_dots
+    from lowering.runtime.workers import usable_cpus
+
+    if fn is _batched_transposed_times and not (eigen_dots.measured_eigen_host()
+                                                and usable_cpus() <= eigen_dots.MEASURED_CPUS):
+        pytest.skip("Eigen's plans were measured on hosts with known cache sizes and at most two CPUs")
+    rng = np.random.default_rng(31)
+    if fn is _batched_transposed_times:
+        args = (rng.standard_normal((3, 2, 70, 40), dtype=np.float32),
+                rng.standard_normal((3, 2, 70, 24), dtype=np.float32))
+    else:
+        args = (rng.standard_normal((2, 48, 192), dtype=np.float32),)
+    import lowering
+    from interop import import_jax
+
+    got = np.asarray(lowering.compile(import_jax(fn, *args))(*args)[0])
+    want = np.asarray(jax.jit(fn)(*args))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_new_product_orders_are_one_definition_in_compiled_loops():
     # A loop body's products in the orders above (a rounded chain, four lanes with K < 8, x @ w.T) call the same
     # small_dot as the interpreter's dot kernel.

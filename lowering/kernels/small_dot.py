@@ -220,29 +220,82 @@ def _result_layout(op) -> int:
     return RESULT_TRANSPOSED if [int(p) for p in uses[0].operation.properties["permutation"].get_values()] == [1, 0] else 0
 
 
-def _stored(value, dims: list[int]) -> list[int]:
-    """``value``'s dimensions ``dims`` as dimensions of the array XLA's dot reads: the operand of a transpose
-    producing ``value`` (XLA folds an operand's transpose into the dot; converts to the same type between them are
-    no-ops XLA removes), else ``value`` itself."""
-    owner = value.owner
-    while isinstance(owner, ConvertOp) and owner.operand.type == value.type:  # (a no-op convert: XLA drops it)
-        value = owner.operand
+def _transpose_of(value) -> list[int] | None:
+    """The permutation of the transposes producing ``value``, merged into one as XLA's simplifier merges
+    ``transpose(transpose(x))`` (looking through converts to the same type, no-ops XLA removes), or None."""
+    perm = None
+    while True:
         owner = value.owner
-    if isinstance(owner, TransposeOp):
-        perm = [int(p) for p in owner.properties["permutation"].get_values()]
-        return [perm[d] for d in dims]
-    return dims
+        while isinstance(owner, ConvertOp) and owner.operand.type == value.type:  # (a no-op convert: XLA drops it)
+            value = owner.operand
+            owner = value.owner
+        if not isinstance(owner, TransposeOp):
+            return perm
+        inner = [int(p) for p in owner.properties["permutation"].get_values()]
+        perm = inner if perm is None else [inner[p] for p in perm]
+        value = owner.operand
+
+
+def _is_canonical(rank: int, batch: list[int], contracting: list[int]) -> bool:
+    """Whether XLA's ``DotDecomposer`` leaves a dot operand of ``rank`` as it is (its ``IsCanonical``): one
+    contracting dimension, at most one free one, and the batch dimensions leading, in order."""
+    return (len(contracting) == 1 and len(batch) + 2 >= rank and batch == list(range(len(batch))))
+
+
+def _folds_into_dot(perm: list[int], batch: list[int], contracting: list[int]) -> bool:
+    """Whether XLA CPU's ``TransposeFolding`` folds a transpose of ``perm`` that is a dot operand into the dot (its
+    ``IsRowColumnTransposeDotOperand``): the operand has two dimensions besides its batch dimensions, one contracting
+    dimension, and the transpose leaves every batch dimension in place. Attention's ``q @ k.T`` over heads split
+    out of the features (``[b, s, h, d] -> [b, h, s, d]``) moves a batch dimension, so XLA copies it out first and
+    its dot reads row-major operands."""
+    return len(batch) == len(perm) - 2 and len(contracting) == 1 and all(perm[d] == d for d in batch)
+
+
+def _read_positions(value, batch: list[int], contracting: list[int], free: list[int], canonical: bool,
+                    lhs: bool) -> tuple[list[int], list[int], list[int]]:
+    """Where the batch, contracting and free dimensions of the dot operand ``value`` lie in the array XLA CPU's dot
+    reads (storage positions, major first), after XLA's ``DotDecomposer``, ``TransposeFolding`` and layout
+    assignment (dot operands row-major):
+
+    * a dot whose operands are both canonical (:func:`_is_canonical`) keeps them; an operand that is a transpose XLA
+      folds into the dot (:func:`_folds_into_dot`) is read where the transpose's operand lies, any other value
+      row-major as it is (a transpose XLA does not fold is copied out);
+    * otherwise ``DotDecomposer`` rewrites both operands as ``transpose`` to ``[batch, free, contracting]`` (lhs) or
+      ``[batch, contracting, free]`` (rhs), then a reshape merging the free and the contracting dimensions; the
+      transpose, merged with one producing ``value``, folds into the dot when the reshape is a no-op and the merged
+      permutation keeps the batch dimensions, else the dot reads the canonical operand row-major (einsum's
+      ``bshd,bthd->bhst``: both copied out to ``[b, h, s, d]`` and ``[b, h, d, t]``).
+
+    The result's dimensions are those of the canonical operand when it was rewritten."""
+    perm = _transpose_of(value)
+    if canonical:
+        if perm is not None and _folds_into_dot(perm, batch, contracting):
+            return [perm[d] for d in batch], [perm[d] for d in contracting], [perm[d] for d in free]
+        return batch, contracting, free
+    nb, merged_free = len(batch), min(len(free), 1)  # (the reshape merges the free dimensions into one, or none)
+    rows = (list(range(nb)), [nb + merged_free] if lhs else [nb], ([nb] if lhs else [nb + 1]) * merged_free)
+    if len(contracting) != 1 or len(free) != 1:
+        return rows  # (a reshape between the transpose and the dot: the dot reads a row-major copy)
+    order = batch + free + contracting if lhs else batch + contracting + free
+    merged = [perm[d] for d in order] if perm is not None else order
+    if merged != list(range(len(merged))) and _folds_into_dot(merged, list(range(nb)), rows[1]):
+        return [merged[d] for d in rows[0]], [merged[d] for d in rows[1]], [merged[d] for d in rows[2]]
+    return rows
 
 
 def _operand_layout(op) -> int:
     lshape, rshape = op.lhs.type.get_shape(), op.rhs.type.get_shape()
     dn = op.dimension_numbers()
     lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
-    lb, lc = _stored(op.lhs, list(dn.lhs_batch_dimensions)), _stored(op.lhs, list(dn.lhs_contracting_dimensions))
-    rb, rc = _stored(op.rhs, list(dn.rhs_batch_dimensions)), _stored(op.rhs, list(dn.rhs_contracting_dimensions))
-    lfree, rfree = _stored(op.lhs, list(lfree)), _stored(op.rhs, list(rfree))
+    lbatch, lcontract = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
+    rbatch, rcontract = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
+    canonical = (_is_canonical(len(lshape), lbatch, lcontract) and _is_canonical(len(rshape), rbatch, rcontract)
+                 and bool(lbatch or lcontract))
+    lb, lc, lfree = _read_positions(op.lhs, lbatch, lcontract, lfree, canonical, lhs=True)
+    rb, rc, rfree = _read_positions(op.rhs, rbatch, rcontract, rfree, canonical, lhs=False)
+    lrank, rrank = len(lb + lc + lfree), len(rb + rc + rfree)
     types = {op.lhs.type.element_type, op.rhs.type.element_type, op.result.type.element_type}
-    lhs_rows, rhs_rows = lb + lfree + lc == list(range(len(lshape))), rb + rc + rfree == list(range(len(rshape)))
+    lhs_rows, rhs_rows = lb + lfree + lc == list(range(lrank)), rb + rc + rfree == list(range(rrank))
     if ((str(op.lhs.type.element_type), str(op.rhs.type.element_type), str(op.result.type.element_type))
             == ("bf16", "bf16", "f32") and lhs_rows and rhs_rows):
         return BF16_PRODUCT
@@ -250,9 +303,9 @@ def _operand_layout(op) -> int:
         return OTHER_OPERANDS  # (f16 and bf16 products run in f32 here, but not with XLA's f32 kernels)
     if lhs_rows and rhs_rows:
         return 0
-    if lhs_rows and rb + rfree + rc == list(range(len(rshape))):
+    if lhs_rows and rb + rfree + rc == list(range(rrank)):
         return RHS_TRANSPOSED
-    if rhs_rows and lb + lc + lfree == list(range(len(lshape))):
+    if rhs_rows and lb + lc + lfree == list(range(lrank)):
         return LHS_TRANSPOSED
     return OTHER_OPERANDS
 
@@ -290,7 +343,7 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
             return ROW_TILES
         if is_replayed(m, k, np.dtype(dtype).itemsize):
             return ELEMENTAL_DOT | min(m, _FIELD) << CHUNK_SHIFT
-    if (layout == LHS_TRANSPOSED and batch == 1 and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32)
+    if (layout == LHS_TRANSPOSED and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32)
             and is_eigen_product(k, m, n) and measured_eigen_host()):
         # x.T @ g: Eigen's contraction over oneDNN's sgemm, planned for this process's CPUs (eigen_dots)
         order = contraction_order(k, m, n, usable_cpus(), swapped)
