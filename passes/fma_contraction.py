@@ -125,6 +125,8 @@ result is denormal and whose product is below 2**-900 may round twice.
 
 from __future__ import annotations
 
+from collections import deque
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -683,8 +685,71 @@ class _Ranks:
         self.loads = 0
         self.scalars_loaded = scalars_loaded
 
+    def _kind(self, value: SSAValue) -> str:
+        """How XLA's loop emitter treats ``value`` in the fusion :meth:`of` ranks: ``"free"`` (a constant, or a scalar
+        computed before the loop), ``"element-wise"`` (an op whose operands its emitter visits breadth-first),
+        ``"moved"`` (a broadcast, a move or a concatenate read in place: emitted with its operands on demand), or
+        ``"load"`` (a value the fusion loads: a parameter of it)."""
+        owner = value.owner
+        if isinstance(owner, ConstantOp) or (not value.type.get_shape() and not self.scalars_loaded):
+            return "free"
+        if isinstance(owner, BroadcastInDimOp) or _is_move(owner) or (
+                isinstance(owner, ConcatenateOp) and len({id(use.operation) for use in value.uses}) == 1):
+            return "moved"
+        if isinstance(owner, (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp,
+                              *_CSE_CLASSES)):
+            return "element-wise"
+        return "load"
+
+    def emitted_from(self, root: Operation) -> None:
+        """Rank the values the fusion whose root is ``root`` loads in the order XLA's loop emitter (jax 0.10.2,
+        ``SubgraphConverter::EmitElementwiseInstruction``) first loads them: it visits the element-wise ops
+        breadth-first from the root, each op's operands last to first, and emits them in the reverse of that visit;
+        an op's operand not emitted yet is emitted where the op needs it (an element-wise one the same way, from
+        itself). So ``x * y + x * 3`` loads ``y`` before ``x`` -- ``x`` is first reached from ``x * 3`` -- and
+        ``x * y`` ranks with ``x * 3`` (a tie: XLA fuses ``x * y``, read from XLA's MLIR and LLVM IR dumps), where
+        reading operand 0's expression first ranked ``x`` lower and fused ``x * 3``. Only for the fusions that emitter
+        compiles (:func:`_loop_emitter_fusion`, outside the while loops XLA compiles whole): the others read operand
+        0's expression first (``x * y + x * x`` fuses ``x * x``, measured)."""
+        emitted: set[SSAValue] = set()
+
+        def emit(value: SSAValue) -> None:  # (EmitInstruction: once per value)
+            if value in emitted:
+                return
+            if self._kind(value) == "element-wise":
+                emit_breadth_first(value)
+            else:
+                emit_one(value)
+
+        def emit_one(value: SSAValue) -> None:  # (HloToMlir: its operands on demand, in order)
+            kind = self._kind(value)
+            if kind == "load":
+                if value not in self.ranks:
+                    self.loads += 1
+                    self.ranks[value] = self.LOADS + self.loads
+            elif kind != "free":
+                for operand in value.owner.operands:
+                    emit(operand)
+            emitted.add(value)
+
+        def emit_breadth_first(value: SSAValue) -> None:
+            queue, visited, visit = deque([value]), {value}, []
+            while queue:
+                current = queue.popleft()
+                visit.append(current)
+                if self._kind(current) == "element-wise":
+                    for operand in reversed(current.owner.operands):
+                        if operand not in emitted and operand not in visited:
+                            visited.add(operand)
+                            queue.append(operand)
+            for current in reversed(visit):
+                emit_one(current)
+
+        emit(root.results[0])
+
     def of(self, value: SSAValue) -> int:
-        """``value``'s rank, its expression read first-operand-first."""
+        """``value``'s rank (the values the loop loads ranked by :meth:`emitted_from` where it was called, else in the
+        order this reads them, operand 0's expression first)."""
         rank = self.ranks.get(value)
         if rank is not None:
             return rank
@@ -695,7 +760,10 @@ class _Ranks:
             rank = self.SCALAR  # (computed before the loop: below every value the loop body loads)
         elif isinstance(owner, BroadcastInDimOp) or _is_move(owner):
             rank = self.of(owner.operands[0])
-        elif isinstance(owner, ConcatenateOp):  # (elements of one value or the other: _contract_shared_slice)
+        elif isinstance(owner, ConcatenateOp) and len({id(use.operation) for use in value.uses}) == 1:
+            # (elements of one value or the other: _contract_shared_slice. A concatenate two ops read is not fused
+            # into them -- XLA does not duplicate a producer of several operands -- but computed once, and loaded:
+            # measured, ``v * (v - 1) + x * 2`` with ``v = jnp.roll(x, 1)``; long fuzz campaign, session 21)
             rank = max(self.of(v) for v in owner.operands)
         elif isinstance(owner, FusedMultiplyAddOp):  # (c + a*b before LLVM contracts it)
             a, b, c = owner.operands
@@ -799,10 +867,28 @@ def _inside_small_loop(op: Operation) -> bool:
     return False
 
 
+def _fusion_root(op: Operation) -> Operation:
+    """The last op of the element-wise chain ``op`` heads into through single users: the root XLA's emitter starts
+    from for the fusion holding ``op`` (:meth:`_Ranks.emitted_from`)."""
+    while len(op.results) == 1:
+        users = {id(use.operation): use.operation for use in op.results[0].uses}
+        if len(users) != 1:
+            break
+        (user,) = users.values()
+        if not isinstance(user, (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp,
+                                 *_CSE_CLASSES)) or user.parent_block() is not op.parent_block():
+            break
+        op = user
+    return op
+
+
 def _first_operand(op: Operation, ranks: _Ranks) -> int:
     """Which operand of the commutative ``op`` LLVM's ``Reassociate`` puts first: the lower-ranked one, a tie keeping
-    the order (:class:`_Ranks`; raises :class:`_Unranked`)."""
-    first_rank = ranks.of(op.operands[0])  # (operand 0's expression is read first)
+    the order (:class:`_Ranks`, the loads in the order XLA's emitter reads them; raises :class:`_Unranked`)."""
+    root = _fusion_root(op)
+    if not ranks.scalars_loaded and (_loop_emitter_fusion(op) or _loop_emitter_fusion(root)):
+        ranks.emitted_from(root)  # (XLA's loop emitter; its other emitters read operand 0's expression first)
+    first_rank = ranks.of(op.operands[0])
     return 1 if ranks.of(op.operands[1]) < first_rank else 0
 
 
