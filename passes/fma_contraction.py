@@ -654,6 +654,10 @@ def _replayed(value: SSAValue, chain: list[Operation], before: Operation) -> SSA
     return value
 
 
+SHARED_SLICE_PIECES = "fma.shared_slice_pieces"
+"""The attribute of the ``concatenate`` :func:`_contract_shared_slice` puts a subtraction's pieces together with: no
+concatenate in XLA, but each element one piece's value (ranked as its operands, :class:`_Ranks`)."""
+
 _ARITHMETIC = (_MUL, _ADD, _SUB, _NEG)
 """Element-wise ops :class:`_Ranks` ranks as LLVM does (one instruction each)."""
 
@@ -685,14 +689,17 @@ class _Ranks:
         self.loads = 0
         self.scalars_loaded = scalars_loaded
 
-    def _kind(self, value: SSAValue) -> str:
+    def _kind(self, value: SSAValue) -> str:  # noqa: PLR0911
         """How XLA's loop emitter treats ``value`` in the fusion :meth:`of` ranks: ``"free"`` (a constant, or a scalar
         computed before the loop), ``"element-wise"`` (an op whose operands its emitter visits breadth-first),
-        ``"moved"`` (a broadcast, a move or a concatenate read in place: emitted with its operands on demand), or
-        ``"load"`` (a value the fusion loads: a parameter of it)."""
+        ``"moved"`` (a broadcast, a move or a concatenate read in place: emitted with its operands on demand),
+        ``"injected"`` (the hero of a concatenate fusion: :func:`_injected_concatenate`) or ``"load"`` (a value the
+        fusion loads: a parameter of it)."""
         owner = value.owner
         if isinstance(owner, ConstantOp) or (not value.type.get_shape() and not self.scalars_loaded):
             return "free"
+        if _injected_concatenate(value):
+            return "injected"
         if isinstance(owner, BroadcastInDimOp) or _is_move(owner) or (
                 isinstance(owner, ConcatenateOp) and len({id(use.operation) for use in value.uses}) == 1):
             return "moved"
@@ -727,6 +734,8 @@ class _Ranks:
                 if value not in self.ranks:
                     self.loads += 1
                     self.ranks[value] = self.LOADS + self.loads
+            elif kind == "injected":
+                self.ranks[value] = self.SCALAR  # (an argument of the epilogue's function: below its loads)
             elif kind != "free":
                 for operand in value.owner.operands:
                     emit(operand)
@@ -865,6 +874,17 @@ def _inside_small_loop(op: Operation) -> bool:
             return True
         enclosing = enclosing.parent_op()
     return False
+
+
+def _injected_concatenate(value: SSAValue) -> bool:
+    """Whether ``value`` is a concatenate of the program one op reads: in a fusion XLA's loop emitter compiles it is
+    the hero of a concatenate fusion, whose element each piece's loop hands to the ops after it (the epilogue, a
+    function of its own when LLVM's ``Reassociate`` runs) as an argument, ranked below every value the epilogue loads
+    (read from XLA's LLVM IR: ``jnp.roll(x, 1) * c + x * 2`` with ``c`` a conditional's result fuses the first
+    product, ranked as ``x`` the second)."""
+    owner = value.owner
+    return (isinstance(owner, ConcatenateOp) and SHARED_SLICE_PIECES not in owner.attributes
+            and len({id(use.operation) for use in value.uses}) == 1)
 
 
 def _fusion_root(op: Operation) -> Operation:
@@ -1258,7 +1278,8 @@ def _contract_shared_slice(op: Operation, uses: _Uses) -> bool:
             pieces.append(_sliced_value(rest.results[0] if flags[start] else fused, dim, start, stop, op))
             start = stop
     joined = ConcatenateOp.create(operands=pieces, result_types=[op.results[0].type],
-                                  properties={"dimension": IntegerAttr(dim, i64)})
+                                  properties={"dimension": IntegerAttr(dim, i64)},
+                                  attributes={SHARED_SLICE_PIECES: UnitAttr()})
     op.parent.insert_op_before(joined, op)
     op.results[0].replace_all_uses_with(joined.results[0])
     op.detach()

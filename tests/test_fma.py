@@ -865,6 +865,9 @@ LOAD_ORDERS = {
     "x*y + x*x": lambda x, y, z: x * y + x * x,
     "roll": _rolled,
     "cond": _conditional,
+    "roll*y + x*2": lambda x, y, z: jnp.roll(x, 3) * y + x * F32(2.0),
+    "roll(x*y)*z + x*3": lambda x, y, z: jnp.roll(x * y, 1) * z + x * F32(3.0),
+    "concat*x + x*3": lambda x, y, z: jnp.concatenate([x[50:], y[:50]]) * x + x * F32(3.0),
 }
 
 
@@ -876,7 +879,8 @@ def test_the_product_fused_follows_the_order_xlas_emitter_loads(name, shape):
     emits in reverse, so it loads ``y`` before ``x`` (``x`` is reached first from ``x * 3``; read from its MLIR dump):
     the products tie in LLVM's ranks and keep their order. Its other emitters (no constant or broadcast in the
     fusion: ``x * y + x * x``) read operand 0's expression first. A roll two ops read (``v * (v - 1)``) is computed
-    once, not fused, and loaded like an argument; a conditional's result is a loaded value."""
+    once, not fused, and loaded like an argument; a conditional's result is a loaded value. A concatenate one op
+    reads is the hero of its fusion, whose value the ops after it get as an argument, ranked below their loads."""
     fn = LOAD_ORDERS[name]
     for seed in range(3):
         x, y, z = (_data(F32, shape, seed=seed + 10 * k) * F32(1000.0) for k in range(3))
