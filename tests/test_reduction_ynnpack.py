@@ -68,6 +68,10 @@ _SUMS = [
      lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (0, 2)), (100, 4, 2000)),
     ("two runs past a tile, not cut", lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (1, 3)),
      (4, 64, 64, 64)),  # (the initial value last)
+    # a bias gradient (sum over batch and sequence): tiles of 32 (f32) / 16 (f64) rows below the batch dimension,
+    # every tile's sum a partial, the partials in row-major order
+    ("leading axes in tiles below another", lambda x: jnp.sum(x, axis=(0, 1)), (2, 128, 1024)),
+    ("leading axes of 4-d in tiles", lambda x: jnp.sum(x, axis=(0, 1, 2)), (3, 40, 8, 128)),
 ]
 
 
@@ -156,7 +160,7 @@ def test_long_vector_dots_are_summed_in_ynnpacks_tiles(dtype):
 
 
 def test_plans_of_unidentified_and_small_sums():
-    from lowering.kernels.ynnpack_sum import COLUMNS, LOOPED_COLUMNS, LOOPED_ROWS, ROWS, sum_plan
+    from lowering.kernels.ynnpack_sum import COLUMNS, LOOPED_COLUMNS, LOOPED_ROWS, ROWS, _task_target, sum_plan
 
     assert sum_plan((4095,), (0,), np.float32) is None                 # XLA's own loops (reduce-window tree)
     assert sum_plan((4, 2, 40000), (0, 2), np.float32) is None         # two runs, tiles cut the inner one
@@ -165,6 +169,9 @@ def test_plans_of_unidentified_and_small_sums():
     assert sum_plan((2, 5, 300, 4), (0, 2), np.float64)[:4] == (LOOPED_COLUMNS, (1, 2, 5, 0), 300, 4)
     assert sum_plan((64, 64, 64), (0, 2), np.float32)[1] == (1, 64, 64, 8)   # tiles of 8 of the outer run
     assert sum_plan((16, 70000), (0, 1), np.float32) is None           # tiles below another reduced dimension
+    if _task_target() == 4:  # (2 CPUs, as measured)
+        assert sum_plan((2, 128, 1024), (0, 1), np.float32) == (COLUMNS, 1, 256, 1024, (2, 128, 1, 32))
+        assert sum_plan((8, 128, 1024), (0, 1), np.float32) is None    # 8 outer indices: grouped otherwise
     assert sum_plan((64, 64), (0, 1), np.float16) is None              # (f16 sums are f32 sums of a convert)
     assert sum_plan((64, 1, 64), (0,), np.float32)[0] == COLUMNS
     assert sum_plan((1, 5000), (1,), np.float32)[:4] == (ROWS, 1, 5000, 1)
