@@ -91,6 +91,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 from lowering.kernels.reduction import binary_body_ufunc
+from lowering.kernels.small_dot import SWAPPED_AFTER_DECOMPOSITION, dot_is_canonical
 from lowering.kernels.scalar import GLIBC_EXP_TAIL
 from lowering.kernels.tree_sum import exp_sum_lanes
 from lowering.kernels.ynnpack_sum import MIN_ELEMENTS as YNNPACK_MIN_ELEMENTS
@@ -1750,7 +1751,10 @@ class TransposeOfDot(RewritePattern):
         if (len(lfree) != 1 or len(rfree) != 1 or permutation != [*range(batch), batch + 1, batch]
                 or lshape[lfree[0]] == 1 or rshape[rfree[0]] == 1):
             return
-        rewriter.replace(op, _swapped_dot(dot, op.results[0].type))
+        swapped = _swapped_dot(dot, op.results[0].type)
+        if not dot_is_canonical(dot):
+            swapped.attributes[SWAPPED_AFTER_DECOMPOSITION] = UnitAttr()  # (XLA canonicalizes first: small_dot)
+        rewriter.replace(op, swapped)
         rewriter.erase(dot)
 
 

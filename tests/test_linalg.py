@@ -853,6 +853,36 @@ def test_products_of_operands_xla_lays_out_for_its_dot_sum_as_xla_cpu(fn):
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def _both_transposed(a, b):
+    return a.T @ b.T
+
+
+def _dense_weight_gradient(x, g):
+    # jax's gradient of x @ w for x (batch, sequence, features): transpose(dot_general(g, x)) contracting batch and
+    # sequence, which XLA canonicalizes (g copied out to (N, K)) before swapping the operands: x.T @ g.T to Eigen
+    return jax.vjp(lambda w: x @ w, np.zeros((x.shape[-1], g.shape[-1]), np.float32))[1](g)[0]
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (_both_transposed, ((1024, 256), (512, 1024))), (_both_transposed, ((300, 20), (30, 300))),
+    (_both_transposed, ((129, 49), (97, 129))), (_dense_weight_gradient, ((8, 128, 256), (8, 128, 96)))],
+    ids=["x.T@g.T-1024", "x.T@g.T-300", "x.T@g.T-129", "dense-weight-gradient"])
+def test_products_of_two_transposed_operands_sum_as_xlas_eigen(fn, shapes):
+    from lowering.kernels import eigen_dots
+    from lowering.runtime.workers import usable_cpus
+
+    if not (eigen_dots.measured_eigen_host() and usable_cpus() <= eigen_dots.MEASURED_CPUS):
+        pytest.skip("Eigen's plans were measured on hosts with known cache sizes and at most two CPUs")
+    rng = np.random.default_rng(32)
+    args = tuple(_mixed(rng, shape, np.float32) for shape in shapes)
+    import lowering
+    from interop import import_jax
+
+    got = np.asarray(lowering.compile(import_jax(fn, *args))(*args)[0])
+    want = np.asarray(jax.jit(fn)(*args))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_new_product_orders_are_one_definition_in_compiled_loops():
     # A loop body's products in the orders above (a rounded chain, four lanes with K < 8, x @ w.T) call the same
     # small_dot as the interpreter's dot kernel.

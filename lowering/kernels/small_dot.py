@@ -283,16 +283,36 @@ def _read_positions(value, batch: list[int], contracting: list[int], free: list[
     return rows
 
 
+SWAPPED_AFTER_DECOMPOSITION = "xla.swapped_after_decomposition"
+"""The attribute ``xla-float-rewrites``' ``TransposeOfDot`` puts on the ``dot_general(B, A)`` it writes for
+``transpose(dot_general(A, B))`` when ``dot_general(A, B)`` is not canonical (:func:`dot_is_canonical`): XLA's
+``DotDecomposer`` canonicalized ``A`` and ``B`` (row-major copies) before its simplifier swapped them, so the dot
+reads ``B`` as ``[batch, K, N]`` and ``A`` as ``[batch, M, K]``: both transposed for the swapped product (jax's
+gradient of a dense layer over batch and sequence, ``x.T @ g.T`` to Eigen)."""
+
+
+def dot_is_canonical(op) -> bool:
+    """Whether XLA's ``DotDecomposer`` leaves the ``dot_general`` ``op`` as it is (:func:`_is_canonical` of both
+    operands, and a batch or contracting dimension)."""
+    dn = op.dimension_numbers()
+    lbatch, lcontract = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
+    rbatch, rcontract = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
+    return (_is_canonical(len(op.lhs.type.get_shape()), lbatch, lcontract)
+            and _is_canonical(len(op.rhs.type.get_shape()), rbatch, rcontract) and bool(lbatch or lcontract))
+
+
 def _operand_layout(op) -> int:
     lshape, rshape = op.lhs.type.get_shape(), op.rhs.type.get_shape()
     dn = op.dimension_numbers()
     lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
     lbatch, lcontract = list(dn.lhs_batch_dimensions), list(dn.lhs_contracting_dimensions)
     rbatch, rcontract = list(dn.rhs_batch_dimensions), list(dn.rhs_contracting_dimensions)
-    canonical = (_is_canonical(len(lshape), lbatch, lcontract) and _is_canonical(len(rshape), rbatch, rcontract)
-                 and bool(lbatch or lcontract))
-    lb, lc, lfree = _read_positions(op.lhs, lbatch, lcontract, lfree, canonical, lhs=True)
-    rb, rc, rfree = _read_positions(op.rhs, rbatch, rcontract, rfree, canonical, lhs=False)
+    canonical = dot_is_canonical(op)
+    swapped = SWAPPED_AFTER_DECOMPOSITION in op.attributes and not canonical
+    # (swapped: each operand canonicalized in the role it had before the swap -- the lhs as XLA's rhs, [batch,
+    # contracting, free], and the rhs as its lhs, [batch, free, contracting])
+    lb, lc, lfree = _read_positions(op.lhs, lbatch, lcontract, lfree, canonical, lhs=not swapped)
+    rb, rc, rfree = _read_positions(op.rhs, rbatch, rcontract, rfree, canonical, lhs=swapped)
     lrank, rrank = len(lb + lc + lfree), len(rb + rc + rfree)
     types = {op.lhs.type.element_type, op.rhs.type.element_type, op.result.type.element_type}
     lhs_rows, rhs_rows = lb + lfree + lc == list(range(lrank)), rb + rc + rfree == list(range(rrank))
@@ -307,6 +327,8 @@ def _operand_layout(op) -> int:
         return RHS_TRANSPOSED
     if rhs_rows and lb + lc + lfree == list(range(lrank)):
         return LHS_TRANSPOSED
+    if lb + lc + lfree == list(range(lrank)) and rb + rfree + rc == list(range(rrank)):
+        return LHS_TRANSPOSED | RHS_TRANSPOSED  # (x.T @ g.T: as jax.grad computes some weight gradients)
     return OTHER_OPERANDS
 
 
@@ -343,7 +365,8 @@ def small_dot_order(batch: int, m: int, k: int, n: int, dtype: np.dtype, vector_
             return ROW_TILES
         if is_replayed(m, k, np.dtype(dtype).itemsize):
             return ELEMENTAL_DOT | min(m, _FIELD) << CHUNK_SHIFT
-    if (layout == LHS_TRANSPOSED and vector_bytes == 32 and np.dtype(dtype) == np.dtype(np.float32)
+    if (layout in (LHS_TRANSPOSED, LHS_TRANSPOSED | RHS_TRANSPOSED) and vector_bytes == 32
+            and np.dtype(dtype) == np.dtype(np.float32)
             and is_eigen_product(k, m, n) and measured_eigen_host()):
         # x.T @ g: Eigen's contraction over oneDNN's sgemm, planned for this process's CPUs (eigen_dots)
         order = contraction_order(k, m, n, usable_cpus(), swapped)
