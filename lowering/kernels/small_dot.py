@@ -140,9 +140,11 @@ CHUNK_SHIFT, LAST_CHUNK_SHIFT, COLUMNS_SHIFT = 8, 24, 40
 RHS_TRANSPOSED, LHS_TRANSPOSED, OTHER_OPERANDS, BF16_PRODUCT, RESULT_TRANSPOSED = 1, 2, 4, 8, 16
 """Bits :func:`dot_vector_bytes` or-s into the vector size: the rhs is ``(n, k)`` (``x @ w.T``), the lhs is
 ``(k, m)`` (``x.T @ r``), the operands are bf16 (canonical) and the result f32 (:data:`PAIRS`), or the operands
-are laid out otherwise or are not all f32 or all f64 (no order was measured for them). A transpose producing an
-operand counts as folded into the dot, as XLA folds it; so does the transpose that is a 2-D result's only user
-(``RESULT_TRANSPOSED``: XLA swaps the operands; used for ``x.T @ g``, :mod:`lowering.kernels.eigen_dots`)."""
+are laid out otherwise or are not all f32 or all f64 (no order was measured for them); ``LHS_TRANSPOSED |
+RHS_TRANSPOSED`` is ``x.T @ g.T``. The operands are read where XLA's dot reads them (:func:`_read_positions`: its
+``DotDecomposer``'s canonical copies, the transposes its ``TransposeFolding`` folds); the transpose that is a 2-D
+result's only user swaps the operands (``RESULT_TRANSPOSED``; used for ``x.T @ g``,
+:mod:`lowering.kernels.eigen_dots`)."""
 
 PAIRS = 32
 """A flag or-ed into ``ONE_CHAIN``: bf16 products into f32 (YNNPACK's bf16 kernels, the AVX-512 BF16 dot
