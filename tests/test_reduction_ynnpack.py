@@ -72,6 +72,11 @@ _SUMS = [
     # every tile's sum a partial, the partials in row-major order
     ("leading axes in tiles below another", lambda x: jnp.sum(x, axis=(0, 1)), (2, 128, 1024)),
     ("leading axes of 4-d in tiles", lambda x: jnp.sum(x, axis=(0, 1, 2)), (3, 40, 8, 128)),
+    # 4 batch indices or more: the tile loop serial, dropped -- each batch index's rows one sum into its first
+    # partial, the others zero, all summed (pairs, fours, ... as the zeros fall in the columns kernel's tree)
+    ("leading axes, serial tiles in pairs", lambda x: jnp.sum(x, axis=(0, 1)), (8, 128, 512)),
+    ("leading axes, serial tiles of 8", lambda x: jnp.sum(x, axis=(0, 1)), (16, 256, 1024)),
+    ("leading axes, serial tiles of 7", lambda x: jnp.sum(x, axis=(0, 1)), (5, 100, 2048)),
 ]
 
 
@@ -171,7 +176,8 @@ def test_plans_of_unidentified_and_small_sums():
     assert sum_plan((16, 70000), (0, 1), np.float32) is None           # tiles below another reduced dimension
     if _task_target() == 4:  # (2 CPUs, as measured)
         assert sum_plan((2, 128, 1024), (0, 1), np.float32) == (COLUMNS, 1, 256, 1024, (2, 128, 1, 32))
-        assert sum_plan((8, 128, 1024), (0, 1), np.float32) is None    # 8 outer indices: grouped otherwise
+        assert sum_plan((8, 128, 1024), (0, 1), np.float32) == (COLUMNS, 1, 1024, 1024, (8, 128, 1, -32))
+        assert sum_plan((5, 3, 64, 512), (0, 1, 2), np.float64) is None  # (two serial loops: one call, not here)
     assert sum_plan((64, 64), (0, 1), np.float16) is None              # (f16 sums are f32 sums of a convert)
     assert sum_plan((64, 1, 64), (0,), np.float32)[0] == COLUMNS
     assert sum_plan((1, 5000), (1,), np.float32)[:4] == (ROWS, 1, 5000, 1)

@@ -85,7 +85,9 @@ def _tiles(shape: list[int], axes: list[int], itemsize: int) -> tuple[int, int, 
     """How YNNPACK's tiles cut the reduced dimensions ``axes`` (consecutive) of ``shape``: ``(outer, extent,
     inner, size)``: the reduced elements of one output, as ``(outer, extent, inner)``, are summed in tiles of
     ``size`` indices of the middle dimension (``size >= extent``: one tile), each tile ``size * inner`` consecutive
-    elements; None when the tiles are not of that form (not identified). A reduction is split only when its tiles
+    elements (``size`` negative: tiles of ``-size``, but each ``outer`` index's whole extent summed into its first
+    tile's partial, the others zero: see the end); None when the tiles are not of that form (not identified). A
+    reduction is split only when its tiles
     cut a reduced dimension and the kept dimensions give its threads fewer tasks than :func:`_task_target`
     (measured: rows of 33,768 f32 are split in 1-3 rows, not in 4 or more, on 2 CPUs)."""
     tile, so_far = TILE_BYTES // itemsize, 1
@@ -105,13 +107,22 @@ def _tiles(shape: list[int], axes: list[int], itemsize: int) -> tuple[int, int, 
     if d == axes[0]:
         return 1, shape[d], inner, splits[d]
     outer = int(np.prod([shape[e] for e in axes if e < d], dtype=np.int64))
-    if axes[-1] < len(shape) - 1 and outer * tasks < _task_target():
-        # Columns (kept dimensions after the reduced ones) whose outer reduced indices and kept tiles give fewer
-        # tasks than the target: each outer index's tiles are summed from zero, all partials in row-major order
-        # (measured: a bias gradient's sum over (0, 1) of (2 | 3, 16 .. 300, 100 .. 2048) f32, as (2, 128, 1024)
-        # in GPT-2, 111 of 111 shapes bitwise; (2, 64, 16, 64) over (0, 1) and (0, 1, 2), f32 and f64)
-        return outer, shape[d], inner, splits[d]
-    return None  # (more outer indices: XLA groups their sums otherwise, not identified)
+    if axes[-1] == len(shape) - 1 or axes != list(range(axes[0], axes[-1] + 1)):
+        return None  # (rows, or two runs: not identified)
+    # Columns (kept dimensions after one run of reduced ones) whose tiles cut a reduced dimension ``d`` below
+    # others: YNNPACK reduces in two steps (``ynn_define_reduce``): a partial reduce into ``ceil(extent / size)``
+    # slots per outer index (set to zero), then the slots' sum, row-major, zeros included, added to the initial
+    # value. Its scheduler makes ``d``'s loop parallel while the loops outside it give fewer tasks than the target
+    # (``make_schedule``): then each tile is a call into its own slot. Otherwise the loop is serial, and slinky
+    # drops a serial loop whose body is one call: each outer index's whole extent is one call into its first
+    # slot, the others left zero (``-size`` here). Read from YNNPACK's and slinky's source of jax 0.10.2's build
+    # (``subgraph/reduce.cc``, ``subgraph/runtime.cc``, ``builder/simplify.cc``); measured bitwise: a bias
+    # gradient's sum over (0, 1) of (2 | 3, 16 .. 300, 100 .. 2048) -- (2, 128, 1024) in GPT-2 -- and of
+    # (4 .. 33, 16 .. 300, 100 .. 4096), f32 and f64, and 4-d sums over leading axes.
+    parallel = outer * tasks < _task_target()
+    if not parallel and int(np.prod([shape[e] for e in axes if e < d][:-1], dtype=np.int64)) * tasks >= _task_target():
+        return None  # (an outer reduced dimension's loop serial too: merged with d's, one call over both; not here)
+    return outer, shape[d], inner, splits[d] if parallel else -splits[d]
 
 
 def sum_plan(in_shape, axes, dtype) -> tuple | None:
@@ -469,8 +480,11 @@ def sum_columns(x, out, init, tiles):
     error = np.zeros(n, x.dtype)
     four = np.zeros(n, x.dtype)
     outer, extent, inner, size = tiles
+    whole = size < 0  # (each outer index's extent one call into its first slot: _tiles)
+    size = -size if whole else size
     split = size < extent
-    partials = np.empty((max(1, outer * ((extent + size - 1) // size)) if split else 1, n), x.dtype)
+    slots = (extent + size - 1) // size
+    partials = np.empty((max(1, outer * slots) if split else 1, n), x.dtype)
     zero = x.dtype.type(0)
     for b in range(blocks):
         if not split and k <= 4:  # (_kn_sum's first case written out: see sum_columns_looped)
@@ -487,6 +501,11 @@ def sum_columns(x, out, init, tiles):
             continue
         count = 0
         for o in range(outer):
+            if whole:
+                partials[count:count + slots, :] = 0
+                _kn_sum(rows, o * extent * inner, extent * inner, partials[count], levels, error, four)
+                count += slots
+                continue
             for c in range(0, extent, size):
                 partials[count, :] = 0
                 _kn_sum(rows, (o * extent + c) * inner, min(size, extent - c) * inner, partials[count], levels,
