@@ -85,6 +85,7 @@ fused ``multiply`` + ``add`` into one FMA (see the project notes).
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -1711,18 +1712,22 @@ class MatrixVectorProduct(RewritePattern):
         result = op.results[0]
         element = result.type.element_type
         if (element_name(result) not in ("f32", "f64") or op.lhs.type.element_type != element
-                or op.rhs.type.element_type != element or computes_on_quantized(op)
-                or op.lhs.type.get_num_dims() != 2 or op.rhs.type.get_num_dims() != 2):
+                or op.rhs.type.element_type != element or computes_on_quantized(op)):
             return
         dn = op.dimension_numbers()
         if dn.lhs_batch_dimensions or len(dn.lhs_contracting_dimensions) != 1:
             return
         (lc,), (rc,) = dn.lhs_contracting_dimensions, dn.rhs_contracting_dimensions
         lshape, rshape = op.lhs.type.get_shape(), op.rhs.type.get_shape()
-        m, n, k = lshape[1 - lc], rshape[1 - rc], lshape[lc]
-        if k < 2 or not ((m == 1 and n >= 2 and rc == 1) or (n == 1 and m >= 2 and lc == 0)):
+        lfree, rfree = dn.free_dimensions(len(lshape), len(rshape))
+        m, n, k = math.prod(lshape[d] for d in lfree), math.prod(rshape[d] for d in rfree), lshape[lc]
+        # (a vector of any rank whose free dimensions are all 1 -- one token's gradient, (1, 1, K) -- is the (1, K)
+        # vector to XLA, whose DotDecomposer reshapes it: measured, the gradient of x @ W for x of (1, 1, K))
+        if k < 2 or not ((m == 1 and n >= 2 and rc == 1 and len(rshape) == 2)
+                         or (n == 1 and m >= 2 and lc == 0 and len(lshape) == 2)):
             return
-        product = _swapped_dot(op, tensor_type(element, (n, m)))
+        swapped_shape = [rshape[d] for d in rfree] + [lshape[d] for d in lfree]
+        product = _swapped_dot(op, tensor_type(element, swapped_shape))
         rewriter.insert(product)
         rewriter.replace(op, create(dm.ReshapeOp, [product.results[0]], {}, [result.type]))
 

@@ -713,6 +713,9 @@ def test_matrix_vector_products_are_summed_by_xlas_matrix_vector_emitters(dtype)
         for k, n in [(32, 64), (5, 9), (17, 40), (64, 33), (8, 8)]:
             assert_matches_jax(lambda v, w: dn(v, w, ((1,), (1,))), _normal((1, k), dtype), _normal((n, k), dtype, 1))
             assert_matches_jax(lambda a, v: dn(a, v, ((0,), (0,))), _normal((k, n), dtype), _normal((k, 1), dtype, 1))
+            # one token's gradient through a dense layer, (1, 1, K) x W.T: the vector is (1, K) to XLA (long
+            # fuzz campaign of layer gradients, session 21: 112 of 128 elements differed)
+            assert_matches_jax(lambda v, w: dn(v, w, ((2,), (1,))), _normal((1, 1, k), dtype), _normal((n, k), dtype, 1))
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
