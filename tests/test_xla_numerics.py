@@ -719,6 +719,18 @@ def test_matrix_vector_products_are_summed_by_xlas_matrix_vector_emitters(dtype)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
+def test_a_sum_over_the_free_dimensions_of_a_decomposed_dot_as_xla(dtype):
+    # XLA's DotDecomposer computes (batch, sequence, K) @ W on the (batch * sequence, K) reshape and its simplifier
+    # folds a sum over batch and sequence into a sum over the flat rows: a bias gradient behind another layer
+    # (long fuzz campaign of layer gradients, session 21: 12-14 of 16 elements differed)
+    with jax.enable_x64(dtype == F64):
+        g, w = _normal((3, 46, 4), dtype), _normal((16, 4), dtype, 1)
+        assert_matches_jax(lambda g, w: jnp.sum(g @ w.T, axis=(0, 1)), g, w)
+        assert_matches_jax(lambda g, w: (jnp.sum(g @ w.T, axis=(0, 1)), g @ w.T), g, w)  # (the dot read back too)
+        assert_matches_jax(lambda h, w: jnp.sum(h @ w, axis=(0, 1)), _normal((2, 30, 8), dtype), _normal((8, 24), dtype, 1))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
 def test_window_sums_of_disjoint_windows_are_ynnpacks_reduces(dtype):
     # XLA CPU gives a reduce_window whose windows do not overlap (size = stride) over 4,096 elements or more to
     # YNNPACK, which reduces the window dimensions as a reduce: (a00 + a01) + (a10 + a11) for 2 x 2 -- flax's
