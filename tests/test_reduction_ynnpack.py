@@ -77,6 +77,11 @@ _SUMS = [
     ("leading axes, serial tiles in pairs", lambda x: jnp.sum(x, axis=(0, 1)), (8, 128, 512)),
     ("leading axes, serial tiles of 8", lambda x: jnp.sum(x, axis=(0, 1)), (16, 256, 1024)),
     ("leading axes, serial tiles of 7", lambda x: jnp.sum(x, axis=(0, 1)), (5, 100, 2048)),
+    # columns wider than a tile: the rows added to the output one at a time (an LM head's bias gradient)
+    ("wide columns, rows in turn", lambda x: jnp.sum(x, axis=0), (16, 40000)),
+    ("wide columns between kept dimensions", lambda x: jnp.sum(x, axis=1), (2, 7, 40000)),
+    ("wide columns with an initial value", lambda x: jax.lax.reduce(x, x.dtype.type(12345.678), jax.lax.add, (0,)),
+     (9, 40000)),
 ]
 
 

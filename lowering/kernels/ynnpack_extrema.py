@@ -50,7 +50,7 @@ def extremum_plan(in_shape, axes, dtype) -> tuple[int, tuple[int, int, int, int,
     ``(k, n)``), each ``l`` in turn into the output; ``tile`` the reduced elements (rows) per tile of one run
     (``tile >= k``: one tile). Two runs cut in tiles, and tiles that cut below the first reduced dimension, are not
     identified."""
-    plan = sum_plan(tuple(int(d) for d in in_shape), tuple(int(a) for a in axes), dtype)
+    plan = sum_plan(tuple(int(d) for d in in_shape), tuple(int(a) for a in axes), dtype, rows_in_turn=False)
     if plan is None:
         return None
     kind, outer, k, n, (tile_outer, extent, inner, size) = plan

@@ -81,7 +81,8 @@ def _task_target() -> int:
     return 2 * threads if threads > 1 else 1
 
 
-def _tiles(shape: list[int], axes: list[int], itemsize: int) -> tuple[int, int, int, int] | None:
+def _tiles(shape: list[int], axes: list[int], itemsize: int,
+           rows_in_turn: bool = True) -> tuple[int, int, int, int] | None:
     """How YNNPACK's tiles cut the reduced dimensions ``axes`` (consecutive) of ``shape``: ``(outer, extent,
     inner, size)``: the reduced elements of one output, as ``(outer, extent, inner)``, are summed in tiles of
     ``size`` indices of the middle dimension (``size >= extent``: one tile), each tile ``size * inner`` consecutive
@@ -100,6 +101,12 @@ def _tiles(shape: list[int], axes: list[int], itemsize: int) -> tuple[int, int, 
                         dtype=np.int64))
     split = [d for d in axes if splits[d]]
     total = int(np.prod([shape[d] for d in axes], dtype=np.int64))
+    if rows_in_turn and len(axes) == 1 and any(splits[e] for e in range(axes[0] + 1, len(shape))):
+        # One reduced dimension with the kept ones after it wider than a tile: YNNPACK's final reduce keeps its loop
+        # over the partials (serial, around the parallel loop over the kept tiles: slinky cannot drop it), so the
+        # rows are added to the output one at a time, from the initial value (``size`` 0 here; measured bitwise:
+        # (7, 100000), (16, 70000), (64, 50257) f32, (6, 20000) f64 over axis 0)
+        return 1, total, 1, 0
     if not split or tasks >= _task_target():
         return 1, total, 1, total
     d = split[-1]  # (the innermost split one: the reduced dimensions inside it are whole, those outside it split by 1)
@@ -125,11 +132,12 @@ def _tiles(shape: list[int], axes: list[int], itemsize: int) -> tuple[int, int, 
     return outer, shape[d], inner, splits[d] if parallel else -splits[d]
 
 
-def sum_plan(in_shape, axes, dtype) -> tuple | None:
+def sum_plan(in_shape, axes, dtype, rows_in_turn: bool = True) -> tuple | None:
     """How XLA CPU's YNNPACK sums the ``axes`` of an operand of ``in_shape`` (accumulated in ``dtype``, f32 or
     f64): ``(ROWS, rows, k, 1, tiles)`` -- the operand is ``rows`` rows of ``k`` -- or ``(COLUMNS, outer, k, n,
     tiles)`` -- ``outer`` blocks of ``k`` rows of ``n`` kept elements, each block's rows summed -- with ``tiles``
-    as :func:`_tiles` gives them (in elements for rows, in rows for columns); None where XLA does not use
+    as :func:`_tiles` gives them (in elements for rows, in rows for columns; ``size`` 0: the rows added to the
+    output one at a time, unless ``rows_in_turn`` is False -- the max/min kernels' tiles); None where XLA does not use
     YNNPACK or its order was not identified (module docstring). Dimensions of one element are dropped first, as
     YNNPACK does."""
     dtype = np.dtype(dtype)
@@ -145,7 +153,7 @@ def sum_plan(in_shape, axes, dtype) -> tuple | None:
         return None  # (a sum over dimensions of one element: a copy)
     if reduced != list(range(reduced[0], reduced[-1] + 1)):
         return _looped_plan(shape, reduced, dtype)
-    tiles = _tiles(shape, reduced, dtype.itemsize)
+    tiles = _tiles(shape, reduced, dtype.itemsize, rows_in_turn)
     if tiles is None:
         return None
     first, last = reduced[0], reduced[-1]
@@ -480,6 +488,12 @@ def sum_columns(x, out, init, tiles):
     error = np.zeros(n, x.dtype)
     four = np.zeros(n, x.dtype)
     outer, extent, inner, size = tiles
+    if size == 0:  # (the rows added to the output one at a time: _tiles)
+        for b in range(blocks):
+            out[b, :] = init
+            for q in range(k):
+                _kn_sum(x[b], q, 1, out[b], levels, error, four)
+        return
     whole = size < 0  # (each outer index's extent one call into its first slot: _tiles)
     size = -size if whole else size
     split = size < extent
