@@ -662,6 +662,15 @@ _ARITHMETIC = (_MUL, _ADD, _SUB, _NEG)
 """Element-wise ops :class:`_Ranks` ranks as LLVM does (one instruction each)."""
 
 
+_EMITTED_ELEMENT_WISE = (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp, *_CSE_CLASSES)
+"""The element-wise ops XLA's loop emitter visits and emits in a fusion (:meth:`_Ranks.emitted_from`)."""
+
+
+def _one_reader(value: SSAValue) -> bool:
+    """Whether one op reads ``value`` (however many of its operands)."""
+    return len({id(use.operation) for use in value.uses}) == 1
+
+
 class _Unranked(Exception):
     """An expression :class:`_Ranks` cannot rank as LLVM does."""
 
@@ -689,7 +698,7 @@ class _Ranks:
         self.loads = 0
         self.scalars_loaded = scalars_loaded
 
-    def _kind(self, value: SSAValue) -> str:  # noqa: PLR0911
+    def _kind(self, value: SSAValue) -> str:
         """How XLA's loop emitter treats ``value`` in the fusion :meth:`of` ranks: ``"free"`` (a constant, or a scalar
         computed before the loop), ``"element-wise"`` (an op whose operands its emitter visits breadth-first),
         ``"moved"`` (a broadcast, a move or a concatenate read in place: emitted with its operands on demand),
@@ -701,10 +710,9 @@ class _Ranks:
         if _injected_concatenate(value):
             return "injected"
         if isinstance(owner, BroadcastInDimOp) or _is_move(owner) or (
-                isinstance(owner, ConcatenateOp) and len({id(use.operation) for use in value.uses}) == 1):
+                isinstance(owner, ConcatenateOp) and _one_reader(value)):
             return "moved"
-        if isinstance(owner, (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp,
-                              *_CSE_CLASSES)):
+        if isinstance(owner, _EMITTED_ELEMENT_WISE):
             return "element-wise"
         return "load"
 
@@ -769,7 +777,7 @@ class _Ranks:
             rank = self.SCALAR  # (computed before the loop: below every value the loop body loads)
         elif isinstance(owner, BroadcastInDimOp) or _is_move(owner):
             rank = self.of(owner.operands[0])
-        elif isinstance(owner, ConcatenateOp) and len({id(use.operation) for use in value.uses}) == 1:
+        elif isinstance(owner, ConcatenateOp) and _one_reader(value):
             # (elements of one value or the other: _contract_shared_slice. A concatenate two ops read is not fused
             # into them -- XLA does not duplicate a producer of several operands -- but computed once, and loaded:
             # measured, ``v * (v - 1) + x * 2`` with ``v = jnp.roll(x, 1)``; long fuzz campaign, session 21)
@@ -884,7 +892,7 @@ def _injected_concatenate(value: SSAValue) -> bool:
     product, ranked as ``x`` the second)."""
     owner = value.owner
     return (isinstance(owner, ConcatenateOp) and SHARED_SLICE_PIECES not in owner.attributes
-            and len({id(use.operation) for use in value.uses}) == 1)
+            and _one_reader(value))
 
 
 def _fusion_root(op: Operation) -> Operation:
@@ -895,8 +903,7 @@ def _fusion_root(op: Operation) -> Operation:
         if len(users) != 1:
             break
         (user,) = users.values()
-        if not isinstance(user, (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp,
-                                 *_CSE_CLASSES)) or user.parent_block() is not op.parent_block():
+        if not isinstance(user, _EMITTED_ELEMENT_WISE) or user.parent_block() is not op.parent_block():
             break
         op = user
     return op
