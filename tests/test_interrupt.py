@@ -164,6 +164,7 @@ try:
         exe(x)
     print("NOT INTERRUPTED", flush=True)
 except KeyboardInterrupt:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the parent may have sent another before it read this line)
     print("INTERRUPTED", flush=True)
 finally:
     release.set()
@@ -186,8 +187,9 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
                XLA_DIALECT_CACHE=str(tmp_path / "xla"), XLA_DIALECT_COMPILE_PROCESS="0")
     (tmp_path / "child.py").write_text(_COMPILE_CHILD)
+    err_file = open(tmp_path / "stderr.txt", "w")  # (a file: a pipe nobody reads could fill and hold the child)
     child = subprocess.Popen([sys.executable, str(tmp_path / "child.py"), loops, "interrupt"], env=env, cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=err_file, text=True)
     try:
         lines = []
         for line in child.stdout:  # (the child ends, or holds numba's compilation until it is interrupted)
@@ -195,15 +197,30 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
             if line.startswith("COMPILING"):
                 child.send_signal(signal.SIGINT)
                 break
-        out, err = child.communicate(timeout=300)
+        # Python runs a SIGINT's handler at the next bytecode boundary of the main thread, which can be inside a
+        # garbage-collector callback (jax registers one) or a __del__: a KeyboardInterrupt raised there is
+        # "ignored" by CPython, in any program. A user presses Ctrl-C again; so does this test, every 10 s of
+        # silence (the first one is seen within milliseconds unless it was swallowed so).
+        reader = threading.Thread(target=lambda: lines.extend(child.stdout), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 300
+        while reader.is_alive() and not any(line.startswith("INTERRUPTED") for line in lines):
+            reader.join(10)
+            if reader.is_alive() and not any(line.startswith("INTERRUPTED") for line in lines):
+                assert time.monotonic() < deadline, "".join(lines)
+                child.send_signal(signal.SIGINT)
+        reader.join(300)
+        child.wait(timeout=300)
     finally:
         child.kill()
-    out = "".join(lines) + out
+        err_file.close()
+    out, err = "".join(lines), (tmp_path / "stderr.txt").read_text()
     assert child.returncode == 0, (out, err[-3000:])
     assert "COMPILING" in out and "INTERRUPTED" in out and "NOT INTERRUPTED" not in out, (out, err[-3000:])
     assert "AGAIN True True" in out  # the later calls work (compiled now), same bits
     assert "ON_MAIN False" in out  # numba never compiled on the main thread, where Ctrl-C is raised
-    assert "Exception ignored" not in err and "Traceback" not in err, err[-3000:]
+    # (the swallowed Ctrl-C this guards against; an unswallowed error elsewhere would end the child non-zero)
+    assert "ctypes callback" not in err, err[-3000:]
     fresh = subprocess.run([sys.executable, str(tmp_path / "child.py"), loops, "fresh"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert "FRESH True" in fresh.stdout, fresh.stderr[-3000:]  # the caches left behind serve whole functions
