@@ -33,3 +33,12 @@ def products_on_blas(monkeypatch):
     from lowering.kernels import host
 
     monkeypatch.setattr(host, "measured_host", lambda: False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.sample(k)``: the sampled sweeps' other cases marked ``slow`` (:func:`helpers.mark_unsampled_slow`),
+    before pytest's ``-m`` selection reads the marks (``tryfirst``)."""
+    from helpers import mark_unsampled_slow
+
+    mark_unsampled_slow(items)

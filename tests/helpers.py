@@ -257,3 +257,29 @@ def sweep(*axes, ids=None, keep: int | None = None):
         kept = tuple(i for i, _ in combo) in diagonal
         params.append(pytest.param(*values, id=name, marks=() if kept else pytest.mark.slow))
     return params
+
+
+def mark_unsampled_slow(items) -> None:
+    """``@pytest.mark.sample(k)`` on a parametrized test: ``k`` of its cases run by default, the others are marked
+    ``slow`` (``pytest -m slow`` runs them). For sweeps whose cases exercise one path on many shapes or programs,
+    to keep the default run near ten minutes (issue 28). The cases kept are :func:`sweep`'s diagonal: case ``j``
+    takes, of each parameter with more than ``k`` values, value ``j * len / k``, and of the others value
+    ``j mod len`` -- every value of a short axis appears, a long axis is spread over."""
+    import pytest
+
+    families: dict[tuple, list] = {}
+    for item in items:
+        marker = item.get_closest_marker("sample")
+        if marker is not None and getattr(item, "callspec", None) is not None:
+            families.setdefault((item.path, item.originalname, marker.args[0]), []).append(item)
+    for (_, _, keep), family in families.items():
+        if keep >= len(family):
+            continue
+        sizes: dict[str, int] = {}
+        for item in family:
+            for name, index in item.callspec.indices.items():
+                sizes[name] = max(sizes.get(name, 0), index + 1)
+        kept = {tuple(j * n // keep if n > keep else j % n for n in sizes.values()) for j in range(keep)}
+        for item in family:
+            if tuple(item.callspec.indices[name] for name in sizes) not in kept:
+                item.add_marker(pytest.mark.slow)

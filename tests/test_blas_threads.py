@@ -130,6 +130,7 @@ def test_convolution_honors_limit(rng, seen):
 
 
 @pytest.mark.parametrize("shape,dtype", [((16, 16, 16), "f32"), ((64, 64, 64), "f32"), ((128, 128, 128), "s32")])
+@pytest.mark.sample(2)
 def test_matmuls_blas_never_threads_are_plain(seen, shape, dtype):
     # m*n*k <= 2**18 (OpenBLAS runs those on one thread anyway) and integer matmuls (no BLAS) take no limit.
     exe = lowering.compile(dot_module(*shape, dtype), blas_threads=1)

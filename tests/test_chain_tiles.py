@@ -54,6 +54,7 @@ def _bits(a):
                                    (3, 20, 70, 0), (1, 9, 40, 0),  # (fewer rows than a tile: edges only)
                                    # narrow products: one-vector and half-vector tiles (16 / 8 f32 columns, 8 / 4 f64)
                                    (33, 27, 16, 0), (16, 50, 8, 16), (20, 9, 24, 0), (12, 30, 4, 8), (8, 40, 12, 0)])
+@pytest.mark.sample(4)
 def test_tiles_give_the_orders_bits(shape, width, dtype):
     m, k, n, chunk = shape
     rng = np.random.default_rng(m * k + n)
@@ -108,6 +109,7 @@ LARGE = [((2048, 784, 512), False), ((256, 1024, 1024), True), ((300, 700, 260),
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("shape,transposed", LARGE, ids=[f"{s}{' wT' if t else ''}" for s, t in LARGE])
+@pytest.mark.sample(4)
 def test_large_products_bitwise_with_jax(shape, transposed, dtype):
     """Products of more than 2^18 multiply-adds, formerly on BLAS (OpenBLAS's order), now in YNNPACK's."""
     m, k, n = shape

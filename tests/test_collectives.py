@@ -427,6 +427,7 @@ def _compare(ours, outputs, key, devices, max_ulp=0):
 
 
 @pytest.mark.parametrize("case", PARTITION_CASES, ids=_partition_key)
+@pytest.mark.sample(16)
 def test_partitions_match_shard_map(reference, case):
     inputs, outputs, errors = reference
     key = _partition_key(case)

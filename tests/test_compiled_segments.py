@@ -41,6 +41,7 @@ def _segments(exe) -> list:
 
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 @pytest.mark.parametrize("special", [False, True], ids=["normal", "specials"])
+@pytest.mark.sample(2)
 def test_a_segment_gives_the_kernels_bits(denormals, special):
     y = _specials(F32, 8) if special else RNG.standard_normal(8).astype(F32)
     w, t = F32(0.3), F32(2.5)

@@ -32,6 +32,7 @@ def _nan(a):
 
 
 @pytest.mark.parametrize("src", TYPES)
+@pytest.mark.sample(10)
 def test_convert_all_pairs_bit_exact(src):
     rng = np.random.default_rng(11)
     x = sample(rng, src, 96)

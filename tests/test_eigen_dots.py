@@ -112,6 +112,7 @@ def test_products_bitwise_with_jax(shape):
 @pytest.mark.parametrize("shape", [(2048, 512, 49), (2048, 49, 512), (300, 33, 97), (100, 30, 20)],
                          ids=["49 outputs", "49 inputs", "(300, 33, 97)", "(100, 30, 20)"])
 @pytest.mark.parametrize("mode", ["never", "always"])
+@pytest.mark.sample(3)
 def test_gradients_bitwise_with_jax(shape, mode):
     """jax's gradient of ``x @ w`` is ``transpose(dot_general(g, x))``: XLA folds the transpose into the dot by
     swapping its operands, so Eigen's edge blocks are those of ``x.T @ g``; interpreted and compiled alike."""

@@ -446,6 +446,7 @@ LOOP_INVARIANT_BODIES = {
 
 @pytest.mark.parametrize("shape", [(6,), (5, 7), (64, 64)], ids=str)
 @pytest.mark.parametrize("name", list(LOOP_INVARIANT_BODIES))
+@pytest.mark.sample(6)
 def test_a_product_xla_moves_out_of_the_loop_is_rounded(name, shape):
     """A product of values the loop carries unchanged (and constants) is computed before the loop by XLA's
     ``WhileLoopInvariantCodeMotion`` and stored: the add in the loop reads it rounded and fuses the other product
@@ -508,6 +509,7 @@ def test_a_product_two_slices_share_in_an_unrolled_sum_is_fused_only_where_one_r
 
 
 @pytest.mark.parametrize("n", [2, 5, 33])
+@pytest.mark.sample(2)
 def test_a_sliced_product_in_an_element_wise_loop_is_fused_at_every_element(n):
     """``y[1:] - y[:-1] ** 2`` with ``y = x * s`` returned as an array: XLA's loop computes ``y`` per element each
     slice reads, two one-use products, and LLVM fuses the subtraction's first, ``s * x[i + 1]`` (before: about a
@@ -658,6 +660,7 @@ EXP_BESIDE_A_PRODUCT = {
 
 @pytest.mark.parametrize("shape", [(64, 64), (8, 384), (20,), (48,), (100,)])
 @pytest.mark.parametrize("name", list(EXP_BESIDE_A_PRODUCT))
+@pytest.mark.sample(12)
 def test_an_exp_beside_a_product_is_ordered_by_rank(name, shape):
     """``v*s + exp(x)`` fuses the product (697 of 4,096 elements differed with it rounded, every draw of f32[64,
     64] and [8, 384]); ``x*y + exp(x)`` rounds it; ``exp(x) + v*s`` over 48 elements rounds it (the loop

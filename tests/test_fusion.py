@@ -58,6 +58,7 @@ def _check(fn, *args, groups=None, denormals=None, nan_signs=False):
 
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.sample(2)
 def test_float_ops(dtype, denormals):
     x = _mixed(dtype)
     y = np.roll(x, 7)[::-1].copy()
@@ -77,6 +78,7 @@ def test_float_ops(dtype, denormals):
 
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.sample(2)
 def test_every_op_with_a_scalar_definition_fuses_with_the_same_bits(dtype, denormals):
     """What a group may hold is what has a scalar definition (lowering.executor.fusion_plan.fusible_op): roots, rounding,
     powers, remainders, XLA's approximations and integer ops fuse and give the unfused bits."""
@@ -428,6 +430,7 @@ def _reduce_groups(exe) -> list:
 @pytest.mark.parametrize("denormals", ["flush", "keep"])
 @pytest.mark.parametrize("n", [7, 128, 300])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.sample(4)
 def test_row_reductions_join_the_group_with_the_kernels_bits(dtype, n, denormals, monkeypatch):
     # A softmax: the bias add and the row maximum in one loop, the exponentials and the row sum in another;
     # and a maximum and a minimum of one group's rows. Each row's reduction is the reduction kernel's, bit for

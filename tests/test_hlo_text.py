@@ -91,6 +91,7 @@ def jax_texts():
 
 @pytest.mark.parametrize("stage", ["pre", "post"])
 @pytest.mark.parametrize("name", PROGRAMS)
+@pytest.mark.sample(16)
 def test_jax_program(jax_texts, name, stage):
     """Import JAX's HLO (before and after XLA's optimizations), print it, read it back, run it."""
     pre, post, args, expected = jax_texts(name)

@@ -35,6 +35,7 @@ import library_programs  # noqa: E402
     ("gp_log_marginal_likelihood", True, "never"),  # (sums of column-major (64, 64) products: YNNPACK's windows;
     # straight-line: compiled, 13 s of a cold-cache run; its sums compiled in tests/test_tree_sum.py)
 ])
+@pytest.mark.sample(4)
 def test_library_program_matches_jax_jit(name, bitwise, compilation):
     w = getattr(library_programs, name)()
     # The train steps are straight-line programs: interpreted here (compiled, they took 17-18 s of a cold-cache

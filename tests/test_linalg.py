@@ -551,6 +551,7 @@ def _vector_dot_bits(dtype, a, b, loops="never"):
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
 @pytest.mark.parametrize("k", _VECTOR_DOT_LENGTHS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.sample(10)
 def test_vector_dots_sum_in_windows_as_xla_cpu(dtype, k):
     # Operands of mixed magnitudes: another order of the sum changes the last bits of most results.
     rng = np.random.default_rng(k)
@@ -637,6 +638,7 @@ _MATRIX_VECTOR_SHAPES = [(2, 2), (3, 7), (2, 8), (8, 8), (9, 17), (12, 33), (16,
 @pytest.mark.skipif(not _avx512_host(), reason="XLA CPU's small-dot order was measured on AVX-512 hosts only")
 @pytest.mark.parametrize("mk", _MATRIX_VECTOR_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.sample(8)
 def test_matrix_vector_products_sum_in_row_tiles_as_xla_cpu(dtype, mk):
     m, k = mk
     rng = np.random.default_rng(m * 1000 + k)
@@ -690,6 +692,7 @@ _SMALL_LOOP_DOTS = [(1, 7, 7), (1, 10, 10), (1, 16, 9), (1, 9, 17), (1, 5, 24), 
 @pytest.mark.parametrize("dtype, mkn", sweep(
     [np.float32, np.float64], [(mkn,) for mkn in _SMALL_LOOP_DOTS],
     ids=[lambda t: np.dtype(t).name, lambda v: "x".join(map(str, v[0]))], keep=6))
+@pytest.mark.sample(3)
 def test_dots_in_small_loops_sum_with_wide_vectors_as_xla_cpu(dtype, mkn):
     import lowering
     from interop import import_jax

@@ -107,6 +107,7 @@ def _outputs(out) -> list:
 
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.sample(20)
 def test_linalg_every_route_matches_jax(name, dtype):
     fn = PROGRAMS[name][0]
     args = _operands(name, dtype)

@@ -127,6 +127,7 @@ SINGLE_OP_REFS = _single_op_references()
 
 @pytest.mark.parametrize("dtype,op", [(d, o) for d, ops in DTYPE_OPS for o in ops],
                          ids=lambda v: v if isinstance(v, str) else np.dtype(v).name)
+@pytest.mark.sample(20)
 def test_single_op_reduce_matches_jax(dtype, op):
     for shape, dims in SHAPES_AND_DIMS:
         key = (np.dtype(dtype).name, op, shape, dims)

@@ -87,6 +87,7 @@ _SUMS = [
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name, fn, shape", _SUMS, ids=[s[0] for s in _SUMS])
+@pytest.mark.sample(20)
 def test_large_sums_are_ynnpacks_bits(name, fn, shape, dtype):
     rng = np.random.default_rng(sum(shape))
     for _ in range(2):
@@ -224,6 +225,7 @@ def _options_id(options):
 @pytest.mark.parametrize("name, axis, shape, dtype, options", sweep(
     _LOOP_SUMS, [np.float32, np.float64], _LOOP_OPTIONS,
     ids=[lambda s: s[0], lambda t: np.dtype(t).name, _options_id]))
+@pytest.mark.sample(3)
 def test_large_sums_inside_loops_are_ynnpacks_bits(name, axis, shape, dtype, options):
     # XLA CPU sums in while, scan and fori_loop bodies in YNNPACK's order too (measured: every case of
     # _SUMS in each kind of loop); interpreted, fused and compiled loops call the same definition.
@@ -255,6 +257,7 @@ def _feedback(xs):
 @pytest.mark.parametrize("options", _LOOP_OPTIONS,
                          ids=[f"fusion {o['fusion']}, loops {o['loop_compilation']}" for o in _LOOP_OPTIONS])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.sample(3)
 def test_sums_that_steer_loops_are_ynnpacks_bits(dtype, options):
     xs = _mixed(np.random.default_rng(12), (3, 600, 64), dtype)
     got, want = _bits(_feedback, (xs,), **options)
@@ -399,6 +402,7 @@ _EXTREMA = [
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name, axis, shape", _EXTREMA, ids=[c[0] for c in _EXTREMA])
+@pytest.mark.sample(8)
 def test_large_maxima_and_minima_follow_ynnpacks_nan_and_zero_rule(name, axis, shape, dtype):
     # YNNPACK's maxps(acc, x) lanes forget a NaN that is not the last element of its lane, and std::max(init, h)
     # returns the init value for a NaN h: jnp.max of 8,192 elements holding NaNs is a number, -inf when the last

@@ -130,6 +130,7 @@ COMPILED_DIFFERS = {
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.sample(20)
 def test_cost_equals_xla_on_the_compiled_program(name, lowered):
     """XLA's optimized program (compile().as_text(): fusions, folded constants) read into the IR: the three keys
     equal jax's compile().cost_analysis() -- the same rules, fusions included, on another program."""

@@ -126,6 +126,7 @@ def test_sums_are_xla_bits(shape, axes, dtype):
 
 
 @pytest.mark.parametrize("width", [7, 24, 40, 100])
+@pytest.mark.sample(2)
 def test_every_configuration_sums_as_xla_in_loops_and_fused_rows(width):
     # A row sum fused with its element-wise producers and consumers (the group's rows), a 1-d sum and a column
     # sum in a fori_loop body past the compile threshold: the same bits in the four configurations, and
@@ -394,6 +395,7 @@ def test_grid_order_applies_to_full_f32_sums_over_32():
 
 
 @pytest.mark.parametrize("rows, cols", [(64, 64), (96, 64), (128, 32)])
+@pytest.mark.sample(2)
 def test_column_major_full_sums_in_ynnpack_windows(rows, cols):
     # jnp.sum(a.T * b) of 4,096+ elements: XLA lays the product out column-major, so its tree-reduction rewriter
     # cuts the reduce into 32 x 32 windows YNNPACK sums, the windows' sums then in a plain sum's lanes

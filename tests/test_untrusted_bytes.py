@@ -156,6 +156,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="/proc and fork")
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+@pytest.mark.sample(2)
 def test_the_checking_child_ends_with_xla_run(tmp_path, how):
     """Killing xla-run (a caller's timeout, Ctrl-C) while it checks untrusted bytes left the checking child
     running (one spun at 100% CPU for over an hour)."""

@@ -133,6 +133,7 @@ LOSSES = [(3, 10), (4, 3), (8, 10), (2, 40), (2, 10), (9, 100), (16, 2), (19, 10
 
 @needs_host
 @pytest.mark.parametrize("k,c", LOSSES, ids=[f"K{k}-C{c}" for k, c in LOSSES])
+@pytest.mark.sample(6)
 def test_gathered_loss_mean_bitwise_with_jax(k, c):
     """The mean over K of a softmax cross-entropy with integer labels: its loop body (a gather, exp and log) is too
     large for LLVM to unroll, so its vectorizer sums it (lowering.kernels.reduction.gathered_loss_lanes)."""

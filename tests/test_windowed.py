@@ -205,6 +205,7 @@ CONV.add("reversal", lambda a, c: lax.conv_general_dilated(a, lax.rev(c, (2,)), 
 
 
 @pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.sample(4)
 def test_conv_configurations_vs_jax(case):
     x, w = CONV.args(("f32", case))
     kw = CONV_CASES[case][2]
@@ -1000,6 +1001,7 @@ def _cumulative_cases():
 
 
 @pytest.mark.parametrize("case", list(_cumulative_cases()))
+@pytest.mark.sample(4)
 def test_cumulative_windows_are_scanned_in_blocks_of_16_as_xla(case):
     """``jnp.cumsum`` over more than 16 elements is XLA's ``ReduceWindowRewriter`` tree (blocks of 16 scanned, the
     blocks' totals scanned exclusively, then added: ``passes.xla_numerics.CumulativeWindowInBlocks``), bitwise,

@@ -780,6 +780,7 @@ def test_constants_fold_as_xlas_constant_folding_before_the_simplifier():
 
 @pytest.mark.parametrize("n", [3, 5, 6, 7, 9, 11, 13, 16, 19])
 @pytest.mark.parametrize("returned", ["exp", "exp and another", "exp and its sum", "exp and its maximum"])
+@pytest.mark.sample(12)
 def test_an_exp_in_a_loop_of_its_own_calls_glibc_after_the_last_vector(n, returned):
     """XLA CPU's loop of ``jnp.exp`` alone over f32[n], n < 16 with n % 8 in 3, 5, 6, 7: glibc's expf after the last
     whole vector of 8 (every element of f32[3], [5], [6], [7]; the last 3-7 of [11], [13], [14], [15]); 31-132 of
