@@ -144,6 +144,7 @@ from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
 from xla_dialect.internal import ExpAddOp, FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
+from xla_dialect.cse import ELEMENT_WISE, MOVES, CseNumbering
 from xla_dialect.ops.base import ints, make_tensor, pred_type
 from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
@@ -174,13 +175,8 @@ def host_contracted_types() -> frozenset[str]:
     return frozenset({"f32", "f64"} | ({"f16"} if host_properties()["avx512fp16"] else set()))
 
 
-_CSE_CLASSES = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values())
-"""Ops whose duplicates XLA's CSE merges before fusion (the elementwise ones: enough to see that two
-``a*b`` written out by jax are one multiply with two uses)."""
-
-_COMMUTATIVE = (ew.AddOp, ew.MulOp, ew.MaxOp, ew.MinOp, ew.AndOp, ew.OrOp, ew.XorOp)
-"""Ops XLA's CSE merges with their operands in either order: ``x * y - y * x`` is one multiply read twice, not
-contracted (0 in jax.jit; an FMA's rounding error here before: long fuzz campaign, session 19)."""
+_UNARY_BINARY = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values())
+"""The element-wise arithmetic ops (unary and binary)."""
 
 
 class _Uses:
@@ -188,13 +184,12 @@ class _Uses:
 
     jax writes ``a*b`` twice in ``(a*b + c) * (a*b - d)``; XLA merges the two
     multiplies into one with two uses, which LLVM does not contract. Values are
-    numbered (same op, same numbered operands, same type -> same number); the
-    uses of a multiply are those of every multiply with its number.
+    numbered by XLA's CSE (:class:`xla_dialect.cse.CseNumbering`); the uses of a
+    multiply are those of every multiply with its number.
     """
 
     def __init__(self, module: Operation):
-        self._numbers: dict[SSAValue, int] = {}
-        self._keys: dict[tuple, int] = {}  # (op, operand numbers, type) -> number: flat keys hash fast
+        self.number = CseNumbering().number  # (XLA's CSE runs per computation: the default)
         self.users: dict[int, set] = {}
         self.readers: dict[int, list[tuple[Operation, int]]] = {}  # number -> (reading op, operand index)
         self.exp_adds: list[tuple[Operation, int]] = []  # (add or subtract, its exp operand): _contract_exp's
@@ -207,33 +202,9 @@ class _Uses:
                     # (a user XLA's CSE merges with its duplicates counts once: jax writes (a - b*b) twice in
                     # (a - b*b) * (a - b*b), one subtract of one multiply for XLA, which LLVM contracts)
                     user = use.operation
-                    merged = isinstance(user, _CSE_CLASSES) and not user.regions and len(user.results) == 1
+                    merged = isinstance(user, ELEMENT_WISE) and not user.regions and len(user.results) == 1
                     users.add((self.number(user.results[0]), use.index) if merged else (id(user), use.index))
         self.uses = {n: len(users) for n, users in self.users.items()}
-
-    def number(self, value: SSAValue) -> int:
-        """``value``'s number: equal for values XLA's CSE would merge."""
-        n = self._numbers.get(value)
-        if n is None:
-            op = value.owner
-            key = (value,)
-            if isinstance(op, _CSE_CLASSES) and not op.regions:
-                numbers = [self.number(v) for v in op.operands]
-                if isinstance(op, _COMMUTATIVE) and not op.properties.get("broadcast_dimensions"):
-                    numbers.sort()
-                key = (op.name, id(op.parent), *numbers, value.type)
-            elif isinstance(op, (BroadcastInDimOp, ConvertOp, *_MOVES)) and len(op.results) == 1:
-                # (jax writes x * 1.5 twice with a broadcast constant each, a[:n] * b[:n] twice with its slices)
-                key = (op.name, id(op.parent), *(self.number(v) for v in op.operands),
-                       tuple(sorted((name, str(attr)) for name, attr in op.properties.items())), value.type)
-            elif isinstance(op, ConstantOp):
-                try:
-                    array = np.asarray(op.value.array)
-                    key = (op.name, id(op.parent), array.dtype.str, array.shape, array.tobytes(), value.type)
-                except Exception:  # noqa: BLE001 - (a constant that does not read as an array: its own number)
-                    pass
-            n = self._numbers[value] = self._keys.setdefault(key, len(self._keys))
-        return n
 
     def one_use(self, value: SSAValue) -> bool:
         """Whether the multiply ``value`` has one use once merged with its duplicates."""
@@ -249,7 +220,7 @@ class _Uses:
                                       for reader, index in readers if reader is not user)
 
 
-_MOVES = (TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
+_MOVES = MOVES
 """Ops that only move elements: in XLA's fused loop index arithmetic between a multiply and the add that reads it,
 which LLVM still contracts (module doc)."""
 
@@ -662,7 +633,7 @@ _ARITHMETIC = (_MUL, _ADD, _SUB, _NEG)
 """Element-wise ops :class:`_Ranks` ranks as LLVM does (one instruction each)."""
 
 
-_EMITTED_ELEMENT_WISE = (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp, *_CSE_CLASSES)
+_EMITTED_ELEMENT_WISE = (FusedMultiplyAddOp, *_ARITHMETIC, ew.ExpOp, ConvertOp, ew.MaxOp, ew.MinOp, *_UNARY_BINARY)
 """The element-wise ops XLA's loop emitter visits and emits in a fusion (:meth:`_Ranks.emitted_from`)."""
 
 
@@ -798,7 +769,7 @@ class _Ranks:
             # -- and ``v * (v * v) + v * 2`` with ``v = jnp.minimum(a, b)`` fuses ``v * 2``, straight-line and in
             # loops; long fuzz campaign, session 20)
             rank = max(self.of(v) for v in owner.operands) + 1
-        elif isinstance(owner, _CSE_CLASSES):
+        elif isinstance(owner, _UNARY_BINARY):
             # XLA's emitters expand other element-wise ops (tanh, logistic, divide...) into their own
             # instruction sequences and calls, whose ranks are not modelled: such an add keeps its order.
             raise _Unranked
@@ -1025,7 +996,7 @@ def _loop_emitter_fusion(user: Operation, depth: int = 3) -> bool:
         owner = value.owner
         if isinstance(owner, (ConstantOp, BroadcastInDimOp)):
             return True
-        if (depth > 1 and isinstance(owner, _CSE_CLASSES) and owner.parent is user.parent
+        if (depth > 1 and isinstance(owner, _UNARY_BINARY) and owner.parent is user.parent
                 and _loop_emitter_fusion(owner, depth - 1)):
             return True
     return False

@@ -781,13 +781,30 @@ def test_signed_products_that_wrap_stay_wrapped_in_compiled_code(loop):
 def test_selects_of_values_xla_merges_are_max_min_as_xla(statements, dtype):
     """Long campaign (session 20): ``jnp.where(x0 > jnp.abs(x0), jnp.abs(x0), x0)`` with ``jnp.abs(x0)`` written
     twice kept an f32 denormal that XLA flushes: its CSE makes the two one value, so the select is its min
-    (``lowering.kernels.scalar._value_key``: ops of one class on the same operands, a commutative op's in either
+    (``xla_dialect.cse.CseNumbering``: ops of one class on the same operands, a commutative op's in either
     order). Straight-line and in a loop."""
     tiny = float(np.finfo(dtype).tiny)
     x0 = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -2.0, tiny / 2, -tiny, 3.0], dtype)
     x1 = np.array([-1.0, 1.0, tiny / 7, 2.0, -tiny / 3, 0.5, -0.0, 4.0, tiny], dtype)
     for trips in (0, 2):
         _compare(Program(dtype, x0.shape, [x0, x1], list(statements), loop_trips=trips))
+
+
+@pytest.mark.parametrize("statement", [
+    "jnp.where(x0 > -1.0, x0, -1.0)", "jnp.where(x0 < 0.5, x0, 0.5)", "jnp.where(-1.0 < x0, x0, -1.0)",
+    "jnp.where(x0 > jnp.full_like(x0, -2.0), x0, -2.0)",
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_selects_of_a_constant_written_twice_are_max_min_as_xla(statement, dtype):
+    """``jnp.where(x0 > -1.0, x0, -1.0)`` -- a clamp -- kept the f32 denormals XLA flushes (0 and -0 for +-1e-40):
+    jax writes the constant once per use (the compare's a splat literal after constant folding, the select's a
+    broadcast of a scalar), XLA's CSE and LLVM make them one constant, so the select is LLVM's max/min
+    (``xla_dialect.cse``: a splat constant and a broadcast of a scalar constant of one value are one value).
+    Straight-line and in a loop."""
+    tiny = float(np.finfo(dtype).tiny)
+    x0 = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -2.0, tiny / 2, -tiny, 3.0, -1.0, 0.5], dtype)
+    for trips in (0, 2):
+        _compare(Program(dtype, x0.shape, [x0], [("select", statement)], loop_trips=trips))
 
 
 @pytest.mark.parametrize("expression, dtype", sweep(

@@ -34,6 +34,7 @@ from numba.extending import intrinsic
 
 from xdsl.ir import Operation
 
+from xla_dialect.cse import CseNumbering
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.constants import ConstantOp
@@ -973,7 +974,7 @@ def _merged_into_outer_select(op) -> bool:
     if not isinstance(user, ew.SelectOp) or _placement(user) != site or index not in (1, 2):
         return False
     shared = 3 - index  # (the outer select's other arm must be the inner select's arm on the same side)
-    return _value_key(user.operands[shared], site) == _value_key(op.operands[shared], site)
+    return _same_value(user.operands[shared], op.operands[shared], site)
 
 
 def _extremum_select(op, everywhere: bool = False) -> bool:
@@ -990,34 +991,27 @@ def _extremum_select(op, everywhere: bool = False) -> bool:
             ctype is not None and ctype.data != "FLOAT"):
         return False
     site = None if everywhere else _placement(op)
-    arms = {_value_key(op.operands[1], site), _value_key(op.operands[2], site)}
-    return len(arms) == 2 and arms == {_value_key(compare.operands[0], site), _value_key(compare.operands[1], site)}
+    cse = _cse(site)
+    arms = {cse.number(op.operands[1]), cse.number(op.operands[2])}
+    return len(arms) == 2 and arms == {cse.number(compare.operands[0]), cse.number(compare.operands[1])}
 
 
-def _value_key(value, site, depth: int = 0):
-    """:func:`_folded` ``value``, with the element-wise ops XLA's CSE makes one value made one (on its HLO,
-    wherever they are computed): conversions of one value to one type (the executor's ``xla-float-rewrites`` may
-    write a second ``convert`` where XLA's simplifier reuses the first, as in ``f32(f64(f32(x)))`` -> ``f32(x)``),
-    and ops of one class and properties on the same operands -- jax writes ``jnp.abs(x)`` once per call, so
-    ``where(x > jnp.abs(x), jnp.abs(x), x)`` is XLA's min (long fuzz campaign, session 20: a denormal flushed),
-    a commutative op's operands in either order. To :data:`_CSE_DEPTH` ops deep."""
-    value = _folded(value, site)
-    owner = value.owner
-    if depth >= _CSE_DEPTH:
-        return value
-    if isinstance(owner, cv.ConvertOp):  # (CSE is XLA's, on its HLO: wherever the conversions are computed)
-        return "convert", _value_key(owner.operands[0], site, depth + 1), str(value.type)
-    if isinstance(owner, _CSE_CLASSES) and len(owner.results) == 1:
-        operands = [_value_key(v, site, depth + 1) for v in owner.operands]
-        if isinstance(owner, _COMMUTATIVE):
-            operands.sort(key=repr)
-        properties = tuple(sorted((name, str(attribute)) for name, attribute in owner.properties.items()))
-        return owner.name, tuple(operands), str(value.type), properties
-    return value
+def _same_value(a, b, site) -> bool:
+    """Whether ``a`` and ``b`` are one value to LLVM inside XLA's fused loop at ``site``: each as LLVM's simplifier
+    leaves it there (:func:`_folded`), with the values XLA's CSE makes one made one, wherever they are computed
+    (:class:`xla_dialect.cse.CseNumbering`: jax writes ``jnp.abs(x)`` once per call, so ``where(x > jnp.abs(x),
+    jnp.abs(x), x)`` is XLA's min -- long fuzz campaign, session 20: a denormal flushed --, and ``-1.0`` once per
+    use, so ``where(x > -1.0, x, -1.0)`` is its max; a commutative op's operands in either order; conversions of
+    one value to one type, as ``xla-float-rewrites`` may write a second ``convert`` where XLA's simplifier reuses
+    the first). To :data:`_CSE_DEPTH` ops deep."""
+    return _cse(site).same(a, b)
 
 
-_CSE_CLASSES = (*ew.UNARY_OP_CLASSES.values(), *ew.BINARY_OP_CLASSES.values(), ew.CompareOp)
-_COMMUTATIVE = (ew.AddOp, ew.MulOp, ew.MaxOp, ew.MinOp, ew.AndOp, ew.OrOp, ew.XorOp)
+def _cse(site) -> CseNumbering:
+    """XLA's CSE seen from a fused loop at ``site`` (:func:`_same_value`)."""
+    return CseNumbering(see_through=lambda value: _folded(value, site), per_computation=False, max_depth=_CSE_DEPTH)
+
+
 _CSE_DEPTH = 8
 
 

@@ -1,0 +1,133 @@
+"""Values XLA makes one: its common-subexpression elimination on HLO, and LLVM's uniqued constants.
+
+jax writes a value once per use: ``jnp.abs(x)`` twice in ``where(x > abs(x), abs(x), x)``, the constant ``-1.0``
+twice (each with its own broadcast) in ``where(x > -1.0, x, -1.0)``, ``a * b`` twice in ``(a*b + c) * (a*b - d)``.
+XLA's CSE merges such duplicates before it fuses, and inside a fused loop LLVM sees one constant wherever a
+constant of that value appears -- so a multiply merged with its duplicate has two uses (not contracted), and a
+select of the merged values is LLVM's max/min. The executor's analyses that need XLA's view of a value ask
+:class:`CseNumbering` for a number: equal numbers for values XLA merges. One model, used by the FMA contraction
+pass (``passes/fma_contraction.py``: uses of a multiply) and the scalar kernels (``lowering/kernels/scalar.py``:
+selects that are max/min).
+
+What is merged: element-wise ops, compares and selects of one class, properties and result type on merged
+operands (a commutative op's operands in either order: ``x * y`` and ``y * x``); conversions of a merged value to
+one type (a conversion to its own type is the value: XLA's simplifier drops it); broadcasts and element moves
+(reshape, transpose, slice, reverse, copy, bitcast) with one properties; constants of one value -- a splat
+constant and a broadcast of a scalar constant of that value to the same type are one value (the executor's
+constant folding turns some broadcasts of constants into literals, XLA keeps them as broadcasts).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from .ops import conversion as cv
+from .ops import elementwise as ew
+from .ops.constants import ConstantOp
+from .ops.data_movement import BitcastOp, BroadcastInDimOp, CopyOp, ReshapeOp, ReverseOp, SliceOp, TransposeOp
+
+ELEMENT_WISE = (*ew.UNARY_OP_CLASSES.values(), *ew.BINARY_OP_CLASSES.values(), ew.CompareOp, ew.SelectOp)
+"""Element-wise ops XLA's CSE merges when their operands are merged."""
+
+COMMUTATIVE = (ew.AddOp, ew.MulOp, ew.MaxOp, ew.MinOp, ew.AndOp, ew.OrOp, ew.XorOp)
+"""Ops merged with their operands in either order: ``x * y - y * x`` is one multiply read twice (0 in jax.jit; an
+FMA's rounding error before: long fuzz campaign, session 19)."""
+
+MOVES = (TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
+"""Ops that only move elements, merged like element-wise ops (jax writes ``a[:n] * b[:n]`` twice with its
+slices)."""
+
+_constant_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Constant op -> its key (reading a large constant's bytes once)."""
+
+
+def _constant_key(op: ConstantOp):
+    """``("splat", dtype, bytes of the element)`` for a constant of one value (any shape: the result type is
+    added by the caller), ``("constant", dtype, shape, bytes)`` for others, None for one that does not read as an
+    array."""
+    key = _constant_keys.get(op, False)
+    if key is False:
+        try:
+            array = np.ascontiguousarray(op.value.array)
+            bits = array.view(np.uint8).reshape(array.size, array.dtype.itemsize) if array.size else None
+            if bits is not None and (bits == bits[0]).all():
+                key = ("splat", array.dtype.str, bits[0].tobytes())
+            else:
+                key = ("constant", array.dtype.str, array.shape, array.tobytes())
+        except Exception:  # noqa: BLE001 - (a constant that does not read as an array: its own value)
+            key = None
+        _constant_keys[op] = key
+    return key
+
+
+class CseNumbering:
+    """Numbers values so that the values XLA makes one (module doc) have one number.
+
+    ``see_through``: the value a value stands for before it is keyed (the scalar kernels pass what LLVM's
+    simplifier leaves of it inside one fused loop; the identity by default). ``per_computation``: merge only ops of
+    one block, as XLA's CSE runs per computation (the FMA pass counts a multiply's uses in its computation); without
+    it, ops merge wherever they are (a select's arms as LLVM sees them). ``max_depth``: look at most that many ops
+    up an operand chain, a value further up being only itself; numbers are then not kept between calls (a key
+    depends on the depth it was reached at), for callers that ask about a few values of a large program."""
+
+    def __init__(self, see_through: Callable[[SSAValue], SSAValue] | None = None, per_computation: bool = True,
+                 max_depth: int | None = None):
+        self._see_through = see_through
+        self._per_computation = per_computation
+        self._max_depth = max_depth
+        self._numbers: dict[SSAValue, int] = {}
+        self._keys: dict[tuple, int] = {}  # flat keys (operand numbers, not operand keys) hash fast
+
+    def number(self, value: SSAValue) -> int:
+        """``value``'s number: equal for values XLA makes one."""
+        return self._number(value, 0)
+
+    def same(self, a: SSAValue, b: SSAValue) -> bool:
+        """Whether XLA makes ``a`` and ``b`` one value."""
+        return self.number(a) == self.number(b)
+
+    def _seen(self, value: SSAValue) -> SSAValue:
+        return value if self._see_through is None else self._see_through(value)
+
+    def _number(self, value: SSAValue, depth: int) -> int:
+        value = self._seen(value)
+        memo = self._max_depth is None
+        if memo:
+            n = self._numbers.get(value)
+            if n is not None:
+                return n
+        key = self._key(value, depth)
+        n = self._keys.setdefault(key, len(self._keys))
+        if memo:
+            self._numbers[value] = n
+        return n
+
+    def _key(self, value: SSAValue, depth: int) -> tuple:
+        op = value.owner
+        if not isinstance(op, Operation) or (self._max_depth is not None and depth >= self._max_depth):
+            return ("value", value)
+        where = id(op.parent) if self._per_computation else None
+        if isinstance(op, ConstantOp):
+            constant = _constant_key(op)
+            return ("value", value) if constant is None else (*constant, str(value.type), where)
+        if len(op.results) != 1 or op.regions:
+            return ("value", value)
+        operands = [self._number(v, depth + 1) for v in op.operands]
+        if isinstance(op, BroadcastInDimOp):
+            source = op.operands[0].owner
+            if isinstance(source, ConstantOp) and (_constant_key(source) or ("",))[0] == "splat":
+                return (*_constant_key(source), str(value.type), where)
+        elif isinstance(op, cv.ConvertOp):
+            if op.operands[0].type == value.type:  # (XLA's simplifier drops a conversion to the same type)
+                return self._key(self._seen(op.operands[0]), depth + 1)
+            return ("convert", operands[0], str(value.type), where)
+        elif not isinstance(op, (*ELEMENT_WISE, *MOVES)):
+            return ("value", value)
+        if isinstance(op, COMMUTATIVE) and not op.properties.get("broadcast_dimensions"):
+            operands.sort()
+        properties = tuple(sorted((name, str(attribute)) for name, attribute in op.properties.items()))
+        return (op.name, *operands, properties, str(value.type), where)
