@@ -37,8 +37,9 @@ The legacy emitter computes some ops differently from the fusion emitters used e
   gradient) whose operands read different elements (``u = x[1:] - x[:-1] ** 2``) keeps its product rounded:
   LLVM shares the product between the two elements' copies (:data:`SHARED_PRODUCT`; ``contract-fma`` honours it).
 
-Dots and max/min in these loops are marked with the attribute :data:`SMALL_CALL` (the kernels, fused loops and
-compiled loops read it); they are not rewritten.
+Dots, max/min and selects in these loops are marked with the attribute :data:`SMALL_CALL` (the kernels, fused
+loops and compiled loops read it); they are not rewritten. (A select: LLVM sees the loop's constants there, which
+XLA moves out of larger loops as loaded values: ``lowering.kernels.scalar._cse``.)
 
 * On hosts where LLVM computes bf16 natively (AVX512-BF16 with AMX: :func:`lowering.kernels.host.native_bf16`; an
   AMD EPYC with AVX512-BF16 alone rounds in software, measured), LLVM rounds an f32 result to bf16 there with the
@@ -309,7 +310,7 @@ def _rewrite(op: Operation) -> bool:
 
 
 _REWRITTEN = frozenset(cls for cls, _ in (*_FORMS, *_IN_F32))
-_MARKED = frozenset({DotOp, DotGeneralOp, ew.MaxOp, ew.MinOp})
+_MARKED = frozenset({DotOp, DotGeneralOp, ew.MaxOp, ew.MinOp, ew.SelectOp})
 
 _BF16_STORED = frozenset({ew.AddOp, ew.SubOp, ew.MulOp, ew.DivOp, ew.PowOp, ew.Atan2Op, ew.RemOp, ew.ExpOp,
                           ew.Expm1Op, ew.LogOp, ew.Log1pOp, ew.LogisticOp, ew.SineOp, ew.CosineOp, ew.TanOp,

@@ -322,6 +322,16 @@ def programs(draw, loops: bool | None = None):
             if draw(st.booleans()):
                 operands.reverse()
             expression = BINARY[name].format(*operands)
+        elif kind == "select" and draw(st.integers(0, 2)) == 0:
+            # a clamp by a constant written twice, which jax writes once per use and XLA's CSE makes one:
+            # LLVM's max/min (xla_dialect/cse.py); a Python float (weakly typed) or a typed scalar
+            p, c = draw(pick), _constant(draw, dtype)
+            if draw(st.booleans()) and "float('" not in c:
+                c = c[c.index("(") + 1:-1]
+            relation = draw(st.sampled_from([">", "<"]))
+            arms = [p, c] if draw(st.booleans()) else [c, p]
+            compared = [p, c] if draw(st.booleans()) else [c, p]
+            expression = f"jnp.where({compared[0]} {relation} {compared[1]}, {arms[0]}, {arms[1]})"
         elif kind == "select":
             p, q, a, b = (draw(pick) for _ in range(4))
             expression = f"jnp.where({p} > {q}, {a}, {b})"
@@ -805,6 +815,29 @@ def test_selects_of_a_constant_written_twice_are_max_min_as_xla(statement, dtype
     x0 = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -2.0, tiny / 2, -tiny, 3.0, -1.0, 0.5], dtype)
     for trips in (0, 2):
         _compare(Program(dtype, x0.shape, [x0], [("select", statement)], loop_trips=trips))
+
+
+@pytest.mark.parametrize("direction, dtype", [(">=", "float32"), ("<=", "float64"), (">=", "float64"),
+                                              ("<=", "float32"), (">", "float32"), ("<", "float64")])
+@pytest.mark.sample(3)
+def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, dtype):
+    """``>=`` and ``<=`` selects against a constant: LLVM's x86 lowering makes ``select(a >= b, a, b)`` the max/min
+    instruction (denormals flushed) only where a zero's sign cannot tell them apart -- a nonzero constant in any arm
+    order, a zero constant with the arms the other way round (``where(x >= 0.0, 0.0, x)``); ``where(x >= 0.0, x,
+    0.0)`` stays a select. Inside a loop of 2+ trips XLA moves each broadcast constant out of the loop unmerged, so
+    the select reads two loaded values: a select (``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0))``
+    kept denormals in XLA and flushed here). Every operand and arm order, straight-line and in a loop."""
+    import itertools
+
+    tiny = float(np.finfo(dtype).tiny)
+    values = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -1.0, 2.5, -2.0, np.nan]
+    x = np.array(values * 2, dtype)
+    for constant, compared, arms in itertools.product(["-1.0", "0.0", "2.5"], ["xc", "cx"], ["xc", "cx"]):
+        a, b = ("x", constant) if compared == "xc" else (constant, "x")
+        t, f = ("x", constant) if arms == "xc" else (constant, "x")
+        statement = f"jnp.where({a} {direction} {b}, {t}, {f})".replace("x", "x0")
+        for trips in (0, 3):
+            _compare(Program(dtype, x.shape, [x, x[::-1].copy()], [("select", statement)], loop_trips=trips))
 
 
 @pytest.mark.parametrize("expression, dtype", sweep(

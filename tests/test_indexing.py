@@ -778,6 +778,44 @@ def test_print_parse_round_trip_of_every_indexing_op(rng):
     assert_same(execute(module, *args)[0], run_xla(module, *args)[0])
 
 
+def _bitwise_in_both_configurations(functions, x) -> None:
+    """Each of ``functions`` of ``x`` gives jax.jit's bits interpreted and fused with its loops compiled."""
+    import jax
+
+    import lowering
+    from interop import import_jax
+
+    for fn in functions:
+        expected = np.asarray(jax.jit(fn)(x))
+        module = import_jax(fn, x)
+        for options in ({"fusion": "never", "loop_compilation": "never"},
+                        {"fusion": "always", "loop_compilation": "always"}):
+            assert np.asarray(lowering.compile(module, **options)(x)[0]).tobytes() == expected.tobytes(), options
+
+
+@pytest.mark.parametrize("combine, dtype", [("max", np.float32), ("min", np.float64)])
+def test_a_scatter_max_min_of_nans_keeps_the_nan_xla_keeps(combine, dtype):
+    """Long fuzz campaign (session 22): ``x.at[jnp.arange(24) % 2].max(x + 2)`` with NaNs of both signs among the
+    updates kept the first NaN a target met (NumPy's ``maximum.at``) interpreted, and XLA's choice -- the update
+    computation's max -- compiled and in jax.jit: another NaN's sign. With NaNs among the updates the interpreter
+    applies them with the region's definition, as the compiled paths do. Straight-line and in a loop."""
+    import jax
+    import jax.numpy as jnp
+
+    bits = np.array([0x3F000000, 0xBA545E21, 0xC2C80000, 0xFF800001, 0, 0x7F800001, 0x7FC00005, 0xFFC00003,
+                     0x3A83126F, 0x7F800001, 0x42B20000, 0xFFC00001], np.uint32)
+    x = bits.view(np.float32).astype(dtype)
+    x = np.concatenate([x, x[::-1]])
+
+    def straight(a):
+        return getattr(a.at[jnp.arange(24) % 2], combine)(a + 2)
+
+    def looped(a):
+        return jax.lax.fori_loop(0, 2, lambda i, v: getattr(v.at[jnp.arange(24) % 3], combine)(v[::-1] + 2), a)
+
+    _bitwise_in_both_configurations([straight, looped], x)
+
+
 @pytest.mark.parametrize("combine", ["max", "min"])
 def test_a_scatter_max_min_keeps_the_denormals_it_does_not_touch(combine):
     """Long fuzz campaign (session 20): ``x.at[..., jnp.arange(64) % 2].max(x)`` turned the f32 denormals of the
@@ -785,9 +823,6 @@ def test_a_scatter_max_min_keeps_the_denormals_it_does_not_touch(combine):
     them. Straight-line and in a loop, every configuration."""
     import jax
     import jax.numpy as jnp
-
-    import lowering
-    from interop import import_jax
 
     x = np.array([[1.0, 2.0, 3.0, -4.0, 5.0, 3.9e-39, -2e-39, 0.5], [3e-39, -0.0, 0.0, -3e-39, 1, 2, 3, 4]],
                  np.float32)
@@ -798,9 +833,4 @@ def test_a_scatter_max_min_keeps_the_denormals_it_does_not_touch(combine):
     def looped(a):
         return jax.lax.fori_loop(0, 2, lambda i, v: getattr(v.at[..., jnp.arange(8) % 3], combine)(v[:, ::-1]), a)
 
-    for fn in (straight, looped):
-        expected = np.asarray(jax.jit(fn)(x))
-        module = import_jax(fn, x)
-        for options in ({"fusion": "never", "loop_compilation": "never"},
-                        {"fusion": "always", "loop_compilation": "always"}):
-            assert np.asarray(lowering.compile(module, **options)(x)[0]).tobytes() == expected.tobytes(), options
+    _bitwise_in_both_configurations([straight, looped], x)

@@ -72,11 +72,14 @@ class CseNumbering:
     one block, as XLA's CSE runs per computation (the FMA pass counts a multiply's uses in its computation); without
     it, ops merge wherever they are (a select's arms as LLVM sees them). ``max_depth``: look at most that many ops
     up an operand chain, a value further up being only itself; numbers are then not kept between calls (a key
-    depends on the depth it was reached at), for callers that ask about a few values of a large program."""
+    depends on the depth it was reached at), for callers that ask about a few values of a large program.
+    ``opaque``: values that are only themselves (the scalar kernels pass the values XLA computes outside the
+    select's fused loop -- moved out of a while loop --, which reach it loaded, one per op, unmerged)."""
 
     def __init__(self, see_through: Callable[[SSAValue], SSAValue] | None = None, per_computation: bool = True,
-                 max_depth: int | None = None):
+                 max_depth: int | None = None, opaque: Callable[[SSAValue], bool] | None = None):
         self._see_through = see_through
+        self._opaque = opaque
         self._per_computation = per_computation
         self._max_depth = max_depth
         self._numbers: dict[SSAValue, int] = {}
@@ -108,7 +111,8 @@ class CseNumbering:
 
     def _key(self, value: SSAValue, depth: int) -> tuple:
         op = value.owner
-        if not isinstance(op, Operation) or (self._max_depth is not None and depth >= self._max_depth):
+        if not isinstance(op, Operation) or (self._max_depth is not None and depth >= self._max_depth) or (
+                self._opaque is not None and self._opaque(value)):
             return ("value", value)
         where = id(op.parent) if self._per_computation else None
         if isinstance(op, ConstantOp):
@@ -131,3 +135,17 @@ class CseNumbering:
             operands.sort()
         properties = tuple(sorted((name, str(attribute)) for name, attribute in op.properties.items()))
         return (op.name, *operands, properties, str(value.type), where)
+
+
+def splat_value(value: SSAValue):
+    """The one element of ``value`` when it is a constant of one value or a broadcast of one (a NumPy scalar),
+    else None."""
+    op = value.owner
+    if isinstance(op, BroadcastInDimOp):
+        op = op.operands[0].owner
+    if not isinstance(op, ConstantOp):
+        return None
+    key = _constant_key(op)
+    if key is None or key[0] != "splat":
+        return None
+    return np.frombuffer(key[2], dtype=np.dtype(key[1]))[0]

@@ -350,12 +350,34 @@ def _scatter(op, ctx):
 
     input_types = [t.type for t in op.inputs]
     components = _components(op.update_computation, n)
+    appliers: list = []  # (the region's array form, made on first use)
+
+    def apply_in_rounds(region_fn, flats, keys, values):
+        """The update computation's own definition (lowering.kernels.region), round by round: every target's
+        k-th update in round k, so each target sees its updates in XLA's order."""
+        if not appliers:
+            appliers.append(array_applier(op.update_computation, result_dtypes(op, ctx)))
+        f = appliers[0](region_fn)
+        for ids in _rounds(keys):
+            t = elements(keys[ids])
+            results = f(*(flat[t] for flat in flats), *(v[ids].reshape(-1) for v in values))
+            for flat, r in zip(flats, results):
+                flat[t] = r
+
     if components is not None and all(c in ("keep", "replace") or _fast_ufunc(c, t)
                                       for c, t in zip(components, input_types)):
         plan = [(c, elem_of(t).kind == "float" and c in (np.maximum, np.minimum))
                 for c, t in zip(components, input_types)]
+        # NumPy's maximum/minimum of two NaNs keep the first (the target's); XLA's max/min -- the region's
+        # definition, which the compiled paths use too -- may keep the update's: with a NaN among the updates
+        # (long fuzz campaign, session 22: x.at[i % 2].max(x + 2) took another NaN's sign interpreted than
+        # compiled and in XLA), the updates are applied in rounds with the region's definition.
+        nan_sensitive = any(signed_zero for _, signed_zero in plan)
 
         def apply(region_fn, flats, keys, values):
+            if nan_sensitive and any(np.isnan(v).any() for (_, sz), v in zip(plan, values) if sz):
+                apply_in_rounds(region_fn, flats, keys, values)
+                return
             targets = elements(keys)
             last = None
             for (c, signed_zero), flat, v in zip(plan, flats, values):
@@ -371,15 +393,7 @@ def _scatter(op, ctx):
                 else:
                     _apply_ufunc(c, flat, targets, v.reshape(-1), signed_zero)
     else:
-        applier = array_applier(op.update_computation, result_dtypes(op, ctx))
-
-        def apply(region_fn, flats, keys, values):
-            f = applier(region_fn)
-            for ids in _rounds(keys):
-                t = elements(keys[ids])
-                results = f(*(flat[t] for flat in flats), *(v[ids].reshape(-1) for v in values))
-                for flat, r in zip(flats, results):
-                    flat[t] = r
+        apply = apply_in_rounds
 
     def scatter_kernel(region_fn, *args):
         inputs, indices, updates = args[:n], args[n], args[n + 1:]
