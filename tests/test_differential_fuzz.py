@@ -817,8 +817,9 @@ def test_selects_of_a_constant_written_twice_are_max_min_as_xla(statement, dtype
         _compare(Program(dtype, x0.shape, [x0], [("select", statement)], loop_trips=trips))
 
 
-@pytest.mark.parametrize("direction, dtype", [(">=", "float32"), ("<=", "float64"), (">=", "float64"),
-                                              ("<=", "float32"), (">", "float32"), ("<", "float64")])
+@pytest.mark.parametrize("direction, dtype", [(">=", "float32"), ("<=", "float64"), (">=", "bfloat16"),
+                                              (">=", "float64"), ("<=", "float32"), ("<=", "bfloat16"),
+                                              (">", "float32"), ("<", "float64"), (">", "bfloat16")])
 @pytest.mark.sample(3)
 def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, dtype):
     """``>=`` and ``<=`` selects against a constant: LLVM's x86 lowering makes ``select(a >= b, a, b)`` the max/min
@@ -826,12 +827,13 @@ def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, d
     order, a zero constant with the arms the other way round (``where(x >= 0.0, 0.0, x)``); ``where(x >= 0.0, x,
     0.0)`` stays a select. Inside a loop of 2+ trips XLA moves each broadcast constant out of the loop unmerged, so
     the select reads two loaded values: a select (``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0))``
-    kept denormals in XLA and flushed here). Every operand and arm order, straight-line and in a loop."""
+    kept denormals in XLA and flushed here). bf16, computed in f32 by XLA, follows the f32 rule against a constant
+    (it was always a select here). Every operand and arm order, straight-line and in a loop."""
     import itertools
 
-    tiny = float(np.finfo(dtype).tiny)
+    tiny = float(ml_dtypes.finfo(dtype).tiny)
     values = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -1.0, 2.5, -2.0, np.nan]
-    x = np.array(values * 2, dtype)
+    x = np.array(values * 2, np.float32).astype(dtype)
     for constant, compared, arms in itertools.product(["-1.0", "0.0", "2.5"], ["xc", "cx"], ["xc", "cx"]):
         a, b = ("x", constant) if compared == "xc" else (constant, "x")
         t, f = ("x", constant) if arms == "xc" else (constant, "x")

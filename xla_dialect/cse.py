@@ -29,6 +29,7 @@ from .ops import conversion as cv
 from .ops import elementwise as ew
 from .ops.constants import ConstantOp
 from .ops.data_movement import BitcastOp, BroadcastInDimOp, CopyOp, ReshapeOp, ReverseOp, SliceOp, TransposeOp
+from .types import numpy_dtype
 
 ELEMENT_WISE = (*ew.UNARY_OP_CLASSES.values(), *ew.BINARY_OP_CLASSES.values(), ew.CompareOp, ew.SelectOp)
 """Element-wise ops XLA's CSE merges when their operands are merged."""
@@ -55,13 +56,40 @@ def _constant_key(op: ConstantOp):
             array = np.ascontiguousarray(op.value.array)
             bits = array.view(np.uint8).reshape(array.size, array.dtype.itemsize) if array.size else None
             if bits is not None and (bits == bits[0]).all():
-                key = ("splat", array.dtype.str, bits[0].tobytes())
+                key = ("splat", array.dtype, bits[0].tobytes())
             else:
-                key = ("constant", array.dtype.str, array.shape, array.tobytes())
+                key = ("constant", array.dtype, array.shape, array.tobytes())
         except Exception:  # noqa: BLE001 - (a constant that does not read as an array: its own value)
             key = None
         _constant_keys[op] = key
     return key
+
+
+def _splat(value: SSAValue):
+    """``(dtype, bytes of the element)`` when ``value`` holds one value: a splat constant, a broadcast of one, or a
+    conversion of one (XLA folds a conversion of a constant into a constant: jax writes ``where(x > -1.0, x,
+    -1.0)``'s bf16 arm as a broadcast of the f32 constant converted), else None."""
+    op = value.owner
+    if isinstance(op, BroadcastInDimOp):
+        return _splat(op.operands[0])
+    if isinstance(op, ConstantOp):
+        key = _constant_key(op)
+        return key[1:] if key is not None and key[0] == "splat" else None
+    if isinstance(op, cv.ConvertOp):
+        source = _splat(op.operands[0])
+        if source is None:
+            return None
+        try:
+            target = numpy_dtype(value.type)
+        except Exception:  # noqa: BLE001 - (an element type without a NumPy form: not folded here)
+            return None
+        element = np.frombuffer(source[1], dtype=source[0])
+        if target.kind in "iub" and element.dtype.kind == "f" and not np.isfinite(element).all():
+            return None  # (XLA's conversion of a non-finite float to an integer: not modelled here)
+        with np.errstate(all="ignore"):
+            converted = element.astype(target)
+        return converted.dtype, converted.tobytes()
+    return None
 
 
 class CseNumbering:
@@ -115,21 +143,21 @@ class CseNumbering:
                 self._opaque is not None and self._opaque(value)):
             return ("value", value)
         where = id(op.parent) if self._per_computation else None
+        if isinstance(op, (ConstantOp, BroadcastInDimOp, cv.ConvertOp)):
+            splat = _splat(value)
+            if splat is not None:
+                return ("splat", *splat, str(value.type), where)
         if isinstance(op, ConstantOp):
             constant = _constant_key(op)
             return ("value", value) if constant is None else (*constant, str(value.type), where)
         if len(op.results) != 1 or op.regions:
             return ("value", value)
         operands = [self._number(v, depth + 1) for v in op.operands]
-        if isinstance(op, BroadcastInDimOp):
-            source = op.operands[0].owner
-            if isinstance(source, ConstantOp) and (_constant_key(source) or ("",))[0] == "splat":
-                return (*_constant_key(source), str(value.type), where)
-        elif isinstance(op, cv.ConvertOp):
+        if isinstance(op, cv.ConvertOp):
             if op.operands[0].type == value.type:  # (XLA's simplifier drops a conversion to the same type)
                 return self._key(self._seen(op.operands[0]), depth + 1)
             return ("convert", operands[0], str(value.type), where)
-        elif not isinstance(op, (*ELEMENT_WISE, *MOVES)):
+        elif not isinstance(op, (*ELEMENT_WISE, *MOVES, BroadcastInDimOp)):
             return ("value", value)
         if isinstance(op, COMMUTATIVE) and not op.properties.get("broadcast_dimensions"):
             operands.sort()
@@ -138,14 +166,7 @@ class CseNumbering:
 
 
 def splat_value(value: SSAValue):
-    """The one element of ``value`` when it is a constant of one value or a broadcast of one (a NumPy scalar),
-    else None."""
-    op = value.owner
-    if isinstance(op, BroadcastInDimOp):
-        op = op.operands[0].owner
-    if not isinstance(op, ConstantOp):
-        return None
-    key = _constant_key(op)
-    if key is None or key[0] != "splat":
-        return None
-    return np.frombuffer(key[2], dtype=np.dtype(key[1]))[0]
+    """The one element of ``value`` when it holds one value -- a splat constant, a broadcast or conversion of one
+    (a NumPy scalar) --, else None."""
+    splat = _splat(value)
+    return None if splat is None else np.frombuffer(splat[1], dtype=splat[0])[0]

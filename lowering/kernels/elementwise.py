@@ -1133,6 +1133,14 @@ def _select(op, ctx):
     definition = scalar.scalar_of(op, [np.bool_, dtype, dtype], dtype, ctx.flush)
     if definition is not None and definition.name == "select_flush":  # a float max/min pattern (its definition)
         return _quiet(scalar.ufunc(definition, [np.bool_, dtype, dtype], dtype))
+    if dtype == ml_dtypes.bfloat16 and ctx.flush and scalar.bf16_select_flushes(op):
+        tiny = ml_dtypes.finfo(ml_dtypes.bfloat16).tiny
+
+        def select_flushed(p, on_true, on_false):
+            chosen = np.where(p, on_true, on_false)
+            return np.where(np.abs(chosen) < tiny, np.copysign(np.zeros_like(chosen), chosen), chosen)
+
+        return select_flushed
     return np.where
 
 
