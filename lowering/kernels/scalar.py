@@ -948,7 +948,8 @@ def bf16_select_flushes(op) -> bool:
     site = _placement(op)
     constants = [splat_value(_folded(v, site)) for v in compare.operands]
     tiny = ml_dtypes.finfo(ml_dtypes.bfloat16).tiny
-    # (a denormal constant -- bf16(1e-40) -- keeps the select: measured, every form kept the denormal operand)
+    # (a denormal constant -- bf16(1e-40) --: not modelled, a select here; XLA flushes it in where(c > x, x, c)
+    # and keeps it in where(x > 0, x, c): docs/operations.md)
     return (any(c is not None for c in constants)
             and not any(c is not None and c != 0 and abs(float(c)) < tiny for c in constants)
             and not _merged_into_outer_select(op) and not _select_of_its_minimum(op))
