@@ -53,11 +53,11 @@ def _constant_key(op: ConstantOp):
     key = _constant_keys.get(op, False)
     if key is False:
         try:
-            array = np.ascontiguousarray(op.value.array)
-            bits = array.view(np.uint8).reshape(array.size, array.dtype.itemsize) if array.size else None
-            if bits is not None and (bits == bits[0]).all():
-                key = ("splat", array.dtype, bits[0].tobytes())
+            splat = op.splat_value()
+            if splat is not None:
+                key = ("splat", splat.dtype, splat.tobytes())
             else:
+                array = np.ascontiguousarray(op.value.array)
                 key = ("constant", array.dtype, array.shape, array.tobytes())
         except Exception:  # noqa: BLE001 - (a constant that does not read as an array: its own value)
             key = None
