@@ -150,8 +150,8 @@ from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
 from xla_dialect.ops.control_flow import ReturnOp, WhileOp
 from xla_dialect.ops.conversion import ConvertOp
-from xla_dialect.ops.data_movement import (BitcastOp, BroadcastInDimOp, ConcatenateOp, CopyOp, PadOp, ReshapeOp,
-                                          ReverseOp, SliceOp, TransposeOp)
+from xla_dialect.ops.data_movement import (BitcastOp, BroadcastInDimOp, ConcatenateOp, PadOp, ReshapeOp, SliceOp,
+                                          TransposeOp)
 from xla_dialect.ops.linalg import _DotBase
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
