@@ -833,13 +833,17 @@ def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, d
     0.0)`` stays a select. Inside a loop of 2+ trips XLA moves each broadcast constant out of the loop unmerged, so
     the select reads two loaded values: a select (``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0))``
     kept denormals in XLA and flushed here). bf16, computed in f32 by XLA, follows the f32 rule against a constant
-    (it was always a select here). Every operand and arm order, straight-line and in a loop."""
+    (it was always a select here; in the loops XLA compiles whole on native-bf16 hosts, a select). A denormal constant (f32/f64): LLVM makes ``>=``/``<=`` strict against a nonzero
+    constant, so where the instruction reads the arms as equal (the constant against a zero or a denormal) it gives
+    the false arm: f32 ``where(x >= 1e-40, x, 1e-40)`` at ``x = -0`` is +0 in XLA, was -0 here (session 23). Every
+    operand and arm order, straight-line and in a loop."""
     import itertools
 
     tiny = float(ml_dtypes.finfo(dtype).tiny)
     values = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -1.0, 2.5, -2.0, np.nan]
-    x = np.array(values * 2, np.float32).astype(dtype)
-    for constant, compared, arms in itertools.product(["-1.0", "0.0", "2.5"], ["xc", "cx"], ["xc", "cx"]):
+    x = np.array(values * 2, np.float32 if dtype != "float64" else np.float64).astype(dtype)
+    denormals = {"float32": ["1e-40", "-1e-40"], "float64": ["1e-310", "-1e-310"]}.get(dtype, [])
+    for constant, compared, arms in itertools.product(["-1.0", "0.0", "2.5", *denormals], ["xc", "cx"], ["xc", "cx"]):
         a, b = ("x", constant) if compared == "xc" else (constant, "x")
         t, f = ("x", constant) if arms == "xc" else (constant, "x")
         statement = f"jnp.where({a} {direction} {b}, {t}, {f})".replace("x", "x0")

@@ -46,7 +46,7 @@ from ..runtime import loop_runtime as rt
 from ..runtime.loop_runtime import denormal_as_zero
 from . import xla_scalar
 from ..runtime.interrupt import compile_off_main_thread
-from .host import host_properties
+from .host import host_properties, native_bf16
 from . import ynnpack_math
 
 # forceinline (LLVM's alwaysinline): a definition is inlined into the loop calling it, however large that
@@ -376,6 +376,20 @@ def select_flush(p, on_true, on_false):
     (:func:`_extremum_select`): the chosen operand read as a zero of its sign when it is a denormal. Measured
     against jax.jit: ``where(x > y, y, x)`` with ``x = 1e-39``, ``y = 0`` is ``0`` (here it was ``1e-39``)."""
     return denormal_as_zero(on_true if p else on_false)
+
+
+@_njit
+def select_flush_strict(p, on_true, on_false):
+    """:func:`select_flush` of a ``>=``/``<=`` max/min pattern against a nonzero constant
+    (``where(x >= c, x, c)``): LLVM makes the compare strict -- where ``x == c`` the arms are equal -- so the
+    instruction gives the false arm where the arms tie as it reads them, under denormals-are-zero: a denormal
+    constant against a zero or another denormal. Measured against jax.jit (session 23): f32 ``where(x >= 1e-40, x,
+    1e-40)`` at ``x = -0`` is ``+0`` (the constant, flushed), here it was ``-0``."""
+    chosen_true = denormal_as_zero(on_true)
+    chosen_false = denormal_as_zero(on_false)
+    if chosen_true == chosen_false:
+        return chosen_false
+    return chosen_true if p else chosen_false
 
 
 @_njit
@@ -932,7 +946,7 @@ def _compare(op, dtypes, result, flush):
 def _select(op, dtypes, result, flush):
     if flush and result in FLOATS:
         if _extremum_select(op) and not _merged_into_outer_select(op) and not _select_of_its_minimum(op):
-            return Scalar("select_flush")
+            return Scalar("select_flush_strict" if made_strict(op) else "select_flush")
         if _extremum_select(op, everywhere=True):  # (LLVM in the compiled code would see the pattern XLA does not)
             return Scalar("select_kept")
     return Scalar("select")
@@ -941,18 +955,45 @@ def _select(op, dtypes, result, flush):
 def bf16_select_flushes(op) -> bool:
     """Whether the bf16 select ``op`` is a max/min instruction in XLA's fused loop, flushing a denormal result:
     XLA computes bf16 in f32, where a bf16 denormal is an f32 denormal. Measured (session 22) on every operand and
-    arm order: against a constant the f32 rule of :func:`_extremum_select` holds; of two variables, a select."""
+    arm order: against a constant the f32 rule of :func:`_extremum_select` holds; of two variables, a select.
+    Inside the while loops XLA compiles whole on hosts computing bf16 natively (:func:`native_bf16`), a select
+    keeping the denormal (measured on an Intel Xeon with AMX, session 24: every ``>``/``<``/``>=``/``<=`` form
+    against -1.0, 0.0, 2.5 and +-1e-40, a ``fori_loop`` of 3 trips on 18 elements)."""
     compare = op.operands[0].owner
     if not isinstance(compare, ew.CompareOp) or not _extremum_select(op):
+        return False
+    if _small_call(op) and native_bf16():
         return False
     site = _placement(op)
     constants = [splat_value(_folded(v, site)) for v in compare.operands]
     tiny = ml_dtypes.finfo(ml_dtypes.bfloat16).tiny
-    # (a denormal constant -- bf16(1e-40) --: not modelled, a select here; XLA flushes it in where(c > x, x, c)
-    # and keeps it in where(x > 0, x, c): docs/operations.md)
+    # (a denormal constant -- bf16(1e-40) --: not modelled, a select here; XLA flushes it in some forms only:
+    # docs/operations.md)
     return (any(c is not None for c in constants)
-            and not any(c is not None and c != 0 and abs(float(c)) < tiny for c in constants)
+            and not any(_nonzero_constant(c) and abs(float(c)) < tiny for c in constants)
             and not _merged_into_outer_select(op) and not _select_of_its_minimum(op))
+
+
+def made_strict(op) -> bool:
+    """Whether LLVM makes the compare of the max/min select ``op`` strict: ``>=``/``<=`` against a nonzero
+    constant ``c``, where ``x == c`` makes the arms equal, so ``select(x >= c, A, B)`` is ``select(x > c, A, B)``
+    and the instruction gives ``B`` where it reads the operands as equal -- a denormal ``c`` read as zero against
+    a zero or another denormal ``x`` (:func:`select_flush_strict`)."""
+    compare = op.operands[0].owner
+    if compare.properties["comparison_direction"].data not in ("GE", "LE"):
+        return False
+    site = _placement(op)
+    return any(_nonzero_constant(splat_value(_folded(v, site))) for v in compare.operands)
+
+
+def _nonzero_constant(value) -> bool:
+    """Whether the float constant ``value`` (a NumPy scalar, or None for a variable) is not a zero, from its bits:
+    a denormal constant is nonzero to LLVM, and float arithmetic here may run under denormals-are-zero (code is
+    written at a call's first run, in the executor's flush mode)."""
+    if value is None:
+        return False
+    bits = int(np.asarray(value).view(f"u{value.dtype.itemsize}"))
+    return bits & ~(1 << (8 * value.dtype.itemsize - 1)) != 0
 
 
 def _select_of_its_minimum(op) -> bool:
@@ -1021,7 +1062,7 @@ def _extremum_select(op, everywhere: bool = False) -> bool:
     if direction in ("GT", "LT"):
         return True
     constants = [splat_value(_folded(v, site)) for v in compare.operands]
-    if any(c is not None and c != 0 for c in constants):  # (a NaN constant: the compare is false and flushing leaves the NaN)
+    if any(_nonzero_constant(c) for c in constants):  # (a NaN constant: the compare is false and flushing leaves the NaN)
         return True
     swapped = cse.number(op.operands[1]) == cse.number(compare.operands[1])
     return swapped and any(c is not None for c in constants)
