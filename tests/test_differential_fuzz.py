@@ -833,22 +833,45 @@ def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, d
     0.0)`` stays a select. Inside a loop of 2+ trips XLA moves each broadcast constant out of the loop unmerged, so
     the select reads two loaded values: a select (``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0))``
     kept denormals in XLA and flushed here). bf16, computed in f32 by XLA, follows the f32 rule against a constant
-    (it was always a select here; in the loops XLA compiles whole on native-bf16 hosts, a select). A denormal constant (f32/f64): LLVM makes ``>=``/``<=`` strict against a nonzero
-    constant, so where the instruction reads the arms as equal (the constant against a zero or a denormal) it gives
-    the false arm: f32 ``where(x >= 1e-40, x, 1e-40)`` at ``x = -0`` is +0 in XLA, was -0 here (session 23). Every
-    operand and arm order, straight-line and in a loop."""
+    (it was always a select here; in the loops XLA compiles whole on native-bf16 hosts, a select). Every operand and
+    arm order, straight-line and in a loop."""
     import itertools
 
     tiny = float(ml_dtypes.finfo(dtype).tiny)
     values = [tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -1.0, 2.5, -2.0, np.nan]
     x = np.array(values * 2, np.float32 if dtype != "float64" else np.float64).astype(dtype)
-    denormals = {"float32": ["1e-40", "-1e-40"], "float64": ["1e-310", "-1e-310"]}.get(dtype, [])
-    for constant, compared, arms in itertools.product(["-1.0", "0.0", "2.5", *denormals], ["xc", "cx"], ["xc", "cx"]):
+    for constant, compared, arms in itertools.product(["-1.0", "0.0", "2.5"], ["xc", "cx"], ["xc", "cx"]):
         a, b = ("x", constant) if compared == "xc" else (constant, "x")
         t, f = ("x", constant) if arms == "xc" else (constant, "x")
         statement = f"jnp.where({a} {direction} {b}, {t}, {f})".replace("x", "x0")
         for trips in (0, 3):
             _compare(Program(dtype, x.shape, [x, x[::-1].copy()], [("select", statement)], loop_trips=trips))
+
+
+@pytest.mark.parametrize("direction, dtype", [(">=", "float32"), ("<=", "float64"), ("<=", "float32"),
+                                              (">=", "float64")])
+@pytest.mark.sample(1)
+def test_selects_by_a_denormal_constant_tie_to_the_false_arm_as_xla(direction, dtype):
+    """A ``>=``/``<=`` select against a nonzero constant is made strict by LLVM (``x == c`` makes the arms equal),
+    so where the min/max instruction reads the arms as equal -- a denormal constant against a zero or another
+    denormal, all read as zero -- it gives the false arm: f32 ``where(x >= 1e-40, x, 1e-40)`` at ``x = -0`` is +0
+    in XLA with jax's default 32-bit mode, was -0 here (session 24, an Intel Xeon; with ``jax_enable_x64`` jax
+    writes the constants otherwise and XLA keeps -0, as here). Every operand and arm order, both signs of the
+    constant, straight-line and in a loop, f32 in both of jax's modes (the reproducer shown on a failure sets x64 on:
+    for the 32-bit mode, remove that line)."""
+    import itertools
+
+    tiny = float(np.finfo(dtype).tiny)
+    x = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -1.0, 2.5, -2.0, np.nan] * 2, dtype)
+    denormal = "1e-40" if dtype == "float32" else "1e-310"
+    for x64 in ([True, False] if dtype == "float32" else [True]):
+        with jax.enable_x64(x64):
+            for constant, compared, arms in itertools.product([denormal, "-" + denormal], ["xc", "cx"], ["xc", "cx"]):
+                a, b = ("x0", constant) if compared == "xc" else (constant, "x0")
+                t, f = ("x0", constant) if arms == "xc" else (constant, "x0")
+                statement = f"jnp.where({a} {direction} {b}, {t}, {f})"
+                for trips in (0, 3):
+                    _compare(Program(dtype, x.shape, [x, x[::-1].copy()], [("select", statement)], loop_trips=trips))
 
 
 @pytest.mark.parametrize("expression, dtype", sweep(
