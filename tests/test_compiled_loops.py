@@ -411,6 +411,7 @@ def _rnn(h0, xs, wx, wh):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
+@pytest.mark.sample(1)
 def test_matrix_products_in_loops(dtype):
     # A dot in a loop body is the CBLAS gemm call NumPy's matmul makes: the same bits as the interpreted loop.
     xs = RNG.standard_normal((10, 8, 16)).astype(dtype)

@@ -111,6 +111,7 @@ class Program:
     scan: bool = False  # the loop a lax.scan returning its carry and each trip's value stacked
     also_returned: tuple[int, ...] = ()  # straight-line: earlier statements returned too (a tuple of results)
     nested: int = 0  # > 0 (a fori_loop): the statements are the body of an inner fori_loop of this many trips
+    x64: bool = True  # jax's 64-bit mode (False: jax's default, which writes Python constants as 32-bit literals)
 
     def source(self) -> str:
         """The program as Python source defining ``fn``."""
@@ -165,7 +166,7 @@ class Program:
         """Self-contained Python source that rebuilds the inputs from their bits and reruns the comparison."""
         dtype = self.dtype
         lines = ["import jax, jax.numpy as jnp, ml_dtypes, numpy as np", "import lowering",
-                 "from interop import import_jax", "jax.config.update('jax_enable_x64', True)"]
+                 "from interop import import_jax", f"jax.config.update('jax_enable_x64', {self.x64})"]
         for i, x in enumerate(self.inputs):
             bits = x.view(f"u{x.dtype.itemsize}")
             lines.append(f"x{i} = np.array({bits.ravel().tolist()}, np.uint{8 * x.dtype.itemsize})"
@@ -293,9 +294,11 @@ def _maybe_in_a_loop(draw, program: Program, loops: bool | None) -> Program:
 
 
 @st.composite
-def programs(draw, loops: bool | None = None):
-    """A random :class:`Program` (``loops``: force a loop (True), none (False) or either (None))."""
-    dtype = draw(st.sampled_from(sorted(DTYPES)))
+def programs(draw, loops: bool | None = None, x64: bool = True):
+    """A random :class:`Program` (``loops``: force a loop (True), none (False) or either (None); ``x64``: in jax's
+    64-bit mode, or in its default 32-bit mode, without f64 values)."""
+    dtypes = DTYPES if x64 else {name: t for name, t in DTYPES.items() if name != "float64"}
+    dtype = draw(st.sampled_from(sorted(dtypes)))
     shape = _shape(draw)
     count = draw(st.integers(1, 3))
     inputs = [draw(arrays(dtype, shape)) for _ in range(count)]
@@ -304,7 +307,7 @@ def programs(draw, loops: bool | None = None):
     if draw(st.booleans()):  # a scalar input, read by products (in a loop: a value the loop carries unchanged)
         scalars.append(f"x{count}")
         inputs.append(draw(arrays(dtype, ())))
-    program = Program(dtype, shape, inputs)
+    program = Program(dtype, shape, inputs, x64=x64)
     for k in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "constant", "select", "row",
                                      "convert", "products", "structured", "movement"]))
@@ -352,7 +355,7 @@ def programs(draw, loops: bool | None = None):
             index = f"jnp.argmax({draw(pick)}.reshape(-1)[:{shape[-1]}]) % {shape[-1]}"
             expression = MOVEMENT[name].format(draw(pick), draw(pick), n=shape[-1], i=index)
         else:
-            other = draw(st.sampled_from(sorted(set(DTYPES) - {dtype})))
+            other = draw(st.sampled_from(sorted(set(dtypes) - {dtype})))
             expression = f"{draw(pick)}.astype(jnp.{other}).astype(jnp.{dtype})"
         program.statements.append((kind, expression))
         values.append(f"v{k}")
@@ -629,6 +632,11 @@ def _shown(a: np.ndarray, where: np.ndarray) -> str:
 
 
 def _compare(program: Program) -> None:
+    with jax.enable_x64(program.x64):
+        _compare_in_jaxs_mode(program)
+
+
+def _compare_in_jaxs_mode(program: Program) -> None:
     fn = program.function()
     args = [np.asarray(x) for x in program.inputs]
     expected = [np.asarray(v) for v in jax.tree.leaves(jax.jit(fn)(*args))]
@@ -677,6 +685,15 @@ def test_integer_programs(program):
     _check(program)
 
 
+@QUICK
+@given(programs(x64=False))
+def test_programs_in_jaxs_32_bit_mode(program):
+    """jax's default mode (no ``jax_enable_x64``), which users run in: jax writes a Python constant as a 32-bit
+    literal where the 64-bit mode converts it (XLA's simplifier and LLVM then see other programs: a select by
+    ``1e-40`` ties otherwise, ``test_selects_by_a_denormal_constant_tie_to_the_false_arm_as_xla``)."""
+    _check(program)
+
+
 @pytest.mark.skipif(not _layer_orders_measured(), reason="the dot and sum orders were measured on AVX-512 hosts "
                     "with known cache sizes and at most two CPUs")
 @settings(QUICK, max_examples=1)  # (a gradient compiles many kernels: 1-30 s each on a cold cache)
@@ -693,7 +710,7 @@ XLA's compiler or in compiled code) leaves the program that killed it there."""
 
 @pytest.mark.slow
 @LONG
-@given(st.one_of(programs(), integer_programs()))
+@given(st.one_of(programs(), programs(x64=False), integer_programs()))
 def test_programs_long_campaign(program):
     if _documented_deviation(program) is None:
         with open(LAST_PROGRAM, "w") as file:
@@ -857,21 +874,20 @@ def test_selects_by_a_denormal_constant_tie_to_the_false_arm_as_xla(direction, d
     denormal, all read as zero -- it gives the false arm: f32 ``where(x >= 1e-40, x, 1e-40)`` at ``x = -0`` is +0
     in XLA with jax's default 32-bit mode, was -0 here (session 24, an Intel Xeon; with ``jax_enable_x64`` jax
     writes the constants otherwise and XLA keeps -0, as here). Every operand and arm order, both signs of the
-    constant, straight-line and in a loop, f32 in both of jax's modes (the reproducer shown on a failure sets x64 on:
-    for the 32-bit mode, remove that line)."""
+    constant, straight-line and in a loop, f32 in both of jax's modes."""
     import itertools
 
     tiny = float(np.finfo(dtype).tiny)
     x = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -1.0, 2.5, -2.0, np.nan] * 2, dtype)
     denormal = "1e-40" if dtype == "float32" else "1e-310"
     for x64 in ([True, False] if dtype == "float32" else [True]):
-        with jax.enable_x64(x64):
-            for constant, compared, arms in itertools.product([denormal, "-" + denormal], ["xc", "cx"], ["xc", "cx"]):
-                a, b = ("x0", constant) if compared == "xc" else (constant, "x0")
-                t, f = ("x0", constant) if arms == "xc" else (constant, "x0")
-                statement = f"jnp.where({a} {direction} {b}, {t}, {f})"
-                for trips in (0, 3):
-                    _compare(Program(dtype, x.shape, [x, x[::-1].copy()], [("select", statement)], loop_trips=trips))
+        for constant, compared, arms in itertools.product([denormal, "-" + denormal], ["xc", "cx"], ["xc", "cx"]):
+            a, b = ("x0", constant) if compared == "xc" else (constant, "x0")
+            t, f = ("x0", constant) if arms == "xc" else (constant, "x0")
+            statement = f"jnp.where({a} {direction} {b}, {t}, {f})"
+            for trips in (0, 3):
+                _compare(Program(dtype, x.shape, [x, x[::-1].copy()], [("select", statement)], loop_trips=trips,
+                                 x64=x64))
 
 
 @pytest.mark.parametrize("expression, dtype", sweep(
@@ -957,6 +973,7 @@ def test_select_of_a_value_and_its_round_trip_is_the_documented_select_max():
                                         "jnp.maximum(x0, jnp.where(x0 > x1, x0, x1 * 2))",
                                         "jnp.minimum(x0, jnp.where(x0 > x1, -jnp.abs(x0), x0))",
                                         "jnp.minimum(jnp.where(x0 < x1, x0, x1 + 1), x0)"])
+@pytest.mark.sample(5)
 def test_max_min_of_a_select_of_its_operand_as_xla(expression, dtype):
     """Long campaign, seed 27: LLVM moves a max/min of a select one of whose arms is its other operand into the
     arms, where ``max(x, x)`` is ``x``: a subnormal ``x`` (compared as 0 under DAZ) is kept in XLA, where the
@@ -993,6 +1010,7 @@ def test_pow_of_nan_by_a_subnormal_is_nan_on_every_path(dtype):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("expression", ["jnp.maximum(x0, {}(1e-40))", "jnp.minimum(x0, {}(-1e-40))",
                                         "jnp.maximum({}(1e-40), x0)"])
+@pytest.mark.sample(3)
 def test_max_min_with_a_denormal_constant_as_xla(expression, dtype):
     """Long campaign, seed 3: ``jnp.maximum(x, bf16(1e-40))`` with ``x = -0`` is ``-0`` in XLA (bf16 is computed
     in f32, where the bf16 denormal is an f32 denormal that the max instruction reads as a zero and returns ``x``
@@ -1128,6 +1146,7 @@ def test_nested_selects_on_one_predicate_fold_before_max_min_as_xla():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.sample(1)
 def test_a_max_min_select_merged_into_the_select_reading_it_keeps_denormals_as_xla(dtype):
     """Long campaign, seed 50: ``where(x1 > x0, where(x2 > x1, x1, x2), x2)`` (f64, a fori_loop of one trip) with
     denormal ``x1``, ``x2``: XLA keeps ``x2``'s denormal -- LLVM merges a select used once as an arm of a select

@@ -200,6 +200,7 @@ def test_rows_of_five_to_eight_products_round_where_xla_vectorizes(rows, length,
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.sample(1)
 def test_sums_of_squares_start_with_the_first_square_fused(dtype):
     # x * x summed from +0: LLVM drops the +0 and contracts the first add's first product, fma(x0, x0, x1 * x1),
     # then each step (tree_sum.contracted_sums); jnp.var, norms and odeint's error ratio are such sums. (Full

@@ -608,6 +608,7 @@ def test_added_into_a_scatter():
 
 
 @pytest.mark.parametrize("case", ["1d", "swapped", "ranks", "rows", "sorted", "many"])
+@pytest.mark.sample(3)
 def test_two_scatters_added(case):
     # The gradient of two gathers: one scatter of both's updates, the left's first (sorted indices: the left
     # scatter into the right's result; more updates than elements: the add stays).
