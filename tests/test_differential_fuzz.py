@@ -890,6 +890,28 @@ def test_selects_by_a_denormal_constant_tie_to_the_false_arm_as_xla(direction, d
                                  x64=x64))
 
 
+@pytest.mark.parametrize("x64", [False, True], ids=["32-bit", "64-bit"])
+@pytest.mark.parametrize("direction", [">=", "<", "<=", ">"])
+@pytest.mark.sample(2)
+def test_selects_of_one_element_by_a_denormal_constant_as_xla(direction, x64):
+    """f32 selects of one element against a denormal constant: XLA's scalar code holds the constant as the zero it
+    reads as, so ``where(x >= 1e-40, x, 1e-40)`` is ``where(x >= 0.0, x, 0.0)`` with the constant arm +0 -- a
+    denormal ``x`` kept, ``x = -1`` gives +0 -- and ``where(x > 1e-40, 1e-40, x)`` XLA's min (found session 24,
+    an Intel Xeon; were the array rules here). In jax's 64-bit mode the arm is an f64 ``1e-40`` converted, which
+    XLA folds to 0: the same results. Each value its own one-element input, every operand and arm order."""
+    import itertools
+
+    tiny = float(np.finfo(np.float32).tiny)
+    inputs = [np.array([v], np.float32) for v in (tiny / 3, -tiny / 5, -0.0, 0.0, -1.0, 1.0)]
+    for constant, compared, arms in itertools.product(["1e-40", "-1e-40"], ["xc", "cx"], ["xc", "cx"]):
+        statements = []
+        for i in range(len(inputs)):
+            a, b = (f"x{i}", constant) if compared == "xc" else (constant, f"x{i}")
+            t, f = (f"x{i}", constant) if arms == "xc" else (constant, f"x{i}")
+            statements.append(("select", f"jnp.where({a} {direction} {b}, {t}, {f})"))
+        _compare(Program("float32", (1,), inputs, statements, also_returned=tuple(range(len(inputs) - 1)), x64=x64))
+
+
 @pytest.mark.parametrize("expression, dtype", sweep(
     ["jnp.abs(x0 * x0)", "jnp.abs(jnp.maximum(x0 * x0, x0 - x1))", "jnp.abs(jnp.where(x0 > x1, x0 * x0, jnp.abs(x0)))",
      "jnp.where(x0 * x0 >= 0, x0, x1)", "jnp.where(jnp.abs(x0) < 0, x0, x1)", "jnp.where(0 <= x0 * x0, x1, x0)",
