@@ -299,6 +299,15 @@ def _splat(constant: ConstantOp) -> bool:
     return values is not None and values.size > 0 and bool((values == values.flat[0]).all())
 
 
+def _read_by_a_dot(value: SSAValue) -> bool:
+    """Whether a dot reads the element-wise ``value`` too: XLA CPU fuses no producer into a dot, and duplicates a
+    producer into its consumers only where every consumer fuses it, so the value is computed by a fusion of its
+    own and the others load it (long fuzz campaign, session 24: ``v0 * v0**3 + x * (x - sum(x, 0))`` with ``v0``
+    also read by ``v2.T @ v0`` contracts ``v0 * v0**3`` in XLA -- ``v0`` its fusion's first load --, where ranking
+    ``v0``'s own expression inside contracted the other product: an f64 -0 that XLA gives as +0)."""
+    return any(isinstance(use.operation, _DotBase) for use in value.uses)
+
+
 def _in_another_fusion(reader: Operation, index: int, user: Operation) -> bool:
     """Whether ``reader`` (reading a multiply at operand ``index``) is in another of XLA's fusions than ``user``:
     a reduce reading it as an input (a fusion of its own), a return (the multiply's own result), a dot, or an
@@ -683,7 +692,7 @@ class _Ranks:
         if isinstance(owner, BroadcastInDimOp) or _is_move(owner) or (
                 isinstance(owner, ConcatenateOp) and _one_reader(value)):
             return "moved"
-        if isinstance(owner, _EMITTED_ELEMENT_WISE):
+        if isinstance(owner, _EMITTED_ELEMENT_WISE) and not _read_by_a_dot(value):
             return "element-wise"
         return "load"
 
@@ -744,6 +753,9 @@ class _Ranks:
         owner = value.owner
         if isinstance(owner, ConstantOp):
             rank = 0
+        elif _read_by_a_dot(value) and value.type.get_shape():
+            self.loads += 1  # (computed by a fusion of its own: loaded)
+            rank = self.LOADS + self.loads
         elif not value.type.get_shape() and not self.scalars_loaded:
             rank = self.SCALAR  # (computed before the loop: below every value the loop body loads)
         elif isinstance(owner, BroadcastInDimOp) or _is_move(owner):

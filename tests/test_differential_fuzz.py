@@ -890,6 +890,21 @@ def test_selects_by_a_denormal_constant_tie_to_the_false_arm_as_xla(direction, d
                                  x64=x64))
 
 
+def test_a_product_of_a_value_a_dot_reads_too_is_contracted_as_xla():
+    """Long campaign (session 24): in ``v0 * v0**3 + x0 * v2`` XLA contracts ``v0 * v0**3`` -- ``v0 = x0 * x0 - x0 *
+    2`` is also read by a dot, so XLA computes it in a fusion of its own and the add's fusion loads it first, which
+    ranks that product lower -- and ``x0 * v2`` was contracted here, ranking ``v0``'s own expression inside the
+    fusion: at ``x0 = -4.087e-306`` the sum is +0 in XLA, was -0 here (``passes.fma_contraction._read_by_a_dot``)."""
+    bits = [0, 9218868437227457852, 0, 13860109328209412096, 12950379527529122532, 4635945642982637568,
+            4635945642982637568, 9218868437227405313, 9218868437227405313, 9218868437227405313, 9218868437227405313,
+            9223372036854775806, 9261360639630964827, 0, 0, 0]
+    x0 = np.array(bits, np.uint64).view(np.float64).reshape(2, 8)
+    statements = [("products", "x0 * x0 - x0 * np.float64(2.0)"), ("binary", "v0 ** 3"),
+                  ("row", "x0 - jnp.sum(x0, axis=0, keepdims=True)"), ("products", "v0 * v1 + x0 * v2"),
+                  ("binary", "v2 @ (v2.T @ v0)")]
+    _compare(Program("float64", (2, 8), [x0], statements, also_returned=(2, 3)))
+
+
 @pytest.mark.parametrize("x64", [False, True], ids=["32-bit", "64-bit"])
 @pytest.mark.parametrize("direction", [">=", "<", "<=", ">"])
 @pytest.mark.sample(2)
