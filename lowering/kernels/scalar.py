@@ -868,15 +868,7 @@ def _denormal_splat(value) -> bool:
         owner = owner.operands[0].owner
     if not isinstance(owner, ConstantOp):
         return False
-    splat = owner.splat_value()
-    if splat is None or splat.dtype not in (np.float32, np.float64, ml_dtypes.bfloat16):
-        return False
-    # From the bits: float arithmetic on a denormal reads zero when this runs in the executor's flush mode
-    # (compiled loops are written at their first call; found by test_max_min_with_a_denormal_constant_as_xla).
-    bits = int(np.asarray(splat).view(f"u{splat.dtype.itemsize}"))
-    mantissa = ml_dtypes.finfo(splat.dtype).nmant
-    exponent_mask = (1 << (8 * splat.dtype.itemsize - 1)) - (1 << mantissa)
-    return bits & exponent_mask == 0 and bits & ((1 << mantissa) - 1) != 0
+    return _zero_of_denormal(owner.splat_value()) is not None
 
 
 @scalar_definition(ew.MaxOp, ew.MinOp)
@@ -1000,22 +992,22 @@ def _select_by_a_zeroed_constant(op) -> str | None:
 
 
 def _zero_of_denormal(value) -> int | None:
-    """The bits of the signed zero a denormal float constant ``value`` reads as (None: not a denormal)."""
-    if value is None or value.dtype not in (np.float32, np.float64):
+    """The bits of the signed zero a nonzero denormal f32/f64/bf16 constant ``value`` reads as (None: not one).
+    From the bits: float arithmetic on a denormal reads zero when this runs in the executor's flush mode (compiled
+    loops are written at their first call; found by test_max_min_with_a_denormal_constant_as_xla)."""
+    if value is None or value.dtype not in (np.float32, np.float64, ml_dtypes.bfloat16):
         return None
-    width = 8 * value.dtype.itemsize
     bits = int(np.asarray(value).view(f"u{value.dtype.itemsize}"))
-    sign = bits & (1 << (width - 1))
-    exponent_bits = {32: 0x7F800000, 64: 0x7FF0000000000000}[width]
-    return sign if bits & exponent_bits == 0 and bits != sign else None
+    sign = bits & (1 << (8 * value.dtype.itemsize - 1))
+    mantissa = ml_dtypes.finfo(value.dtype).nmant
+    return sign if (bits ^ sign) >> mantissa == 0 and bits != sign else None
 
 
 def _reads_as(value, zero: int) -> bool:
     """Whether the float constant ``value`` is the signed zero of bits ``zero``, or a denormal of its sign."""
     if value is None or value.dtype not in (np.float32, np.float64):
         return False
-    bits = int(np.asarray(value).view(f"u{value.dtype.itemsize}"))
-    return bits == zero or _zero_of_denormal(value) == zero
+    return int(np.asarray(value).view(f"u{value.dtype.itemsize}")) == zero or _zero_of_denormal(value) == zero
 
 
 def bf16_select_flushes(op) -> bool:
