@@ -145,7 +145,8 @@ PROGRAM = textwrap.dedent(
                    for v in vars(m).values() if hasattr(v, "_cache_hits") and v.py_func.__module__ == name]
     print(json.dumps({"bits": [np.asarray(o).tobytes().hex() for o in out],
                       "loaded": sum(sum(d._cache_hits.values()) for d in dispatchers),
-                      "compiled": sum(sum(d._cache_misses.values()) for d in dispatchers)}))
+                      "compiled": sum(sum(d._cache_misses.values()) for d in dispatchers),
+                      "registries": "numba.np.arraymath" in sys.modules}))
     """
 )
 
@@ -174,6 +175,43 @@ def test_a_program_compiled_before_runs_its_machine_code_from_the_first_call(tmp
     second = run("auto")   # a new process: loads, compiles nothing, the same bits
     assert second["compiled"] == 0 and second["loaded"] == first["compiled"], second
     assert second["bits"] == first["bits"]
+    # A load installs none of numba's compiler registries (numba does before every load: ~0.3-0.5 s of imports,
+    # scipy.linalg among them, the largest part of a warm start); the compiling process needed them.
+    assert first["registries"] and not second["registries"], (first, second)
+
+
+UFUNC_AFTER_A_LOAD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import lowering
+    from lowering.kernels import scalar
+
+    f32 = np.dtype(np.float32)
+    add = scalar.Scalar("add").function          # a library function: compiled, then loaded from numba's cache
+    print(add(np.float32(1.5), np.float32(2.0)))
+    multiply = scalar.ufunc(scalar.Scalar("multiply"), [f32, f32], f32)  # numba builds its ufunc loop
+    print(multiply(np.float32([1.5, -2.0]), np.float32([2.0, 0.5])).tolist())
+    print("numba.np.arraymath" in sys.modules)
+    """
+)
+
+
+def test_a_ufunc_is_built_around_a_cached_kernel_after_a_load_without_numbas_registries(tmp_path):
+    # A load of the library's code skips numba's registries (numba_cache.install); numba.vectorize generates its
+    # ufunc loop around the cached kernel in every process, which needs them: it asks for them itself
+    # (ensure_target_registries). Without that, the second process failed (NumbaNotImplementedError in the loop
+    # builder) -- the first one compiles, and a compilation installs them.
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                          os.environ.get("PYTHONPATH", "")])}
+    outputs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", UFUNC_AFTER_A_LOAD], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout.split())
+    assert outputs[0][:3] == outputs[1][:3] == ["3.5", "[3.0,", "-1.0]"], outputs
 
 
 def test_a_ufunc_of_a_scalar_definition_is_built_at_its_first_call():

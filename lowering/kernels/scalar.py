@@ -1544,18 +1544,27 @@ def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
     if not scalar.arguments and isinstance(scalar.function, numba.core.dispatcher.Dispatcher):
         # Defined in this file: numba caches the ufunc's machine code on disk.
         # (compiles now: off the main thread, so that Ctrl-C meanwhile is a KeyboardInterrupt here, not inside numba)
-        return compile_off_main_thread(numba.vectorize([signature], nopython=True, cache=True),
-                                       scalar.function.py_func)
+        return compile_off_main_thread(_cached_ufunc, signature, scalar.function.py_func)
     names = [f"x{k}" for k in range(len(operand_dtypes))]
     constants = {f"k{k}": value for k, value in enumerate(scalar.arguments)}
     call = f"target({scalar.name}({', '.join([*names, *constants])}))"
     source = f"def element({', '.join(names)}):\n    return {call}\n"
     module = _wrapper_module(scalar, constants, np.dtype(result_dtype), source)
     if module is not None:  # a module file: numba caches the ufunc for later processes (0.3 s each otherwise)
-        return compile_off_main_thread(numba.vectorize([signature], nopython=True, cache=True), module.element)
+        return compile_off_main_thread(_cached_ufunc, signature, module.element)
     namespace = {scalar.name: scalar.function, "target": np.dtype(result_dtype).type, **constants}
     exec(source, namespace)  # noqa: S102 - a two-line wrapper binding the constants
     return compile_off_main_thread(numba.vectorize([signature], nopython=True), namespace["element"])
+
+
+def _cached_ufunc(signature, element: Callable) -> Callable:
+    """``numba.vectorize`` of ``element`` with numba's disk cache. numba builds the ufunc loop around the
+    element function's machine code in every process, a code generation that needs its lowering registries, which
+    a cache load of the library's functions no longer installs (:mod:`lowering.runtime.numba_cache`)."""
+    from ..runtime.numba_cache import ensure_target_registries
+
+    ensure_target_registries()
+    return numba.vectorize([signature], nopython=True, cache=True)(element)
 
 
 def _wrapper_module(scalar: Scalar, constants: dict, result_dtype: np.dtype, source: str):

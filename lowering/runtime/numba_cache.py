@@ -18,8 +18,15 @@ module under ``lowering/kernels/`` and ``lowering/runtime/`` (:func:`library_dig
 that change machine code (:func:`codegen_settings`). numba checks only the file
 that defines a cached function: ``small_dot``'s kernels' machine code links the functions it calls from other modules
 (``eigen_dots``, ``chain_tiles``), so after a change to one of those (an update of the package, an edit) its cached
-code ran the old callee -- wrong bits, or a crash where the callee's arguments had changed. Installed when
-:mod:`lowering` is imported.
+code ran the old callee -- wrong bits, or a crash where the callee's arguments had changed.
+
+And it loads the library's cached code without numba's registries: numba refreshes its target context before every
+cache load, which imports and installs every typing and lowering registry (~0.3-0.5 s at a process's first load,
+scipy.linalg among the imports), though loading machine code needs only numba's runtime. A process that runs a
+program compiled before so reaches its compiled code ~0.3 s sooner. Code numba generates around a cached function
+(``numba.vectorize``'s ufunc loop) asks for the registries first (:func:`ensure_target_registries`).
+
+Installed when :mod:`lowering` is imported.
 """
 
 from __future__ import annotations
@@ -141,6 +148,37 @@ def install() -> None:
         return key + (library_digest(), codegen_settings()) if _ours(self._py_func) else key
 
     caching.Cache._index_key = index_key
+
+    original_public_load = caching.Cache.load_overload
+
+    @functools.wraps(original_public_load)
+    def load_overload_without_refresh(self, sig, target_context):
+        if not _ours(self._py_func):
+            return original_public_load(self, sig, target_context)
+        # numba refreshes the target context before every cache load: it imports and installs every typing and
+        # lowering registry (numba.np.arraymath, which imports scipy.linalg, ...), ~0.3-0.5 s on a 2-core VM at
+        # the first load of a process -- while loading machine code needs none of them, only numba's runtime (NRT)
+        # symbols and its atomic helpers. So a process that runs a program compiled before starts in ~50 ms
+        # instead of ~0.4 s. A compilation (a cache miss) refreshes on its own (numba.core.compiler), so later
+        # compilations see every registry as before; code generated after a load (numba.vectorize's ufunc loop
+        # around a cached kernel) asks for them first (ensure_target_registries).
+        from numba.core.runtime import rtsys
+
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+        return None  # (the guard swallowed a spurious I/O error: compiled afresh, as numba does)
+
+    caching.Cache.load_overload = load_overload_without_refresh
+
+
+def ensure_target_registries() -> None:
+    """Install numba's typing and lowering registries in its CPU target now, as numba does before every cache
+    load (:func:`install` skips that for the library's functions): for code numba generates around a cached
+    function without compiling it (``numba.vectorize``'s ufunc loop). Cheap after the first call in a process."""
+    from numba.core.registry import cpu_target
+
+    cpu_target.target_context.refresh()
 
 
 def has_machine_code(dispatcher, signature: tuple) -> bool:
