@@ -87,7 +87,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, UnitAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, UnitAttr
+from collections.abc import Callable
+
 from xdsl.ir import Operation, SSAValue
 
 from xla_dialect.ops import collectives as co
@@ -107,7 +109,7 @@ from .base import PatternPass
 from .quantized import computes_on_quantized
 from .registry import register_pass
 from .util import create, element_name, make_constant, tensor_type
-from .xla_loop_bytes import _copied_into_several_fusions, live_state, loop_model_bytes
+from .xla_loop_bytes import _copied_into_several_fusions, live_state, loop_model_bytes, memoized
 
 from lowering.kernels.elementwise import BF16_FLUSHED_STORE  # noqa: E402 - (read by the kernels)
 from lowering.kernels.host import native_bf16  # noqa: E402
@@ -198,8 +200,21 @@ def moved_out_of_its_loop(op: Operation) -> bool:
             and moved_out_of_loop(op, loop))
 
 
+SMALL_LOOP = "xla_cpu_small_loop"
+"""The attribute (a bool) this pass puts on every ``hlo.while`` of a program it rewrites: whether XLA CPU compiles
+the loop whole (:func:`is_small_loop`), decided once, on the program as the pass gets it -- the HLO XLA decides on,
+before this pass writes ops in the forms XLA's emitter computes (which would change the model's count) -- and read
+by ``contract-fma`` and :func:`is_small_loop` after it (the model costs up to ~0.1 s per loop; jax.random.gamma's
+program asked it 124 times). A pass that changes a loop after this one must drop the mark."""
+
+
 def is_small_loop(op: WhileOp, threshold: int | None = None) -> bool:
-    """Whether XLA CPU compiles the while loop ``op`` whole (``xla_cpu_small_call``), by its rule."""
+    """Whether XLA CPU compiles the while loop ``op`` whole (``xla_cpu_small_call``), by its rule: the
+    :data:`SMALL_LOOP` mark where ``xla-small-loops`` put one and no ``threshold`` is given, else the model."""
+    if threshold is None:
+        mark = op.attributes.get(SMALL_LOOP)
+        if isinstance(mark, IntegerAttr):
+            return bool(mark.value.data)
     threshold = byte_threshold() if threshold is None else threshold
     if threshold <= 0 or runs_at_most_once(op):
         return False
@@ -320,11 +335,11 @@ computing bf16 natively (flushing a denormal: :data:`lowering.kernels.elementwis
 (``neg``, ``abs``: measured to keep denormals), max/min, compares and selects."""
 
 
-def _candidates(module: Operation, threshold: int) -> list[Operation]:
+def _candidates(module: Operation, small: Callable[[WhileOp], bool]) -> list[Operation]:
     found: list[Operation] = []
     seen: set[int] = set()
     for op in module.walk():
-        if isinstance(op, WhileOp) and is_small_loop(op, threshold):
+        if isinstance(op, WhileOp) and small(op):
             # (a rewritten op XLA hoists out of the loop is computed as straight-line code there, measured: a loop
             # of v * 0.5 + tan(b) with b carried unchanged gives tan's own bits on an Intel Xeon, the sin / cos
             # form differed on 15 of 56 elements; f32 cbrt, f16 log1p and rsqrt alike. Marked ops: not measured.)
@@ -351,26 +366,47 @@ def small_loop_numerics(module: ModuleOp, clone: bool = False, threshold: int | 
     if not flushed_stores and not shifted and not any(type(op) in _REWRITTEN or type(op) in _MARKED
                                                       for op in module.walk()):
         return module
-    if (not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, threshold))
-            and not (flushed_stores and (_bf16_stores(module, threshold) or _bf16_scalar_ops(module, threshold)))
-            and not (shifted and _shared_products(module, threshold))):
+    loops = [op for op in module.walk() if isinstance(op, WhileOp)]
+    with memoized():  # (nested loops are modelled once, not again for each loop around them)
+        decided = [is_small_loop(op, threshold) for op in loops]  # (once: SMALL_LOOP)
+    small = _decisions(loops, decided)
+    if (not any(_rewrite_key(op) or _unmarked(op) for op in _candidates(module, small))
+            and not (flushed_stores and (_bf16_stores(module, small) or _bf16_scalar_ops(module, small)))
+            and not (shifted and _shared_products(module, small))
+            and all(_marked_as(loop, s) for loop, s in zip(loops, decided))):
         return module
     if clone:
         module = module.clone()
-    for op in _candidates(module, threshold):
+        loops = [op for op in module.walk() if isinstance(op, WhileOp)]  # (the clone's, in the same order)
+        small = _decisions(loops, decided)
+    for loop, s in zip(loops, decided):
+        loop.attributes[SMALL_LOOP] = IntegerAttr.from_bool(s)
+    for op in _candidates(module, small):
         if type(op) in _MARKED:
             op.attributes[SMALL_CALL] = UnitAttr()
         else:
             _rewrite(op)
     if shifted:
-        for op in _shared_products(module, threshold):
+        for op in _shared_products(module, small):
             op.attributes[SHARED_PRODUCT] = UnitAttr()
     if native_bf16():
-        for op in _bf16_stores(module, threshold):
+        for op in _bf16_stores(module, small):
             op.attributes[BF16_FLUSHED_STORE] = UnitAttr()
-        for op in _bf16_scalar_ops(module, threshold):
+        for op in _bf16_scalar_ops(module, small):
             op.attributes[BF16_SCALAR] = UnitAttr()
     return module
+
+
+def _decisions(loops: list[WhileOp], decided: list[bool]) -> Callable[[WhileOp], bool]:
+    """Whether each of ``loops`` is small, as decided (parallel lists), as a predicate on the loops."""
+    by_loop = {id(loop): s for loop, s in zip(loops, decided)}
+    return lambda loop: by_loop[id(loop)]
+
+
+def _marked_as(loop: WhileOp, small: bool) -> bool:
+    """Whether ``loop`` carries the :data:`SMALL_LOOP` mark saying ``small``."""
+    mark = loop.attributes.get(SMALL_LOOP)
+    return isinstance(mark, IntegerAttr) and bool(mark.value.data) == small
 
 
 def _bf16_stored(op: Operation) -> bool:
@@ -385,13 +421,13 @@ def _bf16_stored(op: Operation) -> bool:
     return type(op) in _BF16_STORED
 
 
-def _bf16_stores(module: Operation, threshold: int) -> list[Operation]:
+def _bf16_stores(module: Operation, small: Callable[[WhileOp], bool]) -> list[Operation]:
     """The ops storing bf16 with the hardware conversion (:func:`_bf16_stored`) inside the loops XLA compiles
     whole, not yet marked; not those XLA hoists out of the loop (measured: ``expm1(v)`` and ``v.astype(bf16)`` of
     a carried-unchanged ``v`` keep the denormal, as straight-line code)."""
     found = []
     for op in module.walk():
-        if isinstance(op, WhileOp) and is_small_loop(op, threshold):
+        if isinstance(op, WhileOp) and small(op):
             hoisted = loop_invariant_ops(op)
             found += [inner for region in op.regions for inner in region.walk()
                       if inner.results and _bf16_stored(inner) and id(inner) not in hoisted
@@ -547,13 +583,13 @@ def unrolled_element_loop(loop: WhileOp, values: _LoopValues | None = None) -> d
     return decided
 
 
-def _bf16_scalar_ops(module: Operation, threshold: int) -> list[Operation]:
+def _bf16_scalar_ops(module: Operation, small: Callable[[WhileOp], bool]) -> list[Operation]:
     """The bf16 adds, subtracts and multiplies LLVM computes as ``bfloat`` instructions in scalar code inside the
     loops XLA compiles whole (module doc), not yet marked :data:`BF16_SCALAR`: in a fusion LLVM unrolls whole, not
     moved out of the loop, no operand an f32 value XLA converted before the loop (:class:`_LoopValues`)."""
     found = []
     for loop in module.walk():
-        if not (isinstance(loop, WhileOp) and is_small_loop(loop, threshold)):
+        if not (isinstance(loop, WhileOp) and small(loop)):
             continue
         values = _LoopValues(loop)
         unrolled = unrolled_element_loop(loop, values)
@@ -674,12 +710,12 @@ _ELEMENTWISE = (*ew.BINARY_OP_CLASSES.values(), *ew.UNARY_OP_CLASSES.values(), e
 """Ops that read each operand at the element they write."""
 
 
-def _shared_products(module: Operation, threshold: int) -> list[Operation]:
+def _shared_products(module: Operation, small: Callable[[WhileOp], bool]) -> list[Operation]:
     """The f32/f64 adds and subtracts of a product inside the loops XLA compiles whole that one fusion reads at two
     elements (:data:`SHARED_PRODUCT`), not yet marked; not those XLA moves out of the loop (straight-line code)."""
     found = []
     for loop in module.walk():
-        if not (isinstance(loop, WhileOp) and is_small_loop(loop, threshold)):
+        if not (isinstance(loop, WhileOp) and small(loop)):
             continue
         hoisted = loop_invariant_ops(loop)
         found += [op for op in loop.body.block.ops

@@ -31,6 +31,9 @@ threshold of 1,024, not the second.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
@@ -546,6 +549,16 @@ def result_live(value: SSAValue, _seen: frozenset = frozenset()) -> bool:
 def live_state(op: WhileOp) -> list[int]:
     """The state indices XLA keeps (its dead tuple element removal): results used after the loop, state
     the condition reads, and what the body needs to compute those."""
+    memo = _MEMO.get()
+    if memo is None:
+        return _live_state(op)
+    key = ("live", id(op))
+    if key not in memo:
+        memo[key] = (op, _live_state(op))
+    return list(memo[key][1])
+
+
+def _live_state(op: WhileOp) -> list[int]:
     body = op.body.block
     cond = op.cond.block
     n = len(op.operands)
@@ -658,9 +671,37 @@ def computation_bytes(root: _Node, carried: dict[int, _Node] | None = None, trac
     return total
 
 
+_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("xla_loop_bytes_memo", default=None)
+"""The results of :func:`loop_model_bytes` and :func:`live_state` while :func:`memoized` is active."""
+
+
+@contextlib.contextmanager
+def memoized():
+    """Within the block, :func:`loop_model_bytes` computes each (loop, live state) once, :func:`live_state` each
+    loop once: the model of a loop is
+    built again for every loop around it (a loop nested three deep, four times), and a pass asks about every loop
+    of a program. Only while the program does not change (the results are kept by the loop's identity)."""
+    token = _MEMO.set({}) if _MEMO.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _MEMO.reset(token)
+
+
 def loop_model_bytes(loop: WhileOp, live: list[int], trace=None) -> tuple[int, int]:
     """XLA's bytes of one run of ``loop``'s body and condition (module doc), and the number of elements of its
     state; ``live``: the indices of the state XLA keeps; ``trace``: as :func:`computation_bytes`."""
+    memo = _MEMO.get() if trace is None else None
+    if memo is None:
+        return _loop_model_bytes(loop, live, trace)
+    key = (id(loop), tuple(live))
+    if key not in memo:
+        memo[key] = (loop, _loop_model_bytes(loop, live, None))  # (the loop held: its id stays its own)
+    return memo[key][1]
+
+
+def _loop_model_bytes(loop: WhileOp, live: list[int], trace=None) -> tuple[int, int]:
     body, cond = loop.body.block, loop.cond.block
     hoisted = loop_invariant_ops(loop)
     returned = list(body.last_op.operands)
