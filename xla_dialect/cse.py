@@ -19,6 +19,7 @@ constant folding turns some broadcasts of constants into literals, XLA keeps the
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 
@@ -41,6 +42,25 @@ FMA's rounding error before: long fuzz campaign, session 19)."""
 MOVES = (TransposeOp, ReshapeOp, ReverseOp, SliceOp, CopyOp, BitcastOp)
 """Ops that only move elements, merged like element-wise ops (jax writes ``a[:n] * b[:n]`` twice with its
 slices)."""
+
+_KEYED = (*ELEMENT_WISE, *MOVES, BroadcastInDimOp)
+
+
+@functools.cache
+def _kind(cls: type) -> str:
+    """How :class:`CseNumbering` keys an op of class ``cls``: "constant", "broadcast", "convert" (constants,
+    broadcasts and conversions, which may hold one value), "commutative", "keyed", or "" (only itself). Per class,
+    once: ``isinstance`` against the op classes (xDSL's are abstract-base classes) was most of the time of a key."""
+    if issubclass(cls, ConstantOp):
+        return "constant"
+    if issubclass(cls, BroadcastInDimOp):
+        return "broadcast"
+    if issubclass(cls, cv.ConvertOp):
+        return "convert"
+    if issubclass(cls, COMMUTATIVE):
+        return "commutative"
+    return "keyed" if issubclass(cls, _KEYED) else ""
+
 
 _constant_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Constant op -> its key (reading a large constant's bytes once)."""
@@ -99,7 +119,7 @@ class CseNumbering:
     simplifier leaves of it inside one fused loop; the identity by default). ``per_computation``: merge only ops of
     one block, as XLA's CSE runs per computation (the FMA pass counts a multiply's uses in its computation); without
     it, ops merge wherever they are (a select's arms as LLVM sees them). ``max_depth``: look at most that many ops
-    up an operand chain, a value further up being only itself; numbers are then not kept between calls (a key
+    up an operand chain, a value further up being only itself (numbers are then kept per value and depth: a key
     depends on the depth it was reached at), for callers that ask about a few values of a large program.
     ``opaque``: values that are only themselves (the scalar kernels pass the values XLA computes outside the
     select's fused loop -- moved out of a while loop --, which reach it loaded, one per op, unmerged)."""
@@ -110,7 +130,8 @@ class CseNumbering:
         self._opaque = opaque
         self._per_computation = per_computation
         self._max_depth = max_depth
-        self._numbers: dict[SSAValue, int] = {}
+        self._numbers: dict = {}  # value (with max_depth: value and depth) -> its number
+        self._seen_as: dict[SSAValue, SSAValue] = {}  # value -> see_through(value)
         self._keys: dict[tuple, int] = {}  # flat keys (operand numbers, not operand keys) hash fast
 
     def number(self, value: SSAValue) -> int:
@@ -122,19 +143,24 @@ class CseNumbering:
         return self.number(a) == self.number(b)
 
     def _seen(self, value: SSAValue) -> SSAValue:
-        return value if self._see_through is None else self._see_through(value)
+        if self._see_through is None:
+            return value
+        seen = self._seen_as.get(value)
+        if seen is None:
+            seen = self._seen_as[value] = self._see_through(value)
+        return seen
 
     def _number(self, value: SSAValue, depth: int) -> int:
         value = self._seen(value)
-        memo = self._max_depth is None
-        if memo:
-            n = self._numbers.get(value)
-            if n is not None:
-                return n
+        # (with a depth limit, a value's key depends on the depth it is reached at: numbers are kept per depth --
+        # an operand cone is a graph, whose values are reached along many paths: without this, each path was
+        # keyed again, up to 2**depth times)
+        memo_key = value if self._max_depth is None else (value, depth)
+        n = self._numbers.get(memo_key)
+        if n is not None:
+            return n
         key = self._key(value, depth)
-        n = self._keys.setdefault(key, len(self._keys))
-        if memo:
-            self._numbers[value] = n
+        n = self._numbers[memo_key] = self._keys.setdefault(key, len(self._keys))
         return n
 
     def _key(self, value: SSAValue, depth: int) -> tuple:
@@ -143,26 +169,27 @@ class CseNumbering:
                 self._opaque is not None and self._opaque(value)):
             return ("value", value)
         where = id(op.parent) if self._per_computation else None
-        if isinstance(op, (ConstantOp, BroadcastInDimOp, cv.ConvertOp)):
+        kind = _kind(type(op))
+        if kind in ("constant", "broadcast", "convert"):
             splat = _splat(value)
             if splat is not None:
-                return ("splat", *splat, str(value.type), where)
-        if isinstance(op, ConstantOp):
+                return ("splat", *splat, value.type, where)
+        if kind == "constant":
             constant = _constant_key(op)
-            return ("value", value) if constant is None else (*constant, str(value.type), where)
-        if len(op.results) != 1 or op.regions:
+            return ("value", value) if constant is None else (*constant, value.type, where)
+        if not kind or len(op.results) != 1 or op.regions:
             return ("value", value)
         operands = [self._number(v, depth + 1) for v in op.operands]
-        if isinstance(op, cv.ConvertOp):
+        if kind == "convert":
             if op.operands[0].type == value.type:  # (XLA's simplifier drops a conversion to the same type)
                 return self._key(self._seen(op.operands[0]), depth + 1)
-            return ("convert", operands[0], str(value.type), where)
-        elif not isinstance(op, (*ELEMENT_WISE, *MOVES, BroadcastInDimOp)):
-            return ("value", value)
-        if isinstance(op, COMMUTATIVE) and not op.properties.get("broadcast_dimensions"):
+            return ("convert", operands[0], value.type, where)
+        if kind == "commutative" and not op.properties.get("broadcast_dimensions"):
             operands.sort()
-        properties = tuple(sorted((name, str(attribute)) for name, attribute in op.properties.items()))
-        return (op.name, *operands, properties, str(value.type), where)
+        # (attributes themselves: xDSL's compare structurally -- bit for bit for floats -- and hash; printing
+        # them for the key was a third of the time lowering.compile spent on betainc's program)
+        properties = tuple(sorted(op.properties.items(), key=lambda item: item[0]))
+        return (op.name, *operands, properties, value.type, where)
 
 
 def splat_value(value: SSAValue):
