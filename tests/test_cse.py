@@ -25,7 +25,8 @@ def test_a_depth_limited_numbering_keys_each_value_once_per_depth(monkeypatch):
     # on each (3**8 keys here; a third of lowering.compile's time on betainc's program).
     calls = []
     original = CseNumbering._key
-    monkeypatch.setattr(CseNumbering, "_key", lambda self, value, depth: calls.append(1) or original(self, value, depth))
+    monkeypatch.setattr(CseNumbering, "_key",
+                        lambda self, value, depth: calls.append(1) or original(self, value, depth))
     last, first = _result_values()
     numbering = CseNumbering(max_depth=8)
     numbering.number(last)

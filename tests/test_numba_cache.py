@@ -182,16 +182,28 @@ def test_a_program_compiled_before_runs_its_machine_code_from_the_first_call(tmp
 
 UFUNC_AFTER_A_LOAD = textwrap.dedent(
     """
-    import sys
+    import os, sys
     import numpy as np
     import lowering
     from lowering.kernels import scalar
+    from lowering.runtime import numba_cache
+    if os.environ.get("WITHOUT_WRAPPER_REGISTRIES"):  # (a loop builder needing more than those: the fallback)
+        numba_cache.ensure_wrapper_registries = lambda: None
 
     f32 = np.dtype(np.float32)
     add = scalar.Scalar("add").function          # a library function: compiled, then loaded from numba's cache
     print(add(np.float32(1.5), np.float32(2.0)))
     multiply = scalar.ufunc(scalar.Scalar("multiply"), [f32, f32], f32)  # numba builds its ufunc loop
     print(multiply(np.float32([1.5, -2.0]), np.float32([2.0, 0.5])).tolist())
+    import jax, jax.numpy as jnp, interop
+    jax.config.update("jax_enable_x64", True)
+
+    def program(x, y, i):  # (ufuncs of other types: f64, s32, pred results, selects, conversions)
+        z = x.astype(jnp.float64) * 3.0 - y
+        return jnp.where(z > 0.5, z, -z), (i + 7) * i, (x < y.astype(jnp.float32)) | (i > 2)
+    args = (np.float32([0.5, -1.0, 2.0]), np.float64([0.25, 1.0, -3.0]), np.int32([1, 2, 3]))
+    out = lowering.compile(interop.import_jax(program, *args), fusion="never", loop_compilation="never")(*args)
+    print(all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, jax.jit(program)(*args))))
     print("numba.np.arraymath" in sys.modules)
     """
 )
@@ -199,19 +211,23 @@ UFUNC_AFTER_A_LOAD = textwrap.dedent(
 
 def test_a_ufunc_is_built_around_a_cached_kernel_after_a_load_without_numbas_registries(tmp_path):
     # A load of the library's code skips numba's registries (numba_cache.install); numba.vectorize generates its
-    # ufunc loop around the cached kernel in every process, which needs them: it asks for them itself
-    # (ensure_target_registries). Without that, the second process failed (NumbaNotImplementedError in the loop
-    # builder) -- the first one compiles, and a compilation installs them.
+    # ufunc loop around the cached kernel in every process, which needs a few of them: it asks for those
+    # (ensure_wrapper_registries), and for all where a loop needs more (ensure_target_registries). Without that,
+    # the second process failed (NumbaNotImplementedError in the loop builder) -- the first one compiles, and a
+    # compilation installs them.
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
            "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                           os.environ.get("PYTHONPATH", "")])}
     outputs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", UFUNC_AFTER_A_LOAD], env=env, capture_output=True, text=True,
-                              timeout=600)
+    for fallback in ("", "", "1"):
+        done = subprocess.run([sys.executable, "-c", UFUNC_AFTER_A_LOAD], capture_output=True, text=True,
+                              env={**env, "WITHOUT_WRAPPER_REGISTRIES": fallback}, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout.split())
-    assert outputs[0][:3] == outputs[1][:3] == ["3.5", "[3.0,", "-1.0]"], outputs
+    assert outputs[0][:4] == outputs[1][:4] == outputs[2][:4] == ["3.5", "[3.0,", "-1.0]", "True"], outputs
+    # (the second process built its ufuncs with the few registries the loop builder needs: no scipy import; the
+    # third, without them, failed to build a loop and built it again with all of numba's registries)
+    assert outputs[1][4] == "False" and outputs[2][4] == "True", outputs
 
 
 def test_a_ufunc_of_a_scalar_definition_is_built_at_its_first_call():

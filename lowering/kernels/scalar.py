@@ -1559,12 +1559,17 @@ def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
 
 def _cached_ufunc(signature, element: Callable) -> Callable:
     """``numba.vectorize`` of ``element`` with numba's disk cache. numba builds the ufunc loop around the
-    element function's machine code in every process, a code generation that needs its lowering registries, which
-    a cache load of the library's functions no longer installs (:mod:`lowering.runtime.numba_cache`)."""
-    from ..runtime.numba_cache import ensure_target_registries
+    element function's machine code in every process, a code generation that needs some of its lowering
+    registries, which a cache load of the library's functions no longer installs (:mod:`lowering.runtime.numba_cache`):
+    those few first, all of them where the loop needs more."""
+    from ..runtime.numba_cache import ensure_target_registries, ensure_wrapper_registries
 
-    ensure_target_registries()
-    return numba.vectorize([signature], nopython=True, cache=True)(element)
+    ensure_wrapper_registries()  # (the few the loop builder needs: ~10 ms, not ~0.3 s)
+    try:
+        return numba.vectorize([signature], nopython=True, cache=True)(element)
+    except numba.core.errors.NumbaError:  # (a loop needing more of numba's registries: all of them, once more)
+        ensure_target_registries()
+        return numba.vectorize([signature], nopython=True, cache=True)(element)
 
 
 def _wrapper_module(scalar: Scalar, constants: dict, result_dtype: np.dtype, source: str):

@@ -181,6 +181,19 @@ def ensure_target_registries() -> None:
     cpu_target.target_context.refresh()
 
 
+def ensure_wrapper_registries() -> None:
+    """Install the few lowering registries numba's ufunc builder needs to generate a ufunc loop around a cached
+    kernel -- its constants and casts of numbers (``numba.cpython.numbers``, ``builtins``) -- without the others
+    (:func:`ensure_target_registries`: ~0.3-0.4 s at a process's first call, ``scipy.linalg`` among its imports;
+    these, ~10 ms). A loop that needs more raises, and :func:`lowering.kernels.scalar._cached_ufunc` then installs
+    everything and builds it again."""
+    from numba.core.imputils import builtin_registry
+    from numba.core.registry import cpu_target
+    from numba.cpython import builtins, numbers  # noqa: F401  (their implementations register on import)
+
+    cpu_target.target_context.install_registry(builtin_registry)
+
+
 def has_machine_code(dispatcher, signature: tuple) -> bool:
     """Whether ``dispatcher`` (a ``cache=True`` numba function) has machine code for the argument types
     ``signature`` already: compiled in this process or saved in numba's on-disk cache by an earlier one, so
