@@ -79,7 +79,7 @@ def _child(name: str, mode: str, budget: float) -> dict:
     first = time.perf_counter()
     calls: list[tuple[float, float]] = []
     quiet = 0
-    while time.perf_counter() - start < budget:
+    while not calls or time.perf_counter() - start < budget:  # (one call at least: a first call past the budget)
         t = time.perf_counter()
         exe(*workload.args)
         calls.append((t - start, time.perf_counter() - t))

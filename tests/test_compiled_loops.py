@@ -1178,11 +1178,18 @@ def test_integer_constants_reach_the_helpers_as_int64():
               "    v = c_view(x, (3, 4))\n"
               "    w = window_sum(v, 0, -5, y)\n"
               "    return add(w, 1), transposed(v, (1, 0))\n")
-    text = compiled_loops.without_literal_ints(source, frozenset({"c_view", "window_sum", "transposed"}))
+    text, values = generated_modules.hoisted_ints(source, frozenset({"c_view", "window_sum", "transposed"}))
     assert "c_view(x, (np.int64(3), np.int64(4)))" in text
     assert "window_sum(v, np.int64(0), np.int64(-5), y)" in text
     assert "transposed(v, (np.int64(1), np.int64(0)))" in text
     assert "add(w, 1)" in text  # (the scalar definitions: their types are the generated casts')
+    assert values == ()
+    # sizes passed to a helper are both: typed int64 and read from _ints (a helper's keyword argument too)
+    text, values = generated_modules.hoisted_ints("def loop(x):\n    return c_view(x, (3, 40), n=-70)\n",
+                                                  frozenset({"c_view"}))
+    assert values == (40, -70)
+    assert "def loop(_ints, x):\n    _s0 = _ints[0]\n    _s1 = _ints[1]\n" in text
+    assert "c_view(x, (np.int64(3), np.int64(_s0)), n=np.int64(_s1))" in text
 
 
 def test_generated_loops_pass_no_literal_integers_to_helpers():

@@ -77,7 +77,7 @@ from .fusion_plan import Ineligible, element_loop, fusible_op, input_reads, plan
 from .compile_queue import (compile_function, compile_in_background, enter, leave,  # noqa: F401 (re-exported)
                             wait_for_background_compiles)
 from ..runtime.generated_modules import (cache_directory, hoisted_ints, import_generated, runtime_digest,
-                                         text_digest, without_literal_ints, write_atomically)
+                                         text_digest, write_atomically)
 from ..runtime.process_state import import_module_file
 from ..runtime.interrupt import CHUNK, POLL_MASK, check
 from ..kernels.scalar import EXPORTS as SCALAR_EXPORTS
@@ -2034,9 +2034,9 @@ def _load(source: str, function: str = "loop", scalars: str = "lowering.kernels.
 
     The module is the source without its sizes (:func:`~lowering.runtime.generated_modules.hoisted_ints`: the same
     file, and numba's cached machine code, for every shape of one program), its integer constants passed to the
-    helpers typed int64 first (:func:`without_literal_ints`), kept as a module file in the cache directory (so numba
-    caches its machine code: :mod:`lowering.runtime.generated_modules`) or, without one, run from memory. Both
-    passes cost ~50 ms for a 20 KB module, so each text's result is kept too: ``loop_<digest>.ints`` names the
+    helpers typed int64 (the same function), kept as a module file in the cache directory (so numba caches its
+    machine code: :mod:`lowering.runtime.generated_modules`) or, without one, run from memory. That rewrite costs
+    ~10 ms for a 20 KB module (parsing it), so each text's result is kept too: ``loop_<digest>.ints`` names the
     shape-free module and holds the sizes (a later process reads that instead)."""
     from ..runtime.loop_runtime import HELPER_NAMES
 
@@ -2060,7 +2060,7 @@ def _load(source: str, function: str = "loop", scalars: str = "lowering.kernels.
         if os.path.exists(path):
             module = import_module_file(f"xla_dialect_loop_{known[0]}", path)
     if module is None:
-        generic, sizes = hoisted_ints(without_literal_ints(source, _array_helper_names(header)))
+        generic, sizes = hoisted_ints(source, _array_helper_names(header))
         text = header + generic
         if directory is None:
             namespace: dict = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -61,7 +62,7 @@ loops of tiny arrays only when it sees their trip counts (measured: jax's odeint
 2.2x slower with every size read at run time)."""
 
 
-def hoisted_ints(source: str) -> tuple[str, tuple[int, ...]]:
+def hoisted_ints(source: str, int64_callees: frozenset[str] = frozenset()) -> tuple[str, tuple[int, ...]]:
     """``source`` (generated module code) with the integer constants that are sizes -- the argument of each
     ``np.int64(...)`` and of each ``range(...)``, a ``reshape``'s shape, a size stored into an array element, each larger
     than :data:`LITERAL_SIZES` -- read from a parameter ``_ints`` (an int64 array, one element
@@ -72,56 +73,113 @@ def hoisted_ints(source: str) -> tuple[str, tuple[int, ...]]:
     machine code -- a new shape is a load, not a compile (0.5-2 s per loop, segment or group). Numerics do not
     change: the code fixes the order of every operation; LLVM only no longer sees the trip counts. Index arithmetic
     (``i * 24 + j``) keeps its constants: with a stride read at run time LLVM's vectorizer gathered a fused loop's
-    rows element by element instead of loading whole vectors (``tests/test_fusion.py``'s whole-vector check)."""
+    rows element by element instead of loading whole vectors (``tests/test_fusion.py``'s whole-vector check).
+
+    Every integer constant passed to one of ``int64_callees`` (directly or inside a tuple: shapes, sizes, axes,
+    permutations) is also written ``np.int64(...)`` (and so is a size as above). Why: numba types a constant as
+    ``Literal[int]`` and compiles a called jitted function once per distinct literal signature, so every new shape
+    of a view or allocation compiled (and cached) the helper again -- 0.1 s each, 30-40 s of the compiled-loop
+    tests, most of a small loop's compile. Typed int64, a helper compiles once per array type; it is inlined where
+    it is called, so LLVM still sees the constants.
+
+    The source is parsed once and edited as text where the syntax tree says (rewriting and printing the whole tree,
+    as this did first, cost 1.9 of random.gamma's 3.3 s first call as a new program: 0.2 s now)."""
     import ast
 
-    tree = ast.parse(source)
-    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    values: list[int] = []
-    used: list[int] = []  # the slots of the function being rewritten
+    data = source.encode()
+    tree = ast.parse(data)
+    line_starts = [0, *(match.end() for match in re.finditer(b"\n", data))]
 
-    def slot(node):
-        value = node.value if isinstance(node, ast.Constant) else -node.operand.value
-        if not LITERAL_SIZES < abs(value) < 2 ** 63:
-            return node
-        values.append(value)  # (one slot per occurrence: equal sizes on one shape need not be equal on another)
-        used.append(len(values) - 1)
-        return ast.copy_location(ast.Name(f"_s{len(values) - 1}", ast.Load()), node)
+    def start(node) -> int:
+        return line_starts[node.lineno - 1] + node.col_offset  # (col_offset counts UTF-8 bytes, as data does)
 
-    class Hoist(ast.NodeTransformer):
-        def visit_Assign(self, node):  # (a size stored into an array: d[0] = 24)
-            self.generic_visit(node)
+    def end(node) -> int:
+        return line_starts[node.end_lineno - 1] + node.end_col_offset
+
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    sized: set[ast.AST] = set()  # constants that are sizes: a slot when large
+    typed: set[ast.AST] = set()  # constants passed to an int64 callee: written np.int64(...)
+    inserts: list[int] = []  # offsets of the "(" of calls to the module's functions: _ints goes first
+
+    def int64_argument(node) -> None:
+        if _int_constant(node):
+            typed.add(node)
+        elif isinstance(node, ast.Tuple):
+            for element in node.elts:
+                int64_argument(element)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):  # (a size stored into an array: d[0] = 24)
             if _int_constant(node.value) and all(isinstance(t, ast.Subscript) for t in node.targets):
-                node.value = slot(node.value)
-            return node
+                sized.add(node.value)
+            continue
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in int64_callees:
+            for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                int64_argument(argument)
+        if isinstance(func, ast.Attribute) and func.attr == "reshape":  # (x.reshape((1, 24)))
+            for argument in node.args:
+                for element in argument.elts if isinstance(argument, ast.Tuple) else [argument]:
+                    if _int_constant(element):
+                        sized.add(element)
+        elif ((isinstance(func, ast.Attribute) and func.attr == "int64" and isinstance(func.value, ast.Name)
+               and func.value.id == "np") or (isinstance(func, ast.Name) and func.id == "range")):
+            if not node.keywords:
+                sized.update(argument for argument in node.args if _int_constant(argument))
+        elif isinstance(func, ast.Name) and func.id in functions:
+            inserts.append(data.index(b"(", end(func)) + 1)
 
-        def visit_Call(self, node):
-            self.generic_visit(node)
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr == "reshape":  # (x.reshape((1, 24)))
-                node.args = [ast.Tuple([slot(e) if _int_constant(e) else e for e in a.elts], ast.Load())
-                             if isinstance(a, ast.Tuple) else slot(a) if _int_constant(a) else a for a in node.args]
-                return node
-            sized = (isinstance(func, ast.Attribute) and func.attr == "int64" and isinstance(func.value, ast.Name)
-                     and func.value.id == "np") or (isinstance(func, ast.Name) and func.id == "range")
-            if sized and not node.keywords:
-                node.args = [slot(a) if _int_constant(a) else a for a in node.args]
-            elif isinstance(func, ast.Name) and func.id in functions:
-                node.args.insert(0, ast.Name("_ints", ast.Load()))
-            return node
+    spans = sorted((start(node), end(node)) for node in functions.values())
 
-    hoist = Hoist()
-    for index, node in enumerate(tree.body):
-        if isinstance(node, ast.FunctionDef):
-            used.clear()
-            node = tree.body[index] = hoist.visit(node)
-            node.args.args.insert(0, ast.arg("_ints"))
-            # each function reads its own slots only (every slot in every function was 2,029 of the 3,581 lines of
-            # random.gamma's segment, and as much of numba's typing and LLVM's work)
-            node.body[:0] = [ast.parse(f"_s{k} = _ints[{k}]").body[0] for k in used]
-        else:
-            tree.body[index] = hoist.visit(node)
-    return ast.unparse(ast.fix_missing_locations(tree)), tuple(values)
+    def in_function(offset: int) -> bool:
+        return any(first <= offset < last for first, last in spans)
+
+    values: list[int] = []
+    slot_offsets: list[int] = []  # where each slot is read
+    edits: list[tuple[int, int, int, str]] = []  # (start, order at one offset, end, replacement)
+    for node in sorted(sized | typed, key=start):
+        first, last = start(node), end(node)
+        value = node.value if isinstance(node, ast.Constant) else -node.operand.value
+        text = data[first:last].decode()
+        if LITERAL_SIZES < abs(value) < 2 ** 63 and in_function(first):
+            # (one slot per occurrence: equal sizes on one shape need not be equal on another)
+            text = f"_s{len(values)}"
+            values.append(value)
+            slot_offsets.append(first)
+        edits.append((first, 1, last, f"np.int64({text})" if node in typed else text))
+    for offset in inserts:
+        edits.append((offset, 0, offset, _first_argument(data, offset)))
+    for node in functions.values():
+        first = data.index(b"(", start(node) + 3) + 1  # (after "def name(")
+        edits.append((first, 0, first, _first_argument(data, first)))
+        # each function reads its own slots only (every slot in every function was 2,029 of the 3,581 lines of
+        # random.gamma's segment, and as much of numba's typing and LLVM's work)
+        used = [k for k, offset in enumerate(slot_offsets) if start(node) <= offset < end(node)]
+        if used:
+            body = start(node.body[0])
+            indent = data[line_starts[node.body[0].lineno - 1]:body].decode()
+            if indent.strip():
+                raise ValueError(f"generated function {node.name} has its body on the line of its def")
+            edits.append((body, 0, body, "".join(f"_s{k} = _ints[{k}]\n{indent}" for k in used)))
+    out: list[bytes] = []
+    position = 0
+    for first, _, last, replacement in sorted(edits):
+        out.append(data[position:first])
+        out.append(replacement.encode())
+        position = last
+    out.append(data[position:])
+    return b"".join(out).decode(), tuple(values)
+
+
+def _first_argument(data: bytes, offset: int) -> str:
+    """The text inserting ``_ints`` as the first argument of the call or parameter list opened just before
+    ``offset``."""
+    return "_ints" if _NEXT_CHARACTER.match(data, offset).group(1) == b")" else "_ints, "
+
+
+_NEXT_CHARACTER = re.compile(rb"\s*(.?)")
 
 
 def _int_constant(node) -> bool:
@@ -130,33 +188,3 @@ def _int_constant(node) -> bool:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         node = node.operand
     return isinstance(node, ast.Constant) and type(node.value) is int
-
-
-def without_literal_ints(source: str, callees: frozenset[str]) -> str:
-    """``source`` with every integer constant passed to one of ``callees`` (directly or inside a tuple: shapes,
-    sizes, axes, permutations) written ``np.int64(...)``. Why: numba types a constant as ``Literal[int]`` and
-    compiles a called jitted function once per distinct literal signature, so every new shape of a view or
-    allocation compiled (and cached) the helper again -- 0.1 s each, 30-40 s of the compiled-loop tests, most of a
-    small loop's compile. Typed int64, a helper compiles once per array type; it is inlined where it is called,
-    so LLVM still sees the constants. (About 50 ms for a 20 KB module: done when its file is first written.)"""
-    import ast
-
-    class Unliteral(ast.NodeTransformer):
-        def visit_Call(self, node):
-            self.generic_visit(node)
-            if isinstance(node.func, ast.Name) and node.func.id in callees:
-                node.args = [self.wrap(a) for a in node.args]
-                for keyword in node.keywords:
-                    keyword.value = self.wrap(keyword.value)
-            return node
-
-        @staticmethod
-        def wrap(node):
-            if _int_constant(node):
-                return ast.copy_location(ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "int64", ast.Load()),
-                                                  [node], []), node)
-            if isinstance(node, ast.Tuple):
-                node.elts = [Unliteral.wrap(e) for e in node.elts]
-            return node
-
-    return ast.unparse(ast.fix_missing_locations(Unliteral().visit(ast.parse(source))))
