@@ -36,7 +36,7 @@ import contextvars
 
 import numpy as np
 from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from xla_dialect.ops import conversion as cv
 from xla_dialect.ops import data_movement as dm
@@ -47,6 +47,8 @@ from xla_dialect.ops.control_flow import WhileOp, loop_invariant_ops
 from xla_dialect.ops.linalg import DotGeneralOp, DotOp
 from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
+
+from .util import AttrInterner
 
 _TUPLE_ELEMENT_BYTES = 8  # CpuExecutable::ShapeSizeBytes of a tuple: one pointer per element
 _MAX_CONCATENATE_OPERANDS = 8  # CpuInstructionFusion: a concatenate of more operands is not fused
@@ -78,6 +80,10 @@ def _itemsize(t) -> int:
         return np.dtype(numpy_dtype(t)).itemsize
     except Exception:  # noqa: BLE001 - quantized or unknown element types: counted as one byte
         return 1
+
+
+_SUBCLASS: dict[tuple, bool] = {}
+"""(op class, classes) -> whether the class is a subclass (:meth:`_Node.is_`)."""
 
 
 class _Node:
@@ -113,7 +119,13 @@ class _Node:
         return self.elements * self.itemsize
 
     def is_(self, classes) -> bool:
-        return self.kind == _Node.OP and self.cls is not None and issubclass(self.cls, classes)
+        if self.kind != _Node.OP or self.cls is None:
+            return False
+        key = (self.cls, classes)
+        found = _SUBCLASS.get(key)
+        if found is None:  # (the classes are abstract bases: issubclass walks their registries every time)
+            found = _SUBCLASS[key] = issubclass(self.cls, classes)
+        return found
 
     def is_scalar_constant(self) -> bool:
         return self.kind == _Node.CONST and self.elements == 1
@@ -216,6 +228,17 @@ class _Graph:
     def __init__(self):
         self.nodes: list[_Node] = []  # in a topological order (operands first)
         self._cse: dict = {}
+        self.intern = AttrInterner()  # (keys hold attributes as numbers: printing them cost a fifth of the model)
+
+    def attribute_key(self, attribute: Attribute):
+        """``attribute`` in a key of this graph: equal for equal attributes."""
+        number = self.intern(attribute)
+        return str(attribute) if number is None else number
+
+    def props_key(self, op: Operation) -> tuple:
+        """An op's properties and attributes (not its location) in a key of this graph."""
+        return tuple(sorted((k, self.attribute_key(v)) for k, v in op.properties.items())) + tuple(
+            sorted((k, self.attribute_key(v)) for k, v in op.attributes.items() if k != "loc"))
 
     def add(self, node: _Node, key=None) -> _Node:
         if key is not None:
@@ -239,11 +262,6 @@ def _shape_of(value: SSAValue):
     except Exception:  # noqa: BLE001 - quantized or unknown element types: counted as one byte
         dtype = None
     return tuple(t.get_shape()), _itemsize(t), dtype
-
-
-def _props_key(op: Operation):
-    return tuple(sorted((k, str(v)) for k, v in op.properties.items())) + tuple(
-        sorted((k, str(v)) for k, v in op.attributes.items() if k != "loc"))
 
 
 def _splat_value(node: _Node):
@@ -299,11 +317,11 @@ def _build(graph: _Graph, block, args: dict[int, _Node], hoisted: set[int], hois
             if values is not None and values.size > 1 and np.all(values == values.ravel()[0]):
                 # (a splat: XLA's is the broadcast of a scalar constant, fused into its users)
                 scalar = graph.add(_Node(_Node.CONST, None, (), itemsize, (), None, dtype),
-                                   ("const", (), str(result.type.element_type), values.ravel()[:1].tobytes()))
+                                   ("const", (), graph.attribute_key(result.type.element_type), values.ravel()[:1].tobytes()))
                 env[result] = graph.add(_Node(_Node.OP, dm.BroadcastInDimOp, shape, itemsize, [scalar], None, dtype),
                                         ("splat", id(scalar), shape))
                 continue
-            key = None if values is None else ("const", shape, str(result.type), values.tobytes())
+            key = None if values is None else ("const", shape, graph.attribute_key(result.type), values.tobytes())
             env[result] = graph.add(_Node(_Node.CONST, ConstantOp, shape, itemsize, (), op, dtype), key)
             continue
         if id(op) in hoisted and not isinstance(op, _NOT_WORTH_HOISTING):
@@ -311,7 +329,7 @@ def _build(graph: _Graph, block, args: dict[int, _Node], hoisted: set[int], hois
                 env[result] = graph.add(_Node(_Node.CONST, None, shape, itemsize, (), None, dtype),
                                         ("folded", id(op)))
                 continue
-            key = ("hoisted", type(op), tuple(map(id, operands)), _props_key(op))
+            key = ("hoisted", type(op), tuple(map(id, operands)), graph.props_key(op))
             if key not in hoisted_params:
                 hoisted_params[key] = _Node(_Node.PARAM, None, shape, itemsize, (), op, dtype)
             env[result] = hoisted_params[key]
@@ -334,7 +352,7 @@ def _build(graph: _Graph, block, args: dict[int, _Node], hoisted: set[int], hois
             env[result] = _dot(graph, op, operands, shape, itemsize, dtype)
             continue
         n = _Node(_Node.OP, type(op), shape, itemsize, operands, op, dtype)
-        key = (type(op), tuple(map(id, operands)), shape, str(result.type), _props_key(op))
+        key = (type(op), tuple(map(id, operands)), shape, graph.attribute_key(result.type), graph.props_key(op))
         env[result] = graph.add(n, None if op.regions and not isinstance(op, ReduceOp) else key)
     return env
 
@@ -429,9 +447,11 @@ def _globally_unfusible(post: list[_Node]) -> set[_Node]:
 
 
 def _replace_uses(old: _Node, new: _Node) -> None:
+    present = set(map(id, new.users))  # (a list searched for each user was most of the model's time)
     for user in old.users:
         user.operands = [new if o is old else o for o in user.operands]
-        if user not in new.users:
+        if id(user) not in present:
+            present.add(id(user))
             new.users.append(user)
     old.users = []
 
