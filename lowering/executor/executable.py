@@ -36,6 +36,7 @@ from xla_dialect.types import TokenType, numpy_dtype
 from ..runtime.blas import BlasThreadLimit
 from ..runtime import interrupt
 from ..kernels.context import KernelContext
+from ..runtime.collection_pause import fewer_collections
 from ..runtime.denormals import mode_switch
 from ..runtime.options import CompileOptions
 from ..kernels.registry import KERNELS, Constant
@@ -640,6 +641,7 @@ class Executable:
         self._in_specs = [self._spec(t) for t in self.input_types]
         self._out_dtypes = [None if isinstance(t, TokenType) else numpy_dtype(t) for t in _flat_types(self.output_types)]
         self._single = len(self.output_types) == 1
+        self._first_call = True  # (it generates and loads most of the compiled code: with fewer collections)
         # How arguments of another dtype are treated: "exact", "lossless" or "cast" (see compile()).
         self.argument_conversion = options.argument_conversion if options is not None else "exact"
         self.timeout = options.timeout if options is not None else None  # seconds per call (lowering.runtime.interrupt)
@@ -674,6 +676,13 @@ class Executable:
         return checked
 
     def __call__(self, *args) -> tuple[np.ndarray, ...]:
+        if self._first_call:
+            self._first_call = False
+            with fewer_collections():
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args) -> tuple[np.ndarray, ...]:
         checked = self._check_args(args)
         interrupt.start(self.timeout)
         try:
@@ -777,6 +786,12 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     fusion and loop compilation are off, so that every op runs as its own kernel. See
     :func:`interop.debugging.trace`.
     """
+    with fewer_collections():  # (collection_pause: compiling makes many short-lived objects)
+        return _compile(module, entry, options, shortcuts)
+
+
+def _compile(module: ModuleOp, entry, options: CompileOptions | None, shortcuts: dict):
+    """:func:`compile`, within its pause of the garbage collector."""
     from .. import kernels  # noqa: F401  (registers every kernel family)
 
     if isinstance(entry, CompileOptions) and options is None:  # compile(module, options)
