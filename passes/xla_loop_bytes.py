@@ -316,8 +316,9 @@ def _build(graph: _Graph, block, args: dict[int, _Node], hoisted: set[int], hois
                 values = None
             if values is not None and values.size > 1 and np.all(values == values.ravel()[0]):
                 # (a splat: XLA's is the broadcast of a scalar constant, fused into its users)
+                element_type = graph.attribute_key(result.type.element_type)
                 scalar = graph.add(_Node(_Node.CONST, None, (), itemsize, (), None, dtype),
-                                   ("const", (), graph.attribute_key(result.type.element_type), values.ravel()[:1].tobytes()))
+                                   ("const", (), element_type, values.ravel()[:1].tobytes()))
                 env[result] = graph.add(_Node(_Node.OP, dm.BroadcastInDimOp, shape, itemsize, [scalar], None, dtype),
                                         ("splat", id(scalar), shape))
                 continue

@@ -62,7 +62,8 @@ loops of tiny arrays only when it sees their trip counts (measured: jax's odeint
 2.2x slower with every size read at run time)."""
 
 
-def hoisted_ints(source: str, int64_callees: frozenset[str] = frozenset()) -> tuple[str, tuple[int, ...]]:
+def hoisted_ints(source: str,
+                 int64_callees: frozenset[str] = frozenset()) -> tuple[str, tuple[int, ...]]:
     """``source`` (generated module code) with the integer constants that are sizes -- the argument of each
     ``np.int64(...)`` and of each ``range(...)``, a ``reshape``'s shape, a size stored into an array element, each larger
     than :data:`LITERAL_SIZES` -- read from a parameter ``_ints`` (an int64 array, one element
