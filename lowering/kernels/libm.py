@@ -10,14 +10,14 @@ to NumPy's own SIMD implementations, which differ from libm in the last bit on
 f64 pow 1,043 of 20,000, f32 cbrt 7,211 of 20,000). So a kernel that wants
 XLA's result must not use those ufuncs.
 
-Each function here is a NumPy ufunc (broadcasting, scalars, ``out=``) compiled
-by numba around a direct call of the named C function (``tanf`` for f32,
-``tan`` for f64; numba's ``ExternalFunction``, resolved in the running
+Each function here is a NumPy ufunc (broadcasting, scalars, ``out=``) of the
+scalar definition that calls the named C function (``tanf`` for f32, ``tan``
+for f64; numba's ``ExternalFunction`` in :mod:`.scalar`, resolved in the running
 process, where Python has already loaded libm), one element at a time: libm's
 scalar functions are what XLA calls, and numba adds no vectorized variant of
-its own (``numba.config.USING_SVML`` must be off; :func:`_compiled` checks).
-Compilation happens on first use of each function (about 0.2 s for the first,
-0.03 s from numba's on-disk cache afterwards).
+its own (``numba.config.USING_SVML`` must be off; :func:`_compile` checks).
+The ufunc is built on first use (:func:`lowering.kernels.scalar.ufunc`, a few
+milliseconds once numba's cache has the definition's wrapper).
 
 Only f32 and f64 operands are accepted; narrower floats are widened by the
 caller, as XLA does.
@@ -46,10 +46,10 @@ _BINARY_C_NAMES: dict[str, tuple[str, str]] = {
 }
 
 _LOCK = threading.Lock()
-_UFUNCS: dict[str, tuple[np.ufunc, np.ufunc]] = {}
+_UFUNCS: dict[str, tuple] = {}
 
 
-def _compiled(name: str) -> tuple[np.ufunc, np.ufunc]:
+def _compiled(name: str) -> tuple:
     """The (f32, f64) ufuncs calling libm's ``name``, compiled on first use."""
     pair = _UFUNCS.get(name)
     if pair is not None:
@@ -61,41 +61,39 @@ def _compiled(name: str) -> tuple[np.ufunc, np.ufunc]:
     return pair
 
 
-def _compile(name: str) -> tuple[np.ufunc, np.ufunc]:
+def _compile(name: str) -> tuple:
+    """The (f32, f64) ufuncs of libm's ``name``: the ufuncs of the scalar definitions that call the C functions
+    (:mod:`.scalar` declares each C function once, for the interpreter and every compiled path)."""
     import numba
-    from numba import types
 
-    from ..runtime.interrupt import compile_off_main_thread
+    from . import scalar
 
     if numba.config.USING_SVML:  # pragma: no cover - only with Intel's SVML library installed
         raise UnsupportedError(
             "lowering.kernels.libm: numba is set to use Intel's SVML vector math, which is not the C library "
             "XLA calls; set NUMBA_DISABLE_INTEL_SVML=1 before numba is imported")
+    arity = 1 if name in _UNARY_C_NAMES else 2
     ufuncs = []
-    for c_name, scalar in zip(_UNARY_C_NAMES.get(name) or _BINARY_C_NAMES[name], (types.float32, types.float64)):
-        arity = 1 if name in _UNARY_C_NAMES else 2
-        signature = scalar(*([scalar] * arity))
-        c_function = types.ExternalFunction(c_name, signature)
-        # The kernel body is the C call (a closure over the external function, which numba reads as a constant).
-        body = _unary_body(c_function) if arity == 1 else _binary_body(c_function)
-        # (compiled off the main thread: Ctrl-C meanwhile is a KeyboardInterrupt in the caller, not inside numba)
-        ufuncs.append(compile_off_main_thread(numba.vectorize([signature], nopython=True), body))
+    for c_name, dtype in zip(_UNARY_C_NAMES.get(name) or _BINARY_C_NAMES[name], (np.float32, np.float64)):
+        definition = scalar.Scalar(c_function_definition(c_name))
+        ufuncs.append(scalar.ufunc(definition, [dtype] * arity, dtype))
     return ufuncs[0], ufuncs[1]
 
 
-def _unary_body(c_function):
-    def call(x):
-        return c_function(x)
-    return call
+def c_function_definition(c_name: str) -> str:
+    """The name of the scalar definition (:mod:`.scalar`) that is the C library's ``c_name``."""
+    import numba
+
+    from . import scalar
+
+    for name in scalar.EXPORTS:
+        value = getattr(scalar, name)
+        if isinstance(value, numba.types.ExternalFunction) and value.symbol == c_name:
+            return name
+    raise UnsupportedError(f"lowering.kernels.libm: no scalar definition calls the C library's {c_name}")
 
 
-def _binary_body(c_function):
-    def call(x, y):
-        return c_function(x, y)
-    return call
-
-
-def _pick(name: str, dtype: np.dtype) -> np.ufunc:
+def _pick(name: str, dtype: np.dtype):
     f32_fn, f64_fn = _compiled(name)
     if dtype == np.float32:
         return f32_fn

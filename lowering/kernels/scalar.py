@@ -754,13 +754,17 @@ power_f32 = numba.types.ExternalFunction("powf", numba.types.float32(numba.types
 power_f64 = numba.types.ExternalFunction("pow", numba.types.float64(numba.types.float64, numba.types.float64))
 cbrt_f32 = numba.types.ExternalFunction("cbrtf", numba.types.float32(numba.types.float32))
 cbrt_f64 = numba.types.ExternalFunction("cbrt", numba.types.float64(numba.types.float64))
-_c_log_f64 = numba.types.ExternalFunction("log", numba.types.float64(numba.types.float64))
+# (and the C library's log and exp, which XLA calls inside other functions: lowering.kernels.libm's ufuncs)
+c_log_f32 = numba.types.ExternalFunction("logf", numba.types.float32(numba.types.float32))
+c_log_f64 = numba.types.ExternalFunction("log", numba.types.float64(numba.types.float64))
+c_exp_f32 = numba.types.ExternalFunction("expf", numba.types.float32(numba.types.float32))
+c_exp_f64 = numba.types.ExternalFunction("exp", numba.types.float64(numba.types.float64))
 
 
 @_njit
 def log_f64(x):
     """XLA CPU's f64 log: the C library's ``log``, a denormal ``x`` read as a zero of its sign (DAZ)."""
-    return _c_log_f64(denormal_as_zero(x))
+    return c_log_f64(denormal_as_zero(x))
 
 
 # YNNPACK's approximations, for the ops XLA computes inside YNNPACK fusions (marked by passes.ynnpack_fusion).
