@@ -186,14 +186,11 @@ UFUNC_AFTER_A_LOAD = textwrap.dedent(
     import numpy as np
     import lowering
     from lowering.kernels import scalar
-    from lowering.runtime import numba_cache
-    if os.environ.get("WITHOUT_WRAPPER_REGISTRIES"):  # (a loop builder needing more than those: the fallback)
-        numba_cache.ensure_wrapper_registries = lambda: None
 
     f32 = np.dtype(np.float32)
     add = scalar.Scalar("add").function          # a library function: compiled, then loaded from numba's cache
     print(add(np.float32(1.5), np.float32(2.0)))
-    multiply = scalar.ufunc(scalar.Scalar("multiply"), [f32, f32], f32)  # numba builds its ufunc loop
+    multiply = scalar.ufunc(scalar.Scalar("multiply"), [f32, f32], f32)  # its loop: compiled, then loaded
     print(multiply(np.float32([1.5, -2.0]), np.float32([2.0, 0.5])).tolist())
     import jax, jax.numpy as jnp, interop
     jax.config.update("jax_enable_x64", True)
@@ -209,29 +206,29 @@ UFUNC_AFTER_A_LOAD = textwrap.dedent(
 )
 
 
-def test_a_ufunc_is_built_around_a_cached_kernel_after_a_load_without_numbas_registries(tmp_path):
-    # A load of the library's code skips numba's registries (numba_cache.install); numba.vectorize generates its
-    # ufunc loop around the cached kernel in every process, which needs a few of them: it asks for those
-    # (ensure_wrapper_registries), and for all where a loop needs more (ensure_target_registries). Without that,
-    # the second process failed (NumbaNotImplementedError in the loop builder) -- the first one compiles, and a
-    # compilation installs them.
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+def test_a_ufunc_is_loaded_whole_from_the_cache_without_numbas_registries(tmp_path):
+    # The interpreter's ufuncs are numba cfuncs of their whole inner loop (lowering.kernels.ufunc_loops), cached on
+    # disk: a later process loads them, loop included, without numba's registries (numba_cache.install) and without
+    # generating code. (numba.vectorize generated its loop around the cached element function in every process,
+    # ~0.1-0.2 s per ufunc, and needed some of numba's registries for that: a process that had only loaded cached
+    # code failed in the loop builder, NumbaNotImplementedError.)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "XLA_DIALECT_CACHE": str(tmp_path / "xla"),
            "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                           os.environ.get("PYTHONPATH", "")])}
     outputs = []
-    for fallback in ("", "", "1"):
-        done = subprocess.run([sys.executable, "-c", UFUNC_AFTER_A_LOAD], capture_output=True, text=True,
-                              env={**env, "WITHOUT_WRAPPER_REGISTRIES": fallback}, timeout=600)
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", UFUNC_AFTER_A_LOAD], capture_output=True, text=True, env=env,
+                              timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout.split())
-    assert outputs[0][:4] == outputs[1][:4] == outputs[2][:4] == ["3.5", "[3.0,", "-1.0]", "True"], outputs
-    # (the second process built its ufuncs with the few registries the loop builder needs: no scipy import; the
-    # third, without them, failed to build a loop and built it again with all of numba's registries)
-    assert outputs[1][4] == "False" and outputs[2][4] == "True", outputs
+    assert outputs[0][:4] == outputs[1][:4] == ["3.5", "[3.0,", "-1.0]", "True"], outputs
+    assert outputs[1][4] == "False", outputs  # (the second process compiled nothing: no registry, no scipy import)
+    ufunc_modules = list((tmp_path / "xla" / "loops").glob("ufunc_*.py"))
+    assert len(ufunc_modules) >= 2, ufunc_modules  # (multiply, and kernels of the program)
 
 
 def test_a_ufunc_of_a_scalar_definition_is_built_at_its_first_call():
-    # numba takes ~0.1 s to build each ufunc even from its cache, and kernels are made for every op of a program,
+    # numba took ~0.1 s to build each ufunc even from its cache, and kernels are made for every op of a program,
     # also those that only run inside compiled code: building at kernel construction cost a new process 0.4 s
     # of lowering.compile for an ODE solve that never called them.
     import numpy as np

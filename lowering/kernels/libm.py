@@ -16,8 +16,8 @@ for f64; numba's ``ExternalFunction`` in :mod:`.scalar`, resolved in the running
 process, where Python has already loaded libm), one element at a time: libm's
 scalar functions are what XLA calls, and numba adds no vectorized variant of
 its own (``numba.config.USING_SVML`` must be off; :func:`_compile` checks).
-The ufunc is built on first use (:func:`lowering.kernels.scalar.ufunc`, a few
-milliseconds once numba's cache has the definition's wrapper).
+The ufunc is built on first use (:func:`lowering.kernels.scalar.ufunc`: its
+loop is compiled once and cached on disk, a few milliseconds to load).
 
 Only f32 and f64 operands are accepted; narrower floats are widened by the
 caller, as XLA does.

@@ -1541,50 +1541,45 @@ def ufunc(scalar: Scalar, operand_dtypes, result_dtype) -> LazyUfunc:
     return fn
 
 
-def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> Callable:
-    from numba import from_dtype
+def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> np.ufunc:
+    """``scalar`` as a NumPy ufunc whose inner loop is a numba cfunc of a generated module (:mod:`.ufunc_loops`:
+    cached on disk whole, loop included -- a later process loads it in milliseconds, where ``numba.vectorize``
+    generated its loop again in every process, ~0.1-0.2 s each). The constant arguments are bound as globals of
+    that module, written by their bytes; where one cannot be written in its text, or there is no cache directory,
+    the same loop is compiled in memory."""
+    from . import ufunc_loops
 
-    signature = from_dtype(np.dtype(result_dtype))(*(from_dtype(np.dtype(d)) for d in operand_dtypes))
-    if not scalar.arguments and isinstance(scalar.function, numba.core.dispatcher.Dispatcher):
-        # Defined in this file: numba caches the ufunc's machine code on disk.
-        # (compiles now: off the main thread, so that Ctrl-C meanwhile is a KeyboardInterrupt here, not inside numba)
-        return compile_off_main_thread(_cached_ufunc, signature, scalar.function.py_func)
-    names = [f"x{k}" for k in range(len(operand_dtypes))]
+    operand_dtypes = [np.dtype(d) for d in operand_dtypes]
+    result_dtype = np.dtype(result_dtype)
     constants = {f"k{k}": value for k, value in enumerate(scalar.arguments)}
-    call = f"target({scalar.name}({', '.join([*names, *constants])}))"
-    source = f"def element({', '.join(names)}):\n    return {call}\n"
-    module = _wrapper_module(scalar, constants, np.dtype(result_dtype), source)
-    if module is not None:  # a module file: numba caches the ufunc for later processes (0.3 s each otherwise)
-        return compile_off_main_thread(_cached_ufunc, signature, module.element)
-    namespace = {scalar.name: scalar.function, "target": np.dtype(result_dtype).type, **constants}
-    exec(source, namespace)  # noqa: S102 - a two-line wrapper binding the constants
-    return compile_off_main_thread(numba.vectorize([signature], nopython=True), namespace["element"])
+    call = f"{scalar.name}({', '.join([*(f'x{k}' for k in range(len(operand_dtypes))), *constants])})"
+    assignments = _constant_assignments({**constants, "target": result_dtype.type})
+    module = None
+    if assignments is not None:
+        from ..runtime.generated_modules import import_generated, runtime_digest
+
+        text = "\n".join([f"# runtime {runtime_digest()}", *ufunc_loops.LOOP_IMPORTS,
+                          f"from lowering.kernels.scalar import {scalar.name}", *assignments, "", "",
+                          ufunc_loops.loop_text(call, operand_dtypes, result_dtype, cached=True)])
+        # (imported, and so compiled or loaded, off the main thread: Ctrl-C meanwhile is a KeyboardInterrupt here,
+        # not inside numba)
+        module = compile_off_main_thread(import_generated, text, "ufunc")
+    if module is not None:
+        loop = module.loop
+    else:
+        namespace = {scalar.name: scalar.function, "target": result_dtype.type, **constants}
+        text = "\n".join([*ufunc_loops.LOOP_IMPORTS, ufunc_loops.loop_text(call, operand_dtypes, result_dtype,
+                                                                          cached=False)])
+        compile_off_main_thread(exec, text, namespace)  # (the decorator compiles; off the main thread as above)
+        loop = namespace["loop"]
+    return ufunc_loops.ufunc_of_loop(scalar.name, loop, operand_dtypes, result_dtype)
 
 
-def _cached_ufunc(signature, element: Callable) -> Callable:
-    """``numba.vectorize`` of ``element`` with numba's disk cache. numba builds the ufunc loop around the
-    element function's machine code in every process, a code generation that needs some of its lowering
-    registries, which a cache load of the library's functions no longer installs (:mod:`lowering.runtime.numba_cache`):
-    those few first, all of them where the loop needs more."""
-    from ..runtime.numba_cache import ensure_target_registries, ensure_wrapper_registries
-
-    ensure_wrapper_registries()  # (the few the loop builder needs: ~10 ms, not ~0.3 s)
-    try:
-        return numba.vectorize([signature], nopython=True, cache=True)(element)
-    except numba.core.errors.NumbaError:  # (a loop needing more of numba's registries: all of them, once more)
-        ensure_target_registries()
-        return numba.vectorize([signature], nopython=True, cache=True)(element)
-
-
-def _wrapper_module(scalar: Scalar, constants: dict, result_dtype: np.dtype, source: str):
-    """The module file of a ufunc wrapper binding ``constants`` (:mod:`lowering.runtime.generated_modules`), or None when
-    a constant cannot be written exactly in its text (then the wrapper is compiled in memory, uncached).
-    Numbers are written by their bytes; NumPy scalar types by name."""
-    from ..runtime.generated_modules import import_generated, runtime_digest
-
-    lines = [f"# runtime {runtime_digest()}", "import numpy as np",
-             f"from lowering.kernels.scalar import {scalar.name}", ""]
-    for name, value in [*constants.items(), ("target", result_dtype.type)]:
+def _constant_assignments(constants: dict) -> list[str] | None:
+    """Lines of module text binding ``constants`` (numbers written by their bytes; NumPy scalar types by name), or
+    None when one cannot be written exactly in text."""
+    lines = []
+    for name, value in constants.items():
         if isinstance(value, type) and issubclass(value, np.generic) and getattr(np, value.__name__, None) is value:
             lines.append(f"{name} = np.{value.__name__}")
         elif isinstance(value, (bool, int)) and not isinstance(value, np.generic):
@@ -1594,4 +1589,4 @@ def _wrapper_module(scalar: Scalar, constants: dict, result_dtype: np.dtype, sou
             lines.append(f"{name} = np.frombuffer(bytes.fromhex({value.tobytes().hex()!r}), np.{dtype.type.__name__})[0]")
         else:
             return None
-    return import_generated("\n".join(lines) + "\n\n\n" + source, "ufunc")
+    return lines

@@ -23,8 +23,8 @@ code ran the old callee -- wrong bits, or a crash where the callee's arguments h
 And it loads the library's cached code without numba's registries: numba refreshes its target context before every
 cache load, which imports and installs every typing and lowering registry (~0.3-0.5 s at a process's first load,
 scipy.linalg among the imports), though loading machine code needs only numba's runtime. A process that runs a
-program compiled before so reaches its compiled code ~0.3 s sooner. Code numba generates around a cached function
-(``numba.vectorize``'s ufunc loop) asks for the registries first (:func:`ensure_target_registries`).
+program compiled before so reaches its compiled code ~0.3 s sooner. (The interpreter's ufuncs are cached whole, loop
+included, :mod:`lowering.kernels.ufunc_loops`: nothing is generated around a loaded function.)
 
 Installed when :mod:`lowering` is imported.
 """
@@ -160,8 +160,8 @@ def install() -> None:
         # the first load of a process -- while loading machine code needs none of them, only numba's runtime (NRT)
         # symbols and its atomic helpers. So a process that runs a program compiled before starts in ~50 ms
         # instead of ~0.4 s. A compilation (a cache miss) refreshes on its own (numba.core.compiler), so later
-        # compilations see every registry as before; code generated after a load (numba.vectorize's ufunc loop
-        # around a cached kernel) asks for them first (ensure_target_registries).
+        # compilations see every registry as before. (Nothing generates code around a loaded function: the
+        # interpreter's ufuncs are cached whole, loop included, lowering.kernels.ufunc_loops.)
         from numba.core.runtime import rtsys
 
         rtsys.initialize(target_context)
@@ -170,28 +170,6 @@ def install() -> None:
         return None  # (the guard swallowed a spurious I/O error: compiled afresh, as numba does)
 
     caching.Cache.load_overload = load_overload_without_refresh
-
-
-def ensure_target_registries() -> None:
-    """Install numba's typing and lowering registries in its CPU target now, as numba does before every cache
-    load (:func:`install` skips that for the library's functions): for code numba generates around a cached
-    function without compiling it (``numba.vectorize``'s ufunc loop). Cheap after the first call in a process."""
-    from numba.core.registry import cpu_target
-
-    cpu_target.target_context.refresh()
-
-
-def ensure_wrapper_registries() -> None:
-    """Install the few lowering registries numba's ufunc builder needs to generate a ufunc loop around a cached
-    kernel -- its constants and casts of numbers (``numba.cpython.numbers``, ``builtins``) -- without the others
-    (:func:`ensure_target_registries`: ~0.3-0.4 s at a process's first call, ``scipy.linalg`` among its imports;
-    these, ~10 ms). A loop that needs more raises, and :func:`lowering.kernels.scalar._cached_ufunc` then installs
-    everything and builds it again."""
-    from numba.core.imputils import builtin_registry
-    from numba.core.registry import cpu_target
-    from numba.cpython import builtins, numbers  # noqa: F401  (their implementations register on import)
-
-    cpu_target.target_context.install_registry(builtin_registry)
 
 
 def has_machine_code(dispatcher, signature: tuple) -> bool:
