@@ -184,11 +184,13 @@ def test_ufuncs_of_definitions_with_constants_are_module_files_numba_caches(tmp_
     # A definition with constant arguments (a convert's bounds and target type) is bound by a generated wrapper;
     # written as a module file in the cache directory, numba caches its ufunc for later processes (compiled in
     # memory it cost ~0.3 s in every process). The constants are written by their bytes: the same results.
-    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    from lowering.runtime import generated_modules
+
+    monkeypatch.setattr(generated_modules, "library_module_directory", lambda name: str(tmp_path))
     definition = scalar.Scalar("float_to_int", (np.float32(2.1474836e9), np.float32(-2.1474836e9),
                                                 np.int32(2147483647), np.int32(-2147483648), np.int32))
     fn = scalar._vectorize(definition, [np.float32], np.int32)
-    (wrapper,) = (tmp_path / "loops").glob("ufunc_*.py")
+    (wrapper,) = tmp_path.glob("ufunc_*.py")
     assert "bytes.fromhex" in wrapper.read_text()
     x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 1.5, -2.5, -0.0], np.float32)
     with np.errstate(invalid="ignore"):  # (LLVM vectorizes the conversion: NaN lanes set the invalid flag)
@@ -226,10 +228,10 @@ def test_ufunc_loops_give_the_definitions_bits_on_every_layout(case, tmp_path, m
     from lowering.runtime import generated_modules
 
     definition, operand_dtypes, result_dtype = UFUNC_CASES[case]
-    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
+    monkeypatch.setattr(generated_modules, "library_module_directory", lambda name: str(tmp_path))
     cached = scalar._vectorize(definition, operand_dtypes, result_dtype)
-    assert list((tmp_path / "loops").glob("ufunc_*.py"))
-    monkeypatch.setattr(generated_modules, "import_generated", lambda text, prefix: None)
+    assert list(tmp_path.glob("ufunc_*.py"))
+    monkeypatch.setattr(generated_modules, "library_module_directory", lambda name: None)  # (nowhere to write)
     in_memory = scalar._vectorize(definition, operand_dtypes, result_dtype)
     rng = np.random.default_rng(case)
     operands = [_operand(d, rng, 64) for d in operand_dtypes]

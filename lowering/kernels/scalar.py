@@ -1543,10 +1543,12 @@ def ufunc(scalar: Scalar, operand_dtypes, result_dtype) -> LazyUfunc:
 
 def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> np.ufunc:
     """``scalar`` as a NumPy ufunc whose inner loop is a numba cfunc of a generated module (:mod:`.ufunc_loops`:
-    cached on disk whole, loop included -- a later process loads it in milliseconds, where ``numba.vectorize``
-    generated its loop again in every process, ~0.1-0.2 s each). The constant arguments are bound as globals of
-    that module, written by their bytes; where one cannot be written in its text, or there is no cache directory,
-    the same loop is compiled in memory."""
+    cached on disk whole, loop included -- a later process loads it in 3-7 ms, where ``numba.vectorize``
+    generated its loop again in every process, 35-150 ms each). The module is kept with the library's machine code
+    (:func:`~lowering.runtime.generated_modules.library_module_directory`): compiled once per installation, not
+    once per generated-code cache. The constant arguments are bound as globals of that module, written by their
+    bytes; where one cannot be written in its text, or no directory is writable, the same loop is compiled in
+    memory."""
     from . import ufunc_loops
 
     operand_dtypes = [np.dtype(d) for d in operand_dtypes]
@@ -1556,14 +1558,15 @@ def _vectorize(scalar: Scalar, operand_dtypes, result_dtype) -> np.ufunc:
     assignments = _constant_assignments({**constants, "target": result_dtype.type})
     module = None
     if assignments is not None:
-        from ..runtime.generated_modules import import_generated, runtime_digest
+        from ..runtime.generated_modules import import_generated, library_module_directory, runtime_digest
 
         text = "\n".join([f"# runtime {runtime_digest()}", *ufunc_loops.LOOP_IMPORTS,
                           f"from lowering.kernels.scalar import {scalar.name}", *assignments, "", "",
                           ufunc_loops.loop_text(call, operand_dtypes, result_dtype, cached=True)])
         # (imported, and so compiled or loaded, off the main thread: Ctrl-C meanwhile is a KeyboardInterrupt here,
         # not inside numba)
-        module = compile_off_main_thread(import_generated, text, "ufunc")
+        directory = library_module_directory("ufuncs")  # (with the library's machine code: once per installation)
+        module = compile_off_main_thread(import_generated, text, "ufunc", directory) if directory else None
     if module is not None:
         loop = module.loop
     else:

@@ -2,17 +2,18 @@
 
 The interpreter computes an element-wise op with the op's scalar definition (:mod:`.scalar`) applied by a NumPy
 ufunc. ``numba.vectorize`` makes such a ufunc, but it caches only the element function: the loop around it is
-generated and compiled by LLVM again in every process, ~0.1-0.2 s per ufunc (measured on a 2-core VM, 2026-12-04),
-and a program's first call as a new process built five of them (``jax.random.gamma``: ``multiply_add``, ``log``,
-``log1p``, a ``maximum``, an rsqrt) -- more than half a second before any result.
+generated and compiled by LLVM again in every process, 35-150 ms per ufunc (measured on a 2-core VM, 2026-12-04),
+and betainc's ``lowering.compile`` and first call as a new process built eight of them -- half a second before
+any result.
 
 Here the whole inner loop -- NumPy's ``(char **args, npy_intp *dimensions, npy_intp *steps, void *data)`` --
-is the numba ``cfunc`` of a generated module (:func:`loop_module_text`), which numba caches on disk like any
-function of the library's generated code; :func:`ufunc_of_loop` makes a NumPy ufunc of its address (numba's own
-constructor of ufuncs from loop addresses). A later process loads the machine code: ~7 ms per ufunc instead of
-~0.1-0.2 s. The loop calls the same scalar definition, converts the result to the result type as
-``numba.vectorize``'s loop does and uses numba's ``numpy`` error model (its default for ufuncs: no exception for a
-division by zero), so the bits are those of the definition -- which the tests of every definition check against
+is the numba ``cfunc`` of a generated module (:func:`loop_text`), which numba caches on disk like any function of
+the library's generated code; :func:`ufunc_of_loop` makes a NumPy ufunc of its address (numba's own constructor of
+ufuncs from loop addresses). A later process loads the machine code: 3-7 ms per ufunc. The modules are kept with
+the library's own machine code (:func:`lowering.runtime.generated_modules.library_module_directory`), so each is
+compiled once per installation. The loop calls the same scalar definition, converts the result to the result type
+as ``numba.vectorize``'s loop does and uses numba's ``numpy`` error model (its default for ufuncs: no exception for
+a division by zero), so the bits are those of the definition -- which the tests of every definition check against
 XLA through the interpreter.
 
 The loop has two forms, as ``numba.vectorize``'s has: every operand and the result contiguous (element sizes as

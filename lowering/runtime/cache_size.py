@@ -1,11 +1,12 @@
 """The size of the generated-code cache: the least recently used programs' code removed past a limit.
 
 Every program compiled leaves files in the cache directory (:func:`~lowering.runtime.process_state.cache_directory`):
-generated module files (``loop_<digest>.py``, ``ufunc_<digest>.py``), the index files naming a program's shape-free
-module (``loop_<digest>.ints``), and numba's machine code for each module (``__pycache__/<module>.*.nbi/.nbc``). The
-names are digests of the text, which includes the digest of the runtime the code calls into, so a new release or an
-edit of the runtime leaves the old files unused, never read again. Without a limit the directory only grows (a
-developer's machine reached 3.2 GB over a month of test runs).
+generated module files (``loop_<digest>.py``; ``ufunc_<digest>.py`` only where the library's own directory is not
+writable, :func:`~lowering.runtime.generated_modules.library_module_directory`), the index files naming a program's
+shape-free module (``loop_<digest>.ints``), and numba's machine code for each module
+(``__pycache__/<module>.*.nbi/.nbc``). The names are digests of the text, which includes the digest of the runtime the
+code calls into, so a new release or an edit of the runtime leaves the old files unused, never read again. Without a
+limit the directory only grows (a developer's machine reached 3.2 GB over a month of test runs).
 
 So the cache has a size limit (:func:`size_limit`: ``$XLA_DIALECT_CACHE_SIZE``, default :data:`DEFAULT_LIMIT`).
 A module's last use is its file's access time, set when a process imports it (:func:`mark_used`; the modification

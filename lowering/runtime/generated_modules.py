@@ -28,19 +28,46 @@ def runtime_digest() -> str:
     return library_digest()
 
 
-def import_generated(text: str, prefix: str) -> ModuleType | None:
+def import_generated(text: str, prefix: str, directory: str | None = None) -> ModuleType | None:
     """The module of generated ``text``, written once to ``<cache>/<prefix>_<digest>.py`` (atomically: concurrent
     processes never see half a file) and imported under a name numba's cache finds it by; None when there is no
-    cache directory (the caller then runs the text in memory, uncached)."""
-    directory = cache_directory()
+    cache directory (the caller then runs the text in memory, uncached). ``directory``: another directory than
+    the generated-code cache (:func:`library_module_directory`), not pruned by its size limit."""
+    pruned = directory is None
+    directory = cache_directory() if pruned else directory
     if directory is None:
         return None
     digest = text_digest(text)
     path = os.path.join(directory, f"{prefix}_{digest}.py")
     if not os.path.exists(path):
         write_atomically(path, text)
-        prune_in_background(directory)  # (the cache grew: at most hourly, kept under its size limit)
+        if pruned:
+            prune_in_background(directory)  # (the cache grew: at most hourly, kept under its size limit)
     return import_module_file(f"xla_dialect_{prefix}_{digest}", path)  # (numba's cache finds it by name)
+
+
+def library_module_directory(name: str) -> str | None:
+    """A directory ``name`` for generated modules that belong to the library rather than to a program (the
+    interpreter's ufunc loops, :mod:`lowering.kernels.ufunc_loops`: one per scalar definition and operand types,
+    whatever program uses them), kept where numba keeps the library's own machine code, so that they are compiled
+    once per installation, not once per generated-code cache: ``$NUMBA_CACHE_DIR/xla_dialect/<name>`` when numba
+    is told where to cache, else ``lowering/__pycache__/<name>`` when writable, else the generated-code cache
+    (:func:`cache_directory`); None when none can be written."""
+    from numba.core import config
+
+    if config.CACHE_DIR:
+        candidates = [os.path.join(config.CACHE_DIR, "xla_dialect", name)]
+    else:
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (lowering/)
+        candidates = [os.path.join(package, "__pycache__", name)]
+    for path in candidates:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    return cache_directory()
 
 
 def text_digest(text: str) -> str:
