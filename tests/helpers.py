@@ -215,18 +215,33 @@ def json_from_jax_subprocess(script: str, timeout: float = 600) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
+LIBRARY_PACKAGES = ("xla_dialect", "passes", "lowering", "interop")
+
+
+def library_sources(packages=LIBRARY_PACKAGES):
+    """The library's source files (``pathlib.Path``, sorted) in ``packages``: every ``.py`` file except those under a
+    ``__pycache__`` directory (where the library keeps generated modules of its own next to numba's machine code:
+    ``lowering/__pycache__/ufuncs``)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if "__pycache__" not in path.relative_to(root).parts:
+                yield path
+
+
 def library_lines(pattern):
     """(path relative to the repository, line number, the file's lines) of every line of the library's packages
     (xla_dialect, passes, lowering, interop) that ``pattern`` (a compiled regex) matches."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    for package in ("xla_dialect", "passes", "lowering", "interop"):
-        for path in sorted((root / package).rglob("*.py")):
-            lines = path.read_text().splitlines()
-            for n, line in enumerate(lines, 1):
-                if pattern.search(line):
-                    yield path.relative_to(root).as_posix(), n, lines
+    for path in library_sources():
+        lines = path.read_text().splitlines()
+        for n, line in enumerate(lines, 1):
+            if pattern.search(line):
+                yield path.relative_to(root).as_posix(), n, lines
 
 
 def sweep(*axes, ids=None, keep: int | None = None):

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from helpers import library_sources
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"xla_dialect": 0, "runtime": 1, "kernels": 2, "passes": 3, "executor": 4, "interop": 5}
@@ -48,17 +49,15 @@ def test_every_lowering_module_is_in_a_layer_package():
 
 def _modules():
     if not MODULE_NAMES:
-        for package in PACKAGES:
-            for path in (REPO / package).rglob("*.py"):
-                parts = list(path.relative_to(REPO).with_suffix("").parts)
-                MODULE_NAMES.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            rel = path.relative_to(REPO)
-            parts = list(rel.with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            yield ".".join(parts), path
+        for path in library_sources(PACKAGES):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            MODULE_NAMES.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    for path in library_sources(PACKAGES):
+        rel = path.relative_to(REPO)
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
 
 
 MODULE_NAMES = set()
@@ -340,7 +339,7 @@ def test_private_xdsl_use_is_one_checked_helper():
 
     from xla_dialect import xdsl_compat
 
-    users = sorted(str(p.relative_to(REPO)) for package in PACKAGES for p in (REPO / package).rglob("*.py")
+    users = sorted(str(p.relative_to(REPO)) for p in library_sources(PACKAGES)
                    if "_resume_from" in p.read_text() or "xdsl.utils.worklist" in p.read_text())
     assert users == ["xla_dialect/xdsl_compat.py"], users
     pin = re.search(r'"xdsl([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
