@@ -292,3 +292,25 @@ def test_the_librarys_cache_is_keyed_by_numbas_code_generation_settings(monkeypa
             m.setattr(config, name, value)
             assert one_chain_kernel._cache._index_key(signature, codegen) != before, name
     assert one_chain_kernel._cache._index_key(signature, codegen) == before
+
+
+def test_library_modules_are_kept_with_the_librarys_machine_code(tmp_path, monkeypatch):
+    # The ufunc loop modules belong to the library, not to a program: kept where numba keeps the library's machine
+    # code ($NUMBA_CACHE_DIR when set), else beside the package, else -- nothing writable there -- in the
+    # generated-code cache.
+    from numba.core import config
+
+    from lowering.runtime import generated_modules
+
+    monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path / "xla"))
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba"))
+    assert generated_modules.library_module_directory("ufuncs") == str(tmp_path / "numba" / "xla_dialect" / "ufuncs")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr(config, "CACHE_DIR", str(blocked))  # (no directory can be made under a file)
+    assert generated_modules.library_module_directory("ufuncs") == str(tmp_path / "xla" / "loops")
+    monkeypatch.setattr(config, "CACHE_DIR", "")
+    package = os.path.dirname(os.path.dirname(os.path.abspath(generated_modules.__file__)))
+    writable = os.access(package, os.W_OK)  # (a read-only installation: the generated-code cache)
+    expected = os.path.join(package, "__pycache__", "ufuncs") if writable else str(tmp_path / "xla" / "loops")
+    assert generated_modules.library_module_directory("ufuncs") == expected
