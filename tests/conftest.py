@@ -3,6 +3,10 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests compile one module under many monkeypatched settings (hosts, thresholds) that the executable cache's key
+# does not see: off unless a test asks for it, or the run sets it (=roundtrip: every executable read back from its
+# stored form; docs/executor.md).
+os.environ.setdefault("XLA_DIALECT_EXECUTABLE_CACHE", "0")
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -2095,96 +2095,145 @@ def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Cal
 def tiered_loop(op: WhileOp, ctx, interpreted: Callable) -> Callable:
     """The kernel of ``op`` (an ``hlo.while``) for the executor's ``loop_compilation`` mode ("auto" or "always";
     ``ctx`` the lowering context): ``interpreted`` (:mod:`lowering.kernels.control_flow`'s kernel) when the mode is
-    "never", else a kernel that interprets the loop the same way until it has run long enough and then runs it as
-    one compiled function (:func:`compile_loop`), from wherever it stands, with the same bits."""
-    mode = ctx.loop_compilation
-    if mode == "never":
+    "never", else a :class:`TieredLoop` that interprets the loop the same way until it has run long enough and then
+    runs it as one compiled function (:func:`compile_loop`), from wherever it stands, with the same bits."""
+    if ctx.loop_compilation == "never":
         return interpreted
-    single = len(op.results) == 1
-    bounded = ctx.timeout is not None
-    where = f"{op.name} iteration"
-    # The loop runs interpreted until it has run ``threshold`` iterations (over all calls), then as one
-    # numba-compiled function when it is eligible (lowering.executor.compiled_loops), from wherever it stands. In
-    # "auto" mode the compilation runs on a background thread and the loop stays interpreted until it is done.
-    threshold = 0 if mode == "always" else AUTO_THRESHOLD
-    done = {"iterations": 0, "started": False, "loop": None}
+    return TieredLoop(op, ctx)
 
-    def compile_now():
-        try:
-            done["loop"] = compile_loop(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1)
-        except Exception:  # noqa: BLE001 - (compile_loop keeps ineligible loops interpreted; anything else too)
-            done["loop"] = None
 
-    def start():
-        done["started"] = True
-        if mode == "always":
+class TieredLoop:
+    """An ``hlo.while``'s kernel in ``loop_compilation`` "auto" or "always" (:func:`tiered_loop`): called as the
+    interpreted loop kernel is, ``(cond, body, *state)``.
+
+    The loop runs interpreted until it has run :data:`AUTO_THRESHOLD` iterations or :data:`AUTO_SECONDS` seconds
+    (over all calls; "always": at once), then as one numba-compiled function when it is eligible, from wherever it
+    stands. In "auto" mode the compilation runs on a background thread and the loop stays interpreted until it is
+    done; a loop an earlier process compiled is loaded from numba's cache at the first call. It is also the loop's
+    unit for :mod:`lowering.executor.compile_queue`: the compilation of a unit inside starts this loop's, which
+    makes theirs useless once done."""
+
+    def __init__(self, op: WhileOp, ctx):
+        self.mode = ctx.loop_compilation
+        self.single = len(op.results) == 1
+        self.bounded = ctx.timeout is not None
+        self.where = f"{op.name} iteration"
+        # (the loop's IR and context until its source is written: at its compilation, or when it is stored)
+        self._op, self._ctx = op, ctx
+        self._written = None  # (source, constants, dtypes, ranks), or "ineligible"
+        self._reset()
+
+    def _reset(self) -> None:
+        self.threshold = 0 if self.mode == "always" else AUTO_THRESHOLD
+        self.seconds_limit = AUTO_SECONDS
+        self.iterations = 0
+        self.seconds = 0.0
+        self.started = False
+        self.loop = None
+        self.probed = self.mode == "always"
+
+    def __getstate__(self) -> dict:
+        """The loop as it stands before its first call, its source written (:mod:`lowering.executor.executable_cache`
+        stores it without the IR)."""
+        self._write()
+        return {"mode": self.mode, "single": self.single, "bounded": self.bounded, "where": self.where,
+                "_written": self._written}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._op = self._ctx = None
+        self._reset()  # (the thresholds of this process)
+
+    def _write(self):
+        """The loop's generated source, constants, state dtypes and ranks (written once), or "ineligible"."""
+        if self._written is None:
+            op, ctx = self._op, self._ctx
             try:
-                compile_now()
+                source, constants = loop_source(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1)
+                self._written = (source, constants, [np.dtype(ctx.dtype(v.type)) for v in op.operands],
+                                 [len(v.type.get_shape()) for v in op.operands])
+            except Ineligible:
+                self._written = "ineligible"
+        return self._written
+
+    def _compiled(self, cached_only: bool = False):
+        """The compiled loop (:func:`compile_loop`'s), or None."""
+        written = self._write()
+        if written == "ineligible":
+            return None
+        source, constants, dtypes, ranks = written
+        try:
+            loop = CompiledLoop(source, constants, dtypes)
+            return loop if loop.compile_for(ranks, cached_only) else None
+        except Exception:  # noqa: BLE001 - numba rejected the generated code: keep the interpreted loop
+            return None
+
+    def _compile_now(self) -> None:
+        try:
+            self.loop = self._compiled()
+        except Exception:  # noqa: BLE001 - (ineligible loops stay interpreted; anything else too)
+            self.loop = None
+
+    def _start(self) -> None:
+        self.started = True
+        if self.mode == "always":
+            try:
+                self._compile_now()
             except KeyboardInterrupt:  # Ctrl-C while numba compiled (lowering.runtime.interrupt.guard_compiles): the
-                done["started"] = False  # next call asks again (numba finishes the compilation meanwhile)
+                self.started = False  # next call asks again (numba finishes the compilation meanwhile)
                 raise
         else:
-            compile_in_background(compile_now)
+            compile_in_background(self._compile_now)
 
-    def run_compiled(state):
-        out = done["loop"](state)
-        return out[0] if single else tuple(out)
-
-    seconds = AUTO_SECONDS
-    done["seconds"] = 0.0
-
-    def load_cached():
+    def _load_cached(self) -> None:
         # (first call, "auto": a loop an earlier process compiled is a load from numba's cache -- run it now)
-        done["probed"] = True
+        self.probed = True
         try:
-            loop = compile_loop(op, ctx.functions, ctx.dtype, ctx.flush, ctx.blas_threads == 1, cached_only=True)
-        except Exception:  # noqa: BLE001 - (as compile_now: anything else keeps the loop interpreted for now)
+            loop = self._compiled(cached_only=True)
+        except Exception:  # noqa: BLE001 - (as _compile_now: anything else keeps the loop interpreted for now)
             loop = None
         if loop is not None:
-            done["loop"], done["started"] = loop, True
+            self.loop, self.started = loop, True
 
-    done["probed"] = mode == "always"
-    class Unit:
-        """This loop while it runs interpreted, to the units inside it (lowering.executor.compile_queue): their
-        compilation starts this loop's, which makes theirs useless once done."""
+    @property
+    def kernel(self):
+        """The compiled loop once ready (:mod:`lowering.executor.compile_queue` reads it), else None."""
+        return self.loop
 
-        @property
-        def kernel(self):
-            return done["loop"]
+    def background_job(self):
+        """This loop's compilation when it has not started (:mod:`lowering.executor.compile_queue`), else None."""
+        if self.started or self.mode != "auto":
+            return None
+        self.started = True
+        return self._compile_now
 
-        def background_job(self):
-            if done["started"] or mode != "auto":
-                return None
-            done["started"] = True
-            return compile_now
+    def _run_compiled(self, state):
+        out = self.loop(state)
+        return out[0] if self.single else tuple(out)
 
-    unit = Unit()
-
-    def while_kernel(cond, body, *state):
-        if not done["probed"]:
-            load_cached()
-        if not done["started"] and (done["iterations"] >= threshold or done["seconds"] >= seconds):
-            start()
-        if done["loop"] is not None:
-            return run_compiled(state)
+    def __call__(self, cond, body, *state):
+        if not self.probed:
+            self._load_cached()
+        if not self.started and (self.iterations >= self.threshold or self.seconds >= self.seconds_limit):
+            self._start()
+        if self.loop is not None:
+            return self._run_compiled(state)
         n = 0
         began = perf_counter()
-        enter(unit)
+        enter(self)
         try:
             while cond(*state)[0]:
-                if not done["started"] and done["iterations"] + n >= threshold:
-                    start()
-                if done["loop"] is not None:  # (compiled meanwhile: switch here, the same bits)
-                    done["iterations"] += n
-                    return run_compiled(state)
+                if not self.started and self.iterations + n >= self.threshold:
+                    self._start()
+                if self.loop is not None:  # (compiled meanwhile: switch here, the same bits)
+                    self.iterations += n
+                    return self._run_compiled(state)
                 state = body(*state)
                 n += 1
-                if bounded:
-                    check(where)
+                if self.bounded:
+                    check(self.where)
         finally:
             leave()
-        done["iterations"] += n
-        done["seconds"] += perf_counter() - began
-        return state[0] if single else tuple(state)
-
-    return while_kernel
+        self.iterations += n
+        self.seconds += perf_counter() - began
+        return state[0] if self.single else tuple(state)

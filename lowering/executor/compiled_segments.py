@@ -261,10 +261,12 @@ class CompiledSegment:
     """Runs a :class:`Segment`: ``interpreted`` (its ops' own kernels) until the numba function is ready."""
 
     def __init__(self, segment: Segment, interpreted: Callable, mode: str):
-        self.segment = segment
+        self.segment = segment  # (its ops: for tests and debugging; not stored, __getstate__)
         self.source = segment.source  # (as written; its constants packed when it is first compiled: _compile)
         self.packed: list | None = None
+        self.constant_names = segment.constant_names
         self.constants = segment.constants
+        self._written = (segment.source, segment.constant_names, segment.constants)  # (never changed: __getstate__)
         self.interpreted = interpreted
         self.mode = mode
         self.inputs = [(np.dtype(dt), bool(shape), _boxed(dt, shape)) for dt, shape in segment.input_info]
@@ -300,8 +302,8 @@ class CompiledSegment:
             if self.packed is None:
                 # (its constants in a few packed arrays: one argument each cost the call ~50 ns apiece; its buffers
                 # and constants read without reference counts)
-                self.source, self.packed = pack_constants(unowned_buffers(self.segment.source), "segment",
-                                                          self.segment.constant_names, self.segment.constants)
+                self.source, self.packed = pack_constants(unowned_buffers(self.source), "segment",
+                                                          self.constant_names, self.constants)
             fn, sizes = _load(self.source, "segment")
             self.constants = [sizes, *self.packed]  # (the sizes first: generated_modules.hoisted_ints)
             signature = self._signature(readonly)
@@ -312,6 +314,15 @@ class CompiledSegment:
             self.kernel = fn
         except Exception:  # noqa: BLE001 - numba rejected the generated code: stay interpreted
             self.kernel = None
+
+    def __getstate__(self) -> dict:
+        """The segment as it stands before its first call (:mod:`lowering.executor.executable_cache` stores it:
+        a later process's first call loads the machine code an earlier one compiled, else it tiers up anew)."""
+        state = dict(self.__dict__)  # (as written, whatever a compilation on another thread has done meanwhile)
+        state["source"], state["constant_names"], state["constants"] = self._written
+        del state["segment"]
+        state.update(packed=None, calls=0, started=False, kernel=None, readonly=[], _seen_readonly=None)
+        return state
 
     def background_job(self):
         """This segment's compilation, when it has not started (:func:`lowering.executor.compile_queue.compile_in_background`

@@ -617,7 +617,8 @@ class Executable:
     """A compiled hlo program. Call it with NumPy arrays; get a tuple of arrays.
 
     ``source`` holds the generated Python code. ``infeed``, ``outfeed`` and
-    ``channels`` are the host-side queues of :mod:`lowering.runtime.program_state`.
+    ``channels`` are the host-side queues of :mod:`lowering.runtime.program_state`. ``from_cache`` says whether
+    it was loaded from the cache of compiled programs (:mod:`lowering.executor.executable_cache`).
     """
 
     def __init__(self, fn, entry: func.FuncOp, source: str, runtime: Runtime | None = None,
@@ -645,6 +646,9 @@ class Executable:
         # How arguments of another dtype are treated: "exact", "lossless" or "cast" (see compile()).
         self.argument_conversion = options.argument_conversion if options is not None else "exact"
         self.timeout = options.timeout if options is not None else None  # seconds per call (lowering.runtime.interrupt)
+        # Whether lowering.compile loaded this executable from the cache of compiled programs instead of lowering
+        # the module (lowering.executor.executable_cache; why not: executable_cache.last_miss).
+        self.from_cache = False
 
     @staticmethod
     def _spec(t: Attribute):
@@ -818,6 +822,13 @@ def _compile(module: ModuleOp, entry, options: CompileOptions | None, shortcuts:
 
     if not isinstance(module, ModuleOp):
         raise ExecutionError(f"lowering.compile expects an xDSL ModuleOp, got {type(module).__name__}")
+    from . import executable_cache
+
+    cache_key, caller_module = None, module
+    if isinstance(entry, str):  # (compiled before, by this process or an earlier one: loaded, nothing lowered)
+        cache_key, cached = executable_cache.lookup(module, entry, options)
+        if cached is not None:
+            return _stored_executable(cached, options, from_cache=True)
     try:
         module.verify()
     except XlaError:
@@ -845,8 +856,21 @@ def _compile(module: ModuleOp, entry, options: CompileOptions | None, shortcuts:
                                                     options=options)
     num_replicas, num_partitions = options.num_replicas, options.num_partitions
     if num_replicas * num_partitions == 1:
+        if cache_key is not None:
+            read_back = executable_cache.store(cache_key, caller_module, names[0], ctx, executables[names[0]])
+            if read_back is not None:  # (XLA_DIALECT_EXECUTABLE_CACHE=roundtrip)
+                return _stored_executable(read_back, options, from_cache=False)
         return executables[names[0]]
     from .multi_device import MultiDeviceExecutable
 
     per_device = executables[entry] if isinstance(entry, str) else [executables[name] for name in names]
     return MultiDeviceExecutable(per_device, num_replicas, num_partitions)
+
+
+def _stored_executable(parts, options: CompileOptions, from_cache: bool) -> Executable:
+    """The :class:`Executable` of an executable's stored parts (:mod:`lowering.executor.executable_cache`)."""
+    fn, function, source, runtime, limits_blas = parts
+    executable = Executable(fn, function, source, runtime, options.blas_thread_count if limits_blas else None,
+                            options=options)
+    executable.from_cache = from_cache
+    return executable

@@ -251,6 +251,23 @@ class FusedGroup:
             self.source = None
             self.tried = self.started = True
 
+    def __getstate__(self) -> dict:
+        """The group as it stands before its first call (:mod:`lowering.executor.executable_cache` stores it: a
+        later process's first call loads the machine code an earlier one compiled, else it tiers up anew)."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state.pop("signature", None)
+        compilable = self.source is not None
+        state.update(calls=0, elements=0, kernel=None, bounds=None, _serial=None, readonly=[],
+                     tried=not compilable, started=not compilable)
+        if compilable:
+            state.update(constants=self.base_constants, pieces=[(0, self.rows)])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _compile(self, readonly: list[bool]):
         """Compile the group's kernel for arrays with these read-only flags (:meth:`_compile_kernel`)."""
         self._compile_kernel(readonly)

@@ -350,14 +350,12 @@ def _scatter(op, ctx):
 
     input_types = [t.type for t in op.inputs]
     components = _components(op.update_computation, n)
-    appliers: list = []  # (the region's array form, made on first use)
+    applier = array_applier(op.update_computation, result_dtypes(op, ctx))  # (the region's array form)
 
     def apply_in_rounds(region_fn, flats, keys, values):
         """The update computation's own definition (lowering.kernels.region), round by round: every target's
         k-th update in round k, so each target sees its updates in XLA's order."""
-        if not appliers:
-            appliers.append(array_applier(op.update_computation, result_dtypes(op, ctx)))
-        f = appliers[0](region_fn)
+        f = applier(region_fn)
         for ids in _rounds(keys):
             t = elements(keys[ids])
             results = f(*(flat[t] for flat in flats), *(v[ids].reshape(-1) for v in values))

@@ -1512,7 +1512,9 @@ class LazyUfunc:
             with _BUILD_LOCK:
                 fn = self._ufunc
                 if fn is None:
-                    fn = self._ufunc = _vectorize(*self._key)
+                    fn = _vectorize(*self._key)
+                    _BUILT_KEYS[fn] = self._key
+                    self._ufunc = fn
         return fn
 
     def __call__(self, *args, **kwargs):
@@ -1525,6 +1527,16 @@ class LazyUfunc:
 
     def __repr__(self) -> str:
         return f"LazyUfunc({self._key[0].name!r}, {[d.name for d in self._key[1]]} -> {self._key[2].name})"
+
+
+_BUILT_KEYS: dict[np.ufunc, tuple] = {}
+"""Each built ufunc -> the key it was built for (the executable cache stores a ufunc as its key)."""
+
+
+def built_ufunc_key(fn: np.ufunc) -> tuple | None:
+    """The ``(scalar, operand_dtypes, result_dtype)`` a ufunc of :func:`ufunc` was built for, or None when ``fn``
+    is not one (:mod:`lowering.executor.executable_cache` stores the key, not the ufunc)."""
+    return _BUILT_KEYS.get(fn)
 
 
 def ufunc(scalar: Scalar, operand_dtypes, result_dtype) -> LazyUfunc:

@@ -3,9 +3,11 @@
 Every program compiled leaves files in the cache directory (:func:`~lowering.runtime.process_state.cache_directory`):
 generated module files (``loop_<digest>.py``; ``ufunc_<digest>.py`` only where the library's own directory is not
 writable, :func:`~lowering.runtime.generated_modules.library_module_directory`), the index files naming a program's
-shape-free module (``loop_<digest>.ints``), and numba's machine code for each module
-(``__pycache__/<module>.*.nbi/.nbc``). The names are digests of the text, which includes the digest of the runtime the
-code calls into, so a new release or an edit of the runtime leaves the old files unused, never read again. Without a
+shape-free module (``loop_<digest>.ints``), numba's machine code for each module
+(``__pycache__/<module>.*.nbi/.nbc``), and the executables ``lowering.compile`` stored (``executable_<digest>.exe``:
+:mod:`lowering.executor.executable_cache`). The names are digests of the text (a stored executable's, of its module,
+options and library), which includes the digest of the runtime the code calls into, so a new release or an edit of
+the runtime leaves the old files unused, never read again. Without a
 limit the directory only grows (a developer's machine reached 3.2 GB over a month of test runs).
 
 So the cache has a size limit (:func:`size_limit`: ``$XLA_DIALECT_CACHE_SIZE``, default :data:`DEFAULT_LIMIT`).
@@ -42,8 +44,9 @@ GRACE = 600.0
 _STAMP = ".pruned"
 _LOCK_FILE = ".prune.lock"
 _SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_ENTRY = re.compile(r"^([a-z]+_[0-9a-f]{16,64})\.(py|ints)(\.\d+\.\d+\.tmp)?$")
-"""A module file, a shape index, or what a process killed while writing one left (``write_atomically``)."""
+_ENTRY = re.compile(r"^([a-z]+_[0-9a-f]{16,64})\.(py|ints|exe)(\.\d+\.\d+\.tmp)?$")
+"""A module file, a shape index, a stored executable (:mod:`lowering.executor.executable_cache`), or what a process
+killed while writing one left (``write_atomically``)."""
 
 
 def parse_size(text: str) -> int | None:
@@ -102,7 +105,7 @@ def entries(directory: str) -> list[Entry]:
                 st = item.stat(follow_symlinks=False)
             except OSError:
                 continue
-            key = item.name if match[2] == "ints" or match[3] else match[1]
+            key = item.name if match[2] in ("ints", "exe") or match[3] else match[1]
             found[key] = Entry(key, [item.path], st.st_size, max(st.st_atime, st.st_mtime))
     code_directory = os.path.join(directory, "__pycache__")
     if os.path.isdir(code_directory):

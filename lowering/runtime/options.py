@@ -4,7 +4,7 @@
 ``lowering.compile(module, denormals="keep", ...)`` are the same call: the keywords build (or replace fields
 of) the options object. Every automatic default is resolved when the object is made -- the environment read
 there, once (``$XLA_DIALECT_LOOP_COMPILATION``, ``$XLA_DIALECT_FUSION``, ``$XLA_DIALECT_MAX_BYTES``, the BLAS
-thread variables) -- so the executor, its context and the kernels read settled values: ``denormals`` is
+thread variables, ``$XLA_DIALECT_EXECUTABLE_CACHE``) -- so the executor, its context and the kernels read settled values: ``denormals`` is
 "flush" or "keep", ``flush`` the same as a bool, ``loop_compilation`` and ``fusion`` one of their modes,
 ``max_bytes`` a byte count. A bad value raises the project's exception naming the option (``ExecutionError``
 or ``UnsupportedError``, as before). What each option means: :func:`lowering.executor.executable.compile`.
@@ -44,6 +44,10 @@ class CompileOptions:
     argument_conversion: str = "exact"
     max_bytes: int | str | None = None
     timeout: float | None = None
+    executable_cache: bool | None = None
+    """Whether the executable is loaded from and stored in the cache of compiled programs
+    (:mod:`lowering.executor.executable_cache`); None: ``$XLA_DIALECT_EXECUTABLE_CACHE`` (``0``, ``off``, ``false``
+    or ``no``: off), else on."""
     probe: Any = field(default=None, compare=False)
     """An object recording intermediate values (``register``/``record``); with it, fusion and loop
     compilation are "never"."""
@@ -75,7 +79,15 @@ class CompileOptions:
         if self.probe is not None:  # every op as its own kernel, each loop iteration in Python
             put("loop_compilation", "never")
             put("fusion", "never")
-        for what in ("xla_rewrites", "fma_contraction"):
+        if self.executable_cache is None:
+            import os
+
+            setting = os.environ.get("XLA_DIALECT_EXECUTABLE_CACHE", "1").strip().lower()
+            if setting not in ("", "1", "on", "true", "yes", "0", "off", "false", "no", "roundtrip"):
+                raise UnsupportedError(f"$XLA_DIALECT_EXECUTABLE_CACHE must be 1/on or 0/off (or roundtrip, for "
+                                       f"testing the stored form), got {setting!r}")
+            put("executable_cache", setting not in ("0", "off", "false", "no"))
+        for what in ("xla_rewrites", "fma_contraction", "executable_cache"):
             if not isinstance(getattr(self, what), bool):
                 raise ExecutionError(f"lowering.compile: {what} must be True or False, got {getattr(self, what)!r}")
         timeout = self.timeout
