@@ -12,7 +12,10 @@ three new processes each import the program (``interop.import_jax``) and time, f
   calls: ``steady from``);
 * **new program**: the library's kernels cached (the numba cache the first-install run filled), the program's
   generated code not (a fresh ``XLA_DIALECT_CACHE``): a user's first run of a new script;
-* **warm**: the same in another process with the caches the new-program run left (the script's second run);
+* **warm**: the same in another process with the caches the new-program run left (the script's second run):
+  ``lowering.compile`` loads the executable the new-program run stored (:mod:`lowering.executor.executable_cache`);
+* **warm, lowered again**: the same with ``XLA_DIALECT_EXECUTABLE_CACHE=0`` (the module lowered, its machine code
+  loaded from numba's cache: the warm start before the executable cache);
 * **jax.jit**: ``jax.jit(f)``'s first call (trace, compile, run) in a new process without, then with, jax's
   persistent compilation cache (``jax_compilation_cache_dir``, every compilation cached).
 
@@ -89,7 +92,8 @@ def _child(name: str, mode: str, budget: float) -> dict:
     steady = float(np.median([d for _, d in calls[-20:]]))
     steady_from = next(t for t, d in calls if d <= 1.5 * steady)
     return {"ops": ops, "compile_s": compiled - start, "first_call_s": first - compiled,
-            "steady_from_s": steady_from, "steady_ms": steady * 1e3, "budget_hit": quiet < 20}
+            "steady_from_s": steady_from, "steady_ms": steady * 1e3, "budget_hit": quiet < 20,
+            "from_cache": exe.from_cache}
 
 
 def _run_child(name: str, mode: str, budget: float, env: dict, unset: tuple = ("PYTHONDONTWRITEBYTECODE",)) -> dict:
@@ -108,8 +112,9 @@ def _run_child(name: str, mode: str, budget: float, env: dict, unset: tuple = ("
 def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
     """Every program timed cold, warm and under jax.jit, each in its own process, as a Markdown table."""
     rows = ["| program | HLO ops | first install: compile / first call / steady from (s) | new program: compile / "
-            "first call / steady from (s) | warm: compile / first call / steady from (s) | steady call (ms) | "
-            "jax.jit first call: no cache / its cache (s) |", "|---|---|---|---|---|---|---|"]
+            "first call / steady from (s) | warm: compile / first call / steady from (s) | warm, lowered again: "
+            "compile / first call (s) | steady call (ms) | jax.jit first call: no cache / its cache (s) |",
+            "|---|---|---|---|---|---|---|---|"]
     for maker in _workloads():
         name = maker().name
         if only and only not in name:
@@ -123,6 +128,8 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
             program_only = {**env, "XLA_DIALECT_CACHE": os.path.join(caches, "xla-new")}
             fresh = _run_child(name, "cold", budget, program_only)
             warm = _run_child(name, "warm", budget, program_only)
+            # (the same without the executable cache: the module lowered again, its machine code loaded)
+            lowered = _run_child(name, "warm", budget, {**program_only, "XLA_DIALECT_EXECUTABLE_CACHE": "0"})
             jax_cold = _run_child(name, "jax", budget, env)
             _run_child(name, "jax-cache", budget, env)  # (fills jax's cache)
             jax_warm = _run_child(name, "jax-cache", budget, env)
@@ -130,11 +137,12 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
         def hit(run: dict) -> str:
             return " (budget hit)" if run["budget_hit"] else ""
 
+        loaded = "" if warm["from_cache"] else " (not from the executable cache)"
         rows.append(f"| {name} | {cold['ops']} | {cold['compile_s']:.2f} / {cold['first_call_s']:.2f} / "
                     f"{cold['steady_from_s']:.1f}{hit(cold)} | {fresh['compile_s']:.2f} / {fresh['first_call_s']:.2f} / "
                     f"{fresh['steady_from_s']:.1f}{hit(fresh)} | {warm['compile_s']:.3f} / {warm['first_call_s']:.3f} / "
-                    f"{warm['steady_from_s']:.2f} | {warm['steady_ms']:.3f} | {jax_cold['first_call_s']:.2f} / "
-                    f"{jax_warm['first_call_s']:.2f} |")
+                    f"{warm['steady_from_s']:.2f}{loaded} | {lowered['compile_s']:.3f} / {lowered['first_call_s']:.3f} | "
+                    f"{warm['steady_ms']:.3f} | {jax_cold['first_call_s']:.2f} / {jax_warm['first_call_s']:.2f} |")
         print(rows[-1], file=sys.stderr, flush=True)
     rows.append("\nTimes from `lowering.compile` in a new process (imports and `interop.import_jax` not counted; "
                 "jax.jit's first call includes its trace). 'steady from': when calls reach their steady speed, "

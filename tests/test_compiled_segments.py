@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import lowering
+from helpers import INSPECTS_THE_LOWERING
 from interop import import_jax
 from lowering.executor import compiled_loops, compiled_segments
 
@@ -79,6 +80,7 @@ def test_auto_compiles_after_calls_and_keeps_the_bits():
         np.testing.assert_array_equal(_bits(a), _bits(c))
 
 
+@INSPECTS_THE_LOWERING
 def test_large_arrays_and_callbacks_are_not_in_segments_and_small_loops_are():
     seen = []
 
@@ -146,6 +148,7 @@ def test_operands_a_segment_does_not_read_are_still_its_inputs():
         np.testing.assert_array_equal(_bits(g), _bits(i))
 
 
+@INSPECTS_THE_LOWERING
 def test_a_long_run_is_one_call_of_chunks_with_the_kernels_bits(monkeypatch):
     """A run longer than SEGMENT_MAX_OPS (an ODE solver's set-up) is one segment of chunks, each its own numba
     function, called one after the other in machine code (SegmentChain): one call from Python, the kernels' bits,
@@ -177,6 +180,7 @@ def test_a_long_run_is_one_call_of_chunks_with_the_kernels_bits(monkeypatch):
         np.testing.assert_array_equal(_bits(g), _bits(i))
 
 
+@INSPECTS_THE_LOWERING
 def test_ops_of_constants_are_computed_when_lowering_not_in_segments():
     """Ops whose operands are all known when lowering (a solver's set-up from Python floats: bit tricks,
     compares and selects on constants, as diffrax computes its time bounds) are computed once, ahead of the
@@ -204,6 +208,7 @@ def test_ops_of_constants_are_computed_when_lowering_not_in_segments():
         np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
+@INSPECTS_THE_LOWERING
 def test_a_conditional_on_a_known_selector_is_its_branchs_values():
     """equinox's error_if on a condition computed from constants: XLA inlines the taken branch (which returns
     its operand) and folds what follows; so does the executor when lowering -- the branch with the host callback

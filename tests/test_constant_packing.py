@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import lowering
+from helpers import INSPECTS_THE_LOWERING
 from interop import import_jax
 from lowering.executor import compiled_segments
 from lowering.executor.constant_packing import pack_constants
@@ -41,6 +42,7 @@ def test_sources_without_constants_or_the_function_are_left_or_refused():
         pack_constants(SOURCE, "segment", ["k2"], [np.int32(1)])
 
 
+@INSPECTS_THE_LOWERING
 def test_a_segment_of_many_constants_takes_a_few_arguments_and_keeps_the_bits():
     """Forty distinct constants of several types (f32 scalars as one-element arrays, int32 and bool scalars, a
     table): the compiled segment is called with a handful of arrays and gives the interpreter's and jax.jit's

@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from helpers import sweep
+from helpers import INSPECTS_THE_LOWERING, sweep
 
 bf16 = ml_dtypes.bfloat16
 
@@ -265,6 +265,7 @@ def test_sums_that_steer_loops_are_ynnpacks_bits(dtype, options):
         np.testing.assert_array_equal(g, w)
 
 
+@INSPECTS_THE_LOWERING
 def test_compiled_loops_and_segments_call_the_kernels_definition():
     # The loop compiles (not left interpreted) and its source calls ynnpack_sum's functions; a segment of
     # small ops takes a large sum of an operand from before it.

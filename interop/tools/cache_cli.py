@@ -1,7 +1,8 @@
 """``xla-cache``: the generated-code cache -- its size, a prune to a size, or clearing it.
 
 The cache (``$XLA_DIALECT_CACHE/loops``, default ``~/.cache/xla_dialect/loops``) holds the generated modules of
-compiled loops, segments and fused kernels and numba's machine code for them; a process keeps it under its size
+compiled loops, segments and fused kernels, numba's machine code for them, and the executables ``lowering.compile``
+stored (:mod:`lowering.executor.executable_cache`: a later process loads them instead of lowering); a process keeps it under its size
 limit by itself (:mod:`lowering.runtime.cache_size`, ``$XLA_DIALECT_CACHE_SIZE``). This command is for a look or
 an explicit clean-up::
 
@@ -61,8 +62,10 @@ def _run(args) -> int:
         found = cache_size.entries(directory)
         total = sum(e.size for e in found)
         print(f"cache: {directory}")
+        executables = [e for e in found if e.name.endswith(".exe")]
         print(f"entries: {len(found)}, size: {_size(total)}, limit: "
               f"{'unlimited' if limit is None else _size(limit)} (${cache_size.ENVIRONMENT})")
+        print(f"stored executables: {len(executables)}, {_size(sum(e.size for e in executables))}")
         return 0
     if args.command == "prune":
         to = cache_size.parse_size(args.to) if args.to is not None else limit

@@ -237,7 +237,10 @@ def _array_from_bytes(data: bytes, dtype, shape: tuple, writeable: bool) -> np.n
 
 def _view(base: np.ndarray, offset: int, shape: tuple, strides: tuple, writeable: bool) -> np.ndarray:
     flat = base.reshape(-1)[offset:]
-    return np.lib.stride_tricks.as_strided(flat, shape, strides, writeable=writeable and flat.flags.writeable)
+    # (as raw bytes of the element size: as_strided's array interface does not name ml_dtypes' types)
+    raw = flat.view(np.dtype((np.void, flat.itemsize))) if flat.dtype.isbuiltin != 1 else flat
+    view = np.lib.stride_tricks.as_strided(raw, shape, strides, writeable=writeable and flat.flags.writeable)
+    return view.view(flat.dtype) if raw is not flat else view
 
 
 def _module(name: str):
@@ -288,6 +291,7 @@ class _Pickler(pickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.namespace = namespace
         self.persistent = {id(namespace): "namespace", **persistent}
+        self.shared = _library_state()
         from xdsl.ir import Attribute, Block, IRNode, Region, SSAValue
 
         from ..kernels.context import KernelContext
@@ -299,6 +303,9 @@ class _Pickler(pickle.Pickler):
         name = self.persistent.get(id(obj))
         if name is not None:
             return name
+        shared = self.shared.get(id(obj))
+        if shared is not None and shared[0] is obj:
+            return ("library state", shared[1], shared[2])
         kind = type(obj)
         refused = self.verdicts.get(kind)
         if refused is None:
@@ -403,12 +410,29 @@ class _Pickler(pickle.Pickler):
         raise NotCacheable(f"numba function {qualname} of {module}")
 
 
+def _library_state() -> dict[int, tuple]:
+    """id -> (object, module, name) of the library's module-level arrays, dicts, lists and sets: state a kernel
+    shares with its module (a flag a fork hook clears, a registry), stored by name so that a loaded kernel shares
+    the module's object, not a copy (``loop_runtime.PAIRS_ENABLED``: a copy kept paired products on in a forked
+    child, which GNU OpenMP kills)."""
+    found: dict[int, tuple] = {}
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] not in ("lowering", "xla_dialect", "passes") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if type(value) in (np.ndarray, dict, list, set) and not attribute.startswith("__"):
+                found.setdefault(id(value), (value, name, attribute))
+    return found
+
+
 class _Unpickler(pickle.Unpickler):
     def __init__(self, file, persistent: dict[str, object]):
         super().__init__(file)
         self.persistent = persistent
 
     def persistent_load(self, pid):
+        if isinstance(pid, tuple) and pid[0] == "library state":
+            return getattr(importlib.import_module(pid[1]), pid[2])
         return self.persistent[pid]
 
 
