@@ -1,6 +1,6 @@
 """Compile time and cache behaviour, in new processes (issue 28's targets), against jax.jit's.
 
-    python benchmarks/bench_compile_time.py [--only TEXT] [--budget SECONDS]
+    python benchmarks/bench_compile_time.py [--only TEXT] [--budget SECONDS] [--no-first-install]
 
 For each program of ``benchmarks/real_programs.py`` and the diffrax Tsit5 solve of
 ``benchmarks/library_programs.py`` (when diffrax is installed; a program of several thousand ops with loops),
@@ -109,8 +109,10 @@ def _run_child(name: str, mode: str, budget: float, env: dict, unset: tuple = ("
     return json.loads(lines[-1])
 
 
-def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
-    """Every program timed cold, warm and under jax.jit, each in its own process, as a Markdown table."""
+def compile_time_table(only: str | None = None, budget: float = 300.0, first_install: bool = True) -> str:
+    """Every program timed cold, warm and under jax.jit, each in its own process, as a Markdown table
+    (``first_install`` False: without the first-install column, whose empty numba cache compiles the library's
+    kernels for minutes; the new-program runs then use this machine's numba cache as it is)."""
     rows = ["| program | HLO ops | first install: compile / first call / steady from (s) | new program: compile / "
             "first call / steady from (s) | warm: compile / first call / steady from (s) | warm, lowered again: "
             "compile / first call (s) | steady call (ms) | jax.jit first call: no cache / its cache (s) |",
@@ -122,7 +124,11 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
         with tempfile.TemporaryDirectory() as caches:
             env = {"XLA_DIALECT_CACHE": os.path.join(caches, "xla"), "NUMBA_CACHE_DIR": os.path.join(caches, "numba"),
                    "BENCH_JAX_CACHE": os.path.join(caches, "jax")}
-            cold = _run_child(name, "cold", budget, env)
+            if first_install:
+                cold = _run_child(name, "cold", budget, env)
+            else:  # (the library's kernels from this machine's numba cache)
+                env.pop("NUMBA_CACHE_DIR")
+                cold = None
             # (the library's kernels as the first-install run left them in its numba cache; the program's
             # generated modules new: another directory, so numba's cache has nothing for them)
             program_only = {**env, "XLA_DIALECT_CACHE": os.path.join(caches, "xla-new")}
@@ -137,9 +143,11 @@ def compile_time_table(only: str | None = None, budget: float = 300.0) -> str:
         def hit(run: dict) -> str:
             return " (budget hit)" if run["budget_hit"] else ""
 
+        first = (f"{cold['compile_s']:.2f} / {cold['first_call_s']:.2f} / {cold['steady_from_s']:.1f}{hit(cold)}"
+                 if cold is not None else "not run")
+
         loaded = "" if warm["from_cache"] else " (not from the executable cache)"
-        rows.append(f"| {name} | {cold['ops']} | {cold['compile_s']:.2f} / {cold['first_call_s']:.2f} / "
-                    f"{cold['steady_from_s']:.1f}{hit(cold)} | {fresh['compile_s']:.2f} / {fresh['first_call_s']:.2f} / "
+        rows.append(f"| {name} | {fresh['ops']} | {first} | {fresh['compile_s']:.2f} / {fresh['first_call_s']:.2f} / "
                     f"{fresh['steady_from_s']:.1f}{hit(fresh)} | {warm['compile_s']:.3f} / {warm['first_call_s']:.3f} / "
                     f"{warm['steady_from_s']:.2f}{loaded} | {lowered['compile_s']:.3f} / {lowered['first_call_s']:.3f} | "
                     f"{warm['steady_ms']:.3f} | {jax_cold['first_call_s']:.2f} / {jax_warm['first_call_s']:.2f} |")
@@ -158,6 +166,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=300.0, metavar="SECONDS",
                         help="how long each process may call its program, from lowering.compile on, waiting for "
                              "the steady speed (default 300)")
+    parser.add_argument("--no-first-install", action="store_true",
+                        help="skip the first-install runs (an empty numba cache: minutes per program)")
     parser.add_argument("--child", nargs=3, metavar=("NAME", "MODE", "BUDGET"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -171,4 +181,4 @@ if __name__ == "__main__":
         name, mode, budget = args.child
         print(json.dumps(_child(name, mode, float(budget))))
     else:
-        print(compile_time_table(args.only, args.budget))
+        print(compile_time_table(args.only, args.budget, not args.no_first_install))

@@ -31,6 +31,7 @@ limit (least recently used first; :mod:`lowering.runtime.cache_size`), ``xla-cac
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import hashlib
 import importlib
 import io
@@ -168,9 +169,8 @@ def module_digest(module) -> str:
 def cache_key(module_digest_: str, entry: str, options) -> str:
     """The digest naming the cached executable of a module of :func:`module_digest` ``module_digest_``, compiled
     for function ``entry`` with ``options`` (resolved), on this host, by this library."""
-    fields = {f: getattr(options, f) for f in ("blas_threads", "blas_thread_count", "split_workers", "denormals",
-                                               "xla_rewrites", "fma_contraction", "loop_compilation", "fusion",
-                                               "argument_conversion", "max_bytes", "timeout")}
+    fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+              if f.name not in ("probe", "executable_cache")}  # (every option, resolved: a new one is in the key)
     h = hashlib.sha256()
     h.update(_static_part().encode())
     h.update(repr((entry, sorted(fields.items()), os.environ.get("XLA_FLAGS", ""))).encode())
@@ -451,7 +451,7 @@ def dumps(namespace: dict, runtime, entry_function: str, source: str, limits_bla
         _Pickler(buffer, namespace, persistent).dump((CACHE_VERSION, items, entry_function, source, limits_blas))
     except NotCacheable:
         raise
-    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError) as e:
+    except Exception as e:  # noqa: BLE001 - anything an object's own pickling raises: not stored, never an error
         raise NotCacheable(f"{type(e).__name__}: {e}") from None
     return buffer.getvalue()
 
@@ -488,6 +488,10 @@ def save(key: str, namespace: dict, runtime, entry_function: str, source: str, l
         os.replace(tmp, path)
     except OSError as e:
         last_not_stored = f"not written: {e}"
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
         return False
     prune_in_background(os.path.dirname(path))
     last_not_stored = None
