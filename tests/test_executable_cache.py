@@ -208,19 +208,54 @@ def test_arrays_are_stored_with_their_flags_and_views():
     assert len(buffer.getvalue()) < 2_000  # (the broadcast is not written out element by element)
 
 
-def test_what_cannot_be_stored_is_compiled_and_says_why(cache):
-    """A host callback holds the caller's Python function: not stored (the key cannot see the function)."""
-    def f(x):
-        y = jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
-        return y + 1
-
+def test_host_callbacks_are_those_of_the_module_it_is_loaded_for(cache):
+    """A host callback's Python function is not stored: a loaded executable calls the function of the module it is
+    loaded for (two programs whose text is the same, with other functions behind their callbacks)."""
     x = np.arange(4, dtype=np.float32)
-    module = interop.import_jax(jax.jit(f), x)
-    exe = lowering.compile(module)
-    assert _bits(exe(x)) == _bits([np.arange(4, dtype=np.float32) * 2 + 1])
-    assert _stored(cache) == []
-    assert "not cacheable" in executable_cache.last_not_stored
-    assert "outside the library" in executable_cache.last_not_stored
+
+    def program(scale):
+        def f(v):
+            y = jax.pure_callback(lambda a: np.asarray(a) * scale, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+            return y + 1
+
+        return interop.import_jax(jax.jit(f), x)
+
+    first = lowering.compile(program(2))
+    assert _bits(first(x)) == _bits([x * 2 + 1])
+    assert len(_stored(cache)) == 1, executable_cache.last_not_stored
+    second = lowering.compile(program(3))
+    assert second.from_cache, executable_cache.last_miss
+    assert _bits(second(x)) == _bits([x * 3 + 1])
+    assert _bits(first(x)) == _bits([x * 2 + 1])
+
+
+def test_what_cannot_be_stored_is_compiled_and_says_why(cache):
+    """A custom-call target a script registered is outside the library (its registration is not in the key): the
+    program is compiled every time, never stored."""
+    from xla_dialect import XlaBuilder
+
+    def double(operands, attributes, result_types):
+        return operands[0] * 2
+
+    lowering.register_custom_call("test_executable_cache_double", double)
+    try:
+        b = XlaBuilder("double")
+        p = b.parameter(0, "f32[3]")
+        b.custom_call("test_executable_cache_double", [p], "f32[3]")
+        module = b.build()
+        x = np.array([1, 2, 3], np.float32)
+        assert _bits(lowering.compile(module)(x)) == _bits([x * 2])
+        assert _stored(cache) == []
+        assert "not cacheable" in executable_cache.last_not_stored  # (its kernel holds the function, result types)
+        assert not lowering.compile(module).from_cache
+        from lowering.runtime.program_state import Runtime
+
+        with pytest.raises(executable_cache.NotCacheable, match="outside the library"):
+            executable_cache.dumps({"k0": double}, Runtime(), "k0", "", False)
+    finally:
+        from lowering.runtime.program_state import unregister_custom_call
+
+        unregister_custom_call("test_executable_cache_double")
 
 
 def test_switched_off_by_the_option_and_the_environment(cache, monkeypatch):

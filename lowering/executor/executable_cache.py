@@ -16,12 +16,14 @@ ml_dtypes, and the digest of the library's own source (every module of ``xla_dia
 **What is stored** is the namespace of the generated code, pickled with the rules of :class:`_Pickler`: functions
 and closures by value (their code, their cells; their globals the live module they come from, or the executable's
 own namespace), module-level functions, numba functions and NumPy ufuncs by name, the interpreter's ufuncs by their
-definition, constants with their read-only flags and views (a broadcast stays a view), the executable's host-side
-queues as the new executable's own. Fusion groups, compiled segments and tiered loops are stored as their generated
-source, as they stand before their first call: the first call loads their machine code when an earlier process
-compiled it (numba's cache), else they tier up as usual. A program holding something that cannot be stored this
-way -- a host callback's Python function, an object of the IR -- is not stored (:class:`NotCacheable`; the reason is
-kept in :data:`last_not_stored`), and compiles as before.
+definition, the library's module-level state by name (shared, not copied), constants with their read-only flags and
+views (a broadcast stays a view), the executable's host-side queues as the new executable's own, host callbacks'
+Python functions as their positions in the module (a loaded executable calls those of the module it is loaded for,
+as a compilation would). Fusion groups, compiled segments and tiered loops are stored as their generated source, as
+they stand before their first call: the first call loads their machine code when an earlier process compiled it
+(numba's cache), else they tier up as usual. A program holding something that cannot be stored this way -- a
+custom-call target a script registered (its registration is not in the key), an object of the IR -- is not stored
+(:class:`NotCacheable`; the reason is kept in :data:`last_not_stored`), and compiles as before.
 
 Switched off with ``lowering.compile(..., executable_cache=False)`` or ``XLA_DIALECT_EXECUTABLE_CACHE=0``; a
 probe, several devices or an entry grid are never cached. The files count toward the generated-code cache's size
@@ -117,10 +119,16 @@ def _cpu_flags() -> str:
         return platform.processor()
 
 
-def module_digest(module) -> str:
+def module_digest(module, callbacks: list | None = None) -> str:
     """A digest of everything ``module``'s text says (ops in order, operands, types, attributes with their
     locations, properties, regions, blocks and successors), 5-8x faster than printing it: each attribute object is
-    printed once (memoized by identity: equal attributes, such as the floats 0.0 and -0.0, may print differently)."""
+    printed once (memoized by identity: equal attributes, such as the floats 0.0 and -0.0, may print differently).
+    A host callback's attribute counts with whether it holds its Python function (its text does not say); those
+    functions are appended to ``callbacks`` (when given) in op order, each once (:func:`host_callbacks`)."""
+    from xla_dialect.callbacks import HostCallbackAttr
+
+    if callbacks is None:
+        callbacks = []
     parts: list[str] = []
     append = parts.append
     printed: dict[int, str] = {}
@@ -131,6 +139,11 @@ def module_digest(module) -> str:
         found = printed.get(id(attribute))
         if found is None:
             found = printed[id(attribute)] = str(attribute)
+            if isinstance(attribute, HostCallbackAttr):
+                fn = attribute.data.fn
+                found += " (captured)" if fn is not None else " (not captured)"
+                if fn is not None and not any(fn is known for known in callbacks):
+                    callbacks.append(fn)
         return found
 
     def number(value) -> int:  # (numbered at first sight, use or definition: graph regions too)
@@ -433,7 +446,7 @@ class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         if isinstance(pid, tuple) and pid[0] == "library state":
             return getattr(importlib.import_module(pid[1]), pid[2])
-        return self.persistent[pid]
+        return self.persistent[pid]  # (a KeyError -- a callback this module does not have -- is an unreadable file)
 
 
 def _persistent_objects(runtime) -> dict[str, object]:
@@ -441,11 +454,15 @@ def _persistent_objects(runtime) -> dict[str, object]:
     return {"runtime": runtime, "infeed": runtime.infeed, "outfeed": runtime.outfeed, "channels": runtime.channels}
 
 
-def dumps(namespace: dict, runtime, entry_function: str, source: str, limits_blas: bool) -> bytes:
+def dumps(namespace: dict, runtime, entry_function: str, source: str, limits_blas: bool,
+          callbacks: list = ()) -> bytes:
     """The stored form of an executable: its namespace (``entry_function`` the name of its entry's Python function
-    there), its source and BLAS policy. Raises :class:`NotCacheable`."""
+    there), its source and BLAS policy. ``callbacks``: its module's host-callback functions (:func:`module_digest`),
+    stored as their positions -- a loaded executable calls those of the module it is loaded for. Raises
+    :class:`NotCacheable`."""
     buffer = io.BytesIO()
     persistent = {id(obj): name for name, obj in _persistent_objects(runtime).items()}
+    persistent.update({id(fn): ("host callback", k) for k, fn in enumerate(callbacks)})
     items = {k: v for k, v in namespace.items() if k != "__builtins__"}
     try:
         _Pickler(buffer, namespace, persistent).dump((CACHE_VERSION, items, entry_function, source, limits_blas))
@@ -456,10 +473,12 @@ def dumps(namespace: dict, runtime, entry_function: str, source: str, limits_bla
     return buffer.getvalue()
 
 
-def loads(data: bytes, runtime):
-    """``(function, source, limits_blas)`` of a stored executable, its host-side objects ``runtime``'s."""
+def loads(data: bytes, runtime, callbacks: list = ()):
+    """``(function, source, limits_blas)`` of a stored executable, its host-side objects ``runtime``'s and its
+    host callbacks' functions ``callbacks`` (those of the module it is loaded for, as :func:`dumps` numbered them)."""
     namespace: dict = {"__builtins__": builtins.__dict__}
-    persistent = {"namespace": namespace, **_persistent_objects(runtime)}
+    persistent = {"namespace": namespace, **_persistent_objects(runtime),
+                  **{("host callback", k): fn for k, fn in enumerate(callbacks)}}
     version, items, entry_function, source, limits_blas = _Unpickler(io.BytesIO(data), persistent).load()
     if version != CACHE_VERSION:
         raise NotCacheable(f"stored format {version}, this library reads {CACHE_VERSION}")
@@ -467,7 +486,8 @@ def loads(data: bytes, runtime):
     return namespace[entry_function], source, limits_blas
 
 
-def save(key: str, namespace: dict, runtime, entry_function: str, source: str, limits_blas: bool) -> bool:
+def save(key: str, namespace: dict, runtime, entry_function: str, source: str, limits_blas: bool,
+         callbacks: list = ()) -> bool:
     """Write the executable under ``key``; False (and :data:`last_not_stored` says why) when it cannot be stored."""
     global last_not_stored
     path = _path(key)
@@ -475,7 +495,7 @@ def save(key: str, namespace: dict, runtime, entry_function: str, source: str, l
         last_not_stored = "no writable cache directory"
         return False
     try:
-        data = dumps(namespace, runtime, entry_function, source, limits_blas)
+        data = dumps(namespace, runtime, entry_function, source, limits_blas, callbacks)
     except NotCacheable as e:
         last_not_stored = f"not cacheable: {e}"
         return False
@@ -498,7 +518,7 @@ def save(key: str, namespace: dict, runtime, entry_function: str, source: str, l
     return True
 
 
-def load(key: str, runtime):
+def load(key: str, runtime, callbacks: list = ()):
     """``(function, source, limits_blas)`` of the executable stored under ``key``, or None (:data:`last_miss`
     says why). A file that cannot be read back (another library wrote it, it is damaged) is removed."""
     global last_miss
@@ -513,7 +533,7 @@ def load(key: str, runtime):
         last_miss = "not in the cache"
         return None
     try:
-        loaded = loads(data, runtime)
+        loaded = loads(data, runtime, callbacks)
     except Exception as e:  # noqa: BLE001 - any failure to read it back is a miss, never an error
         last_miss = f"unreadable ({type(e).__name__}: {e}); removed"
         try:
@@ -534,11 +554,12 @@ _SAVING_LOCK = threading.Lock()
 
 
 def save_in_background(key: str, namespace: dict, runtime, entry_function: str, source: str,
-                       limits_blas: bool) -> threading.Thread:
+                       limits_blas: bool, callbacks: list = ()) -> threading.Thread:
     """:func:`save` on a thread of its own: storing costs 5-400 ms (the loops' source is written for it), which
     ``lowering.compile`` does not wait for. Not a daemon: a script that ends at once still leaves its executable
     for the next run (the interpreter waits for the thread at exit)."""
-    thread = threading.Thread(target=save, args=(key, namespace, runtime, entry_function, source, limits_blas),
+    thread = threading.Thread(target=save, args=(key, namespace, runtime, entry_function, source, limits_blas,
+                                                 callbacks),
                               name="xla-dialect executable cache", daemon=False)
     with _SAVING_LOCK:
         for old in [k for k, t in _SAVING.items() if not t.is_alive()]:
@@ -556,6 +577,10 @@ def wait() -> None:
         thread.join()
 
 
+_CALLBACKS: dict[str, list] = {}
+"""Key -> the host-callback functions :func:`lookup` found in the module (:func:`store` stores their positions)."""
+
+
 def lookup(module, entry: str, options):
     """The cache's part of ``lowering.compile``: ``(key, loaded)`` -- ``loaded`` the stored executable's parts
     ``(function, entry_op, source, runtime, limits_blas)`` when the cache holds it (``entry_op`` the caller's
@@ -571,15 +596,18 @@ def lookup(module, entry: str, options):
         return None, None
     if roundtrip():
         return "roundtrip", None
-    key = cache_key(module_digest(module), entry, options)
+    callbacks: list = []
+    key = cache_key(module_digest(module, callbacks), entry, options)
+    _CALLBACKS[key] = callbacks  # (for store(), after the compilation a miss leads to)
     with _SAVING_LOCK:
         saving = _SAVING.get(key)
     if saving is not None:  # (this process is storing it right now: wait, then load it)
         saving.join()
     runtime = Runtime()
-    loaded = load(key, runtime)
+    loaded = load(key, runtime, callbacks)
     if loaded is None:
         return key, None
+    _CALLBACKS.pop(key, None)
     fn, source, limits_blas = loaded
     function = next((op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == entry), None)
     if function is None:  # (cannot be: the key covers the module; a miss all the same)
@@ -596,6 +624,7 @@ def store(key: str, module, entry: str, ctx, executable):
     from xdsl.dialects import func
 
     global last_not_stored
+    callbacks = _CALLBACKS.pop(key, [])  # (the caller's module's callbacks, numbered as lookup numbers them)
     original = next((op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == entry), None)
     if original is None or original.function_type != executable.entry.function_type:
         last_not_stored = "not cacheable: the executor's passes change the entry's signature"
@@ -603,7 +632,7 @@ def store(key: str, module, entry: str, ctx, executable):
     if key == "roundtrip":
         return _read_back(ctx, executable, original)
     save_in_background(key, ctx.namespace, ctx.runtime, executable._fn.__name__, executable.source,
-                       ctx.limits_blas)
+                       ctx.limits_blas, callbacks)
     return None
 
 
@@ -620,11 +649,14 @@ def _read_back(ctx, executable, function):
 
     global last_not_stored
     try:
-        data = dumps(ctx.namespace, ctx.runtime, executable._fn.__name__, executable.source, ctx.limits_blas)
+        callbacks: list = []
+        module_digest(ctx.module, callbacks)
+        data = dumps(ctx.namespace, ctx.runtime, executable._fn.__name__, executable.source, ctx.limits_blas,
+                     callbacks)
     except NotCacheable as e:
         last_not_stored = f"not cacheable: {e}"
         return None
     runtime = Runtime()
-    fn, source, limits_blas = loads(data, runtime)
+    fn, source, limits_blas = loads(data, runtime, callbacks)
     last_not_stored = None
     return fn, function, source, runtime, limits_blas

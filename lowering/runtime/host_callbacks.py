@@ -83,8 +83,10 @@ def host_callback_kernel(op, what: str):
         return not_captured
 
     tokens_in = [isinstance(v.type, TokenType) for v in op.operands]
-    results = [(True, r.type, None, None) if isinstance(r.type, TokenType) else
-               (False, r.type, tuple(r.type.get_shape()), numpy_dtype(r.type)) for r in op.results]
+    # (each result's type as text, for the errors: the kernel holds no IR, so a stored executable can keep it)
+    results = [(True, None, None, None) if isinstance(r.type, TokenType) else
+               (False, format_shape(r.type, False), tuple(r.type.get_shape()), numpy_dtype(r.type))
+               for r in op.results]
     single = len(results) == 1
     where = f"{callback.description} in {what}"
 
@@ -110,7 +112,7 @@ def host_callback_kernel(op, what: str):
             arr = np.asarray(v)
             if arr.shape != shape or arr.dtype != dtype:
                 raise ExecutionError(f"{where}: result #{i} is {arr.dtype}{list(arr.shape)}, the call declares "
-                                     f"{format_shape(type_, False)}")
+                                     f"{type_}")
             values.append(np.array(arr, order="C", copy=True))
         if not values:
             return None
