@@ -67,13 +67,29 @@ def _chain(x, y):
     return z, jnp.sort(z, axis=-1), jnp.float32(2.5) * jnp.ones((3, 4), jnp.float32)
 
 
+def _solve_and_convolve(a, b, image, kernel):
+    """LAPACK through custom calls (their result types are stored as text), a convolution through the BLAS scope
+    (a module-level object of the library: stored by name, not copied)."""
+    conv = jax.lax.conv_general_dilated(image, kernel, (1, 1), "SAME")
+    return jnp.linalg.solve(a, b), jnp.linalg.cholesky(a @ a.T + 4 * jnp.eye(a.shape[0], dtype=a.dtype)), conv
+
+
 PROGRAMS = {
     "newton": (_newton, lambda rng: (rng.uniform(1, 4, 64).astype(np.float32),)),
     "scan_scatter": (_scan_with_scatter, lambda rng: (rng.standard_normal((40, 3)).astype(np.float32),
                                                       np.array([1, 5, 1], np.int32))),
+    "solve_conv": (_solve_and_convolve, lambda rng: (rng.standard_normal((6, 6)).astype(np.float32),
+                                                  rng.standard_normal((6, 2)).astype(np.float32),
+                                                  rng.standard_normal((2, 3, 9, 9)).astype(np.float32),
+                                                  rng.standard_normal((4, 3, 3, 3)).astype(np.float32))),
     "chain": (_chain, lambda rng: (rng.standard_normal((64, 33)).astype(np.float32),
                                    rng.standard_normal((64, 33)).astype(np.float32))),
 }
+
+
+NOT_CLAIMED_BITWISE = {"solve_conv"}
+"""Programs whose results the executor does not claim bitwise equal to jax.jit's (LAPACK's and the convolution's
+summation orders on this host): the loaded executable is compared with the one that stored it."""
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -86,9 +102,11 @@ def test_the_second_compilation_is_loaded_and_gives_the_same_bits(cache, name):
     assert len(_stored(cache)) == 1, executable_cache.last_not_stored
     second = lowering.compile(module, loop_compilation="always", fusion="always")
     assert second.from_cache, executable_cache.last_miss
-    expected = [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
-    for executable in (first, second, second):  # (the loaded one twice: interpreted, then compiled units)
-        assert _bits(executable(*args)) == _bits(expected)
+    expected = _bits(first(*args))
+    if name not in NOT_CLAIMED_BITWISE:
+        assert expected == _bits(jax.tree_util.tree_leaves(jax.jit(fn)(*args)))
+    for _ in range(2):  # (the loaded one twice: its first call loads or compiles its units)
+        assert _bits(second(*args)) == expected
 
 
 def test_a_new_process_loads_the_executable_in_milliseconds(cache):

@@ -272,6 +272,21 @@ def _built_ufunc(key):
     return ufunc(*key).built()
 
 
+_PARSED: dict[str, object] = {}
+
+
+def _attribute_from_text(text: str):
+    """The xDSL attribute printed as ``text`` (parsed once per process)."""
+    found = _PARSED.get(text)
+    if found is None:
+        from xdsl.parser import Parser
+
+        from xla_dialect.dialect import make_context
+
+        found = _PARSED[text] = Parser(make_context(), text).parse_attribute()
+    return found
+
+
 def _lookup(module_name: str, qualname: str):
     module = sys.modules.get(module_name)
     if module is None or "<locals>" in qualname:
@@ -309,8 +324,10 @@ class _Pickler(pickle.Pickler):
 
         from ..kernels.context import KernelContext
 
-        self.refused = (IRNode, SSAValue, Attribute, Block, Region, KernelContext, threading.Thread)
+        self.refused = (IRNode, SSAValue, Block, Region, KernelContext, threading.Thread)
         self.verdicts: dict[type, bool] = {}  # (type -> refused: isinstance of these ABCs is slow per object)
+        self.attribute_class = Attribute
+        self.attributes: dict[type, bool] = {}  # (type -> an xDSL attribute)
 
     def persistent_id(self, obj):
         name = self.persistent.get(id(obj))
@@ -329,6 +346,11 @@ class _Pickler(pickle.Pickler):
 
     def reducer_override(self, obj):
         kind = type(obj)
+        attribute = self.attributes.get(kind)
+        if attribute is None:
+            attribute = self.attributes[kind] = issubclass(kind, self.attribute_class)
+        if attribute:
+            return self._attribute(obj)
         if _outside_library(kind.__module__):
             raise NotCacheable(f"the executable holds a {kind.__module__}.{kind.__qualname__} (outside the library)")
         if kind is types.FunctionType:
@@ -346,6 +368,8 @@ class _Pickler(pickle.Pickler):
         module = sys.modules.get("numba.core.dispatcher")
         if module is not None and isinstance(obj, module.Dispatcher):
             return self._dispatcher(obj)
+        if kind.__name__ == "fortran" and kind.__module__ == "builtins":  # (SciPy's LAPACK and BLAS routines)
+            return self._fortran(obj)
         if kind is types.BuiltinFunctionType and _outside_library(getattr(obj, "__module__", None)):
             self_ = getattr(obj, "__self__", None)  # (a method of a builtin object: e.g. a queue's put)
             if self_ is None or isinstance(self_, types.ModuleType) and _outside_library(self_.__name__):
@@ -402,6 +426,33 @@ class _Pickler(pickle.Pickler):
         data = array if array.flags.c_contiguous else np.ascontiguousarray(array)
         return _array_from_bytes, (data.tobytes(), array.dtype, array.shape, writeable)
 
+    def _attribute(self, attribute):
+        """An xDSL attribute (a custom-call target's result types) as its text, parsed back when loaded: only
+        where the text gives back an equal attribute (a host callback's function, say, is not in its text)."""
+        from xla_dialect.callbacks import HostCallbackAttr
+
+        if isinstance(attribute, HostCallbackAttr):
+            raise NotCacheable("the executable holds a host callback's attribute")
+        text = str(attribute)
+        try:
+            same = _attribute_from_text(text) == attribute
+        except Exception:  # noqa: BLE001 - text xDSL cannot parse back
+            same = False
+        if not same:
+            raise NotCacheable(f"the attribute {text[:80]} does not parse back from its text")
+        return _attribute_from_text, (text,)
+
+    def _fortran(self, routine):
+        """A LAPACK or BLAS routine of SciPy's (``lowering/runtime/lapack.py`` calls them) by its name."""
+        for module_name in ("scipy.linalg.lapack", "scipy.linalg.blas"):
+            module = sys.modules.get(module_name)
+            if module is None:
+                continue
+            for name, value in vars(module).items():
+                if value is routine:
+                    return _attribute, (module_name, name)
+        raise NotCacheable(f"the compiled routine {routine!r} is not one of SciPy's LAPACK or BLAS routines")
+
     def _ufunc(self, fn: np.ufunc):
         if getattr(np, fn.__name__, None) is fn:
             return _attribute, ("numpy", fn.__name__)
@@ -423,17 +474,25 @@ class _Pickler(pickle.Pickler):
         raise NotCacheable(f"numba function {qualname} of {module}")
 
 
+_OURS = ("lowering", "xla_dialect", "passes")
+_BY_VALUE = (types.FunctionType, type, types.ModuleType, int, float, complex, str, bytes, bool, tuple, frozenset,
+             type(None))
+
+
 def _library_state() -> dict[int, tuple]:
-    """id -> (object, module, name) of the library's module-level arrays, dicts, lists and sets: state a kernel
-    shares with its module (a flag a fork hook clears, a registry), stored by name so that a loaded kernel shares
-    the module's object, not a copy (``loop_runtime.PAIRS_ENABLED``: a copy kept paired products on in a forked
-    child, which GNU OpenMP kills)."""
+    """id -> (object, module, name) of the library's module-level arrays, dicts, lists, sets and instances of its
+    classes: state a kernel shares with its module (a flag a fork hook clears, a registry, the BLAS thread scope),
+    stored by name so that a loaded kernel shares the module's object, not a copy (``loop_runtime.PAIRS_ENABLED``: a
+    copy kept paired products on in a forked child, which GNU OpenMP kills)."""
     found: dict[int, tuple] = {}
     for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] not in ("lowering", "xla_dialect", "passes") or module is None:
+        if name.partition(".")[0] not in _OURS or module is None:
             continue
         for attribute, value in list(vars(module).items()):
-            if type(value) in (np.ndarray, dict, list, set) and not attribute.startswith("__"):
+            kind = type(value)
+            if attribute.startswith("__") or kind in _BY_VALUE:
+                continue
+            if kind in (np.ndarray, dict, list, set) or (kind.__module__ or "").partition(".")[0] in _OURS:
                 found.setdefault(id(value), (value, name, attribute))
     return found
 
