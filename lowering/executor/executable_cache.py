@@ -8,9 +8,9 @@ compiled segments' generated source -- so it is written to the generated-code ca
 (:func:`~lowering.runtime.process_state.cache_directory`, ``executable_<digest>.exe``) when it is made, and a later
 process compiling the same module with the same options loads it (:func:`load`) and skips all of that.
 
-**The key** (:func:`cache_key`) is a digest of the module's text, the entry, every resolved option, the host (CPU
-model and flags, usable CPUs: kernels choose XLA's code paths by them), the versions of Python, NumPy, numba and
-ml_dtypes, and the digest of the library's own source (every module of ``xla_dialect``, ``passes`` and
+**The key** (:func:`cache_key`) is a digest of the module's text, the entry, every resolved option, ``XLA_FLAGS``,
+the host (CPU model and flags, usable CPUs: kernels choose XLA's code paths by them), the versions of Python, NumPy,
+numba, ml_dtypes, xDSL and SciPy, and the digest of the library's own source (every module of ``xla_dialect``, ``passes`` and
 ``lowering``): a changed library, option or program is another key, never stale code.
 
 **What is stored** is the namespace of the generated code, pickled with the rules of :class:`_Pickler`: functions
@@ -67,7 +67,7 @@ class NotCacheable(Exception):
 
 def enabled(options) -> bool:
     """Whether ``lowering.compile`` with ``options`` (resolved :class:`~lowering.runtime.options.CompileOptions`)
-    uses the cache: the option, the environment, no probe, one device."""
+    uses the cache: the option (``$XLA_DIALECT_EXECUTABLE_CACHE`` by default), no probe, one device."""
     return (options.executable_cache and options.probe is None
             and options.num_replicas * options.num_partitions == 1)
 
@@ -103,10 +103,20 @@ def _static_part() -> str:
                                 with open(path, "rb") as f:
                                     h.update(os.path.relpath(path, root).encode() + b"\0" + f.read())
                 h.update(repr((CACHE_VERSION, sys.version, np.__version__, numba.__version__, ml_dtypes.__version__,
-                               platform.machine(), sorted(host_properties().items()), usable_cpus(),
-                               _cpu_flags())).encode())
+                               _version("xdsl"), _version("scipy"), platform.machine(),
+                               sorted(host_properties().items()), usable_cpus(), _cpu_flags())).encode())
                 _STATIC = h.hexdigest()
     return _STATIC
+
+
+def _version(distribution: str) -> str | None:
+    """An installed distribution's version (without importing it: SciPy's import alone costs 0.2 s), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _cpu_flags() -> str:
@@ -124,7 +134,8 @@ def module_digest(module, callbacks: list | None = None) -> str:
     locations, properties, regions, blocks and successors), 5-8x faster than printing it: each attribute object is
     printed once (memoized by identity: equal attributes, such as the floats 0.0 and -0.0, may print differently).
     A host callback's attribute counts with whether it holds its Python function (its text does not say); those
-    functions are appended to ``callbacks`` (when given) in op order, each once (:func:`host_callbacks`)."""
+    functions are appended to ``callbacks`` (when given) in op order, each once (:func:`dumps` stores them as these
+    positions)."""
     from xla_dialect.callbacks import HostCallbackAttr
 
     if callbacks is None:
