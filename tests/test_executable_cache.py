@@ -31,6 +31,7 @@ def cache(tmp_path, monkeypatch):
     """A fresh generated-code cache, the executable cache on (the test session turns it off: conftest.py)."""
     monkeypatch.setenv("XLA_DIALECT_CACHE", str(tmp_path))
     monkeypatch.setenv("XLA_DIALECT_EXECUTABLE_CACHE", "1")
+    monkeypatch.setattr(executable_cache, "MIN_LOWERING_SECONDS", 0.0)  # (these programs lower in milliseconds)
     return tmp_path / "loops"
 
 
@@ -274,6 +275,19 @@ def test_what_cannot_be_stored_is_compiled_and_says_why(cache):
         from lowering.runtime.program_state import unregister_custom_call
 
         unregister_custom_call("test_executable_cache_double")
+
+
+def test_programs_lowered_in_a_few_milliseconds_are_not_stored(cache, monkeypatch):
+    x = np.ones(4, np.float32)
+    module = interop.import_jax(jax.jit(lambda v: v * 2.0), x)
+    lowering.compile(module)  # (the first lowering in a process imports more: stored or not)
+    executable_cache.wait()
+    monkeypatch.setattr(executable_cache, "MIN_LOWERING_SECONDS", 10.0)
+    other = interop.import_jax(jax.jit(lambda v: v * 3.0), x)
+    lowering.compile(other)
+    executable_cache.wait()
+    assert "not worth storing" in executable_cache.last_not_stored
+    assert not lowering.compile(other).from_cache
 
 
 def test_switched_off_by_the_option_and_the_environment(cache, monkeypatch):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -829,6 +830,7 @@ def _compile(module: ModuleOp, entry, options: CompileOptions | None, shortcuts:
         cache_key, cached = executable_cache.lookup(module, entry, options)
         if cached is not None:
             return _stored_executable(cached, options, from_cache=True)
+    lowering_began = time.perf_counter()
     try:
         module.verify()
     except XlaError:
@@ -857,7 +859,8 @@ def _compile(module: ModuleOp, entry, options: CompileOptions | None, shortcuts:
     num_replicas, num_partitions = options.num_replicas, options.num_partitions
     if num_replicas * num_partitions == 1:
         if cache_key is not None:
-            read_back = executable_cache.store(cache_key, caller_module, names[0], ctx, executables[names[0]])
+            read_back = executable_cache.store(cache_key, caller_module, names[0], ctx, executables[names[0]],
+                                               time.perf_counter() - lowering_began)
             if read_back is not None:  # (XLA_DIALECT_EXECUTABLE_CACHE=roundtrip)
                 return _stored_executable(read_back, options, from_cache=False)
         return executables[names[0]]
