@@ -667,7 +667,11 @@ def lookup(module, entry: str, options):
     if roundtrip():
         return "roundtrip", None
     callbacks: list = []
-    key = cache_key(module_digest(module, callbacks), entry, options)
+    try:
+        key = cache_key(module_digest(module, callbacks), entry, options)
+    except Exception as e:  # noqa: BLE001 - a module the walk cannot digest: lowered (and verified) as without
+        last_miss = f"no key ({type(e).__name__}: {e})"
+        return None, None
     _CALLBACKS[key] = callbacks  # (for store(), after the compilation a miss leads to)
     with _SAVING_LOCK:
         saving = _SAVING.get(key)
