@@ -290,6 +290,18 @@ def test_programs_lowered_in_a_few_milliseconds_are_not_stored(cache, monkeypatc
     assert not lowering.compile(other).from_cache
 
 
+def test_a_module_the_digest_cannot_walk_is_lowered_as_without_the_cache(cache, monkeypatch):
+    def fails(module, callbacks=None):
+        raise RuntimeError("an attribute that cannot print")
+
+    monkeypatch.setattr(executable_cache, "module_digest", fails)
+    x = np.ones(4, np.float32)
+    exe = lowering.compile(interop.import_jax(jax.jit(lambda v: v * 2.0), x))
+    assert _bits(exe(x)) == _bits([x * 2]) and not exe.from_cache
+    assert executable_cache.last_miss.startswith("no key (RuntimeError")
+    assert _stored(cache) == []
+
+
 def test_switched_off_by_the_option_and_the_environment(cache, monkeypatch):
     x = np.ones(4, np.float32)
     module = interop.import_jax(jax.jit(lambda v: v * 2.0), x)
