@@ -302,6 +302,16 @@ def test_a_module_the_digest_cannot_walk_is_lowered_as_without_the_cache(cache, 
     assert _stored(cache) == []
 
 
+def test_an_executable_larger_than_a_quarter_of_the_cache_limit_is_not_stored(cache, monkeypatch):
+    monkeypatch.setenv("XLA_DIALECT_CACHE_SIZE", "100K")
+    x = np.arange(8, dtype=np.float32)
+    table = np.random.default_rng(0).standard_normal((200, 64)).astype(np.float32)  # (51 KB of constants)
+    module = interop.import_jax(jax.jit(lambda v: (table @ jnp.tile(v, 8)) * 2.0), x)
+    lowering.compile(module)
+    assert _stored(cache) == []
+    assert "a quarter of the cache's size limit" in executable_cache.last_not_stored
+
+
 def test_switched_off_by_the_option_and_the_environment(cache, monkeypatch):
     x = np.ones(4, np.float32)
     module = interop.import_jax(jax.jit(lambda v: v * 2.0), x)

@@ -569,7 +569,12 @@ def save(key: str, namespace: dict, runtime, entry_function: str, source: str, l
     except NotCacheable as e:
         last_not_stored = f"not cacheable: {e}"
         return False
-    from ..runtime.cache_size import prune_in_background
+    from ..runtime.cache_size import prune_in_background, size_limit
+
+    limit = size_limit()
+    if limit is not None and len(data) > limit // 4:  # (a program of large constants would evict most of the cache)
+        last_not_stored = f"{len(data)} bytes: more than a quarter of the cache's size limit ({limit} bytes)"
+        return False
 
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
