@@ -2084,7 +2084,13 @@ def compile_loop(op: Operation, functions: dict[str, func.FuncOp], dtype_of: Cal
     except Ineligible:
         return None
     dtypes = [np.dtype(dtype_of(v.type)) for v in op.operands]
-    ranks = [len(v.type.get_shape()) for v in op.operands]
+    return _compiled_loop(source, constants, dtypes, [len(v.type.get_shape()) for v in op.operands], cached_only)
+
+
+def _compiled_loop(source: str, constants: dict, dtypes: list[np.dtype], ranks: list[int],
+                   cached_only: bool) -> CompiledLoop | None:
+    """The :class:`CompiledLoop` of a loop's written ``source`` compiled for a state of these dtypes and ranks (with
+    ``cached_only``: loaded from numba's cache, or None), or None when numba rejects it."""
     try:
         loop = CompiledLoop(source, constants, dtypes)
         return loop if loop.compile_for(ranks, cached_only) else None
@@ -2159,14 +2165,7 @@ class TieredLoop:
     def _compiled(self, cached_only: bool = False):
         """The compiled loop (:func:`compile_loop`'s), or None."""
         written = self._write()
-        if written == "ineligible":
-            return None
-        source, constants, dtypes, ranks = written
-        try:
-            loop = CompiledLoop(source, constants, dtypes)
-            return loop if loop.compile_for(ranks, cached_only) else None
-        except Exception:  # noqa: BLE001 - numba rejected the generated code: keep the interpreted loop
-            return None
+        return None if written == "ineligible" else _compiled_loop(*written, cached_only)
 
     def _compile_now(self) -> None:
         try:

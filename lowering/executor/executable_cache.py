@@ -213,7 +213,8 @@ def _path(key: str) -> str | None:
 # Storing
 # ---------------------------------------------------------------------------------------------------------------
 
-_EMPTY_CELL = "<empty cell>"
+class _EmptyCell:
+    """Marks a closure cell that held nothing when stored (the class itself, stored by name)."""
 
 
 def _function_skeleton(code: bytes, globals_ref, name: str, cells: int):
@@ -227,7 +228,7 @@ def _function_skeleton(code: bytes, globals_ref, name: str, cells: int):
 def _fill_function(fn, state) -> None:
     values, defaults, kwdefaults, attributes, qualname, module = state
     for cell, value in zip(fn.__closure__ or (), values):
-        if not (isinstance(value, str) and value == _EMPTY_CELL):
+        if value is not _EmptyCell:
             cell.cell_contents = value
     fn.__defaults__ = defaults
     fn.__kwdefaults__ = kwdefaults
@@ -411,7 +412,7 @@ class _Pickler(pickle.Pickler):
             try:
                 cells.append(cell.cell_contents)
             except ValueError:
-                cells.append(_EMPTY_CELL)
+                cells.append(_EmptyCell)
         state = (cells, fn.__defaults__, fn.__kwdefaults__, dict(fn.__dict__), fn.__qualname__, fn.__module__)
         return (_function_skeleton, (marshal.dumps(fn.__code__), globals_ref, fn.__name__, len(cells)),
                 state, None, None, _fill_function)

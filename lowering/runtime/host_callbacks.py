@@ -105,14 +105,14 @@ def host_callback_kernel(op, what: str):
             raise ExecutionError(f"{where}: the callback returned {len(out)} value(s), the call declares "
                                  f"{len(results)}")
         values = []
-        for i, ((token, type_, shape, dtype), v) in enumerate(zip(results, out)):
+        for i, ((token, declared, shape, dtype), v) in enumerate(zip(results, out)):
             if token:
                 values.append(TOKEN)
                 continue
             arr = np.asarray(v)
             if arr.shape != shape or arr.dtype != dtype:
                 raise ExecutionError(f"{where}: result #{i} is {arr.dtype}{list(arr.shape)}, the call declares "
-                                     f"{type_}")
+                                     f"{declared}")
             values.append(np.array(arr, order="C", copy=True))
         if not values:
             return None
