@@ -785,6 +785,10 @@ def compile(module: ModuleOp, entry: str | Sequence[Sequence[str]] = "main",  # 
     one pass over memory; see :mod:`lowering.executor.fusion`): ``"auto"`` (None, the default) once a group has
     been called 20 times or has processed 4M elements, ``"always"`` at its first call, ``"never"``.
 
+    ``executable_cache`` (None by default: on, unless ``$XLA_DIALECT_EXECUTABLE_CACHE`` is 0) stores the executable
+    and loads it at a later compilation of the same module with the same options, in any process (see
+    :mod:`lowering.executor.executable_cache`); the executable's ``from_cache`` says whether it was loaded.
+
     ``probe`` (None by default) records intermediate values: an object with ``register(op) -> int`` (called
     once per op when lowering) and ``record(op_id, *results)`` (called after each op of a function body and
     of while/conditional regions, every time it runs, with the values its kernel computed). With a probe,

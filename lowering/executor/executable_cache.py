@@ -92,16 +92,11 @@ def _static_part() -> str:
                 from ..kernels.host import host_properties
                 from ..runtime.workers import usable_cpus
 
+                from ..runtime.numba_cache import source_digest
+
                 h = hashlib.sha256()
                 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-                for package in ("xla_dialect", "passes", "lowering"):
-                    for directory, subdirectories, files in os.walk(os.path.join(root, package)):
-                        subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
-                        for name in sorted(files):
-                            if name.endswith(".py"):
-                                path = os.path.join(directory, name)
-                                with open(path, "rb") as f:
-                                    h.update(os.path.relpath(path, root).encode() + b"\0" + f.read())
+                h.update(source_digest(root, ("xla_dialect", "passes", "lowering")).encode())
                 h.update(repr((CACHE_VERSION, sys.version, np.__version__, numba.__version__, ml_dtypes.__version__,
                                _version("xdsl"), _version("scipy"), platform.machine(),
                                sorted(host_properties().items()), usable_cpus(), _cpu_flags())).encode())

@@ -82,14 +82,23 @@ def library_digest() -> str:
     """A digest of the source of every module of ``lowering/kernels/`` and ``lowering/runtime/``: the code the
     library's numba functions and generated code can link."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (lowering/)
+    return source_digest(root, ("kernels", "runtime"))[:16]
+
+
+def source_digest(root: str, packages) -> str:
+    """A digest of every ``.py`` file under the directories ``packages`` of ``root`` (subdirectories included,
+    ``__pycache__`` not), each with its path: also the library's part of the executable cache's key
+    (:mod:`lowering.executor.executable_cache`)."""
     h = hashlib.sha256()
-    for package in ("kernels", "runtime"):
-        directory = os.path.join(root, package)
-        for name in sorted(os.listdir(directory)):
-            if name.endswith(".py"):
-                with open(os.path.join(directory, name), "rb") as f:
-                    h.update(name.encode() + b"\0" + f.read())
-    return h.hexdigest()[:16]
+    for package in packages:
+        for directory, subdirectories, files in os.walk(os.path.join(root, package)):
+            subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    with open(path, "rb") as f:
+                        h.update(os.path.relpath(path, root).encode() + b"\0" + f.read())
+    return h.hexdigest()
 
 
 CODEGEN_SETTINGS = ("OPT", "ENABLE_PROFILING", "DEBUGINFO_DEFAULT", "BOUNDSCHECK", "LOOP_VECTORIZE", "SLP_VECTORIZE",

@@ -4,8 +4,8 @@
 ``lowering.compile(module, denormals="keep", ...)`` are the same call: the keywords build (or replace fields
 of) the options object. Every automatic default is resolved when the object is made -- the environment read
 there, once (``$XLA_DIALECT_LOOP_COMPILATION``, ``$XLA_DIALECT_FUSION``, ``$XLA_DIALECT_MAX_BYTES``, the BLAS
-thread variables, ``$XLA_DIALECT_EXECUTABLE_CACHE``) -- so the executor, its context and the kernels read settled values: ``denormals`` is
-"flush" or "keep", ``flush`` the same as a bool, ``loop_compilation`` and ``fusion`` one of their modes,
+thread variables, ``$XLA_DIALECT_EXECUTABLE_CACHE``) -- so the executor, its context and the kernels read settled
+values: ``denormals`` is "flush" or "keep", ``flush`` the same as a bool, ``loop_compilation`` and ``fusion`` one of their modes,
 ``max_bytes`` a byte count. A bad value raises the project's exception naming the option (``ExecutionError``
 or ``UnsupportedError``, as before). What each option means: :func:`lowering.executor.executable.compile`.
 """
