@@ -927,6 +927,39 @@ def test_selects_of_one_element_by_a_denormal_constant_as_xla(direction, x64):
         _compare(Program("float32", (1,), inputs, statements, also_returned=tuple(range(len(inputs) - 1)), x64=x64))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_sign_op_reading_a_max_min_select_is_moved_into_its_arms_as_xla(dtype):
+    """A negation or absolute value reading a max/min select against a constant is moved into the select's arms by
+    LLVM inside XLA's fused loop (``-select(c, x, -1)`` is ``select(c, -x, 1)``), so no max/min instruction is left
+    and a denormal ``x`` is kept: ``-jnp.where(x > -1.0, x, -1.0)`` of 1e-310 is -1e-310 in XLA, was -0 here
+    (session 30, straight-line and in loops, any size). A select returned too, or written twice and returned
+    (XLA's CSE makes it one value with two users), is a max/min; ``-(-s)`` is ``s``; two variable arms stay a
+    max/min. One element of f32 against a denormal constant: the constant held as a zero, the select kept."""
+    tiny = float(np.finfo(dtype).tiny)
+    x0 = np.array([tiny / 3, -tiny / 5, 0.0, -0.0, 1.0, -2.0, tiny / 2, -tiny, 3.0, -1.0, 0.5, np.nan], dtype)
+    x1 = np.array([-1.0, 1.0, tiny / 7, 2.0, -tiny / 3, 0.5, -0.0, 4.0, tiny, -3.0, 0.0, 1.0], dtype)
+    moved = ["-jnp.where(x0 > -1.0, x0, -1.0)", "jnp.abs(jnp.where(x0 < 1.0, x0, 1.0))",
+             "-jnp.where(x0 >= -1.0, x0, -1.0)", "jnp.copysign(jnp.where(x0 > -1.0, x0, -1.0), x1)",
+             "-jnp.abs(jnp.where(-1.0 < x0, x0, -1.0))", "-jnp.where(x0 > -1.0, x0, -1.0).reshape(3, 4).reshape(12)",
+             "-(-jnp.where(x0 > -1.0, x0, -1.0))", "-jnp.where(x0 > x1, x0, x1)"]
+    statements = [("sign", expression) for expression in moved]
+    statements += [("select", "jnp.where(x0 > -1.0, x0, -1.0)"), ("neg", "-v8"),  # (also returned: a max)
+                   ("neg", "-jnp.where(x0 < 0.5, x0, 0.5)"), ("select", "jnp.where(x0 < 0.5, x0, 0.5)")]  # (twice)
+    _compare(Program(dtype, x0.shape, [x0, x1], statements, also_returned=tuple(range(len(statements) - 1))))
+    for expression in moved[:2]:
+        for shape, trips in (((12,), 3), ((1,), 3)):
+            _compare(Program(dtype, shape, [x0[:shape[0]].copy(), x1[:shape[0]].copy()], [("sign", expression)],
+                             loop_trips=trips))
+    if dtype == "float32":  # (one element against a denormal constant, held as a zero: every arm order)
+        inputs = [np.array([v], np.float32) for v in (tiny / 3, -tiny / 5, -0.0, 1.0, -1.0)]
+        for x64 in (True, False):
+            for template in ("-jnp.where({x} > 1e-40, 1e-40, {x})", "jnp.abs(jnp.where({x} < -1e-40, -1e-40, {x}))",
+                             "-jnp.where({x} > 1e-40, {x}, 1e-40)", "-jnp.where({x} >= -1e-40, -1e-40, {x})"):
+                statements = [("sign", template.format(x=f"x{i}")) for i in range(len(inputs))]
+                _compare(Program("float32", (1,), inputs, statements, also_returned=tuple(range(len(inputs) - 1)),
+                                 x64=x64))
+
+
 @pytest.mark.parametrize("expression, dtype", sweep(
     ["jnp.abs(x0 * x0)", "jnp.abs(jnp.maximum(x0 * x0, x0 - x1))", "jnp.abs(jnp.where(x0 > x1, x0 * x0, jnp.abs(x0)))",
      "jnp.where(x0 * x0 >= 0, x0, x1)", "jnp.where(jnp.abs(x0) < 0, x0, x1)", "jnp.where(0 <= x0 * x0, x1, x0)",

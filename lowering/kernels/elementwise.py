@@ -1131,7 +1131,8 @@ def _select(op, ctx):
         return lambda p, t, f: t if bool(p) else f
     dtype = ctx.dtype(op.results[0].type)
     definition = scalar.scalar_of(op, [np.bool_, dtype, dtype], dtype, ctx.flush)
-    if definition is not None and definition.name in ("select_flush", "select_flush_strict", "select_zeroed_false"):
+    if definition is not None and definition.name in ("select_flush", "select_flush_strict", "select_zeroed_false",
+                                                   "select_zeroed_true"):
         return _quiet(scalar.ufunc(definition, [np.bool_, dtype, dtype], dtype))  # (a float max/min: its definition)
     if dtype == ml_dtypes.bfloat16 and ctx.flush and scalar.bf16_select_flushes(op):
         tiny = ml_dtypes.finfo(ml_dtypes.bfloat16).tiny
