@@ -17,7 +17,7 @@ from xla_dialect.errors import PassError
 from .registry import register_pipelines
 
 EXECUTOR_PIPELINE = ("inline-calls,inline-constant-conditionals,dce,xla-divide-by-broadcast,canonicalize-broadcasts,xla-float-rewrites,xla-ynnpack-fusion,"
-                     "xla-small-loops,"
+                     "xla-small-loops,xla-in-place-selects,"
                      "contract-fma,lower-quantized")
 """What the executor runs before lowering: calls inlined (as XLA's CallInliner does before fusion), conditionals on
 constant selectors replaced by the branch they take (XLA's ConditionalSimplifier), dead pure ops removed (XLA's
@@ -26,7 +26,8 @@ divisions by broadcasts made multiplications by reciprocals (``xla-divide-by-bro
 written: XLA counts the divisor's uses before broadcasts merge), implicit
 broadcasts made explicit (kernels see same-shape operands), XLA's float-result-changing rewrites (``xla-float-rewrites``), the exp, log, tanh and logistic ops XLA CPU
 computes inside YNNPACK fusions marked for YNNPACK's numerics (``xla-ynnpack-fusion``), the ops of the while loops XLA CPU compiles whole
-in the form it computes them there (``xla-small-loops``), XLA CPU's multiply-add
+in the form it computes them there (``xla-small-loops``), the max/min selects XLA CPU stores in place in a while loop
+by masked stores (``xla-in-place-selects``), XLA CPU's multiply-add
 contraction (``contract-fma``), and computations on quantized values as float ones (``lower-quantized``)."""
 
 PIPELINES = {
@@ -53,6 +54,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
     from .fma_contraction import contract_fma
     from .inlining import inline_calls
     from .quantized import lower_quantized
+    from .in_place_selects import mark_in_place_selects
     from .small_loops import small_loop_numerics
     from .xla_numerics import xla_divide_by_broadcast, xla_float_rewrites
     from .ynnpack_fusion import ynnpack_fusion_numerics
@@ -72,6 +74,7 @@ def prepare_for_execution(module: ModuleOp, xla_rewrites: bool = True, fma_contr
         prepared = xla_float_rewrites(prepared, clone=prepared is module)
         prepared = ynnpack_fusion_numerics(prepared, clone=prepared is module)
     prepared = small_loop_numerics(prepared, clone=prepared is module)
+    prepared = mark_in_place_selects(prepared, clone=prepared is module)
     if fma_contraction:
         prepared = remove_dead_ops(prepared, clone=prepared is module)  # (XLA removes dead code before fusing)
         prepared = contract_fma(prepared, clone=prepared is module)

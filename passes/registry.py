@@ -43,6 +43,7 @@ BUILTIN_MODULES = (
     "passes.inlining",
     "passes.conditionals",
     "passes.small_loops",
+    "passes.in_place_selects",
     "passes.ynnpack_fusion",
 )
 """Modules whose import registers the built-in passes."""

@@ -847,9 +847,9 @@ def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, d
     """``>=`` and ``<=`` selects against a constant: LLVM's x86 lowering makes ``select(a >= b, a, b)`` the max/min
     instruction (denormals flushed) only where a zero's sign cannot tell them apart -- a nonzero constant in any arm
     order, a zero constant with the arms the other way round (``where(x >= 0.0, 0.0, x)``); ``where(x >= 0.0, x,
-    0.0)`` stays a select. Inside a loop of 2+ trips XLA moves each broadcast constant out of the loop unmerged, so
-    the select reads two loaded values: a select (``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0))``
-    kept denormals in XLA and flushed here). bf16, computed in f32 by XLA, follows the f32 rule against a constant
+    0.0)`` stays a select. In a loop of 2+ trips, on these 18 elements, the select stored in place is scalar code:
+    a max/min (``test_selects_stored_in_place_in_a_loop_are_masked_stores_as_xla`` for longer ones). bf16, computed in
+    f32 by XLA, follows the f32 rule against a constant
     (it was always a select here; in the loops XLA compiles whole on native-bf16 hosts, a select). Every operand and
     arm order, straight-line and in a loop."""
     import itertools
@@ -863,6 +863,33 @@ def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, d
         statement = f"jnp.where({a} {direction} {b}, {t}, {f})".replace("x", "x0")
         for trips in (0, 3):
             _compare(Program(dtype, x.shape, [x, x[::-1].copy()], [("select", statement)], loop_trips=trips))
+
+
+@pytest.mark.parametrize("dtype, shapes", [
+    ("float64", [(51,), (58,), (121,), (3, 51), (8, 4), (18, 2), (5, 4), (3, 4, 4)]),
+    ("float32", [(54,), (70,), (121,), (2, 55), (4, 8), (17, 4), (6, 4), (2, 8, 4)]),
+])
+def test_selects_stored_in_place_in_a_loop_are_masked_stores_as_xla(dtype, shapes):
+    """A max/min select against a constant that a while loop stores in place (``fori_loop(0, 3, lambda i, v:
+    jnp.where(v > -1.0, v, -1.0), x)``) is a compare and a masked store of the constant in XLA's vectorized elements
+    -- a denormal kept -- and the max/min instruction in its scalar code -- flushed: the last ``n % 4`` of 51 f64
+    elements, 6 of 54 and 70 f32 ones, each row's tail of ``[3, 51]``, every element of a loop LLVM unrolls whole,
+    the rows past a multiple of 4 of ``[18, 2]`` (``passes.in_place_selects``; session 30: every denormal was kept
+    here in loops of 50 elements or more, flushed in the loops ``xla-small-loops`` counts as compiled whole). A
+    scan also stacking the select and a while loop whose condition reads the array keep the vectorized elements
+    too (their tails are not modelled: docs/operations.md)."""
+    tiny = float(np.finfo(dtype).tiny)
+    for shape in shapes:
+        x0 = np.full(shape, tiny / 3, dtype)
+        flat = x0.reshape(-1)
+        flat[::7], flat[1::11], flat[2::13] = -3.0, -tiny / 5, 0.25
+        for statement in ("jnp.where(x0 > -1.0, x0, -1.0)", "jnp.where(x0 < 0.5, x0, 0.5)"):
+            _compare(Program(dtype, shape, [x0], [("select", statement)], loop_trips=3))
+    x0 = np.full(shapes[2], tiny / 3, dtype)
+    x0[::5] = -2.0
+    _compare(Program(dtype, x0.shape, [x0], [("select", "jnp.where(x0 > -1.0, x0, -1.0)")], loop_trips=3, scan=True))
+    _compare(Program(dtype, x0.shape, [x0], [("select", "jnp.where(x0 > -1.0, x0, -1.0)")], loop_trips=3,
+                     while_loop=True))
 
 
 @pytest.mark.parametrize("direction, dtype", [(">=", "float32"), ("<=", "float64"), ("<=", "float32"),

@@ -122,7 +122,7 @@ class CseNumbering:
     up an operand chain, a value further up being only itself (numbers are then kept per value and depth: a key
     depends on the depth it was reached at), for callers that ask about a few values of a large program.
     ``opaque``: values that are only themselves (the scalar kernels pass the values XLA computes outside the
-    select's fused loop -- moved out of a while loop --, which reach it loaded, one per op, unmerged)."""
+    select's fused loop -- ops moved out of a while loop --, which reach it loaded, one per op, unmerged)."""
 
     def __init__(self, see_through: Callable[[SSAValue], SSAValue] | None = None, per_computation: bool = True,
                  max_depth: int | None = None, opaque: Callable[[SSAValue], bool] | None = None):

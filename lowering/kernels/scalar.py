@@ -953,18 +953,47 @@ def _compare(op, dtypes, result, flush):
     return Scalar(_COMPARISONS[direction])
 
 
+MASKED_STORE = "xla_cpu_masked_store"
+"""The attribute (unit) ``xla-in-place-selects`` puts on a max/min select that XLA CPU computes as a compare and a
+masked store of its constant into the buffer it updates in place (:mod:`passes.in_place_selects`): a select, the
+element it keeps never rewritten, so a denormal is kept."""
+
+MAX_MIN_ELEMENTS = "xla_cpu_max_min"
+"""The attribute (unit) ``xla-in-place-selects`` puts on the copy of such a select that computes its elements in
+scalar code: the max/min instruction, a denormal result flushed (:func:`select_flush`)."""
+
+
 @scalar_definition(ew.SelectOp)
 def _select(op, dtypes, result, flush):
     if flush and result in FLOATS:
+        if MASKED_STORE in op.attributes:
+            return Scalar("select_kept")
+        if MAX_MIN_ELEMENTS in op.attributes:
+            return Scalar("select_flush_strict" if made_strict(op) else "select_flush")
         single = _select_by_a_zeroed_constant(op)
         if single is not None:
             return Scalar(single)
-        if (_extremum_select(op) and not _merged_into_outer_select(op) and not _select_of_its_minimum(op)
-                and not _sign_op_moved_into_arms(op)):
+        if max_min_select(op):
             return Scalar("select_flush_strict" if made_strict(op) else "select_flush")
         if _extremum_select(op, everywhere=True):  # (LLVM in the compiled code would see the pattern XLA does not)
             return Scalar("select_kept")
     return Scalar("select")
+
+
+def max_min_pattern(op) -> bool:
+    """Whether the float select ``op`` is the max/min pattern as LLVM sees it with every constant of the program
+    in view (:func:`_extremum_select` of one compiled function): what a select XLA stores in place in a while loop
+    computes in its scalar code (``xla-in-place-selects``)."""
+    return _extremum_select(op, everywhere=True)
+
+
+def max_min_select(op) -> bool:
+    """Whether XLA CPU computes the float select ``op`` with the max/min instruction, which flushes a denormal
+    result under denormals-are-zero (:func:`select_flush`): the pattern of :func:`_extremum_select` as LLVM sees it
+    in XLA's fused loop, not merged into an outer select, not a select of its own minimum, no negation or absolute
+    value moved into its arms."""
+    return (_extremum_select(op) and not _merged_into_outer_select(op) and not _select_of_its_minimum(op)
+            and not _sign_op_moved_into_arms(op))
 
 
 def _select_by_a_zeroed_constant(op) -> str | None:
@@ -1218,11 +1247,15 @@ def _same_value(a, b, site, small: bool = False) -> bool:
 def _cse(site, small: bool = False) -> CseNumbering:
     """XLA's CSE seen from a fused loop at ``site`` (:func:`_same_value`). A value XLA computes outside that loop
     (an op it moves out of a while loop, a broadcast constant among them) reaches it loaded, one value per op:
-    ``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0), x)`` keeps a denormal ``v`` (its two ``-1.0``
-    broadcasts moved out of the loop unmerged: a select, not a max; measured f32 and f64 on 121 elements, 2-5
-    trips and a while loop), as XLA does; a scalar constant stays a constant (no broadcast to move), and in a loop
-    XLA compiles whole (``small``: the select marked by ``xla-small-loops``) LLVM sees every constant of the loop
-    (the same loop on 18 elements flushes)."""
+    ``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0), x)`` keeps a denormal ``v`` in its vectorized
+    elements (its two ``-1.0`` broadcasts taken as moved out of the loop unmerged: a select, not a max; measured f32
+    and f64 on 121 elements, 2-5 trips and a while loop), as XLA does -- where XLA stores the select in place, which
+    is what keeps them there (session 25), ``xla-in-place-selects`` marks its elements in scalar code
+    (:data:`MAX_MIN_ELEMENTS`): flushed; a scalar constant stays a constant (no broadcast to move), and in a loop XLA
+    compiles whole (``small``: the select marked by ``xla-small-loops``) LLVM sees every constant of the loop (the
+    same loop on 18 elements flushes). Not reproduced: a select not stored in place in a loop of 50 elements or more
+    that is not compiled whole -- ``(where(a > -1, a, -1), b + jnp.sum(a))``, ``(where(a > -1, a, -1), -a)`` -- is a
+    vector max in XLA, flushed, a select here (docs/operations.md)."""
     def opaque(value) -> bool:
         owner = value.owner
         return (site is not None and not small and not _looked_through(value, site)
