@@ -9,26 +9,32 @@ is flushed; :func:`lowering.kernels.scalar.select_flush`). Which elements are sc
 loop nest (:func:`scalar_code_elements`), measured against jax.jit (jax 0.10.2) on an Intel Xeon (session 25) and
 an AMD EPYC (session 30), f32 and f64, the same on both.
 
-The pass models the selects it can tell are stored in place: the max/min form
-(:func:`lowering.kernels.scalar.max_min_pattern`) of a value the loop carries and a constant, inside the body of a
-while loop that runs more than once, the body returns it and nothing else reads it, and nothing else in the body
-reads the carried value but its compare and the body's return (XLA copies a carried value returned at another
-position first: ``(where(s0 > -1, s0, -1), s0)`` and a swap of two carried values are in place, measured).
-It marks a select all of whose elements XLA stores by masked stores (:data:`~lowering.kernels.scalar.MASKED_STORE`:
-a select keeping denormals), one all of whose elements are scalar code as the max/min
-(:data:`~lowering.kernels.scalar.MAX_MIN_ELEMENTS`), and writes one of both kinds as ``select(scalar_code, max_min,
-masked)``: the select twice, each copy marked, chosen by a constant mask of the scalar-code elements. Only with the
-executor's denormal flushing does this change a result (``lowering.compile(..., denormals="keep")`` gives the same
-select twice). bf16 and f16 selects are left alone (not measured; f16 has no denormal f32 value to flush).
+A select is stored in place when it is the max/min form (:func:`lowering.kernels.scalar.max_min_pattern`) of a
+value the loop carries and a constant, inside the body of a while loop that runs more than once, and the body
+returns it -- itself, or through a select on a loop-invariant predicate (LLVM unswitches the element loop on it:
+``where(jnp.sum(v) > c, v * 2, where(v > -1, v, -1))``) -- and nothing else reads the carried value but ops of
+that fusion, ops XLA's CSE makes one with them, and ops computing only loop state XLA removes (its result unread,
+:func:`_dead_slots`; :func:`_written_in_place`). The body may read the select elsewhere too (a scan stacking it:
+the stacked rows are its values; ``b - where(a > -1, a, -1)``), and return a swap of carried values. The carried
+value also returned at another position (``(where(a > -1, a, -1), a)``), read by an element-wise op of another
+output (``-a``, ``b * a``), by a reverse or a sum (``c + jnp.sum(a)``) -- each measured with that output read after
+the loop -- leaves XLA writing a new buffer: a vector max/min, every denormal flushed, as anywhere else in a loop,
+where a constant is in each fusion reading it (XLA does not move constants and broadcasts out of a loop on their
+own: :func:`lowering.kernels.scalar._looked_through`). All measured (session 30) on 121 elements, f32 and f64,
+against jax.jit.
 
-Not reproduced (measured, session 30): the forms the pass does not see as in place keep the kernels' model
-(:func:`lowering.kernels.scalar._cse`: a select, denormals kept, in loops XLA does not compile whole) -- right for
-the vectorized elements of a select XLA stores in place through another select on a loop-invariant predicate
-(``where(jnp.sum(v) > c, v * 2, where(v > -1, v, -1))``) or that a scan also stacks, not for their elements in
-scalar code; and not for the selects XLA does not store in place, a vector max/min flushing every denormal: the
-carried value read by another output (``(where(a > -1, a, -1), b + jnp.sum(a))``, ``(where(a > -1, a, -1), -a)``).
-A swap of two carried values of shape ``[k, 2, c]`` with ``c`` elements of 32 bytes keeps every denormal in XLA
-(``[2|3, 2, 4]`` f64, ``[2, 2, 8]`` f32), where the model flushes them.
+The pass marks a select all of whose elements XLA stores by masked stores
+(:data:`~lowering.kernels.scalar.MASKED_STORE`: a select keeping denormals), one all of whose elements are scalar
+code as the max/min (:data:`~lowering.kernels.scalar.MAX_MIN_ELEMENTS`), and writes one of both kinds as
+``select(scalar_code, max_min, masked)``: the select twice, each copy marked, chosen by a constant mask of the
+scalar-code elements. Only with the executor's denormal flushing does this change a result
+(``lowering.compile(..., denormals="keep")`` gives the same select twice). bf16 and f16 selects are left alone (not
+measured; f16 has no denormal f32 value to flush).
+
+Not reproduced (measured): a swap of two carried values of shape ``[k, 2, c]`` with rows of 32 bytes keeps every
+denormal in XLA (``[2|3, 2, 4]`` f64, ``[2, 2, 8]`` f32), where the model flushes them; ``where(v > y, v, y)`` of a
+captured ``y`` (two variables: a max/min) keeps every denormal in XLA on f32[60] alone (flushed on f32[18|121|200],
+f64[30|60|121], as here).
 """
 
 from __future__ import annotations
@@ -42,14 +48,16 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from xla_dialect.cse import splat_value
+from xla_dialect.cse import CseNumbering, splat_value
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import pred_type
 from xla_dialect.ops.control_flow import WhileOp, static_trip_count
+from xla_dialect.ops.data_movement import BroadcastInDimOp, ReverseOp
+from xla_dialect.ops.reduction import ReduceOp
 from xla_dialect.types import numpy_dtype
 
 from .registry import register_pass
-from .small_loops import UNROLL_THRESHOLD
+from .small_loops import UNROLL_THRESHOLD, _cone
 from .util import make_constant
 
 from lowering.kernels.scalar import MASKED_STORE, MAX_MIN_ELEMENTS, max_min_pattern  # noqa: E402 - (marks the kernels read)
@@ -122,40 +130,121 @@ def scalar_code_elements(shape: tuple[int, ...], itemsize: int) -> np.ndarray:
 
 
 def _carried_arm(select: Operation, body: Block) -> SSAValue | None:
-    """The carried value ``select`` (a max/min select stored in place, module doc) chooses between it and a
-    constant, or None when ``select`` is not one."""
+    """The carried value the max/min ``select`` chooses between it and a constant (compared with one of them), or
+    None."""
     arms = select.operands[1:]
     carried = [arm for arm in arms if arm.owner is body]
     if len(carried) != 1 or any(splat_value(arm) is None for arm in arms if arm is not carried[0]):
         return None
-    value = carried[0]
     compare = select.operands[0].owner
-    if not isinstance(compare, ew.CompareOp) or value not in compare.operands:
+    if not isinstance(compare, ew.CompareOp) or carried[0] not in compare.operands:
         return None
-    allowed = {id(select), id(compare), id(body.last_op)}
-    if any(id(use.operation) not in allowed for use in value.uses):
-        return None
-    return value
+    return carried[0]
+
+
+def _invariant_predicate(value: SSAValue) -> bool:
+    """Whether the select predicate ``value`` is one value for every element (a broadcast of a scalar): LLVM
+    unswitches the element loop on it, so each arm is stored by a loop of its own."""
+    owner = value.owner
+    return (isinstance(owner, BroadcastInDimOp) and isinstance(owner.operands[0].type, TensorType)
+            and not owner.operands[0].type.get_shape())
+
+
+def _stored_value(select: Operation, body: Block) -> SSAValue | None:
+    """The value of the loop's fusion that the body returns holding ``select``'s elements: ``select`` itself, or a
+    select on a loop-invariant predicate one of whose arms it is (``where(jnp.sum(v) > c, v * 2, where(v > -1, v,
+    -1))``, measured); None when the body returns neither."""
+    returned = body.last_op
+    value = select.results[0]
+    if any(use.operation is returned for use in value.uses):
+        return value
+    for use in value.uses:
+        outer = use.operation
+        if (isinstance(outer, ew.SelectOp) and use.index in (1, 2) and _invariant_predicate(outer.operands[0])
+                and any(u.operation is returned for u in outer.results[0].uses)):
+            return outer.results[0]
+    return None
+
+
+def _dead_slots(loop: WhileOp) -> set[int]:
+    """The positions of ``loop``'s state that XLA's ``WhileLoopSimplifier`` removes: the loop's result there is
+    unread, its condition does not read it, and the body computes it from nothing but such positions."""
+    body, returned = loop.body.block, loop.body.block.last_op
+    dead = {k for k, result in enumerate(loop.results) if not result.uses and not loop.cond.block.args[k].uses}
+    changed = True
+    while changed:
+        changed = False
+        for k in sorted(dead):
+            if not _feeds_only(body.args[k], dead, returned):
+                dead.discard(k)
+                changed = True
+    return dead
+
+
+def _feeds_only(value: SSAValue, dead: set[int], returned: Operation) -> bool:
+    """Whether ``value`` reaches the body's return only at the positions ``dead``, through whatever ops."""
+    stack, seen = [value], set()
+    while stack:
+        current = stack.pop()
+        for use in current.uses:
+            user = use.operation
+            if user is returned:
+                if use.index not in dead:
+                    return False
+            elif id(user) not in seen:
+                seen.add(id(user))
+                stack.extend(user.results)
+    return True
+
+
+def _written_in_place(carried: SSAValue, stored: SSAValue, body: Block, cse: CseNumbering,
+                      dead: set[int]) -> bool:
+    """Whether XLA writes the fusion computing ``stored`` into ``carried``'s buffer: every other op reading the
+    carried value computes part of ``stored`` (the fusion itself, an op XLA's CSE makes one with an op of it --
+    jax writes ``jnp.where`` once per call --, or an op it waits for: ``jnp.sum(v)`` of a loop-invariant
+    predicate), or computes only state XLA removes (:func:`_dead_slots`). Anything else reading it -- the body
+    returning it at another position (``(where(a > -1, a, -1), a)``), an element-wise op of another output
+    (``-a``, ``b * a``), a reverse, a sum -- leaves XLA writing a new buffer (measured: a vector max/min, every
+    denormal flushed)."""
+    returned = body.last_op
+    cone = _cone(body, [stored])
+    members = {id(op) for op in cone}
+    numbers = {cse.number(op.results[0]) for op in cone if len(op.results) == 1}
+    for use in carried.uses:
+        reader = use.operation
+        if reader is returned:
+            if use.index in dead:
+                continue
+            return False
+        if id(reader) in members or (len(reader.results) == 1 and cse.number(reader.results[0]) in numbers):
+            continue
+        if all(_feeds_only(result, dead, returned) for result in reader.results):
+            continue
+        return False
+    return True
 
 
 def in_place_selects(module: ModuleOp) -> list[Operation]:
-    """The selects of ``module`` that XLA CPU stores in place inside a while loop (module doc), not yet marked."""
+    """The selects of ``module`` that XLA CPU stores in place inside a while loop (module doc), not yet marked, and
+    the selects of their loop bodies XLA's CSE makes one with them (a scan stacking the value it carries: jax
+    writes the ``jnp.where`` twice)."""
     found = []
     for loop in module.walk():
         if not isinstance(loop, WhileOp) or static_trip_count(loop) == 1:  # (a loop run once is straight-line)
             continue
         body = loop.body.block
-        for op in body.ops:
-            if not isinstance(op, ew.SelectOp) or MASKED_STORE in op.attributes or MAX_MIN_ELEMENTS in op.attributes:
-                continue
-            result = op.results[0]
-            if not isinstance(result.type, TensorType) or numpy_dtype(result.type) not in (np.float32, np.float64):
-                continue
-            uses = list(result.uses)
-            if len(uses) != 1 or uses[0].operation is not body.last_op or _carried_arm(op, body) is None:
-                continue
-            if max_min_pattern(op):
-                found.append(op)
+        cse = CseNumbering()
+        selects = [op for op in body.ops if isinstance(op, ew.SelectOp) and isinstance(op.results[0].type, TensorType)
+                   and numpy_dtype(op.results[0].type) in (np.float32, np.float64)
+                   and MASKED_STORE not in op.attributes and MAX_MIN_ELEMENTS not in op.attributes]
+        in_place = set()
+        dead = _dead_slots(loop) if selects else set()
+        for op in selects:
+            carried = _carried_arm(op, body)
+            stored = _stored_value(op, body) if carried is not None else None
+            if stored is not None and _written_in_place(carried, stored, body, cse, dead) and max_min_pattern(op):
+                in_place.add(cse.number(op.results[0]))
+        found += [op for op in selects if cse.number(op.results[0]) in in_place]
     return found
 
 

@@ -875,9 +875,11 @@ def test_selects_stored_in_place_in_a_loop_are_masked_stores_as_xla(dtype, shape
     -- a denormal kept -- and the max/min instruction in its scalar code -- flushed: the last ``n % 4`` of 51 f64
     elements, 6 of 54 and 70 f32 ones, each row's tail of ``[3, 51]``, every element of a loop LLVM unrolls whole,
     the rows past a multiple of 4 of ``[18, 2]`` (``passes.in_place_selects``; session 30: every denormal was kept
-    here in loops of 50 elements or more, flushed in the loops ``xla-small-loops`` counts as compiled whole). A
-    scan also stacking the select and a while loop whose condition reads the array keep the vectorized elements
-    too (their tails are not modelled: docs/operations.md)."""
+    here in loops of 50 elements or more, flushed in the loops ``xla-small-loops`` counts as compiled whole). In
+    place too: a scan also stacking the select, a while loop whose condition reads the array, the select an arm of
+    one on a loop-invariant predicate, the select also read by another output. Not in place -- the carried value
+    also read by an element-wise op of another output, or a sum --: a max/min, every denormal flushed (kept here
+    before)."""
     tiny = float(np.finfo(dtype).tiny)
     for shape in shapes:
         x0 = np.full(shape, tiny / 3, dtype)
@@ -886,10 +888,31 @@ def test_selects_stored_in_place_in_a_loop_are_masked_stores_as_xla(dtype, shape
         for statement in ("jnp.where(x0 > -1.0, x0, -1.0)", "jnp.where(x0 < 0.5, x0, 0.5)"):
             _compare(Program(dtype, shape, [x0], [("select", statement)], loop_trips=3))
     x0 = np.full(shapes[2], tiny / 3, dtype)
-    x0[::5] = -2.0
-    _compare(Program(dtype, x0.shape, [x0], [("select", "jnp.where(x0 > -1.0, x0, -1.0)")], loop_trips=3, scan=True))
-    _compare(Program(dtype, x0.shape, [x0], [("select", "jnp.where(x0 > -1.0, x0, -1.0)")], loop_trips=3,
-                     while_loop=True))
+    x0[:-4:5] = -2.0  # (the last elements denormal: XLA's scalar tail)
+    clamp = "jnp.where(x0 > -1.0, x0, -1.0)"
+    _compare(Program(dtype, x0.shape, [x0], [("select", clamp)], loop_trips=3, scan=True))
+    _compare(Program(dtype, x0.shape, [x0], [("select", clamp)], loop_trips=3, while_loop=True))
+    _compare(Program(dtype, x0.shape, [x0], [("select", f"jnp.where(jnp.sum(x0) > 1e30, x0 * 2.0, {clamp})")],
+                     loop_trips=3))
+    for state in ("(where(a), -a)", "(where(a), b * a)", "(where(a), c + jnp.sum(a))", "(where(a), a)",
+                  "(where(a), b - where(a))"):
+        _compare(_TwoStateLoop(dtype, x0.shape, [x0, x0[::-1].copy()], body=state))
+
+
+@dataclass
+class _TwoStateLoop(Program):
+    """A ``fori_loop`` of 3 trips carrying ``(a, b)`` (``c``: ``b``'s sum, a scalar), its body ``body`` with
+    ``where(a)`` the clamp ``jnp.where(a > -1.0, a, -1.0)``."""
+
+    body: str = ""
+
+    def source(self) -> str:
+        body = self.body.replace("where(a)", "jnp.where(a > -1.0, a, -1.0)")
+        scalar = "c" in self.body.replace("jnp.", "")
+        state = "(x0, jnp.sum(x1))" if scalar else "(x0, x1)"
+        names = "a, c" if scalar else "a, b"
+        return (f"def fn(x0, x1):\n    def body(i, s):\n        {names} = s\n        return {body}\n"
+                f"    return jax.lax.fori_loop(0, 3, body, {state})\n")
 
 
 @pytest.mark.parametrize("direction, dtype", [(">=", "float32"), ("<=", "float64"), ("<=", "float32"),

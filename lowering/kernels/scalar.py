@@ -1246,16 +1246,13 @@ def _same_value(a, b, site, small: bool = False) -> bool:
 
 def _cse(site, small: bool = False) -> CseNumbering:
     """XLA's CSE seen from a fused loop at ``site`` (:func:`_same_value`). A value XLA computes outside that loop
-    (an op it moves out of a while loop, a broadcast constant among them) reaches it loaded, one value per op:
-    ``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0), x)`` keeps a denormal ``v`` in its vectorized
-    elements (its two ``-1.0`` broadcasts taken as moved out of the loop unmerged: a select, not a max; measured f32
-    and f64 on 121 elements, 2-5 trips and a while loop), as XLA does -- where XLA stores the select in place, which
-    is what keeps them there (session 25), ``xla-in-place-selects`` marks its elements in scalar code
-    (:data:`MAX_MIN_ELEMENTS`): flushed; a scalar constant stays a constant (no broadcast to move), and in a loop XLA
-    compiles whole (``small``: the select marked by ``xla-small-loops``) LLVM sees every constant of the loop (the
-    same loop on 18 elements flushes). Not reproduced: a select not stored in place in a loop of 50 elements or more
-    that is not compiled whole -- ``(where(a > -1, a, -1), b + jnp.sum(a))``, ``(where(a > -1, a, -1), -a)`` -- is a
-    vector max in XLA, flushed, a select here (docs/operations.md)."""
+    (an op it moves out of a while loop) reaches it loaded, one value per op; an f32/f64 constant is in every fusion
+    reading it (:func:`_looked_through`), so ``fori_loop(0, 3, lambda i, v: jnp.where(v > -1.0, v, -1.0), x)`` is a
+    max inside the loop as straight-line, except where XLA stores it in place: its vectorized elements masked
+    stores, keeping a denormal (``xla-in-place-selects``, :data:`MASKED_STORE`; session 30 -- before, broadcast
+    constants were taken as moved out of the loop, a select: denormals kept in scalar code and in selects XLA does
+    not store in place, ``(where(a > -1, a, -1), -a)``). A scalar constant stays a constant, and in a loop XLA
+    compiles whole (``small``: the select marked by ``xla-small-loops``) LLVM sees every value of the loop."""
     def opaque(value) -> bool:
         owner = value.owner
         return (site is not None and not small and not _looked_through(value, site)
@@ -1289,7 +1286,14 @@ def _looked_through(value, site) -> bool:
         return True
     if owner.parent_block() is not site[0]:
         return False
-    return _placement(owner) == site
+    if _placement(owner) == site:
+        return True
+    # (an f32/f64 constant -- a splat, a broadcast or conversion of one -- is in every fusion reading it: XLA's
+    # WhileLoopInvariantCodeMotion does not move constants and broadcasts out of a loop on their own, and fusion
+    # copies them into each consumer -- measured, session 30: a max/min select against one in a loop is a max/min
+    # unless XLA stores it in place, ``xla-in-place-selects``)
+    constant = splat_value(value)
+    return constant is not None and constant.dtype in (np.float32, np.float64)
 
 
 _ROUNDINGS = (ew.FloorOp, ew.CeilOp, ew.RoundOp, ew.RoundEvenOp)
