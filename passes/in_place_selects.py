@@ -109,6 +109,31 @@ def _rows_scalar_code(rows: int, columns: int, itemsize: int) -> np.ndarray:
     return scalar
 
 
+_COLUMNS_KEPT = {4: frozenset({3, 4, 5, 6, 7, 8}), 8: frozenset({3, 4, 8, 12})}
+"""Element size -> the column lengths below 16 (``[r, 1]``) whose elements are all vector code (measured every
+``r`` from 2 to 20; the others are all scalar code)."""
+
+
+def _column_scalar_code(rows: int, itemsize: int) -> np.ndarray:
+    """Which elements of a column ``[rows, 1]`` LLVM computes in scalar code: XLA's loop nest over rows, its inner
+    loop of one element, which LLVM vectorizes unlike a one-dimensional loop of as many elements. Below 16 rows all
+    scalar code but for :data:`_COLUMNS_KEPT`; from 16 the tail of the loop over rows: f64 ``r % 4`` below 64 rows,
+    f32 ``r % 4`` below 32 and ``r % 8`` below 120, else :func:`vector_tail` (measured f32 every ``r`` from 2 to
+    200 and at 201, 206, 207, 255; f64 every ``r`` from 2 to 20 and at 49-51, 54-55, 58-59, 64, 66-67, 70-71,
+    102-103 and 121; the other lengths swept against jax.jit, session 30)."""
+    scalar = np.ones(rows, bool)
+    if rows < 16:
+        if rows in _COLUMNS_KEPT[itemsize]:
+            scalar[:] = False
+        return scalar
+    if itemsize == 8:
+        tail = rows % 4 if rows < 64 else vector_tail(rows, itemsize)
+    else:
+        tail = rows % 4 if rows < 32 else rows % 8 if rows < 120 else vector_tail(rows, itemsize)
+    scalar[: rows - tail] = False
+    return scalar
+
+
 def scalar_code_elements(shape: tuple[int, ...], itemsize: int) -> np.ndarray:
     """Which elements (a bool array of ``shape``) of an in-place select's fusion LLVM computes in scalar code, for
     elements of ``itemsize`` bytes (4 or 8). Dimensions of one element are dropped (``[1, N]`` and ``[N, 1]`` are
@@ -118,6 +143,8 @@ def scalar_code_elements(shape: tuple[int, ...], itemsize: int) -> np.ndarray:
     51]``, ``[3|5, 4, 4]``, ``[2, 2, 4]``, ``[2, 9, 2]`` f64 and ``[2, 8, 4]``, ``[2, 2, 8]``, ``[3, 3, 4]``
     f32)."""
     dims = [d for d in shape if d != 1]
+    if len(dims) == 1 and shape[-1] == 1:  # (a column, ``[r, 1]``: its own loop nest)
+        return _column_scalar_code(dims[0], itemsize).reshape(shape)
     if len(dims) <= 1:
         n = dims[0] if dims else 1
         scalar = np.ones(n, bool)

@@ -866,15 +866,16 @@ def test_selects_by_a_constant_are_max_min_where_llvm_makes_them_so(direction, d
 
 
 @pytest.mark.parametrize("dtype, shapes", [
-    ("float64", [(51,), (58,), (121,), (3, 51), (8, 4), (18, 2), (5, 4), (3, 4, 4)]),
-    ("float32", [(54,), (70,), (121,), (2, 55), (4, 8), (17, 4), (6, 4), (2, 8, 4)]),
+    ("float64", [(51,), (58,), (121,), (3, 51), (8, 4), (18, 2), (5, 4), (3, 4, 4), (18, 1), (12, 1)]),
+    ("float32", [(54,), (70,), (121,), (2, 55), (4, 8), (17, 4), (6, 4), (2, 8, 4), (38, 1), (5, 1)]),
 ])
 def test_selects_stored_in_place_in_a_loop_are_masked_stores_as_xla(dtype, shapes):
     """A max/min select against a constant that a while loop stores in place (``fori_loop(0, 3, lambda i, v:
     jnp.where(v > -1.0, v, -1.0), x)``) is a compare and a masked store of the constant in XLA's vectorized elements
     -- a denormal kept -- and the max/min instruction in its scalar code -- flushed: the last ``n % 4`` of 51 f64
     elements, 6 of 54 and 70 f32 ones, each row's tail of ``[3, 51]``, every element of a loop LLVM unrolls whole,
-    the rows past a multiple of 4 of ``[18, 2]`` (``passes.in_place_selects``; session 30: every denormal was kept
+    the rows past a multiple of 4 of ``[18, 2]``, a column's own tail (``[38, 1]`` f32: ``r % 8``), every element
+    of some short columns (``[5, 1]`` f32) (``passes.in_place_selects``; session 30: every denormal was kept
     here in loops of 50 elements or more, flushed in the loops ``xla-small-loops`` counts as compiled whole). In
     place too: a scan also stacking the select, a while loop whose condition reads the array, the select an arm of
     one on a loop-invariant predicate, the select also read by another output. Not in place -- the carried value
