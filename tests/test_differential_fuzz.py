@@ -979,6 +979,21 @@ def test_selects_of_one_element_by_a_denormal_constant_as_xla(direction, x64):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_product_with_a_negated_factor_is_subtracted_before_contraction_as_xla(dtype):
+    """XLA's simplifier moves a ``negate`` factor out of a product (``v * -y`` is ``-(v * y)``) and makes the add a
+    subtraction, ``v * -3.0 - v * y``, whose first product LLVM fuses -- even where the other product's factor is a
+    negative constant, which only LLVM reads as a negation: ``v * -y + v * -3.0`` is ``fma(v, -3, -(v * y))`` in XLA,
+    was ``fma(v, -y, v * -3)`` here, about a third of the elements 1 ULP off (long fuzz campaign, session 30: the
+    form in a ``lax.scan``; also ``(-v) * z + z * -2.5``). Straight-line and in a scan."""
+    rng = np.random.default_rng(30)
+    x0, x1, x2 = (rng.standard_normal(64).astype(dtype) * scale for scale in (100.0, 1.0, 3.0))
+    for expression in ("x0 * -x1 + x0 * -3.0", "(-x0) * x2 + x2 * -2.5", "x0 * -x1 + x2 * -2.5",
+                       "x0 * -3.0 + x0 * -x1"):  # (one program each: products shared by two sums contract otherwise)
+        _compare(Program(dtype, x0.shape, [x0, x1, x2], [("fma", expression)]))
+    _compare(Program(dtype, x0.shape, [x0, x1, x2], [("fma", "x0 * -x1 + x0 * -3.0")], loop_trips=3, scan=True))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_sign_op_reading_a_max_min_select_is_moved_into_its_arms_as_xla(dtype):
     """A negation or absolute value reading a max/min select against a constant is moved into the select's arms by
     LLVM inside XLA's fused loop (``-select(c, x, -1)`` is ``select(c, -x, 1)``), so no max/min instruction is left

@@ -209,8 +209,10 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
             if reader.is_alive() and not any(line.startswith("INTERRUPTED") for line in lines):
                 assert time.monotonic() < deadline, "".join(lines)
                 child.send_signal(signal.SIGINT)
-        reader.join(300)
-        child.wait(timeout=300)
+        # (the child then compiles everything on cold caches: minutes on a busy 2-core machine -- 300 s was
+        # exceeded once with four other test processes running)
+        reader.join(900)
+        child.wait(timeout=900)
     finally:
         child.kill()
         err_file.close()
@@ -222,7 +224,7 @@ def test_ctrl_c_while_numba_compiles(loops, tmp_path):
     # (the swallowed Ctrl-C this guards against; an unswallowed error elsewhere would end the child non-zero)
     assert "ctypes callback" not in err, err[-3000:]
     fresh = subprocess.run([sys.executable, str(tmp_path / "child.py"), loops, "fresh"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=900)
     assert "FRESH True" in fresh.stdout, fresh.stderr[-3000:]  # the caches left behind serve whole functions
 
 
