@@ -26,7 +26,11 @@ optimized HLO of ``jax.jit(f).lower(*a).compile().as_text()``), for f32 and f64:
   jax's odeint's interpolation polynomial, 200 of 200 draws each form). A
   ``negate`` factor decides first when only one product has one: XLA's simplifier
   makes ``A * -B + C * D`` the subtraction ``C * D - A * B`` before LLVM, whatever
-  constants ``C`` holds (:func:`_negated_in_hlo`).
+  constants ``C`` holds (:func:`_negated_in_hlo`); when both have one, ``-P - Q``,
+  whose second product LLVM fuses. A sum that is ``P - P`` of one product once its
+  negations are taken out (``v * -y + v * y``, ``v * -3.0 + v * 3.0``) is not
+  contracted: one rounded product, subtracted from itself
+  (:func:`_one_product_up_to_sign`).
 * A multiply with more than one use is not fused when its uses land in the
   same XLA fusion: ``(a*b + c, a*b)`` (the product is also returned),
   ``(a*b + c) * (a*b - d)``, ``(a*b + c) * (a*b)`` all round twice (LLVM
@@ -147,7 +151,7 @@ from lowering.kernels.ynnpack_sum import MIN_ELEMENTS
 from xla_dialect.errors import PassError
 from xla_dialect.internal import ExpAddOp, FusedMultiplyAddOp, MultiplyAddReduceOp, MultiplyReduceOp
 from xla_dialect.ops import elementwise as ew
-from xla_dialect.cse import ELEMENT_WISE, MOVES, CseNumbering
+from xla_dialect.cse import ELEMENT_WISE, MOVES, CseNumbering, splat_value
 from xla_dialect.ops.base import ints, make_tensor, pred_type
 from xla_dialect.ops.collectives import CollectiveOp
 from xla_dialect.ops.constants import ConstantOp, IotaOp
@@ -812,6 +816,40 @@ def _negated(value: SSAValue) -> bool:
     return False
 
 
+def _signed_factors(value: SSAValue, cse: CseNumbering) -> tuple[bool, tuple] | None:
+    """The product ``value`` of two factors as (negated, sorted factor numbers) with its negations taken out, as XLA's
+    simplifier (a ``negate`` factor of a computed value) and LLVM's InstCombine (a negative constant factor, its
+    magnitude then the factor) take them out; None when ``value`` is not such a product."""
+    owner = value.owner
+    if not isinstance(owner, _MUL) or len(owner.operands) != 2:
+        return None
+    negated, numbers = False, []
+    for factor in owner.operands:
+        inner = _negated_factor(factor)
+        if inner is not None:
+            negated, factor = not negated, inner
+        constant = splat_value(factor)
+        if constant is not None and np.asarray(constant).dtype.kind == "f" and not np.isnan(constant):
+            negated ^= bool(np.signbit(constant))
+            numbers.append(("constant", abs(float(constant))))
+        else:
+            numbers.append(("value", cse.number(factor)))
+    return negated, tuple(sorted(numbers, key=repr))
+
+
+def _one_product_up_to_sign(x: SSAValue, y: SSAValue, subtract: bool) -> bool:
+    """Whether the add (``subtract``: subtract) of ``x`` and ``y`` is ``P - P`` of one product ``P`` once the
+    negations are taken out of both (:func:`_signed_factors`): ``v * -y + v * y`` and ``v * -3.0 + v * 3.0`` are
+    ``v*y - v*y`` and ``v*3 - v*3`` of one rounded product to XLA and LLVM, a zero (a NaN for infinite products),
+    which LLVM does not contract: its multiply has two uses (measured f32 and f64 on 64 elements: every element of
+    ``v * -y + v * y`` differed, the FMA giving the product's rounding error)."""
+    cse = CseNumbering()
+    a, b = _signed_factors(x, cse), _signed_factors(y, cse)
+    if a is None or b is None or a[1] != b[1]:
+        return False
+    return (a[0] != b[0]) != subtract
+
+
 def _negated_in_hlo(value: SSAValue) -> bool:
     """Whether XLA's algebraic simplifier sees the product ``value`` as a negation it moves out of the product: a
     ``negate`` of a computed value as one of its two factors (``A * -B`` is ``-(A * B)``, so ``A * -B + C * D``
@@ -1068,6 +1106,8 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     beside_exp = exp_operand is not None
     t = op.results[0].type
     order = [(0, x), (1, y)]
+    if isinstance(op, (_ADD, _SUB)) and _one_product_up_to_sign(x, y, isinstance(op, _SUB)):
+        return False  # (XLA and LLVM compute ``P - P`` of one rounded product: nothing to fuse, module doc)
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
         try:
             if _first_operand(op, _Ranks(scalars_loaded=_inside_small_loop(op))) == 1:
@@ -1079,7 +1119,11 @@ def _contract(op: Operation, uses: _Uses) -> bool:
             order.reverse()  # XLA fuses the product it reads directly, not the one behind a move (module doc)
         first, second = (order[0][1], order[1][1])
         hoisted = [_negated_in_hlo(first), _negated_in_hlo(second)]
-        if hoisted[0] != hoisted[1]:
+        if hoisted[0] and hoisted[1]:
+            # (XLA's simplifier makes -P + -Q the subtraction -P - Q; LLVM cannot fuse a negated multiply as
+            # operand 0 of an fsub and fuses Q: measured, ``v * -y + (-v) * z`` either order, f32 and f64)
+            order.reverse()
+        elif hoisted[0] != hoisted[1]:
             if hoisted[0]:
                 order.reverse()  # XLA's simplifier makes -P + Q the subtraction Q - P: LLVM fuses Q (module doc)
         elif _negated(first) and not _negated(second):
