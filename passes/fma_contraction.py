@@ -816,7 +816,7 @@ def _negated(value: SSAValue) -> bool:
     return False
 
 
-def _signed_factors(value: SSAValue, cse: CseNumbering) -> tuple[bool, tuple] | None:
+def _signed_factors(value: SSAValue, number) -> tuple[bool, tuple] | None:
     """The product ``value`` of two factors as (negated, sorted factor numbers) with its negations taken out, as XLA's
     simplifier (a ``negate`` factor of a computed value) and LLVM's InstCombine (a negative constant factor, its
     magnitude then the factor) take them out; None when ``value`` is not such a product."""
@@ -833,18 +833,18 @@ def _signed_factors(value: SSAValue, cse: CseNumbering) -> tuple[bool, tuple] | 
             negated ^= bool(np.signbit(constant))
             numbers.append(("constant", abs(float(constant))))
         else:
-            numbers.append(("value", cse.number(factor)))
+            numbers.append(("value", number(factor)))
     return negated, tuple(sorted(numbers, key=repr))
 
 
-def _one_product_up_to_sign(x: SSAValue, y: SSAValue, subtract: bool) -> bool:
+def _one_product_up_to_sign(x: SSAValue, y: SSAValue, subtract: bool, number) -> bool:
     """Whether the add (``subtract``: subtract) of ``x`` and ``y`` is ``P - P`` of one product ``P`` once the
     negations are taken out of both (:func:`_signed_factors`): ``v * -y + v * y`` and ``v * -3.0 + v * 3.0`` are
     ``v*y - v*y`` and ``v*3 - v*3`` of one rounded product to XLA and LLVM, a zero (a NaN for infinite products),
     which LLVM does not contract: its multiply has two uses (measured f32 and f64 on 64 elements: every element of
-    ``v * -y + v * y`` differed, the FMA giving the product's rounding error)."""
-    cse = CseNumbering()
-    a, b = _signed_factors(x, cse), _signed_factors(y, cse)
+    ``v * -y + v * y`` differed, the FMA giving the product's rounding error). ``number``: XLA's CSE numbering of
+    the pass (:class:`_Uses`)."""
+    a, b = _signed_factors(x, number), _signed_factors(y, number)
     if a is None or b is None or a[1] != b[1]:
         return False
     return (a[0] != b[0]) != subtract
@@ -1106,7 +1106,7 @@ def _contract(op: Operation, uses: _Uses) -> bool:
     beside_exp = exp_operand is not None
     t = op.results[0].type
     order = [(0, x), (1, y)]
-    if isinstance(op, (_ADD, _SUB)) and _one_product_up_to_sign(x, y, isinstance(op, _SUB)):
+    if isinstance(op, (_ADD, _SUB)) and _one_product_up_to_sign(x, y, isinstance(op, _SUB), uses.number):
         return False  # (XLA and LLVM compute ``P - P`` of one rounded product: nothing to fuse, module doc)
     if isinstance(op, _ADD) and all(_fusible_product(v, op, uses) is not None for v in (x, y)):
         try:

@@ -52,8 +52,7 @@ from xla_dialect.cse import CseNumbering, splat_value
 from xla_dialect.ops import elementwise as ew
 from xla_dialect.ops.base import pred_type
 from xla_dialect.ops.control_flow import WhileOp, static_trip_count
-from xla_dialect.ops.data_movement import BroadcastInDimOp, ReverseOp
-from xla_dialect.ops.reduction import ReduceOp
+from xla_dialect.ops.data_movement import BroadcastInDimOp
 from xla_dialect.types import numpy_dtype
 
 from .registry import register_pass
@@ -260,7 +259,7 @@ def in_place_selects(module: ModuleOp) -> list[Operation]:
         if not isinstance(loop, WhileOp) or static_trip_count(loop) == 1:  # (a loop run once is straight-line)
             continue
         body = loop.body.block
-        cse = CseNumbering()
+        cse = CseNumbering(max_depth=8)  # (selects, compares and their constants: a few ops deep)
         selects = [op for op in body.ops if isinstance(op, ew.SelectOp) and isinstance(op.results[0].type, TensorType)
                    and numpy_dtype(op.results[0].type) in (np.float32, np.float64)
                    and MASKED_STORE not in op.attributes and MAX_MIN_ELEMENTS not in op.attributes]
