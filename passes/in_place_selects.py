@@ -56,15 +56,16 @@ from xla_dialect.ops.data_movement import BroadcastInDimOp
 from xla_dialect.types import numpy_dtype
 
 from .registry import register_pass
-from .small_loops import UNROLL_THRESHOLD, _cone
+from .small_loops import _BF16_COSTS, _ELEMENT_LOOP_BASE, _cone, unrolled_whole
 from .util import make_constant
 
 from lowering.kernels.scalar import MASKED_STORE, MAX_MIN_ELEMENTS, max_min_pattern  # noqa: E402 - (marks the kernels read)
 
-IN_PLACE_SELECT_COST = 6
-"""LLVM's size cost per element of the element loop of an in-place select against a constant (a load, a compare,
-the select, a store, the loop's own two): its loop of 49 elements is unrolled whole (scalar code), of 50
-vectorized (measured, f32 and f64: :data:`~passes.small_loops.UNROLL_THRESHOLD`)."""
+IN_PLACE_SELECT_COST = _ELEMENT_LOOP_BASE + 1 + 1 + _BF16_COSTS[ew.CompareOp] + _BF16_COSTS[ew.SelectOp]
+"""LLVM's size cost per element of the element loop of an in-place select against a constant, by the element-loop
+model of :mod:`passes.small_loops` (the loop's own two, a load, a store, a compare, the select: 6): its loop of 49
+elements is unrolled whole (scalar code), of 50 vectorized (measured, f32 and f64:
+:func:`~passes.small_loops.unrolled_whole`)."""
 
 _ROW_BYTES_VECTORIZED_ACROSS_ROWS = (8, 16, 32)
 """The row sizes (bytes) of an unrolled inner loop for which LLVM vectorizes the loop over rows around it (two to
@@ -89,7 +90,7 @@ def _rows_scalar_code(rows: int, columns: int, itemsize: int) -> np.ndarray:
     """Which elements of ``rows`` rows of ``columns`` (the two innermost dimensions of a fusion of two or more,
     dimensions of one dropped) LLVM computes in scalar code."""
     scalar = np.zeros((rows, columns), bool)
-    if IN_PLACE_SELECT_COST * columns + 2 > UNROLL_THRESHOLD:  # (each row's loop vectorized, its tail scalar)
+    if not unrolled_whole(columns, IN_PLACE_SELECT_COST):  # (each row's loop vectorized, its tail scalar)
         scalar[:, columns - vector_tail(columns, itemsize):] = True
         return scalar
     # Each row's loop unrolled whole: the loop over rows vectorized (rows interleaved) for short power-of-two
@@ -135,8 +136,8 @@ def _column_scalar_code(rows: int, itemsize: int) -> np.ndarray:
 
 def scalar_code_elements(shape: tuple[int, ...], itemsize: int) -> np.ndarray:
     """Which elements (a bool array of ``shape``) of an in-place select's fusion LLVM computes in scalar code, for
-    elements of ``itemsize`` bytes (4 or 8). Dimensions of one element are dropped (``[1, N]`` and ``[N, 1]`` are
-    ``[N]``, measured). One dimension of ``N``: all of them when the loop is unrolled whole (``6 * N + 2 <= 300``:
+    elements of ``itemsize`` bytes (4 or 8). Dimensions of one element are dropped (``[1, N]`` is ``[N]``,
+    measured), except that a column ``[N, 1]`` is a loop nest of its own (:func:`_column_scalar_code`). One dimension of ``N``: all of them when the loop is unrolled whole (``6 * N + 2 <= 300``:
     up to 49 elements), else the last :func:`vector_tail`. Two or more: XLA emits a loop nest; the innermost two
     dimensions follow :func:`_rows_scalar_code` for each index of the others (measured ``[2, 3, 60]``, ``[4, 2,
     51]``, ``[3|5, 4, 4]``, ``[2, 2, 4]``, ``[2, 9, 2]`` f64 and ``[2, 8, 4]``, ``[2, 2, 8]``, ``[3, 3, 4]``
@@ -147,7 +148,7 @@ def scalar_code_elements(shape: tuple[int, ...], itemsize: int) -> np.ndarray:
     if len(dims) <= 1:
         n = dims[0] if dims else 1
         scalar = np.ones(n, bool)
-        if IN_PLACE_SELECT_COST * n + 2 > UNROLL_THRESHOLD:
+        if not unrolled_whole(n, IN_PLACE_SELECT_COST):
             scalar[: n - vector_tail(n, itemsize)] = False
         return scalar.reshape(shape)
     rows = _rows_scalar_code(dims[-2], dims[-1], itemsize)

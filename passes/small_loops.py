@@ -534,17 +534,23 @@ def _op_cost(op: Operation, values: _LoopValues) -> int | None:
     return _BF16_COSTS.get(type(op))
 
 
+def unrolled_whole(elements: int, cost: int) -> bool:
+    """Whether LLVM unrolls an element loop of ``elements`` trips costing ``cost`` per element whole (scalar code):
+    ``cost * elements + 2 <=`` :data:`UNROLL_THRESHOLD`."""
+    return cost * elements + 2 <= UNROLL_THRESHOLD
+
+
 def _scalar_code(shape: tuple[int, ...], cost: int) -> bool:
     """Whether LLVM computes every element of a loop fusion of ``shape`` in scalar code, its element loop costing
     ``cost`` per element (:func:`unrolled_element_loop`)."""
     if len(shape) <= 1 or (len(shape) == 2 and shape[0] == 1):
-        return cost * int(np.prod(shape, dtype=np.int64)) + 2 <= UNROLL_THRESHOLD
+        return unrolled_whole(int(np.prod(shape, dtype=np.int64)), cost)
     if len(shape) != 2:
         return False
     rows, columns = shape
     # The inner loop unrolled whole; the outer one not vectorized: fewer than 16 trips that LLVM's vector factors
     # (4 and 8 here) do not divide need a scalar epilogue, which it does not make for such short loops.
-    return columns >= 2 and rows < 16 and rows % 4 != 0 and cost * columns + 2 <= UNROLL_THRESHOLD
+    return columns >= 2 and rows < 16 and rows % 4 != 0 and unrolled_whole(columns, cost)
 
 
 def unrolled_element_loop(loop: WhileOp, values: _LoopValues | None = None) -> dict[int, bool]:
